@@ -1,0 +1,212 @@
+//! `gpuhost`: the command line. Parses arguments, sets up logging, calls the library, and turns
+//! the result into output and an exit code.
+
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use gpuhost_steps::apply::{self, exit, ApplyOptions};
+use gpuhost_steps::facts::{Facts, KernelChoice};
+use gpuhost_steps::host::Host;
+use gpuhost_steps::profile::{self, Profile};
+use gpuhost_steps::runner::Selection;
+
+const EXIT_CODES: &str = "\
+Exit codes (apply, plan):
+  0  converged
+  1  a step failed: the report says which step, why, and what to do
+     (also: another apply holds the lock)
+  2  invalid input or unsupported host: nothing was changed
+  3  converged except that a reboot is required
+
+Exit codes (status): Nagios: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN";
+
+/// Turns an Oracle Linux 8/9 machine with NVIDIA GPUs into a working GPU container host.
+#[derive(Parser, Debug)]
+#[command(name = "gpuhost", version, after_help = EXIT_CODES)]
+struct Cli {
+    /// Log level for messages on stderr (error, warn, info, debug, trace).
+    #[arg(long, global = true, default_value = "warn", env = "GPUHOST_LOG")]
+    log_level: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Converge the host to a profile: check each step, change only what differs, check again.
+    #[command(after_help = EXIT_CODES)]
+    Apply(ApplyArgs),
+    /// Show what `apply` would change and why, changing nothing (same as `apply --dry-run`).
+    #[command(after_help = EXIT_CODES)]
+    Plan(ApplyArgs),
+    /// Show what gpuhost sees: OS, kernels, NVIDIA devices on PCI, Secure Boot, nouveau.
+    Facts(FactsArgs),
+    /// List the built-in profiles, or show one fully resolved.
+    Profiles {
+        #[command(subcommand)]
+        action: Option<ProfilesAction>,
+    },
+    /// Node health through NVML, sysfs, the kernel log and services (Nagios exit codes).
+    Status(gpuhost_health::StatusArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum ProfilesAction {
+    /// Print a profile with its `extends` chain and `--set` overrides resolved.
+    Show {
+        /// A built-in profile name or a path to a .toml file.
+        name: String,
+        /// Override one key (repeatable), e.g. --set driver.stream=535-dkms
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(clap::Args, Debug)]
+struct ApplyArgs {
+    /// A built-in profile (ol8-uek, ol8-rhck, ol9-uek, ol9-rhck) or a path to a .toml file.
+    #[arg(long)]
+    profile: String,
+    /// Act on an install root instead of the running system (image builds, tests).
+    #[arg(long, default_value = "/")]
+    root: PathBuf,
+    /// Provision for this kernel release instead of the running (or, in a root, newest) one.
+    #[arg(long, value_name = "KVER")]
+    kernel_release: Option<String>,
+    /// Override one profile key (repeatable), e.g. --set driver.stream=535-dkms
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// Run only these steps.
+    #[arg(long, value_delimiter = ',', value_name = "STEP[,STEP]")]
+    only: Vec<String>,
+    /// Skip these steps.
+    #[arg(long, value_delimiter = ',', value_name = "STEP[,STEP]")]
+    skip: Vec<String>,
+    /// Change nothing; say what would change and why.
+    #[arg(long)]
+    dry_run: bool,
+    /// Report format on stdout.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+}
+
+#[derive(clap::Args, Debug)]
+struct FactsArgs {
+    /// Look at an install root instead of the running system.
+    #[arg(long, default_value = "/")]
+    root: PathBuf,
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    output::init_logging(&cli.log_level);
+    let code = match &cli.command {
+        Command::Apply(a) => run_apply(a, a.dry_run),
+        Command::Plan(a) => run_apply(a, true),
+        Command::Facts(f) => report(f.format, run_facts(f)),
+        Command::Profiles { action } => report(Format::Text, run_profiles(action.as_ref())),
+        Command::Status(s) => gpuhost_health::run(s),
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Print an error (one line) and map it to an exit code.
+fn report(format: Format, r: Result<()>) -> i32 {
+    match r {
+        Ok(()) => exit::OK,
+        Err(e) => output::error(format == Format::Json, &e),
+    }
+}
+
+fn run_apply(a: &ApplyArgs, dry_run: bool) -> i32 {
+    let opts = ApplyOptions {
+        profile: a.profile.clone(),
+        root: a.root.clone(),
+        kernel_release: a.kernel_release.clone(),
+        sets: a.sets.clone(),
+        selection: Selection {
+            only: a.only.clone(),
+            skip: a.skip.clone(),
+        },
+        dry_run,
+        command_line: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    match apply::apply(&opts) {
+        Ok(rep) => {
+            let printed = match a.format {
+                Format::Json => output::json(&rep),
+                Format::Text => {
+                    output::print_report(&rep);
+                    Ok(())
+                }
+            };
+            match printed {
+                Ok(()) => rep.exit_code,
+                Err(e) => output::error(false, &e),
+            }
+        }
+        Err(e) => output::error(a.format == Format::Json, &e),
+    }
+}
+
+fn run_facts(f: &FactsArgs) -> Result<()> {
+    let host = Host::new(&f.root)?;
+    let facts = Facts::gather(&host, &KernelChoice::default())?;
+    match f.format {
+        Format::Json => output::json(&facts),
+        Format::Text => {
+            output::print_facts(&facts);
+            Ok(())
+        }
+    }
+}
+
+fn run_profiles(action: Option<&ProfilesAction>) -> Result<()> {
+    match action {
+        None => {
+            for (name, desc) in profile::builtin_list() {
+                println!("{name:<10} {desc}");
+            }
+            Ok(())
+        }
+        Some(ProfilesAction::Show { name, sets }) => {
+            let p = Profile::resolve(name, sets)?;
+            print!("{}", p.to_toml()?);
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn help_documents_exit_codes() {
+        let help = Cli::command().render_long_help().to_string();
+        for needle in ["0  converged", "2  invalid input", "3  converged except"] {
+            assert!(help.contains(needle), "{needle}");
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Output: reports and facts for people (text) and programs (JSON) on stdout; logs and errors
+//! on stderr.
+
+use std::io::IsTerminal;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use gpuhost_steps::apply::{exit, Report};
+use gpuhost_steps::error::{hint_of, is_invalid};
+use gpuhost_steps::facts::Facts;
+use gpuhost_steps::runner::Outcome;
+
+/// Logs go to stderr. Under systemd (journald adds timestamps) they carry none of their own.
+pub fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let under_systemd = std::env::var_os("JOURNAL_STREAM").is_some();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal());
+    if under_systemd {
+        builder.without_time().init();
+    } else {
+        builder.init();
+    }
+}
+
+pub fn json<T: Serialize>(v: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+/// Print an error that stopped a command before any step ran, and return its exit code.
+pub fn error(as_json: bool, e: &anyhow::Error) -> i32 {
+    let code = if is_invalid(e) {
+        exit::INVALID
+    } else {
+        exit::FAILED
+    };
+    let hint = hint_of(e);
+    eprintln!("gpuhost: error: {e:#}");
+    if as_json {
+        let v = serde_json::json!({ "error": format!("{e:#}"), "hint": hint, "exit_code": code });
+        println!("{v:#}");
+    }
+    code
+}
+
+pub fn print_report(r: &Report) {
+    let what = if r.dry_run { "plan" } else { "apply" };
+    println!(
+        "gpuhost {what}: profile {} on {}{}",
+        r.profile,
+        r.root,
+        r.target_kernel
+            .as_deref()
+            .map(|k| format!(", kernel {k}"))
+            .unwrap_or_default()
+    );
+    let width = r.steps.iter().map(|s| s.id.len()).max().unwrap_or(8);
+    for s in &r.steps {
+        println!(
+            "  {:<width$}  {:<12}  {}  ({} ms)",
+            s.id,
+            s.outcome.to_string(),
+            s.reason,
+            s.duration_ms
+        );
+        if let Some(h) = &s.hint {
+            println!("  {:<width$}  {:<12}  what to do: {h}", "", "");
+        }
+    }
+    let count = |o: Outcome| r.steps.iter().filter(|s| s.outcome == o).count();
+    let verdict = match r.exit_code {
+        exit::OK if r.dry_run && count(Outcome::WouldChange) > 0 => {
+            format!("{} step(s) would change", count(Outcome::WouldChange))
+        }
+        exit::OK if r.dry_run => "nothing to change".to_string(),
+        exit::OK => format!(
+            "converged ({} changed, {} unchanged, {} deferred)",
+            count(Outcome::Changed),
+            count(Outcome::Unchanged),
+            count(Outcome::Deferred)
+        ),
+        exit::REBOOT => format!(
+            "converged, but a reboot is required: {}",
+            r.reboot_required.join("; ")
+        ),
+        _ => {
+            let failed: Vec<&str> = r
+                .steps
+                .iter()
+                .filter(|s| s.outcome == Outcome::Failed)
+                .map(|s| s.id.as_str())
+                .collect();
+            format!("failed: {}", failed.join(", "))
+        }
+    };
+    println!("{verdict} in {} ms (exit {})", r.duration_ms, r.exit_code);
+}
+
+pub fn print_facts(f: &Facts) {
+    let none = || "none".to_string();
+    let os =
+        f.os.as_ref()
+            .map(|o| format!("{} (id {}, version {})", o.pretty_name, o.id, o.version_id))
+            .unwrap_or_else(|| "unknown (no /etc/os-release)".to_string());
+    println!(
+        "root                 {}{}",
+        f.root,
+        if f.live { " (live)" } else { " (install root)" }
+    );
+    println!("os                   {os}");
+    println!(
+        "running kernel       {}",
+        f.running_kernel
+            .clone()
+            .unwrap_or_else(|| "n/a (install root)".to_string())
+    );
+    println!(
+        "target kernel        {}{}",
+        f.target_kernel.clone().unwrap_or_else(none),
+        f.target_flavour
+            .map(|x| format!(" ({x})"))
+            .unwrap_or_default()
+    );
+    println!(
+        "default boot kernel  {}",
+        f.default_boot_kernel.clone().unwrap_or_else(none)
+    );
+    println!(
+        "installed kernels    {}",
+        if f.installed_kernels.is_empty() {
+            none()
+        } else {
+            f.installed_kernels.join(", ")
+        }
+    );
+    let devs = |d: &[gpuhost_steps::facts::PciDevice]| {
+        if d.is_empty() {
+            "none".to_string()
+        } else {
+            d.iter()
+                .map(|x| format!("{} [10de:{}]", x.address, x.device_id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    println!("nvidia gpus          {} {}", f.gpus.len(), devs(&f.gpus));
+    println!(
+        "nvswitches           {} {}",
+        f.nvswitches.len(),
+        devs(&f.nvswitches)
+    );
+    println!(
+        "secure boot          {}",
+        serde_json::to_value(f.secure_boot)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    );
+    println!(
+        "nouveau loaded       {}",
+        if f.nouveau_loaded { "yes" } else { "no" }
+    );
+}

@@ -1,0 +1,211 @@
+//! `apply` and `plan`: preflight checks, the lock, the steps, the journal, the report.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::facts::{Facts, KernelChoice};
+use crate::host::Host;
+use crate::invalid;
+use crate::kernel::Flavour;
+use crate::lock::ApplyLock;
+use crate::profile::Profile;
+use crate::runner::{self, Ctx, Outcome, Selection, StepReport};
+use crate::{fsutil, state, steps};
+
+/// Exit codes, part of the interface.
+pub mod exit {
+    /// Converged.
+    pub const OK: i32 = 0;
+    /// A step failed; the report says which, why and what to do.
+    pub const FAILED: i32 = 1;
+    /// Invalid input or unsupported host; nothing was changed.
+    pub const INVALID: i32 = 2;
+    /// Converged except that a reboot is required.
+    pub const REBOOT: i32 = 3;
+}
+
+#[derive(Clone, Debug)]
+pub struct ApplyOptions {
+    pub profile: String,
+    pub root: PathBuf,
+    pub kernel_release: Option<String>,
+    pub sets: Vec<String>,
+    pub selection: Selection,
+    pub dry_run: bool,
+    /// The command line, recorded in the lock file and the journal.
+    pub command_line: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub gpuhost_version: &'static str,
+    pub command: &'static str,
+    pub profile: String,
+    pub root: String,
+    pub live: bool,
+    pub dry_run: bool,
+    pub target_kernel: Option<String>,
+    pub started_at: String,
+    pub duration_ms: u64,
+    pub exit_code: i32,
+    /// Why a reboot is required, when one is.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reboot_required: Vec<String>,
+    pub steps: Vec<StepReport>,
+}
+
+/// Everything before the first step: the profile, the host, and whether they fit.
+pub struct Prepared {
+    pub host: Host,
+    pub profile: Profile,
+    pub facts: Facts,
+}
+
+pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
+    let profile = Profile::resolve(&opts.profile, &opts.sets)?;
+    let mut host = Host::new(&opts.root)?;
+    let facts = Facts::gather(
+        &host,
+        &KernelChoice {
+            release: opts.kernel_release.as_deref(),
+            flavour: Some(profile.kernel.flavour),
+        },
+    )?;
+    preflight(&host, &profile, &facts, opts.kernel_release.is_some())?;
+    host.set_releasever(profile.os.major.to_string());
+    opts.selection.validate(&steps::registry())?;
+    Ok(Prepared {
+        host,
+        profile,
+        facts,
+    })
+}
+
+/// The host must be the Oracle Linux release and kernel flavour the profile is for.
+fn preflight(host: &Host, profile: &Profile, facts: &Facts, release_given: bool) -> Result<()> {
+    let root = host.root().display();
+    let Some(os) = &facts.os else {
+        return Err(invalid!(
+            "{root} has no /etc/os-release: not an Oracle Linux system; gpuhost supports Oracle Linux 8 and 9"
+        ));
+    };
+    if !os.is_oracle_linux() {
+        return Err(invalid!(
+            "{root} runs {}, not Oracle Linux; gpuhost supports Oracle Linux 8 and 9",
+            os.pretty_name
+        ));
+    }
+    let major = os.major();
+    if major != Some(profile.os.major) {
+        let suggestion = match major {
+            Some(m @ (8 | 9)) => format!(
+                "; use --profile ol{m}-{}",
+                flavour_suffix(profile.kernel.flavour)
+            ),
+            _ => "; gpuhost supports Oracle Linux 8 and 9".to_string(),
+        };
+        return Err(invalid!(
+            "{root} runs {} but profile {} is for Oracle Linux {}{suggestion}",
+            os.pretty_name,
+            profile.name,
+            profile.os.major
+        ));
+    }
+    let want = profile.kernel.flavour;
+    let other = match want {
+        Flavour::Uek => Flavour::Rhck,
+        Flavour::Rhck => Flavour::Uek,
+    };
+    let right_profile = format!("ol{}-{}", profile.os.major, flavour_suffix(other));
+    match &facts.target_kernel {
+        None => {
+            let hint = if facts.installed_kernels.is_empty() {
+                format!("install {} first", want.kernel_package())
+            } else {
+                format!(
+                    "it has only {other} kernels ({}): use --profile {right_profile}, or install {}",
+                    facts.installed_kernels.join(", "),
+                    want.kernel_package()
+                )
+            };
+            Err(invalid!("no {want} kernel is installed in {root}; {hint}"))
+        }
+        Some(k) if Flavour::of(k) != want => Err(invalid!(
+            "kernel {k} is {other}, but profile {} is for {want}; use --profile {right_profile}",
+            profile.name
+        )),
+        Some(k) if release_given && !host.path(format!("/lib/modules/{k}/vmlinuz")).exists() => {
+            Err(invalid!(
+                "--kernel-release {k}: no such kernel is installed in {root} (installed: {})",
+                if facts.installed_kernels.is_empty() {
+                    "none".to_string()
+                } else {
+                    facts.installed_kernels.join(", ")
+                }
+            ))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+fn flavour_suffix(f: Flavour) -> &'static str {
+    match f {
+        Flavour::Uek => "uek",
+        Flavour::Rhck => "rhck",
+    }
+}
+
+/// Run `apply` (or `plan` when `opts.dry_run`). Errors are for runs that could not start
+/// (invalid input: exit 2; a held lock: exit 1); step failures are in the report.
+pub fn apply(opts: &ApplyOptions) -> Result<Report> {
+    let start = Instant::now();
+    let started_at = fsutil::rfc3339(fsutil::unix_now());
+    let prepared = prepare(opts)?;
+    let Prepared {
+        host,
+        profile,
+        facts,
+    } = &prepared;
+    let _lock = if opts.dry_run {
+        None
+    } else {
+        Some(ApplyLock::acquire(host, &opts.command_line)?)
+    };
+    let registry = steps::registry();
+    let mut ctx = Ctx::new(host, profile, facts, opts.dry_run)?;
+    let steps = runner::run_steps(&mut ctx, &registry, &opts.selection);
+    let reboot_required: Vec<String> = steps
+        .iter()
+        .filter_map(|s| s.reboot_required.as_ref().map(|r| format!("{}: {r}", s.id)))
+        .collect();
+    let exit_code = if steps.iter().any(|s| s.outcome == Outcome::Failed) {
+        exit::FAILED
+    } else if !reboot_required.is_empty() {
+        exit::REBOOT
+    } else {
+        exit::OK
+    };
+    let report = Report {
+        gpuhost_version: env!("CARGO_PKG_VERSION"),
+        command: if opts.dry_run { "plan" } else { "apply" },
+        profile: profile.name.clone(),
+        root: host.root().display().to_string(),
+        live: host.is_live(),
+        dry_run: opts.dry_run,
+        target_kernel: facts.target_kernel.clone(),
+        started_at,
+        duration_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+        exit_code,
+        reboot_required,
+        steps,
+    };
+    if !opts.dry_run {
+        let mut entry = serde_json::to_value(&report)?;
+        entry["command_line"] = serde_json::Value::String(opts.command_line.clone());
+        state::journal_append(host, entry)?;
+    }
+    Ok(report)
+}

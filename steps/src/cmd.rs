@@ -1,0 +1,292 @@
+//! The one subprocess wrapper.
+//!
+//! Every external command gpuhost runs goes through [`Cmd`]: an argv vector (never a shell
+//! string), stdin from /dev/null, stdout and stderr captured, a timeout, the command line logged
+//! at debug level, and — on failure — an error that holds the command and the tail of stderr.
+//! Each run is also recorded, so that the report can say which commands a step ran and the
+//! benchmark can count child processes.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use serde::Serialize;
+
+/// Default timeout: long enough for a dnf transaction or a DKMS build on a slow node.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// How many lines of stderr an error keeps.
+const STDERR_TAIL_LINES: usize = 12;
+
+/// One external command, built up before it runs.
+#[derive(Clone, Debug)]
+pub struct Cmd {
+    program: String,
+    args: Vec<OsString>,
+    env: Vec<(String, OsString)>,
+    timeout: Duration,
+}
+
+/// What a finished command left behind.
+#[derive(Clone, Debug)]
+pub struct CmdOutput {
+    /// Exit code; `None` when killed by a signal.
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub duration: Duration,
+}
+
+impl CmdOutput {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// A record of a command that ran, for reports.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct CmdRecord {
+    pub argv: Vec<String>,
+    pub exit_code: Option<i32>,
+    pub duration_ms: u64,
+}
+
+static RECORDS: Mutex<Vec<CmdRecord>> = Mutex::new(Vec::new());
+
+/// Take (and clear) the records of the commands run since the last call.
+pub fn take_records() -> Vec<CmdRecord> {
+    match RECORDS.lock() {
+        Ok(mut r) => std::mem::take(&mut *r),
+        Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+    }
+}
+
+fn record(rec: CmdRecord) {
+    match RECORDS.lock() {
+        Ok(mut r) => r.push(rec),
+        Err(poisoned) => poisoned.into_inner().push(rec),
+    }
+}
+
+impl Cmd {
+    pub fn new(program: impl Into<String>) -> Self {
+        Cmd {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    pub fn arg(mut self, a: impl Into<OsString>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    pub fn env(mut self, key: impl Into<String>, val: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), val.into()));
+        self
+    }
+
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    pub fn program(&self) -> &str {
+        &self.program
+    }
+
+    /// The command line, for logs and error messages.
+    pub fn argv(&self) -> Vec<String> {
+        std::iter::once(self.program.clone())
+            .chain(self.args.iter().map(|a| a.to_string_lossy().into_owned()))
+            .collect()
+    }
+
+    /// Run to completion and return whatever it produced, whatever its exit status.
+    /// Fails only when the command cannot be started or runs past its timeout.
+    pub fn output(&self) -> Result<CmdOutput> {
+        let argv = self.argv();
+        tracing::debug!(command = %Display(&argv), "running");
+        let mut expr = duct::cmd(&self.program, &self.args)
+            .stdin_null()
+            .stdout_capture()
+            .stderr_capture()
+            .unchecked();
+        for (k, v) in &self.env {
+            expr = expr.env(k, v);
+        }
+        let start = Instant::now();
+        let handle = expr.start().map_err(|e| {
+            let hint = if e.kind() == std::io::ErrorKind::NotFound {
+                format!("; is `{}` installed and on PATH?", self.program)
+            } else {
+                String::new()
+            };
+            anyhow!("cannot run `{}`: {e}{hint}", Display(&argv))
+        })?;
+        let waited = handle
+            .wait_timeout(self.timeout)
+            .with_context(|| format!("waiting for `{}`", Display(&argv)))?;
+        let Some(out) = waited else {
+            let _ = handle.kill();
+            record(CmdRecord {
+                argv: argv.clone(),
+                exit_code: None,
+                duration_ms: millis(start.elapsed()),
+            });
+            return Err(anyhow!(
+                "`{}` did not finish within {} s and was killed",
+                Display(&argv),
+                self.timeout.as_secs()
+            ));
+        };
+        let output = CmdOutput {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            duration: start.elapsed(),
+        };
+        record(CmdRecord {
+            argv,
+            exit_code: output.code,
+            duration_ms: millis(output.duration),
+        });
+        Ok(output)
+    }
+
+    /// Run and require exit status 0; the error holds the command and the tail of stderr.
+    pub fn run(&self) -> Result<CmdOutput> {
+        let out = self.output()?;
+        if out.success() {
+            Ok(out)
+        } else {
+            Err(self.failure(&out))
+        }
+    }
+
+    /// The error for a command that exited unsuccessfully.
+    pub fn failure(&self, out: &CmdOutput) -> anyhow::Error {
+        let status = match out.code {
+            Some(c) => format!("exit status {c}"),
+            None => "a signal".to_string(),
+        };
+        let tail = tail_lines(
+            if out.stderr.trim().is_empty() {
+                &out.stdout
+            } else {
+                &out.stderr
+            },
+            STDERR_TAIL_LINES,
+        );
+        if tail.is_empty() {
+            anyhow!("`{}` failed with {status}", Display(&self.argv()))
+        } else {
+            anyhow!("`{}` failed with {status}: {tail}", Display(&self.argv()))
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The last `n` non-empty lines of `text`, joined with " | " so the error stays one line.
+pub fn tail_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let start = lines.len().saturating_sub(n);
+    lines[start..].join(" | ")
+}
+
+/// Displays an argv the way a user could paste it into a shell.
+pub struct Display<'a>(pub &'a [String]);
+
+impl fmt::Display for Display<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, a) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%^".contains(c));
+            if plain {
+                f.write_str(a)?;
+            } else {
+                write!(f, "'{}'", a.replace('\'', r"'\''"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captures_stdout_and_exit_code() -> Result<()> {
+        let out = Cmd::new("sh")
+            .args(["-c", "echo hi; echo oops >&2; exit 3"])
+            .output()?;
+        assert_eq!(out.code, Some(3));
+        assert_eq!(out.stdout, "hi\n");
+        let err = Cmd::new("sh")
+            .args(["-c", "echo hi; echo oops >&2; exit 3"])
+            .run()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("exit status 3") && err.contains("oops"),
+            "{err}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn timeout_kills_the_child() {
+        let start = Instant::now();
+        let err = Cmd::new("sleep")
+            .arg("5")
+            .timeout(Duration::from_millis(200))
+            .run()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("did not finish"), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(3));
+    }
+
+    #[test]
+    fn missing_program_names_it() {
+        let err = Cmd::new("gpuhost-no-such-program")
+            .run()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("gpuhost-no-such-program"), "{err}");
+    }
+
+    #[test]
+    fn display_quotes_what_a_shell_would_split() {
+        let argv = vec!["dnf".to_string(), "a b".to_string(), "it's".to_string()];
+        assert_eq!(Display(&argv).to_string(), r"dnf 'a b' 'it'\''s'");
+    }
+}

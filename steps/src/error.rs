@@ -1,0 +1,60 @@
+//! Error kinds that decide the exit code.
+//!
+//! Everything is an `anyhow::Error`; two marker types travel inside it:
+//! [`Invalid`] (exit 2: bad input or unsupported host, nothing changed) and [`Hint`]
+//! (what the user should do, shown next to the error).
+
+use std::fmt;
+
+/// Invalid input or an unsupported host: exit code 2, and nothing on the host was changed.
+#[derive(Debug)]
+pub struct Invalid(pub String);
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+/// Shorthand: `return Err(invalid!("..."))`.
+#[macro_export]
+macro_rules! invalid {
+    ($($arg:tt)*) => { anyhow::Error::new($crate::error::Invalid(format!($($arg)*))) };
+}
+
+/// An error with advice: the message says what failed, the hint says what to do.
+#[derive(Debug)]
+pub struct Hint {
+    pub message: String,
+    pub hint: String,
+}
+
+impl fmt::Display for Hint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}; {}", self.message, self.hint)
+    }
+}
+
+impl std::error::Error for Hint {}
+
+/// Build an error that carries a hint.
+pub fn hinted(message: impl Into<String>, hint: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Hint {
+        message: message.into(),
+        hint: hint.into(),
+    })
+}
+
+/// True when the error (or anything in its chain) is an [`Invalid`].
+pub fn is_invalid(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.downcast_ref::<Invalid>().is_some())
+}
+
+/// The hint carried by the error, if any.
+pub fn hint_of(err: &anyhow::Error) -> Option<&str> {
+    err.chain()
+        .find_map(|e| e.downcast_ref::<Hint>())
+        .map(|h| h.hint.as_str())
+}

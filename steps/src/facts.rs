@@ -1,0 +1,214 @@
+//! What gpuhost sees on the host: OS, kernels, NVIDIA devices on PCI, Secure Boot, nouveau.
+//!
+//! Facts come from files only (os-release, /lib/modules, the boot loader, sysfs, efivars), all
+//! read under the host's root, so `gpuhost facts` is fast and works in an install root, where
+//! a test can lay down a fake sysfs.
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::host::Host;
+use crate::kernel::{self, Flavour};
+use crate::osrelease::OsRelease;
+
+/// PCI device IDs of NVSwitches (A100 generation, H100/H200 generation).
+pub const NVSWITCH_DEVICE_IDS: &[u16] = &[0x1af1, 0x22a3];
+pub const NVIDIA_VENDOR: u16 = 0x10de;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Facts {
+    pub root: String,
+    pub live: bool,
+    pub os: Option<OsRelease>,
+    /// `uname -r` on a live host; none in an install root.
+    pub running_kernel: Option<String>,
+    /// The kernel gpuhost provisions for: the running one, `--kernel-release`, or (in a root)
+    /// the newest installed kernel of the wanted flavour.
+    pub target_kernel: Option<String>,
+    pub target_flavour: Option<Flavour>,
+    pub default_boot_kernel: Option<String>,
+    pub installed_kernels: Vec<String>,
+    pub gpus: Vec<PciDevice>,
+    pub nvswitches: Vec<PciDevice>,
+    pub secure_boot: SecureBoot,
+    pub nouveau_loaded: bool,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct PciDevice {
+    /// `0000:3b:00.0`
+    pub address: String,
+    pub device_id: String,
+    pub class: String,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum SecureBoot {
+    Enabled,
+    Disabled,
+    /// No EFI variables: legacy BIOS boot, or an install root without them.
+    NotEfi,
+}
+
+/// How the target kernel is chosen.
+#[derive(Clone, Debug, Default)]
+pub struct KernelChoice<'a> {
+    /// `--kernel-release`
+    pub release: Option<&'a str>,
+    /// The profile's flavour, when a profile is in play.
+    pub flavour: Option<Flavour>,
+}
+
+impl Facts {
+    pub fn gather(host: &Host, choice: &KernelChoice<'_>) -> Result<Facts> {
+        let os = host
+            .read_opt("/etc/os-release")?
+            .map(|t| OsRelease::parse(&t));
+        let installed = kernel::installed(host)?;
+        let running_kernel = if host.is_live() {
+            Some(kernel::running()?)
+        } else {
+            None
+        };
+        let target_kernel = match (choice.release, &running_kernel) {
+            (Some(k), _) => Some(k.to_string()),
+            (None, Some(r)) => Some(r.clone()),
+            (None, None) => match choice.flavour {
+                Some(f) => kernel::newest_of(&installed, f).cloned(),
+                None => kernel::default_boot(host, &installed)?,
+            },
+        };
+        let default_boot_kernel = kernel::default_boot(host, &installed)?;
+        let (gpus, nvswitches) = nvidia_pci(host)?;
+        Ok(Facts {
+            root: host.root().display().to_string(),
+            live: host.is_live(),
+            os,
+            target_flavour: target_kernel.as_deref().map(Flavour::of),
+            running_kernel,
+            target_kernel,
+            default_boot_kernel,
+            installed_kernels: installed,
+            gpus,
+            nvswitches,
+            secure_boot: secure_boot(host),
+            nouveau_loaded: host.path("/sys/module/nouveau").exists(),
+        })
+    }
+
+    /// The kernels that need headers and modules: the target, and the default boot kernel when
+    /// it is another kernel of the same flavour (the next boot runs it).
+    pub fn kernels_to_serve(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.target_kernel.iter().cloned().collect();
+        if let (Some(t), Some(d)) = (&self.target_kernel, &self.default_boot_kernel) {
+            if d != t && Flavour::of(d) == Flavour::of(t) {
+                out.push(d.clone());
+            }
+        }
+        out
+    }
+}
+
+/// NVIDIA GPUs (display/3D controllers) and NVSwitches on PCI, from sysfs.
+pub fn nvidia_pci(host: &Host) -> Result<(Vec<PciDevice>, Vec<PciDevice>)> {
+    let dir = host.path("/sys/bus/pci/devices");
+    let (mut gpus, mut switches) = (Vec::new(), Vec::new());
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok((gpus, switches));
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let read = |f: &str| -> Option<u32> {
+            let s = std::fs::read_to_string(p.join(f)).ok()?;
+            u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok()
+        };
+        if read("vendor") != Some(u32::from(NVIDIA_VENDOR)) {
+            continue;
+        }
+        let device = read("device").unwrap_or(0);
+        let class = read("class").unwrap_or(0);
+        let dev = PciDevice {
+            address: e.file_name().to_string_lossy().into_owned(),
+            device_id: format!("{device:04x}"),
+            class: format!("{class:06x}"),
+        };
+        let is_switch = NVSWITCH_DEVICE_IDS
+            .iter()
+            .any(|id| u32::from(*id) == device)
+            || class >> 8 == 0x0680;
+        if is_switch {
+            switches.push(dev);
+        } else if class >> 16 == 0x03 {
+            gpus.push(dev);
+        }
+    }
+    gpus.sort_by(|a, b| a.address.cmp(&b.address));
+    switches.sort_by(|a, b| a.address.cmp(&b.address));
+    Ok((gpus, switches))
+}
+
+const SECURE_BOOT_VAR: &str =
+    "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+
+fn secure_boot(host: &Host) -> SecureBoot {
+    match std::fs::read(host.path(SECURE_BOOT_VAR)) {
+        // 4 bytes of attributes, then the value.
+        Ok(b) if b.get(4) == Some(&1) => SecureBoot::Enabled,
+        Ok(_) => SecureBoot::Disabled,
+        Err(_) if host.path("/sys/firmware/efi").exists() => SecureBoot::Disabled,
+        Err(_) => SecureBoot::NotEfi,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pci(
+        root: &std::path::Path,
+        bdf: &str,
+        vendor: &str,
+        device: &str,
+        class: &str,
+    ) -> Result<()> {
+        let d = root.join("sys/bus/pci/devices").join(bdf);
+        std::fs::create_dir_all(&d)?;
+        std::fs::write(d.join("vendor"), format!("{vendor}\n"))?;
+        std::fs::write(d.join("device"), format!("{device}\n"))?;
+        std::fs::write(d.join("class"), format!("{class}\n"))?;
+        Ok(())
+    }
+
+    #[test]
+    fn finds_gpus_and_nvswitches_in_sysfs() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        pci(dir.path(), "0000:19:00.0", "0x10de", "0x2335", "0x030200")?;
+        pci(dir.path(), "0000:05:00.0", "0x10de", "0x22a3", "0x068000")?;
+        pci(dir.path(), "0000:00:1f.0", "0x8086", "0x1234", "0x060100")?;
+        pci(dir.path(), "0000:19:00.1", "0x10de", "0x22ba", "0x040300")?;
+        let host = Host::new(dir.path())?;
+        let (gpus, switches) = nvidia_pci(&host)?;
+        assert_eq!(gpus.len(), 1);
+        assert_eq!(gpus[0].device_id, "2335");
+        assert_eq!(switches.len(), 1);
+        assert_eq!(switches[0].address, "0000:05:00.0");
+        Ok(())
+    }
+
+    #[test]
+    fn secure_boot_reads_the_efi_variable() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let host = Host::new(dir.path())?;
+        assert_eq!(secure_boot(&host), SecureBoot::NotEfi);
+        let var = host.path(SECURE_BOOT_VAR);
+        if let Some(parent) = var.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&var, [6, 0, 0, 0, 1])?;
+        assert_eq!(secure_boot(&host), SecureBoot::Enabled);
+        std::fs::write(&var, [6, 0, 0, 0, 0])?;
+        assert_eq!(secure_boot(&host), SecureBoot::Disabled);
+        Ok(())
+    }
+}

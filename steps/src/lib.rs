@@ -1,0 +1,26 @@
+//! gpuhost's library: everything `apply`, `plan` and `facts` need.
+//!
+//! The binary in `agent/` is a thin command line over this crate. The pieces, from the bottom:
+//! - [`cmd`]: the one subprocess wrapper every external command goes through;
+//! - [`host`]: the host (or install root) being acted on, and its rpm/dnf/systemctl;
+//! - [`profile`]: TOML profiles, `extends`, `--set` overrides;
+//! - [`facts`]: what gpuhost sees on the host (OS, kernels, PCI devices, Secure Boot);
+//! - [`runner`]: the step trait, the ordered registry, check → change → check again;
+//! - [`steps`]: the steps themselves.
+
+pub mod apply;
+pub mod cmd;
+pub mod error;
+pub mod facts;
+pub mod fsutil;
+pub mod host;
+pub mod kernel;
+pub mod lock;
+pub mod osrelease;
+pub mod profile;
+pub mod rpm;
+pub mod runner;
+pub mod state;
+pub mod steps;
+
+pub use error::{Hint, Invalid};

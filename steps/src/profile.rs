@@ -1,0 +1,406 @@
+//! Profiles: what a host should look like, as TOML.
+//!
+//! Built-in profiles (`profiles/*.toml`) are compiled into the binary; a profile may also be a
+//! file. A profile may say `extends = "ol8-uek"` (a built-in name or a path relative to the file)
+//! and override any key; `--set key.path=value` overrides one key from the command line.
+//! Unknown keys and wrong types are errors that name the key: a typo is never a silent default.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::invalid;
+use crate::kernel::Flavour;
+
+/// The built-in profiles: (name, TOML text).
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("ol8-uek", include_str!("../../profiles/ol8-uek.toml")),
+    ("ol8-rhck", include_str!("../../profiles/ol8-rhck.toml")),
+    ("ol9-uek", include_str!("../../profiles/ol9-uek.toml")),
+    ("ol9-rhck", include_str!("../../profiles/ol9-rhck.toml")),
+];
+
+/// How deep `extends` may nest.
+const MAX_EXTENDS: usize = 8;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Where the profile came from (a built-in name or a path); not a TOML key.
+    #[serde(skip)]
+    pub name: String,
+    pub description: String,
+    pub os: OsSpec,
+    pub kernel: KernelSpec,
+    #[serde(default)]
+    pub driver: DriverSpec,
+    #[serde(default)]
+    pub status: StatusSpec,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OsSpec {
+    /// Oracle Linux major version: 8 or 9.
+    pub major: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelSpec {
+    pub flavour: Flavour,
+    /// Header packages per served kernel; `{kver}` is replaced by the kernel release.
+    pub devel_packages: Vec<String>,
+    /// Packages needed once, whatever the kernel (e.g. `kernel-headers` on RHCK).
+    #[serde(default)]
+    pub extra_packages: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriverSpec {
+    /// NVIDIA's local full RPM repo package (a path on the host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_repo_rpm: Option<PathBuf>,
+    /// Its expected SHA-256, hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// `nvidia-driver` module stream, e.g. `535-dkms`, `latest-dkms`, `open-dkms`, `550-open`.
+    #[serde(default = "default_stream")]
+    pub stream: String,
+}
+
+fn default_stream() -> String {
+    "latest-dkms".to_string()
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusSpec {
+    /// GPUs this node must have; `gpuhost status` is CRITICAL when fewer answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_gpus: Option<u32>,
+}
+
+impl Profile {
+    /// Resolve a profile by built-in name or path, apply `--set` overrides, check it.
+    pub fn resolve(spec: &str, sets: &[String]) -> Result<Profile> {
+        let mut seen = BTreeSet::new();
+        let mut table = load_raw(spec, None, &mut seen)?;
+        for set in sets {
+            apply_set(&mut table, set)?;
+        }
+        let mut profile: Profile = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                if path == "." || path.is_empty() {
+                    invalid!("profile {spec}: {inner}")
+                } else {
+                    invalid!("profile {spec}: key `{path}`: {inner}")
+                }
+            })?;
+        profile.name = spec.to_string();
+        profile.validate()?;
+        Ok(profile)
+    }
+
+    /// Checks beyond types.
+    fn validate(&self) -> Result<()> {
+        let name = &self.name;
+        if !matches!(self.os.major, 8 | 9) {
+            return Err(invalid!(
+                "profile {name}: key `os.major`: {} is not a supported Oracle Linux release (8 or 9)",
+                self.os.major
+            ));
+        }
+        if self.kernel.devel_packages.is_empty() {
+            return Err(invalid!(
+                "profile {name}: key `kernel.devel_packages` is empty; name the header package, e.g. \"kernel-uek-devel-{{kver}}\""
+            ));
+        }
+        for p in &self.kernel.devel_packages {
+            if !p.contains("{kver}") {
+                return Err(invalid!(
+                    "profile {name}: key `kernel.devel_packages`: \"{p}\" lacks {{kver}}; headers must match the kernel exactly"
+                ));
+            }
+        }
+        for p in self
+            .kernel
+            .devel_packages
+            .iter()
+            .chain(&self.kernel.extra_packages)
+        {
+            if p.trim().is_empty() || p.chars().any(char::is_whitespace) {
+                return Err(invalid!(
+                    "profile {name}: key `kernel`: \"{p}\" is not a package name"
+                ));
+            }
+        }
+        if let Some(sum) = &self.driver.sha256 {
+            if sum.len() != 64 || !sum.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(invalid!(
+                    "profile {name}: key `driver.sha256`: \"{sum}\" is not 64 hex digits"
+                ));
+            }
+        }
+        let stream_ok = !self.driver.stream.is_empty()
+            && self
+                .driver
+                .stream
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+        if !stream_ok {
+            return Err(invalid!(
+                "profile {name}: key `driver.stream`: \"{}\" is not a module stream (e.g. 535-dkms, latest-dkms, open-dkms)",
+                self.driver.stream
+            ));
+        }
+        Ok(())
+    }
+
+    /// The resolved profile as TOML.
+    pub fn to_toml(&self) -> Result<String> {
+        Ok(toml::to_string_pretty(self)?)
+    }
+}
+
+/// Names of the built-in profiles with their descriptions.
+pub fn builtin_list() -> Vec<(&'static str, String)> {
+    BUILTIN
+        .iter()
+        .map(|(n, text)| {
+            let desc = toml::from_str::<toml::Table>(text)
+                .ok()
+                .and_then(|t| t.get("description")?.as_str().map(str::to_string))
+                .unwrap_or_default();
+            (*n, desc)
+        })
+        .collect()
+}
+
+fn is_path(spec: &str) -> bool {
+    spec.contains('/') || spec.ends_with(".toml")
+}
+
+/// Load a profile's table with its `extends` chain merged in.
+fn load_raw(spec: &str, base: Option<&Path>, seen: &mut BTreeSet<String>) -> Result<toml::Table> {
+    let (key, text, dir) = if is_path(spec) {
+        let path = match base {
+            Some(b) if Path::new(spec).is_relative() => b.join(spec),
+            _ => PathBuf::from(spec),
+        };
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| invalid!("profile file {} cannot be read: {e}", path.display()))?;
+        let dir = path.parent().map(Path::to_path_buf);
+        (path.display().to_string(), text, dir)
+    } else {
+        let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == spec) else {
+            let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
+            return Err(invalid!(
+                "unknown profile `{spec}`; built-in profiles are {}, or give a path to a .toml file",
+                names.join(", ")
+            ));
+        };
+        (spec.to_string(), (*text).to_string(), None)
+    };
+    if !seen.insert(key.clone()) {
+        return Err(invalid!("profile {key}: `extends` forms a cycle"));
+    }
+    if seen.len() > MAX_EXTENDS {
+        return Err(invalid!(
+            "profile {key}: `extends` nests deeper than {MAX_EXTENDS}"
+        ));
+    }
+    let mut table: toml::Table = toml::from_str(&text).map_err(|e| {
+        invalid!(
+            "profile {key} is not valid TOML: {}",
+            one_line(&e.to_string())
+        )
+    })?;
+    let Some(parent) = table.remove("extends") else {
+        return Ok(table);
+    };
+    let Some(parent) = parent.as_str() else {
+        return Err(invalid!(
+            "profile {key}: key `extends` must be a string naming a profile"
+        ));
+    };
+    let parent_spec = parent.to_string();
+    let mut merged = load_raw(&parent_spec, dir.as_deref(), seen).map_err(|e| {
+        if crate::error::is_invalid(&e) {
+            invalid!("profile {key}: key `extends`: {e}")
+        } else {
+            e
+        }
+    })?;
+    merge(&mut merged, table);
+    Ok(merged)
+}
+
+/// Deep-merge `over` into `base`: tables merge key by key, anything else replaces.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+/// Apply one `--set key.path=value`.
+fn apply_set(table: &mut toml::Table, set: &str) -> Result<()> {
+    let Some((key, raw)) = set.split_once('=') else {
+        return Err(invalid!(
+            "--set {set}: expected key.path=value, e.g. --set driver.stream=535-dkms"
+        ));
+    };
+    let parts: Vec<&str> = key.trim().split('.').collect();
+    if parts.iter().any(|p| {
+        p.is_empty()
+            || !p
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    }) {
+        return Err(invalid!(
+            "--set {set}: `{key}` is not a key path like driver.stream"
+        ));
+    }
+    if parts == ["extends"] {
+        return Err(invalid!(
+            "--set {set}: `extends` cannot be set; use --profile"
+        ));
+    }
+    let value = parse_value(raw);
+    let mut cur = table;
+    let (last, parents) = parts
+        .split_last()
+        .ok_or_else(|| invalid!("--set {set}: empty key"))?;
+    for (i, p) in parents.iter().enumerate() {
+        let entry = cur
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(t) = entry else {
+            return Err(invalid!(
+                "--set {set}: `{}` is not a table",
+                parts[..=i].join(".")
+            ));
+        };
+        cur = t;
+    }
+    cur.insert(last.to_string(), value);
+    Ok(())
+}
+
+/// A `--set` value: a TOML value when it parses as one (`true`, `8`, `["a", "b"]`, `"x"`),
+/// else the text itself as a string (`/srv/file.rpm`, `535-dkms`).
+fn parse_value(raw: &str) -> toml::Value {
+    toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("ol8-uek", Flavour::Uek, 8)]
+    #[case("ol8-rhck", Flavour::Rhck, 8)]
+    #[case("ol9-uek", Flavour::Uek, 9)]
+    #[case("ol9-rhck", Flavour::Rhck, 9)]
+    fn every_builtin_profile_loads(
+        #[case] name: &str,
+        #[case] f: Flavour,
+        #[case] major: u32,
+    ) -> Result<()> {
+        let p = Profile::resolve(name, &[])?;
+        assert_eq!(p.kernel.flavour, f);
+        assert_eq!(p.os.major, major);
+        // and round-trips through `profiles show`
+        let shown = p.to_toml()?;
+        let back: Profile = toml::from_str(&shown)?;
+        assert_eq!(back.kernel.devel_packages, p.kernel.devel_packages);
+        Ok(())
+    }
+
+    #[test]
+    fn set_overrides_one_key_with_the_right_type() -> Result<()> {
+        let p = Profile::resolve(
+            "ol8-uek",
+            &[
+                "driver.local_repo_rpm=/srv/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm".into(),
+                "driver.stream=535-dkms".into(),
+                "status.expect_gpus=8".into(),
+            ],
+        )?;
+        assert_eq!(p.driver.stream, "535-dkms");
+        assert_eq!(p.status.expect_gpus, Some(8));
+        assert!(p.driver.local_repo_rpm.is_some());
+        Ok(())
+    }
+
+    fn err_of(spec: &str, sets: &[&str]) -> String {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        match Profile::resolve(spec, &sets) {
+            Ok(_) => String::new(),
+            Err(e) => {
+                assert!(crate::error::is_invalid(&e), "{e:#}");
+                format!("{e:#}")
+            }
+        }
+    }
+
+    #[rstest]
+    #[case(&["driver.strem=535-dkms"], "strem")]
+    #[case(&["status.expect_gpus=eight"], "status.expect_gpus")]
+    #[case(&["nosuch.key=1"], "nosuch")]
+    #[case(&["driver.stream"], "key.path=value")]
+    #[case(&["driver..stream=x"], "driver..stream")]
+    #[case(&["driver.sha256=abc"], "driver.sha256")]
+    #[case(&["kernel.flavour=debian"], "kernel.flavour")]
+    #[case(&["os.major=7"], "os.major")]
+    #[case(&["driver.stream.x=1"], "driver.stream")]
+    fn bad_sets_name_the_key(#[case] sets: &[&str], #[case] needle: &str) {
+        let e = err_of("ol8-uek", sets);
+        assert!(e.contains(needle), "{e}");
+    }
+
+    #[test]
+    fn a_file_extends_a_builtin_and_overrides() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let f = dir.path().join("site.toml");
+        std::fs::write(
+            &f,
+            "extends = \"ol8-uek\"\n[driver]\nstream = \"535-dkms\"\n",
+        )?;
+        let p = Profile::resolve(&f.display().to_string(), &[])?;
+        assert_eq!(p.driver.stream, "535-dkms");
+        assert_eq!(p.kernel.flavour, Flavour::Uek);
+        Ok(())
+    }
+
+    #[test]
+    fn extends_cycles_and_unknown_parents_are_errors() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let a = dir.path().join("a.toml");
+        std::fs::write(&a, "extends = \"./b.toml\"\n")?;
+        std::fs::write(dir.path().join("b.toml"), "extends = \"./a.toml\"\n")?;
+        assert!(err_of(&a.display().to_string(), &[]).contains("cycle"));
+        let c = dir.path().join("c.toml");
+        std::fs::write(&c, "extends = \"ol7-uek\"\n")?;
+        assert!(err_of(&c.display().to_string(), &[]).contains("ol7-uek"));
+        Ok(())
+    }
+}

@@ -1,0 +1,196 @@
+//! rpm database queries and rpm version ordering.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+use crate::host::Host;
+
+/// One installed package, as `rpm -q` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Installed {
+    pub name: String,
+    pub epoch: u32,
+    pub version: String,
+    pub release: String,
+    pub arch: String,
+}
+
+impl Installed {
+    /// `version-release`
+    pub fn evr(&self) -> String {
+        format!("{}-{}", self.version, self.release)
+    }
+
+    /// `name-version-release.arch`
+    pub fn nevra(&self) -> String {
+        format!(
+            "{}-{}-{}.{}",
+            self.name, self.version, self.release, self.arch
+        )
+    }
+
+    /// True when this package is the one for kernel release `kver`
+    /// (`5.15.0-200.131.27.el8uek.x86_64` or without the arch).
+    pub fn matches_kver(&self, kver: &str) -> bool {
+        let vr = self.evr();
+        kver == vr || kver == format!("{vr}.{}", self.arch)
+    }
+}
+
+const QUERY_FORMAT: &str = "%{NAME}\\t%{EPOCHNUM}\\t%{VERSION}\\t%{RELEASE}\\t%{ARCH}\\n";
+
+/// Installed packages by name, for the given names, in one `rpm -q`.
+pub fn query(host: &Host, names: &[&str]) -> Result<BTreeMap<String, Vec<Installed>>> {
+    let mut found: BTreeMap<String, Vec<Installed>> =
+        names.iter().map(|n| (n.to_string(), Vec::new())).collect();
+    if names.is_empty() {
+        return Ok(found);
+    }
+    let cmd = host.rpm().args(["-q", "--qf", QUERY_FORMAT]).args(names);
+    let out = cmd.output()?;
+    // rpm exits with the number of names not installed; anything on stderr is a real error.
+    if !out.success() && !out.stderr.trim().is_empty() {
+        return Err(cmd.failure(&out));
+    }
+    for p in parse_query(&out.stdout) {
+        found.entry(p.name.clone()).or_default().push(p);
+    }
+    Ok(found)
+}
+
+/// Parse the output of `rpm -q --qf QUERY_FORMAT`; "package X is not installed" lines are skipped.
+pub fn parse_query(stdout: &str) -> Vec<Installed> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            match f.as_slice() {
+                [name, epoch, version, release, arch] => Some(Installed {
+                    name: name.to_string(),
+                    epoch: epoch.parse().unwrap_or(0),
+                    version: version.to_string(),
+                    release: release.to_string(),
+                    arch: arch.to_string(),
+                }),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// rpm's version comparison (`rpmvercmp`), used to order kernel releases and package versions.
+pub fn vercmp(a: &str, b: &str) -> Ordering {
+    if a == b {
+        return Ordering::Equal;
+    }
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    loop {
+        // Skip separators, but `~` sorts before anything and `^` after the base.
+        let skip = |s: &[u8]| -> usize {
+            s.iter()
+                .take_while(|c| !c.is_ascii_alphanumeric() && **c != b'~' && **c != b'^')
+                .count()
+        };
+        a = &a[skip(a)..];
+        b = &b[skip(b)..];
+        match (a.first(), b.first()) {
+            (Some(b'~'), Some(b'~')) => {
+                a = &a[1..];
+                b = &b[1..];
+                continue;
+            }
+            (Some(b'~'), _) => return Ordering::Less,
+            (_, Some(b'~')) => return Ordering::Greater,
+            (Some(b'^'), Some(b'^')) => {
+                a = &a[1..];
+                b = &b[1..];
+                continue;
+            }
+            (Some(b'^'), None) => return Ordering::Greater,
+            (None, Some(b'^')) => return Ordering::Less,
+            (Some(b'^'), _) => return Ordering::Less,
+            (_, Some(b'^')) => return Ordering::Greater,
+            (None, None) => return Ordering::Equal,
+            (None, _) => return Ordering::Less,
+            (_, None) => return Ordering::Greater,
+            _ => {}
+        }
+        let numeric = a[0].is_ascii_digit();
+        let seg = |s: &[u8]| -> usize {
+            s.iter()
+                .take_while(|c| {
+                    if numeric {
+                        c.is_ascii_digit()
+                    } else {
+                        c.is_ascii_alphabetic()
+                    }
+                })
+                .count()
+        };
+        let (la, lb) = (seg(a), seg(b));
+        if lb == 0 {
+            // Different kinds of segment: a number is newer than letters.
+            return if numeric {
+                Ordering::Greater
+            } else {
+                Ordering::Less
+            };
+        }
+        let (sa, sb) = (&a[..la], &b[..lb]);
+        let ord = if numeric {
+            let ta = trim_zeros(sa);
+            let tb = trim_zeros(sb);
+            ta.len().cmp(&tb.len()).then_with(|| ta.cmp(tb))
+        } else {
+            sa.cmp(sb)
+        };
+        if ord != Ordering::Equal {
+            return ord;
+        }
+        a = &a[la..];
+        b = &b[lb..];
+    }
+}
+
+fn trim_zeros(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|c| **c == b'0').count();
+    &s[n..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("1.0", "1.0", Ordering::Equal)]
+    #[case("1.0", "1.1", Ordering::Less)]
+    #[case(
+        "5.15.0-204.147.6.2.el8uek",
+        "5.15.0-200.131.27.el8uek",
+        Ordering::Greater
+    )]
+    #[case("4.18.0-553.16.1.el8_10", "4.18.0-513.5.1.el8_9", Ordering::Greater)]
+    #[case("1.0a", "1.0", Ordering::Greater)]
+    #[case("1.0~rc1", "1.0", Ordering::Less)]
+    #[case("1.0^git1", "1.0", Ordering::Greater)]
+    #[case("010", "10", Ordering::Equal)]
+    #[case("2.a", "2.1", Ordering::Less)]
+    #[case("535.104.05", "535.104.12", Ordering::Less)]
+    fn vercmp_orders_like_rpm(#[case] a: &str, #[case] b: &str, #[case] want: Ordering) {
+        assert_eq!(vercmp(a, b), want, "{a} vs {b}");
+        assert_eq!(vercmp(b, a), want.reverse(), "{b} vs {a}");
+    }
+
+    #[test]
+    fn parses_installed_and_skips_missing() {
+        let out = "kernel-uek-devel\t0\t5.15.0\t200.131.27.el8uek\tx86_64\npackage kernel-headers is not installed\n";
+        let got = parse_query(out);
+        assert_eq!(got.len(), 1);
+        assert!(got[0].matches_kver("5.15.0-200.131.27.el8uek.x86_64"));
+        assert!(got[0].matches_kver("5.15.0-200.131.27.el8uek"));
+        assert!(!got[0].matches_kver("5.15.0-204.147.6.2.el8uek.x86_64"));
+    }
+}

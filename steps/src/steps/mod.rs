@@ -1,0 +1,11 @@
+//! The steps, in the order `apply` runs them.
+
+mod kernel;
+mod kernel_headers;
+
+use crate::runner::Step;
+
+/// The ordered registry. Ids are stable: `--only`, `--skip`, reports and logs use them.
+pub fn registry() -> Vec<&'static dyn Step> {
+    vec![&kernel::Kernel, &kernel_headers::KernelHeaders]
+}

@@ -1,0 +1,1 @@
+// skeleton tests (being written)

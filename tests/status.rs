@@ -1,0 +1,1 @@
+// gpuhost status integration tests (issue 5)
