@@ -167,8 +167,10 @@ impl<'a> Ctx<'a> {
             .iter()
             .map(String::as_str)
             .filter(|s| {
-                text.lines()
-                    .any(|l| l.contains("No match for argument") && l.trim_end().ends_with(s))
+                text.lines().any(|l| {
+                    (l.contains("No match for argument") || l.contains("Unable to find a match"))
+                        && l.split_whitespace().any(|w| w == *s)
+                })
             })
             .collect();
         if let Some(spec) = unmatched.first() {

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds the gpuhost test world (a synthetic Oracle Linux 8/9 package universe) into OUT.
+# Usage: build-world.sh OUT
+# Cached: OUT/.stamp holds a hash of this script, gen.py and the tools/inputs; if it matches,
+# the script exits at once. Otherwise OUT is rebuilt from scratch (into OUT.tmp.<pid>, then
+# renamed into place). See README.md.
+set -euo pipefail
+
+[ $# -eq 1 ] || { echo "usage: $0 OUT" >&2; exit 2; }
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+mkdir -p "$(dirname "$1")"
+out=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+
+busybox=""
+for b in /bin/busybox /usr/bin/busybox; do
+  if [ -x "$b" ] && file -L "$b" 2>/dev/null | grep -q 'statically linked'; then busybox=$b; break; fi
+  if [ -x "$b" ] && ! ldd "$b" >/dev/null 2>&1; then busybox=$b; break; fi
+done
+[ -n "$busybox" ] || { echo "build-world: a static busybox is needed (apt-get install -y busybox-static)" >&2; exit 1; }
+for t in rpmbuild createrepo_c modifyrepo_c python3 rpm; do
+  command -v "$t" >/dev/null || { echo "build-world: $t is missing (apt-get install -y rpm createrepo-c python3)" >&2; exit 1; }
+done
+
+stamp=$( { cat "$here/build-world.sh" "$here/gen.py"; sha256sum "$busybox"; rpmbuild --version; createrepo_c --version; } | sha256sum | cut -d' ' -f1)
+if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ]; then
+  exit 0
+fi
+
+tmp="$out.tmp.$$"
+rm -rf "$tmp"
+mkdir -p "$tmp/home"
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/.buildhome"
+HOME="$tmp/.buildhome" python3 "$here/gen.py" "$tmp" "$busybox"
+rm -rf "$tmp/.buildhome"
+printf '%%_dbpath /var/lib/rpm\n' > "$tmp/home/.rpmmacros"
+echo "$stamp" > "$tmp/.stamp"
+# Swap into place. Roots made from an older world keep working only until this point.
+if [ -e "$out" ]; then
+  mv "$out" "$out.old.$$"
+  mv "$tmp" "$out"
+  rm -rf "$out.old.$$"
+else
+  mv "$tmp" "$out"
+fi
+trap - EXIT

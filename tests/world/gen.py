@@ -1,0 +1,766 @@
+#!/usr/bin/env python3
+"""Generates and builds the synthetic Oracle Linux package universe (the "test world").
+
+Called by build-world.sh (which handles caching); do not call directly unless you know why:
+    gen.py OUT BUSYBOX
+Everything is built with the real rpmbuild / createrepo_c / modifyrepo_c. Packages are tiny and
+(except `bash`, `kmod-nvidia-*-dkms`) scriptlet-free. See README.md for what exists and why.
+"""
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+OUT = os.path.abspath(sys.argv[1])
+BUSYBOX = sys.argv[2]
+WORK = os.path.join(OUT, ".work")
+
+
+# --------------------------------------------------------------------------------------------
+# package model
+# --------------------------------------------------------------------------------------------
+class Pkg:
+    def __init__(self, name, version, release, epoch=None, arch="x86_64", files=None,
+                 links=None, trees=None, requires=(), provides=(), obsoletes=(), conflicts=(),
+                 scripts=None, summary=None, modes=None, copies=None):
+        self.name, self.version, self.release, self.epoch = name, version, release, epoch
+        self.arch = arch
+        self.files = dict(files or {})      # path -> str/bytes content
+        self.links = dict(links or {})      # path -> symlink target
+        self.copies = dict(copies or {})    # path -> host file to copy
+        self.trees = list(trees or [])      # (path, host dir) shipped recursively
+        self.modes = dict(modes or {})      # path -> mode
+        self.requires, self.provides = list(requires), list(provides)
+        self.obsoletes, self.conflicts = list(obsoletes), list(conflicts)
+        self.scripts = dict(scripts or {})  # posttrans/preun/... -> body (/bin/sh)
+        self.summary = summary or f"Synthetic {name} for the gpuhost test world"
+
+    def evr(self):
+        e = f"{self.epoch}:" if self.epoch is not None else ""
+        return f"{e}{self.version}-{self.release}"
+
+    def nevra(self):
+        return f"{self.name}-{self.epoch or 0}:{self.version}-{self.release}.{self.arch}"
+
+    def filename(self):
+        return f"{self.name}-{self.version}-{self.release}.{self.arch}.rpm"
+
+    def paths(self):
+        return set(self.files) | set(self.links) | set(self.copies) | {t[0] for t in self.trees}
+
+
+def esc(s):
+    return s.replace("%", "%%")
+
+
+def build_batch(specdir, batch_id, pkgs, rpmdir, target=None):
+    """Writes one spec holding `pkgs` as subpackages (names and paths are unique within it)."""
+    stage = os.path.join(specdir, f"{batch_id}.root")
+    os.makedirs(stage, exist_ok=True)
+    for p in pkgs:
+        for path, content in p.files.items():
+            dst = stage + path
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            with open(dst, "wb") as f:
+                f.write(content.encode() if isinstance(content, str) else content)
+            mode = p.modes.get(path)
+            if mode is None:
+                mode = 0o755 if "/bin/" in path or "/sbin/" in path else 0o644
+            os.chmod(dst, mode)
+        for path, src in p.copies.items():
+            dst = stage + path
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy2(src, dst)
+        for path, target_ in p.links.items():
+            dst = stage + path
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.symlink(target_, dst)
+        for path, src in p.trees:
+            dst = stage + path
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copytree(src, dst, symlinks=True)
+    lines = [
+        f"%global _rpmdir {rpmdir}",
+        f"Name: worldbatch-{batch_id}", "Version: 1", "Release: 1",
+        "Summary: gpuhost test world batch", "License: MIT", "AutoReqProv: no",
+        "%description", "batch", "",
+    ]
+    for p in pkgs:
+        lines += [f"%package -n {p.name}"]
+        if p.epoch is not None:
+            lines += [f"Epoch: {p.epoch}"]
+        lines += [f"Version: {p.version}", f"Release: {p.release}", f"Summary: {p.summary}",
+                  "AutoReqProv: no"]
+        if p.arch == "noarch":
+            lines += ["BuildArch: noarch"]
+        for tag, vals in (("Requires", p.requires), ("Provides", p.provides),
+                          ("Obsoletes", p.obsoletes), ("Conflicts", p.conflicts)):
+            for v in vals:
+                lines += [f"{tag}: {v}"]
+        if p.scripts:
+            lines += ["Requires(post): /bin/sh", "Requires(posttrans): /bin/sh",
+                      "Requires(preun): /bin/sh"]
+        lines += [f"%description -n {p.name}", p.summary, ""]
+    lines += ["%install", f"cp -a {stage}/. %{{buildroot}}/", ""]
+    for p in pkgs:
+        lines += [f"%files -n {p.name}", "%defattr(-,root,root,-)"]
+        lines += sorted(f'"{x}"' for x in p.paths())
+        lines += [""]
+        for kind, body in p.scripts.items():
+            lines += [f"%{kind} -n {p.name}", esc(body), ""]
+    spec = os.path.join(specdir, f"{batch_id}.spec")
+    with open(spec, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return spec, target
+
+
+def batches_of(pkgs):
+    """Splits packages into groups in which no name and no path repeats."""
+    groups = []
+    for p in pkgs:
+        for g in groups:
+            if p.arch == g[0].arch and all(q.name != p.name and not (q.paths() & p.paths()) for q in g):
+                g.append(p)
+                break
+        else:
+            groups.append([p])
+    return groups
+
+
+COUNTER = [0]
+
+
+def build_all(jobs):
+    """jobs: list of (pkgs, rpmdir, target). Builds every package, two rpmbuild processes."""
+    specdir = os.path.join(WORK, "specs")
+    os.makedirs(specdir, exist_ok=True)
+    by_target = {}
+    for pkgs, rpmdir, target in jobs:
+        os.makedirs(rpmdir, exist_ok=True)
+        for g in batches_of(pkgs):
+            COUNTER[0] += 1
+            spec, _ = build_batch(specdir, f"b{COUNTER[0]}", g, rpmdir)
+            by_target.setdefault(target, []).append(spec)
+    cmds = []
+    for ti, (target, specs) in enumerate(by_target.items()):
+        half = [specs[0::2], specs[1::2]]
+        for hi, h in enumerate(half):
+            if not h:
+                continue
+            top = f"{WORK}/top{COUNTER[0]}-{ti}-{hi}"
+            for sub in ("BUILD", "BUILDROOT", "RPMS", "SOURCES", "SPECS", "SRPMS"):
+                os.makedirs(f"{top}/{sub}", exist_ok=True)
+            cmd = ["rpmbuild", "--quiet", "-bb",
+                   "--define", f"_topdir {top}",
+                   "--define", "debug_package %{nil}",
+                   "--define", "__os_install_post %{nil}",
+                   "--define", "_build_id_links none",
+                   "--define", "_binary_payload w.ufdio",
+                   "--define", "_build_name_fmt %%{NAME}-%%{VERSION}-%%{RELEASE}.%%{ARCH}.rpm",
+                   "--define", "source_date_epoch_from_changelog 0",
+                   "--define", "_buildhost gpuhost-testworld"]
+            if target:
+                cmd += ["--target", target]
+            cmds.append(cmd + h)
+
+    def run(cmd):
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            sys.stderr.write(r.stdout)
+            raise SystemExit(f"rpmbuild failed: {' '.join(cmd[-3:])}")
+    with ThreadPoolExecutor(2) as ex:
+        list(ex.map(run, cmds))
+
+
+def createrepo(d, modules_yaml=None):
+    subprocess.run(["createrepo_c", "-q", "--no-database", "--simple-md-filenames", d], check=True)
+    if modules_yaml:
+        y = os.path.join(WORK, f"modules-{hashlib.sha1(d.encode()).hexdigest()[:8]}.yaml")
+        with open(y, "w") as f:
+            f.write(modules_yaml)
+        subprocess.run(["modifyrepo_c", "--mdtype=modules", "--simple-md-filenames",
+                        y, os.path.join(d, "repodata")], check=True, stdout=subprocess.DEVNULL)
+
+
+# --------------------------------------------------------------------------------------------
+# Oracle Linux content
+# --------------------------------------------------------------------------------------------
+OSES = {
+    "ol8": dict(major="8", minor="10", dist="el8", codename="", sysgcc="8.5.0",
+                sysgcc_rel="22.0.1.el8_10", sysgcc_text="gcc (GCC) 8.5.0 20210514 (Red Hat 8.5.0-22.0.1)"),
+    "ol9": dict(major="9", minor="4", dist="el9", codename="", sysgcc="11.4.1",
+                sysgcc_rel="3.0.1.el9", sysgcc_text="gcc (GCC) 11.4.1 20231218 (Red Hat 11.4.1-3.0.1)"),
+}
+
+# kernel releases: (package, version, release, gcc text of the compiler that built it)
+UEK8_GCC = "gcc (GCC) 11.2.1 20220127 (Red Hat 11.2.1-9.0.1)"
+UEK9_GCC = "gcc (GCC) 11.4.1 20231218 (Red Hat 11.4.1-3.0.1)"
+KERNELS = {
+    "ol8": [
+        ("kernel-uek", "5.15.0", "200.131.27.el8uek", UEK8_GCC, "ol8_UEKR7", True),
+        ("kernel-uek", "5.15.0", "204.147.6.2.el8uek", UEK8_GCC, "ol8_UEKR7", True),
+        ("kernel-uek", "5.15.0", "206.153.7.el8uek", UEK8_GCC, "extra", False),
+        ("kernel", "4.18.0", "513.5.1.el8_9", OSES["ol8"]["sysgcc_text"], "ol8_baseos_latest", True),
+        ("kernel", "4.18.0", "553.16.1.el8_10", OSES["ol8"]["sysgcc_text"], "ol8_baseos_latest", True),
+    ],
+    "ol9": [
+        ("kernel-uek", "5.15.0", "206.153.7.el9uek", UEK9_GCC, "ol9_UEKR7", True),
+        ("kernel", "5.14.0", "427.13.1.el9_4", OSES["ol9"]["sysgcc_text"], "ol9_baseos_latest", True),
+    ],
+}
+
+
+def gcc_version_num(text):
+    v = text.split()[2]
+    a, b, c = (int(x) for x in v.split("."))
+    return a * 10000 + b * 100 + c
+
+
+def kernel_pkgs(os_, name, ver, rel, gcc_text, with_devel):
+    uname = f"{ver}-{rel}.x86_64"
+    k = Pkg(name, ver, rel,
+            files={f"/lib/modules/{uname}/vmlinuz": f"synthetic kernel {uname}\n",
+                   f"/lib/modules/{uname}/modules.dep": "kernel/drivers/dummy.ko.xz:\n",
+                   f"/boot/vmlinuz-{uname}": f"synthetic kernel {uname}\n",
+                   f"/boot/System.map-{uname}": "ffffffff81000000 T _text\n"},
+            provides=[f"kernel-uname-r = {uname}", "installonlypkg(kernel)",
+                      f"kernel-core = {ver}-{rel}", f"kernel-modules = {ver}-{rel}"])
+    out = [k]
+    if with_devel:
+        cfg = (f"# Automatically generated file; DO NOT EDIT.\n"
+               f"# Linux/x86_64 {uname} Kernel Configuration\n"
+               f'CONFIG_CC_VERSION_TEXT="{gcc_text}"\n'
+               f"CONFIG_CC_IS_GCC=y\nCONFIG_GCC_VERSION={gcc_version_num(gcc_text)}\n"
+               f"CONFIG_MODULES=y\nCONFIG_MODULE_SIG=y\n")
+        out.append(Pkg(f"{name}-devel", ver, rel,
+                       files={f"/usr/src/kernels/{uname}/Makefile":
+                              f"VERSION = {ver.split('.')[0]}\nPATCHLEVEL = {ver.split('.')[1]}\n",
+                              f"/usr/src/kernels/{uname}/.config": cfg},
+                       provides=[f"kernel-devel-uname-r = {uname}", "installonlypkg(kernel)"]))
+    return out
+
+
+def gcc_script(text):
+    return f"#!/bin/sh\n# synthetic compiler\n# version={text.split()[2]}\necho '{text}'\n"
+
+
+def os_release_files(os_):
+    o = OSES[os_]
+    v = f"{o['major']}.{o['minor']}"
+    osr = (f'NAME="Oracle Linux Server"\nVERSION="{v}"\nID="ol"\nID_LIKE="fedora"\n'
+           f'VARIANT="Server"\nVARIANT_ID="server"\nVERSION_ID="{v}"\n'
+           f'PLATFORM_ID="platform:el{o["major"]}"\nPRETTY_NAME="Oracle Linux Server {v}"\n'
+           f'ANSI_COLOR="0;31"\nCPE_NAME="cpe:/o:oracle:linux:{o["major"]}:{o["minor"]}:server"\n'
+           f'HOME_URL="https://linux.oracle.com/"\nBUG_REPORT_URL="https://github.com/oracle/oracle-linux"\n\n'
+           f'ORACLE_BUGZILLA_PRODUCT="Oracle Linux {o["major"]}"\n'
+           f'ORACLE_BUGZILLA_PRODUCT_VERSION={v}\nORACLE_SUPPORT_PRODUCT="Oracle Linux"\n'
+           f'ORACLE_SUPPORT_PRODUCT_VERSION={v}\n')
+    rh = "Ootpa" if o["major"] == "8" else "Plow"
+    return dict(files={
+        "/etc/os-release": osr,
+        "/etc/oracle-release": f"Oracle Linux Server release {v}\n",
+        "/etc/redhat-release": f"Red Hat Enterprise Linux release {v} ({rh})\n",
+        "/etc/system-release-cpe": f"cpe:/o:oracle:linux:{o['major']}:{o['minor']}:server\n",
+    }, links={"/etc/system-release": "oracle-release"},
+        provides=[f"system-release = {v}", f"redhat-release = {v}",
+                  f"system-release(releasever) = {o['major']}"])
+
+
+def unit(desc, exe, after="network-online.target"):
+    return (f"[Unit]\nDescription={desc}\nAfter={after}\n\n[Service]\nType=simple\n"
+            f"ExecStart={exe}\n\n[Install]\nWantedBy=multi-user.target\n")
+
+
+def docker_pkgs(dist):
+    pk = []
+    for v in ("26.1.3", "27.3.1"):
+        pk.append(Pkg("docker-ce", v, f"1.{dist}", epoch=3,
+                      files={"/usr/bin/dockerd": f"#!/bin/sh\necho dockerd {v}\n",
+                             "/usr/lib/systemd/system/docker.service":
+                             unit("Docker Application Container Engine", "/usr/bin/dockerd -H fd://",
+                                  "network-online.target containerd.service")},
+                      requires=["containerd.io >= 1.6.24", "docker-ce-cli"]))
+        pk.append(Pkg("docker-ce-cli", v, f"1.{dist}", epoch=1,
+                      files={"/usr/bin/docker": f"#!/bin/sh\necho Docker version {v}\n"}))
+    for v in ("1.6.32", "1.7.22"):
+        pk.append(Pkg("containerd.io", v, f"3.1.{dist}",
+                      files={"/usr/bin/containerd": f"#!/bin/sh\necho containerd {v}\n",
+                             "/usr/bin/runc": "#!/bin/sh\necho runc 1.1.14\n",
+                             "/usr/lib/systemd/system/containerd.service":
+                             unit("containerd container runtime", "/usr/bin/containerd")},
+                      provides=["containerd", "runc"], obsoletes=["containerd", "runc"]))
+    pk.append(Pkg("docker-buildx-plugin", "0.17.1", f"1.{dist}",
+                  files={"/usr/libexec/docker/cli-plugins/docker-buildx": "#!/bin/sh\n"}))
+    pk.append(Pkg("docker-compose-plugin", "2.29.7", f"1.{dist}",
+                  files={"/usr/libexec/docker/cli-plugins/docker-compose": "#!/bin/sh\n"}))
+    return pk
+
+
+def nct_pkgs():
+    pk = []
+    for v in ("1.17.7", "1.17.8", "1.18.0"):
+        pk += [
+            Pkg("libnvidia-container1", v, "1",
+                files={"/usr/lib64/libnvidia-container.so.1": f"libnvidia-container {v}\n"}),
+            Pkg("libnvidia-container-tools", v, "1",
+                files={"/usr/bin/nvidia-container-cli": f"#!/bin/sh\necho cli-version: {v}\n"},
+                requires=[f"libnvidia-container1 = {v}-1"]),
+            Pkg("nvidia-container-toolkit-base", v, "1",
+                files={"/usr/bin/nvidia-ctk": f"#!/bin/sh\necho NVIDIA Container Toolkit CLI version {v}\n",
+                       "/usr/bin/nvidia-container-runtime": "#!/bin/sh\n"}),
+            Pkg("nvidia-container-toolkit", v, "1",
+                files={"/usr/bin/nvidia-container-runtime-hook": "#!/bin/sh\n"}
+                | ({"/usr/bin/nvidia-cdi-refresh": "#!/bin/sh\n"} if v >= "1.18" else {}),
+                requires=[f"nvidia-container-toolkit-base = {v}-1",
+                          f"libnvidia-container-tools = {v}-1"]),
+        ]
+    return pk
+
+
+def cuda_network_pkgs(dist):
+    pk = [
+        Pkg("libnccl", "2.21.5", "1+cuda12.4",
+            files={"/usr/lib64/libnccl.so.2.21.5": "synthetic libnccl 2.21.5\n"},
+            links={"/usr/lib64/libnccl.so.2": "libnccl.so.2.21.5"}),
+        Pkg("libnccl-devel", "2.21.5", "1+cuda12.4",
+            files={"/usr/include/nccl.h": "#define NCCL_MAJOR 2\n#define NCCL_MINOR 21\n#define NCCL_PATCH 5\n",
+                   "/usr/include/nccl_net.h": "/* synthetic */\n",
+                   "/usr/lib64/libnccl_static.a": "!<arch>\n"},
+            links={"/usr/lib64/libnccl.so": "libnccl.so.2"},
+            requires=["libnccl = 2.21.5-1+cuda12.4"]),
+        Pkg("libcudnn8", "8.9.7.29", "1.cuda12.2",
+            files={"/usr/lib64/libcudnn.so.8.9.7": "synthetic libcudnn 8.9.7\n"},
+            links={"/usr/lib64/libcudnn.so.8": "libcudnn.so.8.9.7"}),
+        Pkg("libcudnn8-devel", "8.9.7.29", "1.cuda12.2",
+            files={"/usr/include/cudnn.h": "#include \"cudnn_version.h\"\n",
+                   "/usr/include/cudnn_version.h": "#define CUDNN_MAJOR 8\n#define CUDNN_MINOR 9\n#define CUDNN_PATCHLEVEL 7\n",
+                   "/usr/lib64/libcudnn_static.a": "!<arch>\n"},
+            links={"/usr/lib64/libcudnn.so": "libcudnn.so.8"},
+            requires=["libcudnn8 = 8.9.7.29-1.cuda12.2"]),
+    ]
+    for v in ("535.104.05", "550.54.15", "550.90.07"):
+        pk.append(fm_pkg(v, dist))
+    return pk
+
+
+def fm_pkg(v, dist):
+    return Pkg("nvidia-fabric-manager", v, "1",
+               files={"/usr/bin/nv-fabricmanager": f"#!/bin/sh\necho Fabric Manager version is : {v}\n",
+                      "/usr/share/nvidia/nvswitch/fabricmanager.cfg": "LOG_LEVEL=4\n",
+                      "/usr/lib/systemd/system/nvidia-fabricmanager.service":
+                      unit("NVIDIA fabric manager service", "/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg")})
+
+
+# /bin/<applet> -> busybox. In a chroot busybox cannot re-exec itself via /proc/self/exe, so
+# the applets the scriptlets use in $(...) must exist as real commands on PATH.
+BUSYBOX_APPLETS = ["sh", "bash", "sed", "head", "tail", "cat", "cp", "mv", "rm", "mkdir", "ls",
+                   "ln", "grep", "cut", "tr", "sort", "touch", "chmod", "basename", "dirname",
+                   "find", "echo", "test", "true", "false", "env", "uname", "xz"]
+
+
+def base_pkgs(os_):
+    o = OSES[os_]
+    d = o["dist"]
+    m = o["major"]
+    relmap = {"ol8": ("8.10", "1.0.6.el8"), "ol9": ("9.4", "1.0.2.el9")}
+    rv, rr = relmap[os_]
+    repos = {f"{os_}_baseos_latest": [], f"{os_}_appstream": [], f"{os_}_UEKR7": [],
+             f"{os_}_developer_EPEL": [], "extra": []}
+    base, app = repos[f"{os_}_baseos_latest"], repos[f"{os_}_appstream"]
+    base.append(Pkg("oraclelinux-release", rv, rr, **os_release_files(os_)))
+    base.append(Pkg("bash", "4.4.20" if m == "8" else "5.1.8", f"5.{d}" if m == "8" else f"9.{d}",
+                    copies={"/bin/busybox": BUSYBOX},
+                    links={f"/bin/{a}": "busybox" for a in BUSYBOX_APPLETS},
+                    provides=["/bin/sh", "/bin/bash"]))
+    base.append(Pkg("make", "4.2.1" if m == "8" else "4.3", f"11.{d}" if m == "8" else f"8.{d}", epoch=1,
+                    files={"/usr/bin/make": "#!/bin/sh\necho GNU Make\n"}))
+    elf = Pkg("elfutils-libelf-devel", "0.190", f"2.{d}" if m == "8" else f"2.{d}",
+              files={"/usr/include/libelf.h": "/* synthetic */\n"})
+    (base if m == "8" else app).append(elf)
+    gv, gr = o["sysgcc"], o["sysgcc_rel"]
+    app.append(Pkg("gcc", gv, gr, files={"/usr/bin/gcc": gcc_script(o["sysgcc_text"])}))
+    app.append(Pkg("gcc-c++", gv, gr, files={"/usr/bin/g++": gcc_script(o["sysgcc_text"])},
+                   requires=[f"gcc = {gv}-{gr}"]))
+    if m == "8":
+        for n, v, r, txt in (("11", "11.2.1", "9.1.0.2.el8", "gcc (GCC) 11.2.1 20220127 (Red Hat 11.2.1-9.1.0.2)"),
+                             ("13", "13.2.1", "6.0.1.el8", "gcc (GCC) 13.2.1 20231205 (Red Hat 13.2.1-6.0.1)")):
+            app.append(Pkg(f"gcc-toolset-{n}-gcc", v, r,
+                           files={f"/opt/rh/gcc-toolset-{n}/root/usr/bin/gcc": gcc_script(txt)}))
+    # kernels, headers
+    newest_rhck = None
+    for (name, ver, rel, gtxt, repo, devel) in KERNELS[os_]:
+        pk = kernel_pkgs(os_, name, ver, rel, gtxt, devel)
+        repos[repo] += pk
+        if name == "kernel":
+            newest_rhck = (ver, rel)
+            if m == "9":
+                repos[repo].append(Pkg("kernel-devel-matched", ver, rel,
+                                       requires=[f"kernel-devel = {ver}-{rel}", f"kernel-core = {ver}-{rel}"]))
+    hv, hr = newest_rhck
+    base.append(Pkg("kernel-headers", hv, hr,
+                    files={"/usr/include/linux/version.h": "#define LINUX_VERSION_CODE 1\n",
+                           "/usr/include/linux/types.h": "/* synthetic */\n"},
+                    provides=[f"glibc-kernheaders = 3:{hv}-{hr}"]))
+    # dkms (EPEL)
+    repos[f"{os_}_developer_EPEL"].append(
+        Pkg("dkms", "3.0.13", f"1.{d}", arch="noarch",
+            files={"/usr/sbin/dkms": "#!/bin/sh\n# synthetic dkms: the work is done by the kmod scriptlets\n"
+                                     "[ \"$1\" = status ] && ls -d /var/lib/dkms/*/*/*/*/module 2>/dev/null\nexit 0\n"},
+            requires=["bash", "/bin/sh", "gcc", "make", "kernel-devel-uname-r"]))
+    # container tools
+    ct = []
+    if m == "8":
+        mr = "module+el8.10.0+90370+a83d1e6b"
+        ct = [Pkg("podman", "4.9.4", f"12.0.1.{mr}", epoch=4,
+                  files={"/usr/bin/podman": "#!/bin/sh\necho podman version 4.9.4\n"},
+                  requires=["runc", "containers-common"]),
+              Pkg("buildah", "1.33.8", f"4.{mr}", epoch=2,
+                  files={"/usr/bin/buildah": "#!/bin/sh\n"}, requires=["runc", "containers-common"]),
+              Pkg("runc", "1.1.12", f"4.{mr}", epoch=1,
+                  files={"/usr/bin/runc": "#!/bin/sh\necho runc version 1.1.12\n"}),
+              Pkg("containers-common", "1", f"82.0.1.{mr}", epoch=2,
+                  files={"/etc/containers/policy.json": "{}\n"})]
+    else:
+        ct = [Pkg("podman", "4.9.4", f"10.0.1.{d}_4", epoch=4,
+                  files={"/usr/bin/podman": "#!/bin/sh\necho podman version 4.9.4\n"},
+                  requires=["runc", "containers-common"]),
+              Pkg("buildah", "1.33.7", f"3.{d}_4", epoch=2,
+                  files={"/usr/bin/buildah": "#!/bin/sh\n"}, requires=["runc", "containers-common"]),
+              Pkg("runc", "1.1.12", f"4.{d}", epoch=4,
+                  files={"/usr/bin/runc": "#!/bin/sh\necho runc version 1.1.12\n"}),
+              Pkg("containers-common", "1", f"91.0.1.{d}_4", epoch=2,
+                  files={"/etc/containers/policy.json": "{}\n"})]
+    app += ct
+    return repos, ct
+
+
+def modules_container_tools(ct):
+    arts = "\n".join(f"      - {p.nevra()}" for p in ct)
+    return f"""---
+document: modulemd
+version: 2
+data:
+  name: container-tools
+  stream: "ol8"
+  version: 8100020240612095210
+  context: d7b6f4b7
+  arch: x86_64
+  summary: Most recent (rolling) versions of podman, buildah, skopeo, runc, conmon, CRIU, Udica, etc
+  description: >-
+    Synthetic container-tools module of the gpuhost test world.
+  license:
+    module:
+    - MIT
+  dependencies:
+  - buildrequires:
+      platform: [el8.10.0]
+    requires:
+      platform: [el8]
+  profiles:
+    common:
+      rpms:
+      - buildah
+      - containers-common
+      - podman
+      - runc
+  api:
+    rpms:
+    - buildah
+    - containers-common
+    - podman
+    - runc
+  artifacts:
+    rpms:
+{arts}
+...
+---
+document: modulemd-defaults
+version: 1
+data:
+  module: container-tools
+  stream: "ol8"
+  profiles:
+    ol8: [common]
+...
+"""
+
+
+# --------------------------------------------------------------------------------------------
+# NVIDIA driver (inner repos of the CUDA local repo packages)
+# --------------------------------------------------------------------------------------------
+DKMS_SCRIPT = r'''
+# synthetic DKMS build: one module per kernel that has /lib/modules/<kver>/vmlinuz
+ver=@VER@
+flavor=@FLAVOR@
+top=/var/lib/dkms/nvidia/$ver
+mkdir -p $top/build $top/source
+for vm in /lib/modules/*/vmlinuz; do
+  [ -e "$vm" ] || continue
+  kver=${vm#/lib/modules/}; kver=${kver%/vmlinuz}
+  logdir=$top/$kver/x86_64/log
+  mkdir -p $logdir
+  log=$logdir/make.log
+  cfg=/usr/src/kernels/$kver/.config
+  if [ ! -f "$cfg" ]; then
+    echo "Error! Your kernel headers for kernel $kver cannot be found at /lib/modules/$kver/build or /lib/modules/$kver/source." >&2
+    echo "Error! Your kernel headers for kernel $kver cannot be found." > $log
+    cp $log $top/build/make.log
+    continue
+  fi
+  kgcc=$(sed -n 's/^CONFIG_GCC_VERSION=\([0-9]*\)$/\1/p' "$cfg")
+  kmaj=$(( ${kgcc:-0} / 10000 ))
+  cc=/usr/bin/gcc
+  if [ -f /etc/dkms/nvidia.conf ]; then
+    o=$(sed -n 's/.*CC=\([^ "'"'"']*\).*/\1/p' /etc/dkms/nvidia.conf | head -n 1)
+    [ -n "$o" ] && cc=$o
+  fi
+  {
+    echo "DKMS make.log for nvidia-$ver for kernel $kver (x86_64)"
+    echo "make -j2 KERNEL_UNAME=$kver IGNORE_CC_MISMATCH='' CC=$cc modules"
+  } > $log
+  ok=1
+  if [ ! -f "$cc" ]; then
+    echo "/bin/sh: $cc: command not found" >> $log
+    echo "make[1]: *** [Makefile:1868: /var/lib/dkms/nvidia/$ver/build] Error 127" >> $log
+    ok=0
+  else
+    ccver=$(sed -n 's/^# version=//p' "$cc")
+    ccmaj=${ccver%%.*}
+    if [ "${ccmaj:-0}" -lt "$kmaj" ]; then
+      echo "warning: the compiler differs from the one used to build the kernel" >> $log
+      echo "  The kernel was built by: $(sed -n 's/^CONFIG_CC_VERSION_TEXT="\(.*\)"$/\1/p' "$cfg")" >> $log
+      echo "  You are using:           gcc (GCC) $ccver" >> $log
+      echo "gcc: error: unrecognized command line option '-ftrivial-auto-var-init=zero'" >> $log
+      echo "make[2]: *** [scripts/Makefile.build:288: /var/lib/dkms/nvidia/$ver/build/nvidia/nv.o] Error 1" >> $log
+      ok=0
+    elif [ "$flavor" = open ] && [ ! -f /usr/bin/g++ ]; then
+      echo "/bin/sh: g++: command not found" >> $log
+      echo "make[1]: *** [Makefile:34: src/nvidia/_out/Linux_x86_64/g_nvid_string.c] Error 127" >> $log
+      ok=0
+    fi
+  fi
+  cp $log $top/build/make.log
+  if [ $ok = 1 ]; then
+    echo "  LD [M]  nvidia.ko" >> $log
+    cp $log $top/build/make.log
+    mkdir -p /lib/modules/$kver/extra $top/$kver/x86_64/module
+    for m in nvidia nvidia-modeset nvidia-uvm nvidia-drm; do
+      echo "$m $ver" > /lib/modules/$kver/extra/$m.ko.xz
+      echo "$m $ver" > $top/$kver/x86_64/module/$m.ko.xz
+    done
+    echo "nvidia/$ver, $kver, x86_64: installed"
+  else
+    echo "Error! Bad return status for module build on kernel: $kver (x86_64)" >&2
+    echo "Consult /var/lib/dkms/nvidia/$ver/build/make.log for more information." >&2
+  fi
+done
+exit 0
+'''
+
+DKMS_PREUN = r'''
+if [ "$1" = 0 ]; then
+  rm -f /lib/modules/*/extra/nvidia.ko.xz /lib/modules/*/extra/nvidia-modeset.ko.xz \
+        /lib/modules/*/extra/nvidia-uvm.ko.xz /lib/modules/*/extra/nvidia-drm.ko.xz
+  rm -rf /var/lib/dkms/nvidia/@VER@
+fi
+exit 0
+'''
+
+
+def nvidia_inner(os_, drv):
+    """Packages + modules.yaml of one CUDA local repo (driver version drv)."""
+    d = OSES[os_]["dist"]
+    branch = drv.split(".")[0]
+    rel = f"1.{d}"
+    E = 3
+    common = [
+        Pkg("nvidia-driver", drv, rel, epoch=E,
+            files={f"/usr/lib64/nvidia/driver-{drv}": "synthetic\n"},
+            requires=[f"nvidia-driver-libs = {E}:{drv}-{rel}", f"nvidia-kmod = {E}:{drv}",
+                      f"nvidia-kmod-common = {E}:{drv}-{rel}"]),
+        Pkg("nvidia-driver-libs", drv, rel, epoch=E,
+            files={f"/usr/lib64/libnvidia-glcore.so.{drv}": "synthetic\n"}),
+        Pkg("nvidia-driver-cuda", drv, rel, epoch=E,
+            files={"/usr/bin/nvidia-smi": f"#!/bin/sh\necho NVIDIA-SMI {drv}\n"},
+            requires=[f"nvidia-driver-cuda-libs = {E}:{drv}-{rel}", f"nvidia-persistenced = {E}:{drv}-{rel}"]),
+        Pkg("nvidia-driver-cuda-libs", drv, rel, epoch=E,
+            files={f"/usr/lib64/libnvidia-ml.so.{drv}": "synthetic\n", f"/usr/lib64/libcuda.so.{drv}": "synthetic\n"},
+            links={"/usr/lib64/libnvidia-ml.so.1": f"libnvidia-ml.so.{drv}",
+                   "/usr/lib64/libcuda.so.1": f"libcuda.so.{drv}"}),
+        Pkg("nvidia-kmod-common", drv, rel, epoch=E, arch="noarch",
+            files={"/usr/lib/modprobe.d/nvidia.conf": "blacklist nouveau\noptions nouveau modeset=0\n",
+                   "/etc/dracut.conf.d/nvidia.conf": 'omit_drivers+=" nouveau "\n'},
+            requires=[f"nvidia-kmod = {E}:{drv}"]),
+        Pkg("nvidia-persistenced", drv, rel, epoch=E,
+            files={"/usr/bin/nvidia-persistenced": "#!/bin/sh\n",
+                   "/usr/lib/systemd/system/nvidia-persistenced.service":
+                   unit("NVIDIA Persistence Daemon", "/usr/bin/nvidia-persistenced --verbose", "syslog.target")}),
+        Pkg("nvidia-settings", drv, rel, epoch=E, files={"/usr/bin/nvidia-settings": "#!/bin/sh\n"}),
+        fm_pkg(drv, d),
+    ]
+    dkms = Pkg("kmod-nvidia-latest-dkms", drv, rel, epoch=E,
+               files={f"/usr/src/nvidia-{drv}/dkms.conf":
+                      f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{drv}"\nAUTOINSTALL="yes"\n'},
+               requires=["dkms", f"nvidia-kmod-common = {E}:{drv}"],
+               provides=[f"nvidia-kmod = {E}:{drv}"], conflicts=["kmod-nvidia-open-dkms"],
+               scripts={"posttrans": DKMS_SCRIPT.replace("@VER@", drv).replace("@FLAVOR@", "proprietary"),
+                        "preun": DKMS_PREUN.replace("@VER@", drv)})
+    opend = Pkg("kmod-nvidia-open-dkms", drv, rel, epoch=E,
+                files={f"/usr/src/nvidia-open-{drv}/dkms.conf":
+                       f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{drv}"\nAUTOINSTALL="yes"\n'},
+                requires=["dkms", f"nvidia-kmod-common = {E}:{drv}"],
+                provides=[f"nvidia-kmod = {E}:{drv}"], conflicts=["kmod-nvidia-latest-dkms"],
+                scripts={"posttrans": DKMS_SCRIPT.replace("@VER@", drv).replace("@FLAVOR@", "open"),
+                         "preun": DKMS_PREUN.replace("@VER@", drv)})
+    pre = []
+    for (name, kv, kr, _g, _repo, _dev) in KERNELS[os_]:
+        if name != "kernel":
+            continue
+        kshort = kr.rsplit(".", 1)[0]  # 553.16.1
+        uname = f"{kv}-{kr}.x86_64"
+        pre.append(Pkg(f"kmod-nvidia-{drv}-{kv}-{kshort}", drv, f"3.{kr.rsplit('.', 1)[1]}", epoch=E,
+                       files={f"/lib/modules/{uname}/extra/{m}.ko.xz": f"{m} {drv}\n"
+                              for m in ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm")},
+                       requires=[f"kernel-uname-r = {uname}", f"nvidia-kmod-common = {E}:{drv}"],
+                       provides=[f"nvidia-kmod = {E}:{drv}", "installonlypkg(kernel-module)"]))
+    cuda_drivers = Pkg("cuda-drivers", drv, "1",
+                       requires=[f"nvidia-driver = {E}:{drv}", f"nvidia-driver-cuda = {E}:{drv}",
+                                 f"nvidia-settings = {E}:{drv}"])
+    streams = [(branch, pre), ("latest", pre), (f"{branch}-dkms", [dkms]), ("latest-dkms", [dkms]),
+               (f"{branch}-open", [opend]), ("open-dkms", [opend])]
+    docs = []
+    for i, (stream, kmods) in enumerate(streams):
+        arts = "\n".join(f"      - {p.nevra()}" for p in common + kmods)
+        src = "\n".join(f"      - {p.name}" for p in kmods) if "dkms" in stream or "open" in stream else \
+            "      - nvidia-driver"
+        docs.append(f"""---
+document: modulemd
+version: 2
+data:
+  name: nvidia-driver
+  stream: "{stream}"
+  version: {20230815000000 + i}
+  context: "{hashlib.sha1(stream.encode()).hexdigest()[:8]}"
+  arch: x86_64
+  summary: Nvidia driver for {stream} branch
+  description: >-
+    This package provides the most recent NVIDIA display driver which allows for
+    hardware accelerated rendering with recent NVIDIA chipsets.
+    For the full product support list, please consult the release notes for
+    driver version {drv}.
+  license:
+    module:
+    - MIT
+  profiles:
+    default:
+      description: Default installation
+      rpms:
+      - nvidia-driver
+      - nvidia-driver-cuda
+      - nvidia-settings
+    ks:
+      description: Installation via kickstart
+      rpms:
+      - nvidia-driver
+      - nvidia-driver-cuda
+    fm:
+      description: FabricManager installation
+      rpms:
+      - nvidia-driver
+      - nvidia-driver-cuda
+      - nvidia-fabric-manager
+    src:
+      description: Source files for compilation
+      rpms:
+{src}
+  artifacts:
+    rpms:
+{arts}
+...
+""")
+    prof = "\n".join(f'    "{s}": [default]' for s, _ in streams)
+    docs.append(f"""---
+document: modulemd-defaults
+version: 1
+data:
+  module: nvidia-driver
+  stream: "latest-dkms"
+  profiles:
+{prof}
+...
+""")
+    pkgs = common + [dkms, opend] + pre + [cuda_drivers]
+    return pkgs, "".join(docs)
+
+
+CUDA_LOCAL = [("ol8", "rhel8", "12-2", "12.2.2", "535.104.05"),
+              ("ol8", "rhel8", "12-4", "12.4.1", "550.54.15"),
+              ("ol9", "rhel9", "12-2", "12.2.2", "535.104.05")]
+
+
+def main():
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
+    jobs = []
+    repo_dirs = {}   # dir -> modules yaml or None
+    for os_ in ("ol8", "ol9"):
+        repos, ct = base_pkgs(os_)
+        d = OSES[os_]["dist"]
+        repos["docker-ce-stable"] = docker_pkgs(d)
+        repos["nvidia-container-toolkit"] = nct_pkgs()
+        repos[f"cuda-rhel{os_[-1]}-network"] = cuda_network_pkgs(d)
+        for rid, pkgs in repos.items():
+            if rid == "extra":
+                jobs.append((pkgs, f"{OUT}/rpms/extra", None))
+                continue
+            rd = f"{OUT}/repos/{os_}/{rid}"
+            jobs.append((pkgs, f"{rd}/Packages", None))
+            repo_dirs[rd] = modules_container_tools(ct) if rid == "ol8_appstream" else None
+    inner = []
+    for (os_, rh, mm, cuda, drv) in CUDA_LOCAL:
+        pkgs, yaml = nvidia_inner(os_, drv)
+        idir = f"{WORK}/inner/{rh}-{mm}/var/cuda-repo-{rh}-{mm}-local"
+        jobs.append((pkgs, idir, None))
+        inner.append((os_, rh, mm, cuda, drv, idir, yaml))
+    build_all(jobs)
+    for rd, y in repo_dirs.items():
+        createrepo(rd, y)
+    # the CUDA local repo packages: the inner repo shipped as files
+    local_pkgs, jobs2 = [], []
+    for (os_, rh, mm, cuda, drv, idir, yaml) in inner:
+        # rpmbuild puts rpms in <idir>/<arch>/: fine for createrepo (it recurses)
+        createrepo(idir, yaml)
+        name = f"cuda-repo-{rh}-{mm}-local"
+        repo_file = (f"[cuda-{rh}-{mm}-local]\nname=cuda-{rh}-{mm}-local\n"
+                     f"baseurl=file:///var/cuda-repo-{rh}-{mm}-local\nenabled=1\ngpgcheck=0\n")
+        mk = lambda: Pkg(name, f"{cuda}_{drv}", "1",
+                         trees=[(f"/var/cuda-repo-{rh}-{mm}-local", idir)],
+                         files={f"/etc/yum.repos.d/cuda-{rh}-{mm}-local.repo": repo_file})
+        jobs2.append(([mk()], f"{OUT}/rpms/cuda-local", None))
+        if (rh, mm) == ("rhel8", "12-2"):
+            jobs2.append(([mk()], f"{WORK}/aarch64", "aarch64"))
+    build_all(jobs2)
+    cl = f"{OUT}/rpms/cuda-local"
+    for root, _dirs, files in os.walk(f"{WORK}/aarch64"):
+        for f in files:
+            shutil.move(os.path.join(root, f), cl)
+    good = f"cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm"
+    os.makedirs(f"{cl}/tampered")
+    os.makedirs(f"{cl}/not-an-rpm")
+    data = bytearray(open(f"{cl}/{good}", "rb").read())
+    pos = len(data) - 300   # inside the (uncompressed) payload, far from the header
+    data[pos] ^= 0x55
+    open(f"{cl}/tampered/{good}", "wb").write(data)
+    open(f"{cl}/not-an-rpm/{good}", "w").write("<html><body>404 Not Found</body></html>\n")
+    with open(f"{cl}/SHA256SUMS", "w") as f:
+        for n in sorted(os.listdir(cl)):
+            p = os.path.join(cl, n)
+            if os.path.isfile(p) and n.endswith(".rpm"):
+                f.write(f"{hashlib.sha256(open(p, 'rb').read()).hexdigest()}  {n}\n")
+    shutil.rmtree(WORK)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Makes a fresh install root from the test world (see README.md).
+# Usage: mkroot.sh WORLD ROOT --os ol8|ol9|ubuntu [--kernel KVER]... [--default-kernel KVER]
+#                  [--extra-rpm NAME]... [--no-repos]
+# KVER is a kernel release as `uname -r` prints it (5.15.0-200.131.27.el8uek.x86_64); the form
+# without the arch suffix is accepted too. ROOT must not exist or be empty.
+set -euo pipefail
+
+usage() { echo "usage: $0 WORLD ROOT --os ol8|ol9|ubuntu [--kernel KVER]... [--default-kernel KVER] [--extra-rpm NAME]... [--no-repos]" >&2; exit 2; }
+[ $# -ge 2 ] || usage
+world=$(cd "$1" && pwd); root=$2; shift 2
+os=""; kernels=(); default=""; extras=(); repos=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --os) os=$2; shift 2;;
+    --kernel) kernels+=("$2"); shift 2;;
+    --default-kernel) default=$2; shift 2;;
+    --extra-rpm) extras+=("$2"); shift 2;;
+    --no-repos) repos=0; shift;;
+    *) usage;;
+  esac
+done
+case $os in ol8|ol9|ubuntu) ;; *) usage;; esac
+[ -f "$world/home/.rpmmacros" ] || { echo "mkroot: $world is not a built world" >&2; exit 1; }
+export HOME=$world/home
+mkdir -p "$root"
+root=$(cd "$root" && pwd)
+if [ -n "$(ls -A "$root")" ]; then echo "mkroot: $root is not empty" >&2; exit 1; fi
+
+mkdir -p "$root/etc" "$root/var/lib/rpm" "$root/var/log" "$root/var/cache" "$root/var/tmp" "$root/tmp" "$root/run"
+rpm --root "$root" --initdb
+
+if [ "$os" = ubuntu ]; then
+  cat > "$root/etc/os-release" <<'OSR'
+PRETTY_NAME="Ubuntu 24.04.1 LTS"
+NAME="Ubuntu"
+VERSION_ID="24.04"
+VERSION="24.04.1 LTS (Noble Numbat)"
+VERSION_CODENAME=noble
+ID=ubuntu
+ID_LIKE=debian
+HOME_URL="https://www.ubuntu.com/"
+UBUNTU_CODENAME=noble
+OSR
+  exit 0
+fi
+
+major=${os#ol}
+rdir=$world/repos/$os
+strip() { local k=${1%.x86_64}; echo "$k"; }
+uname_r() { echo "$(strip "$1").x86_64"; }
+pkg_of() { case $1 in *uek*) echo kernel-uek;; *) echo kernel;; esac; }
+find_rpm() { # NAME-VER-REL file name (without .arch.rpm) or package name; prints a path
+  local n=$1 f
+  for f in "$rdir"/*/Packages/"$n".x86_64.rpm "$rdir"/*/Packages/"$n".noarch.rpm \
+           "$world"/rpms/extra/"$n".x86_64.rpm "$world"/rpms/extra/"$n"-[0-9]*.x86_64.rpm \
+           "$world"/rpms/cuda-local/"$n" "$world"/rpms/cuda-local/"$n"-[0-9]*.x86_64.rpm; do
+    [ -f "$f" ] && { echo "$f"; return 0; }
+  done
+  echo "mkroot: no RPM for $n in $world" >&2; return 1
+}
+
+# shellcheck disable=SC2206
+files=($rdir/*/Packages/oraclelinux-release-*.rpm)
+for k in "${kernels[@]}"; do files+=("$(find_rpm "$(pkg_of "$k")-$(strip "$k")")"); done
+for e in "${extras[@]}"; do files+=("$(find_rpm "$e")"); done
+rpm --root "$root" -i --nodeps --force-debian --noscripts --nosignature "${files[@]}"
+
+# repos
+if [ $repos = 1 ]; then
+  mkdir -p "$root/srv/repos" "$root/etc/yum.repos.d" "$root/etc/dnf"
+  for d in "$rdir"/*/; do d=${d%/}; ln -s "$d" "$root/srv/repos/$(basename "$d")"; done
+  repo() { # file id name
+    printf '[%s]\nname=%s\nbaseurl=file:///srv/repos/%s\ngpgcheck=0\nenabled=1\n\n' "$2" "$3" "$2" >> "$root/etc/yum.repos.d/$1"
+  }
+  repo oracle-linux-$os.repo ${os}_baseos_latest "Oracle Linux $major BaseOS Latest (\$basearch)"
+  repo oracle-linux-$os.repo ${os}_appstream "Oracle Linux $major Application Stream (\$basearch)"
+  repo uek-$os.repo ${os}_UEKR7 "Latest Unbreakable Enterprise Kernel Release 7 for Oracle Linux $major (\$basearch)"
+  repo oracle-epel-$os.repo ${os}_developer_EPEL "Oracle Linux $major EPEL Packages for Development (\$basearch)"
+  repo docker-ce.repo docker-ce-stable "Docker CE Stable - \$basearch"
+  repo nvidia-container-toolkit.repo nvidia-container-toolkit "nvidia-container-toolkit"
+  repo cuda-rhel$major.repo cuda-rhel$major-network "cuda-rhel$major-x86_64"
+fi
+mkdir -p "$root/etc/dnf"
+printf '[main]\ngpgcheck=0\ninstallonly_limit=3\nclean_requirements_on_remove=True\nbest=True\nskip_if_unavailable=False\n' > "$root/etc/dnf/dnf.conf"
+
+# boot configuration
+mid=$(printf '%s' "$root" | md5sum | cut -c1-32)
+echo "$mid" > "$root/etc/machine-id"
+mkdir -p "$root/etc/sysconfig" "$root/boot/loader/entries" "$root/boot/grub2"
+newest=""
+for k in "${kernels[@]}"; do
+  u=$(uname_r "$k")
+  newest=$( { [ -n "$newest" ] && echo "$newest"; echo "$u"; } | sort -V | tail -n 1)
+done
+defk=""
+[ -n "$default" ] && defk=$(uname_r "$default")
+[ -z "$defk" ] && defk=$newest
+if [ -n "$defk" ]; then
+  dpkg=$(pkg_of "$defk")
+else
+  dpkg=kernel-uek; [ "$major" = 9 ] && dpkg=kernel
+fi
+printf '# UPDATEDEFAULT specifies if kernel-install should make\n# new kernels the default\nUPDATEDEFAULT=yes\n\n# DEFAULTKERNEL specifies the default kernel package type\nDEFAULTKERNEL=%s\n' "$dpkg" > "$root/etc/sysconfig/kernel"
+for k in "${kernels[@]}"; do
+  u=$(uname_r "$k")
+  cat > "$root/boot/loader/entries/$mid-$u.conf" <<BLS
+title Oracle Linux Server ($u) $( . "$root/etc/os-release"; echo "$VERSION_ID")
+version $u
+linux /vmlinuz-$u
+initrd /initramfs-$u.img \$tuned_initrd
+options \$kernelopts \$tuned_params
+id ol-20240612000000-$u
+grub_users \$grub_users
+grub_arg --unrestricted
+grub_class kernel
+BLS
+  echo "synthetic initramfs $u" > "$root/boot/initramfs-$u.img"
+done
+env="# GRUB Environment Block
+"
+[ -n "$defk" ] && env+="saved_entry=$mid-$defk
+"
+env+="kernelopts=root=/dev/mapper/ocivolume-root ro crashkernel=auto LANG=en_US.UTF-8 console=ttyS0
+boot_success=0
+"
+pad=$((1024 - ${#env}))
+{ printf '%s' "$env"; printf '%*s' "$pad" '' | tr ' ' '#'; } > "$root/boot/grub2/grubenv"

@@ -1,0 +1,514 @@
+//! The gpuhost test world: a synthetic Oracle Linux 8/9 package universe built with the real
+//! rpmbuild/createrepo_c, and throwaway install roots made from it, for integration tests that
+//! run the real `gpuhost` binary against real rpm and dnf.
+//!
+//! Use it from an integration test with
+//! ```ignore
+//! #[path = "world/mod.rs"]
+//! mod world;
+//! use world::{Os, Root, World, UEK8_OLD};
+//! ```
+//! See tests/world/README.md for what the world contains.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::hash_map::DefaultHasher;
+use std::fs;
+use std::hash::Hasher;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// Kernel releases in the world, as `uname -r` prints them. The package version-release is the
+/// same string without `.x86_64` (see [`evr`]).
+/// OL8 UEK7, older (ol8_UEKR7, with kernel-uek-devel).
+pub const UEK8_OLD: &str = "5.15.0-200.131.27.el8uek.x86_64";
+/// OL8 UEK7, newest in ol8_UEKR7 (with kernel-uek-devel).
+pub const UEK8_NEW: &str = "5.15.0-204.147.6.2.el8uek.x86_64";
+/// OL8 UEK7 whose kernel RPM exists only in `rpms/extra/` and whose kernel-uek-devel exists nowhere.
+pub const UEK8_NO_DEVEL: &str = "5.15.0-206.153.7.el8uek.x86_64";
+/// OL8 RHCK, newest (ol8_baseos_latest; kernel-devel and kernel-headers of this version).
+pub const RHCK8: &str = "4.18.0-553.16.1.el8_10.x86_64";
+/// OL8 RHCK, older (ol8_baseos_latest; kernel-devel).
+pub const RHCK8_OLD: &str = "4.18.0-513.5.1.el8_9.x86_64";
+/// OL9 UEK7 (ol9_UEKR7, with kernel-uek-devel).
+pub const UEK9: &str = "5.15.0-206.153.7.el9uek.x86_64";
+/// OL9 RHCK (ol9_baseos_latest; kernel-devel, kernel-devel-matched, kernel-headers).
+pub const RHCK9: &str = "5.14.0-427.13.1.el9_4.x86_64";
+
+/// File names of the NVIDIA CUDA local repo packages in `rpms/cuda-local/`.
+pub const CUDA_LOCAL_EL8_12_2: &str = "cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm";
+pub const CUDA_LOCAL_EL8_12_4: &str = "cuda-repo-rhel8-12-4-local-12.4.1_550.54.15-1.x86_64.rpm";
+pub const CUDA_LOCAL_EL9_12_2: &str = "cuda-repo-rhel9-12-2-local-12.2.2_535.104.05-1.x86_64.rpm";
+pub const CUDA_LOCAL_EL8_12_2_AARCH64: &str =
+    "cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.aarch64.rpm";
+
+/// The package version-release of a kernel release (`uname -r` without `.x86_64`).
+pub fn evr(kver: &str) -> &str {
+    kver.strip_suffix(".x86_64").unwrap_or(kver)
+}
+
+/// The source folder of the test world (tests/world).
+pub fn src_dir() -> PathBuf {
+    workspace().join("tests").join("world")
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace")
+        .to_path_buf()
+}
+
+/// The built package universe (`<workspace>/target/testworld`).
+pub struct World {
+    dir: PathBuf,
+    home: PathBuf,
+}
+
+static WORLD: OnceLock<World> = OnceLock::new();
+
+impl World {
+    /// Builds the world once per test run (cached across runs by build-world.sh's stamp);
+    /// safe to call from parallel threads and parallel test processes.
+    pub fn get() -> &'static World {
+        WORLD.get_or_init(|| {
+            let target = workspace().join("target");
+            fs::create_dir_all(&target).unwrap();
+            let dir = target.join("testworld");
+            let lock = fs::File::create(target.join("testworld.lock")).unwrap();
+            lock.lock().unwrap();
+            let out = Command::new("bash")
+                .arg(src_dir().join("build-world.sh"))
+                .arg(&dir)
+                .output()
+                .unwrap();
+            drop(lock);
+            if !out.status.success() {
+                panic!(
+                    "build-world.sh failed ({}):\n{}\n{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            World {
+                home: dir.join("home"),
+                dir,
+            }
+        })
+    }
+
+    /// The world folder: `repos/<ol8|ol9>/<repoid>/`, `rpms/extra/`, `rpms/cuda-local/`, `home/`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A HOME whose `.rpmmacros` sets `%_dbpath /var/lib/rpm` (use it for every rpm/dnf/gpuhost run).
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// A repo folder, e.g. `repo(Os::Ol8, "docker-ce-stable")`.
+    pub fn repo(&self, os: Os, repoid: &str) -> PathBuf {
+        self.dir.join("repos").join(os.name()).join(repoid)
+    }
+
+    /// A file in `rpms/cuda-local/` (e.g. [`CUDA_LOCAL_EL8_12_2`], `tampered/<name>`,
+    /// `not-an-rpm/<name>`, `SHA256SUMS`).
+    pub fn cuda_local(&self, name: &str) -> PathBuf {
+        self.dir.join("rpms").join("cuda-local").join(name)
+    }
+
+    /// A file in `rpms/extra/`, e.g. `kernel-uek-5.15.0-206.153.7.el8uek.x86_64.rpm`.
+    pub fn extra_rpm(&self, name: &str) -> PathBuf {
+        self.dir.join("rpms").join("extra").join(name)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Os {
+    Ol8,
+    Ol9,
+    Ubuntu,
+}
+
+impl Os {
+    /// `ol8`, `ol9`, `ubuntu` (the mkroot.sh --os value and the folder under `repos/`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Os::Ol8 => "ol8",
+            Os::Ol9 => "ol9",
+            Os::Ubuntu => "ubuntu",
+        }
+    }
+}
+
+/// A throwaway install root (a temp folder, removed on drop) made by mkroot.sh.
+pub struct Root {
+    tmp: tempfile::TempDir,
+    os: Os,
+    kernels: Vec<String>,
+    default_kernel: Option<String>,
+    extra_rpms: Vec<String>,
+}
+
+impl Root {
+    /// A fresh root for `os` with the given kernels (kernel releases, e.g. [`UEK8_OLD`]) installed
+    /// with rpm, BLS entries, grubenv (default: the newest kernel given), /etc/sysconfig/kernel,
+    /// the OS's repos enabled and dnf.conf.
+    pub fn new(os: Os, kernels: &[&str]) -> Root {
+        Root::make(
+            os,
+            kernels.iter().map(|k| k.to_string()).collect(),
+            None,
+            Vec::new(),
+        )
+    }
+
+    fn make(
+        os: Os,
+        kernels: Vec<String>,
+        default_kernel: Option<String>,
+        extra_rpms: Vec<String>,
+    ) -> Root {
+        let world = World::get();
+        let tmp = tempfile::Builder::new()
+            .prefix("gpuhost-root-")
+            .tempdir()
+            .unwrap();
+        let mut cmd = Command::new("bash");
+        cmd.arg(src_dir().join("mkroot.sh"))
+            .arg(world.dir())
+            .arg(tmp.path())
+            .args(["--os", os.name()]);
+        for k in &kernels {
+            cmd.args(["--kernel", k]);
+        }
+        if let Some(d) = &default_kernel {
+            cmd.args(["--default-kernel", d]);
+        }
+        for e in &extra_rpms {
+            cmd.args(["--extra-rpm", e]);
+        }
+        let out = cmd.output().unwrap();
+        if !out.status.success() {
+            panic!(
+                "mkroot.sh failed: {}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Root {
+            tmp,
+            os,
+            kernels,
+            default_kernel,
+            extra_rpms,
+        }
+    }
+
+    /// Remakes the root with `kver` as the default boot kernel (grubenv saved_entry and
+    /// /etc/sysconfig/kernel DEFAULTKERNEL).
+    pub fn with_default_kernel(self, kver: &str) -> Root {
+        Root::make(
+            self.os,
+            self.kernels.clone(),
+            Some(kver.to_string()),
+            self.extra_rpms.clone(),
+        )
+    }
+
+    /// Remakes the root with a non-repo RPM also installed with rpm: a package name or file name
+    /// from `rpms/extra/` or `rpms/cuda-local/` (e.g. `cuda-repo-rhel8-12-2-local`).
+    pub fn with_extra_rpm(self, name: &str) -> Root {
+        let mut extra = self.extra_rpms.clone();
+        extra.push(name.to_string());
+        Root::make(
+            self.os,
+            self.kernels.clone(),
+            self.default_kernel.clone(),
+            extra,
+        )
+    }
+
+    pub fn path(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    pub fn os(&self) -> Os {
+        self.os
+    }
+
+    /// `ROOT/<rel>` (rel may start with `/`).
+    pub fn join(&self, rel: &str) -> PathBuf {
+        self.path().join(rel.trim_start_matches('/'))
+    }
+
+    /// Reads `ROOT/<rel>` as text (panics when missing).
+    pub fn read(&self, rel: &str) -> String {
+        fs::read_to_string(self.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    /// Writes `ROOT/<rel>`, creating parent folders.
+    pub fn write(&self, rel: &str, content: &str) {
+        let p = self.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, content).unwrap();
+    }
+
+    /// Runs rpm with `--root ROOT` and the world's HOME.
+    pub fn rpm(&self, args: &[&str]) -> Output {
+        Command::new("rpm")
+            .env("HOME", World::get().home())
+            .arg("--root")
+            .arg(self.path())
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs the real dnf against this root the way gpuhost must (tests/world/dnf.sh: the root's
+    /// own repo files and dnf.conf, baseurls rewritten into the root, --noplugins). For setup
+    /// and for cross-checking what gpuhost did.
+    pub fn dnf(&self, args: &[&str]) -> Output {
+        Command::new("bash")
+            .arg(src_dir().join("dnf.sh"))
+            .arg(World::get().dir())
+            .arg(self.path())
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Like [`Root::dnf`] but panics unless dnf succeeds.
+    pub fn dnf_ok(&self, args: &[&str]) -> String {
+        let out = self.dnf(args);
+        if !out.status.success() {
+            panic!(
+                "dnf {args:?} failed: {}\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Sorted `rpm -qa` output (NAME-VERSION-RELEASE.ARCH lines).
+    pub fn rpmdb_snapshot(&self) -> String {
+        let out = self.rpm(&["-qa"]);
+        assert!(
+            out.status.success(),
+            "rpm -qa: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        lines.join("\n")
+    }
+
+    /// VERSION-RELEASE of an installed package (the highest when several are installed, e.g.
+    /// kernels); None when it is not installed.
+    pub fn installed(&self, name: &str) -> Option<String> {
+        self.installed_all(name)
+            .into_iter()
+            .max_by(|a, b| rpmvercmp(a, b))
+    }
+
+    /// VERSION-RELEASE of every installed instance of a package, sorted oldest first.
+    pub fn installed_all(&self, name: &str) -> Vec<String> {
+        let out = self.rpm(&["-q", "--qf", "%{VERSION}-%{RELEASE}\\n", name]);
+        if !out.status.success() {
+            return Vec::new();
+        }
+        let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        v.sort_by(|a, b| rpmvercmp(a, b));
+        v
+    }
+
+    /// Every path under the root, sorted, with its type, mode, size and a content hash
+    /// (symlinks with their target; not followed). Compare two snapshots to prove a run left
+    /// the root untouched.
+    pub fn tree_snapshot(&self) -> String {
+        let mut lines = Vec::new();
+        walk(self.path(), self.path(), &mut lines);
+        lines.sort();
+        lines.join("\n")
+    }
+
+    /// Creates a fake sysfs PCI device `ROOT/sys/bus/pci/devices/<bdf>/{vendor,device,class}`,
+    /// formatted like the kernel (`0x10de\n`, `0x2335\n`, `0x030200\n`).
+    pub fn add_pci_device(&self, bdf: &str, vendor: u16, device: u16, class: u32) {
+        let d = self.join(&format!("sys/bus/pci/devices/{bdf}"));
+        fs::create_dir_all(&d).unwrap();
+        fs::write(d.join("vendor"), format!("0x{vendor:04x}\n")).unwrap();
+        fs::write(d.join("device"), format!("0x{device:04x}\n")).unwrap();
+        fs::write(d.join("class"), format!("0x{class:06x}\n")).unwrap();
+    }
+
+    fn gpuhost_cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuhost"));
+        cmd.env("HOME", World::get().home())
+            .args(args)
+            .arg("--root")
+            .arg(self.path());
+        cmd
+    }
+
+    /// Runs the gpuhost binary with `args` then `--root ROOT`, HOME = the world's home.
+    pub fn gpuhost(&self, args: &[&str]) -> Output {
+        self.gpuhost_cmd(args).output().unwrap()
+    }
+
+    /// Like [`Root::gpuhost`], under `strace -f -e trace=execve`; also returns the basenames of
+    /// every program successfully exec'd (gpuhost itself first), or None when strace is not
+    /// installed (`apt-get install -y strace`).
+    pub fn gpuhost_traced(&self, args: &[&str]) -> (Output, Option<Vec<String>>) {
+        let strace_ok = Command::new("strace")
+            .arg("-V")
+            .output()
+            .map(|o| o.status.success());
+        if !matches!(strace_ok, Ok(true)) {
+            return (self.gpuhost(args), None);
+        }
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let inner = self.gpuhost_cmd(args);
+        let mut cmd = Command::new("strace");
+        cmd.args(["-f", "-qq", "-e", "trace=execve", "-o"])
+            .arg(log.path())
+            .arg("--");
+        cmd.arg(inner.get_program()).args(inner.get_args());
+        for (k, v) in inner.get_envs() {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        let out = cmd.output().unwrap();
+        let text = fs::read_to_string(log.path()).unwrap();
+        (out, Some(parse_execs(&text)))
+    }
+}
+
+fn parse_execs(strace_log: &str) -> Vec<String> {
+    let mut progs = Vec::new();
+    for line in strace_log.lines() {
+        let Some(i) = line.find("execve(\"") else {
+            continue;
+        };
+        if line.contains("= -1 ") {
+            continue;
+        }
+        let rest = &line[i + 8..];
+        let Some(end) = rest.find('"') else { continue };
+        let path = &rest[..end];
+        progs.push(path.rsplit('/').next().unwrap_or(path).to_string());
+    }
+    progs
+}
+
+fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+    let mut entries: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        let rel = p.strip_prefix(base).unwrap().display().to_string();
+        let md = fs::symlink_metadata(&p).unwrap();
+        let mode = md.permissions().mode() & 0o7777;
+        if md.file_type().is_symlink() {
+            let t = fs::read_link(&p).unwrap();
+            out.push(format!("{rel} link {mode:o} -> {}", t.display()));
+        } else if md.is_dir() {
+            out.push(format!("{rel} dir {mode:o}"));
+            walk(base, &p, out);
+        } else {
+            let mut h = DefaultHasher::new();
+            let mut buf = Vec::new();
+            fs::File::open(&p)
+                .and_then(|mut f| f.read_to_end(&mut buf))
+                .unwrap_or_default();
+            h.write(&buf);
+            out.push(format!(
+                "{rel} file {mode:o} {} {:016x}",
+                md.len(),
+                h.finish()
+            ));
+        }
+    }
+}
+
+/// rpm's version comparison (rpmvercmp) applied to whole VERSION-RELEASE strings.
+pub fn rpmvercmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering::*;
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    loop {
+        while !a.is_empty() && !a[0].is_ascii_alphanumeric() && a[0] != b'~' {
+            a = &a[1..];
+        }
+        while !b.is_empty() && !b[0].is_ascii_alphanumeric() && b[0] != b'~' {
+            b = &b[1..];
+        }
+        if a.first() == Some(&b'~') || b.first() == Some(&b'~') {
+            if a.first() != Some(&b'~') {
+                return Greater;
+            }
+            if b.first() != Some(&b'~') {
+                return Less;
+            }
+            a = &a[1..];
+            b = &b[1..];
+            continue;
+        }
+        if a.is_empty() || b.is_empty() {
+            return match (a.is_empty(), b.is_empty()) {
+                (true, true) => Equal,
+                (true, false) => Less,
+                _ => Greater,
+            };
+        }
+        let num = a[0].is_ascii_digit();
+        let take = |s: &[u8]| {
+            s.iter()
+                .take_while(|c| {
+                    if num {
+                        c.is_ascii_digit()
+                    } else {
+                        c.is_ascii_alphabetic()
+                    }
+                })
+                .count()
+        };
+        let (la, lb) = (take(a), take(b));
+        let (sa, sb) = (&a[..la], &b[..lb]);
+        if lb == 0 {
+            return if num { Greater } else { Less };
+        }
+        let ord = if num {
+            let ta = trim_zeros(sa);
+            let tb = trim_zeros(sb);
+            ta.len().cmp(&tb.len()).then(ta.cmp(tb))
+        } else {
+            sa.cmp(sb)
+        };
+        if ord != Equal {
+            return ord;
+        }
+        a = &a[la..];
+        b = &b[lb..];
+    }
+}
+
+fn trim_zeros(s: &[u8]) -> &[u8] {
+    let i = s.iter().take_while(|c| **c == b'0').count();
+    &s[i..]
+}
