@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::invalid;
 use crate::kernel::Flavour;
+use crate::steps::containers::{self, DockerSpec, PrefixLink, SmokeSpec, ToolkitSpec};
+use crate::steps::driver::DriverSpec;
 
 /// The built-in profiles: (name, TOML text).
 pub const BUILTIN: &[(&str, &str)] = &[
@@ -37,6 +39,14 @@ pub struct Profile {
     #[serde(default)]
     pub driver: DriverSpec,
     #[serde(default)]
+    pub docker: DockerSpec,
+    #[serde(default)]
+    pub container_toolkit: ToolkitSpec,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefix_links: Vec<PrefixLink>,
+    #[serde(default)]
+    pub container_smoke: SmokeSpec,
+    #[serde(default)]
     pub status: StatusSpec,
 }
 
@@ -56,24 +66,6 @@ pub struct KernelSpec {
     /// Packages needed once, whatever the kernel (e.g. `kernel-headers` on RHCK).
     #[serde(default)]
     pub extra_packages: Vec<String>,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DriverSpec {
-    /// NVIDIA's local full RPM repo package (a path on the host).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub local_repo_rpm: Option<PathBuf>,
-    /// Its expected SHA-256, hex.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
-    /// `nvidia-driver` module stream, e.g. `535-dkms`, `latest-dkms`, `open-dkms`, `550-open`.
-    #[serde(default = "default_stream")]
-    pub stream: String,
-}
-
-fn default_stream() -> String {
-    "latest-dkms".to_string()
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -122,9 +114,9 @@ impl Profile {
             ));
         }
         for p in &self.kernel.devel_packages {
-            if !p.contains("{kver}") {
+            if !p.ends_with("-{kver}") {
                 return Err(invalid!(
-                    "profile {name}: key `kernel.devel_packages`: \"{p}\" lacks {{kver}}; headers must match the kernel exactly"
+                    "profile {name}: key `kernel.devel_packages`: \"{p}\" must end in -{{kver}} (e.g. kernel-uek-devel-{{kver}}): headers must match the kernel exactly"
                 ));
             }
         }
@@ -140,25 +132,14 @@ impl Profile {
                 ));
             }
         }
-        if let Some(sum) = &self.driver.sha256 {
-            if sum.len() != 64 || !sum.chars().all(|c| c.is_ascii_hexdigit()) {
-                return Err(invalid!(
-                    "profile {name}: key `driver.sha256`: \"{sum}\" is not 64 hex digits"
-                ));
-            }
-        }
-        let stream_ok = !self.driver.stream.is_empty()
-            && self
-                .driver
-                .stream
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
-        if !stream_ok {
-            return Err(invalid!(
-                "profile {name}: key `driver.stream`: \"{}\" is not a module stream (e.g. 535-dkms, latest-dkms, open-dkms)",
-                self.driver.stream
-            ));
-        }
+        self.driver.validate(name)?;
+        containers::validate(
+            name,
+            &self.docker,
+            &self.container_toolkit,
+            &self.prefix_links,
+            &self.container_smoke,
+        )?;
         Ok(())
     }
 
