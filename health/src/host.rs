@@ -1,0 +1,271 @@
+//! Driver-free facts: NVIDIA devices on PCI (sysfs), config space, PCIe link and AER counters,
+//! /proc/driver/nvidia/version, loaded modules, libnvidia-ml's version, Docker's daemon.json,
+//! and systemd unit states.
+//!
+//! Every path is read relative to a root, so tests point it at a crafted tree. Nothing here
+//! touches the NVIDIA driver: a hung driver cannot hang these reads.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gpuhost_steps::cmd::Cmd;
+
+use crate::snapshot::{AerCounters, DaemonJson, HostSnapshot, NvmlLibrary, PciDevice, PciKind, Services};
+
+/// Directories where libnvidia-ml.so.1 lives on the distributions gpuhost meets.
+const LIB_DIRS: &[&str] = &[
+    "usr/lib64",
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "usr/lib",
+    "lib64",
+    "usr/local/nvidia/lib64",
+];
+
+fn under(root: &Path, p: &str) -> PathBuf {
+    root.join(p.trim_start_matches('/'))
+}
+
+fn read_trim(p: &Path) -> Option<String> {
+    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+}
+
+/// Collect the host part of the snapshot under `root` (`/` on a live system).
+pub fn collect(root: &Path) -> HostSnapshot {
+    let mut host = HostSnapshot::default();
+    match pci_devices(root) {
+        Ok(devs) => host.pci = devs,
+        Err(e) => host.pci_error = Some(e),
+    }
+    host.proc_driver_version = std::fs::read_to_string(under(root, "proc/driver/nvidia/version"))
+        .ok()
+        .and_then(|s| s.lines().next().map(|l| l.trim().to_string()));
+    host.kernel_module_version = host
+        .proc_driver_version
+        .as_deref()
+        .and_then(parse_proc_version);
+    host.nvidia_module_loaded = under(root, "sys/module/nvidia").exists();
+    host.nouveau_loaded = under(root, "sys/module/nouveau").exists();
+    host.nvml_library = find_nvml_library(root);
+    host.docker_daemon_json = daemon_json(&under(root, "etc/docker/daemon.json"));
+    host
+}
+
+/// `NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build …`
+/// → `580.159.04`.
+pub fn parse_proc_version(line: &str) -> Option<String> {
+    line.split_whitespace()
+        .find(|w| {
+            let parts: Vec<&str> = w.split('.').collect();
+            parts.len() >= 2
+                && parts
+                    .iter()
+                    .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        })
+        .map(str::to_string)
+}
+
+fn find_nvml_library(root: &Path) -> Option<NvmlLibrary> {
+    for dir in LIB_DIRS {
+        let p = under(root, dir).join("libnvidia-ml.so.1");
+        if p.exists() || p.symlink_metadata().is_ok() {
+            let version = std::fs::read_link(&p).ok().and_then(|t| {
+                t.file_name()
+                    .map(|n| n.to_string_lossy().to_string())
+                    .and_then(|n| n.strip_prefix("libnvidia-ml.so.").map(str::to_string))
+                    .filter(|v| v != "1")
+            });
+            return Some(NvmlLibrary {
+                path: format!("/{dir}/libnvidia-ml.so.1"),
+                version,
+            });
+        }
+    }
+    None
+}
+
+fn pci_devices(root: &Path) -> Result<Vec<PciDevice>, String> {
+    let dir = under(root, "sys/bus/pci/devices");
+    let rd = std::fs::read_dir(&dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    let mut out = Vec::new();
+    for entry in rd.flatten() {
+        let path = entry.path();
+        let address = entry.file_name().to_string_lossy().to_string();
+        if read_trim(&path.join("vendor")).as_deref() != Some("0x10de") {
+            continue;
+        }
+        let class = read_trim(&path.join("class")).unwrap_or_default();
+        let kind = if class.starts_with("0x0300") || class.starts_with("0x0302") {
+            PciKind::Gpu
+        } else if class.starts_with("0x0680") {
+            PciKind::NvSwitch
+        } else {
+            continue; // audio, USB-C controllers and the like
+        };
+        out.push(pci_device(&path, address, kind, class));
+    }
+    out.sort_by(|a, b| a.address.cmp(&b.address));
+    Ok(out)
+}
+
+fn pci_device(path: &Path, address: String, kind: PciKind, class: String) -> PciDevice {
+    let (config_head, config_error) = match config_head(&path.join("config")) {
+        Ok(h) => (Some(h), None),
+        Err(e) => (None, Some(e)),
+    };
+    PciDevice {
+        address,
+        kind,
+        device_id: read_trim(&path.join("device")).unwrap_or_default(),
+        class,
+        driver: std::fs::read_link(path.join("driver"))
+            .ok()
+            .and_then(|t| t.file_name().map(|n| n.to_string_lossy().to_string())),
+        config_head,
+        config_error,
+        current_link_speed: read_trim(&path.join("current_link_speed")),
+        max_link_speed: read_trim(&path.join("max_link_speed")),
+        current_link_width: read_trim(&path.join("current_link_width")).and_then(|s| s.parse().ok()),
+        max_link_width: read_trim(&path.join("max_link_width")).and_then(|s| s.parse().ok()),
+        aer: aer(path),
+    }
+}
+
+/// The first four bytes of PCI config space (vendor and device id), hex.
+fn config_head(p: &Path) -> Result<String, String> {
+    let mut f = std::fs::File::open(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let mut buf = [0u8; 4];
+    f.read_exact(&mut buf)
+        .map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn aer(path: &Path) -> Option<AerCounters> {
+    let total = |file: &str, key: &str| -> Option<u64> {
+        let text = std::fs::read_to_string(path.join(file)).ok()?;
+        text.lines().find_map(|l| {
+            let mut it = l.split_whitespace();
+            (it.next() == Some(key)).then(|| it.next().and_then(|v| v.parse().ok()))?
+        })
+    };
+    let correctable = total("aer_dev_correctable", "TOTAL_ERR_COR");
+    let nonfatal = total("aer_dev_nonfatal", "TOTAL_ERR_NONFATAL");
+    let fatal = total("aer_dev_fatal", "TOTAL_ERR_FATAL");
+    if correctable.is_none() && nonfatal.is_none() && fatal.is_none() {
+        return None;
+    }
+    Some(AerCounters {
+        correctable: correctable.unwrap_or(0),
+        nonfatal: nonfatal.unwrap_or(0),
+        fatal: fatal.unwrap_or(0),
+    })
+}
+
+/// Parse /etc/docker/daemon.json for the NVIDIA runtime.
+pub fn daemon_json(p: &Path) -> DaemonJson {
+    let text = match std::fs::read_to_string(p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return DaemonJson::default(),
+        Err(e) => {
+            return DaemonJson {
+                present: true,
+                error: Some(format!("{}: {e}", p.display())),
+                ..DaemonJson::default()
+            }
+        }
+    };
+    parse_daemon_json(&text)
+}
+
+pub fn parse_daemon_json(text: &str) -> DaemonJson {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v) => DaemonJson {
+            present: true,
+            error: None,
+            nvidia_runtime: v.pointer("/runtimes/nvidia").is_some(),
+            default_runtime: v
+                .get("default-runtime")
+                .and_then(|d| d.as_str())
+                .map(str::to_string),
+        },
+        Err(e) => DaemonJson {
+            present: true,
+            error: Some(format!("not valid JSON: {e}")),
+            ..DaemonJson::default()
+        },
+    }
+}
+
+/// Unit states through one `systemctl is-active` call.
+pub fn services() -> Services {
+    let units = ["docker", "nvidia-persistenced", "nvidia-fabricmanager"];
+    let out = Cmd::new("systemctl")
+        .arg("is-active")
+        .args(units)
+        .timeout(Duration::from_secs(5))
+        .output();
+    match out {
+        // is-active exits non-zero when any unit is not active; the lines still say each state.
+        Ok(o) => parse_is_active(&o.stdout).unwrap_or_else(|| Services {
+            error: Some(format!(
+                "systemctl is-active gave no states: {}",
+                gpuhost_steps::cmd::tail_lines(&o.stderr, 2)
+            )),
+            ..Services::default()
+        }),
+        Err(e) => Services {
+            error: Some(format!("{e:#}")),
+            ..Services::default()
+        },
+    }
+}
+
+/// Three lines of `systemctl is-active docker nvidia-persistenced nvidia-fabricmanager`.
+pub fn parse_is_active(stdout: &str) -> Option<Services> {
+    let lines: Vec<String> = stdout.lines().map(|l| l.trim().to_string()).collect();
+    if lines.len() < 3 {
+        return None;
+    }
+    Some(Services {
+        error: None,
+        docker: Some(lines[0].clone()),
+        nvidia_persistenced: Some(lines[1].clone()),
+        nvidia_fabricmanager: Some(lines[2].clone()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_version_parses() {
+        let l = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AF03-09-1)  Thu Mar 19 22:48:55 UTC 2026";
+        assert_eq!(parse_proc_version(l).as_deref(), Some("580.159.04"));
+        let l = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023";
+        assert_eq!(parse_proc_version(l).as_deref(), Some("535.104.05"));
+    }
+
+    #[test]
+    fn daemon_json_finds_runtime() {
+        let d = parse_daemon_json(
+            r#"{"runtimes":{"nvidia":{"path":"nvidia-container-runtime","args":[]}},"default-runtime":"nvidia"}"#,
+        );
+        assert!(d.nvidia_runtime);
+        assert_eq!(d.default_runtime.as_deref(), Some("nvidia"));
+        let d = parse_daemon_json(r#"{"log-driver":"journald"}"#);
+        assert!(d.present && !d.nvidia_runtime);
+        assert!(parse_daemon_json("{").error.is_some());
+    }
+
+    #[test]
+    fn is_active_lines() {
+        let s = parse_is_active("active\ninactive\ninactive\n");
+        assert_eq!(
+            s.and_then(|s| s.nvidia_persistenced).as_deref(),
+            Some("inactive")
+        );
+        assert!(parse_is_active("").is_none());
+    }
+}

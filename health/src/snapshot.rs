@@ -1,0 +1,293 @@
+//! What `gpuhost status` collected, as plain data.
+//!
+//! Collection (sysfs, /proc, the kernel log, systemctl, NVML) fills a [`Snapshot`]; verdicts
+//! ([`crate::verdict`]) are pure functions of it. The snapshot serialises to JSON, so a real
+//! machine's answers can be captured (`gpuhost status --dump-snapshot`) and replayed in tests
+//! (`--from-snapshot FILE`).
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the snapshot layout; bumped on incompatible changes.
+pub const SNAPSHOT_SCHEMA: u32 = 1;
+
+/// One NVML answer: a value, "not supported by this device" (n/a, never a failure), or an
+/// error (NVML's error kind, e.g. `NoPermission`, `GpuLost`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reading<T> {
+    Value(T),
+    NotSupported,
+    Error(String),
+}
+
+impl<T> Reading<T> {
+    pub fn value(&self) -> Option<&T> {
+        match self {
+            Reading::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// Everything one run collected.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub schema: u32,
+    /// Unix time of the collection.
+    pub collected_at: u64,
+    pub host: HostSnapshot,
+    pub services: Services,
+    pub kernel_log: KernelLog,
+    pub nvml: NvmlProbe,
+}
+
+/// Driver-free facts from sysfs and /proc.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HostSnapshot {
+    /// NVIDIA (vendor 0x10de) PCI functions that are GPUs or NVSwitches.
+    pub pci: Vec<PciDevice>,
+    /// Error reading the PCI bus, if it could not be listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_error: Option<String>,
+    /// First line of /proc/driver/nvidia/version; None when absent (kernel module not loaded).
+    pub proc_driver_version: Option<String>,
+    /// The driver version parsed from it, e.g. `580.159.04`.
+    pub kernel_module_version: Option<String>,
+    /// /sys/module/nvidia exists.
+    pub nvidia_module_loaded: bool,
+    /// /sys/module/nouveau exists.
+    pub nouveau_loaded: bool,
+    /// Where libnvidia-ml.so.1 was found and the version its file name carries.
+    pub nvml_library: Option<NvmlLibrary>,
+    pub docker_daemon_json: DaemonJson,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvmlLibrary {
+    pub path: String,
+    pub version: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PciKind {
+    #[default]
+    Gpu,
+    NvSwitch,
+}
+
+/// One NVIDIA PCI function from /sys/bus/pci/devices.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PciDevice {
+    /// `0000:3b:00.0`
+    pub address: String,
+    pub kind: PciKind,
+    /// `0x2335`
+    pub device_id: String,
+    /// `0x030200`
+    pub class: String,
+    /// Bound kernel driver (`nvidia`, `vfio-pci`, …), None when unbound.
+    pub driver: Option<String>,
+    /// First four bytes of config space as hex (`de103523`); `ffffffff` means the device
+    /// fell off the bus. None when unreadable.
+    pub config_head: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_error: Option<String>,
+    pub current_link_speed: Option<String>,
+    pub max_link_speed: Option<String>,
+    pub current_link_width: Option<u32>,
+    pub max_link_width: Option<u32>,
+    /// AER totals, where the kernel exposes them.
+    pub aer: Option<AerCounters>,
+}
+
+impl PciDevice {
+    pub fn fell_off(&self) -> bool {
+        self.config_head.as_deref() == Some("ffffffff")
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AerCounters {
+    pub correctable: u64,
+    pub nonfatal: u64,
+    pub fatal: u64,
+}
+
+/// /etc/docker/daemon.json as far as the NVIDIA runtime is concerned.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DaemonJson {
+    pub present: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `runtimes.nvidia` is defined.
+    pub nvidia_runtime: bool,
+    pub default_runtime: Option<String>,
+}
+
+/// systemd unit states from `systemctl is-active` (`active`, `inactive`, `failed`, …).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Services {
+    /// Why states could not be read (systemctl missing, not checked under a fake root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub docker: Option<String>,
+    pub nvidia_persistenced: Option<String>,
+    pub nvidia_fabricmanager: Option<String>,
+}
+
+/// XID events from the kernel log.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KernelLog {
+    /// `kmsg`, `journal`, or None when neither could be read.
+    pub source: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub xids: Vec<XidEvent>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct XidEvent {
+    pub xid: u32,
+    /// PCI address as the kernel printed it, normalised to `0000:3b:00` (domain:bus:device).
+    pub pci: String,
+    /// Seconds since boot, where known.
+    pub uptime_s: Option<f64>,
+    pub message: String,
+}
+
+/// How the NVML probe (a child process) ended.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeStatus {
+    /// NVML initialised; devices were read.
+    Ok,
+    /// libnvidia-ml.so.1 could not be loaded.
+    NoLibrary,
+    /// NVML: driver not loaded.
+    DriverNotLoaded,
+    /// NVML: driver/library version mismatch.
+    VersionMismatch,
+    /// NVML: insufficient permissions.
+    NoPermission,
+    /// Another NVML init error.
+    InitError,
+    /// The probe did not answer within the deadline.
+    Unresponsive,
+    /// A probe from an earlier run is still stuck; no new one was started.
+    StuckEarlier,
+    /// The probe process failed (crashed, bad output).
+    ProbeFailed,
+    /// Not run (e.g. replay of a host-only snapshot).
+    #[default]
+    NotRun,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvmlProbe {
+    pub status: ProbeStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Wall time of the probe, ms (init + sweep, as seen by the parent).
+    pub duration_ms: Option<f64>,
+    /// Pid of a stuck probe left behind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stuck_pid: Option<u32>,
+    pub driver_version: Option<String>,
+    pub nvml_version: Option<String>,
+    /// `nvmlSystemGetCudaDriverVersion`, e.g. 13000 for CUDA 13.0.
+    pub cuda_driver_version: Option<i32>,
+    pub device_count: Option<u32>,
+    pub gpus: Vec<GpuSnapshot>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EccMode {
+    pub current: bool,
+    pub pending: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RemappedRows {
+    pub correctable: u32,
+    pub uncorrectable: u32,
+    pub pending: bool,
+    pub failure: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MigMode {
+    pub current: u32,
+    pub pending: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NvLink {
+    pub link: u32,
+    pub active: bool,
+    pub replay_errors: Option<u64>,
+    pub recovery_errors: Option<u64>,
+    pub crc_flit_errors: Option<u64>,
+    pub crc_data_errors: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fabric {
+    /// 0 not supported, 1 not started, 2 in progress, 3 completed.
+    pub state: u8,
+    /// NVML return code of the registration (0 = success).
+    pub status: u32,
+    pub clique_id: u32,
+    pub cluster_uuid: String,
+    /// Raw health mask (degraded bandwidth, route recovery, route unhealthy, access timeout).
+    pub health_mask: u32,
+}
+
+/// One GPU as NVML sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuSnapshot {
+    pub index: u32,
+    pub name: Reading<String>,
+    pub uuid: Reading<String>,
+    /// NVML form: `00000000:3B:00.0`.
+    pub pci_bus_id: Reading<String>,
+    pub ecc_mode: Reading<EccMode>,
+    pub ecc_volatile_uncorrected: Reading<u64>,
+    pub ecc_aggregate_uncorrected: Reading<u64>,
+    pub ecc_volatile_corrected: Reading<u64>,
+    pub retired_pages_pending: Reading<bool>,
+    pub remapped_rows: Reading<RemappedRows>,
+    /// 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset.
+    pub recovery_action: Reading<u32>,
+    pub temperature_c: Reading<u32>,
+    pub temperature_slowdown_c: Reading<u32>,
+    pub temperature_shutdown_c: Reading<u32>,
+    /// Clock event (throttle) reasons bitmask, NVML's `nvmlClocksEventReason*` bits.
+    pub clock_event_reasons: Reading<u64>,
+    pub power_usage_mw: Reading<u32>,
+    pub power_limit_enforced_mw: Reading<u32>,
+    pub power_limit_default_mw: Reading<u32>,
+    pub memory_total_bytes: Reading<u64>,
+    pub memory_used_bytes: Reading<u64>,
+    pub pcie_gen_current: Reading<u32>,
+    pub pcie_gen_max: Reading<u32>,
+    pub pcie_width_current: Reading<u32>,
+    pub pcie_width_max: Reading<u32>,
+    pub persistence_mode: Reading<bool>,
+    pub mig_mode: Reading<MigMode>,
+    /// Links that answered; NotSupported when link 0 is not supported.
+    pub nvlinks: Reading<Vec<NvLink>>,
+    pub fabric: Reading<Fabric>,
+    /// Time to read this GPU, ms.
+    pub sweep_ms: f64,
+}
+
+/// NVML's clock event reason bits that matter here.
+pub mod reasons {
+    pub const GPU_IDLE: u64 = 0x1;
+    pub const SW_POWER_CAP: u64 = 0x4;
+    pub const HW_SLOWDOWN: u64 = 0x8;
+    pub const SW_THERMAL: u64 = 0x20;
+    pub const HW_THERMAL: u64 = 0x40;
+    pub const HW_POWER_BRAKE: u64 = 0x80;
+}

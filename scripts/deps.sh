@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what the demo and the tests need, when it is missing: the real rpm, dnf,
+# createrepo_c and rpmbuild (the test world is built with them), python3 (the world's
+# generator), strace (tests prove that a converged apply starts no dnf), systemctl (offline
+# unit enabling in install roots) and a static busybox (the /bin/sh of synthetic roots).
+# Debian/Ubuntu via apt-get, Oracle Linux/RHEL via dnf. Idempotent; needs root to install.
+set -euo pipefail
+
+need=()
+for tool in rpm dnf createrepo_c modifyrepo_c rpmbuild python3 strace systemctl; do
+  command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
+done
+[ -x /bin/busybox ] || need+=(busybox)
+[ ${#need[@]} -eq 0 ] && exit 0
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "deps.sh: missing ${need[*]}; run as root to install them" >&2; exit 1; }
+  sudo=(sudo)
+fi
+echo "deps.sh: installing what is missing: ${need[*]}" >&2
+if command -v apt-get >/dev/null 2>&1; then
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
+    rpm dnf createrepo-c python3 strace systemd busybox-static >/dev/null
+elif command -v dnf >/dev/null 2>&1; then
+  "${sudo[@]}" dnf install -y -q rpm-build createrepo_c python3 strace systemd busybox
+else
+  echo "deps.sh: no apt-get or dnf here; install ${need[*]} by hand" >&2
+  exit 1
+fi

@@ -1,0 +1,232 @@
+//! Tests of the test world itself (tests/world): roots can be made, dnf resolves and installs
+//! into them, module metadata is seen by dnf, scriptlets run in the root.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#[path = "world/mod.rs"]
+mod world;
+
+use world::{Os, Root, World, RHCK8, RHCK9, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD, UEK9};
+
+#[test]
+fn world_builds_and_has_rpmmacros() {
+    let w = World::get();
+    let m = std::fs::read_to_string(w.home().join(".rpmmacros")).unwrap();
+    assert!(m.contains("%_dbpath /var/lib/rpm"));
+    assert!(w
+        .repo(Os::Ol8, "ol8_UEKR7")
+        .join("repodata/repomd.xml")
+        .is_file());
+    assert!(w.cuda_local(world::CUDA_LOCAL_EL8_12_2).is_file());
+}
+
+#[test]
+fn ol8_root_has_release_kernels_and_boot_config() {
+    let r = Root::new(Os::Ol8, &[UEK8_OLD, RHCK8]);
+    let osr = r.read("/etc/os-release");
+    assert!(
+        osr.contains("ID=\"ol\"")
+            && osr.contains("VERSION_ID=\"8.10\"")
+            && osr.contains("PLATFORM_ID=\"platform:el8\"")
+    );
+    assert_eq!(
+        r.installed("kernel-uek").as_deref(),
+        Some(world::evr(UEK8_OLD))
+    );
+    assert_eq!(r.installed("kernel").as_deref(), Some(world::evr(RHCK8)));
+    assert!(r
+        .join(&format!("/lib/modules/{UEK8_OLD}/vmlinuz"))
+        .is_file());
+    let mid = r.read("/etc/machine-id").trim().to_string();
+    // newest kernel given is the default
+    assert!(r
+        .read("/boot/grub2/grubenv")
+        .contains(&format!("saved_entry={mid}-{UEK8_OLD}\n")));
+    assert!(r
+        .read("/etc/sysconfig/kernel")
+        .contains("DEFAULTKERNEL=kernel-uek"));
+    assert!(r
+        .join(&format!("/boot/loader/entries/{mid}-{RHCK8}.conf"))
+        .is_file());
+    let r = r.with_default_kernel(RHCK8);
+    let mid = r.read("/etc/machine-id").trim().to_string();
+    assert!(r
+        .read("/boot/grub2/grubenv")
+        .contains(&format!("saved_entry={mid}-{RHCK8}\n")));
+    assert!(r
+        .read("/etc/sysconfig/kernel")
+        .contains("DEFAULTKERNEL=kernel\n"));
+    assert_eq!(r.read("/boot/grub2/grubenv").len(), 1024);
+}
+
+#[test]
+fn ol9_and_ubuntu_roots() {
+    let r = Root::new(Os::Ol9, &[UEK9, RHCK9]);
+    assert!(r.read("/etc/os-release").contains("VERSION_ID=\"9.4\""));
+    assert_eq!(r.installed("kernel-uek").as_deref(), Some(world::evr(UEK9)));
+    let u = Root::new(Os::Ubuntu, &[]);
+    assert!(u.read("/etc/os-release").contains("ID=ubuntu"));
+    assert_eq!(u.rpmdb_snapshot(), "");
+}
+
+#[test]
+fn dnf_installs_uek_headers_into_ol8_root() {
+    let r = Root::new(Os::Ol8, &[UEK8_OLD, UEK8_NEW]);
+    let before = r.rpmdb_snapshot();
+    r.dnf_ok(&["-y", "install", &format!("kernel-uek-devel-{UEK8_OLD}")]);
+    assert_eq!(
+        r.installed("kernel-uek-devel").as_deref(),
+        Some(world::evr(UEK8_OLD))
+    );
+    assert!(r
+        .read(&format!("/usr/src/kernels/{UEK8_OLD}/.config"))
+        .contains("CONFIG_GCC_VERSION=110201"));
+    assert_ne!(before, r.rpmdb_snapshot());
+    // both kernels stay installed (installonly)
+    assert_eq!(r.installed_all("kernel-uek").len(), 2);
+}
+
+#[test]
+fn header_package_missing_for_extra_kernel() {
+    let r = Root::new(Os::Ol8, &[UEK8_NO_DEVEL]);
+    assert_eq!(
+        r.installed("kernel-uek").as_deref(),
+        Some(world::evr(UEK8_NO_DEVEL))
+    );
+    let out = r.dnf(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-devel-{UEK8_NO_DEVEL}"),
+    ]);
+    assert!(!out.status.success());
+}
+
+#[test]
+fn tree_snapshot_sees_changes() {
+    let r = Root::new(Os::Ol8, &[UEK8_OLD]);
+    let a = r.tree_snapshot();
+    assert_eq!(a, r.tree_snapshot());
+    r.add_pci_device("0000:18:00.0", 0x10de, 0x2335, 0x030200);
+    assert_eq!(
+        r.read("/sys/bus/pci/devices/0000:18:00.0/class"),
+        "0x030200\n"
+    );
+    assert_ne!(a, r.tree_snapshot());
+}
+
+#[test]
+fn rpmvercmp_orders_like_rpm() {
+    use std::cmp::Ordering::*;
+    assert_eq!(
+        world::rpmvercmp("5.15.0-204.147.6.2.el8uek", "5.15.0-200.131.27.el8uek"),
+        Greater
+    );
+    assert_eq!(world::rpmvercmp("1.0~rc1", "1.0"), Less);
+    assert_eq!(world::rpmvercmp("1.0a", "1.0"), Greater);
+    assert_eq!(world::rpmvercmp("2.0", "2.0"), Equal);
+}
+
+#[test]
+fn cuda_local_repo_module_streams_via_dnf() {
+    let r = Root::new(Os::Ol8, &[RHCK8]).with_extra_rpm("cuda-repo-rhel8-12-2-local");
+    assert!(r
+        .join("/etc/yum.repos.d/cuda-rhel8-12-2-local.repo")
+        .is_file());
+    let out = r.dnf_ok(&["module", "list", "nvidia-driver"]);
+    for s in [
+        "latest ",
+        "latest-dkms [d]",
+        "open-dkms",
+        "535 ",
+        "535-dkms",
+        "535-open",
+    ] {
+        assert!(
+            out.contains(&format!("nvidia-driver {s}")),
+            "stream {s} missing in:\n{out}"
+        );
+    }
+    assert!(out.contains("default [d], fm, ks, src"), "{out}");
+}
+
+#[test]
+fn dkms_scriptlet_builds_per_kernel_and_fails_for_uek_with_system_gcc() {
+    let r = Root::new(Os::Ol8, &[UEK8_OLD, RHCK8]).with_extra_rpm("cuda-repo-rhel8-12-2-local");
+    r.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-devel-{UEK8_OLD}"),
+        &format!("kernel-devel-{RHCK8}"),
+        "gcc",
+    ]);
+    r.dnf_ok(&["-y", "module", "install", "nvidia-driver:latest-dkms"]);
+    assert!(r
+        .join(&format!("/lib/modules/{RHCK8}/extra/nvidia.ko.xz"))
+        .is_file());
+    // UEK7 was built with gcc 11, the system gcc is 8.5: the build fails, the RPM stays installed
+    assert!(!r
+        .join(&format!("/lib/modules/{UEK8_OLD}/extra/nvidia.ko.xz"))
+        .exists());
+    assert!(r.installed("kmod-nvidia-latest-dkms").is_some());
+    let log = r.read(&format!(
+        "/var/lib/dkms/nvidia/535.104.05/{UEK8_OLD}/x86_64/log/make.log"
+    ));
+    assert!(
+        log.contains("unrecognized command line option '-ftrivial-auto-var-init=zero'"),
+        "{log}"
+    );
+    // with gcc-toolset-11 named in /etc/dkms/nvidia.conf the rebuild succeeds
+    r.dnf_ok(&["-y", "install", "gcc-toolset-11-gcc"]);
+    r.write("/etc/dkms/nvidia.conf", "MAKE[0]=\"'make' -j2 KERNEL_UNAME=${kernelver} CC=/opt/rh/gcc-toolset-11/root/usr/bin/gcc modules\"\n");
+    r.dnf_ok(&["-y", "reinstall", "kmod-nvidia-latest-dkms"]);
+    assert!(r
+        .join(&format!("/lib/modules/{UEK8_OLD}/extra/nvidia.ko.xz"))
+        .is_file());
+}
+
+#[test]
+fn docker_ce_is_filtered_by_container_tools_module_on_ol8() {
+    let r = Root::new(Os::Ol8, &[UEK8_OLD]);
+    let out = r.dnf(&["-y", "install", "docker-ce"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is filtered out by modular filtering"),
+        "{err}"
+    );
+    r.dnf_ok(&[
+        "-y",
+        "install",
+        "docker-ce",
+        "--setopt=docker-ce-stable.module_hotfixes=true",
+    ]);
+    assert_eq!(
+        r.installed("containerd.io").as_deref(),
+        Some("1.7.22-3.1.el8")
+    );
+}
+
+#[test]
+fn gpuhost_traced_lists_executed_programs() {
+    let r = Root::new(Os::Ubuntu, &[]);
+    let (_out, progs) = r.gpuhost_traced(&["--help"]);
+    if let Some(progs) = progs {
+        assert_eq!(
+            progs.first().map(String::as_str),
+            Some("gpuhost"),
+            "{progs:?}"
+        );
+    }
+}
+
+#[test]
+fn ol9_rhck_headers_via_kernel_devel_matched() {
+    let r = Root::new(Os::Ol9, &[RHCK9]);
+    r.dnf_ok(&["-y", "install", "kernel-devel-matched", "kernel-headers"]);
+    assert_eq!(
+        r.installed("kernel-devel").as_deref(),
+        Some(world::evr(RHCK9))
+    );
+    assert_eq!(
+        r.installed("kernel-headers").as_deref(),
+        Some(world::evr(RHCK9))
+    );
+}
