@@ -34,8 +34,14 @@ fn step<'a>(r: &'a Value, id: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no step {id} in {r:#}"))
 }
 
+/// The skeleton's own steps; the driver and container steps have their own tests.
+const KERNEL_STEPS: &str = "kernel,kernel-headers";
+
 fn apply_json(root: &Root, extra: &[&str]) -> (i32, Value) {
     let mut args = vec!["apply", "--format", "json"];
+    if !extra.contains(&"--only") && !extra.contains(&"--skip") {
+        args.extend_from_slice(&["--only", KERNEL_STEPS]);
+    }
     args.extend_from_slice(extra);
     let o = root.gpuhost(&args);
     (code(&o), report(&o))
@@ -47,7 +53,15 @@ fn uek_root_gets_exactly_the_matching_headers_then_stays_unchanged() {
 
     // plan: says what would change and why, changes nothing
     let before = root.rpmdb_snapshot();
-    let o = root.gpuhost(&["plan", "--profile", "ol8-uek", "--format", "json"]);
+    let o = root.gpuhost(&[
+        "plan",
+        "--profile",
+        "ol8-uek",
+        "--only",
+        KERNEL_STEPS,
+        "--format",
+        "json",
+    ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let plan = report(&o);
     let h = step(&plan, "kernel-headers");
@@ -78,11 +92,22 @@ fn uek_root_gets_exactly_the_matching_headers_then_stays_unchanged() {
         .exists());
 
     // second apply: unchanged, and no dnf process at all
-    let (o, execs) = root.gpuhost_traced(&["apply", "--profile", "ol8-uek", "--format", "json"]);
+    let (o, execs) = root.gpuhost_traced(&[
+        "apply",
+        "--profile",
+        "ol8-uek",
+        "--only",
+        KERNEL_STEPS,
+        "--format",
+        "json",
+    ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let rep = report(&o);
     for s in rep["steps"].as_array().into_iter().flatten() {
-        assert_eq!(s["outcome"], "unchanged", "{s:#}");
+        assert!(
+            s["outcome"] == "unchanged" || s["outcome"] == "skipped",
+            "{s:#}"
+        );
     }
     let ran: Vec<String> = rep["steps"]
         .as_array()
@@ -97,7 +122,7 @@ fn uek_root_gets_exactly_the_matching_headers_then_stays_unchanged() {
     }
 
     // plan on the converged root: every step unchanged
-    let o = root.gpuhost(&["plan", "--profile", "ol8-uek"]);
+    let o = root.gpuhost(&["plan", "--profile", "ol8-uek", "--only", KERNEL_STEPS]);
     assert_eq!(code(&o), 0);
     assert!(stdout(&o).contains("nothing to change"), "{}", stdout(&o));
 }
@@ -185,7 +210,7 @@ fn missing_header_package_fails_naming_it_and_the_available_versions() {
     );
 
     // The text report says the same in one place, with what to do.
-    let o = root.gpuhost(&["apply", "--profile", "ol8-uek"]);
+    let o = root.gpuhost(&["apply", "--profile", "ol8-uek", "--only", KERNEL_STEPS]);
     assert_eq!(code(&o), 1);
     let out = stdout(&o);
     assert!(
@@ -198,7 +223,7 @@ fn missing_header_package_fails_naming_it_and_the_available_versions() {
 fn an_ubuntu_root_is_refused_with_exit_2() {
     let root = Root::new(Os::Ubuntu, &[]);
     let before = root.tree_snapshot();
-    let o = root.gpuhost(&["apply", "--profile", "ol8-uek"]);
+    let o = root.gpuhost(&["apply", "--profile", "ol8-uek", "--only", KERNEL_STEPS]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     let err = stderr(&o);
     assert!(
@@ -403,7 +428,17 @@ fn set_overrides_reach_the_run_and_profiles_show() {
 #[test]
 fn only_and_skip_select_steps() {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
-    let (rc, rep) = apply_json(&root, &["--profile", "ol8-uek", "--skip", "kernel-headers"]);
+    let (rc, rep) = apply_json(
+        &root,
+        &[
+            "--profile",
+            "ol8-uek",
+            "--only",
+            KERNEL_STEPS,
+            "--skip",
+            "kernel-headers",
+        ],
+    );
     assert_eq!(rc, 0);
     assert_eq!(step(&rep, "kernel-headers")["outcome"], "skipped");
     assert!(root.installed("kernel-uek-devel").is_none());
@@ -439,7 +474,7 @@ fn json_report_has_the_documented_fields_and_the_journal_records_runs() {
     assert_eq!(journal.as_array().map(Vec::len), Some(1));
     assert_eq!(journal[0]["steps"][1]["outcome"], "changed");
     // a plan does not write the journal
-    let o = root.gpuhost(&["plan", "--profile", "ol8-uek"]);
+    let o = root.gpuhost(&["plan", "--profile", "ol8-uek", "--only", KERNEL_STEPS]);
     assert_eq!(code(&o), 0);
     let journal: Value = serde_json::from_str(&root.read("var/lib/gpuhost/journal.json"))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -460,12 +495,12 @@ fn a_second_apply_waits_for_no_one_and_says_who_holds_the_lock() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let before = root.rpmdb_snapshot();
-    let o = root.gpuhost(&["apply", "--profile", "ol8-uek"]);
+    let o = root.gpuhost(&["apply", "--profile", "ol8-uek", "--only", KERNEL_STEPS]);
     assert_eq!(code(&o), 1, "{}", stderr(&o));
     assert!(stderr(&o).contains("pid 4242"), "{}", stderr(&o));
     assert_eq!(root.rpmdb_snapshot(), before);
     drop(f);
-    let o = root.gpuhost(&["apply", "--profile", "ol8-uek"]);
+    let o = root.gpuhost(&["apply", "--profile", "ol8-uek", "--only", KERNEL_STEPS]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
 
@@ -489,4 +524,60 @@ fn facts_reports_kernels_devices_and_boot_state() {
         "{}",
         stdout(&o)
     );
+}
+
+/// Every step together: a fresh OL8 UEK root with the driver's local repo package converges
+/// (the world's Docker and toolkit repos stand in for the internet), and a second apply changes
+/// nothing and starts no dnf.
+#[test]
+fn the_whole_registry_converges_and_then_stays_unchanged() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let rpm = world::World::get().cuda_local(world::CUDA_LOCAL_EL8_12_2);
+    let set = format!("driver.local_repo_rpm={}", rpm.display());
+    let profile = world::profile("ol8-uek");
+    let args = [
+        "apply",
+        "--profile",
+        &profile,
+        "--set",
+        &set,
+        "--format",
+        "json",
+    ];
+    let o = root.gpuhost(&args);
+    let rep = report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    let ids: Vec<&str> = rep["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    for id in [
+        "kernel",
+        "kernel-headers",
+        "driver-repo",
+        "driver",
+        "kernel-module",
+        "docker",
+        "daemon-json",
+        "services",
+    ] {
+        assert!(ids.contains(&id), "{id} missing from {ids:?}");
+    }
+    assert!(root.installed("nvidia-driver").is_some());
+    assert!(root.installed("docker-ce").is_some());
+    let (o, execs) = root.gpuhost_traced(&args);
+    let rep = report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    for s in rep["steps"].as_array().into_iter().flatten() {
+        assert!(
+            ["unchanged", "skipped", "deferred"]
+                .contains(&s["outcome"].as_str().unwrap_or_default()),
+            "{s:#}"
+        );
+    }
+    if let Some(execs) = execs {
+        assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
+    }
 }

@@ -1,18 +1,20 @@
 //! `gpuhost`: the command line. Parses arguments, sets up logging, calls the library, and turns
 //! the result into output and an exit code.
 
+mod cloud_init;
 mod output;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use gpuhost_steps::apply::{self, exit, ApplyOptions};
 use gpuhost_steps::facts::{Facts, KernelChoice};
 use gpuhost_steps::host::Host;
 use gpuhost_steps::profile::{self, Profile};
+use gpuhost_steps::reboot::{self, ResumeState};
 use gpuhost_steps::runner::Selection;
 
 const EXIT_CODES: &str = "\
@@ -45,12 +47,25 @@ enum Command {
     /// Show what `apply` would change and why, changing nothing (same as `apply --dry-run`).
     #[command(after_help = EXIT_CODES)]
     Plan(ApplyArgs),
+    /// Repeat the apply that `apply --reboot` recorded before rebooting (run by
+    /// gpuhost-resume.service after boot).
+    #[command(after_help = EXIT_CODES)]
+    Resume(ResumeArgs),
     /// Show what gpuhost sees: OS, kernels, NVIDIA devices on PCI, Secure Boot, nouveau.
     Facts(FactsArgs),
     /// List the built-in profiles, or show one fully resolved.
     Profiles {
         #[command(subcommand)]
         action: Option<ProfilesAction>,
+    },
+    /// Print #cloud-config user-data that provisions a node unattended: installs gpuhost,
+    /// fetches and checks the driver package, runs `gpuhost apply --reboot`.
+    CloudInit(cloud_init::CloudInitArgs),
+    /// Generate the man page or shell completions (for packaging).
+    #[command(hide = true)]
+    Generate {
+        #[command(subcommand)]
+        what: Generate,
     },
     /// Node health through NVML, sysfs, the kernel log and services (Nagios exit codes).
     Status(gpuhost_health::StatusArgs),
@@ -66,6 +81,14 @@ enum ProfilesAction {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum Generate {
+    /// The man page (roff) on stdout.
+    Man,
+    /// Shell completions on stdout.
+    Completions { shell: clap_complete::Shell },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -97,6 +120,23 @@ struct ApplyArgs {
     /// Change nothing; say what would change and why.
     #[arg(long)]
     dry_run: bool,
+    /// When a reboot is needed, reboot and resume after boot (gpuhost-resume.service) until
+    /// converged; without it, apply exits 3 and leaves the reboot to you.
+    #[arg(long, conflicts_with = "dry_run")]
+    reboot: bool,
+    /// Loop guard for --reboot: give up after this many reboots in one resume chain.
+    #[arg(long, default_value_t = gpuhost_steps::reboot::DEFAULT_MAX_REBOOTS, value_name = "N")]
+    max_reboots: u32,
+    /// Report format on stdout.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+}
+
+#[derive(clap::Args, Debug)]
+struct ResumeArgs {
+    /// The install root whose recorded apply to resume.
+    #[arg(long, default_value = "/")]
+    root: PathBuf,
     /// Report format on stdout.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
@@ -116,10 +156,19 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     output::init_logging(&cli.log_level);
     let code = match &cli.command {
-        Command::Apply(a) => run_apply(a, a.dry_run),
-        Command::Plan(a) => run_apply(a, true),
+        Command::Apply(a) => run_apply(&apply_options(a, a.dry_run), a.format),
+        Command::Plan(a) => run_apply(&apply_options(a, true), a.format),
+        Command::Resume(r) => match resume_options(r) {
+            Ok(opts) => run_apply(&opts, r.format),
+            Err(e) => output::error(r.format == Format::Json, &e),
+        },
         Command::Facts(f) => report(f.format, run_facts(f)),
         Command::Profiles { action } => report(Format::Text, run_profiles(action.as_ref())),
+        Command::CloudInit(c) => report(
+            Format::Text,
+            cloud_init::render(c).map(|text| print!("{text}")),
+        ),
+        Command::Generate { what } => report(Format::Text, generate(what)),
         Command::Status(s) => gpuhost_health::run(s),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
@@ -133,8 +182,12 @@ fn report(format: Format, r: Result<()>) -> i32 {
     }
 }
 
-fn run_apply(a: &ApplyArgs, dry_run: bool) -> i32 {
-    let opts = ApplyOptions {
+fn command_line() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
+}
+
+fn apply_options(a: &ApplyArgs, dry_run: bool) -> ApplyOptions {
+    ApplyOptions {
         profile: a.profile.clone(),
         root: a.root.clone(),
         kernel_release: a.kernel_release.clone(),
@@ -144,24 +197,76 @@ fn run_apply(a: &ApplyArgs, dry_run: bool) -> i32 {
             skip: a.skip.clone(),
         },
         dry_run,
-        command_line: std::env::args().collect::<Vec<_>>().join(" "),
+        reboot: a.reboot && !dry_run,
+        max_reboots: a.max_reboots,
+        command_line: command_line(),
+    }
+}
+
+/// The options `apply --reboot` recorded before its reboot.
+fn resume_options(r: &ResumeArgs) -> Result<ApplyOptions> {
+    let host = Host::new(&r.root)?;
+    let Some(state) = ResumeState::load(&host)? else {
+        return Err(gpuhost_steps::invalid!(
+            "nothing to resume: {} does not exist (gpuhost apply --reboot writes it before rebooting)",
+            host.path(gpuhost_steps::reboot::RESUME_PATH).display()
+        ));
     };
-    match apply::apply(&opts) {
+    let a = state.args;
+    Ok(ApplyOptions {
+        profile: a.profile,
+        root: r.root.clone(),
+        kernel_release: None,
+        sets: a.sets,
+        selection: Selection {
+            only: a.only,
+            skip: a.skip,
+        },
+        dry_run: false,
+        reboot: true,
+        max_reboots: a.max_reboots,
+        command_line: command_line(),
+    })
+}
+
+fn run_apply(opts: &ApplyOptions, format: Format) -> i32 {
+    if !opts.dry_run {
+        output::init_progress();
+    }
+    match apply::apply(opts) {
         Ok(rep) => {
-            let printed = match a.format {
+            let printed = match format {
                 Format::Json => output::json(&rep),
                 Format::Text => {
                     output::print_report(&rep);
                     Ok(())
                 }
             };
-            match printed {
-                Ok(()) => rep.exit_code,
-                Err(e) => output::error(false, &e),
+            if let Err(e) = printed {
+                return output::error(false, &e);
             }
+            if rep.reboot.as_ref().is_some_and(|r| r.action == "rebooting") {
+                let rebooted = Host::new(&opts.root).and_then(|h| reboot::reboot_now(&h));
+                if let Err(e) = rebooted {
+                    return output::error(format == Format::Json, &e);
+                }
+            }
+            rep.exit_code
         }
-        Err(e) => output::error(a.format == Format::Json, &e),
+        Err(e) => output::error(format == Format::Json, &e),
     }
+}
+
+fn generate(what: &Generate) -> Result<()> {
+    let mut cmd = Cli::command();
+    let mut out = std::io::stdout();
+    match what {
+        Generate::Man => clap_mangen::Man::new(cmd).render(&mut out)?,
+        Generate::Completions { shell } => {
+            clap_complete::generate(*shell, &mut cmd, "gpuhost", &mut out)
+        }
+    }
+    Ok(())
 }
 
 fn run_facts(f: &FactsArgs) -> Result<()> {
@@ -195,7 +300,6 @@ fn run_profiles(action: Option<&ProfilesAction>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {

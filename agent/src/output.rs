@@ -28,6 +28,18 @@ pub fn init_logging(level: &str) {
     }
 }
 
+/// Progress lines on stderr while steps change the host: a live line on a terminal, plain
+/// lines otherwise (cloud-init output, pipes) and under systemd.
+pub fn init_progress() {
+    use gpuhost_steps::progress::{set_mode, Mode};
+    let under_systemd = std::env::var_os("JOURNAL_STREAM").is_some();
+    set_mode(if std::io::stderr().is_terminal() && !under_systemd {
+        Mode::Terminal
+    } else {
+        Mode::Plain
+    });
+}
+
 pub fn json<T: Serialize>(v: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
@@ -96,10 +108,21 @@ pub fn print_report(r: &Report) {
                 .filter(|s| s.outcome == Outcome::Failed)
                 .map(|s| s.id.as_str())
                 .collect();
-            format!("failed: {}", failed.join(", "))
+            if failed.is_empty() {
+                "stopped".to_string()
+            } else {
+                format!("failed: {}", failed.join(", "))
+            }
         }
     };
     println!("{verdict} in {} ms (exit {})", r.duration_ms, r.exit_code);
+    match &r.reboot {
+        Some(rb) => println!("reboot: {}", rb.message),
+        None if r.exit_code == exit::REBOOT => println!(
+            "what to do: reboot, then run the same command again (or add --reboot to let gpuhost reboot and resume until converged)"
+        ),
+        None => {}
+    }
 }
 
 pub fn print_facts(f: &Facts) {

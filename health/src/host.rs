@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use gpuhost_steps::cmd::Cmd;
 
-use crate::snapshot::{AerCounters, DaemonJson, HostSnapshot, NvmlLibrary, PciDevice, PciKind, Services};
+use crate::snapshot::{
+    AerCounters, DaemonJson, HostSnapshot, NvmlLibrary, PciDevice, PciKind, Services,
+};
 
 /// Directories where libnvidia-ml.so.1 lives on the distributions gpuhost meets.
 const LIB_DIRS: &[&str] = &[
@@ -28,7 +30,9 @@ fn under(root: &Path, p: &str) -> PathBuf {
 }
 
 fn read_trim(p: &Path) -> Option<String> {
-    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// Collect the host part of the snapshot under `root` (`/` on a live system).
@@ -126,7 +130,8 @@ fn pci_device(path: &Path, address: String, kind: PciKind, class: String) -> Pci
         config_error,
         current_link_speed: read_trim(&path.join("current_link_speed")),
         max_link_speed: read_trim(&path.join("max_link_speed")),
-        current_link_width: read_trim(&path.join("current_link_width")).and_then(|s| s.parse().ok()),
+        current_link_width: read_trim(&path.join("current_link_width"))
+            .and_then(|s| s.parse().ok()),
         max_link_width: read_trim(&path.join("max_link_width")).and_then(|s| s.parse().ok()),
         aer: aer(path),
     }
@@ -236,6 +241,7 @@ pub fn parse_is_active(stdout: &str) -> Option<Services> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

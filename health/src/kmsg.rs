@@ -84,7 +84,10 @@ fn read_kmsg(p: &Path) -> Result<String, String> {
         .open(p)
         .map_err(|e| {
             if e.kind() == std::io::ErrorKind::PermissionDenied {
-                format!("{}: permission denied (kernel.dmesg_restrict=1; run as root)", p.display())
+                format!(
+                    "{}: permission denied (kernel.dmesg_restrict=1; run as root)",
+                    p.display()
+                )
             } else {
                 format!("{}: {e}", p.display())
             }
@@ -168,6 +171,7 @@ pub fn normalise_pci(addr: &str) -> Option<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 
@@ -192,7 +196,10 @@ mod tests {
 
     #[test]
     fn normalises_addresses() {
-        assert_eq!(normalise_pci("00000000:3B:00.0").as_deref(), Some("0000:3b:00"));
+        assert_eq!(
+            normalise_pci("00000000:3B:00.0").as_deref(),
+            Some("0000:3b:00")
+        );
         assert_eq!(normalise_pci("0000:3b:00").as_deref(), Some("0000:3b:00"));
         assert_eq!(normalise_pci("3b:00.0").as_deref(), Some("0000:3b:00"));
         assert_eq!(normalise_pci("zz"), None);

@@ -1,18 +1,215 @@
-//! `gpuhost status`: node health through NVML, sysfs, the kernel log and services.
+//! `gpuhost status`: node health through NVML, sysfs, the kernel log and services, with
+//! Nagios exit codes (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN: the worst check wins, ranked
+//! OK < WARNING < UNKNOWN < CRITICAL so that a CRITICAL finding is never hidden).
 //!
-//! (Being written: see issue 5.)
+//! The pieces:
+//! - [`host`], [`kmsg`]: driver-free collection (sysfs, /proc, daemon.json, systemctl, the
+//!   kernel log), relative to a root that tests point at a crafted tree;
+//! - [`nvml`]: the NVML probe, run in a child process by [`probe`] under a deadline;
+//! - [`snapshot`]: what was collected, as serialisable data;
+//! - [`verdict`]: pure functions from a snapshot to checks;
+//! - [`output`]: table, JSON and Prometheus renderings.
+//!
+//! The JSON report (`--format json`) is documented in `health/README.md`.
 
+pub mod host;
+pub mod kmsg;
+pub mod nvml;
+pub mod output;
+pub mod probe;
+pub mod snapshot;
+pub mod verdict;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
 use clap::Args;
+
+use gpuhost_steps::profile::Profile;
+use snapshot::{NvmlProbe, ProbeStatus, Services, Snapshot, SNAPSHOT_SCHEMA};
+use verdict::{Expect, Severity};
 
 /// `gpuhost status` options.
 #[derive(Args, Debug, Clone)]
 pub struct StatusArgs {
-    /// Output format.
+    /// Output format on stdout.
     #[arg(long, default_value = "table", value_parser = ["table", "json", "prometheus"])]
     pub format: String,
+    /// Also write the Prometheus text to this file, atomically (node_exporter's textfile
+    /// collector: a `*.prom` file in its directory).
+    #[arg(long, value_name = "PATH")]
+    pub textfile: Option<PathBuf>,
+    /// GPUs this node must have (overrides the profile's `status.expect_gpus`).
+    #[arg(long, value_name = "N")]
+    pub expect_gpus: Option<u32>,
+    /// A profile (built-in name or .toml path) giving the expected GPU count and driver version.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Deadline for the NVML probe, in seconds; past it the driver is reported unresponsive.
+    #[arg(long, value_name = "SECONDS", default_value = "10")]
+    pub timeout: f64,
+    /// Internal: be the NVML probe (print its answer as JSON).
+    #[arg(long, hide = true)]
+    pub nvml_probe: bool,
+    /// Print the collected snapshot as JSON (for test fixtures) instead of a report.
+    #[arg(long, hide = true)]
+    pub dump_snapshot: bool,
+    /// Judge a snapshot saved by --dump-snapshot instead of collecting one.
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub from_snapshot: Option<PathBuf>,
+    /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests); systemctl and the journal
+    /// are not asked then.
+    #[arg(
+        long,
+        hide = true,
+        value_name = "DIR",
+        env = "GPUHOST_STATUS_ROOT",
+        default_value = "/"
+    )]
+    pub root: PathBuf,
 }
 
 /// Run `gpuhost status`; returns the Nagios exit code (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
-pub fn run(_args: &StatusArgs) -> i32 {
-    3
+pub fn run(args: &StatusArgs) -> i32 {
+    if args.nvml_probe {
+        return run_probe();
+    }
+    match status(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gpuhost status: {e:#}");
+            3
+        }
+    }
+}
+
+/// The probe child: NVML → JSON on stdout. `GPUHOST_PROBE_DELAY_MS` makes it sleep first, to
+/// stand for a hung driver in tests and drills.
+fn run_probe() -> i32 {
+    if let Some(ms) = std::env::var("GPUHOST_PROBE_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    let p = nvml::probe();
+    match serde_json::to_string(&p) {
+        Ok(s) => {
+            println!("{s}");
+            0
+        }
+        Err(e) => {
+            eprintln!("cannot serialise the NVML answer: {e}");
+            1
+        }
+    }
+}
+
+fn status(args: &StatusArgs) -> Result<i32> {
+    let expect = expectations(args);
+    let snapshot = match &args.from_snapshot {
+        Some(f) => {
+            let text =
+                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            serde_json::from_str::<Snapshot>(&text)
+                .with_context(|| format!("parsing {}", f.display()))?
+        }
+        None => collect(&args.root, timeout(args.timeout)?),
+    };
+    if args.dump_snapshot {
+        println!("{}", serde_json::to_string_pretty(&snapshot)?);
+        return Ok(0);
+    }
+    let checks = verdict::evaluate(&snapshot, &expect);
+    let mut code = verdict::overall(&checks).exit_code();
+    match args.format.as_str() {
+        "json" => println!("{}", output::json(&snapshot, &expect, &checks)),
+        "prometheus" => print!("{}", output::prometheus(&snapshot, &checks)),
+        _ => print!("{}", output::table(&checks)),
+    }
+    if let Some(path) = &args.textfile {
+        let text = output::prometheus(&snapshot, &checks);
+        if let Err(e) = gpuhost_steps::fsutil::write_atomic(path, text.as_bytes(), 0o644) {
+            eprintln!("gpuhost status: cannot write the textfile: {e:#}");
+            code = code.max(Severity::Unknown.exit_code());
+        }
+    }
+    Ok(code)
+}
+
+fn timeout(secs: f64) -> Result<Duration> {
+    if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
+        anyhow::bail!("--timeout {secs}: give seconds between 0 and 3600");
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// What the node should have: `--expect-gpus` over the profile's `status.expect_gpus`; the
+/// driver version from the profile's local repo RPM name.
+pub fn expectations(args: &StatusArgs) -> Expect {
+    let mut e = Expect::default();
+    if let Some(name) = &args.profile {
+        match Profile::resolve(name, &[]) {
+            Ok(p) => {
+                if let Some(n) = p.status.expect_gpus {
+                    e.gpus = Some(n);
+                    e.gpus_source = Some(format!("profile {name}"));
+                }
+                if let Some(rpm) = &p.driver.local_repo_rpm {
+                    let file = rpm.file_name().map(|f| f.to_string_lossy().to_string());
+                    if let Some(v) = file.as_deref().and_then(verdict::driver_version_from_rpm) {
+                        e.driver_version = Some(v);
+                        e.driver_source = Some(format!("profile {name}"));
+                    }
+                }
+            }
+            Err(err) => e.profile_error = Some(format!("{err:#}")),
+        }
+    }
+    if let Some(n) = args.expect_gpus {
+        e.gpus = Some(n);
+        e.gpus_source = Some("--expect-gpus".into());
+    }
+    e
+}
+
+/// Collect a snapshot: the NVML probe runs in a child process while the driver-free reads
+/// happen here.
+pub fn collect(root: &Path, timeout: Duration) -> Snapshot {
+    let live = root == Path::new("/");
+    let running = match std::env::current_exe() {
+        Ok(exe) => {
+            let argv: Vec<OsString> = vec![exe.into(), "status".into(), "--nvml-probe".into()];
+            probe::start(&argv, timeout, &probe::run_dir())
+        }
+        Err(e) => Err(Box::new(NvmlProbe {
+            status: ProbeStatus::ProbeFailed,
+            error: Some(format!("cannot find gpuhost's own executable: {e}")),
+            ..NvmlProbe::default()
+        })),
+    };
+    let host = host::collect(root);
+    let kernel_log = kmsg::collect(root, live);
+    let services = if live {
+        host::services()
+    } else {
+        Services {
+            error: Some(format!("not checked under --root {}", root.display())),
+            ..Services::default()
+        }
+    };
+    let nvml = match running {
+        Ok(r) => r.finish(),
+        Err(p) => *p,
+    };
+    Snapshot {
+        schema: SNAPSHOT_SCHEMA,
+        collected_at: gpuhost_steps::fsutil::unix_now(),
+        host,
+        services,
+        kernel_log,
+        nvml,
+    }
 }

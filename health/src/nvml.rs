@@ -15,11 +15,13 @@ use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
-use nvml_wrapper_sys::bindings::nvmlGpuFabricInfo_v2_t;
+use nvml_wrapper_sys::bindings::{
+    nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfo_v3_t,
+    nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH as NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+};
 
 use crate::snapshot::{
-    EccMode, Fabric, GpuSnapshot, MigMode, NvLink, NvmlProbe, ProbeStatus, Reading,
-    RemappedRows,
+    EccMode, Fabric, GpuSnapshot, MigMode, NvLink, NvmlProbe, ProbeStatus, Reading, RemappedRows,
 };
 
 /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`.
@@ -96,36 +98,38 @@ fn ms(t: Instant) -> f64 {
 /// A device whose handle could not be had (e.g. GpuLost): every field carries the error.
 fn lost_gpu(index: u32, e: &NvmlError, t: Instant) -> GpuSnapshot {
     let k = error_kind(e);
-    let er = || Reading::Error(k.clone());
+    fn err<T>(k: &str) -> Reading<T> {
+        Reading::Error(k.to_string())
+    }
     GpuSnapshot {
         index,
-        name: er(),
-        uuid: er(),
-        pci_bus_id: er(),
-        ecc_mode: er(),
-        ecc_volatile_uncorrected: er(),
-        ecc_aggregate_uncorrected: er(),
-        ecc_volatile_corrected: er(),
-        retired_pages_pending: er(),
-        remapped_rows: er(),
-        recovery_action: er(),
-        temperature_c: er(),
-        temperature_slowdown_c: er(),
-        temperature_shutdown_c: er(),
-        clock_event_reasons: er(),
-        power_usage_mw: er(),
-        power_limit_enforced_mw: er(),
-        power_limit_default_mw: er(),
-        memory_total_bytes: er(),
-        memory_used_bytes: er(),
-        pcie_gen_current: er(),
-        pcie_gen_max: er(),
-        pcie_width_current: er(),
-        pcie_width_max: er(),
-        persistence_mode: er(),
-        mig_mode: er(),
-        nvlinks: er(),
-        fabric: er(),
+        name: err(&k),
+        uuid: err(&k),
+        pci_bus_id: err(&k),
+        ecc_mode: err(&k),
+        ecc_volatile_uncorrected: err(&k),
+        ecc_aggregate_uncorrected: err(&k),
+        ecc_volatile_corrected: err(&k),
+        retired_pages_pending: err(&k),
+        remapped_rows: err(&k),
+        recovery_action: err(&k),
+        temperature_c: err(&k),
+        temperature_slowdown_c: err(&k),
+        temperature_shutdown_c: err(&k),
+        clock_event_reasons: err(&k),
+        power_usage_mw: err(&k),
+        power_limit_enforced_mw: err(&k),
+        power_limit_default_mw: err(&k),
+        memory_total_bytes: err(&k),
+        memory_used_bytes: err(&k),
+        pcie_gen_current: err(&k),
+        pcie_gen_max: err(&k),
+        pcie_width_current: err(&k),
+        pcie_width_max: err(&k),
+        persistence_mode: err(&k),
+        mig_mode: err(&k),
+        nvlinks: err(&k),
+        fabric: err(&k),
         sweep_ms: ms(t),
     }
 }
@@ -251,23 +255,34 @@ fn nvlinks(d: &Device<'_>) -> Reading<Vec<NvLink>> {
     Reading::Value(links)
 }
 
-/// `nvmlDeviceGetGpuFabricInfoV` (v2: with the health mask); n/a where unsupported.
+/// `nvmlDeviceGetGpuFabricInfoV`: version 3 (with the health mask), else version 2 (older
+/// drivers; its layout is v3's prefix); n/a where unsupported.
 fn fabric(nvml: &Nvml, d: &Device<'_>) -> Reading<Fabric> {
     let lib = nvml.lib();
     let Ok(sym) = lib.nvmlDeviceGetGpuFabricInfoV.as_ref() else {
         return Reading::NotSupported;
     };
-    let size = std::mem::size_of::<nvmlGpuFabricInfo_v2_t>();
-    let mut info = nvmlGpuFabricInfo_v2_t {
-        version: u32::try_from(size | (2 << 24)).unwrap_or(0),
+    let v3 = std::mem::size_of::<nvmlGpuFabricInfo_v3_t>() | (3 << 24);
+    let v2 = std::mem::size_of::<nvmlGpuFabricInfo_v2_t>() | (2 << 24);
+    let mut rc = 0;
+    let mut info = nvmlGpuFabricInfo_v3_t {
+        version: 0,
         clusterUuid: [0; 16],
         status: 0,
         cliqueId: 0,
         state: 0,
         healthMask: 0,
+        healthSummary: 0,
     };
-    // SAFETY: live device handle; `info` is a properly versioned v2 struct on our stack.
-    let rc = unsafe { sym(d.handle(), &mut info) };
+    for version in [v3, v2] {
+        info.version = u32::try_from(version).unwrap_or(0);
+        // SAFETY: live device handle; `info` is a v3 struct on our stack, large enough for
+        // either version, and the version field says which layout the library may fill.
+        rc = unsafe { sym(d.handle(), &mut info) };
+        if rc != NVML_ERROR_ARGUMENT_VERSION_MISMATCH {
+            break;
+        }
+    }
     if let Err(e) = nvml_wrapper::error::nvml_try(rc) {
         return reading(Err(e));
     }
@@ -278,7 +293,11 @@ fn fabric(nvml: &Nvml, d: &Device<'_>) -> Reading<Fabric> {
         state: info.state,
         status: info.status,
         clique_id: info.cliqueId,
-        cluster_uuid: info.clusterUuid.iter().map(|b| format!("{b:02x}")).collect(),
+        cluster_uuid: info
+            .clusterUuid
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
         health_mask: info.healthMask,
     })
 }

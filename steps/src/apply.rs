@@ -12,6 +12,7 @@ use crate::invalid;
 use crate::kernel::Flavour;
 use crate::lock::ApplyLock;
 use crate::profile::Profile;
+use crate::reboot::{self, RebootReport, ResumeArgs};
 use crate::runner::{self, Ctx, Outcome, Selection, StepReport};
 use crate::{fsutil, state, steps};
 
@@ -35,8 +36,26 @@ pub struct ApplyOptions {
     pub sets: Vec<String>,
     pub selection: Selection,
     pub dry_run: bool,
+    /// When a reboot is needed: reboot and resume through `gpuhost-resume.service`.
+    pub reboot: bool,
+    /// Loop guard: at most this many reboots in one resume chain.
+    pub max_reboots: u32,
     /// The command line, recorded in the lock file and the journal.
     pub command_line: String,
+}
+
+impl ApplyOptions {
+    /// What a resumed run after a reboot repeats (not `--kernel-release`: after the reboot,
+    /// the running kernel is the target).
+    pub fn resume_args(&self) -> ResumeArgs {
+        ResumeArgs {
+            profile: self.profile.clone(),
+            sets: self.sets.clone(),
+            only: self.selection.only.clone(),
+            skip: self.selection.skip.clone(),
+            max_reboots: self.max_reboots,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -54,6 +73,9 @@ pub struct Report {
     /// Why a reboot is required, when one is.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reboot_required: Vec<String>,
+    /// What gpuhost did about a reboot (`--reboot`, resume chains).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reboot: Option<RebootReport>,
     pub steps: Vec<StepReport>,
 }
 
@@ -181,12 +203,25 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         .iter()
         .filter_map(|s| s.reboot_required.as_ref().map(|r| format!("{}: {r}", s.id)))
         .collect();
-    let exit_code = if steps.iter().any(|s| s.outcome == Outcome::Failed) {
+    let mut exit_code = if steps.iter().any(|s| s.outcome == Outcome::Failed) {
         exit::FAILED
     } else if !reboot_required.is_empty() {
         exit::REBOOT
     } else {
         exit::OK
+    };
+    let reboot = if opts.dry_run {
+        None
+    } else if exit_code == exit::OK {
+        reboot::finish(host)?
+    } else if exit_code == exit::REBOOT && opts.reboot {
+        let r = reboot::schedule(host, &opts.resume_args(), &reboot_required)?;
+        if r.action == "gave-up" {
+            exit_code = exit::FAILED;
+        }
+        Some(r)
+    } else {
+        None
     };
     let report = Report {
         gpuhost_version: env!("CARGO_PKG_VERSION"),
@@ -200,6 +235,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         duration_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
         exit_code,
         reboot_required,
+        reboot,
         steps,
     };
     if !opts.dry_run {

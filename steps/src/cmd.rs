@@ -137,9 +137,21 @@ impl Cmd {
             };
             anyhow!("cannot run `{}`: {e}{hint}", Display(&argv))
         })?;
-        let waited = handle
-            .wait_timeout(self.timeout)
-            .with_context(|| format!("waiting for `{}`", Display(&argv)))?;
+        let deadline = start + self.timeout;
+        let waited = loop {
+            let now = Instant::now();
+            let slice = match crate::progress::tick_every() {
+                Some(every) => every.min(deadline.saturating_duration_since(now)),
+                None => deadline.saturating_duration_since(now),
+            };
+            let w = handle
+                .wait_timeout(slice)
+                .with_context(|| format!("waiting for `{}`", Display(&argv)))?;
+            if w.is_some() || Instant::now() >= deadline {
+                break w;
+            }
+            crate::progress::tick(&Display(&argv).to_string(), start.elapsed());
+        };
         let Some(out) = waited else {
             let _ = handle.kill();
             record(CmdRecord {

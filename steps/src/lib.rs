@@ -18,6 +18,8 @@ pub mod kernel;
 pub mod lock;
 pub mod osrelease;
 pub mod profile;
+pub mod progress;
+pub mod reboot;
 pub mod rpm;
 pub mod runner;
 pub mod state;

@@ -132,7 +132,7 @@ impl Profile {
                 ));
             }
         }
-        self.driver.validate(name)?;
+        self.driver.validate_for(name, self.kernel.flavour)?;
         containers::validate(
             name,
             &self.docker,

@@ -153,10 +153,20 @@ impl<'a> Ctx<'a> {
     /// `dnf install` these specs in one transaction. When dnf finds no match for a spec, the
     /// error names it and lists the versions of that package the enabled repos do have.
     pub fn dnf_install(&mut self, specs: &[String]) -> Result<()> {
+        self.dnf_install_with(&[], specs)
+    }
+
+    /// [`Ctx::dnf_install`] with extra dnf options before the specs (e.g. `--allowerasing`).
+    pub fn dnf_install_with(&mut self, options: &[&str], specs: &[String]) -> Result<()> {
         if specs.is_empty() {
             return Ok(());
         }
-        let cmd = self.host.dnf()?.arg("install").args(specs);
+        let cmd = self
+            .host
+            .dnf()?
+            .arg("install")
+            .args(options.iter().copied())
+            .args(specs);
         let out = cmd.output()?;
         self.invalidate_rpm();
         if out.success() {
@@ -354,7 +364,7 @@ pub fn run_steps(ctx: &mut Ctx<'_>, steps: &[&dyn Step], sel: &Selection) -> Vec
     }
     let mut reports = Vec::new();
     let mut failed: Option<String> = None;
-    for step in steps {
+    for (index, step) in steps.iter().enumerate() {
         let start = Instant::now();
         let skip = |reason: String| StepReport {
             id: step.id().to_string(),
@@ -382,7 +392,9 @@ pub fn run_steps(ctx: &mut Ctx<'_>, steps: &[&dyn Step], sel: &Selection) -> Vec
             continue;
         }
         tracing::info!(step = step.id(), "checking");
-        let mut report = run_one(ctx, *step);
+        let label = format!("[{}/{}] {}", index + 1, steps.len(), step.id());
+        let mut report = run_one(ctx, *step, &label);
+        crate::progress::step_done(&label, &report.outcome.to_string(), start.elapsed());
         let mut commands = std::mem::take(&mut prefetch_cmds);
         commands.extend(cmd::take_records());
         report.commands = commands;
@@ -396,7 +408,7 @@ pub fn run_steps(ctx: &mut Ctx<'_>, steps: &[&dyn Step], sel: &Selection) -> Vec
     reports
 }
 
-fn run_one(ctx: &mut Ctx<'_>, step: &dyn Step) -> StepReport {
+fn run_one(ctx: &mut Ctx<'_>, step: &dyn Step, label: &str) -> StepReport {
     let mut report = StepReport {
         id: step.id().to_string(),
         outcome: Outcome::Unchanged,
@@ -446,6 +458,8 @@ fn run_one(ctx: &mut Ctx<'_>, step: &dyn Step) -> StepReport {
             .join("; ");
         return report;
     }
+    let what: Vec<String> = first.changes.iter().map(|c| c.action.to_string()).collect();
+    crate::progress::step_changing(label, &what.join("; "));
     if let Err(e) = step.apply(ctx, &first.changes) {
         return fail(report, e);
     }

@@ -374,6 +374,14 @@ def base_pkgs(os_):
                     copies={"/bin/busybox": BUSYBOX},
                     links={f"/bin/{a}": "busybox" for a in BUSYBOX_APPLETS},
                     provides=["/bin/sh", "/bin/bash"]))
+    # systemd: the targets every unit hangs off (systemd-analyze verify --root needs them).
+    base.append(Pkg("systemd", "239" if m == "8" else "252", f"82.0.1.{d}" if m == "8" else f"32.0.1.{d}",
+                    files={f"/usr/lib/systemd/system/{t}.target": f"[Unit]\nDescription={t} (synthetic)\n"
+                           for t in ("sysinit", "basic", "multi-user", "timers", "network-online",
+                                     "shutdown", "default")}))
+    # glibc: what the gpuhost RPM requires (its binary targets glibc 2.28, OL8's; OL9 has 2.34).
+    base.append(Pkg("glibc", "2.28" if m == "8" else "2.34", f"251.0.1.{d}" if m == "8" else f"100.0.1.{d}",
+                    files={"/etc/ld.so.conf": "include ld.so.conf.d/*.conf\n"}))
     base.append(Pkg("make", "4.2.1" if m == "8" else "4.3", f"11.{d}" if m == "8" else f"8.{d}", epoch=1,
                     files={"/usr/bin/make": "#!/bin/sh\necho GNU Make\n"}))
     elf = Pkg("elfutils-libelf-devel", "0.190", f"2.{d}" if m == "8" else f"2.{d}",

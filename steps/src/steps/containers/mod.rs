@@ -1,23 +1,172 @@
-//! Docker CE, the NVIDIA Container Toolkit, daemon.json, services, prefix links and the
-//! container smoke test. (Issue 4: the steps docker, container-toolkit, daemon-json, services,
-//! prefix-links and container-smoke live here.)
+//! Docker CE, the NVIDIA Container Toolkit, `daemon.json`, services, prefix links and the
+//! container smoke test — the steps that make a GPU host a GPU *container* host.
+//!
+//! The profile sections live here too: `[docker]` (with `[docker.daemon]` for what goes into
+//! `/etc/docker/daemon.json`), `[container_toolkit]`, `[[prefix_links]]`, `[container_smoke]`.
+//!
+//! A docker restart is owed (in gpuhost's state, durably, *before* the change that makes it
+//! owed) whenever the docker packages or `daemon.json` change; the `services` step pays it. A
+//! crash in between leaves it owed, so the next run still restarts.
+
+mod daemon_json;
+mod docker;
+mod prefix_links;
+mod services;
+mod smoke;
+mod toolkit;
+
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::runner::Step;
+use crate::invalid;
+use crate::runner::{Ctx, Step};
+
+pub use daemon_json::{merge as merge_daemon_json, NVIDIA_RUNTIME_PATH};
+pub use prefix_links::link_path;
+pub use smoke::{parse_nvcc_release, parse_smi_header, parse_smi_list, SmiGpu};
+
+/// The state key of the owed docker restart.
+pub const RESTART_DOCKER: &str = "restart:docker.service";
+
+/// Toolkit versions that must not be installed, with why.
+pub const TOOLKIT_DENY: &[(&str, &str)] = &[(
+    "1.17.7",
+    "1.17.7 broke enroot (GCP cluster-toolkit pins it away)",
+)];
 
 /// `[docker]` in a profile.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DockerSpec {}
+pub struct DockerSpec {
+    /// Where Docker CE comes from: a URL (`https://…`, `file://…`) or an absolute local
+    /// directory holding a repo (air-gapped mirror). Written to `/etc/yum.repos.d/docker-ce.repo`.
+    #[serde(default = "default_docker_repo")]
+    pub repo: String,
+    /// GPG key URL (or `file://` path) of the repo; `""` turns gpgcheck off (a mirror you trust).
+    #[serde(default = "default_docker_gpgkey")]
+    pub gpgkey: String,
+    /// Pin `docker-ce` and `docker-ce-cli` to this version (e.g. `27.3.1`); unset or `""`: the newest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Pin `containerd.io` to this version (e.g. `1.7.22`); unset or `""`: the newest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containerd_version: Option<String>,
+    /// What to do when podman, buildah or runc are installed: `fail` (default: stop, change
+    /// nothing), `remove` (remove them first), `allowerasing` (let dnf replace or erase them).
+    #[serde(default)]
+    pub conflicts: ConflictPolicy,
+    /// How `containerd.io` escapes modular filtering by `container-tools` on OL8: `hotfixes`
+    /// (`module_hotfixes=true` on the docker repo, the default) or `disable-module`
+    /// (`dnf module disable container-tools`).
+    #[serde(default)]
+    pub module_filtering: ModuleFiltering,
+    /// What gpuhost puts into `/etc/docker/daemon.json`.
+    #[serde(default)]
+    pub daemon: DaemonSpec,
+}
+
+impl Default for DockerSpec {
+    fn default() -> Self {
+        DockerSpec {
+            repo: default_docker_repo(),
+            gpgkey: default_docker_gpgkey(),
+            version: None,
+            containerd_version: None,
+            conflicts: ConflictPolicy::default(),
+            module_filtering: ModuleFiltering::default(),
+            daemon: DaemonSpec::default(),
+        }
+    }
+}
+
+fn default_docker_repo() -> String {
+    "https://download.docker.com/linux/rhel/$releasever/$basearch/stable".to_string()
+}
+
+fn default_docker_gpgkey() -> String {
+    "https://download.docker.com/linux/rhel/gpg".to_string()
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConflictPolicy {
+    #[default]
+    Fail,
+    Remove,
+    Allowerasing,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModuleFiltering {
+    #[default]
+    Hotfixes,
+    DisableModule,
+}
+
+/// `[docker.daemon]`: the keys gpuhost manages in `/etc/docker/daemon.json`. The `nvidia`
+/// runtime is always added; every key not named here is left as the user has it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonSpec {
+    /// `"default-runtime": "nvidia"` (like `nvidia-ctk runtime configure --set-as-default`).
+    /// `false` leaves `default-runtime` as it is.
+    #[serde(default)]
+    pub default_runtime_nvidia: bool,
+    /// `default-shm-size` for containers, e.g. `"1G"` (NCCL needs more than the 64M default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_shm_size: Option<String>,
+    /// `default-ulimits.memlock` (soft = hard); `-1` is unlimited, as NVIDIA recommends for NCCL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ulimit_memlock: Option<i64>,
+    /// `default-ulimits.stack` in bytes (soft = hard); NVIDIA recommends 67108864.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ulimit_stack: Option<i64>,
+}
 
 /// `[container_toolkit]` in a profile.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ToolkitSpec {}
+pub struct ToolkitSpec {
+    /// Where the toolkit comes from: a URL or an absolute local directory; written to
+    /// `/etc/yum.repos.d/nvidia-container-toolkit.repo`.
+    #[serde(default = "default_toolkit_repo")]
+    pub repo: String,
+    /// GPG key of the repo; `""` turns gpgcheck off.
+    #[serde(default = "default_toolkit_gpgkey")]
+    pub gpgkey: String,
+    /// The one version of all four toolkit packages (e.g. `1.17.8`); unset or `""`: the newest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Generate the CDI spec (`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`) when it
+    /// is missing; live only.
+    #[serde(default)]
+    pub cdi: bool,
+}
 
-/// One `[[prefix_links]]` entry in a profile.
+impl Default for ToolkitSpec {
+    fn default() -> Self {
+        ToolkitSpec {
+            repo: default_toolkit_repo(),
+            gpgkey: default_toolkit_gpgkey(),
+            version: None,
+            cdi: false,
+        }
+    }
+}
+
+fn default_toolkit_repo() -> String {
+    "https://nvidia.github.io/libnvidia-container/stable/rpm/$basearch".to_string()
+}
+
+fn default_toolkit_gpgkey() -> String {
+    "https://nvidia.github.io/libnvidia-container/gpgkey".to_string()
+}
+
+/// One `[[prefix_links]]` entry in a profile: every file the packages own is symlinked under
+/// `prefix` (`/usr/` stripped, `lib64` folded into `lib`). Missing packages are installed.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrefixLink {
@@ -28,20 +177,326 @@ pub struct PrefixLink {
 /// `[container_smoke]` in a profile.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SmokeSpec {}
+pub struct SmokeSpec {
+    /// The image to run `nvidia-smi -L` in, e.g. `nvcr.io/nvidia/cuda:12.2.2-base-ubi8`; unset:
+    /// no smoke test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// A `docker save` tarball to `docker load` first when the image is not present
+    /// (air-gapped sites).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_tarball: Option<PathBuf>,
+}
 
 /// Checks beyond types for the container sections; `profile` names the profile in messages.
 pub fn validate(
-    _profile: &str,
-    _docker: &DockerSpec,
-    _toolkit: &ToolkitSpec,
-    _links: &[PrefixLink],
-    _smoke: &SmokeSpec,
+    profile: &str,
+    docker: &DockerSpec,
+    toolkit: &ToolkitSpec,
+    links: &[PrefixLink],
+    smoke: &SmokeSpec,
 ) -> Result<()> {
+    check_source(profile, "docker.repo", &docker.repo)?;
+    check_source(profile, "container_toolkit.repo", &toolkit.repo)?;
+    for (key, v) in [
+        ("docker.version", &docker.version),
+        ("docker.containerd_version", &docker.containerd_version),
+        ("container_toolkit.version", &toolkit.version),
+    ] {
+        if let Some(v) = v {
+            if !v.is_empty() && !is_version(v) {
+                return Err(invalid!(
+                    "profile {profile}: key `{key}`: \"{v}\" is not a package version (e.g. 27.3.1)"
+                ));
+            }
+        }
+    }
+    if let Some(v) = &toolkit.version {
+        if let Some(why) = toolkit_denied(v) {
+            return Err(invalid!(
+                "profile {profile}: key `container_toolkit.version`: {v} is refused: {why}; pin another version (e.g. 1.17.8)"
+            ));
+        }
+    }
+    if let Some(s) = &docker.daemon.default_shm_size {
+        if !is_size(s) {
+            return Err(invalid!(
+                "profile {profile}: key `docker.daemon.default_shm_size`: \"{s}\" is not a size like 64M or 1G"
+            ));
+        }
+    }
+    for (key, v) in [
+        ("docker.daemon.ulimit_memlock", docker.daemon.ulimit_memlock),
+        ("docker.daemon.ulimit_stack", docker.daemon.ulimit_stack),
+    ] {
+        if v.is_some_and(|v| v < -1) {
+            return Err(invalid!(
+                "profile {profile}: key `{key}`: must be -1 (unlimited) or a number of bytes"
+            ));
+        }
+    }
+    for (i, l) in links.iter().enumerate() {
+        let key = format!("prefix_links[{i}]");
+        let p = &l.prefix;
+        let bad_prefix = !p.is_absolute()
+            || p.components().count() < 2
+            || p.starts_with("/usr")
+            || p.components()
+                .any(|c| matches!(c, std::path::Component::ParentDir));
+        if bad_prefix {
+            return Err(invalid!(
+                "profile {profile}: key `{key}.prefix`: \"{}\" must be an absolute directory outside /usr, e.g. /opt/nvidia/nccl",
+                p.display()
+            ));
+        }
+        if l.packages.is_empty() {
+            return Err(invalid!(
+                "profile {profile}: key `{key}.packages` is empty; name the packages whose files go under {}",
+                p.display()
+            ));
+        }
+        for pkg in &l.packages {
+            if pkg.trim().is_empty() || pkg.chars().any(char::is_whitespace) {
+                return Err(invalid!(
+                    "profile {profile}: key `{key}.packages`: \"{pkg}\" is not a package name"
+                ));
+            }
+        }
+    }
+    if let Some(img) = &smoke.image {
+        if img.trim().is_empty() || img.chars().any(char::is_whitespace) || img.starts_with('-') {
+            return Err(invalid!(
+                "profile {profile}: key `container_smoke.image`: \"{img}\" is not an image reference"
+            ));
+        }
+    }
+    if smoke.image_tarball.is_some() && smoke.image.is_none() {
+        return Err(invalid!(
+            "profile {profile}: key `container_smoke.image_tarball` needs `container_smoke.image` (the image the tarball holds)"
+        ));
+    }
     Ok(())
+}
+
+/// Why a toolkit version is refused, if it is.
+pub fn toolkit_denied(version: &str) -> Option<&'static str> {
+    TOOLKIT_DENY
+        .iter()
+        .find(|(v, _)| version == *v || version.strip_prefix(v).is_some_and(|r| r.starts_with('-')))
+        .map(|(_, why)| *why)
+}
+
+fn check_source(profile: &str, key: &str, src: &str) -> Result<()> {
+    let ok = match RepoSource::parse(src) {
+        Some(RepoSource::Dir(d)) => d
+            .components()
+            .all(|c| !matches!(c, std::path::Component::ParentDir)),
+        Some(RepoSource::Url(u)) => !u.chars().any(char::is_whitespace),
+        None => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid!(
+            "profile {profile}: key `{key}`: \"{src}\" is neither a URL (https://…, file://…) nor an absolute directory"
+        ))
+    }
+}
+
+fn is_version(v: &str) -> bool {
+    !v.is_empty()
+        && v.starts_with(|c: char| c.is_ascii_digit())
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-_~+^".contains(c))
+}
+
+fn is_size(s: &str) -> bool {
+    let digits = s.trim_end_matches(|c: char| "bkmgBKMG".contains(c));
+    !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) && s.len() - digits.len() <= 1
+}
+
+/// Where a repo comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RepoSource<'a> {
+    Url(&'a str),
+    Dir(&'a Path),
+}
+
+impl<'a> RepoSource<'a> {
+    pub fn parse(s: &'a str) -> Option<RepoSource<'a>> {
+        if s.starts_with('/') {
+            Some(RepoSource::Dir(Path::new(s)))
+        } else if s.contains("://") {
+            Some(RepoSource::Url(s))
+        } else {
+            None
+        }
+    }
+
+    pub fn baseurl(&self) -> String {
+        match self {
+            RepoSource::Url(u) => (*u).to_string(),
+            RepoSource::Dir(d) => format!("file://{}", d.display()),
+        }
+    }
+}
+
+/// The text of a `.repo` file with one repo; `extra` lines go last (e.g. `module_hotfixes=true`).
+pub fn repo_file(id: &str, name: &str, source: &str, gpgkey: &str, extra: &[&str]) -> String {
+    let baseurl = RepoSource::parse(source)
+        .map(|s| s.baseurl())
+        .unwrap_or_else(|| source.to_string());
+    let mut out = format!(
+        "# Written by gpuhost from the profile; edit the profile, not this file.\n[{id}]\nname={name}\nbaseurl={baseurl}\nenabled=1\n"
+    );
+    if gpgkey.is_empty() {
+        out.push_str("gpgcheck=0\n");
+    } else {
+        out.push_str(&format!("gpgcheck=1\ngpgkey={gpgkey}\n"));
+    }
+    for l in extra {
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
+}
+
+/// Compare a repo file on the host with the wanted text; `Some(reason)` when it must be written.
+fn repo_differs(ctx: &Ctx<'_>, path: &str, want: &str) -> Result<Option<String>> {
+    Ok(match ctx.host.read_opt(path)? {
+        None => Some(format!("{path} is missing")),
+        Some(t) if t == want => None,
+        Some(_) => Some(format!("{path} differs from the profile")),
+    })
+}
+
+/// Write a repo file (atomically, 0644).
+fn write_repo(ctx: &Ctx<'_>, path: &str, text: &str) -> Result<()> {
+    crate::fsutil::write_atomic(&ctx.host.path(path), text.as_bytes(), 0o644)
+}
+
+/// For a local-directory repo, fail early (and clearly) when it holds no repo metadata.
+fn require_local_repo(ctx: &Ctx<'_>, key: &str, source: &str) -> Result<()> {
+    if let Some(RepoSource::Dir(d)) = RepoSource::parse(source) {
+        let md = ctx.host.path(d).join("repodata/repomd.xml");
+        if !md.exists() {
+            return Err(crate::error::hinted(
+                format!("{key} {} holds no repo ({} is missing)", d.display(), md.display()),
+                format!("copy the mirror there (with its repodata/), run createrepo_c on it, or point {key} at the right directory"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A dnf failure because the repo from the profile cannot be read becomes an error that says
+/// so and what to do (an air-gapped site needs a local mirror); other errors pass through.
+fn explain_repo_failure(e: anyhow::Error, repo_id: &str, key: &str, source: &str) -> anyhow::Error {
+    let text = format!("{e:#}");
+    if text.contains(&format!("Failed to download metadata for repo '{repo_id}'")) {
+        crate::error::hinted(
+            format!("the {repo_id} repo ({source}, from {key}) cannot be read: {text}"),
+            format!("check the network or proxy, or point {key} at a local mirror directory (air-gapped sites)"),
+        )
+    } else {
+        e
+    }
+}
+
+/// Record that docker must be restarted, durably, before the change that makes it necessary.
+/// Reasons accumulate until the restart is done.
+fn owe_docker_restart(ctx: &mut Ctx<'_>, reason: &str) -> Result<()> {
+    let reason = match ctx.state.pending.get(RESTART_DOCKER) {
+        Some(r) if r.split("; ").any(|x| x == reason) => r.clone(),
+        Some(r) => format!("{r}; {reason}"),
+        None => reason.to_string(),
+    };
+    ctx.state.owe(ctx.host, RESTART_DOCKER, &reason)
+}
+
+/// A failure point for crash tests: when `GPUHOST_FAILPOINT` names this point, the process
+/// aborts right here, as a kill would stop it (no cleanup, no report).
+fn failpoint(name: &str) {
+    if std::env::var("GPUHOST_FAILPOINT").is_ok_and(|v| v == name) {
+        eprintln!("gpuhost: failpoint {name}: aborting");
+        std::process::abort();
+    }
+}
+
+/// A version pin; `""` means none (so that a profile can unpin what it extends).
+fn pin(v: &Option<String>) -> Option<String> {
+    v.as_ref().filter(|v| !v.is_empty()).cloned()
+}
+
+/// True when an installed package's version matches a pin (`27.3.1` or `27.3.1-1.el8`).
+fn version_matches(p: &crate::rpm::Installed, pin: &str) -> bool {
+    p.version == pin || p.evr() == pin
 }
 
 /// The container steps, in order.
 pub fn steps() -> Vec<&'static dyn Step> {
-    vec![]
+    vec![
+        &docker::Docker,
+        &toolkit::ContainerToolkit,
+        &daemon_json::DaemonJson,
+        &services::Services,
+        &prefix_links::PrefixLinks,
+        &smoke::ContainerSmoke,
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case(
+        "https://download.docker.com/linux/rhel/$releasever/$basearch/stable",
+        true
+    )]
+    #[case("/srv/mirror/docker-ce", true)]
+    #[case("file:///srv/mirror", true)]
+    #[case("srv/mirror", false)]
+    #[case("/srv/../etc", false)]
+    fn repo_sources(#[case] src: &str, #[case] ok: bool) {
+        assert_eq!(check_source("p", "docker.repo", src).is_ok(), ok, "{src}");
+    }
+
+    #[test]
+    fn a_local_directory_becomes_a_file_url_and_no_key_means_no_gpgcheck() {
+        let t = repo_file(
+            "docker-ce-stable",
+            "Docker CE Stable",
+            "/srv/mirror/docker",
+            "",
+            &["module_hotfixes=true"],
+        );
+        assert!(t.contains("baseurl=file:///srv/mirror/docker\n"), "{t}");
+        assert!(
+            t.contains("gpgcheck=0\n") && t.ends_with("module_hotfixes=true\n"),
+            "{t}"
+        );
+        let t = repo_file("x", "x", "https://e.com/r", "https://e.com/gpg", &[]);
+        assert!(t.contains("gpgcheck=1\ngpgkey=https://e.com/gpg\n"), "{t}");
+    }
+
+    #[rstest]
+    #[case("1.17.7", true)]
+    #[case("1.17.7-1", true)]
+    #[case("1.17.8", false)]
+    #[case("1.17.70", false)]
+    fn the_deny_list(#[case] v: &str, #[case] denied: bool) {
+        assert_eq!(toolkit_denied(v).is_some(), denied, "{v}");
+    }
+
+    #[rstest]
+    #[case("1G", true)]
+    #[case("512m", true)]
+    #[case("67108864", true)]
+    #[case("1GB", false)]
+    #[case("big", false)]
+    fn sizes(#[case] s: &str, #[case] ok: bool) {
+        assert_eq!(is_size(s), ok, "{s}");
+    }
 }

@@ -1,0 +1,599 @@
+//! The three renderings of a status report: a compact table, JSON, and Prometheus text
+//! (node_exporter textfile form).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::snapshot::{GpuSnapshot, ProbeStatus, Reading, Snapshot};
+use crate::verdict::{overall, Check, Expect, GpuRef, Severity};
+
+/// JSON report schema version (see the crate docs).
+pub const REPORT_SCHEMA: u32 = 1;
+
+#[derive(Debug, Serialize)]
+pub struct Report<'a> {
+    pub schema_version: u32,
+    pub status: &'static str,
+    pub exit_code: i32,
+    pub summary: BTreeMap<&'static str, usize>,
+    pub expect: &'a Expect,
+    pub checks: &'a [Check],
+    pub snapshot: &'a Snapshot,
+}
+
+pub fn report<'a>(snapshot: &'a Snapshot, expect: &'a Expect, checks: &'a [Check]) -> Report<'a> {
+    let worst = overall(checks);
+    Report {
+        schema_version: REPORT_SCHEMA,
+        status: worst.label(),
+        exit_code: worst.exit_code(),
+        summary: summary(checks),
+        expect,
+        checks,
+        snapshot,
+    }
+}
+
+fn summary(checks: &[Check]) -> BTreeMap<&'static str, usize> {
+    let mut m = BTreeMap::new();
+    for s in [
+        Severity::Ok,
+        Severity::NotApplicable,
+        Severity::Warning,
+        Severity::Critical,
+        Severity::Unknown,
+    ] {
+        m.insert(key(s), checks.iter().filter(|c| c.severity == s).count());
+    }
+    m
+}
+
+fn key(s: Severity) -> &'static str {
+    match s {
+        Severity::NotApplicable => "na",
+        Severity::Ok => "ok",
+        Severity::Warning => "warning",
+        Severity::Unknown => "unknown",
+        Severity::Critical => "critical",
+    }
+}
+
+pub fn json(snapshot: &Snapshot, expect: &Expect, checks: &[Check]) -> String {
+    serde_json::to_string_pretty(&report(snapshot, expect, checks))
+        .unwrap_or_else(|e| format!("{{\"error\":\"cannot serialise the report: {e}\"}}"))
+}
+
+fn who(g: &Option<GpuRef>) -> String {
+    match g {
+        None => "host".into(),
+        Some(r) => {
+            let id = r.pci_bus_id.to_lowercase();
+            let short = match id.split_once(':') {
+                Some((dom, rest)) if dom.chars().all(|c| c == '0') => rest.to_string(),
+                _ => id.clone(),
+            };
+            match r.index {
+                Some(i) => format!("gpu{i} {short}"),
+                None => format!("pci {short}"),
+            }
+        }
+    }
+}
+
+/// The first line says the overall state (Nagios plugin output); then one line per check
+/// group per GPU, problems first.
+pub fn table(checks: &[Check]) -> String {
+    struct Line {
+        sev: Severity,
+        who: String,
+        group: String,
+        values: Vec<(Severity, String)>,
+        na: Vec<String>,
+        hints: Vec<String>,
+        order: usize,
+    }
+    let mut lines: Vec<Line> = Vec::new();
+    for (i, c) in checks.iter().enumerate() {
+        let who = who(&c.gpu);
+        let line = match lines
+            .iter_mut()
+            .position(|l| l.who == who && l.group == c.group)
+        {
+            Some(p) => &mut lines[p],
+            None => {
+                lines.push(Line {
+                    sev: Severity::NotApplicable,
+                    who,
+                    group: c.group.clone(),
+                    values: Vec::new(),
+                    na: Vec::new(),
+                    hints: Vec::new(),
+                    order: i,
+                });
+                let last = lines.len() - 1;
+                &mut lines[last]
+            }
+        };
+        line.sev = line.sev.max(c.severity);
+        // Problems first within a line; n/a values only when nothing else is there.
+        if c.severity == Severity::NotApplicable {
+            line.na.push(c.value.clone());
+        } else if c.severity > Severity::Ok {
+            let at = line
+                .values
+                .iter()
+                .take_while(|v| v.0 > Severity::Ok)
+                .count();
+            line.values.insert(
+                at,
+                (c.severity, format!("{}: {}", c.severity.label(), c.value)),
+            );
+        } else {
+            line.values.push((c.severity, c.value.clone()));
+        }
+        if let Some(h) = &c.hint {
+            if !line.hints.contains(h) {
+                line.hints.push(h.clone());
+            }
+        }
+    }
+    lines.sort_by(|a, b| b.sev.cmp(&a.sev).then(a.order.cmp(&b.order)));
+    let worst = overall(checks);
+    let counts = summary(checks);
+    let headline = checks
+        .iter()
+        .filter(|c| c.severity > Severity::Ok)
+        .fold(None::<&Check>, |acc, c| match acc {
+            Some(a) if a.severity >= c.severity => Some(a),
+            _ => Some(c),
+        })
+        .map(|c| format!("{}; ", c.value))
+        .unwrap_or_default();
+    let mut s = format!(
+        "gpuhost status {}: {headline}{} critical, {} warning, {} unknown, {} ok, {} n/a\n",
+        worst.label(),
+        counts["critical"],
+        counts["warning"],
+        counts["unknown"],
+        counts["ok"],
+        counts["na"],
+    );
+    let w_who = lines.iter().map(|l| l.who.len()).max().unwrap_or(4);
+    let w_group = lines.iter().map(|l| l.group.len()).max().unwrap_or(5);
+    for l in &lines {
+        let _ = write!(
+            s,
+            "{:<8}  {:<w_who$}  {:<w_group$}  {}",
+            l.sev.label(),
+            l.who,
+            l.group,
+            if l.values.is_empty() {
+                l.na.join("; ")
+            } else {
+                l.values
+                    .iter()
+                    .map(|v| v.1.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }
+        );
+        for h in &l.hints {
+            let _ = write!(s, "\n{:<8}  {:<w_who$}  {:<w_group$}    -> {h}", "", "", "");
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// Prometheus exposition text.
+struct Prom {
+    families: BTreeMap<&'static str, (&'static str, &'static str, Vec<String>)>,
+    order: Vec<&'static str>,
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn labels(ls: &[(&str, String)]) -> String {
+    if ls.is_empty() {
+        return String::new();
+    }
+    let inner: Vec<String> = ls
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+        .collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+impl Prom {
+    fn add(
+        &mut self,
+        name: &'static str,
+        kind: &'static str,
+        help: &'static str,
+        ls: &[(&str, String)],
+        v: f64,
+    ) {
+        if !v.is_finite() {
+            return;
+        }
+        let e = self.families.entry(name).or_insert_with(|| {
+            self.order.push(name);
+            (kind, help, Vec::new())
+        });
+        e.2.push(format!("{name}{} {}", labels(ls), fmt_num(v)));
+    }
+
+    fn render(&self) -> String {
+        let mut s = String::new();
+        for name in &self.order {
+            if let Some((kind, help, samples)) = self.families.get(name) {
+                let _ = writeln!(s, "# HELP {name} {help}");
+                let _ = writeln!(s, "# TYPE {name} {kind}");
+                for l in samples {
+                    let _ = writeln!(s, "{l}");
+                }
+            }
+        }
+        s
+    }
+}
+
+fn fmt_num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+fn num<T: Copy + Into<f64>>(r: &Reading<T>) -> Option<f64> {
+    r.value().map(|v| (*v).into())
+}
+
+fn num64(r: &Reading<u64>) -> Option<f64> {
+    r.value().map(|v| *v as f64)
+}
+
+/// node_exporter textfile text: `gpuhost_` metrics, GPUs labelled by `uuid` and
+/// `pci_bus_id`, no timestamps, unsupported values omitted.
+pub fn prometheus(s: &Snapshot, checks: &[Check]) -> String {
+    let mut p = Prom {
+        families: BTreeMap::new(),
+        order: Vec::new(),
+    };
+    let worst = overall(checks);
+    p.add(
+        "gpuhost_status",
+        "gauge",
+        "Overall status as a Nagios code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
+        &[],
+        f64::from(worst.exit_code()),
+    );
+    for c in checks {
+        let mut ls = vec![("check", c.id.clone())];
+        if let Some(g) = &c.gpu {
+            ls.push(("uuid", g.uuid.clone().unwrap_or_default()));
+            ls.push(("pci_bus_id", g.pci_bus_id.clone()));
+        }
+        if c.severity == Severity::NotApplicable {
+            continue;
+        }
+        p.add(
+            "gpuhost_check_status",
+            "gauge",
+            "Each check's status as a Nagios code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
+            &ls,
+            f64::from(c.severity.exit_code()),
+        );
+    }
+    let up = if s.nvml.status == ProbeStatus::Ok {
+        1.0
+    } else {
+        0.0
+    };
+    p.add(
+        "gpuhost_nvml_up",
+        "gauge",
+        "1 when NVML initialised and answered within the deadline.",
+        &[],
+        up,
+    );
+    if let Some(ms) = s.nvml.duration_ms {
+        p.add(
+            "gpuhost_nvml_probe_seconds",
+            "gauge",
+            "Wall time of the NVML probe.",
+            &[],
+            ms / 1000.0,
+        );
+    }
+    if let Some(n) = s.nvml.device_count {
+        p.add(
+            "gpuhost_gpus",
+            "gauge",
+            "GPUs seen, by source.",
+            &[("source", "nvml".into())],
+            f64::from(n),
+        );
+    }
+    let pci_gpus = s
+        .host
+        .pci
+        .iter()
+        .filter(|d| d.kind == crate::snapshot::PciKind::Gpu)
+        .count();
+    if s.host.pci_error.is_none() {
+        p.add(
+            "gpuhost_gpus",
+            "gauge",
+            "GPUs seen, by source.",
+            &[("source", "pci".into())],
+            pci_gpus as f64,
+        );
+    }
+    let xid_total = s.kernel_log.xids.len();
+    if s.kernel_log.source.is_some() {
+        p.add(
+            "gpuhost_xid_events",
+            "gauge",
+            "XID events in the kernel log since boot, all GPUs.",
+            &[],
+            xid_total as f64,
+        );
+    }
+    for g in &s.nvml.gpus {
+        gpu_metrics(&mut p, s, g);
+    }
+    p.render()
+}
+
+fn gpu_metrics(p: &mut Prom, s: &Snapshot, g: &GpuSnapshot) {
+    let uuid = g.uuid.value().cloned().unwrap_or_default();
+    let bus = g.pci_bus_id.value().cloned().unwrap_or_default();
+    let base = vec![("uuid", uuid), ("pci_bus_id", bus.clone())];
+    let with = |extra: (&'static str, String)| {
+        let mut l = base.clone();
+        l.push(extra);
+        l
+    };
+    let mut info = base.clone();
+    info.push(("index", g.index.to_string()));
+    info.push(("name", g.name.value().cloned().unwrap_or_default()));
+    p.add(
+        "gpuhost_gpu_info",
+        "gauge",
+        "GPU identity; always 1.",
+        &info,
+        1.0,
+    );
+    macro_rules! gauge {
+        ($name:literal, $help:literal, $v:expr) => {
+            if let Some(v) = $v {
+                p.add($name, "gauge", $help, &base, v);
+            }
+        };
+    }
+    let b = |r: &Reading<bool>| r.value().map(|v| if *v { 1.0 } else { 0.0 });
+    gauge!(
+        "gpuhost_gpu_temperature_celsius",
+        "GPU temperature.",
+        num(&g.temperature_c)
+    );
+    gauge!(
+        "gpuhost_gpu_slowdown_temperature_celsius",
+        "Temperature at which the GPU slows down.",
+        num(&g.temperature_slowdown_c)
+    );
+    gauge!(
+        "gpuhost_gpu_shutdown_temperature_celsius",
+        "Temperature at which the GPU shuts down.",
+        num(&g.temperature_shutdown_c)
+    );
+    gauge!(
+        "gpuhost_gpu_ecc_enabled",
+        "ECC mode now (1 on).",
+        g.ecc_mode
+            .value()
+            .map(|m| if m.current { 1.0 } else { 0.0 })
+    );
+    gauge!(
+        "gpuhost_gpu_ecc_pending_enabled",
+        "ECC mode after the next reset (1 on).",
+        g.ecc_mode
+            .value()
+            .map(|m| if m.pending { 1.0 } else { 0.0 })
+    );
+    gauge!(
+        "gpuhost_gpu_ecc_uncorrected_volatile",
+        "Uncorrectable ECC errors since the driver loaded.",
+        num64(&g.ecc_volatile_uncorrected)
+    );
+    gauge!(
+        "gpuhost_gpu_ecc_uncorrected_aggregate",
+        "Uncorrectable ECC errors over the GPU's life.",
+        num64(&g.ecc_aggregate_uncorrected)
+    );
+    gauge!(
+        "gpuhost_gpu_ecc_corrected_volatile",
+        "Corrected ECC errors since the driver loaded.",
+        num64(&g.ecc_volatile_corrected)
+    );
+    gauge!(
+        "gpuhost_gpu_retired_pages_pending",
+        "1 when page retirement waits for a reset.",
+        b(&g.retired_pages_pending)
+    );
+    if let Some(m) = g.remapped_rows.value() {
+        p.add(
+            "gpuhost_gpu_remapped_rows",
+            "gauge",
+            "Remapped memory rows, by cause.",
+            &with(("cause", "correctable".into())),
+            f64::from(m.correctable),
+        );
+        p.add(
+            "gpuhost_gpu_remapped_rows",
+            "gauge",
+            "Remapped memory rows, by cause.",
+            &with(("cause", "uncorrectable".into())),
+            f64::from(m.uncorrectable),
+        );
+        p.add(
+            "gpuhost_gpu_row_remap_pending",
+            "gauge",
+            "1 when a row remap waits for a reset.",
+            &base,
+            if m.pending { 1.0 } else { 0.0 },
+        );
+        p.add(
+            "gpuhost_gpu_row_remap_failure",
+            "gauge",
+            "1 when a row remap failed.",
+            &base,
+            if m.failure { 1.0 } else { 0.0 },
+        );
+    }
+    gauge!("gpuhost_gpu_recovery_action", "Driver's recovery action: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset.", num(&g.recovery_action));
+    gauge!(
+        "gpuhost_gpu_clock_event_reasons",
+        "Clock event (throttle) reasons bitmask.",
+        num64(&g.clock_event_reasons)
+    );
+    gauge!(
+        "gpuhost_gpu_power_usage_watts",
+        "Power draw.",
+        num(&g.power_usage_mw).map(|v| v / 1000.0)
+    );
+    gauge!(
+        "gpuhost_gpu_power_limit_enforced_watts",
+        "Enforced power limit.",
+        num(&g.power_limit_enforced_mw).map(|v| v / 1000.0)
+    );
+    gauge!(
+        "gpuhost_gpu_power_limit_default_watts",
+        "Default power limit.",
+        num(&g.power_limit_default_mw).map(|v| v / 1000.0)
+    );
+    gauge!(
+        "gpuhost_gpu_memory_total_bytes",
+        "Framebuffer memory.",
+        num64(&g.memory_total_bytes)
+    );
+    gauge!(
+        "gpuhost_gpu_memory_used_bytes",
+        "Framebuffer memory in use.",
+        num64(&g.memory_used_bytes)
+    );
+    for (which, gen, width) in [
+        ("current", &g.pcie_gen_current, &g.pcie_width_current),
+        ("max", &g.pcie_gen_max, &g.pcie_width_max),
+    ] {
+        if let Some(v) = num(gen) {
+            p.add(
+                "gpuhost_gpu_pcie_link_gen",
+                "gauge",
+                "PCIe link generation.",
+                &with(("link", which.into())),
+                v,
+            );
+        }
+        if let Some(v) = num(width) {
+            p.add(
+                "gpuhost_gpu_pcie_link_width",
+                "gauge",
+                "PCIe link width (lanes).",
+                &with(("link", which.into())),
+                v,
+            );
+        }
+    }
+    gauge!(
+        "gpuhost_gpu_persistence_mode",
+        "1 when persistence mode is on.",
+        b(&g.persistence_mode)
+    );
+    if let Some(m) = g.mig_mode.value() {
+        p.add(
+            "gpuhost_gpu_mig_mode",
+            "gauge",
+            "MIG mode (1 enabled), now and after reset.",
+            &with(("mode", "current".into())),
+            f64::from(m.current),
+        );
+        p.add(
+            "gpuhost_gpu_mig_mode",
+            "gauge",
+            "MIG mode (1 enabled), now and after reset.",
+            &with(("mode", "pending".into())),
+            f64::from(m.pending),
+        );
+    }
+    if let Some(links) = g.nvlinks.value() {
+        for l in links {
+            let ll = with(("link", l.link.to_string()));
+            p.add(
+                "gpuhost_gpu_nvlink_active",
+                "gauge",
+                "1 when the NVLink link is active.",
+                &ll,
+                if l.active { 1.0 } else { 0.0 },
+            );
+            for (kind, v) in [
+                ("replay", l.replay_errors),
+                ("recovery", l.recovery_errors),
+                ("crc_flit", l.crc_flit_errors),
+                ("crc_data", l.crc_data_errors),
+            ] {
+                if let Some(v) = v {
+                    let mut le = ll.clone();
+                    le.push(("error", kind.into()));
+                    p.add(
+                        "gpuhost_gpu_nvlink_errors",
+                        "gauge",
+                        "NVLink error counters.",
+                        &le,
+                        v as f64,
+                    );
+                }
+            }
+        }
+    }
+    if let Some(f) = g.fabric.value() {
+        p.add(
+            "gpuhost_gpu_fabric_state",
+            "gauge",
+            "Fabric registration: 1 not started, 2 in progress, 3 completed.",
+            &base,
+            f64::from(f.state),
+        );
+        p.add(
+            "gpuhost_gpu_fabric_health_mask",
+            "gauge",
+            "Fabric health mask (raw).",
+            &base,
+            f64::from(f.health_mask),
+        );
+    }
+    if s.kernel_log.source.is_some() {
+        let k = crate::kmsg::normalise_pci(&bus);
+        let n = s
+            .kernel_log
+            .xids
+            .iter()
+            .filter(|e| Some(&e.pci) == k.as_ref())
+            .count();
+        p.add(
+            "gpuhost_gpu_xid_events",
+            "gauge",
+            "XID events for this GPU since boot.",
+            &base,
+            n as f64,
+        );
+    }
+}

@@ -1,0 +1,323 @@
+//! Running the NVML probe in a child process under a deadline.
+//!
+//! A GPU that fell off the bus, or a wedged driver, can block NVML calls for minutes, in an
+//! uninterruptible sleep that no signal ends. So the probe runs in a child process
+//! (`gpuhost status --nvml-probe`, which prints an [`NvmlProbe`] as JSON). When it does not
+//! answer within the deadline, the parent reports "driver unresponsive", sends it SIGKILL
+//! (delivered once the driver lets go), does not wait for it, and records its pid and start
+//! time in `<run dir>/nvml-probe.pid`. A later run that finds that process still alive reports
+//! the same without starting another probe, so stuck probes never pile up (a cron job or a
+//! textfile timer would otherwise add one per minute).
+//!
+//! The child is started with `std::process` rather than `gpuhost_steps::cmd::Cmd`: `Cmd`
+//! waits for a killed command to exit, which a process stuck in the driver never does.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use crate::snapshot::{NvmlProbe, ProbeStatus};
+
+/// File recording a stuck probe: `<pid> <start time in clock ticks>`.
+pub const PID_FILE: &str = "nvml-probe.pid";
+
+/// Where the pid file lives: `$GPUHOST_RUN_DIR`, else `/run/gpuhost` when writable (root),
+/// else `$XDG_RUNTIME_DIR/gpuhost`, else `/tmp/gpuhost-<uid>`.
+pub fn run_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("GPUHOST_RUN_DIR") {
+        return PathBuf::from(d);
+    }
+    let run = PathBuf::from("/run/gpuhost");
+    if std::fs::create_dir_all(&run).is_ok() && writable(&run) {
+        return run;
+    }
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
+        return PathBuf::from(x).join("gpuhost");
+    }
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(0);
+    PathBuf::from(format!("/tmp/gpuhost-{uid}"))
+}
+
+fn writable(dir: &Path) -> bool {
+    let t = dir.join(format!(".w{}", std::process::id()));
+    let ok = std::fs::write(&t, b"").is_ok();
+    let _ = std::fs::remove_file(&t);
+    ok
+}
+
+/// A probe that is running.
+pub struct Running {
+    child: Child,
+    stdout: Receiver<String>,
+    stderr: Receiver<String>,
+    started: Instant,
+    deadline: Instant,
+    timeout: Duration,
+    run_dir: PathBuf,
+}
+
+/// Start the probe `argv` unless a probe from an earlier run is still stuck. `Err` carries
+/// the finished result (stuck earlier, or could not start).
+pub fn start(
+    argv: &[OsString],
+    timeout: Duration,
+    run_dir: &Path,
+) -> Result<Running, Box<NvmlProbe>> {
+    if let Some(pid) = stuck_probe(run_dir) {
+        return Err(Box::new(NvmlProbe {
+            status: ProbeStatus::StuckEarlier,
+            error: Some(format!(
+                "an NVML probe started by an earlier run (pid {pid}) is still stuck in the driver; no new probe was started"
+            )),
+            stuck_pid: Some(pid),
+            ..NvmlProbe::default()
+        }));
+    }
+    let Some((program, args)) = argv.split_first() else {
+        return Err(Box::new(failed("empty probe command".into())));
+    };
+    let started = Instant::now();
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            Box::new(failed(format!(
+                "cannot start the NVML probe {program:?}: {e}"
+            )))
+        })?;
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    Ok(Running {
+        child,
+        stdout,
+        stderr,
+        started,
+        deadline: started + timeout,
+        timeout,
+        run_dir: run_dir.to_path_buf(),
+    })
+}
+
+fn failed(msg: String) -> NvmlProbe {
+    NvmlProbe {
+        status: ProbeStatus::ProbeFailed,
+        error: Some(msg),
+        ..NvmlProbe::default()
+    }
+}
+
+/// Read a pipe to its end in a thread; the text arrives on the channel.
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    if let Some(mut p) = pipe {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = p.read_to_end(&mut buf);
+            let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
+        });
+    }
+    rx
+}
+
+impl Running {
+    /// Wait for the probe's answer until the deadline.
+    pub fn finish(mut self) -> NvmlProbe {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let out = self.stdout.recv_timeout(left);
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < self.deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Ok(None) | Err(_) => break None,
+            }
+        };
+        let elapsed = self.started.elapsed();
+        let (Ok(stdout), Some(status)) = (out, status) else {
+            return self.abandon(elapsed);
+        };
+        let mut probe = match serde_json::from_str::<NvmlProbe>(stdout.trim()) {
+            Ok(p) => p,
+            Err(e) => {
+                let stderr = self
+                    .stderr
+                    .recv_timeout(Duration::from_millis(100))
+                    .unwrap_or_default();
+                failed(format!(
+                    "the NVML probe exited with {status} without a readable answer ({e}): {}",
+                    gpuhost_steps::cmd::tail_lines(&stderr, 5).trim()
+                ))
+            }
+        };
+        probe.duration_ms = Some(round_ms(elapsed));
+        probe
+    }
+
+    /// The deadline passed: kill (delivered when the driver lets go), do not wait, record.
+    fn abandon(mut self, elapsed: Duration) -> NvmlProbe {
+        let pid = self.child.id();
+        let _ = self.child.kill();
+        if let Err(e) = record_stuck(&self.run_dir, pid) {
+            tracing::warn!("cannot record the stuck NVML probe (pid {pid}): {e:#}");
+        }
+        NvmlProbe {
+            status: ProbeStatus::Unresponsive,
+            error: Some(format!(
+                "the NVML probe (pid {pid}) did not answer within {:.1} s",
+                self.timeout.as_secs_f64()
+            )),
+            duration_ms: Some(round_ms(elapsed)),
+            stuck_pid: Some(pid),
+            ..NvmlProbe::default()
+        }
+    }
+}
+
+fn round_ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e5).round() / 100.0
+}
+
+/// Record `pid` as a stuck probe in `run_dir`.
+pub fn record_stuck(run_dir: &Path, pid: u32) -> anyhow::Result<()> {
+    let start = start_time(pid).unwrap_or(0);
+    gpuhost_steps::fsutil::write_atomic(
+        &run_dir.join(PID_FILE),
+        format!("{pid} {start}\n").as_bytes(),
+        0o644,
+    )
+}
+
+/// The pid of a recorded probe that is still alive (same start time, not a zombie); a stale
+/// record is removed.
+pub fn stuck_probe(run_dir: &Path) -> Option<u32> {
+    let file = run_dir.join(PID_FILE);
+    let text = std::fs::read_to_string(&file).ok()?;
+    let mut it = text.split_whitespace();
+    let pid: Option<u32> = it.next().and_then(|p| p.parse().ok());
+    let start: Option<u64> = it.next().and_then(|s| s.parse().ok());
+    if let (Some(pid), Some(start)) = (pid, start) {
+        if let Some((state, now_start)) = proc_stat(pid) {
+            if !matches!(state, 'Z' | 'X') && (start == 0 || start == now_start) {
+                return Some(pid);
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&file);
+    None
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    proc_stat(pid).map(|(_, s)| s)
+}
+
+/// (state, start time) from /proc/<pid>/stat.
+fn proc_stat(pid: u32) -> Option<(char, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // fields[0] is field 3 (state); start time is field 22.
+    let state = fields.first()?.chars().next()?;
+    let start = fields.get(19)?.parse().ok()?;
+    Some((state, start))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn argv(cmd: &str) -> Vec<OsString> {
+        vec!["/bin/sh".into(), "-c".into(), cmd.into()]
+    }
+
+    #[test]
+    fn answer_within_deadline_is_parsed() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = start(
+            &argv(r#"echo '{"status":"no_library","error":"x","duration_ms":null,"driver_version":null,"nvml_version":null,"cuda_driver_version":null,"device_count":null,"gpus":[]}'"#),
+            Duration::from_secs(10),
+            dir.path(),
+        )
+        .map_err(|p| p.error)
+        .unwrap();
+        let p = r.finish();
+        assert_eq!(p.status, ProbeStatus::NoLibrary);
+        assert!(!dir.path().join(PID_FILE).exists());
+    }
+
+    #[test]
+    fn hung_probe_is_unresponsive_and_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Instant::now();
+        let r = start(
+            &argv("exec sleep 30"),
+            Duration::from_millis(300),
+            dir.path(),
+        )
+        .map_err(|p| p.error)
+        .unwrap();
+        let p = r.finish();
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "waited for the stuck probe"
+        );
+        assert_eq!(p.status, ProbeStatus::Unresponsive);
+        let pid = p.stuck_pid.unwrap();
+        let rec = std::fs::read_to_string(dir.path().join(PID_FILE)).unwrap();
+        assert!(rec.starts_with(&format!("{pid} ")), "{rec}");
+    }
+
+    #[test]
+    fn a_live_stuck_probe_blocks_a_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        // Stands for a probe stuck in the driver: alive, and ours to end.
+        let mut stuck = Command::new("sleep").arg("30").spawn().unwrap();
+        record_stuck(dir.path(), stuck.id()).unwrap();
+        let marker = dir.path().join("new-probe-ran");
+        let r = start(
+            &argv(&format!("touch {}", marker.display())),
+            Duration::from_secs(5),
+            dir.path(),
+        );
+        let p = match r {
+            Err(p) => *p,
+            Ok(run) => {
+                let _ = run.finish();
+                panic!("a new probe was started");
+            }
+        };
+        assert_eq!(p.status, ProbeStatus::StuckEarlier);
+        assert_eq!(p.stuck_pid, Some(stuck.id()));
+        assert!(!marker.exists());
+        stuck.kill().unwrap();
+        stuck.wait().unwrap();
+        // Once it is gone, the record is stale: removed, and a probe starts again.
+        assert_eq!(stuck_probe(dir.path()), None);
+        assert!(!dir.path().join(PID_FILE).exists());
+    }
+
+    #[test]
+    fn crashing_probe_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = start(
+            &argv("echo boom >&2; exit 101"),
+            Duration::from_secs(5),
+            dir.path(),
+        )
+        .map_err(|p| p.error)
+        .unwrap();
+        let p = r.finish();
+        assert_eq!(p.status, ProbeStatus::ProbeFailed);
+        assert!(p.error.unwrap().contains("boom"));
+    }
+}

@@ -1,0 +1,1303 @@
+//! Verdicts: pure functions from a [`Snapshot`] (and what the node should have) to checks,
+//! each with a Nagios severity, the value seen, and — when not OK — what to do.
+//!
+//! NOT_SUPPORTED is "n/a", never a warning. Thresholds follow DCGM's health watches and the
+//! clouds' GPU health checks: any volatile uncorrectable ECC error, a row-remap failure, more
+//! than 512 uncorrectable remapped rows, a recovery action other than none and the critical
+//! XIDs are CRITICAL; a pending row remap (a GPU reset applies it) is a WARNING.
+
+use serde::{Deserialize, Serialize};
+
+use crate::kmsg::{normalise_pci, APPLICATION_XIDS, CRITICAL_XIDS};
+use crate::snapshot::{
+    reasons, GpuSnapshot, PciDevice, PciKind, ProbeStatus, Reading, Snapshot, XidEvent,
+};
+
+/// Rows past this many uncorrectable remaps mean the GPU should be replaced (Azure, OCI).
+pub const MAX_UNCORRECTABLE_REMAPPED_ROWS: u32 = 512;
+/// WARNING this many °C below the slowdown threshold.
+pub const TEMP_MARGIN_C: u32 = 5;
+
+/// A check's verdict. Ordered from best to worst: a CRITICAL finding is never hidden by a
+/// check that could not run, and a check that could not run outranks a warning (what it
+/// could not see may be worse).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Severity {
+    /// Not applicable here (NOT_SUPPORTED, no such device): counts as OK.
+    #[serde(rename = "N/A")]
+    NotApplicable,
+    #[serde(rename = "OK")]
+    Ok,
+    #[serde(rename = "WARNING")]
+    Warning,
+    #[serde(rename = "UNKNOWN")]
+    Unknown,
+    #[serde(rename = "CRITICAL")]
+    Critical,
+}
+
+impl Severity {
+    /// Nagios exit code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Severity::NotApplicable | Severity::Ok => 0,
+            Severity::Warning => 1,
+            Severity::Critical => 2,
+            Severity::Unknown => 3,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Severity::NotApplicable => "n/a",
+            Severity::Ok => "OK",
+            Severity::Warning => "WARNING",
+            Severity::Unknown => "UNKNOWN",
+            Severity::Critical => "CRITICAL",
+        }
+    }
+}
+
+/// Which GPU (or NVSwitch) a check is about.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuRef {
+    /// NVML index, when NVML knows the device.
+    pub index: Option<u32>,
+    pub uuid: Option<String>,
+    /// NVML form, `00000000:3B:00.0`.
+    pub pci_bus_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    /// Stable id, e.g. `gpu.ecc.volatile_uncorrected`.
+    pub id: String,
+    /// Table group, e.g. `ecc`.
+    pub group: String,
+    pub gpu: Option<GpuRef>,
+    pub severity: Severity,
+    /// What was seen, for people.
+    pub value: String,
+    /// What to do, when not OK.
+    pub hint: Option<String>,
+}
+
+/// What the node should have, from `--expect-gpus` and the profile.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Expect {
+    pub gpus: Option<u32>,
+    /// Where `gpus` came from (`--expect-gpus`, `profile ol8-uek`).
+    pub gpus_source: Option<String>,
+    pub driver_version: Option<String>,
+    pub driver_source: Option<String>,
+    /// The profile could not be loaded.
+    pub profile_error: Option<String>,
+}
+
+/// The driver version a local repo RPM's file name carries:
+/// `cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm` → `535.104.05`.
+pub fn driver_version_from_rpm(file_name: &str) -> Option<String> {
+    file_name.match_indices('_').find_map(|(i, _)| {
+        let v = file_name[i + 1..].split('-').next()?;
+        (v.contains('.') && v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+            .then(|| v.to_string())
+    })
+}
+
+/// The worst severity (N/A and OK count the same).
+pub fn overall(checks: &[Check]) -> Severity {
+    checks
+        .iter()
+        .map(|c| c.severity)
+        .max()
+        .map(|s| {
+            if s == Severity::NotApplicable {
+                Severity::Ok
+            } else {
+                s
+            }
+        })
+        .unwrap_or(Severity::Ok)
+}
+
+struct Out {
+    checks: Vec<Check>,
+}
+
+impl Out {
+    fn push(
+        &mut self,
+        id: &str,
+        group: &str,
+        gpu: Option<&GpuRef>,
+        severity: Severity,
+        value: impl Into<String>,
+        hint: Option<String>,
+    ) {
+        self.checks.push(Check {
+            id: id.to_string(),
+            group: group.to_string(),
+            gpu: gpu.cloned(),
+            severity,
+            value: value.into(),
+            hint: if matches!(severity, Severity::Ok | Severity::NotApplicable) {
+                None
+            } else {
+                hint
+            },
+        });
+    }
+}
+
+/// sysfs `0000:3b:00.0` → NVML `00000000:3B:00.0`.
+pub fn nvml_bus_id(sysfs: &str) -> String {
+    match sysfs.split_once(':') {
+        Some((dom, rest)) => format!("0000{dom}:{}", rest.to_uppercase()),
+        None => sysfs.to_uppercase(),
+    }
+}
+
+fn key(addr: &str) -> String {
+    normalise_pci(addr).unwrap_or_else(|| addr.to_lowercase())
+}
+
+/// All checks for a snapshot.
+pub fn evaluate(s: &Snapshot, expect: &Expect) -> Vec<Check> {
+    let mut out = Out { checks: Vec::new() };
+    let nvml_ok = s.nvml.status == ProbeStatus::Ok;
+    let gpu_refs: Vec<GpuRef> = s.nvml.gpus.iter().map(gpu_ref).collect();
+    let pci_ref = |d: &PciDevice| -> GpuRef {
+        let k = key(&d.address);
+        gpu_refs
+            .iter()
+            .find(|g| key(&g.pci_bus_id) == k)
+            .cloned()
+            .unwrap_or_else(|| GpuRef {
+                index: None,
+                uuid: None,
+                pci_bus_id: nvml_bus_id(&d.address),
+            })
+    };
+    let pci_gpus: Vec<&PciDevice> = s
+        .host
+        .pci
+        .iter()
+        .filter(|d| d.kind == PciKind::Gpu)
+        .collect();
+    // GPUs given to VMs (vfio-pci) are not NVML's to see.
+    let host_gpus = pci_gpus
+        .iter()
+        .filter(|d| d.driver.as_deref() != Some("vfio-pci"))
+        .count();
+    let switches = s
+        .host
+        .pci
+        .iter()
+        .filter(|d| d.kind == PciKind::NvSwitch)
+        .count();
+
+    // PCI, without the driver.
+    match &s.host.pci_error {
+        Some(e) => out.push(
+            "pci.devices",
+            "pci",
+            None,
+            Severity::Unknown,
+            e.clone(),
+            Some("run as a user who can read /sys/bus/pci".into()),
+        ),
+        None => out.push(
+            "pci.devices",
+            "pci",
+            None,
+            Severity::Ok,
+            format!(
+                "{} NVIDIA GPU(s){}, {switches} NVSwitch(es) on PCI",
+                pci_gpus.len(),
+                if host_gpus != pci_gpus.len() {
+                    format!(" ({} bound to vfio-pci)", pci_gpus.len() - host_gpus)
+                } else {
+                    String::new()
+                }
+            ),
+            None,
+        ),
+    }
+    for d in &s.host.pci {
+        let r = pci_ref(d);
+        pci_checks(&mut out, d, &r);
+    }
+
+    // The driver, without NVML.
+    let have_gpus = !pci_gpus.is_empty();
+    match (&s.host.kernel_module_version, have_gpus) {
+        (Some(v), _) => out.push("driver.module", "driver", None, Severity::Ok, format!("kernel module {v} loaded"), None),
+        (None, true) => out.push(
+            "driver.module",
+            "driver",
+            None,
+            Severity::Critical,
+            "nvidia kernel module not loaded (/proc/driver/nvidia/version absent)",
+            Some("load it (`modprobe nvidia`; see `journalctl -k` for why it failed) or run `gpuhost apply`".into()),
+        ),
+        (None, false) => out.push("driver.module", "driver", None, Severity::NotApplicable, "no NVIDIA GPU on PCI, no kernel module", None),
+    }
+    match (s.host.nouveau_loaded, have_gpus) {
+        (true, true) => out.push(
+            "driver.nouveau",
+            "driver",
+            None,
+            Severity::Critical,
+            "nouveau is loaded and holds NVIDIA GPUs",
+            Some(
+                "blacklist nouveau (`gpuhost apply` does), rebuild the initramfs and reboot".into(),
+            ),
+        ),
+        (true, false) => out.push(
+            "driver.nouveau",
+            "driver",
+            None,
+            Severity::Ok,
+            "nouveau loaded, no NVIDIA GPU",
+            None,
+        ),
+        (false, _) => out.push(
+            "driver.nouveau",
+            "driver",
+            None,
+            Severity::Ok,
+            "nouveau not loaded",
+            None,
+        ),
+    }
+
+    nvml_init(&mut out, s, have_gpus);
+    if nvml_ok {
+        driver_checks(&mut out, s, expect);
+    }
+    gpu_count(&mut out, s, expect, host_gpus, nvml_ok);
+    services(&mut out, s, switches > 0);
+    xids(
+        &mut out,
+        s,
+        &gpu_refs,
+        &pci_gpus.iter().map(|d| pci_ref(d)).collect::<Vec<_>>(),
+    );
+
+    if nvml_ok {
+        for (g, r) in s.nvml.gpus.iter().zip(&gpu_refs) {
+            gpu_checks(&mut out, g, r);
+        }
+    }
+    out.checks
+}
+
+fn gpu_ref(g: &GpuSnapshot) -> GpuRef {
+    GpuRef {
+        index: Some(g.index),
+        uuid: g.uuid.value().cloned(),
+        pci_bus_id: g.pci_bus_id.value().cloned().unwrap_or_default(),
+    }
+}
+
+fn pci_checks(out: &mut Out, d: &PciDevice, r: &GpuRef) {
+    let what = match d.kind {
+        PciKind::Gpu => "GPU",
+        PciKind::NvSwitch => "NVSwitch",
+    };
+    if d.fell_off() {
+        out.push(
+            "pci.config",
+            "pci",
+            Some(r),
+            Severity::Critical,
+            format!("{what} {} fell off the bus: config space reads all-ones", d.address),
+            Some("drain the node; look for XID 79 in the kernel log; reboot (a GPU reset rarely brings it back); reseat or RMA if it recurs".into()),
+        );
+    } else if let Some(head) = &d.config_head {
+        out.push(
+            "pci.config",
+            "pci",
+            Some(r),
+            Severity::Ok,
+            format!("{what} {} answers ({head})", d.address),
+            None,
+        );
+    } else {
+        out.push(
+            "pci.config",
+            "pci",
+            Some(r),
+            Severity::Unknown,
+            format!(
+                "cannot read config space: {}",
+                d.config_error.as_deref().unwrap_or("unknown error")
+            ),
+            Some("run as root".into()),
+        );
+    }
+    match (
+        &d.current_link_speed,
+        d.current_link_width,
+        d.max_link_width,
+    ) {
+        (Some(speed), Some(w), Some(max_w)) if !d.fell_off() => {
+            let value = format!(
+                "{speed} x{w} (max {} x{max_w})",
+                d.max_link_speed.as_deref().unwrap_or("?")
+            );
+            if w < max_w && w > 0 {
+                out.push(
+                    "pci.link",
+                    "pci",
+                    Some(r),
+                    Severity::Warning,
+                    format!("link trained narrower than it can: {value}"),
+                    Some("reseat the card or riser; check the slot; compare `lspci -vv` LnkSta/LnkCap".into()),
+                );
+            } else {
+                out.push("pci.link", "pci", Some(r), Severity::Ok, value, None);
+            }
+        }
+        _ => out.push(
+            "pci.link",
+            "pci",
+            Some(r),
+            Severity::NotApplicable,
+            "link attributes not in sysfs",
+            None,
+        ),
+    }
+    match &d.aer {
+        Some(a) if a.fatal > 0 => out.push(
+            "pci.aer",
+            "pci",
+            Some(r),
+            Severity::Critical,
+            format!("AER fatal {} non-fatal {} correctable {}", a.fatal, a.nonfatal, a.correctable),
+            Some("fatal PCIe errors since boot: drain, check the kernel log, reseat / replace the riser or card".into()),
+        ),
+        Some(a) if a.nonfatal > 0 => out.push(
+            "pci.aer",
+            "pci",
+            Some(r),
+            Severity::Warning,
+            format!("AER non-fatal {} correctable {}", a.nonfatal, a.correctable),
+            Some("non-fatal PCIe errors since boot: watch the count; reseat if it grows".into()),
+        ),
+        Some(a) => out.push("pci.aer", "pci", Some(r), Severity::Ok, format!("AER correctable {}", a.correctable), None),
+        None => out.push("pci.aer", "pci", Some(r), Severity::NotApplicable, "no AER counters in sysfs", None),
+    }
+}
+
+fn nvml_init(out: &mut Out, s: &Snapshot, have_gpus: bool) {
+    let p = &s.nvml;
+    let err = p.error.clone().unwrap_or_default();
+    let module = s.host.kernel_module_version.as_deref().unwrap_or("none");
+    let library = s
+        .host
+        .nvml_library
+        .as_ref()
+        .and_then(|l| l.version.clone())
+        .unwrap_or_else(|| "unknown".into());
+    let (sev, value, hint): (Severity, String, Option<String>) = match p.status {
+        ProbeStatus::Ok => (
+            Severity::Ok,
+            format!(
+                "NVML {} answered in {:.0} ms",
+                p.nvml_version.as_deref().unwrap_or("?"),
+                p.duration_ms.unwrap_or(0.0)
+            ),
+            None,
+        ),
+        ProbeStatus::NoLibrary => (
+            if have_gpus { Severity::Critical } else { Severity::Unknown },
+            "no NVIDIA userspace library (libnvidia-ml.so.1 not found): NVML checks not run".into(),
+            Some(if have_gpus {
+                "install the NVIDIA driver (`gpuhost apply`)".into()
+            } else {
+                "this machine has no NVIDIA driver; only the driver-free checks ran".into()
+            }),
+        ),
+        ProbeStatus::DriverNotLoaded => (
+            Severity::Critical,
+            "NVML: driver not loaded".into(),
+            Some("load the kernel module (`modprobe nvidia`) or run `gpuhost apply`; see `journalctl -k`".into()),
+        ),
+        ProbeStatus::VersionMismatch => (
+            Severity::Critical,
+            format!("driver/library version mismatch: kernel module {module}, library {library}"),
+            Some("reboot, or reload the modules (`rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && modprobe nvidia`) with no GPU users".into()),
+        ),
+        ProbeStatus::NoPermission => (
+            Severity::Unknown,
+            format!("NVML: no permission ({err})"),
+            Some("run as root or a user with access to /dev/nvidia*".into()),
+        ),
+        ProbeStatus::InitError => (
+            Severity::Critical,
+            format!("NVML init failed: {err}"),
+            Some("see the kernel log (XIDs) and `nvidia-smi`; reboot if it persists".into()),
+        ),
+        ProbeStatus::Unresponsive | ProbeStatus::StuckEarlier => (
+            Severity::Critical,
+            format!("driver unresponsive: {err}"),
+            Some("a GPU may have fallen off the bus (look for XID 79); drain the node and reboot".into()),
+        ),
+        ProbeStatus::ProbeFailed => (
+            Severity::Unknown,
+            format!("NVML probe failed: {err}"),
+            Some("run `gpuhost status --log-level debug`; report the error".into()),
+        ),
+        ProbeStatus::NotRun => (Severity::Unknown, "NVML probe not run".into(), None),
+    };
+    out.push("nvml.init", "driver", None, sev, value, hint);
+}
+
+fn driver_checks(out: &mut Out, s: &Snapshot, expect: &Expect) {
+    let got = s.nvml.driver_version.clone().unwrap_or_else(|| "?".into());
+    match (&expect.driver_version, &expect.profile_error) {
+        (_, Some(e)) => out.push(
+            "driver.version",
+            "driver",
+            None,
+            Severity::Unknown,
+            format!("driver {got}; profile not loaded: {e}"),
+            Some("fix --profile".into()),
+        ),
+        (Some(want), None) if *want == got => out.push(
+            "driver.version",
+            "driver",
+            None,
+            Severity::Ok,
+            format!("driver {got} as expected"),
+            None,
+        ),
+        (Some(want), None) => out.push(
+            "driver.version",
+            "driver",
+            None,
+            Severity::Warning,
+            format!(
+                "driver {got}, {} expects {want}",
+                expect.driver_source.as_deref().unwrap_or("the profile")
+            ),
+            Some("run `gpuhost apply` with the profile, then reboot".into()),
+        ),
+        (None, None) => out.push(
+            "driver.version",
+            "driver",
+            None,
+            Severity::Ok,
+            format!("driver {got} (no expected version: give --profile)"),
+            None,
+        ),
+    }
+    match s.nvml.cuda_driver_version {
+        Some(v) => out.push(
+            "driver.cuda",
+            "driver",
+            None,
+            Severity::Ok,
+            format!("supports CUDA up to {}.{}", v / 1000, (v % 1000) / 10),
+            None,
+        ),
+        None => out.push(
+            "driver.cuda",
+            "driver",
+            None,
+            Severity::NotApplicable,
+            "CUDA version not reported",
+            None,
+        ),
+    }
+}
+
+fn gpu_count(out: &mut Out, s: &Snapshot, expect: &Expect, pci: usize, nvml_ok: bool) {
+    let nvml = if nvml_ok { s.nvml.device_count } else { None };
+    let pci = u32::try_from(pci).unwrap_or(u32::MAX);
+    let mut value = format!(
+        "NVML {}, PCI {pci}",
+        nvml.map(|n| n.to_string()).unwrap_or_else(|| "-".into())
+    );
+    if let Some(e) = expect.gpus {
+        value.push_str(&format!(
+            ", expected {e} ({})",
+            expect.gpus_source.as_deref().unwrap_or("--expect-gpus")
+        ));
+    }
+    let seen = nvml.unwrap_or(pci);
+    let (sev, hint) = match (nvml, expect.gpus) {
+        (Some(n), _) if n < pci => (
+            Severity::Critical,
+            Some("a GPU on PCI is not visible to the driver: look for XIDs and fallen-off devices above; reboot; RMA if it stays missing".into()),
+        ),
+        (_, Some(e)) if seen < e => (
+            Severity::Critical,
+            Some("fewer GPUs than this node must have: check PCI (`lspci -d 10de:`), the BIOS, risers; RMA".into()),
+        ),
+        (_, Some(e)) if seen > e => (
+            Severity::Warning,
+            Some("more GPUs than expected: fix --expect-gpus / the profile's status.expect_gpus".into()),
+        ),
+        (None, None) => (Severity::Ok, None),
+        _ => (Severity::Ok, None),
+    };
+    out.push("gpu.count", "count", None, sev, value, hint);
+}
+
+fn services(out: &mut Out, s: &Snapshot, switches: bool) {
+    let sv = &s.services;
+    if let Some(e) = &sv.error {
+        out.push(
+            "services.state",
+            "services",
+            None,
+            Severity::Unknown,
+            format!("unit states not read: {e}"),
+            Some("systemd's `systemctl` is needed to check docker, nvidia-persistenced, nvidia-fabricmanager".into()),
+        );
+    }
+    if let Some(state) = &sv.docker {
+        if state == "active" {
+            out.push(
+                "services.docker",
+                "containers",
+                None,
+                Severity::Ok,
+                "docker active",
+                None,
+            );
+        } else {
+            out.push(
+                "services.docker",
+                "containers",
+                None,
+                Severity::Warning,
+                format!("docker {state}"),
+                Some("`systemctl enable --now docker` (or `gpuhost apply`)".into()),
+            );
+        }
+    }
+    let dj = &s.host.docker_daemon_json;
+    let (sev, value, hint) = if let Some(e) = &dj.error {
+        (
+            Severity::Warning,
+            format!("/etc/docker/daemon.json: {e}"),
+            Some("fix the file, then `nvidia-ctk runtime configure --runtime=docker`".to_string()),
+        )
+    } else if dj.nvidia_runtime {
+        (
+            Severity::Ok,
+            format!(
+                "nvidia runtime configured{}",
+                dj.default_runtime
+                    .as_deref()
+                    .map(|d| format!(" (default runtime {d})"))
+                    .unwrap_or_default()
+            ),
+            None,
+        )
+    } else if dj.present {
+        (Severity::Warning, "nvidia runtime not in /etc/docker/daemon.json".into(), Some("`nvidia-ctk runtime configure --runtime=docker && systemctl restart docker` (or `gpuhost apply`)".into()))
+    } else {
+        (Severity::Warning, "no /etc/docker/daemon.json: nvidia runtime not configured".into(), Some("`nvidia-ctk runtime configure --runtime=docker && systemctl restart docker` (or `gpuhost apply`)".into()))
+    };
+    out.push(
+        "services.nvidia_runtime",
+        "containers",
+        None,
+        sev,
+        value,
+        hint,
+    );
+
+    if let Some(state) = &sv.nvidia_persistenced {
+        let all_persistent = !s.nvml.gpus.is_empty()
+            && s.nvml
+                .gpus
+                .iter()
+                .all(|g| g.persistence_mode == Reading::Value(true));
+        if state == "active" {
+            out.push(
+                "services.persistenced",
+                "services",
+                None,
+                Severity::Ok,
+                "nvidia-persistenced active",
+                None,
+            );
+        } else if all_persistent {
+            out.push(
+                "services.persistenced",
+                "services",
+                None,
+                Severity::Ok,
+                format!("nvidia-persistenced {state}; persistence mode is on for every GPU"),
+                None,
+            );
+        } else if s.nvml.gpus.is_empty() {
+            out.push(
+                "services.persistenced",
+                "services",
+                None,
+                Severity::NotApplicable,
+                format!("nvidia-persistenced {state}; no GPU seen"),
+                None,
+            );
+        } else {
+            out.push(
+                "services.persistenced",
+                "services",
+                None,
+                Severity::Warning,
+                format!("nvidia-persistenced {state}"),
+                Some("`systemctl enable --now nvidia-persistenced`: without it the driver tears down between jobs and GPU state resets".into()),
+            );
+        }
+    }
+    if let Some(state) = &sv.nvidia_fabricmanager {
+        match (switches, state == "active") {
+            (true, true) => out.push("services.fabricmanager", "services", None, Severity::Ok, "nvidia-fabricmanager active", None),
+            (true, false) => out.push(
+                "services.fabricmanager",
+                "services",
+                None,
+                Severity::Critical,
+                format!("nvidia-fabricmanager {state} on a node with NVSwitches"),
+                Some("install the fabric manager of the driver's exact version and `systemctl enable --now nvidia-fabricmanager`; CUDA fails until it runs".into()),
+            ),
+            (false, _) => out.push(
+                "services.fabricmanager",
+                "services",
+                None,
+                Severity::NotApplicable,
+                format!("no NVSwitch on PCI (nvidia-fabricmanager {state})"),
+                None,
+            ),
+        }
+    }
+}
+
+/// Severity of one XID.
+pub fn xid_severity(xid: u32) -> Severity {
+    if CRITICAL_XIDS.contains(&xid) {
+        Severity::Critical
+    } else if APPLICATION_XIDS.contains(&xid) {
+        Severity::Ok
+    } else {
+        Severity::Warning
+    }
+}
+
+fn xid_summary(evs: &[&XidEvent]) -> (Severity, String) {
+    let sev = evs
+        .iter()
+        .map(|e| xid_severity(e.xid))
+        .max()
+        .unwrap_or(Severity::Ok);
+    let mut list: Vec<String> = Vec::new();
+    for e in evs {
+        let t = e
+            .uptime_s
+            .map(|u| format!(" at {u:.0} s"))
+            .unwrap_or_default();
+        list.push(format!("XID {}{t}", e.xid));
+    }
+    if list.len() > 5 {
+        let more = list.len() - 5;
+        list.truncate(5);
+        list.push(format!("and {more} more"));
+    }
+    (
+        sev,
+        format!("{} since boot: {}", evs.len(), list.join(", ")),
+    )
+}
+
+fn xid_hint(sev: Severity, evs: &[&XidEvent]) -> Option<String> {
+    let worst = evs
+        .iter()
+        .map(|e| e.xid)
+        .find(|x| CRITICAL_XIDS.contains(x));
+    match (sev, worst) {
+        (Severity::Critical, Some(79)) => Some("XID 79: the GPU fell off the bus: drain and reboot; reseat / RMA if it recurs".into()),
+        (Severity::Critical, Some(x)) => Some(format!("XID {x}: drain the node, reset the GPU (`nvidia-smi -r`) or reboot; run field diagnostics if it recurs")),
+        _ => Some("look up the XID in NVIDIA's XID catalogue; watch whether it recurs".into()),
+    }
+}
+
+fn xids(out: &mut Out, s: &Snapshot, gpu_refs: &[GpuRef], pci_refs: &[GpuRef]) {
+    let log = &s.kernel_log;
+    match (&log.source, &log.error) {
+        (Some(src), _) => out.push(
+            "xid.log",
+            "xid",
+            None,
+            Severity::Ok,
+            format!("{src} read: {} XID event(s) since boot", log.xids.len()),
+            None,
+        ),
+        (None, e) => out.push(
+            "xid.log",
+            "xid",
+            None,
+            Severity::Unknown,
+            format!("kernel log not read: {}", e.as_deref().unwrap_or("unknown")),
+            Some("run as root (or in group adm/systemd-journal) to see XID errors".into()),
+        ),
+    }
+    if log.source.is_none() {
+        return;
+    }
+    let mut refs: Vec<&GpuRef> = gpu_refs.iter().collect();
+    for r in pci_refs {
+        if !refs
+            .iter()
+            .any(|g| key(&g.pci_bus_id) == key(&r.pci_bus_id))
+        {
+            refs.push(r);
+        }
+    }
+    for r in &refs {
+        let k = key(&r.pci_bus_id);
+        let evs: Vec<&XidEvent> = log.xids.iter().filter(|e| e.pci == k).collect();
+        if evs.is_empty() {
+            out.push(
+                "gpu.xid",
+                "xid",
+                Some(r),
+                Severity::Ok,
+                "no XID since boot",
+                None,
+            );
+        } else {
+            let (sev, value) = xid_summary(&evs);
+            out.push("gpu.xid", "xid", Some(r), sev, value, xid_hint(sev, &evs));
+        }
+    }
+    let unmapped: Vec<&XidEvent> = log
+        .xids
+        .iter()
+        .filter(|e| !refs.iter().any(|r| key(&r.pci_bus_id) == e.pci))
+        .collect();
+    if !unmapped.is_empty() {
+        let (sev, value) = xid_summary(&unmapped);
+        let addrs: Vec<&str> = unmapped.iter().map(|e| e.pci.as_str()).collect();
+        out.push(
+            "xid.unmapped",
+            "xid",
+            None,
+            sev,
+            format!("{value} (PCI {} not seen now)", addrs.join(", ")),
+            xid_hint(sev, &unmapped),
+        );
+    }
+}
+
+/// An NVML reading that failed: GpuLost is CRITICAL, anything else UNKNOWN.
+fn reading_error(out: &mut Out, id: &str, group: &str, r: &GpuRef, e: &str) {
+    if e == "GpuLost" {
+        out.push(
+            id,
+            group,
+            Some(r),
+            Severity::Critical,
+            "GPU lost (NVML: GPU is lost)",
+            Some("drain the node and reboot; look for XID 79".into()),
+        );
+    } else if e == "NoPermission" {
+        out.push(
+            id,
+            group,
+            Some(r),
+            Severity::Unknown,
+            "NVML: no permission",
+            Some("run as root".into()),
+        );
+    } else {
+        out.push(
+            id,
+            group,
+            Some(r),
+            Severity::Unknown,
+            format!("NVML error: {e}"),
+            Some("see `nvidia-smi -q` and the kernel log".into()),
+        );
+    }
+}
+
+/// Push the verdict for one reading: n/a when unsupported, the error's verdict on error,
+/// otherwise `f`'s (severity, value, hint).
+fn judge<T>(
+    out: &mut Out,
+    id: &str,
+    group: &str,
+    r: &GpuRef,
+    reading: &Reading<T>,
+    f: impl FnOnce(&T) -> (Severity, String, Option<String>),
+) {
+    match reading {
+        Reading::Value(v) => {
+            let (sev, value, hint) = f(v);
+            out.push(id, group, Some(r), sev, value, hint);
+        }
+        Reading::NotSupported => out.push(id, group, Some(r), Severity::NotApplicable, "n/a", None),
+        Reading::Error(e) => reading_error(out, id, group, r, e),
+    }
+}
+
+fn gpu_checks(out: &mut Out, g: &GpuSnapshot, r: &GpuRef) {
+    let reset = |i: u32| format!("drain GPU {i}, then reset it (`nvidia-smi -r -i {i}`) or reboot");
+    judge(out, "gpu.ecc.mode", "ecc", r, &g.ecc_mode, |m| {
+        match (m.current, m.pending) {
+            (c, p) if c != p => (
+                Severity::Warning,
+                format!("ECC {} now, {} after reset", onoff(c), onoff(p)),
+                Some(format!(
+                    "the ECC change takes effect after a reset: {}",
+                    reset(g.index)
+                )),
+            ),
+            (false, _) => (
+                Severity::Warning,
+                "ECC disabled".into(),
+                Some(format!(
+                    "enable it (`nvidia-smi -i {} -e 1`) and reset the GPU",
+                    g.index
+                )),
+            ),
+            _ => (Severity::Ok, "ECC enabled".into(), None),
+        }
+    });
+    judge(
+        out,
+        "gpu.ecc.volatile_uncorrected",
+        "ecc",
+        r,
+        &g.ecc_volatile_uncorrected,
+        |n| {
+            if *n > 0 {
+                (
+                    Severity::Critical,
+                    format!("{n} uncorrectable ECC error(s) since the driver loaded"),
+                    Some(format!("{}; RMA if they recur", reset(g.index))),
+                )
+            } else {
+                (Severity::Ok, "0 volatile uncorrectable".into(), None)
+            }
+        },
+    );
+    judge(
+        out,
+        "gpu.ecc.aggregate_uncorrected",
+        "ecc",
+        r,
+        &g.ecc_aggregate_uncorrected,
+        |n| {
+            if *n > 0 {
+                (
+                    Severity::Warning,
+                    format!("{n} uncorrectable ECC error(s) over the GPU's life"),
+                    Some("watch row remapping; replace the GPU if the count keeps growing".into()),
+                )
+            } else {
+                (Severity::Ok, "0 aggregate uncorrectable".into(), None)
+            }
+        },
+    );
+    judge(
+        out,
+        "gpu.retired_pages",
+        "memory",
+        r,
+        &g.retired_pages_pending,
+        |p| {
+            if *p {
+                (
+                    Severity::Warning,
+                    "page retirement pending".into(),
+                    Some(format!(
+                        "retirement takes effect after a reset: {}",
+                        reset(g.index)
+                    )),
+                )
+            } else {
+                (Severity::Ok, "no page retirement pending".into(), None)
+            }
+        },
+    );
+    judge(
+        out,
+        "gpu.remap.failure",
+        "memory",
+        r,
+        &g.remapped_rows,
+        |m| {
+            if m.failure {
+                (
+                    Severity::Critical,
+                    "row remapping failed".into(),
+                    Some("the GPU has no spare rows left: drain it and replace it (RMA)".into()),
+                )
+            } else {
+                (Severity::Ok, "no remap failure".into(), None)
+            }
+        },
+    );
+    judge(
+        out,
+        "gpu.remap.pending",
+        "memory",
+        r,
+        &g.remapped_rows,
+        |m| {
+            if m.pending {
+                (
+                    Severity::Warning,
+                    "row remap pending".into(),
+                    Some(format!(
+                        "the remap takes effect after a reset: {}",
+                        reset(g.index)
+                    )),
+                )
+            } else {
+                (Severity::Ok, "no remap pending".into(), None)
+            }
+        },
+    );
+    judge(
+        out,
+        "gpu.remap.uncorrectable",
+        "memory",
+        r,
+        &g.remapped_rows,
+        |m| {
+            let v = format!(
+                "{} uncorrectable, {} correctable rows remapped",
+                m.uncorrectable, m.correctable
+            );
+            if m.uncorrectable > MAX_UNCORRECTABLE_REMAPPED_ROWS {
+                (
+                    Severity::Critical,
+                    format!("{v} (> {MAX_UNCORRECTABLE_REMAPPED_ROWS})"),
+                    Some("past the replacement threshold: drain the GPU and RMA it".into()),
+                )
+            } else {
+                (Severity::Ok, v, None)
+            }
+        },
+    );
+    judge(
+        out,
+        "gpu.recovery_action",
+        "recovery",
+        r,
+        &g.recovery_action,
+        |a| match a {
+            0 => (Severity::Ok, "none".into(), None),
+            1 => (
+                Severity::Critical,
+                "driver asks for a GPU reset".into(),
+                Some(reset(g.index)),
+            ),
+            2 => (
+                Severity::Critical,
+                "driver asks for a node reboot".into(),
+                Some("drain the node and reboot".into()),
+            ),
+            3 => (
+                Severity::Warning,
+                "driver asks to drain peer-to-peer traffic".into(),
+                Some("stop P2P/NVLink jobs on this GPU, then reset it".into()),
+            ),
+            4 => (
+                Severity::Critical,
+                "driver asks to drain and reset".into(),
+                Some(reset(g.index)),
+            ),
+            x => (
+                Severity::Warning,
+                format!("recovery action {x}"),
+                Some("see NVIDIA's documentation for nvmlDeviceGpuRecoveryAction".into()),
+            ),
+        },
+    );
+    let slow = g.temperature_slowdown_c.value().copied();
+    judge(
+        out,
+        "gpu.temperature",
+        "thermal",
+        r,
+        &g.temperature_c,
+        |t| {
+            let v = match slow {
+                Some(s) => format!("{t} °C (slowdown {s} °C)"),
+                None => format!("{t} °C"),
+            };
+            match slow {
+                Some(s) if *t >= s => (
+                    Severity::Critical,
+                    v,
+                    Some(
+                        "the GPU is throttling for heat: check fans, airflow, inlet temperature"
+                            .into(),
+                    ),
+                ),
+                Some(s) if *t + TEMP_MARGIN_C >= s => (
+                    Severity::Warning,
+                    v,
+                    Some("close to thermal slowdown: check airflow".into()),
+                ),
+                _ => (Severity::Ok, v, None),
+            }
+        },
+    );
+    judge(
+        out,
+        "gpu.clock_events",
+        "thermal",
+        r,
+        &g.clock_event_reasons,
+        |bits| {
+            let mut bad = Vec::new();
+            for (bit, name) in [
+                (reasons::HW_SLOWDOWN, "HW slowdown"),
+                (reasons::HW_THERMAL, "HW thermal slowdown"),
+                (reasons::HW_POWER_BRAKE, "HW power brake"),
+                (reasons::SW_THERMAL, "SW thermal slowdown"),
+            ] {
+                if bits & bit != 0 {
+                    bad.push(name);
+                }
+            }
+            if bad.is_empty() {
+                let state = if bits & reasons::GPU_IDLE != 0 {
+                    "idle"
+                } else if bits & reasons::SW_POWER_CAP != 0 {
+                    "power capped (normal under load)"
+                } else {
+                    "none"
+                };
+                (
+                    Severity::Ok,
+                    format!("clock events: {state} (0x{bits:x})"),
+                    None,
+                )
+            } else {
+                (
+                    Severity::Warning,
+                    format!("clocks held down: {} (0x{bits:x})", bad.join(", ")),
+                    Some("check cooling, PSUs and the BMC's power-brake signal".into()),
+                )
+            }
+        },
+    );
+    let default = g.power_limit_default_mw.value().copied();
+    judge(
+        out,
+        "gpu.power_limit",
+        "power",
+        r,
+        &g.power_limit_enforced_mw,
+        |enf| match default {
+            Some(d) if *enf < d => (
+                Severity::Warning,
+                format!("enforced {} W below default {} W", enf / 1000, d / 1000),
+                Some(format!(
+                    "if not intended: `nvidia-smi -i {} -pl {}`, and check the BMC's power capping",
+                    g.index,
+                    d / 1000
+                )),
+            ),
+            Some(d) => (
+                Severity::Ok,
+                format!("enforced {} W (default {} W)", enf / 1000, d / 1000),
+                None,
+            ),
+            None => (Severity::Ok, format!("enforced {} W", enf / 1000), None),
+        },
+    );
+    pcie(out, g, r);
+    judge(
+        out,
+        "gpu.persistence",
+        "config",
+        r,
+        &g.persistence_mode,
+        |p| {
+            if *p {
+                (Severity::Ok, "persistence mode on".into(), None)
+            } else {
+                (
+                    Severity::Warning,
+                    "persistence mode off".into(),
+                    Some("`systemctl enable --now nvidia-persistenced`".into()),
+                )
+            }
+        },
+    );
+    judge(out, "gpu.mig", "config", r, &g.mig_mode, |m| {
+        if m.current != m.pending {
+            (
+                Severity::Warning,
+                format!(
+                    "MIG {} now, {} after reset",
+                    onoff(m.current != 0),
+                    onoff(m.pending != 0)
+                ),
+                Some(format!(
+                    "the MIG change takes effect after a reset: {}",
+                    reset(g.index)
+                )),
+            )
+        } else {
+            (Severity::Ok, format!("MIG {}", onoff(m.current != 0)), None)
+        }
+    });
+    judge(out, "gpu.nvlink", "nvlink", r, &g.nvlinks, |links| {
+        let inactive: Vec<String> = links
+            .iter()
+            .filter(|l| !l.active)
+            .map(|l| l.link.to_string())
+            .collect();
+        let sum = |f: fn(&crate::snapshot::NvLink) -> Option<u64>| -> u64 {
+            links.iter().filter_map(f).sum()
+        };
+        let recovery = sum(|l| l.recovery_errors);
+        let v = format!(
+            "{}/{} links active; errors: replay {}, recovery {recovery}, CRC flit {}, CRC data {}",
+            links.len() - inactive.len(),
+            links.len(),
+            sum(|l| l.replay_errors),
+            sum(|l| l.crc_flit_errors),
+            sum(|l| l.crc_data_errors)
+        );
+        if links.is_empty() {
+            (Severity::NotApplicable, "no NVLink".into(), None)
+        } else if !inactive.is_empty() {
+            (
+                Severity::Warning,
+                format!("{v}; inactive: {}", inactive.join(",")),
+                Some(
+                    "check the NVLink bridge / baseboard; `nvidia-smi nvlink -s`; reset the GPU"
+                        .into(),
+                ),
+            )
+        } else if recovery > 0 {
+            (
+                Severity::Warning,
+                v,
+                Some(
+                    "NVLink link recoveries: watch the counters; reseat or RMA if they grow".into(),
+                ),
+            )
+        } else {
+            (Severity::Ok, v, None)
+        }
+    });
+    judge(out, "gpu.fabric", "fabric", r, &g.fabric, |f| {
+        let route_unhealthy = (f.health_mask >> 4) & 0x3 == 1;
+        let degraded = f.health_mask & 0x3 == 1;
+        match f.state {
+            3 if f.status != 0 => (
+                Severity::Critical,
+                format!("fabric registration failed (NVML status {})", f.status),
+                Some("check nvidia-fabricmanager's log; restart it; reboot".into()),
+            ),
+            3 if route_unhealthy => (
+                Severity::Critical,
+                "fabric route unhealthy".into(),
+                Some("check NVSwitch / fabric manager logs".into()),
+            ),
+            3 if degraded => (
+                Severity::Warning,
+                "fabric bandwidth degraded".into(),
+                Some("check NVSwitch links and fabric manager logs".into()),
+            ),
+            3 => (
+                Severity::Ok,
+                format!("fabric registered (clique {})", f.clique_id),
+                None,
+            ),
+            1 => (
+                Severity::Critical,
+                "fabric registration not started".into(),
+                Some("start nvidia-fabricmanager".into()),
+            ),
+            2 => (
+                Severity::Warning,
+                "fabric registration in progress".into(),
+                Some("wait a minute; if it stays, check nvidia-fabricmanager".into()),
+            ),
+            x => (Severity::Unknown, format!("fabric state {x}"), None),
+        }
+    });
+}
+
+fn pcie(out: &mut Out, g: &GpuSnapshot, r: &GpuRef) {
+    let (cg, mg, cw, mw) = (
+        &g.pcie_gen_current,
+        &g.pcie_gen_max,
+        &g.pcie_width_current,
+        &g.pcie_width_max,
+    );
+    let idle = g
+        .clock_event_reasons
+        .value()
+        .is_some_and(|b| b & reasons::GPU_IDLE != 0);
+    match (cg, mg, cw, mw) {
+        (Reading::Value(cg), Reading::Value(mg), Reading::Value(cw), Reading::Value(mw)) => {
+            let v = format!("Gen{cg} x{cw} (max Gen{mg} x{mw})");
+            if cw < mw {
+                out.push(
+                    "gpu.pcie",
+                    "pcie",
+                    Some(r),
+                    Severity::Warning,
+                    format!("link narrower than it can: {v}"),
+                    Some("reseat the card or riser; check the slot".into()),
+                );
+            } else if cg < mg && !idle {
+                out.push(
+                    "gpu.pcie",
+                    "pcie",
+                    Some(r),
+                    Severity::Warning,
+                    format!("link below its generation under load: {v}"),
+                    Some("check BIOS PCIe settings, risers, retimers".into()),
+                );
+            } else if cg < mg {
+                out.push(
+                    "gpu.pcie",
+                    "pcie",
+                    Some(r),
+                    Severity::Ok,
+                    format!("{v}; idle links downshift"),
+                    None,
+                );
+            } else {
+                out.push("gpu.pcie", "pcie", Some(r), Severity::Ok, v, None);
+            }
+        }
+        (Reading::Error(e), ..) | (_, Reading::Error(e), ..) => {
+            reading_error(out, "gpu.pcie", "pcie", r, e)
+        }
+        _ => out.push(
+            "gpu.pcie",
+            "pcie",
+            Some(r),
+            Severity::NotApplicable,
+            "n/a",
+            None,
+        ),
+    }
+}
+
+fn onoff(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}

@@ -1,0 +1,183 @@
+//! Reboots as a state. When a run ends needing a reboot and `--reboot` was given, gpuhost
+//! records where it stands (`/var/lib/gpuhost/resume.json`), enables the oneshot
+//! `gpuhost-resume.service` (which runs `gpuhost resume`, the same apply, after boot) and
+//! reboots. Once the host converges, the unit is disabled and the state removed. A loop guard
+//! stops after a bounded number of reboots and says why. In an install root nothing reboots:
+//! the resume unit is left enabled for the first boot.
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::fsutil::{self, write_atomic};
+use crate::host::Host;
+
+pub const RESUME_PATH: &str = "/var/lib/gpuhost/resume.json";
+pub const UNIT: &str = "gpuhost-resume.service";
+/// The unit as the RPM ships it; written to /etc when the package's copy is absent.
+pub const UNIT_TEXT: &str = include_str!("../../packaging/gpuhost-resume.service");
+const PACKAGED_UNIT: &str = "/usr/lib/systemd/system/gpuhost-resume.service";
+const LOCAL_UNIT: &str = "/etc/systemd/system/gpuhost-resume.service";
+pub const DEFAULT_MAX_REBOOTS: u32 = 3;
+
+/// The apply arguments a resumed run repeats.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ResumeArgs {
+    pub profile: String,
+    #[serde(default)]
+    pub sets: Vec<String>,
+    #[serde(default)]
+    pub only: Vec<String>,
+    #[serde(default)]
+    pub skip: Vec<String>,
+    #[serde(default = "default_max")]
+    pub max_reboots: u32,
+}
+
+fn default_max() -> u32 {
+    DEFAULT_MAX_REBOOTS
+}
+
+/// `/var/lib/gpuhost/resume.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ResumeState {
+    pub args: ResumeArgs,
+    /// Reboots gpuhost has made in this chain.
+    pub reboots: u32,
+    /// Why the last reboot was needed.
+    pub reasons: Vec<String>,
+    pub since: String,
+}
+
+impl ResumeState {
+    pub fn load(host: &Host) -> Result<Option<ResumeState>> {
+        match host.read_opt(RESUME_PATH)? {
+            None => Ok(None),
+            Some(t) => serde_json::from_str(&t).map(Some).with_context(|| {
+                format!(
+                    "{} is corrupt; remove it and run gpuhost apply again",
+                    host.path(RESUME_PATH).display()
+                )
+            }),
+        }
+    }
+
+    fn save(&self, host: &Host) -> Result<()> {
+        write_atomic(
+            &host.path(RESUME_PATH),
+            &serde_json::to_vec_pretty(self)?,
+            0o600,
+        )
+    }
+}
+
+/// What happened about a reboot, for the report.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct RebootReport {
+    /// `rebooting`, `first-boot` (install root: the unit runs on first boot), `gave-up`
+    /// (the loop guard stopped), `finished` (converged; the unit removed), `needed` (no
+    /// `--reboot`: the user reboots).
+    pub action: &'static str,
+    pub reboots: u32,
+    pub max_reboots: u32,
+    pub message: String,
+}
+
+/// The run ended needing a reboot and `--reboot` was given: record the state and enable the
+/// resume unit; the caller reboots with [`reboot_now`] once the report is out.
+pub fn schedule(host: &Host, args: &ResumeArgs, reasons: &[String]) -> Result<RebootReport> {
+    let prev = ResumeState::load(host)?;
+    let reboots = prev.as_ref().map_or(0, |p| p.reboots);
+    let max = args.max_reboots;
+    if reboots >= max {
+        disable(host)?;
+        return Ok(RebootReport {
+            action: "gave-up",
+            reboots,
+            max_reboots: max,
+            message: format!(
+                "still needs a reboot after {reboots} reboot(s) ({}); gpuhost stopped rebooting and disabled {UNIT}: fix the cause, then run gpuhost apply again",
+                reasons.join("; ")
+            ),
+        });
+    }
+    install_unit(host)?;
+    let next = ResumeState {
+        args: args.clone(),
+        reboots: if host.is_live() { reboots + 1 } else { reboots },
+        reasons: reasons.to_vec(),
+        since: prev
+            .map(|p| p.since)
+            .unwrap_or_else(|| fsutil::rfc3339(fsutil::unix_now())),
+    };
+    next.save(host)?;
+    host.systemctl().args(["enable", UNIT]).run()?;
+    if !host.is_live() {
+        return Ok(RebootReport {
+            action: "first-boot",
+            reboots,
+            max_reboots: max,
+            message: format!("install root: {UNIT} is enabled and resumes the apply on first boot"),
+        });
+    }
+    Ok(RebootReport {
+        action: "rebooting",
+        reboots: next.reboots,
+        max_reboots: max,
+        message: format!(
+            "rebooting now (reboot {} of at most {max}); {UNIT} resumes the apply after boot",
+            next.reboots
+        ),
+    })
+}
+
+/// Reboot the live system now (after the report is out). Returns once systemd has the job.
+pub fn reboot_now(host: &Host) -> Result<()> {
+    if host.is_live() {
+        host.systemctl().arg("reboot").run()?;
+    }
+    Ok(())
+}
+
+/// The run converged: remove the resume state and the unit, if a chain was under way.
+pub fn finish(host: &Host) -> Result<Option<RebootReport>> {
+    let Some(state) = ResumeState::load(host)? else {
+        return Ok(None);
+    };
+    disable(host)?;
+    Ok(Some(RebootReport {
+        action: "finished",
+        reboots: state.reboots,
+        max_reboots: state.args.max_reboots,
+        message: format!(
+            "converged after {} reboot(s); {UNIT} disabled and removed",
+            state.reboots
+        ),
+    }))
+}
+
+fn install_unit(host: &Host) -> Result<()> {
+    if host.path(PACKAGED_UNIT).exists() {
+        return Ok(());
+    }
+    let path = host.path(LOCAL_UNIT);
+    if host.read_opt(LOCAL_UNIT)?.as_deref() != Some(UNIT_TEXT) {
+        write_atomic(&path, UNIT_TEXT.as_bytes(), 0o644)?;
+    }
+    Ok(())
+}
+
+fn disable(host: &Host) -> Result<()> {
+    let unit_present = host.path(PACKAGED_UNIT).exists() || host.path(LOCAL_UNIT).exists();
+    if unit_present {
+        host.systemctl().args(["disable", UNIT]).run()?;
+    }
+    if host.read_opt(LOCAL_UNIT)?.as_deref() == Some(UNIT_TEXT) {
+        std::fs::remove_file(host.path(LOCAL_UNIT))
+            .with_context(|| format!("removing {}", host.path(LOCAL_UNIT).display()))?;
+    }
+    match std::fs::remove_file(host.path(RESUME_PATH)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing {}", host.path(RESUME_PATH).display())),
+    }
+}

@@ -1,0 +1,174 @@
+//! `container-toolkit`: NVIDIA's repo and its four packages at one version, never a version
+//! on the deny-list; the CDI spec on request (live only).
+
+use anyhow::Result;
+
+use super::{
+    explain_repo_failure, pin, repo_differs, repo_file, require_local_repo, toolkit_denied,
+    version_matches, write_repo,
+};
+use crate::cmd::Cmd;
+use crate::error::hinted;
+use crate::runner::{Action, Change, Check, Ctx, Step};
+
+pub struct ContainerToolkit;
+
+pub const REPO_PATH: &str = "/etc/yum.repos.d/nvidia-container-toolkit.repo";
+const REPO_ID: &str = "nvidia-container-toolkit";
+/// The toolkit first: its version is the one the others must have when nothing is pinned.
+pub const PACKAGES: [&str; 4] = [
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+];
+pub const CDI_SPEC: &str = "/etc/cdi/nvidia.yaml";
+const CDI_GENERATE: &str = "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml";
+
+impl ContainerToolkit {
+    fn wanted_repo(ctx: &Ctx<'_>) -> String {
+        let spec = &ctx.profile.container_toolkit;
+        repo_file(
+            REPO_ID,
+            "nvidia-container-toolkit",
+            &spec.repo,
+            &spec.gpgkey,
+            &[],
+        )
+    }
+}
+
+impl Step for ContainerToolkit {
+    fn id(&self) -> &'static str {
+        "container-toolkit"
+    }
+
+    fn summary(&self) -> &'static str {
+        "the NVIDIA Container Toolkit's four packages at one version, known-bad versions refused"
+    }
+
+    fn rpm_names(&self, _ctx: &Ctx<'_>) -> Vec<String> {
+        PACKAGES.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+        let mut check = Check::default();
+        let spec = ctx.profile.container_toolkit.clone();
+        if let Some(why) = repo_differs(ctx, REPO_PATH, &Self::wanted_repo(ctx))? {
+            check
+                .changes
+                .push(Change::custom(format!("write {REPO_PATH}"), why));
+        }
+        let installed = ctx.installed(&PACKAGES)?;
+        let version_of = |name: &str| -> Option<String> {
+            installed
+                .get(name)
+                .and_then(|v| v.first())
+                .map(|p| p.version.clone())
+        };
+        let listed = || -> String {
+            PACKAGES
+                .iter()
+                .map(|n| format!("{n} {}", version_of(n).unwrap_or_else(|| "missing".into())))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match &pin(&spec.version) {
+            Some(pin) => {
+                let off: Vec<&str> = PACKAGES
+                    .iter()
+                    .copied()
+                    .filter(|n| {
+                        !installed
+                            .get(*n)
+                            .is_some_and(|v| v.iter().any(|p| version_matches(p, pin)))
+                    })
+                    .collect();
+                if !off.is_empty() {
+                    let specs = PACKAGES.iter().map(|n| format!("{n}-{pin}")).collect();
+                    check.changes.push(Change::install(
+                        specs,
+                        format!("the profile pins {pin}; installed: {}", listed()),
+                    ));
+                }
+            }
+            None => {
+                let versions: Vec<Option<String>> =
+                    PACKAGES.iter().map(|n| version_of(n)).collect();
+                if let Some(bad) = versions
+                    .iter()
+                    .flatten()
+                    .find_map(|v| toolkit_denied(v).map(|why| (v.clone(), why)))
+                {
+                    return Err(hinted(
+                        format!("the NVIDIA Container Toolkit {} is installed and refused: {}", bad.0, bad.1),
+                        "pin another version in the profile: container_toolkit.version = \"1.17.8\" (gpuhost then installs it in place)",
+                    ));
+                }
+                let first = versions.first().cloned().flatten();
+                let one_version = versions.iter().all(|v| v.is_some() && *v == first);
+                if !one_version {
+                    let specs = match &first {
+                        Some(v) => PACKAGES.iter().map(|n| format!("{n}-{v}")).collect(),
+                        None => PACKAGES.iter().map(|n| n.to_string()).collect(),
+                    };
+                    check.changes.push(Change::install(
+                        specs,
+                        format!(
+                            "the four packages must be installed at one version; installed: {}",
+                            listed()
+                        ),
+                    ));
+                }
+            }
+        }
+        if check
+            .changes
+            .iter()
+            .all(|c| !matches!(c.action, Action::Install(_)))
+        {
+            check.notes.push(format!("installed: {}", listed()));
+        }
+        if spec.cdi && !ctx.host.path(CDI_SPEC).exists() {
+            if ctx.host.is_live() {
+                check.changes.push(Change::custom(
+                    CDI_GENERATE,
+                    format!("{CDI_SPEC} is missing"),
+                ));
+            } else {
+                check.deferred.push(format!(
+                    "{CDI_GENERATE} (the CDI spec describes the live GPUs)"
+                ));
+            }
+        }
+        Ok(check)
+    }
+
+    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
+        let spec = ctx.profile.container_toolkit.clone();
+        for c in changes {
+            match &c.action {
+                Action::Custom(w) if w.starts_with("write ") => {
+                    write_repo(ctx, REPO_PATH, &Self::wanted_repo(ctx))?;
+                }
+                Action::Install(specs) => {
+                    require_local_repo(ctx, "container_toolkit.repo", &spec.repo)?;
+                    ctx.dnf_install(specs).map_err(|e| {
+                        explain_repo_failure(e, REPO_ID, "container_toolkit.repo", &spec.repo)
+                    })?;
+                }
+                Action::Custom(w) if w == CDI_GENERATE => {
+                    Cmd::new("nvidia-ctk")
+                        .args(["cdi", "generate", &format!("--output={CDI_SPEC}")])
+                        .run()?;
+                }
+                Action::Custom(w) => {
+                    return Err(anyhow::anyhow!(
+                        "step container-toolkit cannot {w}: unknown action"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,238 @@
+//! `fabric-manager` (NVSwitch systems only): Fabric Manager of exactly the driver's version —
+//! any other version leaves the fabric uninitialised — locked so that `dnf update` cannot
+//! drift it, and enabled. The package is `nvidia-fabric-manager` before the 580 branch and
+//! `nvidia-fabricmanager` from 580. The lock is an `excludepkgs` entry in dnf.conf's `[main]`:
+//! it needs no plugin, and gpuhost's own transactions lift it with `--disableexcludes=main`.
+
+use anyhow::Result;
+
+use super::{branch_of, driver_version, units};
+use crate::fsutil::write_atomic;
+use crate::runner::{Action, Change, Check, Ctx, Step};
+
+pub struct FabricManager;
+
+const DNF_CONF: &str = "/etc/dnf/dnf.conf";
+const UNIT: &str = "nvidia-fabricmanager.service";
+
+/// The Fabric Manager package of a driver branch.
+pub fn package_for(driver: &str) -> &'static str {
+    if branch_of(driver) >= 580 {
+        "nvidia-fabricmanager"
+    } else {
+        "nvidia-fabric-manager"
+    }
+}
+
+/// The package names excluded in dnf.conf's `[main]` (`excludepkgs=` or its alias `exclude=`).
+pub fn main_excludes(conf: &str) -> Vec<String> {
+    let mut in_main = false;
+    let mut out = Vec::new();
+    for line in conf.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            in_main = t == "[main]";
+            continue;
+        }
+        if !in_main {
+            continue;
+        }
+        if let Some((k, v)) = t.split_once('=') {
+            if matches!(k.trim(), "excludepkgs" | "exclude") {
+                out.extend(
+                    v.split([',', ' '])
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// dnf.conf with `pkg` added to `[main]`'s excludes (a `[main]` section is added if missing).
+pub fn with_exclude(conf: &str, pkg: &str) -> String {
+    let mut lines: Vec<String> = conf.lines().map(str::to_string).collect();
+    let main = lines.iter().position(|l| l.trim() == "[main]");
+    let Some(main) = main else {
+        let mut out = format!("[main]\nexcludepkgs={pkg}\n");
+        if !conf.is_empty() {
+            out.push_str(conf);
+            if !conf.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        return out;
+    };
+    let end = lines
+        .iter()
+        .enumerate()
+        .skip(main + 1)
+        .find(|(_, l)| l.trim().starts_with('['))
+        .map_or(lines.len(), |(i, _)| i);
+    let existing = (main + 1..end).find(|i| {
+        lines[*i]
+            .split_once('=')
+            .is_some_and(|(k, _)| k.trim() == "excludepkgs")
+    });
+    match existing {
+        Some(i) => {
+            let l = lines[i].trim_end().to_string();
+            let sep = if l.trim_end().ends_with('=') { "" } else { "," };
+            lines[i] = format!("{l}{sep}{pkg}");
+        }
+        None => {
+            // After the section's last setting, before trailing blank lines.
+            let mut at = end;
+            while at > main + 1 && lines[at - 1].trim().is_empty() {
+                at -= 1;
+            }
+            lines.insert(at, format!("excludepkgs={pkg}"));
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+impl Step for FabricManager {
+    fn id(&self) -> &'static str {
+        "fabric-manager"
+    }
+
+    fn summary(&self) -> &'static str {
+        "on NVSwitch systems: Fabric Manager of the driver's exact version, locked and enabled"
+    }
+
+    fn rpm_names(&self, ctx: &Ctx<'_>) -> Vec<String> {
+        match driver_version(ctx) {
+            Ok(n) if !ctx.facts.nvswitches.is_empty() => vec![package_for(&n.driver).to_string()],
+            _ => vec![],
+        }
+    }
+
+    fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
+        super::not_applicable(ctx).or_else(|| {
+            ctx.facts
+                .nvswitches
+                .is_empty()
+                .then(|| "no NVSwitch on this host: Fabric Manager is not needed".to_string())
+        })
+    }
+
+    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+        let drv = driver_version(ctx)?.driver;
+        let pkg = package_for(&drv);
+        let mut check = Check::default();
+        let installed = ctx.installed_one(pkg)?;
+        let versions: Vec<String> = installed.iter().map(|p| p.version.clone()).collect();
+        let present = versions.contains(&drv);
+        if !present {
+            let found = if versions.is_empty() {
+                "not installed".to_string()
+            } else {
+                format!(
+                    "{pkg} {} installed: it must equal the driver's version",
+                    versions.join(", ")
+                )
+            };
+            check.changes.push(Change::install(
+                vec![format!("{pkg}-{drv}")],
+                format!(
+                    "{found} (driver {drv}, {} NVSwitches)",
+                    ctx.facts.nvswitches.len()
+                ),
+            ));
+        }
+        let conf = ctx.host.read_opt(DNF_CONF)?.unwrap_or_default();
+        if main_excludes(&conf).iter().any(|e| e == pkg) {
+            check
+                .notes
+                .push(format!("{pkg} {drv} locked (excludepkgs in {DNF_CONF})"));
+        } else {
+            check.changes.push(Change::custom(
+                format!("lock {pkg} (excludepkgs={pkg} in {DNF_CONF})"),
+                "dnf update could move it away from the driver's version",
+            ));
+        }
+        units::check_enabled(ctx.host, &mut check, UNIT, pkg, !present)?;
+        Ok(check)
+    }
+
+    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
+        let drv = driver_version(ctx)?.driver;
+        let pkg = package_for(&drv);
+        for c in changes {
+            match &c.action {
+                Action::Install(specs) => {
+                    // `install` of a lower version downgrades; the lock must not hide the package.
+                    let out = ctx
+                        .host
+                        .dnf()?
+                        .args(["install", "--disableexcludes=main"])
+                        .args(specs)
+                        .output()?;
+                    ctx.invalidate_rpm();
+                    if !out.success() {
+                        let available = ctx.available_versions(pkg).unwrap_or_default();
+                        return Err(crate::error::hinted(
+                            format!(
+                                "{pkg} {drv} could not be installed (available: {}): {}",
+                                if available.is_empty() {
+                                    "none".to_string()
+                                } else {
+                                    available.join(", ")
+                                },
+                                crate::cmd::tail_lines(&out.stderr, 4)
+                            ),
+                            "Fabric Manager must come from the same local repo as the driver",
+                        ));
+                    }
+                }
+                Action::Custom(what) if what.starts_with("lock ") => {
+                    let conf = ctx.host.read_opt(DNF_CONF)?.unwrap_or_default();
+                    write_atomic(
+                        &ctx.host.path(DNF_CONF),
+                        with_exclude(&conf, pkg).as_bytes(),
+                        0o644,
+                    )?;
+                }
+                Action::Custom(what) => {
+                    if !units::apply_change(ctx.host, what)? {
+                        return Err(anyhow::anyhow!("fabric-manager cannot {what}"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("535.104.05", "nvidia-fabric-manager")]
+    #[case("570.86.15", "nvidia-fabric-manager")]
+    #[case("580.65.06", "nvidia-fabricmanager")]
+    fn package_by_branch(#[case] drv: &str, #[case] pkg: &str) {
+        assert_eq!(package_for(drv), pkg);
+    }
+
+    #[test]
+    fn lock_adds_to_main_excludes_only() {
+        let conf = "[main]\ngpgcheck=1\n\n[other]\nexcludepkgs=foo\n";
+        let got = with_exclude(conf, "nvidia-fabric-manager");
+        assert_eq!(
+            got,
+            "[main]\ngpgcheck=1\nexcludepkgs=nvidia-fabric-manager\n\n[other]\nexcludepkgs=foo\n"
+        );
+        assert_eq!(main_excludes(&got), vec!["nvidia-fabric-manager"]);
+        let twice = with_exclude("[main]\nexcludepkgs=kernel*\n", "nvidia-fabric-manager");
+        assert_eq!(
+            main_excludes(&twice),
+            vec!["kernel*", "nvidia-fabric-manager"]
+        );
+        assert_eq!(main_excludes(&with_exclude("", "x")), vec!["x".to_string()]);
+    }
+}

@@ -1,0 +1,392 @@
+//! `driver`: the `nvidia-driver` module stream and profile from the local repo, at the local
+//! repo's driver version. The module state is read from `/etc/dnf/modules.d/nvidia-driver.module`
+//! and the packages from the runner's batched rpm query, so a converged host starts no dnf.
+//! Another stream already installed is switched (`dnf module switch-to --allowerasing`) only
+//! when the profile says `driver.switch_stream = true`.
+
+use anyhow::Result;
+
+use super::{driver_version, module_profile, StreamKind};
+use crate::error::hinted;
+use crate::kernel::Flavour;
+use crate::runner::{Action, Change, Check, Ctx, Step};
+
+pub struct Driver;
+
+pub const MODULE_FILE: &str = "/etc/dnf/modules.d/nvidia-driver.module";
+
+/// The state dnf keeps for a module in `/etc/dnf/modules.d/<name>.module`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ModuleState {
+    pub stream: String,
+    pub profiles: Vec<String>,
+    /// `enabled`, `disabled` or empty (reset).
+    pub state: String,
+}
+
+impl ModuleState {
+    pub fn parse(text: &str) -> ModuleState {
+        let mut m = ModuleState::default();
+        for line in text.lines() {
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            let v = v.trim();
+            match k.trim() {
+                "stream" => m.stream = v.to_string(),
+                "state" => m.state = v.to_string(),
+                "profiles" => {
+                    m.profiles = v
+                        .split([',', ' '])
+                        .filter(|p| !p.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                }
+                _ => {}
+            }
+        }
+        m
+    }
+
+    /// The enabled stream, if any.
+    pub fn enabled_stream(&self) -> Option<&str> {
+        (self.state == "enabled" && !self.stream.is_empty()).then_some(self.stream.as_str())
+    }
+}
+
+/// The streams of `module` in `dnf module list <module>` output.
+pub fn listed_streams(module: &str, stdout: &str) -> Vec<String> {
+    let mut out: Vec<String> = stdout
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(module)).then(|| w.next().map(str::to_string))?
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
+/// The streams the enabled repos offer.
+fn available_streams(ctx: &Ctx<'_>) -> Result<Vec<String>> {
+    let out = ctx
+        .host
+        .dnf()?
+        .args(["module", "list", "nvidia-driver"])
+        .output()?;
+    Ok(listed_streams("nvidia-driver", &out.stdout))
+}
+
+fn not_in_repo(stream: &str, available: &[String]) -> anyhow::Error {
+    let listed = if available.is_empty() {
+        "none: is the local repo installed?".to_string()
+    } else {
+        available.join(", ")
+    };
+    hinted(
+        format!(
+            "module stream nvidia-driver:{stream} is not in the enabled repos (streams: {listed})"
+        ),
+        "set driver.stream to one of those streams",
+    )
+}
+
+/// NVIDIA's precompiled kmod package for a kernel: `kmod-nvidia-535.104.05-4.18.0-553.16.1`
+/// for `4.18.0-553.16.1.el8_10.x86_64` (the kernel release without its dist tag and arch).
+pub fn precompiled_kmod(driver: &str, kver: &str) -> String {
+    let k = kver
+        .strip_suffix(&format!(".{}", super::host_arch()))
+        .unwrap_or(kver);
+    let (version, release) = k.split_once('-').unwrap_or((k, ""));
+    let short = release.rsplit_once('.').map_or(release, |(r, _dist)| r);
+    format!("kmod-nvidia-{driver}-{version}-{short}")
+}
+
+/// The packages that bring the kernel module for this stream: the DKMS package, or the
+/// precompiled package of every served kernel.
+pub fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
+    let kind = StreamKind::of(&ctx.profile.driver.stream);
+    match kind.dkms_package() {
+        Some(k) => vec![k.to_string()],
+        None => ctx
+            .facts
+            .kernels_to_serve()
+            .iter()
+            .map(|k| precompiled_kmod(driver, k))
+            .collect(),
+    }
+}
+
+/// How to get from the host's module state to the profile's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verb {
+    /// `dnf install @nvidia-driver:S/P <kmods>`: enable and install (or add a profile).
+    Install,
+    /// `dnf module switch-to nvidia-driver:S/P --allowerasing`, then the stream's kmods with
+    /// `--allowerasing` (switch-to keeps a kmod of the old stream that still satisfies).
+    Switch,
+}
+
+impl Driver {
+    fn verb(what: &str) -> Verb {
+        if what.contains("switch-to") {
+            Verb::Switch
+        } else {
+            Verb::Install
+        }
+    }
+}
+
+impl Step for Driver {
+    fn id(&self) -> &'static str {
+        "driver"
+    }
+
+    fn summary(&self) -> &'static str {
+        "install the nvidia-driver module stream and profile from the local repo"
+    }
+
+    fn rpm_names(&self, ctx: &Ctx<'_>) -> Vec<String> {
+        let mut names = vec!["nvidia-driver".to_string()];
+        if let Ok(n) = driver_version(ctx) {
+            names.extend(kmod_packages(ctx, &n.driver));
+        }
+        names
+    }
+
+    fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
+        super::not_applicable(ctx)
+    }
+
+    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+        let repo = driver_version(ctx)?;
+        let drv = repo.driver.clone();
+        let stream = ctx.profile.driver.stream.clone();
+        let kind = StreamKind::of(&stream);
+        if kind == StreamKind::Precompiled && ctx.facts.target_flavour == Some(Flavour::Uek) {
+            return Err(hinted(
+                format!("nvidia-driver:{stream} is a precompiled stream: NVIDIA builds those for RHCK kernels only, never for UEK"),
+                "use a DKMS stream (latest-dkms, <branch>-dkms, open-dkms)",
+            ));
+        }
+        let profile = module_profile(ctx);
+        let spec = format!("nvidia-driver:{stream}/{profile}");
+        let state = ctx
+            .host
+            .read_opt(MODULE_FILE)?
+            .map(|t| ModuleState::parse(&t))
+            .unwrap_or_default();
+        let kmods = kmod_packages(ctx, &drv);
+        let mut names = vec!["nvidia-driver".to_string()];
+        names.extend(kmods.iter().cloned());
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let installed = ctx.installed(&refs)?;
+        // What is missing, and what is installed at another version than the repo's.
+        let (mut absent, mut stale) = (Vec::new(), Vec::new());
+        for n in &names {
+            let v: Vec<String> = installed
+                .get(n)
+                .map(|v| v.iter().map(|p| p.version.clone()).collect())
+                .unwrap_or_default();
+            if v.is_empty() {
+                absent.push(format!("{n} not installed"));
+            } else if !v.contains(&drv) {
+                stale.push(format!("{n} {} installed", v.join(", ")));
+            }
+        }
+        let mut check = Check::default();
+        let mut why = Vec::new();
+        let verb = match state.enabled_stream() {
+            Some(s) if s == stream => {
+                let has_profile = state.profiles.iter().any(|p| p == profile);
+                if has_profile && absent.is_empty() && stale.is_empty() {
+                    check.notes.push(format!(
+                        "{spec} installed: nvidia-driver {drv}, {}",
+                        kmods.join(", ")
+                    ));
+                    return Ok(check);
+                }
+                if !has_profile {
+                    let fm = if profile == "fm" {
+                        " (NVSwitches present)"
+                    } else {
+                        ""
+                    };
+                    why.push(format!("module profile {profile} not installed{fm}"));
+                }
+                if stale.is_empty() {
+                    Verb::Install
+                } else {
+                    why.push(format!("the local repo has {drv}"));
+                    Verb::Switch
+                }
+            }
+            Some(other) => {
+                if !ctx.profile.driver.switch_stream {
+                    return Err(hinted(
+                        format!("nvidia-driver:{other} is installed, but the profile asks for nvidia-driver:{stream}"),
+                        format!("set driver.switch_stream = true to switch (dnf module switch-to {spec} --allowerasing), or set driver.stream = \"{other}\""),
+                    ));
+                }
+                why.push(format!(
+                    "nvidia-driver:{other} is installed (driver.switch_stream)"
+                ));
+                Verb::Switch
+            }
+            None => {
+                why.push(if state.state == "disabled" {
+                    "the nvidia-driver module is disabled".to_string()
+                } else {
+                    "no nvidia-driver stream enabled".to_string()
+                });
+                Verb::Install
+            }
+        };
+        why.extend(absent);
+        why.extend(stale);
+        why.push(format!("driver {drv} from {}", repo.package));
+        let what = match verb {
+            Verb::Install => format!("dnf install @{spec} {}", kmods.join(" ")),
+            Verb::Switch => format!(
+                "dnf module switch-to {spec} --allowerasing, then install {} --allowerasing",
+                kmods.join(" ")
+            ),
+        };
+        check
+            .changes
+            .push(Change::custom(what.trim_end().to_string(), why.join("; ")));
+        // Say now, not in the middle of the transaction, when the stream does not exist.
+        if ctx.host.path(repo.repo_dir()).is_dir() {
+            let available = available_streams(ctx)?;
+            if !available.contains(&stream) {
+                return Err(not_in_repo(&stream, &available));
+            }
+        }
+        Ok(check)
+    }
+
+    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
+        let drv = driver_version(ctx)?.driver;
+        let stream = ctx.profile.driver.stream.clone();
+        let profile = module_profile(ctx);
+        let spec = format!("nvidia-driver:{stream}/{profile}");
+        let kmods = kmod_packages(ctx, &drv);
+        for c in changes {
+            let Action::Custom(what) = &c.action else {
+                return Err(anyhow::anyhow!("driver cannot {}", c.action));
+            };
+            let state = ctx
+                .host
+                .read_opt(MODULE_FILE)?
+                .map(|t| ModuleState::parse(&t))
+                .unwrap_or_default();
+            if state.state == "disabled" {
+                ctx.host
+                    .dnf()?
+                    .args(["module", "reset", "nvidia-driver"])
+                    .run()?;
+            }
+            let mut cmds = Vec::new();
+            match Self::verb(what) {
+                Verb::Install => {
+                    cmds.push(
+                        ctx.host
+                            .dnf()?
+                            .arg("install")
+                            .arg(format!("@{spec}"))
+                            .args(&kmods),
+                    );
+                }
+                Verb::Switch => {
+                    cmds.push(ctx.host.dnf()?.args([
+                        "module",
+                        "switch-to",
+                        &spec,
+                        "--allowerasing",
+                    ]));
+                    cmds.push(
+                        ctx.host
+                            .dnf()?
+                            .args(["install", "--allowerasing"])
+                            .args(&kmods),
+                    );
+                }
+            }
+            for mut cmd in cmds {
+                if profile == "fm" {
+                    // The Fabric Manager lock (an exclude) must not hide it from its own module.
+                    cmd = cmd.arg("--disableexcludes=main");
+                }
+                let out = cmd.output()?;
+                ctx.invalidate_rpm();
+                if !out.success() {
+                    let text = format!("{}\n{}", out.stdout, out.stderr);
+                    if text.contains("missing groups or modules")
+                        || text.contains("Unable to resolve argument")
+                        || text.contains("No such module")
+                    {
+                        let available = available_streams(ctx).unwrap_or_default();
+                        return Err(not_in_repo(&stream, &available));
+                    }
+                    return Err(cmd.failure(&out));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case(
+        "[nvidia-driver]\nname=nvidia-driver\nstream=latest-dkms\nprofiles=default, fm\nstate=enabled\n",
+        Some("latest-dkms"),
+        &["default", "fm"]
+    )]
+    #[case(
+        "[nvidia-driver]\nname=nvidia-driver\nstream=535-dkms\nprofiles=\nstate=enabled\n",
+        Some("535-dkms"),
+        &[]
+    )]
+    #[case(
+        "[nvidia-driver]\nname=nvidia-driver\nstream=\nprofiles=\nstate=disabled\n",
+        None,
+        &[]
+    )]
+    #[case("[nvidia-driver]\nname=nvidia-driver\nstream=latest\nprofiles=default\nstate=\n", None, &["default"])]
+    fn module_state(#[case] text: &str, #[case] enabled: Option<&str>, #[case] profiles: &[&str]) {
+        let m = ModuleState::parse(text);
+        assert_eq!(m.enabled_stream(), enabled);
+        assert_eq!(m.profiles, profiles);
+    }
+
+    #[rstest]
+    #[case(
+        "4.18.0-553.16.1.el8_10.x86_64",
+        "kmod-nvidia-535.104.05-4.18.0-553.16.1"
+    )]
+    #[case(
+        "4.18.0-477.27.1.el8_8.x86_64",
+        "kmod-nvidia-535.104.05-4.18.0-477.27.1"
+    )]
+    #[case(
+        "5.14.0-427.13.1.el9_4.x86_64",
+        "kmod-nvidia-535.104.05-5.14.0-427.13.1"
+    )]
+    fn precompiled_kmod_names(#[case] kver: &str, #[case] name: &str) {
+        assert_eq!(precompiled_kmod("535.104.05", kver), name);
+    }
+
+    #[test]
+    fn streams_from_dnf_module_list() {
+        let out = "cuda-rhel8-12-2-local\nName          Stream             Profiles                         Summary\nnvidia-driver latest             default [d], fm, ks, src         Nvidia driver for latest branch\nnvidia-driver latest-dkms [d][e] default [d] [i], fm [i], ks, src Nvidia driver\nnvidia-driver 535-open           default [d], fm, ks, src         x\n\nHint: [d]efault, [e]nabled, [x]disabled, [i]nstalled\n";
+        assert_eq!(
+            listed_streams("nvidia-driver", out),
+            vec!["latest", "latest-dkms", "535-open"]
+        );
+    }
+}

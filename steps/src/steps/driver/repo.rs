@@ -1,0 +1,334 @@
+//! `driver-repo`: NVIDIA's local full RPM repo package named by the profile, verified
+//! (RPM, checksum, architecture, OS release, the driver version its inner repo really carries)
+//! and installed with dnf. Another local repo (another driver version) is replaced only when
+//! the profile says so.
+//!
+//! On a host where the package is already installed at that version the file is not read
+//! again (it may be gigabytes, or deleted since): the inner repo directory is checked instead.
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+
+use super::{files_with_prefix, host_arch, local_repo, LocalRepoName, NO_DRIVER};
+use crate::cmd::Cmd;
+use crate::error::hinted;
+use crate::runner::{Action, Change, Check, Ctx, Step};
+
+pub struct DriverRepo;
+
+/// The first bytes of every RPM file (the lead).
+const RPM_MAGIC: [u8; 4] = [0xed, 0xab, 0xee, 0xdb];
+
+/// Package names of the NVIDIA local repos present on the host (from their repo files and
+/// repo directories), whether or not rpm knows them.
+fn present_local_repos(ctx: &Ctx<'_>) -> Vec<String> {
+    let mut names: Vec<String> = files_with_prefix(&ctx.host.path("/etc/yum.repos.d"), "cuda-")
+        .into_iter()
+        .filter_map(|f| {
+            let id = f.strip_suffix(".repo")?.strip_prefix("cuda-")?;
+            id.ends_with("-local").then(|| format!("cuda-repo-{id}"))
+        })
+        .chain(
+            files_with_prefix(&ctx.host.path("/var"), "cuda-repo-")
+                .into_iter()
+                .filter(|d| d.ends_with("-local")),
+        )
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The driver version in a local repo package version (`12.4.1_550.54.15` → `550.54.15`).
+fn driver_of(version: &str) -> &str {
+    version.split_once('_').map_or(version, |(_, d)| d)
+}
+
+/// Versions of `nvidia-driver` in a list of file names (`nvidia-driver-535.104.05-1.el8.x86_64.rpm`).
+fn nvidia_driver_versions(files: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let base = f.rsplit('/').next().unwrap_or(f);
+            let rest = base.strip_prefix("nvidia-driver-")?;
+            base.ends_with(".rpm").then_some(())?;
+            let ver = rest.split('-').next()?;
+            ver.starts_with(|c: char| c.is_ascii_digit())
+                .then(|| ver.to_string())
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Check the file itself before anything is installed from it.
+fn verify_file(path: &Path, name: &LocalRepoName, sha256: Option<&str>) -> Result<()> {
+    let shown = path.display();
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(hinted(
+                format!("{shown} does not exist"),
+                "copy NVIDIA's local repo package there, or point driver.local_repo_rpm at it",
+            ))
+        }
+        Err(e) => return Err(e).with_context(|| format!("opening {shown}")),
+    };
+    if !f.metadata().map(|m| m.is_file()).unwrap_or(false) {
+        return Err(hinted(
+            format!("{shown} is not a file"),
+            "point driver.local_repo_rpm at NVIDIA's local repo package",
+        ));
+    }
+    let mut lead = [0u8; 4];
+    let is_rpm = f.read_exact(&mut lead).is_ok() && lead == RPM_MAGIC;
+    if !is_rpm {
+        return Err(hinted(
+            format!("{shown} is not an RPM package (an interrupted or failed download?)"),
+            "download NVIDIA's local repo package again",
+        ));
+    }
+    if let Some(want) = sha256 {
+        let got = sha256_of(path)?;
+        if !got.eq_ignore_ascii_case(want) {
+            return Err(hinted(
+                format!("{shown}: SHA-256 is {got}, but the profile expects {want}; nothing was installed"),
+                "download the file again (or fix driver.sha256) and compare with NVIDIA's published checksum",
+            ));
+        }
+    }
+    let out = Cmd::new("rpm")
+        .args([
+            "-qp",
+            "--qf",
+            "%{NAME}\\t%{VERSION}\\t%{RELEASE}\\t%{ARCH}\\n[%{FILENAMES}\\n]",
+        ])
+        .arg(path)
+        .run()?;
+    let mut lines = out.stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split('\t').collect();
+    let files: Vec<String> = lines.map(str::to_string).collect();
+    let [h_name, h_version, _h_release, h_arch] = header.as_slice() else {
+        return Err(anyhow::anyhow!(
+            "{shown}: rpm printed no header: {}",
+            out.stdout
+        ));
+    };
+    if *h_arch != host_arch() {
+        return Err(hinted(
+            format!(
+                "{shown} is built for {h_arch}, but this host is {}",
+                host_arch()
+            ),
+            format!("use NVIDIA's {} local repo package", host_arch()),
+        ));
+    }
+    if *h_name != name.package || driver_of(h_version) != name.driver {
+        return Err(hinted(
+            format!(
+                "{shown} is really {h_name} {h_version}, not what its file name says (driver {})",
+                name.driver
+            ),
+            "use the file under the name NVIDIA gave it",
+        ));
+    }
+    let carried = nvidia_driver_versions(&files);
+    if !carried.contains(&name.driver) {
+        let what = if carried.is_empty() {
+            "no nvidia-driver package".to_string()
+        } else {
+            format!("nvidia-driver {}", carried.join(", "))
+        };
+        return Err(hinted(
+            format!(
+                "{shown}: the file name says driver {}, but its repo carries {what}",
+                name.driver
+            ),
+            "use NVIDIA's local repo package of the driver you want",
+        ));
+    }
+    Ok(())
+}
+
+fn sha256_of(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f
+            .read(&mut buf)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>())
+}
+
+impl Step for DriverRepo {
+    fn id(&self) -> &'static str {
+        "driver-repo"
+    }
+
+    fn summary(&self) -> &'static str {
+        "install NVIDIA's local repo package named by the profile, verified"
+    }
+
+    fn rpm_names(&self, ctx: &Ctx<'_>) -> Vec<String> {
+        let mut names = present_local_repos(ctx);
+        if let Ok(Some((_, n))) = local_repo(ctx) {
+            names.push(n.package);
+        }
+        names
+    }
+
+    fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
+        super::not_applicable(ctx)
+    }
+
+    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+        let Some((path, name)) = local_repo(ctx)? else {
+            return Ok(Check::in_sync(NO_DRIVER));
+        };
+        let shown = path.display().to_string();
+        let major = ctx.profile.os.major;
+        if name.os_major != major {
+            return Err(hinted(
+                format!(
+                    "{shown} is for RHEL {} but this host runs Oracle Linux {major}",
+                    name.os_major
+                ),
+                format!("use NVIDIA's cuda-repo-rhel{major}-…-local package"),
+            ));
+        }
+        if name.arch != host_arch() {
+            return Err(hinted(
+                format!(
+                    "{shown} is built for {}, but this host is {}",
+                    name.arch,
+                    host_arch()
+                ),
+                format!("use NVIDIA's {} local repo package", host_arch()),
+            ));
+        }
+        // Every local repo package present, and what version of it is installed.
+        let mut names = present_local_repos(ctx);
+        names.push(name.package.clone());
+        names.sort();
+        names.dedup();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let installed = ctx.installed(&refs)?;
+        let ours = installed
+            .get(&name.package)
+            .is_some_and(|v| v.iter().any(|p| p.version == name.version));
+        let others: Vec<(String, String)> = installed
+            .values()
+            .flatten()
+            .filter(|p| !(p.name == name.package && p.version == name.version))
+            .map(|p| (p.name.clone(), p.version.clone()))
+            .collect();
+        if ours && others.is_empty() {
+            let dir = ctx.host.path(name.repo_dir());
+            let found = files_with_prefix(&dir, "nvidia-driver-");
+            if !nvidia_driver_versions(&found).contains(&name.driver) {
+                return Err(hinted(
+                    format!(
+                        "{} {} is installed but {} holds no nvidia-driver {}",
+                        name.package,
+                        name.version,
+                        name.repo_dir(),
+                        name.driver
+                    ),
+                    format!("reinstall it: dnf reinstall {shown}"),
+                ));
+            }
+            return Ok(Check::in_sync(format!(
+                "{}-{} installed: driver {}",
+                name.package, name.version, name.driver
+            )));
+        }
+        let mut check = Check::default();
+        if !others.is_empty() {
+            let listed: Vec<String> = others
+                .iter()
+                .map(|(n, v)| format!("{n} {v} (driver {})", driver_of(v)))
+                .collect();
+            if !ctx.profile.driver.replace_local_repo {
+                return Err(hinted(
+                    format!(
+                        "another NVIDIA local repo is installed: {}; the profile asks for {} (driver {})",
+                        listed.join(", "),
+                        name.package,
+                        name.driver
+                    ),
+                    "set driver.replace_local_repo = true to replace it, or point driver.local_repo_rpm at the installed one",
+                ));
+            }
+            let pkgs: Vec<String> = others.iter().map(|(n, _)| n.clone()).collect();
+            check.changes.push(Change::custom(
+                format!("remove {}", pkgs.join(" ")),
+                format!(
+                    "replaced by {} (driver.replace_local_repo); was {}",
+                    name.package,
+                    listed.join(", ")
+                ),
+            ));
+        }
+        verify_file(&path, &name, ctx.profile.driver.sha256.as_deref())?;
+        let verified = if ctx.profile.driver.sha256.is_some() {
+            "SHA-256 verified"
+        } else {
+            "no driver.sha256 to verify"
+        };
+        check.changes.push(Change::install(
+            vec![shown],
+            format!("driver {} not installed; {verified}", name.driver),
+        ));
+        Ok(check)
+    }
+
+    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
+        for c in changes {
+            match &c.action {
+                Action::Custom(what) => {
+                    let Some(pkgs) = what.strip_prefix("remove ") else {
+                        return Err(anyhow::anyhow!("driver-repo cannot {what}"));
+                    };
+                    ctx.host
+                        .dnf()?
+                        .arg("remove")
+                        .args(pkgs.split_whitespace())
+                        .run()?;
+                    ctx.invalidate_rpm();
+                }
+                Action::Install(specs) => ctx.dnf_install(specs)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_driver_versions_from_inner_repo_file_names() {
+        let files = vec![
+            "/var/cuda-repo-rhel8-12-2-local".to_string(),
+            "/var/cuda-repo-rhel8-12-2-local/nvidia-driver-535.104.05-1.el8.x86_64.rpm".into(),
+            "/var/cuda-repo-rhel8-12-2-local/nvidia-driver-cuda-535.104.05-1.el8.x86_64.rpm".into(),
+            "/var/cuda-repo-rhel8-12-2-local/nvidia-driver-libs-535.104.05-1.el8.x86_64.rpm".into(),
+        ];
+        assert_eq!(nvidia_driver_versions(&files), vec!["535.104.05"]);
+        assert_eq!(driver_of("12.4.1_550.54.15"), "550.54.15");
+    }
+}

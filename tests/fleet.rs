@@ -1,0 +1,416 @@
+//! Unattended fleets: cloud-init user-data, the RPM, its systemd units, reboot-and-resume.
+
+#[path = "world/mod.rs"]
+mod world;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use rstest::rstest;
+use world::{Os, Root, UEK8_NEW};
+
+const GPUHOST: &str = env!("CARGO_BIN_EXE_gpuhost");
+const SHA: &str = "0f3a4c6de1b2a5c7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1";
+const DRIVER_URL: &str =
+    "https://repo.example.com/nvidia/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm";
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn gpuhost(args: &[&str]) -> Output {
+    run(Command::new(GPUHOST).args(args))
+}
+
+/// `cloud-init schema` on the user-data, and `bash -n` on the provisioning script inside it.
+fn validate_user_data(user_data: &str) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let f = dir.path().join("user-data");
+    std::fs::write(&f, user_data).unwrap_or_else(|e| panic!("{e}"));
+    let o = Command::new("cloud-init")
+        .args(["schema", "-c"])
+        .arg(&f)
+        .output()
+        .unwrap_or_else(|e| panic!("cloud-init is needed (apt-get install -y cloud-init): {e}"));
+    let out = format!("{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(
+        o.status.success() && out.contains("Valid cloud-config"),
+        "{out}\n{user_data}"
+    );
+    // Every file it writes that is a shell script must parse.
+    let extract = "import sys, yaml\nfor f in yaml.safe_load(open(sys.argv[1]))['write_files']:\n    open(sys.argv[2] + '/' + f['path'].replace('/', '_'), 'w').write(f['content'])\n";
+    let o = run(Command::new("python3")
+        .args(["-c", extract])
+        .arg(&f)
+        .arg(dir.path()));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let script = dir.path().join("_var_lib_gpuhost_provision.sh");
+    let o = run(Command::new("bash").arg("-n").arg(&script));
+    assert!(o.status.success(), "bash -n: {}", text(&o.stderr));
+}
+
+#[rstest]
+#[case::builtin_profile_only(vec!["--profile", "ol8-uek"])]
+#[case::fetched_driver(vec!["--profile", "ol8-uek", "--driver-rpm", DRIVER_URL, "--sha256", SHA])]
+#[case::driver_on_the_node(vec!["--profile", "ol9-rhck", "--driver-rpm", "/srv/cuda-repo-rhel9-12-2-local-12.2.2_535.104.05-1.x86_64.rpm"])]
+#[case::everything(vec![
+    "--profile", "ol8-uek", "--set", "driver.stream=535-dkms", "--set", "status.expect_gpus=8",
+    "--driver-rpm", DRIVER_URL, "--sha256", SHA,
+    "--gpuhost-rpm", "https://repo.example.com/gpuhost-0.1.0-1.el8.x86_64.rpm", "--max-reboots", "2",
+])]
+#[case::gpuhost_rpm_on_the_node(vec!["--profile", "ol8-rhck", "--gpuhost-rpm", "/mnt/gpuhost-0.1.0-1.el8.x86_64.rpm"])]
+fn every_cloud_init_variant_is_valid_user_data(#[case] args: Vec<&str>) {
+    let mut argv = vec!["cloud-init"];
+    argv.extend(args.iter());
+    let o = gpuhost(&argv);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let ud = text(&o.stdout);
+    assert!(ud.starts_with("#cloud-config\n"), "{ud}");
+    assert!(ud.contains("'--reboot'"), "{ud}");
+    assert!(ud.contains("journal+console"), "{ud}");
+    if args.contains(&"--sha256") {
+        assert!(
+            ud.contains(&format!("echo '{SHA}  /var/lib/gpuhost/driver/")),
+            "{ud}"
+        );
+        assert!(ud.contains("sha256sum -c -"), "{ud}");
+    }
+    for w in args.windows(2).filter(|w| w[0] == "--set") {
+        assert!(ud.contains(&format!("'--set' '{}'", w[1])), "{ud}");
+    }
+    validate_user_data(&ud);
+}
+
+#[test]
+fn a_profile_file_is_embedded_resolved() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let p = dir.path().join("site.toml");
+    std::fs::write(
+        &p,
+        "extends = \"ol8-uek\"\n[driver]\nstream = \"550-open\"\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let o = gpuhost(&["cloud-init", "--profile", &p.display().to_string()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let ud = text(&o.stdout);
+    assert!(ud.contains("path: /etc/gpuhost/profile.toml"), "{ud}");
+    assert!(
+        ud.contains("stream = \"550-open\"") && ud.contains("flavour = \"uek\""),
+        "{ud}"
+    );
+    assert!(
+        ud.contains("'--profile' /etc/gpuhost/profile.toml")
+            || ud.contains("'--profile' '/etc/gpuhost/profile.toml'"),
+        "{ud}"
+    );
+    validate_user_data(&ud);
+}
+
+#[rstest]
+#[case::short_sha(vec!["--profile", "ol8-uek", "--driver-rpm", DRIVER_URL, "--sha256", "abc123"], "64 hex digits")]
+#[case::non_hex_sha(vec!["--profile", "ol8-uek", "--driver-rpm", DRIVER_URL, "--sha256", "gggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggg"], "64 hex digits")]
+#[case::unknown_profile(vec!["--profile", "ol7-uek"], "unknown profile `ol7-uek`")]
+#[case::url_without_sha(vec!["--profile", "ol8-uek", "--driver-rpm", DRIVER_URL], "needs --sha256")]
+#[case::relative_path(vec!["--profile", "ol8-uek", "--driver-rpm", "cuda.rpm"], "absolute path")]
+#[case::not_an_rpm(vec!["--profile", "ol8-uek", "--driver-rpm", "/srv/driver.run"], "*.rpm")]
+#[case::shell_in_name(vec!["--profile", "ol8-uek", "--driver-rpm", "/srv/$(reboot).rpm"], "*.rpm")]
+#[case::sha_without_driver(vec!["--profile", "ol8-uek", "--sha256", SHA], "--driver-rpm")]
+#[case::bad_set(vec!["--profile", "ol8-uek", "--set", "driver.nope=1"], "nope")]
+#[case::no_profile(vec![], "--profile")]
+fn bad_cloud_init_arguments_exit_2(#[case] args: Vec<&str>, #[case] needle: &str) {
+    let mut argv = vec!["cloud-init"];
+    argv.extend(args.iter());
+    let o = gpuhost(&argv);
+    assert_eq!(o.status.code(), Some(2), "{argv:?}: {}", text(&o.stderr));
+    assert!(o.stdout.is_empty(), "user-data printed despite the error");
+    assert!(
+        text(&o.stderr).contains(needle),
+        "{argv:?}: {}",
+        text(&o.stderr)
+    );
+}
+
+/// The RPM, built once per test run from the binary under test.
+fn gpuhost_rpm() -> &'static Path {
+    static RPM: OnceLock<PathBuf> = OnceLock::new();
+    RPM.get_or_init(|| {
+        let out = world::src_dir()
+            .join("../../target/fleet-rpm")
+            .join(std::process::id().to_string());
+        let o = run(Command::new("bash")
+            .arg(world::src_dir().join("../../packaging/build-rpm.sh"))
+            .arg(GPUHOST)
+            .arg(&out)
+            .env("GPUHOST_RPM_FAST", "1"));
+        assert!(o.status.success(), "build-rpm.sh: {}", text(&o.stderr));
+        PathBuf::from(text(&o.stdout).trim())
+    })
+}
+
+#[test]
+fn the_rpm_installs_into_an_oracle_linux_root_with_dnf_and_runs() {
+    let rpm = gpuhost_rpm();
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    root.dnf_ok(&["-y", "install", &rpm.display().to_string()]);
+    assert!(root.installed("gpuhost").is_some());
+    for f in [
+        "usr/bin/gpuhost",
+        "usr/share/man/man1/gpuhost.1",
+        "usr/share/bash-completion/completions/gpuhost",
+        "usr/share/zsh/site-functions/_gpuhost",
+        "usr/share/fish/vendor_completions.d/gpuhost.fish",
+        "usr/lib/systemd/system/gpuhost-resume.service",
+        "usr/lib/systemd/system/gpuhost-status.service",
+        "usr/lib/systemd/system/gpuhost-status.timer",
+    ] {
+        assert!(root.join(f).exists(), "{f} not installed");
+    }
+    // The installed binary runs and works against the root it was installed into.
+    let installed = root.join("usr/bin/gpuhost");
+    let o = run(Command::new(&installed).arg("--version"));
+    assert!(
+        text(&o.stdout).starts_with("gpuhost "),
+        "{}",
+        text(&o.stdout)
+    );
+    let o = run(Command::new(&installed)
+        .args([
+            "plan",
+            "--profile",
+            "ol8-uek",
+            "--only",
+            "kernel,kernel-headers",
+            "--root",
+        ])
+        .arg(root.path())
+        .env("HOME", world::World::get().home()));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("kernel-headers"),
+        "{}",
+        text(&o.stdout)
+    );
+    // Its man page documents the commands; completions know them.
+    let man = root.read("usr/share/man/man1/gpuhost.1");
+    assert!(man.contains("apply") && man.contains("status"), "{man}");
+    let bash = root.read("usr/share/bash-completion/completions/gpuhost");
+    assert!(bash.contains("cloud-init") && bash.contains("--profile"));
+}
+
+#[test]
+fn the_units_pass_systemd_analyze_verify() {
+    let rpm = gpuhost_rpm();
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    root.dnf_ok(&["-y", "install", &rpm.display().to_string()]);
+    let o = run(Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(format!("--root={}", root.path().display()))
+        .arg("--man=no")
+        .args([
+            "gpuhost-resume.service",
+            "gpuhost-status.service",
+            "gpuhost-status.timer",
+        ]));
+    assert!(
+        o.status.success() && o.stderr.is_empty(),
+        "systemd-analyze verify: {}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", text(&o.stdout), text(&o.stderr)))
+}
+
+/// A root whose nouveau is "loaded" (ROOT/sys/module/nouveau): the driver steps need a reboot.
+fn root_needing_a_reboot() -> (Root, Vec<String>) {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    std::fs::create_dir_all(root.join("sys/module/nouveau")).unwrap_or_else(|e| panic!("{e}"));
+    let rpm = world::World::get().cuda_local(world::CUDA_LOCAL_EL8_12_2);
+    let args = vec![
+        "--profile".to_string(),
+        world::profile("ol8-uek"),
+        "--set".to_string(),
+        format!("driver.local_repo_rpm={}", rpm.display()),
+    ];
+    (root, args)
+}
+
+fn resume_unit_enabled(root: &Root) -> bool {
+    root.join("etc/systemd/system/multi-user.target.wants/gpuhost-resume.service")
+        .symlink_metadata()
+        .is_ok()
+}
+
+#[test]
+fn without_reboot_apply_exits_3_and_says_what_to_do() {
+    let (root, args) = root_needing_a_reboot();
+    let mut argv = vec!["apply"];
+    argv.extend(args.iter().map(String::as_str));
+    let o = root.gpuhost(&argv);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("reboot is required") && out.contains("nouveau"),
+        "{out}"
+    );
+    assert!(out.contains("what to do: reboot"), "{out}");
+    assert!(!root.join("var/lib/gpuhost/resume.json").exists());
+    assert!(!resume_unit_enabled(&root));
+}
+
+#[test]
+fn reboot_installs_the_resume_unit_which_resumes_and_removes_itself() {
+    let (root, args) = root_needing_a_reboot();
+    let mut argv = vec!["apply", "--reboot", "--format", "json"];
+    argv.extend(args.iter().map(String::as_str));
+    let o = root.gpuhost(&argv);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let rep = json(&o);
+    // In an install root nothing reboots: the unit is left enabled for the first boot.
+    assert_eq!(rep["reboot"]["action"], "first-boot", "{rep:#}");
+    assert!(resume_unit_enabled(&root));
+    assert_eq!(
+        root.read("etc/systemd/system/gpuhost-resume.service")
+            .trim(),
+        include_str!("../packaging/gpuhost-resume.service").trim()
+    );
+    let state: serde_json::Value = serde_json::from_str(&root.read("var/lib/gpuhost/resume.json"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(state["args"]["profile"], world::profile("ol8-uek"));
+    assert!(state["reasons"][0]
+        .as_str()
+        .is_some_and(|r| r.contains("nouveau")));
+
+    // First boot: nouveau is gone (the initramfs blacklist took effect); the resume unit runs
+    // `gpuhost resume`, which repeats the recorded apply, converges, and removes itself.
+    std::fs::remove_dir(root.join("sys/module/nouveau")).unwrap_or_else(|e| panic!("{e}"));
+    let o = root.gpuhost(&["resume", "--format", "json"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let rep = json(&o);
+    assert_eq!(rep["reboot"]["action"], "finished", "{rep:#}");
+    assert!(!resume_unit_enabled(&root));
+    assert!(!root
+        .join("etc/systemd/system/gpuhost-resume.service")
+        .exists());
+    assert!(!root.join("var/lib/gpuhost/resume.json").exists());
+
+    // Nothing left to resume: a clear error, exit 2.
+    let o = root.gpuhost(&["resume"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("nothing to resume"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn the_loop_guard_stops_after_the_allowed_reboots() {
+    let (root, args) = root_needing_a_reboot();
+    let mut argv = vec!["apply", "--reboot", "--max-reboots", "2"];
+    argv.extend(args.iter().map(String::as_str));
+    let o = root.gpuhost(&argv);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    // Two reboots happened and nouveau is still loaded (say, the blacklist is ineffective).
+    let path = root.join("var/lib/gpuhost/resume.json");
+    let mut state: serde_json::Value =
+        serde_json::from_str(&root.read("var/lib/gpuhost/resume.json"))
+            .unwrap_or_else(|e| panic!("{e}"));
+    state["reboots"] = 2.into();
+    std::fs::write(&path, state.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let o = root.gpuhost(&["resume", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let rep = json(&o);
+    assert_eq!(rep["reboot"]["action"], "gave-up", "{rep:#}");
+    let msg = rep["reboot"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("after 2 reboot(s)") && msg.contains("nouveau"),
+        "{msg}"
+    );
+    assert!(!resume_unit_enabled(&root));
+    assert!(!path.exists());
+}
+
+#[test]
+fn apply_writes_plain_progress_lines_when_not_on_a_terminal() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let o = root.gpuhost(&[
+        "apply",
+        "--profile",
+        "ol8-uek",
+        "--only",
+        "kernel,kernel-headers",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("gpuhost: ["))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("kernel-headers: install kernel-uek-devel-")),
+        "{err}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("kernel-headers: changed in ") && l.ends_with(" s")),
+        "{err}"
+    );
+    // stdout still carries only the report
+    assert!(!text(&o.stdout).contains("gpuhost: ["));
+}
+
+#[test]
+fn under_systemd_logs_carry_no_timestamps_of_their_own() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let mut cmd = Command::new(GPUHOST);
+    cmd.args([
+        "--log-level",
+        "info",
+        "plan",
+        "--profile",
+        "ol8-uek",
+        "--root",
+    ])
+    .arg(root.path())
+    .env("HOME", world::World::get().home());
+    let plain = run(&mut cmd);
+    let under = run(cmd.env("JOURNAL_STREAM", "8:12345"));
+    let first = |o: &Output| {
+        text(&o.stderr)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        first(&plain).starts_with("20"),
+        "expected a timestamp: {}",
+        first(&plain)
+    );
+    assert!(!first(&under).starts_with("20"), "{}", first(&under));
+    assert!(first(&under).contains("INFO"), "{}", first(&under));
+}
