@@ -414,3 +414,33 @@ fn under_systemd_logs_carry_no_timestamps_of_their_own() {
     assert!(!first(&under).starts_with("20"), "{}", first(&under));
     assert!(first(&under).contains("INFO"), "{}", first(&under));
 }
+
+#[test]
+fn the_vagrantfile_validates_and_its_profile_resolves() {
+    let dir = world::src_dir().join("../../vagrant");
+    let have = Command::new("vagrant").arg("--version").output().is_ok();
+    if !have && std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_none() {
+        // Oracle Linux's repos carry no vagrant; CI (Debian) sets GPUHOST_REQUIRE_ALL_TOOLS.
+        eprintln!("skipped: vagrant is not installed");
+        return;
+    }
+    let o = Command::new("vagrant")
+        .arg("validate")
+        .current_dir(&dir)
+        .env("VAGRANT_CHECKPOINT_DISABLE", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("vagrant is needed (apt-get install -y vagrant): {e}"));
+    assert!(
+        o.status.success(),
+        "vagrant validate: {}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let o = gpuhost(&[
+        "profiles",
+        "show",
+        &dir.join("vm.toml").display().to_string(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("flavour = \"uek\""));
+}

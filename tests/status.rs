@@ -109,7 +109,7 @@ fn replays_the_real_h200_in_every_format() {
     assert_eq!(o.status.code(), Some(3), "{out}");
     assert!(out.contains("OK        gpu0 00:06.0  ecc"), "{out}");
     let text = std::fs::read_to_string(&prom).unwrap();
-    assert!(text.contains("gpuhost_gpu_temperature_celsius{uuid=\"GPU-b3e86c8d-0010-78b9-8aa6-4d1fbeff7056\",pci_bus_id=\"00000000:00:06.0\"} 39"));
+    assert!(text.contains("gpuhost_gpu_temperature_celsius{uuid=\"GPU-a5c31759-a92f-8487-45c8-3f161cc02274\",pci_bus_id=\"00000000:00:06.0\"} 36"));
     let o = gpuhost(run.path())
         .args([
             "status",

@@ -521,7 +521,7 @@ fn prometheus_output_is_well_formed() {
         }
     }
     let get = |n: &str| samples.iter().find(|s| s.0 == n).map(|s| s.2);
-    assert_eq!(get("gpuhost_gpu_temperature_celsius"), Some(39.0));
+    assert_eq!(get("gpuhost_gpu_temperature_celsius"), Some(36.0));
     assert_eq!(get("gpuhost_gpu_power_limit_enforced_watts"), Some(700.0));
     assert_eq!(get("gpuhost_nvml_up"), Some(1.0));
     // NOT_SUPPORTED on this H200: omitted, not zero.
@@ -560,12 +560,12 @@ fn json_report_has_the_documented_fields() {
     assert_eq!(c["group"], "thermal");
     assert_eq!(c["severity"], "OK");
     assert_eq!(c["gpu"]["index"], 0);
-    assert_eq!(c["gpu"]["uuid"], "GPU-b3e86c8d-0010-78b9-8aa6-4d1fbeff7056");
+    assert_eq!(c["gpu"]["uuid"], "GPU-a5c31759-a92f-8487-45c8-3f161cc02274");
     assert_eq!(c["gpu"]["pci_bus_id"], "00000000:00:06.0");
     assert!(c["hint"].is_null());
     assert_eq!(
         v["snapshot"]["nvml"]["gpus"][0]["temperature_c"]["value"],
-        39
+        36
     );
     assert_eq!(v["snapshot"]["nvml"]["gpus"][0]["nvlinks"], "not_supported");
 }

@@ -377,6 +377,9 @@ impl Root {
             .output()
             .map(|o| o.status.success());
         if !matches!(strace_ok, Ok(true)) {
+            if std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_some() {
+                panic!("strace is needed (apt-get install -y strace)");
+            }
             return (self.gpuhost(args), None);
         }
         let log = tempfile::NamedTempFile::new().unwrap();
