@@ -26,7 +26,8 @@ uek_old=5.15.0-200.131.27.el8uek.x86_64
 uek_new=5.15.0-204.147.6.2.el8uek.x86_64
 "$here/tests/world/mkroot.sh" "$world" "$root" --os ol8 --kernel "$uek_old" --kernel "$uek_new"
 driver_rpm=$world/rpms/cuda-local/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm
-args=(--profile ol8-uek --root "$root" --set "driver.local_repo_rpm=$driver_rpm")
+# The built-in ol8-uek profile, with Docker CE and the toolkit from the world's repos (no internet).
+args=(--profile "$here/tests/world/profiles/ol8-uek.toml" --root "$root" --set "driver.local_repo_rpm=$driver_rpm")
 
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 step gpuhost facts --root "$root"

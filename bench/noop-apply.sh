@@ -21,7 +21,7 @@ trap 'rm -rf "$root"' EXIT
 "$here/tests/world/mkroot.sh" "$world" "$root" --os ol8 \
   --kernel 5.15.0-200.131.27.el8uek.x86_64 --kernel 5.15.0-204.147.6.2.el8uek.x86_64
 driver_rpm=$world/rpms/cuda-local/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm
-args=(apply --profile ol8-uek --root "$root" --set "driver.local_repo_rpm=$driver_rpm" "$@")
+args=(apply --profile "$here/tests/world/profiles/ol8-uek.toml" --root "$root" --set "driver.local_repo_rpm=$driver_rpm" "$@")
 
 "$gpuhost" "${args[@]}" >/dev/null || { echo "converging apply failed" >&2; exit 1; }
 

@@ -12,39 +12,15 @@
 mod world;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Instant;
 
 use rstest::rstest;
 use serde_json::Value;
-use world::{Os, Root, World, UEK8_NEW, UEK9};
+use world::{code, report, stderr, stdout, step, Os, Root, World, UEK8_NEW, UEK9};
 
 /// The container steps, for `--only`: the other steps have their own tests.
 const MINE: &str = "docker,container-toolkit,daemon-json,services,prefix-links,container-smoke";
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-fn report(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
-}
-
-fn step<'a>(r: &'a Value, id: &str) -> &'a Value {
-    r["steps"]
-        .as_array()
-        .and_then(|s| s.iter().find(|s| s["id"] == id))
-        .unwrap_or_else(|| panic!("no step {id} in {r:#}"))
-}
 
 fn text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_string()

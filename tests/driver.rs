@@ -7,13 +7,12 @@
 #[path = "world/mod.rs"]
 mod world;
 
-use std::process::Output;
-
 use rstest::rstest;
 use serde_json::Value;
 use world::{
-    Os, Root, World, CUDA_LOCAL_EL8_12_2, CUDA_LOCAL_EL8_12_2_AARCH64, CUDA_LOCAL_EL8_12_4,
-    CUDA_LOCAL_EL9_12_2, RHCK8, RHCK9, UEK8_NEW, UEK8_OLD, UEK9,
+    code, report, stderr, stdout, step, Os, Root, World, CUDA_LOCAL_EL8_12_2,
+    CUDA_LOCAL_EL8_12_2_AARCH64, CUDA_LOCAL_EL8_12_4, CUDA_LOCAL_EL9_12_2, RHCK8, RHCK9, UEK8_NEW,
+    UEK8_OLD, UEK9,
 };
 
 const DRIVER: &str = "535.104.05";
@@ -30,30 +29,6 @@ const DRIVER_STEPS: &[&str] = &[
 /// The steps of this issue and the two before them: other issues' steps (containers) are not
 /// selected, so these tests neither depend on them nor wait for them.
 const ONLY: &str = "kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module,fabric-manager,persistenced";
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-fn report(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
-}
-
-fn step<'a>(r: &'a Value, id: &str) -> &'a Value {
-    r["steps"]
-        .as_array()
-        .and_then(|s| s.iter().find(|s| s["id"] == id))
-        .unwrap_or_else(|| panic!("no step {id} in {r:#}"))
-}
 
 fn reason(r: &Value, id: &str) -> String {
     step(r, id)["reason"]

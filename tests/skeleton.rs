@@ -7,35 +7,12 @@
 #[path = "world/mod.rs"]
 mod world;
 
-use std::process::Output;
-
 use rstest::rstest;
 use serde_json::Value;
-use world::{evr, Os, Root, RHCK8, RHCK8_OLD, RHCK9, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD, UEK9};
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-fn report(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
-}
-
-fn step<'a>(r: &'a Value, id: &str) -> &'a Value {
-    r["steps"]
-        .as_array()
-        .and_then(|s| s.iter().find(|s| s["id"] == id))
-        .unwrap_or_else(|| panic!("no step {id} in {r:#}"))
-}
+use world::{
+    code, evr, report, stderr, stdout, step, Os, Root, RHCK8, RHCK8_OLD, RHCK9, UEK8_NEW,
+    UEK8_NO_DEVEL, UEK8_OLD, UEK9,
+};
 
 /// The skeleton's own steps; the driver and container steps have their own tests.
 const KERNEL_STEPS: &str = "kernel,kernel-headers";

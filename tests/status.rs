@@ -228,3 +228,519 @@ fn bad_timeout_is_refused() {
     assert_eq!(o.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--timeout"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Multi-GPU (issue 7): an 8-GPU HGX H200, crafted from the real single-H200 capture so every
+// field keeps the shape the real driver gave, and failure variants crafted from that.
+
+/// PCI buses of the 8 GPUs and the 4 NVSwitches (a DGX/HGX H100-style layout).
+const HGX_GPU_BUSES: [&str; 8] = ["1b", "43", "52", "61", "9d", "c3", "d1", "df"];
+const HGX_SWITCH_BUSES: [&str; 4] = ["05", "06", "07", "08"];
+/// Healthy fabric health mask: degraded bandwidth false (2), route recovery false (2 << 2),
+/// route unhealthy false (2 << 4), access-timeout recovery false (2 << 6), configuration
+/// correct (1 << 8). To be confirmed by a real capture (bench/MULTI-GPU.md).
+const HGX_HEALTH_MASK: u64 = 2 | (2 << 2) | (2 << 4) | (2 << 6) | (1 << 8);
+
+/// The 8-GPU HGX H200 snapshot, derived from the real capture `real` (h200-snapshot.json):
+/// GPU i is the real GPU with bus `HGX_GPU_BUSES[i]`, UUID's last byte + i (GPU 0 keeps the
+/// real UUID), 18 active NVLinks with zero counters and a registered fabric; 4 NVSwitches
+/// `10de:22a3` are the real GPU's PCI entry with the NVSwitch's ids (link attributes unknown:
+/// null); systemd, Docker and Fabric Manager at the driver's version are present.
+fn hgx_from_real(real: &serde_json::Value) -> serde_json::Value {
+    use serde_json::json;
+    let mut s = real.clone();
+    let driver = real["nvml"]["driver_version"].as_str().unwrap().to_string();
+    let pci0 = real["host"]["pci"][0].clone();
+    let mut pci = Vec::new();
+    for b in HGX_SWITCH_BUSES {
+        let mut d = pci0.clone();
+        d["address"] = json!(format!("0000:{b}:00.0"));
+        d["kind"] = json!("nv_switch");
+        d["device_id"] = json!("0x22a3");
+        d["class"] = json!("0x068000");
+        d["driver"] = json!("nvidia-nvswitch");
+        d["config_head"] = json!("de10a322");
+        for k in [
+            "current_link_speed",
+            "max_link_speed",
+            "current_link_width",
+            "max_link_width",
+        ] {
+            d[k] = serde_json::Value::Null;
+        }
+        pci.push(d);
+    }
+    for b in HGX_GPU_BUSES {
+        let mut d = pci0.clone();
+        d["address"] = json!(format!("0000:{b}:00.0"));
+        pci.push(d);
+    }
+    s["host"]["pci"] = json!(pci);
+    s["host"]["docker_daemon_json"] =
+        json!({"present": true, "nvidia_runtime": true, "default_runtime": null});
+    s["services"] = json!({
+        "docker": "active",
+        "nvidia_persistenced": "active",
+        "nvidia_fabricmanager": "active",
+        "fabricmanager_version": {"package": "nvidia-fabricmanager", "version": driver},
+    });
+    let g0 = real["nvml"]["gpus"][0].clone();
+    let uuid0 = g0["uuid"]["value"].as_str().unwrap().to_string();
+    let (stem, last) = uuid0.split_at(uuid0.len() - 2);
+    let last = u8::from_str_radix(last, 16).unwrap();
+    let links: Vec<serde_json::Value> = (0..18)
+        .map(|l| {
+            json!({"link": l, "active": true, "replay_errors": 0, "recovery_errors": 0,
+                   "crc_flit_errors": 0, "crc_data_errors": 0})
+        })
+        .collect();
+    let gpus: Vec<serde_json::Value> = HGX_GPU_BUSES
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let mut g = g0.clone();
+            g["index"] = json!(i);
+            g["uuid"] = json!({"value": format!("{stem}{:02x}", last.wrapping_add(i as u8))});
+            g["pci_bus_id"] = json!({"value": format!("00000000:{}:00.0", b.to_uppercase())});
+            g["nvlinks"] = json!({"value": links});
+            g["fabric"] = json!({"value": {"state": 3, "status": 0, "clique_id": 0,
+                "cluster_uuid": "00000000000000000000000000000000",
+                "health_mask": HGX_HEALTH_MASK}});
+            g
+        })
+        .collect();
+    s["nvml"]["device_count"] = json!(8);
+    s["nvml"]["gpus"] = json!(gpus);
+    s
+}
+
+fn hgx() -> serde_json::Value {
+    let text = std::fs::read_to_string(fixtures().join("hgx-h200x8-snapshot.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `gpuhost status --format json --from-snapshot` on `snap` (with `extra` args): exit code and
+/// the report.
+fn judge_snapshot(snap: &serde_json::Value, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let run = tempfile::tempdir().unwrap();
+    let f = run.path().join("snap.json");
+    std::fs::write(&f, serde_json::to_string_pretty(snap).unwrap()).unwrap();
+    let o = gpuhost(run.path())
+        .args(["status", "--format", "json", "--from-snapshot"])
+        .arg(&f)
+        .args(extra)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let o2 = gpuhost(run.path())
+        .args(["status", "--format", "prometheus", "--from-snapshot"])
+        .arg(&f)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), o2.status.code());
+    (o.status.code().unwrap(), v, stdout(&o2))
+}
+
+fn only_problem<'a>(v: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    let all: Vec<&serde_json::Value> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["severity"] != "OK" && c["severity"] != "N/A")
+        .collect();
+    assert_eq!(all.len(), 1, "expected one problem ({id}), got {all:#?}");
+    assert_eq!(all[0]["id"], id);
+    all[0]
+}
+
+fn uuid_of(v: &serde_json::Value, i: usize) -> String {
+    v["nvml"]["gpus"][i]["uuid"]["value"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn hgx_fixture_is_derived_from_the_real_h200_capture() {
+    let real: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("h200-snapshot.json")).unwrap(),
+    )
+    .unwrap();
+    let want = hgx_from_real(&real);
+    let path = fixtures().join("hgx-h200x8-snapshot.json");
+    if std::env::var_os("GPUHOST_UPDATE_FIXTURES").is_some() {
+        std::fs::write(&path, serde_json::to_string_pretty(&want).unwrap() + "\n").unwrap();
+    }
+    assert_eq!(
+        hgx(),
+        want,
+        "regenerate with GPUHOST_UPDATE_FIXTURES=1 cargo test -p gpuhost --test status"
+    );
+    // Every field the real GPU had, with the same reading shapes.
+    let g0 = &real["nvml"]["gpus"][0];
+    for g in want["nvml"]["gpus"].as_array().unwrap() {
+        let keys = |x: &serde_json::Value| {
+            x.as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect::<Vec<String>>()
+        };
+        assert_eq!(keys(g), keys(g0));
+    }
+    assert_eq!(uuid_of(&want, 0), uuid_of(&real, 0));
+    let mut uuids: Vec<String> = (0..8).map(|i| uuid_of(&want, i)).collect();
+    uuids.sort();
+    uuids.dedup();
+    assert_eq!(uuids.len(), 8);
+}
+
+#[test]
+fn hgx_h200x8_healthy_is_ok_in_every_check() {
+    let (code, v, prom) = judge_snapshot(&hgx(), &["--expect-gpus", "8"]);
+    let bad: Vec<&serde_json::Value> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["severity"] != "OK" && c["severity"] != "N/A")
+        .collect();
+    assert_eq!(code, 0, "{bad:#?}");
+    let by = |id: &str| -> Vec<&serde_json::Value> {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["id"] == id)
+            .collect()
+    };
+    assert_eq!(by("gpu.nvlink").len(), 8);
+    for c in by("gpu.nvlink") {
+        assert_eq!(c["severity"], "OK");
+        assert_eq!(
+            c["value"],
+            "18/18 links active; errors: replay 0, recovery 0, CRC flit 0, CRC data 0"
+        );
+    }
+    for c in by("gpu.fabric") {
+        assert_eq!(c["severity"], "OK");
+        assert!(c["value"]
+            .as_str()
+            .unwrap()
+            .starts_with("fabric registered (state completed, status success"));
+    }
+    assert_eq!(
+        by("gpu.count")[0]["value"],
+        "NVML 8, PCI 8, expected 8 (--expect-gpus)"
+    );
+    assert_eq!(by("services.fabricmanager")[0]["severity"], "OK");
+    assert_eq!(
+        by("services.fabricmanager_version")[0]["value"],
+        "nvidia-fabricmanager 580.159.04 = driver 580.159.04"
+    );
+    assert!(by("pci.devices")[0]["value"]
+        .as_str()
+        .unwrap()
+        .contains("8 NVIDIA GPU(s), 4 NVSwitch(es)"));
+    // Series: per GPU and link.
+    let u7 = uuid_of(&hgx(), 7);
+    for want in [
+        format!("gpuhost_gpu_nvlink_active{{uuid=\"{u7}\",pci_bus_id=\"00000000:DF:00.0\",link=\"17\"}} 1"),
+        format!("gpuhost_gpu_nvlink_errors{{uuid=\"{u7}\",pci_bus_id=\"00000000:DF:00.0\",link=\"17\",error=\"crc_flit\"}} 0"),
+        format!("gpuhost_gpu_fabric_state{{uuid=\"{u7}\",pci_bus_id=\"00000000:DF:00.0\"}} 3"),
+        format!("gpuhost_gpu_fabric_status{{uuid=\"{u7}\",pci_bus_id=\"00000000:DF:00.0\"}} 0"),
+        format!("gpuhost_check_status{{check=\"gpu.nvlink\",uuid=\"{u7}\",pci_bus_id=\"00000000:DF:00.0\"}} 0"),
+        "gpuhost_gpus{source=\"nvml\"} 8".to_string(),
+        "gpuhost_gpus{source=\"pci\"} 8".to_string(),
+        "gpuhost_nvswitches 4".to_string(),
+        "gpuhost_status 0".to_string(),
+    ] {
+        assert!(prom.contains(&want), "no {want} in\n{prom}");
+    }
+    assert_eq!(prom.matches("gpuhost_gpu_nvlink_active{").count(), 8 * 18);
+}
+
+#[test]
+fn hgx_one_nvlink_down_is_critical_for_that_gpu() {
+    let mut s = hgx();
+    s["nvml"]["gpus"][3]["nvlinks"]["value"][7]["active"] = false.into();
+    let (code, v, prom) = judge_snapshot(&s, &[]);
+    assert_eq!(code, 2);
+    let c = only_problem(&v, "gpu.nvlink");
+    assert_eq!(c["severity"], "CRITICAL");
+    assert_eq!(c["gpu"]["index"], 3);
+    assert_eq!(c["gpu"]["uuid"], uuid_of(&s, 3));
+    assert_eq!(c["gpu"]["pci_bus_id"], "00000000:61:00.0");
+    assert_eq!(
+        c["value"],
+        "17/18 links active; errors: replay 0, recovery 0, CRC flit 0, CRC data 0; down: link 7"
+    );
+    let hint = c["hint"].as_str().unwrap();
+    assert!(hint.starts_with("drain the node"), "{hint}");
+    assert!(hint.contains("nvidia-smi nvlink -s -i 3"), "{hint}");
+    let u = uuid_of(&s, 3);
+    assert!(prom.contains(&format!(
+        "gpuhost_gpu_nvlink_active{{uuid=\"{u}\",pci_bus_id=\"00000000:61:00.0\",link=\"7\"}} 0"
+    )));
+    assert!(prom.contains(&format!(
+        "gpuhost_check_status{{check=\"gpu.nvlink\",uuid=\"{u}\",pci_bus_id=\"00000000:61:00.0\"}} 2"
+    )));
+}
+
+#[test]
+fn hgx_nvlink_error_counters_are_a_warning_naming_the_link() {
+    let mut s = hgx();
+    let l = &mut s["nvml"]["gpus"][5]["nvlinks"]["value"][2];
+    l["replay_errors"] = 12.into();
+    l["recovery_errors"] = 1.into();
+    l["crc_flit_errors"] = 3.into();
+    let (code, v, prom) = judge_snapshot(&s, &[]);
+    assert_eq!(code, 1);
+    let c = only_problem(&v, "gpu.nvlink");
+    assert_eq!(c["severity"], "WARNING");
+    assert_eq!(c["gpu"]["uuid"], uuid_of(&s, 5));
+    assert_eq!(c["gpu"]["pci_bus_id"], "00000000:C3:00.0");
+    assert_eq!(
+        c["value"],
+        "18/18 links active; errors: replay 12, recovery 1, CRC flit 3, CRC data 0; link 2 replay 12 recovery 1 CRC flit 3"
+    );
+    assert!(c["hint"]
+        .as_str()
+        .unwrap()
+        .contains("nvidia-smi nvlink -e -i 5"));
+    let u = uuid_of(&s, 5);
+    for (err, n) in [
+        ("replay", 12),
+        ("recovery", 1),
+        ("crc_flit", 3),
+        ("crc_data", 0),
+    ] {
+        let want = format!("gpuhost_gpu_nvlink_errors{{uuid=\"{u}\",pci_bus_id=\"00000000:C3:00.0\",link=\"2\",error=\"{err}\"}} {n}");
+        assert!(prom.contains(&want), "no {want}");
+    }
+}
+
+#[test]
+fn hgx_fabric_not_yet_registered_on_one_gpu() {
+    // In progress: a WARNING (normal for a minute after boot).
+    let mut s = hgx();
+    s["nvml"]["gpus"][6]["fabric"]["value"]["state"] = 2.into();
+    let (code, v, prom) = judge_snapshot(&s, &[]);
+    assert_eq!(code, 1);
+    let c = only_problem(&v, "gpu.fabric");
+    assert_eq!(c["severity"], "WARNING");
+    assert_eq!(c["value"], "fabric registration in progress");
+    assert_eq!(c["gpu"]["uuid"], uuid_of(&s, 6));
+    assert_eq!(c["gpu"]["pci_bus_id"], "00000000:D1:00.0");
+    assert!(c["hint"].as_str().unwrap().contains("nvidia-fabricmanager"));
+    let u = uuid_of(&s, 6);
+    assert!(prom.contains(&format!(
+        "gpuhost_gpu_fabric_state{{uuid=\"{u}\",pci_bus_id=\"00000000:D1:00.0\"}} 2"
+    )));
+    // Not started: CRITICAL (CUDA fails on that GPU).
+    s["nvml"]["gpus"][6]["fabric"]["value"]["state"] = 1.into();
+    let (code, v, _) = judge_snapshot(&s, &[]);
+    assert_eq!(code, 2);
+    let c = only_problem(&v, "gpu.fabric");
+    assert_eq!(c["severity"], "CRITICAL");
+    assert_eq!(c["value"], "fabric registration not started");
+    assert_eq!(c["gpu"]["pci_bus_id"], "00000000:D1:00.0");
+    assert!(c["hint"]
+        .as_str()
+        .unwrap()
+        .contains("systemctl enable --now nvidia-fabricmanager"));
+}
+
+#[test]
+fn hgx_fabric_completed_with_a_failure_status_is_critical() {
+    let mut s = hgx();
+    s["nvml"]["gpus"][0]["fabric"]["value"]["status"] = 999.into();
+    let (code, v, prom) = judge_snapshot(&s, &[]);
+    assert_eq!(code, 2);
+    let c = only_problem(&v, "gpu.fabric");
+    assert_eq!(c["severity"], "CRITICAL");
+    assert_eq!(
+        c["value"],
+        "fabric registration completed with a failure (NVML status 999: Unknown)"
+    );
+    assert_eq!(c["gpu"]["uuid"], uuid_of(&s, 0));
+    assert_eq!(c["gpu"]["pci_bus_id"], "00000000:1B:00.0");
+    assert!(c["hint"].as_str().unwrap().contains("nvidia-smi -r -i 0"));
+    let u = uuid_of(&s, 0);
+    assert!(prom.contains(&format!(
+        "gpuhost_gpu_fabric_status{{uuid=\"{u}\",pci_bus_id=\"00000000:1B:00.0\"}} 999"
+    )));
+}
+
+#[test]
+fn hgx_nvml_sees_7_of_8_gpus_on_pci() {
+    let mut s = hgx();
+    s["nvml"]["gpus"].as_array_mut().unwrap().remove(4);
+    s["nvml"]["device_count"] = 7.into();
+    // NVML renumbers: the GPUs after the missing one move down.
+    for (i, g) in s["nvml"]["gpus"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .enumerate()
+    {
+        g["index"] = i.into();
+    }
+    let (code, v, prom) = judge_snapshot(&s, &[]);
+    assert_eq!(code, 2);
+    let c = only_problem(&v, "gpu.count");
+    assert_eq!(c["severity"], "CRITICAL");
+    assert_eq!(
+        c["value"],
+        "NVML 7, PCI 8; not seen by NVML: 00000000:9D:00.0"
+    );
+    assert!(c["hint"]
+        .as_str()
+        .unwrap()
+        .starts_with("a GPU on PCI is not visible to the driver"));
+    assert!(prom.contains("gpuhost_gpus{source=\"nvml\"} 7"));
+    assert!(prom.contains("gpuhost_gpus{source=\"pci\"} 8"));
+    assert!(prom.contains("gpuhost_check_status{check=\"gpu.count\"} 2"));
+}
+
+#[test]
+fn hgx_fabric_manager_inactive_or_at_another_version() {
+    let mut s = hgx();
+    s["services"]["nvidia_fabricmanager"] = "inactive".into();
+    let (code, v, _) = judge_snapshot(&s, &[]);
+    assert_eq!(code, 2);
+    let c = only_problem(&v, "services.fabricmanager");
+    assert_eq!(c["severity"], "CRITICAL");
+    assert_eq!(
+        c["value"],
+        "nvidia-fabricmanager inactive on a node with 4 NVSwitch(es)"
+    );
+    assert!(c["hint"]
+        .as_str()
+        .unwrap()
+        .starts_with("`systemctl enable --now nvidia-fabricmanager`"));
+
+    let mut s = hgx();
+    s["services"]["fabricmanager_version"]["version"] = "580.95.05".into();
+    let (code, v, prom) = judge_snapshot(&s, &[]);
+    assert_eq!(code, 2);
+    let c = only_problem(&v, "services.fabricmanager_version");
+    assert_eq!(c["severity"], "CRITICAL");
+    assert_eq!(
+        c["value"],
+        "nvidia-fabricmanager 580.95.05, driver 580.159.04: Fabric Manager must be the driver's exact version"
+    );
+    assert!(c["hint"]
+        .as_str()
+        .unwrap()
+        .starts_with("install nvidia-fabricmanager-580.159.04"));
+    assert!(prom.contains("gpuhost_check_status{check=\"services.fabricmanager_version\"} 2"));
+
+    // Not installed at all.
+    let mut s = hgx();
+    s["services"]["fabricmanager_version"] = serde_json::json!({"package": null, "version": null});
+    let (code, v, _) = judge_snapshot(&s, &[]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        only_problem(&v, "services.fabricmanager_version")["value"],
+        "Fabric Manager not installed (nvidia-fabricmanager not found)"
+    );
+}
+
+/// A profile file extending a built-in one with a `[status]` section.
+fn profile_with(dir: &Path, status: &str) -> PathBuf {
+    let p = dir.join("hgx.toml");
+    std::fs::write(&p, format!("extends = \"ol8-uek\"\n\n[status]\n{status}\n")).unwrap();
+    p
+}
+
+#[test]
+fn profile_status_keys_drive_the_verdicts() {
+    let dir = tempfile::tempdir().unwrap();
+    // expect_driver_version overrides; another version than the node's is a WARNING.
+    let p = profile_with(
+        dir.path(),
+        "expect_gpus = 8\nexpect_driver_version = \"580.95.05\"",
+    );
+    let (code, v, _) = judge_snapshot(&hgx(), &["--profile", p.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    let c = only_problem(&v, "driver.version");
+    assert_eq!(c["severity"], "WARNING");
+    assert!(c["value"]
+        .as_str()
+        .unwrap()
+        .starts_with("driver 580.159.04, profile "));
+    assert!(c["value"]
+        .as_str()
+        .unwrap()
+        .ends_with("(status.expect_driver_version) expects 580.95.05"));
+    assert_eq!(v["expect"]["driver_version"], "580.95.05");
+    assert_eq!(v["expect"]["gpus"], 8);
+
+    // require_docker = false: Docker and its runtime are n/a, even when absent.
+    let mut s = hgx();
+    s["services"]["docker"] = "inactive".into();
+    s["host"]["docker_daemon_json"] =
+        serde_json::json!({"present": false, "nvidia_runtime": false, "default_runtime": null});
+    let (code, _, _) = judge_snapshot(&s, &[]);
+    assert_eq!(code, 1, "Docker is required by default");
+    let p = profile_with(dir.path(), "require_docker = false");
+    let (code, v, _) = judge_snapshot(&s, &["--profile", p.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    for c in v["checks"].as_array().unwrap() {
+        if c["id"] == "services.docker" || c["id"] == "services.nvidia_runtime" {
+            assert_eq!(c["severity"], "N/A");
+        }
+    }
+
+    // require_fabric_manager = false on an NVSwitch node: not judged.
+    let mut s = hgx();
+    s["services"]["nvidia_fabricmanager"] = "inactive".into();
+    let p = profile_with(dir.path(), "require_fabric_manager = false");
+    let (code, _, _) = judge_snapshot(&s, &["--profile", p.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    // require_fabric_manager = true on the single-GPU H200 (no NVSwitch): judged; that VM had
+    // no systemd, so only services.state speaks (UNKNOWN, exit 3 as before).
+    let real: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("h200-snapshot.json")).unwrap(),
+    )
+    .unwrap();
+    let mut s = real.clone();
+    s["services"] = serde_json::json!({"docker": "active", "nvidia_persistenced": "active",
+        "nvidia_fabricmanager": "inactive"});
+    s["host"]["docker_daemon_json"] =
+        serde_json::json!({"present": true, "nvidia_runtime": true, "default_runtime": null});
+    let (code, _, _) = judge_snapshot(&s, &[]);
+    assert_eq!(code, 0, "no NVSwitch: Fabric Manager not required");
+    let p = profile_with(dir.path(), "require_fabric_manager = true");
+    let (code, v, _) = judge_snapshot(&s, &["--profile", p.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        only_problem(&v, "services.fabricmanager")["value"],
+        "nvidia-fabricmanager inactive required by the profile"
+    );
+}
+
+#[test]
+fn hgx_problem_lines_name_the_gpu_in_the_table() {
+    let mut s = hgx();
+    s["nvml"]["gpus"][3]["nvlinks"]["value"][7]["active"] = false.into();
+    let run = tempfile::tempdir().unwrap();
+    let f = run.path().join("snap.json");
+    std::fs::write(&f, serde_json::to_string(&s).unwrap()).unwrap();
+    let o = gpuhost(run.path())
+        .args(["status", "--from-snapshot"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    let first = out.lines().next().unwrap();
+    assert!(first.starts_with("gpuhost status CRITICAL: "), "{first}");
+    assert!(first.contains("down: link 7"), "{first}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("CRITICAL") && l.contains("nvlink"))
+        .unwrap();
+    assert!(line.contains("gpu3 61:00.0"), "{line}");
+}

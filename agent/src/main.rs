@@ -53,6 +53,8 @@ enum Command {
     Resume(ResumeArgs),
     /// Show what gpuhost sees: OS, kernels, NVIDIA devices on PCI, Secure Boot, nouveau.
     Facts(FactsArgs),
+    /// List the steps `apply` runs, in order, with what each makes true.
+    Steps,
     /// List the built-in profiles, or show one fully resolved.
     Profiles {
         #[command(subcommand)]
@@ -163,6 +165,12 @@ fn main() -> ExitCode {
             Err(e) => output::error(r.format == Format::Json, &e),
         },
         Command::Facts(f) => report(f.format, run_facts(f)),
+        Command::Steps => {
+            for s in gpuhost_steps::steps::registry() {
+                println!("{:<18} {}", s.id(), s.summary());
+            }
+            exit::OK
+        }
         Command::Profiles { action } => report(Format::Text, run_profiles(action.as_ref())),
         Command::CloudInit(c) => report(
             Format::Text,

@@ -12,7 +12,8 @@ use std::time::Duration;
 use gpuhost_steps::cmd::Cmd;
 
 use crate::snapshot::{
-    AerCounters, DaemonJson, HostSnapshot, NvmlLibrary, PciDevice, PciKind, Services,
+    AerCounters, DaemonJson, FabricManagerVersion, HostSnapshot, NvmlLibrary, PciDevice, PciKind,
+    Services,
 };
 
 /// Directories where libnvidia-ml.so.1 lives on the distributions gpuhost meets.
@@ -226,6 +227,78 @@ pub fn services() -> Services {
     }
 }
 
+/// Fabric Manager's package names: from the 580 branch, and before it.
+pub const FABRIC_MANAGER_PACKAGES: [&str; 2] = ["nvidia-fabricmanager", "nvidia-fabric-manager"];
+
+/// The installed Fabric Manager's version, from rpm (one query for both package names); where
+/// there is no rpm, from `nv-fabricmanager --version`.
+pub fn fabricmanager_version() -> FabricManagerVersion {
+    let rpm = Cmd::new("rpm")
+        .args(["-q", "--qf", "%{NAME} %{VERSION}\\n"])
+        .args(FABRIC_MANAGER_PACKAGES)
+        .timeout(Duration::from_secs(5))
+        .output();
+    match rpm {
+        // rpm exits 1 when either name is not installed; the lines say which is.
+        Ok(o) => parse_rpm_fabricmanager(&o.stdout),
+        Err(rpm_err) => {
+            match Cmd::new("nv-fabricmanager")
+                .arg("--version")
+                .timeout(Duration::from_secs(5))
+                .output()
+            {
+                Ok(o) => match parse_fabricmanager_version(&o.stdout) {
+                    Some(v) => FabricManagerVersion {
+                        package: Some("nv-fabricmanager".into()),
+                        version: Some(v),
+                        error: None,
+                    },
+                    None => FabricManagerVersion {
+                        error: Some(format!(
+                            "no rpm ({rpm_err:#}); `nv-fabricmanager --version` gave no version"
+                        )),
+                        ..FabricManagerVersion::default()
+                    },
+                },
+                Err(e) => FabricManagerVersion {
+                    error: Some(format!(
+                        "no rpm ({rpm_err:#}) and no nv-fabricmanager ({e:#})"
+                    )),
+                    ..FabricManagerVersion::default()
+                },
+            }
+        }
+    }
+}
+
+/// `rpm -q --qf '%{NAME} %{VERSION}\n' nvidia-fabricmanager nvidia-fabric-manager`:
+/// `nvidia-fabricmanager 580.159.04` and `package nvidia-fabric-manager is not installed`.
+pub fn parse_rpm_fabricmanager(stdout: &str) -> FabricManagerVersion {
+    for line in stdout.lines() {
+        let mut it = line.split_whitespace();
+        if let (Some(name), Some(version), None) = (it.next(), it.next(), it.next()) {
+            if FABRIC_MANAGER_PACKAGES.contains(&name) {
+                return FabricManagerVersion {
+                    package: Some(name.to_string()),
+                    version: Some(version.to_string()),
+                    error: None,
+                };
+            }
+        }
+    }
+    FabricManagerVersion::default()
+}
+
+/// `Fabric Manager version is : 535.104.05` → `535.104.05`.
+pub fn parse_fabricmanager_version(stdout: &str) -> Option<String> {
+    stdout
+        .lines()
+        .find(|l| l.to_lowercase().contains("version"))
+        .and_then(|l| l.rsplit([':', ' ']).find(|w| !w.is_empty()))
+        .filter(|v| v.contains('.') && v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .map(str::to_string)
+}
+
 /// Three lines of `systemctl is-active docker nvidia-persistenced nvidia-fabricmanager`.
 pub fn parse_is_active(stdout: &str) -> Option<Services> {
     let lines: Vec<String> = stdout.lines().map(|l| l.trim().to_string()).collect();
@@ -237,6 +310,7 @@ pub fn parse_is_active(stdout: &str) -> Option<Services> {
         docker: Some(lines[0].clone()),
         nvidia_persistenced: Some(lines[1].clone()),
         nvidia_fabricmanager: Some(lines[2].clone()),
+        fabricmanager_version: None,
     })
 }
 
@@ -244,6 +318,32 @@ pub fn parse_is_active(stdout: &str) -> Option<Services> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fabric_manager_version_from_rpm_or_the_binary() {
+        let v = parse_rpm_fabricmanager(
+            "nvidia-fabricmanager 580.159.04\npackage nvidia-fabric-manager is not installed\n",
+        );
+        assert_eq!(v.package.as_deref(), Some("nvidia-fabricmanager"));
+        assert_eq!(v.version.as_deref(), Some("580.159.04"));
+        let v = parse_rpm_fabricmanager(
+            "package nvidia-fabricmanager is not installed\nnvidia-fabric-manager 535.104.05\n",
+        );
+        assert_eq!(v.package.as_deref(), Some("nvidia-fabric-manager"));
+        assert_eq!(v.version.as_deref(), Some("535.104.05"));
+        let none = parse_rpm_fabricmanager(
+            "package nvidia-fabricmanager is not installed\npackage nvidia-fabric-manager is not installed\n",
+        );
+        assert_eq!(none, FabricManagerVersion::default());
+        assert_eq!(
+            parse_fabricmanager_version("Fabric Manager version is : 535.104.05\n").as_deref(),
+            Some("535.104.05")
+        );
+        assert_eq!(
+            parse_fabricmanager_version("usage: nv-fabricmanager\n"),
+            None
+        );
+    }
 
     #[test]
     fn proc_version_parses() {

@@ -28,7 +28,9 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use gpuhost_steps::profile::Profile;
-use snapshot::{NvmlProbe, ProbeStatus, Services, Snapshot, SNAPSHOT_SCHEMA};
+use snapshot::{
+    FabricManagerVersion, NvmlProbe, PciKind, ProbeStatus, Services, Snapshot, SNAPSHOT_SCHEMA,
+};
 use verdict::{Expect, Severity};
 
 /// `gpuhost status` options.
@@ -53,6 +55,10 @@ pub struct StatusArgs {
     /// Internal: be the NVML probe (print its answer as JSON).
     #[arg(long, hide = true)]
     pub nvml_probe: bool,
+    /// Internal: print every NVLink and fabric NVML call's raw return code, per GPU, as JSON
+    /// (evidence for what a machine supports; see bench/MULTI-GPU.md).
+    #[arg(long, hide = true)]
+    pub nvml_calls: bool,
     /// Print the collected snapshot as JSON (for test fixtures) instead of a report.
     #[arg(long, hide = true)]
     pub dump_snapshot: bool,
@@ -75,6 +81,18 @@ pub struct StatusArgs {
 pub fn run(args: &StatusArgs) -> i32 {
     if args.nvml_probe {
         return run_probe();
+    }
+    if args.nvml_calls {
+        return match serde_json::to_string_pretty(&nvml::link_fabric_calls()) {
+            Ok(s) => {
+                println!("{s}");
+                0
+            }
+            Err(e) => {
+                eprintln!("cannot serialise the NVML calls: {e}");
+                3
+            }
+        };
     }
     match status(args) {
         Ok(code) => code,
@@ -116,7 +134,7 @@ fn status(args: &StatusArgs) -> Result<i32> {
             serde_json::from_str::<Snapshot>(&text)
                 .with_context(|| format!("parsing {}", f.display()))?
         }
-        None => collect(&args.root, timeout(args.timeout)?),
+        None => collect(&args.root, timeout(args.timeout)?, &expect),
     };
     if args.dump_snapshot {
         println!("{}", serde_json::to_string_pretty(&snapshot)?);
@@ -147,7 +165,8 @@ fn timeout(secs: f64) -> Result<Duration> {
 }
 
 /// What the node should have: `--expect-gpus` over the profile's `status.expect_gpus`; the
-/// driver version from the profile's local repo RPM name.
+/// driver version from the profile's `status.expect_driver_version`, else its local repo RPM
+/// name; `status.require_docker` and `status.require_fabric_manager`.
 pub fn expectations(args: &StatusArgs) -> Expect {
     let mut e = Expect::default();
     if let Some(name) = &args.profile {
@@ -157,13 +176,19 @@ pub fn expectations(args: &StatusArgs) -> Expect {
                     e.gpus = Some(n);
                     e.gpus_source = Some(format!("profile {name}"));
                 }
-                if let Some(rpm) = &p.driver.local_repo_rpm {
+                if let Some(v) = &p.status.expect_driver_version {
+                    e.driver_version = Some(v.trim().to_string());
+                    e.driver_source =
+                        Some(format!("profile {name} (status.expect_driver_version)"));
+                } else if let Some(rpm) = &p.driver.local_repo_rpm {
                     let file = rpm.file_name().map(|f| f.to_string_lossy().to_string());
                     if let Some(v) = file.as_deref().and_then(verdict::driver_version_from_rpm) {
                         e.driver_version = Some(v);
                         e.driver_source = Some(format!("profile {name}"));
                     }
                 }
+                e.require_docker = p.status.require_docker;
+                e.require_fabric_manager = p.status.require_fabric_manager;
             }
             Err(err) => e.profile_error = Some(format!("{err:#}")),
         }
@@ -176,8 +201,9 @@ pub fn expectations(args: &StatusArgs) -> Expect {
 }
 
 /// Collect a snapshot: the NVML probe runs in a child process while the driver-free reads
-/// happen here.
-pub fn collect(root: &Path, timeout: Duration) -> Snapshot {
+/// happen here. Fabric Manager's version is asked (rpm) only where NVSwitches are on PCI or
+/// `expect` requires Fabric Manager, beside the `systemctl` call.
+pub fn collect(root: &Path, timeout: Duration, expect: &Expect) -> Snapshot {
     let live = root == Path::new("/");
     let running = match std::env::current_exe() {
         Ok(exe) => {
@@ -192,8 +218,22 @@ pub fn collect(root: &Path, timeout: Duration) -> Snapshot {
     };
     let host = host::collect(root);
     let kernel_log = kmsg::collect(root, live);
+    let want_fm = match expect.require_fabric_manager {
+        Some(r) => r,
+        None => host.pci.iter().any(|d| d.kind == PciKind::NvSwitch),
+    };
     let services = if live {
-        host::services()
+        std::thread::scope(|s| {
+            let fm = want_fm.then(|| s.spawn(host::fabricmanager_version));
+            let mut sv = host::services();
+            sv.fabricmanager_version = fm.map(|h| {
+                h.join().unwrap_or_else(|_| FabricManagerVersion {
+                    error: Some("the rpm query failed".into()),
+                    ..FabricManagerVersion::default()
+                })
+            });
+            sv
+        })
     } else {
         Services {
             error: Some(format!("not checked under --root {}", root.display())),

@@ -7,6 +7,8 @@
 
 use std::time::Instant;
 
+use serde::Serialize;
+
 use nvml_wrapper::enum_wrappers::device::{
     EccCounter, MemoryError, TemperatureSensor, TemperatureThreshold,
 };
@@ -26,6 +28,8 @@ use crate::snapshot::{
 
 /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`.
 const FI_GPU_RECOVERY_ACTION: u32 = 230;
+/// `NVML_FI_DEV_NVLINK_LINK_COUNT`.
+const FI_NVLINK_LINK_COUNT: u32 = 91;
 /// `NVML_NVLINK_MAX_LINKS`.
 const NVLINK_MAX_LINKS: u32 = 18;
 
@@ -77,18 +81,59 @@ pub fn probe() -> NvmlProbe {
     match nvml.device_count() {
         Ok(n) => {
             p.device_count = Some(n);
-            for i in 0..n {
-                let t = Instant::now();
-                match nvml.device_by_index(i) {
-                    Ok(d) => p.gpus.push(gpu(&nvml, &d, i, t)),
-                    Err(e) => p.gpus.push(lost_gpu(i, &e, t)),
-                }
-            }
+            let t = Instant::now();
+            p.gpus = sweep(&nvml, n, sequential());
+            p.sweep_wall_ms = Some(ms(t));
         }
         Err(e) => p.error = Some(format!("device count: {e}")),
     }
     p.duration_ms = Some(ms(start));
     p
+}
+
+/// `GPUHOST_PROBE_SEQUENTIAL=1` sweeps the GPUs one after another (to measure what the
+/// concurrent sweep saves on a many-GPU host).
+fn sequential() -> bool {
+    std::env::var_os("GPUHOST_PROBE_SEQUENTIAL").is_some_and(|v| v == "1")
+}
+
+/// Read one GPU by index: its handle, then every reading.
+fn sweep_one(nvml: &Nvml, i: u32) -> GpuSnapshot {
+    let t = Instant::now();
+    match nvml.device_by_index(i) {
+        Ok(d) => gpu(nvml, &d, i, t),
+        Err(e) => lost_gpu(i, &e, t),
+    }
+}
+
+/// Read every GPU, one thread per GPU (NVML is thread-safe; a GPU's ~30 calls wait on the
+/// driver, not the CPU), in index order. One GPU (or `sequential`) is read on this thread:
+/// no thread to start.
+fn sweep(nvml: &Nvml, n: u32, sequential: bool) -> Vec<GpuSnapshot> {
+    if n <= 1 || sequential {
+        return (0..n).map(|i| sweep_one(nvml, i)).collect();
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let t = Instant::now();
+                let h = std::thread::Builder::new()
+                    .name(format!("nvml-gpu{i}"))
+                    .spawn_scoped(s, move || sweep_one(nvml, i));
+                (i, t, h)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(i, t, h)| match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| lost_gpu_kind(i, "ProbeThreadPanicked", t)),
+                // No thread to be had: read it here instead.
+                Err(_) => sweep_one(nvml, i),
+            })
+            .collect()
+    })
 }
 
 fn ms(t: Instant) -> f64 {
@@ -97,7 +142,12 @@ fn ms(t: Instant) -> f64 {
 
 /// A device whose handle could not be had (e.g. GpuLost): every field carries the error.
 fn lost_gpu(index: u32, e: &NvmlError, t: Instant) -> GpuSnapshot {
-    let k = error_kind(e);
+    lost_gpu_kind(index, &error_kind(e), t)
+}
+
+/// A device with every field carrying the error `k`.
+fn lost_gpu_kind(index: u32, k: &str, t: Instant) -> GpuSnapshot {
+    let k = k.to_string();
     fn err<T>(k: &str) -> Reading<T> {
         Reading::Error(k.to_string())
     }
@@ -300,4 +350,280 @@ fn fabric(nvml: &Nvml, d: &Device<'_>) -> Reading<Fabric> {
             .collect(),
         health_mask: info.healthMask,
     })
+}
+
+/// One raw NVML call and what it returned.
+#[derive(Clone, Debug, Serialize)]
+pub struct Call {
+    /// `nvmlDeviceGetNvLinkState(link 0)`.
+    pub call: String,
+    /// NVML's return code (0 success, 3 NOT_SUPPORTED, 2 INVALID_ARGUMENT, …); None where
+    /// nvml-wrapper made the call and gives only the error's name.
+    pub rc: Option<u32>,
+    /// Its name: `Success`, `NotSupported`, `InvalidArg`, ….
+    pub result: String,
+    /// What came back on success.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// Every NVLink and fabric call for one GPU.
+#[derive(Clone, Debug, Serialize)]
+pub struct GpuCalls {
+    pub index: u32,
+    pub uuid: Option<String>,
+    pub pci_bus_id: Option<String>,
+    pub calls: Vec<Call>,
+}
+
+/// `gpuhost status --nvml-calls`: the raw return codes of the NVLink and fabric calls.
+#[derive(Clone, Debug, Serialize)]
+pub struct CallsReport {
+    pub init: String,
+    pub driver_version: Option<String>,
+    pub device_count: Option<u32>,
+    pub gpus: Vec<GpuCalls>,
+}
+
+fn call(name: String, rc: u32, value: impl FnOnce() -> String) -> Call {
+    let (result, value) = match nvml_wrapper::error::nvml_try(rc) {
+        Ok(()) => ("Success".to_string(), Some(value())),
+        Err(e) => (error_kind(&e), None),
+    };
+    Call {
+        call: name,
+        rc: Some(rc),
+        result,
+        value,
+    }
+}
+
+fn c_str(bytes: &[std::os::raw::c_char]) -> String {
+    let b: Vec<u8> = bytes
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+/// Call each NVLink function for links 0..18 and the fabric functions (v3, v2, v1) on every
+/// GPU, recording NVML's raw return codes: what a machine supports, for the record.
+pub fn link_fabric_calls() -> CallsReport {
+    let nvml = match Nvml::init() {
+        Ok(n) => n,
+        Err(e) => {
+            return CallsReport {
+                init: error_kind(&e),
+                driver_version: None,
+                device_count: None,
+                gpus: Vec::new(),
+            }
+        }
+    };
+    let mut r = CallsReport {
+        init: "Success".into(),
+        driver_version: nvml.sys_driver_version().ok(),
+        device_count: nvml.device_count().ok(),
+        gpus: Vec::new(),
+    };
+    for i in 0..r.device_count.unwrap_or(0) {
+        match nvml.device_by_index(i) {
+            Ok(d) => r.gpus.push(GpuCalls {
+                index: i,
+                uuid: d.uuid().ok(),
+                pci_bus_id: d.pci_info().ok().map(|p| p.bus_id),
+                calls: device_calls(&nvml, &d),
+            }),
+            Err(e) => r.gpus.push(GpuCalls {
+                index: i,
+                uuid: None,
+                pci_bus_id: None,
+                calls: vec![Call {
+                    call: "nvmlDeviceGetHandleByIndex".into(),
+                    rc: None,
+                    result: error_kind(&e),
+                    value: None,
+                }],
+            }),
+        }
+    }
+    r
+}
+
+fn device_calls(nvml: &Nvml, d: &Device<'_>) -> Vec<Call> {
+    let lib = nvml.lib();
+    let mut out = Vec::new();
+    let missing = |name: &str| Call {
+        call: name.to_string(),
+        rc: None,
+        result: "FailedToLoadSymbol".into(),
+        value: None,
+    };
+    match d.field_values_for(&[FieldId(FI_NVLINK_LINK_COUNT)]) {
+        Ok(v) => {
+            let (result, value) = match v.into_iter().next() {
+                Some(Ok(s)) => match s.value {
+                    Ok(v) => ("Success".to_string(), Some(format!("{v:?}"))),
+                    Err(e) => (error_kind(&e), None),
+                },
+                Some(Err(e)) => (error_kind(&e), None),
+                None => ("NoValue".to_string(), None),
+            };
+            out.push(Call {
+                call: "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_LINK_COUNT)".into(),
+                rc: value.is_some().then_some(0),
+                result,
+                value,
+            });
+        }
+        Err(e) => out.push(Call {
+            call: "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_LINK_COUNT)".into(),
+            rc: None,
+            result: error_kind(&e),
+            value: None,
+        }),
+    }
+    // SAFETY (every call below): the handle comes from a live `Device` of this `Nvml` (never
+    // null); out pointers point at locals that outlive the call.
+    let h = unsafe { d.handle() };
+    for l in 0..NVLINK_MAX_LINKS {
+        match lib.nvmlDeviceGetNvLinkState.as_ref() {
+            Ok(f) => {
+                let mut st = 0u32;
+                let rc = unsafe { f(h, l, &mut st) };
+                out.push(call(
+                    format!("nvmlDeviceGetNvLinkState(link {l})"),
+                    rc,
+                    || if st == 1 { "active" } else { "inactive" }.into(),
+                ));
+            }
+            Err(_) => out.push(missing("nvmlDeviceGetNvLinkState")),
+        }
+        match lib.nvmlDeviceGetNvLinkVersion.as_ref() {
+            Ok(f) => {
+                let mut v = 0u32;
+                let rc = unsafe { f(h, l, &mut v) };
+                out.push(call(
+                    format!("nvmlDeviceGetNvLinkVersion(link {l})"),
+                    rc,
+                    || v.to_string(),
+                ));
+            }
+            Err(_) => out.push(missing("nvmlDeviceGetNvLinkVersion")),
+        }
+        match lib.nvmlDeviceGetNvLinkRemotePciInfo_v2.as_ref() {
+            Ok(f) => {
+                let mut pci = nvml_wrapper_sys::bindings::nvmlPciInfo_t {
+                    busIdLegacy: [0; 16],
+                    domain: 0,
+                    bus: 0,
+                    device: 0,
+                    pciDeviceId: 0,
+                    pciSubSystemId: 0,
+                    busId: [0; 32],
+                };
+                let rc = unsafe { f(h, l, &mut pci) };
+                out.push(call(
+                    format!("nvmlDeviceGetNvLinkRemotePciInfo_v2(link {l})"),
+                    rc,
+                    || format!("{} device 0x{:08x}", c_str(&pci.busId), pci.pciDeviceId),
+                ));
+            }
+            Err(_) => out.push(missing("nvmlDeviceGetNvLinkRemotePciInfo_v2")),
+        }
+        match lib.nvmlDeviceGetNvLinkRemoteDeviceType.as_ref() {
+            Ok(f) => {
+                let mut t = 0u32;
+                let rc = unsafe { f(h, l, &mut t) };
+                out.push(call(
+                    format!("nvmlDeviceGetNvLinkRemoteDeviceType(link {l})"),
+                    rc,
+                    || match t {
+                        0 => "gpu".into(),
+                        1 => "ibmnpu".into(),
+                        2 => "switch".into(),
+                        x => format!("type {x}"),
+                    },
+                ));
+            }
+            Err(_) => out.push(missing("nvmlDeviceGetNvLinkRemoteDeviceType")),
+        }
+        for (counter, name) in [
+            (0u32, "DL_REPLAY"),
+            (1, "DL_RECOVERY"),
+            (2, "DL_CRC_FLIT"),
+            (3, "DL_CRC_DATA"),
+            (4, "DL_ECC_DATA"),
+        ] {
+            match lib.nvmlDeviceGetNvLinkErrorCounter.as_ref() {
+                Ok(f) => {
+                    let mut v = 0u64;
+                    let rc = unsafe { f(h, l, counter, &mut v) };
+                    out.push(call(
+                        format!("nvmlDeviceGetNvLinkErrorCounter(link {l}, {name})"),
+                        rc,
+                        || v.to_string(),
+                    ));
+                }
+                Err(_) => out.push(missing("nvmlDeviceGetNvLinkErrorCounter")),
+            }
+        }
+    }
+    match lib.nvmlDeviceGetGpuFabricInfoV.as_ref() {
+        Ok(f) => {
+            for (ver, size) in [
+                (3u32, std::mem::size_of::<nvmlGpuFabricInfo_v3_t>()),
+                (2, std::mem::size_of::<nvmlGpuFabricInfo_v2_t>()),
+            ] {
+                let mut info = nvmlGpuFabricInfo_v3_t {
+                    version: u32::try_from(size).unwrap_or(0) | (ver << 24),
+                    clusterUuid: [0; 16],
+                    status: 0,
+                    cliqueId: 0,
+                    state: 0,
+                    healthMask: 0,
+                    healthSummary: 0,
+                };
+                let rc = unsafe { f(h, &mut info) };
+                out.push(call(
+                    format!("nvmlDeviceGetGpuFabricInfoV(v{ver})"),
+                    rc,
+                    || {
+                        format!(
+                            "state {} status {} clique {} health_mask 0x{:x} cluster {}",
+                            info.state,
+                            info.status,
+                            info.cliqueId,
+                            info.healthMask,
+                            info.clusterUuid
+                                .iter()
+                                .map(|b| format!("{b:02x}"))
+                                .collect::<String>()
+                        )
+                    },
+                ));
+            }
+        }
+        Err(_) => out.push(missing("nvmlDeviceGetGpuFabricInfoV")),
+    }
+    match lib.nvmlDeviceGetGpuFabricInfo.as_ref() {
+        Ok(f) => {
+            let mut info = nvml_wrapper_sys::bindings::nvmlGpuFabricInfo_t {
+                clusterUuid: [0; 16],
+                status: 0,
+                cliqueId: 0,
+                state: 0,
+            };
+            let rc = unsafe { f(h, &mut info) };
+            out.push(call("nvmlDeviceGetGpuFabricInfo".into(), rc, || {
+                format!(
+                    "state {} status {} clique {}",
+                    info.state, info.status, info.cliqueId
+                )
+            }));
+        }
+        Err(_) => out.push(missing("nvmlDeviceGetGpuFabricInfo")),
+    }
+    out
 }

@@ -337,6 +337,19 @@ pub fn prometheus(s: &Snapshot, checks: &[Check]) -> String {
             pci_gpus as f64,
         );
     }
+    if s.host.pci_error.is_none() {
+        p.add(
+            "gpuhost_nvswitches",
+            "gauge",
+            "NVSwitches on PCI.",
+            &[],
+            s.host
+                .pci
+                .iter()
+                .filter(|d| d.kind == crate::snapshot::PciKind::NvSwitch)
+                .count() as f64,
+        );
+    }
     let xid_total = s.kernel_log.xids.len();
     if s.kernel_log.source.is_some() {
         p.add(
@@ -571,6 +584,13 @@ fn gpu_metrics(p: &mut Prom, s: &Snapshot, g: &GpuSnapshot) {
             "Fabric registration: 1 not started, 2 in progress, 3 completed.",
             &base,
             f64::from(f.state),
+        );
+        p.add(
+            "gpuhost_gpu_fabric_status",
+            "gauge",
+            "NVML return code of the fabric registration (0 success), meaningful once completed.",
+            &base,
+            f64::from(f.status),
         );
         p.add(
             "gpuhost_gpu_fabric_health_mask",

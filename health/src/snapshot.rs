@@ -134,6 +134,22 @@ pub struct Services {
     pub docker: Option<String>,
     pub nvidia_persistenced: Option<String>,
     pub nvidia_fabricmanager: Option<String>,
+    /// Installed Fabric Manager: `nvidia-fabricmanager 580.159.04` (package and version, from
+    /// rpm), asked only when NVSwitches are on PCI. None when not asked or not installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabricmanager_version: Option<FabricManagerVersion>,
+}
+
+/// The Fabric Manager package found, and its version (`580.159.04`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FabricManagerVersion {
+    /// `nvidia-fabricmanager` (580 on) or `nvidia-fabric-manager` (before 580); None when
+    /// neither is installed.
+    pub package: Option<String>,
+    pub version: Option<String>,
+    /// Why it could not be read (no rpm, rpm failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// XID events from the kernel log.
@@ -190,6 +206,10 @@ pub struct NvmlProbe {
     pub error: Option<String>,
     /// Wall time of the probe, ms (init + sweep, as seen by the parent).
     pub duration_ms: Option<f64>,
+    /// Wall time of the per-GPU sweep, ms (GPUs are read concurrently, one thread each, so
+    /// this is about the slowest GPU's `sweep_ms`, not their sum).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep_wall_ms: Option<f64>,
     /// Pid of a stuck probe left behind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stuck_pid: Option<u32>,

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::kmsg::{normalise_pci, APPLICATION_XIDS, CRITICAL_XIDS};
 use crate::snapshot::{
-    reasons, GpuSnapshot, PciDevice, PciKind, ProbeStatus, Reading, Snapshot, XidEvent,
+    reasons, Fabric, GpuSnapshot, NvLink, PciDevice, PciKind, ProbeStatus, Reading, Snapshot,
+    XidEvent,
 };
 
 /// Rows past this many uncorrectable remaps mean the GPU should be replaced (Azure, OCI).
@@ -92,6 +93,14 @@ pub struct Expect {
     pub driver_source: Option<String>,
     /// The profile could not be loaded.
     pub profile_error: Option<String>,
+    /// Docker and its nvidia runtime are checked; None means true (profile
+    /// `status.require_docker`).
+    #[serde(default)]
+    pub require_docker: Option<bool>,
+    /// nvidia-fabricmanager must run at the driver's version; None means "when NVSwitches are
+    /// on PCI" (profile `status.require_fabric_manager`).
+    #[serde(default)]
+    pub require_fabric_manager: Option<bool>,
 }
 
 /// The driver version a local repo RPM's file name carries:
@@ -275,8 +284,17 @@ pub fn evaluate(s: &Snapshot, expect: &Expect) -> Vec<Check> {
     if nvml_ok {
         driver_checks(&mut out, s, expect);
     }
-    gpu_count(&mut out, s, expect, host_gpus, nvml_ok);
-    services(&mut out, s, switches > 0);
+    let missing: Vec<String> = pci_gpus
+        .iter()
+        .filter(|d| d.driver.as_deref() != Some("vfio-pci"))
+        .filter(|d| {
+            let k = key(&d.address);
+            !gpu_refs.iter().any(|g| key(&g.pci_bus_id) == k)
+        })
+        .map(|d| nvml_bus_id(&d.address))
+        .collect();
+    gpu_count(&mut out, s, expect, host_gpus, nvml_ok, &missing);
+    services(&mut out, s, switches, expect);
     xids(
         &mut out,
         s,
@@ -286,7 +304,7 @@ pub fn evaluate(s: &Snapshot, expect: &Expect) -> Vec<Check> {
 
     if nvml_ok {
         for (g, r) in s.nvml.gpus.iter().zip(&gpu_refs) {
-            gpu_checks(&mut out, g, r);
+            gpu_checks(&mut out, g, r, switches > 0);
         }
     }
     out.checks
@@ -513,7 +531,14 @@ fn driver_checks(out: &mut Out, s: &Snapshot, expect: &Expect) {
     }
 }
 
-fn gpu_count(out: &mut Out, s: &Snapshot, expect: &Expect, pci: usize, nvml_ok: bool) {
+fn gpu_count(
+    out: &mut Out,
+    s: &Snapshot,
+    expect: &Expect,
+    pci: usize,
+    nvml_ok: bool,
+    missing: &[String],
+) {
     let nvml = if nvml_ok { s.nvml.device_count } else { None };
     let pci = u32::try_from(pci).unwrap_or(u32::MAX);
     let mut value = format!(
@@ -525,6 +550,9 @@ fn gpu_count(out: &mut Out, s: &Snapshot, expect: &Expect, pci: usize, nvml_ok: 
             ", expected {e} ({})",
             expect.gpus_source.as_deref().unwrap_or("--expect-gpus")
         ));
+    }
+    if nvml.is_some_and(|n| n < pci) && !missing.is_empty() {
+        value.push_str(&format!("; not seen by NVML: {}", missing.join(", ")));
     }
     let seen = nvml.unwrap_or(pci);
     let (sev, hint) = match (nvml, expect.gpus) {
@@ -546,7 +574,7 @@ fn gpu_count(out: &mut Out, s: &Snapshot, expect: &Expect, pci: usize, nvml_ok: 
     out.push("gpu.count", "count", None, sev, value, hint);
 }
 
-fn services(out: &mut Out, s: &Snapshot, switches: bool) {
+fn services(out: &mut Out, s: &Snapshot, switches: usize, expect: &Expect) {
     let sv = &s.services;
     if let Some(e) = &sv.error {
         out.push(
@@ -558,6 +586,26 @@ fn services(out: &mut Out, s: &Snapshot, switches: bool) {
             Some("systemd's `systemctl` is needed to check docker, nvidia-persistenced, nvidia-fabricmanager".into()),
         );
     }
+    if expect.require_docker == Some(false) {
+        for id in ["services.docker", "services.nvidia_runtime"] {
+            out.push(
+                id,
+                "containers",
+                None,
+                Severity::NotApplicable,
+                "not required (profile status.require_docker = false)",
+                None,
+            );
+        }
+    } else {
+        docker(out, s);
+    }
+    persistenced(out, s);
+    fabric_manager(out, s, switches, expect);
+}
+
+fn docker(out: &mut Out, s: &Snapshot) {
+    let sv = &s.services;
     if let Some(state) = &sv.docker {
         if state == "active" {
             out.push(
@@ -611,7 +659,10 @@ fn services(out: &mut Out, s: &Snapshot, switches: bool) {
         value,
         hint,
     );
+}
 
+fn persistenced(out: &mut Out, s: &Snapshot) {
+    let sv = &s.services;
     if let Some(state) = &sv.nvidia_persistenced {
         let all_persistent = !s.nvml.gpus.is_empty()
             && s.nvml
@@ -656,27 +707,132 @@ fn services(out: &mut Out, s: &Snapshot, switches: bool) {
             );
         }
     }
-    if let Some(state) = &sv.nvidia_fabricmanager {
-        match (switches, state == "active") {
-            (true, true) => out.push("services.fabricmanager", "services", None, Severity::Ok, "nvidia-fabricmanager active", None),
-            (true, false) => out.push(
-                "services.fabricmanager",
-                "services",
-                None,
-                Severity::Critical,
-                format!("nvidia-fabricmanager {state} on a node with NVSwitches"),
-                Some("install the fabric manager of the driver's exact version and `systemctl enable --now nvidia-fabricmanager`; CUDA fails until it runs".into()),
-            ),
-            (false, _) => out.push(
-                "services.fabricmanager",
-                "services",
-                None,
-                Severity::NotApplicable,
-                format!("no NVSwitch on PCI (nvidia-fabricmanager {state})"),
-                None,
-            ),
-        }
+}
+
+/// The Fabric Manager package of a driver branch: `nvidia-fabricmanager` from 580,
+/// `nvidia-fabric-manager` before.
+pub fn fabric_manager_package(driver: &str) -> &'static str {
+    let branch: u32 = driver
+        .split('.')
+        .next()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(0);
+    if branch >= 580 {
+        "nvidia-fabricmanager"
+    } else {
+        "nvidia-fabric-manager"
     }
+}
+
+/// `services.fabricmanager` (the unit runs) and `services.fabricmanager_version` (at the
+/// driver's exact version), where Fabric Manager is required: by the profile, else when
+/// NVSwitches are on PCI.
+fn fabric_manager(out: &mut Out, s: &Snapshot, switches: usize, expect: &Expect) {
+    let sv = &s.services;
+    let required = expect.require_fabric_manager.unwrap_or(switches > 0);
+    let why = match (expect.require_fabric_manager, switches) {
+        (Some(true), 0) => "required by the profile".to_string(),
+        (_, n) => format!("on a node with {n} NVSwitch(es)"),
+    };
+    let Some(state) = &sv.nvidia_fabricmanager else {
+        // Unit states not read: `services.state` says so.
+        return;
+    };
+    if !required {
+        let value = if switches > 0 {
+            format!("not required (profile status.require_fabric_manager = false; nvidia-fabricmanager {state})")
+        } else {
+            format!("no NVSwitch on PCI (nvidia-fabricmanager {state})")
+        };
+        out.push(
+            "services.fabricmanager",
+            "services",
+            None,
+            Severity::NotApplicable,
+            value,
+            None,
+        );
+        return;
+    }
+    let driver = s
+        .nvml
+        .driver_version
+        .clone()
+        .or_else(|| s.host.kernel_module_version.clone());
+    let pkg = fabric_manager_package(driver.as_deref().unwrap_or("0"));
+    if state == "active" {
+        out.push(
+            "services.fabricmanager",
+            "services",
+            None,
+            Severity::Ok,
+            format!("nvidia-fabricmanager active {why}"),
+            None,
+        );
+    } else {
+        out.push(
+            "services.fabricmanager",
+            "services",
+            None,
+            Severity::Critical,
+            format!("nvidia-fabricmanager {state} {why}"),
+            Some(format!(
+                "`systemctl enable --now nvidia-fabricmanager` ({pkg} of the driver's exact version; `gpuhost apply` installs and locks it); CUDA fails on NVSwitch systems until it runs and the fabric registers"
+            )),
+        );
+    }
+    let Some(fm) = &sv.fabricmanager_version else {
+        return; // not asked (a snapshot from before the question, or --root)
+    };
+    let (sev, value, hint) = match (&fm.error, &fm.version, &driver) {
+        (Some(e), _, _) => (
+            Severity::Unknown,
+            format!("Fabric Manager version not read: {e}"),
+            Some(format!("check `rpm -q {pkg}` against the driver's version")),
+        ),
+        (None, None, d) => (
+            Severity::Critical,
+            format!("Fabric Manager not installed ({pkg} not found)"),
+            Some(match d {
+                Some(d) => format!("install {pkg}-{d} (`gpuhost apply` does, and locks it)"),
+                None => format!("install {pkg} of the driver's exact version (`gpuhost apply`)"),
+            }),
+        ),
+        (None, Some(v), Some(d)) if v == d => (
+            Severity::Ok,
+            format!(
+                "{} {v} = driver {d}",
+                fm.package.as_deref().unwrap_or(pkg)
+            ),
+            None,
+        ),
+        (None, Some(v), Some(d)) => (
+            Severity::Critical,
+            format!(
+                "{} {v}, driver {d}: Fabric Manager must be the driver's exact version",
+                fm.package.as_deref().unwrap_or(pkg)
+            ),
+            Some(format!(
+                "install {pkg}-{d} (`gpuhost apply` does, and locks it against `dnf update`), then `systemctl restart nvidia-fabricmanager`; another version leaves the fabric unregistered"
+            )),
+        ),
+        (None, Some(v), None) => (
+            Severity::Unknown,
+            format!(
+                "{} {v}; the driver's version is not known",
+                fm.package.as_deref().unwrap_or(pkg)
+            ),
+            Some("see the driver checks above".into()),
+        ),
+    };
+    out.push(
+        "services.fabricmanager_version",
+        "services",
+        None,
+        sev,
+        value,
+        hint,
+    );
 }
 
 /// Severity of one XID.
@@ -847,7 +1003,7 @@ fn judge<T>(
     }
 }
 
-fn gpu_checks(out: &mut Out, g: &GpuSnapshot, r: &GpuRef) {
+fn gpu_checks(out: &mut Out, g: &GpuSnapshot, r: &GpuRef, nvswitch: bool) {
     let reset = |i: u32| format!("drain GPU {i}, then reset it (`nvidia-smi -r -i {i}`) or reboot");
     judge(out, "gpu.ecc.mode", "ecc", r, &g.ecc_mode, |m| {
         match (m.current, m.pending) {
@@ -1156,83 +1312,182 @@ fn gpu_checks(out: &mut Out, g: &GpuSnapshot, r: &GpuRef) {
         }
     });
     judge(out, "gpu.nvlink", "nvlink", r, &g.nvlinks, |links| {
-        let inactive: Vec<String> = links
+        nvlink_verdict(links, g.index, nvswitch)
+    });
+    judge(out, "gpu.fabric", "fabric", r, &g.fabric, |f| {
+        fabric_verdict(f, g.index)
+    });
+}
+
+/// NVLink: every link up and error-free. A link down is CRITICAL on an NVSwitch (HGX) node,
+/// where every link must be up, else a WARNING; nonzero replay, recovery or CRC counters are a
+/// WARNING naming the links.
+pub fn nvlink_verdict(
+    links: &[NvLink],
+    index: u32,
+    nvswitch: bool,
+) -> (Severity, String, Option<String>) {
+    if links.is_empty() {
+        return (Severity::NotApplicable, "no NVLink".into(), None);
+    }
+    let inactive: Vec<String> = links
+        .iter()
+        .filter(|l| !l.active)
+        .map(|l| l.link.to_string())
+        .collect();
+    let sum = |f: fn(&NvLink) -> Option<u64>| -> u64 { links.iter().filter_map(f).sum() };
+    let mut v = format!(
+        "{}/{} links active; errors: replay {}, recovery {}, CRC flit {}, CRC data {}",
+        links.len() - inactive.len(),
+        links.len(),
+        sum(|l| l.replay_errors),
+        sum(|l| l.recovery_errors),
+        sum(|l| l.crc_flit_errors),
+        sum(|l| l.crc_data_errors)
+    );
+    let erring: Vec<String> = links
+        .iter()
+        .filter_map(|l| {
+            let parts: Vec<String> = [
+                ("replay", l.replay_errors),
+                ("recovery", l.recovery_errors),
+                ("CRC flit", l.crc_flit_errors),
+                ("CRC data", l.crc_data_errors),
+            ]
             .iter()
-            .filter(|l| !l.active)
-            .map(|l| l.link.to_string())
+            .filter_map(|(k, n)| n.filter(|n| *n > 0).map(|n| format!("{k} {n}")))
             .collect();
-        let sum = |f: fn(&crate::snapshot::NvLink) -> Option<u64>| -> u64 {
-            links.iter().filter_map(f).sum()
-        };
-        let recovery = sum(|l| l.recovery_errors);
-        let v = format!(
-            "{}/{} links active; errors: replay {}, recovery {recovery}, CRC flit {}, CRC data {}",
-            links.len() - inactive.len(),
-            links.len(),
-            sum(|l| l.replay_errors),
-            sum(|l| l.crc_flit_errors),
-            sum(|l| l.crc_data_errors)
-        );
-        if links.is_empty() {
-            (Severity::NotApplicable, "no NVLink".into(), None)
-        } else if !inactive.is_empty() {
+            (!parts.is_empty()).then(|| format!("link {} {}", l.link, parts.join(" ")))
+        })
+        .collect();
+    if !inactive.is_empty() {
+        v.push_str(&format!("; down: link {}", inactive.join(",")));
+    }
+    if !erring.is_empty() {
+        v.push_str(&format!("; {}", erring.join("; ")));
+    }
+    if !inactive.is_empty() {
+        let (sev, hint) = if nvswitch {
             (
-                Severity::Warning,
-                format!("{v}; inactive: {}", inactive.join(",")),
-                Some(
-                    "check the NVLink bridge / baseboard; `nvidia-smi nvlink -s`; reset the GPU"
-                        .into(),
-                ),
-            )
-        } else if recovery > 0 {
-            (
-                Severity::Warning,
-                v,
-                Some(
-                    "NVLink link recoveries: watch the counters; reseat or RMA if they grow".into(),
+                Severity::Critical,
+                format!(
+                    "drain the node: on an NVSwitch system every link must be up, or the GPU loses NVLink bandwidth or drops out of the fabric; `nvidia-smi nvlink -s -i {index}`, then reset the GPU (`nvidia-smi -r -i {index}`) or reboot; if the link stays down, the baseboard or GPU needs service"
                 ),
             )
         } else {
-            (Severity::Ok, v, None)
-        }
-    });
-    judge(out, "gpu.fabric", "fabric", r, &g.fabric, |f| {
-        let route_unhealthy = (f.health_mask >> 4) & 0x3 == 1;
-        let degraded = f.health_mask & 0x3 == 1;
-        match f.state {
-            3 if f.status != 0 => (
-                Severity::Critical,
-                format!("fabric registration failed (NVML status {})", f.status),
-                Some("check nvidia-fabricmanager's log; restart it; reboot".into()),
-            ),
-            3 if route_unhealthy => (
-                Severity::Critical,
-                "fabric route unhealthy".into(),
-                Some("check NVSwitch / fabric manager logs".into()),
-            ),
-            3 if degraded => (
+            (
                 Severity::Warning,
-                "fabric bandwidth degraded".into(),
-                Some("check NVSwitch links and fabric manager logs".into()),
-            ),
-            3 => (
-                Severity::Ok,
-                format!("fabric registered (clique {})", f.clique_id),
-                None,
-            ),
-            1 => (
+                format!(
+                    "check the NVLink bridge; `nvidia-smi nvlink -s -i {index}`; reset the GPU (`nvidia-smi -r -i {index}`)"
+                ),
+            )
+        };
+        (sev, v, Some(hint))
+    } else if !erring.is_empty() {
+        (
+            Severity::Warning,
+            v,
+            Some(format!(
+                "NVLink errors since the driver loaded: watch whether they grow (`nvidia-smi nvlink -e -i {index}`); run DCGM diagnostics and service the link if they keep rising"
+            )),
+        )
+    } else {
+        (Severity::Ok, v, None)
+    }
+}
+
+/// One field of NVML's fabric health mask.
+fn mask_field(mask: u32, shift: u32, width: u32) -> u32 {
+    (mask >> shift) & width
+}
+
+/// Fabric registration (NVSwitch systems): state completed with status success is OK.
+pub fn fabric_verdict(f: &Fabric, index: u32) -> (Severity, String, Option<String>) {
+    const TRUE: u32 = 1;
+    let degraded = mask_field(f.health_mask, 0, 0x3) == TRUE;
+    let route_recovery = mask_field(f.health_mask, 2, 0x3) == TRUE;
+    let route_unhealthy = mask_field(f.health_mask, 4, 0x3) == TRUE;
+    let timeout_recovery = mask_field(f.health_mask, 6, 0x3) == TRUE;
+    let config = match mask_field(f.health_mask, 8, 0xf) {
+        2 => Some("incorrect system GUID"),
+        3 => Some("incorrect chassis serial number"),
+        4 => Some("no partition"),
+        5 => Some("insufficient NVLinks"),
+        _ => None,
+    };
+    let fm_log = "check nvidia-fabricmanager (`systemctl status nvidia-fabricmanager`, /var/log/fabricmanager.log): it must run at the driver's exact version";
+    match f.state {
+        3 if f.status != 0 => {
+            let name = match nvml_wrapper::error::nvml_try(f.status) {
+                Ok(()) => String::new(),
+                Err(e) => format!(": {}", error_name(&e)),
+            };
+            (
                 Severity::Critical,
-                "fabric registration not started".into(),
-                Some("start nvidia-fabricmanager".into()),
-            ),
-            2 => (
-                Severity::Warning,
-                "fabric registration in progress".into(),
-                Some("wait a minute; if it stays, check nvidia-fabricmanager".into()),
-            ),
-            x => (Severity::Unknown, format!("fabric state {x}"), None),
+                format!(
+                    "fabric registration completed with a failure (NVML status {}{name})",
+                    f.status
+                ),
+                Some(format!(
+                    "{fm_log}; restart it, then reset GPU {index} (`nvidia-smi -r -i {index}`) or reboot"
+                )),
+            )
         }
-    });
+        3 if route_unhealthy || config.is_some() => (
+            Severity::Critical,
+            format!(
+                "fabric registered but {}",
+                config.unwrap_or("its route is unhealthy")
+            ),
+            Some(format!("{fm_log}; see the NVSwitch links; drain and reboot")),
+        ),
+        3 if degraded || route_recovery || timeout_recovery => {
+            let mut what = Vec::new();
+            if degraded {
+                what.push("bandwidth degraded");
+            }
+            if route_recovery {
+                what.push("route recovery in progress");
+            }
+            if timeout_recovery {
+                what.push("access-timeout recovery in progress");
+            }
+            (
+                Severity::Warning,
+                format!("fabric registered; {}", what.join(", ")),
+                Some("check the NVSwitch links and the fabric manager's log".into()),
+            )
+        }
+        3 => (
+            Severity::Ok,
+            format!(
+                "fabric registered (state completed, status success, clique {})",
+                f.clique_id
+            ),
+            None,
+        ),
+        1 => (
+            Severity::Critical,
+            "fabric registration not started".into(),
+            Some(format!(
+                "{fm_log}; start it (`systemctl enable --now nvidia-fabricmanager`); CUDA fails on this GPU until the fabric registers"
+            )),
+        ),
+        2 => (
+            Severity::Warning,
+            "fabric registration in progress".into(),
+            Some(format!(
+                "normal for a minute after boot or a fabric manager start; if it stays, {fm_log}"
+            )),
+        ),
+        x => (Severity::Unknown, format!("fabric state {x}"), None),
+    }
+}
+
+/// NVML's error as a short name (`NotSupported`, `InsufficientResources`).
+fn error_name(e: &nvml_wrapper::error::NvmlError) -> String {
+    let dbg = format!("{e:?}");
+    dbg.split('(').next().unwrap_or(&dbg).to_string()
 }
 
 fn pcie(out: &mut Out, g: &GpuSnapshot, r: &GpuRef) {

@@ -286,7 +286,7 @@ fn gpu_count_below_pci_or_expected_is_critical() {
     let checks = evaluate(&s, &no_expect());
     let c = check(&checks, "gpu.count");
     assert_eq!(c.severity, Severity::Critical);
-    assert_eq!(c.value, "NVML 1, PCI 2");
+    assert_eq!(c.value, "NVML 1, PCI 2; not seen by NVML: 00000000:00:07.0");
 
     // The profile says 8.
     let s = h200();
@@ -582,6 +582,7 @@ fn textfile_is_written_atomically() {
         profile: None,
         timeout: 10.0,
         nvml_probe: false,
+        nvml_calls: false,
         dump_snapshot: false,
         from_snapshot: Some(fixtures().join("h200-snapshot.json")),
         root: "/".into(),
@@ -601,5 +602,64 @@ fn textfile_is_written_atomically() {
     assert_eq!(
         std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
         0o644
+    );
+}
+
+#[test]
+fn nvlink_down_without_nvswitch_is_a_warning_and_fabric_mask_bits_decode() {
+    use gpuhost_health::snapshot::{Fabric, NvLink};
+    let links: Vec<NvLink> = (0..4)
+        .map(|l| NvLink {
+            link: l,
+            active: l != 2,
+            replay_errors: Some(0),
+            recovery_errors: None,
+            crc_flit_errors: Some(0),
+            crc_data_errors: None,
+        })
+        .collect();
+    let (sev, value, hint) = verdict::nvlink_verdict(&links, 1, false);
+    assert_eq!(sev, Severity::Warning);
+    assert!(value.ends_with("; down: link 2"), "{value}");
+    assert!(hint.unwrap().contains("-i 1"));
+    assert_eq!(
+        verdict::nvlink_verdict(&links, 1, true).0,
+        Severity::Critical
+    );
+    assert_eq!(
+        verdict::nvlink_verdict(&[], 1, true).0,
+        Severity::NotApplicable
+    );
+
+    let f = |health_mask: u32| Fabric {
+        state: 3,
+        status: 0,
+        clique_id: 0,
+        cluster_uuid: "00".repeat(16),
+        health_mask,
+    };
+    let healthy = 2 | (2 << 2) | (2 << 4) | (2 << 6) | (1 << 8);
+    assert_eq!(verdict::fabric_verdict(&f(healthy), 0).0, Severity::Ok);
+    assert_eq!(verdict::fabric_verdict(&f(0), 0).0, Severity::Ok);
+    let (sev, value, _) = verdict::fabric_verdict(&f((healthy & !0x3) | 1), 0);
+    assert_eq!(
+        (sev, value.as_str()),
+        (Severity::Warning, "fabric registered; bandwidth degraded")
+    );
+    let (sev, value, _) = verdict::fabric_verdict(&f((healthy & !(0x3 << 4)) | (1 << 4)), 0);
+    assert_eq!(
+        (sev, value.as_str()),
+        (
+            Severity::Critical,
+            "fabric registered but its route is unhealthy"
+        )
+    );
+    let (sev, value, _) = verdict::fabric_verdict(&f((healthy & !(0xf << 8)) | (5 << 8)), 0);
+    assert_eq!(
+        (sev, value.as_str()),
+        (
+            Severity::Critical,
+            "fabric registered but insufficient NVLinks"
+        )
     );
 }

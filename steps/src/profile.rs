@@ -74,6 +74,17 @@ pub struct StatusSpec {
     /// GPUs this node must have; `gpuhost status` is CRITICAL when fewer answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_gpus: Option<u32>,
+    /// The driver version this node must run (`535.104.05`); overrides the one parsed from
+    /// `driver.local_repo_rpm`'s file name. `gpuhost status` warns on another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_driver_version: Option<String>,
+    /// Docker and its nvidia runtime are checked (unset: true); false makes them n/a.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_docker: Option<bool>,
+    /// nvidia-fabricmanager must run at the driver's exact version (unset: when NVSwitches
+    /// are on PCI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_fabric_manager: Option<bool>,
 }
 
 impl Profile {

@@ -314,6 +314,22 @@ pub struct StepReport {
     pub duration_ms: u64,
 }
 
+impl StepReport {
+    fn new(id: &str, outcome: Outcome, reason: String) -> StepReport {
+        StepReport {
+            id: id.to_string(),
+            outcome,
+            reason,
+            hint: None,
+            changes: vec![],
+            deferred: vec![],
+            reboot_required: None,
+            commands: vec![],
+            duration_ms: 0,
+        }
+    }
+}
+
 /// Which steps run.
 #[derive(Clone, Debug, Default)]
 pub struct Selection {
@@ -366,17 +382,7 @@ pub fn run_steps(ctx: &mut Ctx<'_>, steps: &[&dyn Step], sel: &Selection) -> Vec
     let mut failed: Option<String> = None;
     for (index, step) in steps.iter().enumerate() {
         let start = Instant::now();
-        let skip = |reason: String| StepReport {
-            id: step.id().to_string(),
-            outcome: Outcome::Skipped,
-            reason,
-            hint: None,
-            changes: vec![],
-            deferred: vec![],
-            reboot_required: None,
-            commands: vec![],
-            duration_ms: 0,
-        };
+        let skip = |reason: String| StepReport::new(step.id(), Outcome::Skipped, reason);
         if let Some(why) = sel.excludes(step.id()) {
             reports.push(skip(why.to_string()));
             continue;
@@ -409,17 +415,7 @@ pub fn run_steps(ctx: &mut Ctx<'_>, steps: &[&dyn Step], sel: &Selection) -> Vec
 }
 
 fn run_one(ctx: &mut Ctx<'_>, step: &dyn Step, label: &str) -> StepReport {
-    let mut report = StepReport {
-        id: step.id().to_string(),
-        outcome: Outcome::Unchanged,
-        reason: String::new(),
-        hint: None,
-        changes: vec![],
-        deferred: vec![],
-        reboot_required: None,
-        commands: vec![],
-        duration_ms: 0,
-    };
+    let mut report = StepReport::new(step.id(), Outcome::Unchanged, String::new());
     let fail = |mut r: StepReport, e: anyhow::Error| {
         r.outcome = Outcome::Failed;
         r.hint = hint_of(&e).map(str::to_string);
