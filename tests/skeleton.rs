@@ -524,6 +524,20 @@ fn the_whole_registry_converges_and_then_stays_unchanged() {
         "--format",
         "json",
     ];
+    // The plan on the fresh root: every step that has something to do says so; none fails.
+    let mut plan = args;
+    plan[0] = "plan";
+    let o = root.gpuhost(&plan);
+    let rep = report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    for s in rep["steps"].as_array().into_iter().flatten() {
+        let outcome = s["outcome"].as_str().unwrap_or_default();
+        assert!(
+            ["would-change", "skipped", "unchanged"].contains(&outcome),
+            "{s:#}"
+        );
+    }
+    assert_eq!(step(&rep, "services")["outcome"], "would-change");
     let o = root.gpuhost(&args);
     let rep = report(&o);
     assert_eq!(code(&o), 0, "{rep:#}");

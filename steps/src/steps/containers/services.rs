@@ -55,6 +55,19 @@ impl Step for Services {
 
     fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
         let mut check = Check::default();
+        let installed = |u: &str| {
+            ["/usr/lib/systemd/system", "/etc/systemd/system"]
+                .iter()
+                .any(|d| ctx.host.path(format!("{d}/{u}")).exists())
+        };
+        if ctx.dry_run && !UNITS.iter().all(|u| installed(u)) {
+            // A plan on a fresh host: the docker step has not installed the units yet.
+            check.changes.push(Change::custom(
+                format!("systemctl enable {}", UNITS.join(" ")),
+                "once the docker step has installed them",
+            ));
+            return Ok(check);
+        }
         let cmd = ctx.host.systemctl().arg("is-enabled").args(UNITS);
         let out = cmd.output()?;
         let Some(states) = parse_is_enabled(&UNITS, &out.stdout) else {
