@@ -9,15 +9,14 @@
 //! the same without starting another probe, so stuck probes never pile up (a cron job or a
 //! textfile timer would otherwise add one per minute).
 //!
-//! The child is started with `std::process` rather than `gpuhost_steps::cmd::Cmd`: `Cmd`
-//! waits for a killed command to exit, which a process stuck in the driver never does.
+//! The child runs through `gpuhost_steps::cmd::Cmd::spawn`, the subprocess wrapper's
+//! background mode, which kills a command past its deadline without waiting for it.
 
 use std::ffi::OsString;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
+
+use gpuhost_steps::cmd::{Cmd, Spawned, Waited};
 
 use crate::snapshot::{NvmlProbe, ProbeStatus};
 
@@ -53,10 +52,7 @@ fn writable(dir: &Path) -> bool {
 
 /// A probe that is running.
 pub struct Running {
-    child: Child,
-    stdout: Receiver<String>,
-    stderr: Receiver<String>,
-    started: Instant,
+    spawned: Spawned,
     deadline: Instant,
     timeout: Duration,
     run_dir: PathBuf,
@@ -83,24 +79,12 @@ pub fn start(
         return Err(Box::new(failed("empty probe command".into())));
     };
     let started = Instant::now();
-    let mut child = Command::new(program)
+    let spawned = Cmd::new(program.to_string_lossy())
         .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| {
-            Box::new(failed(format!(
-                "cannot start the NVML probe {program:?}: {e}"
-            )))
-        })?;
-    let stdout = drain(child.stdout.take());
-    let stderr = drain(child.stderr.take());
+        .map_err(|e| Box::new(failed(format!("cannot start the NVML probe: {e:#}"))))?;
     Ok(Running {
-        child,
-        stdout,
-        stderr,
-        started,
+        spawned,
         deadline: started + timeout,
         timeout,
         run_dir: run_dir.to_path_buf(),
@@ -115,71 +99,44 @@ fn failed(msg: String) -> NvmlProbe {
     }
 }
 
-/// Read a pipe to its end in a thread; the text arrives on the channel.
-fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    if let Some(mut p) = pipe {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = p.read_to_end(&mut buf);
-            let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
-        });
-    }
-    rx
-}
-
 impl Running {
     /// Wait for the probe's answer until the deadline.
-    pub fn finish(mut self) -> NvmlProbe {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        let out = self.stdout.recv_timeout(left);
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(s)) => break Some(s),
-                Ok(None) if Instant::now() < self.deadline => {
-                    std::thread::sleep(Duration::from_millis(1))
-                }
-                Ok(None) | Err(_) => break None,
+    pub fn finish(self) -> NvmlProbe {
+        let out = match self.spawned.wait_until(self.deadline) {
+            Waited::Done(out) => out,
+            Waited::Abandoned { pid, elapsed } => {
+                return abandoned(&self.run_dir, pid, elapsed, self.timeout)
             }
         };
-        let elapsed = self.started.elapsed();
-        let (Ok(stdout), Some(status)) = (out, status) else {
-            return self.abandon(elapsed);
-        };
-        let mut probe = match serde_json::from_str::<NvmlProbe>(stdout.trim()) {
+        let mut probe = match serde_json::from_str::<NvmlProbe>(out.stdout.trim()) {
             Ok(p) => p,
-            Err(e) => {
-                let stderr = self
-                    .stderr
-                    .recv_timeout(Duration::from_millis(100))
-                    .unwrap_or_default();
-                failed(format!(
-                    "the NVML probe exited with {status} without a readable answer ({e}): {}",
-                    gpuhost_steps::cmd::tail_lines(&stderr, 5).trim()
-                ))
-            }
+            Err(e) => failed(format!(
+                "the NVML probe exited with {} without a readable answer ({e}): {}",
+                out.code
+                    .map_or_else(|| "a signal".to_string(), |c| format!("exit status {c}")),
+                gpuhost_steps::cmd::tail_lines(&out.stderr, 5).trim()
+            )),
         };
-        probe.duration_ms = Some(round_ms(elapsed));
+        probe.duration_ms = Some(round_ms(out.duration));
         probe
     }
+}
 
-    /// The deadline passed: kill (delivered when the driver lets go), do not wait, record.
-    fn abandon(mut self, elapsed: Duration) -> NvmlProbe {
-        let pid = self.child.id();
-        let _ = self.child.kill();
-        if let Err(e) = record_stuck(&self.run_dir, pid) {
-            tracing::warn!("cannot record the stuck NVML probe (pid {pid}): {e:#}");
-        }
-        NvmlProbe {
-            status: ProbeStatus::Unresponsive,
-            error: Some(format!(
-                "the NVML probe (pid {pid}) did not answer within {:.1} s",
-                self.timeout.as_secs_f64()
-            )),
-            duration_ms: Some(round_ms(elapsed)),
-            stuck_pid: Some(pid),
-            ..NvmlProbe::default()
-        }
+/// The deadline passed: the probe was killed (delivered when the driver lets go) and left
+/// behind; record it so that later runs do not pile another one on top.
+fn abandoned(run_dir: &Path, pid: u32, elapsed: Duration, timeout: Duration) -> NvmlProbe {
+    if let Err(e) = record_stuck(run_dir, pid) {
+        tracing::warn!("cannot record the stuck NVML probe (pid {pid}): {e:#}");
+    }
+    NvmlProbe {
+        status: ProbeStatus::Unresponsive,
+        error: Some(format!(
+            "the NVML probe (pid {pid}) did not answer within {:.1} s",
+            timeout.as_secs_f64()
+        )),
+        duration_ms: Some(round_ms(elapsed)),
+        stuck_pid: Some(pid),
+        ..NvmlProbe::default()
     }
 }
 
@@ -281,7 +238,10 @@ mod tests {
     fn a_live_stuck_probe_blocks_a_new_one() {
         let dir = tempfile::tempdir().unwrap();
         // Stands for a probe stuck in the driver: alive, and ours to end.
-        let mut stuck = Command::new("sleep").arg("30").spawn().unwrap();
+        let mut stuck = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         record_stuck(dir.path(), stuck.id()).unwrap();
         let marker = dir.path().join("new-probe-ran");
         let r = start(

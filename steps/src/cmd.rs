@@ -211,6 +211,112 @@ impl Cmd {
     }
 }
 
+/// A command started in the background by [`Cmd::spawn`].
+#[derive(Debug)]
+pub struct Spawned {
+    argv: Vec<String>,
+    child: std::process::Child,
+    stdout: std::sync::mpsc::Receiver<String>,
+    stderr: std::sync::mpsc::Receiver<String>,
+    started: Instant,
+}
+
+/// How a background command ended.
+#[derive(Debug)]
+pub enum Waited {
+    /// It exited (with any status) before the deadline.
+    Done(CmdOutput),
+    /// It did not exit by the deadline: it was sent SIGKILL and left behind, not waited for.
+    Abandoned { pid: u32, elapsed: Duration },
+}
+
+impl Cmd {
+    /// Start the command without waiting, for work that runs beside gpuhost's own (the NVML
+    /// probe of `gpuhost status`). Unlike [`Cmd::output`], a command that misses its deadline
+    /// is killed and *not waited for*: a process stuck in the kernel (a hung GPU driver)
+    /// cannot be reaped, and gpuhost must not hang with it.
+    pub fn spawn(&self) -> Result<Spawned> {
+        use std::process::{Command, Stdio};
+        let argv = self.argv();
+        tracing::debug!(command = %Display(&argv), "starting in the background");
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| anyhow!("cannot run `{}`: {e}", Display(&argv)))?;
+        Ok(Spawned {
+            stdout: drain(child.stdout.take()),
+            stderr: drain(child.stderr.take()),
+            argv,
+            child,
+            started: Instant::now(),
+        })
+    }
+}
+
+/// Read a pipe to its end on a thread; the text arrives on the channel.
+fn drain<R: std::io::Read + Send + 'static>(pipe: Option<R>) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(mut p) = pipe {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = p.read_to_end(&mut buf);
+            let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
+        });
+    }
+    rx
+}
+
+impl Spawned {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Wait for the command until `deadline`; past it, kill it and leave it behind.
+    pub fn wait_until(mut self, deadline: Instant) -> Waited {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let stdout = self.stdout.recv_timeout(left);
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Ok(None) | Err(_) => break None,
+            }
+        };
+        let elapsed = self.started.elapsed();
+        let (Ok(stdout), Some(status)) = (stdout, status) else {
+            let pid = self.child.id();
+            let _ = self.child.kill();
+            record(CmdRecord {
+                argv: self.argv,
+                exit_code: None,
+                duration_ms: millis(elapsed),
+            });
+            return Waited::Abandoned { pid, elapsed };
+        };
+        let stderr = self
+            .stderr
+            .recv_timeout(Duration::from_millis(100))
+            .unwrap_or_default();
+        record(CmdRecord {
+            argv: self.argv,
+            exit_code: status.code(),
+            duration_ms: millis(elapsed),
+        });
+        Waited::Done(CmdOutput {
+            code: status.code(),
+            stdout,
+            stderr,
+            duration: elapsed,
+        })
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -284,6 +390,31 @@ mod tests {
             .unwrap_or_default();
         assert!(err.contains("did not finish"), "{err}");
         assert!(start.elapsed() < Duration::from_secs(3));
+    }
+
+    #[test]
+    fn a_background_command_past_its_deadline_is_abandoned_not_awaited() -> Result<()> {
+        let start = Instant::now();
+        let spawned = Cmd::new("sleep").arg("5").spawn()?;
+        let pid = spawned.pid();
+        match spawned.wait_until(Instant::now() + Duration::from_millis(200)) {
+            Waited::Abandoned { pid: p, .. } => assert_eq!(p, pid),
+            Waited::Done(o) => return Err(anyhow!("finished early: {o:?}")),
+        }
+        assert!(start.elapsed() < Duration::from_secs(2));
+        let done = Cmd::new("sh")
+            .args(["-c", "echo out; echo err >&2; exit 4"])
+            .spawn()?;
+        match done.wait_until(Instant::now() + Duration::from_secs(5)) {
+            Waited::Done(o) => {
+                assert_eq!(
+                    (o.code, o.stdout.as_str(), o.stderr.as_str()),
+                    (Some(4), "out\n", "err\n")
+                )
+            }
+            Waited::Abandoned { .. } => return Err(anyhow!("abandoned")),
+        }
+        Ok(())
     }
 
     #[test]
