@@ -447,3 +447,34 @@ fn the_vagrantfile_validates_and_its_profile_resolves() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(text(&o.stdout).contains("flavour = \"uek\""));
 }
+
+#[test]
+fn on_a_terminal_a_live_line_names_the_step_and_the_command_it_waits_for() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    // `script` gives gpuhost a terminal; the refresh interval is shortened to see refreshes.
+    let inner = format!(
+        "{GPUHOST} apply --profile ol8-uek --only kernel,kernel-headers --root {} 2>&1 >/dev/null",
+        root.path().display()
+    );
+    let o = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .env("HOME", world::World::get().home())
+        .env("GPUHOST_PROGRESS_MS", "20")
+        .output()
+        .unwrap_or_else(|e| panic!("script (bsdutils) is needed: {e}"));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let tty = text(&o.stdout);
+    // The line is rewritten in place (carriage return, erase line), never scrolled …
+    assert!(
+        tty.contains("\r\x1b[2K[2/15] kernel-headers: install kernel-uek-devel-"),
+        "{tty:?}"
+    );
+    assert!(
+        tty.contains("kernel-headers: dnf install kernel-uek-devel-")
+            && tty.contains(" running for "),
+        "{tty:?}"
+    );
+    // … and cleared when the step ends: no plain "gpuhost: [" lines on a terminal.
+    assert!(!tty.contains("gpuhost: ["), "{tty:?}");
+    assert!(tty.ends_with("\r\x1b[2K"), "{tty:?}");
+}

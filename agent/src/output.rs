@@ -38,6 +38,13 @@ pub fn init_progress() {
     } else {
         Mode::Plain
     });
+    // The terminal line's refresh interval (ms); the tests shorten it to see a refresh.
+    if let Some(ms) = std::env::var("GPUHOST_PROGRESS_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        gpuhost_steps::progress::set_terminal_every(std::time::Duration::from_millis(ms));
+    }
 }
 
 pub fn json<T: Serialize>(v: &T) -> Result<()> {

@@ -97,6 +97,11 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         },
     )?;
     preflight(&host, &profile, &facts, opts.kernel_release.is_some())?;
+    if host.is_live() && !opts.dry_run && !is_root() {
+        return Err(invalid!(
+            "gpuhost apply changes the system and must run as root (gpuhost plan needs no root)"
+        ));
+    }
     host.set_releasever(profile.os.major.to_string());
     opts.selection.validate(&steps::registry())?;
     Ok(Prepared {
@@ -171,6 +176,18 @@ fn preflight(host: &Host, profile: &Profile, facts: &Facts, release_given: bool)
         }
         Some(_) => Ok(()),
     }
+}
+
+/// Effective uid 0, from /proc (no libc call needed).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
 }
 
 fn flavour_suffix(f: Flavour) -> &'static str {

@@ -150,7 +150,7 @@ impl Cmd {
             if w.is_some() || Instant::now() >= deadline {
                 break w;
             }
-            crate::progress::tick(&Display(&argv).to_string(), start.elapsed());
+            crate::progress::tick(&crate::progress::summarize(&argv), start.elapsed());
         };
         let Some(out) = waited else {
             let _ = handle.kill();

@@ -9,7 +9,7 @@
 //! - Off: nothing (the default for library users and `plan`).
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,8 @@ pub enum Mode {
 }
 
 static MODE: AtomicU8 = AtomicU8::new(Mode::Off as u8);
+/// The terminal line's refresh interval in ms (tests shorten it).
+static TERMINAL_MS: AtomicU64 = AtomicU64::new(1000);
 
 struct Current {
     label: String,
@@ -32,11 +34,14 @@ static CURRENT: Mutex<Option<Current>> = Mutex::new(None);
 
 /// How often a plain "still running" line is written.
 pub const PLAIN_EVERY: Duration = Duration::from_secs(30);
-/// How often the terminal line is refreshed.
-pub const TERMINAL_EVERY: Duration = Duration::from_secs(1);
-
 pub fn set_mode(m: Mode) {
     MODE.store(m as u8, Ordering::Relaxed);
+}
+
+/// How often the terminal line is refreshed (default 1 s).
+pub fn set_terminal_every(d: Duration) {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(10);
+    TERMINAL_MS.store(ms, Ordering::Relaxed);
 }
 
 pub fn mode() -> Mode {
@@ -51,7 +56,7 @@ pub fn mode() -> Mode {
 pub fn tick_every() -> Option<Duration> {
     match mode() {
         Mode::Off => None,
-        Mode::Terminal => Some(TERMINAL_EVERY),
+        Mode::Terminal => Some(Duration::from_millis(TERMINAL_MS.load(Ordering::Relaxed))),
         Mode::Plain => Some(PLAIN_EVERY),
     }
 }
@@ -98,9 +103,8 @@ pub fn tick(command: &str, elapsed: Duration) {
         let Some(cur) = c else { return };
         let step_secs = cur.started.elapsed().as_secs();
         let text = format!(
-            "{}: {} running for {} s (step: {step_secs} s)",
+            "{}: {command} running for {} s (step: {step_secs} s)",
             cur.label,
-            short(command),
             elapsed.as_secs()
         );
         if mode() == Mode::Plain {
@@ -133,13 +137,22 @@ pub fn step_done(label: &str, outcome: &str, took: Duration) {
     with_current(|c| *c = None);
 }
 
-/// A command line cut to a readable length.
-fn short(command: &str) -> String {
-    const MAX: usize = 60;
-    if command.chars().count() <= MAX {
-        command.to_string()
+/// A command line for a progress line: the program and its operands (options left out, so
+/// `dnf -y --installroot=… install kernel-uek-devel-…` reads `dnf install kernel-uek-devel-…`),
+/// cut to a readable length.
+pub fn summarize(argv: &[String]) -> String {
+    const MAX: usize = 72;
+    let words: Vec<&str> = argv
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| *i == 0 || !a.starts_with('-'))
+        .map(|(_, a)| a.rsplit('/').next().filter(|_| *a == argv[0]).unwrap_or(a))
+        .collect();
+    let line = words.join(" ");
+    if line.chars().count() <= MAX {
+        line
     } else {
-        let cut: String = command.chars().take(MAX - 1).collect();
+        let cut: String = line.chars().take(MAX - 1).collect();
         format!("{cut}…")
     }
 }
@@ -149,11 +162,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn long_commands_are_cut() {
-        let c = "dnf -y --installroot=/tmp/very/long/path install kernel-uek-devel-5.15.0-204.147.6.2.el8uek.x86_64";
-        let s = short(c);
-        assert_eq!(s.chars().count(), 60);
+    fn progress_names_the_program_and_its_operands() {
+        let argv: Vec<String> = [
+            "/usr/bin/dnf",
+            "-y",
+            "--quiet",
+            "--installroot=/tmp/root",
+            "install",
+            "kernel-uek-devel-5.15.0-204.147.6.2.el8uek.x86_64",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            summarize(&argv),
+            "dnf install kernel-uek-devel-5.15.0-204.147.6.2.el8uek.x86_64"
+        );
+        let long: Vec<String> = std::iter::once("dnf".to_string())
+            .chain((0..20).map(|i| format!("package-{i}")))
+            .collect();
+        let s = summarize(&long);
+        assert_eq!(s.chars().count(), 72);
         assert!(s.ends_with('…'));
-        assert_eq!(short("rpm -q x"), "rpm -q x");
     }
 }
