@@ -170,6 +170,8 @@ fn the_rpm_installs_into_an_oracle_linux_root_with_dnf_and_runs() {
         "usr/lib/systemd/system/gpuhost-resume.service",
         "usr/lib/systemd/system/gpuhost-status.service",
         "usr/lib/systemd/system/gpuhost-status.timer",
+        "usr/share/gpuhost/profiles/ol8-uek.toml",
+        "usr/share/gpuhost/profiles/ol9-rhck.toml",
     ] {
         assert!(root.join(f).exists(), "{f} not installed");
     }
