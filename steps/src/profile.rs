@@ -92,22 +92,39 @@ impl Profile {
     pub fn resolve(spec: &str, sets: &[String]) -> Result<Profile> {
         let mut seen = BTreeSet::new();
         let mut table = load_raw(spec, None, &mut seen)?;
+        // `--set` values read as TOML (`8`, `true`) that a string key may want as text
+        // (`--set driver.stream=535`): (key path, raw text).
+        let mut as_text: Vec<(String, String)> = Vec::new();
         for set in sets {
-            apply_set(&mut table, set)?;
+            if let Some((key, raw)) = apply_set(&mut table, set)? {
+                as_text.push((key, raw));
+            }
         }
-        let mut profile: Profile = serde_path_to_error::deserialize(toml::Value::Table(table))
-            .map_err(|e| {
-                let path = e.path().to_string();
-                let inner = e.into_inner();
-                if path == "." || path.is_empty() {
-                    invalid!("profile {spec}: {inner}")
-                } else {
-                    invalid!("profile {spec}: key `{path}`: {inner}")
+        loop {
+            match serde_path_to_error::deserialize::<_, Profile>(toml::Value::Table(table.clone()))
+            {
+                Ok(mut profile) => {
+                    profile.name = spec.to_string();
+                    profile.validate()?;
+                    return Ok(profile);
                 }
-            })?;
-        profile.name = spec.to_string();
-        profile.validate()?;
-        Ok(profile)
+                Err(e) => {
+                    let path = e.path().to_string();
+                    // A string key given a number or boolean by --set: take the text and retry.
+                    if let Some(i) = as_text.iter().position(|(k, _)| *k == path) {
+                        let (key, raw) = as_text.remove(i);
+                        apply_set(&mut table, &format!("{key}={}", toml_string(&raw)))?;
+                        continue;
+                    }
+                    let inner = one_line(&e.into_inner().to_string());
+                    return Err(if path == "." || path.is_empty() {
+                        invalid!("profile {spec}: {inner}")
+                    } else {
+                        invalid!("profile {spec}: key `{path}`: {inner}")
+                    });
+                }
+            }
+        }
     }
 
     /// Checks beyond types.
@@ -246,7 +263,8 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
 }
 
 /// Apply one `--set key.path=value`.
-fn apply_set(table: &mut toml::Table, set: &str) -> Result<()> {
+/// Returns `(key path, raw text)` when the value was read as a non-string TOML value.
+fn apply_set(table: &mut toml::Table, set: &str) -> Result<Option<(String, String)>> {
     let Some((key, raw)) = set.split_once('=') else {
         return Err(invalid!(
             "--set {set}: expected key.path=value, e.g. --set driver.stream=535-dkms"
@@ -269,6 +287,7 @@ fn apply_set(table: &mut toml::Table, set: &str) -> Result<()> {
         ));
     }
     let value = parse_value(raw);
+    let typed = (!value.is_str()).then(|| (parts.join("."), raw.to_string()));
     let mut cur = table;
     let (last, parents) = parts
         .split_last()
@@ -286,7 +305,7 @@ fn apply_set(table: &mut toml::Table, set: &str) -> Result<()> {
         cur = t;
     }
     cur.insert(last.to_string(), value);
-    Ok(())
+    Ok(typed)
 }
 
 /// A `--set` value: a TOML value when it parses as one (`true`, `8`, `["a", "b"]`, `"x"`),
@@ -296,6 +315,11 @@ fn parse_value(raw: &str) -> toml::Value {
         .ok()
         .and_then(|mut t| t.remove("v"))
         .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+}
+
+/// `raw` as a TOML basic string.
+fn toml_string(raw: &str) -> String {
+    toml::Value::String(raw.to_string()).to_string()
 }
 
 fn one_line(s: &str) -> String {
@@ -367,6 +391,19 @@ mod tests {
     fn bad_sets_name_the_key(#[case] sets: &[&str], #[case] needle: &str) {
         let e = err_of("ol8-uek", sets);
         assert!(e.contains(needle), "{e}");
+    }
+
+    #[test]
+    fn a_number_given_to_a_string_key_is_taken_as_text() -> Result<()> {
+        let p = Profile::resolve("ol8-rhck", &["driver.stream=535".into()])?;
+        assert_eq!(p.driver.stream, "535");
+        // but a number key still rejects text, naming the key on one line
+        let e = err_of("ol8-uek", &["status.expect_gpus=eight"]);
+        assert!(
+            e.contains("key `status.expect_gpus`") && !e.contains('\n'),
+            "{e}"
+        );
+        Ok(())
     }
 
     #[test]
