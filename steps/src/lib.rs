@@ -24,5 +24,6 @@ pub mod rpm;
 pub mod runner;
 pub mod state;
 pub mod steps;
+pub mod units;
 
 pub use error::{Hint, Invalid};

@@ -1,5 +1,6 @@
-//! `services`: `docker.service` and `containerd.service` enabled (offline in an install root
-//! through `systemctl --root`), docker running on a live host, and the owed docker restart
+//! `services`: `docker.service` and `containerd.service` enabled (read from the `.wants/` links
+//! `systemctl enable` writes, so a converged host costs no process; enabled offline in an
+//! install root through `systemctl --root`), docker running on a live host, and the owed docker restart
 //! paid. The restart is owed in gpuhost's state (by `docker` and `daemon-json`, before their
 //! change), so it survives a crash. In an install root it cannot happen: it is reported
 //! deferred and, once the step is otherwise converged, handed over to the first boot (which
@@ -10,39 +11,13 @@ use anyhow::{anyhow, Result};
 use super::RESTART_DOCKER;
 use crate::error::hinted;
 use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::units::{self, UnitState};
 
 pub struct Services;
 
 /// Docker's post-install docs enable exactly these two.
 pub const UNITS: [&str; 2] = ["docker.service", "containerd.service"];
 const RESTART: &str = "systemctl restart docker.service";
-
-/// `systemctl is-enabled` output (one state per unit, in order) as `(unit, state)`.
-pub fn parse_is_enabled<'a>(units: &[&'a str], stdout: &str) -> Option<Vec<(&'a str, String)>> {
-    let states: Vec<&str> = stdout
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    if states.len() != units.len() {
-        return None;
-    }
-    Some(
-        units
-            .iter()
-            .zip(states)
-            .map(|(u, s)| (*u, s.to_string()))
-            .collect(),
-    )
-}
-
-/// Unit-file states that count as "will start at boot" (or cannot be enabled by design).
-fn is_on(state: &str) -> bool {
-    matches!(
-        state,
-        "enabled" | "enabled-runtime" | "static" | "alias" | "indirect" | "generated"
-    )
-}
 
 impl Step for Services {
     fn id(&self) -> &'static str {
@@ -55,12 +30,21 @@ impl Step for Services {
 
     fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
         let mut check = Check::default();
-        let installed = |u: &str| {
-            ["/usr/lib/systemd/system", "/etc/systemd/system"]
-                .iter()
-                .any(|d| ctx.host.path(format!("{d}/{u}")).exists())
-        };
-        if ctx.dry_run && !UNITS.iter().all(|u| installed(u)) {
+        let (mut missing, mut off) = (Vec::new(), Vec::new());
+        for unit in UNITS {
+            match units::state(ctx.host, unit)? {
+                UnitState::Missing => missing.push(unit),
+                UnitState::Disabled => off.push(unit),
+                UnitState::Enabled | UnitState::Static => {}
+            }
+        }
+        if !missing.is_empty() {
+            if !ctx.dry_run {
+                return Err(hinted(
+                    format!("{} not on the host", missing.join(" and ")),
+                    "install Docker CE first (the docker step)",
+                ));
+            }
             // A plan on a fresh host: the docker step has not installed the units yet.
             check.changes.push(Change::custom(
                 format!("systemctl enable {}", UNITS.join(" ")),
@@ -68,35 +52,10 @@ impl Step for Services {
             ));
             return Ok(check);
         }
-        let cmd = ctx.host.systemctl().arg("is-enabled").args(UNITS);
-        let out = cmd.output()?;
-        let Some(states) = parse_is_enabled(&UNITS, &out.stdout) else {
-            return Err(hinted(
-                format!(
-                    "cannot tell whether {} are enabled: {}",
-                    UNITS.join(" and "),
-                    cmd.failure(&out)
-                ),
-                "install Docker CE first (the docker step)",
-            ));
-        };
-        let off: Vec<String> = states
-            .iter()
-            .filter(|(_, s)| !is_on(s))
-            .map(|(u, _)| (*u).to_string())
-            .collect();
         if !off.is_empty() {
             check.changes.push(Change::custom(
                 format!("systemctl enable {}", off.join(" ")),
-                format!(
-                    "{} at boot",
-                    states
-                        .iter()
-                        .filter(|(_, s)| !is_on(s))
-                        .map(|(u, s)| format!("{u} is {s}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
+                format!("{} not enabled at boot", off.join(", ")),
             ));
         }
         let owed = ctx.state.pending.get(RESTART_DOCKER).cloned();
@@ -151,24 +110,5 @@ impl Step for Services {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_is_enabled_in_unit_order() {
-        let got = parse_is_enabled(&UNITS, "disabled\nenabled\n");
-        assert_eq!(
-            got,
-            Some(vec![
-                ("docker.service", "disabled".to_string()),
-                ("containerd.service", "enabled".to_string())
-            ])
-        );
-        // systemctl stops at a missing unit: too few lines is "cannot tell", not "disabled".
-        assert_eq!(parse_is_enabled(&UNITS, ""), None);
     }
 }

@@ -6,9 +6,10 @@
 
 use anyhow::Result;
 
-use super::{branch_of, driver_version, units};
+use super::{branch_of, driver_version};
 use crate::fsutil::write_atomic;
 use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::units;
 
 pub struct FabricManager;
 

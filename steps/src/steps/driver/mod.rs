@@ -22,7 +22,6 @@ mod module;
 mod nouveau;
 mod persistenced;
 mod repo;
-mod units;
 
 use std::path::{Path, PathBuf};
 

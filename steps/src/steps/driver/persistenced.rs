@@ -4,8 +4,8 @@
 
 use anyhow::Result;
 
-use super::units;
 use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::units;
 
 pub struct Persistenced;
 

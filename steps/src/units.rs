@@ -1,5 +1,5 @@
-//! systemd units of the driver (Fabric Manager, persistenced): enabled, and started on a live
-//! host. Whether a unit is enabled is read from the files `systemctl enable` writes (the
+//! systemd units gpuhost manages (persistenced, Fabric Manager, docker, containerd): enabled,
+//! and started on a live host. Whether a unit is enabled is read from the files `systemctl enable` writes (the
 //! `.wants/` links of its `[Install]` targets), so a converged host costs no child process.
 
 use anyhow::Result;
