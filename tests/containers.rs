@@ -39,9 +39,8 @@ fn site(os: Os, extra: &str) -> Site {
         Os::Ol9 => "ol9-uek",
         _ => "ol8-uek",
     };
-    let text = format!(
-        "extends = \"{base}\"\n\n[docker]\nrepo = \"/srv/repos/docker-ce-stable\"\ngpgkey = \"\"\n\n[container_toolkit]\nrepo = \"/srv/repos/nvidia-container-toolkit\"\ngpgkey = \"\"\n\n{extra}"
-    );
+    // The world's profile already points Docker and the toolkit at the world's repos.
+    let text = format!("extends = {:?}\n\n{extra}", world::profile(base));
     let path = dir.path().join("site.toml");
     std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
     Site {
