@@ -5,6 +5,7 @@
 //! Every path is read relative to a root, so tests point it at a crafted tree. Nothing here
 //! touches the NVIDIA driver: a hung driver cannot hang these reads.
 
+use gpuhost_steps::facts::{classify, NvidiaFunction};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -97,16 +98,13 @@ fn pci_devices(root: &Path) -> Result<Vec<PciDevice>, String> {
     for entry in rd.flatten() {
         let path = entry.path();
         let address = entry.file_name().to_string_lossy().to_string();
-        if read_trim(&path.join("vendor")).as_deref() != Some("0x10de") {
-            continue;
-        }
-        let class = read_trim(&path.join("class")).unwrap_or_default();
-        let kind = if class.starts_with("0x0300") || class.starts_with("0x0302") {
-            PciKind::Gpu
-        } else if class.starts_with("0x0680") {
-            PciKind::NvSwitch
-        } else {
-            continue; // audio, USB-C controllers and the like
+        let read = |f: &str| read_trim(&path.join(f)).unwrap_or_default();
+        let class = read("class");
+        // The same classification as `gpuhost facts` (audio and USB-C functions are skipped).
+        let kind = match classify(&read("vendor"), &read("device"), &class) {
+            Some(NvidiaFunction::Gpu) => PciKind::Gpu,
+            Some(NvidiaFunction::NvSwitch) => PciKind::NvSwitch,
+            None => continue,
         };
         out.push(pci_device(&path, address, kind, class));
     }

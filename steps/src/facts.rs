@@ -110,6 +110,40 @@ impl Facts {
     }
 }
 
+/// What an NVIDIA PCI function is, for gpuhost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NvidiaFunction {
+    Gpu,
+    NvSwitch,
+}
+
+fn hex(text: &str) -> Option<u32> {
+    u32::from_str_radix(text.trim().trim_start_matches("0x"), 16).ok()
+}
+
+/// Classify a PCI function from its sysfs `vendor`, `device` and `class` files (`0x10de`,
+/// `0x2335`, `0x030200`): a GPU (VGA or 3D controller), an NVSwitch (a known device id or a
+/// bridge of class 0x0680), or `None` (another vendor, or NVIDIA's audio/USB functions).
+/// `gpuhost facts` and `gpuhost status` both count with it.
+pub fn classify(vendor: &str, device: &str, class: &str) -> Option<NvidiaFunction> {
+    if hex(vendor) != Some(u32::from(NVIDIA_VENDOR)) {
+        return None;
+    }
+    let device = hex(device).unwrap_or(0);
+    let class = hex(class).unwrap_or(0);
+    if NVSWITCH_DEVICE_IDS
+        .iter()
+        .any(|id| u32::from(*id) == device)
+        || class >> 8 == 0x0680
+    {
+        Some(NvidiaFunction::NvSwitch)
+    } else if matches!(class >> 8, 0x0300 | 0x0302) {
+        Some(NvidiaFunction::Gpu)
+    } else {
+        None
+    }
+}
+
 /// NVIDIA GPUs (display/3D controllers) and NVSwitches on PCI, from sysfs.
 pub fn nvidia_pci(host: &Host) -> Result<(Vec<PciDevice>, Vec<PciDevice>)> {
     let dir = host.path("/sys/bus/pci/devices");
@@ -119,28 +153,19 @@ pub fn nvidia_pci(host: &Host) -> Result<(Vec<PciDevice>, Vec<PciDevice>)> {
     };
     for e in entries.flatten() {
         let p = e.path();
-        let read = |f: &str| -> Option<u32> {
-            let s = std::fs::read_to_string(p.join(f)).ok()?;
-            u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok()
-        };
-        if read("vendor") != Some(u32::from(NVIDIA_VENDOR)) {
+        let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
+        let (vendor, device, class) = (read("vendor"), read("device"), read("class"));
+        let Some(kind) = classify(&vendor, &device, &class) else {
             continue;
-        }
-        let device = read("device").unwrap_or(0);
-        let class = read("class").unwrap_or(0);
+        };
         let dev = PciDevice {
             address: e.file_name().to_string_lossy().into_owned(),
-            device_id: format!("{device:04x}"),
-            class: format!("{class:06x}"),
+            device_id: format!("{:04x}", hex(&device).unwrap_or(0)),
+            class: format!("{:06x}", hex(&class).unwrap_or(0)),
         };
-        let is_switch = NVSWITCH_DEVICE_IDS
-            .iter()
-            .any(|id| u32::from(*id) == device)
-            || class >> 8 == 0x0680;
-        if is_switch {
-            switches.push(dev);
-        } else if class >> 16 == 0x03 {
-            gpus.push(dev);
+        match kind {
+            NvidiaFunction::Gpu => gpus.push(dev),
+            NvidiaFunction::NvSwitch => switches.push(dev),
         }
     }
     gpus.sort_by(|a, b| a.address.cmp(&b.address));
@@ -194,6 +219,17 @@ mod tests {
         assert_eq!(switches.len(), 1);
         assert_eq!(switches[0].address, "0000:05:00.0");
         Ok(())
+    }
+
+    #[test]
+    fn classifies_nvidia_functions() {
+        use NvidiaFunction::*;
+        assert_eq!(classify("0x10de\n", "0x2335\n", "0x030200\n"), Some(Gpu));
+        assert_eq!(classify("0x10de", "0x2330", "0x030000"), Some(Gpu));
+        assert_eq!(classify("0x10de", "0x22a3", "0x068000"), Some(NvSwitch));
+        assert_eq!(classify("0x10de", "0x1af1", "0x000000"), Some(NvSwitch));
+        assert_eq!(classify("0x10de", "0x22ba", "0x040300"), None);
+        assert_eq!(classify("0x8086", "0x2335", "0x030200"), None);
     }
 
     #[test]
