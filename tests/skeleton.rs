@@ -575,3 +575,36 @@ fn the_whole_registry_converges_and_then_stays_unchanged() {
         assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
     }
 }
+
+#[test]
+fn steps_lists_the_registry_in_the_order_apply_runs_it() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpuhost"))
+        .arg("steps")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code(&o), 0);
+    let ids: Vec<String> = stdout(&o)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "kernel",
+            "kernel-headers",
+            "driver-repo",
+            "build-deps",
+            "driver",
+            "nouveau",
+            "kernel-module",
+            "fabric-manager",
+            "persistenced",
+            "docker",
+            "container-toolkit",
+            "daemon-json",
+            "services",
+            "prefix-links",
+            "container-smoke",
+        ]
+    );
+}

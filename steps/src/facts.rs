@@ -71,15 +71,15 @@ impl Facts {
         } else {
             None
         };
+        let default_boot_kernel = kernel::default_boot(host, &installed)?;
         let target_kernel = match (choice.release, &running_kernel) {
             (Some(k), _) => Some(k.to_string()),
             (None, Some(r)) => Some(r.clone()),
             (None, None) => match choice.flavour {
                 Some(f) => kernel::newest_of(&installed, f).cloned(),
-                None => kernel::default_boot(host, &installed)?,
+                None => default_boot_kernel.clone(),
             },
         };
-        let default_boot_kernel = kernel::default_boot(host, &installed)?;
         let (gpus, nvswitches) = nvidia_pci(host)?;
         Ok(Facts {
             root: host.root().display().to_string(),
