@@ -229,11 +229,6 @@ fn the_units_pass_systemd_analyze_verify() {
     );
 }
 
-fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", text(&o.stdout), text(&o.stderr)))
-}
-
 /// A root whose nouveau is "loaded" (ROOT/sys/module/nouveau): the driver steps need a reboot.
 fn root_needing_a_reboot() -> (Root, Vec<String>) {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
@@ -284,7 +279,7 @@ fn reboot_installs_the_resume_unit_which_resumes_and_removes_itself() {
     argv.extend(args.iter().map(String::as_str));
     let o = root.gpuhost(&argv);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
-    let rep = json(&o);
+    let rep = world::report(&o);
     // In an install root nothing reboots: the unit is left enabled for the first boot.
     assert_eq!(rep["reboot"]["action"], "first-boot", "{rep:#}");
     assert!(resume_unit_enabled(&root));
@@ -311,7 +306,7 @@ fn reboot_installs_the_resume_unit_which_resumes_and_removes_itself() {
         text(&o.stdout),
         text(&o.stderr)
     );
-    let rep = json(&o);
+    let rep = world::report(&o);
     assert_eq!(rep["reboot"]["action"], "finished", "{rep:#}");
     assert!(!resume_unit_enabled(&root));
     assert!(!root
@@ -345,7 +340,7 @@ fn the_loop_guard_stops_after_the_allowed_reboots() {
     std::fs::write(&path, state.to_string()).unwrap_or_else(|e| panic!("{e}"));
     let o = root.gpuhost(&["resume", "--format", "json"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-    let rep = json(&o);
+    let rep = world::report(&o);
     assert_eq!(rep["reboot"]["action"], "gave-up", "{rep:#}");
     let msg = rep["reboot"]["message"].as_str().unwrap_or_default();
     assert!(
