@@ -2,15 +2,19 @@
 //! /proc/driver/nvidia/version, loaded modules, libnvidia-ml's version, Docker's daemon.json,
 //! and systemd unit states.
 //!
-//! Every path is read relative to a root, so tests point it at a crafted tree. Nothing here
+//! Every path is read through the library's [`Host`] (the live system, or an install root that
+//! tests point at a crafted tree), and NVIDIA functions are found by the library's PCI walker
+//! ([`gpuhost_steps::facts::nvidia_functions`], the same as `gpuhost facts`). Nothing here
 //! touches the NVIDIA driver: a hung driver cannot hang these reads.
 
-use gpuhost_steps::facts::{classify, NvidiaFunction};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use gpuhost_steps::cmd::Cmd;
+use gpuhost_steps::facts::{nvidia_functions, NvidiaFunction, NvidiaPciFunction};
+use gpuhost_steps::host::Host;
+use gpuhost_steps::steps::driver::FABRIC_MANAGER_PACKAGES;
 
 use crate::snapshot::{
     AerCounters, DaemonJson, FabricManagerVersion, HostSnapshot, NvmlLibrary, PciDevice, PciKind,
@@ -27,35 +31,36 @@ const LIB_DIRS: &[&str] = &[
     "usr/local/nvidia/lib64",
 ];
 
-fn under(root: &Path, p: &str) -> PathBuf {
-    root.join(p.trim_start_matches('/'))
-}
-
 fn read_trim(p: &Path) -> Option<String> {
     std::fs::read_to_string(p)
         .ok()
         .map(|s| s.trim().to_string())
 }
 
-/// Collect the host part of the snapshot under `root` (`/` on a live system).
-pub fn collect(root: &Path) -> HostSnapshot {
-    let mut host = HostSnapshot::default();
-    match pci_devices(root) {
-        Ok(devs) => host.pci = devs,
-        Err(e) => host.pci_error = Some(e),
+/// Collect the host part of the snapshot on `host` (the live system, or an install root).
+pub fn collect(host: &Host) -> HostSnapshot {
+    let mut snap = HostSnapshot::default();
+    match nvidia_functions(host) {
+        Ok(fs) => snap.pci = fs.into_iter().map(pci_device).collect(),
+        Err(e) => {
+            snap.pci_error = Some(format!(
+                "cannot list {}: {e}",
+                host.path("/sys/bus/pci/devices").display()
+            ))
+        }
     }
-    host.proc_driver_version = std::fs::read_to_string(under(root, "proc/driver/nvidia/version"))
+    snap.proc_driver_version = std::fs::read_to_string(host.path("/proc/driver/nvidia/version"))
         .ok()
         .and_then(|s| s.lines().next().map(|l| l.trim().to_string()));
-    host.kernel_module_version = host
+    snap.kernel_module_version = snap
         .proc_driver_version
         .as_deref()
         .and_then(parse_proc_version);
-    host.nvidia_module_loaded = under(root, "sys/module/nvidia").exists();
-    host.nouveau_loaded = under(root, "sys/module/nouveau").exists();
-    host.nvml_library = find_nvml_library(root);
-    host.docker_daemon_json = daemon_json(&under(root, "etc/docker/daemon.json"));
-    host
+    snap.nvidia_module_loaded = host.path("/sys/module/nvidia").exists();
+    snap.nouveau_loaded = host.path("/sys/module/nouveau").exists();
+    snap.nvml_library = find_nvml_library(host);
+    snap.docker_daemon_json = daemon_json(&host.path("/etc/docker/daemon.json"));
+    snap
 }
 
 /// `NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build …`
@@ -72,9 +77,9 @@ pub fn parse_proc_version(line: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-fn find_nvml_library(root: &Path) -> Option<NvmlLibrary> {
+fn find_nvml_library(host: &Host) -> Option<NvmlLibrary> {
     for dir in LIB_DIRS {
-        let p = under(root, dir).join("libnvidia-ml.so.1");
+        let p = host.path(dir).join("libnvidia-ml.so.1");
         if p.exists() || p.symlink_metadata().is_ok() {
             let version = std::fs::read_link(&p).ok().and_then(|t| {
                 t.file_name()
@@ -91,37 +96,21 @@ fn find_nvml_library(root: &Path) -> Option<NvmlLibrary> {
     None
 }
 
-fn pci_devices(root: &Path) -> Result<Vec<PciDevice>, String> {
-    let dir = under(root, "sys/bus/pci/devices");
-    let rd = std::fs::read_dir(&dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-    let mut out = Vec::new();
-    for entry in rd.flatten() {
-        let path = entry.path();
-        let address = entry.file_name().to_string_lossy().to_string();
-        let read = |f: &str| read_trim(&path.join(f)).unwrap_or_default();
-        let class = read("class");
-        // The same classification as `gpuhost facts` (audio and USB-C functions are skipped).
-        let kind = match classify(&read("vendor"), &read("device"), &class) {
-            Some(NvidiaFunction::Gpu) => PciKind::Gpu,
-            Some(NvidiaFunction::NvSwitch) => PciKind::NvSwitch,
-            None => continue,
-        };
-        out.push(pci_device(&path, address, kind, class));
-    }
-    out.sort_by(|a, b| a.address.cmp(&b.address));
-    Ok(out)
-}
-
-fn pci_device(path: &Path, address: String, kind: PciKind, class: String) -> PciDevice {
+/// One NVIDIA function the walker found, with what `status` reads beside it: the bound
+/// driver, config space, PCIe link and AER counters.
+fn pci_device(f: NvidiaPciFunction) -> PciDevice {
+    let path = f.path.as_path();
     let (config_head, config_error) = match config_head(&path.join("config")) {
         Ok(h) => (Some(h), None),
         Err(e) => (None, Some(e)),
     };
     PciDevice {
-        address,
-        kind,
-        device_id: read_trim(&path.join("device")).unwrap_or_default(),
-        class,
+        kind: match f.kind {
+            NvidiaFunction::Gpu => PciKind::Gpu,
+            NvidiaFunction::NvSwitch => PciKind::NvSwitch,
+        },
+        device_id: f.device,
+        class: f.class,
         driver: std::fs::read_link(path.join("driver"))
             .ok()
             .and_then(|t| t.file_name().map(|n| n.to_string_lossy().to_string())),
@@ -133,6 +122,7 @@ fn pci_device(path: &Path, address: String, kind: PciKind, class: String) -> Pci
             .and_then(|s| s.parse().ok()),
         max_link_width: read_trim(&path.join("max_link_width")).and_then(|s| s.parse().ok()),
         aer: aer(path),
+        address: f.address,
     }
 }
 
@@ -224,9 +214,6 @@ pub fn services() -> Services {
         },
     }
 }
-
-/// Fabric Manager's package names: from the 580 branch, and before it.
-pub const FABRIC_MANAGER_PACKAGES: [&str; 2] = ["nvidia-fabricmanager", "nvidia-fabric-manager"];
 
 /// The installed Fabric Manager's version, from rpm (one query for both package names); where
 /// there is no rpm, from `nv-fabricmanager --version`.

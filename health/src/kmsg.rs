@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use gpuhost_steps::cmd::Cmd;
+use gpuhost_steps::host::Host;
 
 use crate::snapshot::{KernelLog, XidEvent};
 
@@ -25,9 +26,10 @@ pub const CRITICAL_XIDS: &[u32] = &[48, 74, 79, 94, 95, 119, 120, 140];
 /// reported, not a node problem.
 pub const APPLICATION_XIDS: &[u32] = &[13, 31, 43, 45, 68, 69];
 
-/// Read XIDs under `root` (`/` live): `<root>/dev/kmsg`, else the journal when live.
-pub fn collect(root: &Path, live: bool) -> KernelLog {
-    let kmsg = root.join("dev/kmsg");
+/// Read XIDs on `host`: its `/dev/kmsg`, else the journal when `host` is the live system.
+pub fn collect(host: &Host) -> KernelLog {
+    let live = host.is_live();
+    let kmsg = host.path("/dev/kmsg");
     let kmsg_err = match read_kmsg(&kmsg) {
         Ok(text) => {
             return KernelLog {

@@ -21,12 +21,13 @@ pub mod snapshot;
 pub mod verdict;
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 
+use gpuhost_steps::host::Host;
 use gpuhost_steps::profile::Profile;
 use snapshot::{
     FabricManagerVersion, NvmlProbe, PciKind, ProbeStatus, Services, Snapshot, SNAPSHOT_SCHEMA,
@@ -83,7 +84,7 @@ pub fn run(args: &StatusArgs) -> i32 {
         return run_probe();
     }
     if args.nvml_calls {
-        return match serde_json::to_string_pretty(&nvml::link_fabric_calls()) {
+        return match serde_json::to_string_pretty(&nvml::calls::report()) {
             Ok(s) => {
                 println!("{s}");
                 0
@@ -134,7 +135,10 @@ fn status(args: &StatusArgs) -> Result<i32> {
             serde_json::from_str::<Snapshot>(&text)
                 .with_context(|| format!("parsing {}", f.display()))?
         }
-        None => collect(&args.root, timeout(args.timeout)?, &expect),
+        None => {
+            let host = Host::new(&args.root)?;
+            collect(&host, timeout(args.timeout)?, &expect)
+        }
     };
     if args.dump_snapshot {
         println!("{}", serde_json::to_string_pretty(&snapshot)?);
@@ -203,8 +207,8 @@ pub fn expectations(args: &StatusArgs) -> Expect {
 /// Collect a snapshot: the NVML probe runs in a child process while the driver-free reads
 /// happen here. Fabric Manager's version is asked (rpm) only where NVSwitches are on PCI or
 /// `expect` requires Fabric Manager, beside the `systemctl` call.
-pub fn collect(root: &Path, timeout: Duration, expect: &Expect) -> Snapshot {
-    let live = root == Path::new("/");
+pub fn collect(host: &Host, timeout: Duration, expect: &Expect) -> Snapshot {
+    let live = host.is_live();
     let running = match std::env::current_exe() {
         Ok(exe) => {
             let argv: Vec<OsString> = vec![exe.into(), "status".into(), "--nvml-probe".into()];
@@ -216,11 +220,11 @@ pub fn collect(root: &Path, timeout: Duration, expect: &Expect) -> Snapshot {
             ..NvmlProbe::default()
         })),
     };
-    let host = host::collect(root);
-    let kernel_log = kmsg::collect(root, live);
+    let host_snap = host::collect(host);
+    let kernel_log = kmsg::collect(host);
     let want_fm = match expect.require_fabric_manager {
         Some(r) => r,
-        None => host.pci.iter().any(|d| d.kind == PciKind::NvSwitch),
+        None => host_snap.pci.iter().any(|d| d.kind == PciKind::NvSwitch),
     };
     let services = if live {
         std::thread::scope(|s| {
@@ -236,7 +240,10 @@ pub fn collect(root: &Path, timeout: Duration, expect: &Expect) -> Snapshot {
         })
     } else {
         Services {
-            error: Some(format!("not checked under --root {}", root.display())),
+            error: Some(format!(
+                "not checked under --root {}",
+                host.root().display()
+            )),
             ..Services::default()
         }
     };
@@ -247,7 +254,7 @@ pub fn collect(root: &Path, timeout: Duration, expect: &Expect) -> Snapshot {
     Snapshot {
         schema: SNAPSHOT_SCHEMA,
         collected_at: gpuhost_steps::fsutil::unix_now(),
-        host,
+        host: host_snap,
         services,
         kernel_log,
         nvml,

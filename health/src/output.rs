@@ -366,15 +366,286 @@ pub fn prometheus(s: &Snapshot, checks: &[Check]) -> String {
     p.render()
 }
 
+/// A per-GPU gauge with the GPU's labels only: name, help, and its value (None: omitted, as
+/// node_exporter's convention wants for what a GPU does not support).
+struct Gauge {
+    name: &'static str,
+    help: &'static str,
+    value: fn(&GpuSnapshot) -> Option<f64>,
+}
+
+fn flag(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+fn bool_reading(r: &Reading<bool>) -> Option<f64> {
+    r.value().map(|v| flag(*v))
+}
+
+/// Every single-series per-GPU gauge, in output order.
+const GPU_GAUGES: &[Gauge] = &[
+    Gauge {
+        name: "gpuhost_gpu_temperature_celsius",
+        help: "GPU temperature.",
+        value: |g| num(&g.temperature_c),
+    },
+    Gauge {
+        name: "gpuhost_gpu_slowdown_temperature_celsius",
+        help: "Temperature at which the GPU slows down.",
+        value: |g| num(&g.temperature_slowdown_c),
+    },
+    Gauge {
+        name: "gpuhost_gpu_shutdown_temperature_celsius",
+        help: "Temperature at which the GPU shuts down.",
+        value: |g| num(&g.temperature_shutdown_c),
+    },
+    Gauge {
+        name: "gpuhost_gpu_ecc_enabled",
+        help: "ECC mode now (1 on).",
+        value: |g| g.ecc_mode.value().map(|m| flag(m.current)),
+    },
+    Gauge {
+        name: "gpuhost_gpu_ecc_pending_enabled",
+        help: "ECC mode after the next reset (1 on).",
+        value: |g| g.ecc_mode.value().map(|m| flag(m.pending)),
+    },
+    Gauge {
+        name: "gpuhost_gpu_ecc_uncorrected_volatile",
+        help: "Uncorrectable ECC errors since the driver loaded.",
+        value: |g| num64(&g.ecc_volatile_uncorrected),
+    },
+    Gauge {
+        name: "gpuhost_gpu_ecc_uncorrected_aggregate",
+        help: "Uncorrectable ECC errors over the GPU's life.",
+        value: |g| num64(&g.ecc_aggregate_uncorrected),
+    },
+    Gauge {
+        name: "gpuhost_gpu_ecc_corrected_volatile",
+        help: "Corrected ECC errors since the driver loaded.",
+        value: |g| num64(&g.ecc_volatile_corrected),
+    },
+    Gauge {
+        name: "gpuhost_gpu_retired_pages_pending",
+        help: "1 when page retirement waits for a reset.",
+        value: |g| bool_reading(&g.retired_pages_pending),
+    },
+    Gauge {
+        name: "gpuhost_gpu_row_remap_pending",
+        help: "1 when a row remap waits for a reset.",
+        value: |g| g.remapped_rows.value().map(|m| flag(m.pending)),
+    },
+    Gauge {
+        name: "gpuhost_gpu_row_remap_failure",
+        help: "1 when a row remap failed.",
+        value: |g| g.remapped_rows.value().map(|m| flag(m.failure)),
+    },
+    Gauge {
+        name: "gpuhost_gpu_recovery_action",
+        help: "Driver's recovery action: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset.",
+        value: |g| num(&g.recovery_action),
+    },
+    Gauge {
+        name: "gpuhost_gpu_clock_event_reasons",
+        help: "Clock event (throttle) reasons bitmask.",
+        value: |g| num64(&g.clock_event_reasons),
+    },
+    Gauge {
+        name: "gpuhost_gpu_power_usage_watts",
+        help: "Power draw.",
+        value: |g| num(&g.power_usage_mw).map(|v| v / 1000.0),
+    },
+    Gauge {
+        name: "gpuhost_gpu_power_limit_enforced_watts",
+        help: "Enforced power limit.",
+        value: |g| num(&g.power_limit_enforced_mw).map(|v| v / 1000.0),
+    },
+    Gauge {
+        name: "gpuhost_gpu_power_limit_default_watts",
+        help: "Default power limit.",
+        value: |g| num(&g.power_limit_default_mw).map(|v| v / 1000.0),
+    },
+    Gauge {
+        name: "gpuhost_gpu_memory_total_bytes",
+        help: "Framebuffer memory.",
+        value: |g| num64(&g.memory_total_bytes),
+    },
+    Gauge {
+        name: "gpuhost_gpu_memory_used_bytes",
+        help: "Framebuffer memory in use.",
+        value: |g| num64(&g.memory_used_bytes),
+    },
+    Gauge {
+        name: "gpuhost_gpu_persistence_mode",
+        help: "1 when persistence mode is on.",
+        value: |g| bool_reading(&g.persistence_mode),
+    },
+];
+
+/// A per-GPU family with one more label: name, help, and its (label value, value) samples.
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    label: &'static str,
+    samples: fn(&GpuSnapshot) -> Vec<(String, f64)>,
+}
+
+const GPU_FAMILIES: &[Family] = &[
+    Family {
+        name: "gpuhost_gpu_remapped_rows",
+        help: "Remapped memory rows, by cause.",
+        label: "cause",
+        samples: |g| {
+            g.remapped_rows
+                .value()
+                .map(|m| {
+                    vec![
+                        ("correctable".into(), f64::from(m.correctable)),
+                        ("uncorrectable".into(), f64::from(m.uncorrectable)),
+                    ]
+                })
+                .unwrap_or_default()
+        },
+    },
+    Family {
+        name: "gpuhost_gpu_pcie_link_gen",
+        help: "PCIe link generation.",
+        label: "link",
+        samples: |g| {
+            [("current", &g.pcie_gen_current), ("max", &g.pcie_gen_max)]
+                .into_iter()
+                .filter_map(|(k, r)| num(r).map(|v| (k.to_string(), v)))
+                .collect()
+        },
+    },
+    Family {
+        name: "gpuhost_gpu_pcie_link_width",
+        help: "PCIe link width (lanes).",
+        label: "link",
+        samples: |g| {
+            [
+                ("current", &g.pcie_width_current),
+                ("max", &g.pcie_width_max),
+            ]
+            .into_iter()
+            .filter_map(|(k, r)| num(r).map(|v| (k.to_string(), v)))
+            .collect()
+        },
+    },
+    Family {
+        name: "gpuhost_gpu_mig_mode",
+        help: "MIG mode (1 enabled), now and after reset.",
+        label: "mode",
+        samples: |g| {
+            g.mig_mode
+                .value()
+                .map(|m| {
+                    vec![
+                        ("current".into(), f64::from(m.current)),
+                        ("pending".into(), f64::from(m.pending)),
+                    ]
+                })
+                .unwrap_or_default()
+        },
+    },
+    Family {
+        name: "gpuhost_gpu_nvlink_active",
+        help: "1 when the NVLink link is active.",
+        label: "link",
+        samples: |g| {
+            g.nvlinks
+                .value()
+                .map(|ls| {
+                    ls.iter()
+                        .map(|l| (l.link.to_string(), flag(l.active)))
+                        .collect()
+                })
+                .unwrap_or_default()
+        },
+    },
+];
+
+/// NVLink error counters: `{link, error}` per link and kind.
+fn nvlink_errors(p: &mut Prom, g: &GpuSnapshot, base: &[(&'static str, String)]) {
+    for l in g.nvlinks.value().map(Vec::as_slice).unwrap_or_default() {
+        for (kind, v) in [
+            ("replay", l.replay_errors),
+            ("recovery", l.recovery_errors),
+            ("crc_flit", l.crc_flit_errors),
+            ("crc_data", l.crc_data_errors),
+        ] {
+            if let Some(v) = v {
+                let mut ls = base.to_vec();
+                ls.push(("link", l.link.to_string()));
+                ls.push(("error", kind.into()));
+                p.add(
+                    "gpuhost_gpu_nvlink_errors",
+                    "gauge",
+                    "NVLink error counters.",
+                    &ls,
+                    v as f64,
+                );
+            }
+        }
+    }
+}
+
+/// Fabric registration state, status and health mask (NVSwitch systems).
+fn fabric_metrics(p: &mut Prom, g: &GpuSnapshot, base: &[(&'static str, String)]) {
+    let Some(f) = g.fabric.value() else {
+        return;
+    };
+    for (name, help, v) in [
+        (
+            "gpuhost_gpu_fabric_state",
+            "Fabric registration: 1 not started, 2 in progress, 3 completed.",
+            f64::from(f.state),
+        ),
+        (
+            "gpuhost_gpu_fabric_status",
+            "NVML return code of the fabric registration (0 success), meaningful once completed.",
+            f64::from(f.status),
+        ),
+        (
+            "gpuhost_gpu_fabric_health_mask",
+            "Fabric health mask (raw).",
+            f64::from(f.health_mask),
+        ),
+    ] {
+        p.add(name, "gauge", help, base, v);
+    }
+}
+
+/// XID events for this GPU since boot (when the kernel log was read).
+fn xid_metrics(p: &mut Prom, s: &Snapshot, bus: &str, base: &[(&'static str, String)]) {
+    if s.kernel_log.source.is_none() {
+        return;
+    }
+    let k = crate::kmsg::normalise_pci(bus);
+    let n = s
+        .kernel_log
+        .xids
+        .iter()
+        .filter(|e| Some(&e.pci) == k.as_ref())
+        .count();
+    p.add(
+        "gpuhost_gpu_xid_events",
+        "gauge",
+        "XID events for this GPU since boot.",
+        base,
+        n as f64,
+    );
+}
+
+/// One GPU's metrics: identity, then [`GPU_GAUGES`], [`GPU_FAMILIES`], NVLink errors, fabric
+/// and XIDs, each labelled `uuid` and `pci_bus_id`.
 fn gpu_metrics(p: &mut Prom, s: &Snapshot, g: &GpuSnapshot) {
     let uuid = g.uuid.value().cloned().unwrap_or_default();
     let bus = g.pci_bus_id.value().cloned().unwrap_or_default();
     let base = vec![("uuid", uuid), ("pci_bus_id", bus.clone())];
-    let with = |extra: (&'static str, String)| {
-        let mut l = base.clone();
-        l.push(extra);
-        l
-    };
     let mut info = base.clone();
     info.push(("index", g.index.to_string()));
     info.push(("name", g.name.value().cloned().unwrap_or_default()));
@@ -385,235 +656,19 @@ fn gpu_metrics(p: &mut Prom, s: &Snapshot, g: &GpuSnapshot) {
         &info,
         1.0,
     );
-    macro_rules! gauge {
-        ($name:literal, $help:literal, $v:expr) => {
-            if let Some(v) = $v {
-                p.add($name, "gauge", $help, &base, v);
-            }
-        };
-    }
-    let b = |r: &Reading<bool>| r.value().map(|v| if *v { 1.0 } else { 0.0 });
-    gauge!(
-        "gpuhost_gpu_temperature_celsius",
-        "GPU temperature.",
-        num(&g.temperature_c)
-    );
-    gauge!(
-        "gpuhost_gpu_slowdown_temperature_celsius",
-        "Temperature at which the GPU slows down.",
-        num(&g.temperature_slowdown_c)
-    );
-    gauge!(
-        "gpuhost_gpu_shutdown_temperature_celsius",
-        "Temperature at which the GPU shuts down.",
-        num(&g.temperature_shutdown_c)
-    );
-    gauge!(
-        "gpuhost_gpu_ecc_enabled",
-        "ECC mode now (1 on).",
-        g.ecc_mode
-            .value()
-            .map(|m| if m.current { 1.0 } else { 0.0 })
-    );
-    gauge!(
-        "gpuhost_gpu_ecc_pending_enabled",
-        "ECC mode after the next reset (1 on).",
-        g.ecc_mode
-            .value()
-            .map(|m| if m.pending { 1.0 } else { 0.0 })
-    );
-    gauge!(
-        "gpuhost_gpu_ecc_uncorrected_volatile",
-        "Uncorrectable ECC errors since the driver loaded.",
-        num64(&g.ecc_volatile_uncorrected)
-    );
-    gauge!(
-        "gpuhost_gpu_ecc_uncorrected_aggregate",
-        "Uncorrectable ECC errors over the GPU's life.",
-        num64(&g.ecc_aggregate_uncorrected)
-    );
-    gauge!(
-        "gpuhost_gpu_ecc_corrected_volatile",
-        "Corrected ECC errors since the driver loaded.",
-        num64(&g.ecc_volatile_corrected)
-    );
-    gauge!(
-        "gpuhost_gpu_retired_pages_pending",
-        "1 when page retirement waits for a reset.",
-        b(&g.retired_pages_pending)
-    );
-    if let Some(m) = g.remapped_rows.value() {
-        p.add(
-            "gpuhost_gpu_remapped_rows",
-            "gauge",
-            "Remapped memory rows, by cause.",
-            &with(("cause", "correctable".into())),
-            f64::from(m.correctable),
-        );
-        p.add(
-            "gpuhost_gpu_remapped_rows",
-            "gauge",
-            "Remapped memory rows, by cause.",
-            &with(("cause", "uncorrectable".into())),
-            f64::from(m.uncorrectable),
-        );
-        p.add(
-            "gpuhost_gpu_row_remap_pending",
-            "gauge",
-            "1 when a row remap waits for a reset.",
-            &base,
-            if m.pending { 1.0 } else { 0.0 },
-        );
-        p.add(
-            "gpuhost_gpu_row_remap_failure",
-            "gauge",
-            "1 when a row remap failed.",
-            &base,
-            if m.failure { 1.0 } else { 0.0 },
-        );
-    }
-    gauge!("gpuhost_gpu_recovery_action", "Driver's recovery action: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset.", num(&g.recovery_action));
-    gauge!(
-        "gpuhost_gpu_clock_event_reasons",
-        "Clock event (throttle) reasons bitmask.",
-        num64(&g.clock_event_reasons)
-    );
-    gauge!(
-        "gpuhost_gpu_power_usage_watts",
-        "Power draw.",
-        num(&g.power_usage_mw).map(|v| v / 1000.0)
-    );
-    gauge!(
-        "gpuhost_gpu_power_limit_enforced_watts",
-        "Enforced power limit.",
-        num(&g.power_limit_enforced_mw).map(|v| v / 1000.0)
-    );
-    gauge!(
-        "gpuhost_gpu_power_limit_default_watts",
-        "Default power limit.",
-        num(&g.power_limit_default_mw).map(|v| v / 1000.0)
-    );
-    gauge!(
-        "gpuhost_gpu_memory_total_bytes",
-        "Framebuffer memory.",
-        num64(&g.memory_total_bytes)
-    );
-    gauge!(
-        "gpuhost_gpu_memory_used_bytes",
-        "Framebuffer memory in use.",
-        num64(&g.memory_used_bytes)
-    );
-    for (which, gen, width) in [
-        ("current", &g.pcie_gen_current, &g.pcie_width_current),
-        ("max", &g.pcie_gen_max, &g.pcie_width_max),
-    ] {
-        if let Some(v) = num(gen) {
-            p.add(
-                "gpuhost_gpu_pcie_link_gen",
-                "gauge",
-                "PCIe link generation.",
-                &with(("link", which.into())),
-                v,
-            );
-        }
-        if let Some(v) = num(width) {
-            p.add(
-                "gpuhost_gpu_pcie_link_width",
-                "gauge",
-                "PCIe link width (lanes).",
-                &with(("link", which.into())),
-                v,
-            );
+    for m in GPU_GAUGES {
+        if let Some(v) = (m.value)(g) {
+            p.add(m.name, "gauge", m.help, &base, v);
         }
     }
-    gauge!(
-        "gpuhost_gpu_persistence_mode",
-        "1 when persistence mode is on.",
-        b(&g.persistence_mode)
-    );
-    if let Some(m) = g.mig_mode.value() {
-        p.add(
-            "gpuhost_gpu_mig_mode",
-            "gauge",
-            "MIG mode (1 enabled), now and after reset.",
-            &with(("mode", "current".into())),
-            f64::from(m.current),
-        );
-        p.add(
-            "gpuhost_gpu_mig_mode",
-            "gauge",
-            "MIG mode (1 enabled), now and after reset.",
-            &with(("mode", "pending".into())),
-            f64::from(m.pending),
-        );
-    }
-    if let Some(links) = g.nvlinks.value() {
-        for l in links {
-            let ll = with(("link", l.link.to_string()));
-            p.add(
-                "gpuhost_gpu_nvlink_active",
-                "gauge",
-                "1 when the NVLink link is active.",
-                &ll,
-                if l.active { 1.0 } else { 0.0 },
-            );
-            for (kind, v) in [
-                ("replay", l.replay_errors),
-                ("recovery", l.recovery_errors),
-                ("crc_flit", l.crc_flit_errors),
-                ("crc_data", l.crc_data_errors),
-            ] {
-                if let Some(v) = v {
-                    let mut le = ll.clone();
-                    le.push(("error", kind.into()));
-                    p.add(
-                        "gpuhost_gpu_nvlink_errors",
-                        "gauge",
-                        "NVLink error counters.",
-                        &le,
-                        v as f64,
-                    );
-                }
-            }
+    for f in GPU_FAMILIES {
+        for (lv, v) in (f.samples)(g) {
+            let mut ls = base.clone();
+            ls.push((f.label, lv));
+            p.add(f.name, "gauge", f.help, &ls, v);
         }
     }
-    if let Some(f) = g.fabric.value() {
-        p.add(
-            "gpuhost_gpu_fabric_state",
-            "gauge",
-            "Fabric registration: 1 not started, 2 in progress, 3 completed.",
-            &base,
-            f64::from(f.state),
-        );
-        p.add(
-            "gpuhost_gpu_fabric_status",
-            "gauge",
-            "NVML return code of the fabric registration (0 success), meaningful once completed.",
-            &base,
-            f64::from(f.status),
-        );
-        p.add(
-            "gpuhost_gpu_fabric_health_mask",
-            "gauge",
-            "Fabric health mask (raw).",
-            &base,
-            f64::from(f.health_mask),
-        );
-    }
-    if s.kernel_log.source.is_some() {
-        let k = crate::kmsg::normalise_pci(&bus);
-        let n = s
-            .kernel_log
-            .xids
-            .iter()
-            .filter(|e| Some(&e.pci) == k.as_ref())
-            .count();
-        p.add(
-            "gpuhost_gpu_xid_events",
-            "gauge",
-            "XID events for this GPU since boot.",
-            &base,
-            n as f64,
-        );
-    }
+    nvlink_errors(p, g, &base);
+    fabric_metrics(p, g, &base);
+    xid_metrics(p, s, &bus, &base);
 }

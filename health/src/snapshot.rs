@@ -27,6 +27,15 @@ impl<T> Reading<T> {
             _ => None,
         }
     }
+
+    /// The value mapped by `f`; n/a and errors unchanged.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Reading<U> {
+        match self {
+            Reading::Value(v) => Reading::Value(f(v)),
+            Reading::NotSupported => Reading::NotSupported,
+            Reading::Error(e) => Reading::Error(e),
+        }
+    }
 }
 
 /// Everything one run collected.

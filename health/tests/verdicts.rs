@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use gpuhost_health::snapshot::{PciDevice, ProbeStatus, Reading, RemappedRows, Snapshot};
 use gpuhost_health::verdict::{self, evaluate, overall, Check, Expect, Severity};
 use gpuhost_health::{host, kmsg, output};
+use gpuhost_steps::host::Host;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/status")
@@ -233,7 +234,7 @@ fn fallen_off_gpu_in_sysfs_is_critical() {
     cfg[..4].copy_from_slice(&[0xff; 4]);
     std::fs::write(root.path().join(GPU0).join("config"), cfg).unwrap();
     let mut s = h200();
-    s.host = host::collect(root.path());
+    s.host = host::collect(&Host::new(root.path()).unwrap());
     assert!(s.host.pci[0].fell_off());
     // …and NVML no longer counts it.
     s.nvml.device_count = Some(0);
@@ -250,7 +251,7 @@ fn fallen_off_gpu_in_sysfs_is_critical() {
 #[test]
 fn captured_sysfs_tree_reads_like_the_live_machine() {
     let root = h200_root();
-    let h = host::collect(root.path());
+    let h = host::collect(&Host::new(root.path()).unwrap());
     let live = h200().host;
     assert_eq!(h.pci, live.pci);
     assert_eq!(h.kernel_module_version.as_deref(), Some("580.159.04"));
@@ -268,7 +269,7 @@ fn pci_link_narrower_than_max_and_aer_counters() {
     .unwrap();
     std::fs::write(d.join("aer_dev_correctable"), "RxErr 3\nTOTAL_ERR_COR 3\n").unwrap();
     let mut s = h200();
-    s.host = host::collect(root.path());
+    s.host = host::collect(&Host::new(root.path()).unwrap());
     let checks = evaluate(&s, &no_expect());
     assert_eq!(check(&checks, "pci.link").severity, Severity::Warning);
     let aer = check(&checks, "pci.aer");
@@ -349,7 +350,7 @@ fn xid_79_in_kmsg_is_mapped_to_its_gpu() {
     )
     .unwrap();
     let mut s = h200();
-    s.kernel_log = kmsg::collect(root.path(), false);
+    s.kernel_log = kmsg::collect(&Host::new(root.path()).unwrap());
     assert_eq!(s.kernel_log.source.as_deref(), Some("kmsg"));
     assert_eq!(s.kernel_log.xids.len(), 3);
     let checks = evaluate(&s, &no_expect());
@@ -370,7 +371,7 @@ fn xid_79_in_kmsg_is_mapped_to_its_gpu() {
 fn unreadable_kernel_log_is_unknown_with_the_reason() {
     let root = tempfile::tempdir().unwrap();
     let mut s = h200();
-    s.kernel_log = kmsg::collect(root.path(), false);
+    s.kernel_log = kmsg::collect(&Host::new(root.path()).unwrap());
     let checks = evaluate(&s, &no_expect());
     let c = check(&checks, "xid.log");
     assert_eq!(c.severity, Severity::Unknown);

@@ -144,32 +144,63 @@ pub fn classify(vendor: &str, device: &str, class: &str) -> Option<NvidiaFunctio
     }
 }
 
-/// NVIDIA GPUs (display/3D controllers) and NVSwitches on PCI, from sysfs.
-pub fn nvidia_pci(host: &Host) -> Result<(Vec<PciDevice>, Vec<PciDevice>)> {
+/// One NVIDIA GPU or NVSwitch function in sysfs, as the walker found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NvidiaPciFunction {
+    /// `0000:3b:00.0`
+    pub address: String,
+    /// Its sysfs directory (under the host's root), for readers that want more of it.
+    pub path: std::path::PathBuf,
+    pub kind: NvidiaFunction,
+    /// sysfs `device` and `class`, trimmed (`0x2335`, `0x030200`).
+    pub device: String,
+    pub class: String,
+}
+
+/// The PCI walker: every NVIDIA GPU and NVSwitch function in the host's
+/// `/sys/bus/pci/devices`, classified by [`classify`], in address order. `gpuhost facts` and
+/// `gpuhost status` both walk with it; an unreadable directory is an error.
+pub fn nvidia_functions(host: &Host) -> std::io::Result<Vec<NvidiaPciFunction>> {
     let dir = host.path("/sys/bus/pci/devices");
-    let (mut gpus, mut switches) = (Vec::new(), Vec::new());
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Ok((gpus, switches));
-    };
-    for e in entries.flatten() {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(&dir)?.flatten() {
         let p = e.path();
-        let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
+        let read = |f: &str| {
+            std::fs::read_to_string(p.join(f))
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
         let (vendor, device, class) = (read("vendor"), read("device"), read("class"));
         let Some(kind) = classify(&vendor, &device, &class) else {
             continue;
         };
-        let dev = PciDevice {
+        out.push(NvidiaPciFunction {
             address: e.file_name().to_string_lossy().into_owned(),
-            device_id: format!("{:04x}", hex(&device).unwrap_or(0)),
-            class: format!("{:06x}", hex(&class).unwrap_or(0)),
+            path: p,
+            kind,
+            device,
+            class,
+        });
+    }
+    out.sort_by(|a, b| a.address.cmp(&b.address));
+    Ok(out)
+}
+
+/// NVIDIA GPUs (display/3D controllers) and NVSwitches on PCI, from sysfs (none when the bus
+/// cannot be listed).
+pub fn nvidia_pci(host: &Host) -> Result<(Vec<PciDevice>, Vec<PciDevice>)> {
+    let (mut gpus, mut switches) = (Vec::new(), Vec::new());
+    for f in nvidia_functions(host).unwrap_or_default() {
+        let dev = PciDevice {
+            address: f.address,
+            device_id: format!("{:04x}", hex(&f.device).unwrap_or(0)),
+            class: format!("{:06x}", hex(&f.class).unwrap_or(0)),
         };
-        match kind {
+        match f.kind {
             NvidiaFunction::Gpu => gpus.push(dev),
             NvidiaFunction::NvSwitch => switches.push(dev),
         }
     }
-    gpus.sort_by(|a, b| a.address.cmp(&b.address));
-    switches.sort_by(|a, b| a.address.cmp(&b.address));
     Ok((gpus, switches))
 }
 

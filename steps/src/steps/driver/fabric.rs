@@ -16,12 +16,15 @@ pub struct FabricManager;
 const DNF_CONF: &str = "/etc/dnf/dnf.conf";
 const UNIT: &str = "nvidia-fabricmanager.service";
 
-/// The Fabric Manager package of a driver branch.
+/// Fabric Manager's package names: from the 580 branch, and before it.
+pub const PACKAGES: [&str; 2] = ["nvidia-fabricmanager", "nvidia-fabric-manager"];
+
+/// The Fabric Manager package of a driver branch (`gpuhost status` judges with it too).
 pub fn package_for(driver: &str) -> &'static str {
     if branch_of(driver) >= 580 {
-        "nvidia-fabricmanager"
+        PACKAGES[0]
     } else {
-        "nvidia-fabric-manager"
+        PACKAGES[1]
     }
 }
 

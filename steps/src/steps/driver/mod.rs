@@ -23,6 +23,9 @@ mod nouveau;
 mod persistenced;
 mod repo;
 
+/// Fabric Manager's package rule, shared with `gpuhost status`.
+pub use fabric::{package_for as fabric_manager_package, PACKAGES as FABRIC_MANAGER_PACKAGES};
+
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;

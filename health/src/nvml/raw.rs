@@ -1,0 +1,276 @@
+//! NVML calls that nvml-wrapper does not wrap (or whose raw return code we want), each a small
+//! safe function over `nvml.lib()` and a live device handle. The probe turns their answers into
+//! readings; `gpuhost status --nvml-calls` prints their raw return codes as evidence of what a
+//! machine supports. Never called with a null handle: libnvidia-ml segfaults on one.
+
+use std::os::raw::c_char;
+
+use nvml_wrapper::Device;
+use nvml_wrapper_sys::bindings::{
+    nvmlDevice_t, nvmlEccSramErrorStatus_t, nvmlGpuFabricInfo_t, nvmlGpuFabricInfo_v2_t,
+    nvmlGpuFabricInfo_v3_t, nvmlPciInfo_t, NvmlLib, NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE,
+    NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE, NVML_GSP_FIRMWARE_VERSION_BUF_SIZE,
+};
+
+/// Why a raw call gave no value: the symbol is not in this libnvidia-ml, or NVML's return code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RawErr {
+    Missing,
+    Rc(u32),
+}
+
+pub type Raw<T> = Result<T, RawErr>;
+
+/// `NVML_ERROR_CORRUPTED_INFOROM`.
+pub const RC_CORRUPTED_INFOROM: u32 = 14;
+/// `NVML_ERROR_ARGUMENT_VERSION_MISMATCH`.
+pub const RC_VERSION_MISMATCH: u32 = 25;
+
+fn ok<T>(rc: u32, v: impl FnOnce() -> T) -> Raw<T> {
+    if rc == 0 {
+        Ok(v())
+    } else {
+        Err(RawErr::Rc(rc))
+    }
+}
+
+/// A NUL-terminated C string from a buffer NVML filled.
+pub fn c_str(bytes: &[c_char]) -> String {
+    let b: Vec<u8> = bytes
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+/// The raw handle of a device of this `Nvml`: live, never null.
+pub fn handle(d: &Device<'_>) -> nvmlDevice_t {
+    // SAFETY: the handle comes from a live `Device`; it is only passed back to the library
+    // that made it while that device (and so the `Nvml`) is borrowed.
+    unsafe { d.handle() }
+}
+
+// SAFETY (every `unsafe` call below): `h` is a live device handle from `handle()`; every out
+// pointer points at a local that outlives the call, sized as the library expects.
+
+pub fn nvlink_state(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<bool> {
+    let f = lib
+        .nvmlDeviceGetNvLinkState
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut st = 0u32;
+    let rc = unsafe { f(h, link, &mut st) };
+    ok(rc, || st == 1)
+}
+
+pub fn nvlink_version(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<u32> {
+    let f = lib
+        .nvmlDeviceGetNvLinkVersion
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut v = 0u32;
+    let rc = unsafe { f(h, link, &mut v) };
+    ok(rc, || v)
+}
+
+pub fn nvlink_remote_pci(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<String> {
+    let f = lib
+        .nvmlDeviceGetNvLinkRemotePciInfo_v2
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut pci = nvmlPciInfo_t {
+        busIdLegacy: [0; 16],
+        domain: 0,
+        bus: 0,
+        device: 0,
+        pciDeviceId: 0,
+        pciSubSystemId: 0,
+        busId: [0; 32],
+    };
+    let rc = unsafe { f(h, link, &mut pci) };
+    ok(rc, || {
+        format!("{} device 0x{:08x}", c_str(&pci.busId), pci.pciDeviceId)
+    })
+}
+
+pub fn nvlink_remote_type(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<u32> {
+    let f = lib
+        .nvmlDeviceGetNvLinkRemoteDeviceType
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut t = 0u32;
+    let rc = unsafe { f(h, link, &mut t) };
+    ok(rc, || t)
+}
+
+pub fn nvlink_error_counter(lib: &NvmlLib, h: nvmlDevice_t, link: u32, counter: u32) -> Raw<u64> {
+    let f = lib
+        .nvmlDeviceGetNvLinkErrorCounter
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut v = 0u64;
+    let rc = unsafe { f(h, link, counter, &mut v) };
+    ok(rc, || v)
+}
+
+/// `nvmlDeviceGetGpuFabricInfoV` with the struct version `ver` (3 has the health mask; 2 is
+/// its prefix). The answer is always laid out as v3.
+pub fn fabric_info_v(lib: &NvmlLib, h: nvmlDevice_t, ver: u32) -> Raw<nvmlGpuFabricInfo_v3_t> {
+    let f = lib
+        .nvmlDeviceGetGpuFabricInfoV
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let size = if ver >= 3 {
+        std::mem::size_of::<nvmlGpuFabricInfo_v3_t>()
+    } else {
+        std::mem::size_of::<nvmlGpuFabricInfo_v2_t>()
+    };
+    let mut info = nvmlGpuFabricInfo_v3_t {
+        version: u32::try_from(size).unwrap_or(0) | (ver << 24),
+        clusterUuid: [0; 16],
+        status: 0,
+        cliqueId: 0,
+        state: 0,
+        healthMask: 0,
+        healthSummary: 0,
+    };
+    let rc = unsafe { f(h, &mut info) };
+    ok(rc, || info)
+}
+
+/// `nvmlDeviceGetGpuFabricInfo` (v1): state, status, clique.
+pub fn fabric_info_v1(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<(u8, u32, u32)> {
+    let f = lib
+        .nvmlDeviceGetGpuFabricInfo
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut info = nvmlGpuFabricInfo_t {
+        clusterUuid: [0; 16],
+        status: 0,
+        cliqueId: 0,
+        state: 0,
+    };
+    let rc = unsafe { f(h, &mut info) };
+    ok(rc, || (info.state, info.status, info.cliqueId))
+}
+
+/// `nvmlDeviceGetRemappedRows`: (correctable, uncorrectable, pending, failure).
+pub fn remapped_rows(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<(u32, u32, bool, bool)> {
+    let f = lib
+        .nvmlDeviceGetRemappedRows
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let (mut corr, mut unc, mut pending, mut failure) = (0u32, 0u32, 0u32, 0u32);
+    let rc = unsafe { f(h, &mut corr, &mut unc, &mut pending, &mut failure) };
+    ok(rc, || (corr, unc, pending != 0, failure != 0))
+}
+
+/// `nvmlDeviceGetPcieReplayCounter`: PCIe replays since the driver loaded.
+pub fn pcie_replay_counter(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<u32> {
+    let f = lib
+        .nvmlDeviceGetPcieReplayCounter
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut v = 0u32;
+    let rc = unsafe { f(h, &mut v) };
+    ok(rc, || v)
+}
+
+/// `nvmlDeviceValidateInforom`: SUCCESS (valid) or `NVML_ERROR_CORRUPTED_INFOROM`.
+pub fn validate_inforom(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<()> {
+    let f = lib
+        .nvmlDeviceValidateInforom
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let rc = unsafe { f(h) };
+    ok(rc, || ())
+}
+
+/// `nvmlDeviceGetInforomImageVersion`.
+pub fn inforom_image_version(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<String> {
+    let f = lib
+        .nvmlDeviceGetInforomImageVersion
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut buf = [0 as c_char; NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE as usize];
+    let rc = unsafe { f(h, buf.as_mut_ptr(), NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE) };
+    ok(rc, || c_str(&buf))
+}
+
+/// `nvmlDeviceGetVbiosVersion`.
+pub fn vbios_version(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<String> {
+    let f = lib
+        .nvmlDeviceGetVbiosVersion
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut buf = [0 as c_char; NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE as usize];
+    let rc = unsafe { f(h, buf.as_mut_ptr(), NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE) };
+    ok(rc, || c_str(&buf))
+}
+
+/// `nvmlDeviceGetGspFirmwareMode`: (enabled, enabled by default).
+pub fn gsp_firmware_mode(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<(bool, bool)> {
+    let f = lib
+        .nvmlDeviceGetGspFirmwareMode
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let (mut enabled, mut default) = (0u32, 0u32);
+    let rc = unsafe { f(h, &mut enabled, &mut default) };
+    ok(rc, || (enabled != 0, default != 0))
+}
+
+/// `nvmlDeviceGetGspFirmwareVersion`.
+pub fn gsp_firmware_version(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<String> {
+    let f = lib
+        .nvmlDeviceGetGspFirmwareVersion
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut buf = [0 as c_char; NVML_GSP_FIRMWARE_VERSION_BUF_SIZE as usize];
+    let rc = unsafe { f(h, buf.as_mut_ptr()) };
+    ok(rc, || c_str(&buf))
+}
+
+/// `nvmlDeviceGetSramEccErrorStatus` (v1): SRAM ECC counts and the SRAM threshold flag.
+pub fn sram_ecc_status(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<nvmlEccSramErrorStatus_t> {
+    let f = lib
+        .nvmlDeviceGetSramEccErrorStatus
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut st = nvmlEccSramErrorStatus_t {
+        version: u32::try_from(std::mem::size_of::<nvmlEccSramErrorStatus_t>()).unwrap_or(0)
+            | (1 << 24),
+        aggregateUncParity: 0,
+        aggregateUncSecDed: 0,
+        aggregateCor: 0,
+        volatileUncParity: 0,
+        volatileUncSecDed: 0,
+        volatileCor: 0,
+        aggregateUncBucketL2: 0,
+        aggregateUncBucketSm: 0,
+        aggregateUncBucketPcie: 0,
+        aggregateUncBucketMcu: 0,
+        aggregateUncBucketOther: 0,
+        bThresholdExceeded: 0,
+    };
+    let rc = unsafe { f(h, &mut st) };
+    ok(rc, || st)
+}
+
+/// `nvmlDeviceGetMemoryErrorCounter(error, counter, location)`: error 0 corrected,
+/// 1 uncorrected; counter 0 volatile, 1 aggregate; location 2 device memory (DRAM), 7 SRAM, ….
+pub fn memory_error_counter(
+    lib: &NvmlLib,
+    h: nvmlDevice_t,
+    error: u32,
+    counter: u32,
+    location: u32,
+) -> Raw<u64> {
+    let f = lib
+        .nvmlDeviceGetMemoryErrorCounter
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut v = 0u64;
+    let rc = unsafe { f(h, error, counter, location, &mut v) };
+    ok(rc, || v)
+}

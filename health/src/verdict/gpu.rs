@@ -1,0 +1,663 @@
+//! Per-GPU checks: one table, [`GPU_CHECKS`], of small judges, each turning one NVML reading
+//! (or a few) of a [`GpuSnapshot`] into a verdict. NOT_SUPPORTED is n/a; any other NVML error
+//! on a reading is UNKNOWN, except `GpuLost`, which is CRITICAL.
+
+use super::{GpuRef, Out, Severity, MAX_UNCORRECTABLE_REMAPPED_ROWS, TEMP_MARGIN_C};
+use crate::snapshot::{reasons, Fabric, GpuSnapshot, NvLink, Reading};
+
+/// A verdict: severity, the value seen (for people), and what to do when not OK.
+pub type Verdict = (Severity, String, Option<String>);
+
+/// What one judge made of a GPU's reading(s).
+pub enum Judged {
+    Verdict(Verdict),
+    /// NVML's NOT_SUPPORTED: n/a.
+    NotSupported,
+    /// Another NVML error (`GpuLost`, `NoPermission`, …).
+    Error(String),
+}
+
+/// Judge one reading with `f`; NOT_SUPPORTED and errors pass through.
+fn on<T>(reading: &Reading<T>, f: impl FnOnce(&T) -> Verdict) -> Judged {
+    match reading {
+        Reading::Value(v) => Judged::Verdict(f(v)),
+        Reading::NotSupported => Judged::NotSupported,
+        Reading::Error(e) => Judged::Error(e.clone()),
+    }
+}
+
+/// What a judge sees: the GPU, and what it needs to know about the node.
+pub struct GpuCtx<'a> {
+    pub g: &'a GpuSnapshot,
+    /// NVSwitches are on PCI (HGX): every NVLink must be up.
+    pub nvswitch: bool,
+}
+
+impl GpuCtx<'_> {
+    /// The hint for "reset this GPU".
+    fn reset(&self) -> String {
+        let i = self.g.index;
+        format!("drain GPU {i}, then reset it (`nvidia-smi -r -i {i}`) or reboot")
+    }
+}
+
+/// One per-GPU check: its stable id, its table group, and its judge.
+pub struct GpuCheck {
+    pub id: &'static str,
+    pub group: &'static str,
+    pub judge: fn(&GpuCtx<'_>) -> Judged,
+}
+
+/// Every per-GPU check, in report order.
+pub const GPU_CHECKS: &[GpuCheck] = &[
+    GpuCheck {
+        id: "gpu.ecc.mode",
+        group: "ecc",
+        judge: ecc_mode,
+    },
+    GpuCheck {
+        id: "gpu.ecc.volatile_uncorrected",
+        group: "ecc",
+        judge: ecc_volatile_uncorrected,
+    },
+    GpuCheck {
+        id: "gpu.ecc.aggregate_uncorrected",
+        group: "ecc",
+        judge: ecc_aggregate_uncorrected,
+    },
+    GpuCheck {
+        id: "gpu.retired_pages",
+        group: "memory",
+        judge: retired_pages,
+    },
+    GpuCheck {
+        id: "gpu.remap.failure",
+        group: "memory",
+        judge: remap_failure,
+    },
+    GpuCheck {
+        id: "gpu.remap.pending",
+        group: "memory",
+        judge: remap_pending,
+    },
+    GpuCheck {
+        id: "gpu.remap.uncorrectable",
+        group: "memory",
+        judge: remap_uncorrectable,
+    },
+    GpuCheck {
+        id: "gpu.recovery_action",
+        group: "recovery",
+        judge: recovery_action,
+    },
+    GpuCheck {
+        id: "gpu.temperature",
+        group: "thermal",
+        judge: temperature,
+    },
+    GpuCheck {
+        id: "gpu.clock_events",
+        group: "thermal",
+        judge: clock_events,
+    },
+    GpuCheck {
+        id: "gpu.power_limit",
+        group: "power",
+        judge: power_limit,
+    },
+    GpuCheck {
+        id: "gpu.pcie",
+        group: "pcie",
+        judge: pcie,
+    },
+    GpuCheck {
+        id: "gpu.persistence",
+        group: "config",
+        judge: persistence,
+    },
+    GpuCheck {
+        id: "gpu.mig",
+        group: "config",
+        judge: mig,
+    },
+    GpuCheck {
+        id: "gpu.nvlink",
+        group: "nvlink",
+        judge: nvlink,
+    },
+    GpuCheck {
+        id: "gpu.fabric",
+        group: "fabric",
+        judge: fabric,
+    },
+];
+
+/// Run every check of [`GPU_CHECKS`] on one GPU.
+pub(super) fn gpu_checks(out: &mut Out, ctx: &GpuCtx<'_>, r: &GpuRef) {
+    for c in GPU_CHECKS {
+        match (c.judge)(ctx) {
+            Judged::Verdict((sev, value, hint)) => {
+                out.push(c.id, c.group, Some(r), sev, value, hint)
+            }
+            Judged::NotSupported => {
+                out.push(c.id, c.group, Some(r), Severity::NotApplicable, "n/a", None)
+            }
+            Judged::Error(e) => reading_error(out, c.id, c.group, r, &e),
+        }
+    }
+}
+
+/// An NVML reading that failed: GpuLost is CRITICAL, anything else UNKNOWN.
+pub(super) fn reading_error(out: &mut Out, id: &str, group: &str, r: &GpuRef, e: &str) {
+    let (sev, value, hint) = match e {
+        "GpuLost" => (
+            Severity::Critical,
+            "GPU lost (NVML: GPU is lost)".to_string(),
+            "drain the node and reboot; look for XID 79",
+        ),
+        "NoPermission" => (
+            Severity::Unknown,
+            "NVML: no permission".to_string(),
+            "run as root",
+        ),
+        _ => (
+            Severity::Unknown,
+            format!("NVML error: {e}"),
+            "see `nvidia-smi -q` and the kernel log",
+        ),
+    };
+    out.push(id, group, Some(r), sev, value, Some(hint.into()));
+}
+
+fn ecc_mode(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.ecc_mode, |m| match (m.current, m.pending) {
+        (cur, pend) if cur != pend => (
+            Severity::Warning,
+            format!("ECC {} now, {} after reset", onoff(cur), onoff(pend)),
+            Some(format!(
+                "the ECC change takes effect after a reset: {}",
+                c.reset()
+            )),
+        ),
+        (false, _) => (
+            Severity::Warning,
+            "ECC disabled".into(),
+            Some(format!(
+                "enable it (`nvidia-smi -i {} -e 1`) and reset the GPU",
+                c.g.index
+            )),
+        ),
+        _ => (Severity::Ok, "ECC enabled".into(), None),
+    })
+}
+
+fn ecc_volatile_uncorrected(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.ecc_volatile_uncorrected, |n| {
+        if *n > 0 {
+            (
+                Severity::Critical,
+                format!("{n} uncorrectable ECC error(s) since the driver loaded"),
+                Some(format!("{}; RMA if they recur", c.reset())),
+            )
+        } else {
+            (Severity::Ok, "0 volatile uncorrectable".into(), None)
+        }
+    })
+}
+
+fn ecc_aggregate_uncorrected(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.ecc_aggregate_uncorrected, |n| {
+        if *n > 0 {
+            (
+                Severity::Warning,
+                format!("{n} uncorrectable ECC error(s) over the GPU's life"),
+                Some("watch row remapping; replace the GPU if the count keeps growing".into()),
+            )
+        } else {
+            (Severity::Ok, "0 aggregate uncorrectable".into(), None)
+        }
+    })
+}
+
+fn retired_pages(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.retired_pages_pending, |p| {
+        if *p {
+            (
+                Severity::Warning,
+                "page retirement pending".into(),
+                Some(format!(
+                    "retirement takes effect after a reset: {}",
+                    c.reset()
+                )),
+            )
+        } else {
+            (Severity::Ok, "no page retirement pending".into(), None)
+        }
+    })
+}
+
+fn remap_failure(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.remapped_rows, |m| {
+        if m.failure {
+            (
+                Severity::Critical,
+                "row remapping failed".into(),
+                Some("the GPU has no spare rows left: drain it and replace it (RMA)".into()),
+            )
+        } else {
+            (Severity::Ok, "no remap failure".into(), None)
+        }
+    })
+}
+
+fn remap_pending(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.remapped_rows, |m| {
+        if m.pending {
+            (
+                Severity::Warning,
+                "row remap pending".into(),
+                Some(format!(
+                    "the remap takes effect after a reset: {}",
+                    c.reset()
+                )),
+            )
+        } else {
+            (Severity::Ok, "no remap pending".into(), None)
+        }
+    })
+}
+
+fn remap_uncorrectable(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.remapped_rows, |m| {
+        let v = format!(
+            "{} uncorrectable, {} correctable rows remapped",
+            m.uncorrectable, m.correctable
+        );
+        if m.uncorrectable > MAX_UNCORRECTABLE_REMAPPED_ROWS {
+            (
+                Severity::Critical,
+                format!("{v} (> {MAX_UNCORRECTABLE_REMAPPED_ROWS})"),
+                Some("past the replacement threshold: drain the GPU and RMA it".into()),
+            )
+        } else {
+            (Severity::Ok, v, None)
+        }
+    })
+}
+
+fn recovery_action(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.recovery_action, |a| match a {
+        0 => (Severity::Ok, "none".into(), None),
+        1 => (
+            Severity::Critical,
+            "driver asks for a GPU reset".into(),
+            Some(c.reset()),
+        ),
+        2 => (
+            Severity::Critical,
+            "driver asks for a node reboot".into(),
+            Some("drain the node and reboot".into()),
+        ),
+        3 => (
+            Severity::Warning,
+            "driver asks to drain peer-to-peer traffic".into(),
+            Some("stop P2P/NVLink jobs on this GPU, then reset it".into()),
+        ),
+        4 => (
+            Severity::Critical,
+            "driver asks to drain and reset".into(),
+            Some(c.reset()),
+        ),
+        x => (
+            Severity::Warning,
+            format!("recovery action {x}"),
+            Some("see NVIDIA's documentation for nvmlDeviceGpuRecoveryAction".into()),
+        ),
+    })
+}
+
+fn temperature(c: &GpuCtx<'_>) -> Judged {
+    let slow = c.g.temperature_slowdown_c.value().copied();
+    on(&c.g.temperature_c, |t| {
+        let v = match slow {
+            Some(s) => format!("{t} °C (slowdown {s} °C)"),
+            None => format!("{t} °C"),
+        };
+        match slow {
+            Some(s) if *t >= s => (
+                Severity::Critical,
+                v,
+                Some(
+                    "the GPU is throttling for heat: check fans, airflow, inlet temperature".into(),
+                ),
+            ),
+            Some(s) if *t + TEMP_MARGIN_C >= s => (
+                Severity::Warning,
+                v,
+                Some("close to thermal slowdown: check airflow".into()),
+            ),
+            _ => (Severity::Ok, v, None),
+        }
+    })
+}
+
+/// Clock event reasons that mean the clocks are held down by hardware or heat.
+const CLOCKS_HELD_DOWN: &[(u64, &str)] = &[
+    (reasons::HW_SLOWDOWN, "HW slowdown"),
+    (reasons::HW_THERMAL, "HW thermal slowdown"),
+    (reasons::HW_POWER_BRAKE, "HW power brake"),
+    (reasons::SW_THERMAL, "SW thermal slowdown"),
+];
+
+fn clock_events(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.clock_event_reasons, |bits| {
+        let bad: Vec<&str> = CLOCKS_HELD_DOWN
+            .iter()
+            .filter(|(bit, _)| bits & bit != 0)
+            .map(|(_, name)| *name)
+            .collect();
+        if bad.is_empty() {
+            let state = if bits & reasons::GPU_IDLE != 0 {
+                "idle"
+            } else if bits & reasons::SW_POWER_CAP != 0 {
+                "power capped (normal under load)"
+            } else {
+                "none"
+            };
+            (
+                Severity::Ok,
+                format!("clock events: {state} (0x{bits:x})"),
+                None,
+            )
+        } else {
+            (
+                Severity::Warning,
+                format!("clocks held down: {} (0x{bits:x})", bad.join(", ")),
+                Some("check cooling, PSUs and the BMC's power-brake signal".into()),
+            )
+        }
+    })
+}
+
+fn power_limit(c: &GpuCtx<'_>) -> Judged {
+    let default = c.g.power_limit_default_mw.value().copied();
+    on(&c.g.power_limit_enforced_mw, |enf| match default {
+        Some(d) if *enf < d => (
+            Severity::Warning,
+            format!("enforced {} W below default {} W", enf / 1000, d / 1000),
+            Some(format!(
+                "if not intended: `nvidia-smi -i {} -pl {}`, and check the BMC's power capping",
+                c.g.index,
+                d / 1000
+            )),
+        ),
+        Some(d) => (
+            Severity::Ok,
+            format!("enforced {} W (default {} W)", enf / 1000, d / 1000),
+            None,
+        ),
+        None => (Severity::Ok, format!("enforced {} W", enf / 1000), None),
+    })
+}
+
+/// PCIe link width and generation against their maximum; idle links downshift.
+fn pcie(c: &GpuCtx<'_>) -> Judged {
+    let g = c.g;
+    let idle = g
+        .clock_event_reasons
+        .value()
+        .is_some_and(|b| b & reasons::GPU_IDLE != 0);
+    match (
+        &g.pcie_gen_current,
+        &g.pcie_gen_max,
+        &g.pcie_width_current,
+        &g.pcie_width_max,
+    ) {
+        (Reading::Value(cg), Reading::Value(mg), Reading::Value(cw), Reading::Value(mw)) => {
+            let v = format!("Gen{cg} x{cw} (max Gen{mg} x{mw})");
+            Judged::Verdict(if cw < mw {
+                (
+                    Severity::Warning,
+                    format!("link narrower than it can: {v}"),
+                    Some("reseat the card or riser; check the slot".into()),
+                )
+            } else if cg < mg && !idle {
+                (
+                    Severity::Warning,
+                    format!("link below its generation under load: {v}"),
+                    Some("check BIOS PCIe settings, risers, retimers".into()),
+                )
+            } else if cg < mg {
+                (Severity::Ok, format!("{v}; idle links downshift"), None)
+            } else {
+                (Severity::Ok, v, None)
+            })
+        }
+        (Reading::Error(e), ..) | (_, Reading::Error(e), ..) => Judged::Error(e.clone()),
+        _ => Judged::NotSupported,
+    }
+}
+
+fn persistence(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.persistence_mode, |p| {
+        if *p {
+            (Severity::Ok, "persistence mode on".into(), None)
+        } else {
+            (
+                Severity::Warning,
+                "persistence mode off".into(),
+                Some("`systemctl enable --now nvidia-persistenced`".into()),
+            )
+        }
+    })
+}
+
+fn mig(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.mig_mode, |m| {
+        if m.current != m.pending {
+            (
+                Severity::Warning,
+                format!(
+                    "MIG {} now, {} after reset",
+                    onoff(m.current != 0),
+                    onoff(m.pending != 0)
+                ),
+                Some(format!(
+                    "the MIG change takes effect after a reset: {}",
+                    c.reset()
+                )),
+            )
+        } else {
+            (Severity::Ok, format!("MIG {}", onoff(m.current != 0)), None)
+        }
+    })
+}
+
+fn nvlink(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.nvlinks, |links| {
+        nvlink_verdict(links, c.g.index, c.nvswitch)
+    })
+}
+
+fn fabric(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.fabric, |f| fabric_verdict(f, c.g.index))
+}
+
+/// NVLink: every link up and error-free. A link down is CRITICAL on an NVSwitch (HGX) node,
+/// where every link must be up, else a WARNING; nonzero replay, recovery or CRC counters are a
+/// WARNING naming the links.
+pub fn nvlink_verdict(
+    links: &[NvLink],
+    index: u32,
+    nvswitch: bool,
+) -> (Severity, String, Option<String>) {
+    if links.is_empty() {
+        return (Severity::NotApplicable, "no NVLink".into(), None);
+    }
+    let inactive: Vec<String> = links
+        .iter()
+        .filter(|l| !l.active)
+        .map(|l| l.link.to_string())
+        .collect();
+    let sum = |f: fn(&NvLink) -> Option<u64>| -> u64 { links.iter().filter_map(f).sum() };
+    let mut v = format!(
+        "{}/{} links active; errors: replay {}, recovery {}, CRC flit {}, CRC data {}",
+        links.len() - inactive.len(),
+        links.len(),
+        sum(|l| l.replay_errors),
+        sum(|l| l.recovery_errors),
+        sum(|l| l.crc_flit_errors),
+        sum(|l| l.crc_data_errors)
+    );
+    let erring: Vec<String> = links
+        .iter()
+        .filter_map(|l| {
+            let parts: Vec<String> = [
+                ("replay", l.replay_errors),
+                ("recovery", l.recovery_errors),
+                ("CRC flit", l.crc_flit_errors),
+                ("CRC data", l.crc_data_errors),
+            ]
+            .iter()
+            .filter_map(|(k, n)| n.filter(|n| *n > 0).map(|n| format!("{k} {n}")))
+            .collect();
+            (!parts.is_empty()).then(|| format!("link {} {}", l.link, parts.join(" ")))
+        })
+        .collect();
+    if !inactive.is_empty() {
+        v.push_str(&format!("; down: link {}", inactive.join(",")));
+    }
+    if !erring.is_empty() {
+        v.push_str(&format!("; {}", erring.join("; ")));
+    }
+    if !inactive.is_empty() {
+        let (sev, hint) = if nvswitch {
+            (
+                Severity::Critical,
+                format!(
+                    "drain the node: on an NVSwitch system every link must be up, or the GPU loses NVLink bandwidth or drops out of the fabric; `nvidia-smi nvlink -s -i {index}`, then reset the GPU (`nvidia-smi -r -i {index}`) or reboot; if the link stays down, the baseboard or GPU needs service"
+                ),
+            )
+        } else {
+            (
+                Severity::Warning,
+                format!(
+                    "check the NVLink bridge; `nvidia-smi nvlink -s -i {index}`; reset the GPU (`nvidia-smi -r -i {index}`)"
+                ),
+            )
+        };
+        (sev, v, Some(hint))
+    } else if !erring.is_empty() {
+        (
+            Severity::Warning,
+            v,
+            Some(format!(
+                "NVLink errors since the driver loaded: watch whether they grow (`nvidia-smi nvlink -e -i {index}`); run DCGM diagnostics and service the link if they keep rising"
+            )),
+        )
+    } else {
+        (Severity::Ok, v, None)
+    }
+}
+
+/// One field of NVML's fabric health mask.
+fn mask_field(mask: u32, shift: u32, width: u32) -> u32 {
+    (mask >> shift) & width
+}
+
+/// Fabric registration (NVSwitch systems): state completed with status success is OK.
+pub fn fabric_verdict(f: &Fabric, index: u32) -> (Severity, String, Option<String>) {
+    const TRUE: u32 = 1;
+    let degraded = mask_field(f.health_mask, 0, 0x3) == TRUE;
+    let route_recovery = mask_field(f.health_mask, 2, 0x3) == TRUE;
+    let route_unhealthy = mask_field(f.health_mask, 4, 0x3) == TRUE;
+    let timeout_recovery = mask_field(f.health_mask, 6, 0x3) == TRUE;
+    let config = match mask_field(f.health_mask, 8, 0xf) {
+        2 => Some("incorrect system GUID"),
+        3 => Some("incorrect chassis serial number"),
+        4 => Some("no partition"),
+        5 => Some("insufficient NVLinks"),
+        _ => None,
+    };
+    let fm_log = "check nvidia-fabricmanager (`systemctl status nvidia-fabricmanager`, /var/log/fabricmanager.log): it must run at the driver's exact version";
+    match f.state {
+        3 if f.status != 0 => {
+            let name = match nvml_wrapper::error::nvml_try(f.status) {
+                Ok(()) => String::new(),
+                Err(e) => format!(": {}", error_name(&e)),
+            };
+            (
+                Severity::Critical,
+                format!(
+                    "fabric registration completed with a failure (NVML status {}{name})",
+                    f.status
+                ),
+                Some(format!(
+                    "{fm_log}; restart it, then reset GPU {index} (`nvidia-smi -r -i {index}`) or reboot"
+                )),
+            )
+        }
+        3 if route_unhealthy || config.is_some() => (
+            Severity::Critical,
+            format!(
+                "fabric registered but {}",
+                config.unwrap_or("its route is unhealthy")
+            ),
+            Some(format!("{fm_log}; see the NVSwitch links; drain and reboot")),
+        ),
+        3 if degraded || route_recovery || timeout_recovery => {
+            let mut what = Vec::new();
+            if degraded {
+                what.push("bandwidth degraded");
+            }
+            if route_recovery {
+                what.push("route recovery in progress");
+            }
+            if timeout_recovery {
+                what.push("access-timeout recovery in progress");
+            }
+            (
+                Severity::Warning,
+                format!("fabric registered; {}", what.join(", ")),
+                Some("check the NVSwitch links and the fabric manager's log".into()),
+            )
+        }
+        3 => (
+            Severity::Ok,
+            format!(
+                "fabric registered (state completed, status success, clique {})",
+                f.clique_id
+            ),
+            None,
+        ),
+        1 => (
+            Severity::Critical,
+            "fabric registration not started".into(),
+            Some(format!(
+                "{fm_log}; start it (`systemctl enable --now nvidia-fabricmanager`); CUDA fails on this GPU until the fabric registers"
+            )),
+        ),
+        2 => (
+            Severity::Warning,
+            "fabric registration in progress".into(),
+            Some(format!(
+                "normal for a minute after boot or a fabric manager start; if it stays, {fm_log}"
+            )),
+        ),
+        x => (Severity::Unknown, format!("fabric state {x}"), None),
+    }
+}
+
+/// NVML's error as a short name (`NotSupported`, `InsufficientResources`).
+fn error_name(e: &nvml_wrapper::error::NvmlError) -> String {
+    let dbg = format!("{e:?}");
+    dbg.split('(').next().unwrap_or(&dbg).to_string()
+}
+
+fn onoff(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
