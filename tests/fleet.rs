@@ -170,6 +170,7 @@ fn the_rpm_installs_into_an_oracle_linux_root_with_dnf_and_runs() {
         "usr/lib/systemd/system/gpuhost-resume.service",
         "usr/lib/systemd/system/gpuhost-status.service",
         "usr/lib/systemd/system/gpuhost-status.timer",
+        "usr/lib/systemd/system/gpuhost-serve.service",
         "usr/share/gpuhost/profiles/ol8-uek.toml",
         "usr/share/gpuhost/profiles/ol9-rhck.toml",
     ] {
@@ -220,6 +221,7 @@ fn the_units_pass_systemd_analyze_verify() {
             "gpuhost-resume.service",
             "gpuhost-status.service",
             "gpuhost-status.timer",
+            "gpuhost-serve.service",
         ]));
     assert!(
         o.status.success() && o.stderr.is_empty(),

@@ -71,6 +71,10 @@ enum Command {
     },
     /// Node health through NVML, sysfs, the kernel log and services (Nagios exit codes).
     Status(gpuhost_health::StatusArgs),
+    /// Serve node health over HTTP: /metrics (Prometheus), /healthz, /status (JSON); NVML stays
+    /// initialised between sweeps. Exit codes: 0 stopped by SIGTERM/SIGINT, 1 could not
+    /// listen or failed, 2 bad arguments.
+    Serve(gpuhost_serve::ServeArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -178,6 +182,7 @@ fn main() -> ExitCode {
         ),
         Command::Generate { what } => report(Format::Text, generate(what)),
         Command::Status(s) => gpuhost_health::run(s),
+        Command::Serve(s) => gpuhost_serve::run(s),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

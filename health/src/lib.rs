@@ -12,6 +12,7 @@
 //!
 //! The JSON report (`--format json`) is documented in `health/README.md`.
 
+pub mod coprobe;
 pub mod host;
 pub mod kmsg;
 pub mod nvml;
@@ -34,8 +35,9 @@ use snapshot::{
 };
 use verdict::{Expect, Severity};
 
-/// `gpuhost status` options.
-#[derive(Args, Debug, Clone)]
+/// `gpuhost status` options. (`Default` is for code that builds them: it is not the
+/// command line's defaults.)
+#[derive(Args, Debug, Clone, Default)]
 pub struct StatusArgs {
     /// Output format on stdout.
     #[arg(long, default_value = "table", value_parser = ["table", "json", "prometheus"])]
@@ -56,6 +58,14 @@ pub struct StatusArgs {
     /// Internal: be the NVML probe (print its answer as JSON).
     #[arg(long, hide = true)]
     pub nvml_probe: bool,
+    /// Internal: be `gpuhost serve`'s long-lived NVML probe (answer each `sweep` line on stdin
+    /// with one JSON line; NVML stays initialised).
+    #[arg(long, hide = true)]
+    pub nvml_serve: bool,
+    /// Internal, with --nvml-serve: answer the `nvml` part of this saved snapshot instead of
+    /// asking NVML (tests, benchmarks).
+    #[arg(long, hide = true, value_name = "FILE", requires = "nvml_serve")]
+    pub nvml_fixture: Option<PathBuf>,
     /// Internal: print every NVLink and fabric NVML call's raw return code, per GPU, as JSON
     /// (evidence for what a machine supports; see bench/MULTI-GPU.md).
     #[arg(long, hide = true)]
@@ -82,6 +92,9 @@ pub struct StatusArgs {
 pub fn run(args: &StatusArgs) -> i32 {
     if args.nvml_probe {
         return run_probe();
+    }
+    if args.nvml_serve {
+        return coprobe::serve_child(args.nvml_fixture.as_deref());
     }
     if args.nvml_calls {
         return match serde_json::to_string_pretty(&nvml::calls::report()) {
@@ -172,8 +185,13 @@ fn timeout(secs: f64) -> Result<Duration> {
 /// driver version from the profile's `status.expect_driver_version`, else its local repo RPM
 /// name; `status.require_docker` and `status.require_fabric_manager`.
 pub fn expectations(args: &StatusArgs) -> Expect {
+    expectations_for(args.profile.as_deref(), args.expect_gpus)
+}
+
+/// [`expectations`] from a profile name or path and an `--expect-gpus` count.
+pub fn expectations_for(profile: Option<&str>, expect_gpus: Option<u32>) -> Expect {
     let mut e = Expect::default();
-    if let Some(name) = &args.profile {
+    if let Some(name) = profile {
         match Profile::resolve(name, &[]) {
             Ok(p) => {
                 if let Some(n) = p.status.expect_gpus {
@@ -197,7 +215,7 @@ pub fn expectations(args: &StatusArgs) -> Expect {
             Err(err) => e.profile_error = Some(format!("{err:#}")),
         }
     }
-    if let Some(n) = args.expect_gpus {
+    if let Some(n) = expect_gpus {
         e.gpus = Some(n);
         e.gpus_source = Some("--expect-gpus".into());
     }
@@ -208,7 +226,11 @@ pub fn expectations(args: &StatusArgs) -> Expect {
 /// happen here. Fabric Manager's version is asked (rpm) only where NVSwitches are on PCI or
 /// `expect` requires Fabric Manager, beside the `systemctl` call.
 pub fn collect(host: &Host, timeout: Duration, expect: &Expect) -> Snapshot {
-    let live = host.is_live();
+    collect_around(host, expect, || one_shot_probe(timeout))
+}
+
+/// The one-shot NVML probe: a child process under a deadline ([`probe`]).
+fn one_shot_probe(timeout: Duration) -> NvmlProbe {
     let running = match std::env::current_exe() {
         Ok(exe) => {
             let argv: Vec<OsString> = vec![exe.into(), "status".into(), "--nvml-probe".into()];
@@ -220,6 +242,43 @@ pub fn collect(host: &Host, timeout: Duration, expect: &Expect) -> Snapshot {
             ..NvmlProbe::default()
         })),
     };
+    match running {
+        Ok(r) => r.finish(),
+        Err(p) => *p,
+    }
+}
+
+/// Collect a snapshot whose NVML part comes from `nvml`, run on another thread while the
+/// driver-free reads happen here (`gpuhost serve` passes its long-lived probe).
+pub fn collect_around<F>(host: &Host, expect: &Expect, nvml: F) -> Snapshot
+where
+    F: FnOnce() -> NvmlProbe + Send,
+{
+    std::thread::scope(|scope| {
+        let probe = scope.spawn(nvml);
+        let (host_snap, services, kernel_log) = collect_host(host, expect);
+        let nvml = probe.join().unwrap_or_else(|_| NvmlProbe {
+            status: ProbeStatus::ProbeFailed,
+            error: Some("the NVML probe thread panicked".into()),
+            ..NvmlProbe::default()
+        });
+        Snapshot {
+            schema: SNAPSHOT_SCHEMA,
+            collected_at: gpuhost_steps::fsutil::unix_now(),
+            host: host_snap,
+            services,
+            kernel_log,
+            nvml,
+        }
+    })
+}
+
+/// The driver-free part: sysfs and /proc, the kernel log, and (on the live system) services.
+fn collect_host(
+    host: &Host,
+    expect: &Expect,
+) -> (snapshot::HostSnapshot, Services, snapshot::KernelLog) {
+    let live = host.is_live();
     let host_snap = host::collect(host);
     let kernel_log = kmsg::collect(host);
     let want_fm = match expect.require_fabric_manager {
@@ -247,16 +306,5 @@ pub fn collect(host: &Host, timeout: Duration, expect: &Expect) -> Snapshot {
             ..Services::default()
         }
     };
-    let nvml = match running {
-        Ok(r) => r.finish(),
-        Err(p) => *p,
-    };
-    Snapshot {
-        schema: SNAPSHOT_SCHEMA,
-        collected_at: gpuhost_steps::fsutil::unix_now(),
-        host: host_snap,
-        services,
-        kernel_log,
-        nvml,
-    }
+    (host_snap, services, kernel_log)
 }

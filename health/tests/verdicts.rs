@@ -582,11 +582,9 @@ fn textfile_is_written_atomically() {
         expect_gpus: None,
         profile: None,
         timeout: 10.0,
-        nvml_probe: false,
-        nvml_calls: false,
-        dump_snapshot: false,
         from_snapshot: Some(fixtures().join("h200-snapshot.json")),
         root: "/".into(),
+        ..Default::default()
     };
     let code = gpuhost_health::run(&args);
     assert_eq!(code, 3);

@@ -317,6 +317,196 @@ impl Spawned {
     }
 }
 
+/// A long-lived command spoken to over its stdin and stdout, one line each way, started by
+/// [`Cmd::coprocess`] (`gpuhost serve`'s NVML probe, which keeps NVML initialised between
+/// sweeps). Like [`Cmd::spawn`], nothing here waits on the child past a deadline: a child that
+/// does not answer in time is killed and left behind ([`Coprocess::abandon`]).
+#[derive(Debug)]
+pub struct Coprocess {
+    argv: Vec<String>,
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+    stderr: std::sync::Arc<Mutex<std::collections::VecDeque<String>>>,
+    stderr_done: std::sync::mpsc::Receiver<()>,
+}
+
+/// What one question to a [`Coprocess`] got.
+#[derive(Debug)]
+pub enum Answer {
+    /// One line (without its newline).
+    Line(String, Duration),
+    /// The child closed its stdout or exited: its exit status (None: a signal, or still
+    /// running) and the tail of its stderr.
+    Gone { code: Option<i32>, stderr: String },
+    /// No line by the deadline; the child is still there (abandon it).
+    Late(Duration),
+}
+
+/// Lines of a coprocess's stderr kept for errors.
+const COPROCESS_STDERR_LINES: usize = 20;
+
+impl Cmd {
+    /// Start the command with piped stdin and stdout, for a question-and-answer exchange of
+    /// lines; its stderr is logged at debug level and its tail kept for errors.
+    pub fn coprocess(&self) -> Result<Coprocess> {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let argv = self.argv();
+        tracing::debug!(command = %Display(&argv), "starting a coprocess");
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| anyhow!("cannot run `{}`: {e}", Display(&argv)))?;
+        let (tx, lines) = std::sync::mpsc::channel();
+        if let Some(out) = child.stdout.take() {
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(out).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let stderr = std::sync::Arc::new(Mutex::new(std::collections::VecDeque::new()));
+        let (done, stderr_done) = std::sync::mpsc::channel();
+        if let Some(err) = child.stderr.take() {
+            let keep = std::sync::Arc::clone(&stderr);
+            std::thread::spawn(move || {
+                let _done = done;
+                for line in std::io::BufReader::new(err).lines() {
+                    let Ok(line) = line else { break };
+                    tracing::debug!(target: "coprocess", "{line}");
+                    let mut q = match keep.lock() {
+                        Ok(q) => q,
+                        Err(p) => p.into_inner(),
+                    };
+                    if q.len() == COPROCESS_STDERR_LINES {
+                        q.pop_front();
+                    }
+                    q.push_back(line);
+                }
+            });
+        }
+        Ok(Coprocess {
+            stdin: child.stdin.take(),
+            argv,
+            child,
+            lines,
+            stderr,
+            stderr_done,
+        })
+    }
+}
+
+impl Coprocess {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Write `question` (one line) and wait for one line of answer until `deadline`.
+    pub fn ask(&mut self, question: &str, deadline: Instant) -> Answer {
+        use std::io::Write;
+        let start = Instant::now();
+        // Answers to earlier questions that came after their deadline are stale: drop them.
+        while self.lines.try_recv().is_ok() {}
+        let sent = match self.stdin.as_mut() {
+            Some(w) => w
+                .write_all(question.as_bytes())
+                .and_then(|()| w.write_all(b"\n"))
+                .and_then(|()| w.flush())
+                .is_ok(),
+            None => false,
+        };
+        if !sent {
+            return self.gone();
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.lines.recv_timeout(left) {
+            Ok(line) => Answer::Line(line, start.elapsed()),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Answer::Late(start.elapsed()),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => self.gone(),
+        }
+    }
+
+    fn gone(&mut self) -> Answer {
+        // Give the child a moment to exit after closing its stdout, for its status.
+        let until = Instant::now() + Duration::from_millis(200);
+        let code = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break s.code(),
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(2)),
+                Ok(None) | Err(_) => break None,
+            }
+        };
+        // Its stderr to the end, when it has one.
+        let _ = self.stderr_done.recv_timeout(Duration::from_millis(100));
+        Answer::Gone {
+            code,
+            stderr: self.stderr_tail(),
+        }
+    }
+
+    /// The last lines of the child's stderr, joined with " | ".
+    pub fn stderr_tail(&self) -> String {
+        let q = match self.stderr.lock() {
+            Ok(q) => q,
+            Err(p) => p.into_inner(),
+        };
+        let text: Vec<&str> = q.iter().map(String::as_str).collect();
+        tail_lines(&text.join("\n"), 5)
+    }
+
+    /// Whether the child has exited (reaping it if so).
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kill the child (SIGKILL, delivered once the kernel lets go of it) without waiting for
+    /// it. The returned handle reaps it later ([`Abandoned::reaped`]).
+    pub fn abandon(mut self) -> Abandoned {
+        let pid = self.child.id();
+        let _ = self.child.kill();
+        drop(self.stdin.take());
+        record(CmdRecord {
+            argv: self.argv.clone(),
+            exit_code: None,
+            duration_ms: 0,
+        });
+        Abandoned { pid, inner: self }
+    }
+}
+
+impl Drop for Coprocess {
+    fn drop(&mut self) {
+        // Closing stdin asks a well-behaved child to exit; one still running is killed.
+        drop(self.stdin.take());
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.try_wait();
+        }
+    }
+}
+
+/// A killed coprocess that may still be stuck in the kernel.
+#[derive(Debug)]
+pub struct Abandoned {
+    pub pid: u32,
+    inner: Coprocess,
+}
+
+impl Abandoned {
+    /// True once the process has ended (and is reaped): a new one may be started.
+    pub fn reaped(&mut self) -> bool {
+        self.inner.exited()
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

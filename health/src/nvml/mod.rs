@@ -50,8 +50,17 @@ pub(crate) fn error_kind(e: &NvmlError) -> String {
 /// Initialise NVML and read every device. Never panics; errors become data.
 pub fn probe() -> NvmlProbe {
     let start = Instant::now();
-    let nvml = match Nvml::init() {
-        Ok(n) => n,
+    match init(start) {
+        Ok(nvml) => read(&nvml, start),
+        Err(failed) => *failed,
+    }
+}
+
+/// Initialise NVML; a failure is the probe's answer (classified: no library, driver not
+/// loaded, version mismatch, …). `gpuhost serve`'s probe keeps the handle between sweeps.
+pub fn init(start: Instant) -> Result<Nvml, Box<NvmlProbe>> {
+    match Nvml::init() {
+        Ok(n) => Ok(n),
         Err(e) => {
             let status = match &e {
                 NvmlError::LibloadingError(_) => ProbeStatus::NoLibrary,
@@ -60,14 +69,18 @@ pub fn probe() -> NvmlProbe {
                 NvmlError::NoPermission => ProbeStatus::NoPermission,
                 _ => ProbeStatus::InitError,
             };
-            return NvmlProbe {
+            Err(Box::new(NvmlProbe {
                 status,
                 error: Some(format!("{e}")),
                 duration_ms: Some(ms(start)),
                 ..NvmlProbe::default()
-            };
+            }))
         }
-    };
+    }
+}
+
+/// Read the driver's versions and every device through an initialised NVML.
+pub fn read(nvml: &Nvml, start: Instant) -> NvmlProbe {
     let mut p = NvmlProbe {
         status: ProbeStatus::Ok,
         driver_version: nvml.sys_driver_version().ok(),
@@ -79,7 +92,7 @@ pub fn probe() -> NvmlProbe {
         Ok(n) => {
             p.device_count = Some(n);
             let t = Instant::now();
-            p.gpus = sweep(&nvml, n, sequential());
+            p.gpus = sweep(nvml, n, sequential());
             p.sweep_wall_ms = Some(ms(t));
         }
         Err(e) => p.error = Some(format!("device count: {e}")),

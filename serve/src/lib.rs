@@ -1,0 +1,513 @@
+//! `gpuhost serve`: node health over HTTP, for Prometheus and load balancers.
+//!
+//! - `GET /metrics`: Prometheus text exposition, the same series as `gpuhost status
+//!   --textfile` writes;
+//! - `GET /healthz`: 200 when the verdict is OK or WARNING, 503 otherwise, with one line that
+//!   says why;
+//! - `GET /status`: the JSON of `gpuhost status --format json`.
+//!
+//! Which part does what: tokio runs the server (a small multi-threaded runtime, signals,
+//! timers), axum (on hyper) is the HTTP stack, and the sweep itself is the synchronous code of
+//! `gpuhost status` run on tokio's blocking pool. NVML stays initialised between sweeps in a
+//! long-lived probe child ([`gpuhost_health::coprobe`]) that is killed and replaced when it
+//! misses its deadline, so a hung driver makes the verdict CRITICAL "driver unresponsive"
+//! while every endpoint keeps answering.
+//!
+//! When does a sweep run: every `--interval` seconds, and on demand when a request finds the
+//! last one older than `--max-age` (the short cache; concurrent requests share one sweep).
+//! Each answer is rendered once per sweep, so a scrape only copies bytes. A request waits for
+//! a sweep at most the probe deadline plus one second, then answers from the last one.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use clap::Args;
+use tokio::sync::watch;
+
+use gpuhost_health::coprobe::CoProbe;
+use gpuhost_health::snapshot::Snapshot;
+use gpuhost_health::verdict::{self, Expect, Severity};
+use gpuhost_health::{output, probe};
+use gpuhost_steps::host::Host;
+
+/// Default listen address: loopback only. Port 19400: the Prometheus exporter range
+/// 9100–9999 is fully allocated (node_exporter 9100, dcgm-exporter 9400 among them), and the
+/// Prometheus docs recommend ports outside it for exporters not in its registry.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:19400";
+
+/// Exit codes of `gpuhost serve`.
+pub mod exit {
+    /// Stopped by SIGTERM or SIGINT.
+    pub const OK: i32 = 0;
+    /// Could not listen, or the server failed.
+    pub const FAILED: i32 = 1;
+    /// Bad arguments: nothing was started.
+    pub const INVALID: i32 = 2;
+}
+
+/// `gpuhost serve` options.
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address and port to listen on (use 0.0.0.0:PORT or [::]:PORT to be scraped from other
+    /// machines).
+    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
+    pub listen: String,
+    /// Sweep (NVML, sysfs, kernel log, services) every this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value = "10")]
+    pub interval: f64,
+    /// A request served from a sweep older than this starts a new one and waits for it.
+    #[arg(long, value_name = "SECONDS", default_value = "1")]
+    pub max_age: f64,
+    /// Deadline for each NVML sweep; past it the driver is reported unresponsive and the
+    /// probe replaced.
+    #[arg(long, value_name = "SECONDS", default_value = "5")]
+    pub timeout: f64,
+    /// GPUs this node must have (overrides the profile's `status.expect_gpus`).
+    #[arg(long, value_name = "N")]
+    pub expect_gpus: Option<u32>,
+    /// A profile (built-in name or .toml path) giving the expected GPU count and driver version.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Serve a snapshot saved by `gpuhost status --dump-snapshot`: its host part as saved,
+    /// its NVML part answered by the probe child from the file (tests, benchmarks).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub from_snapshot: Option<PathBuf>,
+    /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests).
+    #[arg(
+        long,
+        hide = true,
+        value_name = "DIR",
+        env = "GPUHOST_STATUS_ROOT",
+        default_value = "/"
+    )]
+    pub root: PathBuf,
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+struct Settings {
+    listen: SocketAddr,
+    interval: Duration,
+    max_age: Duration,
+    timeout: Duration,
+}
+
+fn seconds(flag: &str, v: f64, max: f64) -> Result<Duration> {
+    if !(v.is_finite() && v > 0.0 && v <= max) {
+        anyhow::bail!("--{flag} {v}: give seconds above 0 and at most {max}");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn settings(a: &ServeArgs) -> Result<Settings> {
+    let listen: SocketAddr = a.listen.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "--listen {}: give an address and a port, e.g. 127.0.0.1:19400 or [::]:19400",
+            a.listen
+        )
+    })?;
+    Ok(Settings {
+        listen,
+        interval: seconds("interval", a.interval, 86400.0)?,
+        max_age: seconds("max-age", a.max_age, 86400.0)?,
+        timeout: seconds("timeout", a.timeout, 60.0)?,
+    })
+}
+
+/// Run `gpuhost serve` until SIGTERM or SIGINT; returns the exit code.
+pub fn run(a: &ServeArgs) -> i32 {
+    let s = match settings(a) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("gpuhost serve: {e:#}");
+            return exit::INVALID;
+        }
+    };
+    let expect = gpuhost_health::expectations_for(a.profile.as_deref(), a.expect_gpus);
+    if let Some(err) = &expect.profile_error {
+        eprintln!("gpuhost serve: --profile: {err}");
+        return exit::INVALID;
+    }
+    let fixture = match a.from_snapshot.as_deref().map(load_snapshot).transpose() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("gpuhost serve: {e:#}");
+            return exit::INVALID;
+        }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("gpuhost serve: cannot find gpuhost's own executable: {e}");
+            return exit::FAILED;
+        }
+    };
+    let mut argv: Vec<OsString> = vec![exe.into(), "status".into(), "--nvml-serve".into()];
+    if let Some(f) = &a.from_snapshot {
+        argv.push("--nvml-fixture".into());
+        argv.push(f.clone().into());
+    }
+    let host = match Host::new(&a.root) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("gpuhost serve: {e:#}");
+            return exit::INVALID;
+        }
+    };
+    let sweeper = Sweeper {
+        probe: CoProbe::new(argv, s.timeout, &probe::run_dir()),
+        host,
+        expect,
+        fixture,
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(4)
+        .thread_name("gpuhost-serve")
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gpuhost serve: cannot start the runtime: {e}");
+            return exit::FAILED;
+        }
+    };
+    match rt.block_on(serve(s, sweeper)) {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!("gpuhost serve: {e:#}");
+            exit::FAILED
+        }
+    }
+}
+
+fn load_snapshot(path: &Path) -> Result<Snapshot> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Collects snapshots: the probe child for NVML, the status code for the rest.
+struct Sweeper {
+    probe: CoProbe,
+    host: Host,
+    expect: Expect,
+    fixture: Option<Snapshot>,
+}
+
+impl Sweeper {
+    fn sweep(&mut self) -> Rendered {
+        let started = Instant::now();
+        let Sweeper {
+            probe,
+            host,
+            expect,
+            fixture,
+        } = self;
+        let snapshot = match fixture {
+            Some(f) => {
+                let mut s = f.clone();
+                s.nvml = probe.sweep();
+                s.collected_at = gpuhost_steps::fsutil::unix_now();
+                s
+            }
+            None => gpuhost_health::collect_around(host, expect, || probe.sweep()),
+        };
+        // The subprocess wrapper keeps a record of every command for apply's report; a server
+        // must not let them pile up.
+        drop(gpuhost_steps::cmd::take_records());
+        let rendered = Rendered::new(&snapshot, expect, started);
+        tracing::debug!(
+            "sweep: {} in {:.1} ms",
+            rendered.health_line,
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        rendered
+    }
+}
+
+/// One sweep's answers, rendered once.
+struct Rendered {
+    /// When the sweep started.
+    at: Instant,
+    healthy: bool,
+    health_line: String,
+    metrics: String,
+    status_json: String,
+}
+
+impl Rendered {
+    fn new(s: &Snapshot, expect: &Expect, at: Instant) -> Rendered {
+        let checks = verdict::evaluate(s, expect);
+        let worst = verdict::overall(&checks);
+        let table = output::table(&checks);
+        let health_line = table
+            .lines()
+            .next()
+            .unwrap_or(worst.label())
+            .trim()
+            .to_string();
+        Rendered {
+            at,
+            healthy: matches!(worst, Severity::Ok | Severity::Warning),
+            health_line,
+            metrics: output::prometheus(s, &checks),
+            status_json: output::json(s, expect, &checks),
+        }
+    }
+}
+
+struct Shared {
+    current: RwLock<Arc<Rendered>>,
+    sweeper: Arc<Mutex<Sweeper>>,
+    sweeping: AtomicBool,
+    generation: watch::Sender<u64>,
+    sweeps: AtomicU64,
+    max_age: Duration,
+    answer_within: Duration,
+}
+
+impl Shared {
+    fn current(&self) -> Arc<Rendered> {
+        match self.current.read() {
+            Ok(c) => Arc::clone(&c),
+            Err(p) => Arc::clone(&p.into_inner()),
+        }
+    }
+
+    /// Start a sweep unless one is running.
+    fn kick(self: &Arc<Self>) {
+        if self.sweeping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let sweeper = Arc::clone(&me.sweeper);
+            let done = tokio::task::spawn_blocking(move || match sweeper.lock() {
+                Ok(mut s) => s.sweep(),
+                Err(p) => p.into_inner().sweep(),
+            })
+            .await;
+            match done {
+                Ok(r) => {
+                    let r = Arc::new(r);
+                    match me.current.write() {
+                        Ok(mut c) => *c = r,
+                        Err(p) => *p.into_inner() = r,
+                    }
+                    let n = me.sweeps.fetch_add(1, Ordering::AcqRel) + 1;
+                    me.generation.send_replace(n);
+                }
+                Err(e) => tracing::error!("a sweep failed: {e}"),
+            }
+            me.sweeping.store(false, Ordering::Release);
+        });
+    }
+
+    /// The answers of a sweep no older than `--max-age`, or — when the sweep this starts does
+    /// not finish within the answer deadline — the last ones.
+    async fn fresh(self: &Arc<Self>) -> Arc<Rendered> {
+        let cur = self.current();
+        if cur.at.elapsed() <= self.max_age {
+            return cur;
+        }
+        let asked = Instant::now();
+        let mut rx = self.generation.subscribe();
+        self.kick();
+        let waited = tokio::time::timeout(self.answer_within, async {
+            loop {
+                if rx.changed().await.is_err() {
+                    break;
+                }
+                let c = self.current();
+                // A sweep that started before this request may still be recent enough.
+                if c.at >= asked || c.at.elapsed() <= self.max_age {
+                    break;
+                }
+                self.kick();
+            }
+        })
+        .await;
+        if waited.is_err() {
+            tracing::warn!(
+                "no sweep finished within {:.1} s: answering from the last one",
+                self.answer_within.as_secs_f64()
+            );
+        }
+        self.current()
+    }
+}
+
+async fn serve(s: Settings, mut sweeper: Sweeper) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(s.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {}; is another gpuhost serve running? choose another with --listen",
+                s.listen
+            )
+        })?;
+    let local = listener.local_addr().context("reading the bound address")?;
+    // The first sweep before the first answer: the server never answers without one.
+    let first = tokio::task::spawn_blocking(move || {
+        let r = sweeper.sweep();
+        (sweeper, r)
+    })
+    .await
+    .context("the first sweep failed")?;
+    let (sweeper, rendered) = first;
+    let (generation, _) = watch::channel(1);
+    let shared = Arc::new(Shared {
+        current: RwLock::new(Arc::new(rendered)),
+        sweeper: Arc::new(Mutex::new(sweeper)),
+        sweeping: AtomicBool::new(false),
+        generation,
+        sweeps: AtomicU64::new(1),
+        max_age: s.max_age,
+        answer_within: s.timeout + Duration::from_secs(1),
+    });
+    let ticker = {
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(s.interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                if shared.current().at.elapsed() >= s.interval / 2 {
+                    shared.kick();
+                }
+            }
+        })
+    };
+    let app = Router::new()
+        .route("/", get(index))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/status", get(status))
+        .with_state(Arc::clone(&shared));
+    eprintln!(
+        "gpuhost serve: listening on http://{local} (/metrics, /healthz, /status); sweep every {:.0} s, cache {:.1} s, NVML deadline {:.1} s",
+        s.interval.as_secs_f64(),
+        s.max_age.as_secs_f64(),
+        s.timeout.as_secs_f64()
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("serving HTTP")?;
+    ticker.abort();
+    // Dropping the sweeper closes the probe child's stdin; it exits (or is killed).
+    drop(shared);
+    eprintln!("gpuhost serve: stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! {
+                _ = t.recv() => eprintln!("gpuhost serve: SIGTERM, finishing the requests in flight"),
+                _ = i.recv() => eprintln!("gpuhost serve: SIGINT, finishing the requests in flight"),
+            }
+        }
+        _ => {
+            tracing::error!("cannot listen for signals; stop the server with SIGKILL");
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+/// The Prometheus text exposition format's content type.
+const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+async fn index() -> Response {
+    (
+        [(header::CONTENT_TYPE, TEXT)],
+        "gpuhost serve: GET /metrics (Prometheus), /healthz (200 OK or WARNING, 503 otherwise), /status (JSON)\n",
+    )
+        .into_response()
+}
+
+async fn metrics(State(s): State<Arc<Shared>>) -> Response {
+    let r = s.fresh().await;
+    ([(header::CONTENT_TYPE, PROMETHEUS)], r.metrics.clone()).into_response()
+}
+
+async fn healthz(State(s): State<Arc<Shared>>) -> Response {
+    let r = s.fresh().await;
+    let code = if r.healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        [(header::CONTENT_TYPE, TEXT)],
+        format!("{}\n", r.health_line),
+    )
+        .into_response()
+}
+
+async fn status(State(s): State<Arc<Shared>>) -> Response {
+    let r = s.fresh().await;
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        r.status_json.clone(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn args(listen: &str) -> ServeArgs {
+        ServeArgs {
+            listen: listen.into(),
+            interval: 10.0,
+            max_age: 1.0,
+            timeout: 5.0,
+            expect_gpus: None,
+            profile: None,
+            from_snapshot: None,
+            root: "/".into(),
+        }
+    }
+
+    #[test]
+    fn listen_addresses_and_durations_are_checked() {
+        assert!(settings(&args("127.0.0.1:19400")).is_ok());
+        assert!(settings(&args("[::]:0")).is_ok());
+        let e = settings(&args("localhost")).unwrap_err().to_string();
+        assert!(e.contains("--listen localhost"), "{e}");
+        let mut a = args("127.0.0.1:1");
+        a.timeout = 0.0;
+        let e = settings(&a).unwrap_err().to_string();
+        assert!(e.contains("--timeout 0"), "{e}");
+    }
+
+    #[test]
+    fn the_default_port_is_neither_node_exporter_nor_dcgm_exporter() {
+        let a: SocketAddr = DEFAULT_LISTEN.parse().unwrap();
+        assert!(a.ip().is_loopback());
+        assert!(![9100, 9400].contains(&a.port()));
+        assert!(!(9100..=9999).contains(&a.port()));
+    }
+}
