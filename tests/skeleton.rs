@@ -576,6 +576,146 @@ fn the_whole_registry_converges_and_then_stays_unchanged() {
     }
 }
 
+/// The distinct dnf commands the report lists (a transaction shared by several steps is listed
+/// under each of them), as (subcommand, operands).
+fn dnf_commands(rep: &Value) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = Vec::new();
+    for s in rep["steps"].as_array().into_iter().flatten() {
+        for c in s["commands"].as_array().into_iter().flatten() {
+            let argv: Vec<String> = c["argv"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.as_str().map(str::to_string))
+                .collect();
+            if argv.first().map(String::as_str) != Some("dnf") {
+                continue;
+            }
+            let words: Vec<String> = argv[1..]
+                .iter()
+                .filter(|a| !a.starts_with('-'))
+                .cloned()
+                .collect();
+            if !out.contains(&words) {
+                out.push(words);
+            }
+        }
+    }
+    out
+}
+
+/// A fresh host: every step's package work goes into two dnf transactions — NVIDIA's local
+/// repo package first (it brings the repo the driver comes from), then everything else, the
+/// module stream included — and the DKMS build in the second one already has the kernel's
+/// compiler and the override (no rebuild, no third transaction).
+#[test]
+fn a_fresh_host_takes_two_dnf_transactions() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let rpm = world::World::get().cuda_local(world::CUDA_LOCAL_EL8_12_2);
+    let set = format!("driver.local_repo_rpm={}", rpm.display());
+    let profile = world::profile("ol8-uek");
+    let args = [
+        "apply",
+        "--profile",
+        &profile,
+        "--set",
+        &set,
+        "--format",
+        "json",
+    ];
+    let (o, execs) = root.gpuhost_traced(&args);
+    let rep = report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    let dnf = dnf_commands(&rep);
+    assert_eq!(dnf.len(), 2, "{dnf:#?}");
+    let local = vec!["install".to_string(), rpm.display().to_string()];
+    assert!(
+        dnf.contains(&local),
+        "the local repo package in a transaction of its own: {dnf:#?}"
+    );
+    let second = dnf
+        .iter()
+        .find(|c| **c != local)
+        .map(|c| c.join(" "))
+        .unwrap_or_default();
+    for needle in [
+        "install",
+        "@nvidia-driver:latest-dkms/default",
+        &format!("kernel-uek-devel-{UEK8_NEW}"),
+        "gcc-toolset-11-gcc",
+        "kmod-nvidia-latest-dkms",
+        "docker-ce",
+        "nvidia-container-toolkit-1.17.8",
+    ] {
+        assert!(second.contains(needle), "{needle} not in {second}");
+    }
+    if let Some(execs) = execs {
+        let n = execs.iter().filter(|p| p.starts_with("dnf")).count();
+        assert_eq!(n, 2, "dnf processes: {execs:?}");
+    }
+    // Outcomes per step as before: each step that had work says what it changed.
+    for id in [
+        "kernel-headers",
+        "driver-repo",
+        "build-deps",
+        "driver",
+        "nouveau",
+        "persistenced",
+        "docker",
+        "container-toolkit",
+        "daemon-json",
+        "services",
+    ] {
+        assert_eq!(step(&rep, id)["outcome"], "changed", "{id}: {rep:#}");
+    }
+    // The module was built by the driver's transaction, with the toolset: nothing to rebuild.
+    assert_eq!(step(&rep, "kernel-module")["outcome"], "unchanged");
+    assert!(root
+        .join(&format!("/lib/modules/{UEK8_NEW}/extra/nvidia.ko.xz"))
+        .is_file());
+    let (o, execs) = root.gpuhost_traced(&args);
+    assert_eq!(code(&o), 0);
+    assert!(dnf_commands(&report(&o)).is_empty());
+    if let Some(execs) = execs {
+        assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
+    }
+}
+
+/// A merged transaction that fails names the step whose packages dnf could not resolve, with
+/// that step's own message; the other steps of the transaction are not run, and nothing of
+/// it is installed.
+#[test]
+fn a_failed_transaction_fails_the_step_it_could_not_resolve_and_runs_no_other() {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD, UEK8_NO_DEVEL]);
+    let profile = world::profile("ol8-uek");
+    let o = root.gpuhost(&["apply", "--profile", &profile, "--format", "json"]);
+    let rep = report(&o);
+    assert_eq!(code(&o), 1, "{rep:#}");
+    let h = step(&rep, "kernel-headers");
+    assert_eq!(h["outcome"], "failed", "{h:#}");
+    let reason = h["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(&format!(
+            "kernel-uek-devel-{UEK8_NO_DEVEL} is not in any enabled repo"
+        )) && reason.contains(evr(UEK8_OLD)),
+        "{reason}"
+    );
+    for id in ["docker", "container-toolkit"] {
+        let s = step(&rep, id);
+        assert_eq!(s["outcome"], "skipped", "{s:#}");
+        let r = s["reason"].as_str().unwrap_or_default();
+        assert!(
+            r.contains("not run: the package transaction failed on kernel-headers"),
+            "{r}"
+        );
+    }
+    for later in ["daemon-json", "services"] {
+        assert_eq!(step(&rep, later)["outcome"], "skipped", "{later}");
+    }
+    assert!(root.installed("docker-ce").is_none());
+    assert!(root.installed("nvidia-container-toolkit").is_none());
+}
+
 #[test]
 fn steps_lists_the_registry_in_the_order_apply_runs_it() {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpuhost"))

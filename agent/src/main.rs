@@ -258,7 +258,11 @@ fn run_apply(opts: &ApplyOptions, format: Format) -> i32 {
             if let Err(e) = printed {
                 return output::error(false, &e);
             }
-            if rep.reboot.as_ref().is_some_and(|r| r.action == "rebooting") {
+            if rep
+                .reboot
+                .as_ref()
+                .is_some_and(|r| r.action == reboot::RebootAction::Rebooting)
+            {
                 let rebooted = Host::new(&opts.root).and_then(|h| reboot::reboot_now(&h));
                 if let Err(e) = rebooted {
                     return output::error(format == Format::Json, &e);

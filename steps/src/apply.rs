@@ -214,8 +214,8 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         Some(ApplyLock::acquire(host, &opts.command_line)?)
     };
     let registry = steps::registry();
-    let mut ctx = Ctx::new(host, profile, facts, opts.dry_run)?;
-    let steps = runner::run_steps(&mut ctx, &registry, &opts.selection);
+    let mut ctx = Ctx::new(host, profile, facts)?;
+    let steps = runner::run_steps(&mut ctx, &registry, &opts.selection, opts.dry_run);
     let reboot_required: Vec<String> = steps
         .iter()
         .filter_map(|s| s.reboot_required.as_ref().map(|r| format!("{}: {r}", s.id)))
@@ -233,7 +233,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         reboot::finish(host)?
     } else if exit_code == exit::REBOOT && opts.reboot {
         let r = reboot::schedule(host, &opts.resume_args(), &reboot_required)?;
-        if r.action == "gave-up" {
+        if r.action == reboot::RebootAction::GaveUp {
             exit_code = exit::FAILED;
         }
         Some(r)

@@ -25,5 +25,6 @@ pub mod runner;
 pub mod state;
 pub mod steps;
 pub mod units;
+pub mod work;
 
 pub use error::{Hint, Invalid};

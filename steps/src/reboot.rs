@@ -70,13 +70,24 @@ impl ResumeState {
     }
 }
 
+/// What gpuhost did about a reboot.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RebootAction {
+    /// The resume unit is enabled and the caller reboots once the report is out.
+    Rebooting,
+    /// Install root: the resume unit runs the apply on first boot.
+    FirstBoot,
+    /// The loop guard stopped the chain; the resume unit is disabled.
+    GaveUp,
+    /// Converged; the resume unit is removed.
+    Finished,
+}
+
 /// What happened about a reboot, for the report.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct RebootReport {
-    /// `rebooting`, `first-boot` (install root: the unit runs on first boot), `gave-up`
-    /// (the loop guard stopped), `finished` (converged; the unit removed), `needed` (no
-    /// `--reboot`: the user reboots).
-    pub action: &'static str,
+    pub action: RebootAction,
     pub reboots: u32,
     pub max_reboots: u32,
     pub message: String,
@@ -91,7 +102,7 @@ pub fn schedule(host: &Host, args: &ResumeArgs, reasons: &[String]) -> Result<Re
     if reboots >= max {
         disable(host)?;
         return Ok(RebootReport {
-            action: "gave-up",
+            action: RebootAction::GaveUp,
             reboots,
             max_reboots: max,
             message: format!(
@@ -113,14 +124,14 @@ pub fn schedule(host: &Host, args: &ResumeArgs, reasons: &[String]) -> Result<Re
     host.systemctl().args(["enable", UNIT]).run()?;
     if !host.is_live() {
         return Ok(RebootReport {
-            action: "first-boot",
+            action: RebootAction::FirstBoot,
             reboots,
             max_reboots: max,
             message: format!("install root: {UNIT} is enabled and resumes the apply on first boot"),
         });
     }
     Ok(RebootReport {
-        action: "rebooting",
+        action: RebootAction::Rebooting,
         reboots: next.reboots,
         max_reboots: max,
         message: format!(
@@ -145,7 +156,7 @@ pub fn finish(host: &Host) -> Result<Option<RebootReport>> {
     };
     disable(host)?;
     Ok(Some(RebootReport {
-        action: "finished",
+        action: RebootAction::Finished,
         reboots: state.reboots,
         max_reboots: state.args.max_reboots,
         message: format!(

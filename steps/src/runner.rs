@@ -1,72 +1,39 @@
-//! The step runner: an ordered registry of steps, each checked, changed only where the host
-//! differs, and checked again.
+//! The step runner: every selected step is checked first, then the work the checks decided is
+//! carried out as one plan, then every step that changed is checked again.
 //!
-//! A step's [`Step::check`] says what differs ([`Change`]s), what only a live system can do
-//! (`deferred`), and whether a reboot is owed. The runner applies the changes (unless
-//! `--dry-run`), checks again, and fails the step if the host still differs. The outcome of
-//! every step, the commands it ran and how long it took make the [`Report`].
+//! A step's [`Step::check`] is pure: it reads the host and returns typed [`Change`]s (what
+//! differs, and the [`Work`] that fixes it), what only a live system can do (`deferred`), and
+//! whether a reboot is owed. For `apply` the runner then:
+//! 1. carries out the work that prepares the package transactions (repo files, DKMS's compiler
+//!    override, removals), step by step;
+//! 2. merges every step's package work into at most two dnf transactions: the package that
+//!    brings a repo (NVIDIA's local repo package) first, then everything else, module streams
+//!    included — a failed transaction fails the steps whose packages it could not resolve and
+//!    leaves the others not run;
+//! 3. step by step, checks each step again against the host the transactions left (a step's
+//!    check may depend on an earlier step's packages: the kernel module is built by the
+//!    driver's transaction), carries out the work still left, and checks once more: a step
+//!    whose host still differs fails.
+//!
+//! Per step the report keeps the outcome, the reason, the changes made, the commands run
+//! (a shared transaction is listed under each step it served) and the time taken.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 
-use crate::cmd::{self, CmdRecord};
+use crate::cmd::{self, Cmd, CmdOutput, CmdRecord};
 use crate::error::{hint_of, hinted};
 use crate::facts::Facts;
 use crate::host::Host;
 use crate::profile::Profile;
 use crate::rpm::{self, Installed};
 use crate::state::State;
-
-/// What a step can do about a difference.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Install these package specs (names or exact NEVRAs) in one dnf transaction.
-    Install(Vec<String>),
-    /// A step-specific action; the step's own `apply` carries it out.
-    Custom(String),
-}
-
-impl fmt::Display for Action {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Action::Install(p) => write!(f, "install {}", p.join(" ")),
-            Action::Custom(s) => f.write_str(s),
-        }
-    }
-}
-
-/// One difference between the host and the profile, and what to do about it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Change {
-    pub action: Action,
-    pub reason: String,
-}
-
-impl Change {
-    pub fn install(packages: Vec<String>, reason: impl Into<String>) -> Change {
-        Change {
-            action: Action::Install(packages),
-            reason: reason.into(),
-        }
-    }
-
-    pub fn custom(what: impl Into<String>, reason: impl Into<String>) -> Change {
-        Change {
-            action: Action::Custom(what.into()),
-            reason: reason.into(),
-        }
-    }
-}
-
-impl fmt::Display for Change {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.action, self.reason)
-    }
-}
+pub use crate::work::{Change, FileWrite, Install, Owed, Phase, Work};
 
 /// What a step found.
 #[derive(Clone, Debug, Default)]
@@ -79,6 +46,9 @@ pub struct Check {
     pub reboot: Option<String>,
     /// What was found, for the report when nothing differs.
     pub notes: Vec<String>,
+    /// Owed actions (state keys) this check hands over to the first boot of an install root:
+    /// reported as deferred, and cleared by `apply` once the step is otherwise converged.
+    pub settles: Vec<&'static str>,
 }
 
 impl Check {
@@ -88,109 +58,69 @@ impl Check {
             ..Check::default()
         }
     }
+
+    /// True when a change installs packages.
+    pub fn installs(&self) -> bool {
+        self.changes
+            .iter()
+            .any(|c| matches!(c.work, Work::Install(_)))
+    }
 }
 
-/// Everything a step may look at or act through.
+/// Everything a step may look at (and, in `apply`, act through).
 pub struct Ctx<'a> {
     pub host: &'a Host,
     pub profile: &'a Profile,
     pub facts: &'a Facts,
-    pub dry_run: bool,
     pub state: State,
-    rpm_cache: BTreeMap<String, Vec<Installed>>,
+    rpm_cache: RefCell<BTreeMap<String, Vec<Installed>>>,
 }
 
 impl<'a> Ctx<'a> {
-    pub fn new(
-        host: &'a Host,
-        profile: &'a Profile,
-        facts: &'a Facts,
-        dry_run: bool,
-    ) -> Result<Self> {
+    pub fn new(host: &'a Host, profile: &'a Profile, facts: &'a Facts) -> Result<Self> {
         Ok(Ctx {
             host,
             profile,
             facts,
-            dry_run,
             state: State::load(host)?,
-            rpm_cache: BTreeMap::new(),
+            rpm_cache: RefCell::new(BTreeMap::new()),
         })
     }
 
     /// Installed packages of these names (cached: names already asked cost nothing; the rest
     /// cost one `rpm -q`).
-    pub fn installed(&mut self, names: &[&str]) -> Result<BTreeMap<String, Vec<Installed>>> {
-        let missing: Vec<&str> = names
-            .iter()
-            .copied()
-            .filter(|n| !self.rpm_cache.contains_key(*n))
-            .collect();
+    pub fn installed(&self, names: &[&str]) -> Result<BTreeMap<String, Vec<Installed>>> {
+        let missing: Vec<&str> = {
+            let cache = self.rpm_cache.borrow();
+            names
+                .iter()
+                .copied()
+                .filter(|n| !cache.contains_key(*n))
+                .collect()
+        };
         if !missing.is_empty() {
             let found = rpm::query(self.host, &missing)?;
-            self.rpm_cache.extend(found);
+            self.rpm_cache.borrow_mut().extend(found);
         }
+        let cache = self.rpm_cache.borrow();
         Ok(names
             .iter()
-            .map(|n| {
-                (
-                    n.to_string(),
-                    self.rpm_cache.get(*n).cloned().unwrap_or_default(),
-                )
-            })
+            .map(|n| (n.to_string(), cache.get(*n).cloned().unwrap_or_default()))
             .collect())
     }
 
     /// Installed versions of one package.
-    pub fn installed_one(&mut self, name: &str) -> Result<Vec<Installed>> {
+    pub fn installed_one(&self, name: &str) -> Result<Vec<Installed>> {
         Ok(self.installed(&[name])?.remove(name).unwrap_or_default())
     }
 
     /// Forget cached rpm answers (after a transaction).
-    pub fn invalidate_rpm(&mut self) {
-        self.rpm_cache.clear();
-    }
-
-    /// `dnf install` these specs in one transaction. When dnf finds no match for a spec, the
-    /// error names it and lists the versions of that package the enabled repos do have.
-    pub fn dnf_install(&mut self, specs: &[String]) -> Result<()> {
-        self.dnf_install_with(&[], specs)
-    }
-
-    /// [`Ctx::dnf_install`] with extra dnf options before the specs (e.g. `--allowerasing`).
-    pub fn dnf_install_with(&mut self, options: &[&str], specs: &[String]) -> Result<()> {
-        if specs.is_empty() {
-            return Ok(());
-        }
-        let cmd = self
-            .host
-            .dnf()?
-            .arg("install")
-            .args(options.iter().copied())
-            .args(specs);
-        let out = cmd.output()?;
-        self.invalidate_rpm();
-        if out.success() {
-            return Ok(());
-        }
-        let text = format!("{}\n{}", out.stdout, out.stderr);
-        let unmatched: Vec<&str> = specs
-            .iter()
-            .map(String::as_str)
-            .filter(|s| {
-                text.lines().any(|l| {
-                    (l.contains("No match for argument") || l.contains("Unable to find a match"))
-                        && l.split_whitespace().any(|w| w == *s)
-                })
-            })
-            .collect();
-        if let Some(spec) = unmatched.first() {
-            return Err(self.not_in_repos(spec));
-        }
-        Err(cmd.failure(&out))
+    pub fn invalidate_rpm(&self) {
+        self.rpm_cache.borrow_mut().clear();
     }
 
     /// The error for a package spec that no enabled repo carries.
-    fn not_in_repos(&self, spec: &str) -> anyhow::Error {
+    pub fn not_in_repos(&self, spec: &str) -> anyhow::Error {
         let name = package_name_of(spec);
         let available = self.available_versions(name).unwrap_or_default();
         let listed = if available.is_empty() {
@@ -222,6 +152,16 @@ impl<'a> Ctx<'a> {
         v.dedup();
         Ok(v)
     }
+
+    /// Record an owed action durably; reasons accumulate until it is done.
+    pub fn owe(&mut self, owed: &Owed) -> Result<()> {
+        let reason = match self.state.pending.get(owed.key) {
+            Some(r) if r.split("; ").any(|x| x == owed.reason) => r.clone(),
+            Some(r) => format!("{r}; {}", owed.reason),
+            None => owed.reason.clone(),
+        };
+        self.state.owe(self.host, owed.key, &reason)
+    }
 }
 
 /// The package name of a spec like `kernel-uek-devel-5.15.0-200.131.27.el8uek.x86_64`: the spec
@@ -235,6 +175,39 @@ pub fn package_name_of(spec: &str) -> &str {
         name
     } else {
         spec
+    }
+}
+
+/// A dnf command that failed.
+pub struct DnfFailure {
+    pub cmd: Cmd,
+    pub out: CmdOutput,
+}
+
+impl DnfFailure {
+    /// Everything dnf printed.
+    pub fn text(&self) -> String {
+        format!("{}\n{}", self.out.stdout, self.out.stderr)
+    }
+
+    /// The plain error: the command and the tail of what it printed.
+    pub fn error(&self) -> anyhow::Error {
+        self.cmd.failure(&self.out)
+    }
+
+    /// Specs dnf found no package for.
+    pub fn unmatched<'s>(&self, specs: &'s [String]) -> Vec<&'s str> {
+        let text = self.text();
+        specs
+            .iter()
+            .map(String::as_str)
+            .filter(|s| {
+                text.lines().any(|l| {
+                    (l.contains("No match for argument") || l.contains("Unable to find a match"))
+                        && l.split_whitespace().any(|w| w == *s)
+                })
+            })
+            .collect()
     }
 }
 
@@ -253,21 +226,26 @@ pub trait Step: Sync {
     fn not_applicable(&self, _ctx: &Ctx<'_>) -> Option<String> {
         None
     }
-    /// Compare the host with the profile. An `Err` means the check itself could not be made.
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check>;
-    /// Make the changes `check` found. The default installs packages in one transaction and
-    /// refuses custom actions, which a step must implement itself.
-    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
-        let mut packages = Vec::new();
-        for c in changes {
-            match &c.action {
-                Action::Install(p) => packages.extend(p.iter().cloned()),
-                Action::Custom(what) => {
-                    return Err(anyhow!("step {} cannot {what}: not implemented", self.id()))
-                }
-            }
+    /// Compare the host with the profile, changing nothing. An `Err` means the check itself
+    /// could not be made, or the host is in a state the step must not change (it says why).
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check>;
+    /// Carry out one piece of work `check` decided. The default does exactly what the work
+    /// says; a step overrides it only to judge the result more closely (a DKMS build).
+    fn apply(&self, ctx: &mut Ctx<'_>, work: &Work) -> Result<()> {
+        crate::work::carry_out(ctx.host, work)
+    }
+    /// The error for a dnf command that failed on this step's package work. The default names
+    /// a spec no repo carries, with the versions the repos do have.
+    fn explain(&self, ctx: &Ctx<'_>, install: &Install, failure: &DnfFailure) -> anyhow::Error {
+        match failure.unmatched(&install.specs).first() {
+            Some(spec) => ctx.not_in_repos(spec),
+            None => failure.error(),
         }
-        ctx.dnf_install(&packages)
+    }
+    /// Live probes `apply` runs once the step is converged (never `plan`): notes for the
+    /// report, or an error that fails the step.
+    fn probe(&self, _ctx: &Ctx<'_>) -> Result<Vec<String>> {
+        Ok(Vec::new())
     }
 }
 
@@ -363,61 +341,37 @@ impl Selection {
     }
 }
 
-/// Run the steps in order.
-pub fn run_steps(ctx: &mut Ctx<'_>, steps: &[&dyn Step], sel: &Selection) -> Vec<StepReport> {
-    // One rpm query for every package any selected step will look at.
-    let names: Vec<String> = steps
-        .iter()
-        .filter(|s| sel.excludes(s.id()).is_none())
-        .flat_map(|s| s.rpm_names(ctx))
-        .collect();
-    let mut prefetch_cmds = Vec::new();
-    if !names.is_empty() {
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        // A failure here resurfaces, attributed, in the step that needs the answer.
-        let _ = ctx.installed(&refs);
-        prefetch_cmds = cmd::take_records();
-    }
-    let mut reports = Vec::new();
-    let mut failed: Option<String> = None;
-    for (index, step) in steps.iter().enumerate() {
-        let start = Instant::now();
-        let skip = |reason: String| StepReport::new(step.id(), Outcome::Skipped, reason);
-        if let Some(why) = sel.excludes(step.id()) {
-            reports.push(skip(why.to_string()));
-            continue;
-        }
-        if let Some(f) = &failed {
-            if !ctx.dry_run {
-                reports.push(skip(format!("not run: step {f} failed")));
-                continue;
-            }
-        }
-        if let Some(why) = step.not_applicable(ctx) {
-            reports.push(skip(why));
-            continue;
-        }
-        tracing::info!(step = step.id(), "checking");
-        let label = format!("[{}/{}] {}", index + 1, steps.len(), step.id());
-        let mut report = run_one(ctx, *step, &label);
-        crate::progress::step_done(&label, &report.outcome.to_string(), start.elapsed());
-        let mut commands = std::mem::take(&mut prefetch_cmds);
-        commands.extend(cmd::take_records());
-        report.commands = commands;
-        report.duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        tracing::info!(step = step.id(), outcome = %report.outcome, "{}", report.reason);
-        if report.outcome == Outcome::Failed {
-            failed = Some(step.id().to_string());
-        }
-        reports.push(report);
-    }
-    reports
+/// A step on its way through the run.
+struct Slot<'s> {
+    step: &'s dyn Step,
+    label: String,
+    /// The check before anything was changed.
+    first: Option<Check>,
+    /// Changes carried out so far.
+    done: Vec<Change>,
+    commands: Vec<CmdRecord>,
+    elapsed: Duration,
+    /// Set once the step's outcome is known.
+    report: Option<StepReport>,
 }
 
-fn run_one(ctx: &mut Ctx<'_>, step: &dyn Step, label: &str) -> StepReport {
-    let mut report = StepReport::new(step.id(), Outcome::Unchanged, String::new());
-    let fail = |mut r: StepReport, e: anyhow::Error| {
-        r.outcome = Outcome::Failed;
+impl Slot<'_> {
+    fn open(&self) -> bool {
+        self.report.is_none() && self.first.is_some()
+    }
+
+    fn id(&self) -> &'static str {
+        self.step.id()
+    }
+
+    /// Take the commands run since the last call, and the time since `since`.
+    fn account(&mut self, since: Instant) {
+        self.commands.extend(cmd::take_records());
+        self.elapsed += since.elapsed();
+    }
+
+    fn fail(&mut self, e: anyhow::Error) {
+        let mut r = StepReport::new(self.id(), Outcome::Failed, String::new());
         r.hint = hint_of(&e).map(str::to_string);
         r.reason = match e
             .chain()
@@ -426,64 +380,497 @@ fn run_one(ctx: &mut Ctx<'_>, step: &dyn Step, label: &str) -> StepReport {
             Some(h) => h.message.clone(),
             None => format!("{e:#}"),
         };
-        r
+        let mut changes: Vec<String> = self.done.iter().map(ToString::to_string).collect();
+        if changes.is_empty() {
+            if let Some(first) = &self.first {
+                changes = first.changes.iter().map(ToString::to_string).collect();
+            }
+        }
+        r.changes = changes;
+        if let Some(first) = &self.first {
+            r.deferred = first.deferred.clone();
+            r.reboot_required = first.reboot.clone();
+        }
+        self.report = Some(r);
+    }
+
+    /// Not run because another step failed; what this step already had done is listed.
+    fn not_run(&mut self, why: &str) {
+        let mut reason = format!("not run: {why}");
+        if !self.done.is_empty() {
+            let done: Vec<String> = self.done.iter().map(|c| c.work.to_string()).collect();
+            reason.push_str(&format!("; done before that: {}", done.join("; ")));
+        }
+        let mut r = StepReport::new(self.id(), Outcome::Skipped, reason);
+        r.changes = self.done.iter().map(ToString::to_string).collect();
+        self.report = Some(r);
+    }
+}
+
+/// The run so far: the slots, and the first failure (after which later steps do not run).
+struct Run<'s> {
+    slots: Vec<Slot<'s>>,
+    stop: Option<(usize, String)>,
+    /// Whether any work has been carried out (then every later step is checked again).
+    changed_something: bool,
+}
+
+impl Run<'_> {
+    fn stopped_before(&self, index: usize) -> Option<String> {
+        match &self.stop {
+            Some((at, id)) if *at < index => Some(format!("step {id} failed")),
+            _ => None,
+        }
+    }
+
+    fn failed(&mut self, index: usize) {
+        let id = self.slots[index].id().to_string();
+        if self.stop.as_ref().is_none_or(|(at, _)| index < *at) {
+            self.stop = Some((index, id));
+        }
+    }
+}
+
+/// Run the steps: check all, carry out the plan (unless `dry_run`), check again.
+pub fn run_steps(
+    ctx: &mut Ctx<'_>,
+    steps: &[&dyn Step],
+    sel: &Selection,
+    dry_run: bool,
+) -> Vec<StepReport> {
+    let n = steps.len();
+    let mut run = Run {
+        slots: steps
+            .iter()
+            .enumerate()
+            .map(|(index, step)| Slot {
+                step: *step,
+                label: format!("[{}/{n}] {}", index + 1, step.id()),
+                first: None,
+                done: Vec::new(),
+                commands: Vec::new(),
+                elapsed: Duration::ZERO,
+                report: None,
+            })
+            .collect(),
+        stop: None,
+        changed_something: false,
     };
-    let first = match step.check(ctx) {
-        Ok(c) => c,
-        Err(e) => return fail(report, e.context("could not check")),
+    prefetch(ctx, &run.slots, sel);
+    check_all(ctx, &mut run, sel, dry_run);
+    if !dry_run {
+        prepare(ctx, &mut run);
+        transact(ctx, &mut run, true);
+        transact(ctx, &mut run, false);
+        if run.changed_something {
+            ctx.invalidate_rpm();
+            prefetch(ctx, &run.slots, sel);
+        }
+        for i in 0..run.slots.len() {
+            finish(ctx, &mut run, i);
+        }
+    }
+    run.slots
+        .into_iter()
+        .map(|mut s| {
+            let mut r = match s.report.take() {
+                Some(r) => r,
+                None => planned(&s),
+            };
+            r.commands = std::mem::take(&mut s.commands);
+            r.duration_ms = u64::try_from(s.elapsed.as_millis()).unwrap_or(u64::MAX);
+            r
+        })
+        .collect()
+}
+
+/// One rpm query for every package any selected step will look at.
+fn prefetch(ctx: &Ctx<'_>, slots: &[Slot<'_>], sel: &Selection) {
+    let names: Vec<String> = slots
+        .iter()
+        .filter(|s| sel.excludes(s.id()).is_none() && s.report.is_none())
+        .flat_map(|s| s.step.rpm_names(ctx))
+        .collect();
+    if !names.is_empty() {
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        // A failure here resurfaces, attributed, in the step that needs the answer.
+        let _ = ctx.installed(&refs);
+    }
+}
+
+fn check_all(ctx: &Ctx<'_>, run: &mut Run<'_>, sel: &Selection, dry_run: bool) {
+    for i in 0..run.slots.len() {
+        let start = Instant::now();
+        let slot = &mut run.slots[i];
+        let id = slot.id();
+        if let Some(why) = sel.excludes(id) {
+            slot.report = Some(StepReport::new(id, Outcome::Skipped, why.to_string()));
+            continue;
+        }
+        if !dry_run {
+            if let Some(why) = run.stopped_before(i) {
+                run.slots[i].not_run(&why);
+                continue;
+            }
+        }
+        let slot = &mut run.slots[i];
+        if let Some(why) = slot.step.not_applicable(ctx) {
+            slot.report = Some(StepReport::new(id, Outcome::Skipped, why));
+            slot.account(start);
+            continue;
+        }
+        tracing::info!(step = id, "checking");
+        match slot.step.check(ctx) {
+            Ok(c) => slot.first = Some(c),
+            Err(e) => {
+                slot.fail(e.context("could not check"));
+                run.failed(i);
+            }
+        }
+        run.slots[i].account(start);
+        if dry_run {
+            let s = &run.slots[i];
+            if let Some(r) = &s.report {
+                tracing::info!(step = id, outcome = %r.outcome, "{}", r.reason);
+            }
+        }
+    }
+}
+
+/// A plan's report of a checked step (also what an apply reports of a step it had no
+/// reason to touch).
+fn planned(slot: &Slot<'_>) -> StepReport {
+    let mut r = StepReport::new(slot.id(), Outcome::Unchanged, String::new());
+    let Some(first) = &slot.first else {
+        return r;
     };
-    report.changes = first.changes.iter().map(ToString::to_string).collect();
-    report.deferred = first.deferred.clone();
-    report.reboot_required = first.reboot.clone();
+    r.changes = first.changes.iter().map(ToString::to_string).collect();
+    r.deferred = first.deferred.clone();
+    r.reboot_required = first.reboot.clone();
     if first.changes.is_empty() {
-        report.outcome = if first.deferred.is_empty() {
+        r.outcome = if first.deferred.is_empty() {
             Outcome::Unchanged
         } else {
             Outcome::Deferred
         };
-        report.reason = summarize(&first.notes, &first.deferred, first.reboot.as_deref());
-        return report;
+        r.reason = summarize(&first.notes, &first.deferred, first.reboot.as_deref());
+    } else {
+        r.outcome = Outcome::WouldChange;
+        r.reason = r.changes.join("; ");
     }
-    if ctx.dry_run {
-        report.outcome = Outcome::WouldChange;
-        report.reason = first
-            .changes
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
-        return report;
-    }
-    let what: Vec<String> = first.changes.iter().map(|c| c.action.to_string()).collect();
-    crate::progress::step_changing(label, &what.join("; "));
-    if let Err(e) = step.apply(ctx, &first.changes) {
-        return fail(report, e);
-    }
-    let second = match step.check(ctx) {
-        Ok(c) => c,
-        Err(e) => return fail(report, e.context("could not check again after the change")),
+    r
+}
+
+/// Carry out one change of a step (not a merged transaction), recording what it owes first.
+fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> {
+    crate::progress::step_changing(&slot.label, &change.work.to_string());
+    let owes = match &change.work {
+        Work::Install(i) => i.owes.as_ref(),
+        Work::Write { owes, .. } => owes.as_ref(),
+        _ => None,
     };
-    if !second.changes.is_empty() {
-        let left: Vec<String> = second.changes.iter().map(ToString::to_string).collect();
-        return fail(
-            report,
-            anyhow!(
+    if let Some(o) = owes {
+        ctx.owe(o)?;
+    }
+    let result = match &change.work {
+        Work::Install(i) => {
+            let cmd = crate::work::install_command(ctx.host, &[i])?;
+            let out = cmd.output()?;
+            ctx.invalidate_rpm();
+            if out.success() {
+                Ok(())
+            } else {
+                Err(slot.step.explain(ctx, i, &DnfFailure { cmd, out }))
+            }
+        }
+        Work::RestartUnit { settles, .. } => {
+            let settles = *settles;
+            slot.step
+                .apply(ctx, &change.work)
+                .and_then(|()| ctx.state.settle(ctx.host, settles))
+        }
+        work => {
+            let r = slot.step.apply(ctx, work);
+            if matches!(
+                work,
+                Work::Remove(_) | Work::Rebuild { .. } | Work::SwitchStream { .. }
+            ) {
+                ctx.invalidate_rpm();
+            }
+            r
+        }
+    };
+    result?;
+    if matches!(change.work, Work::Write { .. }) {
+        failpoint(&format!("{}:after-write", slot.id()));
+    }
+    slot.done.push(change.clone());
+    Ok(())
+}
+
+/// Phase 1: what the transactions read or need out of the way, step by step.
+fn prepare(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
+    for i in 0..run.slots.len() {
+        if !run.slots[i].open() || run.stopped_before(i).is_some() {
+            continue;
+        }
+        let changes: Vec<Change> = run.slots[i]
+            .first
+            .iter()
+            .flat_map(|c| c.changes.iter())
+            .filter(|c| c.work.phase() == Phase::Prepare)
+            .cloned()
+            .collect();
+        for change in changes {
+            let start = Instant::now();
+            let slot = &mut run.slots[i];
+            run.changed_something = true;
+            let r = carry(ctx, slot, &change);
+            slot.account(start);
+            if let Err(e) = r {
+                slot.fail(e);
+                run.failed(i);
+                break;
+            }
+        }
+    }
+}
+
+/// Phase 2: one dnf transaction for every open step's package work of one kind (the packages
+/// that bring a repo first, then the rest).
+fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
+    // (slot index, change) of every member.
+    let mut members: Vec<(usize, Change)> = Vec::new();
+    for (i, slot) in run.slots.iter().enumerate() {
+        if !slot.open() || run.stopped_before(i).is_some() {
+            continue;
+        }
+        for c in slot.first.iter().flat_map(|c| c.changes.iter()) {
+            if let Work::Install(inst) = &c.work {
+                if inst.brings_repo == brings_repo {
+                    members.push((i, c.clone()));
+                }
+            }
+        }
+    }
+    if members.is_empty() {
+        return;
+    }
+    let start = Instant::now();
+    let installs: Vec<&Install> = members
+        .iter()
+        .filter_map(|(_, c)| match &c.work {
+            Work::Install(i) => Some(i),
+            _ => None,
+        })
+        .collect();
+    let mut ids: Vec<usize> = members.iter().map(|(i, _)| *i).collect();
+    ids.dedup();
+    let label = match ids.as_slice() {
+        [one] => run.slots[*one].label.clone(),
+        many => format!(
+            "[{}/{}] {}",
+            many[0] + 1,
+            run.slots.len(),
+            many.iter()
+                .map(|i| run.slots[*i].id())
+                .collect::<Vec<_>>()
+                .join(" + ")
+        ),
+    };
+    let what: Vec<String> = members.iter().map(|(_, c)| c.work.to_string()).collect();
+    crate::progress::step_changing(&label, &what.join("; "));
+    run.changed_something = true;
+    let result = (|| -> Result<Option<DnfFailure>> {
+        for o in installs.iter().filter_map(|i| i.owes.as_ref()) {
+            ctx.owe(o)?;
+        }
+        let cmd = crate::work::install_command(ctx.host, &installs)?;
+        let out = cmd.output()?;
+        Ok((!out.success()).then_some(DnfFailure { cmd, out }))
+    })();
+    ctx.invalidate_rpm();
+    let records = cmd::take_records();
+    let elapsed = start.elapsed();
+    for i in &ids {
+        let slot = &mut run.slots[*i];
+        slot.commands.extend(records.iter().cloned());
+        slot.elapsed += elapsed;
+    }
+    match result {
+        Ok(None) => {
+            for (i, c) in members {
+                run.slots[i].done.push(c);
+            }
+        }
+        Ok(Some(failure)) => {
+            let text = failure.text();
+            let mut blamed: Vec<usize> = members
+                .iter()
+                .filter(|(_, c)| matches!(&c.work, Work::Install(inst) if crate::work::implicated(&text, inst)))
+                .map(|(i, _)| *i)
+                .collect();
+            blamed.dedup();
+            if blamed.is_empty() {
+                // dnf named none of them: the transaction as a whole failed for each.
+                blamed = ids.clone();
+            }
+            for (i, c) in &members {
+                if !blamed.contains(i) {
+                    continue;
+                }
+                let Work::Install(inst) = &c.work else {
+                    continue;
+                };
+                let start = Instant::now();
+                let e = run.slots[*i].step.explain(ctx, inst, &failure);
+                let slot = &mut run.slots[*i];
+                if slot.report.is_none() {
+                    slot.fail(e);
+                }
+                slot.account(start);
+            }
+            let names: Vec<&str> = blamed.iter().map(|i| run.slots[*i].id()).collect();
+            let why = format!("the package transaction failed on {}", names.join(", "));
+            for i in ids.iter().filter(|i| !blamed.contains(i)) {
+                run.slots[*i].not_run(&why);
+            }
+            // Steps whose packages were to come in a later transaction do not run either.
+            for slot in run.slots.iter_mut() {
+                if slot.open() && slot.first.as_ref().is_some_and(Check::installs) {
+                    slot.not_run(&why);
+                }
+            }
+            if let Some(first) = blamed.iter().min() {
+                run.failed(*first);
+            }
+        }
+        Err(e) => {
+            for i in &ids {
+                run.slots[*i].fail(anyhow!("{e:#}"));
+            }
+            if let Some(first) = ids.first() {
+                run.failed(*first);
+            }
+        }
+    }
+}
+
+/// Phase 3, for one step: check again against the host the transactions left, carry out what
+/// is still left, check once more.
+fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
+    if run.slots[i].report.is_some() || run.slots[i].first.is_none() {
+        return;
+    }
+    if let Some(why) = run.stopped_before(i) {
+        run.slots[i].not_run(&why);
+        return;
+    }
+    let start = Instant::now();
+    let had_changes = run.slots[i]
+        .first
+        .as_ref()
+        .is_some_and(|c| !c.changes.is_empty());
+    let slot = &mut run.slots[i];
+    let step = slot.step;
+    // A step nothing touched, on a host nothing changed, stands by its first check.
+    let again = if had_changes || run.changed_something {
+        match step.check(ctx) {
+            Ok(c) => c,
+            Err(e) => {
+                slot.fail(e.context("could not check"));
+                slot.account(start);
+                run.failed(i);
+                return;
+            }
+        }
+    } else {
+        slot.first.clone().unwrap_or_default()
+    };
+    let mut left = again.changes.clone();
+    left.sort_by_key(|c| c.work.phase());
+    let mut last = again;
+    if !left.is_empty() {
+        run.changed_something = true;
+        for change in &left {
+            if let Err(e) = carry(ctx, slot, change) {
+                slot.fail(e);
+                slot.account(start);
+                run.failed(i);
+                return;
+            }
+        }
+        last = match step.check(ctx) {
+            Ok(c) => c,
+            Err(e) => {
+                slot.fail(e.context("could not check again after the change"));
+                slot.account(start);
+                run.failed(i);
+                return;
+            }
+        };
+        if !last.changes.is_empty() {
+            let still: Vec<String> = last.changes.iter().map(ToString::to_string).collect();
+            slot.fail(anyhow!(
                 "the host still differs after the change: {}",
-                left.join("; ")
-            ),
-        );
+                still.join("; ")
+            ));
+            slot.account(start);
+            run.failed(i);
+            return;
+        }
     }
-    report.outcome = Outcome::Changed;
-    report.deferred = second.deferred.clone();
-    report.reboot_required = second.reboot.clone().or(report.reboot_required);
-    let done: Vec<String> = first.changes.iter().map(ToString::to_string).collect();
-    report.reason = done.join("; ");
-    if !second.deferred.is_empty() {
-        report
-            .reason
-            .push_str(&format!("; deferred: {}", second.deferred.join("; ")));
+    let mut notes = last.notes.clone();
+    let probed = step.probe(ctx).and_then(|p| {
+        for key in &last.settles {
+            ctx.state.settle(ctx.host, key)?;
+        }
+        Ok(p)
+    });
+    match probed {
+        Ok(p) => notes.extend(p),
+        Err(e) => {
+            slot.fail(e);
+            slot.account(start);
+            run.failed(i);
+            return;
+        }
     }
-    report
+    let mut r = StepReport::new(step.id(), Outcome::Unchanged, String::new());
+    r.deferred = last.deferred.clone();
+    r.reboot_required = last.reboot.clone();
+    if slot.done.is_empty() {
+        r.outcome = if last.deferred.is_empty() {
+            Outcome::Unchanged
+        } else {
+            Outcome::Deferred
+        };
+        r.reason = summarize(&notes, &last.deferred, last.reboot.as_deref());
+    } else {
+        r.outcome = Outcome::Changed;
+        r.changes = slot.done.iter().map(ToString::to_string).collect();
+        r.reason = r.changes.join("; ");
+        if r.reboot_required.is_none() {
+            r.reboot_required = slot.first.as_ref().and_then(|c| c.reboot.clone());
+        }
+        if !last.deferred.is_empty() {
+            r.reason
+                .push_str(&format!("; deferred: {}", last.deferred.join("; ")));
+        }
+    }
+    slot.account(start);
+    tracing::info!(step = step.id(), outcome = %r.outcome, "{}", r.reason);
+    crate::progress::step_done(&slot.label, &r.outcome.to_string(), slot.elapsed);
+    slot.report = Some(r);
+}
+
+/// A failure point for crash tests: when `GPUHOST_FAILPOINT` names this point, the process
+/// aborts right here, as a kill would stop it (no cleanup, no report).
+fn failpoint(name: &str) {
+    if std::env::var("GPUHOST_FAILPOINT").is_ok_and(|v| v == name) {
+        eprintln!("gpuhost: failpoint {name}: aborting");
+        std::process::abort();
+    }
 }
 
 fn summarize(notes: &[String], deferred: &[String], reboot: Option<&str>) -> String {

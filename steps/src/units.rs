@@ -5,7 +5,8 @@
 use anyhow::Result;
 
 use crate::host::Host;
-use crate::runner::{Change, Check};
+use crate::runner::Check;
+use crate::work::{Change, Work};
 
 /// Where unit files live, in the order systemd reads them.
 const UNIT_DIRS: &[&str] = &[
@@ -79,40 +80,56 @@ pub fn state(host: &Host, unit: &str) -> Result<UnitState> {
     })
 }
 
+/// The unit's active state as systemd reports it (`active`, `inactive`, `failed`, …): the one
+/// way gpuhost reads whether a unit runs. Live hosts only (an install root runs nothing).
+pub fn active_state(host: &Host, unit: &str) -> Result<String> {
+    let out = host.systemctl().args(["is-active", unit]).output()?;
+    let state = out.stdout.trim();
+    Ok(if state.is_empty() {
+        "unknown".to_string()
+    } else {
+        state.to_string()
+    })
+}
+
 /// Add to `check` what it takes for `unit` (shipped by `package`) to be enabled, and started
-/// on a live host. `missing_ok`: the unit comes with a package a change of this run installs.
+/// on a live host. When the unit is not on the host yet and `package` is not installed, the
+/// enable waits for the transaction that installs it; with the package installed, a missing
+/// unit is an error.
 pub fn check_enabled(
     host: &Host,
     check: &mut Check,
     unit: &str,
     package: &str,
-    missing_ok: bool,
+    package_installed: bool,
 ) -> Result<()> {
+    let enable = |reason: &str| {
+        Change::new(
+            Work::EnableUnits {
+                units: vec![unit.to_string()],
+                package: package.to_string(),
+            },
+            reason,
+        )
+    };
     match state(host, unit)? {
-        UnitState::Missing if missing_ok => check.changes.push(Change::custom(
-            format!("enable {unit}"),
-            format!("comes with {package}, not installed yet"),
-        )),
+        UnitState::Missing if !package_installed => check
+            .changes
+            .push(enable(&format!("comes with {package}, not installed yet"))),
         UnitState::Missing => {
             return Err(crate::error::hinted(
                 format!("{unit} is not on the host although {package} is installed"),
                 format!("reinstall {package} (dnf reinstall {package})"),
             ))
         }
-        UnitState::Disabled => check
-            .changes
-            .push(Change::custom(format!("enable {unit}"), "not enabled")),
+        UnitState::Disabled => check.changes.push(enable("not enabled")),
         UnitState::Enabled | UnitState::Static => {
             if host.is_live() {
-                let active = host
-                    .systemctl()
-                    .args(["is-active", "--quiet", unit])
-                    .output()?
-                    .success();
-                if !active {
-                    check.changes.push(Change::custom(
-                        format!("start {unit}"),
-                        "enabled, not running",
+                let state = active_state(host, unit)?;
+                if state != "active" {
+                    check.changes.push(Change::new(
+                        Work::StartUnit(unit.to_string()),
+                        format!("enabled, {state}"),
                     ));
                     return Ok(());
                 }
@@ -123,23 +140,6 @@ pub fn check_enabled(
         }
     }
     Ok(())
-}
-
-/// Carry out an `enable <unit>` or `start <unit>` change.
-pub fn apply_change(host: &Host, what: &str) -> Result<bool> {
-    if let Some(unit) = what.strip_prefix("enable ") {
-        let mut cmd = host.systemctl().arg("enable");
-        if host.is_live() {
-            cmd = cmd.arg("--now");
-        }
-        cmd.arg(unit).run()?;
-        return Ok(true);
-    }
-    if let Some(unit) = what.strip_prefix("start ") {
-        host.systemctl().args(["start", unit]).run()?;
-        return Ok(true);
-    }
-    Ok(false)
 }
 
 #[cfg(test)]

@@ -220,20 +220,24 @@ def gcc_version_num(text):
 
 def kernel_pkgs(os_, name, ver, rel, gcc_text, with_devel):
     uname = f"{ver}-{rel}.x86_64"
+    cfg = (f"# Automatically generated file; DO NOT EDIT.\n"
+           f"# Linux/x86_64 {uname} Kernel Configuration\n"
+           f'CONFIG_CC_VERSION_TEXT="{gcc_text}"\n'
+           f"CONFIG_CC_IS_GCC=y\nCONFIG_GCC_VERSION={gcc_version_num(gcc_text)}\n"
+           f"CONFIG_MODULES=y\nCONFIG_MODULE_SIG=y\n")
+    # Like the real kernel packages (kernel.spec / kernel-uek.spec %files), the kernel itself
+    # ships its configuration as /boot/config-<kver>, so the compiler that built it is known
+    # before its headers are installed.
     k = Pkg(name, ver, rel,
             files={f"/lib/modules/{uname}/vmlinuz": f"synthetic kernel {uname}\n",
                    f"/lib/modules/{uname}/modules.dep": "kernel/drivers/dummy.ko.xz:\n",
                    f"/boot/vmlinuz-{uname}": f"synthetic kernel {uname}\n",
-                   f"/boot/System.map-{uname}": "ffffffff81000000 T _text\n"},
+                   f"/boot/System.map-{uname}": "ffffffff81000000 T _text\n",
+                   f"/boot/config-{uname}": cfg},
             provides=[f"kernel-uname-r = {uname}", "installonlypkg(kernel)",
                       f"kernel-core = {ver}-{rel}", f"kernel-modules = {ver}-{rel}"])
     out = [k]
     if with_devel:
-        cfg = (f"# Automatically generated file; DO NOT EDIT.\n"
-               f"# Linux/x86_64 {uname} Kernel Configuration\n"
-               f'CONFIG_CC_VERSION_TEXT="{gcc_text}"\n'
-               f"CONFIG_CC_IS_GCC=y\nCONFIG_GCC_VERSION={gcc_version_num(gcc_text)}\n"
-               f"CONFIG_MODULES=y\nCONFIG_MODULE_SIG=y\n")
         out.append(Pkg(f"{name}-devel", ver, rel,
                        files={f"/usr/src/kernels/{uname}/Makefile":
                               f"VERSION = {ver.split('.')[0]}\nPATCHLEVEL = {ver.split('.')[1]}\n",

@@ -21,7 +21,7 @@ impl Step for Kernel {
         "detect the kernel flavour (UEK or RHCK) and the kernels to serve"
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let f = ctx.facts;
         let want = ctx.profile.kernel.flavour;
         let target = f.target_kernel.as_deref().unwrap_or("none");

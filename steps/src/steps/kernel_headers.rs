@@ -42,7 +42,7 @@ impl Step for KernelHeaders {
             .collect()
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let mut check = Check::default();
         let target = ctx.facts.target_kernel.clone();
         let mut have = Vec::new();

@@ -1,4 +1,4 @@
-//! The steps, in the order `apply` runs them.
+//! The steps, and the one ordered registry of them.
 
 pub mod containers;
 pub mod driver;
@@ -7,10 +7,25 @@ mod kernel_headers;
 
 use crate::runner::Step;
 
-/// The ordered registry. Ids are stable: `--only`, `--skip`, reports and logs use them.
+/// The ordered registry: the order `apply` checks the steps in, carries out their work in
+/// (after the package transactions), reports them in, and `gpuhost steps` lists them in. Ids
+/// are stable: `--only`, `--skip`, reports and logs use them.
 pub fn registry() -> Vec<&'static dyn Step> {
-    let mut steps: Vec<&'static dyn Step> = vec![&kernel::Kernel, &kernel_headers::KernelHeaders];
-    steps.extend(driver::steps());
-    steps.extend(containers::steps());
-    steps
+    vec![
+        &kernel::Kernel,
+        &kernel_headers::KernelHeaders,
+        &driver::repo::DriverRepo,
+        &driver::build_deps::BuildDeps,
+        &driver::module::Driver,
+        &driver::nouveau::Nouveau,
+        &driver::kmod::KernelModule,
+        &driver::fabric::FabricManager,
+        &driver::persistenced::Persistenced,
+        &containers::docker::Docker,
+        &containers::toolkit::ContainerToolkit,
+        &containers::daemon_json::DaemonJson,
+        &containers::services::Services,
+        &containers::prefix_links::PrefixLinks,
+        &containers::smoke::ContainerSmoke,
+    ]
 }

@@ -9,17 +9,15 @@ use std::os::unix::fs::PermissionsExt;
 use anyhow::Result;
 use serde_json::{json, Map, Value};
 
-use super::{failpoint, owe_docker_restart, DaemonSpec};
+use super::{docker_restart, DaemonSpec};
 use crate::error::hinted;
-use crate::fsutil::write_atomic;
-use crate::runner::{Change, Check, Ctx, Step};
+use crate::runner::{Change, Check, Ctx, FileWrite, Step, Work};
 
 pub struct DaemonJson;
 
 pub const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 /// The runtime path `nvidia-ctk runtime configure` writes (found on PATH by dockerd).
 pub const NVIDIA_RUNTIME_PATH: &str = "nvidia-container-runtime";
-const FAILPOINT_AFTER_WRITE: &str = "daemon-json:after-write";
 
 /// `current` (a JSON object: the user's daemon.json) with the profile's keys merged in.
 /// Errors (as text) when a key gpuhost must merge into has the wrong type.
@@ -148,47 +146,29 @@ impl Step for DaemonJson {
         "the nvidia runtime (and the profile's container defaults) in /etc/docker/daemon.json, other keys kept"
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let current = read_current(ctx)?;
         let want = wanted(ctx, current.as_ref())?;
-        match &current {
-            Some(cur) if *cur == want => Ok(Check::in_sync(format!(
-                "{DAEMON_JSON} has the nvidia runtime{}",
-                if ctx.profile.docker.daemon.default_runtime_nvidia {
-                    " (the default)"
-                } else {
-                    ""
-                }
-            ))),
-            Some(cur) => Ok(Check {
-                changes: vec![Change::custom(
-                    format!("update {DAEMON_JSON}"),
-                    format!(
-                        "sets {}; other keys kept",
-                        differences(cur, &want).join(", ")
-                    ),
-                )],
-                ..Check::default()
-            }),
-            None => Ok(Check {
-                changes: vec![Change::custom(
-                    format!("create {DAEMON_JSON}"),
-                    format!(
-                        "missing; sets {}",
-                        differences(&Value::Object(Map::new()), &want).join(", ")
-                    ),
-                )],
-                ..Check::default()
-            }),
-        }
-    }
-
-    fn apply(&self, ctx: &mut Ctx<'_>, _changes: &[Change]) -> Result<()> {
-        let current = read_current(ctx)?;
-        let want = wanted(ctx, current.as_ref())?;
-        if current.as_ref() == Some(&want) {
-            return Ok(());
-        }
+        let reason = match &current {
+            Some(cur) if *cur == want => {
+                return Ok(Check::in_sync(format!(
+                    "{DAEMON_JSON} has the nvidia runtime{}",
+                    if ctx.profile.docker.daemon.default_runtime_nvidia {
+                        " (the default)"
+                    } else {
+                        ""
+                    }
+                )))
+            }
+            Some(cur) => format!(
+                "sets {}; other keys kept",
+                differences(cur, &want).join(", ")
+            ),
+            None => format!(
+                "missing; sets {}",
+                differences(&Value::Object(Map::new()), &want).join(", ")
+            ),
+        };
         let path = ctx.host.path(DAEMON_JSON);
         let mode = std::fs::metadata(&path)
             .map(|m| m.permissions().mode() & 0o7777)
@@ -197,10 +177,16 @@ impl Step for DaemonJson {
         text.push('\n');
         // The restart is owed before the file changes: a crash right after the write still
         // leaves it owed for the next run.
-        owe_docker_restart(ctx, &format!("{DAEMON_JSON} changed"))?;
-        write_atomic(&path, text.as_bytes(), mode)?;
-        failpoint(FAILPOINT_AFTER_WRITE);
-        Ok(())
+        Ok(Check {
+            changes: vec![Change::new(
+                Work::Write {
+                    file: FileWrite::new(DAEMON_JSON, text, mode),
+                    owes: Some(docker_restart(&format!("{DAEMON_JSON} changed"))),
+                },
+                reason,
+            )],
+            ..Check::default()
+        })
     }
 }
 

@@ -10,11 +10,11 @@
 use anyhow::Result;
 
 use super::{
-    explain_repo_failure, owe_docker_restart, pin, repo_differs, repo_file, require_local_repo,
-    version_matches, write_repo, ConflictPolicy, ModuleFiltering,
+    docker_restart, explain_repo_failure, pin, repo_differs, repo_file, require_local_repo,
+    version_matches, ConflictPolicy, ModuleFiltering,
 };
 use crate::error::hinted;
-use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::runner::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 
 pub struct Docker;
 
@@ -24,8 +24,7 @@ const PACKAGES: [&str; 3] = ["docker-ce", "docker-ce-cli", "containerd.io"];
 /// What container-tools installs that `containerd.io` conflicts with (directly or through runc).
 const CONFLICTING: [&str; 3] = ["podman", "buildah", "runc"];
 const MODULE_FILE: &str = "/etc/dnf/modules.d/container-tools.module";
-const DISABLE_MODULE: &str = "dnf module disable container-tools";
-const REMOVE_PREFIX: &str = "dnf remove ";
+const CONTAINER_TOOLS: &str = "container-tools";
 
 impl Docker {
     fn wanted_repo(ctx: &Ctx<'_>) -> String {
@@ -97,19 +96,20 @@ impl Step for Docker {
             .collect()
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let mut check = Check::default();
         let spec = ctx.profile.docker.clone();
         if let Some(why) = repo_differs(ctx, REPO_PATH, &Self::wanted_repo(ctx))? {
-            check
-                .changes
-                .push(Change::custom(format!("write {REPO_PATH}"), why));
+            check.changes.push(Change::new(
+                Work::Configure(FileWrite::new(REPO_PATH, Self::wanted_repo(ctx), 0o644)),
+                why,
+            ));
         }
         if spec.module_filtering == ModuleFiltering::DisableModule && ctx.profile.os.major == 8 {
             let text = ctx.host.read_opt(MODULE_FILE)?.unwrap_or_default();
             if module_state(&text) != Some("disabled") {
-                check.changes.push(Change::custom(
-                    DISABLE_MODULE,
+                check.changes.push(Change::new(
+                    Work::DisableModule(CONTAINER_TOOLS.to_string()),
                     "the container-tools module filters out containerd.io (docker.module_filtering = \"disable-module\")",
                 ));
             }
@@ -165,8 +165,8 @@ impl Step for Docker {
                             .filter(|(_, v)| !v.is_empty())
                             .map(|(n, _)| n)
                             .collect();
-                        check.changes.push(Change::custom(
-                            format!("{REMOVE_PREFIX}{}", names.join(" ")),
+                        check.changes.push(Change::new(
+                            Work::Remove(names),
                             format!(
                                 "{} conflict with containerd.io; docker.conflicts = \"remove\"",
                                 conflicts.join(", ")
@@ -179,59 +179,42 @@ impl Step for Docker {
                     )),
                 }
             }
-            check.changes.push(Change::install(specs, why.join("; ")));
+            require_local_repo(ctx, "docker.repo", &spec.repo)?;
+            check.changes.push(Change::new(
+                Work::Install(Install {
+                    specs,
+                    allowerasing: spec.conflicts == ConflictPolicy::Allowerasing,
+                    repo: Some(REPO_ID),
+                    owes: Some(docker_restart("docker packages installed or changed")),
+                    ..Install::default()
+                }),
+                why.join("; "),
+            ));
         } else {
             check.notes.push(format!("installed: {}", have.join(", ")));
         }
         Ok(check)
     }
 
-    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
-        let spec = ctx.profile.docker.clone();
-        for c in changes {
-            match &c.action {
-                Action::Custom(w) if w.starts_with("write ") => {
-                    write_repo(ctx, REPO_PATH, &Self::wanted_repo(ctx))?;
-                }
-                Action::Custom(w) if w == DISABLE_MODULE => {
-                    ctx.host
-                        .dnf()?
-                        .args(["module", "disable", "container-tools"])
-                        .run()?;
-                }
-                Action::Custom(w) if w.starts_with(REMOVE_PREFIX) => {
-                    let names: Vec<&str> = w[REMOVE_PREFIX.len()..].split_whitespace().collect();
-                    ctx.host.dnf()?.arg("remove").args(names).run()?;
-                    ctx.invalidate_rpm();
-                }
-                Action::Install(specs) => {
-                    require_local_repo(ctx, "docker.repo", &spec.repo)?;
-                    let options: &[&str] = if spec.conflicts == ConflictPolicy::Allowerasing {
-                        &["--allowerasing"]
-                    } else {
-                        &[]
-                    };
-                    owe_docker_restart(ctx, "docker packages installed or changed")?;
-                    if let Err(e) = ctx.dnf_install_with(options, specs) {
-                        let filtered = filtered_out(&format!("{e:#}").replace(" | ", "\n"));
-                        if !filtered.is_empty() {
-                            return Err(hinted(
-                                format!(
-                                    "{} filtered out by modular filtering (the container-tools module); --allowerasing does not help with that",
-                                    filtered.join(", ")
-                                ),
-                                format!("keep docker.module_filtering = \"hotfixes\" (module_hotfixes=true in {REPO_PATH}) or set it to \"disable-module\"; check that no other .repo file defines the docker packages without module_hotfixes"),
-                            ));
-                        }
-                        return Err(explain_repo_failure(e, REPO_ID, "docker.repo", &spec.repo));
-                    }
-                }
-                Action::Custom(w) => {
-                    return Err(anyhow::anyhow!("step docker cannot {w}: unknown action"));
-                }
-            }
+    fn explain(&self, ctx: &Ctx<'_>, install: &Install, failure: &DnfFailure) -> anyhow::Error {
+        let filtered = filtered_out(&failure.text());
+        if !filtered.is_empty() {
+            return hinted(
+                format!(
+                    "{} filtered out by modular filtering (the container-tools module); --allowerasing does not help with that",
+                    filtered.join(", ")
+                ),
+                format!("keep docker.module_filtering = \"hotfixes\" (module_hotfixes=true in {REPO_PATH}) or set it to \"disable-module\"; check that no other .repo file defines the docker packages without module_hotfixes"),
+            );
         }
-        Ok(())
+        let spec = &ctx.profile.docker;
+        if let Some(e) = explain_repo_failure(failure, REPO_ID, "docker.repo", &spec.repo) {
+            return e;
+        }
+        match failure.unmatched(&install.specs).first() {
+            Some(s) => ctx.not_in_repos(s),
+            None => failure.error(),
+        }
     }
 }
 

@@ -8,12 +8,12 @@
 //! owed) whenever the docker packages or `daemon.json` change; the `services` step pays it. A
 //! crash in between leaves it owed, so the next run still restarts.
 
-mod daemon_json;
-mod docker;
-mod prefix_links;
-mod services;
-mod smoke;
-mod toolkit;
+pub(crate) mod daemon_json;
+pub(crate) mod docker;
+pub(crate) mod prefix_links;
+pub(crate) mod services;
+pub(crate) mod smoke;
+pub(crate) mod toolkit;
 
 use std::path::{Path, PathBuf};
 
@@ -21,7 +21,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::invalid;
-use crate::runner::{Ctx, Step};
+use crate::runner::Ctx;
 
 pub use daemon_json::{merge as merge_daemon_json, NVIDIA_RUNTIME_PATH};
 pub use prefix_links::link_path;
@@ -370,11 +370,6 @@ fn repo_differs(ctx: &Ctx<'_>, path: &str, want: &str) -> Result<Option<String>>
     })
 }
 
-/// Write a repo file (atomically, 0644).
-fn write_repo(ctx: &Ctx<'_>, path: &str, text: &str) -> Result<()> {
-    crate::fsutil::write_atomic(&ctx.host.path(path), text.as_bytes(), 0o644)
-}
-
 /// For a local-directory repo, fail early (and clearly) when it holds no repo metadata.
 fn require_local_repo(ctx: &Ctx<'_>, key: &str, source: &str) -> Result<()> {
     if let Some(RepoSource::Dir(d)) = RepoSource::parse(source) {
@@ -390,36 +385,31 @@ fn require_local_repo(ctx: &Ctx<'_>, key: &str, source: &str) -> Result<()> {
 }
 
 /// A dnf failure because the repo from the profile cannot be read becomes an error that says
-/// so and what to do (an air-gapped site needs a local mirror); other errors pass through.
-fn explain_repo_failure(e: anyhow::Error, repo_id: &str, key: &str, source: &str) -> anyhow::Error {
-    let text = format!("{e:#}");
-    if text.contains(&format!("Failed to download metadata for repo '{repo_id}'")) {
-        crate::error::hinted(
-            format!("the {repo_id} repo ({source}, from {key}) cannot be read: {text}"),
-            format!("check the network or proxy, or point {key} at a local mirror directory (air-gapped sites)"),
-        )
-    } else {
-        e
-    }
+/// so and what to do (an air-gapped site needs a local mirror).
+fn explain_repo_failure(
+    failure: &crate::runner::DnfFailure,
+    repo_id: &str,
+    key: &str,
+    source: &str,
+) -> Option<anyhow::Error> {
+    let text = failure.text();
+    text.contains(&format!("Failed to download metadata for repo '{repo_id}'"))
+        .then(|| {
+            crate::error::hinted(
+                format!(
+                    "the {repo_id} repo ({source}, from {key}) cannot be read: {:#}",
+                    failure.error()
+                ),
+                format!("check the network or proxy, or point {key} at a local mirror directory (air-gapped sites)"),
+            )
+        })
 }
 
-/// Record that docker must be restarted, durably, before the change that makes it necessary.
-/// Reasons accumulate until the restart is done.
-fn owe_docker_restart(ctx: &mut Ctx<'_>, reason: &str) -> Result<()> {
-    let reason = match ctx.state.pending.get(RESTART_DOCKER) {
-        Some(r) if r.split("; ").any(|x| x == reason) => r.clone(),
-        Some(r) => format!("{r}; {reason}"),
-        None => reason.to_string(),
-    };
-    ctx.state.owe(ctx.host, RESTART_DOCKER, &reason)
-}
-
-/// A failure point for crash tests: when `GPUHOST_FAILPOINT` names this point, the process
-/// aborts right here, as a kill would stop it (no cleanup, no report).
-fn failpoint(name: &str) {
-    if std::env::var("GPUHOST_FAILPOINT").is_ok_and(|v| v == name) {
-        eprintln!("gpuhost: failpoint {name}: aborting");
-        std::process::abort();
+/// The owed docker restart, recorded before a change that makes it owed.
+fn docker_restart(reason: &str) -> crate::runner::Owed {
+    crate::runner::Owed {
+        key: RESTART_DOCKER,
+        reason: reason.to_string(),
     }
 }
 
@@ -431,18 +421,6 @@ fn pin(v: &Option<String>) -> Option<String> {
 /// True when an installed package's version matches a pin (`27.3.1` or `27.3.1-1.el8`).
 fn version_matches(p: &crate::rpm::Installed, pin: &str) -> bool {
     p.version == pin || p.evr() == pin
-}
-
-/// The container steps, in order.
-pub fn steps() -> Vec<&'static dyn Step> {
-    vec![
-        &docker::Docker,
-        &toolkit::ContainerToolkit,
-        &daemon_json::DaemonJson,
-        &services::Services,
-        &prefix_links::PrefixLinks,
-        &smoke::ContainerSmoke,
-    ]
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::error::hinted;
-use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::runner::{Change, Check, Ctx, Step, Work};
 
 pub struct PrefixLinks;
 
@@ -92,7 +92,7 @@ impl PrefixLinks {
         v
     }
 
-    fn missing(ctx: &mut Ctx<'_>) -> Result<Vec<String>> {
+    fn missing(ctx: &Ctx<'_>) -> Result<Vec<String>> {
         let pk = Self::packages(ctx);
         let refs: Vec<&str> = pk.iter().map(String::as_str).collect();
         Ok(ctx
@@ -104,7 +104,7 @@ impl PrefixLinks {
     }
 
     /// Compare what the installed packages own with what is under the prefixes.
-    fn plan(ctx: &mut Ctx<'_>) -> Result<Plan> {
+    fn plan(ctx: &Ctx<'_>) -> Result<Plan> {
         let missing = Self::missing(ctx)?;
         let present: Vec<String> = Self::packages(ctx)
             .into_iter()
@@ -201,25 +201,6 @@ impl PrefixLinks {
     }
 }
 
-fn symlink_atomic(target: &str, link: &Path) -> Result<()> {
-    let dir = link
-        .parent()
-        .with_context(|| format!("{} has no parent", link.display()))?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let name = link
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.gpuhost-tmp.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(target, &tmp)
-        .with_context(|| format!("creating the link {}", tmp.display()))?;
-    std::fs::rename(&tmp, link).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        anyhow::anyhow!("renaming {} to {}: {e}", tmp.display(), link.display())
-    })
-}
-
 impl Step for PrefixLinks {
     fn id(&self) -> &'static str {
         "prefix-links"
@@ -240,7 +221,7 @@ impl Step for PrefixLinks {
             .then(|| "no prefix_links in the profile".to_string())
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let mut check = Check::default();
         let missing = Self::missing(ctx)?;
         if !missing.is_empty() {
@@ -281,8 +262,18 @@ impl Step for PrefixLinks {
                 .iter()
                 .map(|l| l.prefix.display().to_string())
                 .collect();
-            check.changes.push(Change::custom(
-                format!("link under {}", prefixes.join(", ")),
+            let links = plan
+                .create
+                .iter()
+                .cloned()
+                .chain(plan.fix.iter().map(|(l, t, _)| (l.clone(), t.clone())))
+                .collect();
+            check.changes.push(Change::new(
+                Work::Symlinks {
+                    prefixes,
+                    dirs: plan.mkdirs.clone(),
+                    links,
+                },
                 why.join("; "),
             ));
         } else if !plan.in_the_way.is_empty() && missing.is_empty() {
@@ -300,31 +291,6 @@ impl Step for PrefixLinks {
             ));
         }
         Ok(check)
-    }
-
-    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
-        for c in changes {
-            if let Action::Install(specs) = &c.action {
-                ctx.dnf_install(specs)?;
-            }
-        }
-        let plan = Self::plan(ctx)?;
-        for d in &plan.mkdirs {
-            let at = ctx.host.path(d);
-            std::fs::create_dir_all(&at).with_context(|| format!("creating {}", at.display()))?;
-        }
-        for (link, target) in plan
-            .create
-            .iter()
-            .map(|(l, t)| (l, t))
-            .chain(plan.fix.iter().map(|(l, t, _)| (l, t)))
-        {
-            symlink_atomic(target, &ctx.host.path(link))?;
-        }
-        if !plan.in_the_way.is_empty() {
-            return Err(Self::in_the_way_error(&plan));
-        }
-        Ok(())
     }
 }
 

@@ -6,11 +6,10 @@
 //! deferred and, once the step is otherwise converged, handed over to the first boot (which
 //! starts docker with the new packages and config) and cleared.
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 
 use super::RESTART_DOCKER;
-use crate::error::hinted;
-use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::runner::{Change, Check, Ctx, Step, Work};
 use crate::units::{self, UnitState};
 
 pub struct Services;
@@ -18,6 +17,20 @@ pub struct Services;
 /// Docker's post-install docs enable exactly these two.
 pub const UNITS: [&str; 2] = ["docker.service", "containerd.service"];
 const RESTART: &str = "systemctl restart docker.service";
+
+fn enable(units: &[&str]) -> Work {
+    Work::EnableUnits {
+        units: units.iter().map(|u| u.to_string()).collect(),
+        package: "docker-ce".to_string(),
+    }
+}
+
+fn restart() -> Work {
+    Work::RestartUnit {
+        unit: "docker.service".to_string(),
+        settles: RESTART_DOCKER,
+    }
+}
 
 impl Step for Services {
     fn id(&self) -> &'static str {
@@ -28,7 +41,7 @@ impl Step for Services {
         "docker and containerd enabled; docker restarted only when its packages or config changed"
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let mut check = Check::default();
         let (mut missing, mut off) = (Vec::new(), Vec::new());
         for unit in UNITS {
@@ -39,39 +52,32 @@ impl Step for Services {
             }
         }
         if !missing.is_empty() {
-            if !ctx.dry_run {
-                return Err(hinted(
-                    format!("{} not on the host", missing.join(" and ")),
-                    "install Docker CE first (the docker step)",
-                ));
-            }
-            // A plan on a fresh host: the docker step has not installed the units yet.
-            check.changes.push(Change::custom(
-                format!("systemctl enable {}", UNITS.join(" ")),
-                "once the docker step has installed them",
+            // A fresh host: the docker step's transaction brings them (enabling them fails,
+            // naming docker-ce, if it did not).
+            check.changes.push(Change::new(
+                enable(&UNITS),
+                format!(
+                    "{} not on the host yet: once the docker step has installed them",
+                    missing.join(" and ")
+                ),
             ));
             return Ok(check);
         }
         if !off.is_empty() {
-            check.changes.push(Change::custom(
-                format!("systemctl enable {}", off.join(" ")),
+            check.changes.push(Change::new(
+                enable(&off),
                 format!("{} not enabled at boot", off.join(", ")),
             ));
         }
         let owed = ctx.state.pending.get(RESTART_DOCKER).cloned();
         if ctx.host.is_live() {
-            let active = ctx
-                .host
-                .systemctl()
-                .args(["is-active", "docker.service"])
-                .output()?;
-            let state = active.stdout.trim().to_string();
+            let state = crate::units::active_state(ctx.host, "docker.service")?;
             match (&owed, state == "active") {
                 (Some(why), _) => check
                     .changes
-                    .push(Change::custom(RESTART, format!("owed: {why}"))),
-                (None, false) => check.changes.push(Change::custom(
-                    RESTART,
+                    .push(Change::new(restart(), format!("owed: {why}"))),
+                (None, false) => check.changes.push(Change::new(
+                    restart(),
                     format!("docker.service is {state}, not running"),
                 )),
                 (None, true) => {}
@@ -80,35 +86,14 @@ impl Step for Services {
             check.deferred.push(format!(
                 "{RESTART} (owed: {why}); in an install root the first boot starts docker with it"
             ));
-            if check.changes.is_empty() && !ctx.dry_run {
+            if check.changes.is_empty() {
                 // Reported; the root's first boot starts docker with the new packages and config.
-                ctx.state.settle(ctx.host, RESTART_DOCKER)?;
+                check.settles.push(RESTART_DOCKER);
             }
         }
         if check.changes.is_empty() {
             check.notes.push(format!("{} enabled", UNITS.join(", ")));
         }
         Ok(check)
-    }
-
-    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
-        for c in changes {
-            match &c.action {
-                Action::Custom(w) if w.starts_with("systemctl enable ") => {
-                    let units: Vec<&str> =
-                        w["systemctl enable ".len()..].split_whitespace().collect();
-                    ctx.host.systemctl().arg("enable").args(units).run()?;
-                }
-                Action::Custom(w) if w == RESTART => {
-                    ctx.host
-                        .systemctl()
-                        .args(["restart", "docker.service"])
-                        .run()?;
-                    ctx.state.settle(ctx.host, RESTART_DOCKER)?;
-                }
-                other => return Err(anyhow!("step services cannot {other}: unknown action")),
-            }
-        }
-        Ok(())
     }
 }

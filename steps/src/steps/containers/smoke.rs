@@ -213,7 +213,7 @@ impl Step for ContainerSmoke {
             .then(|| "no container_smoke.image in the profile".to_string())
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let Some(image) = ctx.profile.container_smoke.image.clone() else {
             return Ok(Check::in_sync("no container_smoke.image in the profile"));
         };
@@ -228,14 +228,18 @@ impl Step for ContainerSmoke {
             check.deferred.push(Self::command_line(&image));
             return Ok(check);
         }
-        if ctx.dry_run {
-            check
-                .notes
-                .push(format!("apply runs {}", Self::command_line(&image)));
-            return Ok(check);
-        }
-        check.notes.push(Self::run(ctx, &image)?);
+        check
+            .notes
+            .push(format!("apply runs {}", Self::command_line(&image)));
         Ok(check)
+    }
+
+    /// The smoke test itself: live, and only in `apply` (a plan runs no container).
+    fn probe(&self, ctx: &Ctx<'_>) -> Result<Vec<String>> {
+        match &ctx.profile.container_smoke.image {
+            Some(image) if ctx.host.is_live() => Ok(vec![Self::run(ctx, image)?]),
+            _ => Ok(Vec::new()),
+        }
     }
 }
 

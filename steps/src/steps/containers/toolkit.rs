@@ -5,11 +5,10 @@ use anyhow::Result;
 
 use super::{
     explain_repo_failure, pin, repo_differs, repo_file, require_local_repo, toolkit_denied,
-    version_matches, write_repo,
+    version_matches,
 };
-use crate::cmd::Cmd;
 use crate::error::hinted;
-use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::runner::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 
 pub struct ContainerToolkit;
 
@@ -24,6 +23,14 @@ pub const PACKAGES: [&str; 4] = [
 ];
 pub const CDI_SPEC: &str = "/etc/cdi/nvidia.yaml";
 const CDI_GENERATE: &str = "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml";
+
+fn toolkit_install(specs: Vec<String>) -> Work {
+    Work::Install(Install {
+        specs,
+        repo: Some(REPO_ID),
+        ..Install::default()
+    })
+}
 
 impl ContainerToolkit {
     fn wanted_repo(ctx: &Ctx<'_>) -> String {
@@ -51,13 +58,14 @@ impl Step for ContainerToolkit {
         PACKAGES.iter().map(|s| s.to_string()).collect()
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let mut check = Check::default();
         let spec = ctx.profile.container_toolkit.clone();
         if let Some(why) = repo_differs(ctx, REPO_PATH, &Self::wanted_repo(ctx))? {
-            check
-                .changes
-                .push(Change::custom(format!("write {REPO_PATH}"), why));
+            check.changes.push(Change::new(
+                Work::Configure(FileWrite::new(REPO_PATH, Self::wanted_repo(ctx), 0o644)),
+                why,
+            ));
         }
         let installed = ctx.installed(&PACKAGES)?;
         let version_of = |name: &str| -> Option<String> {
@@ -86,8 +94,8 @@ impl Step for ContainerToolkit {
                     .collect();
                 if !off.is_empty() {
                     let specs = PACKAGES.iter().map(|n| format!("{n}-{pin}")).collect();
-                    check.changes.push(Change::install(
-                        specs,
+                    check.changes.push(Change::new(
+                        toolkit_install(specs),
                         format!("the profile pins {pin}; installed: {}", listed()),
                     ));
                 }
@@ -112,8 +120,8 @@ impl Step for ContainerToolkit {
                         Some(v) => PACKAGES.iter().map(|n| format!("{n}-{v}")).collect(),
                         None => PACKAGES.iter().map(|n| n.to_string()).collect(),
                     };
-                    check.changes.push(Change::install(
-                        specs,
+                    check.changes.push(Change::new(
+                        toolkit_install(specs),
                         format!(
                             "the four packages must be installed at one version; installed: {}",
                             listed()
@@ -122,17 +130,15 @@ impl Step for ContainerToolkit {
                 }
             }
         }
-        if check
-            .changes
-            .iter()
-            .all(|c| !matches!(c.action, Action::Install(_)))
-        {
+        if check.installs() {
+            require_local_repo(ctx, "container_toolkit.repo", &spec.repo)?;
+        } else {
             check.notes.push(format!("installed: {}", listed()));
         }
         if spec.cdi && !ctx.host.path(CDI_SPEC).exists() {
             if ctx.host.is_live() {
-                check.changes.push(Change::custom(
-                    CDI_GENERATE,
+                check.changes.push(Change::new(
+                    Work::Run(CDI_GENERATE.split(' ').map(str::to_string).collect()),
                     format!("{CDI_SPEC} is missing"),
                 ));
             } else {
@@ -144,31 +150,16 @@ impl Step for ContainerToolkit {
         Ok(check)
     }
 
-    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
-        let spec = ctx.profile.container_toolkit.clone();
-        for c in changes {
-            match &c.action {
-                Action::Custom(w) if w.starts_with("write ") => {
-                    write_repo(ctx, REPO_PATH, &Self::wanted_repo(ctx))?;
-                }
-                Action::Install(specs) => {
-                    require_local_repo(ctx, "container_toolkit.repo", &spec.repo)?;
-                    ctx.dnf_install(specs).map_err(|e| {
-                        explain_repo_failure(e, REPO_ID, "container_toolkit.repo", &spec.repo)
-                    })?;
-                }
-                Action::Custom(w) if w == CDI_GENERATE => {
-                    Cmd::new("nvidia-ctk")
-                        .args(["cdi", "generate", &format!("--output={CDI_SPEC}")])
-                        .run()?;
-                }
-                Action::Custom(w) => {
-                    return Err(anyhow::anyhow!(
-                        "step container-toolkit cannot {w}: unknown action"
-                    ));
-                }
-            }
+    fn explain(&self, ctx: &Ctx<'_>, install: &Install, failure: &DnfFailure) -> anyhow::Error {
+        let spec = &ctx.profile.container_toolkit;
+        if let Some(e) =
+            explain_repo_failure(failure, REPO_ID, "container_toolkit.repo", &spec.repo)
+        {
+            return e;
         }
-        Ok(())
+        match failure.unmatched(&install.specs).first() {
+            Some(s) => ctx.not_in_repos(s),
+            None => failure.error(),
+        }
     }
 }

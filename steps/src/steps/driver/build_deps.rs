@@ -3,16 +3,18 @@
 //! own compiler. UEK is built with a newer GCC than the system one (UEK7 on OL8: gcc 11 vs 8.5);
 //! DKMS with the system gcc then fails (`unrecognized command line option
 //! '-ftrivial-auto-var-init=zero'`). The kernel's compiler is read from
-//! `CONFIG_CC_VERSION_TEXT` in `/usr/src/kernels/<kver>/.config`; when it is newer than the
-//! system gcc, the matching `gcc-toolset-N-gcc` is installed and `/etc/dkms/nvidia.conf` makes
-//! DKMS build with it.
+//! `CONFIG_CC_VERSION_TEXT` in the kernel's configuration — `/usr/src/kernels/<kver>/.config`
+//! (headers), else the copy the kernel package itself ships (`/lib/modules/<kver>/config`,
+//! `/boot/config-<kver>`), so that it is known before the headers are installed; when it is
+//! newer than the system gcc, the matching `gcc-toolset-N-gcc` is installed and
+//! `/etc/dkms/nvidia.conf` makes DKMS build with it. The override is written before the
+//! package transaction, whose DKMS scriptlet reads it.
 
 use anyhow::Result;
 
 use super::StreamKind;
-use crate::fsutil::write_atomic;
 use crate::rpm::vercmp;
-use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::runner::{Change, Check, Ctx, FileWrite, Step, Work};
 
 pub struct BuildDeps;
 
@@ -94,14 +96,16 @@ fn wanted(ctx: &Ctx<'_>, system_major: u32) -> Wanted {
     let mut notes = Vec::new();
     let mut toolset: Option<(u32, String)> = None;
     for kver in ctx.facts.kernels_to_serve() {
-        let config = ctx
-            .host
-            .read_opt(format!("/usr/src/kernels/{kver}/.config"))
-            .ok()
-            .flatten();
+        let config = [
+            format!("/usr/src/kernels/{kver}/.config"),
+            format!("/lib/modules/{kver}/config"),
+            format!("/boot/config-{kver}"),
+        ]
+        .iter()
+        .find_map(|p| ctx.host.read_opt(p).ok().flatten());
         let Some(config) = config else {
             notes.push(format!(
-                "the compiler of {kver} is read from its headers once they are installed"
+                "the compiler of {kver} is read from its configuration once its headers are installed"
             ));
             continue;
         };
@@ -129,7 +133,7 @@ fn wanted(ctx: &Ctx<'_>, system_major: u32) -> Wanted {
 }
 
 impl BuildDeps {
-    fn system_major(ctx: &mut Ctx<'_>) -> Result<u32> {
+    fn system_major(ctx: &Ctx<'_>) -> Result<u32> {
         let gcc = ctx.installed_one("gcc")?;
         Ok(gcc
             .iter()
@@ -167,7 +171,7 @@ impl Step for BuildDeps {
         })
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let system_major = Self::system_major(ctx)?;
         let w = wanted(ctx, system_major);
         let mut check = Check {
@@ -201,9 +205,12 @@ impl Step for BuildDeps {
                     } else {
                         "absent"
                     };
-                    check.changes.push(Change::custom(
-                        format!("write {DKMS_OVERRIDE} (CC={})", toolset_gcc(*n)),
-                        format!("{why}, the system gcc is {system_major}; the file is {was}"),
+                    check.changes.push(Change::new(
+                        Work::Configure(FileWrite::new(DKMS_OVERRIDE, text, 0o644)),
+                        format!(
+                            "CC={}: {why}, the system gcc is {system_major}; the file is {was}",
+                            toolset_gcc(*n)
+                        ),
                     ));
                 } else {
                     check.notes.push(format!(
@@ -213,8 +220,8 @@ impl Step for BuildDeps {
             }
             None => {
                 if current.as_deref().is_some_and(|t| t.starts_with(MARKER)) {
-                    check.changes.push(Change::custom(
-                        format!("remove {DKMS_OVERRIDE}"),
+                    check.changes.push(Change::new(
+                        Work::Unconfigure(DKMS_OVERRIDE.to_string()),
                         format!("no served kernel needs a compiler newer than the system gcc {system_major}"),
                     ));
                 }
@@ -226,32 +233,6 @@ impl Step for BuildDeps {
                 .insert(0, format!("installed: {}", w.packages.join(", ")));
         }
         Ok(check)
-    }
-
-    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
-        let system_major = Self::system_major(ctx)?;
-        let w = wanted(ctx, system_major);
-        for c in changes {
-            match &c.action {
-                Action::Install(specs) => ctx.dnf_install(specs)?,
-                Action::Custom(what) if what.starts_with("write ") => {
-                    if let Some((n, why)) = &w.toolset {
-                        write_atomic(
-                            &ctx.host.path(DKMS_OVERRIDE),
-                            override_text(*n, why).as_bytes(),
-                            0o644,
-                        )?;
-                    }
-                }
-                Action::Custom(what) if what.starts_with("remove ") => {
-                    let p = ctx.host.path(DKMS_OVERRIDE);
-                    std::fs::remove_file(&p)
-                        .map_err(|e| anyhow::anyhow!("removing {}: {e}", p.display()))?;
-                }
-                Action::Custom(what) => return Err(anyhow::anyhow!("build-deps cannot {what}")),
-            }
-        }
-        Ok(())
     }
 }
 

@@ -7,8 +7,7 @@
 use anyhow::Result;
 
 use super::{branch_of, driver_version};
-use crate::fsutil::write_atomic;
-use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::runner::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 use crate::units;
 
 pub struct FabricManager;
@@ -26,6 +25,16 @@ pub fn package_for(driver: &str) -> &'static str {
     } else {
         PACKAGES[1]
     }
+}
+
+/// True when dnf.conf locks this driver's Fabric Manager package (gpuhost's own
+/// transactions then lift the lock with `--disableexcludes=main`).
+pub fn locked(ctx: &Ctx<'_>) -> Result<bool> {
+    let Ok(drv) = driver_version(ctx).map(|n| n.driver) else {
+        return Ok(false);
+    };
+    let conf = ctx.host.read_opt(DNF_CONF)?.unwrap_or_default();
+    Ok(main_excludes(&conf).iter().any(|e| e == package_for(&drv)))
 }
 
 /// The package names excluded in dnf.conf's `[main]` (`excludepkgs=` or its alias `exclude=`).
@@ -122,7 +131,7 @@ impl Step for FabricManager {
         })
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let drv = driver_version(ctx)?.driver;
         let pkg = package_for(&drv);
         let mut check = Check::default();
@@ -138,8 +147,13 @@ impl Step for FabricManager {
                     versions.join(", ")
                 )
             };
-            check.changes.push(Change::install(
-                vec![format!("{pkg}-{drv}")],
+            check.changes.push(Change::new(
+                Work::Install(Install {
+                    specs: vec![format!("{pkg}-{drv}")],
+                    // `install` of a lower version downgrades; the lock must not hide it.
+                    disable_excludes: locked(ctx)?,
+                    ..Install::default()
+                }),
                 format!(
                     "{found} (driver {drv}, {} NVSwitches)",
                     ctx.facts.nvswitches.len()
@@ -152,61 +166,37 @@ impl Step for FabricManager {
                 .notes
                 .push(format!("{pkg} {drv} locked (excludepkgs in {DNF_CONF})"));
         } else {
-            check.changes.push(Change::custom(
-                format!("lock {pkg} (excludepkgs={pkg} in {DNF_CONF})"),
-                "dnf update could move it away from the driver's version",
+            check.changes.push(Change::new(
+                Work::Write {
+                    file: FileWrite::new(DNF_CONF, with_exclude(&conf, pkg), 0o644),
+                    owes: None,
+                },
+                format!("lock {pkg}: excludepkgs={pkg}, else dnf update could move it away from the driver's version"),
             ));
         }
-        units::check_enabled(ctx.host, &mut check, UNIT, pkg, !present)?;
+        units::check_enabled(ctx.host, &mut check, UNIT, pkg, present)?;
         Ok(check)
     }
 
-    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
-        let drv = driver_version(ctx)?.driver;
+    fn explain(&self, ctx: &Ctx<'_>, _install: &Install, failure: &DnfFailure) -> anyhow::Error {
+        let drv = match driver_version(ctx) {
+            Ok(n) => n.driver,
+            Err(e) => return e,
+        };
         let pkg = package_for(&drv);
-        for c in changes {
-            match &c.action {
-                Action::Install(specs) => {
-                    // `install` of a lower version downgrades; the lock must not hide the package.
-                    let out = ctx
-                        .host
-                        .dnf()?
-                        .args(["install", "--disableexcludes=main"])
-                        .args(specs)
-                        .output()?;
-                    ctx.invalidate_rpm();
-                    if !out.success() {
-                        let available = ctx.available_versions(pkg).unwrap_or_default();
-                        return Err(crate::error::hinted(
-                            format!(
-                                "{pkg} {drv} could not be installed (available: {}): {}",
-                                if available.is_empty() {
-                                    "none".to_string()
-                                } else {
-                                    available.join(", ")
-                                },
-                                crate::cmd::tail_lines(&out.stderr, 4)
-                            ),
-                            "Fabric Manager must come from the same local repo as the driver",
-                        ));
-                    }
-                }
-                Action::Custom(what) if what.starts_with("lock ") => {
-                    let conf = ctx.host.read_opt(DNF_CONF)?.unwrap_or_default();
-                    write_atomic(
-                        &ctx.host.path(DNF_CONF),
-                        with_exclude(&conf, pkg).as_bytes(),
-                        0o644,
-                    )?;
-                }
-                Action::Custom(what) => {
-                    if !units::apply_change(ctx.host, what)? {
-                        return Err(anyhow::anyhow!("fabric-manager cannot {what}"));
-                    }
-                }
-            }
-        }
-        Ok(())
+        let available = ctx.available_versions(pkg).unwrap_or_default();
+        crate::error::hinted(
+            format!(
+                "{pkg} {drv} could not be installed (available: {}): {}",
+                if available.is_empty() {
+                    "none".to_string()
+                } else {
+                    available.join(", ")
+                },
+                crate::cmd::tail_lines(&failure.out.stderr, 4)
+            ),
+            "Fabric Manager must come from the same local repo as the driver",
+        )
     }
 }
 

@@ -12,7 +12,7 @@ use super::module::precompiled_kmod;
 use super::{driver_version, host_arch, StreamKind};
 use crate::cmd::tail_lines;
 use crate::error::hinted;
-use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::runner::{Change, Check, Ctx, Step, Work};
 
 pub struct KernelModule;
 
@@ -112,7 +112,7 @@ impl Step for KernelModule {
         super::not_applicable(ctx)
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let drv = driver_version(ctx)?.driver;
         let kind = StreamKind::of(&ctx.profile.driver.stream);
         let mut check = Check::default();
@@ -134,19 +134,28 @@ impl Step for KernelModule {
                 }
                 return Err(Self::failure(ctx, kind, &drv, &missing));
             }
-            if kmod_installed {
-                check.changes.push(Change::custom(
-                    format!("build the NVIDIA {drv} module for {kver}"),
-                    format!("no module for the {role} kernel"),
-                ));
-            } else if ctx.dry_run {
-                check.changes.push(Change::custom(
-                    format!("build the NVIDIA {drv} module for {kver}"),
-                    format!("no module for the {role} kernel yet: the driver step installs and builds it"),
-                ));
+        }
+        if kind != StreamKind::Precompiled && !missing.is_empty() {
+            let package = kind.dkms_package().unwrap_or_default().to_string();
+            let why = if kmod_installed {
+                format!(
+                    "no NVIDIA {drv} module for the {} kernel",
+                    missing
+                        .iter()
+                        .map(|k| role(ctx, k))
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                )
             } else {
-                return Err(Self::failure(ctx, kind, &drv, &missing));
-            }
+                format!("no NVIDIA {drv} module yet: the driver step installs {package}, whose DKMS build makes it; built again only if that did not")
+            };
+            check.changes.push(Change::new(
+                Work::Rebuild {
+                    package,
+                    kernels: missing.clone(),
+                },
+                why,
+            ));
         }
         let served = ctx.facts.kernels_to_serve();
         let have: Vec<&String> = served.iter().filter(|k| !missing.contains(k)).collect();
@@ -172,9 +181,10 @@ impl Step for KernelModule {
                     check.notes.push("not loaded: nouveau holds the GPUs until a reboot".into())
                 }
                 None if missing.is_empty() && !ctx.facts.gpus.is_empty() => {
-                    check
-                        .changes
-                        .push(Change::custom("modprobe nvidia", "the module is not loaded"))
+                    check.changes.push(Change::new(
+                        Work::Run(vec!["modprobe".into(), "nvidia".into()]),
+                        "the module is not loaded",
+                    ))
                 }
                 None => {}
             }
@@ -182,39 +192,28 @@ impl Step for KernelModule {
         Ok(check)
     }
 
-    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
-        let drv = driver_version(ctx)?.driver;
-        let kind = StreamKind::of(&ctx.profile.driver.stream);
-        let packages: Vec<String> = changes
-            .iter()
-            .filter_map(|c| match &c.action {
-                Action::Install(p) => Some(p.clone()),
-                Action::Custom(_) => None,
-            })
-            .flatten()
-            .collect();
-        ctx.dnf_install(&packages)?;
-        let build = changes
-            .iter()
-            .any(|c| matches!(&c.action, Action::Custom(w) if w.starts_with("build ")));
-        if build {
-            let Some(kmod) = kind.dkms_package() else {
-                return Err(anyhow::anyhow!("a precompiled stream has nothing to build"));
-            };
-            // Reinstalling the kmod package runs its DKMS build for every installed kernel.
-            ctx.host.dnf()?.args(["reinstall", kmod]).run()?;
-            ctx.invalidate_rpm();
+    /// A rebuild is judged by its result: DKMS failures do not fail the RPM scriptlet, so a
+    /// module still missing afterwards fails the step with the tail of `make.log`.
+    fn apply(&self, ctx: &mut Ctx<'_>, work: &Work) -> Result<()> {
+        if let Work::Rebuild { package, .. } = work {
+            let drv = driver_version(ctx)?.driver;
+            let kind = StreamKind::of(&ctx.profile.driver.stream);
+            if ctx.installed_one(package)?.is_empty() {
+                // Nothing to rebuild: the driver's transaction did not install it.
+                return Err(Self::failure(
+                    ctx,
+                    kind,
+                    &drv,
+                    &Self::missing(ctx, kind, &drv),
+                ));
+            }
+            crate::work::carry_out(ctx.host, work)?;
             let missing = Self::missing(ctx, kind, &drv);
             if !missing.is_empty() {
                 return Err(Self::failure(ctx, kind, &drv, &missing));
             }
+            return Ok(());
         }
-        if changes
-            .iter()
-            .any(|c| matches!(&c.action, Action::Custom(w) if w == "modprobe nvidia"))
-        {
-            crate::cmd::Cmd::new("modprobe").arg("nvidia").run()?;
-        }
-        Ok(())
+        crate::work::carry_out(ctx.host, work)
     }
 }

@@ -15,13 +15,13 @@
 //! `cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm`) so that every step knows it
 //! without running anything; `driver-repo` checks it against what the package really carries.
 
-mod build_deps;
-mod fabric;
-mod kmod;
-mod module;
-mod nouveau;
-mod persistenced;
-mod repo;
+pub(crate) mod build_deps;
+pub(crate) mod fabric;
+pub(crate) mod kmod;
+pub(crate) mod module;
+pub(crate) mod nouveau;
+pub(crate) mod persistenced;
+pub(crate) mod repo;
 
 /// Fabric Manager's package rule, shared with `gpuhost status`.
 pub use fabric::{package_for as fabric_manager_package, PACKAGES as FABRIC_MANAGER_PACKAGES};
@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::hinted;
 use crate::invalid;
 use crate::kernel::Flavour;
-use crate::runner::{Ctx, Step};
+use crate::runner::Ctx;
 
 /// `[driver]` in a profile.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -282,19 +282,6 @@ pub fn files_with_prefix(dir: &Path, prefix: &str) -> Vec<String> {
         .unwrap_or_default();
     out.sort();
     out
-}
-
-/// The driver steps, in order.
-pub fn steps() -> Vec<&'static dyn Step> {
-    vec![
-        &repo::DriverRepo,
-        &build_deps::BuildDeps,
-        &module::Driver,
-        &nouveau::Nouveau,
-        &kmod::KernelModule,
-        &fabric::FabricManager,
-        &persistenced::Persistenced,
-    ]
 }
 
 #[cfg(test)]

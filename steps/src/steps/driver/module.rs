@@ -9,7 +9,7 @@ use anyhow::Result;
 use super::{driver_version, module_profile, StreamKind};
 use crate::error::hinted;
 use crate::kernel::Flavour;
-use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::runner::{Change, Check, Ctx, DnfFailure, Install, Step, Work};
 
 pub struct Driver;
 
@@ -122,19 +122,16 @@ pub fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
 enum Verb {
     /// `dnf install @nvidia-driver:S/P <kmods>`: enable and install (or add a profile).
     Install,
-    /// `dnf module switch-to nvidia-driver:S/P --allowerasing`, then the stream's kmods with
-    /// `--allowerasing` (switch-to keeps a kmod of the old stream that still satisfies).
+    /// Switch from another stream (or another driver version of this one).
     Switch,
 }
 
-impl Driver {
-    fn verb(what: &str) -> Verb {
-        if what.contains("switch-to") {
-            Verb::Switch
-        } else {
-            Verb::Install
-        }
-    }
+/// True when dnf's output says the module stream or profile does not exist.
+fn module_missing(text: &str) -> bool {
+    text.contains("missing groups or modules")
+        || text.contains("Unable to resolve argument")
+        || (text.contains("Module or Group") && text.contains("is not available"))
+        || text.contains("No such module")
 }
 
 impl Step for Driver {
@@ -158,7 +155,7 @@ impl Step for Driver {
         super::not_applicable(ctx)
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let repo = driver_version(ctx)?;
         let drv = repo.driver.clone();
         let stream = ctx.profile.driver.stream.clone();
@@ -245,16 +242,28 @@ impl Step for Driver {
         why.extend(absent);
         why.extend(stale);
         why.push(format!("driver {drv} from {}", repo.package));
-        let what = match verb {
-            Verb::Install => format!("dnf install @{spec} {}", kmods.join(" ")),
-            Verb::Switch => format!(
-                "dnf module switch-to {spec} --allowerasing, then install {} --allowerasing",
-                kmods.join(" ")
-            ),
+        // The Fabric Manager lock (an exclude) must not hide it from its own module.
+        let disable_excludes = profile == "fm" && super::fabric::locked(ctx)?;
+        if state.state == "disabled" {
+            check.changes.push(Change::new(
+                Work::ResetModule("nvidia-driver".to_string()),
+                "the nvidia-driver module is disabled; a stream can be installed once it is reset",
+            ));
+        }
+        let work = match verb {
+            Verb::Install => Work::Install(Install {
+                specs: kmods,
+                module: Some(spec),
+                disable_excludes,
+                ..Install::default()
+            }),
+            Verb::Switch => Work::SwitchStream {
+                module: spec,
+                packages: kmods,
+                disable_excludes,
+            },
         };
-        check
-            .changes
-            .push(Change::custom(what.trim_end().to_string(), why.join("; ")));
+        check.changes.push(Change::new(work, why.join("; ")));
         // Say now, not in the middle of the transaction, when the stream does not exist.
         if ctx.host.path(repo.repo_dir()).is_dir() {
             let available = available_streams(ctx)?;
@@ -265,74 +274,26 @@ impl Step for Driver {
         Ok(check)
     }
 
-    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
-        let drv = driver_version(ctx)?.driver;
-        let stream = ctx.profile.driver.stream.clone();
-        let profile = module_profile(ctx);
-        let spec = format!("nvidia-driver:{stream}/{profile}");
-        let kmods = kmod_packages(ctx, &drv);
-        for c in changes {
-            let Action::Custom(what) = &c.action else {
-                return Err(anyhow::anyhow!("driver cannot {}", c.action));
-            };
-            let state = ctx
-                .host
-                .read_opt(MODULE_FILE)?
-                .map(|t| ModuleState::parse(&t))
-                .unwrap_or_default();
-            if state.state == "disabled" {
-                ctx.host
-                    .dnf()?
-                    .args(["module", "reset", "nvidia-driver"])
-                    .run()?;
+    fn apply(&self, ctx: &mut Ctx<'_>, work: &Work) -> Result<()> {
+        crate::work::carry_out(ctx.host, work).map_err(|e| {
+            if module_missing(&format!("{e:#}")) {
+                let available = available_streams(ctx).unwrap_or_default();
+                not_in_repo(&ctx.profile.driver.stream, &available)
+            } else {
+                e
             }
-            let mut cmds = Vec::new();
-            match Self::verb(what) {
-                Verb::Install => {
-                    cmds.push(
-                        ctx.host
-                            .dnf()?
-                            .arg("install")
-                            .arg(format!("@{spec}"))
-                            .args(&kmods),
-                    );
-                }
-                Verb::Switch => {
-                    cmds.push(ctx.host.dnf()?.args([
-                        "module",
-                        "switch-to",
-                        &spec,
-                        "--allowerasing",
-                    ]));
-                    cmds.push(
-                        ctx.host
-                            .dnf()?
-                            .args(["install", "--allowerasing"])
-                            .args(&kmods),
-                    );
-                }
-            }
-            for mut cmd in cmds {
-                if profile == "fm" {
-                    // The Fabric Manager lock (an exclude) must not hide it from its own module.
-                    cmd = cmd.arg("--disableexcludes=main");
-                }
-                let out = cmd.output()?;
-                ctx.invalidate_rpm();
-                if !out.success() {
-                    let text = format!("{}\n{}", out.stdout, out.stderr);
-                    if text.contains("missing groups or modules")
-                        || text.contains("Unable to resolve argument")
-                        || text.contains("No such module")
-                    {
-                        let available = available_streams(ctx).unwrap_or_default();
-                        return Err(not_in_repo(&stream, &available));
-                    }
-                    return Err(cmd.failure(&out));
-                }
-            }
+        })
+    }
+
+    fn explain(&self, ctx: &Ctx<'_>, install: &Install, failure: &DnfFailure) -> anyhow::Error {
+        if module_missing(&failure.text()) {
+            let available = available_streams(ctx).unwrap_or_default();
+            return not_in_repo(&ctx.profile.driver.stream, &available);
         }
-        Ok(())
+        match failure.unmatched(&install.specs).first() {
+            Some(spec) => ctx.not_in_repos(spec),
+            None => failure.error(),
+        }
     }
 }
 

@@ -8,9 +8,8 @@
 
 use anyhow::Result;
 
-use crate::fsutil::write_atomic;
 use crate::kernel::bls_kernel;
-use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::runner::{Change, Check, Ctx, FileWrite, Step, Work};
 
 pub struct Nouveau;
 
@@ -127,7 +126,7 @@ impl Step for Nouveau {
         super::not_applicable(ctx)
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let mut check = Check::default();
         let opts = kernelopts(ctx)?;
         let mut ok = Vec::new();
@@ -137,9 +136,15 @@ impl Step for Nouveau {
                     if blacklists_nouveau(&entry_cmdline(&text, &opts)) {
                         ok.push(kver);
                     } else {
-                        check.changes.push(Change::custom(
-                            format!("add {} to {path}", ARGS.join(" ")),
-                            format!("the boot entry of {kver} does not blacklist nouveau in the initramfs"),
+                        check.changes.push(Change::new(
+                            Work::Write {
+                                file: FileWrite::new(path, with_blacklist(&text), 0o644),
+                                owes: None,
+                            },
+                            format!(
+                                "add {}: the boot entry of {kver} does not blacklist nouveau in the initramfs",
+                                ARGS.join(" ")
+                            ),
                         ));
                     }
                 }
@@ -166,30 +171,6 @@ impl Step for Nouveau {
             );
         }
         Ok(check)
-    }
-
-    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
-        for c in changes {
-            let Action::Custom(what) = &c.action else {
-                return Err(anyhow::anyhow!("nouveau cannot {}", c.action));
-            };
-            let Some(path) = what
-                .rsplit(" to ")
-                .next()
-                .filter(|p| p.starts_with(ENTRIES))
-            else {
-                return Err(anyhow::anyhow!("nouveau cannot {what}"));
-            };
-            let Some(text) = ctx.host.read_opt(path)? else {
-                return Err(anyhow::anyhow!("{path} disappeared"));
-            };
-            write_atomic(
-                &ctx.host.path(path),
-                with_blacklist(&text).as_bytes(),
-                0o644,
-            )?;
-        }
-        Ok(())
     }
 }
 

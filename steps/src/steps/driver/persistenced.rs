@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 
-use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::runner::{Check, Ctx, Step};
 use crate::units;
 
 pub struct Persistenced;
@@ -29,28 +29,12 @@ impl Step for Persistenced {
         super::not_applicable(ctx)
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let mut check = Check::default();
+        // Not installed yet: it comes with the driver's transaction; enabling it then fails,
+        // naming the package, if that transaction did not bring it.
         let installed = !ctx.installed_one(PACKAGE)?.is_empty();
-        if !installed && !ctx.dry_run {
-            return Err(crate::error::hinted(
-                format!("{PACKAGE} is not installed"),
-                "it comes with the driver (nvidia-driver-cuda): check the driver step",
-            ));
-        }
-        units::check_enabled(ctx.host, &mut check, UNIT, PACKAGE, !installed)?;
+        units::check_enabled(ctx.host, &mut check, UNIT, PACKAGE, installed)?;
         Ok(check)
-    }
-
-    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
-        for c in changes {
-            let Action::Custom(what) = &c.action else {
-                return Err(anyhow::anyhow!("persistenced cannot {}", c.action));
-            };
-            if !units::apply_change(ctx.host, what)? {
-                return Err(anyhow::anyhow!("persistenced cannot {what}"));
-            }
-        }
-        Ok(())
     }
 }

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use super::{files_with_prefix, host_arch, local_repo, LocalRepoName, NO_DRIVER};
 use crate::cmd::Cmd;
 use crate::error::hinted;
-use crate::runner::{Action, Change, Check, Ctx, Step};
+use crate::runner::{Change, Check, Ctx, Install, Step, Work};
 
 pub struct DriverRepo;
 
@@ -194,7 +194,7 @@ impl Step for DriverRepo {
         super::not_applicable(ctx)
     }
 
-    fn check(&self, ctx: &mut Ctx<'_>) -> Result<Check> {
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let Some((path, name)) = local_repo(ctx)? else {
             return Ok(Check::in_sync(NO_DRIVER));
         };
@@ -273,8 +273,8 @@ impl Step for DriverRepo {
                 ));
             }
             let pkgs: Vec<String> = others.iter().map(|(n, _)| n.clone()).collect();
-            check.changes.push(Change::custom(
-                format!("remove {}", pkgs.join(" ")),
+            check.changes.push(Change::new(
+                Work::Remove(pkgs),
                 format!(
                     "replaced by {} (driver.replace_local_repo); was {}",
                     name.package,
@@ -288,31 +288,15 @@ impl Step for DriverRepo {
         } else {
             "no driver.sha256 to verify"
         };
-        check.changes.push(Change::install(
-            vec![shown],
+        check.changes.push(Change::new(
+            Work::Install(Install {
+                specs: vec![shown],
+                brings_repo: true,
+                ..Install::default()
+            }),
             format!("driver {} not installed; {verified}", name.driver),
         ));
         Ok(check)
-    }
-
-    fn apply(&self, ctx: &mut Ctx<'_>, changes: &[Change]) -> Result<()> {
-        for c in changes {
-            match &c.action {
-                Action::Custom(what) => {
-                    let Some(pkgs) = what.strip_prefix("remove ") else {
-                        return Err(anyhow::anyhow!("driver-repo cannot {what}"));
-                    };
-                    ctx.host
-                        .dnf()?
-                        .arg("remove")
-                        .args(pkgs.split_whitespace())
-                        .run()?;
-                    ctx.invalidate_rpm();
-                }
-                Action::Install(specs) => ctx.dnf_install(specs)?,
-            }
-        }
-        Ok(())
     }
 }
 

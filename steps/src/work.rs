@@ -1,0 +1,443 @@
+//! Typed changes: what a step's `check` decided, in the few kinds of work gpuhost does.
+//!
+//! A check returns [`Change`]s; each holds one [`Work`] and the reason for it. The runner
+//! carries the work out exactly as decided — nothing is parsed back from text or recomputed —
+//! in three phases:
+//! - [`Phase::Prepare`]: what the package transactions read or need out of the way (repo files,
+//!   DKMS's compiler override, removals, module state);
+//! - [`Phase::Packages`]: every step's [`Install`] merged into at most two dnf transactions
+//!   (the one that brings a repo first, then everything else, module streams included);
+//! - [`Phase::After`]: the rest (files, units, builds, links), step by step, after each step
+//!   has been checked again against the host the transactions left.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use crate::cmd::{Cmd, Display as Argv};
+use crate::fsutil::write_atomic;
+use crate::host::Host;
+
+/// A file and the exact content it must have.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileWrite {
+    /// Path on the host (inside the root).
+    pub path: String,
+    pub content: String,
+    pub mode: u32,
+}
+
+impl FileWrite {
+    pub fn new(path: impl Into<String>, content: impl Into<String>, mode: u32) -> FileWrite {
+        FileWrite {
+            path: path.into(),
+            content: content.into(),
+            mode,
+        }
+    }
+}
+
+/// An action owed across runs (recorded durably before the work that makes it owed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owed {
+    /// State key, e.g. `restart:docker.service`.
+    pub key: &'static str,
+    pub reason: String,
+}
+
+/// Packages to install; every step's are merged into the run's transactions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Install {
+    /// Package specs for `dnf install`: names, `name-version`, NEVRAs or a local `.rpm` file.
+    pub specs: Vec<String>,
+    /// A module stream enabled and its profile installed in the same transaction
+    /// (`nvidia-driver:latest-dkms/default`).
+    pub module: Option<String>,
+    /// The package brings a repo that other packages come from (NVIDIA's local repo package):
+    /// it goes into the first transaction.
+    pub brings_repo: bool,
+    /// The profile lets dnf erase or replace conflicting packages.
+    pub allowerasing: bool,
+    /// dnf.conf's excludes (the Fabric Manager lock) must not hide these packages.
+    pub disable_excludes: bool,
+    /// The repo id these come from, so that a failure to read that repo is this step's.
+    pub repo: Option<&'static str>,
+    /// Owed before the transaction starts (a docker restart when docker's packages change).
+    pub owes: Option<Owed>,
+}
+
+impl Install {
+    pub fn packages(specs: Vec<String>) -> Install {
+        Install {
+            specs,
+            ..Install::default()
+        }
+    }
+}
+
+/// When the runner carries a piece of work out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    Prepare,
+    Packages,
+    After,
+}
+
+/// One piece of work. The variants are the kinds of work there are; a step cannot ask for
+/// anything else.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Work {
+    // Before the transactions.
+    /// Write a file that dnf or a package scriptlet reads (a repo file, DKMS's override).
+    Configure(FileWrite),
+    /// Remove such a file (gpuhost's own DKMS override, no longer needed).
+    Unconfigure(String),
+    /// `dnf remove` (podman and runc in docker's way; another NVIDIA local repo).
+    Remove(Vec<String>),
+    /// `dnf module disable NAME` (container-tools, whose filtering hides containerd.io).
+    DisableModule(String),
+    /// `dnf module reset NAME` (a disabled module whose stream is to be installed).
+    ResetModule(String),
+    // The transactions.
+    Install(Install),
+    // After the transactions, step by step.
+    /// Write a file (a boot entry, daemon.json, dnf.conf's lock).
+    Write {
+        file: FileWrite,
+        /// Recorded before the write (daemon.json owes a docker restart).
+        owes: Option<Owed>,
+    },
+    /// `systemctl enable` (with `--now` on a live host); the units come with `package`.
+    EnableUnits {
+        units: Vec<String>,
+        package: String,
+    },
+    /// `systemctl start UNIT` (live only).
+    StartUnit(String),
+    /// `systemctl restart UNIT` (live only), settling the owed restart `settles`.
+    RestartUnit {
+        unit: String,
+        settles: &'static str,
+    },
+    /// `dnf module switch-to MODULE --allowerasing`, then `dnf install --allowerasing PACKAGES`
+    /// (switch-to keeps a package of the old stream that still satisfies).
+    SwitchStream {
+        module: String,
+        packages: Vec<String>,
+        disable_excludes: bool,
+    },
+    /// Build the DKMS module of `package` again for `kernels` (`dnf reinstall` runs its build).
+    Rebuild {
+        package: String,
+        kernels: Vec<String>,
+    },
+    /// Run a command (live only: `modprobe nvidia`, `nvidia-ctk cdi generate`).
+    Run(Vec<String>),
+    /// Create directories and symlinks (`link → target`), replacing gpuhost's own wrong links.
+    Symlinks {
+        prefixes: Vec<String>,
+        dirs: Vec<PathBuf>,
+        links: Vec<(PathBuf, String)>,
+    },
+}
+
+impl Work {
+    pub fn phase(&self) -> Phase {
+        match self {
+            Work::Configure(_)
+            | Work::Unconfigure(_)
+            | Work::Remove(_)
+            | Work::DisableModule(_)
+            | Work::ResetModule(_) => Phase::Prepare,
+            Work::Install(_) => Phase::Packages,
+            _ => Phase::After,
+        }
+    }
+}
+
+impl fmt::Display for Work {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Work::Configure(w) | Work::Write { file: w, .. } => write!(f, "write {}", w.path),
+            Work::Unconfigure(p) => write!(f, "remove {p}"),
+            Work::Remove(p) => write!(f, "dnf remove {}", p.join(" ")),
+            Work::DisableModule(m) => write!(f, "dnf module disable {m}"),
+            Work::ResetModule(m) => write!(f, "dnf module reset {m}"),
+            Work::Install(i) => {
+                let mut words: Vec<String> = i.module.iter().map(|m| format!("@{m}")).collect();
+                words.extend(i.specs.iter().cloned());
+                if i.module.is_some() {
+                    write!(f, "dnf install {}", words.join(" "))?;
+                } else {
+                    write!(f, "install {}", words.join(" "))?;
+                }
+                if i.allowerasing {
+                    f.write_str(" --allowerasing")?;
+                }
+                Ok(())
+            }
+            Work::EnableUnits { units, .. } => write!(f, "systemctl enable {}", units.join(" ")),
+            Work::StartUnit(u) => write!(f, "systemctl start {u}"),
+            Work::RestartUnit { unit, .. } => write!(f, "systemctl restart {unit}"),
+            Work::SwitchStream {
+                module, packages, ..
+            } => write!(
+                f,
+                "dnf module switch-to {module} --allowerasing, then install {} --allowerasing",
+                packages.join(" ")
+            ),
+            Work::Rebuild { package, kernels } => write!(
+                f,
+                "build the module of {package} for {} (dnf reinstall {package})",
+                kernels.join(", ")
+            ),
+            Work::Run(argv) => write!(f, "{}", Argv(argv)),
+            Work::Symlinks { prefixes, .. } => write!(f, "link under {}", prefixes.join(", ")),
+        }
+    }
+}
+
+/// One difference between the host and the profile, and what to do about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub work: Work,
+    pub reason: String,
+}
+
+impl Change {
+    pub fn new(work: Work, reason: impl Into<String>) -> Change {
+        Change {
+            work,
+            reason: reason.into(),
+        }
+    }
+
+    pub fn install(packages: Vec<String>, reason: impl Into<String>) -> Change {
+        Change::new(Work::Install(Install::packages(packages)), reason)
+    }
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.work, self.reason)
+    }
+}
+
+/// The dnf command of one merged transaction.
+pub fn install_command(host: &Host, parts: &[&Install]) -> Result<Cmd> {
+    let mut cmd = host.dnf()?.arg("install");
+    if parts.iter().any(|i| i.allowerasing) {
+        cmd = cmd.arg("--allowerasing");
+    }
+    if parts.iter().any(|i| i.disable_excludes) {
+        cmd = cmd.arg("--disableexcludes=main");
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for m in parts.iter().filter_map(|i| i.module.as_ref()) {
+        if seen.insert(format!("@{m}")) {
+            cmd = cmd.arg(format!("@{m}"));
+        }
+    }
+    for s in parts.iter().flat_map(|i| i.specs.iter()) {
+        if seen.insert(s.clone()) {
+            cmd = cmd.arg(s);
+        }
+    }
+    Ok(cmd)
+}
+
+/// True when a dnf failure's output names something of `install`: one of its specs or their
+/// package names, its module, or its repo.
+pub fn implicated(text: &str, install: &Install) -> bool {
+    let names: Vec<&str> = install
+        .specs
+        .iter()
+        .map(|s| crate::runner::package_name_of(s))
+        .chain(install.specs.iter().map(String::as_str))
+        .collect();
+    let tokens = text
+        .split(|c: char| c.is_whitespace() || "'\",;()[]".contains(c))
+        .filter(|t| !t.is_empty());
+    for t in tokens {
+        let t = t.trim_end_matches([':', '.']);
+        for n in &names {
+            let file_name = n.rsplit('/').next().unwrap_or(n);
+            if t == *n || t == file_name {
+                return true;
+            }
+            // `docker-ce-3:27.3.1-1.el8.x86_64` names docker-ce (not docker-ce-cli).
+            if let Some(rest) = t.strip_prefix(n).and_then(|r| r.strip_prefix('-')) {
+                if rest.starts_with(|c: char| c.is_ascii_digit()) {
+                    return true;
+                }
+            }
+        }
+        if let Some(m) = &install.module {
+            let module_name = m.split(':').next().unwrap_or(m);
+            if t == m || t.starts_with(&format!("{module_name}:")) {
+                return true;
+            }
+        }
+    }
+    if let Some(repo) = install.repo {
+        if text.contains(&format!("repo '{repo}'")) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Carry out one piece of work that is not a package transaction.
+pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
+    match work {
+        Work::Configure(w) | Work::Write { file: w, .. } => {
+            write_atomic(&host.path(&w.path), w.content.as_bytes(), w.mode)
+        }
+        Work::Unconfigure(p) => {
+            let at = host.path(p);
+            match std::fs::remove_file(&at) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e).with_context(|| format!("removing {}", at.display())),
+            }
+        }
+        Work::Remove(pkgs) => host.dnf()?.arg("remove").args(pkgs).run().map(drop),
+        Work::DisableModule(m) => host
+            .dnf()?
+            .args(["module", "disable", m.as_str()])
+            .run()
+            .map(drop),
+        Work::ResetModule(m) => host
+            .dnf()?
+            .args(["module", "reset", m.as_str()])
+            .run()
+            .map(drop),
+        Work::Install(i) => install_command(host, &[i])?.run().map(drop),
+        Work::EnableUnits { units, package } => {
+            for u in units {
+                if crate::units::state(host, u)? == crate::units::UnitState::Missing {
+                    return Err(crate::error::hinted(
+                        format!("{u} is not on the host: {package} is not installed"),
+                        format!("{u} comes with {package}: check the step that installs it"),
+                    ));
+                }
+            }
+            let mut cmd = host.systemctl().arg("enable");
+            if host.is_live() {
+                cmd = cmd.arg("--now");
+            }
+            cmd.args(units).run().map(drop)
+        }
+        Work::StartUnit(u) => host.systemctl().args(["start", u.as_str()]).run().map(drop),
+        Work::RestartUnit { unit, .. } => host
+            .systemctl()
+            .args(["restart", unit.as_str()])
+            .run()
+            .map(drop),
+        Work::SwitchStream {
+            module,
+            packages,
+            disable_excludes,
+        } => {
+            let mut switch =
+                host.dnf()?
+                    .args(["module", "switch-to", module.as_str(), "--allowerasing"]);
+            let mut install = host
+                .dnf()?
+                .args(["install", "--allowerasing"])
+                .args(packages);
+            if *disable_excludes {
+                switch = switch.arg("--disableexcludes=main");
+                install = install.arg("--disableexcludes=main");
+            }
+            switch.run()?;
+            install.run().map(drop)
+        }
+        Work::Rebuild { package, .. } => host
+            .dnf()?
+            .args(["reinstall", package.as_str()])
+            .run()
+            .map(drop),
+        Work::Run(argv) => {
+            let Some((program, args)) = argv.split_first() else {
+                return Ok(());
+            };
+            Cmd::new(program).args(args).run().map(drop)
+        }
+        Work::Symlinks { dirs, links, .. } => {
+            for d in dirs {
+                let at = host.path(d);
+                std::fs::create_dir_all(&at)
+                    .with_context(|| format!("creating {}", at.display()))?;
+            }
+            for (link, target) in links {
+                symlink_atomic(target, &host.path(link))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Create (or replace) a symlink atomically: a temp link in the same directory, renamed.
+fn symlink_atomic(target: &str, link: &std::path::Path) -> Result<()> {
+    let dir = link
+        .parent()
+        .with_context(|| format!("{} has no parent", link.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let name = link
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.gpuhost-tmp.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)
+        .with_context(|| format!("creating the link {}", tmp.display()))?;
+    std::fs::rename(&tmp, link).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::anyhow!("renaming {} to {}: {e}", tmp.display(), link.display())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dnf_problem_names_the_steps_whose_packages_it_mentions() {
+        let docker = Install {
+            specs: vec![
+                "docker-ce".into(),
+                "docker-ce-cli".into(),
+                "containerd.io".into(),
+            ],
+            repo: Some("docker-ce-stable"),
+            ..Install::default()
+        };
+        let cli_only = Install::packages(vec!["docker-ce-cli".into()]);
+        let headers = Install::packages(vec![
+            "kernel-uek-devel-5.15.0-206.153.7.el8uek.x86_64".into()
+        ]);
+        let driver = Install {
+            module: Some("nvidia-driver:550-dkms/default".into()),
+            specs: vec!["kmod-nvidia-latest-dkms".into()],
+            ..Install::default()
+        };
+        let filtered = "Error: \n Problem: package docker-ce-3:27.3.1-1.el8.x86_64 requires containerd.io >= 1.6.24, but none of the providers can be installed\n  - package containerd.io-1.7.22-3.1.el8.x86_64 is filtered out by modular filtering\n";
+        assert!(implicated(filtered, &docker));
+        assert!(!implicated(
+            "package docker-ce-3:27.3.1-1.el8.x86_64 is broken",
+            &cli_only
+        ));
+        assert!(!implicated(filtered, &headers));
+        let nomatch = "No match for argument: kernel-uek-devel-5.15.0-206.153.7.el8uek.x86_64\nError: Unable to find a match: kernel-uek-devel-5.15.0-206.153.7.el8uek.x86_64\n";
+        assert!(implicated(nomatch, &headers));
+        assert!(!implicated(nomatch, &docker));
+        let module = "Error: Problems in request:\nmissing groups or modules: nvidia-driver:550-dkms/default\n";
+        assert!(implicated(module, &driver));
+        assert!(!implicated(module, &headers));
+        let repo = "Error: Failed to download metadata for repo 'docker-ce-stable': Cannot download repomd.xml";
+        assert!(implicated(repo, &docker));
+        assert!(!implicated(repo, &driver));
+    }
+}
