@@ -164,7 +164,7 @@ fn preflight(host: &Host, profile: &Profile, facts: &Facts, release_given: bool)
             "kernel {k} is {other}, but profile {} is for {want}; use --profile {right_profile}",
             profile.name
         )),
-        Some(k) if release_given && !host.path(format!("/lib/modules/{k}/vmlinuz")).exists() => {
+        Some(k) if release_given && !host.exists(format!("/lib/modules/{k}/vmlinuz")) => {
             Err(invalid!(
                 "--kernel-release {k}: no such kernel is installed in {root} (installed: {})",
                 if facts.installed_kernels.is_empty() {

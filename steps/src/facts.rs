@@ -93,7 +93,7 @@ impl Facts {
             gpus,
             nvswitches,
             secure_boot: secure_boot(host),
-            nouveau_loaded: host.path("/sys/module/nouveau").exists(),
+            nouveau_loaded: host.exists("/sys/module/nouveau"),
         })
     }
 
@@ -161,12 +161,23 @@ pub struct NvidiaPciFunction {
 /// `/sys/bus/pci/devices`, classified by [`classify`], in address order. `gpuhost facts` and
 /// `gpuhost status` both walk with it; an unreadable directory is an error.
 pub fn nvidia_functions(host: &Host) -> std::io::Result<Vec<NvidiaPciFunction>> {
-    let dir = host.path("/sys/bus/pci/devices");
+    let dir = std::path::Path::new("/sys/bus/pci/devices");
     let mut out = Vec::new();
-    for e in std::fs::read_dir(&dir)?.flatten() {
-        let p = e.path();
+    let names = host
+        .list_dir(dir)
+        .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+    if names.is_empty() && !host.is_dir(dir) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{} does not exist", host.path(dir).display()),
+        ));
+    }
+    for name in names {
+        let rel = dir.join(&name);
         let read = |f: &str| {
-            std::fs::read_to_string(p.join(f))
+            host.read_opt(rel.join(f))
+                .ok()
+                .flatten()
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default()
         };
@@ -175,8 +186,8 @@ pub fn nvidia_functions(host: &Host) -> std::io::Result<Vec<NvidiaPciFunction>> 
             continue;
         };
         out.push(NvidiaPciFunction {
-            address: e.file_name().to_string_lossy().into_owned(),
-            path: p,
+            path: host.path(&rel),
+            address: name,
             kind,
             device,
             class,
@@ -208,12 +219,12 @@ const SECURE_BOOT_VAR: &str =
     "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
 
 fn secure_boot(host: &Host) -> SecureBoot {
-    match std::fs::read(host.path(SECURE_BOOT_VAR)) {
+    match host.read_bytes_opt(SECURE_BOOT_VAR) {
         // 4 bytes of attributes, then the value.
-        Ok(b) if b.get(4) == Some(&1) => SecureBoot::Enabled,
-        Ok(_) => SecureBoot::Disabled,
-        Err(_) if host.path("/sys/firmware/efi").exists() => SecureBoot::Disabled,
-        Err(_) => SecureBoot::NotEfi,
+        Ok(Some(b)) if b.get(4) == Some(&1) => SecureBoot::Enabled,
+        Ok(Some(_)) => SecureBoot::Disabled,
+        _ if host.exists("/sys/firmware/efi") => SecureBoot::Disabled,
+        _ => SecureBoot::NotEfi,
     }
 }
 

@@ -1,14 +1,18 @@
 //! The host being acted on: the live system (`/`) or an install root.
 //!
-//! In an install root, rpm, dnf and systemctl are pointed at the root, files are read and
-//! written under it, and dnf reads only the root's repo files and `dnf.conf`: `file://`
-//! URLs in the root's repo files are rewritten to resolve inside the root.
+//! In an install root, rpm, dnf and systemctl are pointed at the root, and dnf reads only the
+//! root's repo files and `dnf.conf`: `file://` URLs in the root's repo files are rewritten to
+//! resolve inside the root. Every file gpuhost itself reads or writes on the host goes through
+//! the methods here, which resolve paths inside the root ([`crate::rootfs`]): a symlink in
+//! the root never leads gpuhost to a file of the build host.
 
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
 use crate::cmd::Cmd;
+use crate::rootfs::{Kind, Resolver, RootFs};
 
 #[derive(Clone, Debug)]
 pub struct Host {
@@ -16,18 +20,10 @@ pub struct Host {
     live: bool,
     /// `--releasever` for dnf in an install root (the OS major version).
     releasever: Option<String>,
+    fs: Arc<RootFs>,
 }
 
 impl Host {
-    /// The live system.
-    pub fn live() -> Self {
-        Host {
-            root: PathBuf::from("/"),
-            live: true,
-            releasever: None,
-        }
-    }
-
     /// `root` = `/` is the live system; anything else is an install root, which must exist.
     pub fn new(root: &Path) -> Result<Self> {
         let canonical = root.canonicalize().map_err(|e| {
@@ -43,10 +39,17 @@ impl Host {
             ));
         }
         let live = canonical == Path::new("/");
+        let fs = RootFs::open(&canonical, Resolver::Kernel).map_err(|e| {
+            crate::invalid!(
+                "install root {} cannot be opened: {e}; pass a directory you can read to --root",
+                root.display()
+            )
+        })?;
         Ok(Host {
             root: canonical,
             live,
             releasever: None,
+            fs: Arc::new(fs),
         })
     }
 
@@ -64,7 +67,10 @@ impl Host {
         self.live
     }
 
-    /// A path on the host: `/etc/os-release` → `<root>/etc/os-release`.
+    /// A path on the host as the build host names it (`/etc/os-release` →
+    /// `<root>/etc/os-release`), for messages and for the arguments of external commands that
+    /// act on the root themselves (rpm, systemctl). Not resolved: never open it with
+    /// `std::fs` — use the methods below, which resolve inside the root.
     pub fn path(&self, p: impl AsRef<Path>) -> PathBuf {
         let mut out = self.root.clone();
         for c in p.as_ref().components() {
@@ -75,14 +81,173 @@ impl Host {
         out
     }
 
+    /// The path resolution in use (`openat2`, or user space on kernels without it).
+    pub fn resolver(&self) -> Resolver {
+        self.fs.resolver()
+    }
+
     /// Read a text file on the host; `Ok(None)` when it does not exist.
     pub fn read_opt(&self, p: impl AsRef<Path>) -> Result<Option<String>> {
-        let path = self.path(p);
-        match std::fs::read_to_string(&path) {
-            Ok(s) => Ok(Some(s)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        let p = p.as_ref();
+        match self.read_bytes_opt(p)? {
+            None => Ok(None),
+            Some(b) => String::from_utf8(b)
+                .map(Some)
+                .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", self.path(p).display())),
         }
+    }
+
+    /// Read a file on the host; `Ok(None)` when it does not exist.
+    pub fn read_bytes_opt(&self, p: impl AsRef<Path>) -> Result<Option<Vec<u8>>> {
+        let p = p.as_ref();
+        self.fs
+            .read_opt(p)
+            .with_context(|| format!("reading {}", self.path(p).display()))
+    }
+
+    /// True when something exists at `p` (symlinks followed inside the root).
+    pub fn exists(&self, p: impl AsRef<Path>) -> bool {
+        self.fs.kind(p.as_ref()).is_some()
+    }
+
+    /// True when `p` is a directory (symlinks followed inside the root).
+    pub fn is_dir(&self, p: impl AsRef<Path>) -> bool {
+        self.fs.kind(p.as_ref()) == Some(Kind::Dir)
+    }
+
+    /// What is at `p` itself, a symlink not followed; `None` when nothing is.
+    pub fn kind_nofollow(&self, p: impl AsRef<Path>) -> Option<Kind> {
+        self.fs.kind_nofollow(p.as_ref())
+    }
+
+    /// What `p` resolves to; `None` when nothing (or a dangling symlink) is there.
+    pub fn kind(&self, p: impl AsRef<Path>) -> Option<Kind> {
+        self.fs.kind(p.as_ref())
+    }
+
+    /// Permission bits of the file at `p`, if it exists.
+    pub fn mode(&self, p: impl AsRef<Path>) -> Option<u32> {
+        self.fs.mode(p.as_ref()).ok()
+    }
+
+    /// The target written in the symlink `p`.
+    pub fn read_link(&self, p: impl AsRef<Path>) -> Result<PathBuf> {
+        let p = p.as_ref();
+        self.fs
+            .read_link(p)
+            .with_context(|| format!("reading the link {}", self.path(p).display()))
+    }
+
+    /// Names in the directory `p`, sorted; empty when it does not exist.
+    pub fn list_dir(&self, p: impl AsRef<Path>) -> Result<Vec<String>> {
+        let p = p.as_ref();
+        Ok(self
+            .fs
+            .list_dir(p)
+            .with_context(|| format!("reading {}", self.path(p).display()))?
+            .unwrap_or_default())
+    }
+
+    /// Names in `p` starting with `prefix`, sorted; empty when `p` cannot be read.
+    pub fn files_with_prefix(&self, p: impl AsRef<Path>, prefix: &str) -> Vec<String> {
+        self.fs
+            .list_dir(p.as_ref())
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| n.starts_with(prefix))
+            .collect()
+    }
+
+    /// Write a file atomically (parents created; a symlink at `p` replaced, not followed).
+    pub fn write_atomic(&self, p: impl AsRef<Path>, data: &[u8], mode: u32) -> Result<()> {
+        let p = p.as_ref();
+        self.fs
+            .write_atomic(p, data, mode)
+            .with_context(|| format!("writing {}", self.path(p).display()))
+    }
+
+    /// `mkdir -p`.
+    pub fn create_dir_all(&self, p: impl AsRef<Path>) -> Result<()> {
+        let p = p.as_ref();
+        self.fs
+            .mkdir_all(p)
+            .map(drop)
+            .with_context(|| format!("creating {}", self.path(p).display()))
+    }
+
+    /// Point the symlink `link` at `target`, atomically.
+    pub fn symlink_atomic(&self, target: impl AsRef<Path>, link: impl AsRef<Path>) -> Result<()> {
+        let link = link.as_ref();
+        self.fs
+            .symlink_atomic(target.as_ref(), link)
+            .with_context(|| format!("creating the link {}", self.path(link).display()))
+    }
+
+    /// Remove a file or symlink; `false` when there was none.
+    pub fn remove_file(&self, p: impl AsRef<Path>) -> Result<bool> {
+        let p = p.as_ref();
+        self.fs
+            .remove_file(p)
+            .with_context(|| format!("removing {}", self.path(p).display()))
+    }
+
+    /// Open (creating) a regular file for reading and writing; a symlink there is refused.
+    pub fn open_rw_create(&self, p: impl AsRef<Path>, mode: u32) -> Result<std::fs::File> {
+        let p = p.as_ref();
+        self.fs.open_rw_create(p, mode).with_context(|| {
+            format!(
+                "opening {} (it must be a regular file, not a symlink)",
+                self.path(p).display()
+            )
+        })
+    }
+
+    /// The build-host path `p` resolves to inside the root, for external commands (dnf) that
+    /// resolve paths on the build host but must read what gpuhost reads. Where `p` does not
+    /// exist yet, the deepest directory on the way that does, resolved, with the rest
+    /// appended. A symlink on the way that leads nowhere inside the root is refused: dnf would
+    /// follow it on the build host.
+    pub fn real_path(&self, p: impl AsRef<Path>) -> Result<PathBuf> {
+        let p = p.as_ref();
+        if let Ok(r) = self.fs.real_path(p) {
+            return Ok(r);
+        }
+        let comps: Vec<&std::ffi::OsStr> = p
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(s) => Some(s),
+                _ => None,
+            })
+            .collect();
+        let mut resolved = self.root.clone();
+        let mut prefix = PathBuf::from("/");
+        for (i, c) in comps.iter().enumerate() {
+            prefix.push(c);
+            match self.fs.real_path(&prefix) {
+                Ok(r) => resolved = r,
+                Err(_) => {
+                    if self.kind_nofollow(&prefix) == Some(Kind::Symlink) {
+                        let target = self.read_link(&prefix)?;
+                        return Err(crate::error::hinted(
+                            format!(
+                                "{} is a symlink to {}, which does not exist inside the root {}",
+                                self.path(&prefix).display(),
+                                target.display(),
+                                self.root.display()
+                            ),
+                            "symlinks in an install root resolve inside it: make the link point at a path inside the root, or copy (or bind-mount) the directory into the root",
+                        ));
+                    }
+                    for rest in &comps[i..] {
+                        resolved.push(rest);
+                    }
+                    return Ok(resolved);
+                }
+            }
+        }
+        Ok(resolved)
     }
 
     /// `rpm`, acting on this host's rpm database.
@@ -105,11 +270,11 @@ impl Host {
             .arg(format!("--installroot={}", self.root.display()))
             .arg(format!(
                 "--setopt=reposdir={}",
-                self.path("/etc/yum.repos.d").display()
+                self.real_path("/etc/yum.repos.d")?.display()
             ))
             .arg(format!(
                 "--config={}",
-                self.path("/etc/dnf/dnf.conf").display()
+                self.real_path("/etc/dnf/dnf.conf")?.display()
             ))
             .arg("--noplugins");
         if let Some(v) = &self.releasever {
@@ -133,33 +298,29 @@ impl Host {
 
     /// `file://` URLs in the root's repo files, rewritten to point inside the root.
     fn file_urls(&self) -> Result<Vec<(String, &'static str, String)>> {
-        let dir = self.path("/etc/yum.repos.d");
+        let dir = Path::new("/etc/yum.repos.d");
         let mut out = Vec::new();
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
-        };
-        let mut files: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "repo"))
+        let files: Vec<String> = self
+            .list_dir(dir)?
+            .into_iter()
+            .filter(|n| n.ends_with(".repo"))
             .collect();
-        files.sort();
         for f in files {
-            let text =
-                std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+            let Some(text) = self.read_opt(dir.join(&f))? else {
+                continue;
+            };
             for (id, key, value) in repo_entries(&text) {
                 if key != "baseurl" && key != "gpgkey" {
                     continue;
                 }
-                let rewritten: Vec<String> = value
+                let rewritten = value
                     .split([' ', ','])
                     .filter(|u| !u.is_empty())
                     .map(|u| match u.strip_prefix("file://") {
-                        Some(p) => format!("file://{}", self.path(p).display()),
-                        None => u.to_string(),
+                        Some(p) => Ok(format!("file://{}", self.real_path(p)?.display())),
+                        None => Ok(u.to_string()),
                     })
-                    .collect();
+                    .collect::<Result<Vec<String>>>()?;
                 if value.contains("file://") {
                     let k = if key == "baseurl" {
                         "baseurl"

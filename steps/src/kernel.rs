@@ -51,16 +51,10 @@ impl fmt::Display for Flavour {
 
 /// Installed kernel releases (those with `/lib/modules/<kver>/vmlinuz`), oldest first.
 pub fn installed(host: &Host) -> Result<Vec<String>> {
-    let dir = host.path("/lib/modules");
     let mut out = Vec::new();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("reading {}", dir.display()))),
-    };
-    for e in entries.flatten() {
-        if e.path().join("vmlinuz").exists() {
-            out.push(e.file_name().to_string_lossy().into_owned());
+    for name in host.list_dir("/lib/modules")? {
+        if host.exists(format!("/lib/modules/{name}/vmlinuz")) {
+            out.push(name);
         }
     }
     out.sort_by(|a, b| vercmp(a, b));

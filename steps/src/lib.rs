@@ -3,6 +3,7 @@
 //! The binary in `agent/` is a thin command line over this crate. The pieces, from the bottom:
 //! - [`cmd`]: the one subprocess wrapper every external command goes through;
 //! - [`host`]: the host (or install root) being acted on, and its rpm/dnf/systemctl;
+//! - [`rootfs`]: file access resolved inside the root (`openat2(RESOLVE_IN_ROOT)`);
 //! - [`profile`]: TOML profiles, `extends`, `--set` overrides;
 //! - [`facts`]: what gpuhost sees on the host (OS, kernels, PCI devices, Secure Boot);
 //! - [`runner`]: the step trait, the ordered registry, check → change → check again;
@@ -20,6 +21,7 @@ pub mod osrelease;
 pub mod profile;
 pub mod progress;
 pub mod reboot;
+pub mod rootfs;
 pub mod rpm;
 pub mod runner;
 pub mod state;

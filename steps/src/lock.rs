@@ -4,10 +4,10 @@
 //! run and released by the kernel when the process ends, however it ends. The file also says
 //! who holds it, so the second run can tell the user.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 
 use crate::error::hinted;
 use crate::fsutil;
@@ -25,16 +25,7 @@ impl ApplyLock {
     /// Take the lock, or fail at once saying who holds it.
     pub fn acquire(host: &Host, what: &str) -> Result<ApplyLock> {
         let path = host.path(LOCK_PATH);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
+        let mut file = host.open_rw_create(LOCK_PATH, 0o644)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {

@@ -8,7 +8,7 @@
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::{self, write_atomic};
+use crate::fsutil;
 use crate::host::Host;
 
 pub const RESUME_PATH: &str = "/var/lib/gpuhost/resume.json";
@@ -62,11 +62,7 @@ impl ResumeState {
     }
 
     fn save(&self, host: &Host) -> Result<()> {
-        write_atomic(
-            &host.path(RESUME_PATH),
-            &serde_json::to_vec_pretty(self)?,
-            0o600,
-        )
+        host.write_atomic(RESUME_PATH, &serde_json::to_vec_pretty(self)?, 0o600)
     }
 }
 
@@ -167,28 +163,23 @@ pub fn finish(host: &Host) -> Result<Option<RebootReport>> {
 }
 
 fn install_unit(host: &Host) -> Result<()> {
-    if host.path(PACKAGED_UNIT).exists() {
+    if host.exists(PACKAGED_UNIT) {
         return Ok(());
     }
-    let path = host.path(LOCAL_UNIT);
     if host.read_opt(LOCAL_UNIT)?.as_deref() != Some(UNIT_TEXT) {
-        write_atomic(&path, UNIT_TEXT.as_bytes(), 0o644)?;
+        host.write_atomic(LOCAL_UNIT, UNIT_TEXT.as_bytes(), 0o644)?;
     }
     Ok(())
 }
 
 fn disable(host: &Host) -> Result<()> {
-    let unit_present = host.path(PACKAGED_UNIT).exists() || host.path(LOCAL_UNIT).exists();
+    let unit_present = host.exists(PACKAGED_UNIT) || host.exists(LOCAL_UNIT);
     if unit_present {
         host.systemctl().args(["disable", UNIT]).run()?;
     }
     if host.read_opt(LOCAL_UNIT)?.as_deref() == Some(UNIT_TEXT) {
-        std::fs::remove_file(host.path(LOCAL_UNIT))
-            .with_context(|| format!("removing {}", host.path(LOCAL_UNIT).display()))?;
+        host.remove_file(LOCAL_UNIT)?;
     }
-    match std::fs::remove_file(host.path(RESUME_PATH)) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("removing {}", host.path(RESUME_PATH).display())),
-    }
+    host.remove_file(RESUME_PATH)?;
+    Ok(())
 }

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::write_atomic;
 use crate::host::Host;
 
 pub const STATE_PATH: &str = "/var/lib/gpuhost/state.json";
@@ -37,7 +36,7 @@ impl State {
 
     pub fn save(&self, host: &Host) -> Result<()> {
         let json = serde_json::to_vec_pretty(self)?;
-        write_atomic(&host.path(STATE_PATH), &json, 0o644)
+        host.write_atomic(STATE_PATH, &json, 0o644)
     }
 
     /// Record an owed action, durably, before the change that makes it owed.
@@ -67,11 +66,7 @@ pub fn journal_append(host: &Host, run: serde_json::Value) -> Result<()> {
     runs.push(run);
     let excess = runs.len().saturating_sub(JOURNAL_RUNS);
     runs.drain(..excess);
-    write_atomic(
-        &host.path(JOURNAL_PATH),
-        &serde_json::to_vec_pretty(&runs)?,
-        0o644,
-    )
+    host.write_atomic(JOURNAL_PATH, &serde_json::to_vec_pretty(&runs)?, 0o644)
 }
 
 #[cfg(test)]
@@ -100,7 +95,7 @@ mod tests {
             journal_append(&host, serde_json::json!({ "run": i }))?;
         }
         let runs: Vec<serde_json::Value> =
-            serde_json::from_str(&std::fs::read_to_string(host.path(JOURNAL_PATH))?)?;
+            serde_json::from_str(&host.read_opt(JOURNAL_PATH)?.unwrap_or_default())?;
         assert_eq!(runs.len(), 20);
         assert_eq!(runs[19]["run"], 24);
         Ok(())

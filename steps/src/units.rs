@@ -67,9 +67,8 @@ pub fn state(host: &Host, unit: &str) -> Result<UnitState> {
         return Ok(UnitState::Static);
     }
     let linked = |target: &str, kind: &str| {
-        host.path(format!("/etc/systemd/system/{target}.{kind}/{unit}"))
-            .symlink_metadata()
-            .is_ok()
+        host.kind_nofollow(format!("/etc/systemd/system/{target}.{kind}/{unit}"))
+            .is_some()
     };
     let enabled =
         wanted.iter().all(|t| linked(t, "wants")) && required.iter().all(|t| linked(t, "requires"));

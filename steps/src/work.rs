@@ -13,10 +13,9 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::cmd::{Cmd, Display as Argv};
-use crate::fsutil::write_atomic;
 use crate::host::Host;
 
 /// A file and the exact content it must have.
@@ -292,16 +291,9 @@ pub fn implicated(text: &str, install: &Install) -> bool {
 pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
     match work {
         Work::Configure(w) | Work::Write { file: w, .. } => {
-            write_atomic(&host.path(&w.path), w.content.as_bytes(), w.mode)
+            host.write_atomic(&w.path, w.content.as_bytes(), w.mode)
         }
-        Work::Unconfigure(p) => {
-            let at = host.path(p);
-            match std::fs::remove_file(&at) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(e).with_context(|| format!("removing {}", at.display())),
-            }
-        }
+        Work::Unconfigure(p) => host.remove_file(p).map(drop),
         Work::Remove(pkgs) => host.dnf()?.arg("remove").args(pkgs).run().map(drop),
         Work::DisableModule(m) => host
             .dnf()?
@@ -367,36 +359,14 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
         }
         Work::Symlinks { dirs, links, .. } => {
             for d in dirs {
-                let at = host.path(d);
-                std::fs::create_dir_all(&at)
-                    .with_context(|| format!("creating {}", at.display()))?;
+                host.create_dir_all(d)?;
             }
             for (link, target) in links {
-                symlink_atomic(target, &host.path(link))?;
+                host.symlink_atomic(target, link)?;
             }
             Ok(())
         }
     }
-}
-
-/// Create (or replace) a symlink atomically: a temp link in the same directory, renamed.
-fn symlink_atomic(target: &str, link: &std::path::Path) -> Result<()> {
-    let dir = link
-        .parent()
-        .with_context(|| format!("{} has no parent", link.display()))?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let name = link
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.gpuhost-tmp.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(target, &tmp)
-        .with_context(|| format!("creating the link {}", tmp.display()))?;
-    std::fs::rename(&tmp, link).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        anyhow::anyhow!("renaming {} to {}: {e}", tmp.display(), link.display())
-    })
 }
 
 #[cfg(test)]

@@ -69,7 +69,10 @@ rpm --root "$root" -i --nodeps --force-debian --noscripts --nosignature "${files
 # repos
 if [ $repos = 1 ]; then
   mkdir -p "$root/srv/repos" "$root/etc/yum.repos.d" "$root/etc/dnf"
-  for d in "$rdir"/*/; do d=${d%/}; ln -s "$d" "$root/srv/repos/$(basename "$d")"; done
+  # The repos are put *inside* the root (hard links: cheap, same file system; else a copy):
+  # gpuhost resolves every path of a root inside it, as if the root were /, so a symlink to the
+  # world outside the root would lead nowhere.
+  for d in "$rdir"/*/; do d=${d%/}; cp -al "$d" "$root/srv/repos/" 2>/dev/null || cp -a "$d" "$root/srv/repos/"; done
   repo() { # file id name
     printf '[%s]\nname=%s\nbaseurl=file:///srv/repos/%s\ngpgcheck=0\nenabled=1\n\n' "$2" "$3" "$2" >> "$root/etc/yum.repos.d/$1"
   }

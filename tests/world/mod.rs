@@ -344,6 +344,15 @@ impl Root {
         lines.join("\n")
     }
 
+    /// Like [`Root::tree_snapshot`], of any directory: e.g. a stand-in for the build host's tree
+    /// outside the root, to prove a run left it untouched.
+    pub fn dir_snapshot(dir: &Path) -> String {
+        let mut lines = Vec::new();
+        walk(dir, dir, &mut lines);
+        lines.sort();
+        lines.join("\n")
+    }
+
     /// Creates a fake sysfs PCI device `ROOT/sys/bus/pci/devices/<bdf>/{vendor,device,class}`,
     /// formatted like the kernel (`0x10de\n`, `0x2335\n`, `0x030200\n`).
     pub fn add_pci_device(&self, bdf: &str, vendor: u16, device: u16, class: u32) {

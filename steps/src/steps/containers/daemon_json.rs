@@ -4,8 +4,6 @@
 //! has it. A file that is not valid JSON is refused and left untouched. The file is rewritten
 //! (atomically) only when its parsed content differs, never for formatting alone.
 
-use std::os::unix::fs::PermissionsExt;
-
 use anyhow::Result;
 use serde_json::{json, Map, Value};
 
@@ -169,10 +167,7 @@ impl Step for DaemonJson {
                 differences(&Value::Object(Map::new()), &want).join(", ")
             ),
         };
-        let path = ctx.host.path(DAEMON_JSON);
-        let mode = std::fs::metadata(&path)
-            .map(|m| m.permissions().mode() & 0o7777)
-            .unwrap_or(0o644);
+        let mode = ctx.host.mode(DAEMON_JSON).unwrap_or(0o644);
         let mut text = serde_json::to_string_pretty(&want)?;
         text.push('\n');
         // The restart is owed before the file changes: a crash right after the write still

@@ -374,7 +374,7 @@ fn repo_differs(ctx: &Ctx<'_>, path: &str, want: &str) -> Result<Option<String>>
 fn require_local_repo(ctx: &Ctx<'_>, key: &str, source: &str) -> Result<()> {
     if let Some(RepoSource::Dir(d)) = RepoSource::parse(source) {
         let md = ctx.host.path(d).join("repodata/repomd.xml");
-        if !md.exists() {
+        if !ctx.host.exists(d.join("repodata/repomd.xml")) {
             return Err(crate::error::hinted(
                 format!("{key} {} holds no repo ({} is missing)", d.display(), md.display()),
                 format!("copy the mirror there (with its repodata/), run createrepo_c on it, or point {key} at the right directory"),

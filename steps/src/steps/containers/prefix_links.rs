@@ -9,9 +9,10 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::error::hinted;
+use crate::rootfs::Kind;
 use crate::runner::{Change, Check, Ctx, Step, Work};
 
 pub struct PrefixLinks;
@@ -128,9 +129,9 @@ impl PrefixLinks {
                     plan.skipped += 1;
                     continue;
                 };
-                let want = match std::fs::symlink_metadata(ctx.host.path(path)) {
-                    Ok(m) if m.is_dir() => Want::Dir,
-                    Ok(m) if m.is_file() || m.file_type().is_symlink() => Want::Link(path.clone()),
+                let want = match ctx.host.kind_nofollow(path) {
+                    Some(Kind::Dir) => Want::Dir,
+                    Some(Kind::File | Kind::Symlink) => Want::Link(path.clone()),
                     _ => {
                         plan.skipped += 1;
                         continue;
@@ -144,17 +145,16 @@ impl PrefixLinks {
             }
         }
         for (link, want) in wanted {
-            let at = ctx.host.path(&link);
-            let meta = std::fs::symlink_metadata(&at).ok();
+            let meta = ctx.host.kind_nofollow(&link);
             match (want, meta) {
                 (Want::Dir, None) => plan.mkdirs.push(link),
-                (Want::Dir, Some(m)) if m.is_dir() => plan.ok += 1,
-                (Want::Dir, Some(_)) if at.is_dir() => plan.ok += 1, // a symlink to a directory
+                (Want::Dir, Some(Kind::Dir)) => plan.ok += 1,
+                // a symlink to a directory (inside the root)
+                (Want::Dir, Some(_)) if ctx.host.is_dir(&link) => plan.ok += 1,
                 (Want::Dir, Some(_)) => plan.in_the_way.push((link, "a directory".into())),
                 (Want::Link(t), None) => plan.create.push((link, t)),
-                (Want::Link(t), Some(m)) if m.file_type().is_symlink() => {
-                    let cur = std::fs::read_link(&at)
-                        .with_context(|| format!("reading the link {}", at.display()))?;
+                (Want::Link(t), Some(Kind::Symlink)) => {
+                    let cur = ctx.host.read_link(&link)?;
                     if cur == Path::new(&t) {
                         plan.ok += 1;
                     } else {
@@ -165,7 +165,7 @@ impl PrefixLinks {
                     link,
                     format!(
                         "a link to {t}, but a real {} is there",
-                        if m.is_dir() { "directory" } else { "file" }
+                        if m == Kind::Dir { "directory" } else { "file" }
                     ),
                 )),
             }

@@ -135,7 +135,7 @@ impl Step for ContainerToolkit {
         } else {
             check.notes.push(format!("installed: {}", listed()));
         }
-        if spec.cdi && !ctx.host.path(CDI_SPEC).exists() {
+        if spec.cdi && !ctx.host.exists(CDI_SPEC) {
             if ctx.host.is_live() {
                 check.changes.push(Change::new(
                     Work::Run(CDI_GENERATE.split(' ').map(str::to_string).collect()),

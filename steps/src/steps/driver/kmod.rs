@@ -19,8 +19,9 @@ pub struct KernelModule;
 /// Lines of make.log an error shows.
 const LOG_LINES: usize = 6;
 
-fn has_ko(dir: &std::path::Path) -> bool {
-    super::files_with_prefix(dir, "nvidia.ko")
+fn has_ko(ctx: &Ctx<'_>, dir: &str) -> bool {
+    ctx.host
+        .files_with_prefix(dir, "nvidia.ko")
         .into_iter()
         .any(|f| f == "nvidia.ko" || f.starts_with("nvidia.ko."))
 }
@@ -28,11 +29,11 @@ fn has_ko(dir: &std::path::Path) -> bool {
 /// True when the module for `kver` is there.
 fn built(ctx: &Ctx<'_>, kind: StreamKind, drv: &str, kver: &str) -> bool {
     match kind {
-        StreamKind::Precompiled => has_ko(&ctx.host.path(format!("/lib/modules/{kver}/extra"))),
-        StreamKind::Dkms | StreamKind::Open => has_ko(&ctx.host.path(format!(
-            "/var/lib/dkms/nvidia/{drv}/{kver}/{}/module",
-            host_arch()
-        ))),
+        StreamKind::Precompiled => has_ko(ctx, &format!("/lib/modules/{kver}/extra")),
+        StreamKind::Dkms | StreamKind::Open => has_ko(
+            ctx,
+            &format!("/var/lib/dkms/nvidia/{drv}/{kver}/{}/module", host_arch()),
+        ),
     }
 }
 

@@ -26,7 +26,7 @@ pub(crate) mod repo;
 /// Fabric Manager's package rule, shared with `gpuhost status`.
 pub use fabric::{package_for as fabric_manager_package, PACKAGES as FABRIC_MANAGER_PACKAGES};
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -267,21 +267,6 @@ pub fn module_profile(ctx: &Ctx<'_>) -> &'static str {
 /// The machine architecture as rpm names it.
 pub fn host_arch() -> &'static str {
     std::env::consts::ARCH
-}
-
-/// Existing files among `dir/*` whose names start with `prefix`, sorted.
-pub fn files_with_prefix(dir: &Path, prefix: &str) -> Vec<String> {
-    let mut out: Vec<String> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(prefix))
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort();
-    out
 }
 
 #[cfg(test)]

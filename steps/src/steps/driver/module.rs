@@ -265,7 +265,7 @@ impl Step for Driver {
         };
         check.changes.push(Change::new(work, why.join("; ")));
         // Say now, not in the middle of the transaction, when the stream does not exist.
-        if ctx.host.path(repo.repo_dir()).is_dir() {
+        if ctx.host.is_dir(repo.repo_dir()) {
             let available = available_streams(ctx)?;
             if !available.contains(&stream) {
                 return Err(not_in_repo(&stream, &available));

@@ -60,16 +60,10 @@ pub fn with_blacklist(entry: &str) -> String {
 
 /// `(entry path, text)` of the BLS entry that boots `kver`.
 fn entry_of(ctx: &Ctx<'_>, kver: &str) -> Result<Option<(String, String)>> {
-    let dir = ctx.host.path(ENTRIES);
-    let mut names: Vec<String> = match std::fs::read_dir(&dir) {
-        Ok(e) => e
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".conf"))
-            .collect(),
+    let names: Vec<String> = match ctx.host.list_dir(ENTRIES) {
+        Ok(e) => e.into_iter().filter(|n| n.ends_with(".conf")).collect(),
         Err(_) => return Ok(None),
     };
-    names.sort();
     for n in names {
         let rel = format!("{ENTRIES}/{n}");
         if let Some(text) = ctx.host.read_opt(&rel)? {
@@ -94,19 +88,22 @@ fn kernelopts(ctx: &Ctx<'_>) -> Result<String> {
 
 fn modprobe_blacklist(ctx: &Ctx<'_>) -> Option<String> {
     for d in MODPROBE_DIRS {
-        let Ok(entries) = std::fs::read_dir(ctx.host.path(d)) else {
+        let Ok(files) = ctx.host.list_dir(d) else {
             continue;
         };
-        let mut files: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-        files.sort();
-        for f in files {
-            let hit = std::fs::read_to_string(&f).is_ok_and(|t| {
-                t.lines()
-                    .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["blacklist", "nouveau"])
-            });
+        for name in files {
+            let hit = ctx
+                .host
+                .read_opt(format!("{d}/{name}"))
+                .ok()
+                .flatten()
+                .is_some_and(|t| {
+                    t.lines().any(|l| {
+                        l.split_whitespace().collect::<Vec<_>>() == ["blacklist", "nouveau"]
+                    })
+                });
             if hit {
-                let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
-                return Some(format!("{d}/{}", name.unwrap_or_default()));
+                return Some(format!("{d}/{name}"));
             }
         }
     }

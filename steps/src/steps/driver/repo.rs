@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
-use super::{files_with_prefix, host_arch, local_repo, LocalRepoName, NO_DRIVER};
+use super::{host_arch, local_repo, LocalRepoName, NO_DRIVER};
 use crate::cmd::Cmd;
 use crate::error::hinted;
 use crate::runner::{Change, Check, Ctx, Install, Step, Work};
@@ -25,14 +25,17 @@ const RPM_MAGIC: [u8; 4] = [0xed, 0xab, 0xee, 0xdb];
 /// Package names of the NVIDIA local repos present on the host (from their repo files and
 /// repo directories), whether or not rpm knows them.
 fn present_local_repos(ctx: &Ctx<'_>) -> Vec<String> {
-    let mut names: Vec<String> = files_with_prefix(&ctx.host.path("/etc/yum.repos.d"), "cuda-")
+    let mut names: Vec<String> = ctx
+        .host
+        .files_with_prefix("/etc/yum.repos.d", "cuda-")
         .into_iter()
         .filter_map(|f| {
             let id = f.strip_suffix(".repo")?.strip_prefix("cuda-")?;
             id.ends_with("-local").then(|| format!("cuda-repo-{id}"))
         })
         .chain(
-            files_with_prefix(&ctx.host.path("/var"), "cuda-repo-")
+            ctx.host
+                .files_with_prefix("/var", "cuda-repo-")
                 .into_iter()
                 .filter(|d| d.ends_with("-local")),
         )
@@ -236,8 +239,9 @@ impl Step for DriverRepo {
             .map(|p| (p.name.clone(), p.version.clone()))
             .collect();
         if ours && others.is_empty() {
-            let dir = ctx.host.path(name.repo_dir());
-            let found = files_with_prefix(&dir, "nvidia-driver-");
+            let found = ctx
+                .host
+                .files_with_prefix(name.repo_dir(), "nvidia-driver-");
             if !nvidia_driver_versions(&found).contains(&name.driver) {
                 return Err(hinted(
                     format!(

@@ -1,0 +1,736 @@
+//! File access inside the host's root: the one place gpuhost opens, lists, creates, renames,
+//! links and removes files of the host it acts on.
+//!
+//! Every path is resolved *inside* the root, as if the root were `/`: an absolute symlink
+//! (`/etc/docker -> /srv/docker`) or a `..` that would climb above the root stays inside it,
+//! the way the kernel resolves paths for a process chrooted there. Image roots are full of
+//! absolute symlinks that mean "inside the root"; followed on the build host they would make
+//! gpuhost write the build host's files, or copy the build host's files into the image.
+//!
+//! Resolution is the kernel's: `openat2(2)` with `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`,
+//! relative to a descriptor of the root opened once. Where the kernel has no `openat2`
+//! (before Linux 5.6, e.g. Oracle Linux 8's RHCK 4.18) or a seccomp filter refuses it, the same
+//! rules are applied component by component in user space (`openat` with `O_NOFOLLOW`, each
+//! symlink read and resolved from the root again), as container runtimes do for a root being
+//! built. The last component of a path that gpuhost creates, replaces or removes is never
+//! followed: a symlink there is replaced (atomic writes) or refused (the lock file).
+//!
+//! On the live system the root is `/` and resolution is the ordinary one.
+
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, CWD};
+use rustix::io::Errno;
+
+/// How many symlinks one resolution may follow (the kernel's limit is 40).
+const MAX_LINKS: usize = 40;
+
+/// What is at a path, without following a symlink there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// Which resolver a [`RootFs`] uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resolver {
+    /// `openat2(RESOLVE_IN_ROOT)`; falls back to [`Resolver::UserSpace`] when unavailable.
+    Kernel,
+    /// The same rules, component by component (kernels without `openat2`).
+    UserSpace,
+}
+
+/// The root directory, held open, and the operations on paths inside it.
+#[derive(Debug)]
+pub struct RootFs {
+    dir: OwnedFd,
+    path: PathBuf,
+    /// Set once `openat2` turned out to be missing or filtered.
+    user_space: AtomicBool,
+}
+
+fn errno_io(e: Errno) -> io::Error {
+    io::Error::from(e)
+}
+
+/// A path's components inside the root: `RootDir` and `.` dropped, `..` kept.
+fn components(p: &Path) -> VecDeque<OsString> {
+    p.components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.to_os_string()),
+            Component::ParentDir => Some(OsString::from("..")),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+        })
+        .collect()
+}
+
+/// `p` relative to the root (`/etc/x` → `etc/x`, `/` → `.`), for `openat2`.
+fn relative(p: &Path) -> PathBuf {
+    let rel: PathBuf = p
+        .components()
+        .filter(|c| !matches!(c, Component::RootDir | Component::Prefix(_)))
+        .collect();
+    if rel.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        rel
+    }
+}
+
+/// The parent directory and the last component of `p`, which must be a plain name.
+fn split(p: &Path) -> io::Result<(PathBuf, OsString)> {
+    let mut comps = components(p);
+    match comps.pop_back() {
+        Some(name) if name != ".." => Ok((comps.into_iter().collect(), name)),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} does not end in a file name", p.display()),
+        )),
+    }
+}
+
+fn kind_of(ft: FileType) -> Kind {
+    match ft {
+        FileType::RegularFile => Kind::File,
+        FileType::Directory => Kind::Dir,
+        FileType::Symlink => Kind::Symlink,
+        _ => Kind::Other,
+    }
+}
+
+impl RootFs {
+    /// Open `root` (an existing directory) for resolution inside it.
+    pub fn open(root: &Path, resolver: Resolver) -> io::Result<RootFs> {
+        let dir = rustix::fs::open(
+            root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno_io)?;
+        Ok(RootFs {
+            dir,
+            path: root.to_path_buf(),
+            user_space: AtomicBool::new(resolver == Resolver::UserSpace),
+        })
+    }
+
+    /// The resolver in use now.
+    pub fn resolver(&self) -> Resolver {
+        if self.user_space.load(Ordering::Relaxed) {
+            Resolver::UserSpace
+        } else {
+            Resolver::Kernel
+        }
+    }
+
+    /// `p` under the root as the build host names it, for messages (not resolved).
+    pub fn shown(&self, p: &Path) -> PathBuf {
+        let mut out = self.path.clone();
+        for c in p.components() {
+            if let Component::Normal(s) = c {
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// Open `p` (resolved inside the root, every symlink followed there) with `flags`.
+    /// `flags` must not create: creation goes through a parent directory ([`Self::parent`]).
+    fn open_in(&self, p: &Path, flags: OFlags) -> io::Result<OwnedFd> {
+        let flags = flags | OFlags::CLOEXEC;
+        if !self.user_space.load(Ordering::Relaxed) {
+            match rustix::fs::openat2(
+                &self.dir,
+                relative(p),
+                flags,
+                Mode::empty(),
+                ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+            ) {
+                // No openat2 (Linux < 5.6) or a seccomp filter that refuses it.
+                Err(Errno::NOSYS) | Err(Errno::PERM) => {
+                    tracing::debug!("openat2 is unavailable: resolving paths in user space");
+                    self.user_space.store(true, Ordering::Relaxed);
+                }
+                other => return other.map_err(errno_io),
+            }
+        }
+        let fd = self.walk(p)?;
+        if flags.contains(OFlags::PATH) {
+            return Ok(fd);
+        }
+        // Re-open the resolved object with the wanted flags, through its descriptor.
+        let fd_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+        rustix::fs::openat(CWD, fd_path.as_str(), flags, Mode::empty()).map_err(errno_io)
+    }
+
+    /// User-space resolution inside the root: each component opened with `O_NOFOLLOW`, each
+    /// symlink read and its target resolved again (absolute targets from the root), `..` never
+    /// above the root. Returns an `O_PATH` descriptor.
+    fn walk(&self, p: &Path) -> io::Result<OwnedFd> {
+        let mut stack: Vec<OwnedFd> = Vec::new();
+        let mut todo = components(p);
+        let mut links = 0;
+        while let Some(c) = todo.pop_front() {
+            if c == ".." {
+                stack.pop();
+                continue;
+            }
+            let cur = stack.last().map_or(self.dir.as_fd(), |f| f.as_fd());
+            let fd = rustix::fs::openat(
+                cur,
+                c.as_os_str(),
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(errno_io)?;
+            let st = rustix::fs::fstat(&fd).map_err(errno_io)?;
+            if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(errno_io(Errno::LOOP));
+                }
+                let target =
+                    rustix::fs::readlinkat(cur, c.as_os_str(), Vec::new()).map_err(errno_io)?;
+                let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
+                if target.is_absolute() {
+                    stack.clear();
+                }
+                for t in components(&target).into_iter().rev() {
+                    todo.push_front(t);
+                }
+                continue;
+            }
+            if !todo.is_empty() && FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+                return Err(errno_io(Errno::NOTDIR));
+            }
+            stack.push(fd);
+        }
+        match stack.pop() {
+            Some(fd) => Ok(fd),
+            None => rustix::fs::openat(
+                &self.dir,
+                ".",
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(errno_io),
+        }
+    }
+
+    /// The directory that holds `p` (resolved inside the root) and `p`'s last component.
+    fn parent(&self, p: &Path, create: bool) -> io::Result<(OwnedFd, OsString)> {
+        let (dir, name) = split(p)?;
+        let fd = if create {
+            self.mkdir_all(&dir)?
+        } else {
+            self.open_in(&dir, OFlags::PATH | OFlags::DIRECTORY)?
+        };
+        Ok((fd, name))
+    }
+
+    /// Read a file; `None` when it does not exist (a dangling symlink does not exist).
+    pub fn read_opt(&self, p: &Path) -> io::Result<Option<Vec<u8>>> {
+        let fd = match self.open_in(p, OFlags::RDONLY) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut f = File::from(fd);
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf)?;
+        Ok(Some(buf))
+    }
+
+    /// What is at `p`, following symlinks inside the root; `None` when nothing is.
+    pub fn kind(&self, p: &Path) -> Option<Kind> {
+        let fd = self.open_in(p, OFlags::PATH).ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        Some(kind_of(FileType::from_raw_mode(st.st_mode)))
+    }
+
+    /// What is at `p` itself (a symlink is a symlink); `None` when nothing is.
+    pub fn kind_nofollow(&self, p: &Path) -> Option<Kind> {
+        if components(p).is_empty() {
+            return Some(Kind::Dir);
+        }
+        let (dir, name) = self.parent(p, false).ok()?;
+        let st = rustix::fs::statat(&dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        Some(kind_of(FileType::from_raw_mode(st.st_mode)))
+    }
+
+    /// Permission bits of what `p` resolves to.
+    pub fn mode(&self, p: &Path) -> io::Result<u32> {
+        let fd = self.open_in(p, OFlags::PATH)?;
+        let st = rustix::fs::fstat(&fd).map_err(errno_io)?;
+        Ok(st.st_mode & 0o7777)
+    }
+
+    /// The target of the symlink at `p` (as written in the link, not resolved).
+    pub fn read_link(&self, p: &Path) -> io::Result<PathBuf> {
+        let (dir, name) = self.parent(p, false)?;
+        let t = rustix::fs::readlinkat(&dir, name.as_os_str(), Vec::new()).map_err(errno_io)?;
+        Ok(PathBuf::from(OsStr::from_bytes(t.as_bytes())))
+    }
+
+    /// Names in the directory `p`, sorted; `None` when it does not exist.
+    pub fn list_dir(&self, p: &Path) -> io::Result<Option<Vec<String>>> {
+        let fd = match self.open_in(p, OFlags::RDONLY | OFlags::DIRECTORY) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut dir = rustix::fs::Dir::read_from(&fd).map_err(errno_io)?;
+        let mut out = Vec::new();
+        while let Some(entry) = dir.read() {
+            let entry = entry.map_err(errno_io)?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            out.push(String::from_utf8_lossy(name).into_owned());
+        }
+        out.sort();
+        Ok(Some(out))
+    }
+
+    /// The host path `p` resolves to, every symlink followed inside the root: what an external
+    /// command (dnf) must be given so that it reads the same file gpuhost does.
+    pub fn real_path(&self, p: &Path) -> io::Result<PathBuf> {
+        let fd = self.open_in(p, OFlags::PATH)?;
+        let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+        std::fs::read_link(link)
+    }
+
+    /// `mkdir -p` inside the root; returns the directory. A component that is a symlink is
+    /// followed inside the root; a dangling one is an error (as `mkdir -p` on `/` would be).
+    pub fn mkdir_all(&self, p: &Path) -> io::Result<OwnedFd> {
+        let comps = components(p);
+        if comps.iter().any(|c| c == "..") {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: `..` in a directory gpuhost creates", p.display()),
+            ));
+        }
+        let mut cur = self.open_in(Path::new("/"), OFlags::PATH | OFlags::DIRECTORY)?;
+        let mut prefix = PathBuf::from("/");
+        for c in comps {
+            prefix.push(&c);
+            cur = match self.open_in(&prefix, OFlags::PATH | OFlags::DIRECTORY) {
+                Ok(fd) => fd,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    match rustix::fs::mkdirat(&cur, c.as_os_str(), Mode::from_raw_mode(0o755)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(errno_io(e)),
+                    }
+                    self.open_in(&prefix, OFlags::PATH | OFlags::DIRECTORY)
+                        .map_err(|e| {
+                            if e.kind() != io::ErrorKind::NotFound {
+                                return e;
+                            }
+                            let target = rustix::fs::readlinkat(&cur, c.as_os_str(), Vec::new())
+                                .map(|t| String::from_utf8_lossy(t.as_bytes()).into_owned())
+                                .unwrap_or_default();
+                            io::Error::new(
+                                io::ErrorKind::NotFound,
+                                format!(
+                                    "{} is a symlink to {target}, which does not exist inside the root {}",
+                                    self.shown(&prefix).display(),
+                                    self.path.display()
+                                ),
+                            )
+                        })?
+                }
+                Err(e) => return Err(e),
+            };
+        }
+        Ok(cur)
+    }
+
+    /// Write `data` to `p` atomically: a temp file in the same directory, fsync, rename over
+    /// `p`, fsync the directory. Parent directories are created. A symlink at `p` is replaced
+    /// by the file, never written through.
+    pub fn write_atomic(&self, p: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+        let (dir, name) = self.parent(p, true)?;
+        let mut tmp_name = OsString::from(".");
+        tmp_name.push(&name);
+        tmp_name.push(format!(".gpuhost-tmp.{}", std::process::id()));
+        let _ = rustix::fs::unlinkat(&dir, tmp_name.as_os_str(), AtFlags::empty());
+        let fd = rustix::fs::openat(
+            &dir,
+            tmp_name.as_os_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode),
+        )
+        .map_err(errno_io)?;
+        let result = (|| -> io::Result<()> {
+            // The umask may have taken bits away.
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(errno_io)?;
+            let mut f = File::from(fd);
+            f.write_all(data)?;
+            f.sync_all()?;
+            rustix::fs::renameat(&dir, tmp_name.as_os_str(), &dir, name.as_os_str())
+                .map_err(errno_io)?;
+            let _ = rustix::fs::fsync(&dir);
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = rustix::fs::unlinkat(&dir, tmp_name.as_os_str(), AtFlags::empty());
+        }
+        result
+    }
+
+    /// Point the symlink `p` at `target`, atomically (a temp link renamed over `p`).
+    pub fn symlink_atomic(&self, target: &Path, p: &Path) -> io::Result<()> {
+        let (dir, name) = self.parent(p, true)?;
+        let mut tmp_name = OsString::from(".");
+        tmp_name.push(&name);
+        tmp_name.push(format!(".gpuhost-tmp.{}", std::process::id()));
+        let _ = rustix::fs::unlinkat(&dir, tmp_name.as_os_str(), AtFlags::empty());
+        rustix::fs::symlinkat(target, &dir, tmp_name.as_os_str()).map_err(errno_io)?;
+        rustix::fs::renameat(&dir, tmp_name.as_os_str(), &dir, name.as_os_str()).map_err(|e| {
+            let _ = rustix::fs::unlinkat(&dir, tmp_name.as_os_str(), AtFlags::empty());
+            errno_io(e)
+        })
+    }
+
+    /// Remove the file (or symlink) `p`; `false` when there was none.
+    pub fn remove_file(&self, p: &Path) -> io::Result<bool> {
+        let (dir, name) = match self.parent(p, false) {
+            Ok(x) => x,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        match rustix::fs::unlinkat(&dir, name.as_os_str(), AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(Errno::NOENT) => Ok(false),
+            Err(e) => Err(errno_io(e)),
+        }
+    }
+
+    /// Open (creating) the regular file `p` for reading and writing, for a lock. A symlink at
+    /// `p` is refused (`ELOOP`), never followed.
+    pub fn open_rw_create(&self, p: &Path, mode: u32) -> io::Result<File> {
+        let (dir, name) = self.parent(p, true)?;
+        let fd = rustix::fs::openat(
+            &dir,
+            name.as_os_str(),
+            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode),
+        )
+        .map_err(errno_io)?;
+        let st = rustix::fs::fstat(&fd).map_err(errno_io)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a regular file", self.shown(p).display()),
+            ));
+        }
+        Ok(File::from(fd))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use std::os::unix::fs::symlink;
+
+    /// A root with the symlinks of every case, beside an "outside" directory standing for the
+    /// build host's tree.
+    struct Case {
+        _tmp: tempfile::TempDir,
+        root: PathBuf,
+        outside: PathBuf,
+    }
+
+    fn case() -> io::Result<Case> {
+        let tmp = tempfile::tempdir()?;
+        let root = tmp.path().join("root");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(root.join("etc"))?;
+        std::fs::create_dir_all(root.join("srv/docker"))?;
+        std::fs::create_dir_all(&outside)?;
+        std::fs::write(outside.join("secret"), "build host secret\n")?;
+        std::fs::write(root.join("srv/docker/secret"), "inside\n")?;
+        Ok(Case {
+            _tmp: tmp,
+            root,
+            outside,
+        })
+    }
+
+    fn fs(c: &Case, r: Resolver) -> io::Result<RootFs> {
+        RootFs::open(&c.root, r)
+    }
+
+    fn snapshot(dir: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        for e in walk_dir(dir) {
+            out.push(e);
+        }
+        out.sort();
+        out
+    }
+
+    fn walk_dir(dir: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                let content = std::fs::read_to_string(&p).unwrap_or_default();
+                out.push(format!("{} {content}", p.display()));
+                if p.is_dir() && !p.is_symlink() {
+                    out.extend(walk_dir(&p));
+                }
+            }
+        }
+        out
+    }
+
+    #[rstest]
+    fn an_absolute_symlinked_directory_is_followed_inside_the_root(
+        #[values(Resolver::Kernel, Resolver::UserSpace)] r: Resolver,
+    ) -> io::Result<()> {
+        let c = case()?;
+        // Outside the root, `outside` exists; inside, the same absolute path does not.
+        symlink(&c.outside, c.root.join("etc/docker"))?;
+        let before = snapshot(&c.outside);
+        let f = fs(&c, r)?;
+        assert_eq!(f.read_opt(Path::new("/etc/docker/secret"))?, None);
+        let err = f
+            .write_atomic(Path::new("/etc/docker/daemon.json"), b"{}\n", 0o644)
+            .err();
+        assert!(
+            err.is_some(),
+            "a dangling in-root target must not be written"
+        );
+        assert_eq!(snapshot(&c.outside), before);
+        // Once the target exists inside the root, the write lands there.
+        std::fs::create_dir_all(
+            c.root
+                .join(c.outside.strip_prefix("/").unwrap_or(&c.outside)),
+        )?;
+        f.write_atomic(Path::new("/etc/docker/daemon.json"), b"{}\n", 0o644)?;
+        let inside = c
+            .root
+            .join(c.outside.strip_prefix("/").unwrap_or(&c.outside))
+            .join("daemon.json");
+        assert_eq!(std::fs::read_to_string(inside)?, "{}\n");
+        assert_eq!(snapshot(&c.outside), before);
+        Ok(())
+    }
+
+    #[rstest]
+    fn dotdot_links_stop_at_the_root(
+        #[values(Resolver::Kernel, Resolver::UserSpace)] r: Resolver,
+    ) -> io::Result<()> {
+        let c = case()?;
+        // ../../../../.. from /etc/yum.repos.d climbs to the root, never above it.
+        symlink(
+            "../../../../../../../srv/docker",
+            c.root.join("etc/yum.repos.d"),
+        )?;
+        let f = fs(&c, r)?;
+        assert_eq!(
+            f.read_opt(Path::new("/etc/yum.repos.d/secret"))?,
+            Some(b"inside\n".to_vec())
+        );
+        f.write_atomic(
+            Path::new("/etc/yum.repos.d/docker-ce.repo"),
+            b"[x]\n",
+            0o644,
+        )?;
+        assert!(c.root.join("srv/docker/docker-ce.repo").is_file());
+        assert_eq!(
+            f.real_path(Path::new("/etc/yum.repos.d"))?,
+            c.root.join("srv/docker")
+        );
+        // `..` in the path itself cannot leave the root either.
+        assert_eq!(
+            f.read_opt(Path::new("/../../../srv/docker/secret"))?,
+            Some(b"inside\n".to_vec())
+        );
+        Ok(())
+    }
+
+    #[rstest]
+    fn a_symlinked_file_is_read_inside_the_root_and_replaced_on_write(
+        #[values(Resolver::Kernel, Resolver::UserSpace)] r: Resolver,
+    ) -> io::Result<()> {
+        let c = case()?;
+        std::fs::create_dir_all(c.root.join("etc/docker"))?;
+        symlink(
+            c.outside.join("secret"),
+            c.root.join("etc/docker/daemon.json"),
+        )?;
+        let f = fs(&c, r)?;
+        // The build host's file is never read through the link.
+        assert_eq!(f.read_opt(Path::new("/etc/docker/daemon.json"))?, None);
+        f.write_atomic(Path::new("/etc/docker/daemon.json"), b"{}\n", 0o600)?;
+        assert_eq!(
+            std::fs::read_to_string(c.outside.join("secret"))?,
+            "build host secret\n"
+        );
+        let md = std::fs::symlink_metadata(c.root.join("etc/docker/daemon.json"))?;
+        assert!(md.is_file());
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o7777,
+            0o600
+        );
+        Ok(())
+    }
+
+    #[rstest]
+    fn loops_and_dangling_links_are_errors_not_escapes(
+        #[values(Resolver::Kernel, Resolver::UserSpace)] r: Resolver,
+    ) -> io::Result<()> {
+        let c = case()?;
+        symlink("/etc/b", c.root.join("etc/a"))?;
+        symlink("/etc/a", c.root.join("etc/b"))?;
+        symlink("/nowhere/at/all", c.root.join("etc/dangling"))?;
+        let f = fs(&c, r)?;
+        let e = f.read_opt(Path::new("/etc/a/x")).err();
+        assert_eq!(e.and_then(|e| e.raw_os_error()), Some(libc_eloop()));
+        assert!(f.write_atomic(Path::new("/etc/a/x"), b"x", 0o644).is_err());
+        assert_eq!(f.read_opt(Path::new("/etc/dangling"))?, None);
+        assert_eq!(f.kind(Path::new("/etc/dangling")), None);
+        assert_eq!(
+            f.kind_nofollow(Path::new("/etc/dangling")),
+            Some(Kind::Symlink)
+        );
+        assert!(f.mkdir_all(Path::new("/etc/dangling/sub")).is_err());
+        assert!(!c.root.join("nowhere").exists());
+        Ok(())
+    }
+
+    fn libc_eloop() -> i32 {
+        Errno::LOOP.raw_os_error()
+    }
+
+    #[rstest]
+    fn a_symlinked_lock_file_is_refused(
+        #[values(Resolver::Kernel, Resolver::UserSpace)] r: Resolver,
+    ) -> io::Result<()> {
+        let c = case()?;
+        std::fs::create_dir_all(c.root.join("var/lib/gpuhost"))?;
+        symlink(
+            c.outside.join("lock"),
+            c.root.join("var/lib/gpuhost/apply.lock"),
+        )?;
+        let f = fs(&c, r)?;
+        assert!(f
+            .open_rw_create(Path::new("/var/lib/gpuhost/apply.lock"), 0o644)
+            .is_err());
+        assert!(!c.outside.join("lock").exists());
+        Ok(())
+    }
+
+    #[rstest]
+    fn listing_links_and_removing_stay_inside(
+        #[values(Resolver::Kernel, Resolver::UserSpace)] r: Resolver,
+    ) -> io::Result<()> {
+        let c = case()?;
+        symlink(&c.outside, c.root.join("opt"))?;
+        let f = fs(&c, r)?;
+        assert_eq!(f.list_dir(Path::new("/opt"))?, None);
+        // A link under a symlinked /opt: /opt resolves inside the root, where it is missing.
+        assert!(f
+            .symlink_atomic(
+                Path::new("/usr/lib64/libnccl.so"),
+                Path::new("/opt/nvidia/nccl/lib/x")
+            )
+            .is_err());
+        assert!(!f.remove_file(Path::new("/opt/secret"))?);
+        assert!(c.outside.join("secret").exists());
+        assert_eq!(
+            f.list_dir(Path::new("/srv/docker"))?,
+            Some(vec!["secret".to_string()])
+        );
+        f.symlink_atomic(Path::new("/srv/docker/secret"), Path::new("/usr/lib/x"))?;
+        assert_eq!(
+            f.read_link(Path::new("/usr/lib/x"))?,
+            PathBuf::from("/srv/docker/secret")
+        );
+        assert_eq!(f.kind(Path::new("/usr/lib/x")), Some(Kind::File));
+        assert!(f.remove_file(Path::new("/usr/lib/x"))?);
+        Ok(())
+    }
+
+    /// Every file access of the host goes through this module: outside it, `std::fs` and
+    /// path probes (`.exists()`, `.is_dir()`, `symlink_metadata`, `read_dir`) appear only
+    /// where the file is the build host's own (profiles, the driver RPM, /proc, status output).
+    #[test]
+    fn no_file_access_of_the_host_bypasses_this_module() -> io::Result<()> {
+        // (file, the code allowed there; "" = the whole file): the build host's own files.
+        const ALLOWED: &[(&str, &str)] = &[
+            ("fsutil.rs", ""), // build-host files: `gpuhost status --textfile`
+            ("profile.rs", "std::fs::read_to_string(&path)"), // profile files
+            ("steps/driver/repo.rs", "File::open(path)"), // the driver RPM on the build host
+            ("steps/driver/repo.rs", "f.metadata()"),
+            ("kernel.rs", "\"/proc/sys/kernel/osrelease\""),
+            ("apply.rs", "\"/proc/self/status\""),
+            ("lock.rs", "use std::fs::{File, TryLockError};"),
+            ("host.rs", "std::fs::File"),
+            ("host.rs", "canonical.is_dir()"), // --root itself, before it is opened
+        ];
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = vec![src.clone()];
+        let mut offenders = Vec::new();
+        while let Some(p) = files.pop() {
+            if p.is_dir() {
+                for e in std::fs::read_dir(&p)? {
+                    files.push(e?.path());
+                }
+                continue;
+            }
+            let rel = p.strip_prefix(&src).unwrap_or(&p).display().to_string();
+            if rel == "rootfs.rs" || !rel.ends_with(".rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p)?;
+            let shipped = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for (n, line) in shipped.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") {
+                    continue;
+                }
+                let probe = [
+                    "std::fs",
+                    "std::os::unix::fs",
+                    ".exists()",
+                    ".is_dir()",
+                    ".is_file()",
+                    "symlink_metadata",
+                    "read_dir(",
+                    "File::open",
+                    "OpenOptions",
+                ];
+                if !probe.iter().any(|n| code.contains(n)) {
+                    continue;
+                }
+                let ok = ALLOWED
+                    .iter()
+                    .any(|(f, what)| rel == *f && (what.is_empty() || code.contains(what)));
+                if !ok {
+                    offenders.push(format!("{rel}:{}: {code}", n + 1));
+                }
+            }
+        }
+        assert!(
+            offenders.is_empty(),
+            "host files must be accessed through Host (rootfs):\n{}",
+            offenders.join("\n")
+        );
+        Ok(())
+    }
+}
