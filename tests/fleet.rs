@@ -67,6 +67,7 @@ fn validate_user_data(user_data: &str) {
     "--gpuhost-rpm", "https://repo.example.com/gpuhost-0.1.0-1.el8.x86_64.rpm", "--max-reboots", "2",
 ])]
 #[case::gpuhost_rpm_on_the_node(vec!["--profile", "ol8-rhck", "--gpuhost-rpm", "/mnt/gpuhost-0.1.0-1.el8.x86_64.rpm"])]
+#[case::health_gate(vec!["--profile", "ol8-uek", "--set", "status.expect_gpus=8", "--wait-healthy", "900"])]
 fn every_cloud_init_variant_is_valid_user_data(#[case] args: Vec<&str>) {
     let mut argv = vec!["cloud-init"];
     argv.extend(args.iter());
@@ -86,7 +87,47 @@ fn every_cloud_init_variant_is_valid_user_data(#[case] args: Vec<&str>) {
     for w in args.windows(2).filter(|w| w[0] == "--set") {
         assert!(ud.contains(&format!("'--set' '{}'", w[1])), "{ud}");
     }
+    if args.contains(&"--wait-healthy") {
+        // The gate is enabled before apply (which may reboot) and started as the last step.
+        let enable = ud
+            .find(r#"["systemctl", "enable", "gpuhost-gate.service"]"#)
+            .unwrap();
+        let provision = ud
+            .find(r#"["systemd-run", "--unit=gpuhost-provision""#)
+            .unwrap();
+        let start = ud
+            .find(r#"["systemctl", "start", "gpuhost-gate.service"]"#)
+            .unwrap();
+        assert!(enable < provision && provision < start, "{ud}");
+        assert!(ud.ends_with("  - [\"systemctl\", \"start\", \"gpuhost-gate.service\"]\n"));
+        assert!(ud.contains("ExecStart=/usr/bin/gpuhost status --wait-healthy --timeout 900 --profile ol8-uek --expect-gpus 8\n"), "{ud}");
+    } else {
+        assert!(!ud.contains("gpuhost-gate"), "{ud}");
+    }
     validate_user_data(&ud);
+}
+
+/// The gate unit that `cloud-init --wait-healthy` writes, as a file.
+fn gate_unit() -> String {
+    let o = gpuhost(&[
+        "cloud-init",
+        "--profile",
+        "ol8-uek",
+        "--wait-healthy",
+        "600",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let ud = text(&o.stdout);
+    let at = ud
+        .find("  - path: /etc/systemd/system/gpuhost-gate.service\n")
+        .unwrap();
+    let content = &ud[at..];
+    let content = &content[content.find("    content: |\n").unwrap() + 15..];
+    content
+        .lines()
+        .take_while(|l| l.is_empty() || l.starts_with("      "))
+        .map(|l| format!("{}\n", l.trim_start()))
+        .collect()
 }
 
 #[test]
@@ -212,7 +253,11 @@ fn the_rpm_installs_into_an_oracle_linux_root_with_dnf_and_runs() {
 fn the_units_pass_systemd_analyze_verify() {
     let rpm = gpuhost_rpm();
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
-    root.dnf_ok(&["-y", "install", &rpm.display().to_string()]);
+    root.dnf_ok(&["-y", "install", &rpm.display().to_string(), "bash"]);
+    // And the provisioning gate that `gpuhost cloud-init --wait-healthy` writes.
+    let unit = root.join("etc/systemd/system/gpuhost-gate.service");
+    std::fs::create_dir_all(unit.parent().unwrap()).unwrap();
+    std::fs::write(&unit, gate_unit()).unwrap();
     let o = run(Command::new("systemd-analyze")
         .arg("verify")
         .arg(format!("--root={}", root.path().display()))
@@ -222,6 +267,7 @@ fn the_units_pass_systemd_analyze_verify() {
             "gpuhost-status.service",
             "gpuhost-status.timer",
             "gpuhost-serve.service",
+            "gpuhost-gate.service",
         ]));
     assert!(
         o.status.success() && o.stderr.is_empty(),

@@ -39,7 +39,16 @@ pub struct CloudInitArgs {
     /// Loop guard for the unattended reboots.
     #[arg(long, default_value_t = gpuhost_steps::reboot::DEFAULT_MAX_REBOOTS, value_name = "N")]
     pub max_reboots: u32,
+    /// Gate: as the final step, wait up to this many seconds until `gpuhost status` says the
+    /// node is healthy (OK or WARNING); cloud-init's result then says whether the node is fit.
+    /// Runs from a unit (gpuhost-gate.service) so that it also runs after apply's reboots.
+    #[arg(long, value_name = "SECONDS")]
+    pub wait_healthy: Option<u32>,
 }
+
+/// The gate's unit and the file that marks it passed.
+const GATE_UNIT: &str = "gpuhost-gate.service";
+const GATE_DONE: &str = "/var/lib/gpuhost/gate.passed";
 
 /// Where a file comes from.
 #[derive(Debug, PartialEq, Eq)]
@@ -112,6 +121,13 @@ pub fn render(a: &CloudInitArgs) -> Result<String> {
     }
     if a.max_reboots == 0 {
         return Err(invalid!("--max-reboots 0: allow at least one reboot"));
+    }
+    if let Some(t) = a.wait_healthy {
+        if t == 0 || t > 3600 {
+            return Err(invalid!(
+                "--wait-healthy {t}: give seconds between 1 and 3600"
+            ));
+        }
     }
     // The profile must resolve here, with the overrides, exactly as the node will see it.
     let profile = Profile::resolve(&a.profile, &a.sets)?;
@@ -230,7 +246,59 @@ pub fn render(a: &CloudInitArgs) -> Result<String> {
     for line in script.lines() {
         writeln!(o, "      {line}")?;
     }
+    if let Some(t) = a.wait_healthy {
+        let mut gate: Vec<String> = vec![
+            "/usr/bin/gpuhost".into(),
+            "status".into(),
+            "--wait-healthy".into(),
+            "--timeout".into(),
+            t.to_string(),
+            "--profile".into(),
+            if embedded {
+                PROFILE_FILE.into()
+            } else {
+                a.profile.clone()
+            },
+        ];
+        // --set overrides do not reach `status`; the GPU count they may set does.
+        if let (false, Some(n)) = (embedded, profile.status.expect_gpus) {
+            gate.extend(["--expect-gpus".into(), n.to_string()]);
+        }
+        writeln!(o, "  - path: /etc/systemd/system/{GATE_UNIT}")?;
+        writeln!(o, "    owner: root:root")?;
+        writeln!(o, "    permissions: \"0644\"")?;
+        writeln!(o, "    content: |")?;
+        for line in [
+            "[Unit]".to_string(),
+            "Description=gpuhost: wait until this GPU node is healthy (provisioning gate)".into(),
+            "After=gpuhost-resume.service network-online.target".into(),
+            format!("ConditionPathExists=!{GATE_DONE}"),
+            String::new(),
+            "[Service]".into(),
+            "Type=oneshot".into(),
+            // Runs until healthy or the timeout (exit 2); passed once, never again.
+            format!("ExecStart={}", gate.join(" ")),
+            format!("ExecStartPost=/bin/touch {GATE_DONE}"),
+            "StandardOutput=journal+console".into(),
+            "StandardError=journal+console".into(),
+            format!("TimeoutStartSec={}", u64::from(t) + 60),
+            String::new(),
+            "[Install]".into(),
+            "WantedBy=multi-user.target".into(),
+        ] {
+            if line.is_empty() {
+                writeln!(o)?;
+            } else {
+                writeln!(o, "      {line}")?;
+            }
+        }
+    }
     writeln!(o, "runcmd:")?;
+    if a.wait_healthy.is_some() {
+        // Enabled before apply may reboot: after each boot it runs once gpuhost-resume is done.
+        writeln!(o, "  - [\"systemctl\", \"daemon-reload\"]")?;
+        writeln!(o, "  - [\"systemctl\", \"enable\", {}]", yq(GATE_UNIT))?;
+    }
     let runcmd = [
         "systemd-run",
         &format!("--unit={UNIT}"),
@@ -243,6 +311,11 @@ pub fn render(a: &CloudInitArgs) -> Result<String> {
     ];
     let items: Vec<String> = runcmd.iter().map(|x| yq(x)).collect();
     writeln!(o, "  - [{}]", items.join(", "))?;
+    if a.wait_healthy.is_some() {
+        // The final step: without a reboot, the gate runs here and its exit status is
+        // cloud-init's result (`cloud-init status` reports an error when the node is unfit).
+        writeln!(o, "  - [\"systemctl\", \"start\", {}]", yq(GATE_UNIT))?;
+    }
     Ok(out)
 }
 
@@ -259,6 +332,7 @@ mod tests {
             sha256: None,
             gpuhost_rpm: None,
             max_reboots: 3,
+            wait_healthy: None,
         }
     }
 

@@ -25,7 +25,9 @@ Exit codes (apply, plan):
   2  invalid input or unsupported host: nothing was changed
   3  converged except that a reboot is required
 
-Exit codes (status): Nagios: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN";
+Exit codes (status): Nagios: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN;
+  --format npd: 0 OK or WARNING, 1 CRITICAL, 2 UNKNOWN (node-problem-detector);
+  --wait-healthy: 0 healthy, 2 not healthy within --timeout";
 
 /// Turns an Oracle Linux 8/9 machine with NVIDIA GPUs into a working GPU container host.
 #[derive(Parser, Debug)]

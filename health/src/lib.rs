@@ -13,11 +13,13 @@
 //! The JSON report (`--format json`) is documented in `health/README.md`.
 
 pub mod coprobe;
+pub mod fleet;
 pub mod host;
 pub mod kmsg;
 pub mod nvml;
 pub mod output;
 pub mod probe;
+pub mod slurm;
 pub mod snapshot;
 pub mod verdict;
 
@@ -39,8 +41,9 @@ use verdict::{Expect, Severity};
 /// command line's defaults.)
 #[derive(Args, Debug, Clone, Default)]
 pub struct StatusArgs {
-    /// Output format on stdout.
-    #[arg(long, default_value = "table", value_parser = ["table", "json", "prometheus"])]
+    /// Output format on stdout. `npd`: Kubernetes node-problem-detector's custom-plugin
+    /// protocol: one line of at most 80 bytes, exit 0 OK or WARNING, 1 CRITICAL, 2 UNKNOWN.
+    #[arg(long, default_value = "table", value_parser = ["table", "json", "prometheus", "npd"])]
     pub format: String,
     /// Also write the Prometheus text to this file, atomically (node_exporter's textfile
     /// collector: a `*.prom` file in its directory).
@@ -53,8 +56,24 @@ pub struct StatusArgs {
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
     /// Deadline for the NVML probe, in seconds; past it the driver is reported unresponsive.
+    /// With --wait-healthy: the whole wait.
     #[arg(long, value_name = "SECONDS", default_value = "10")]
     pub timeout: f64,
+    /// Look again and again until the node is healthy (OK or WARNING): exit 0, or exit 2 when
+    /// --timeout seconds pass first; progress on stderr, the last report on stdout (a gate for
+    /// provisioning: `gpuhost cloud-init --wait-healthy`).
+    #[arg(long, conflicts_with = "slurm")]
+    pub wait_healthy: bool,
+    /// With --wait-healthy: seconds between looks.
+    #[arg(long, value_name = "SECONDS", default_value = "5")]
+    pub poll: f64,
+    /// Slurm HealthCheckProgram mode (as LBNL NHC): on CRITICAL drain this node with the reason
+    /// "gpuhost: <check> …"; when healthy again resume it, but only if gpuhost drained it.
+    #[arg(long)]
+    pub slurm: bool,
+    /// With --slurm: the Slurm node name (default: $SLURMD_NODENAME, else the short host name).
+    #[arg(long, value_name = "NAME", requires = "slurm")]
+    pub slurm_node: Option<String>,
     /// Internal: be the NVML probe (print its answer as JSON).
     #[arg(long, hide = true)]
     pub nvml_probe: bool,
@@ -141,37 +160,95 @@ fn run_probe() -> i32 {
 
 fn status(args: &StatusArgs) -> Result<i32> {
     let expect = expectations(args);
-    let snapshot = match &args.from_snapshot {
-        Some(f) => {
-            let text =
-                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-            serde_json::from_str::<Snapshot>(&text)
-                .with_context(|| format!("parsing {}", f.display()))?
-        }
-        None => {
-            let host = Host::new(&args.root)?;
-            collect(&host, timeout(args.timeout)?, &expect)
-        }
-    };
+    if args.wait_healthy {
+        return wait_healthy(args, &expect);
+    }
+    let snapshot = snapshot_once(args, &expect, timeout(args.timeout)?)?;
     if args.dump_snapshot {
         println!("{}", serde_json::to_string_pretty(&snapshot)?);
         return Ok(0);
     }
     let checks = verdict::evaluate(&snapshot, &expect);
-    let mut code = verdict::overall(&checks).exit_code();
-    match args.format.as_str() {
-        "json" => println!("{}", output::json(&snapshot, &expect, &checks)),
-        "prometheus" => print!("{}", output::prometheus(&snapshot, &checks)),
-        _ => print!("{}", output::table(&checks)),
-    }
-    if let Some(path) = &args.textfile {
-        let text = output::prometheus(&snapshot, &checks);
-        if let Err(e) = gpuhost_steps::fsutil::write_atomic(path, text.as_bytes(), 0o644) {
-            eprintln!("gpuhost status: cannot write the textfile: {e:#}");
-            code = code.max(Severity::Unknown.exit_code());
+    Ok(report(args, &snapshot, &expect, &checks))
+}
+
+/// One snapshot: read from `--from-snapshot` (each time: a test may rewrite it), or collected.
+fn snapshot_once(args: &StatusArgs, expect: &Expect, timeout: Duration) -> Result<Snapshot> {
+    match &args.from_snapshot {
+        Some(f) => {
+            let text =
+                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            serde_json::from_str::<Snapshot>(&text)
+                .with_context(|| format!("parsing {}", f.display()))
+        }
+        None => {
+            let host = Host::new(&args.root)?;
+            Ok(collect(&host, timeout, expect))
         }
     }
-    Ok(code)
+}
+
+/// Print the report in the asked format (and the textfile, and Slurm's action); the exit code.
+fn report(
+    args: &StatusArgs,
+    snapshot: &Snapshot,
+    expect: &Expect,
+    checks: &[verdict::Check],
+) -> i32 {
+    let verdict = verdict::overall(checks);
+    let mut code = verdict.exit_code();
+    match args.format.as_str() {
+        "json" => println!("{}", output::json(snapshot, expect, checks)),
+        "prometheus" => print!("{}", output::prometheus(snapshot, checks)),
+        "npd" => {
+            let (c, line) = fleet::npd(checks);
+            println!("{line}");
+            code = c;
+        }
+        _ => print!("{}", output::table(checks)),
+    }
+    if let Some(path) = &args.textfile {
+        let text = output::prometheus(snapshot, checks);
+        if let Err(e) = gpuhost_steps::fsutil::write_atomic(path, text.as_bytes(), 0o644) {
+            eprintln!("gpuhost status: cannot write the textfile: {e:#}");
+            if args.format != "npd" {
+                code = code.max(Severity::Unknown.exit_code());
+            }
+        }
+    }
+    if args.slurm {
+        let done = slurm::node_name(args.slurm_node.as_deref())
+            .and_then(|node| slurm::act(&node, verdict, checks).map(|a| a.describe(&node)));
+        match done {
+            Ok(line) => println!("gpuhost slurm: {line}"),
+            Err(e) => {
+                eprintln!("gpuhost status --slurm: {e:#}");
+                code = code.max(Severity::Unknown.exit_code());
+            }
+        }
+    }
+    code
+}
+
+/// `--wait-healthy`: look until healthy or `--timeout`; 0 healthy, 2 not in time.
+fn wait_healthy(args: &StatusArgs, expect: &Expect) -> Result<i32> {
+    let total = timeout(args.timeout)?;
+    if !(args.poll.is_finite() && args.poll > 0.0 && args.poll <= 3600.0) {
+        anyhow::bail!("--poll {}: give seconds between 0 and 3600", args.poll);
+    }
+    let every = Duration::from_secs_f64(args.poll);
+    let w = fleet::wait_healthy(total, every, |t| match snapshot_once(args, expect, t) {
+        Ok(snap) => {
+            let checks = verdict::evaluate(&snap, expect);
+            let sev = verdict::overall(&checks);
+            (sev, fleet::one_line(&checks), Some((snap, checks)))
+        }
+        Err(e) => (Severity::Unknown, format!("UNKNOWN: {e:#}"), None),
+    });
+    if let Some((snap, checks)) = &w.last {
+        let _ = report(args, snap, expect, checks);
+    }
+    Ok(if w.healthy { 0 } else { 2 })
 }
 
 fn timeout(secs: f64) -> Result<Duration> {
