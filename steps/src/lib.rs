@@ -14,6 +14,8 @@ pub mod cmd;
 pub mod error;
 pub mod facts;
 pub mod fsutil;
+#[cfg(test)]
+mod fuzz;
 pub mod host;
 pub mod kernel;
 pub mod lock;

@@ -101,6 +101,7 @@ impl Profile {
             }
         }
         loop {
+            refuse_control_characters(spec, "", &table)?;
             match serde_path_to_error::deserialize::<_, Profile>(toml::Value::Table(table.clone()))
             {
                 Ok(mut profile) => {
@@ -250,6 +251,45 @@ fn load_raw(spec: &str, base: Option<&Path>, seen: &mut BTreeSet<String>) -> Res
     Ok(merged)
 }
 
+/// No key or string anywhere in the profile (files, `extends` chain and `--set` merged) may hold
+/// a control character: every value ends up in a line-based config file (repo INI, dnf.conf,
+/// dkms.conf, BLS entries, units) or in a command line, where a newline or a carriage return
+/// would start a line — a section, a key — of its own. Checked over the whole value tree before
+/// the typed sections see it, so every key, today's and tomorrow's, is covered.
+fn refuse_control_characters(spec: &str, prefix: &str, table: &toml::Table) -> Result<()> {
+    for (k, v) in table {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        if let Some(c) = k.chars().find(|c| c.is_control()) {
+            return Err(invalid!(
+                "profile {spec}: key {path:?} contains the control character {c:?}; keys and values must be printable text on one line"
+            ));
+        }
+        refuse_in_value(spec, &path, v)?;
+    }
+    Ok(())
+}
+
+fn refuse_in_value(spec: &str, path: &str, v: &toml::Value) -> Result<()> {
+    match v {
+        toml::Value::String(s) => match s.chars().find(|c| c.is_control()) {
+            Some(c) => Err(invalid!(
+                "profile {spec}: key `{path}`: the value contains the control character {c:?}; values must be printable text on one line (no newlines, tabs or escapes)"
+            )),
+            None => Ok(()),
+        },
+        toml::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, item)| refuse_in_value(spec, &format!("{path}[{i}]"), item)),
+        toml::Value::Table(t) => refuse_control_characters(spec, path, t),
+        _ => Ok(()),
+    }
+}
+
 /// Deep-merge `over` into `base`: tables merge key by key, anything else replaces.
 fn merge(base: &mut toml::Table, over: toml::Table) {
     for (k, v) in over {
@@ -391,6 +431,38 @@ mod tests {
     fn bad_sets_name_the_key(#[case] sets: &[&str], #[case] needle: &str) {
         let e = err_of("ol8-uek", sets);
         assert!(e.contains(needle), "{e}");
+    }
+
+    #[rstest]
+    #[case(&["docker.gpgkey=https://e.com/gpg\n[evil]\nbaseurl=https://evil.example/"], "docker.gpgkey")]
+    #[case(&["docker.repo=/srv/mirror\r\n[evil]"], "docker.repo")]
+    #[case(&["driver.stream=535\n"], "driver.stream")]
+    #[case(&["container_toolkit.version=1.17.8\u{1b}[2J"], "container_toolkit.version")]
+    #[case(&["kernel.extra_packages=[\"a\", \"b\\nc\"]"], "kernel.extra_packages[1]")]
+    #[case(&["docker.gpgkey=\"x\\u0000y\""], "docker.gpgkey")]
+    fn control_characters_are_refused_naming_the_key(#[case] sets: &[&str], #[case] key: &str) {
+        let e = err_of("ol8-uek", sets);
+        assert!(e.contains(key) && e.contains("control character"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+
+    #[test]
+    fn control_characters_in_a_profile_file_are_refused_wherever_they_are() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let f = dir.path().join("site.toml");
+        std::fs::write(
+            &f,
+            "extends = \"ol8-uek\"\n[[prefix_links]]\npackages = [\"libnccl\"]\nprefix = \"/opt/x\\ny\"\n",
+        )?;
+        let e = err_of(&f.display().to_string(), &[]);
+        assert!(e.contains("prefix_links[0].prefix"), "{e}");
+        std::fs::write(
+            &f,
+            "extends = \"ol8-uek\"\n[status]\n\"expect\\tgpus\" = 8\n",
+        )?;
+        let e = err_of(&f.display().to_string(), &[]);
+        assert!(e.contains("control character"), "{e}");
+        Ok(())
     }
 
     #[test]

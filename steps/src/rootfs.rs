@@ -674,6 +674,7 @@ mod tests {
         // (file, the code allowed there; "" = the whole file): the build host's own files.
         const ALLOWED: &[(&str, &str)] = &[
             ("fsutil.rs", ""), // build-host files: `gpuhost status --textfile`
+            ("fuzz.rs", ""),   // test-only (`#[cfg(test)] mod fuzz`)
             ("profile.rs", "std::fs::read_to_string(&path)"), // profile files
             ("steps/driver/repo.rs", "File::open(path)"), // the driver RPM on the build host
             ("steps/driver/repo.rs", "f.metadata()"),

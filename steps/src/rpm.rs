@@ -67,7 +67,7 @@ pub fn parse_query(stdout: &str) -> Vec<Installed> {
         .filter_map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
             match f.as_slice() {
-                [name, epoch, version, release, arch] => Some(Installed {
+                [name, epoch, version, release, arch] if !name.is_empty() => Some(Installed {
                     name: name.to_string(),
                     epoch: epoch.parse().unwrap_or(0),
                     version: version.to_string(),

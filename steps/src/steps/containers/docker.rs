@@ -27,7 +27,7 @@ const MODULE_FILE: &str = "/etc/dnf/modules.d/container-tools.module";
 const CONTAINER_TOOLS: &str = "container-tools";
 
 impl Docker {
-    fn wanted_repo(ctx: &Ctx<'_>) -> String {
+    fn wanted_repo(ctx: &Ctx<'_>) -> Result<String> {
         let spec = &ctx.profile.docker;
         let extra: &[&str] = match spec.module_filtering {
             ModuleFiltering::Hotfixes => &["module_hotfixes=true"],
@@ -99,9 +99,9 @@ impl Step for Docker {
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let mut check = Check::default();
         let spec = ctx.profile.docker.clone();
-        if let Some(why) = repo_differs(ctx, REPO_PATH, &Self::wanted_repo(ctx))? {
+        if let Some(why) = repo_differs(ctx, REPO_PATH, &Self::wanted_repo(ctx)?)? {
             check.changes.push(Change::new(
-                Work::Configure(FileWrite::new(REPO_PATH, Self::wanted_repo(ctx), 0o644)),
+                Work::Configure(FileWrite::new(REPO_PATH, Self::wanted_repo(ctx)?, 0o644)),
                 why,
             ));
         }

@@ -198,6 +198,16 @@ pub fn validate(
 ) -> Result<()> {
     check_source(profile, "docker.repo", &docker.repo)?;
     check_source(profile, "container_toolkit.repo", &toolkit.repo)?;
+    for (key, k) in [
+        ("docker.gpgkey", &docker.gpgkey),
+        ("container_toolkit.gpgkey", &toolkit.gpgkey),
+    ] {
+        if !k.is_empty() && (!k.contains("://") || k.chars().any(char::is_whitespace)) {
+            return Err(invalid!(
+                "profile {profile}: key `{key}`: \"{k}\" is not a key URL (https://…, file://…); \"\" turns gpgcheck off"
+            ));
+        }
+    }
     for (key, v) in [
         ("docker.version", &docker.version),
         ("docker.containerd_version", &docker.containerd_version),
@@ -288,9 +298,11 @@ pub fn toolkit_denied(version: &str) -> Option<&'static str> {
 
 fn check_source(profile: &str, key: &str, src: &str) -> Result<()> {
     let ok = match RepoSource::parse(src) {
-        Some(RepoSource::Dir(d)) => d
-            .components()
-            .all(|c| !matches!(c, std::path::Component::ParentDir)),
+        Some(RepoSource::Dir(d)) => {
+            d.components()
+                .all(|c| !matches!(c, std::path::Component::ParentDir))
+                && !src.chars().any(char::is_whitespace)
+        }
         Some(RepoSource::Url(u)) => !u.chars().any(char::is_whitespace),
         None => false,
     };
@@ -342,10 +354,43 @@ impl<'a> RepoSource<'a> {
 }
 
 /// The text of a `.repo` file with one repo; `extra` lines go last (e.g. `module_hotfixes=true`).
-pub fn repo_file(id: &str, name: &str, source: &str, gpgkey: &str, extra: &[&str]) -> String {
+/// Every value must be one line of printable text: a newline would start a section or key of
+/// its own, a line starting with whitespace would continue the previous value (the profile
+/// loader refuses control characters already; this is the writer's own guard).
+pub fn repo_file(
+    id: &str,
+    name: &str,
+    source: &str,
+    gpgkey: &str,
+    extra: &[&str],
+) -> Result<String> {
     let baseurl = RepoSource::parse(source)
         .map(|s| s.baseurl())
         .unwrap_or_else(|| source.to_string());
+    for (key, value) in [
+        ("id", id),
+        ("name", name),
+        ("baseurl", &baseurl),
+        ("gpgkey", gpgkey),
+    ]
+    .into_iter()
+    .chain(extra.iter().map(|l| ("extra line", *l)))
+    {
+        if let Some(c) = value.chars().find(|c| c.is_control()) {
+            return Err(invalid!(
+                "repo {id}: {key} {value:?} contains the control character {c:?}; a repo file value must be one line of printable text"
+            ));
+        }
+        let bad_extra = key == "extra line"
+            && value.split_once('=').is_none_or(|(k, _)| {
+                ["name", "baseurl", "enabled", "gpgcheck", "gpgkey", ""].contains(&k.trim())
+            });
+        if value.trim() != value || (key == "id" && value.contains([']', '['])) || bad_extra {
+            return Err(invalid!(
+                "repo {id}: {key} {value:?} has leading or trailing blanks or brackets, or repeats a key; a repo file value must be one plain line"
+            ));
+        }
+    }
     let mut out = format!(
         "# Written by gpuhost from the profile; edit the profile, not this file.\n[{id}]\nname={name}\nbaseurl={baseurl}\nenabled=1\n"
     );
@@ -358,7 +403,7 @@ pub fn repo_file(id: &str, name: &str, source: &str, gpgkey: &str, extra: &[&str
         out.push_str(l);
         out.push('\n');
     }
-    out
+    Ok(out)
 }
 
 /// Compare a repo file on the host with the wanted text; `Some(reason)` when it must be written.
@@ -442,21 +487,31 @@ mod tests {
     }
 
     #[test]
-    fn a_local_directory_becomes_a_file_url_and_no_key_means_no_gpgcheck() {
+    fn a_local_directory_becomes_a_file_url_and_no_key_means_no_gpgcheck() -> Result<()> {
         let t = repo_file(
             "docker-ce-stable",
             "Docker CE Stable",
             "/srv/mirror/docker",
             "",
             &["module_hotfixes=true"],
-        );
+        )?;
         assert!(t.contains("baseurl=file:///srv/mirror/docker\n"), "{t}");
         assert!(
             t.contains("gpgcheck=0\n") && t.ends_with("module_hotfixes=true\n"),
             "{t}"
         );
-        let t = repo_file("x", "x", "https://e.com/r", "https://e.com/gpg", &[]);
+        let t = repo_file("x", "x", "https://e.com/r", "https://e.com/gpg", &[])?;
         assert!(t.contains("gpgcheck=1\ngpgkey=https://e.com/gpg\n"), "{t}");
+        Ok(())
+    }
+
+    #[rstest]
+    #[case("https://e.com/gpg\n[evil]\nbaseurl=https://evil.example/")]
+    #[case("https://e.com/gpg\r")]
+    #[case(" https://e.com/gpg")]
+    fn the_repo_writer_refuses_what_would_start_a_line(#[case] gpgkey: &str) {
+        let r = repo_file("x", "x", "https://e.com/r", gpgkey, &[]);
+        assert!(r.as_ref().is_err_and(crate::error::is_invalid), "{r:?}");
     }
 
     #[rstest]

@@ -33,7 +33,7 @@ fn toolkit_install(specs: Vec<String>) -> Work {
 }
 
 impl ContainerToolkit {
-    fn wanted_repo(ctx: &Ctx<'_>) -> String {
+    fn wanted_repo(ctx: &Ctx<'_>) -> Result<String> {
         let spec = &ctx.profile.container_toolkit;
         repo_file(
             REPO_ID,
@@ -61,9 +61,9 @@ impl Step for ContainerToolkit {
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let mut check = Check::default();
         let spec = ctx.profile.container_toolkit.clone();
-        if let Some(why) = repo_differs(ctx, REPO_PATH, &Self::wanted_repo(ctx))? {
+        if let Some(why) = repo_differs(ctx, REPO_PATH, &Self::wanted_repo(ctx)?)? {
             check.changes.push(Change::new(
-                Work::Configure(FileWrite::new(REPO_PATH, Self::wanted_repo(ctx), 0o644)),
+                Work::Configure(FileWrite::new(REPO_PATH, Self::wanted_repo(ctx)?, 0o644)),
                 why,
             ));
         }

@@ -69,6 +69,11 @@ pub fn toolset_gcc(n: u32) -> String {
 
 /// The content of `/etc/dkms/nvidia.conf` that builds with `gcc-toolset-N`.
 pub fn override_text(n: u32, why: &str) -> String {
+    // `why` comes from the kernel's .config: one comment line, whatever it holds.
+    let why: String = why
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     format!(
         "{MARKER}: build the NVIDIA module with the compiler that built the kernel\n\
          # ({why}).\n\
@@ -273,6 +278,8 @@ mod tests {
     #[test]
     fn the_override_names_the_toolset_compiler() {
         let t = override_text(11, "x");
+        let evil = override_text(11, "gcc\nMAKE[0]=\"rm -rf /\"\r");
+        assert_eq!(evil.lines().count(), t.lines().count(), "{evil}");
         assert!(t.contains("CC=/opt/rh/gcc-toolset-11/root/usr/bin/gcc modules\""));
         assert!(t.starts_with(MARKER));
     }
