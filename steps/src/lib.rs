@@ -6,11 +6,13 @@
 //! - [`rootfs`]: file access resolved inside the root (`openat2(RESOLVE_IN_ROOT)`);
 //! - [`profile`]: TOML profiles, `extends`, `--set` overrides;
 //! - [`facts`]: what gpuhost sees on the host (OS, kernels, PCI devices, Secure Boot);
+//! - [`compat`]: will a CUDA version, a requirement, an image run on a driver (NVIDIA's rules);
 //! - [`runner`]: the step trait, the ordered registry, check → change → check again;
 //! - [`steps`]: the steps themselves.
 
 pub mod apply;
 pub mod cmd;
+pub mod compat;
 pub mod error;
 pub mod facts;
 pub mod fsutil;
