@@ -5,12 +5,14 @@
 # unit enabling in install roots), a static busybox (the /bin/sh of synthetic roots),
 # cloud-init (validates generated user-data), promtool (from prometheus: checks gpuhost serve's
 # /metrics), a one-node Slurm (munged, slurmctld, slurmd, scontrol: status --slurm drains and
-# resumes a real node) and, on Debian, vagrant (validates the Vagrantfile).
+# resumes a real node), umoci, skopeo and docker.io (build the OCI layouts, docker save tarballs
+# and the private dockerd that gpuhost compat reads) and, on Debian, vagrant (validates the
+# Vagrantfile).
 # Debian/Ubuntu via apt-get, Oracle Linux/RHEL via dnf. Idempotent; needs root to install.
 set -euo pipefail
 
 need=()
-for tool in rpm dnf createrepo_c modifyrepo_c rpmbuild python3 strace systemctl cloud-init promtool munged slurmctld slurmd scontrol; do
+for tool in rpm dnf createrepo_c modifyrepo_c rpmbuild python3 strace systemctl cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd; do
   command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
 [ -x /bin/busybox ] || need+=(busybox)
@@ -27,12 +29,13 @@ if command -v apt-get >/dev/null 2>&1; then
   "${sudo[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
     rpm dnf createrepo-c python3 strace systemd busybox-static cloud-init vagrant prometheus \
-    munge slurmctld slurmd slurm-client >/dev/null
+    munge slurmctld slurmd slurm-client umoci skopeo docker.io >/dev/null
 elif command -v dnf >/dev/null 2>&1; then
   # (vagrant is not in Oracle Linux's repos: its test is skipped there unless installed)
   # (promtool is not in Oracle Linux's repos either: install Prometheus's release by hand;
-  # Slurm and munge come from EPEL there)
-  "${sudo[@]}" dnf install -y -q rpm-build createrepo_c python3 strace systemd busybox cloud-init
+  # Slurm and munge come from EPEL there; umoci is not packaged: the gpuhost compat image tests
+  # skip without it)
+  "${sudo[@]}" dnf install -y -q rpm-build createrepo_c python3 strace systemd busybox cloud-init skopeo
 else
   echo "deps.sh: no apt-get or dnf here; install ${need[*]} by hand" >&2
   exit 1

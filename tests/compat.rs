@@ -119,10 +119,758 @@ fn the_fixture_holds_real_images_of_every_cuda_major() {
 
 // ---- the binary ----------------------------------------------------------------------------
 
+use world::{code, report, stderr, stdout, Os, Root, World, RHCK8};
+
 fn gpuhost(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_gpuhost"))
+        .arg("compat")
         .args(args)
         .env("GPUHOST_RUN_DIR", std::env::temp_dir())
+        .env("HOME", World::get().home())
         .output()
         .unwrap()
+}
+
+/// `gpuhost compat ARGS --format json`, its exit code and report.
+fn ask(args: &[&str]) -> (i32, serde_json::Value) {
+    let mut a = args.to_vec();
+    a.extend(["--format", "json"]);
+    let o = gpuhost(&a);
+    let c = code(&o);
+    assert!(c == 0 || c == 1, "exit {c}: {}{}", stdout(&o), stderr(&o));
+    let r = report(&o);
+    assert_eq!(r["exit_code"], c, "{r:#}");
+    (c, r)
+}
+
+/// Bad input: exit 2, one line on stderr naming `needle`, a JSON error on stdout.
+fn refused(args: &[&str], needle: &str) {
+    let o = gpuhost(args);
+    assert_eq!(code(&o), 2, "{args:?}: {}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(needle), "{args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+/// NVIDIA's `NVIDIA_REQUIRE_CUDA` for a CUDA release (first image of that version).
+fn nvidia_require(cuda_version: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("cuda-images.json")).unwrap(),
+    )
+    .unwrap();
+    v["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["cuda_version"] == cuda_version)
+        .map(|i| i["nvidia_require_cuda"].as_str().unwrap().to_string())
+        .unwrap()
+}
+
+#[test]
+fn a_cuda_version_runs_natively_with_limits_with_compat_or_not() {
+    let cases = [
+        ("12.2", "535.104.05", 0, "native"),
+        ("12.4", "535.104.05", 0, "minor-version"),
+        ("12.4.1", "550.54.14", 0, "minor-version"),
+        ("12.4.1", "550.54.15", 0, "native"),
+        ("12.4", "470.256.02", 1, "forward-compat"),
+        ("13.0", "535.104.05", 1, "forward-compat"),
+        ("13.0", "560.35.05", 1, "unsupported"),
+        ("11.8", "450.80.02", 0, "minor-version"),
+        ("11.8", "450.51.06", 1, "unsupported"),
+        ("13.0", "580.159.04", 0, "native"),
+    ];
+    for (cuda, driver, want, mode) in cases {
+        let (c, r) = ask(&["--cuda", cuda, "--driver", driver]);
+        assert_eq!(
+            (c, r["answer"]["mode"].as_str()),
+            (want, Some(mode)),
+            "{cuda} on {driver}: {r:#}"
+        );
+        assert_eq!(r["host"]["driver_source"], "flag");
+    }
+    let (_, r) = ask(&["--cuda", "12.4", "--driver", "535.104.05"]);
+    let a = &r["answer"];
+    assert_eq!(a["native_minimum_driver"], "550.54.14");
+    assert_eq!(a["minor_version_minimum_driver"], "525.60.13");
+    assert_eq!(a["compat_package"], "cuda-compat-12-4");
+    assert_eq!(a["compat_branches"], serde_json::json!([470, 525, 535]));
+    assert_eq!(r["serves"]["native"], "12.2");
+    assert_eq!(r["serves"]["forward_compat"], serde_json::json!(["13.0"]));
+    // Forward compatibility needs data center GPUs.
+    let (c, r) = ask(&[
+        "--cuda",
+        "13.0",
+        "--driver",
+        "535.104.05",
+        "--brand",
+        "geforce",
+    ]);
+    assert_eq!(c, 1);
+    assert!(
+        r["summary"]
+            .as_str()
+            .unwrap()
+            .contains("only on data center GPUs"),
+        "{r:#}"
+    );
+    // Text output for people: the verdict first, then the host and what its driver serves.
+    let o = gpuhost(&["--cuda", "12.4", "--driver", "535.104.05"]);
+    let text = stdout(&o);
+    assert!(
+        text.starts_with("runs: CUDA 12.4 runs, with limits"),
+        "{text}"
+    );
+    assert!(
+        text.contains("driver 535.104.05 serves CUDA ≤ 12.2 natively"),
+        "{text}"
+    );
+}
+
+#[test]
+fn requirements_are_judged_as_the_runtime_judges_them() {
+    let req13 = nvidia_require("13.0.0");
+    // An H100/H200 on the 535 branch: the runtime sees brand Unknown and lets it start.
+    let (c, r) = ask(&[
+        "--require",
+        &req13,
+        "--driver",
+        "535.104.05",
+        "--brand",
+        "unknown",
+    ]);
+    assert_eq!(c, 0, "{r:#}");
+    assert_eq!(r["answer"]["runtime"]["result"], "starts");
+    // 560 is not a branch NVIDIA's CUDA 13.0 images accept.
+    let (c, r) = ask(&[
+        "--require",
+        &req13,
+        "--driver",
+        "560.35.05",
+        "--brand",
+        "unknown",
+    ]);
+    assert_eq!(c, 1);
+    assert_eq!(
+        r["answer"]["runtime"]["error"],
+        "requirement error: unsatisfied condition: cuda>=13.0, please update your driver to a newer version, or use an earlier cuda container"
+    );
+    // The 12.4 image's brand=tesla,driver>=470,driver<471 term, with the brand unknown: it
+    // depends on the brand, and the answer lists which.
+    let req124 = nvidia_require("12.4.1");
+    let (c, r) = ask(&["--require", &req124, "--driver", "470.256.02"]);
+    assert_eq!((c, r["verdict"].as_str()), (1, Some("depends")), "{r:#}");
+    let starts: Vec<&str> = r["answer"]["runtime"]["by_brand"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["starts"] == true)
+        .map(|b| b["brand"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        starts,
+        vec!["Quadro", "Tesla", "GeForce", "TITAN", "Unknown"]
+    );
+    // Several requirements are AND'ed; a malformed one is the runtime's "invalid expression".
+    let (c, _) = ask(&[
+        "--require",
+        "cuda>=12.0",
+        "--require",
+        "driver>=540",
+        "--driver",
+        "535.104.05",
+        "--brand",
+        "tesla",
+    ]);
+    assert_eq!(c, 1);
+    let (c, r) = ask(&[
+        "--require",
+        "cuda>=13.0 nonsense",
+        "--driver",
+        "535.104.05",
+        "--brand",
+        "tesla",
+    ]);
+    assert_eq!(c, 1);
+    assert_eq!(r["answer"]["runtime"]["checks"][0]["result"], "invalid");
+}
+
+#[test]
+fn bad_input_exits_2_and_names_the_thing() {
+    refused(&["--cuda", "12", "--driver", "535.104.05"], "--cuda \"12\"");
+    refused(
+        &["--cuda", "12.4", "--driver", "latest"],
+        "driver version \"latest\"",
+    );
+    refused(
+        &[
+            "--cuda",
+            "12.4",
+            "--driver",
+            "535.104.05",
+            "--brand",
+            "nvidia",
+        ],
+        "--brand \"nvidia\"",
+    );
+    refused(
+        &[
+            "--image",
+            "/nonexistent/image.tar",
+            "--driver",
+            "535.104.05",
+        ],
+        "/nonexistent/image.tar",
+    );
+    let empty = tempfile::tempdir().unwrap();
+    refused(
+        &["--cuda", "12.4", "--root", empty.path().to_str().unwrap()],
+        "no NVIDIA driver found",
+    );
+    refused(
+        &[
+            "--image",
+            "nvidia/cuda:12.4.1-base-ubuntu22.04",
+            "--root",
+            empty.path().to_str().unwrap(),
+        ],
+        "needs the running system's docker",
+    );
+    let not_tar = empty.path().join("x.tar");
+    std::fs::write(&not_tar, b"<html>404</html>").unwrap();
+    refused(
+        &[
+            "--image",
+            not_tar.to_str().unwrap(),
+            "--driver",
+            "535.104.05",
+        ],
+        "x.tar",
+    );
+    // clap: one question is required.
+    let o = gpuhost(&["--driver", "535.104.05"]);
+    assert_eq!(code(&o), 2);
+}
+
+// ---- images built with real tools ----------------------------------------------------------
+
+/// umoci (OCI layouts) and skopeo (docker save tarballs) are installed by scripts/deps.sh; CI
+/// requires them (GPUHOST_REQUIRE_ALL_TOOLS).
+fn image_tools() -> bool {
+    let ok = ["umoci", "skopeo"].iter().all(|t| {
+        Command::new(t)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if !ok && std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_some() {
+        panic!("umoci and skopeo are needed (apt-get install -y umoci skopeo)");
+    }
+    if !ok {
+        eprintln!("skipped: umoci or skopeo missing (scripts/deps.sh installs them)");
+    }
+    ok
+}
+
+fn run(cmd: &mut Command) -> String {
+    let o = cmd.output().unwrap();
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// An OCI image layout made by umoci: images with no layers and the environment we give.
+struct Layout {
+    tmp: tempfile::TempDir,
+}
+
+impl Layout {
+    fn new() -> Layout {
+        let tmp = tempfile::tempdir().unwrap();
+        run(Command::new("umoci")
+            .args(["init", "--layout"])
+            .arg(tmp.path().join("oci")));
+        Layout { tmp }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.tmp.path().join("oci")
+    }
+
+    fn spec(&self, tag: &str) -> String {
+        format!("{}:{tag}", self.path().display())
+    }
+
+    fn image(&self, tag: &str, arch: &str, env: &[String]) -> &Layout {
+        run(Command::new("umoci").args(["new", "--image", &self.spec(tag)]));
+        let mut cmd = Command::new("umoci");
+        cmd.args([
+            "config",
+            "--image",
+            &self.spec(tag),
+            "--os",
+            "linux",
+            "--architecture",
+            arch,
+        ]);
+        for e in env {
+            cmd.arg("--config.env").arg(e);
+        }
+        run(&mut cmd);
+        self
+    }
+
+    /// `skopeo copy oci:… docker-archive:…`: a `docker save` tarball of one image.
+    fn docker_archive(&self, tag: &str, reference: &str) -> PathBuf {
+        let out = self.tmp.path().join(format!("{tag}.tar"));
+        run(Command::new("skopeo").args([
+            "copy",
+            "-q",
+            &format!("oci:{}", self.spec(tag)),
+            &format!("docker-archive:{}:{reference}", out.display()),
+        ]));
+        out
+    }
+}
+
+/// The environment of NVIDIA's CUDA runtime image for `cuda` (rockylinux8, amd64 stage).
+fn nvidia_env(cuda: &str) -> Vec<String> {
+    vec![
+        "PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        "NVARCH=x86_64".into(),
+        format!("NVIDIA_REQUIRE_CUDA={}", nvidia_require(cuda)),
+        format!("NV_CUDA_CUDART_VERSION={cuda}-1"),
+        format!("CUDA_VERSION={cuda}"),
+        "NVIDIA_VISIBLE_DEVICES=all".into(),
+        "NVIDIA_DRIVER_CAPABILITIES=compute,utility".into(),
+        "NV_LIBNCCL_PACKAGE_VERSION=2.21.5-1".into(),
+        "NCCL_VERSION=2.21.5".into(),
+    ]
+}
+
+#[test]
+fn an_image_from_a_docker_save_tarball_or_an_oci_layout() {
+    if !image_tools() {
+        return;
+    }
+    let l = Layout::new();
+    l.image("12.4.1", "amd64", &nvidia_env("12.4.1"));
+    let tar = l.docker_archive("12.4.1", "nvidia/cuda:12.4.1-runtime-rockylinux8");
+    for (spec, source) in [
+        (tar.display().to_string(), "docker-archive"),
+        (l.spec("12.4.1"), "oci-layout"),
+    ] {
+        // 535 on an H100/H200 (brand Unknown to the runtime): the brand term for branch 535
+        // lets it start; CUDA 12.4 runs through minor-version compatibility.
+        let (c, r) = ask(&[
+            "--image",
+            &spec,
+            "--driver",
+            "535.104.05",
+            "--brand",
+            "unknown",
+        ]);
+        assert_eq!(c, 0, "{r:#}");
+        let a = &r["answer"];
+        assert_eq!(a["image"]["source"], source);
+        assert_eq!(a["image"]["cuda_version"], "12.4.1");
+        assert_eq!(a["image"]["nvidia_cuda_image"], true);
+        assert!(a["image"]["config_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"));
+        assert_eq!(a["runtime"]["result"], "starts");
+        assert_eq!(a["runtime"]["checks"][0]["source"], "NVIDIA_REQUIRE_CUDA");
+        assert_eq!(a["cuda"]["mode"], "minor-version");
+        // 545 is not a branch the image's terms name: the runtime refuses although CUDA 12.4
+        // apps run on it; the hint says how to start it anyway.
+        let (c, r) = ask(&[
+            "--image",
+            &spec,
+            "--driver",
+            "545.23.08",
+            "--brand",
+            "unknown",
+        ]);
+        assert_eq!(c, 1);
+        assert_eq!(r["answer"]["runtime"]["result"], "refuses");
+        assert!(
+            r["hint"]
+                .as_str()
+                .unwrap()
+                .contains("NVIDIA_DISABLE_REQUIRE=1"),
+            "{r:#}"
+        );
+        // 470 with a GeForce: the runtime lets it start (brand=geforce,driver>=470,driver<471),
+        // but forward compatibility does not work on GeForce.
+        let (c, r) = ask(&[
+            "--image",
+            &spec,
+            "--driver",
+            "470.256.02",
+            "--brand",
+            "geforce",
+        ]);
+        assert_eq!(c, 1);
+        assert_eq!(r["answer"]["runtime"]["result"], "starts");
+        assert_eq!(r["answer"]["cuda"]["mode"], "forward-compat");
+        assert!(
+            r["summary"]
+                .as_str()
+                .unwrap()
+                .starts_with("the container starts, but"),
+            "{r:#}"
+        );
+        // The same on a Tesla: the image's cuda-compat libraries carry it.
+        let (c, r) = ask(&[
+            "--image",
+            &spec,
+            "--driver",
+            "470.256.02",
+            "--brand",
+            "tesla",
+        ]);
+        assert_eq!(c, 0, "{r:#}");
+        assert_eq!(r["answer"]["cuda"]["verdict"], "runs");
+    }
+    // A tag that is not in the tarball.
+    refused(
+        &[
+            "--image",
+            &format!("{}:nvidia/cuda:9.0", tar.display()),
+            "--driver",
+            "535.104.05",
+        ],
+        "no image tagged nvidia/cuda:9.0",
+    );
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[test]
+fn oci_layouts_with_several_images_platforms_and_a_corrupt_blob() {
+    if !image_tools() {
+        return;
+    }
+    let l = Layout::new();
+    l.image("a", "amd64", &nvidia_env("12.4.1"))
+        .image("b", "arm64", &nvidia_env("13.0.0"));
+    let dir = l.path();
+    refused(
+        &["--image", dir.to_str().unwrap(), "--driver", "580.159.04"],
+        "holds 2 images",
+    );
+    let (_, r) = ask(&["--image", &l.spec("b"), "--driver", "580.159.04"]);
+    assert_eq!(r["answer"]["image"]["cuda_version"], "13.0.0");
+    assert!(
+        r["answer"]["details"].to_string().contains("linux/arm64"),
+        "{r:#}"
+    );
+    // One multi-platform image: an image index over both manifests.
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("index.json")).unwrap()).unwrap();
+    let mut platforms = Vec::new();
+    for d in index["manifests"].as_array().unwrap() {
+        let arch = if d["annotations"]["org.opencontainers.image.ref.name"] == "a" {
+            "amd64"
+        } else {
+            "arm64"
+        };
+        let mut d = d.clone();
+        d.as_object_mut().unwrap().remove("annotations");
+        d["platform"] = serde_json::json!({"os": "linux", "architecture": arch});
+        platforms.push(d);
+    }
+    platforms.reverse(); // arm64 first: the right one must be chosen, not the first.
+    let blob = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": platforms,
+    }))
+    .unwrap();
+    let hex = sha256_hex(&blob);
+    std::fs::write(dir.join("blobs/sha256").join(&hex), &blob).unwrap();
+    let top = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "digest": format!("sha256:{hex}"),
+            "size": blob.len(),
+            "annotations": {"org.opencontainers.image.ref.name": "multi"},
+        }],
+    });
+    std::fs::write(dir.join("index.json"), serde_json::to_vec(&top).unwrap()).unwrap();
+    let (_, r) = ask(&["--image", dir.to_str().unwrap(), "--driver", "580.159.04"]);
+    let want = if std::env::consts::ARCH == "x86_64" {
+        "12.4.1"
+    } else {
+        "13.0.0"
+    };
+    assert_eq!(r["answer"]["image"]["cuda_version"], want, "{r:#}");
+    // A config blob that no longer matches its digest.
+    let cfg = r["answer"]["image"]["config_digest"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha256:")
+        .to_string();
+    let p = dir.join("blobs/sha256").join(cfg);
+    let mut data = std::fs::read(&p).unwrap();
+    data.push(b' ');
+    std::fs::write(&p, data).unwrap();
+    refused(
+        &["--image", dir.to_str().unwrap(), "--driver", "580.159.04"],
+        "does not match its digest",
+    );
+}
+
+#[test]
+fn legacy_images_and_switched_off_requirements() {
+    if !image_tools() {
+        return;
+    }
+    let l = Layout::new();
+    l.image("legacy", "amd64", &["CUDA_VERSION=10.0.130".into()])
+        .image(
+            "off",
+            "amd64",
+            &[
+                "NVIDIA_REQUIRE_CUDA=cuda>=99.0".into(),
+                "NVIDIA_DISABLE_REQUIRE=1".into(),
+            ],
+        )
+        .image(
+            "on",
+            "amd64",
+            &[
+                "NVIDIA_REQUIRE_CUDA=cuda>=99.0".into(),
+                "NVIDIA_DISABLE_REQUIRE=yes".into(),
+            ],
+        );
+    // No NVIDIA_REQUIRE_CUDA: the toolkit derives cuda>=10.0 from CUDA_VERSION.
+    let (c, r) = ask(&[
+        "--image",
+        &l.spec("legacy"),
+        "--driver",
+        "418.39",
+        "--brand",
+        "tesla",
+    ]);
+    let check = &r["answer"]["runtime"]["checks"][0];
+    assert_eq!(
+        (check["source"].as_str(), check["expression"].as_str()),
+        (Some("CUDA_VERSION"), Some("cuda>=10.0"))
+    );
+    assert_eq!(
+        (c, check["result"].as_str()),
+        (0, Some("satisfied")),
+        "{r:#}"
+    );
+    let (c, _) = ask(&[
+        "--image",
+        &l.spec("legacy"),
+        "--driver",
+        "384.81",
+        "--brand",
+        "tesla",
+    ]);
+    assert_eq!(c, 1);
+    // NVIDIA_DISABLE_REQUIRE=1 switches the check off; "yes" is not a Go bool, so it does not.
+    let (c, r) = ask(&["--image", &l.spec("off"), "--driver", "535.104.05"]);
+    assert_eq!(
+        (c, r["answer"]["runtime"]["result"].as_str()),
+        (0, Some("not-checked"))
+    );
+    let (c, r) = ask(&["--image", &l.spec("on"), "--driver", "535.104.05"]);
+    assert_eq!(
+        (c, r["answer"]["runtime"]["result"].as_str()),
+        (1, Some("refuses"))
+    );
+    // So does disable-require = true in the host's /etc/nvidia-container-runtime/config.toml.
+    let root = tempfile::tempdir().unwrap();
+    let cfg = root.path().join("etc/nvidia-container-runtime");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("config.toml"),
+        "disable-require = true\n\n[nvidia-container-cli]\nldconfig = \"@/sbin/ldconfig\"\n",
+    )
+    .unwrap();
+    let (c, r) = ask(&[
+        "--image",
+        &l.spec("on"),
+        "--driver",
+        "535.104.05",
+        "--root",
+        root.path().to_str().unwrap(),
+    ]);
+    assert_eq!(
+        (c, r["answer"]["runtime"]["result"].as_str()),
+        (0, Some("not-checked")),
+        "{r:#}"
+    );
+}
+
+// ---- where the driver comes from ---------------------------------------------------------
+
+const PROC_VERSION: &str = "tests/fixtures/status/h200-root/proc/driver/nvidia/version";
+
+fn with_proc_version(root: &Path) {
+    let dir = root.join("proc/driver/nvidia");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(PROC_VERSION),
+        dir.join("version"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_driver_comes_from_the_first_source_that_knows_it() {
+    // The loaded module's version (a real H200's /proc/driver/nvidia/version).
+    let t = tempfile::tempdir().unwrap();
+    with_proc_version(t.path());
+    let (_, r) = ask(&["--cuda", "13.0", "--root", t.path().to_str().unwrap()]);
+    assert_eq!(
+        (
+            r["host"]["driver"].as_str(),
+            r["host"]["driver_source"].as_str()
+        ),
+        (Some("580.159.04"), Some("proc-version")),
+        "{r:#}"
+    );
+    assert_eq!(r["verdict"], "runs");
+    // The installed nvidia-driver package of an Oracle Linux 8 root (not loaded).
+    let root = Root::new(Os::Ol8, &[RHCK8]);
+    let w = World::get();
+    let local = w.cuda_local(world::CUDA_LOCAL_EL8_12_2);
+    let o = root.rpm(&[
+        "-i",
+        "--nodeps",
+        "--noscripts",
+        "--force-debian",
+        local.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let drv = root.join("var/cuda-repo-rhel8-12-2-local/nvidia-driver-535.104.05-1.el8.x86_64.rpm");
+    let o = root.rpm(&[
+        "-i",
+        "--nodeps",
+        "--noscripts",
+        "--force-debian",
+        drv.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rootp = root.path().to_str().unwrap().to_string();
+    let (c, r) = ask(&["--cuda", "12.4", "--root", &rootp]);
+    assert_eq!(
+        (
+            r["host"]["driver"].as_str(),
+            r["host"]["driver_source"].as_str()
+        ),
+        (Some("535.104.05"), Some("rpm")),
+        "{r:#}"
+    );
+    assert_eq!(
+        (c, r["answer"]["mode"].as_str()),
+        (0, Some("minor-version"))
+    );
+    assert!(
+        r["host"]["notes"]
+            .to_string()
+            .contains("/proc/driver/nvidia/version: absent"),
+        "{r:#}"
+    );
+    // A loaded module wins over the package.
+    with_proc_version(root.path());
+    let (_, r) = ask(&["--cuda", "12.4", "--root", &rootp]);
+    assert_eq!(r["host"]["driver_source"], "proc-version");
+    // A profile: the host it builds, from its local repo package's file name.
+    let p = world::profile("ol8-uek");
+    let set = "driver.local_repo_rpm=/srv/cuda-repo-rhel8-12-4-local-12.4.1_550.54.15-1.x86_64.rpm";
+    let (c, r) = ask(&["--cuda", "12.4", "--profile", &p, "--set", set]);
+    assert_eq!(
+        (
+            r["host"]["driver"].as_str(),
+            r["host"]["driver_source"].as_str()
+        ),
+        (Some("550.54.15"), Some("profile")),
+        "{r:#}"
+    );
+    assert!(r["host"]["driver_from"]
+        .as_str()
+        .unwrap()
+        .contains("the host this profile builds"));
+    assert_eq!(c, 0);
+    // --driver wins over everything.
+    let (_, r) = ask(&[
+        "--cuda",
+        "12.4",
+        "--profile",
+        &p,
+        "--set",
+        set,
+        "--driver",
+        "470.57.02",
+    ]);
+    assert_eq!(r["host"]["driver_source"], "flag");
+    // A profile that names no driver cannot answer.
+    refused(
+        &["--cuda", "12.4", "--profile", &p],
+        "names no driver.local_repo_rpm",
+    );
+}
+
+#[test]
+fn an_image_and_the_profile_both_providing_nccl_is_two_owners() {
+    if !image_tools() {
+        return;
+    }
+    let l = Layout::new();
+    l.image("rt", "amd64", &nvidia_env("12.4.1"));
+    let p = l.tmp.path().join("site.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "extends = \"{}\"\n\n[driver]\nlocal_repo_rpm = \"/srv/cuda-repo-rhel8-12-4-local-12.4.1_550.54.15-1.x86_64.rpm\"\n\n[[prefix_links]]\npackages = [\"libnccl\", \"libnccl-devel\"]\nprefix = \"/opt/nvidia/nccl\"\n",
+            world::profile("ol8-uek")
+        ),
+    )
+    .unwrap();
+    let (c, r) = ask(&[
+        "--image",
+        &l.spec("rt"),
+        "--profile",
+        p.to_str().unwrap(),
+        "--brand",
+        "unknown",
+    ]);
+    assert_eq!(c, 0, "{r:#}");
+    let comps = r["answer"]["components"].as_array().unwrap();
+    let nccl = comps.iter().find(|c| c["component"] == "NCCL").unwrap();
+    assert_eq!(nccl["version"], "2.21.5");
+    assert_eq!(nccl["host"]["prefix"], "/opt/nvidia/nccl");
+    assert!(comps
+        .iter()
+        .find(|c| c["component"] == "CUDA runtime")
+        .unwrap()
+        .get("host")
+        .is_none());
+    assert!(
+        r["answer"]["details"]
+            .to_string()
+            .contains("two owners of NCCL"),
+        "{r:#}"
+    );
+    assert_eq!(r["answer"]["cuda"]["mode"], "native");
 }

@@ -2,6 +2,7 @@
 //! the result into output and an exit code.
 
 mod cloud_init;
+mod compat;
 mod output;
 
 use std::path::PathBuf;
@@ -71,6 +72,10 @@ enum Command {
         #[command(subcommand)]
         what: Generate,
     },
+    /// Will this CUDA version, NVIDIA_REQUIRE_* expression or image run on this host (or on the
+    /// host a profile builds)? The container runtime's check and CUDA's compatibility rules.
+    #[command(after_help = compat::EXIT_CODES)]
+    Compat(compat::CompatArgs),
     /// Node health through NVML, sysfs, the kernel log and services (Nagios exit codes).
     Status(gpuhost_health::StatusArgs),
     /// Serve node health over HTTP: /metrics (Prometheus), /healthz, /status (JSON); NVML stays
@@ -184,6 +189,7 @@ fn main() -> ExitCode {
         ),
         Command::Generate { what } => report(Format::Text, generate(what)),
         Command::Status(s) => gpuhost_health::run(s),
+        Command::Compat(c) => compat::run(c),
         Command::Serve(s) => gpuhost_serve::run(s),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))

@@ -272,6 +272,10 @@ pub struct Fabric {
     pub health_mask: u32,
 }
 
+fn not_collected<T>() -> Reading<T> {
+    Reading::Error("not collected".into())
+}
+
 /// One GPU as NVML sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GpuSnapshot {
@@ -280,6 +284,13 @@ pub struct GpuSnapshot {
     pub uuid: Reading<String>,
     /// NVML form: `00000000:3B:00.0`.
     pub pci_bus_id: Reading<String>,
+    /// `nvmlDeviceGetBrand` as NVML's number (`nvmlBrandType_t`, 14 = NVIDIA), and
+    /// `nvmlDeviceGetCudaComputeCapability` as `major.minor`: what the container runtime's
+    /// `brand` and `arch` requirements compare (`gpuhost compat`). Absent from older snapshots.
+    #[serde(default = "not_collected")]
+    pub brand: Reading<u32>,
+    #[serde(default = "not_collected")]
+    pub compute_capability: Reading<String>,
     pub ecc_mode: Reading<EccMode>,
     pub ecc_volatile_uncorrected: Reading<u64>,
     pub ecc_aggregate_uncorrected: Reading<u64>,

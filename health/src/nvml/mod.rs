@@ -166,6 +166,8 @@ fn lost_gpu_kind(index: u32, k: &str, t: Instant) -> GpuSnapshot {
         name: err(&k),
         uuid: err(&k),
         pci_bus_id: err(&k),
+        brand: err(&k),
+        compute_capability: err(&k),
         ecc_mode: err(&k),
         ecc_volatile_uncorrected: err(&k),
         ecc_aggregate_uncorrected: err(&k),
@@ -208,6 +210,11 @@ fn gpu(nvml: &Nvml, d: &Device<'_>, index: u32, t: Instant) -> GpuSnapshot {
         name: reading(d.name()),
         uuid: reading(d.uuid()),
         pci_bus_id: reading(d.pci_info().map(|p| p.bus_id)),
+        brand: reading(d.brand().map(|b| b.as_c())),
+        compute_capability: reading(
+            d.cuda_compute_capability()
+                .map(|c| format!("{}.{}", c.major, c.minor)),
+        ),
         ecc_mode: reading(d.is_ecc_enabled().map(|m| EccMode {
             current: m.currently_enabled,
             pending: m.pending_enabled,

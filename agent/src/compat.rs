@@ -1,0 +1,580 @@
+//! `gpuhost compat`: will this CUDA version, this `NVIDIA_REQUIRE_*` expression, this image run
+//! on this host — or on the host a profile builds — before anyone pulls or runs it.
+//!
+//! The rules live in `gpuhost_steps::compat`; this module gathers the facts (the driver from
+//! `--driver`, the profile, NVML through the health crate's probe, `/proc/driver/nvidia/version`
+//! or the rpm database, in that order), reads the image, and prints the answer.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::ArgGroup;
+use serde::Serialize;
+
+use gpuhost_steps::cmd::Cmd;
+use gpuhost_steps::compat::gpu::{self, Gpu};
+use gpuhost_steps::compat::image::{self, ImageConfig};
+use gpuhost_steps::compat::{self as rules, CompatLibs, CudaVersion, DriverSource, Host, Verdict};
+use gpuhost_steps::host::Host as Root;
+use gpuhost_steps::invalid;
+use gpuhost_steps::profile::Profile;
+use gpuhost_steps::steps::driver::LocalRepoName;
+
+use crate::{output, Format};
+
+pub const EXIT_CODES: &str = "\
+Exit codes (compat):
+  0  runs (natively, or through minor-version or forward compatibility: the answer says which)
+  1  does not run, or runs only under a condition gpuhost cannot check (the answer says which)
+  2  invalid input: a malformed version or expression, an unreadable image, no driver to judge";
+
+/// `gpuhost compat` options.
+#[derive(clap::Args, Debug)]
+#[command(group(ArgGroup::new("question").required(true).args(["cuda", "require", "image"])))]
+pub struct CompatArgs {
+    /// A CUDA version (12.4 or 12.4.1): do applications built with it run on the driver?
+    #[arg(long, value_name = "VERSION")]
+    cuda: Option<String>,
+    /// An NVIDIA_REQUIRE_* expression, judged as the container runtime judges it; repeat it for
+    /// several variables (they are AND'ed), e.g.
+    /// --require 'cuda>=12.4 brand=tesla,driver>=470,driver<471'
+    #[arg(long, value_name = "EXPR")]
+    require: Vec<String>,
+    /// An image: a reference on this host (`docker image inspect`), a `docker save` tarball, or
+    /// an OCI image layout directory (PATH[:TAG] when it holds several images).
+    #[arg(long, value_name = "REF|PATH")]
+    image: Option<String>,
+    /// Judge against this driver version instead of the host's.
+    #[arg(long, value_name = "VERSION")]
+    driver: Option<String>,
+    /// The GPUs' brand as the container runtime names it: tesla, unknown (A100, H100, H200 and
+    /// other brand-NVIDIA GPUs), geforce, quadro, grid, nvs, titan. Default: NVML's answer.
+    #[arg(long, value_name = "BRAND")]
+    brand: Option<String>,
+    /// Answer for the host this profile builds: its driver from driver.local_repo_rpm's file
+    /// name, its [[prefix_links]] for what an image ships twice.
+    #[arg(long, value_name = "NAME")]
+    profile: Option<String>,
+    /// Override one profile key (repeatable), e.g. --set driver.local_repo_rpm=PATH
+    #[arg(long = "set", value_name = "KEY=VALUE", requires = "profile")]
+    sets: Vec<String>,
+    /// Look at an install root (its /proc/driver/nvidia/version, its rpm database, its container
+    /// runtime config) instead of the running system; NVML is asked only on the running system.
+    #[arg(long, default_value = "/")]
+    root: PathBuf,
+    /// Deadline for the NVML probe, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value = "10")]
+    timeout: f64,
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+}
+
+/// What `--format json` prints.
+#[derive(Serialize)]
+struct Report<'a, A: Serialize> {
+    question: Question,
+    host: &'a Host,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    serves: Option<rules::Serves>,
+    verdict: Verdict,
+    summary: &'a str,
+    answer: &'a A,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hint: Option<&'a str>,
+    exit_code: i32,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Question {
+    Cuda(String),
+    Require(Vec<String>),
+    Image(String),
+}
+
+/// Run `gpuhost compat`; the exit code.
+pub fn run(a: &CompatArgs) -> i32 {
+    let json = a.format == Format::Json;
+    match answer(a) {
+        Ok(code) => code,
+        Err(e) => output::error(json, &e),
+    }
+}
+
+fn answer(a: &CompatArgs) -> Result<i32> {
+    // Validate what needs no host first: bad input changes nothing and asks nothing.
+    let cuda = a
+        .cuda
+        .as_deref()
+        .map(|c| {
+            CudaVersion::parse(c)
+                .ok_or_else(|| invalid!("--cuda {c:?}: give a CUDA version like 12.4 or 12.4.1"))
+        })
+        .transpose()?;
+    if let Some(b) = &a.brand {
+        if !gpu::LIBNVC_BRANDS.iter().any(|x| x.eq_ignore_ascii_case(b)) {
+            return Err(invalid!(
+                "--brand {b:?}: the container runtime knows the brands {} (A100/H100/H200 are unknown)",
+                gpu::LIBNVC_BRANDS.join(", ").to_lowercase()
+            ));
+        }
+    }
+    if !(a.timeout.is_finite() && a.timeout > 0.0 && a.timeout <= 3600.0) {
+        return Err(invalid!(
+            "--timeout {}: give seconds between 0 and 3600",
+            a.timeout
+        ));
+    }
+    let profile = a
+        .profile
+        .as_deref()
+        .map(|p| Profile::resolve(p, &a.sets))
+        .transpose()?;
+    // Read the image before asking the host, so that a bad path fails fast.
+    let img = a
+        .image
+        .as_deref()
+        .map(|i| read_image(i, &a.root))
+        .transpose()?;
+    let host = gather_host(a, profile.as_ref())?;
+    let serves = Some(rules::serves(host.version(), native_of(&host)));
+    let links = profile
+        .as_ref()
+        .map(|p| p.prefix_links.clone())
+        .unwrap_or_default();
+    let json = a.format == Format::Json;
+    let code = if let Some(c) = cuda {
+        let ans = rules::cuda_answer(c, &host, CompatLibs::Host);
+        emit(
+            json,
+            Question::Cuda(c.major_minor()),
+            &host,
+            serves,
+            ans.verdict,
+            &ans.summary,
+            &ans.details,
+            ans.hint.as_deref(),
+            &ans,
+            |_| {},
+        )?
+    } else if let Some(img) = img {
+        let ans = rules::image_answer(&img, &host, &links);
+        emit(
+            json,
+            Question::Image(img.reference.clone()),
+            &host,
+            serves,
+            ans.verdict,
+            &ans.summary,
+            &ans.details,
+            ans.hint.as_deref(),
+            &ans,
+            |out| image_text(out, &ans),
+        )?
+    } else {
+        let ans = rules::require_answer(&a.require, &host);
+        emit(
+            json,
+            Question::Require(a.require.clone()),
+            &host,
+            serves,
+            ans.verdict,
+            &ans.summary,
+            &[],
+            ans.hint.as_deref(),
+            &ans,
+            |out| runtime_text(out, &ans.runtime),
+        )?
+    };
+    Ok(code)
+}
+
+fn native_of(h: &Host) -> Option<(u32, u32)> {
+    let (a, b) = h.cuda.as_deref()?.split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn emit<A: Serialize>(
+    json: bool,
+    question: Question,
+    host: &Host,
+    serves: Option<rules::Serves>,
+    verdict: Verdict,
+    summary: &str,
+    details: &[String],
+    hint: Option<&str>,
+    answer: &A,
+    more: impl FnOnce(&mut Vec<String>),
+) -> Result<i32> {
+    let code = verdict.exit_code();
+    if json {
+        output::json(&Report {
+            question,
+            host,
+            serves,
+            verdict,
+            summary,
+            answer,
+            hint,
+            exit_code: code,
+        })?;
+        return Ok(code);
+    }
+    let mut out = vec![format!("{}: {summary}", verdict.word())];
+    out.extend(details.iter().map(|d| format!("  {d}")));
+    more(&mut out);
+    out.push(format!("host: {}", host.describe()));
+    if let Some(s) = &serves {
+        out.push(format!("  {}", s.describe()));
+    }
+    if let Some(c) = &host.cuda_from {
+        out.push(format!("  its CUDA version from {c}"));
+    }
+    for g in &host.gpus {
+        out.push(format!(
+            "  {}{}",
+            g.label(),
+            host.gpus_from
+                .as_deref()
+                .map(|f| format!(" — from {f}"))
+                .unwrap_or_default()
+        ));
+    }
+    for n in &host.notes {
+        out.push(format!("  {n}"));
+    }
+    if let Some(h) = hint {
+        out.push(format!("hint: {h}"));
+    }
+    println!("{}", out.join("\n"));
+    Ok(code)
+}
+
+fn runtime_text(out: &mut Vec<String>, r: &rules::RuntimeAnswer) {
+    if let Some(d) = &r.requirements.disabled_by {
+        out.push(format!("  requirements not checked: {d}"));
+    }
+    if !r.by_brand.is_empty() {
+        // GPUs unknown: the requirements, then the runtime's result per brand, grouped.
+        for c in &r.checks {
+            out.push(format!("  {}: {}", c.source, short(&c.expression)));
+        }
+        let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+        for b in &r.by_brand {
+            let what = if b.starts {
+                "starts".to_string()
+            } else {
+                format!(
+                    "refused: {}",
+                    b.error.as_deref().unwrap_or("requirement error")
+                )
+            };
+            match groups.iter_mut().find(|(w, _)| *w == what) {
+                Some((_, brands)) => brands.push(b.brand),
+                None => groups.push((what, vec![b.brand])),
+            }
+        }
+        for (what, brands) in groups {
+            out.push(format!("  GPU brand {}: {what}", brands.join(", ")));
+        }
+        return;
+    }
+    for c in &r.checks {
+        let on = c.gpu.map(|g| format!(" on GPU {g}")).unwrap_or_default();
+        match &c.message {
+            None => out.push(format!(
+                "  {}: {} — {}",
+                c.source,
+                short(&c.expression),
+                c.result
+            )),
+            Some(m) => out.push(format!(
+                "  {}: {} — {}{on}: {m}",
+                c.source,
+                short(&c.expression),
+                c.result
+            )),
+        }
+    }
+}
+
+/// Long expressions (NVIDIA's images have 2,000-character ones) shortened for the terminal.
+fn short(e: &str) -> String {
+    let terms: Vec<&str> = e.split(' ').filter(|t| !t.is_empty()).collect();
+    if terms.len() <= 3 {
+        e.to_string()
+    } else {
+        format!(
+            "{} {} … ({} more terms)",
+            terms[0],
+            terms[1],
+            terms.len() - 2
+        )
+    }
+}
+
+fn image_text(out: &mut Vec<String>, a: &rules::ImageAnswer) {
+    let im = &a.image;
+    let mut line = format!("image: {} ({}", im.reference, im.source.describe());
+    if let (Some(os), Some(arch)) = (&im.os, &im.architecture) {
+        line.push_str(&format!(", {os}/{arch}"));
+    }
+    if let Some(c) = &im.cuda_version {
+        line.push_str(&format!(", CUDA_VERSION={c}"));
+    }
+    line.push(')');
+    out.push(line);
+    runtime_text(out, &a.runtime);
+    if let Some(c) = &a.cuda {
+        for d in &c.details {
+            out.push(format!("  {d}"));
+        }
+    }
+    if !a.components.is_empty() {
+        out.push(format!(
+            "  ships: {}",
+            a.components
+                .iter()
+                .map(|c| format!("{} {}", c.component, c.version))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+}
+
+/// Read an image from where `spec` says it is.
+fn read_image(spec: &str, root: &Path) -> Result<ImageConfig> {
+    let p = Path::new(spec);
+    let as_path = |path: &Path, tag: Option<&str>| -> Result<ImageConfig> {
+        if path.is_dir() {
+            image::read_oci_layout(path, tag)
+        } else {
+            image::read_docker_archive(path, tag)
+        }
+        .map_err(|e| invalid!("{e:#}"))
+    };
+    if p.exists() {
+        return as_path(p, None);
+    }
+    // PATH:TAG, where the tag may itself hold colons (nvidia/cuda:12.4.1-base-ubuntu22.04).
+    for (i, _) in spec.match_indices(':') {
+        let (path, tag) = (&spec[..i], &spec[i + 1..]);
+        if !path.is_empty() && !tag.is_empty() && Path::new(path).exists() {
+            return as_path(Path::new(path), Some(tag));
+        }
+    }
+    if spec.starts_with('/') || spec.starts_with("./") || spec.starts_with("../") {
+        return Err(invalid!(
+            "--image {spec}: no such file or directory (a docker save tarball or an OCI layout directory)"
+        ));
+    }
+    let r = Root::new(root)?;
+    if !r.is_live() {
+        return Err(invalid!(
+            "--image {spec}: an image reference needs the running system's docker; under --root give a docker save tarball or an OCI layout directory"
+        ));
+    }
+    let cmd = Cmd::new("docker")
+        .args(["image", "inspect", spec])
+        .timeout(Duration::from_secs(60));
+    let out = cmd.output().map_err(|e| {
+        invalid!("--image {spec}: {e:#}; or give a docker save tarball or an OCI layout directory")
+    })?;
+    if !out.success() {
+        return Err(invalid!(
+            "--image {spec}: {}; pull it first (docker pull {spec}), or give a docker save tarball or an OCI layout directory",
+            cmd.failure(&out)
+        ));
+    }
+    image::parse_docker_inspect(spec, &out.stdout).map_err(|e| invalid!("{e:#}"))
+}
+
+/// The host's driver and GPUs, from the first source that answers.
+fn gather_host(a: &CompatArgs, profile: Option<&Profile>) -> Result<Host> {
+    let mut host = if let Some(d) = &a.driver {
+        Host::new(d, DriverSource::Flag, "--driver")?
+    } else if let Some(p) = profile {
+        let rpm = p.driver.local_repo_rpm.as_ref().ok_or_else(|| {
+            invalid!(
+                "profile {} names no driver.local_repo_rpm, so the driver its hosts run is unknown; set it (--set driver.local_repo_rpm=PATH) or give --driver",
+                p.name
+            )
+        })?;
+        let file = rpm
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let name = LocalRepoName::parse(&file).ok_or_else(|| {
+            invalid!(
+                "profile {}: driver.local_repo_rpm {} is not named like NVIDIA's local repo package (cuda-repo-rhel<N>-<M>-<m>-local-<cuda>_<driver>-<rel>.<arch>.rpm), so its driver is unknown",
+                p.name,
+                rpm.display()
+            )
+        })?;
+        Host::new(
+            &name.driver,
+            DriverSource::Profile,
+            format!("profile {}: {file} — the host this profile builds", p.name),
+        )?
+    } else {
+        detect(a)?
+    };
+    if profile.is_none() {
+        let r = Root::new(&a.root)?;
+        if let Some(text) = r.read_opt("/etc/nvidia-container-runtime/config.toml")? {
+            host.disable_require = gpuhost_steps::compat::require::host_disable_require(&text);
+        }
+    }
+    if let Some(b) = &a.brand {
+        let canonical = gpu::LIBNVC_BRANDS
+            .iter()
+            .find(|x| x.eq_ignore_ascii_case(b))
+            .copied()
+            .unwrap_or("Unknown");
+        if host.gpus.is_empty() {
+            host.gpus.push(Gpu {
+                index: 0,
+                brand: Some(canonical.to_string()),
+                ..Gpu::default()
+            });
+        }
+        for g in &mut host.gpus {
+            g.brand = Some(canonical.to_string());
+            g.nvml_brand = None;
+        }
+        host.gpus_from = Some("--brand".into());
+    }
+    Ok(host)
+}
+
+/// NVML (running system only), then `/proc/driver/nvidia/version`, then the rpm database.
+fn detect(a: &CompatArgs) -> Result<Host> {
+    let r = Root::new(&a.root)?;
+    let mut notes = Vec::new();
+    if r.is_live() {
+        match nvml(Duration::from_secs_f64(a.timeout)) {
+            Ok(h) => return Ok(h),
+            Err(why) => notes.push(format!("NVML: {why}")),
+        }
+    } else {
+        notes.push(format!("NVML: not asked under --root {}", a.root.display()));
+    }
+    let proc = "/proc/driver/nvidia/version";
+    match r.read_opt(proc)? {
+        Some(text) => {
+            match text
+                .lines()
+                .next()
+                .and_then(gpuhost_health::host::parse_proc_version)
+            {
+                Some(v) => {
+                    let mut h = Host::new(
+                        &v,
+                        DriverSource::ProcVersion,
+                        format!("{proc}: the loaded kernel module"),
+                    )?;
+                    h.notes = notes;
+                    return Ok(h);
+                }
+                None => notes.push(format!("{proc}: no driver version in it")),
+            }
+        }
+        None => notes.push(format!("{proc}: absent (no NVIDIA kernel module loaded)")),
+    }
+    match gpuhost_steps::rpm::query(&r, &["nvidia-driver"]) {
+        Ok(found) => {
+            let newest = found
+                .get("nvidia-driver")
+                .and_then(|v| {
+                    v.iter()
+                        .max_by(|x, y| gpuhost_steps::rpm::vercmp(&x.version, &y.version))
+                })
+                .cloned();
+            match newest {
+                Some(p) => {
+                    let mut h = Host::new(
+                        &p.version,
+                        DriverSource::Rpm,
+                        format!(
+                            "the installed package {} (not loaded: reboot or load the module to use it)",
+                            p.nevra()
+                        ),
+                    )?;
+                    h.notes = notes;
+                    return Ok(h);
+                }
+                None => notes.push("nvidia-driver: not installed".into()),
+            }
+        }
+        Err(e) => notes.push(format!("rpm: {e:#}")),
+    }
+    Err(invalid!(
+        "no NVIDIA driver found on {} ({}); give --driver VERSION, or --profile NAME for the host a profile builds",
+        r.root().display(),
+        notes.join("; ")
+    ))
+}
+
+/// The driver, its CUDA version and the GPUs from NVML, through the health crate's probe (a
+/// child process under a deadline, as `gpuhost status` runs it). `Err`: why NVML gave nothing.
+fn nvml(timeout: Duration) -> std::result::Result<Host, String> {
+    use gpuhost_health::snapshot::{ProbeStatus, Reading};
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find gpuhost itself: {e}"))?;
+    let argv = vec![exe.into(), "status".into(), "--nvml-probe".into()];
+    let p = match gpuhost_health::probe::start(&argv, timeout, &gpuhost_health::probe::run_dir()) {
+        Ok(r) => r.finish(),
+        Err(p) => *p,
+    };
+    if p.status != ProbeStatus::Ok {
+        let status = serde_json::to_value(&p.status)
+            .ok()
+            .and_then(|v| v.as_str().map(|s| s.replace('_', " ")))
+            .unwrap_or_else(|| format!("{:?}", p.status));
+        return Err(format!(
+            "{status}{}",
+            p.error.map(|e| format!(" ({e})")).unwrap_or_default()
+        ));
+    }
+    let driver = p
+        .driver_version
+        .ok_or_else(|| "no driver version from NVML".to_string())?;
+    let mut host = Host::new(&driver, DriverSource::Nvml, "NVML").map_err(|e| format!("{e:#}"))?;
+    if let Some(c) = p.cuda_driver_version {
+        host = host.with_nvml_cuda(c);
+    }
+    host.gpus = p
+        .gpus
+        .iter()
+        .map(|g| {
+            Gpu::from_nvml(
+                usize::try_from(g.index).unwrap_or(0),
+                g.name.value().cloned(),
+                match g.brand {
+                    Reading::Value(b) => Some(b),
+                    _ => None,
+                },
+                g.compute_capability.value().cloned(),
+            )
+        })
+        .collect();
+    host.gpus_from = Some("NVML".into());
+    Ok(host)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_expressions_are_shortened_for_the_terminal() {
+        assert_eq!(short("cuda>=12.4"), "cuda>=12.4");
+        assert_eq!(
+            short("cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471"),
+            "cuda>=12.4 brand=tesla,driver>=470,driver<471 … (2 more terms)"
+        );
+    }
+}
