@@ -874,3 +874,152 @@ fn an_image_and_the_profile_both_providing_nccl_is_two_owners() {
     );
     assert_eq!(r["answer"]["cuda"]["mode"], "native");
 }
+
+// ---- a live docker -------------------------------------------------------------------------
+
+/// A private dockerd (vfs storage, no networking, its own socket under a temporary directory),
+/// stopped with SIGTERM when dropped.
+struct Dockerd {
+    child: std::process::Child,
+    tmp: tempfile::TempDir,
+}
+
+impl Dockerd {
+    fn start() -> Option<Dockerd> {
+        let have = ["dockerd", "docker"].iter().all(|t| {
+            Command::new(t)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+        if !have {
+            if std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_some() {
+                panic!("dockerd and docker are needed (apt-get install -y docker.io)");
+            }
+            eprintln!("skipped: dockerd missing (scripts/deps.sh installs docker.io)");
+            return None;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let p = |s: &str| tmp.path().join(s).display().to_string();
+        let log = std::fs::File::create(tmp.path().join("log")).unwrap();
+        let child = Command::new("dockerd")
+            .args(["--data-root", &p("data"), "--exec-root", &p("exec")])
+            .args([
+                "--pidfile",
+                &p("pid"),
+                "--host",
+                &format!("unix://{}", p("sock")),
+            ])
+            .args([
+                "--storage-driver",
+                "vfs",
+                "--iptables=false",
+                "--bridge=none",
+            ])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let d = Dockerd { child, tmp };
+        for _ in 0..120 {
+            if d.docker(&["version"]).status.success() {
+                return Some(d);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        panic!(
+            "dockerd did not come up: {}",
+            std::fs::read_to_string(d.tmp.path().join("log")).unwrap_or_default()
+        );
+    }
+
+    fn host(&self) -> String {
+        format!("unix://{}", self.tmp.path().join("sock").display())
+    }
+
+    fn docker(&self, args: &[&str]) -> std::process::Output {
+        Command::new("docker")
+            .args(args)
+            .env("DOCKER_HOST", self.host())
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Dockerd {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..80 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_image_on_the_live_hosts_docker() {
+    if !image_tools() {
+        return;
+    }
+    let Some(d) = Dockerd::start() else { return };
+    let l = Layout::new();
+    l.image("13.0.0", "amd64", &nvidia_env("13.0.0"));
+    let tar = l.docker_archive("13.0.0", "nvidia/cuda:13.0.0-base-rockylinux8");
+    let o = d.docker(&["load", "--input", tar.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gpuhost"))
+            .arg("compat")
+            .args(args)
+            .env("DOCKER_HOST", d.host())
+            .env("GPUHOST_RUN_DIR", std::env::temp_dir())
+            .output()
+            .unwrap()
+    };
+    let image = "nvidia/cuda:13.0.0-base-rockylinux8";
+    // 575 runs CUDA 13.0 only through the image's cuda-compat-13-0: on a Tesla, yes; on a GPU
+    // the runtime calls Unknown (data center or not), it depends.
+    let o = run(&[
+        "--image",
+        image,
+        "--driver",
+        "575.57.08",
+        "--brand",
+        "tesla",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let r = report(&o);
+    assert_eq!(r["answer"]["image"]["source"], "docker-inspect");
+    assert_eq!(r["answer"]["image"]["tags"][0], image);
+    assert_eq!(r["answer"]["cuda"]["mode"], "forward-compat");
+    let o = run(&[
+        "--image",
+        image,
+        "--driver",
+        "575.57.08",
+        "--brand",
+        "unknown",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(
+        (code(&o), report(&o)["verdict"].as_str()),
+        (1, Some("depends"))
+    );
+    // Not pulled: bad input, and the answer says what to do.
+    let o = run(&["--image", "nvidia/cuda:99.0-base", "--driver", "575.57.08"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("docker pull nvidia/cuda:99.0-base"),
+        "{}",
+        stderr(&o)
+    );
+}

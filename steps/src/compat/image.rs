@@ -509,6 +509,21 @@ mod tests {
     }
 
     #[test]
+    fn real_docker_image_inspect_output() {
+        // Captured from `docker image inspect` (CLI 28.2.2, daemon 20.10.24) of an image built
+        // with umoci and skopeo from NVIDIA's 12.4.1 rockylinux8 environment.
+        let out = include_str!("../../../tests/fixtures/compat/docker-image-inspect.json");
+        let c = parse_docker_inspect("nvidia/cuda:12.4.1-base-rockylinux8", out).unwrap();
+        assert_eq!(c.tags, vec!["nvidia/cuda:12.4.1-base-rockylinux8"]);
+        assert!(c.config_digest.unwrap().starts_with("sha256:03dcf7be"));
+        assert!(c.env.contains(&"CUDA_VERSION=12.4.1".to_string()));
+        assert!(c
+            .env
+            .iter()
+            .any(|e| e.starts_with("NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=470")));
+    }
+
+    #[test]
     fn digests_are_checked_for_form() {
         assert!(blob_path("sha512:00").is_err());
         assert!(blob_path("sha256:xyz").is_err());
