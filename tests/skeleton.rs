@@ -496,11 +496,18 @@ fn facts_reports_kernels_devices_and_boot_state() {
     assert_eq!(f["default_boot_kernel"], UEK8_OLD);
     assert_eq!(f["installed_kernels"].as_array().map(Vec::len), Some(3));
     assert_eq!(f["gpus"][0]["address"], "0000:19:00.0");
+    assert_eq!(f["gpus"][0]["kind"]["arch"], "hopper");
+    assert_eq!(f["gpus"][0]["kind"]["product"], "H200 SXM 141GB");
     assert_eq!(f["nvswitches"][0]["device_id"], "22a3");
     assert_eq!(f["nouveau_loaded"], false);
     let o = root.gpuhost(&["facts"]);
     assert!(
         stdout(&o).contains("nvswitches           1"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("0000:19:00.0 [10de:2335] H200 SXM 141GB (Hopper)"),
         "{}",
         stdout(&o)
     );

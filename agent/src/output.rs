@@ -174,7 +174,10 @@ pub fn print_facts(f: &Facts) {
             "none".to_string()
         } else {
             d.iter()
-                .map(|x| format!("{} [10de:{}]", x.address, x.device_id))
+                .map(|x| match &x.kind {
+                    Some(k) => format!("{} [10de:{}] {}", x.address, x.device_id, k.describe()),
+                    None => format!("{} [10de:{}]", x.address, x.device_id),
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         }
@@ -185,6 +188,13 @@ pub fn print_facts(f: &Facts) {
         f.nvswitches.len(),
         devs(&f.nvswitches)
     );
+    if !f.nvlink5_switch_ports.is_empty() {
+        println!(
+            "nvlink-5 switch ports {} {}",
+            f.nvlink5_switch_ports.len(),
+            f.nvlink5_switch_ports.join(", ")
+        );
+    }
     println!(
         "secure boot          {}",
         serde_json::to_value(f.secure_boot)

@@ -7,6 +7,8 @@
 use anyhow::Result;
 use serde::Serialize;
 
+use crate::gpu::GpuKind;
+use crate::hgx::{vpd_marks_nvswitch, Topology};
 use crate::host::Host;
 use crate::kernel::{self, Flavour};
 use crate::osrelease::OsRelease;
@@ -30,6 +32,9 @@ pub struct Facts {
     pub installed_kernels: Vec<String>,
     pub gpus: Vec<PciDevice>,
     pub nvswitches: Vec<PciDevice>,
+    /// InfiniBand devices that are NVSwitch management ports (NVLink-5: HGX B200, GB200),
+    /// whose NVSwitches are not NVIDIA PCI functions.
+    pub nvlink5_switch_ports: Vec<String>,
     pub secure_boot: SecureBoot,
     pub nouveau_loaded: bool,
 }
@@ -40,6 +45,10 @@ pub struct PciDevice {
     pub address: String,
     pub device_id: String,
     pub class: String,
+    /// GPUs only: the architecture (and product) by device id; `None` for an id gpuhost's
+    /// table does not know (see [`crate::gpu`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<GpuKind>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
@@ -81,6 +90,7 @@ impl Facts {
             },
         };
         let (gpus, nvswitches) = nvidia_pci(host)?;
+        let nvlink5_switch_ports = nvlink5_switch_ports(host);
         Ok(Facts {
             root: host.root().display().to_string(),
             live: host.is_live(),
@@ -92,6 +102,7 @@ impl Facts {
             installed_kernels: installed,
             gpus,
             nvswitches,
+            nvlink5_switch_ports,
             secure_boot: secure_boot(host),
             nouveau_loaded: host.exists("/sys/module/nouveau"),
         })
@@ -108,6 +119,42 @@ impl Facts {
         }
         out
     }
+
+    /// NVSwitches, on PCI or behind NVLink-5 management ports.
+    pub fn topology(&self) -> Topology {
+        Topology {
+            pci_nvswitches: self.nvswitches.len(),
+            nvlink5_switch_ports: self.nvlink5_switch_ports.len(),
+        }
+    }
+
+    /// The GPUs as the flavour choice takes them.
+    pub fn pci_gpus(&self) -> Vec<crate::flavour::PciGpu> {
+        self.gpus
+            .iter()
+            .map(|g| crate::flavour::PciGpu {
+                address: g.address.clone(),
+                device_id: g.device_id.clone(),
+            })
+            .collect()
+    }
+}
+
+/// InfiniBand devices whose VPD marks an NVSwitch management port (NVIDIA/gpu-driver-container
+/// `_assert_nvlink5_system`: `/sys/class/infiniband/*/device/vpd` contains `SW_MNG`).
+pub fn nvlink5_switch_ports(host: &Host) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(host.path("/sys/class/infiniband")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = entries
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("device/vpd")).is_ok_and(|v| vpd_marks_nvswitch(&v))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    out.sort();
+    out
 }
 
 /// What an NVIDIA PCI function is, for gpuhost.
@@ -202,10 +249,15 @@ pub fn nvidia_functions(host: &Host) -> std::io::Result<Vec<NvidiaPciFunction>> 
 pub fn nvidia_pci(host: &Host) -> Result<(Vec<PciDevice>, Vec<PciDevice>)> {
     let (mut gpus, mut switches) = (Vec::new(), Vec::new());
     for f in nvidia_functions(host).unwrap_or_default() {
+        let id = hex(&f.device).unwrap_or(0);
         let dev = PciDevice {
             address: f.address,
-            device_id: format!("{:04x}", hex(&f.device).unwrap_or(0)),
+            device_id: format!("{id:04x}"),
             class: format!("{:06x}", hex(&f.class).unwrap_or(0)),
+            kind: match f.kind {
+                NvidiaFunction::Gpu => u16::try_from(id).ok().and_then(crate::gpu::kind_of),
+                NvidiaFunction::NvSwitch => None,
+            },
         };
         match f.kind {
             NvidiaFunction::Gpu => gpus.push(dev),
@@ -258,6 +310,11 @@ mod tests {
         let (gpus, switches) = nvidia_pci(&host)?;
         assert_eq!(gpus.len(), 1);
         assert_eq!(gpus[0].device_id, "2335");
+        assert_eq!(
+            gpus[0].kind.as_ref().map(|k| k.describe()),
+            Some("H200 SXM 141GB (Hopper)".to_string())
+        );
+        assert_eq!(switches[0].kind, None);
         assert_eq!(switches.len(), 1);
         assert_eq!(switches[0].address, "0000:05:00.0");
         Ok(())
@@ -272,6 +329,23 @@ mod tests {
         assert_eq!(classify("0x10de", "0x1af1", "0x000000"), Some(NvSwitch));
         assert_eq!(classify("0x10de", "0x22ba", "0x040300"), None);
         assert_eq!(classify("0x8086", "0x2335", "0x030200"), None);
+    }
+
+    #[test]
+    fn nvlink5_switch_ports_from_infiniband_vpd() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        for (dev, vpd) in [("mlx5_0", &b"CX7 HCA"[..]), ("mlx5_4", &b"CX7 SW_MNG"[..])] {
+            let d = dir
+                .path()
+                .join("sys/class/infiniband")
+                .join(dev)
+                .join("device");
+            std::fs::create_dir_all(&d)?;
+            std::fs::write(d.join("vpd"), vpd)?;
+        }
+        let host = Host::new(dir.path())?;
+        assert_eq!(nvlink5_switch_ports(&host), vec!["mlx5_4".to_string()]);
+        Ok(())
     }
 
     #[test]

@@ -13,13 +13,19 @@
 pub mod apply;
 pub mod cmd;
 pub mod compat;
+pub mod dkms_cc;
 pub mod error;
 pub mod facts;
+pub mod flavour;
 pub mod fsutil;
 #[cfg(test)]
 mod fuzz;
+pub mod gpu;
+pub mod hgx;
 pub mod host;
 pub mod kernel;
+pub mod kmods;
+pub mod localrepo;
 pub mod lock;
 pub mod osrelease;
 pub mod profile;

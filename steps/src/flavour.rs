@@ -1,0 +1,434 @@
+//! Which NVIDIA kernel module flavour (open or proprietary) a host gets, and the
+//! `nvidia-driver` module stream that carries it.
+//!
+//! NVIDIA (Driver Installation Guide, "Kernel Modules"): open modules drive Turing and newer and
+//! are the default from R560; the proprietary modules are needed for Maxwell, Pascal and Volta
+//! and do not drive Blackwell or the Grace superchips; open modules exist from R515. The
+//! `nvidia-driver` streams say the flavour: `open-dkms` and `<branch>-open` carry
+//! `kmod-nvidia-open-dkms`; `latest-dkms`, `<branch>-dkms` (and the precompiled `latest`,
+//! `<branch>`) the proprietary modules. NVIDIA's own GPU Operator offers the same three-way
+//! choice (`KERNEL_MODULE_TYPE=auto|open|proprietary`, NVIDIA/gpu-driver-container).
+//!
+//! [`choose`] is pure: the profile's setting, its stream (if it names one), the GPUs on PCI and
+//! the driver branch in, the flavour, stream and a one-line explanation out — or a refusal
+//! (bad input, exit 2) that names the GPU and the stream to use, before anything changes.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::gpu::{kind_of_hex, GpuKind};
+use crate::invalid;
+
+/// `driver.flavour` in a profile.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlavourSetting {
+    /// From the GPUs: open for Turing and newer, proprietary for Maxwell, Pascal, Volta.
+    #[default]
+    Auto,
+    Open,
+    Proprietary,
+}
+
+/// A kernel module flavour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModuleFlavour {
+    Open,
+    Proprietary,
+}
+
+impl fmt::Display for ModuleFlavour {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ModuleFlavour::Open => "open",
+            ModuleFlavour::Proprietary => "proprietary",
+        })
+    }
+}
+
+/// The flavour a stream carries.
+pub fn flavour_of_stream(stream: &str) -> ModuleFlavour {
+    if stream == "open-dkms" || stream.ends_with("-open") {
+        ModuleFlavour::Open
+    } else {
+        ModuleFlavour::Proprietary
+    }
+}
+
+/// The stream of the other flavour that corresponds to `stream`: `535-dkms` → `535-open`,
+/// `latest-dkms` → `open-dkms`, and back.
+pub fn stream_for(stream: &str, want: ModuleFlavour) -> String {
+    if flavour_of_stream(stream) == want {
+        return stream.to_string();
+    }
+    match want {
+        ModuleFlavour::Open => match stream {
+            "latest" | "latest-dkms" => "open-dkms".to_string(),
+            s => format!("{}-open", s.strip_suffix("-dkms").unwrap_or(s)),
+        },
+        ModuleFlavour::Proprietary => match stream {
+            "open-dkms" => "latest-dkms".to_string(),
+            s => format!("{}-dkms", s.strip_suffix("-open").unwrap_or(s)),
+        },
+    }
+}
+
+/// The stream a flavour gets when the profile names none (the local repos' default streams).
+pub fn default_stream(f: ModuleFlavour) -> &'static str {
+    match f {
+        ModuleFlavour::Open => "open-dkms",
+        ModuleFlavour::Proprietary => "latest-dkms",
+    }
+}
+
+/// First driver branch with open kernel modules.
+pub const OPEN_SINCE_BRANCH: u32 = 515;
+
+/// A GPU function on PCI: its address and device id (`0000:19:00.0`, `2335`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PciGpu {
+    pub address: String,
+    pub device_id: String,
+}
+
+/// The outcome of [`choose`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Choice {
+    pub flavour: ModuleFlavour,
+    /// The `nvidia-driver` stream to install.
+    pub stream: String,
+    /// One line for `plan`: what was chosen and why.
+    pub explanation: String,
+}
+
+fn count_kinds(known: &[(&PciGpu, GpuKind)]) -> String {
+    let mut groups: Vec<(String, usize)> = Vec::new();
+    for (_, k) in known {
+        let d = k.describe();
+        match groups.iter_mut().find(|(g, _)| *g == d) {
+            Some((_, n)) => *n += 1,
+            None => groups.push((d, 1)),
+        }
+    }
+    groups
+        .iter()
+        .map(|(d, n)| format!("{n}× {d}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Choose the flavour and stream. `stream` is the profile's explicit `driver.stream`, if any;
+/// `branch` the driver branch of the local repo (0 when unknown).
+pub fn choose(
+    setting: FlavourSetting,
+    stream: Option<&str>,
+    gpus: &[PciGpu],
+    branch: u32,
+) -> anyhow::Result<Choice> {
+    let known: Vec<(&PciGpu, GpuKind)> = gpus
+        .iter()
+        .filter_map(|g| kind_of_hex(&g.device_id).map(|k| (g, k)))
+        .collect();
+    let unknown: Vec<String> = gpus
+        .iter()
+        .filter(|g| kind_of_hex(&g.device_id).is_none())
+        .map(|g| format!("{} (10de:{})", g.address, g.device_id))
+        .collect();
+    let stream_flavour = stream.map(flavour_of_stream);
+
+    // The profile's explicit choice, and whether the two ways of saying it agree.
+    let explicit = match (setting, stream_flavour) {
+        (FlavourSetting::Auto, None) => None,
+        (FlavourSetting::Auto, Some(f)) => {
+            Some((f, format!("driver.stream = {}", stream.unwrap_or_default())))
+        }
+        (s, sf) => {
+            let f = match s {
+                FlavourSetting::Open => ModuleFlavour::Open,
+                _ => ModuleFlavour::Proprietary,
+            };
+            if let (Some(sf), Some(st)) = (sf, stream) {
+                if sf != f {
+                    return Err(invalid!(
+                        "driver.flavour = \"{f}\" but driver.stream = \"{st}\" carries the {sf} modules; set driver.stream = \"{}\" or driver.flavour = \"{sf}\"",
+                        stream_for(st, f)
+                    ));
+                }
+            }
+            Some((f, format!("driver.flavour = \"{f}\"")))
+        }
+    };
+
+    let needs_proprietary: Vec<&(&PciGpu, GpuKind)> =
+        known.iter().filter(|(_, k)| !k.open_supported()).collect();
+    let needs_open: Vec<&(&PciGpu, GpuKind)> = known
+        .iter()
+        .filter(|(_, k)| !k.proprietary_supported())
+        .collect();
+
+    let (flavour, why) = match &explicit {
+        Some((f, said)) => (*f, said.clone()),
+        None => {
+            if let (Some((pg, pk)), Some((og, ok))) =
+                (needs_proprietary.first(), needs_open.first())
+            {
+                return Err(invalid!(
+                    "no NVIDIA kernel module flavour drives both {} {} (proprietary only) and {} {} (open only); one host cannot serve both GPUs",
+                    pg.address,
+                    pk.describe(),
+                    og.address,
+                    ok.describe()
+                ));
+            }
+            if !needs_proprietary.is_empty() {
+                (
+                    ModuleFlavour::Proprietary,
+                    "open modules need Turing or newer".to_string(),
+                )
+            } else if !known.is_empty() {
+                (
+                    ModuleFlavour::Open,
+                    "NVIDIA's recommendation from Turing on".to_string(),
+                )
+            } else if gpus.is_empty() {
+                (
+                    ModuleFlavour::Open,
+                    "no NVIDIA GPU on PCI (an image build?): NVIDIA's default since R560; set driver.flavour to choose".to_string(),
+                )
+            } else {
+                (
+                    ModuleFlavour::Open,
+                    "no GPU gpuhost knows: NVIDIA's default since R560; set driver.flavour to choose".to_string(),
+                )
+            }
+        }
+    };
+
+    // Refuse what cannot drive a GPU on PCI, naming it and the stream to use.
+    let misfit = match flavour {
+        ModuleFlavour::Open => needs_proprietary.first(),
+        ModuleFlavour::Proprietary => needs_open.first(),
+    };
+    let chosen_stream = stream
+        .map(str::to_string)
+        .unwrap_or_else(|| default_stream(flavour).to_string());
+    if let Some((g, k)) = misfit {
+        let other = match flavour {
+            ModuleFlavour::Open => ModuleFlavour::Proprietary,
+            ModuleFlavour::Proprietary => ModuleFlavour::Open,
+        };
+        let cannot = match flavour {
+            ModuleFlavour::Open => "the open modules drive Turing and newer only",
+            ModuleFlavour::Proprietary => {
+                "the proprietary modules do not drive Blackwell or Grace superchips"
+            }
+        };
+        return Err(invalid!(
+            "{} {} cannot be driven by the {flavour} kernel modules of nvidia-driver:{chosen_stream} ({why}): {cannot}; use driver.stream = \"{}\"",
+            g.address,
+            k.describe(),
+            stream_for(&chosen_stream, other)
+        ));
+    }
+    if flavour == ModuleFlavour::Open && branch > 0 && branch < OPEN_SINCE_BRANCH {
+        return Err(invalid!(
+            "driver branch {branch} has no open kernel modules (they start with R{OPEN_SINCE_BRANCH}); use driver.stream = \"{}\" or a newer driver",
+            stream_for(&chosen_stream, ModuleFlavour::Proprietary)
+        ));
+    }
+
+    let mut explanation = format!("{flavour} kernel modules (nvidia-driver:{chosen_stream})");
+    if !known.is_empty() {
+        explanation.push_str(&format!(" for {}", count_kinds(&known)));
+    }
+    explanation.push_str(&format!(": {why}"));
+    if !unknown.is_empty() {
+        explanation.push_str(&format!(
+            "; not in gpuhost's GPU table: {}",
+            unknown.join(", ")
+        ));
+    }
+    Ok(Choice {
+        flavour,
+        stream: chosen_stream,
+        explanation,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::is_invalid;
+    use rstest::rstest;
+
+    fn gpus(ids: &[&str]) -> Vec<PciGpu> {
+        ids.iter()
+            .enumerate()
+            .map(|(i, id)| PciGpu {
+                address: format!("0000:{:02x}:00.0", 0x19 + i),
+                device_id: id.to_string(),
+            })
+            .collect()
+    }
+
+    #[rstest]
+    #[case("535-dkms", ModuleFlavour::Open, "535-open")]
+    #[case("latest-dkms", ModuleFlavour::Open, "open-dkms")]
+    #[case("latest", ModuleFlavour::Open, "open-dkms")]
+    #[case("535", ModuleFlavour::Open, "535-open")]
+    #[case("550-open", ModuleFlavour::Proprietary, "550-dkms")]
+    #[case("open-dkms", ModuleFlavour::Proprietary, "latest-dkms")]
+    #[case("open-dkms", ModuleFlavour::Open, "open-dkms")]
+    fn streams_of_the_other_flavour(
+        #[case] stream: &str,
+        #[case] want: ModuleFlavour,
+        #[case] out: &str,
+    ) {
+        assert_eq!(stream_for(stream, want), out);
+    }
+
+    #[test]
+    fn auto_picks_open_for_hopper_and_says_why() -> anyhow::Result<()> {
+        let c = choose(FlavourSetting::Auto, None, &gpus(&["2335"; 8]), 580)?;
+        assert_eq!(c.flavour, ModuleFlavour::Open);
+        assert_eq!(c.stream, "open-dkms");
+        assert_eq!(
+            c.explanation,
+            "open kernel modules (nvidia-driver:open-dkms) for 8× H200 SXM 141GB (Hopper): NVIDIA's recommendation from Turing on"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn auto_picks_proprietary_for_volta() -> anyhow::Result<()> {
+        let c = choose(FlavourSetting::Auto, None, &gpus(&["1db5", "1db5"]), 535)?;
+        assert_eq!(c.flavour, ModuleFlavour::Proprietary);
+        assert_eq!(c.stream, "latest-dkms");
+        assert!(c.explanation.contains("2× Tesla V100 SXM2 32GB (Volta)"));
+        assert!(c.explanation.contains("open modules need Turing or newer"));
+        Ok(())
+    }
+
+    #[test]
+    fn auto_without_gpus_picks_open_and_says_so() -> anyhow::Result<()> {
+        let c = choose(FlavourSetting::Auto, None, &[], 550)?;
+        assert_eq!(c.stream, "open-dkms");
+        assert!(
+            c.explanation.contains("no NVIDIA GPU on PCI"),
+            "{}",
+            c.explanation
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn an_explicit_stream_decides_under_auto() -> anyhow::Result<()> {
+        let c = choose(
+            FlavourSetting::Auto,
+            Some("535-dkms"),
+            &gpus(&["2330"]),
+            535,
+        )?;
+        assert_eq!(
+            (c.flavour, c.stream.as_str()),
+            (ModuleFlavour::Proprietary, "535-dkms")
+        );
+        assert!(
+            c.explanation.ends_with("driver.stream = 535-dkms"),
+            "{}",
+            c.explanation
+        );
+        Ok(())
+    }
+
+    #[rstest]
+    // proprietary on Blackwell: name the GPU and the open stream
+    #[case(
+        FlavourSetting::Auto,
+        Some("550-dkms"),
+        "2901",
+        "0000:19:00.0 B200 (Blackwell)",
+        "550-open"
+    )]
+    #[case(
+        FlavourSetting::Proprietary,
+        None,
+        "2342",
+        "GH200 480GB (Grace Hopper superchip)",
+        "open-dkms"
+    )]
+    // open on Volta: name the GPU and the proprietary stream
+    #[case(
+        FlavourSetting::Auto,
+        Some("535-open"),
+        "1db5",
+        "Tesla V100 SXM2 32GB (Volta)",
+        "535-dkms"
+    )]
+    #[case(
+        FlavourSetting::Open,
+        None,
+        "15f8",
+        "Tesla P100 PCIe 16GB (Pascal)",
+        "latest-dkms"
+    )]
+    fn a_flavour_that_cannot_drive_the_gpu_is_refused(
+        #[case] setting: FlavourSetting,
+        #[case] stream: Option<&str>,
+        #[case] id: &str,
+        #[case] gpu: &str,
+        #[case] use_stream: &str,
+    ) {
+        let err = choose(setting, stream, &gpus(&[id]), 550).err();
+        let text = err.as_ref().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(err.as_ref().is_some_and(is_invalid), "{text}");
+        assert!(text.contains(gpu), "{text}");
+        assert!(
+            text.contains(&format!("use driver.stream = \"{use_stream}\"")),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn gpus_no_flavour_serves_together_are_refused() {
+        let err = choose(FlavourSetting::Auto, None, &gpus(&["1db5", "2901"]), 570).err();
+        assert!(err
+            .as_ref()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default()
+            .contains("no NVIDIA kernel module flavour drives both"));
+    }
+
+    #[test]
+    fn flavour_and_stream_must_agree() {
+        let err = choose(FlavourSetting::Open, Some("535-dkms"), &[], 535).err();
+        let text = err.as_ref().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(err.as_ref().is_some_and(is_invalid), "{text}");
+        assert!(text.contains("535-open"), "{text}");
+    }
+
+    #[test]
+    fn unknown_ids_are_named_and_the_explicit_choice_stands() -> anyhow::Result<()> {
+        let c = choose(FlavourSetting::Proprietary, None, &gpus(&["abcd"]), 550)?;
+        assert_eq!(c.stream, "latest-dkms");
+        assert!(c
+            .explanation
+            .contains("not in gpuhost's GPU table: 0000:19:00.0 (10de:abcd)"));
+        let c = choose(FlavourSetting::Auto, None, &gpus(&["abcd"]), 550)?;
+        assert_eq!(c.flavour, ModuleFlavour::Open);
+        assert!(c.explanation.contains("set driver.flavour to choose"));
+        Ok(())
+    }
+
+    #[test]
+    fn no_open_modules_before_r515() {
+        let err = choose(FlavourSetting::Auto, None, &gpus(&["2330"]), 510).err();
+        assert!(err
+            .as_ref()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default()
+            .contains("R515"));
+    }
+}
