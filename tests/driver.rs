@@ -61,14 +61,26 @@ fn apply(root: &Root, profile: &str, rpm: &str, extra: &[&str]) -> (i32, Value) 
     run(root, "apply", profile, rpm, extra)
 }
 
+/// The version of the `nvidia` module modprobe would load for `kver` (modules.dep as the real
+/// depmod wrote it, modinfo of that file), if any.
+fn loadable_version(root: &Root, kver: &str) -> Option<String> {
+    let dep =
+        std::fs::read_to_string(root.join(&format!("/lib/modules/{kver}/modules.dep"))).ok()?;
+    let path = dep.lines().find_map(|l| {
+        let p = l.split(':').next()?;
+        let base = p.rsplit('/').next()?;
+        (base == "nvidia.ko" || base.starts_with("nvidia.ko.")).then(|| p.to_string())
+    })?;
+    let out = std::process::Command::new("modinfo")
+        .args(["-F", "version"])
+        .arg(root.join(&format!("/lib/modules/{kver}/{path}")))
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 fn module_built(root: &Root, kver: &str) -> bool {
-    root.join(&format!(
-        "/var/lib/dkms/nvidia/{DRIVER}/{kver}/x86_64/module/nvidia.ko.xz"
-    ))
-    .is_file()
-        && root
-            .join(&format!("/lib/modules/{kver}/extra/nvidia.ko.xz"))
-            .is_file()
+    loadable_version(root, kver).as_deref() == Some(DRIVER)
 }
 
 fn persistenced_enabled(root: &Root) -> bool {
@@ -166,17 +178,20 @@ fn uek_kernel_built_by_a_newer_gcc_gets_the_toolset_and_the_dkms_override() {
         "{why}"
     );
     assert!(root.installed("gcc-toolset-11-gcc").is_some());
-    let conf = root.read("/etc/dkms/nvidia.conf");
-    assert!(
-        conf.contains("CC=/opt/rh/gcc-toolset-11/root/usr/bin/gcc"),
-        "{conf}"
-    );
-    // The (simulated) DKMS build fails with the system gcc 8.5: a module proves the override.
-    assert!(module_built(&root, UEK8_OLD));
-    let log = root.read(&format!(
-        "/var/lib/dkms/nvidia/{DRIVER}/{UEK8_OLD}/x86_64/log/make.log"
-    ));
-    assert!(log.contains("gcc-toolset-11"), "{log}");
+    // Every DKMS module of UEK7 kernels gets the toolset, not only nvidia: per module for
+    // dkms < 3.3 (the world's real dkms is 3.0.10), build_environment for dkms >= 3.3.
+    for m in ["nvidia", "nvidia-open"] {
+        let conf = root.read(&format!("/etc/dkms/{m}.conf"));
+        assert!(
+            conf.contains("5.15.0-*.el8uek.*) MAKE[0]=\"${MAKE[0]} CC=/opt/rh/gcc-toolset-11/root/usr/bin/gcc\""),
+            "{conf}"
+        );
+    }
+    assert!(root
+        .read("/etc/dkms/framework.conf.d/gpuhost-uek-compiler.conf")
+        .contains("build_environment=\"/etc/dkms/gpuhost-uek-compiler.sh\""));
+    // The real DKMS build fails with the system gcc 8.5: a module proves the override.
+    assert!(module_built(&root, UEK8_OLD), "{rep:#}");
 }
 
 #[test]
@@ -221,9 +236,7 @@ fn rhck_roots_converge(
     assert!(root
         .installed("nvidia-driver")
         .is_some_and(|v| v.starts_with(DRIVER)));
-    assert!(root
-        .join(&format!("/lib/modules/{kver}/extra/nvidia.ko.xz"))
-        .is_file());
+    assert!(module_built(&root, kver), "{rep:#}");
     // RHCK is built with the system gcc: no toolset, no override
     assert!(!root.join("/etc/dkms/nvidia.conf").exists());
     assert!(root.installed_all("gcc-toolset-11-gcc").is_empty());
@@ -520,4 +533,92 @@ fn another_driver_version_is_replaced_only_when_the_profile_says_so() {
         .installed("nvidia-driver")
         .is_some_and(|v| v.starts_with(DRIVER)));
     assert!(module_built(&root, UEK8_NEW));
+}
+
+/// Open modules converge everywhere (issue 10, item 2): NVIDIA's kmod-nvidia-open-dkms registers
+/// with DKMS as `nvidia-open`; the real DKMS builds it for every served kernel; a second apply
+/// changes nothing and starts no dnf.
+#[rstest]
+#[case::ol8_uek_open_dkms(Os::Ol8, "ol8-uek", UEK8_NEW, CUDA_LOCAL_EL8_12_2, "open-dkms")]
+#[case::ol8_uek_branch_open(Os::Ol8, "ol8-uek", UEK8_NEW, CUDA_LOCAL_EL8_12_2, "535-open")]
+#[case::ol8_rhck_open_dkms(Os::Ol8, "ol8-rhck", RHCK8, CUDA_LOCAL_EL8_12_2, "open-dkms")]
+#[case::ol8_rhck_branch_open(Os::Ol8, "ol8-rhck", RHCK8, CUDA_LOCAL_EL8_12_2, "535-open")]
+#[case::ol9_uek_open_dkms(Os::Ol9, "ol9-uek", UEK9, CUDA_LOCAL_EL9_12_2, "open-dkms")]
+#[case::ol9_uek_branch_open(Os::Ol9, "ol9-uek", UEK9, CUDA_LOCAL_EL9_12_2, "535-open")]
+#[case::ol9_rhck_open_dkms(Os::Ol9, "ol9-rhck", RHCK9, CUDA_LOCAL_EL9_12_2, "open-dkms")]
+#[case::ol9_rhck_branch_open(Os::Ol9, "ol9-rhck", RHCK9, CUDA_LOCAL_EL9_12_2, "535-open")]
+fn open_modules_converge_and_stay_converged(
+    #[case] os: Os,
+    #[case] profile: &str,
+    #[case] kver: &str,
+    #[case] rpm: &str,
+    #[case] stream: &str,
+) {
+    let root = Root::new(os, &[kver]);
+    let set_stream = format!("driver.stream={stream}");
+    let (rc, rep) = apply(&root, profile, rpm, &["--set", &set_stream]);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(root.installed("kmod-nvidia-open-dkms").is_some());
+    assert!(module_built(&root, kver), "{rep:#}");
+    assert!(root
+        .join(&format!("/var/lib/dkms/nvidia-open/{DRIVER}"))
+        .is_dir());
+    let set = repo_set(rpm);
+    let args = [
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        profile,
+        "--set",
+        &set,
+        "--set",
+        &set_stream,
+        "--only",
+        ONLY,
+    ];
+    let (o, execs) = root.gpuhost_traced(&args);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_all_unchanged(&report(&o));
+    if let Some(execs) = execs {
+        assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
+    }
+}
+
+/// A failing open build names DKMS's `nvidia-open` make.log (UEK7 on OL8 with the system gcc
+/// 8.5: the toolset is removed after the first apply, the module too).
+#[test]
+fn a_failing_open_build_shows_the_nvidia_open_make_log() {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    let set = repo_set(CUDA_LOCAL_EL8_12_2);
+    let args = [
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        "ol8-uek",
+        "--set",
+        &set,
+        "--set",
+        "driver.stream=open-dkms",
+        "--only",
+        "kernel,kernel-headers,driver-repo,driver,nouveau,kernel-module",
+    ];
+    root.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-devel-{UEK8_OLD}"),
+        "dkms",
+        "gcc",
+        "gcc-c++",
+    ]);
+    let o = root.gpuhost(&args);
+    let rep = report(&o);
+    assert_eq!(code(&o), 1, "{rep:#}");
+    let why = reason(&rep, "kernel-module");
+    assert!(
+        why.contains("/var/lib/dkms/nvidia-open/535.104.05/build/make.log")
+            && why.contains("-ftrivial-auto-var-init=zero"),
+        "{why}"
+    );
 }

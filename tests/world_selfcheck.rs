@@ -4,6 +4,7 @@
 #[path = "world/mod.rs"]
 mod world;
 
+use std::process::Command;
 use world::{Os, Root, World, RHCK8, RHCK9, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD, UEK9};
 
 #[test]
@@ -147,8 +148,12 @@ fn cuda_local_repo_module_streams_via_dnf() {
     assert!(out.contains("default [d], fm, ks, src"), "{out}");
 }
 
+/// The real upstream DKMS runs in roots: NVIDIA's `%post` (dkms add/build/install `|| :`) builds
+/// for the running (host) kernel only and fails quietly; `dkms install -k` builds for a root
+/// kernel through the world's kbuild; UEK7 (gcc 11) fails with the system gcc 8.5 until
+/// `/etc/dkms/<module>.conf` names the toolset; the open flavour registers as `nvidia-open`.
 #[test]
-fn dkms_scriptlet_builds_per_kernel_and_fails_for_uek_with_system_gcc() {
+fn real_dkms_builds_per_kernel_and_fails_for_uek_with_system_gcc() {
     let r = Root::new(Os::Ol8, &[UEK8_OLD, RHCK8]).with_extra_rpm("cuda-repo-rhel8-12-2-local");
     r.dnf_ok(&[
         "-y",
@@ -156,27 +161,57 @@ fn dkms_scriptlet_builds_per_kernel_and_fails_for_uek_with_system_gcc() {
         &format!("kernel-uek-devel-{UEK8_OLD}"),
         &format!("kernel-devel-{RHCK8}"),
         "gcc",
+        "gcc-c++",
     ]);
-    r.dnf_ok(&["-y", "module", "install", "nvidia-driver:latest-dkms"]);
+    r.dnf_ok(&["-y", "module", "install", "nvidia-driver:535-open"]);
+    assert!(r.installed("kmod-nvidia-open-dkms").is_some());
+    let dkms = |k: &str| {
+        Command::new("unshare")
+            .args(["--fork", "--pid"])
+            .arg(format!("--mount-proc={}", r.join("/proc").display()))
+            .arg("chroot")
+            .arg(r.path())
+            .args([
+                "dkms",
+                "install",
+                "-m",
+                "nvidia-open",
+                "-v",
+                "535.104.05",
+                "-k",
+                k,
+            ])
+            .output()
+            .unwrap()
+    };
+    dkms(RHCK8);
+    let ko = r.join(&format!("/lib/modules/{RHCK8}/extra/nvidia.ko.xz"));
+    assert!(ko.is_file());
+    let v = Command::new("modinfo")
+        .args(["-F", "version"])
+        .arg(&ko)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&v.stdout).trim(), "535.104.05");
     assert!(r
-        .join(&format!("/lib/modules/{RHCK8}/extra/nvidia.ko.xz"))
-        .is_file());
-    // UEK7 was built with gcc 11, the system gcc is 8.5: the build fails, the RPM stays installed
+        .read(&format!("/lib/modules/{RHCK8}/modules.dep"))
+        .contains("extra/nvidia.ko.xz:"));
+    assert!(r.join("/var/lib/dkms/nvidia-open/535.104.05").is_dir());
+    dkms(UEK8_OLD);
     assert!(!r
         .join(&format!("/lib/modules/{UEK8_OLD}/extra/nvidia.ko.xz"))
         .exists());
-    assert!(r.installed("kmod-nvidia-latest-dkms").is_some());
-    let log = r.read(&format!(
-        "/var/lib/dkms/nvidia/535.104.05/{UEK8_OLD}/x86_64/log/make.log"
-    ));
+    let log = r.read("/var/lib/dkms/nvidia-open/535.104.05/build/make.log");
     assert!(
         log.contains("unrecognized command line option '-ftrivial-auto-var-init=zero'"),
         "{log}"
     );
-    // with gcc-toolset-11 named in /etc/dkms/nvidia.conf the rebuild succeeds
     r.dnf_ok(&["-y", "install", "gcc-toolset-11-gcc"]);
-    r.write("/etc/dkms/nvidia.conf", "MAKE[0]=\"'make' -j2 KERNEL_UNAME=${kernelver} CC=/opt/rh/gcc-toolset-11/root/usr/bin/gcc modules\"\n");
-    r.dnf_ok(&["-y", "reinstall", "kmod-nvidia-latest-dkms"]);
+    r.write(
+        "/etc/dkms/nvidia-open.conf",
+        "case \"$kernelver\" in\n  5.15.0-*.el8uek.*) MAKE[0]=\"${MAKE[0]} CC=/opt/rh/gcc-toolset-11/root/usr/bin/gcc\" ;;\nesac\n",
+    );
+    dkms(UEK8_OLD);
     assert!(r
         .join(&format!("/lib/modules/{UEK8_OLD}/extra/nvidia.ko.xz"))
         .is_file());

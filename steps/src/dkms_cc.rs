@@ -73,6 +73,13 @@ impl Toolset {
     }
 }
 
+/// `why` comes from a kernel's .config: one comment line, whatever it holds.
+fn comment(why: &str) -> String {
+    why.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 /// `/etc/dkms/framework.conf.d/gpuhost-uek-compiler.conf` (dkms ≥ 3.3).
 pub fn framework_dropin() -> String {
     format!(
@@ -93,7 +100,7 @@ pub fn env_script(toolsets: &[Toolset]) -> String {
     for t in toolsets {
         s.push_str(&format!(
             "  # {}\n  {}) . {} ;;\n",
-            t.why,
+            comment(&t.why),
             t.pattern,
             t.enable()
         ));
@@ -114,7 +121,7 @@ pub fn module_conf(module: &str, toolsets: &[Toolset]) -> String {
     for t in toolsets {
         s.push_str(&format!(
             "  # {}\n  {}) MAKE[0]=\"${{MAKE[0]}} CC={}\" ;;\n",
-            t.why,
+            comment(&t.why),
             t.pattern,
             t.gcc()
         ));
@@ -195,6 +202,19 @@ mod tests {
         assert_eq!(
             module_conf_path("nvidia-open"),
             "/etc/dkms/nvidia-open.conf"
+        );
+    }
+
+    #[test]
+    fn a_kernel_config_cannot_inject_lines() {
+        let mut evil = uek8();
+        evil.why = "gcc\nMAKE[0]=\"rm -rf /\"\r".into();
+        let good = module_conf("nvidia", &[uek8()]);
+        let bad = module_conf("nvidia", &[evil.clone()]);
+        assert_eq!(bad.lines().count(), good.lines().count(), "{bad}");
+        assert_eq!(
+            env_script(&[evil]).lines().count(),
+            env_script(&[uek8()]).lines().count()
         );
     }
 

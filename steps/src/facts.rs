@@ -143,15 +143,17 @@ impl Facts {
 /// InfiniBand devices whose VPD marks an NVSwitch management port (NVIDIA/gpu-driver-container
 /// `_assert_nvlink5_system`: `/sys/class/infiniband/*/device/vpd` contains `SW_MNG`).
 pub fn nvlink5_switch_ports(host: &Host) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(host.path("/sys/class/infiniband")) else {
+    let Ok(names) = host.list_dir("/sys/class/infiniband") else {
         return Vec::new();
     };
-    let mut out: Vec<String> = entries
-        .flatten()
-        .filter(|e| {
-            std::fs::read(e.path().join("device/vpd")).is_ok_and(|v| vpd_marks_nvswitch(&v))
+    let mut out: Vec<String> = names
+        .into_iter()
+        .filter(|dev| {
+            host.read_bytes_opt(format!("/sys/class/infiniband/{dev}/device/vpd"))
+                .ok()
+                .flatten()
+                .is_some_and(|v| vpd_marks_nvswitch(&v))
         })
-        .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     out.sort();
     out

@@ -260,6 +260,23 @@ impl Host {
         }
     }
 
+    /// `program` run on the host: as is on the live system; in an install root chrooted into it,
+    /// in a private mount namespace with the root's own `/proc` (`unshare --fork --pid
+    /// --mount-proc=ROOT/proc chroot ROOT program`), which DKMS needs and which disappears with
+    /// the command. The root needs `/dev` (image builders bind-mount it; test roots have
+    /// `/dev/null` and `/dev/fd`).
+    pub fn in_root(&self, program: &str) -> Cmd {
+        if self.live {
+            return Cmd::new(program);
+        }
+        Cmd::new("unshare")
+            .args(["--fork", "--pid"])
+            .arg(format!("--mount-proc={}", self.path("/proc").display()))
+            .arg("chroot")
+            .arg(&self.root)
+            .arg(program)
+    }
+
     /// `dnf -y`, acting on this host with only its own repositories.
     pub fn dnf(&self) -> Result<Cmd> {
         let mut cmd = Cmd::new("dnf").args(["-y", "--quiet"]);

@@ -93,22 +93,18 @@ impl ModuleState {
 /// Module files named `module` under the search directories of `/lib/modules/<K>/`
 /// (recursively; relative paths, sorted).
 fn files_on_disk(host: &Host, kver: &str, module: &str) -> Vec<String> {
-    let base = host.path(format!("/lib/modules/{kver}"));
+    let base = format!("/lib/modules/{kver}");
     let want = module.replace('-', "_");
     let mut out = Vec::new();
     let mut stack: Vec<String> = SEARCH_DIRS.iter().map(|d| d.to_string()).collect();
     while let Some(rel) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(base.join(&rel)) else {
+        let Ok(names) = host.list_dir(format!("{base}/{rel}")) else {
             continue;
         };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
+        for name in names {
             let child = format!("{rel}/{name}");
-            // follow_symlinks: weak-updates holds links to other kernels' modules.
-            let is_dir = std::fs::metadata(e.path())
-                .map(|m| m.is_dir())
-                .unwrap_or(false);
-            if is_dir {
+            // is_dir follows links: weak-updates holds links to other kernels' modules.
+            if host.is_dir(format!("{base}/{child}")) {
                 stack.push(child);
             } else if module_name_of(&name).as_deref() == Some(want.as_str()) {
                 out.push(child);
@@ -122,7 +118,7 @@ fn files_on_disk(host: &Host, kver: &str, module: &str) -> Vec<String> {
 /// The modinfo `version` of a module file (`modinfo -F version FILE`: kmod reads compressed
 /// modules too). `None` when the module carries no version.
 pub fn modinfo_version(host: &Host, kver: &str, rel_path: &str) -> Result<Option<String>> {
-    let file = host.path(format!("/lib/modules/{kver}/{rel_path}"));
+    let file = host.real_path(format!("/lib/modules/{kver}/{rel_path}"))?;
     let out = Cmd::new("modinfo")
         .args(["-F", "version"])
         .arg(&file)
@@ -140,7 +136,7 @@ pub fn parse_modinfo_field(stdout: &str) -> Option<String> {
 pub fn state(host: &Host, kver: &str, module: &str) -> Result<ModuleState> {
     let dep = host.read_opt(format!("/lib/modules/{kver}/modules.dep"))?;
     if let Some(path) = dep.as_deref().and_then(|d| dep_entry(d, module)) {
-        if host.path(format!("/lib/modules/{kver}/{path}")).exists() {
+        if host.exists(format!("/lib/modules/{kver}/{path}")) {
             let version = modinfo_version(host, kver, &path)?;
             return Ok(ModuleState::Loadable {
                 location: location_of(&path),

@@ -126,9 +126,12 @@ pub enum Work {
         packages: Vec<String>,
         disable_excludes: bool,
     },
-    /// Build the DKMS module of `package` again for `kernels` (`dnf reinstall` runs its build).
+    /// Build and install the DKMS module `module` (`nvidia`, `nvidia-open`) at `version` for
+    /// each of `kernels`: `dkms install -m MODULE -v VERSION -k KVER --force`, as the kernel's
+    /// own DKMS hook would (NVIDIA's `%post` builds for the running kernel only).
     Rebuild {
-        package: String,
+        module: String,
+        version: String,
         kernels: Vec<String>,
     },
     /// Run a command (live only: `modprobe nvidia`, `nvidia-ctk cdi generate`).
@@ -186,10 +189,14 @@ impl fmt::Display for Work {
                 "dnf module switch-to {module} --allowerasing, then install {} --allowerasing",
                 packages.join(" ")
             ),
-            Work::Rebuild { package, kernels } => write!(
+            Work::Rebuild {
+                module,
+                version,
+                kernels,
+            } => write!(
                 f,
-                "build the module of {package} for {} (dnf reinstall {package})",
-                kernels.join(", ")
+                "dkms install -m {module} -v {version} -k {}",
+                kernels.join(" -k ")
             ),
             Work::Run(argv) => write!(f, "{}", Argv(argv)),
             Work::Symlinks { prefixes, .. } => write!(f, "link under {}", prefixes.join(", ")),
@@ -346,11 +353,18 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
             switch.run()?;
             install.run().map(drop)
         }
-        Work::Rebuild { package, .. } => host
-            .dnf()?
-            .args(["reinstall", package.as_str()])
-            .run()
-            .map(drop),
+        Work::Rebuild {
+            module,
+            version,
+            kernels,
+        } => {
+            for k in kernels {
+                host.in_root("dkms")
+                    .args(["install", "-m", module, "-v", version, "-k", k, "--force"])
+                    .run()?;
+            }
+            Ok(())
+        }
         Work::Run(argv) => {
             let Some((program, args)) = argv.split_first() else {
                 return Ok(());

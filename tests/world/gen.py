@@ -14,6 +14,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 OUT = os.path.abspath(sys.argv[1])
+# The upstream DKMS the world ships (from the host's /usr/sbin/dkms; build-world.sh checks it).
+DKMS_VERSION = subprocess.run(["/usr/sbin/dkms", "--version"], stdout=subprocess.PIPE,
+                              text=True).stdout.strip().removeprefix("dkms-") or "0"
 BUSYBOX = sys.argv[2]
 WORK = os.path.join(OUT, ".work")
 
@@ -197,6 +200,9 @@ OSES = {
 # kernel releases: (package, version, release, gcc text of the compiler that built it)
 UEK8_GCC = "gcc (GCC) 11.2.1 20220127 (Red Hat 11.2.1-9.0.1)"
 UEK9_GCC = "gcc (GCC) 11.4.1 20231218 (Red Hat 11.4.1-3.0.1)"
+# UEK8 (6.12) is built with gcc-toolset-14: NVIDIA Driver Installation Guide, Oracle Linux page
+# (its example kernel and CONFIG_CC_VERSION_TEXT).
+UEKR8_GCC = "gcc (GCC) 14.2.1 20250110 (Red Hat 14.2.1-7)"
 KERNELS = {
     "ol8": [
         ("kernel-uek", "5.15.0", "200.131.27.el8uek", UEK8_GCC, "ol8_UEKR7", True),
@@ -207,6 +213,7 @@ KERNELS = {
     ],
     "ol9": [
         ("kernel-uek", "5.15.0", "206.153.7.el9uek", UEK9_GCC, "ol9_UEKR7", True),
+        ("kernel-uek", "6.12.0", "100.28.2.2.el9uek", UEKR8_GCC, "ol9_UEKR8", True),
         ("kernel", "5.14.0", "427.13.1.el9_4", OSES["ol9"]["sysgcc_text"], "ol9_baseos_latest", True),
     ],
 }
@@ -218,36 +225,99 @@ def gcc_version_num(text):
     return a * 10000 + b * 100 + c
 
 
+# Flags the kernel's build passes to the compiler, by the GCC major that built the kernel, and
+# what the synthetic gcc knows of them: Red Hat's GCC 11 carries -ftrivial-auto-var-init
+# (UEK7 and RHEL 9 kernels use it; gcc 8.5 fails on it: openzfs #13625, dkms #299), GCC 14 adds
+# -fmin-function-alignment (6.12 kernels built with gcc 14 pass it).
+KERNEL_FLAGS = [("-ftrivial-auto-var-init=zero", 11), ("-fmin-function-alignment=16", 14)]
+
+
+def kbuild_makefile(uname, gcc_major):
+    flags = " ".join(f for f, m in KERNEL_FLAGS if gcc_major >= m)
+    return (f"# Synthetic kbuild of the gpuhost test world for {uname}.\n"
+            "# `make -C <this dir> M=<module dir> modules` compiles each obj-m of M/Kbuild with $(CC)\n"
+            "# and the flags of the compiler that built this kernel, then links it from the module's\n"
+            "# shipped object (M/<name>.o_binary, like NVIDIA's nv-kernel.o_binary).\n"
+            f"KERNELRELEASE = {uname}\n"
+            "CC = gcc\n"
+            f"KBUILD_CFLAGS = -O2 {flags}\n"
+            "modules:\n"
+            "\t@test -n \"$(M)\" || { echo \"synthetic kbuild: M= is missing\" >&2; exit 2; }\n"
+            "\t@set -e; for o in $$(sed -n 's/^obj-m[ :+]*= *//p' $(M)/Kbuild); do m=$${o%.o}; \\\n"
+            "\t  echo \"  CC [M]  $(M)/$$m.o\"; $(CC) $(KBUILD_CFLAGS) -c $(M)/$$m.c -o $(M)/$$m.o; \\\n"
+            "\t  echo \"  LD [M]  $(M)/$$m.ko\"; cp $(M)/$$m.o_binary $(M)/$$m.ko; done\n")
+
+
 def kernel_pkgs(os_, name, ver, rel, gcc_text, with_devel):
     uname = f"{ver}-{rel}.x86_64"
+    evr_ = f"{ver}-{rel}"
+    split = ver.startswith("6.12")   # UEK8: modules in kernel-uek-modules-* (UEK8 release notes)
+    gmaj = gcc_version_num(gcc_text) // 10000
     cfg = (f"# Automatically generated file; DO NOT EDIT.\n"
            f"# Linux/x86_64 {uname} Kernel Configuration\n"
            f'CONFIG_CC_VERSION_TEXT="{gcc_text}"\n'
            f"CONFIG_CC_IS_GCC=y\nCONFIG_GCC_VERSION={gcc_version_num(gcc_text)}\n"
-           f"CONFIG_MODULES=y\nCONFIG_MODULE_SIG=y\n")
+           f"CONFIG_MODULES=y\nCONFIG_MODULE_SIG=y\nCONFIG_MODULE_COMPRESS_XZ=y\n")
     # Like the real kernel packages (kernel.spec / kernel-uek.spec %files), the kernel itself
     # ships its configuration as /boot/config-<kver>, so the compiler that built it is known
     # before its headers are installed.
-    k = Pkg(name, ver, rel,
-            files={f"/lib/modules/{uname}/vmlinuz": f"synthetic kernel {uname}\n",
-                   f"/lib/modules/{uname}/modules.dep": "kernel/drivers/dummy.ko.xz:\n",
-                   f"/boot/vmlinuz-{uname}": f"synthetic kernel {uname}\n",
-                   f"/boot/System.map-{uname}": "ffffffff81000000 T _text\n",
-                   f"/boot/config-{uname}": cfg},
-            provides=[f"kernel-uname-r = {uname}", "installonlypkg(kernel)",
-                      f"kernel-core = {ver}-{rel}", f"kernel-modules = {ver}-{rel}"])
-    out = [k]
+    core_files = {f"/lib/modules/{uname}/vmlinuz": f"synthetic kernel {uname}\n",
+                  f"/lib/modules/{uname}/modules.dep": "kernel/drivers/dummy.ko.xz:\n",
+                  f"/lib/modules/{uname}/modules.order": "",
+                  f"/lib/modules/{uname}/modules.builtin": "",
+                  f"/boot/vmlinuz-{uname}": f"synthetic kernel {uname}\n",
+                  f"/boot/System.map-{uname}": "ffffffff81000000 T _text\n",
+                  f"/boot/config-{uname}": cfg}
+    core_links = {f"/lib/modules/{uname}/build": f"/usr/src/kernels/{uname}"}
+    provides = [f"kernel-uname-r = {uname}", "installonlypkg(kernel)",
+                f"kernel-core = {evr_}", f"kernel-modules = {evr_}"]
+    out = []
+    if split:
+        core_files[f"/lib/modules/{uname}/modules.packages"] = (
+            "kernel/drivers/net/wireless/ti/wl1251/wl1251_sdio.ko.xz kernel-uek-modules-wireless\n")
+        out.append(Pkg(f"{name}-core", ver, rel, files=core_files, links=core_links,
+                       provides=provides))
+        out.append(Pkg(f"{name}-modules-core", ver, rel,
+                       files={f"/lib/modules/{uname}/kernel/drivers/dummy.ko.xz": "synthetic\n"},
+                       requires=[f"{name}-core = {evr_}"], provides=["installonlypkg(kernel)"]))
+        out.append(Pkg(f"{name}-modules", ver, rel,
+                       files={f"/lib/modules/{uname}/kernel/drivers/dummy2.ko.xz": "synthetic\n"},
+                       requires=[f"{name}-modules-core = {evr_}"], provides=["installonlypkg(kernel)"]))
+        # kernel-uek itself is a meta package without files
+        out.append(Pkg(name, ver, rel, requires=[f"{name}-core = {evr_}", f"{name}-modules-core = {evr_}",
+                                                 f"{name}-modules = {evr_}"],
+                       provides=["installonlypkg(kernel)"]))
+    else:
+        out.append(Pkg(name, ver, rel, files=core_files, links=core_links, provides=provides))
     if with_devel:
+        req = []
+        if split:
+            req = [f"gcc-toolset-{gmaj}-gcc"]   # kernel-uek-devel pulls the toolset in (NVIDIA's OL page)
         out.append(Pkg(f"{name}-devel", ver, rel,
-                       files={f"/usr/src/kernels/{uname}/Makefile":
-                              f"VERSION = {ver.split('.')[0]}\nPATCHLEVEL = {ver.split('.')[1]}\n",
-                              f"/usr/src/kernels/{uname}/.config": cfg},
+                       files={f"/usr/src/kernels/{uname}/Makefile": kbuild_makefile(uname, gmaj),
+                              f"/usr/src/kernels/{uname}/.config": cfg,
+                              f"/usr/src/kernels/{uname}/include/generated/utsrelease.h":
+                              f'#define UTS_RELEASE "{uname}"\n'},
+                       requires=req,
                        provides=[f"kernel-devel-uname-r = {uname}", "installonlypkg(kernel)"]))
     return out
 
 
-def gcc_script(text):
-    return f"#!/bin/sh\n# synthetic compiler\n# version={text.split()[2]}\necho '{text}'\n"
+def gcc_script(text, prog="gcc"):
+    """A synthetic compiler: prints its version like gcc, refuses the kernel flags it is too old
+    for with gcc's own error, and "compiles" (writes an empty object) otherwise."""
+    v = text.split()[2]
+    major = int(v.split(".")[0])
+    spelled = "command-line" if major >= 10 else "command line"
+    checks = "".join(
+        f"    {flag.split('=')[0]}=*) [ {major} -ge {m} ] || {{ echo \"{prog}: error: unrecognized {spelled} option '$a'\" >&2; exit 1; }} ;;\n"
+        for flag, m in KERNEL_FLAGS)
+    return (f"#!/bin/sh\n# synthetic compiler of the gpuhost test world\n# version={v}\n"
+            f"case \"$1\" in --version) echo '{text}'; exit 0;; -dumpversion) echo {major}; exit 0;; esac\n"
+            "out=''; prev=''\n"
+            "for a in \"$@\"; do\n  case \"$a\" in\n" + checks + "  esac\n"
+            "  [ \"$prev\" = -o ] && out=$a\n  prev=$a\ndone\n"
+            "[ -n \"$out\" ] && : > \"$out\"\nexit 0\n")
 
 
 def os_release_files(os_):
@@ -349,8 +419,8 @@ def cuda_network_pkgs(dist):
     return pk
 
 
-def fm_pkg(v, dist):
-    return Pkg("nvidia-fabric-manager", v, "1",
+def fm_pkg(v, dist, name="nvidia-fabric-manager"):
+    return Pkg(name, v, "1",
                files={"/usr/bin/nv-fabricmanager": f"#!/bin/sh\necho Fabric Manager version is : {v}\n",
                       "/usr/share/nvidia/nvswitch/fabricmanager.cfg": "LOG_LEVEL=4\n",
                       "/usr/lib/systemd/system/nvidia-fabricmanager.service":
@@ -359,9 +429,47 @@ def fm_pkg(v, dist):
 
 # /bin/<applet> -> busybox. In a chroot busybox cannot re-exec itself via /proc/self/exe, so
 # the applets the scriptlets use in $(...) must exist as real commands on PATH.
-BUSYBOX_APPLETS = ["sh", "bash", "sed", "head", "tail", "cat", "cp", "mv", "rm", "mkdir", "ls",
+BUSYBOX_APPLETS = ["sh", "sed", "head", "tail", "cat", "cp", "mv", "rm", "mkdir", "ls",
                    "ln", "grep", "cut", "tr", "sort", "touch", "chmod", "basename", "dirname",
-                   "find", "echo", "test", "true", "false", "env", "uname", "xz"]
+                   "find", "echo", "test", "true", "false", "env", "uname", "mktemp", "readlink",
+                   "awk", "wc", "date", "id", "xargs", "stat", "diff", "cmp", "realpath", "expr",
+                   "tee", "printf", "sleep", "od", "tar", "cpio", "patch", "uniq", "nproc", "which"]
+
+# Real Debian binaries the world ships so that the real upstream DKMS runs inside roots (it is
+# a bash script that needs make, kmod's depmod/modinfo, strip and xz): (package, version, path in
+# the root, host path). Their shared libraries go into the packages Oracle Linux keeps them in
+# (LIB_PACKAGES), under /lib/x86_64-linux-gnu where Debian's loader looks for them.
+HOST_TOOLS = {
+    "make": [("/usr/bin/make", "/usr/bin/make")],
+    "kmod": [("/usr/bin/kmod", "/usr/bin/kmod")],
+    "xz": [("/usr/bin/xz", "/usr/bin/xz")],
+    "binutils": [("/usr/bin/strip", "/usr/bin/strip")],
+    "bash": [("/bin/bash", "/bin/bash")],
+}
+LIB_PACKAGES = [("libc.so", "glibc"), ("ld-linux", "glibc"), ("libdl.so", "glibc"), ("libm.so", "glibc"),
+                ("libtinfo", "ncurses-libs"), ("liblzma", "xz-libs"), ("libzstd", "libzstd"),
+                ("libcrypto", "openssl-libs"), ("libz.so", "zlib"), ("libbfd", "binutils"),
+                ("libsframe", "binutils")]
+
+
+def host_libs():
+    """{package: {root path: host path}} for the libraries HOST_TOOLS need (from ldd)."""
+    out = {}
+    for tools in HOST_TOOLS.values():
+        for _, host in tools:
+            r = subprocess.run(["ldd", os.path.realpath(host)], stdout=subprocess.PIPE, text=True, check=True)
+            for line in r.stdout.splitlines():
+                parts = line.split()
+                if "=>" in parts and len(parts) >= 3 and parts[2].startswith("/"):
+                    name, path = parts[0], parts[2]
+                elif parts and parts[0].startswith("/"):
+                    name, path = os.path.basename(parts[0]), parts[0]
+                else:
+                    continue
+                pkg = next((p for pre, p in LIB_PACKAGES if name.startswith(pre)), "glibc")
+                dest = "/lib64/" + name if name.startswith("ld-linux") else "/lib/x86_64-linux-gnu/" + name
+                out.setdefault(pkg, {})[dest] = os.path.realpath(path)
+    return out
 
 
 def base_pkgs(os_):
@@ -372,34 +480,67 @@ def base_pkgs(os_):
     rv, rr = relmap[os_]
     repos = {f"{os_}_baseos_latest": [], f"{os_}_appstream": [], f"{os_}_UEKR7": [],
              f"{os_}_developer_EPEL": [], "extra": []}
+    if m == "9":
+        repos["ol9_UEKR8"] = []
     base, app = repos[f"{os_}_baseos_latest"], repos[f"{os_}_appstream"]
     base.append(Pkg("oraclelinux-release", rv, rr, **os_release_files(os_)))
+    libs = host_libs()
+    lib_pkgs = {"glibc": ("2.28" if m == "8" else "2.34", f"251.0.1.{d}" if m == "8" else f"100.0.1.{d}"),
+                "ncurses-libs": ("6.1", f"10.20180224.{d}" if m == "8" else f"10.20210508.{d}"),
+                "xz-libs": ("5.2.4" if m == "8" else "5.2.5", f"4.{d}" if m == "8" else f"8.{d}"),
+                "libzstd": ("1.4.4" if m == "8" else "1.5.1", f"1.{d}" if m == "8" else f"2.{d}"),
+                "openssl-libs": ("1.1.1k" if m == "8" else "3.0.7", f"12.{d}_9" if m == "8" else f"27.0.1.{d}"),
+                "zlib": ("1.2.11", f"25.{d}" if m == "8" else f"40.{d}")}
+    for pkg, (v, r) in lib_pkgs.items():
+        extra = {"/etc/ld.so.conf": "include ld.so.conf.d/*.conf\n"} if pkg == "glibc" else {}
+        base.append(Pkg(pkg, v, r, epoch=1 if pkg == "openssl-libs" else None,
+                        copies=libs.get(pkg, {}), files=extra,
+                        modes={p: 0o755 for p in libs.get(pkg, {})},
+                        requires=[] if pkg == "glibc" else ["glibc"]))
+    # bash: the real (Debian) bash, and a static busybox for /bin/sh and the small tools.
     base.append(Pkg("bash", "4.4.20" if m == "8" else "5.1.8", f"5.{d}" if m == "8" else f"9.{d}",
-                    copies={"/bin/busybox": BUSYBOX},
+                    copies={"/bin/busybox": BUSYBOX, "/bin/bash": "/bin/bash"},
                     links={f"/bin/{a}": "busybox" for a in BUSYBOX_APPLETS},
-                    provides=["/bin/sh", "/bin/bash"]))
+                    provides=["/bin/sh", "/bin/bash"], requires=["glibc", "ncurses-libs"]))
     # systemd: the targets every unit hangs off (systemd-analyze verify --root needs them).
     base.append(Pkg("systemd", "239" if m == "8" else "252", f"82.0.1.{d}" if m == "8" else f"32.0.1.{d}",
                     files={f"/usr/lib/systemd/system/{t}.target": f"[Unit]\nDescription={t} (synthetic)\n"
                            for t in ("sysinit", "basic", "multi-user", "timers", "network-online",
                                      "shutdown", "default")}))
-    # glibc: what the gpuhost RPM requires (its binary targets glibc 2.28, OL8's; OL9 has 2.34).
-    base.append(Pkg("glibc", "2.28" if m == "8" else "2.34", f"251.0.1.{d}" if m == "8" else f"100.0.1.{d}",
-                    files={"/etc/ld.so.conf": "include ld.so.conf.d/*.conf\n"}))
     base.append(Pkg("make", "4.2.1" if m == "8" else "4.3", f"11.{d}" if m == "8" else f"8.{d}", epoch=1,
-                    files={"/usr/bin/make": "#!/bin/sh\necho GNU Make\n"}))
+                    copies={"/usr/bin/make": "/usr/bin/make"}, requires=["glibc"]))
+    base.append(Pkg("kmod", "25" if m == "8" else "28", f"20.{d}" if m == "8" else f"9.{d}",
+                    copies={"/usr/bin/kmod": "/usr/bin/kmod"},
+                    links={f"/usr/sbin/{t}": "../bin/kmod" for t in ("depmod", "modinfo", "modprobe", "insmod",
+                                                                     "rmmod", "lsmod")},
+                    requires=["glibc", "xz-libs", "libzstd", "openssl-libs"]))
+    base.append(Pkg("xz", "5.2.4" if m == "8" else "5.2.5", f"4.{d}" if m == "8" else f"8.{d}",
+                    copies={"/usr/bin/xz": "/usr/bin/xz"}, requires=["xz-libs"]))
+    (base if m == "8" else app).append(
+        Pkg("binutils", "2.30" if m == "8" else "2.35.2", f"123.0.1.{d}" if m == "8" else f"43.0.1.{d}",
+            copies={"/usr/bin/strip": os.path.realpath("/usr/bin/strip"), **libs.get("binutils", {})},
+            modes={p: 0o755 for p in libs.get("binutils", {})}, requires=["glibc", "zlib", "libzstd"]))
+    base.append(Pkg("infiniband-diags", "48.0" if m == "8" else "51.0", f"1.{d}",
+                    files={"/usr/sbin/ibstat": "#!/bin/sh\necho 'CA mlx5_0'\n"}))
     elf = Pkg("elfutils-libelf-devel", "0.190", f"2.{d}" if m == "8" else f"2.{d}",
               files={"/usr/include/libelf.h": "/* synthetic */\n"})
     (base if m == "8" else app).append(elf)
     gv, gr = o["sysgcc"], o["sysgcc_rel"]
-    app.append(Pkg("gcc", gv, gr, files={"/usr/bin/gcc": gcc_script(o["sysgcc_text"])}))
-    app.append(Pkg("gcc-c++", gv, gr, files={"/usr/bin/g++": gcc_script(o["sysgcc_text"])},
+    app.append(Pkg("gcc", gv, gr, files={"/usr/bin/gcc": gcc_script(o["sysgcc_text"])},
+                   requires=["binutils"]))
+    app.append(Pkg("gcc-c++", gv, gr, files={"/usr/bin/g++": gcc_script(o["sysgcc_text"], "g++")},
                    requires=[f"gcc = {gv}-{gr}"]))
-    if m == "8":
-        for n, v, r, txt in (("11", "11.2.1", "9.1.0.2.el8", "gcc (GCC) 11.2.1 20220127 (Red Hat 11.2.1-9.1.0.2)"),
-                             ("13", "13.2.1", "6.0.1.el8", "gcc (GCC) 13.2.1 20231205 (Red Hat 13.2.1-6.0.1)")):
-            app.append(Pkg(f"gcc-toolset-{n}-gcc", v, r,
-                           files={f"/opt/rh/gcc-toolset-{n}/root/usr/bin/gcc": gcc_script(txt)}))
+    toolsets = ((("11", "11.2.1", "9.1.0.2.el8", "gcc (GCC) 11.2.1 20220127 (Red Hat 11.2.1-9.1.0.2)"),
+                 ("13", "13.2.1", "6.0.1.el8", "gcc (GCC) 13.2.1 20231205 (Red Hat 13.2.1-6.0.1)")) if m == "8"
+                else (("14", "14.2.1", "7.el9", UEKR8_GCC),))
+    for n, v, r, txt in toolsets:
+        # gcc-toolset-N-runtime ships the `enable` script that puts the toolset first on PATH.
+        app.append(Pkg(f"gcc-toolset-{n}-runtime", n, f"1.{d}",
+                       files={f"/opt/rh/gcc-toolset-{n}/enable":
+                              f"# General environment variables\nexport PATH=/opt/rh/gcc-toolset-{n}/root/usr/bin${{PATH:+:${{PATH}}}}\n"}))
+        app.append(Pkg(f"gcc-toolset-{n}-gcc", v, r,
+                       files={f"/opt/rh/gcc-toolset-{n}/root/usr/bin/gcc": gcc_script(txt)},
+                       requires=[f"gcc-toolset-{n}-runtime", "binutils"]))
     # kernels, headers
     newest_rhck = None
     for (name, ver, rel, gtxt, repo, devel) in KERNELS[os_]:
@@ -415,12 +556,15 @@ def base_pkgs(os_):
                     files={"/usr/include/linux/version.h": "#define LINUX_VERSION_CODE 1\n",
                            "/usr/include/linux/types.h": "/* synthetic */\n"},
                     provides=[f"glibc-kernheaders = 3:{hv}-{hr}"]))
-    # dkms (EPEL)
+    # dkms (EPEL): the real upstream script (Debian's dkms package, version DKMS_VERSION), so
+    # version and release say what it is.
     repos[f"{os_}_developer_EPEL"].append(
-        Pkg("dkms", "3.0.13", f"1.{d}", arch="noarch",
-            files={"/usr/sbin/dkms": "#!/bin/sh\n# synthetic dkms: the work is done by the kmod scriptlets\n"
-                                     "[ \"$1\" = status ] && ls -d /var/lib/dkms/*/*/*/*/module 2>/dev/null\nexit 0\n"},
-            requires=["bash", "/bin/sh", "gcc", "make", "kernel-devel-uname-r"]))
+        Pkg("dkms", DKMS_VERSION, f"1.{d}", arch="noarch",
+            copies={"/usr/sbin/dkms": "/usr/sbin/dkms"},
+            files={"/etc/dkms/framework.conf": "# DKMS framework configuration (all defaults)\n",
+                   "/etc/dkms/framework.conf.d/.keep": ""},
+            modes={"/usr/sbin/dkms": 0o755},
+            requires=["bash", "/bin/sh", "gcc", "make", "kmod", "xz", "binutils", "kernel-devel-uname-r"]))
     # container tools
     ct = []
     if m == "8":
@@ -502,149 +646,165 @@ data:
 # --------------------------------------------------------------------------------------------
 # NVIDIA driver (inner repos of the CUDA local repo packages)
 # --------------------------------------------------------------------------------------------
-DKMS_SCRIPT = r'''
-# synthetic DKMS build: one module per kernel that has /lib/modules/<kver>/vmlinuz
-ver=@VER@
-flavor=@FLAVOR@
-top=/var/lib/dkms/nvidia/$ver
-mkdir -p $top/build $top/source
-for vm in /lib/modules/*/vmlinuz; do
-  [ -e "$vm" ] || continue
-  kver=${vm#/lib/modules/}; kver=${kver%/vmlinuz}
-  logdir=$top/$kver/x86_64/log
-  mkdir -p $logdir
-  log=$logdir/make.log
-  cfg=/usr/src/kernels/$kver/.config
-  if [ ! -f "$cfg" ]; then
-    echo "Error! Your kernel headers for kernel $kver cannot be found at /lib/modules/$kver/build or /lib/modules/$kver/source." >&2
-    echo "Error! Your kernel headers for kernel $kver cannot be found." > $log
-    cp $log $top/build/make.log
-    continue
-  fi
-  kgcc=$(sed -n 's/^CONFIG_GCC_VERSION=\([0-9]*\)$/\1/p' "$cfg")
-  kmaj=$(( ${kgcc:-0} / 10000 ))
-  cc=/usr/bin/gcc
-  if [ -f /etc/dkms/nvidia.conf ]; then
-    o=$(sed -n 's/.*CC=\([^ "'"'"']*\).*/\1/p' /etc/dkms/nvidia.conf | head -n 1)
-    [ -n "$o" ] && cc=$o
-  fi
-  {
-    echo "DKMS make.log for nvidia-$ver for kernel $kver (x86_64)"
-    echo "make -j2 KERNEL_UNAME=$kver IGNORE_CC_MISMATCH='' CC=$cc modules"
-  } > $log
-  ok=1
-  if [ ! -f "$cc" ]; then
-    echo "/bin/sh: $cc: command not found" >> $log
-    echo "make[1]: *** [Makefile:1868: /var/lib/dkms/nvidia/$ver/build] Error 127" >> $log
-    ok=0
-  else
-    ccver=$(sed -n 's/^# version=//p' "$cc")
-    ccmaj=${ccver%%.*}
-    if [ "${ccmaj:-0}" -lt "$kmaj" ]; then
-      echo "warning: the compiler differs from the one used to build the kernel" >> $log
-      echo "  The kernel was built by: $(sed -n 's/^CONFIG_CC_VERSION_TEXT="\(.*\)"$/\1/p' "$cfg")" >> $log
-      echo "  You are using:           gcc (GCC) $ccver" >> $log
-      echo "gcc: error: unrecognized command line option '-ftrivial-auto-var-init=zero'" >> $log
-      echo "make[2]: *** [scripts/Makefile.build:288: /var/lib/dkms/nvidia/$ver/build/nvidia/nv.o] Error 1" >> $log
-      ok=0
-    elif [ "$flavor" = open ] && [ ! -f /usr/bin/g++ ]; then
-      echo "/bin/sh: g++: command not found" >> $log
-      echo "make[1]: *** [Makefile:34: src/nvidia/_out/Linux_x86_64/g_nvid_string.c] Error 127" >> $log
-      ok=0
-    fi
-  fi
-  cp $log $top/build/make.log
-  if [ $ok = 1 ]; then
-    echo "  LD [M]  nvidia.ko" >> $log
-    cp $log $top/build/make.log
-    mkdir -p /lib/modules/$kver/extra $top/$kver/x86_64/module
-    for m in nvidia nvidia-modeset nvidia-uvm nvidia-drm; do
-      echo "$m $ver" > /lib/modules/$kver/extra/$m.ko.xz
-      echo "$m $ver" > $top/$kver/x86_64/module/$m.ko.xz
-    done
-    echo "nvidia/$ver, $kver, x86_64: installed"
-  else
-    echo "Error! Bad return status for module build on kernel: $kver (x86_64)" >&2
-    echo "Consult /var/lib/dkms/nvidia/$ver/build/make.log for more information." >&2
-  fi
-done
-exit 0
-'''
+# The NVIDIA packaging below follows NVIDIA's spec files (see FIDELITY.md for each element):
+# NVIDIA/yum-packaging-dkms-nvidia (rhel8/rhel9: dkms-nvidia.spec, dkms-open-nvidia.spec,
+# dkms-nvidia.conf), NVIDIA/yum-packaging-precompiled-kmod, NVIDIA/yum-packaging-nvidia-driver,
+# NVIDIA/yum-packaging-nvidia-kmod-common, NVIDIA/gpu-driver-container (rhel8|9/install.sh).
+NV_MODULES = ["nvidia", "nvidia-modeset", "nvidia-drm", "nvidia-uvm", "nvidia-peermem"]
+KO_CACHE = {}
 
-DKMS_PREUN = r'''
-if [ "$1" = 0 ]; then
-  rm -f /lib/modules/*/extra/nvidia.ko.xz /lib/modules/*/extra/nvidia-modeset.ko.xz \
-        /lib/modules/*/extra/nvidia-uvm.ko.xz /lib/modules/*/extra/nvidia-drm.ko.xz
-  rm -rf /var/lib/dkms/nvidia/@VER@
-fi
-exit 0
-'''
+
+def ko_object(module, drv, flavour):
+    """A real ELF relocatable object whose .modinfo carries version=<drv>, built with the host's
+    gcc: the module "linked" by the world's kbuild (modinfo and depmod read it for real)."""
+    key = (module, drv, flavour)
+    if key in KO_CACHE:
+        return KO_CACHE[key]
+    d = os.path.join(WORK, "ko", flavour, drv)
+    os.makedirs(d, exist_ok=True)
+    lic = "Dual MIT/GPL" if flavour == "open" else "NVIDIA"
+    info = f"version={drv}\\0license={lic}\\0description=NVIDIA {module} kernel module (gpuhost test world)\\0name={module.replace('-', '_')}\\0"
+    src = os.path.join(d, f"{module}.c")
+    with open(src, "w") as f:
+        f.write(f'static const char modinfo[] __attribute__((section(".modinfo"), used, aligned(1))) = "{info}";\n'
+                f"int init_module(void) {{ return 0; }}\nvoid cleanup_module(void) {{ }}\n")
+    obj = os.path.join(d, f"{module}.o")
+    subprocess.run(["gcc", "-c", "-O0", "-o", obj, src], check=True)
+    KO_CACHE[key] = obj
+    return obj
+
+
+def dkms_conf(drv):
+    # The fields of NVIDIA's dkms-nvidia.conf, used by both flavours (the open spec copies it too).
+    lines = ['PACKAGE_NAME="nvidia"', f'PACKAGE_VERSION="{drv}"', 'AUTOINSTALL="yes"', "",
+             "MAKE[0]=\"'make' -j2 module SYSSRC=${kernel_source_dir} IGNORE_XEN_PRESENCE=1 "
+             "IGNORE_PREEMPT_RT_PRESENCE=1 IGNORE_CC_MISMATCH=1\"", ""]
+    for i, m in enumerate(NV_MODULES):
+        lines += [f'BUILT_MODULE_NAME[{i}]="{m}"', f'DEST_MODULE_LOCATION[{i}]="/extra"', ""]
+    return "\n".join(lines)
+
+
+def nv_source_makefile(flavour):
+    need_cxx = ("\t@command -v g++ >/dev/null 2>&1 || { echo '/bin/sh: g++: command not found'; exit 127; }\n"
+                if flavour == "open" else "")
+    return ("# NVIDIA kernel module source (gpuhost test world): dkms.conf runs\n"
+            "# `make module SYSSRC=<kernel build dir>`, which builds through the kernel's kbuild.\n"
+            "module modules:\n" + need_cxx +
+            "\t$(MAKE) -C $(SYSSRC) M=$(CURDIR) modules\n"
+            "clean:\n\trm -f *.o *.ko\n")
+
+
+def dkms_pkg(drv, rel, flavour, E):
+    """kmod-nvidia-latest-dkms (DKMS name `nvidia`) or kmod-nvidia-open-dkms (`nvidia-open`)."""
+    dname = "nvidia-open" if flavour == "open" else "nvidia"
+    src = f"/usr/src/{dname}-{drv}"
+    files = {f"{src}/dkms.conf": dkms_conf(drv), f"{src}/Makefile": nv_source_makefile(flavour),
+             f"{src}/Kbuild": "".join(f"obj-m += {m}.o\n" for m in NV_MODULES)}
+    copies = {}
+    for m in NV_MODULES:
+        files[f"{src}/{m}.c"] = f"/* {m}: kernel interface (gpuhost test world) */\n"
+        copies[f"{src}/{m}.o_binary"] = ko_object(m, drv, flavour)
+    other = "kmod-nvidia-latest-dkms" if flavour == "open" else "kmod-nvidia-open-dkms"
+    post = (f"dkms add -m {dname} -v {drv} -q || :\n"
+            "# Rebuild and make available for the currently running kernel\n"
+            f"dkms build -m {dname} -v {drv} -q || :\n"
+            f"dkms install -m {dname} -v {drv} -q --force || :\n")
+    preun = ("# Remove all versions from DKMS registry\n"
+             f"dkms remove -m {dname} -v {drv} -q --all || :\n")
+    return Pkg("kmod-nvidia-open-dkms" if flavour == "open" else "kmod-nvidia-latest-dkms", drv, rel, epoch=E,
+               files=files, copies=copies,
+               requires=["dkms", f"nvidia-kmod-common = {E}:{drv}"],
+               provides=[f"nvidia-kmod = {E}:{drv}"], conflicts=[other],
+               scripts={"post": post, "preun": preun})
 
 
 def nvidia_inner(os_, drv):
-    """Packages + modules.yaml of one CUDA local repo (driver version drv)."""
+    """Packages + modules.yaml of one local repo (driver version drv), by NVIDIA's packaging of
+    that branch."""
     d = OSES[os_]["dist"]
-    branch = drv.split(".")[0]
+    branch = int(drv.split(".")[0])
     rel = f"1.{d}"
     E = 3
+    nvml = "libnvidia-ml" if branch >= 560 else "nvidia-driver-NVML"
+    kmod_common_req = [f"nvidia-kmod = {E}:{drv}"] + ([f"nvidia-driver = {E}:{drv}"] if branch < 560 else []) \
+        + (["nvidia-modprobe"] if branch >= 560 else [])
+    fm_name = "nvidia-fabricmanager" if branch >= 580 else "nvidia-fabric-manager"
     common = [
         Pkg("nvidia-driver", drv, rel, epoch=E,
             files={f"/usr/lib64/nvidia/driver-{drv}": "synthetic\n"},
-            requires=[f"nvidia-driver-libs = {E}:{drv}-{rel}", f"nvidia-kmod = {E}:{drv}",
-                      f"nvidia-kmod-common = {E}:{drv}-{rel}"]),
+            requires=[f"nvidia-driver-libs = {E}:{drv}-{rel}", f"nvidia-kmod-common = {E}:{drv}"]),
         Pkg("nvidia-driver-libs", drv, rel, epoch=E,
-            files={f"/usr/lib64/libnvidia-glcore.so.{drv}": "synthetic\n"}),
+            files={f"/usr/lib64/libnvidia-glcore.so.{drv}": "synthetic\n"},
+            requires=[f"{nvml} = {E}:{drv}-{rel}"]),
         Pkg("nvidia-driver-cuda", drv, rel, epoch=E,
             files={"/usr/bin/nvidia-smi": f"#!/bin/sh\necho NVIDIA-SMI {drv}\n"},
-            requires=[f"nvidia-driver-cuda-libs = {E}:{drv}-{rel}", f"nvidia-persistenced = {E}:{drv}-{rel}"]),
+            requires=[f"nvidia-driver-cuda-libs = {E}:{drv}-{rel}", f"nvidia-persistenced = {E}:{drv}-{rel}"]
+            + ([f"nvidia-kmod-common = {E}:{drv}"] if branch >= 560 else [])),
         Pkg("nvidia-driver-cuda-libs", drv, rel, epoch=E,
-            files={f"/usr/lib64/libnvidia-ml.so.{drv}": "synthetic\n", f"/usr/lib64/libcuda.so.{drv}": "synthetic\n"},
-            links={"/usr/lib64/libnvidia-ml.so.1": f"libnvidia-ml.so.{drv}",
-                   "/usr/lib64/libcuda.so.1": f"libcuda.so.{drv}"}),
+            files={f"/usr/lib64/libcuda.so.{drv}": "synthetic\n"},
+            links={"/usr/lib64/libcuda.so.1": f"libcuda.so.{drv}"},
+            requires=[f"{nvml} = {E}:{drv}-{rel}"]),
+        Pkg(nvml, drv, rel, epoch=E,
+            files={f"/usr/lib64/libnvidia-ml.so.{drv}": "synthetic\n"},
+            links={"/usr/lib64/libnvidia-ml.so.1": f"libnvidia-ml.so.{drv}"}),
         Pkg("nvidia-kmod-common", drv, rel, epoch=E, arch="noarch",
-            files={"/usr/lib/modprobe.d/nvidia.conf": "blacklist nouveau\noptions nouveau modeset=0\n",
-                   "/etc/dracut.conf.d/nvidia.conf": 'omit_drivers+=" nouveau "\n'},
-            requires=[f"nvidia-kmod = {E}:{drv}"]),
+            files={"/usr/lib/modprobe.d/nvidia.conf":
+                   "blacklist nouveau\n\nsoftdep nvidia post: nvidia-uvm nvidia-drm\n",
+                   "/usr/lib/dracut/dracut.conf.d/99-nvidia.conf":
+                   'omit_drivers+=" nvidia nvidia-drm nvidia-modeset nvidia-uvm nvidia-peermem "\n'},
+            requires=kmod_common_req),
+        Pkg("nvidia-modprobe", drv, rel, epoch=E, files={"/usr/bin/nvidia-modprobe": "#!/bin/sh\n"}),
         Pkg("nvidia-persistenced", drv, rel, epoch=E,
             files={"/usr/bin/nvidia-persistenced": "#!/bin/sh\n",
                    "/usr/lib/systemd/system/nvidia-persistenced.service":
                    unit("NVIDIA Persistence Daemon", "/usr/bin/nvidia-persistenced --verbose", "syslog.target")}),
         Pkg("nvidia-settings", drv, rel, epoch=E, files={"/usr/bin/nvidia-settings": "#!/bin/sh\n"}),
-        fm_pkg(drv, d),
+        fm_pkg(drv, d, fm_name),
+        Pkg("libnvidia-nscq" if branch >= 580 else f"libnvidia-nscq-{branch}", drv, "1",
+            files={f"/usr/lib64/libnvidia-nscq.so.{drv}": "synthetic\n"}),
     ]
-    dkms = Pkg("kmod-nvidia-latest-dkms", drv, rel, epoch=E,
-               files={f"/usr/src/nvidia-{drv}/dkms.conf":
-                      f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{drv}"\nAUTOINSTALL="yes"\n'},
-               requires=["dkms", f"nvidia-kmod-common = {E}:{drv}"],
-               provides=[f"nvidia-kmod = {E}:{drv}"], conflicts=["kmod-nvidia-open-dkms"],
-               scripts={"posttrans": DKMS_SCRIPT.replace("@VER@", drv).replace("@FLAVOR@", "proprietary"),
-                        "preun": DKMS_PREUN.replace("@VER@", drv)})
-    opend = Pkg("kmod-nvidia-open-dkms", drv, rel, epoch=E,
-                files={f"/usr/src/nvidia-open-{drv}/dkms.conf":
-                       f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{drv}"\nAUTOINSTALL="yes"\n'},
-                requires=["dkms", f"nvidia-kmod-common = {E}:{drv}"],
-                provides=[f"nvidia-kmod = {E}:{drv}"], conflicts=["kmod-nvidia-latest-dkms"],
-                scripts={"posttrans": DKMS_SCRIPT.replace("@VER@", drv).replace("@FLAVOR@", "open"),
-                         "preun": DKMS_PREUN.replace("@VER@", drv)})
+    if branch >= 550:
+        common.append(Pkg("nvidia-imex" if branch >= 580 else f"nvidia-imex-{branch}", drv, "1",
+                          files={"/usr/bin/nvidia-imex": "#!/bin/sh\n",
+                                 "/etc/nvidia-imex/config.cfg": "NETWORK_INTERFACE=\n",
+                                 "/usr/lib/systemd/system/nvidia-imex.service":
+                                 unit("NVIDIA IMEX service", "/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg")}))
+        common.append(Pkg("nvlsm", "2025.06.5", "1",
+                          files={"/opt/nvidia/nvlsm/sbin/nvlsm": "#!/bin/sh\n",
+                                 "/usr/share/nvidia/nvlsm/nvlsm.conf": "# nvlsm\n"},
+                          requires=["infiniband-diags"]))
+    dkms = dkms_pkg(drv, rel, "proprietary", E)
+    opend = dkms_pkg(drv, rel, "open", E)
     pre = []
     for (name, kv, kr, _g, _repo, _dev) in KERNELS[os_]:
         if name != "kernel":
             continue
         kshort = kr.rsplit(".", 1)[0]  # 553.16.1
         uname = f"{kv}-{kr}.x86_64"
+        # NVIDIA links these in %post into extra/drivers/video/nvidia/ and runs depmod (world:
+        # the linked modules are shipped, the depmod is real).
         pre.append(Pkg(f"kmod-nvidia-{drv}-{kv}-{kshort}", drv, f"3.{kr.rsplit('.', 1)[1]}", epoch=E,
-                       files={f"/lib/modules/{uname}/extra/{m}.ko.xz": f"{m} {drv}\n"
-                              for m in ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm")},
-                       requires=[f"kernel-uname-r = {uname}", f"nvidia-kmod-common = {E}:{drv}"],
-                       provides=[f"nvidia-kmod = {E}:{drv}", "installonlypkg(kernel-module)"]))
+                       copies={f"/lib/modules/{uname}/extra/drivers/video/nvidia/{m}.ko": ko_object(m, drv, "proprietary")
+                               for m in NV_MODULES},
+                       requires=[f"kernel-uname-r = {uname}", f"nvidia-kmod-common = {E}:{drv}", "kmod"],
+                       provides=[f"nvidia-kmod = {E}:{drv}", "installonlypkg(kernel-module)"],
+                       conflicts=["kmod-nvidia-latest-dkms"],
+                       scripts={"post": f"depmod -a {uname}\n", "postun": f"depmod -a {uname}\n"}))
     cuda_drivers = Pkg("cuda-drivers", drv, "1",
                        requires=[f"nvidia-driver = {E}:{drv}", f"nvidia-driver-cuda = {E}:{drv}",
                                  f"nvidia-settings = {E}:{drv}"])
-    streams = [(branch, pre), ("latest", pre), (f"{branch}-dkms", [dkms]), ("latest-dkms", [dkms]),
+    metas = [cuda_drivers]
+    if branch >= 560:
+        # NVIDIA's meta package for the open flavour: `dnf install nvidia-open` (Kernel Modules chapter).
+        metas.append(Pkg("nvidia-open", drv, "1",
+                         requires=[f"nvidia-driver = {E}:{drv}", f"nvidia-driver-cuda = {E}:{drv}",
+                                   f"nvidia-settings = {E}:{drv}", f"kmod-nvidia-open-dkms = {E}:{drv}"]))
+    streams = [(str(branch), pre), ("latest", pre), (f"{branch}-dkms", [dkms]), ("latest-dkms", [dkms]),
                (f"{branch}-open", [opend]), ("open-dkms", [opend])]
+    default_stream = "open-dkms" if branch >= 560 else "latest-dkms"
     docs = []
     for i, (stream, kmods) in enumerate(streams):
-        arts = "\n".join(f"      - {p.nevra()}" for p in common + kmods)
+        arts = "\n".join(f"      - {p.nevra()}" for p in common + kmods + metas)
         src = "\n".join(f"      - {p.name}" for p in kmods) if "dkms" in stream or "open" in stream else \
             "      - nvidia-driver"
         docs.append(f"""---
@@ -682,7 +842,7 @@ data:
       rpms:
       - nvidia-driver
       - nvidia-driver-cuda
-      - nvidia-fabric-manager
+      - {fm_name}
     src:
       description: Source files for compilation
       rpms:
@@ -698,18 +858,32 @@ document: modulemd-defaults
 version: 1
 data:
   module: nvidia-driver
-  stream: "latest-dkms"
+  stream: "{default_stream}"
   profiles:
 {prof}
 ...
 """)
-    pkgs = common + [dkms, opend] + pre + [cuda_drivers]
+    pkgs = common + [dkms, opend] + pre + metas
     return pkgs, "".join(docs)
 
 
-CUDA_LOCAL = [("ol8", "rhel8", "12-2", "12.2.2", "535.104.05"),
-              ("ol8", "rhel8", "12-4", "12.4.1", "550.54.15"),
-              ("ol9", "rhel9", "12-2", "12.2.2", "535.104.05")]
+# NVIDIA's local repo packages: (os, kind, rhel, name part, cuda version, driver).
+LOCAL_REPOS = [("ol8", "cuda", "rhel8", "12-2", "12.2.2", "535.104.05"),
+               ("ol8", "cuda", "rhel8", "12-4", "12.4.1", "550.54.15"),
+               ("ol8", "cuda", "rhel8", "12-6", "12.6.3", "560.35.05"),
+               ("ol9", "cuda", "rhel9", "12-2", "12.2.2", "535.104.05"),
+               ("ol9", "cuda", "rhel9", "13-0", "13.0.1", "580.82.07"),
+               ("ol9", "driver", "rhel9", None, None, "570.124.06"),
+               ("ol8", "driver", "rhel8", None, None, "580.82.07")]
+
+
+def local_repo_names(kind, rh, mm, cuda, drv):
+    """(package, version, release, repo dir, repo id) as NVIDIA names them."""
+    if kind == "cuda":
+        pkg = f"cuda-repo-{rh}-{mm}-local"
+        return pkg, f"{cuda}_{drv}", "1", f"/var/{pkg}", f"cuda-{rh}-{mm}-local"
+    pkg = f"nvidia-driver-local-repo-{rh}-{drv}"
+    return pkg, "1.0", "1", f"/var/{pkg}", f"nvidia-driver-local-{rh}-{drv}"
 
 
 def main():
@@ -731,27 +905,26 @@ def main():
             jobs.append((pkgs, f"{rd}/Packages", None))
             repo_dirs[rd] = modules_container_tools(ct) if rid == "ol8_appstream" else None
     inner = []
-    for (os_, rh, mm, cuda, drv) in CUDA_LOCAL:
+    for (os_, kind, rh, mm, cuda, drv) in LOCAL_REPOS:
         pkgs, yaml = nvidia_inner(os_, drv)
-        idir = f"{WORK}/inner/{rh}-{mm}/var/cuda-repo-{rh}-{mm}-local"
+        pkg, _v, _r, rdir, _rid = local_repo_names(kind, rh, mm, cuda, drv)
+        idir = f"{WORK}/inner/{pkg}{rdir}"
         jobs.append((pkgs, idir, None))
-        inner.append((os_, rh, mm, cuda, drv, idir, yaml))
+        inner.append((os_, kind, rh, mm, cuda, drv, idir, yaml))
     build_all(jobs)
     for rd, y in repo_dirs.items():
         createrepo(rd, y)
-    # the CUDA local repo packages: the inner repo shipped as files
-    local_pkgs, jobs2 = [], []
-    for (os_, rh, mm, cuda, drv, idir, yaml) in inner:
+    # the local repo packages: the inner repo shipped as files, and its .repo file
+    jobs2 = []
+    for (os_, kind, rh, mm, cuda, drv, idir, yaml) in inner:
         # rpmbuild puts rpms in <idir>/<arch>/: fine for createrepo (it recurses)
         createrepo(idir, yaml)
-        name = f"cuda-repo-{rh}-{mm}-local"
-        repo_file = (f"[cuda-{rh}-{mm}-local]\nname=cuda-{rh}-{mm}-local\n"
-                     f"baseurl=file:///var/cuda-repo-{rh}-{mm}-local\nenabled=1\ngpgcheck=0\n")
-        mk = lambda: Pkg(name, f"{cuda}_{drv}", "1",
-                         trees=[(f"/var/cuda-repo-{rh}-{mm}-local", idir)],
-                         files={f"/etc/yum.repos.d/cuda-{rh}-{mm}-local.repo": repo_file})
+        pkg, ver, rel, rdir, rid = local_repo_names(kind, rh, mm, cuda, drv)
+        repo_file = f"[{rid}]\nname={rid}\nbaseurl=file://{rdir}\nenabled=1\ngpgcheck=0\n"
+        mk = lambda: Pkg(pkg, ver, rel, trees=[(rdir, idir)],
+                         files={f"/etc/yum.repos.d/{rid}.repo": repo_file})
         jobs2.append(([mk()], f"{OUT}/rpms/cuda-local", None))
-        if (rh, mm) == ("rhel8", "12-2"):
+        if (pkg, kind) == ("cuda-repo-rhel8-12-2-local", "cuda"):
             jobs2.append(([mk()], f"{WORK}/aarch64", "aarch64"))
     build_all(jobs2)
     cl = f"{OUT}/rpms/cuda-local"

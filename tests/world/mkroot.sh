@@ -29,6 +29,10 @@ if [ -n "$(ls -A "$root")" ]; then echo "mkroot: $root is not empty" >&2; exit 1
 
 mkdir -p "$root/etc" "$root/var/lib/rpm" "$root/var/log" "$root/var/cache" "$root/var/tmp" "$root/tmp" "$root/run"
 rpm --root "$root" --initdb
+# Image builders bind-mount /dev into the root; scriptlets and DKMS need at least /dev/null.
+# DKMS (a bash script) also wants /proc (mounted by whoever runs it: `unshare --mount-proc`) and
+# /dev/fd for its process substitutions.
+mkdir -p "$root/dev" "$root/proc" && mknod -m 666 "$root/dev/null" c 1 3 && ln -s /proc/self/fd "$root/dev/fd"
 
 if [ "$os" = ubuntu ]; then
   cat > "$root/etc/os-release" <<'OSR'
@@ -62,7 +66,13 @@ find_rpm() { # NAME-VER-REL file name (without .arch.rpm) or package name; print
 
 # shellcheck disable=SC2206
 files=($rdir/*/Packages/oraclelinux-release-*.rpm)
-for k in "${kernels[@]}"; do files+=("$(find_rpm "$(pkg_of "$k")-$(strip "$k")")"); done
+for k in "${kernels[@]}"; do
+  files+=("$(find_rpm "$(pkg_of "$k")-$(strip "$k")")")
+  # UEK8 splits the kernel: kernel-uek (meta), -core (vmlinuz), -modules-core, -modules.
+  for sub in core modules-core modules; do
+    f=$(find_rpm "$(pkg_of "$k")-$sub-$(strip "$k")" 2>/dev/null) && files+=("$f")
+  done
+done
 for e in "${extras[@]}"; do files+=("$(find_rpm "$e")"); done
 rpm --root "$root" -i --nodeps --force-debian --noscripts --nosignature "${files[@]}"
 
@@ -79,6 +89,7 @@ if [ $repos = 1 ]; then
   repo oracle-linux-$os.repo ${os}_baseos_latest "Oracle Linux $major BaseOS Latest (\$basearch)"
   repo oracle-linux-$os.repo ${os}_appstream "Oracle Linux $major Application Stream (\$basearch)"
   repo uek-$os.repo ${os}_UEKR7 "Latest Unbreakable Enterprise Kernel Release 7 for Oracle Linux $major (\$basearch)"
+  [ "$major" = 9 ] && repo uek-$os.repo ol9_UEKR8 "Latest Unbreakable Enterprise Kernel Release 8 for Oracle Linux 9 (\$basearch)"
   repo oracle-epel-$os.repo ${os}_developer_EPEL "Oracle Linux $major EPEL Packages for Development (\$basearch)"
   repo docker-ce.repo docker-ce-stable "Docker CE Stable - \$basearch"
   repo nvidia-container-toolkit.repo nvidia-container-toolkit "nvidia-container-toolkit"

@@ -6,9 +6,12 @@
 //! `CONFIG_CC_VERSION_TEXT` in the kernel's configuration — `/usr/src/kernels/<kver>/.config`
 //! (headers), else the copy the kernel package itself ships (`/lib/modules/<kver>/config`,
 //! `/boot/config-<kver>`), so that it is known before the headers are installed; when it is
-//! newer than the system gcc, the matching `gcc-toolset-N-gcc` is installed and
-//! `/etc/dkms/nvidia.conf` makes DKMS build with it. The override is written before the
-//! package transaction, whose DKMS scriptlet reads it.
+//! newer than the system gcc, the matching `gcc-toolset-N-gcc` is installed and DKMS is told to
+//! build *every* module of that kernel series with it (NVIDIA's Oracle Linux page), RHCK
+//! keeping the system gcc: a `framework.conf.d` drop-in naming an environment script (dkms >=
+//! 3.3) and `/etc/dkms/<module>.conf` for `nvidia`, `nvidia-open` and every module with sources
+//! in `/usr/src` (older dkms); see [`crate::dkms_cc`]. They are written before the package
+//! transaction.
 
 use anyhow::Result;
 
@@ -18,8 +21,6 @@ use crate::runner::{Change, Check, Ctx, FileWrite, Step, Work};
 
 pub struct BuildDeps;
 
-/// DKMS's per-module configuration, read after the module's own dkms.conf.
-pub const DKMS_OVERRIDE: &str = "/etc/dkms/nvidia.conf";
 /// The first line of an override gpuhost wrote.
 const MARKER: &str = "# Written by gpuhost";
 
@@ -62,31 +63,13 @@ fn system_gcc_major(os_major: u32) -> u32 {
     }
 }
 
-/// The compiler path of `gcc-toolset-N`.
-pub fn toolset_gcc(n: u32) -> String {
-    format!("/opt/rh/gcc-toolset-{n}/root/usr/bin/gcc")
-}
-
-/// The content of `/etc/dkms/nvidia.conf` that builds with `gcc-toolset-N`.
-pub fn override_text(n: u32, why: &str) -> String {
-    // `why` comes from the kernel's .config: one comment line, whatever it holds.
-    let why: String = why
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    format!(
-        "{MARKER}: build the NVIDIA module with the compiler that built the kernel\n\
-         # ({why}).\n\
-         MAKE[0]=\"'make' -j$(nproc) NV_EXCLUDE_BUILD_MODULES='' KERNEL_UNAME=${{kernelver}} IGNORE_CC_MISMATCH='' CC={} modules\"\n",
-        toolset_gcc(n)
-    )
-}
-
 /// What the step wants, worked out from the profile and the files of the served kernels.
 struct Wanted {
     packages: Vec<String>,
     /// `(toolset major, why)` when a served kernel needs a newer GCC than the system one.
     toolset: Option<(u32, String)>,
+    /// Every served kernel series that needs a toolset, for DKMS's compiler configuration.
+    toolsets: Vec<crate::dkms_cc::Toolset>,
     notes: Vec<String>,
 }
 
@@ -100,6 +83,7 @@ fn wanted(ctx: &Ctx<'_>, system_major: u32) -> Wanted {
     }
     let mut notes = Vec::new();
     let mut toolset: Option<(u32, String)> = None;
+    let mut toolsets: Vec<crate::dkms_cc::Toolset> = Vec::new();
     for kver in ctx.facts.kernels_to_serve() {
         let config = [
             format!("/usr/src/kernels/{kver}/.config"),
@@ -119,6 +103,15 @@ fn wanted(ctx: &Ctx<'_>, system_major: u32) -> Wanted {
                 if toolset.as_ref().is_none_or(|(n, _)| major > *n) {
                     toolset = Some((major, format!("{kver} was built by {text}")));
                 }
+                let pattern =
+                    crate::dkms_cc::uek_series_pattern(&kver).unwrap_or_else(|| kver.clone());
+                if !toolsets.iter().any(|t| t.pattern == pattern) {
+                    toolsets.push(crate::dkms_cc::Toolset {
+                        pattern,
+                        major,
+                        why: format!("{kver} was built by {text}"),
+                    });
+                }
             }
             Some((_, Some(_))) => {}
             Some((text, None)) => notes.push(format!(
@@ -127,14 +120,41 @@ fn wanted(ctx: &Ctx<'_>, system_major: u32) -> Wanted {
             None => notes.push(format!("{kver}: its .config names no compiler")),
         }
     }
+    for t in &toolsets {
+        if !packages.contains(&t.package()) {
+            packages.push(t.package());
+        }
+    }
     if let Some((n, _)) = &toolset {
-        packages.push(format!("gcc-toolset-{n}-gcc"));
+        let p = format!("gcc-toolset-{n}-gcc");
+        if !packages.contains(&p) {
+            packages.push(p);
+        }
     }
     Wanted {
         packages,
         toolset,
+        toolsets,
         notes,
     }
+}
+
+/// DKMS modules with sources on the host (`/usr/src/<module>-<version>/dkms.conf`).
+fn dkms_source_modules(ctx: &Ctx<'_>) -> Vec<String> {
+    let Ok(names) = ctx.host.list_dir("/usr/src") else {
+        return Vec::new();
+    };
+    names
+        .into_iter()
+        .filter_map(|dir| {
+            let conf = ctx
+                .host
+                .read_opt(format!("/usr/src/{dir}/dkms.conf"))
+                .ok()??;
+            let v = crate::dkms_cc::package_version(&conf)?;
+            crate::dkms_cc::module_of_source_dir(&dir, &v)
+        })
+        .collect()
 }
 
 impl BuildDeps {
@@ -200,36 +220,77 @@ impl Step for BuildDeps {
             };
             check.changes.push(Change::install(missing, why));
         }
-        let current = ctx.host.read_opt(DKMS_OVERRIDE)?;
-        match &w.toolset {
-            Some((n, why)) => {
-                let text = override_text(*n, why);
-                if current.as_deref() != Some(text.as_str()) {
-                    let was = if current.is_some() {
-                        "has other content"
-                    } else {
-                        "absent"
-                    };
-                    check.changes.push(Change::new(
-                        Work::Configure(FileWrite::new(DKMS_OVERRIDE, text, 0o644)),
-                        format!(
-                            "CC={}: {why}, the system gcc is {system_major}; the file is {was}",
-                            toolset_gcc(*n)
-                        ),
-                    ));
-                } else {
-                    check.notes.push(format!(
-                        "{DKMS_OVERRIDE} builds with gcc-toolset-{n} ({why})"
-                    ));
-                }
+        // DKMS's compiler for every module of the UEK kernels that need it (see dkms_cc):
+        // dkms >= 3.3 reads the framework drop-in, older ones the per-module files.
+        let mut modules: Vec<String> = vec!["nvidia".into(), "nvidia-open".into()];
+        modules.extend(dkms_source_modules(ctx));
+        modules.sort();
+        modules.dedup();
+        let mut files: Vec<(String, String)> = Vec::new();
+        if !w.toolsets.is_empty() {
+            files.push((
+                crate::dkms_cc::FRAMEWORK_DROPIN.into(),
+                crate::dkms_cc::framework_dropin(),
+            ));
+            files.push((
+                crate::dkms_cc::ENV_SCRIPT.into(),
+                crate::dkms_cc::env_script(&w.toolsets),
+            ));
+            for m in &modules {
+                files.push((
+                    crate::dkms_cc::module_conf_path(m),
+                    crate::dkms_cc::module_conf(m, &w.toolsets),
+                ));
             }
-            None => {
-                if current.as_deref().is_some_and(|t| t.starts_with(MARKER)) {
-                    check.changes.push(Change::new(
-                        Work::Unconfigure(DKMS_OVERRIDE.to_string()),
-                        format!("no served kernel needs a compiler newer than the system gcc {system_major}"),
-                    ));
-                }
+        }
+        let why = w
+            .toolsets
+            .iter()
+            .map(|t| format!("{}: gcc-toolset-{}", t.why, t.major))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut in_place = Vec::new();
+        for (path, text) in &files {
+            let current = ctx.host.read_opt(path)?;
+            if current.as_deref() == Some(text.as_str()) {
+                in_place.push(path.clone());
+                continue;
+            }
+            let was = if current.is_some() {
+                "has other content"
+            } else {
+                "absent"
+            };
+            check.changes.push(Change::new(
+                Work::Configure(FileWrite::new(path.clone(), text.clone(), 0o644)),
+                format!("DKMS builds every module for UEK with the kernel's compiler ({why}), the system gcc is {system_major}; the file is {was}"),
+            ));
+        }
+        if !in_place.is_empty() {
+            check.notes.push(format!(
+                "DKMS compiler for UEK: {why} ({})",
+                in_place.join(", ")
+            ));
+        }
+        // gpuhost's own files that are no longer wanted.
+        let mut ours: Vec<String> = vec![
+            crate::dkms_cc::FRAMEWORK_DROPIN.into(),
+            crate::dkms_cc::ENV_SCRIPT.into(),
+        ];
+        ours.extend(modules.iter().map(|m| crate::dkms_cc::module_conf_path(m)));
+        for path in ours {
+            if files.iter().any(|(p, _)| *p == path) {
+                continue;
+            }
+            if ctx
+                .host
+                .read_opt(&path)?
+                .is_some_and(|t| t.starts_with(MARKER))
+            {
+                check.changes.push(Change::new(
+                    Work::Unconfigure(path),
+                    format!("no served kernel needs a compiler newer than the system gcc {system_major}"),
+                ));
             }
         }
         if check.changes.is_empty() {
@@ -273,14 +334,5 @@ mod tests {
     #[test]
     fn a_config_without_compiler_says_so() {
         assert_eq!(kernel_compiler("CONFIG_MODULES=y\n"), None);
-    }
-
-    #[test]
-    fn the_override_names_the_toolset_compiler() {
-        let t = override_text(11, "x");
-        let evil = override_text(11, "gcc\nMAKE[0]=\"rm -rf /\"\r");
-        assert_eq!(evil.lines().count(), t.lines().count(), "{evil}");
-        assert!(t.contains("CC=/opt/rh/gcc-toolset-11/root/usr/bin/gcc modules\""));
-        assert!(t.starts_with(MARKER));
     }
 }

@@ -1,10 +1,15 @@
-//! `kernel-module`: "installed" is not "built". The NVIDIA module must exist for the target
-//! kernel and for the default boot kernel (the next boot runs it): for DKMS streams in DKMS's
-//! tree for the driver's version (`/var/lib/dkms/nvidia/<ver>/<kver>/<arch>/module/`), for
-//! precompiled streams in `/lib/modules/<kver>/extra/`. DKMS failures do not fail the RPM
-//! scriptlet, so a missing module is rebuilt once (`dnf reinstall` of the kmod package runs
-//! the DKMS build again) and, if still missing, is a failure that shows the tail of `make.log`.
-//! On a live host the loaded module must be the driver's version.
+//! `kernel-module`: "installed" is not "built". For the target kernel and the default boot kernel
+//! (the next boot runs it), the `nvidia` module that modprobe would load (`modules.dep` under
+//! `/lib/modules/<kver>/`: `extra/`, `updates/`, `weak-updates/`, `kernel/drivers/video/`) must
+//! carry the driver's version in its modinfo — however it got there (see [`crate::kmods`]).
+//! NVIDIA's DKMS packages register as `nvidia` (proprietary, `kmod-nvidia-latest-dkms`) or
+//! `nvidia-open` (open, `kmod-nvidia-open-dkms`; NVIDIA/yum-packaging-dkms-nvidia
+//! `dkms-open-nvidia.spec`), and their `%post` builds for the *running* kernel only, ignoring
+//! failures (`|| :`). So a missing module of a DKMS stream is built with `dkms install -m <name>
+//! -v <ver> -k <kver>` for each kernel that lacks it (in an install root: chrooted); if it is
+//! still missing, the step fails with the tail of that build's `make.log`
+//! (`/var/lib/dkms/<name>/<ver>/…`). DKMS's tree is for diagnostics only. On a live host the
+//! loaded module must be the driver's version.
 
 use anyhow::Result;
 
@@ -12,6 +17,7 @@ use super::module::precompiled_kmod;
 use super::{driver_version, host_arch, StreamKind};
 use crate::cmd::tail_lines;
 use crate::error::hinted;
+use crate::kmods;
 use crate::runner::{Change, Check, Ctx, Step, Work};
 
 pub struct KernelModule;
@@ -19,32 +25,35 @@ pub struct KernelModule;
 /// Lines of make.log an error shows.
 const LOG_LINES: usize = 6;
 
-fn has_ko(ctx: &Ctx<'_>, dir: &str) -> bool {
-    ctx.host
-        .files_with_prefix(dir, "nvidia.ko")
-        .into_iter()
-        .any(|f| f == "nvidia.ko" || f.starts_with("nvidia.ko."))
-}
-
-/// True when the module for `kver` is there.
-fn built(ctx: &Ctx<'_>, kind: StreamKind, drv: &str, kver: &str) -> bool {
+/// DKMS's name for a stream's module (`dkms add -m NAME`).
+pub fn dkms_name(kind: StreamKind) -> Option<&'static str> {
     match kind {
-        StreamKind::Precompiled => has_ko(ctx, &format!("/lib/modules/{kver}/extra")),
-        StreamKind::Dkms | StreamKind::Open => has_ko(
-            ctx,
-            &format!("/var/lib/dkms/nvidia/{drv}/{kver}/{}/module", host_arch()),
-        ),
+        StreamKind::Precompiled => None,
+        StreamKind::Dkms => Some("nvidia"),
+        StreamKind::Open => Some("nvidia-open"),
     }
 }
 
-/// The tail of DKMS's make.log for `kver` (its own log, else the last build's).
-fn make_log(ctx: &Ctx<'_>, drv: &str, kver: &str) -> Option<(String, String)> {
+/// What modprobe would load as `nvidia` for `kver`.
+fn module_state(ctx: &Ctx<'_>, kver: &str) -> kmods::ModuleState {
+    kmods::state(ctx.host, kver, "nvidia").unwrap_or(kmods::ModuleState::Absent)
+}
+
+/// True when modprobe would load the driver's `nvidia` module for `kver`.
+fn built(ctx: &Ctx<'_>, drv: &str, kver: &str) -> bool {
+    module_state(ctx, kver).is_version(drv)
+}
+
+/// The tail of DKMS's make.log for `kver` (dkms ≥ 3.1 keeps one per kernel; 3.0 keeps the last
+/// build's in `build/`).
+fn make_log(ctx: &Ctx<'_>, kind: StreamKind, drv: &str, kver: &str) -> Option<(String, String)> {
+    let name = dkms_name(kind)?;
     [
         format!(
-            "/var/lib/dkms/nvidia/{drv}/{kver}/{}/log/make.log",
+            "/var/lib/dkms/{name}/{drv}/{kver}/{}/log/make.log",
             host_arch()
         ),
-        format!("/var/lib/dkms/nvidia/{drv}/build/make.log"),
+        format!("/var/lib/dkms/{name}/{drv}/build/make.log"),
     ]
     .into_iter()
     .find_map(|p| {
@@ -62,11 +71,11 @@ fn role(ctx: &Ctx<'_>, kver: &str) -> &'static str {
 }
 
 impl KernelModule {
-    fn missing(ctx: &Ctx<'_>, kind: StreamKind, drv: &str) -> Vec<String> {
+    fn missing(ctx: &Ctx<'_>, drv: &str) -> Vec<String> {
         ctx.facts
             .kernels_to_serve()
             .into_iter()
-            .filter(|k| !built(ctx, kind, drv, k))
+            .filter(|k| !built(ctx, drv, k))
             .collect()
     }
 
@@ -74,10 +83,16 @@ impl KernelModule {
         let kver = missing.first().map(String::as_str).unwrap_or_default();
         let all = missing
             .iter()
-            .map(|k| format!("{k} ({})", role(ctx, k)))
+            .map(|k| {
+                format!(
+                    "{k} ({}; {})",
+                    role(ctx, k),
+                    module_state(ctx, k).describe()
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ");
-        match (kind, make_log(ctx, drv, kver)) {
+        match (kind, make_log(ctx, kind, drv, kver)) {
             (StreamKind::Precompiled, _) => hinted(
                 format!("no NVIDIA {drv} module for kernel {all}: the precompiled stream has none for it"),
                 "use a DKMS stream (latest-dkms), or boot a kernel NVIDIA built modules for",
@@ -117,7 +132,7 @@ impl Step for KernelModule {
         let drv = driver_version(ctx)?.driver;
         let kind = StreamKind::of(&ctx.profile.driver.stream);
         let mut check = Check::default();
-        let missing = Self::missing(ctx, kind, &drv);
+        let missing = Self::missing(ctx, &drv);
         let kmod_installed = match kind.dkms_package() {
             Some(k) => ctx.installed_one(k)?.iter().any(|p| p.version == drv),
             None => false,
@@ -136,7 +151,7 @@ impl Step for KernelModule {
                 return Err(Self::failure(ctx, kind, &drv, &missing));
             }
         }
-        if kind != StreamKind::Precompiled && !missing.is_empty() {
+        if let (Some(module), false) = (dkms_name(kind), missing.is_empty()) {
             let package = kind.dkms_package().unwrap_or_default().to_string();
             let why = if kmod_installed {
                 format!(
@@ -148,11 +163,12 @@ impl Step for KernelModule {
                         .join(" and ")
                 )
             } else {
-                format!("no NVIDIA {drv} module yet: the driver step installs {package}, whose DKMS build makes it; built again only if that did not")
+                format!("no NVIDIA {drv} module yet: the driver step installs {package}; DKMS ({module}) builds it for each served kernel")
             };
             check.changes.push(Change::new(
                 Work::Rebuild {
-                    package,
+                    module: module.to_string(),
+                    version: drv.clone(),
                     kernels: missing.clone(),
                 },
                 why,
@@ -162,9 +178,13 @@ impl Step for KernelModule {
         let have: Vec<&String> = served.iter().filter(|k| !missing.contains(k)).collect();
         if !have.is_empty() {
             check.notes.push(format!(
-                "NVIDIA {drv} module built for {}",
+                "NVIDIA {drv} module for {}",
                 have.iter()
-                    .map(|k| format!("{k} ({})", role(ctx, k)))
+                    .map(|k| format!(
+                        "{k} ({}: {})",
+                        role(ctx, k),
+                        module_state(ctx, k).describe()
+                    ))
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
@@ -193,25 +213,42 @@ impl Step for KernelModule {
         Ok(check)
     }
 
-    /// A rebuild is judged by its result: DKMS failures do not fail the RPM scriptlet, so a
-    /// module still missing afterwards fails the step with the tail of `make.log`.
+    /// Each kernel's build is judged by its result, one kernel at a time, so that a failure
+    /// shows that build's `make.log` (DKMS 3.0 keeps only the last build's).
     fn apply(&self, ctx: &mut Ctx<'_>, work: &Work) -> Result<()> {
-        if let Work::Rebuild { package, .. } = work {
-            let drv = driver_version(ctx)?.driver;
+        if let Work::Rebuild {
+            module,
+            version,
+            kernels,
+        } = work
+        {
             let kind = StreamKind::of(&ctx.profile.driver.stream);
+            let package = kind.dkms_package().unwrap_or_default();
             if ctx.installed_one(package)?.is_empty() {
-                // Nothing to rebuild: the driver's transaction did not install it.
+                // Nothing to build: the driver's transaction did not install it.
                 return Err(Self::failure(
                     ctx,
                     kind,
-                    &drv,
-                    &Self::missing(ctx, kind, &drv),
+                    version,
+                    &Self::missing(ctx, version),
                 ));
             }
-            crate::work::carry_out(ctx.host, work)?;
-            let missing = Self::missing(ctx, kind, &drv);
-            if !missing.is_empty() {
-                return Err(Self::failure(ctx, kind, &drv, &missing));
+            for kver in kernels {
+                // Judged by the module modprobe would load, not by dkms's exit status.
+                ctx.host
+                    .in_root("dkms")
+                    .args([
+                        "install", "-m", module, "-v", version, "-k", kver, "--force",
+                    ])
+                    .output()?;
+                if !built(ctx, version, kver) {
+                    return Err(Self::failure(
+                        ctx,
+                        kind,
+                        version,
+                        std::slice::from_ref(kver),
+                    ));
+                }
             }
             return Ok(());
         }
