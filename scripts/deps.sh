@@ -6,16 +6,19 @@
 # cloud-init (validates generated user-data), promtool (from prometheus: checks gpuhost serve's
 # /metrics), a one-node Slurm (munged, slurmctld, slurmd, scontrol: status --slurm drains and
 # resumes a real node), umoci, skopeo and docker.io (build the OCI layouts, docker save tarballs
-# and the private dockerd that gpuhost compat reads) and, on Debian, vagrant (validates the
-# Vagrantfile).
+# and the private dockerd that gpuhost compat reads), the real upstream dkms with what it runs
+# (kmod, make, xz, strip, gcc: the test world ships them into roots, where DKMS builds the NVIDIA
+# modules; unshare mounts /proc for it) and pci.ids (the GPU table is checked against it) and,
+# on Debian, vagrant (validates the Vagrantfile).
 # Debian/Ubuntu via apt-get, Oracle Linux/RHEL via dnf. Idempotent; needs root to install.
 set -euo pipefail
 
 need=()
-for tool in rpm dnf createrepo_c modifyrepo_c rpmbuild python3 strace systemctl cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd; do
+for tool in rpm dnf createrepo_c modifyrepo_c rpmbuild python3 strace systemctl cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd dkms modinfo depmod make xz strip gcc unshare; do
   command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
 [ -x /bin/busybox ] || need+=(busybox)
+[ -f /usr/share/misc/pci.ids ] || need+=(pci.ids)
 if command -v apt-get >/dev/null 2>&1 && ! command -v vagrant >/dev/null 2>&1; then need+=(vagrant); fi
 [ ${#need[@]} -eq 0 ] && exit 0
 
@@ -29,13 +32,16 @@ if command -v apt-get >/dev/null 2>&1; then
   "${sudo[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
     rpm dnf createrepo-c python3 strace systemd busybox-static cloud-init vagrant prometheus \
-    munge slurmctld slurmd slurm-client umoci skopeo docker.io >/dev/null
+    munge slurmctld slurmd slurm-client umoci skopeo docker.io \
+    dkms kmod make xz-utils binutils gcc util-linux pci.ids >/dev/null
 elif command -v dnf >/dev/null 2>&1; then
   # (vagrant is not in Oracle Linux's repos: its test is skipped there unless installed)
   # (promtool is not in Oracle Linux's repos either: install Prometheus's release by hand;
   # Slurm and munge come from EPEL there; umoci is not packaged: the gpuhost compat image tests
   # skip without it)
-  "${sudo[@]}" dnf install -y -q rpm-build createrepo_c python3 strace systemd busybox cloud-init skopeo
+  "${sudo[@]}" dnf install -y -q rpm-build createrepo_c python3 strace systemd busybox cloud-init skopeo \
+    kmod make xz binutils gcc util-linux hwdata
+  # (dkms comes from EPEL there)
 else
   echo "deps.sh: no apt-get or dnf here; install ${need[*]} by hand" >&2
   exit 1
