@@ -25,6 +25,8 @@ Exit codes (apply, plan):
      (also: another apply holds the lock)
   2  invalid input or unsupported host: nothing was changed
   3  converged except that a reboot is required
+  130, 143  stopped by SIGINT / SIGTERM at a step boundary (a running package transaction
+     is let finish; a second signal stops waiting, the transaction keeps the lock)
 
 Exit codes (status): Nagios: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN;
   --format npd: 0 OK or WARNING, 1 CRITICAL, 2 UNKNOWN (node-problem-detector);

@@ -115,7 +115,9 @@ pub fn print_report(r: &Report) {
                 .filter(|s| s.outcome == Outcome::Failed)
                 .map(|s| s.id.as_str())
                 .collect();
-            if failed.is_empty() {
+            if let Some(why) = &r.interrupted {
+                why.clone()
+            } else if failed.is_empty() {
                 "stopped".to_string()
             } else {
                 format!("failed: {}", failed.join(", "))

@@ -76,6 +76,9 @@ pub struct Report {
     /// What gpuhost did about a reboot (`--reboot`, resume chains).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reboot: Option<RebootReport>,
+    /// `interrupted at step X by SIGTERM`: a signal stopped the run (exit 128 + the signal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
     pub steps: Vec<StepReport>,
 }
 
@@ -202,6 +205,10 @@ fn flavour_suffix(f: Flavour) -> &'static str {
 pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     let start = Instant::now();
     let started_at = fsutil::rfc3339(fsutil::unix_now());
+    if !opts.dry_run {
+        // From here on a SIGTERM/SIGINT never kills a running package transaction.
+        crate::interrupt::install();
+    }
     let prepared = prepare(opts)?;
     let Prepared {
         host,
@@ -220,14 +227,33 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         .iter()
         .filter_map(|s| s.reboot_required.as_ref().map(|r| format!("{}: {r}", s.id)))
         .collect();
-    let mut exit_code = if steps.iter().any(|s| s.outcome == Outcome::Failed) {
+    // A SIGTERM/SIGINT stopped the run at a step boundary: the first step it kept from running.
+    let interrupted = crate::interrupt::received().and_then(|sig| {
+        let prefix = format!("not run: interrupted by {}", crate::interrupt::name(sig));
+        steps
+            .iter()
+            .find(|s| s.outcome == Outcome::Skipped && s.reason.starts_with(&prefix))
+            .map(|s| {
+                (
+                    sig,
+                    format!(
+                        "interrupted at step {} by {}",
+                        s.id,
+                        crate::interrupt::name(sig)
+                    ),
+                )
+            })
+    });
+    let mut exit_code = if let Some((sig, _)) = &interrupted {
+        crate::interrupt::exit_code(*sig)
+    } else if steps.iter().any(|s| s.outcome == Outcome::Failed) {
         exit::FAILED
     } else if !reboot_required.is_empty() {
         exit::REBOOT
     } else {
         exit::OK
     };
-    let reboot = if opts.dry_run {
+    let reboot = if opts.dry_run || interrupted.is_some() {
         None
     } else if exit_code == exit::OK {
         reboot::finish(host)?
@@ -253,6 +279,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         exit_code,
         reboot_required,
         reboot,
+        interrupted: interrupted.map(|(_, why)| why),
         steps,
     };
     if !opts.dry_run {

@@ -17,6 +17,9 @@ use serde::Serialize;
 /// Default timeout: long enough for a dnf transaction or a DKMS build on a slow node.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
+/// How often a wait looks for SIGTERM/SIGINT (and for the progress tick).
+const SIGNAL_POLL: Duration = Duration::from_millis(100);
+
 /// How many lines of stderr an error keeps.
 const STDERR_TAIL_LINES: usize = 12;
 
@@ -120,11 +123,24 @@ impl Cmd {
     pub fn output(&self) -> Result<CmdOutput> {
         let argv = self.argv();
         tracing::debug!(command = %Display(&argv), "running");
+        if let Some(sig) = crate::interrupt::received() {
+            return Err(anyhow::Error::new(crate::interrupt::Interrupted(format!(
+                "interrupted by {}: `{}` was not started",
+                crate::interrupt::name(sig),
+                Display(&argv)
+            ))));
+        }
         let mut expr = duct::cmd(&self.program, &self.args)
             .stdin_null()
             .stdout_capture()
             .stderr_capture()
-            .unchecked();
+            .unchecked()
+            // Its own process group: a terminal's Ctrl-C reaches gpuhost, which lets a running
+            // package transaction finish, and not the transaction itself.
+            .before_spawn(|c| {
+                std::os::unix::process::CommandExt::process_group(c, 0);
+                Ok(())
+            });
         for (k, v) in &self.env {
             expr = expr.env(k, v);
         }
@@ -138,19 +154,48 @@ impl Cmd {
             anyhow!("cannot run `{}`: {e}{hint}", Display(&argv))
         })?;
         let deadline = start + self.timeout;
+        let mut last_tick = start;
+        let mut told = 0;
         let waited = loop {
             let now = Instant::now();
-            let slice = match crate::progress::tick_every() {
-                Some(every) => every.min(deadline.saturating_duration_since(now)),
-                None => deadline.saturating_duration_since(now),
-            };
+            // Short slices: a signal is noticed within a tenth of a second.
+            let slice = SIGNAL_POLL.min(deadline.saturating_duration_since(now));
             let w = handle
                 .wait_timeout(slice)
                 .with_context(|| format!("waiting for `{}`", Display(&argv)))?;
             if w.is_some() || Instant::now() >= deadline {
                 break w;
             }
-            crate::progress::tick(&crate::progress::summarize(&argv), start.elapsed());
+            let signals = crate::interrupt::count();
+            if signals > told {
+                told = signals;
+                let sig = crate::interrupt::received().unwrap_or(0);
+                let pid = handle.pids().first().copied().unwrap_or(0);
+                if signals == 1 {
+                    eprintln!(
+                        "gpuhost: {} received: letting `{}` (pid {pid}) finish, then stopping; send it again to stop waiting (the apply lock stays held while it runs)",
+                        crate::interrupt::name(sig),
+                        crate::progress::summarize(&argv)
+                    );
+                } else {
+                    record(CmdRecord {
+                        argv: argv.clone(),
+                        exit_code: None,
+                        duration_ms: millis(start.elapsed()),
+                    });
+                    return Err(anyhow::Error::new(crate::interrupt::Interrupted(format!(
+                        "interrupted by a second {}: stopped waiting for `{}` (pid {pid}), which runs on and holds the apply lock until it ends",
+                        crate::interrupt::name(sig),
+                        Display(&argv)
+                    ))));
+                }
+            }
+            if let Some(every) = crate::progress::tick_every() {
+                if last_tick.elapsed() >= every {
+                    last_tick = Instant::now();
+                    crate::progress::tick(&crate::progress::summarize(&argv), start.elapsed());
+                }
+            }
         };
         let Some(out) = waited else {
             let _ = handle.kill();

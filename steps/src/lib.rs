@@ -23,6 +23,7 @@ mod fuzz;
 pub mod gpu;
 pub mod hgx;
 pub mod host;
+pub mod interrupt;
 pub mod kernel;
 pub mod kmods;
 pub mod localrepo;

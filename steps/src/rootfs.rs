@@ -682,6 +682,11 @@ mod tests {
             ("kernel.rs", "\"/proc/sys/kernel/osrelease\""),
             ("apply.rs", "\"/proc/self/status\""),
             ("lock.rs", "use std::fs::{File, TryLockError};"),
+            // the live process table, to name who holds the lock
+            ("lock.rs", "\"/proc/\""),
+            ("lock.rs", "join(\"fd\")"),
+            ("lock.rs", "read_link(fd"),
+            ("lock.rs", "join(\"comm\")"),
             ("host.rs", "std::fs::File"),
             ("host.rs", "canonical.is_dir()"), // --root itself, before it is opened
         ];

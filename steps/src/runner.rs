@@ -371,6 +371,11 @@ impl Slot<'_> {
     }
 
     fn fail(&mut self, e: anyhow::Error) {
+        if crate::interrupt::is_interrupted(&e) {
+            // Stopped by SIGTERM/SIGINT, not failed: what it did is listed.
+            self.not_run(&format!("{e:#}"));
+            return;
+        }
         let mut r = StepReport::new(self.id(), Outcome::Failed, String::new());
         r.hint = hint_of(&e).map(str::to_string);
         r.reason = match e
@@ -411,16 +416,31 @@ impl Slot<'_> {
 struct Run<'s> {
     slots: Vec<Slot<'s>>,
     stop: Option<(usize, String)>,
+    /// Set at the first step boundary after a SIGTERM/SIGINT: why the rest does not run.
+    interrupted: Option<String>,
     /// Whether any work has been carried out (then every later step is checked again).
     changed_something: bool,
 }
 
 impl Run<'_> {
     fn stopped_before(&self, index: usize) -> Option<String> {
+        if let Some(why) = &self.interrupted {
+            return Some(why.clone());
+        }
         match &self.stop {
             Some((at, id)) if *at < index => Some(format!("step {id} failed")),
             _ => None,
         }
+    }
+
+    /// At a step boundary: true once a SIGTERM/SIGINT has arrived (nothing more is started).
+    fn interrupt(&mut self) -> bool {
+        if self.interrupted.is_none() {
+            if let Some(sig) = crate::interrupt::received() {
+                self.interrupted = Some(format!("interrupted by {}", crate::interrupt::name(sig)));
+            }
+        }
+        self.interrupted.is_some()
     }
 
     fn failed(&mut self, index: usize) {
@@ -454,20 +474,31 @@ pub fn run_steps(
             })
             .collect(),
         stop: None,
+        interrupted: None,
         changed_something: false,
     };
     prefetch(ctx, &run.slots, sel);
     check_all(ctx, &mut run, sel, dry_run);
     if !dry_run {
         prepare(ctx, &mut run);
-        transact(ctx, &mut run, true);
-        transact(ctx, &mut run, false);
-        if run.changed_something {
+        if !run.interrupt() {
+            transact(ctx, &mut run, true);
+        }
+        if !run.interrupt() {
+            transact(ctx, &mut run, false);
+        }
+        if run.changed_something && !run.interrupt() {
             ctx.invalidate_rpm();
             prefetch(ctx, &run.slots, sel);
         }
         for i in 0..run.slots.len() {
+            run.interrupt();
             finish(ctx, &mut run, i);
+        }
+    }
+    if let Some(why) = run.interrupted.clone() {
+        for slot in run.slots.iter_mut().filter(|s| s.report.is_none()) {
+            slot.not_run(&why);
         }
     }
     run.slots
@@ -563,6 +594,7 @@ fn planned(slot: &Slot<'_>) -> StepReport {
 
 /// Carry out one change of a step (not a merged transaction), recording what it owes first.
 fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> {
+    failpoint(&format!("{}:before-change", slot.id()));
     crate::progress::step_changing(&slot.label, &change.work.to_string());
     let owes = match &change.work {
         Work::Install(i) => i.owes.as_ref(),
@@ -604,6 +636,7 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> 
     if matches!(change.work, Work::Write { .. }) {
         failpoint(&format!("{}:after-write", slot.id()));
     }
+    failpoint(&format!("{}:after-change", slot.id()));
     slot.done.push(change.clone());
     Ok(())
 }
@@ -611,6 +644,9 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> 
 /// Phase 1: what the transactions read or need out of the way, step by step.
 fn prepare(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
     for i in 0..run.slots.len() {
+        if run.interrupt() {
+            return;
+        }
         if !run.slots[i].open() || run.stopped_before(i).is_some() {
             continue;
         }
@@ -686,7 +722,10 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
             ctx.owe(o)?;
         }
         let cmd = crate::work::install_command(ctx.host, &installs)?;
+        let which = if brings_repo { "first" } else { "second" };
+        failpoint(&format!("transaction-{which}:before"));
         let out = cmd.output()?;
+        failpoint(&format!("transaction-{which}:after"));
         Ok((!out.success()).then_some(DnfFailure { cmd, out }))
     })();
     ctx.invalidate_rpm();
@@ -743,6 +782,11 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
             }
             if let Some(first) = blamed.iter().min() {
                 run.failed(*first);
+            }
+        }
+        Err(e) if crate::interrupt::is_interrupted(&e) => {
+            for i in &ids {
+                run.slots[*i].not_run(&format!("{e:#}"));
             }
         }
         Err(e) => {
@@ -865,13 +909,18 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
 }
 
 /// A failure point for crash tests: when `GPUHOST_FAILPOINT` names this point, the process
-/// aborts right here, as a kill would stop it (no cleanup, no report).
-fn failpoint(name: &str) {
+/// aborts right here, as a kill would stop it (no cleanup, no report). Only in builds with the
+/// `failpoints` feature (the test builds); a release binary ignores the variable.
+#[cfg(feature = "failpoints")]
+pub(crate) fn failpoint(name: &str) {
     if std::env::var("GPUHOST_FAILPOINT").is_ok_and(|v| v == name) {
         eprintln!("gpuhost: failpoint {name}: aborting");
         std::process::abort();
     }
 }
+
+#[cfg(not(feature = "failpoints"))]
+pub(crate) fn failpoint(_name: &str) {}
 
 fn summarize(notes: &[String], deferred: &[String], reboot: Option<&str>) -> String {
     let mut parts: Vec<String> = notes.to_vec();
