@@ -57,6 +57,16 @@ fn validate_user_data(user_data: &str) {
     assert!(o.status.success(), "bash -n: {}", text(&o.stderr));
 }
 
+/// The words of the provisioning script's line that starts with `first`, as bash splits them.
+fn script_words(user_data: &str, first: &str) -> Vec<String> {
+    user_data
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(first))
+        .and_then(shlex::split)
+        .unwrap_or_else(|| panic!("no `{first}` line in {user_data}"))
+}
+
 #[rstest]
 #[case::builtin_profile_only(vec!["--profile", "ol8-uek"])]
 #[case::fetched_driver(vec!["--profile", "ol8-uek", "--driver-rpm", DRIVER_URL, "--sha256", SHA])]
@@ -75,36 +85,63 @@ fn every_cloud_init_variant_is_valid_user_data(#[case] args: Vec<&str>) {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let ud = text(&o.stdout);
     assert!(ud.starts_with("#cloud-config\n"), "{ud}");
-    assert!(ud.contains("'--reboot'"), "{ud}");
+    let exec = script_words(&ud, "exec ");
+    assert_eq!(exec[..3], ["exec", "gpuhost", "apply"], "{ud}");
+    assert!(exec.iter().any(|w| w == "--reboot"), "{ud}");
     assert!(ud.contains("journal+console"), "{ud}");
     if args.contains(&"--sha256") {
+        let check = script_words(&ud, "echo ");
         assert!(
-            ud.contains(&format!("echo '{SHA}  /var/lib/gpuhost/driver/")),
+            check[1].starts_with(&format!("{SHA}  /var/lib/gpuhost/driver/")),
             "{ud}"
         );
-        assert!(ud.contains("sha256sum -c -"), "{ud}");
+        assert_eq!(check[2..], ["|", "sha256sum", "-c", "-"], "{ud}");
     }
     for w in args.windows(2).filter(|w| w[0] == "--set") {
-        assert!(ud.contains(&format!("'--set' '{}'", w[1])), "{ud}");
+        assert!(
+            exec.windows(2).any(|p| p[0] == "--set" && p[1] == w[1]),
+            "{ud}"
+        );
     }
     if args.contains(&"--wait-healthy") {
         // The gate is enabled before apply (which may reboot) and started as the last step.
-        let enable = ud
-            .find(r#"["systemctl", "enable", "gpuhost-gate.service"]"#)
+        let runcmd = parsed(&ud, "json.dumps(d['runcmd'])");
+        let steps: Vec<Vec<String>> = serde_json::from_str(&runcmd).unwrap();
+        let at = |words: &[&str]| steps.iter().position(|s| s == words).unwrap();
+        let enable = at(&["systemctl", "enable", "gpuhost-gate.service"]);
+        let provision = steps
+            .iter()
+            .position(|s| s[..2] == ["systemd-run", "--unit=gpuhost-provision"])
             .unwrap();
-        let provision = ud
-            .find(r#"["systemd-run", "--unit=gpuhost-provision""#)
-            .unwrap();
-        let start = ud
-            .find(r#"["systemctl", "start", "gpuhost-gate.service"]"#)
-            .unwrap();
+        let start = at(&["systemctl", "start", "gpuhost-gate.service"]);
         assert!(enable < provision && provision < start, "{ud}");
-        assert!(ud.ends_with("  - [\"systemctl\", \"start\", \"gpuhost-gate.service\"]\n"));
-        assert!(ud.contains("ExecStart=/usr/bin/gpuhost status --wait-healthy --timeout 900 --profile ol8-uek --expect-gpus 8\n"), "{ud}");
+        assert_eq!(start, steps.len() - 1, "{ud}");
+        assert!(gate_unit_of(&ud).contains("ExecStart=/usr/bin/gpuhost status --wait-healthy --timeout 900 --profile ol8-uek --expect-gpus 8\n"), "{ud}");
     } else {
         assert!(!ud.contains("gpuhost-gate"), "{ud}");
     }
     validate_user_data(&ud);
+}
+
+/// A Python expression over the user-data parsed as YAML (`d`), printed.
+fn parsed(user_data: &str, expr: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("user-data");
+    std::fs::write(&f, user_data).unwrap();
+    let code = format!(
+        "import json, sys, yaml\nd = yaml.safe_load(open(sys.argv[1]))\nsys.stdout.write({expr})\n"
+    );
+    let o = run(Command::new("python3").args(["-c", &code]).arg(&f));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+/// The content of the gate unit in a user-data.
+fn gate_unit_of(user_data: &str) -> String {
+    parsed(
+        user_data,
+        "next(f['content'] for f in d['write_files'] if f['path'] == '/etc/systemd/system/gpuhost-gate.service')",
+    )
 }
 
 /// The gate unit that `cloud-init --wait-healthy` writes, as a file.
@@ -117,17 +154,7 @@ fn gate_unit() -> String {
         "600",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let ud = text(&o.stdout);
-    let at = ud
-        .find("  - path: /etc/systemd/system/gpuhost-gate.service\n")
-        .unwrap();
-    let content = &ud[at..];
-    let content = &content[content.find("    content: |\n").unwrap() + 15..];
-    content
-        .lines()
-        .take_while(|l| l.is_empty() || l.starts_with("      "))
-        .map(|l| format!("{}\n", l.trim_start()))
-        .collect()
+    gate_unit_of(&text(&o.stdout))
 }
 
 #[test]
@@ -147,9 +174,10 @@ fn a_profile_file_is_embedded_resolved() {
         ud.contains("stream = \"550-open\"") && ud.contains("flavour = \"uek\""),
         "{ud}"
     );
+    let exec = script_words(&ud, "exec ");
     assert!(
-        ud.contains("'--profile' /etc/gpuhost/profile.toml")
-            || ud.contains("'--profile' '/etc/gpuhost/profile.toml'"),
+        exec.windows(2)
+            .any(|p| p[0] == "--profile" && p[1] == "/etc/gpuhost/profile.toml"),
         "{ud}"
     );
     validate_user_data(&ud);

@@ -4,10 +4,12 @@
 //!
 //! Everything is validated here, before any user-data is printed: the profile and `--set`
 //! overrides resolve, the sha256 is 64 hex digits, URLs are http(s), paths are absolute.
-
-use std::fmt::Write as _;
+//! The user-data is emitted by a YAML serializer (`serde-saphyr`) from typed values, and the
+//! provisioning script's shell words are quoted by `shlex`: neither is put together by hand.
 
 use anyhow::Result;
+use serde::Serialize;
+use serde_saphyr::{FlowSeq, LitString};
 
 use gpuhost_steps::invalid;
 use gpuhost_steps::profile::Profile;
@@ -97,18 +99,50 @@ fn rpm_file_name(flag: &str, v: &str) -> Result<String> {
     }
 }
 
-/// Quote for a POSIX shell: always single quotes.
-fn sh(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
+/// One shell command line from its words, each quoted as the shell needs.
+fn sh(words: &[&str]) -> Result<String> {
+    shlex::try_join(words.iter().copied())
+        .map_err(|e| invalid!("cannot quote {words:?} for the shell: {e}"))
 }
 
-/// A YAML double-quoted scalar (JSON string syntax is valid YAML).
-fn yq(s: &str) -> String {
-    serde_json::Value::String(s.to_string()).to_string()
+/// The driver package: where the node gets it and where it ends up.
+struct DriverPackage {
+    name: String,
+    /// Fetched from this URL, else already on the node at `local`.
+    url: Option<String>,
+    local: String,
 }
 
-/// Build the user-data.
-pub fn render(a: &CloudInitArgs) -> Result<String> {
+impl DriverPackage {
+    fn from_args(a: &CloudInitArgs) -> Result<Option<DriverPackage>> {
+        let Some(v) = &a.driver_rpm else {
+            return Ok(None);
+        };
+        let name = rpm_file_name("driver-rpm", v)?;
+        Ok(Some(match source("driver-rpm", v)? {
+            Source::Url(u) => {
+                if a.sha256.is_none() {
+                    return Err(invalid!(
+                        "--driver-rpm {u}: a driver package fetched over the network needs --sha256"
+                    ));
+                }
+                DriverPackage {
+                    local: format!("{DRIVER_DIR}/{name}"),
+                    name,
+                    url: Some(u),
+                }
+            }
+            Source::Path(p) => DriverPackage {
+                name,
+                url: None,
+                local: p,
+            },
+        }))
+    }
+}
+
+/// The flags on their own, before anything is resolved.
+fn check_args(a: &CloudInitArgs) -> Result<()> {
     if let Some(sum) = &a.sha256 {
         if sum.len() != 64 || !sum.chars().all(|c| c.is_ascii_hexdigit()) {
             return Err(invalid!("--sha256 {sum}: expected 64 hex digits"));
@@ -129,177 +163,190 @@ pub fn render(a: &CloudInitArgs) -> Result<String> {
             ));
         }
     }
-    // The profile must resolve here, with the overrides, exactly as the node will see it.
-    let profile = Profile::resolve(&a.profile, &a.sets)?;
-    let embedded = a.profile.contains('/') || a.profile.ends_with(".toml");
+    Ok(())
+}
 
-    let mut script = String::new();
-    let w = &mut script;
-    writeln!(w, "#!/bin/bash")?;
-    writeln!(
-        w,
-        "# Written by `gpuhost cloud-init`; run once by cloud-init (runcmd)."
-    )?;
-    writeln!(w, "set -euo pipefail")?;
-    writeln!(w, "log() {{ echo \"gpuhost-provision: $*\"; }}")?;
-    match a
-        .gpuhost_rpm
-        .as_deref()
-        .map(|v| source("gpuhost-rpm", v))
-        .transpose()?
-    {
-        Some(Source::Url(u)) | Some(Source::Path(u)) => {
-            rpm_file_name("gpuhost-rpm", &u)?;
-            writeln!(w, "log \"installing gpuhost from {}\"", u.replace('"', ""))?;
-            writeln!(w, "dnf install -y {}", sh(&u))?;
-        }
-        None => {
-            writeln!(
-                w,
-                "command -v gpuhost >/dev/null || {{ log \"gpuhost is not installed: bake it into the image or generate the user-data with --gpuhost-rpm\"; exit 1; }}"
-            )?;
-        }
-    }
-    let mut apply: Vec<String> = vec!["gpuhost".into(), "apply".into()];
+/// The `gpuhost apply` the node runs.
+fn apply_argv(a: &CloudInitArgs, embedded: bool, driver: Option<&DriverPackage>) -> Vec<String> {
+    let mut argv: Vec<String> = vec!["gpuhost".into(), "apply".into(), "--profile".into()];
     if embedded {
-        apply.extend(["--profile".into(), PROFILE_FILE.into()]);
+        argv.push(PROFILE_FILE.into());
     } else {
-        apply.extend(["--profile".into(), a.profile.clone()]);
+        argv.push(a.profile.clone());
         for s in &a.sets {
-            apply.extend(["--set".into(), s.clone()]);
+            argv.extend(["--set".into(), s.clone()]);
         }
     }
-    if let Some(v) = &a.driver_rpm {
-        let src = source("driver-rpm", v)?;
-        let name = rpm_file_name("driver-rpm", v)?;
-        let local = match &src {
-            Source::Url(u) => {
-                if a.sha256.is_none() {
-                    return Err(invalid!(
-                        "--driver-rpm {u}: a driver package fetched over the network needs --sha256"
-                    ));
-                }
-                let local = format!("{DRIVER_DIR}/{name}");
-                writeln!(w, "mkdir -p {DRIVER_DIR}")?;
-                writeln!(w, "log \"fetching {name}\"")?;
-                writeln!(
-                    w,
-                    "curl -fsSL --retry 5 --retry-delay 5 -o {} {}",
-                    sh(&local),
-                    sh(u)
-                )?;
-                local
-            }
-            Source::Path(p) => p.clone(),
-        };
+    if let Some(d) = driver {
         if let Some(sum) = &a.sha256 {
-            writeln!(w, "log \"checking {name}\"")?;
-            writeln!(
-                w,
-                "echo {} | sha256sum -c -",
-                sh(&format!("{sum}  {local}"))
-            )?;
-            apply.extend(["--set".into(), format!("driver.sha256={sum}")]);
+            argv.extend(["--set".into(), format!("driver.sha256={sum}")]);
         }
-        apply.extend(["--set".into(), format!("driver.local_repo_rpm={local}")]);
+        argv.extend(["--set".into(), format!("driver.local_repo_rpm={}", d.local)]);
     }
-    apply.extend([
+    argv.extend([
         "--reboot".into(),
         "--max-reboots".into(),
         a.max_reboots.to_string(),
     ]);
-    writeln!(
-        w,
-        "log \"running gpuhost apply (it reboots and resumes as needed)\""
-    )?;
-    let argv: Vec<String> = apply.iter().map(|x| sh(x)).collect();
-    writeln!(w, "exec {}", argv.join(" "))?;
+    argv
+}
 
-    let mut out = String::new();
-    let o = &mut out;
-    writeln!(o, "#cloud-config")?;
-    writeln!(
-        o,
-        "# gpuhost {}: provision this node as a GPU container host (profile {}).",
-        env!("CARGO_PKG_VERSION"),
-        profile.name
-    )?;
-    writeln!(
-        o,
-        "# Progress: the console, and journalctl -u {UNIT} -u gpuhost-resume; afterwards: gpuhost status"
-    )?;
-    writeln!(o, "write_files:")?;
+/// The script the node runs once: install gpuhost, fetch and check the driver, exec apply.
+fn provision_script(
+    a: &CloudInitArgs,
+    embedded: bool,
+    driver: Option<&DriverPackage>,
+) -> Result<String> {
+    let log = |msg: &str| sh(&["log", msg]);
+    let mut lines = vec![
+        "#!/bin/bash".to_string(),
+        "# Written by `gpuhost cloud-init`; run once by cloud-init (runcmd).".to_string(),
+        "set -euo pipefail".to_string(),
+        "log() { echo \"gpuhost-provision: $*\"; }".to_string(),
+    ];
+    match a.gpuhost_rpm.as_deref() {
+        Some(v) => {
+            let (Source::Url(u) | Source::Path(u)) = source("gpuhost-rpm", v)?;
+            rpm_file_name("gpuhost-rpm", &u)?;
+            lines.push(log(&format!("installing gpuhost from {u}"))?);
+            lines.push(sh(&["dnf", "install", "-y", &u])?);
+        }
+        None => lines.push(format!(
+            "command -v gpuhost >/dev/null || {{ {}; exit 1; }}",
+            log("gpuhost is not installed: bake it into the image or generate the user-data with --gpuhost-rpm")?
+        )),
+    }
+    if let Some(d) = driver {
+        if let Some(u) = &d.url {
+            lines.push(sh(&["mkdir", "-p", DRIVER_DIR])?);
+            lines.push(log(&format!("fetching {}", d.name))?);
+            lines.push(sh(&[
+                "curl",
+                "-fsSL",
+                "--retry",
+                "5",
+                "--retry-delay",
+                "5",
+                "-o",
+                &d.local,
+                u,
+            ])?);
+        }
+        if let Some(sum) = &a.sha256 {
+            lines.push(log(&format!("checking {}", d.name))?);
+            lines.push(format!(
+                "{} | {}",
+                sh(&["echo", &format!("{sum}  {}", d.local)])?,
+                sh(&["sha256sum", "-c", "-"])?
+            ));
+        }
+    }
+    lines.push(log(
+        "running gpuhost apply (it reboots and resumes as needed)",
+    )?);
+    let argv = apply_argv(a, embedded, driver);
+    let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+    lines.push(format!("exec {}", sh(&words)?));
+    Ok(lines.join("\n") + "\n")
+}
+
+/// The gate unit: `gpuhost status --wait-healthy` once the apply chain is done.
+fn gate_unit(a: &CloudInitArgs, profile: &Profile, embedded: bool, timeout: u32) -> String {
+    let mut gate: Vec<String> = vec![
+        "/usr/bin/gpuhost".into(),
+        "status".into(),
+        "--wait-healthy".into(),
+        "--timeout".into(),
+        timeout.to_string(),
+        "--profile".into(),
+        if embedded {
+            PROFILE_FILE.into()
+        } else {
+            a.profile.clone()
+        },
+    ];
+    // --set overrides do not reach `status`; the GPU count they may set does.
+    if let (false, Some(n)) = (embedded, profile.status.expect_gpus) {
+        gate.extend(["--expect-gpus".into(), n.to_string()]);
+    }
+    [
+        "[Unit]".to_string(),
+        "Description=gpuhost: wait until this GPU node is healthy (provisioning gate)".into(),
+        "After=gpuhost-resume.service network-online.target".into(),
+        format!("ConditionPathExists=!{GATE_DONE}"),
+        String::new(),
+        "[Service]".into(),
+        "Type=oneshot".into(),
+        // Runs until healthy or the timeout (exit 2); passed once, never again.
+        format!("ExecStart={}", gate.join(" ")),
+        format!("ExecStartPost=/bin/touch {GATE_DONE}"),
+        "StandardOutput=journal+console".into(),
+        "StandardError=journal+console".into(),
+        format!("TimeoutStartSec={}", u64::from(timeout) + 60),
+        String::new(),
+        "[Install]".into(),
+        "WantedBy=multi-user.target".into(),
+    ]
+    .join("\n")
+        + "\n"
+}
+
+/// A file cloud-init writes.
+#[derive(Serialize)]
+struct WriteFile {
+    path: &'static str,
+    owner: &'static str,
+    permissions: &'static str,
+    content: LitString,
+}
+
+/// The cloud-config keys gpuhost uses.
+#[derive(Serialize)]
+struct CloudConfig {
+    write_files: Vec<WriteFile>,
+    runcmd: Vec<FlowSeq<Vec<String>>>,
+}
+
+/// The user-data: the `#cloud-config` header, then the serialized document.
+fn user_data(
+    a: &CloudInitArgs,
+    profile: &Profile,
+    embedded: bool,
+    script: String,
+) -> Result<String> {
+    let mut files = Vec::new();
     if embedded {
-        writeln!(o, "  - path: {PROFILE_FILE}")?;
-        writeln!(o, "    owner: root:root")?;
-        writeln!(o, "    permissions: \"0644\"")?;
-        writeln!(o, "    content: |")?;
-        writeln!(o, "      # {} resolved by gpuhost cloud-init", profile.name)?;
-        for line in profile.to_toml()?.lines() {
-            writeln!(o, "      {line}")?;
-        }
+        files.push(WriteFile {
+            path: PROFILE_FILE,
+            owner: "root:root",
+            permissions: "0644",
+            content: LitString(format!(
+                "# {} resolved by gpuhost cloud-init\n{}",
+                profile.name,
+                profile.to_toml()?
+            )),
+        });
     }
-    writeln!(o, "  - path: {SCRIPT}")?;
-    writeln!(o, "    owner: root:root")?;
-    writeln!(o, "    permissions: \"0700\"")?;
-    writeln!(o, "    content: |")?;
-    for line in script.lines() {
-        writeln!(o, "      {line}")?;
-    }
+    files.push(WriteFile {
+        path: SCRIPT,
+        owner: "root:root",
+        permissions: "0700",
+        content: LitString(script),
+    });
+    let mut runcmd: Vec<FlowSeq<Vec<String>>> = Vec::new();
+    let cmd = |words: &[&str]| FlowSeq(words.iter().map(|w| w.to_string()).collect());
     if let Some(t) = a.wait_healthy {
-        let mut gate: Vec<String> = vec![
-            "/usr/bin/gpuhost".into(),
-            "status".into(),
-            "--wait-healthy".into(),
-            "--timeout".into(),
-            t.to_string(),
-            "--profile".into(),
-            if embedded {
-                PROFILE_FILE.into()
-            } else {
-                a.profile.clone()
-            },
-        ];
-        // --set overrides do not reach `status`; the GPU count they may set does.
-        if let (false, Some(n)) = (embedded, profile.status.expect_gpus) {
-            gate.extend(["--expect-gpus".into(), n.to_string()]);
-        }
-        writeln!(o, "  - path: /etc/systemd/system/{GATE_UNIT}")?;
-        writeln!(o, "    owner: root:root")?;
-        writeln!(o, "    permissions: \"0644\"")?;
-        writeln!(o, "    content: |")?;
-        for line in [
-            "[Unit]".to_string(),
-            "Description=gpuhost: wait until this GPU node is healthy (provisioning gate)".into(),
-            "After=gpuhost-resume.service network-online.target".into(),
-            format!("ConditionPathExists=!{GATE_DONE}"),
-            String::new(),
-            "[Service]".into(),
-            "Type=oneshot".into(),
-            // Runs until healthy or the timeout (exit 2); passed once, never again.
-            format!("ExecStart={}", gate.join(" ")),
-            format!("ExecStartPost=/bin/touch {GATE_DONE}"),
-            "StandardOutput=journal+console".into(),
-            "StandardError=journal+console".into(),
-            format!("TimeoutStartSec={}", u64::from(t) + 60),
-            String::new(),
-            "[Install]".into(),
-            "WantedBy=multi-user.target".into(),
-        ] {
-            if line.is_empty() {
-                writeln!(o)?;
-            } else {
-                writeln!(o, "      {line}")?;
-            }
-        }
-    }
-    writeln!(o, "runcmd:")?;
-    if a.wait_healthy.is_some() {
+        files.push(WriteFile {
+            path: "/etc/systemd/system/gpuhost-gate.service",
+            owner: "root:root",
+            permissions: "0644",
+            content: LitString(gate_unit(a, profile, embedded, t)),
+        });
         // Enabled before apply may reboot: after each boot it runs once gpuhost-resume is done.
-        writeln!(o, "  - [\"systemctl\", \"daemon-reload\"]")?;
-        writeln!(o, "  - [\"systemctl\", \"enable\", {}]", yq(GATE_UNIT))?;
+        runcmd.push(cmd(&["systemctl", "daemon-reload"]));
+        runcmd.push(cmd(&["systemctl", "enable", GATE_UNIT]));
     }
-    let runcmd = [
+    let provision = [
         "systemd-run",
         &format!("--unit={UNIT}"),
         "--wait",
@@ -308,15 +355,37 @@ pub fn render(a: &CloudInitArgs) -> Result<String> {
         "--property=StandardError=journal+console",
         "/bin/bash",
         SCRIPT,
-    ];
-    let items: Vec<String> = runcmd.iter().map(|x| yq(x)).collect();
-    writeln!(o, "  - [{}]", items.join(", "))?;
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    runcmd.push(FlowSeq(provision));
     if a.wait_healthy.is_some() {
         // The final step: without a reboot, the gate runs here and its exit status is
         // cloud-init's result (`cloud-init status` reports an error when the node is unfit).
-        writeln!(o, "  - [\"systemctl\", \"start\", {}]", yq(GATE_UNIT))?;
+        runcmd.push(cmd(&["systemctl", "start", GATE_UNIT]));
     }
-    Ok(out)
+    let doc = CloudConfig {
+        write_files: files,
+        runcmd,
+    };
+    let header = format!(
+        "#cloud-config\n# gpuhost {}: provision this node as a GPU container host (profile {}).\n# Progress: the console, and journalctl -u {UNIT} -u gpuhost-resume; afterwards: gpuhost status\n",
+        env!("CARGO_PKG_VERSION"),
+        profile.name
+    );
+    Ok(header + &serde_saphyr::to_string(&doc)?)
+}
+
+/// Build the user-data.
+pub fn render(a: &CloudInitArgs) -> Result<String> {
+    check_args(a)?;
+    // The profile must resolve here, with the overrides, exactly as the node will see it.
+    let profile = Profile::resolve(&a.profile, &a.sets)?;
+    let embedded = a.profile.contains('/') || a.profile.ends_with(".toml");
+    let driver = DriverPackage::from_args(a)?;
+    let script = provision_script(a, embedded, driver.as_ref())?;
+    user_data(a, &profile, embedded, script)
 }
 
 #[cfg(test)]
@@ -336,10 +405,26 @@ mod tests {
         }
     }
 
+    /// The words of the script line that starts with `first`, as the shell splits them.
+    fn words_of(script: &str, first: &str) -> Vec<String> {
+        script
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with(first))
+            .and_then(shlex::split)
+            .unwrap_or_default()
+    }
+
     #[test]
-    fn quotes_for_the_shell() {
-        assert_eq!(sh("a b"), "'a b'");
-        assert_eq!(sh("it's"), r"'it'\''s'");
+    fn words_reach_the_shell_as_they_were() {
+        for w in ["a b", "it's", "$(reboot)", "x;y", "plain", "--set", "k=v w"] {
+            let line = sh(&["echo", w]).unwrap_or_default();
+            assert_eq!(
+                shlex::split(&line),
+                Some(vec!["echo".into(), w.into()]),
+                "{line}"
+            );
+        }
     }
 
     #[rstest]
@@ -362,11 +447,44 @@ mod tests {
             "https://repo.example/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm".into(),
         );
         a.sha256 = Some("a".repeat(64));
+        a.sets = vec!["status.expect_gpus=8".into()];
         let out = render(&a)?;
         assert!(out.starts_with("#cloud-config\n"));
-        assert!(out.contains("sha256sum -c -"));
-        assert!(out.contains("'driver.local_repo_rpm=/var/lib/gpuhost/driver/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm'"));
-        assert!(out.contains("'--reboot'"));
+        let local =
+            "/var/lib/gpuhost/driver/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm";
+        let check = words_of(&out, "echo ");
+        assert_eq!(
+            check,
+            vec![
+                "echo".to_string(),
+                format!("{}  {local}", "a".repeat(64)),
+                "|".into(),
+                "sha256sum".into(),
+                "-c".into(),
+                "-".into()
+            ]
+        );
+        let exec = words_of(&out, "exec ");
+        let want: Vec<String> = [
+            "exec",
+            "gpuhost",
+            "apply",
+            "--profile",
+            "ol8-uek",
+            "--set",
+            "status.expect_gpus=8",
+            "--set",
+            &format!("driver.sha256={}", "a".repeat(64)),
+            "--set",
+            &format!("driver.local_repo_rpm={local}"),
+            "--reboot",
+            "--max-reboots",
+            "3",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(exec, want);
         Ok(())
     }
 }

@@ -676,7 +676,7 @@ mod tests {
             ("fsutil.rs", ""),       // build-host files: `gpuhost status --textfile`
             ("fuzz.rs", ""),         // test-only (`#[cfg(test)] mod fuzz`)
             ("compat/image.rs", ""), // image tarballs and OCI layouts named on the command line
-            ("profile.rs", "std::fs::read_to_string(&path)"), // profile files
+            ("profile/mod.rs", "std::fs::read_to_string(&path)"), // profile files
             ("steps/driver/repo.rs", "File::open(path)"), // the driver RPM on the build host
             ("steps/driver/repo.rs", "f.metadata()"),
             ("kernel.rs", "\"/proc/sys/kernel/osrelease\""),

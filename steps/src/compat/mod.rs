@@ -26,7 +26,7 @@ pub mod version;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::steps::containers::PrefixLink;
+use crate::profile::PrefixLink;
 use dsl::{DeviceFacts, DriverFacts};
 use gpu::{ForwardCompat, Gpu};
 pub use version::{CudaVersion, DriverVersion};

@@ -1,4 +1,5 @@
-//! Profiles: what a host should look like, as TOML.
+//! Profiles: what a host should look like, as TOML. The section types live here too (`driver.rs`,
+//! `containers.rs`), so that the steps depend on the profile and never the reverse.
 //!
 //! Built-in profiles (`profiles/*.toml`) are compiled into the binary; a profile may also be a
 //! file. A profile may say `extends = "ol8-uek"` (a built-in name or a path relative to the file)
@@ -13,15 +14,22 @@ use serde::{Deserialize, Serialize};
 
 use crate::invalid;
 use crate::kernel::Flavour;
-use crate::steps::containers::{self, DockerSpec, PrefixLink, SmokeSpec, ToolkitSpec};
-use crate::steps::driver::DriverSpec;
+
+mod containers;
+mod driver;
+
+pub use containers::{
+    toolkit_denied, ConflictPolicy, DaemonSpec, DockerSpec, ModuleFiltering, PrefixLink,
+    RepoSource, SmokeSpec, ToolkitSpec, TOOLKIT_DENY,
+};
+pub use driver::{DriverSpec, StreamKind};
 
 /// The built-in profiles: (name, TOML text).
 pub const BUILTIN: &[(&str, &str)] = &[
-    ("ol8-uek", include_str!("../../profiles/ol8-uek.toml")),
-    ("ol8-rhck", include_str!("../../profiles/ol8-rhck.toml")),
-    ("ol9-uek", include_str!("../../profiles/ol9-uek.toml")),
-    ("ol9-rhck", include_str!("../../profiles/ol9-rhck.toml")),
+    ("ol8-uek", include_str!("../../../profiles/ol8-uek.toml")),
+    ("ol8-rhck", include_str!("../../../profiles/ol8-rhck.toml")),
+    ("ol9-uek", include_str!("../../../profiles/ol9-uek.toml")),
+    ("ol9-rhck", include_str!("../../../profiles/ol9-rhck.toml")),
 ];
 
 /// How deep `extends` may nest.
