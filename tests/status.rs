@@ -109,7 +109,7 @@ fn replays_the_real_h200_in_every_format() {
     assert_eq!(o.status.code(), Some(3), "{out}");
     assert!(out.contains("OK        gpu0 00:06.0  ecc"), "{out}");
     let text = std::fs::read_to_string(&prom).unwrap();
-    assert!(text.contains("gpuhost_gpu_temperature_celsius{uuid=\"GPU-a5c31759-a92f-8487-45c8-3f161cc02274\",pci_bus_id=\"00000000:00:06.0\"} 36"));
+    assert!(text.contains("gpuhost_gpu_temperature_celsius{uuid=\"GPU-ff7f0840-faaa-e67b-b46c-ec5ed1d4af27\",pci_bus_id=\"00000000:00:06.0\"} 36"));
     let o = gpuhost(run.path())
         .args([
             "status",
@@ -306,11 +306,33 @@ fn hgx_from_real(real: &serde_json::Value) -> serde_json::Value {
             g["fabric"] = json!({"value": {"state": 3, "status": 0, "clique_id": 0,
                 "cluster_uuid": "00000000000000000000000000000000",
                 "health_mask": HGX_HEALTH_MASK}});
+            g["minor_number"] = json!({"value": i});
             g
         })
         .collect();
     s["nvml"]["device_count"] = json!(8);
     s["nvml"]["gpus"] = json!(gpus);
+    // The real node's /dev entries, one /dev/nvidia<N> per GPU.
+    let node0 = real["host"]["dev_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["path"] == "/dev/nvidia0")
+        .unwrap()
+        .clone();
+    let mut nodes: Vec<serde_json::Value> = real["host"]["dev_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["path"] != "/dev/nvidia0")
+        .cloned()
+        .collect();
+    for i in 0..HGX_GPU_BUSES.len() {
+        let mut n = node0.clone();
+        n["path"] = json!(format!("/dev/nvidia{i}"));
+        nodes.push(n);
+    }
+    s["host"]["dev_nodes"] = json!(nodes);
     s
 }
 
@@ -419,7 +441,7 @@ fn hgx_h200x8_healthy_is_ok_in_every_check() {
         assert_eq!(c["severity"], "OK");
         assert_eq!(
             c["value"],
-            "18/18 links active; errors: replay 0, recovery 0, CRC flit 0, CRC data 0"
+            "18/18 links active; errors since the driver loaded: replay 0, recovery 0, CRC flit 0, CRC data 0; first reading, rates from the next run"
         );
     }
     for c in by("gpu.fabric") {
@@ -473,7 +495,7 @@ fn hgx_one_nvlink_down_is_critical_for_that_gpu() {
     assert_eq!(c["gpu"]["pci_bus_id"], "00000000:61:00.0");
     assert_eq!(
         c["value"],
-        "17/18 links active; errors: replay 0, recovery 0, CRC flit 0, CRC data 0; down: link 7"
+        "17/18 links active; errors since the driver loaded: replay 0, recovery 0, CRC flit 0, CRC data 0; down: link 7; first reading, rates from the next run"
     );
     let hint = c["hint"].as_str().unwrap();
     assert!(hint.starts_with("drain the node"), "{hint}");
@@ -494,20 +516,20 @@ fn hgx_nvlink_error_counters_are_a_warning_naming_the_link() {
     l["replay_errors"] = 12.into();
     l["recovery_errors"] = 1.into();
     l["crc_flit_errors"] = 3.into();
+    // A first reading: the totals are shown, never judged.
     let (code, v, prom) = judge_snapshot(&s, &[]);
-    assert_eq!(code, 1);
-    let c = only_problem(&v, "gpu.nvlink");
-    assert_eq!(c["severity"], "WARNING");
-    assert_eq!(c["gpu"]["uuid"], uuid_of(&s, 5));
-    assert_eq!(c["gpu"]["pci_bus_id"], "00000000:C3:00.0");
+    assert_eq!(code, 0);
+    let c = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "gpu.nvlink" && c["gpu"]["index"] == 5)
+        .unwrap();
+    assert_eq!(c["severity"], "OK");
     assert_eq!(
         c["value"],
-        "18/18 links active; errors: replay 12, recovery 1, CRC flit 3, CRC data 0; link 2 replay 12 recovery 1 CRC flit 3"
+        "18/18 links active; errors since the driver loaded: replay 12, recovery 1, CRC flit 3, CRC data 0; first reading, rates from the next run"
     );
-    assert!(c["hint"]
-        .as_str()
-        .unwrap()
-        .contains("nvidia-smi nvlink -e -i 5"));
     let u = uuid_of(&s, 5);
     for (err, n) in [
         ("replay", 12),
@@ -518,6 +540,37 @@ fn hgx_nvlink_error_counters_are_a_warning_naming_the_link() {
         let want = format!("gpuhost_gpu_nvlink_errors{{uuid=\"{u}\",pci_bus_id=\"00000000:C3:00.0\",link=\"2\",error=\"{err}\"}} {n}");
         assert!(prom.contains(&want), "no {want}");
     }
+    // A minute earlier link 2 had 10 replays and no recovery: 3 new ones in 60 s is a rate
+    // above DCGM's (any new replay or recovery error), CRC 3 in 60 s is not.
+    s["collected_at_ms"] = 1_000_060_000u64.into();
+    s["previous"] = serde_json::json!({
+        "boot_id": null, "at_ms": 1_000_000_000u64,
+        "gpus": {u.clone(): {"pcie_replays": null, "nvlink": {"2": {
+            "replay": 10, "recovery": 0, "crc_flit": 3, "crc_data": 0}}}}
+    });
+    let (code, v, _) = judge_snapshot(&s, &[]);
+    assert_eq!(code, 1);
+    let c = only_problem(&v, "gpu.nvlink");
+    assert_eq!(c["severity"], "WARNING");
+    assert_eq!(c["gpu"]["uuid"], u);
+    assert_eq!(c["gpu"]["pci_bus_id"], "00000000:C3:00.0");
+    assert!(c["value"].as_str().unwrap().ends_with(
+        "; over 60 s: link 2 replay+recovery 3.0/min (> 0, status.nvlink_replay_recovery_per_minute_max)"
+    ), "{}", c["value"]);
+    assert!(c["hint"]
+        .as_str()
+        .unwrap()
+        .contains("nvidia-smi nvlink -e -i 5"));
+    // A profile may allow some.
+    let dir = tempfile::tempdir().unwrap();
+    let prof = dir.path().join("p.toml");
+    std::fs::write(
+        &prof,
+        "extends = \"ol8-uek\"\n[status]\nnvlink_replay_recovery_per_minute_max = 5.0\n",
+    )
+    .unwrap();
+    let (code, _, _) = judge_snapshot(&s, &["--profile", prof.to_str().unwrap()]);
+    assert_eq!(code, 0);
 }
 
 #[test]

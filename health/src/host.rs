@@ -8,6 +8,7 @@
 //! touches the NVIDIA driver: a hung driver cannot hang these reads.
 
 use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::time::Duration;
 
@@ -17,8 +18,8 @@ use gpuhost_steps::host::Host;
 use gpuhost_steps::steps::driver::FABRIC_MANAGER_PACKAGES;
 
 use crate::snapshot::{
-    AerCounters, DaemonJson, FabricManagerVersion, HostSnapshot, NvmlLibrary, PciDevice, PciKind,
-    Services,
+    AerCounters, DaemonJson, DevNode, FabricManagerVersion, HostSnapshot, NvmlLibrary, PciDevice,
+    PciKind, Services,
 };
 
 /// Directories where libnvidia-ml.so.1 lives on the distributions gpuhost meets.
@@ -60,7 +61,47 @@ pub fn collect(host: &Host) -> HostSnapshot {
     snap.nouveau_loaded = host.path("/sys/module/nouveau").exists();
     snap.nvml_library = find_nvml_library(host);
     snap.docker_daemon_json = daemon_json(&host.path("/etc/docker/daemon.json"));
+    match dev_nodes(host) {
+        Ok(n) => snap.dev_nodes = Some(n),
+        Err(e) => snap.dev_error = Some(e),
+    }
+    snap.uid = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(0);
+    snap.boot_id = read_trim(&host.path("/proc/sys/kernel/random/boot_id"));
     snap
+}
+
+/// The NVIDIA device nodes in the host's /dev: `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`,
+/// `nvidia<N>` (metadata only: opening them would touch the driver).
+fn dev_nodes(host: &Host) -> Result<Vec<DevNode>, String> {
+    let dev = host.path("/dev");
+    let rd = std::fs::read_dir(&dev).map_err(|e| format!("cannot list {}: {e}", dev.display()))?;
+    let mut out: Vec<DevNode> = rd
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let ours = matches!(
+                name.as_str(),
+                "nvidiactl" | "nvidia-uvm" | "nvidia-uvm-tools"
+            ) || name
+                .strip_prefix("nvidia")
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+            if !ours {
+                return None;
+            }
+            let m = std::fs::symlink_metadata(e.path()).ok()?;
+            Some(DevNode {
+                path: format!("/dev/{name}"),
+                char_device: m.file_type().is_char_device(),
+                mode: m.mode() & 0o7777,
+                uid: m.uid(),
+                gid: m.gid(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
 }
 
 /// `NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build …`

@@ -1,8 +1,14 @@
-//! XID errors from the kernel log: `/dev/kmsg` (readable by root, or by anyone when
-//! `kernel.dmesg_restrict=0`), else the journal's kernel messages (`journalctl -k -b`).
+//! XID and SXid errors from the kernel log of this boot: `/dev/kmsg` (readable by root, or by
+//! anyone when `kernel.dmesg_restrict=0`), else the journal's kernel messages
+//! (`journalctl -k -b`).
 //!
 //! The NVIDIA driver logs `NVRM: Xid (PCI:0000:3b:00): 79, pid=…, GPU has fallen off the bus.`
-//! (older drivers: `NVRM: Xid (0000:3b:00): 79, …`). The PCI address is domain:bus:device.
+//! (older drivers: `NVRM: Xid (0000:3b:00): 79, …`); the PCI address is domain:bus:device.
+//! Before a GPU's first XID after it initialised it logs `NVRM: GPU at PCI:0000:3b:00:
+//! GPU-<uuid>` (open-gpu-kernel-modules, `_krcLogUuidOnce`, once per initialisation), which
+//! tells XIDs from before a GPU reset from those after it. The NVSwitch driver logs
+//! `nvidia-nvswitch3: SXid (PCI:0000:c5:00.0): 20034, Fatal, Link 24 LTSSM Fault Up`
+//! (Fabric Manager User Guide: SXids, fatal and non-fatal).
 
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -12,54 +18,38 @@ use std::time::Duration;
 use gpuhost_steps::cmd::Cmd;
 use gpuhost_steps::host::Host;
 
-use crate::snapshot::{KernelLog, XidEvent};
+use crate::snapshot::{GpuInit, KernelLog, SxidEvent, XidEvent};
 
 /// O_NONBLOCK on Linux (x86-64 and aarch64): a read past the last record returns EAGAIN.
 const O_NONBLOCK: i32 = 0o4000;
 
-/// XIDs that mean the GPU (or its memory, or its links) needs attention now: DCGM's health
-/// watches. 48 double-bit ECC, 74 NVLink, 79 fallen off the bus, 94/95 contained/uncontained
-/// ECC, 119/120 GSP RPC timeout / GSP error, 140 unrecovered ECC.
-pub const CRITICAL_XIDS: &[u32] = &[48, 74, 79, 94, 95, 119, 120, 140];
-
-/// XIDs that are usually an application's fault (illegal address, graphics exception, …):
-/// reported, not a node problem.
-pub const APPLICATION_XIDS: &[u32] = &[13, 31, 43, 45, 68, 69];
+/// What `journalctl --grep` keeps: XIDs, GPU initialisations, SXids.
+const JOURNAL_GREP: &str = "NVRM: Xid|NVRM: GPU at PCI:|SXid \\(PCI:";
 
 /// Read XIDs on `host`: its `/dev/kmsg`, else the journal when `host` is the live system.
 pub fn collect(host: &Host) -> KernelLog {
     let live = host.is_live();
     let kmsg = host.path("/dev/kmsg");
     let kmsg_err = match read_kmsg(&kmsg) {
-        Ok(text) => {
-            return KernelLog {
-                source: Some("kmsg".into()),
-                error: None,
-                xids: parse_xids(&text),
-            }
-        }
+        Ok(text) => return parse_log("kmsg", &text),
         Err(e) => e,
     };
     if !live {
         return KernelLog {
             source: None,
             error: Some(kmsg_err),
-            xids: Vec::new(),
+            ..KernelLog::default()
         };
     }
     let out = Cmd::new("journalctl")
         .args(["-k", "-b", "--no-pager", "-q", "-o", "short-monotonic"])
-        .args(["--grep", "NVRM: Xid"])
+        .args(["--grep", JOURNAL_GREP])
         .timeout(Duration::from_secs(10))
         .output();
     match out {
         // exit 1 with empty output: no matching entries.
         Ok(o) if o.code == Some(0) || (o.code == Some(1) && o.stderr.trim().is_empty()) => {
-            KernelLog {
-                source: Some("journal".into()),
-                error: None,
-                xids: parse_xids(&o.stdout),
-            }
+            parse_log("journal", &o.stdout)
         }
         Ok(o) => KernelLog {
             source: None,
@@ -67,12 +57,12 @@ pub fn collect(host: &Host) -> KernelLog {
                 "{kmsg_err}; journalctl -k: {}",
                 gpuhost_steps::cmd::tail_lines(&o.stderr, 2).trim()
             )),
-            xids: Vec::new(),
+            ..KernelLog::default()
         },
         Err(e) => KernelLog {
             source: None,
             error: Some(format!("{kmsg_err}; {e:#}")),
-            xids: Vec::new(),
+            ..KernelLog::default()
         },
     }
 }
@@ -115,10 +105,31 @@ fn read_kmsg(p: &Path) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&all).into_owned())
 }
 
-/// XID events from kmsg records (`6,1234,5678901,-;NVRM: Xid …`), `journalctl -o
-/// short-monotonic` lines (`[ 5678.901234] host kernel: NVRM: Xid …`) or `dmesg` lines.
+/// XIDs, GPU initialisations and SXids from kmsg records (`6,1234,5678901,-;NVRM: Xid …`),
+/// `journalctl -o short-monotonic` lines (`[ 5678.901234] host kernel: NVRM: Xid …`) or `dmesg`
+/// lines, in log order.
+pub fn parse_log(source: &str, text: &str) -> KernelLog {
+    let mut log = KernelLog {
+        source: Some(source.into()),
+        ..KernelLog::default()
+    };
+    for (order, line) in (0u64..).zip(text.lines()) {
+        if let Some(mut x) = parse_line(line) {
+            x.order = order;
+            log.xids.push(x);
+        } else if let Some(mut g) = parse_gpu_init(line) {
+            g.order = order;
+            log.gpu_inits.push(g);
+        } else if let Some(sx) = parse_sxid(line) {
+            log.sxids.push(sx);
+        }
+    }
+    log
+}
+
+/// XID events alone (see [`parse_log`]).
 pub fn parse_xids(text: &str) -> Vec<XidEvent> {
-    text.lines().filter_map(parse_line).collect()
+    parse_log("", text).xids
 }
 
 fn parse_line(line: &str) -> Option<XidEvent> {
@@ -136,6 +147,62 @@ fn parse_line(line: &str) -> Option<XidEvent> {
         pci,
         uptime_s: uptime(&line[..at]),
         message,
+        order: 0,
+    })
+}
+
+/// `NVRM: GPU at PCI:0000:3b:00: GPU-b850f46d-…`.
+fn parse_gpu_init(line: &str) -> Option<GpuInit> {
+    const AT: &str = "NVRM: GPU at PCI:";
+    let at = line.find(AT)?;
+    let rest = &line[at + AT.len()..];
+    let (addr, uuid) = rest.rsplit_once(": ")?;
+    let uuid = uuid.trim();
+    if !uuid.starts_with("GPU-") {
+        return None;
+    }
+    Some(GpuInit {
+        pci: normalise_pci(addr)?,
+        uuid: uuid.to_string(),
+        uptime_s: uptime(&line[..at]),
+        order: 0,
+    })
+}
+
+/// `nvidia-nvswitch3: SXid (PCI:0000:c5:00.0): 20034, Fatal, Link 24 LTSSM Fault Up`, and
+/// the `…: 10002, Severity 5 Engine instance 00 …` form that gives no fatal/non-fatal word.
+fn parse_sxid(line: &str) -> Option<SxidEvent> {
+    let at = line.find("SXid (")?;
+    let rest = &line[at + "SXid (".len()..];
+    let close = rest.find(')')?;
+    let pci = rest[..close]
+        .trim_start_matches("PCI:")
+        .trim()
+        .to_lowercase();
+    let after = rest[close + 1..].trim_start_matches(':').trim_start();
+    let num: String = after.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let sxid = num.parse().ok()?;
+    let fields: Vec<&str> = after.split(',').map(str::trim).collect();
+    let fatal = fields
+        .iter()
+        .find_map(|f| match f.to_ascii_lowercase().as_str() {
+            "fatal" => Some(true),
+            "non-fatal" | "nonfatal" => Some(false),
+            _ => None,
+        });
+    let link = fields.iter().find_map(|f| {
+        f.strip_prefix("Link ")
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+    });
+    let start = line[..at].rfind("nvidia-nvswitch").unwrap_or(at);
+    Some(SxidEvent {
+        sxid,
+        pci,
+        fatal,
+        link,
+        uptime_s: uptime(&line[..start]),
+        message: line[start..].trim().to_string(),
     })
 }
 
@@ -194,6 +261,34 @@ mod tests {
         assert_eq!(x[1].xid, 13);
         assert_eq!(x[1].pci, "0000:86:00");
         assert_eq!(x[1].uptime_s, Some(5678.901234));
+    }
+
+    #[test]
+    fn gpu_initialisations_and_sxids_are_read_in_order() {
+        let text = "\
+4,900,5000000000,-;NVRM: GPU at PCI:0000:3b:00: GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7
+4,901,5000000100,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.
+4,902,6000000000,-;nvidia-nvswitch3: SXid (PCI:0000:c5:00.0): 20034, Fatal, Link 24 LTSSM Fault Up
+4,903,6000000100,-;nvidia-nvswitch4: SXid (PCI:0000:c6:00.0): 19084, Non-fatal, Link 29 AN1 Heartbeat Timeout Error (First)
+4,904,6000000200,-;nvidia-nvswitch2: SXid (PCI:0000:c4:00.0): 10002, Severity 5 Engine instance 00 Sub-engine instance 00
+";
+        let log = parse_log("kmsg", text);
+        assert_eq!(log.gpu_inits.len(), 1);
+        assert_eq!(log.gpu_inits[0].pci, "0000:3b:00");
+        assert_eq!(
+            log.gpu_inits[0].uuid,
+            "GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7"
+        );
+        assert!(log.gpu_inits[0].order < log.xids[0].order);
+        assert_eq!(log.sxids.len(), 3);
+        assert_eq!(log.sxids[0].sxid, 20034);
+        assert_eq!(log.sxids[0].pci, "0000:c5:00.0");
+        assert_eq!(log.sxids[0].fatal, Some(true));
+        assert_eq!(log.sxids[0].link, Some(24));
+        assert_eq!(log.sxids[0].uptime_s, Some(6000.0));
+        assert_eq!(log.sxids[1].fatal, Some(false));
+        assert_eq!(log.sxids[2].fatal, None);
+        assert!(log.sxids[0].message.starts_with("nvidia-nvswitch3: SXid"));
     }
 
     #[test]

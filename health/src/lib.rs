@@ -13,6 +13,8 @@
 //! The JSON report (`--format json`) is documented in `health/README.md`.
 
 pub mod coprobe;
+pub mod counters;
+pub mod cuda;
 pub mod fleet;
 pub mod host;
 pub mod kmsg;
@@ -288,6 +290,7 @@ pub fn expectations_for(profile: Option<&str>, expect_gpus: Option<u32>) -> Expe
                 }
                 e.require_docker = p.status.require_docker;
                 e.require_fabric_manager = p.status.require_fabric_manager;
+                e.thresholds = verdict::Thresholds::from_profile(&p.status);
             }
             Err(err) => e.profile_error = Some(format!("{err:#}")),
         }
@@ -339,15 +342,33 @@ where
             error: Some("the NVML probe thread panicked".into()),
             ..NvmlProbe::default()
         });
-        Snapshot {
+        let previous = counters::load(&probe::run_dir(), host_snap.boot_id.as_deref());
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        let s = Snapshot {
             schema: SNAPSHOT_SCHEMA,
-            collected_at: gpuhost_steps::fsutil::unix_now(),
+            collected_at: now_ms / 1000,
             host: host_snap,
             services,
             kernel_log,
             nvml,
-        }
+            collected_at_ms: now_ms,
+            previous,
+        };
+        keep_counters(&s);
+        s
     })
+}
+
+/// Keep this run's counters as the next runs' baseline when due ([`counters::store`]); a
+/// failure only costs the next run its rates.
+pub fn keep_counters(s: &Snapshot) {
+    let now = counters::of(s, s.host.boot_id.clone());
+    if let Err(e) = counters::store(&probe::run_dir(), s.previous.as_ref(), &now) {
+        tracing::warn!("cannot keep the counters for rates: {e:#}");
+    }
 }
 
 /// The driver-free part: sysfs and /proc, the kernel log, and (on the live system) services.

@@ -360,6 +360,43 @@ pub fn prometheus(s: &Snapshot, checks: &[Check]) -> String {
             xid_total as f64,
         );
     }
+    if s.kernel_log.source.is_some() {
+        for (fatal, n) in [
+            (
+                "true",
+                s.kernel_log
+                    .sxids
+                    .iter()
+                    .filter(|e| e.fatal == Some(true))
+                    .count(),
+            ),
+            (
+                "false",
+                s.kernel_log
+                    .sxids
+                    .iter()
+                    .filter(|e| e.fatal != Some(true))
+                    .count(),
+            ),
+        ] {
+            p.add(
+                "gpuhost_sxid_events",
+                "gauge",
+                "NVSwitch SXid events this boot, fatal or not.",
+                &[("fatal", fatal.into())],
+                n as f64,
+            );
+        }
+    }
+    if let Some(c) = &s.nvml.cuda {
+        p.add(
+            "gpuhost_cuda_init_up",
+            "gauge",
+            "1 when libcuda.so.1 loads and cuInit succeeds.",
+            &[],
+            if c.init_rc == Some(0) { 1.0 } else { 0.0 },
+        );
+    }
     for g in &s.nvml.gpus {
         gpu_metrics(&mut p, s, g);
     }
@@ -479,6 +516,31 @@ const GPU_GAUGES: &[Gauge] = &[
         value: |g| num64(&g.memory_used_bytes),
     },
     Gauge {
+        name: "gpuhost_gpu_ecc_corrected_aggregate",
+        help: "Corrected ECC errors over the GPU's life.",
+        value: |g| num64(&g.ecc_aggregate_corrected),
+    },
+    Gauge {
+        name: "gpuhost_gpu_sram_ecc_threshold_exceeded",
+        help: "1 when NVIDIA's SRAM ECC error threshold is exceeded.",
+        value: |g| g.ecc_sram.value().map(|e| flag(e.threshold_exceeded)),
+    },
+    Gauge {
+        name: "gpuhost_gpu_pcie_replays",
+        help: "PCIe replays since the driver loaded.",
+        value: |g| num(&g.pcie_replay_counter),
+    },
+    Gauge {
+        name: "gpuhost_gpu_inforom_valid",
+        help: "1 when the InfoROM validates.",
+        value: |g| g.inforom.value().map(|i| flag(i.valid)),
+    },
+    Gauge {
+        name: "gpuhost_gpu_gsp_firmware_enabled",
+        help: "1 when GSP firmware runs.",
+        value: |g| g.gsp_firmware.value().map(|f| flag(f.enabled)),
+    },
+    Gauge {
         name: "gpuhost_gpu_persistence_mode",
         help: "1 when persistence mode is on.",
         value: |g| bool_reading(&g.persistence_mode),
@@ -493,7 +555,51 @@ struct Family {
     samples: fn(&GpuSnapshot) -> Vec<(String, f64)>,
 }
 
+/// ECC counts of one memory: `{kind="corrected"|"uncorrected", counter="volatile"|"aggregate"}`
+/// folded into one label value (`corrected_volatile`, …).
+fn ecc_samples(c: [(&'static str, Option<u64>); 4]) -> Vec<(String, f64)> {
+    c.into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_string(), v as f64)))
+        .collect()
+}
+
 const GPU_FAMILIES: &[Family] = &[
+    Family {
+        name: "gpuhost_gpu_sram_ecc_errors",
+        help: "SRAM ECC errors, by kind and counter.",
+        label: "error",
+        samples: |g| {
+            g.ecc_sram
+                .value()
+                .map(|e| {
+                    ecc_samples([
+                        ("corrected_volatile", Some(e.volatile_corrected)),
+                        ("uncorrected_volatile", Some(e.volatile_uncorrected)),
+                        ("corrected_aggregate", Some(e.aggregate_corrected)),
+                        ("uncorrected_aggregate", Some(e.aggregate_uncorrected)),
+                    ])
+                })
+                .unwrap_or_default()
+        },
+    },
+    Family {
+        name: "gpuhost_gpu_dram_ecc_errors",
+        help: "DRAM (device memory) ECC errors, by kind and counter.",
+        label: "error",
+        samples: |g| {
+            g.ecc_dram
+                .value()
+                .map(|e| {
+                    ecc_samples([
+                        ("corrected_volatile", e.volatile_corrected),
+                        ("uncorrected_volatile", e.volatile_uncorrected),
+                        ("corrected_aggregate", e.aggregate_corrected),
+                        ("uncorrected_aggregate", e.aggregate_uncorrected),
+                    ])
+                })
+                .unwrap_or_default()
+        },
+    },
     Family {
         name: "gpuhost_gpu_remapped_rows",
         help: "Remapped memory rows, by cause.",
@@ -624,19 +730,16 @@ fn xid_metrics(p: &mut Prom, s: &Snapshot, bus: &str, base: &[(&'static str, Str
     if s.kernel_log.source.is_none() {
         return;
     }
-    let k = crate::kmsg::normalise_pci(bus);
-    let n = s
-        .kernel_log
-        .xids
-        .iter()
-        .filter(|e| Some(&e.pci) == k.as_ref())
-        .count();
+    let Some(k) = crate::kmsg::normalise_pci(bus) else {
+        return;
+    };
+    let (now, _) = crate::verdict::xid::current_and_earlier(s, &k);
     p.add(
         "gpuhost_gpu_xid_events",
         "gauge",
-        "XID events for this GPU since boot.",
+        "XID events for this GPU since boot or its last reset.",
         base,
-        n as f64,
+        now.len() as f64,
     );
 }
 

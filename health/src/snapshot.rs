@@ -38,6 +38,11 @@ impl<T> Reading<T> {
     }
 }
 
+/// A reading absent from a snapshot taken before gpuhost read it: n/a.
+pub fn not_read<T>() -> Reading<T> {
+    Reading::NotSupported
+}
+
 /// Everything one run collected.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -48,6 +53,14 @@ pub struct Snapshot {
     pub services: Services,
     pub kernel_log: KernelLog,
     pub nvml: NvmlProbe,
+    /// Unix time of the collection in ms (rates need better than seconds); 0 in older
+    /// snapshots.
+    #[serde(default)]
+    pub collected_at_ms: u64,
+    /// The counters an earlier run kept (PCIe replays, NVLink errors per GPU), against which
+    /// this run's are judged as rates. None on a first reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<crate::counters::Baseline>,
 }
 
 /// Driver-free facts from sysfs and /proc.
@@ -69,6 +82,32 @@ pub struct HostSnapshot {
     /// Where libnvidia-ml.so.1 was found and the version its file name carries.
     pub nvml_library: Option<NvmlLibrary>,
     pub docker_daemon_json: DaemonJson,
+    /// `/dev/nvidiactl`, `/dev/nvidia-uvm*`, `/dev/nvidia<N>`: what exists, with mode and owner
+    /// (None in snapshots from before gpuhost looked).
+    #[serde(default)]
+    pub dev_nodes: Option<Vec<DevNode>>,
+    /// Why /dev could not be listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev_error: Option<String>,
+    /// The user gpuhost runs as, for judging the device nodes' permissions.
+    #[serde(default)]
+    pub uid: u32,
+    /// `/proc/sys/kernel/random/boot_id`: counters kept for rates belong to one boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+}
+
+/// One NVIDIA device node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DevNode {
+    /// `/dev/nvidia0`
+    pub path: String,
+    /// A character device (not a plain file or a link left behind).
+    pub char_device: bool,
+    /// Permission bits (`0o666`).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -169,6 +208,14 @@ pub struct KernelLog {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub xids: Vec<XidEvent>,
+    /// NVSwitch errors (`nvidia-nvswitchN: SXid (PCI:…): 20034, Fatal, …`).
+    #[serde(default)]
+    pub sxids: Vec<SxidEvent>,
+    /// The driver's `NVRM: GPU at PCI:0000:3b:00: GPU-…` lines: printed once per
+    /// initialisation of a GPU, before its first XID, so one after an earlier XID marks a
+    /// reset (or a driver reload) since.
+    #[serde(default)]
+    pub gpu_inits: Vec<GpuInit>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -177,6 +224,32 @@ pub struct XidEvent {
     /// PCI address as the kernel printed it, normalised to `0000:3b:00` (domain:bus:device).
     pub pci: String,
     /// Seconds since boot, where known.
+    pub uptime_s: Option<f64>,
+    pub message: String,
+    /// Position in the log (records in order), to order XIDs against GPU initialisations.
+    #[serde(default)]
+    pub order: u64,
+}
+
+/// One `NVRM: GPU at PCI:…: GPU-…` line.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuInit {
+    /// `0000:3b:00`
+    pub pci: String,
+    pub uuid: String,
+    pub uptime_s: Option<f64>,
+    pub order: u64,
+}
+
+/// One NVSwitch error from the kernel log.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SxidEvent {
+    pub sxid: u32,
+    /// The NVSwitch's PCI function as printed, `0000:c3:00.0`.
+    pub pci: String,
+    /// NVIDIA's split: `Fatal` or `Non-fatal` in the message; None when it says neither.
+    pub fatal: Option<bool>,
+    pub link: Option<u32>,
     pub uptime_s: Option<f64>,
     pub message: String,
 }
@@ -228,6 +301,29 @@ pub struct NvmlProbe {
     pub cuda_driver_version: Option<i32>,
     pub device_count: Option<u32>,
     pub gpus: Vec<GpuSnapshot>,
+    /// libcuda.so.1 loaded and `cuInit(0)` in the probe (DCGM level 1's CUDA check). None
+    /// when the probe did not get that far, or in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<CudaCheck>,
+}
+
+/// The CUDA driver API, as the probe found it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CudaCheck {
+    /// libcuda.so.1 could be loaded (and has `cuInit`).
+    pub loaded: bool,
+    /// `cuInit(0)`'s CUresult (0 success, 100 no device, 999 unknown, …).
+    pub init_rc: Option<i32>,
+    /// `cuDriverGetVersion`, e.g. 13000.
+    pub driver_version: Option<i32>,
+    /// Time cuInit took, ms (0 when the answer came from the cache).
+    pub init_ms: Option<f64>,
+    /// The answer is a success recorded earlier for the same boot, driver and device nodes
+    /// (`<run dir>/cuda-init.json`); failures are never cached.
+    #[serde(default)]
+    pub cached: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -276,6 +372,48 @@ fn not_collected<T>() -> Reading<T> {
     Reading::Error("not collected".into())
 }
 
+/// ECC error counts of one kind of memory (`None` where NVML does not count that one).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EccCounts {
+    pub volatile_corrected: Option<u64>,
+    pub volatile_uncorrected: Option<u64>,
+    pub aggregate_corrected: Option<u64>,
+    pub aggregate_uncorrected: Option<u64>,
+}
+
+/// `nvmlDeviceGetSramEccErrorStatus`: SRAM ECC counts and NVIDIA's SRAM threshold flag.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SramEcc {
+    pub volatile_corrected: u64,
+    /// Parity plus SEC-DED uncorrectable.
+    pub volatile_uncorrected: u64,
+    pub aggregate_corrected: u64,
+    pub aggregate_uncorrected: u64,
+    /// The SRAM error threshold was exceeded (NVIDIA: run field diagnostics).
+    pub threshold_exceeded: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InfoRom {
+    /// `nvmlDeviceValidateInforom` succeeded (false: NVML_ERROR_CORRUPTED_INFOROM).
+    pub valid: bool,
+    pub image_version: Option<String>,
+    /// Unix time of the validation.
+    #[serde(default)]
+    pub checked_at: Option<u64>,
+    /// The validation is one an earlier run kept (`<run dir>/inforom.json`).
+    #[serde(default)]
+    pub cached: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GspFirmware {
+    pub enabled: bool,
+    /// GSP firmware is on by default for this GPU and driver.
+    pub default_enabled: bool,
+    pub version: Option<String>,
+}
+
 /// One GPU as NVML sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GpuSnapshot {
@@ -318,6 +456,30 @@ pub struct GpuSnapshot {
     /// Links that answered; NotSupported when link 0 is not supported.
     pub nvlinks: Reading<Vec<NvLink>>,
     pub fabric: Reading<Fabric>,
+    /// `nvmlDeviceGetArchitecture`: `Hopper`, `Ampere`, `Volta`, ….
+    #[serde(default = "not_read")]
+    pub architecture: Reading<String>,
+    /// `/dev/nvidia<minor>` belongs to this GPU.
+    #[serde(default = "not_read")]
+    pub minor_number: Reading<u32>,
+    /// PCIe replays since the driver loaded.
+    #[serde(default = "not_read")]
+    pub pcie_replay_counter: Reading<u32>,
+    /// Corrected ECC errors over the GPU's life (all memory).
+    #[serde(default = "not_read")]
+    pub ecc_aggregate_corrected: Reading<u64>,
+    /// Device memory (DRAM/HBM) ECC counts.
+    #[serde(default = "not_read")]
+    pub ecc_dram: Reading<EccCounts>,
+    /// SRAM ECC counts and threshold flag.
+    #[serde(default = "not_read")]
+    pub ecc_sram: Reading<SramEcc>,
+    #[serde(default = "not_read")]
+    pub inforom: Reading<InfoRom>,
+    #[serde(default = "not_read")]
+    pub vbios_version: Reading<String>,
+    #[serde(default = "not_read")]
+    pub gsp_firmware: Reading<GspFirmware>,
     /// Time to read this GPU, ms.
     pub sweep_ms: f64,
 }

@@ -25,6 +25,17 @@ pub struct Call {
     /// What came back on success.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// How long the call took, µs (what it would add to the probe's sweep).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub us: Option<f64>,
+}
+
+/// Make a call and record how long it took.
+fn timed(make: impl FnOnce() -> Call) -> Call {
+    let t = std::time::Instant::now();
+    let mut c = make();
+    c.us = Some((t.elapsed().as_secs_f64() * 1e7).round() / 10.0);
+    c
 }
 
 /// Every call for one GPU.
@@ -42,6 +53,8 @@ pub struct CallsReport {
     pub init: String,
     pub driver_version: Option<String>,
     pub device_count: Option<u32>,
+    /// libcuda.so.1 and `cuInit(0)`, as the probe runs them (uncached).
+    pub cuda: crate::snapshot::CudaCheck,
     pub gpus: Vec<GpuCalls>,
 }
 
@@ -64,6 +77,7 @@ pub fn call<T>(name: String, r: Raw<T>, show: impl FnOnce(T) -> String) -> Call 
         rc,
         result,
         value,
+        us: None,
     }
 }
 
@@ -273,6 +287,7 @@ fn link_count(d: &Device<'_>) -> Call {
         rc: value.is_some().then_some(0),
         result,
         value,
+        us: None,
     }
 }
 
@@ -280,26 +295,30 @@ fn link_count(d: &Device<'_>) -> Call {
 fn device_calls(nvml: &Nvml, d: &Device<'_>) -> Vec<Call> {
     let lib = nvml.lib();
     let h = raw::handle(d);
-    let mut out = vec![link_count(d)];
+    let mut out = vec![timed(|| link_count(d))];
     for l in 0..NVLINK_MAX_LINKS {
-        out.extend(LINK_CALLS.iter().map(|c| (c.make)(lib, h, l)));
+        out.extend(LINK_CALLS.iter().map(|c| timed(|| (c.make)(lib, h, l))));
         out.extend(NVLINK_COUNTERS.iter().map(|(counter, name)| {
-            call(
-                format!("nvmlDeviceGetNvLinkErrorCounter(link {l}, {name})"),
-                raw::nvlink_error_counter(lib, h, l, *counter),
-                |v| v.to_string(),
-            )
+            timed(|| {
+                call(
+                    format!("nvmlDeviceGetNvLinkErrorCounter(link {l}, {name})"),
+                    raw::nvlink_error_counter(lib, h, l, *counter),
+                    |v| v.to_string(),
+                )
+            })
         }));
     }
-    out.extend(DEVICE_CALLS.iter().map(|c| c(lib, h)));
+    out.extend(DEVICE_CALLS.iter().map(|c| timed(|| c(lib, h))));
     for (loc, loc_name) in MEMORY_LOCATIONS {
         for (error, e_name) in [(0, "CORRECTED"), (1, "UNCORRECTED")] {
             for (counter, c_name) in [(0, "VOLATILE"), (1, "AGGREGATE")] {
-                out.push(call(
-                    format!("nvmlDeviceGetMemoryErrorCounter({e_name}, {c_name}, {loc_name})"),
-                    raw::memory_error_counter(lib, h, error, counter, *loc),
-                    |v| v.to_string(),
-                ));
+                out.push(timed(|| {
+                    call(
+                        format!("nvmlDeviceGetMemoryErrorCounter({e_name}, {c_name}, {loc_name})"),
+                        raw::memory_error_counter(lib, h, error, counter, *loc),
+                        |v| v.to_string(),
+                    )
+                }));
             }
         }
     }
@@ -313,6 +332,7 @@ pub fn link_call_names() -> Vec<&'static str> {
 
 /// `gpuhost status --nvml-calls`.
 pub fn report() -> CallsReport {
+    let cuda = crate::cuda::check();
     let nvml = match Nvml::init() {
         Ok(n) => n,
         Err(e) => {
@@ -320,6 +340,7 @@ pub fn report() -> CallsReport {
                 init: error_kind(&e),
                 driver_version: None,
                 device_count: None,
+                cuda,
                 gpus: Vec::new(),
             }
         }
@@ -328,6 +349,7 @@ pub fn report() -> CallsReport {
         init: "Success".into(),
         driver_version: nvml.sys_driver_version().ok(),
         device_count: nvml.device_count().ok(),
+        cuda,
         gpus: Vec::new(),
     };
     for i in 0..r.device_count.unwrap_or(0) {
@@ -347,6 +369,7 @@ pub fn report() -> CallsReport {
                     rc: None,
                     result: error_kind(&e),
                     value: None,
+                    us: None,
                 }],
             },
         });

@@ -19,8 +19,11 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, NvmlLib};
+
 use crate::snapshot::{
-    EccMode, Fabric, GpuSnapshot, MigMode, NvLink, NvmlProbe, ProbeStatus, Reading, RemappedRows,
+    EccCounts, EccMode, Fabric, GpuSnapshot, GspFirmware, InfoRom, MigMode, NvLink, NvmlProbe,
+    ProbeStatus, Reading, RemappedRows, SramEcc,
 };
 
 /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`.
@@ -56,6 +59,11 @@ pub fn probe() -> NvmlProbe {
     }
 }
 
+/// `GPUHOST_PROBE_NO_CUDA=1` leaves the CUDA check out (to measure what it costs).
+fn no_cuda() -> bool {
+    std::env::var_os("GPUHOST_PROBE_NO_CUDA").is_some_and(|v| v == "1")
+}
+
 /// Initialise NVML; a failure is the probe's answer (classified: no library, driver not
 /// loaded, version mismatch, …). `gpuhost serve`'s probe keeps the handle between sweeps.
 pub fn init(start: Instant) -> Result<Nvml, Box<NvmlProbe>> {
@@ -79,8 +87,14 @@ pub fn init(start: Instant) -> Result<Nvml, Box<NvmlProbe>> {
     }
 }
 
-/// Read the driver's versions and every device through an initialised NVML.
+/// Read the driver's versions and every device through an initialised NVML, while another
+/// thread loads libcuda and runs `cuInit` ([`crate::cuda`], its success kept between runs).
 pub fn read(nvml: &Nvml, start: Instant) -> NvmlProbe {
+    let cuda = (!no_cuda()).then(|| {
+        std::thread::Builder::new()
+            .name("cuda-init".into())
+            .spawn(|| crate::cuda::check_cached(&crate::probe::run_dir()))
+    });
     let mut p = NvmlProbe {
         status: ProbeStatus::Ok,
         driver_version: nvml.sys_driver_version().ok(),
@@ -92,11 +106,21 @@ pub fn read(nvml: &Nvml, start: Instant) -> NvmlProbe {
         Ok(n) => {
             p.device_count = Some(n);
             let t = Instant::now();
-            p.gpus = sweep(nvml, n, sequential());
+            let kept = inforom_cache::load(&crate::probe::run_dir());
+            p.gpus = sweep(nvml, n, sequential(), &kept);
+            inforom_cache::store(&crate::probe::run_dir(), kept, &p.gpus);
             p.sweep_wall_ms = Some(ms(t));
         }
         Err(e) => p.error = Some(format!("device count: {e}")),
     }
+    p.cuda = match cuda {
+        Some(Ok(h)) => Some(h.join().unwrap_or_else(|_| crate::snapshot::CudaCheck {
+            error: Some("the CUDA check panicked".into()),
+            ..Default::default()
+        })),
+        Some(Err(_)) => Some(crate::cuda::check_cached(&crate::probe::run_dir())),
+        None => None,
+    };
     p.duration_ms = Some(ms(start));
     p
 }
@@ -108,10 +132,10 @@ fn sequential() -> bool {
 }
 
 /// Read one GPU by index: its handle, then every reading.
-fn sweep_one(nvml: &Nvml, i: u32) -> GpuSnapshot {
+fn sweep_one(nvml: &Nvml, i: u32, kept: &inforom_cache::Kept) -> GpuSnapshot {
     let t = Instant::now();
     match nvml.device_by_index(i) {
-        Ok(d) => gpu(nvml, &d, i, t),
+        Ok(d) => gpu(nvml, &d, i, t, kept),
         Err(e) => lost_gpu(i, &e, t),
     }
 }
@@ -119,9 +143,9 @@ fn sweep_one(nvml: &Nvml, i: u32) -> GpuSnapshot {
 /// Read every GPU, one thread per GPU (NVML is thread-safe; a GPU's ~30 calls wait on the
 /// driver, not the CPU), in index order. One GPU (or `sequential`) is read on this thread:
 /// no thread to start.
-fn sweep(nvml: &Nvml, n: u32, sequential: bool) -> Vec<GpuSnapshot> {
+fn sweep(nvml: &Nvml, n: u32, sequential: bool, kept: &inforom_cache::Kept) -> Vec<GpuSnapshot> {
     if n <= 1 || sequential {
-        return (0..n).map(|i| sweep_one(nvml, i)).collect();
+        return (0..n).map(|i| sweep_one(nvml, i, kept)).collect();
     }
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
@@ -129,7 +153,7 @@ fn sweep(nvml: &Nvml, n: u32, sequential: bool) -> Vec<GpuSnapshot> {
                 let t = Instant::now();
                 let h = std::thread::Builder::new()
                     .name(format!("nvml-gpu{i}"))
-                    .spawn_scoped(s, move || sweep_one(nvml, i));
+                    .spawn_scoped(s, move || sweep_one(nvml, i, kept));
                 (i, t, h)
             })
             .collect();
@@ -140,7 +164,7 @@ fn sweep(nvml: &Nvml, n: u32, sequential: bool) -> Vec<GpuSnapshot> {
                     .join()
                     .unwrap_or_else(|_| lost_gpu_kind(i, "ProbeThreadPanicked", t)),
                 // No thread to be had: read it here instead.
-                Err(_) => sweep_one(nvml, i),
+                Err(_) => sweep_one(nvml, i, kept),
             })
             .collect()
     })
@@ -192,11 +216,28 @@ fn lost_gpu_kind(index: u32, k: &str, t: Instant) -> GpuSnapshot {
         mig_mode: err(&k),
         nvlinks: err(&k),
         fabric: err(&k),
+        architecture: err(&k),
+        minor_number: err(&k),
+        pcie_replay_counter: err(&k),
+        ecc_aggregate_corrected: err(&k),
+        ecc_dram: err(&k),
+        ecc_sram: err(&k),
+        inforom: err(&k),
+        vbios_version: err(&k),
+        gsp_firmware: err(&k),
         sweep_ms: ms(t),
     }
 }
 
-fn gpu(nvml: &Nvml, d: &Device<'_>, index: u32, t: Instant) -> GpuSnapshot {
+fn gpu(
+    nvml: &Nvml,
+    d: &Device<'_>,
+    index: u32,
+    t: Instant,
+    kept: &inforom_cache::Kept,
+) -> GpuSnapshot {
+    let (lib, h) = (nvml.lib(), raw::handle(d));
+    let uuid = reading(d.uuid());
     let mem = d.memory_info();
     let (memory_total_bytes, memory_used_bytes) = match mem {
         Ok(m) => (Reading::Value(m.total), Reading::Value(m.used)),
@@ -208,7 +249,6 @@ fn gpu(nvml: &Nvml, d: &Device<'_>, index: u32, t: Instant) -> GpuSnapshot {
     GpuSnapshot {
         index,
         name: reading(d.name()),
-        uuid: reading(d.uuid()),
         pci_bus_id: reading(d.pci_info().map(|p| p.bus_id)),
         brand: reading(d.brand().map(|b| b.as_c())),
         compute_capability: reading(
@@ -251,7 +291,165 @@ fn gpu(nvml: &Nvml, d: &Device<'_>, index: u32, t: Instant) -> GpuSnapshot {
         })),
         nvlinks: nvlinks(d),
         fabric: fabric(nvml, d),
+        architecture: reading(d.architecture().map(|a| format!("{a:?}"))),
+        minor_number: reading(d.minor_number()),
+        pcie_replay_counter: raw_reading(raw::pcie_replay_counter(lib, h)),
+        ecc_aggregate_corrected: reading(
+            d.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate),
+        ),
+        ecc_dram: ecc_dram(lib, h),
+        ecc_sram: ecc_sram(lib, h),
+        inforom: match uuid.value().and_then(|u| kept.fresh(u)) {
+            Some(i) => Reading::Value(i),
+            None => inforom(lib, h),
+        },
+        vbios_version: raw_reading(raw::vbios_version(lib, h)),
+        gsp_firmware: raw_reading(raw::gsp_firmware_mode(lib, h)).map(|(enabled, default)| {
+            GspFirmware {
+                enabled,
+                default_enabled: default,
+                version: raw::gsp_firmware_version(lib, h).ok(),
+            }
+        }),
+        uuid,
         sweep_ms: ms(t),
+    }
+}
+
+/// `NVML_MEMORY_LOCATION_SRAM`.
+const LOCATION_SRAM: u32 = 7;
+
+/// SRAM ECC: the four counters through `nvmlDeviceGetMemoryErrorCounter` (µs each); only when
+/// one is not zero `nvmlDeviceGetSramEccErrorStatus` (3 ms on an H200) for NVIDIA's threshold
+/// flag, which cannot be set without errors. Where the counters are not supported, the status
+/// call alone.
+fn ecc_sram(lib: &NvmlLib, h: nvmlDevice_t) -> Reading<SramEcc> {
+    let get = |error, counter| raw::memory_error_counter(lib, h, error, counter, LOCATION_SRAM);
+    let status = || {
+        raw_reading(raw::sram_ecc_status(lib, h)).map(|s| SramEcc {
+            volatile_corrected: s.volatileCor,
+            volatile_uncorrected: s.volatileUncParity + s.volatileUncSecDed,
+            aggregate_corrected: s.aggregateCor,
+            aggregate_uncorrected: s.aggregateUncParity + s.aggregateUncSecDed,
+            threshold_exceeded: s.bThresholdExceeded != 0,
+        })
+    };
+    match (get(0, 0), get(1, 0), get(0, 1), get(1, 1)) {
+        (Ok(0), Ok(0), Ok(0), Ok(0)) => Reading::Value(SramEcc::default()),
+        _ => status(),
+    }
+}
+
+/// `NVML_MEMORY_LOCATION_DEVICE_MEMORY`.
+const LOCATION_DRAM: u32 = 2;
+
+/// Device memory ECC counts through `nvmlDeviceGetMemoryErrorCounter`; n/a when NVML counts
+/// none of the four, the first error when every one failed otherwise.
+fn ecc_dram(lib: &NvmlLib, h: nvmlDevice_t) -> Reading<EccCounts> {
+    let get = |error, counter| raw::memory_error_counter(lib, h, error, counter, LOCATION_DRAM);
+    let all = [get(0, 0), get(1, 0), get(0, 1), get(1, 1)];
+    if all.iter().all(Result::is_err) {
+        return raw_reading(all[0].map(|_| EccCounts::default()));
+    }
+    let [vc, vu, ac, au] = all.map(Result::ok);
+    Reading::Value(EccCounts {
+        volatile_corrected: vc,
+        volatile_uncorrected: vu,
+        aggregate_corrected: ac,
+        aggregate_uncorrected: au,
+    })
+}
+
+/// `nvmlDeviceValidateInforom` (CORRUPTED_INFOROM reads as not valid) and the image version.
+fn inforom(lib: &NvmlLib, h: nvmlDevice_t) -> Reading<InfoRom> {
+    let valid = match raw::validate_inforom(lib, h) {
+        Ok(()) => true,
+        Err(raw::RawErr::Rc(raw::RC_CORRUPTED_INFOROM)) => false,
+        Err(e) => return raw_reading(Err(e)),
+    };
+    Reading::Value(InfoRom {
+        valid,
+        image_version: raw::inforom_image_version(lib, h).ok(),
+        checked_at: Some(gpuhost_steps::fsutil::unix_now()),
+        cached: false,
+    })
+}
+
+/// `nvmlDeviceValidateInforom` reads and checks the whole InfoROM: 70 ms on an H200, twice
+/// the rest of a GPU's sweep. A valid answer is kept per GPU in `<run dir>/inforom.json` and
+/// reused for [`inforom_cache::MAX_AGE_S`] within a boot; a corrupt one is never kept.
+pub mod inforom_cache {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use serde::{Deserialize, Serialize};
+
+    use crate::snapshot::{GpuSnapshot, InfoRom, Reading};
+
+    pub const FILE: &str = "inforom.json";
+    /// A kept validation is reused this long (s).
+    pub const MAX_AGE_S: u64 = 3600;
+
+    #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+    pub struct Kept {
+        pub boot_id: Option<String>,
+        /// By GPU UUID.
+        pub gpus: BTreeMap<String, InfoRom>,
+    }
+
+    fn boot_id() -> Option<String> {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .ok()
+            .map(|s| s.trim().to_string())
+    }
+
+    impl Kept {
+        /// A valid result for `uuid` checked less than [`MAX_AGE_S`] ago.
+        pub fn fresh(&self, uuid: &str) -> Option<InfoRom> {
+            let now = gpuhost_steps::fsutil::unix_now();
+            self.gpus
+                .get(uuid)
+                .filter(|i| {
+                    i.valid
+                        && i.checked_at
+                            .is_some_and(|t| now.saturating_sub(t) < MAX_AGE_S)
+                })
+                .map(|i| InfoRom {
+                    cached: true,
+                    ..i.clone()
+                })
+        }
+    }
+
+    /// What an earlier run kept, if it is from this boot.
+    pub fn load(run_dir: &Path) -> Kept {
+        std::fs::read_to_string(run_dir.join(FILE))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Kept>(&t).ok())
+            .filter(|k| k.boot_id == boot_id())
+            .unwrap_or_default()
+    }
+
+    /// Keep this sweep's fresh valid answers (best effort: the next run validates again).
+    pub fn store(run_dir: &Path, mut kept: Kept, gpus: &[GpuSnapshot]) {
+        let mut changed = false;
+        for g in gpus {
+            if let (Some(u), Reading::Value(i)) = (g.uuid.value(), &g.inforom) {
+                if i.valid && !i.cached {
+                    kept.gpus.insert(u.clone(), i.clone());
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            return;
+        }
+        kept.boot_id = boot_id();
+        if let Ok(text) = serde_json::to_string(&kept) {
+            let _ = std::fs::create_dir_all(run_dir);
+            let _ =
+                gpuhost_steps::fsutil::write_atomic(&run_dir.join(FILE), text.as_bytes(), 0o644);
+        }
     }
 }
 

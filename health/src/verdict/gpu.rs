@@ -2,8 +2,9 @@
 //! (or a few) of a [`GpuSnapshot`] into a verdict. NOT_SUPPORTED is n/a; any other NVML error
 //! on a reading is UNKNOWN, except `GpuLost`, which is CRITICAL.
 
-use super::{GpuRef, Out, Severity, MAX_UNCORRECTABLE_REMAPPED_ROWS, TEMP_MARGIN_C};
-use crate::snapshot::{reasons, Fabric, GpuSnapshot, NvLink, Reading};
+use super::{GpuRef, Out, Severity, Thresholds, MAX_UNCORRECTABLE_REMAPPED_ROWS, TEMP_MARGIN_C};
+use crate::counters::{rate, GpuCounters};
+use crate::snapshot::{reasons, EccCounts, Fabric, GpuSnapshot, NvLink, Reading, SramEcc};
 
 /// A verdict: severity, the value seen (for people), and what to do when not OK.
 pub type Verdict = (Severity, String, Option<String>);
@@ -31,6 +32,10 @@ pub struct GpuCtx<'a> {
     pub g: &'a GpuSnapshot,
     /// NVSwitches are on PCI (HGX): every NVLink must be up.
     pub nvswitch: bool,
+    pub t: &'a Thresholds,
+    /// This GPU's counters from the kept baseline and the seconds since: None on a first
+    /// reading.
+    pub before: Option<(&'a GpuCounters, f64)>,
 }
 
 impl GpuCtx<'_> {
@@ -64,6 +69,16 @@ pub const GPU_CHECKS: &[GpuCheck] = &[
         id: "gpu.ecc.aggregate_uncorrected",
         group: "ecc",
         judge: ecc_aggregate_uncorrected,
+    },
+    GpuCheck {
+        id: "gpu.ecc.sram",
+        group: "ecc",
+        judge: ecc_sram,
+    },
+    GpuCheck {
+        id: "gpu.ecc.dram",
+        group: "ecc",
+        judge: ecc_dram,
     },
     GpuCheck {
         id: "gpu.retired_pages",
@@ -111,6 +126,11 @@ pub const GPU_CHECKS: &[GpuCheck] = &[
         judge: pcie,
     },
     GpuCheck {
+        id: "gpu.pcie_replay",
+        group: "pcie",
+        judge: pcie_replay,
+    },
+    GpuCheck {
         id: "gpu.persistence",
         group: "config",
         judge: persistence,
@@ -129,6 +149,16 @@ pub const GPU_CHECKS: &[GpuCheck] = &[
         id: "gpu.fabric",
         group: "fabric",
         judge: fabric,
+    },
+    GpuCheck {
+        id: "gpu.inforom",
+        group: "software",
+        judge: inforom,
+    },
+    GpuCheck {
+        id: "gpu.gsp",
+        group: "software",
+        judge: gsp,
     },
 ];
 
@@ -215,6 +245,167 @@ fn ecc_aggregate_uncorrected(c: &GpuCtx<'_>) -> Judged {
             )
         } else {
             (Severity::Ok, "0 aggregate uncorrectable".into(), None)
+        }
+    })
+}
+
+/// SRAM ECC against AzNHC's thresholds, and NVIDIA's SRAM threshold flag.
+fn ecc_sram(c: &GpuCtx<'_>) -> Judged {
+    let t = c.t;
+    on(&c.g.ecc_sram, |e: &SramEcc| {
+        let v = format!(
+            "SRAM correctable {} volatile / {} aggregate, uncorrectable {} / {}",
+            e.volatile_corrected,
+            e.aggregate_corrected,
+            e.volatile_uncorrected,
+            e.aggregate_uncorrected
+        );
+        let corr = e.volatile_corrected.max(e.aggregate_corrected);
+        let unc = e.volatile_uncorrected.max(e.aggregate_uncorrected);
+        if unc > t.ecc_sram_uncorrectable_max {
+            (
+                Severity::Critical,
+                format!(
+                    "{v}: uncorrectable above {} (status.ecc_sram_uncorrectable_max)",
+                    t.ecc_sram_uncorrectable_max
+                ),
+                Some(format!(
+                    "{}; run field diagnostics, RMA if they fail",
+                    c.reset()
+                )),
+            )
+        } else if corr > t.ecc_sram_correctable_max {
+            (
+                Severity::Critical,
+                format!("{v}: correctable above {} (status.ecc_sram_correctable_max)", t.ecc_sram_correctable_max),
+                Some("drain the GPU and run field diagnostics; RMA if they fail (AzNHC fails the node here)".into()),
+            )
+        } else if e.threshold_exceeded {
+            (
+                Severity::Critical,
+                format!("{v}: NVIDIA's SRAM error threshold exceeded"),
+                Some("NVIDIA: run field diagnostics (the Xid catalog's XID 48 workflow); RMA if they fail".into()),
+            )
+        } else {
+            (Severity::Ok, v, None)
+        }
+    })
+}
+
+/// DRAM (HBM) ECC against AzNHC's threshold.
+fn ecc_dram(c: &GpuCtx<'_>) -> Judged {
+    let max = c.t.ecc_dram_max;
+    on(&c.g.ecc_dram, |e: &EccCounts| {
+        let n = |x: Option<u64>| x.map_or("n/a".to_string(), |x| x.to_string());
+        let v = format!(
+            "DRAM correctable {} volatile / {} aggregate, uncorrectable {} / {}",
+            n(e.volatile_corrected),
+            n(e.aggregate_corrected),
+            n(e.volatile_uncorrected),
+            n(e.aggregate_uncorrected)
+        );
+        let worst = [
+            e.volatile_corrected,
+            e.aggregate_corrected,
+            e.volatile_uncorrected,
+            e.aggregate_uncorrected,
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0);
+        if worst > max {
+            (
+                Severity::Critical,
+                format!("{v}: above {max} (status.ecc_dram_max)"),
+                Some(
+                    "drain the GPU, check row remapping, run field diagnostics; RMA if they fail"
+                        .into(),
+                ),
+            )
+        } else {
+            (Severity::Ok, v, None)
+        }
+    })
+}
+
+/// The PCIe replay counter as a rate against the kept baseline.
+fn pcie_replay(c: &GpuCtx<'_>) -> Judged {
+    let max = c.t.pcie_replays_per_minute_max;
+    on(&c.g.pcie_replay_counter, |n| {
+        let Some((before, secs)) = c.before else {
+            return (
+                Severity::Ok,
+                format!(
+                    "{n} replays since the driver loaded; first reading, a rate from the next run"
+                ),
+                None,
+            );
+        };
+        match rate(before.pcie_replays.map(u64::from), Some(u64::from(*n)), secs) {
+            Some(per_s) if per_s * 60.0 > max => (
+                Severity::Warning,
+                format!(
+                    "{:.1} replays/min over {secs:.0} s (> {max}, status.pcie_replays_per_minute_max); {n} since the driver loaded",
+                    per_s * 60.0
+                ),
+                Some("the PCIe link retries packets: reseat the card or riser, check the slot and retimers; compare AER counters".into()),
+            ),
+            Some(per_s) => (
+                Severity::Ok,
+                format!("{:.1} replays/min over {secs:.0} s; {n} since the driver loaded", per_s * 60.0),
+                None,
+            ),
+            None => (
+                Severity::Ok,
+                format!("{n} replays since the driver loaded; counter reset since the last reading, a rate from the next run"),
+                None,
+            ),
+        }
+    })
+}
+
+/// `nvmlDeviceValidateInforom` (DCGM level 1).
+fn inforom(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.inforom, |i| {
+        let ver = i
+            .image_version
+            .as_deref()
+            .map(|v| format!(" (image {v})"))
+            .unwrap_or_default();
+        if i.valid {
+            let when = if i.cached {
+                " (validated by an earlier run this hour)"
+            } else {
+                ""
+            };
+            (Severity::Ok, format!("InfoROM valid{ver}{when}"), None)
+        } else {
+            (
+                Severity::Critical,
+                format!("InfoROM corrupted{ver}"),
+                Some("the GPU's ECC, page-retirement and row-remap records live there: drain the GPU and contact support (reflash or RMA)".into()),
+            )
+        }
+    })
+}
+
+/// GSP firmware mode (and version), reported; off where it is on by default is a WARNING.
+fn gsp(c: &GpuCtx<'_>) -> Judged {
+    on(&c.g.gsp_firmware, |f| {
+        let ver = f
+            .version
+            .as_deref()
+            .map(|v| format!(" {v}"))
+            .unwrap_or_default();
+        match (f.enabled, f.default_enabled) {
+            (true, _) => (Severity::Ok, format!("GSP firmware{ver} enabled"), None),
+            (false, true) => (
+                Severity::Warning,
+                "GSP firmware disabled, though on by default for this GPU".into(),
+                Some("remove NVreg_EnableGpuFirmware=0 from the nvidia module options (open kernel modules need GSP) and reload the driver".into()),
+            ),
+            (false, false) => (Severity::Ok, "GSP firmware off (not the default here)".into(), None),
         }
     })
 }
@@ -475,7 +666,7 @@ fn mig(c: &GpuCtx<'_>) -> Judged {
 
 fn nvlink(c: &GpuCtx<'_>) -> Judged {
     on(&c.g.nvlinks, |links| {
-        nvlink_verdict(links, c.g.index, c.nvswitch)
+        nvlink_verdict(links, c.g.index, c.nvswitch, c.before, c.t)
     })
 }
 
@@ -483,14 +674,18 @@ fn fabric(c: &GpuCtx<'_>) -> Judged {
     on(&c.g.fabric, |f| fabric_verdict(f, c.g.index))
 }
 
-/// NVLink: every link up and error-free. A link down is CRITICAL on an NVSwitch (HGX) node,
-/// where every link must be up, else a WARNING; nonzero replay, recovery or CRC counters are a
-/// WARNING naming the links.
+/// NVLink: every link up, error counters judged as rates. A link down is CRITICAL on an
+/// NVSwitch (HGX) node, where every link must be up, else a WARNING. Replay and recovery
+/// errors per minute and CRC errors per second on a link, since the kept baseline, above the
+/// thresholds are a WARNING naming the links (DCGM's health watch); the totals since the
+/// driver loaded are shown, never judged, and a first reading has no rate.
 pub fn nvlink_verdict(
     links: &[NvLink],
     index: u32,
     nvswitch: bool,
-) -> (Severity, String, Option<String>) {
+    before: Option<(&GpuCounters, f64)>,
+    t: &Thresholds,
+) -> Verdict {
     if links.is_empty() {
         return (Severity::NotApplicable, "no NVLink".into(), None);
     }
@@ -501,7 +696,7 @@ pub fn nvlink_verdict(
         .collect();
     let sum = |f: fn(&NvLink) -> Option<u64>| -> u64 { links.iter().filter_map(f).sum() };
     let mut v = format!(
-        "{}/{} links active; errors: replay {}, recovery {}, CRC flit {}, CRC data {}",
+        "{}/{} links active; errors since the driver loaded: replay {}, recovery {}, CRC flit {}, CRC data {}",
         links.len() - inactive.len(),
         links.len(),
         sum(|l| l.replay_errors),
@@ -509,26 +704,57 @@ pub fn nvlink_verdict(
         sum(|l| l.crc_flit_errors),
         sum(|l| l.crc_data_errors)
     );
-    let erring: Vec<String> = links
-        .iter()
-        .filter_map(|l| {
-            let parts: Vec<String> = [
-                ("replay", l.replay_errors),
-                ("recovery", l.recovery_errors),
-                ("CRC flit", l.crc_flit_errors),
-                ("CRC data", l.crc_data_errors),
-            ]
-            .iter()
-            .filter_map(|(k, n)| n.filter(|n| *n > 0).map(|n| format!("{k} {n}")))
-            .collect();
-            (!parts.is_empty()).then(|| format!("link {} {}", l.link, parts.join(" ")))
-        })
-        .collect();
     if !inactive.is_empty() {
         v.push_str(&format!("; down: link {}", inactive.join(",")));
     }
-    if !erring.is_empty() {
-        v.push_str(&format!("; {}", erring.join("; ")));
+    let mut fast: Vec<String> = Vec::new();
+    match before {
+        None => v.push_str("; first reading, rates from the next run"),
+        Some((b, secs)) => {
+            for l in links {
+                let Some(o) = b.nvlink.get(&l.link) else {
+                    continue;
+                };
+                let add = |x: Option<u64>, y: Option<u64>| match (x, y) {
+                    (Some(x), Some(y)) => Some(x + y),
+                    (x, y) => x.or(y),
+                };
+                let rr = rate(
+                    add(o.replay, o.recovery),
+                    add(l.replay_errors, l.recovery_errors),
+                    secs,
+                )
+                .map(|r| r * 60.0);
+                let crc = rate(
+                    add(o.crc_flit, o.crc_data),
+                    add(l.crc_flit_errors, l.crc_data_errors),
+                    secs,
+                );
+                let mut parts = Vec::new();
+                if let Some(r) = rr.filter(|r| *r > t.nvlink_replay_recovery_per_minute_max) {
+                    parts.push(format!(
+                        "replay+recovery {r:.1}/min (> {}, status.nvlink_replay_recovery_per_minute_max)",
+                        t.nvlink_replay_recovery_per_minute_max
+                    ));
+                }
+                if let Some(r) = crc.filter(|r| *r > t.nvlink_crc_errors_per_second_max) {
+                    parts.push(format!(
+                        "CRC {r:.1}/s (> {}, status.nvlink_crc_errors_per_second_max)",
+                        t.nvlink_crc_errors_per_second_max
+                    ));
+                }
+                if !parts.is_empty() {
+                    fast.push(format!("link {} {}", l.link, parts.join(", ")));
+                }
+            }
+            if fast.is_empty() {
+                v.push_str(&format!(
+                    "; no error rate above its threshold over {secs:.0} s"
+                ));
+            } else {
+                v.push_str(&format!("; over {secs:.0} s: {}", fast.join("; ")));
+            }
+        }
     }
     if !inactive.is_empty() {
         let (sev, hint) = if nvswitch {
@@ -547,12 +773,12 @@ pub fn nvlink_verdict(
             )
         };
         (sev, v, Some(hint))
-    } else if !erring.is_empty() {
+    } else if !fast.is_empty() {
         (
             Severity::Warning,
             v,
             Some(format!(
-                "NVLink errors since the driver loaded: watch whether they grow (`nvidia-smi nvlink -e -i {index}`); run DCGM diagnostics and service the link if they keep rising"
+                "NVLink errors are growing: `nvidia-smi nvlink -e -i {index}`; run DCGM diagnostics and service the link if they keep rising"
             )),
         )
     } else {

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 use gpuhost_steps::steps::driver::fabric_manager_package;
 
 mod gpu;
-mod xid;
+mod software;
+pub mod xid;
+pub mod xid_catalog;
 
 pub use gpu::{fabric_verdict, nvlink_verdict, GpuCheck, GpuCtx, Judged, Verdict, GPU_CHECKS};
 pub use xid::xid_severity;
@@ -106,6 +108,60 @@ pub struct Expect {
     /// on PCI" (profile `status.require_fabric_manager`).
     #[serde(default)]
     pub require_fabric_manager: Option<bool>,
+    /// ECC, PCIe and NVLink thresholds (profile `status.*`, else the defaults).
+    #[serde(default)]
+    pub thresholds: Thresholds,
+}
+
+/// Thresholds of the counter checks, named in their messages; the defaults are Azure's AzNHC
+/// (`customTests/azure_gpu_ecc.nhc`, `check_gpu_ecc 20000000 10000` in its H100/H200 configs)
+/// and DCGM's health watches (`dcgm_gpu_hardware_limits.h`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Thresholds {
+    pub ecc_sram_correctable_max: u64,
+    pub ecc_sram_uncorrectable_max: u64,
+    pub ecc_dram_max: u64,
+    pub pcie_replays_per_minute_max: f64,
+    pub nvlink_crc_errors_per_second_max: f64,
+    pub nvlink_replay_recovery_per_minute_max: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            ecc_sram_correctable_max: 10_000,
+            ecc_sram_uncorrectable_max: 0,
+            ecc_dram_max: 20_000_000,
+            pcie_replays_per_minute_max: 8.0,
+            nvlink_crc_errors_per_second_max: 100.0,
+            nvlink_replay_recovery_per_minute_max: 0.0,
+        }
+    }
+}
+
+impl Thresholds {
+    /// The defaults with the profile's `status.*` keys over them.
+    pub fn from_profile(st: &gpuhost_steps::profile::StatusSpec) -> Thresholds {
+        let d = Thresholds::default();
+        Thresholds {
+            ecc_sram_correctable_max: st
+                .ecc_sram_correctable_max
+                .unwrap_or(d.ecc_sram_correctable_max),
+            ecc_sram_uncorrectable_max: st
+                .ecc_sram_uncorrectable_max
+                .unwrap_or(d.ecc_sram_uncorrectable_max),
+            ecc_dram_max: st.ecc_dram_max.unwrap_or(d.ecc_dram_max),
+            pcie_replays_per_minute_max: st
+                .pcie_replays_per_minute_max
+                .unwrap_or(d.pcie_replays_per_minute_max),
+            nvlink_crc_errors_per_second_max: st
+                .nvlink_crc_errors_per_second_max
+                .unwrap_or(d.nvlink_crc_errors_per_second_max),
+            nvlink_replay_recovery_per_minute_max: st
+                .nvlink_replay_recovery_per_minute_max
+                .unwrap_or(d.nvlink_replay_recovery_per_minute_max),
+        }
+    }
 }
 
 /// The driver version a local repo RPM's file name carries:
@@ -289,6 +345,8 @@ pub fn evaluate(s: &Snapshot, expect: &Expect) -> Vec<Check> {
     if nvml_ok {
         driver_checks(&mut out, s, expect);
     }
+    software::dev_nodes(&mut out, s, have_gpus);
+    software::cuda_init(&mut out, s, have_gpus);
     let missing: Vec<String> = pci_gpus
         .iter()
         .filter(|d| d.driver.as_deref() != Some("vfio-pci"))
@@ -308,13 +366,27 @@ pub fn evaluate(s: &Snapshot, expect: &Expect) -> Vec<Check> {
     );
 
     if nvml_ok {
+        let secs = s
+            .previous
+            .as_ref()
+            .map(|p| s.collected_at_ms.saturating_sub(p.at_ms) as f64 / 1000.0)
+            .unwrap_or(0.0);
         for (g, r) in s.nvml.gpus.iter().zip(&gpu_refs) {
+            let before = s.previous.as_ref().and_then(|p| {
+                g.uuid
+                    .value()
+                    .and_then(|u| p.gpus.get(u))
+                    .map(|c| (c, secs))
+            });
             let ctx = GpuCtx {
                 g,
                 nvswitch: switches > 0,
+                t: &expect.thresholds,
+                before,
             };
             gpu::gpu_checks(&mut out, &ctx, r);
         }
+        software::consistency(&mut out, s);
     }
     out.checks
 }

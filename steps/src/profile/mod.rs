@@ -93,6 +93,28 @@ pub struct StatusSpec {
     /// are on PCI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub require_fabric_manager: Option<bool>,
+    /// SRAM correctable ECC errors (volatile or aggregate) above this are CRITICAL (unset:
+    /// 10000, Azure's AzNHC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_sram_correctable_max: Option<u64>,
+    /// SRAM uncorrectable ECC errors above this are CRITICAL (unset: 0, AzNHC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_sram_uncorrectable_max: Option<u64>,
+    /// DRAM ECC errors of any kind (correctable or not, volatile or aggregate) above this are
+    /// CRITICAL (unset: 20000000, AzNHC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_dram_max: Option<u64>,
+    /// PCIe replays per minute above this are a WARNING (unset: 8, DCGM's health watch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_replays_per_minute_max: Option<f64>,
+    /// NVLink CRC (flit + data) errors per second on a link above this are a WARNING (unset:
+    /// 100, DCGM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_crc_errors_per_second_max: Option<f64>,
+    /// NVLink replay + recovery errors per minute on a link above this are a WARNING (unset:
+    /// 0, DCGM: any new one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_replay_recovery_per_minute_max: Option<f64>,
 }
 
 impl Profile {

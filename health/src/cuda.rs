@@ -1,0 +1,166 @@
+//! DCGM level 1's CUDA check, in the probe child: `libcuda.so.1` loads and `cuInit(0)`
+//! succeeds. A GPU that NVML reads can still be unusable for CUDA (a missing
+//! `/dev/nvidia-uvm`, a user-space driver from another release, a broken install), and that
+//! is what jobs see.
+//!
+//! cuInit costs far more than NVML's calls, so a success is kept in `<run dir>/cuda-init.json`
+//! with what it depends on — the boot, the loaded driver (`/proc/driver/nvidia/version`) and
+//! the device nodes `/dev/nvidiactl` and `/dev/nvidia-uvm` (inode and change time: recreated
+//! when the modules reload) — and later runs reuse it while those are the same. A failure is
+//! never kept: the next run tries again.
+
+use std::os::raw::c_int;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::snapshot::CudaCheck;
+
+/// The cache file in the run directory.
+pub const FILE: &str = "cuda-init.json";
+
+/// What a kept success depends on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Key {
+    boot_id: Option<String>,
+    driver: Option<String>,
+    /// (path, inode, change time) of each device node that exists.
+    nodes: Vec<(String, u64, i64)>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Kept {
+    key: Key,
+    check: CudaCheck,
+}
+
+fn key() -> Key {
+    let first_line = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|s| s.lines().next().map(|l| l.trim().to_string()))
+    };
+    Key {
+        boot_id: first_line("/proc/sys/kernel/random/boot_id"),
+        driver: first_line("/proc/driver/nvidia/version"),
+        nodes: ["/dev/nvidiactl", "/dev/nvidia-uvm"]
+            .iter()
+            .filter_map(|p| {
+                std::fs::metadata(p)
+                    .ok()
+                    .map(|m| (p.to_string(), m.ino(), m.ctime()))
+            })
+            .collect(),
+    }
+}
+
+/// The CUDA check, reusing a success kept in `run_dir` for the same boot, driver and nodes.
+pub fn check_cached(run_dir: &Path) -> CudaCheck {
+    let k = key();
+    let file = run_dir.join(FILE);
+    if let Some(kept) = std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Kept>(&t).ok())
+    {
+        if kept.key == k && kept.check.init_rc == Some(0) {
+            return CudaCheck {
+                cached: true,
+                init_ms: Some(0.0),
+                ..kept.check
+            };
+        }
+    }
+    let c = check();
+    if c.init_rc == Some(0) {
+        let kept = Kept {
+            key: k,
+            check: c.clone(),
+        };
+        if let Ok(text) = serde_json::to_string(&kept) {
+            // Best effort: without the cache the next run checks again.
+            let _ = std::fs::create_dir_all(run_dir)
+                .map_err(anyhow::Error::from)
+                .and_then(|()| gpuhost_steps::fsutil::write_atomic(&file, text.as_bytes(), 0o644));
+        }
+    }
+    c
+}
+
+type CuInit = unsafe extern "C" fn(flags: u32) -> c_int;
+type CuDriverGetVersion = unsafe extern "C" fn(version: *mut c_int) -> c_int;
+
+/// Load libcuda.so.1 and call `cuInit(0)` and `cuDriverGetVersion`, uncached.
+pub fn check() -> CudaCheck {
+    // SAFETY: loading the NVIDIA user-space driver runs its initialisers, which is what any
+    // CUDA program does; the library is never unloaded (see below).
+    let lib = match unsafe { libloading::Library::new("libcuda.so.1") } {
+        Ok(l) => l,
+        Err(e) => {
+            return CudaCheck {
+                error: Some(format!("libcuda.so.1 not loadable: {e}")),
+                ..CudaCheck::default()
+            }
+        }
+    };
+    let mut c = CudaCheck {
+        loaded: true,
+        ..CudaCheck::default()
+    };
+    // SAFETY: the symbols have these C signatures in every CUDA driver API (cuda.h).
+    let (init, version) = unsafe {
+        (
+            lib.get::<CuInit>(b"cuInit\0").map(|s| *s),
+            lib.get::<CuDriverGetVersion>(b"cuDriverGetVersion\0")
+                .map(|s| *s),
+        )
+    };
+    match init {
+        Ok(init) => {
+            let t = Instant::now();
+            // SAFETY: cuInit takes flags (must be 0) and returns a CUresult.
+            let rc = unsafe { init(0) };
+            c.init_ms = Some((t.elapsed().as_secs_f64() * 1e5).round() / 100.0);
+            c.init_rc = Some(rc);
+            if rc != 0 {
+                c.error = Some(format!("cuInit(0) returned {rc} ({})", cu_result(rc)));
+            }
+        }
+        Err(e) => {
+            c.loaded = false;
+            c.error = Some(format!("libcuda.so.1 has no cuInit: {e}"));
+        }
+    }
+    if let Ok(version) = version {
+        let mut v: c_int = 0;
+        // SAFETY: the out pointer points at a local.
+        if unsafe { version(&mut v) } == 0 {
+            c.driver_version = Some(v);
+        }
+    }
+    // Unloading libcuda after cuInit can hang or crash in its destructors: keep it mapped
+    // until the probe exits.
+    std::mem::forget(lib);
+    c
+}
+
+/// The CUresult names a health check meets (cuda.h).
+pub fn cu_result(rc: c_int) -> &'static str {
+    match rc {
+        0 => "CUDA_SUCCESS",
+        3 => "CUDA_ERROR_NOT_INITIALIZED",
+        4 => "CUDA_ERROR_DEINITIALIZED",
+        34 => "CUDA_ERROR_STUB_LIBRARY",
+        46 => "CUDA_ERROR_DEVICES_UNAVAILABLE",
+        100 => "CUDA_ERROR_NO_DEVICE",
+        101 => "CUDA_ERROR_INVALID_DEVICE",
+        222 => "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+        304 => "CUDA_ERROR_OPERATING_SYSTEM",
+        802 => "CUDA_ERROR_SYSTEM_NOT_READY",
+        803 => "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+        804 => "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+        999 => "CUDA_ERROR_UNKNOWN",
+        _ => "see cuda.h",
+    }
+}

@@ -1,0 +1,265 @@
+//! DCGM level 1's software checks that are not per GPU: the device nodes CUDA opens, the CUDA
+//! driver API (libcuda.so.1 loads, `cuInit` succeeds), and one VBIOS, InfoROM image and
+//! driver across the GPUs of one model. (Per GPU: the InfoROM and GSP firmware checks in
+//! [`super::gpu`]; persistence mode, page retirement and row remapping were there already.)
+
+use std::collections::BTreeMap;
+
+use super::{Out, Severity};
+use crate::cuda::cu_result;
+use crate::snapshot::{ProbeStatus, Snapshot};
+
+/// NVIDIA's default mode for its device nodes (`NVreg_DeviceFileMode`).
+const DEFAULT_MODE: u32 = 0o666;
+
+/// `driver.dev_nodes`: `/dev/nvidiactl` and `/dev/nvidia<minor>` of every GPU NVML sees exist as
+/// character devices the running user can open read-write.
+pub(super) fn dev_nodes(out: &mut Out, s: &Snapshot, have_gpus: bool) {
+    const ID: &str = "driver.dev_nodes";
+    let h = &s.host;
+    if !have_gpus && h.kernel_module_version.is_none() {
+        out.push(
+            ID,
+            "driver",
+            None,
+            Severity::NotApplicable,
+            "no NVIDIA GPU, no driver",
+            None,
+        );
+        return;
+    }
+    if let Some(e) = &h.dev_error {
+        out.push(
+            ID,
+            "driver",
+            None,
+            Severity::Unknown,
+            e.clone(),
+            Some("run where /dev can be listed".into()),
+        );
+        return;
+    }
+    let Some(nodes) = &h.dev_nodes else {
+        out.push(
+            ID,
+            "driver",
+            None,
+            Severity::NotApplicable,
+            "device nodes not collected in this snapshot",
+            None,
+        );
+        return;
+    };
+    let mut want: Vec<String> = vec!["/dev/nvidiactl".into()];
+    let minors: Vec<u32> = s
+        .nvml
+        .gpus
+        .iter()
+        .filter_map(|g| g.minor_number.value().copied())
+        .collect();
+    want.extend(minors.iter().map(|m| format!("/dev/nvidia{m}")));
+    let node = |p: &str| nodes.iter().find(|n| n.path == p);
+    let missing: Vec<&str> = want
+        .iter()
+        .map(String::as_str)
+        .filter(|p| node(p).is_none_or(|n| !n.char_device))
+        .collect();
+    let no_gpu_node = minors.is_empty()
+        && !nodes.iter().any(|n| {
+            n.char_device
+                && n.path
+                    .trim_start_matches("/dev/nvidia")
+                    .parse::<u32>()
+                    .is_ok()
+        });
+    let uid = h.uid;
+    let denied: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.char_device && uid != 0)
+        .filter(|n| {
+            let rw = |bits: u32| bits & 0o6 == 0o6;
+            !(rw(n.mode) || (n.uid == uid && rw(n.mode >> 6)))
+        })
+        .map(|n| format!("{} {:o} {}:{}", n.path, n.mode, n.uid, n.gid))
+        .collect();
+    let odd_modes: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.char_device && n.mode != DEFAULT_MODE)
+        .map(|n| format!("{} {:o}", n.path, n.mode))
+        .collect();
+    let uvm = node("/dev/nvidia-uvm").is_some();
+    let listed: Vec<&str> = nodes.iter().map(|n| n.path.as_str()).collect();
+    let mut value = if listed.is_empty() {
+        "no /dev/nvidia* nodes".to_string()
+    } else {
+        listed.join(", ")
+    };
+    if !uvm {
+        value.push_str(
+            "; /dev/nvidia-uvm not created yet (nvidia-modprobe makes it on the first CUDA use)",
+        );
+    }
+    if !odd_modes.is_empty() {
+        value.push_str(&format!(
+            "; mode other than NVIDIA's default 0666: {}",
+            odd_modes.join(", ")
+        ));
+    }
+    let (sev, hint) = if !missing.is_empty() || no_gpu_node {
+        let what = if missing.is_empty() {
+            "no /dev/nvidia<N>".to_string()
+        } else {
+            format!("missing: {}", missing.join(", "))
+        };
+        value = format!("{what}; {value}");
+        (
+            Severity::Critical,
+            Some("CUDA cannot open the GPU: load the driver and let it create the nodes (`nvidia-modprobe -c 0 -u`, or start nvidia-persistenced)".into()),
+        )
+    } else if !denied.is_empty() {
+        value = format!(
+            "no read-write access for uid {uid} (unless by group): {}; {value}",
+            denied.join(", ")
+        );
+        (
+            Severity::Warning,
+            Some("CUDA jobs of this user cannot open the GPU: check NVreg_DeviceFileUID/GID/Mode in the nvidia module options, or run in the owning group".into()),
+        )
+    } else {
+        (Severity::Ok, None)
+    };
+    out.push(ID, "driver", None, sev, value, hint);
+}
+
+/// `cuda.init`: libcuda.so.1 loads and `cuInit(0)` succeeds in the probe.
+pub(super) fn cuda_init(out: &mut Out, s: &Snapshot, have_gpus: bool) {
+    const ID: &str = "cuda.init";
+    let Some(c) = &s.nvml.cuda else {
+        if s.nvml.status == ProbeStatus::Ok {
+            out.push(
+                ID,
+                "software",
+                None,
+                Severity::NotApplicable,
+                "CUDA check not run",
+                None,
+            );
+        }
+        return;
+    };
+    let driver = c
+        .driver_version
+        .map(|v| format!(" (CUDA driver API {}.{})", v / 1000, (v % 1000) / 10))
+        .unwrap_or_default();
+    let (sev, value, hint) = match (c.loaded, c.init_rc) {
+        (true, Some(0)) => (
+            Severity::Ok,
+            if c.cached {
+                format!("libcuda.so.1 loads, cuInit succeeded{driver} (kept from an earlier run: same boot, driver and device nodes)")
+            } else {
+                format!(
+                    "libcuda.so.1 loads, cuInit succeeded{driver} in {:.0} ms",
+                    c.init_ms.unwrap_or(0.0)
+                )
+            },
+            None,
+        ),
+        (false, _) => (
+            if have_gpus { Severity::Critical } else { Severity::NotApplicable },
+            c.error.clone().unwrap_or_else(|| "libcuda.so.1 not loadable".into()),
+            Some("install the driver's CUDA library (libcuda.so.1 comes with the NVIDIA driver; `gpuhost apply`) and run ldconfig".into()),
+        ),
+        (true, rc) => {
+            let rc = rc.unwrap_or(-1);
+            let hint = match rc {
+                100 => "CUDA sees no device: check CUDA_VISIBLE_DEVICES, the device nodes above and the cgroup's device access",
+                802 => "system not ready: on NVSwitch systems nvidia-fabricmanager must run and the fabric must register",
+                803 | 804 => "the CUDA driver library does not match the kernel module: reboot or reload the driver",
+                _ => "see the kernel log (XIDs) and `nvidia-smi`; reset the GPU or reboot if it persists",
+            };
+            (
+                Severity::Critical,
+                format!("cuInit(0) failed: {rc} {}{driver}", cu_result(rc)),
+                Some(hint.into()),
+            )
+        }
+    };
+    out.push(ID, "software", None, sev, value, hint);
+}
+
+/// `gpu.consistency`: one VBIOS and one InfoROM image per GPU model, and the kernel module's
+/// driver version equal to NVML's.
+pub(super) fn consistency(out: &mut Out, s: &Snapshot) {
+    const ID: &str = "gpu.consistency";
+    let mut by_model: BTreeMap<&str, Vec<&crate::snapshot::GpuSnapshot>> = BTreeMap::new();
+    for g in &s.nvml.gpus {
+        by_model
+            .entry(g.name.value().map(String::as_str).unwrap_or("?"))
+            .or_default()
+            .push(g);
+    }
+    let mut problems: Vec<String> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    for (model, gpus) in &by_model {
+        for (what, get) in [
+            (
+                "VBIOS",
+                (|g: &crate::snapshot::GpuSnapshot| g.vbios_version.value().cloned())
+                    as fn(&crate::snapshot::GpuSnapshot) -> Option<String>,
+            ),
+            ("InfoROM image", |g| {
+                g.inforom.value().and_then(|i| i.image_version.clone())
+            }),
+        ] {
+            let mut versions: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+            for g in gpus {
+                if let Some(v) = get(g) {
+                    versions.entry(v).or_default().push(g.index);
+                }
+            }
+            match versions.len() {
+                0 => {}
+                1 => seen.push(format!(
+                    "{model} ×{}: {what} {}",
+                    gpus.len(),
+                    versions.keys().next().map(String::as_str).unwrap_or("")
+                )),
+                _ => problems.push(format!(
+                    "{model}: {what} differs: {}",
+                    versions
+                        .iter()
+                        .map(|(v, idx)| format!(
+                            "{v} on GPU {}",
+                            idx.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                        ))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )),
+            }
+        }
+    }
+    if let (Some(k), Some(n)) = (&s.host.kernel_module_version, &s.nvml.driver_version) {
+        if k != n {
+            problems.push(format!("kernel module {k}, NVML driver {n}"));
+        } else {
+            seen.push(format!("driver {n}"));
+        }
+    }
+    if problems.is_empty() {
+        let value = if seen.is_empty() {
+            "no VBIOS or InfoROM versions reported".to_string()
+        } else {
+            seen.join("; ")
+        };
+        out.push(ID, "software", None, Severity::Ok, value, None);
+    } else {
+        out.push(
+            ID,
+            "software",
+            None,
+            Severity::Warning,
+            problems.join("; "),
+            Some("GPUs of one model should run one VBIOS and InfoROM image (update with the vendor's firmware bundle), and the loaded module the installed driver (reboot)".into()),
+        );
+    }
+}
