@@ -79,16 +79,38 @@ pub fn state(host: &Host, unit: &str) -> Result<UnitState> {
     })
 }
 
-/// The unit's active state as systemd reports it (`active`, `inactive`, `failed`, …): the one
-/// way gpuhost reads whether a unit runs. Live hosts only (an install root runs nothing).
-pub fn active_state(host: &Host, unit: &str) -> Result<String> {
-    let out = host.systemctl().args(["is-active", unit]).output()?;
-    let state = out.stdout.trim();
-    Ok(if state.is_empty() {
-        "unknown".to_string()
-    } else {
-        state.to_string()
+/// The units' active states as systemd reports them (`active`, `inactive`, `failed`, …), one
+/// `systemctl is-active` for all of them: the one way gpuhost reads whether units run. Live
+/// hosts only (an install root runs nothing). `is-active` exits non-zero when any unit is not
+/// active; its lines still say each state, so the exit status is not an error here.
+pub fn active_states(host: &Host, units: &[&str]) -> Result<Vec<String>> {
+    let out = host.systemctl().arg("is-active").args(units).output()?;
+    parse_active_states(&out.stdout, units.len()).ok_or_else(|| {
+        anyhow::anyhow!(
+            "systemctl is-active {} gave no state per unit: {}",
+            units.join(" "),
+            crate::cmd::tail_lines(&out.stderr, 2)
+        )
     })
+}
+
+/// One state per unit from `systemctl is-active U1 U2 …`; `None` when the lines do not match.
+pub fn parse_active_states(stdout: &str, units: usize) -> Option<Vec<String>> {
+    let states: Vec<String> = stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    (states.len() == units).then_some(states)
+}
+
+/// One unit's active state (see [`active_states`]).
+pub fn active_state(host: &Host, unit: &str) -> Result<String> {
+    active_states(host, &[unit])?
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("systemctl is-active {unit} gave no state"))
 }
 
 /// Add to `check` what it takes for `unit` (shipped by `package`) to be enabled, and started
@@ -155,6 +177,16 @@ mod tests {
             install_targets("[Service]\nExecStart=/x\n"),
             (vec![], vec![])
         );
+    }
+
+    #[test]
+    fn one_state_per_unit_or_none() {
+        assert_eq!(
+            parse_active_states("active\ninactive\nfailed\n", 3),
+            Some(vec!["active".into(), "inactive".into(), "failed".into()])
+        );
+        assert_eq!(parse_active_states("active\n", 3), None);
+        assert_eq!(parse_active_states("", 1), None);
     }
 
     #[test]
