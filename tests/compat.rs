@@ -1023,3 +1023,30 @@ fn an_image_on_the_live_hosts_docker() {
         stderr(&o)
     );
 }
+
+#[test]
+fn plan_says_which_cuda_the_profiles_driver_serves() {
+    let root = Root::new(Os::Ol8, &[RHCK8]);
+    let rpm = World::get().cuda_local(world::CUDA_LOCAL_EL8_12_2);
+    let set = format!("driver.local_repo_rpm={}", rpm.display());
+    let o = root.gpuhost(&[
+        "plan",
+        "--profile",
+        &world::profile("ol8-rhck"),
+        "--set",
+        &set,
+        "--only",
+        "driver-repo",
+        "--format",
+        "json",
+    ]);
+    let r = report(&o);
+    let reason = world::step(&r, "driver-repo")["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        reason.contains("driver 535.104.05 not installed (serves CUDA ≤ 12.2 natively, the rest of 12.x through minor-version compatibility, 13.0 with cuda-compat on data center GPUs)"),
+        "{reason}"
+    );
+}

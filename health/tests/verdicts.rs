@@ -336,7 +336,7 @@ fn driver_version_against_the_profile() {
     );
     assert_eq!(
         check(&evaluate(&s, &expect), "driver.cuda").value,
-        "supports CUDA up to 13.0"
+        "serves CUDA ≤ 13.0 natively, the rest of 13.x through minor-version compatibility"
     );
 }
 

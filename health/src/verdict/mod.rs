@@ -598,7 +598,19 @@ fn driver_checks(out: &mut Out, s: &Snapshot, expect: &Expect) {
             "driver",
             None,
             Severity::Ok,
-            format!("supports CUDA up to {}.{}", v / 1000, (v % 1000) / 10),
+            // The same rules as `gpuhost compat` (gpuhost_steps::compat).
+            match gpuhost_steps::compat::DriverVersion::parse(&got) {
+                Some(d) => format!(
+                    "serves {}",
+                    gpuhost_steps::compat::serves(
+                        &d,
+                        Some((v / 1000, (v % 1000) / 10))
+                            .map(|(a, b)| (a.unsigned_abs(), b.unsigned_abs()))
+                    )
+                    .range()
+                ),
+                None => format!("supports CUDA up to {}.{}", v / 1000, (v % 1000) / 10),
+            },
             None,
         ),
         None => out.push(

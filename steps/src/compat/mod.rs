@@ -200,9 +200,14 @@ pub struct Serves {
 }
 
 impl Serves {
+    /// `driver 535.104.05 serves ` + [`Serves::range`].
+    pub fn describe(&self) -> String {
+        format!("driver {} serves {}", self.driver, self.range())
+    }
+
     /// `CUDA ≤ 12.2 natively, the rest of 12.x through minor-version compatibility, 13.0 with
     /// cuda-compat on data center GPUs`.
-    pub fn describe(&self) -> String {
+    pub fn range(&self) -> String {
         let mut parts = Vec::new();
         match &self.native {
             Some(n) => parts.push(format!("CUDA ≤ {n} natively")),
@@ -219,7 +224,7 @@ impl Serves {
                 ranges(&self.forward_compat)
             ));
         }
-        format!("driver {} serves {}", self.driver, parts.join(", "))
+        parts.join(", ")
     }
 }
 
@@ -249,6 +254,12 @@ fn ranges(versions: &[String]) -> String {
         i += 1;
     }
     out.join(", ")
+}
+
+/// What the driver `driver` (a version string) serves, by NVIDIA's table; `None` when it is
+/// not a version.
+pub fn serves_str(driver: &str) -> Option<Serves> {
+    DriverVersion::parse(driver).map(|d| serves(&d, None))
 }
 
 /// What a driver serves. `native`: NVML's answer when known, else NVIDIA's table.

@@ -78,13 +78,21 @@ fn major_minor(v: &str) -> String {
     v.split('.').take(2).collect::<Vec<_>>().join(".")
 }
 
-/// True when CUDA `a` (major.minor) is newer than `b`.
-pub fn cuda_newer(a: &str, b: &str) -> bool {
-    let num = |s: &str| -> (u32, u32) {
-        let mut it = s.split('.').map(|x| x.parse::<u32>().unwrap_or(0));
-        (it.next().unwrap_or(0), it.next().unwrap_or(0))
-    };
-    num(a) > num(b)
+/// How the container's CUDA `cuda` (major.minor) runs on driver `driver`, whose own CUDA is
+/// `driver_cuda` (nvidia-smi's "CUDA Version"), by `crate::compat`'s rules; the image may carry
+/// cuda-compat. `None` when a version does not parse.
+pub fn container_cuda_answer(
+    cuda: &str,
+    driver: &str,
+    driver_cuda: &str,
+) -> Option<crate::compat::CudaAnswer> {
+    use crate::compat::{cuda_answer, CompatLibs, CudaVersion, DriverSource, Host};
+    let c = CudaVersion::parse(cuda)?;
+    let d = CudaVersion::parse(driver_cuda)?;
+    let host = Host::new(driver, DriverSource::Nvml, "nvidia-smi")
+        .ok()?
+        .with_nvml_cuda(i32::try_from(d.major * 1000 + d.minor * 10).ok()?);
+    Some(cuda_answer(c, &host, CompatLibs::MaybeInImage))
 }
 
 impl ContainerSmoke {
@@ -177,11 +185,20 @@ impl ContainerSmoke {
                 note.push_str(&format!(
                     "; container CUDA {c} (from {from}); host driver {drv} supports CUDA up to {max} (nvidia-smi's \"CUDA Version\" is this, not the container's)"
                 ));
-                if cuda_newer(c, max) {
-                    return Err(hinted(
-                        format!("{image} has CUDA {c}, newer than the {max} the host driver {drv} supports"),
-                        "use an image built for CUDA ≤ the driver's, or install a newer driver",
-                    ));
+                // The same rules as `gpuhost compat`: newer than the driver's CUDA is fine
+                // within minor-version or forward compatibility.
+                if let Some(a) = container_cuda_answer(c, drv, max) {
+                    if a.verdict == crate::compat::Verdict::DoesNotRun {
+                        return Err(hinted(
+                            format!("{image}: {}", a.summary),
+                            a.hint.unwrap_or_else(|| {
+                                "use an image built for CUDA ≤ the driver's, or install a newer driver".into()
+                            }),
+                        ));
+                    }
+                    if a.mode != crate::compat::Mode::Native {
+                        note.push_str(&format!("; {}", a.summary));
+                    }
                 }
             }
             (Some((c, from)), None) => {
@@ -299,11 +316,26 @@ mod tests {
     }
 
     #[rstest]
-    #[case("12.4", "13.0", false)]
-    #[case("13.0", "12.2", true)]
-    #[case("12.10", "12.9", true)]
-    #[case("10.2", "10.2", false)]
-    fn cuda_ordering(#[case] a: &str, #[case] b: &str, #[case] newer: bool) {
-        assert_eq!(cuda_newer(a, b), newer, "{a} vs {b}");
+    #[allow(clippy::panic)]
+    #[case("12.4", "580.159.04", "13.0", true, "native")]
+    #[case("12.4", "535.104.05", "12.2", true, "minor-version")]
+    #[case("13.0", "560.35.05", "12.6", false, "unsupported")]
+    #[case("11.8", "535.104.05", "12.2", true, "native")]
+    fn container_cuda_against_the_driver(
+        #[case] cuda: &str,
+        #[case] driver: &str,
+        #[case] driver_cuda: &str,
+        #[case] ok: bool,
+        #[case] mode: &str,
+    ) {
+        let a =
+            container_cuda_answer(cuda, driver, driver_cuda).unwrap_or_else(|| panic!("{cuda}"));
+        assert_eq!(
+            a.verdict != crate::compat::Verdict::DoesNotRun,
+            ok,
+            "{cuda} on {driver}: {}",
+            a.summary
+        );
+        assert_eq!(serde_json::to_value(a.mode).unwrap_or_default(), mode);
     }
 }

@@ -255,8 +255,11 @@ impl Step for DriverRepo {
                 ));
             }
             return Ok(Check::in_sync(format!(
-                "{}-{} installed: driver {}",
-                name.package, name.version, name.driver
+                "{}-{} installed: driver {}{}",
+                name.package,
+                name.version,
+                name.driver,
+                serves_text(&name.driver)
             )));
         }
         let mut check = Check::default();
@@ -298,10 +301,22 @@ impl Step for DriverRepo {
                 brings_repo: true,
                 ..Install::default()
             }),
-            format!("driver {} not installed; {verified}", name.driver),
+            format!(
+                "driver {} not installed{}; {verified}",
+                name.driver,
+                serves_text(&name.driver)
+            ),
         ));
         Ok(check)
     }
+}
+
+/// ` (serves CUDA ≤ 12.2 natively, …)`: which CUDA the driver runs, for the plan
+/// (`crate::compat`).
+fn serves_text(driver: &str) -> String {
+    crate::compat::serves_str(driver)
+        .map(|s| format!(" (serves {})", s.range()))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
