@@ -316,7 +316,6 @@ mod tests {
     }
 
     #[rstest]
-    #[allow(clippy::panic)]
     #[case("12.4", "580.159.04", "13.0", true, "native")]
     #[case("12.4", "535.104.05", "12.2", true, "minor-version")]
     #[case("13.0", "560.35.05", "12.6", false, "unsupported")]
@@ -328,8 +327,9 @@ mod tests {
         #[case] ok: bool,
         #[case] mode: &str,
     ) {
-        let a =
-            container_cuda_answer(cuda, driver, driver_cuda).unwrap_or_else(|| panic!("{cuda}"));
+        let Some(a) = container_cuda_answer(cuda, driver, driver_cuda) else {
+            unreachable!("{cuda}, {driver_cuda}: versions")
+        };
         assert_eq!(
             a.verdict != crate::compat::Verdict::DoesNotRun,
             ok,
