@@ -1050,3 +1050,18 @@ fn plan_says_which_cuda_the_profiles_driver_serves() {
         "{reason}"
     );
 }
+
+#[test]
+fn brand_unknown_the_answer_lists_where_an_image_runs() {
+    if !image_tools() {
+        return;
+    }
+    let l = Layout::new();
+    l.image("13", "amd64", &nvidia_env("13.0.0"));
+    // The host a 535 profile builds, GPUs unknown: the runtime takes CUDA 13.0 images on seven
+    // brands' worth of terms, but forward compatibility needs a data center GPU.
+    let (c, r) = ask(&["--image", &l.spec("13"), "--driver", "535.104.05"]);
+    assert_eq!((c, r["verdict"].as_str()), (1, Some("depends")), "{r:#}");
+    let s = r["summary"].as_str().unwrap();
+    assert!(s.contains("runs on Tesla, GRID; runs on Unknown only if it is a data center GPU; does not run on Quadro, NVS, GeForce, TITAN"), "{s}");
+}

@@ -5,6 +5,7 @@
 //! `--driver`, the profile, NVML through the health crate's probe, `/proc/driver/nvidia/version`
 //! or the rpm database, in that order), reads the image, and prints the answer.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -249,7 +250,8 @@ fn emit<A: Serialize>(
     if let Some(h) = hint {
         out.push(format!("hint: {h}"));
     }
-    println!("{}", out.join("\n"));
+    // A closed pipe (`| head`) is not an error worth a panic.
+    let _ = writeln!(std::io::stdout(), "{}", out.join("\n"));
     Ok(code)
 }
 

@@ -168,6 +168,22 @@ impl Host {
         }
     }
 
+    /// The same host with every GPU of runtime brand `brand` (one GPU when none is known).
+    pub fn with_brand(&self, brand: &str) -> Host {
+        let mut h = self.clone();
+        if h.gpus.is_empty() {
+            h.gpus.push(Gpu {
+                index: 0,
+                ..Gpu::default()
+            });
+        }
+        for g in &mut h.gpus {
+            g.brand = Some(brand.to_string());
+            g.nvml_brand = None;
+        }
+        h
+    }
+
     /// `driver 535.104.05 (NVML)`.
     pub fn describe(&self) -> String {
         format!("driver {} ({})", self.driver, self.driver_from)
@@ -853,6 +869,11 @@ pub fn image_answer(img: &image::ImageConfig, host: &Host, links: &[PrefixLink])
         }
     };
     let runtime = runtime_answer(reqs, host);
+    let libs = if nvidia {
+        CompatLibs::InImage
+    } else {
+        CompatLibs::MaybeInImage
+    };
     let cuda = cuda_version
         .as_deref()
         .and_then(|v| {
@@ -866,17 +887,7 @@ pub fn image_answer(img: &image::ImageConfig, host: &Host, links: &[PrefixLink])
                 })
             })
         })
-        .map(|c| {
-            cuda_answer(
-                c,
-                host,
-                if nvidia {
-                    CompatLibs::InImage
-                } else {
-                    CompatLibs::MaybeInImage
-                },
-            )
-        });
+        .map(|c| cuda_answer(c, host, libs));
     let (rv, rsummary, rhint) = runtime_verdict(&runtime, host);
     let (verdict, summary, hint) = match (rv, &cuda) {
         (Verdict::DoesNotRun, c) => {
@@ -895,8 +906,45 @@ pub fn image_answer(img: &image::ImageConfig, host: &Host, links: &[PrefixLink])
             };
             (Verdict::DoesNotRun, rsummary, hint)
         }
-        (Verdict::Depends, Some(c)) if c.verdict == Verdict::DoesNotRun => {
-            (Verdict::DoesNotRun, c.summary.clone(), c.hint.clone())
+        (Verdict::Depends, Some(c)) => {
+            // The runtime's answer depends on the brand: judge CUDA for each brand it accepts.
+            let mut runs = Vec::new();
+            let mut maybe = Vec::new();
+            let mut not = Vec::new();
+            for b in &runtime.by_brand {
+                let v = match (b.starts, cuda_version_of(c)) {
+                    (false, _) => Verdict::DoesNotRun,
+                    (true, Some(cv)) => cuda_answer(cv, &host.with_brand(b.brand), libs).verdict,
+                    (true, None) => Verdict::Depends,
+                };
+                match v {
+                    Verdict::Runs => runs.push(b.brand),
+                    Verdict::Depends => maybe.push(b.brand),
+                    Verdict::DoesNotRun => not.push(b.brand),
+                }
+            }
+            if runs.is_empty() && maybe.is_empty() {
+                (Verdict::DoesNotRun, c.summary.clone(), c.hint.clone())
+            } else {
+                let mut summary = format!(
+                    "it depends on the GPU brand (as the runtime names brands) on {}:",
+                    host.describe()
+                );
+                if !runs.is_empty() {
+                    summary.push_str(&format!(" runs on {}", runs.join(", ")));
+                }
+                if !maybe.is_empty() {
+                    summary.push_str(&format!(
+                        "{} runs on {} only if it is a data center GPU",
+                        if runs.is_empty() { "" } else { ";" },
+                        maybe.join(", ")
+                    ));
+                }
+                if !not.is_empty() {
+                    summary.push_str(&format!("; does not run on {}", not.join(", ")));
+                }
+                (Verdict::Depends, summary, rhint)
+            }
         }
         (Verdict::Depends, _) => (Verdict::Depends, rsummary, rhint),
         (_, Some(c)) => {
@@ -926,6 +974,11 @@ pub fn image_answer(img: &image::ImageConfig, host: &Host, links: &[PrefixLink])
         details,
         hint,
     }
+}
+
+/// The CUDA version an answer is about.
+fn cuda_version_of(c: &CudaAnswer) -> Option<CudaVersion> {
+    CudaVersion::parse(&c.cuda)
 }
 
 fn lowercase_first(s: &str) -> String {
