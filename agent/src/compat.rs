@@ -397,7 +397,18 @@ fn read_image(spec: &str, root: &Path) -> Result<ImageConfig> {
 /// The host's driver and GPUs, from the first source that answers.
 fn gather_host(a: &CompatArgs, profile: Option<&Profile>) -> Result<Host> {
     let mut host = if let Some(d) = &a.driver {
-        Host::new(d, DriverSource::Flag, "--driver")?
+        let mut h = Host::new(d, DriverSource::Flag, "--driver")?;
+        // "What if this host ran driver D": its GPUs still come from NVML when it answers.
+        if profile.is_none() && a.brand.is_none() && Root::new(&a.root)?.is_live() {
+            match nvml(Duration::from_secs_f64(a.timeout)) {
+                Ok(n) => {
+                    h.gpus = n.gpus;
+                    h.gpus_from = n.gpus_from;
+                }
+                Err(why) => h.notes.push(format!("GPUs unknown: NVML: {why}")),
+            }
+        }
+        h
     } else if let Some(p) = profile {
         let rpm = p.driver.local_repo_rpm.as_ref().ok_or_else(|| {
             invalid!(

@@ -116,7 +116,7 @@ impl Host {
             driver_from: from.into(),
             cuda_from: cuda
                 .as_ref()
-                .map(|_| "NVIDIA's CUDA/driver table (NVML not asked)".to_string()),
+                .map(|_| "NVIDIA's CUDA/driver table for this driver".to_string()),
             cuda,
             gpus: Vec::new(),
             gpus_from: None,
