@@ -534,7 +534,7 @@ fn detect(a: &CompatArgs) -> Result<Host> {
 /// The driver, its CUDA version and the GPUs from NVML, through the health crate's probe (a
 /// child process under a deadline, as `gpuhost status` runs it). `Err`: why NVML gave nothing.
 fn nvml(timeout: Duration) -> std::result::Result<Host, String> {
-    use gpuhost_health::snapshot::{ProbeStatus, Reading};
+    use gpuhost_health::snapshot::ProbeStatus;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find gpuhost itself: {e}"))?;
     let argv = vec![exe.into(), "status".into(), "--nvml-probe".into()];
     let p = match gpuhost_health::probe::start(&argv, timeout, &gpuhost_health::probe::run_dir()) {
@@ -551,8 +551,15 @@ fn nvml(timeout: Duration) -> std::result::Result<Host, String> {
             p.error.map(|e| format!(" ({e})")).unwrap_or_default()
         ));
     }
+    host_from_probe(&p)
+}
+
+/// The host NVML described (the probe's answer, `gpuhost status --nvml-probe`).
+fn host_from_probe(p: &gpuhost_health::snapshot::NvmlProbe) -> std::result::Result<Host, String> {
+    use gpuhost_health::snapshot::Reading;
     let driver = p
         .driver_version
+        .clone()
         .ok_or_else(|| "no driver version from NVML".to_string())?;
     let mut host = Host::new(&driver, DriverSource::Nvml, "NVML").map_err(|e| format!("{e:#}"))?;
     if let Some(c) = p.cuda_driver_version {
@@ -581,6 +588,31 @@ fn nvml(timeout: Duration) -> std::result::Result<Host, String> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_real_h200_probe_is_a_data_center_gpu_the_runtime_calls_unknown() {
+        // `gpuhost status --nvml-probe` on a real H200 (driver 580.159.04).
+        let text = include_str!("../../tests/fixtures/compat/h200-nvml-probe.json");
+        let p: gpuhost_health::snapshot::NvmlProbe = serde_json::from_str(text).unwrap();
+        let h = host_from_probe(&p).unwrap();
+        assert_eq!(
+            (h.driver.as_str(), h.cuda.as_deref()),
+            ("580.159.04", Some("13.0"))
+        );
+        let g = &h.gpus[0];
+        assert_eq!(g.name.as_deref(), Some("NVIDIA H200"));
+        assert_eq!(
+            (g.nvml_brand, g.brand.as_deref()),
+            (Some(14), Some("Unknown"))
+        );
+        assert_eq!(g.arch.as_deref(), Some("9.0"));
+        assert_eq!(g.forward_compat(), gpu::ForwardCompat::Supported);
+        // CUDA 13.0 through the image's compat libraries on 535 would run on it.
+        let mut h535 = Host::new("535.104.05", DriverSource::Flag, "--driver").unwrap();
+        h535.gpus = h.gpus.clone();
+        let a = rules::cuda_answer(CudaVersion::new(13, 0, 0), &h535, CompatLibs::InImage);
+        assert_eq!(a.verdict, Verdict::Runs, "{}", a.summary);
+    }
 
     #[test]
     fn long_expressions_are_shortened_for_the_terminal() {
