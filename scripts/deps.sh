@@ -11,16 +11,24 @@
 # modules; unshare mounts /proc for it) and pci.ids (the GPU table is checked against it) and,
 # on Debian, vagrant (validates the Vagrantfile).
 # Debian/Ubuntu via apt-get, Oracle Linux/RHEL via dnf. Idempotent; needs root to install.
+#   --check   only say what is missing (exit 1 if anything is), install nothing.
 set -euo pipefail
+check_only=0
+[ "${1:-}" = "--check" ] && check_only=1
 
 need=()
 for tool in rpm dnf createrepo_c modifyrepo_c rpmbuild python3 strace systemctl cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd dkms modinfo depmod make xz strip gcc unshare; do
   command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
-[ -x /bin/busybox ] || need+=(busybox)
+# The world copies it into roots as their /bin/sh: it must be *static* (Debian's busybox-static;
+# the busybox package's is dynamic and cannot run inside a root without its libc).
+# GPUHOST_BUSYBOX names another one to check (tests).
+busybox=${GPUHOST_BUSYBOX:-/bin/busybox}
+if [ ! -x "$busybox" ] || ldd "$busybox" >/dev/null 2>&1; then need+=(busybox-static); fi
 [ -f /usr/share/misc/pci.ids ] || need+=(pci.ids)
 if command -v apt-get >/dev/null 2>&1 && ! command -v vagrant >/dev/null 2>&1; then need+=(vagrant); fi
 [ ${#need[@]} -eq 0 ] && exit 0
+if [ $check_only = 1 ]; then echo "deps.sh: missing: ${need[*]}"; exit 1; fi
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then

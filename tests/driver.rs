@@ -324,7 +324,8 @@ fn a_checksum_mismatch_installs_nothing() {
     let tampered = format!("tampered/{CUDA_LOCAL_EL8_12_2}");
     let sha = format!("driver.sha256={good}");
     let (rc, rep) = apply(&root, "ol8-uek", &tampered, &["--set", &sha]);
-    assert_eq!(rc, 1, "{rep:#}");
+    // Invalid input found before any change: exit 2.
+    assert_eq!(rc, 2, "{rep:#}");
     assert_eq!(step(&rep, "driver-repo")["outcome"], "failed");
     let why = reason(&rep, "driver-repo");
     assert!(why.contains("SHA-256") && why.contains(&good), "{why}");
@@ -350,7 +351,8 @@ fn a_checksum_mismatch_installs_nothing() {
 fn bad_local_repo_files_are_one_line_errors(#[case] rpm: &str, #[case] needle: &str) {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
     let (rc, rep) = apply(&root, "ol8-uek", rpm, &[]);
-    assert_eq!(rc, 1, "{rep:#}");
+    // The driver file is the user's input, checked before any change: exit 2.
+    assert_eq!(rc, 2, "{rep:#}");
     let s = step(&rep, "driver-repo");
     assert_eq!(s["outcome"], "failed", "{s:#}");
     let why = reason(&rep, "driver-repo");

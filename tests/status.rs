@@ -97,6 +97,8 @@ fn replays_the_real_h200_in_every_format() {
     let run = tempfile::tempdir().unwrap();
     let snap = fixtures().join("h200-snapshot.json");
     let prom = run.path().join("textfile/gpuhost.prom");
+    // node_exporter's textfile directory exists; gpuhost does not create it.
+    std::fs::create_dir_all(run.path().join("textfile")).unwrap();
     let o = gpuhost(run.path())
         .args(["status", "--from-snapshot"])
         .arg(&snap)
@@ -226,7 +228,41 @@ fn bad_timeout_is_refused() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--timeout"));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        err.contains("--timeout") && err.contains("more than 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_profile_typo_is_an_error_not_ignored() {
+    let run = tempfile::tempdir().unwrap();
+    let o = gpuhost(run.path())
+        .args(["status", "--profile", "nosuch"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        err.contains("--profile nosuch") && err.contains("unknown profile"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_textfile_in_a_missing_directory_is_refused_and_nothing_is_created() {
+    let run = tempfile::tempdir().unwrap();
+    let missing = run.path().join("no/such/dir");
+    let o = gpuhost(run.path())
+        .args(["status", "--textfile"])
+        .arg(missing.join("gpu.prom"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(err.contains("does not exist"), "{err}");
+    assert!(!run.path().join("no").exists(), "the directory was created");
 }
 
 // ---------------------------------------------------------------------------------------------

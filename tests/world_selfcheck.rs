@@ -265,3 +265,32 @@ fn ol9_rhck_headers_via_kernel_devel_matched() {
         Some(world::evr(RHCK9))
     );
 }
+
+/// `scripts/deps.sh` wants a *static* busybox (the world's roots run it as /bin/sh): a dynamic
+/// one (Debian's `busybox` package) is reported missing as busybox-static.
+#[test]
+fn deps_sh_wants_a_static_busybox() {
+    let deps = world::src_dir().join("../../scripts/deps.sh");
+    let check = |busybox: &str| {
+        let o = std::process::Command::new("bash")
+            .arg(&deps)
+            .arg("--check")
+            .env("GPUHOST_BUSYBOX", busybox)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    // /bin/ls is dynamically linked on every Debian.
+    assert!(check("/bin/ls").contains("busybox-static"));
+    assert!(check("/no/such/busybox").contains("busybox-static"));
+    let static_busybox = ["/bin/busybox", "/usr/bin/busybox"].into_iter().find(|b| {
+        std::process::Command::new("ldd")
+            .arg(b)
+            .output()
+            .is_ok_and(|o| !o.status.success())
+            && std::path::Path::new(b).exists()
+    });
+    if let Some(b) = static_busybox {
+        assert!(!check(b).contains("busybox-static"), "{b}");
+    }
+}

@@ -26,7 +26,7 @@ pub mod snapshot;
 pub mod verdict;
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -162,6 +162,23 @@ fn run_probe() -> i32 {
 
 fn status(args: &StatusArgs) -> Result<i32> {
     let expect = expectations(args);
+    // A profile that cannot be read is a mistake to report, not a check to skip quietly.
+    if let (Some(name), Some(err)) = (&args.profile, &expect.profile_error) {
+        anyhow::bail!("--profile {name}: {err}");
+    }
+    if let Some(dir) = args.textfile.as_deref().and_then(Path::parent) {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        if !dir.is_dir() {
+            anyhow::bail!(
+                "--textfile: the directory {} does not exist; create it (node_exporter's textfile collector directory) or give another path",
+                dir.display()
+            );
+        }
+    }
     if args.wait_healthy {
         return wait_healthy(args, &expect);
     }
@@ -236,7 +253,10 @@ fn report(
 fn wait_healthy(args: &StatusArgs, expect: &Expect) -> Result<i32> {
     let total = timeout(args.timeout)?;
     if !(args.poll.is_finite() && args.poll > 0.0 && args.poll <= 3600.0) {
-        anyhow::bail!("--poll {}: give seconds between 0 and 3600", args.poll);
+        anyhow::bail!(
+            "--poll {}: give seconds, more than 0 and at most 3600",
+            args.poll
+        );
     }
     let every = Duration::from_secs_f64(args.poll);
     let w = fleet::wait_healthy(total, every, |t| match snapshot_once(args, expect, t) {
@@ -255,7 +275,7 @@ fn wait_healthy(args: &StatusArgs, expect: &Expect) -> Result<i32> {
 
 fn timeout(secs: f64) -> Result<Duration> {
     if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
-        anyhow::bail!("--timeout {secs}: give seconds between 0 and 3600");
+        anyhow::bail!("--timeout {secs}: give seconds, more than 0 and at most 3600");
     }
     Ok(Duration::from_secs_f64(secs))
 }

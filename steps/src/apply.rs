@@ -89,7 +89,26 @@ pub struct Prepared {
     pub facts: Facts,
 }
 
+/// A kernel release as `uname -r` prints it: `5.15.0-204.147.6.2.el8uek.x86_64`.
+fn check_kernel_release(k: &str) -> Result<()> {
+    let ok = k.starts_with(|c: char| c.is_ascii_digit())
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._+-~".contains(c))
+        && !k.contains("..");
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid!(
+            "--kernel-release {k:?} is not a kernel release; give it as `uname -r` prints it, e.g. 5.15.0-204.147.6.2.el8uek.x86_64"
+        ))
+    }
+}
+
 pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
+    if let Some(k) = &opts.kernel_release {
+        check_kernel_release(k)?;
+    }
+    opts.selection.validate(&steps::registry())?;
     let profile = Profile::resolve(&opts.profile, &opts.sets)?;
     let mut host = Host::new(&opts.root)?;
     let facts = Facts::gather(
@@ -106,7 +125,6 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         ));
     }
     host.set_releasever(profile.os.major.to_string());
-    opts.selection.validate(&steps::registry())?;
     Ok(Prepared {
         host,
         profile,
@@ -220,6 +238,9 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     } else {
         Some(ApplyLock::acquire(host, &opts.command_line)?)
     };
+    if !opts.dry_run {
+        state::preflight(host)?;
+    }
     let registry = steps::registry();
     let mut ctx = Ctx::new(host, profile, facts)?;
     let steps = runner::run_steps(&mut ctx, &registry, &opts.selection, opts.dry_run);
@@ -246,6 +267,8 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     });
     let mut exit_code = if let Some((sig, _)) = &interrupted {
         crate::interrupt::exit_code(*sig)
+    } else if runner::found_invalid_input() && !opts.dry_run {
+        exit::INVALID
     } else if steps.iter().any(|s| s.outcome == Outcome::Failed) {
         exit::FAILED
     } else if !reboot_required.is_empty() {

@@ -47,9 +47,20 @@ pub fn hinted(message: impl Into<String>, hint: impl Into<String>) -> anyhow::Er
     })
 }
 
-/// True when the error (or anything in its chain) is an [`Invalid`].
+/// True when the error (or anything in its chain, contexts included) is an [`Invalid`].
 pub fn is_invalid(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| e.downcast_ref::<Invalid>().is_some())
+    err.downcast_ref::<Invalid>().is_some()
+        || err.chain().any(|e| e.downcast_ref::<Invalid>().is_some())
+}
+
+/// Mark an error as invalid input (exit 2: nothing was changed), keeping its message and hint:
+/// what a check found wrong with what the user gave (the driver file, a mirror directory).
+pub fn as_invalid(err: anyhow::Error) -> anyhow::Error {
+    if is_invalid(&err) {
+        err
+    } else {
+        err.context(Invalid("invalid input".to_string()))
+    }
 }
 
 /// The hint carried by the error, if any.

@@ -318,6 +318,13 @@ pub struct Selection {
 impl Selection {
     /// Unknown step ids are invalid input.
     pub fn validate(&self, steps: &[&dyn Step]) -> Result<()> {
+        if !self.only.is_empty() && self.only.iter().all(|id| self.skip.contains(id)) {
+            return Err(crate::invalid!(
+                "--skip {} leaves nothing of --only {} to run; name the steps to run in --only",
+                self.skip.join(","),
+                self.only.join(",")
+            ));
+        }
         for id in self.only.iter().chain(&self.skip) {
             if !steps.iter().any(|s| s.id() == id) {
                 let ids: Vec<&str> = steps.iter().map(|s| s.id()).collect();
@@ -451,6 +458,15 @@ impl Run<'_> {
     }
 }
 
+/// Set when a step's check found invalid input (a wrong driver file, a missing mirror): the
+/// run exits 2, having changed nothing.
+static INVALID_INPUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// True when a check of this run found invalid input (exit 2: nothing was changed).
+pub fn found_invalid_input() -> bool {
+    INVALID_INPUT.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Run the steps: check all, carry out the plan (unless `dry_run`), check again.
 pub fn run_steps(
     ctx: &mut Ctx<'_>,
@@ -479,6 +495,14 @@ pub fn run_steps(
     };
     prefetch(ctx, &run.slots, sel);
     check_all(ctx, &mut run, sel, dry_run);
+    // Preflight: every step was checked before anything changes; when a check failed (a
+    // wrong driver file, a missing mirror, a host that cannot be read), nothing is changed.
+    if let (false, Some((_, id))) = (dry_run, run.stop.clone()) {
+        let why = format!("step {id} failed its check; nothing was changed");
+        for slot in run.slots.iter_mut().filter(|s| s.report.is_none()) {
+            slot.not_run(&why);
+        }
+    }
     if !dry_run {
         prepare(ctx, &mut run);
         if !run.interrupt() {
@@ -554,6 +578,9 @@ fn check_all(ctx: &Ctx<'_>, run: &mut Run<'_>, sel: &Selection, dry_run: bool) {
         match slot.step.check(ctx) {
             Ok(c) => slot.first = Some(c),
             Err(e) => {
+                if crate::error::is_invalid(&e) {
+                    INVALID_INPUT.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
                 slot.fail(e.context("could not check"));
                 run.failed(i);
             }

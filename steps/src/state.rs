@@ -57,12 +57,61 @@ impl State {
     }
 }
 
+/// The journal's runs; `Err` with why when the file is there but not a journal.
+fn read_journal(host: &Host) -> Result<Vec<serde_json::Value>, String> {
+    let Some(bytes) = host
+        .read_bytes_opt(JOURNAL_PATH)
+        .map_err(|e| format!("{e:#}"))?
+    else {
+        return Ok(Vec::new());
+    };
+    let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
+    serde_json::from_str(&text).map_err(|e| format!("not a JSON list of runs: {e}"))
+}
+
+/// Move a corrupt journal aside (`journal.json.corrupt-<unix time>`), saying so on stderr: the
+/// journal is a record, and a damaged one must not stop a run.
+fn move_journal_aside(host: &Host, why: &str) -> Result<()> {
+    let aside = format!("{JOURNAL_PATH}.corrupt-{}", crate::fsutil::unix_now());
+    if let Some(bytes) = host.read_bytes_opt(JOURNAL_PATH)? {
+        host.write_atomic(&aside, &bytes, 0o644)?;
+    }
+    host.remove_file(JOURNAL_PATH)?;
+    eprintln!(
+        "gpuhost: warning: {} is corrupt ({why}); moved aside to {}",
+        host.path(JOURNAL_PATH).display(),
+        host.path(&aside).display()
+    );
+    Ok(())
+}
+
+/// Before any step changes anything: the journal can be appended to (a corrupt one is moved
+/// aside with a warning) and the state files gpuhost depends on read (a corrupt one is invalid
+/// input, exit 2: it records actions owed across runs, which must not be dropped silently).
+pub fn preflight(host: &Host) -> Result<()> {
+    if let Err(why) = read_journal(host) {
+        move_journal_aside(host, &why)?;
+    }
+    if let Err(e) = State::load(host) {
+        return Err(crate::invalid!(
+            "{e:#}; it records actions owed across runs (e.g. a docker restart): look at it, move it aside, and run again"
+        ));
+    }
+    if let Err(e) = crate::reboot::ResumeState::load(host) {
+        return Err(crate::invalid!("{e:#}"));
+    }
+    Ok(())
+}
+
 /// Append a run's report to the journal (the last runs, newest last), atomically.
 pub fn journal_append(host: &Host, run: serde_json::Value) -> Result<()> {
-    let mut runs: Vec<serde_json::Value> = host
-        .read_opt(JOURNAL_PATH)?
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
+    let mut runs = match read_journal(host) {
+        Ok(runs) => runs,
+        Err(why) => {
+            move_journal_aside(host, &why)?;
+            Vec::new()
+        }
+    };
     runs.push(run);
     let excess = runs.len().saturating_sub(JOURNAL_RUNS);
     runs.drain(..excess);

@@ -9,10 +9,35 @@ use serde::{Deserialize, Serialize};
 use crate::invalid;
 
 /// Toolkit versions that must not be installed, with why.
-pub const TOOLKIT_DENY: &[(&str, &str)] = &[(
-    "1.17.7",
-    "1.17.7 broke enroot (GCP cluster-toolkit pins it away)",
-)];
+pub const TOOLKIT_DENY: &[(&str, &str)] = &[
+    (
+        "1.17.0",
+        "1.17.0 broke `docker run --gpus all` (fixed in 1.17.1)",
+    ),
+    (
+        "1.17.7",
+        "1.17.7 broke enroot (GCP cluster-toolkit pins it away)",
+    ),
+];
+
+/// The default security floor of the NVIDIA Container Toolkit (`container_toolkit.min_version`).
+pub const TOOLKIT_FLOOR: &str = "1.17.8";
+
+/// Security fixes of the NVIDIA Container Toolkit: (fixed in, CVE, what). A version below the
+/// floor is refused naming every CVE it still has (NVIDIA security bulletins).
+pub const TOOLKIT_CVES: &[(&str, &str, &str)] = &[
+    ("1.16.2", "CVE-2024-0132", "container escape (TOCTOU)"),
+    (
+        "1.17.4",
+        "CVE-2025-23359",
+        "container escape (bypass of the CVE-2024-0132 fix)",
+    ),
+    (
+        "1.17.8",
+        "CVE-2025-23266",
+        "container escape (createContainer hook, LD_PRELOAD)",
+    ),
+];
 
 /// `[docker]` in a profile.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -122,6 +147,14 @@ pub struct ToolkitSpec {
     /// is missing; live only.
     #[serde(default)]
     pub cdi: bool,
+    /// The security floor: an older toolkit, pinned or installed, is refused naming the CVEs
+    /// it still has. Known-bad versions (the deny list) are refused whatever the floor.
+    #[serde(default = "default_toolkit_floor")]
+    pub min_version: String,
+}
+
+fn default_toolkit_floor() -> String {
+    TOOLKIT_FLOOR.to_string()
 }
 
 impl Default for ToolkitSpec {
@@ -131,6 +164,7 @@ impl Default for ToolkitSpec {
             gpgkey: default_toolkit_gpgkey(),
             version: None,
             cdi: false,
+            min_version: default_toolkit_floor(),
         }
     }
 }
@@ -199,10 +233,16 @@ pub fn validate(
             }
         }
     }
-    if let Some(v) = &toolkit.version {
-        if let Some(why) = toolkit_denied(v) {
+    if !is_version(&toolkit.min_version) {
+        return Err(invalid!(
+            "profile {profile}: key `container_toolkit.min_version`: \"{}\" is not a package version (e.g. {TOOLKIT_FLOOR})",
+            toolkit.min_version
+        ));
+    }
+    if let Some(v) = toolkit.version.as_deref().filter(|v| !v.is_empty()) {
+        if let Some(why) = toolkit_refused(v, &toolkit.min_version) {
             return Err(invalid!(
-                "profile {profile}: key `container_toolkit.version`: {v} is refused: {why}; pin another version (e.g. 1.17.8)"
+                "profile {profile}: key `container_toolkit.version`: {v} is refused: {why}; pin another version (e.g. {TOOLKIT_FLOOR})"
             ));
         }
     }
@@ -267,6 +307,32 @@ pub fn validate(
 }
 
 /// Why a toolkit version is refused, if it is.
+/// Why a toolkit version is refused under the floor `min_version`, if it is: a known-bad
+/// version (the deny list), or one below the floor, naming the CVEs it still has.
+pub fn toolkit_refused(version: &str, min_version: &str) -> Option<String> {
+    if let Some(why) = toolkit_denied(version) {
+        return Some(why.to_string());
+    }
+    let v = version.split('-').next().unwrap_or(version);
+    if crate::rpm::vercmp(v, min_version) != std::cmp::Ordering::Less {
+        return None;
+    }
+    let open: Vec<String> = TOOLKIT_CVES
+        .iter()
+        .filter(|(fixed, _, _)| crate::rpm::vercmp(v, fixed) == std::cmp::Ordering::Less)
+        .map(|(fixed, cve, what)| format!("{cve} ({what}, fixed in {fixed})"))
+        .collect();
+    Some(if open.is_empty() {
+        format!("it is below the floor container_toolkit.min_version = {min_version}")
+    } else {
+        format!(
+            "it is below the security floor {min_version} and has {}",
+            open.join(", ")
+        )
+    })
+}
+
+/// Why a toolkit version is on the deny list, if it is.
 pub fn toolkit_denied(version: &str) -> Option<&'static str> {
     TOOLKIT_DENY
         .iter()
@@ -356,6 +422,37 @@ mod tests {
     #[case("1.17.70", false)]
     fn the_deny_list(#[case] v: &str, #[case] denied: bool) {
         assert_eq!(toolkit_denied(v).is_some(), denied, "{v}");
+    }
+
+    #[rstest]
+    #[case("1.17.8", TOOLKIT_FLOOR, None)]
+    #[case("1.18.0", TOOLKIT_FLOOR, None)]
+    #[case("1.17.7", TOOLKIT_FLOOR, Some("enroot"))]
+    #[case("1.17.7", "1.16.2", Some("enroot"))]
+    #[case("1.17.0", "1.16.2", Some("--gpus all"))]
+    #[case("1.17.5", TOOLKIT_FLOOR, Some("CVE-2025-23266"))]
+    #[case("1.17.3-1", TOOLKIT_FLOOR, Some("CVE-2025-23359"))]
+    #[case("1.16.1", TOOLKIT_FLOOR, Some("CVE-2024-0132"))]
+    #[case("1.17.5", "1.17.4", None)]
+    #[case("1.17.5", "1.17.6", Some("CVE-2025-23266"))]
+    #[case(
+        "1.17.9",
+        "1.18.0",
+        Some("below the floor container_toolkit.min_version = 1.18.0")
+    )]
+    fn the_toolkit_floor_names_the_cve_or_the_breakage(
+        #[case] v: &str,
+        #[case] floor: &str,
+        #[case] why: Option<&str>,
+    ) {
+        let got = toolkit_refused(v, floor);
+        match why {
+            None => assert_eq!(got, None, "{v}"),
+            Some(w) => assert!(
+                got.as_deref().is_some_and(|g| g.contains(w)),
+                "{v}: {got:?}"
+            ),
+        }
     }
 
     #[rstest]

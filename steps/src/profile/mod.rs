@@ -19,8 +19,8 @@ mod containers;
 mod driver;
 
 pub use containers::{
-    toolkit_denied, ConflictPolicy, DaemonSpec, DockerSpec, ModuleFiltering, PrefixLink,
-    RepoSource, SmokeSpec, ToolkitSpec, TOOLKIT_DENY,
+    toolkit_denied, toolkit_refused, ConflictPolicy, DaemonSpec, DockerSpec, ModuleFiltering,
+    PrefixLink, RepoSource, SmokeSpec, ToolkitSpec, TOOLKIT_CVES, TOOLKIT_DENY, TOOLKIT_FLOOR,
 };
 pub use driver::{DriverSpec, StreamKind};
 
@@ -474,6 +474,19 @@ mod tests {
         let e = err_of("ol8-uek", sets);
         assert!(e.contains(key) && e.contains("control character"), "{e}");
         assert!(!e.contains('\n'), "one line: {e}");
+    }
+
+    #[rstest]
+    #[case(&["container_toolkit.version=1.17.3"], "CVE-2025-23359")]
+    #[case(&["container_toolkit.version=1.16.1"], "CVE-2024-0132")]
+    #[case(&["container_toolkit.version=1.17.0", "container_toolkit.min_version=1.16.2"], "--gpus all")]
+    #[case(&["container_toolkit.min_version=newest"], "container_toolkit.min_version")]
+    fn toolkit_versions_under_the_floor_or_denied_are_refused(
+        #[case] sets: &[&str],
+        #[case] needle: &str,
+    ) {
+        let e = err_of("ol8-uek", sets);
+        assert!(e.contains(needle), "{e}");
     }
 
     #[test]

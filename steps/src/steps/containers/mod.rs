@@ -19,7 +19,8 @@ use anyhow::Result;
 
 use crate::invalid;
 pub use crate::profile::{
-    toolkit_denied, ConflictPolicy, DaemonSpec, ModuleFiltering, RepoSource, TOOLKIT_DENY,
+    toolkit_denied, toolkit_refused, ConflictPolicy, DaemonSpec, ModuleFiltering, RepoSource,
+    TOOLKIT_CVES, TOOLKIT_DENY, TOOLKIT_FLOOR,
 };
 use crate::runner::Ctx;
 
@@ -97,10 +98,10 @@ fn require_local_repo(ctx: &Ctx<'_>, key: &str, source: &str) -> Result<()> {
     if let Some(RepoSource::Dir(d)) = RepoSource::parse(source) {
         let md = ctx.host.path(d).join("repodata/repomd.xml");
         if !ctx.host.exists(d.join("repodata/repomd.xml")) {
-            return Err(crate::error::hinted(
+            return Err(crate::error::as_invalid(crate::error::hinted(
                 format!("{key} {} holds no repo ({} is missing)", d.display(), md.display()),
                 format!("copy the mirror there (with its repodata/), run createrepo_c on it, or point {key} at the right directory"),
-            ));
+            )));
         }
     }
     Ok(())

@@ -4,7 +4,7 @@
 use anyhow::Result;
 
 use super::{
-    explain_repo_failure, pin, repo_differs, repo_file, require_local_repo, toolkit_denied,
+    explain_repo_failure, pin, repo_differs, repo_file, require_local_repo, toolkit_refused,
     version_matches,
 };
 use crate::error::hinted;
@@ -106,7 +106,7 @@ impl Step for ContainerToolkit {
                 if let Some(bad) = versions
                     .iter()
                     .flatten()
-                    .find_map(|v| toolkit_denied(v).map(|why| (v.clone(), why)))
+                    .find_map(|v| toolkit_refused(v, &spec.min_version).map(|why| (v.clone(), why)))
                 {
                     return Err(hinted(
                         format!("the NVIDIA Container Toolkit {} is installed and refused: {}", bad.0, bad.1),

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::{host_arch, local_repo, LocalRepoName, NO_DRIVER};
 use crate::cmd::Cmd;
-use crate::error::hinted;
+use crate::error::{as_invalid, hinted};
 use crate::runner::{Change, Check, Ctx, Install, Step, Work};
 
 pub struct DriverRepo;
@@ -198,29 +198,29 @@ impl Step for DriverRepo {
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
-        let Some((path, name)) = local_repo(ctx)? else {
+        let Some((path, name)) = local_repo(ctx).map_err(as_invalid)? else {
             return Ok(Check::in_sync(NO_DRIVER));
         };
         let shown = path.display().to_string();
         let major = ctx.profile.os.major;
         if name.os_major != major {
-            return Err(hinted(
+            return Err(as_invalid(hinted(
                 format!(
                     "{shown} is for RHEL {} but this host runs Oracle Linux {major}",
                     name.os_major
                 ),
                 format!("use NVIDIA's cuda-repo-rhel{major}-…-local package"),
-            ));
+            )));
         }
         if name.arch != host_arch() {
-            return Err(hinted(
+            return Err(as_invalid(hinted(
                 format!(
                     "{shown} is built for {}, but this host is {}",
                     name.arch,
                     host_arch()
                 ),
                 format!("use NVIDIA's {} local repo package", host_arch()),
-            ));
+            )));
         }
         // Every local repo package present, and what version of it is installed.
         let mut names = present_local_repos(ctx);
@@ -289,7 +289,9 @@ impl Step for DriverRepo {
                 ),
             ));
         }
-        verify_file(&path, &name, ctx.profile.driver.sha256.as_deref())?;
+        // The file is what the user gave: anything wrong with it is invalid input (exit 2),
+        // found before any step changes anything.
+        verify_file(&path, &name, ctx.profile.driver.sha256.as_deref()).map_err(as_invalid)?;
         let verified = if ctx.profile.driver.sha256.is_some() {
             "SHA-256 verified"
         } else {

@@ -1,0 +1,188 @@
+//! Preflight: everything that can be checked without changing the host is checked before any
+//! step changes anything. Bad flags, a wrong driver file, a missing mirror, a corrupt state
+//! file: exit 2, and the root (rpm database and files) is exactly as it was. A corrupt journal
+//! is moved aside with a warning, not fatal after the fact.
+
+// Test helpers fail the test by panicking, with the report in the message.
+#![allow(clippy::panic)]
+
+#[path = "world/mod.rs"]
+mod world;
+
+use world::{code, stderr, Os, Root, World, CUDA_LOCAL_EL8_12_2, UEK8_NEW};
+
+/// The root without gpuhost's own lock (which every apply opens) and sqlite's shared-memory
+/// and write-ahead files of the rpm database (any `rpm -q` touches them; the database's content
+/// is compared with `rpm -qa`).
+fn tree(root: &Root) -> String {
+    root.tree_snapshot()
+        .lines()
+        .filter(|l| !l.starts_with("var/lib/gpuhost/apply.lock"))
+        .filter(|l| !l.starts_with("var/lib/rpm/rpmdb.sqlite-"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn driver_set() -> String {
+    format!(
+        "driver.local_repo_rpm={}",
+        World::get().cuda_local(CUDA_LOCAL_EL8_12_2).display()
+    )
+}
+
+/// `apply` with `args` on a fresh root must exit 2 with `needle` in its error, changing nothing.
+fn refused_changing_nothing(root: &Root, args: &[&str], needle: &str) {
+    let before = tree(root);
+    let rpmdb = root.rpmdb_snapshot();
+    let o = root.gpuhost(args);
+    let err = format!("{}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+    assert_eq!(code(&o), 2, "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+    assert_eq!(
+        root.rpmdb_snapshot(),
+        rpmdb,
+        "{args:?}: the rpm database changed"
+    );
+    let after = tree(root);
+    let changed: Vec<&str> = after
+        .lines()
+        .filter(|l| !before.lines().any(|b| b == *l))
+        .filter(|l| !l.starts_with("var/lib/gpuhost"))
+        .collect();
+    assert!(changed.is_empty(), "{args:?}: changed {changed:?}");
+}
+
+#[test]
+fn a_skip_that_leaves_nothing_of_only_is_invalid() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let profile = world::profile("ol8-uek");
+    refused_changing_nothing(
+        &root,
+        &[
+            "apply",
+            "--profile",
+            &profile,
+            "--only",
+            "docker",
+            "--skip",
+            "docker",
+        ],
+        "leaves nothing of --only",
+    );
+}
+
+#[test]
+fn a_kernel_release_must_look_like_uname_r() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let profile = world::profile("ol8-uek");
+    for k in [
+        "../../etc",
+        &format!("{UEK8_NEW}/."),
+        "/lib/modules",
+        "",
+        "5.15.0 x",
+    ] {
+        refused_changing_nothing(
+            &root,
+            &["apply", "--profile", &profile, "--kernel-release", k],
+            "is not a kernel release",
+        );
+    }
+}
+
+#[test]
+fn a_wrong_sha256_is_refused_before_the_headers_are_installed() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let profile = world::profile("ol8-uek");
+    let set = driver_set();
+    let sha = format!("driver.sha256={}", "0".repeat(64));
+    refused_changing_nothing(
+        &root,
+        &[
+            "apply",
+            "--format",
+            "json",
+            "--profile",
+            &profile,
+            "--set",
+            &set,
+            "--set",
+            &sha,
+        ],
+        "SHA-256",
+    );
+    assert!(root.installed("kernel-uek-devel").is_none());
+}
+
+#[test]
+fn a_missing_mirror_directory_is_refused_before_anything_changes() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let profile = world::profile("ol8-uek");
+    let set = driver_set();
+    refused_changing_nothing(
+        &root,
+        &[
+            "apply",
+            "--format",
+            "json",
+            "--profile",
+            &profile,
+            "--set",
+            &set,
+            "--set",
+            "docker.repo=/srv/no-such-mirror",
+        ],
+        "holds no repo",
+    );
+}
+
+#[test]
+fn a_corrupt_state_file_is_refused_before_anything_changes() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let profile = world::profile("ol8-uek");
+    std::fs::create_dir_all(root.join("var/lib/gpuhost")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        root.join("var/lib/gpuhost/state.json"),
+        b"{\"pending\": \xff",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    refused_changing_nothing(
+        &root,
+        &["apply", "--profile", &profile, "--only", "docker"],
+        "state.json",
+    );
+}
+
+#[test]
+fn a_corrupt_journal_is_moved_aside_with_a_warning() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let profile = world::profile("ol8-uek");
+    std::fs::create_dir_all(root.join("var/lib/gpuhost")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(root.join("var/lib/gpuhost/journal.json"), b"[\xff\xfe")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let o = root.gpuhost(&["apply", "--profile", &profile, "--only", "kernel"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is corrupt") && stderr(&o).contains("moved aside"),
+        "{}",
+        stderr(&o)
+    );
+    let names: Vec<String> = std::fs::read_dir(root.join("var/lib/gpuhost"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let aside = names
+        .iter()
+        .find(|n| n.starts_with("journal.json.corrupt-"))
+        .unwrap_or_else(|| panic!("no journal moved aside: {names:?}"));
+    assert_eq!(
+        std::fs::read(root.join(&format!("var/lib/gpuhost/{aside}"))).unwrap_or_default(),
+        b"[\xff\xfe"
+    );
+    let journal = std::fs::read_to_string(root.join("var/lib/gpuhost/journal.json"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let runs: Vec<serde_json::Value> =
+        serde_json::from_str(&journal).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(runs.len(), 1);
+}
