@@ -1,44 +1,100 @@
 #!/usr/bin/env bash
 # gpuhost in a minute, on a machine that is not an Oracle Linux GPU host (a laptop, CI):
-# installs the tools it needs (rpm, dnf, createrepo_c, ...), builds gpuhost, builds the
-# synthetic Oracle Linux 8 package universe of the test world, makes a throwaway install root
-# from it and runs the real thing against it: plan, apply, and a second apply that changes
-# nothing. On a real node the same binary runs `gpuhost apply --profile ol8-uek`.
+# installs the tools it needs (rpm, dnf, createrepo_c, ...), installs gpuhost on your PATH
+# (`cargo install --path agent`), builds the synthetic Oracle Linux 8 package universe of the
+# test world, makes an install root from it and runs the real thing against it: facts, plan,
+# apply, and a second apply that changes nothing. On a real node the same binary runs
+# `gpuhost apply --profile ol8-uek --set driver.local_repo_rpm=...`.
 #
-# Usage: ./demo.sh [--keep]     (--keep leaves the install root in place for a look around)
+# Usage: ./demo.sh [--keep DIR]
+#   Without --keep the root is thrown away at the end.
+#   --keep DIR  keeps the demo in DIR: the root (DIR/root), its profile (DIR/profile.toml) and
+#               DIR/env; `. DIR/env` then lets you run gpuhost on it yourself:
+#                   gpuhost plan --profile "$DEMO_PROFILE" --root "$DEMO_ROOT"
+#               Run again with the same DIR, the demo re-uses that root (nothing to change).
+# Environment: GPUHOST_BIN=PATH runs that gpuhost binary instead of installing one (the tests
+# walk this demo with the binary they built).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here"
 
+keep=""
+case "${1:-}" in
+  "") ;;
+  --keep) [ -n "${2:-}" ] || { echo "usage: $0 [--keep DIR]" >&2; exit 2; }; keep=$2 ;;
+  *) echo "usage: $0 [--keep DIR]" >&2; exit 2 ;;
+esac
+
 "$here/scripts/deps.sh"
-echo "==> building gpuhost" >&2
-cargo build --quiet -p gpuhost
-gpuhost=$here/target/debug/gpuhost
+if [ -n "${GPUHOST_BIN:-}" ]; then
+  gpuhost=$GPUHOST_BIN
+else
+  # A debug build: quick to compile; packaging/build-rpm.sh builds the release RPM.
+  echo "==> cargo install --locked --debug --path agent (gpuhost on your PATH)" >&2
+  cargo install --quiet --locked --debug --force --path "$here/agent"
+  bindir=${CARGO_INSTALL_ROOT:-${CARGO_HOME:-$HOME/.cargo}}/bin
+  gpuhost=$bindir/gpuhost
+  if [ "$(command -v gpuhost || true)" != "$gpuhost" ]; then
+    echo "==> note: $bindir is not first on your PATH; add it (export PATH=\"$bindir:\$PATH\") to type plain \`gpuhost\`" >&2
+  fi
+fi
 
 world=$here/target/testworld
 echo "==> building the test world (synthetic OL8/OL9 repos, real rpmbuild + createrepo_c)" >&2
 "$here/tests/world/build-world.sh" "$world"
-export HOME=$world/home   # rpm's database path inside install roots: /var/lib/rpm, as on OL
+# Debian's rpm keeps its database under ~/.rpmdb; this HOME's .rpmmacros points it at
+# /var/lib/rpm inside install roots, as on Oracle Linux.
+rpm_home=$world/home
 
-root=$(mktemp -d /tmp/gpuhost-demo-root.XXXXXX)
-if [ "${1:-}" != "--keep" ]; then trap 'rm -rf "$root"' EXIT; fi
+if [ -n "$keep" ]; then
+  mkdir -p "$keep"
+  dir=$(cd "$keep" && pwd)
+else
+  dir=$(mktemp -d /tmp/gpuhost-demo.XXXXXX)
+  trap 'rm -rf "$dir"' EXIT
+fi
+root=$dir/root
 uek_old=5.15.0-200.131.27.el8uek.x86_64
 uek_new=5.15.0-204.147.6.2.el8uek.x86_64
-"$here/tests/world/mkroot.sh" "$world" "$root" --os ol8 --kernel "$uek_old" --kernel "$uek_new"
+if [ -d "$root/var/lib/rpm" ]; then
+  echo "==> re-using the demo root $root" >&2
+else
+  HOME=$rpm_home "$here/tests/world/mkroot.sh" "$world" "$root" --os ol8 --kernel "$uek_old" --kernel "$uek_new"
+fi
 driver_rpm=$world/rpms/cuda-local/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm
-# The built-in ol8-uek profile, with Docker CE and the toolkit from the world's repos (no internet).
-args=(--profile "$here/tests/world/profiles/ol8-uek.toml" --root "$root" --set "driver.local_repo_rpm=$driver_rpm")
+# The built-in ol8-uek profile with Docker CE and the toolkit from the world's repos (no
+# internet), and NVIDIA's local repo package from the world.
+cat > "$dir/profile.toml" <<EOF
+# The demo's profile: the built-in ol8-uek, with the test world's repos and driver package.
+extends = "$here/tests/world/profiles/ol8-uek.toml"
 
-step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
-step gpuhost facts --root "$root"
-"$gpuhost" facts --root "$root"
-step gpuhost plan "${args[@]}"
-"$gpuhost" plan "${args[@]}"
-step gpuhost apply "${args[@]}"
-"$gpuhost" apply "${args[@]}" || rc=$?
-if [ "${rc:-0}" -ne 0 ]; then echo "apply exited ${rc}" >&2; exit "$rc"; fi
-echo; echo "# again, on the converged root: nothing changes and no dnf runs"
-step gpuhost apply "${args[@]}"
-"$gpuhost" apply "${args[@]}"
+[driver]
+local_repo_rpm = "$driver_rpm"
+EOF
+cat > "$dir/env" <<EOF
+# Written by gpuhost's demo.sh. \`. $dir/env\` to run gpuhost on the demo root yourself:
+#   gpuhost plan --profile "\$DEMO_PROFILE" --root "\$DEMO_ROOT"
+export DEMO_ROOT='$root'
+export DEMO_PROFILE='$dir/profile.toml'
+# Debian's rpm keeps its database under ~/.rpmdb; gpuhost (as on Oracle Linux) wants it at
+# /var/lib/rpm inside the root. This HOME says so, for gpuhost's rpm and dnf only.
+gpuhost() { HOME='$rpm_home' command '$gpuhost' "\$@"; }
+EOF
+
+args=(--profile "$dir/profile.toml" --root "$root")
+step() { printf '\n\033[1m$ gpuhost %s\033[0m\n' "$*"; }
+run() { step "$@"; HOME=$rpm_home "$gpuhost" "$@"; }
+run facts --root "$root"
+run plan "${args[@]}"
+run apply "${args[@]}"
+echo; echo "# again, on the converged root: nothing changes, no dnf runs, no progress lines"
+run apply "${args[@]}"
 echo
-echo "The install root was $root$([ "${1:-}" = "--keep" ] && echo " (kept)" || echo " (removed)")."
+if [ -n "$keep" ]; then
+  echo "The demo root is kept in $root. Use it yourself:"
+  echo "  . $dir/env"
+  echo "  gpuhost plan --profile \"\$DEMO_PROFILE\" --root \"\$DEMO_ROOT\""
+  echo "  gpuhost profiles show ol8-uek --all      # every profile key, its meaning and default"
+else
+  echo "The demo root ($root) is removed; ./demo.sh --keep DIR keeps it for a look around."
+fi

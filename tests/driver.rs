@@ -401,24 +401,39 @@ fn a_stream_the_repo_lacks_is_named_with_the_streams_it_has() {
     assert!(root.installed("nvidia-driver").is_none());
 }
 
+/// A profile that manages the driver (the default) but names no package stops before any
+/// change, naming the key; `driver.manage = false` skips every driver step and says why.
 #[test]
-fn without_a_local_repo_rpm_the_driver_steps_say_so() {
+fn without_a_local_repo_rpm_apply_stops_unless_the_profile_opts_out_of_the_driver() {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let before = root.rpmdb_snapshot();
+    let o = root.gpuhost(&["apply", "--profile", "ol8-uek", "--only", ONLY]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("set driver.local_repo_rpm")
+            && stderr(&o).contains("driver.manage = false"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(before, root.rpmdb_snapshot());
     let o = root.gpuhost(&[
         "apply",
         "--format",
         "json",
         "--profile",
         "ol8-uek",
+        "--set",
+        "driver.manage=false",
         "--only",
         ONLY,
     ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let rep = report(&o);
+    assert_eq!(rep["driver_managed"], false);
     for id in DRIVER_STEPS {
         let s = step(&rep, id);
         assert_eq!(s["outcome"], "skipped", "{s:#}");
-        assert!(reason(&rep, id).contains("driver.local_repo_rpm"));
+        assert!(reason(&rep, id).contains("driver.manage = false"));
     }
 }
 

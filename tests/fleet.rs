@@ -68,7 +68,7 @@ fn script_words(user_data: &str, first: &str) -> Vec<String> {
 }
 
 #[rstest]
-#[case::builtin_profile_only(vec!["--profile", "ol8-uek"])]
+#[case::builtin_profile_no_driver(vec!["--profile", "ol8-uek", "--set", "driver.manage=false"])]
 #[case::fetched_driver(vec!["--profile", "ol8-uek", "--driver-rpm", DRIVER_URL, "--sha256", SHA])]
 #[case::driver_on_the_node(vec!["--profile", "ol9-rhck", "--driver-rpm", "/srv/cuda-repo-rhel9-12-2-local-12.2.2_535.104.05-1.x86_64.rpm"])]
 #[case::everything(vec![
@@ -76,8 +76,8 @@ fn script_words(user_data: &str, first: &str) -> Vec<String> {
     "--driver-rpm", DRIVER_URL, "--sha256", SHA,
     "--gpuhost-rpm", "https://repo.example.com/gpuhost-0.1.0-1.el8.x86_64.rpm", "--max-reboots", "2",
 ])]
-#[case::gpuhost_rpm_on_the_node(vec!["--profile", "ol8-rhck", "--gpuhost-rpm", "/mnt/gpuhost-0.1.0-1.el8.x86_64.rpm"])]
-#[case::health_gate(vec!["--profile", "ol8-uek", "--set", "status.expect_gpus=8", "--wait-healthy", "900"])]
+#[case::gpuhost_rpm_on_the_node(vec!["--profile", "ol8-rhck", "--set", "driver.manage=false", "--gpuhost-rpm", "/mnt/gpuhost-0.1.0-1.el8.x86_64.rpm"])]
+#[case::health_gate(vec!["--profile", "ol8-uek", "--set", "status.expect_gpus=8", "--driver-rpm", DRIVER_URL, "--sha256", SHA, "--wait-healthy", "900"])]
 fn every_cloud_init_variant_is_valid_user_data(#[case] args: Vec<&str>) {
     let mut argv = vec!["cloud-init"];
     argv.extend(args.iter());
@@ -150,6 +150,8 @@ fn gate_unit() -> String {
         "cloud-init",
         "--profile",
         "ol8-uek",
+        "--driver-rpm",
+        "/srv/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm",
         "--wait-healthy",
         "600",
     ]);
@@ -163,7 +165,7 @@ fn a_profile_file_is_embedded_resolved() {
     let p = dir.path().join("site.toml");
     std::fs::write(
         &p,
-        "extends = \"ol8-uek\"\n[driver]\nstream = \"550-open\"\n",
+        "extends = \"ol8-uek\"\n[driver]\nstream = \"550-open\"\nmanage = false\n",
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let o = gpuhost(&["cloud-init", "--profile", &p.display().to_string()]);
@@ -193,6 +195,7 @@ fn a_profile_file_is_embedded_resolved() {
 #[case::shell_in_name(vec!["--profile", "ol8-uek", "--driver-rpm", "/srv/$(reboot).rpm"], "*.rpm")]
 #[case::sha_without_driver(vec!["--profile", "ol8-uek", "--sha256", SHA], "--driver-rpm")]
 #[case::bad_set(vec!["--profile", "ol8-uek", "--set", "driver.nope=1"], "nope")]
+#[case::no_driver(vec!["--profile", "ol8-uek"], "driver.local_repo_rpm")]
 #[case::no_profile(vec![], "--profile")]
 fn bad_cloud_init_arguments_exit_2(#[case] args: Vec<&str>, #[case] needle: &str) {
     let mut argv = vec!["cloud-init"];
@@ -469,6 +472,8 @@ fn under_systemd_logs_carry_no_timestamps_of_their_own() {
         "plan",
         "--profile",
         "ol8-uek",
+        "--set",
+        "driver.manage=false",
         "--root",
     ])
     .arg(root.path())

@@ -697,7 +697,15 @@ fn a_fresh_host_takes_two_dnf_transactions() {
 fn a_failed_transaction_fails_the_step_it_could_not_resolve_and_runs_no_other() {
     let root = Root::new(Os::Ol8, &[UEK8_OLD, UEK8_NO_DEVEL]);
     let profile = world::profile("ol8-uek");
-    let o = root.gpuhost(&["apply", "--profile", &profile, "--format", "json"]);
+    let o = root.gpuhost(&[
+        "apply",
+        "--profile",
+        &profile,
+        "--set",
+        "driver.manage=false",
+        "--format",
+        "json",
+    ]);
     let rep = report(&o);
     assert_eq!(code(&o), 1, "{rep:#}");
     let h = step(&rep, "kernel-headers");

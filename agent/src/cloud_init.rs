@@ -382,6 +382,17 @@ pub fn render(a: &CloudInitArgs) -> Result<String> {
     check_args(a)?;
     // The profile must resolve here, with the overrides, exactly as the node will see it.
     let profile = Profile::resolve(&a.profile, &a.sets)?;
+    // The node's apply would stop (exit 2) on a profile that manages the driver but names no
+    // package: say so now.
+    if a.driver_rpm.is_none() {
+        let driver_steps: Vec<&str> = gpuhost_steps::steps::registry()
+            .iter()
+            .filter(|s| s.needs_driver_package())
+            .map(|s| s.id())
+            .collect();
+        gpuhost_steps::steps::driver::require_package(&profile, &driver_steps)
+            .map_err(|e| invalid!("{e:#}; here: --driver-rpm URL|PATH"))?;
+    }
     let embedded = a.profile.contains('/') || a.profile.ends_with(".toml");
     let driver = DriverPackage::from_args(a)?;
     let script = provision_script(a, embedded, driver.as_ref())?;

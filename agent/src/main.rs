@@ -95,7 +95,13 @@ enum ProfilesAction {
         /// Override one key (repeatable), e.g. --set driver.stream=535-dkms
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
+        /// Every key: set ones with their values (and defaults), unset ones commented out,
+        /// each after a line saying what it means.
+        #[arg(long)]
+        all: bool,
     },
+    /// List every profile key as `--set` takes it (driver.local_repo_rpm, ...), one per line.
+    Keys,
 }
 
 #[derive(Subcommand, Debug)]
@@ -316,9 +322,22 @@ fn run_profiles(action: Option<&ProfilesAction>) -> Result<()> {
             }
             Ok(())
         }
-        Some(ProfilesAction::Show { name, sets }) => {
+        Some(ProfilesAction::Show { name, sets, all }) => {
             let p = Profile::resolve(name, sets)?;
-            print!("{}", p.to_toml()?);
+            if *all {
+                print!("{}", gpuhost_steps::profile_doc::render_all(&p)?);
+            } else {
+                println!(
+                    "# gpuhost profiles show {name} --all: every key, with its meaning and default"
+                );
+                print!("{}", p.to_toml()?);
+            }
+            Ok(())
+        }
+        Some(ProfilesAction::Keys) => {
+            for (key, _) in gpuhost_steps::profile_doc::keys()? {
+                println!("{key}");
+            }
             Ok(())
         }
     }

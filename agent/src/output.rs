@@ -9,7 +9,6 @@ use serde::Serialize;
 use gpuhost_steps::apply::{exit, Report};
 use gpuhost_steps::error::{hint_of, is_invalid};
 use gpuhost_steps::facts::Facts;
-use gpuhost_steps::runner::Outcome;
 
 /// Logs go to stderr. Under systemd (journald adds timestamps) they carry none of their own.
 pub fn init_logging(level: &str) {
@@ -92,39 +91,16 @@ pub fn print_report(r: &Report) {
             println!("  {:<width$}  {:<12}  what to do: {h}", "", "");
         }
     }
-    let count = |o: Outcome| r.steps.iter().filter(|s| s.outcome == o).count();
-    let verdict = match r.exit_code {
-        exit::OK if r.dry_run && count(Outcome::WouldChange) > 0 => {
-            format!("{} step(s) would change", count(Outcome::WouldChange))
-        }
-        exit::OK if r.dry_run => "nothing to change".to_string(),
-        exit::OK => format!(
-            "converged ({} changed, {} unchanged, {} deferred)",
-            count(Outcome::Changed),
-            count(Outcome::Unchanged),
-            count(Outcome::Deferred)
-        ),
-        exit::REBOOT => format!(
-            "converged, but a reboot is required: {}",
-            r.reboot_required.join("; ")
-        ),
-        _ => {
-            let failed: Vec<&str> = r
-                .steps
-                .iter()
-                .filter(|s| s.outcome == Outcome::Failed)
-                .map(|s| s.id.as_str())
-                .collect();
-            if let Some(why) = &r.interrupted {
-                why.clone()
-            } else if failed.is_empty() {
-                "stopped".to_string()
-            } else {
-                format!("failed: {}", failed.join(", "))
-            }
-        }
-    };
-    println!("{verdict} in {} ms (exit {})", r.duration_ms, r.exit_code);
+    println!(
+        "{} in {} ms (exit {})",
+        r.summary, r.duration_ms, r.exit_code
+    );
+    for d in &r.deferred {
+        println!("  deferred  {d}");
+    }
+    for w in &r.warnings {
+        println!("  warning   {w}");
+    }
     match &r.reboot {
         Some(rb) => println!("reboot: {}", rb.message),
         None if r.exit_code == exit::REBOOT => println!(
@@ -146,6 +122,9 @@ pub fn print_facts(f: &Facts) {
         if f.live { " (live)" } else { " (install root)" }
     );
     println!("os                   {os}");
+    if let Some(why) = &f.unsupported {
+        println!("supported            no: {why}");
+    }
     println!(
         "running kernel       {}",
         f.running_kernel
@@ -155,9 +134,11 @@ pub fn print_facts(f: &Facts) {
     println!(
         "target kernel        {}{}",
         f.target_kernel.clone().unwrap_or_else(none),
-        f.target_flavour
-            .map(|x| format!(" ({x})"))
-            .unwrap_or_default()
+        match (f.target_flavour, &f.target_kernel) {
+            (Some(x), _) => format!(" ({x})"),
+            (None, Some(_)) => " (not an Oracle Linux kernel)".to_string(),
+            (None, None) => String::new(),
+        }
     );
     println!(
         "default boot kernel  {}",

@@ -69,6 +69,7 @@ pub fn collect(host: &Host) -> HostSnapshot {
         .map(|m| m.uid())
         .unwrap_or(0);
     snap.boot_id = read_trim(&host.path("/proc/sys/kernel/random/boot_id"));
+    snap.docker_installed = Some(host.path("/usr/bin/dockerd").exists());
     snap
 }
 
@@ -234,6 +235,18 @@ pub fn parse_daemon_json(text: &str) -> DaemonJson {
 
 /// Unit states through one `systemctl is-active` call.
 pub fn services() -> Services {
+    // sd_booted(3): systemd is PID 1 exactly when /run/systemd/system exists. Without it
+    // systemctl is there but can answer nothing.
+    if !std::path::Path::new("/run/systemd/system").is_dir() {
+        return Services {
+            error: Some(
+                "systemd is not PID 1 on this host (no /run/systemd/system: a container, a chroot or another init)"
+                    .into(),
+            ),
+            no_systemd: true,
+            ..Services::default()
+        };
+    }
     let units = ["docker", "nvidia-persistenced", "nvidia-fabricmanager"];
     let out = Cmd::new("systemctl")
         .arg("is-active")
@@ -337,6 +350,7 @@ pub fn parse_is_active(stdout: &str) -> Option<Services> {
         nvidia_persistenced: Some(lines[1].clone()),
         nvidia_fabricmanager: Some(lines[2].clone()),
         fabricmanager_version: None,
+        no_systemd: false,
     })
 }
 

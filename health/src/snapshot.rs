@@ -95,6 +95,10 @@ pub struct HostSnapshot {
     /// `/proc/sys/kernel/random/boot_id`: counters kept for rates belong to one boot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
+    /// Docker's daemon binary (`/usr/bin/dockerd`) is there; None when not looked for (older
+    /// snapshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker_installed: Option<bool>,
 }
 
 /// One NVIDIA device node.
@@ -179,6 +183,9 @@ pub struct Services {
     /// Why states could not be read (systemctl missing, not checked under a fake root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// systemd is not PID 1 (no `/run/systemd/system`): a container, a chroot, another init.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_systemd: bool,
     pub docker: Option<String>,
     pub nvidia_persistenced: Option<String>,
     pub nvidia_fabricmanager: Option<String>,

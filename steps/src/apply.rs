@@ -79,7 +79,72 @@ pub struct Report {
     /// `interrupted at step X by SIGTERM`: a signal stopped the run (exit 128 + the signal).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<String>,
+    /// The run in one line: the verdict, steps per outcome, deferred actions and warnings
+    /// counted (the text report's last line says the same).
+    pub summary: String,
+    /// Every step's deferred actions, as `step: action`: what only a live run can do (in an
+    /// install root, what its first boot owes).
+    pub deferred: Vec<String>,
+    /// What did not stop the run but deserves a look.
+    pub warnings: Vec<String>,
+    /// False when the profile opts out of the NVIDIA driver (`driver.manage = false`).
+    pub driver_managed: bool,
     pub steps: Vec<StepReport>,
+}
+
+impl Report {
+    /// The summary line: `converged — steps: 2 changed, 10 unchanged, 3 skipped; 1 deferred
+    /// action; 0 warnings`.
+    pub fn summarize(&self) -> String {
+        let count = |o: Outcome| self.steps.iter().filter(|s| s.outcome == o).count();
+        let verdict = match self.exit_code {
+            exit::OK if self.dry_run && count(Outcome::WouldChange) > 0 => "plan".to_string(),
+            exit::OK if self.dry_run => "nothing to change".to_string(),
+            exit::OK => "converged".to_string(),
+            exit::REBOOT => "converged, but a reboot is required".to_string(),
+            _ => {
+                let failed: Vec<&str> = self
+                    .steps
+                    .iter()
+                    .filter(|s| s.outcome == Outcome::Failed)
+                    .map(|s| s.id.as_str())
+                    .collect();
+                if let Some(why) = &self.interrupted {
+                    why.clone()
+                } else if failed.is_empty() {
+                    "stopped".to_string()
+                } else {
+                    format!("failed: {}", failed.join(", "))
+                }
+            }
+        };
+        let outcomes = [
+            Outcome::Changed,
+            Outcome::WouldChange,
+            Outcome::Unchanged,
+            Outcome::Deferred,
+            Outcome::Failed,
+            Outcome::Skipped,
+        ];
+        let steps: Vec<String> = outcomes
+            .iter()
+            .map(|o| (count(*o), o))
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, o)| format!("{n} {o}"))
+            .collect();
+        let plural =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let mut line = format!(
+            "{verdict} — steps: {}; {}; {}",
+            steps.join(", "),
+            plural(self.deferred.len(), "deferred action", "deferred actions"),
+            plural(self.warnings.len(), "warning", "warnings"),
+        );
+        if !self.driver_managed {
+            line.push_str("; NVIDIA driver not managed (driver.manage = false)");
+        }
+        line
+    }
 }
 
 /// Everything before the first step: the profile, the host, and whether they fit.
@@ -125,6 +190,12 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         ));
     }
     host.set_releasever(profile.os.major.to_string());
+    let driver_steps: Vec<&str> = steps::registry()
+        .iter()
+        .filter(|s| s.needs_driver_package() && opts.selection.excludes(s.id()).is_none())
+        .map(|s| s.id())
+        .collect();
+    steps::driver::require_package(&profile, &driver_steps)?;
     Ok(Prepared {
         host,
         profile,
@@ -135,14 +206,20 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
 /// The host must be the Oracle Linux release and kernel flavour the profile is for.
 fn preflight(host: &Host, profile: &Profile, facts: &Facts, release_given: bool) -> Result<()> {
     let root = host.root().display();
+    // On the machine itself (not an install root): image builds go through --root.
+    let image_hint = if host.is_live() {
+        "; to build an Oracle Linux image from this machine, run gpuhost on its install root with --root DIR"
+    } else {
+        ""
+    };
     let Some(os) = &facts.os else {
         return Err(invalid!(
-            "{root} has no /etc/os-release: not an Oracle Linux system; gpuhost supports Oracle Linux 8 and 9"
+            "{root} has no /etc/os-release: not an Oracle Linux system; gpuhost supports Oracle Linux 8 and 9{image_hint}"
         ));
     };
     if !os.is_oracle_linux() {
         return Err(invalid!(
-            "{root} runs {}, not Oracle Linux; gpuhost supports Oracle Linux 8 and 9",
+            "{root} runs {}, not Oracle Linux; gpuhost supports Oracle Linux 8 and 9{image_hint}",
             os.pretty_name
         ));
     }
@@ -289,7 +366,20 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     } else {
         None
     };
-    let report = Report {
+    let deferred: Vec<String> = steps
+        .iter()
+        .flat_map(|s| s.deferred.iter().map(move |d| format!("{}: {d}", s.id)))
+        .collect();
+    let mut warnings = Vec::new();
+    if !profile.driver.manage {
+        if let Some(rpm) = &profile.driver.local_repo_rpm {
+            warnings.push(format!(
+                "driver.local_repo_rpm ({}) is ignored: the profile says driver.manage = false",
+                rpm.display()
+            ));
+        }
+    }
+    let mut report = Report {
         gpuhost_version: env!("CARGO_PKG_VERSION"),
         command: if opts.dry_run { "plan" } else { "apply" },
         profile: profile.name.clone(),
@@ -303,8 +393,13 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         reboot_required,
         reboot,
         interrupted: interrupted.map(|(_, why)| why),
+        summary: String::new(),
+        deferred,
+        warnings,
+        driver_managed: profile.driver.manage,
         steps,
     };
+    report.summary = report.summarize();
     if !opts.dry_run {
         let mut entry = serde_json::to_value(&report)?;
         entry["command_line"] = serde_json::Value::String(opts.command_line.clone());

@@ -22,6 +22,9 @@ pub struct Facts {
     pub root: String,
     pub live: bool,
     pub os: Option<OsRelease>,
+    /// Set when gpuhost does not provision this OS: why, and what `apply` and `plan` would do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unsupported: Option<String>,
     /// `uname -r` on a live host; none in an install root.
     pub running_kernel: Option<String>,
     /// The kernel gpuhost provisions for: the running one, `--kernel-release`, or (in a root)
@@ -91,11 +94,17 @@ impl Facts {
         };
         let (gpus, nvswitches) = nvidia_pci(host)?;
         let nvlink5_switch_ports = nvlink5_switch_ports(host);
+        let unsupported = unsupported(os.as_ref(), host);
         Ok(Facts {
             root: host.root().display().to_string(),
             live: host.is_live(),
+            // UEK and RHCK are Oracle Linux's kernels: another OS's kernel is neither.
+            target_flavour: target_kernel
+                .as_deref()
+                .filter(|_| unsupported.is_none())
+                .map(Flavour::of),
             os,
-            target_flavour: target_kernel.as_deref().map(Flavour::of),
+            unsupported,
             running_kernel,
             target_kernel,
             default_boot_kernel,
@@ -157,6 +166,25 @@ pub fn nvlink5_switch_ports(host: &Host) -> Vec<String> {
         .collect();
     out.sort();
     out
+}
+
+/// Why gpuhost does not provision this OS and what it would do, or `None` for Oracle Linux 8
+/// and 9.
+fn unsupported(os: Option<&OsRelease>, host: &Host) -> Option<String> {
+    let what = match os {
+        None => "no /etc/os-release: not an Oracle Linux system".to_string(),
+        Some(o) if !o.is_oracle_linux() => format!("{} is not Oracle Linux", o.pretty_name),
+        Some(o) if matches!(o.major(), Some(8 | 9)) => return None,
+        Some(o) => format!("{} is not a supported release", o.pretty_name),
+    };
+    let next = if host.is_live() {
+        "; to build an Oracle Linux image from this machine, point them at its install root with --root DIR"
+    } else {
+        ""
+    };
+    Some(format!(
+        "{what}; gpuhost provisions Oracle Linux 8 and 9: apply and plan stop here (exit 2) and change nothing; `gpuhost status` checks GPUs on any Linux{next}"
+    ))
 }
 
 /// What an NVIDIA PCI function is, for gpuhost.

@@ -83,22 +83,16 @@ fn nasty() -> impl Strategy<Value = String> {
     prop::collection::vec(piece, 0..8).prop_map(|v| v.concat())
 }
 
-/// String keys of a profile that end up in files or commands.
-const STRING_KEYS: &[&str] = &[
-    "docker.repo",
-    "docker.gpgkey",
-    "docker.version",
-    "container_toolkit.repo",
-    "container_toolkit.gpgkey",
-    "container_toolkit.version",
-    "driver.stream",
-    "driver.local_repo_rpm",
-    "driver.sha256",
-    "description",
-    "status.expect_driver_version",
-    "container_smoke.image",
-    "docker.daemon.default_shm_size",
-];
+/// Every string key of a profile (most end up in files or commands), from the same structs
+/// the loader validates with: a key added later is fuzzed too.
+fn string_keys() -> Vec<String> {
+    crate::profile_doc::keys()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, k)| matches!(&k.kind, crate::profile_doc::Kind::Value(t) if t == "string"))
+        .map(|(path, _)| path)
+        .collect()
+}
 
 /// Every string (and key) in a resolved profile is printable, one line.
 fn all_printable(p: &Profile) -> Result<(), TestCaseError> {
@@ -142,7 +136,9 @@ fn repo_files_are_one_section(p: &Profile) -> Result<(), TestCaseError> {
 
 #[test]
 fn fuzz_set() {
-    let strategy = (prop::sample::select(STRING_KEYS), nasty(), any::<bool>());
+    let keys = string_keys();
+    assert!(keys.len() >= 13, "{keys:?}");
+    let strategy = (prop::sample::select(keys), nasty(), any::<bool>());
     fuzz("--set", strategy, |(key, value, raw)| {
         // `raw`: the value as typed; else as a TOML string literal (escapes reach the value).
         let set = if raw {

@@ -13,7 +13,7 @@ use crate::host::Host;
 use crate::rpm::vercmp;
 
 /// Oracle Linux kernel flavours.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Flavour {
     /// Unbreakable Enterprise Kernel (`…el8uek…`).

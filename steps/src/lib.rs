@@ -4,7 +4,8 @@
 //! - [`cmd`]: the one subprocess wrapper every external command goes through;
 //! - [`host`]: the host (or install root) being acted on, and its rpm/dnf/systemctl;
 //! - [`rootfs`]: file access resolved inside the root (`openat2(RESOLVE_IN_ROOT)`);
-//! - [`profile`]: TOML profiles, `extends`, `--set` overrides;
+//! - [`profile`]: TOML profiles, `extends`, `--set` overrides; [`profile_doc`]: every key,
+//!   its meaning and default, from the same structs;
 //! - [`facts`]: what gpuhost sees on the host (OS, kernels, PCI devices, Secure Boot);
 //! - [`compat`]: will a CUDA version, a requirement, an image run on a driver (NVIDIA's rules);
 //! - [`runner`]: the step trait, the ordered registry, check → change → check again;
@@ -30,6 +31,7 @@ pub mod localrepo;
 pub mod lock;
 pub mod osrelease;
 pub mod profile;
+pub mod profile_doc;
 pub mod progress;
 pub mod reboot;
 pub mod rootfs;

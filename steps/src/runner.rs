@@ -222,6 +222,11 @@ pub trait Step: Sync {
     fn rpm_names(&self, _ctx: &Ctx<'_>) -> Vec<String> {
         Vec::new()
     }
+    /// True for the driver steps: they need the profile's `driver.local_repo_rpm` unless the
+    /// profile opts out of the driver (`driver.manage = false`).
+    fn needs_driver_package(&self) -> bool {
+        false
+    }
     /// `Some(reason)` when the step has nothing to do on this host (e.g. no NVSwitch).
     fn not_applicable(&self, _ctx: &Ctx<'_>) -> Option<String> {
         None
@@ -337,7 +342,8 @@ impl Selection {
         Ok(())
     }
 
-    fn excludes(&self, id: &str) -> Option<&'static str> {
+    /// `Some(why)` when the step does not run (`--skip`, or not in `--only`).
+    pub fn excludes(&self, id: &str) -> Option<&'static str> {
         if self.skip.iter().any(|s| s == id) {
             Some("skipped by --skip")
         } else if !self.only.is_empty() && !self.only.iter().any(|s| s == id) {
@@ -931,7 +937,10 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
     }
     slot.account(start);
     tracing::info!(step = step.id(), outcome = %r.outcome, "{}", r.reason);
-    crate::progress::step_done(&slot.label, &r.outcome.to_string(), slot.elapsed);
+    // Progress lines only for steps that changed something: a converged run is quiet.
+    if !slot.done.is_empty() {
+        crate::progress::step_done(&slot.label, &r.outcome.to_string(), slot.elapsed);
+    }
     slot.report = Some(r);
 }
 

@@ -676,7 +676,11 @@ fn services(out: &mut Out, s: &Snapshot, switches: usize, expect: &Expect) {
             None,
             Severity::Unknown,
             format!("unit states not read: {e}"),
-            Some("systemd's `systemctl` is needed to check docker, nvidia-persistenced, nvidia-fabricmanager".into()),
+            Some(if sv.no_systemd {
+                "docker, nvidia-persistenced and nvidia-fabricmanager are systemd units: run `gpuhost status` on the host booted with systemd to check them".into()
+            } else {
+                "systemd's `systemctl` is needed to check docker, nvidia-persistenced, nvidia-fabricmanager".into()
+            }),
         );
     }
     if expect.require_docker == Some(false) {
@@ -699,6 +703,37 @@ fn services(out: &mut Out, s: &Snapshot, switches: usize, expect: &Expect) {
 
 fn docker(out: &mut Out, s: &Snapshot) {
     let sv = &s.services;
+    // Advice that fits the host: no GPU on PCI → nothing for the runtime to serve; no Docker →
+    // no runtime to configure yet.
+    let gpus = s.host.pci.iter().any(|d| d.kind == PciKind::Gpu);
+    if !gpus && s.host.pci_error.is_none() {
+        for (id, value) in [
+            ("services.docker", "no NVIDIA GPU on PCI: Docker not judged"),
+            ("services.nvidia_runtime", "nvidia runtime not needed"),
+        ] {
+            out.push(id, "containers", None, Severity::NotApplicable, value, None);
+        }
+        return;
+    }
+    if s.host.docker_installed == Some(false) && !s.host.docker_daemon_json.present {
+        out.push(
+            "services.docker",
+            "containers",
+            None,
+            Severity::Warning,
+            "Docker is not installed (no /usr/bin/dockerd): no GPU containers",
+            Some("`gpuhost apply` installs Docker CE and the NVIDIA Container Toolkit with the nvidia runtime".into()),
+        );
+        out.push(
+            "services.nvidia_runtime",
+            "containers",
+            None,
+            Severity::NotApplicable,
+            "no Docker to configure",
+            None,
+        );
+        return;
+    }
     if let Some(state) = &sv.docker {
         if state == "active" {
             out.push(

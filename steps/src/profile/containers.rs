@@ -40,7 +40,7 @@ pub const TOOLKIT_CVES: &[(&str, &str, &str)] = &[
 ];
 
 /// `[docker]` in a profile.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DockerSpec {
     /// Where Docker CE comes from: a URL (`https://…`, `file://…`) or an absolute local
@@ -92,7 +92,9 @@ fn default_docker_gpgkey() -> String {
     "https://download.docker.com/linux/rhel/gpg".to_string()
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum ConflictPolicy {
     #[default]
@@ -101,7 +103,9 @@ pub enum ConflictPolicy {
     Allowerasing,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModuleFiltering {
     #[default]
@@ -111,7 +115,7 @@ pub enum ModuleFiltering {
 
 /// `[docker.daemon]`: the keys gpuhost manages in `/etc/docker/daemon.json`. The `nvidia`
 /// runtime is always added; every key not named here is left as the user has it.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct DaemonSpec {
     /// `"default-runtime": "nvidia"` (like `nvidia-ctk runtime configure --set-as-default`).
@@ -130,7 +134,7 @@ pub struct DaemonSpec {
 }
 
 /// `[container_toolkit]` in a profile.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolkitSpec {
     /// Where the toolkit comes from: a URL or an absolute local directory; written to
@@ -179,15 +183,17 @@ fn default_toolkit_gpgkey() -> String {
 
 /// One `[[prefix_links]]` entry in a profile: every file the packages own is symlinked under
 /// `prefix` (`/usr/` stripped, `lib64` folded into `lib`). Missing packages are installed.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrefixLink {
+    /// Packages whose files are linked (installed from the enabled repos when missing).
     pub packages: Vec<String>,
+    /// The directory the links go under, e.g. `/opt/nvidia/nccl`.
     pub prefix: std::path::PathBuf,
 }
 
 /// `[container_smoke]` in a profile.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SmokeSpec {
     /// The image to run `nvidia-smi -L` in, e.g. `nvcr.io/nvidia/cuda:12.2.2-base-ubi8`; unset:

@@ -9,13 +9,19 @@ use crate::invalid;
 use crate::kernel::Flavour;
 
 /// `[driver]` in a profile.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DriverSpec {
+    /// Whether gpuhost manages the NVIDIA driver. `false` provisions without it (the driver
+    /// steps are skipped; the kernel and container steps still run); `true` (the default) needs
+    /// `local_repo_rpm`.
+    #[serde(default = "yes")]
+    pub manage: bool,
     /// NVIDIA's local full RPM repo package (a path on the host).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_repo_rpm: Option<PathBuf>,
-    /// Its expected SHA-256, hex.
+    /// The SHA-256 of `local_repo_rpm` (64 hex digits), checked before anything is installed
+    /// from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
     /// `nvidia-driver` module stream, e.g. `535-dkms`, `latest-dkms`, `open-dkms`, `550-open`.
@@ -33,6 +39,7 @@ pub struct DriverSpec {
 impl Default for DriverSpec {
     fn default() -> Self {
         DriverSpec {
+            manage: true,
             local_repo_rpm: None,
             sha256: None,
             stream: default_stream(),
@@ -40,6 +47,10 @@ impl Default for DriverSpec {
             switch_stream: false,
         }
     }
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_stream() -> String {

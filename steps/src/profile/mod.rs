@@ -35,39 +35,52 @@ pub const BUILTIN: &[(&str, &str)] = &[
 /// How deep `extends` may nest.
 const MAX_EXTENDS: usize = 8;
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     /// Where the profile came from (a built-in name or a path); not a TOML key.
     #[serde(skip)]
     pub name: String,
+    /// One line about the profile, shown by `gpuhost profiles`.
     pub description: String,
+    /// The Oracle Linux release the host must run.
     pub os: OsSpec,
+    /// The kernel flavour served and its header packages.
     pub kernel: KernelSpec,
+    /// The NVIDIA driver, from NVIDIA's local full RPM repo package (steps driver-repo to
+    /// persistenced).
     #[serde(default)]
     pub driver: DriverSpec,
+    /// Docker CE, its conflicts, and what gpuhost puts into /etc/docker/daemon.json.
     #[serde(default)]
     pub docker: DockerSpec,
+    /// The NVIDIA Container Toolkit.
     #[serde(default)]
     pub container_toolkit: ToolkitSpec,
+    /// Libraries exposed under a stable prefix: every file the packages own is linked under
+    /// `prefix` (`/usr/` stripped, `lib64` folded into `lib`); missing packages are installed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prefix_links: Vec<PrefixLink>,
+    /// The container smoke test a live apply runs (`docker run --gpus all IMAGE nvidia-smi -L`).
     #[serde(default)]
     pub container_smoke: SmokeSpec,
+    /// What `gpuhost status --profile` expects of the node.
     #[serde(default)]
     pub status: StatusSpec,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OsSpec {
     /// Oracle Linux major version: 8 or 9.
     pub major: u32,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KernelSpec {
+    /// The kernel flavour served: `uek` (Unbreakable Enterprise Kernel) or `rhck` (Red Hat
+    /// Compatible Kernel); the next boot keeps it.
     pub flavour: Flavour,
     /// Header packages per served kernel; `{kver}` is replaced by the kernel release.
     pub devel_packages: Vec<String>,
@@ -76,7 +89,7 @@ pub struct KernelSpec {
     pub extra_packages: Vec<String>,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusSpec {
     /// GPUs this node must have; `gpuhost status` is CRITICAL when fewer answer.
@@ -203,8 +216,14 @@ impl Profile {
     }
 
     /// The resolved profile as TOML.
+    /// The resolved profile as TOML; sections with nothing set are left out (they hold only
+    /// defaults, and `profiles show --all` lists their keys).
     pub fn to_toml(&self) -> Result<String> {
-        Ok(toml::to_string_pretty(self)?)
+        let mut value = toml::Value::try_from(self)?;
+        if let Some(t) = value.as_table_mut() {
+            t.retain(|_, v| v.as_table().is_none_or(|t| !t.is_empty()));
+        }
+        Ok(toml::to_string_pretty(&value)?)
     }
 }
 

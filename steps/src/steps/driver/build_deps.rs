@@ -185,6 +185,10 @@ impl Step for BuildDeps {
         names
     }
 
+    fn needs_driver_package(&self) -> bool {
+        true
+    }
+
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
         super::not_applicable(ctx).or_else(|| {
             (StreamKind::of(&ctx.profile.driver.stream) == StreamKind::Precompiled).then(|| {

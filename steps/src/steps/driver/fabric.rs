@@ -122,6 +122,10 @@ impl Step for FabricManager {
         }
     }
 
+    fn needs_driver_package(&self) -> bool {
+        true
+    }
+
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
         super::not_applicable(ctx).or_else(|| {
             ctx.facts

@@ -124,6 +124,10 @@ impl Step for KernelModule {
             .unwrap_or_default()
     }
 
+    fn needs_driver_package(&self) -> bool {
+        true
+    }
+
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
         super::not_applicable(ctx)
     }

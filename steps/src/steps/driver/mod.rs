@@ -103,6 +103,9 @@ pub fn branch_of(driver: &str) -> u32 {
 pub const NO_DRIVER: &str =
     "no driver.local_repo_rpm in the profile (set it, or --set driver.local_repo_rpm=PATH, to manage the NVIDIA driver)";
 
+/// The reason every driver step gives when the profile opts out of the driver.
+pub const NOT_MANAGED: &str = "driver.manage = false: this profile provisions no NVIDIA driver";
+
 /// The profile's local repo package: its path and what its file name says. Errors name the
 /// file and the expected shape; `Ok(None)` when the profile names no driver.
 pub fn local_repo(ctx: &Ctx<'_>) -> Result<Option<(PathBuf, LocalRepoName)>> {
@@ -136,11 +139,27 @@ pub fn driver_version(ctx: &Ctx<'_>) -> Result<LocalRepoName> {
 
 /// The `not_applicable` of every driver step.
 pub fn not_applicable(ctx: &Ctx<'_>) -> Option<String> {
-    ctx.profile
-        .driver
-        .local_repo_rpm
-        .is_none()
-        .then(|| NO_DRIVER.to_string())
+    let d = &ctx.profile.driver;
+    if !d.manage {
+        Some(NOT_MANAGED.to_string())
+    } else {
+        d.local_repo_rpm.is_none().then(|| NO_DRIVER.to_string())
+    }
+}
+
+/// What a profile says about the driver before anything runs: `Err` (invalid input) when it
+/// manages the driver but names no package and `selected` (the driver steps that will run) is
+/// not empty.
+pub fn require_package(profile: &crate::profile::Profile, selected: &[&str]) -> Result<()> {
+    let d = &profile.driver;
+    if !d.manage || d.local_repo_rpm.is_some() || selected.is_empty() {
+        return Ok(());
+    }
+    Err(crate::invalid!(
+        "profile {} manages the NVIDIA driver but names no driver package: set driver.local_repo_rpm to NVIDIA's local repo RPM (--set driver.local_repo_rpm=/path/to/cuda-repo-rhel{}-…-local-….rpm), or driver.manage = false to provision without the driver",
+        profile.name,
+        profile.os.major
+    ))
 }
 
 /// The `nvidia-driver` module profile: `fm` (adds Fabric Manager) on NVSwitch systems.

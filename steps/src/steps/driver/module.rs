@@ -151,6 +151,10 @@ impl Step for Driver {
         names
     }
 
+    fn needs_driver_package(&self) -> bool {
+        true
+    }
+
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
         super::not_applicable(ctx)
     }

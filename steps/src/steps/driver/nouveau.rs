@@ -119,6 +119,10 @@ impl Step for Nouveau {
         "blacklist nouveau on the kernel command line of every served kernel"
     }
 
+    fn needs_driver_package(&self) -> bool {
+        true
+    }
+
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
         super::not_applicable(ctx)
     }

@@ -25,6 +25,10 @@ impl Step for Persistenced {
         vec![PACKAGE.to_string()]
     }
 
+    fn needs_driver_package(&self) -> bool {
+        true
+    }
+
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
         super::not_applicable(ctx)
     }

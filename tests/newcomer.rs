@@ -1,0 +1,485 @@
+//! A new user's first hour, with the real binary: the README's quick start walked in order on a
+//! fresh root, quiet converged runs whose summary counts what the report says in every format,
+//! every profile key discoverable, hints that fit the host, and a profile that manages the
+//! driver but names none stopped before any change.
+
+// Test helpers fail the test by panicking, with what was printed in the message.
+#![allow(clippy::panic, clippy::unwrap_used)]
+
+#[path = "world/mod.rs"]
+mod world;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use world::{code, report, stderr, stdout, step, Os, Root, World, UEK8_NEW};
+
+const GPUHOST: &str = env!("CARGO_BIN_EXE_gpuhost");
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The commands of the README's quick start, in order, comments dropped.
+fn quick_start() -> Vec<String> {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let section = readme
+        .split("\n## Quick start\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("README.md has no \"## Quick start\" section"));
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .unwrap_or_else(|| panic!("the quick start has no ```sh block"));
+    block
+        .lines()
+        .map(|l| l.split(" #").next().unwrap_or_default().trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// The summary line of a text report: its last line starting with the verdict.
+fn summary_line(text: &str, verdict: &str) -> String {
+    text.lines()
+        .rfind(|l| l.starts_with(verdict))
+        .unwrap_or_else(|| panic!("no {verdict:?} line in:\n{text}"))
+        .to_string()
+}
+
+/// The README's quick start, command by command, as a new user types it: `./demo.sh --keep`,
+/// then `. env`, then gpuhost on the kept root. `target/demo` becomes a fresh directory; the
+/// demo runs the binary under test instead of installing one (a `cargo install` inside
+/// `cargo test` would wait on the build lock).
+#[test]
+fn the_readme_quick_start_walks_in_order_on_a_fresh_root() {
+    let commands = quick_start();
+    assert!(
+        commands[0].starts_with("./demo.sh"),
+        "the first command must be the demo (it installs gpuhost): {commands:?}"
+    );
+    let demo = std::fs::read_to_string(repo().join("demo.sh")).unwrap();
+    assert!(
+        demo.contains("cargo install --quiet --locked --debug --force --path \"$here/agent\""),
+        "demo.sh must put gpuhost on the PATH"
+    );
+    World::get(); // built (under its lock) before the demo looks for it
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    let bin_dir = Path::new(GPUHOST).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut setup = String::new();
+    let mut checked = 0;
+    for line in &commands {
+        let cmd = line.replace("target/demo", &dir.display().to_string());
+        let o = Command::new("bash")
+            .arg("-c")
+            .arg(format!("set -euo pipefail\n{setup}\n{cmd}"))
+            .current_dir(repo())
+            .env("PATH", &path)
+            .env("GPUHOST_BIN", GPUHOST)
+            .output()
+            .unwrap();
+        let (out, err) = (stdout(&o), stderr(&o));
+        let ctx = format!("$ {cmd}\nexit {}\n{out}\n{err}", code(&o));
+        assert_eq!(code(&o), 0, "{ctx}");
+        if cmd.starts_with("./demo.sh --keep ") {
+            assert!(dir.join("root/var/lib/rpm").is_dir(), "{ctx}");
+            assert!(dir.join("env").is_file() && dir.join("profile.toml").is_file());
+            assert!(
+                out.contains("$ gpuhost plan") && out.contains("would-change"),
+                "{ctx}"
+            );
+            let first = out
+                .lines()
+                .find(|l| l.starts_with("converged — "))
+                .unwrap_or_default();
+            assert!(first.contains(" changed,"), "{ctx}");
+            let last = summary_line(&out, "converged — ");
+            assert!(
+                !last.contains(" changed,"),
+                "the second apply changed something: {ctx}"
+            );
+            assert!(out.contains(&format!(". {}/env", dir.display())), "{ctx}");
+        } else if cmd.starts_with(". ") {
+            assert!(out.is_empty() && err.is_empty(), "{ctx}");
+            setup.push_str(&cmd);
+            setup.push('\n');
+        } else if cmd.starts_with("gpuhost apply ") {
+            let last = summary_line(&out, "converged — ");
+            assert!(!last.contains(" changed,"), "{ctx}");
+            assert!(last.contains("; 0 deferred actions; 0 warnings"), "{ctx}");
+            // converged: not one progress line
+            assert!(err.is_empty(), "{ctx}");
+        } else if cmd.starts_with("gpuhost facts ") {
+            assert!(out.contains("Oracle Linux Server 8.10"), "{ctx}");
+            assert!(out.contains(&format!("{UEK8_NEW} (UEK)")), "{ctx}");
+            assert!(!out.contains("supported"), "{ctx}");
+        } else if cmd == "gpuhost profiles show ol8-uek --all" {
+            assert!(
+                out.contains("# local_repo_rpm = <string>  (unset)"),
+                "{ctx}"
+            );
+        } else {
+            panic!("the README's quick start gained a command this test does not check: {cmd}");
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, commands.len());
+}
+
+/// A site profile file for world roots: the world's ol8-uek plus `extra` TOML.
+fn site(dir: &Path, extra: &str) -> String {
+    let p = dir.join("site.toml");
+    std::fs::write(
+        &p,
+        format!("extends = {:?}\n{extra}", world::profile("ol8-uek")),
+    )
+    .unwrap();
+    p.display().to_string()
+}
+
+fn last_journal_entry(root: &Root) -> Value {
+    let j: Value = serde_json::from_str(&root.read("var/lib/gpuhost/journal.json")).unwrap();
+    let runs = j
+        .as_array()
+        .or_else(|| j["runs"].as_array())
+        .unwrap_or_else(|| panic!("journal: {j:#}"));
+    runs.last().cloned().unwrap()
+}
+
+/// `driver.manage = false`: the apply says in its summary that it manages no driver; the
+/// deferred docker restart is counted the same in the text summary, its `deferred` lines and
+/// the JSON report (the journal keeps it); progress lines come only from steps that change;
+/// and the converged second apply prints no progress line at all.
+#[test]
+fn converged_runs_are_quiet_and_the_summary_counts_what_the_steps_say() {
+    let tmp = tempfile::tempdir().unwrap();
+    let profile = site(tmp.path(), "[driver]\nmanage = false\n");
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let o = root.gpuhost(&["apply", "--profile", &profile]);
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert_eq!(code(&o), 0, "{out}\n{err}");
+    let line = summary_line(&out, "converged — ");
+    assert!(
+        line.contains(
+            "; 1 deferred action; 0 warnings; NVIDIA driver not managed (driver.manage = false)"
+        ),
+        "{line}"
+    );
+    assert!(
+        out.contains("\n  deferred  services: systemctl restart docker.service"),
+        "{out}"
+    );
+    // every driver step says why it did nothing
+    for id in ["driver-repo", "driver", "kernel-module", "persistenced"] {
+        let l = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{id} ")))
+            .unwrap_or_default();
+        assert!(
+            l.contains("skipped") && l.contains("driver.manage = false"),
+            "{l}"
+        );
+    }
+    let j = last_journal_entry(&root);
+    assert_eq!(j["deferred"].as_array().map(Vec::len), Some(1), "{j:#}");
+    assert_eq!(j["warnings"], serde_json::json!([]));
+    assert_eq!(j["driver_managed"], false);
+    let json_summary = j["summary"].as_str().unwrap_or_default();
+    assert!(line.starts_with(json_summary), "{line}\n{json_summary}");
+    // the step with a deferred action is counted by the summary, as its line says
+    assert!(
+        step(&j, "services")["deferred"][0]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("systemctl restart docker.service"),
+        "{j:#}"
+    );
+    // progress only from steps that changed: `kernel` changed nothing and says nothing
+    assert!(
+        err.contains("gpuhost: [2/15] kernel-headers: changed in "),
+        "{err}"
+    );
+    assert!(!err.contains("] kernel: "), "{err}");
+    assert!(!err.contains(": unchanged in "), "{err}");
+
+    let o = root.gpuhost(&["apply", "--profile", &profile]);
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert_eq!(code(&o), 0, "{out}\n{err}");
+    assert!(err.is_empty(), "a converged apply printed progress: {err}");
+    let line = summary_line(&out, "converged — ");
+    assert!(!line.contains(" changed,"), "{line}");
+    let o = root.gpuhost(&["apply", "--profile", &profile, "--format", "json"]);
+    let r = report(&o);
+    // the same converged run, in JSON: the same summary as the text report's last line
+    let text = line.rsplit_once(" in ").map(|(s, _)| s).unwrap_or_default();
+    assert_eq!(r["summary"].as_str(), Some(text), "{r:#}");
+    assert_eq!(r["deferred"], serde_json::json!([]));
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+}
+
+/// A profile that manages the driver (the default) but names no package: `apply` and `plan`
+/// stop with exit 2 before any change, naming the key to set; selecting no driver step is fine.
+#[test]
+fn a_profile_that_manages_the_driver_but_names_none_stops_before_any_change() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let before = (root.rpmdb_snapshot(), root.tree_snapshot());
+    let profile = world::profile("ol8-uek");
+    for cmd in ["apply", "plan"] {
+        let o = root.gpuhost(&[cmd, "--profile", &profile]);
+        let err = stderr(&o);
+        assert_eq!(code(&o), 2, "{cmd}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("names no driver package: set driver.local_repo_rpm")
+                && err.contains("driver.manage = false"),
+            "{err}"
+        );
+        assert!(stdout(&o).is_empty());
+    }
+    assert_eq!(before, (root.rpmdb_snapshot(), root.tree_snapshot()));
+    let o = root.gpuhost(&["plan", "--profile", &profile, "--only", "kernel,docker"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+fn gpuhost(args: &[&str]) -> Output {
+    Command::new(GPUHOST).args(args).output().unwrap()
+}
+
+/// `profiles show --all` prints every key `profiles keys` lists, set ones with their value and
+/// unset ones commented out, each after a line of meaning; the text is a profile that resolves
+/// to the same thing as the built-in one.
+#[test]
+fn every_profile_key_is_discoverable_from_the_binary() {
+    let o = gpuhost(&["profiles", "keys"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let keys: Vec<String> = stdout(&o).lines().map(str::to_string).collect();
+    for k in [
+        "driver.manage",
+        "driver.local_repo_rpm",
+        "driver.sha256",
+        "status.expect_gpus",
+        "docker.daemon.default_shm_size",
+        "prefix_links",
+    ] {
+        assert!(keys.iter().any(|x| x == k), "{k} not in {keys:?}");
+    }
+    let o = gpuhost(&["profiles", "show", "ol8-uek", "--all"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let all = stdout(&o);
+    let lines: Vec<&str> = all.lines().collect();
+    let mut section = String::new();
+    let mut seen = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let l = l.trim_start_matches("# ");
+        if let Some(s) = l.strip_prefix("[[").and_then(|s| s.strip_suffix("]]")) {
+            seen.push(s.to_string());
+            section = s.to_string();
+            continue;
+        }
+        if let Some(s) = l.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+            section = s.to_string();
+            continue;
+        }
+        let Some((name, _)) = l.split_once(" = ") else {
+            continue;
+        };
+        let key = if section.is_empty() {
+            name.to_string()
+        } else {
+            format!("{section}.{name}")
+        };
+        // a key line follows its meaning (inside a commented [[table]], the meaning trails)
+        if !lines[i].starts_with("# ") || lines[i].ends_with("(unset)") {
+            let prev = lines[i - 1];
+            let prev_is_key = prev
+                .trim_start_matches("# ")
+                .split_once(" = ")
+                .is_some_and(|(n, _)| n.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+            assert!(
+                prev.starts_with("# ") && !prev_is_key,
+                "{key} has no line of meaning:\n{}\n{}",
+                lines[i - 1],
+                lines[i]
+            );
+        }
+        seen.push(key);
+    }
+    for k in &keys {
+        assert!(seen.contains(k), "--all does not show {k}:\n{all}");
+    }
+    for unset in ["local_repo_rpm", "sha256", "expect_gpus"] {
+        assert!(
+            all.contains(&format!("\n# {unset} = <")),
+            "{unset} is not shown unset:\n{all}"
+        );
+    }
+    // the text is itself a profile that resolves to the built-in one
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("all.toml");
+    std::fs::write(&f, &all).unwrap();
+    let again = gpuhost(&["profiles", "show", &f.display().to_string()]);
+    let builtin = gpuhost(&["profiles", "show", "ol8-uek"]);
+    let body = |o: &Output| {
+        stdout(o)
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(body(&again), body(&builtin));
+    // plain `show` prints no empty tables and points at --all
+    let shown = stdout(&builtin);
+    assert!(
+        shown.starts_with("# gpuhost profiles show ol8-uek --all"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("[status]") && !shown.contains("[container_smoke]"),
+        "{shown}"
+    );
+}
+
+/// On an OS gpuhost does not provision, `facts` says so and what apply/plan would do, with no
+/// kernel flavour made up; on this (non-Oracle) machine, plan points at --root for image builds.
+#[test]
+fn facts_and_plan_on_an_unsupported_os_say_so() {
+    let root = Root::new(Os::Ubuntu, &[]);
+    let o = root.gpuhost(&["facts"]);
+    let out = stdout(&o);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        out.contains("supported            no: Ubuntu 24.04.1 LTS is not Oracle Linux")
+            && out.contains("apply and plan stop here (exit 2) and change nothing"),
+        "{out}"
+    );
+    let o = root.gpuhost(&["facts", "--format", "json"]);
+    let f = report(&o);
+    assert!(f["unsupported"].as_str().is_some(), "{f:#}");
+    assert_eq!(f["target_flavour"], Value::Null);
+
+    let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    if os.lines().any(|l| l == "ID=ol" || l == "ID=\"ol\"") {
+        return; // the live half needs a machine that is not Oracle Linux
+    }
+    let o = gpuhost(&["facts"]);
+    let out = stdout(&o);
+    assert!(out.contains("supported            no: "), "{out}");
+    assert!(out.contains("--root DIR"), "{out}");
+    assert!(out.contains("(not an Oracle Linux kernel)"), "{out}");
+    assert!(!out.contains("(RHCK)"), "{out}");
+    let o = gpuhost(&["plan", "--profile", "ol8-uek"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not Oracle Linux") && stderr(&o).contains("--root DIR"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+fn status_of_snapshot(snap: &Value) -> Value {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("snap.json");
+    std::fs::write(&f, serde_json::to_string(snap).unwrap()).unwrap();
+    let o = Command::new(GPUHOST)
+        .env("GPUHOST_RUN_DIR", tmp.path())
+        .args(["status", "--format", "json", "--from-snapshot"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)))
+}
+
+fn check<'a>(v: &'a Value, id: &str) -> &'a Value {
+    v["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["id"] == id))
+        .unwrap_or_else(|| panic!("no check {id} in {v:#}"))
+}
+
+fn hints(v: &Value) -> String {
+    v["checks"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter_map(|c| c["hint"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+/// `status` advice fits the host: without systemd as PID 1 it says that (not that systemctl
+/// is needed); with no GPU on PCI there is no toolkit advice; with GPUs but no Docker the
+/// advice is gpuhost apply, not nvidia-ctk.
+#[test]
+fn status_hints_fit_the_host() {
+    let real: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("tests/fixtures/status/h200-snapshot.json")).unwrap(),
+    )
+    .unwrap();
+    // a machine like this one: no GPU, no driver, no Docker, systemd not PID 1
+    let mut bare = real.clone();
+    bare["host"]["pci"] = serde_json::json!([]);
+    bare["host"]["docker_installed"] = false.into();
+    bare["host"]["docker_daemon_json"] =
+        serde_json::json!({"present": false, "nvidia_runtime": false, "default_runtime": null});
+    bare["services"] = serde_json::json!({
+        "error": "systemd is not PID 1 on this host (no /run/systemd/system: a container, a chroot or another init)",
+        "no_systemd": true, "docker": null, "nvidia_persistenced": null, "nvidia_fabricmanager": null});
+    let v = status_of_snapshot(&bare);
+    let state = check(&v, "services.state");
+    assert!(
+        state["hint"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("booted with systemd"),
+        "{state:#}"
+    );
+    assert_eq!(check(&v, "services.nvidia_runtime")["severity"], "N/A");
+    assert!(!hints(&v).contains("nvidia-ctk"), "{}", hints(&v));
+    assert!(!hints(&v).contains("is needed"), "{}", hints(&v));
+
+    // the real H200 (a GPU) without Docker: install it with gpuhost, no nvidia-ctk advice
+    let mut gpu = real.clone();
+    gpu["host"]["docker_installed"] = false.into();
+    let v = status_of_snapshot(&gpu);
+    let d = check(&v, "services.docker");
+    assert_eq!(d["severity"], "WARNING", "{d:#}");
+    assert!(
+        d["hint"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("`gpuhost apply` installs Docker CE"),
+        "{d:#}"
+    );
+    assert!(!hints(&v).contains("nvidia-ctk"), "{}", hints(&v));
+
+    // and live, where this machine has no systemd as PID 1 and no GPU
+    if Path::new("/run/systemd/system").is_dir() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(GPUHOST)
+        .env("GPUHOST_RUN_DIR", tmp.path())
+        .args(["status", "--format", "json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        check(&v, "services.state")["hint"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("booted with systemd"),
+        "{v:#}"
+    );
+}
