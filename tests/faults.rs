@@ -187,12 +187,14 @@ fn converges_after(root: &Root, site: &Site, only: &str, what: &str) {
     assert!(!runs.is_empty(), "{what}: empty journal");
 }
 
-fn failpoints(steps: &[&str]) -> Vec<String> {
+/// Every step's change boundaries, and before and after the given transactions (`first`: the
+/// package that brings a repo, NVIDIA's local repo; `second`: everything else).
+fn failpoints(steps: &[&str], transactions: &[&str]) -> Vec<String> {
     let mut out: Vec<String> = steps
         .iter()
         .flat_map(|s| [format!("{s}:before-change"), format!("{s}:after-change")])
         .collect();
-    for t in ["first", "second"] {
+    for t in transactions {
         out.push(format!("transaction-{t}:before"));
         out.push(format!("transaction-{t}:after"));
     }
@@ -207,6 +209,7 @@ fn all() -> bool {
 fn kill_matrix(points: Vec<String>, only: &str) -> (usize, usize) {
     let site = site();
     let (mut tried, mut hit) = (0, 0);
+    let mut unreached = Vec::new();
     for fp in points {
         let root = Root::new(Os::Ol8, &[UEK8_NEW]);
         let o = gpuhost(&root, &apply_args(&site, only), None, Some(&fp))
@@ -216,10 +219,14 @@ fn kill_matrix(points: Vec<String>, only: &str) -> (usize, usize) {
         let aborted = stderr(&o).contains(&format!("failpoint {fp}: aborting"));
         if aborted {
             hit += 1;
+        } else {
+            unreached.push(fp.clone());
         }
         converges_after(&root, &site, only, &fp);
     }
-    eprintln!("faults: {tried} kill points tried, {hit} reached (killed there), all converged");
+    eprintln!(
+        "faults: {tried} kill points tried, {hit} reached (killed there), all converged; not reached (no change there on a fresh root): {unreached:?}"
+    );
     (tried, hit)
 }
 
@@ -227,7 +234,7 @@ fn kill_matrix(points: Vec<String>, only: &str) -> (usize, usize) {
 fn a_kill_at_every_container_step_boundary_then_apply_converges() {
     // The default run: around the transaction and the file writes (a few minutes for all).
     let points = if all() {
-        failpoints(CONTAINER_STEPS)
+        failpoints(CONTAINER_STEPS, &["second"])
     } else {
         [
             "transaction-second:before",
@@ -240,6 +247,7 @@ fn a_kill_at_every_container_step_boundary_then_apply_converges() {
     };
     let n = points.len();
     let (tried, hit) = kill_matrix(points, CONTAINERS);
+    // Every container step changes something on a fresh root: every point is reached.
     assert!(hit == n, "only {hit} of {tried} kill points reached");
 }
 
@@ -250,7 +258,7 @@ fn a_kill_at_every_driver_step_boundary_then_apply_converges() {
         return;
     }
     let only = DRIVER_STEPS.join(",");
-    let (tried, hit) = kill_matrix(failpoints(DRIVER_STEPS), &only);
+    let (tried, hit) = kill_matrix(failpoints(DRIVER_STEPS, &["first", "second"]), &only);
     assert!(hit >= 6, "only {hit} of {tried} kill points reached");
 }
 
@@ -456,6 +464,52 @@ fn after_kill_9_the_lock_outlives_gpuhost_while_its_dnf_runs() {
     wait_gone(dnf, 120);
     wait_lock_free(&root);
     converges_after(&root, &site, CONTAINERS, "kill -9");
+}
+
+/// Wait until gpuhost runs its `n`-th package transaction (1 = the first).
+fn wait_for_nth_transaction(child: &Child, n: usize) -> u32 {
+    let mut seen: Vec<u32> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        for (pid, comm) in children(child.id()) {
+            if comm != "dnf" || seen.contains(&pid) {
+                continue;
+            }
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains("install") {
+                seen.push(pid);
+                if seen.len() == n {
+                    return pid;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("gpuhost ran {} package transactions, not {n}", seen.len());
+}
+
+#[test]
+fn kill_9_inside_each_package_transaction_then_apply_converges() {
+    // The driver path has two transactions: NVIDIA's local repo package, then the rest.
+    let site = site();
+    let slow = slow_dnf(2.0);
+    let only = DRIVER_STEPS.join(",");
+    for n in [1, 2] {
+        let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+        let mut child = gpuhost(&root, &apply_args(&site, &only), Some(&slow), None)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let dnf = wait_for_nth_transaction(&child, n);
+        signal(child.id(), "KILL");
+        let _ = child.wait();
+        // The transaction goes on and holds the lock until it ends; then apply converges.
+        wait_gone(dnf, 300);
+        wait_lock_free(&root);
+        converges_after(&root, &site, &only, &format!("kill -9 in transaction {n}"));
+    }
+    eprintln!("faults: kill -9 inside each of the 2 package transactions, both converged");
 }
 
 #[test]
