@@ -225,6 +225,30 @@ fn converged_runs_are_quiet_and_the_summary_counts_what_the_steps_say() {
     assert_eq!(r["summary"].as_str(), Some(text), "{r:#}");
     assert_eq!(r["deferred"], serde_json::json!([]));
     assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+
+    // A warning (a corrupt journal, moved aside) is counted and listed, in text and in JSON.
+    root.write("var/lib/gpuhost/journal.json", "{ not json");
+    let o = root.gpuhost(&["apply", "--profile", &profile]);
+    let out = stdout(&o);
+    assert_eq!(code(&o), 0, "{out}\n{}", stderr(&o));
+    assert!(
+        summary_line(&out, "converged — ").contains("; 1 warning;"),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("  warning   ") && l.contains("journal.json is corrupt")),
+        "{out}"
+    );
+    let j = last_journal_entry(&root);
+    assert_eq!(j["warnings"].as_array().map(Vec::len), Some(1), "{j:#}");
+    assert!(
+        j["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("; 1 warning;"),
+        "{j:#}"
+    );
 }
 
 /// A profile that manages the driver (the default) but names no package: `apply` and `plan`

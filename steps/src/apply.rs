@@ -315,9 +315,12 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     } else {
         Some(ApplyLock::acquire(host, &opts.command_line)?)
     };
-    if !opts.dry_run {
-        state::preflight(host)?;
-    }
+    // What did not stop the run but deserves a look: counted in the summary, listed in the report.
+    let mut warnings = if opts.dry_run {
+        Vec::new()
+    } else {
+        state::preflight(host)?
+    };
     let registry = steps::registry();
     let mut ctx = Ctx::new(host, profile, facts)?;
     let steps = runner::run_steps(&mut ctx, &registry, &opts.selection, opts.dry_run);
@@ -370,7 +373,6 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         .iter()
         .flat_map(|s| s.deferred.iter().map(move |d| format!("{}: {d}", s.id)))
         .collect();
-    let mut warnings = Vec::new();
     if !profile.driver.manage {
         if let Some(rpm) = &profile.driver.local_repo_rpm {
             warnings.push(format!(

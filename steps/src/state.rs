@@ -70,27 +70,30 @@ fn read_journal(host: &Host) -> Result<Vec<serde_json::Value>, String> {
 }
 
 /// Move a corrupt journal aside (`journal.json.corrupt-<unix time>`), saying so on stderr: the
-/// journal is a record, and a damaged one must not stop a run.
-fn move_journal_aside(host: &Host, why: &str) -> Result<()> {
+/// journal is a record, and a damaged one must not stop a run. Returns the warning.
+fn move_journal_aside(host: &Host, why: &str) -> Result<String> {
     let aside = format!("{JOURNAL_PATH}.corrupt-{}", crate::fsutil::unix_now());
     if let Some(bytes) = host.read_bytes_opt(JOURNAL_PATH)? {
         host.write_atomic(&aside, &bytes, 0o644)?;
     }
     host.remove_file(JOURNAL_PATH)?;
-    eprintln!(
-        "gpuhost: warning: {} is corrupt ({why}); moved aside to {}",
+    let warning = format!(
+        "{} is corrupt ({why}); moved aside to {}",
         host.path(JOURNAL_PATH).display(),
         host.path(&aside).display()
     );
-    Ok(())
+    eprintln!("gpuhost: warning: {warning}");
+    Ok(warning)
 }
 
 /// Before any step changes anything: the journal can be appended to (a corrupt one is moved
 /// aside with a warning) and the state files gpuhost depends on read (a corrupt one is invalid
 /// input, exit 2: it records actions owed across runs, which must not be dropped silently).
-pub fn preflight(host: &Host) -> Result<()> {
+/// Returns the warnings for the report.
+pub fn preflight(host: &Host) -> Result<Vec<String>> {
+    let mut warnings = Vec::new();
     if let Err(why) = read_journal(host) {
-        move_journal_aside(host, &why)?;
+        warnings.push(move_journal_aside(host, &why)?);
     }
     if let Err(e) = State::load(host) {
         return Err(crate::invalid!(
@@ -100,7 +103,7 @@ pub fn preflight(host: &Host) -> Result<()> {
     if let Err(e) = crate::reboot::ResumeState::load(host) {
         return Err(crate::invalid!("{e:#}"));
     }
-    Ok(())
+    Ok(warnings)
 }
 
 /// Append a run's report to the journal (the last runs, newest last), atomically.
