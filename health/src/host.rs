@@ -7,7 +7,6 @@
 //! ([`gpuhost_steps::facts::nvidia_functions`], the same as `gpuhost facts`). Nothing here
 //! touches the NVIDIA driver: a hung driver cannot hang these reads.
 
-use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::time::Duration;
@@ -15,6 +14,7 @@ use std::time::Duration;
 use gpuhost_steps::cmd::Cmd;
 use gpuhost_steps::facts::{nvidia_functions, NvidiaFunction, NvidiaPciFunction};
 use gpuhost_steps::host::Host;
+use gpuhost_steps::rootfs::Kind;
 use gpuhost_steps::steps::driver::FABRIC_MANAGER_PACKAGES;
 
 use crate::snapshot::{
@@ -32,9 +32,11 @@ const LIB_DIRS: &[&str] = &[
     "usr/local/nvidia/lib64",
 ];
 
-fn read_trim(p: &Path) -> Option<String> {
-    std::fs::read_to_string(p)
+/// A text file on the host, trimmed; None when absent or unreadable.
+fn read_trim(host: &Host, p: impl AsRef<Path>) -> Option<String> {
+    host.read_opt(p)
         .ok()
+        .flatten()
         .map(|s| s.trim().to_string())
 }
 
@@ -42,7 +44,7 @@ fn read_trim(p: &Path) -> Option<String> {
 pub fn collect(host: &Host) -> HostSnapshot {
     let mut snap = HostSnapshot::default();
     match nvidia_functions(host) {
-        Ok(fs) => snap.pci = fs.into_iter().map(pci_device).collect(),
+        Ok(fs) => snap.pci = fs.into_iter().map(|f| pci_device(host, f)).collect(),
         Err(e) => {
             snap.pci_error = Some(format!(
                 "cannot list {}: {e}",
@@ -50,17 +52,16 @@ pub fn collect(host: &Host) -> HostSnapshot {
             ))
         }
     }
-    snap.proc_driver_version = std::fs::read_to_string(host.path("/proc/driver/nvidia/version"))
-        .ok()
+    snap.proc_driver_version = read_trim(host, "/proc/driver/nvidia/version")
         .and_then(|s| s.lines().next().map(|l| l.trim().to_string()));
     snap.kernel_module_version = snap
         .proc_driver_version
         .as_deref()
         .and_then(parse_proc_version);
-    snap.nvidia_module_loaded = host.path("/sys/module/nvidia").exists();
-    snap.nouveau_loaded = host.path("/sys/module/nouveau").exists();
+    snap.nvidia_module_loaded = host.exists("/sys/module/nvidia");
+    snap.nouveau_loaded = host.exists("/sys/module/nouveau");
     snap.nvml_library = find_nvml_library(host);
-    snap.docker_daemon_json = daemon_json(&host.path("/etc/docker/daemon.json"));
+    snap.docker_daemon_json = daemon_json(host, "/etc/docker/daemon.json");
     match dev_nodes(host) {
         Ok(n) => snap.dev_nodes = Some(n),
         Err(e) => snap.dev_error = Some(e),
@@ -68,30 +69,37 @@ pub fn collect(host: &Host) -> HostSnapshot {
     snap.uid = std::fs::metadata("/proc/self")
         .map(|m| m.uid())
         .unwrap_or(0);
-    snap.boot_id = read_trim(&host.path("/proc/sys/kernel/random/boot_id"));
-    snap.docker_installed = Some(host.path("/usr/bin/dockerd").exists());
+    snap.boot_id = read_trim(host, "/proc/sys/kernel/random/boot_id");
+    snap.docker_installed = Some(host.exists("/usr/bin/dockerd"));
     snap
 }
 
 /// The NVIDIA device nodes in the host's /dev: `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`,
 /// `nvidia<N>` (metadata only: opening them would touch the driver).
 fn dev_nodes(host: &Host) -> Result<Vec<DevNode>, String> {
-    let dev = host.path("/dev");
-    let rd = std::fs::read_dir(&dev).map_err(|e| format!("cannot list {}: {e}", dev.display()))?;
-    let mut out: Vec<DevNode> = rd
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().to_string();
-            let ours = matches!(
+    let names = host.list_dir("/dev").map_err(|e| format!("{e:#}"))?;
+    let mut out: Vec<DevNode> = names
+        .into_iter()
+        .filter(|name| {
+            matches!(
                 name.as_str(),
                 "nvidiactl" | "nvidia-uvm" | "nvidia-uvm-tools"
             ) || name
                 .strip_prefix("nvidia")
-                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
-            if !ours {
-                return None;
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+        })
+        .filter_map(|name| {
+            let rel = Path::new("/dev").join(&name);
+            if host.kind_nofollow(&rel) == Some(Kind::Symlink) {
+                // A link where the driver makes a node: not a device CUDA can use.
+                return Some(DevNode {
+                    path: format!("/dev/{name}"),
+                    ..DevNode::default()
+                });
             }
-            let m = std::fs::symlink_metadata(e.path()).ok()?;
+            // Owner and device type are not in the library's Kind: stat the node at the
+            // path the root's resolver gives for it.
+            let m = std::fs::symlink_metadata(host.real_path(&rel).ok()?).ok()?;
             Some(DevNode {
                 path: format!("/dev/{name}"),
                 char_device: m.file_type().is_char_device(),
@@ -121,9 +129,9 @@ pub fn parse_proc_version(line: &str) -> Option<String> {
 
 fn find_nvml_library(host: &Host) -> Option<NvmlLibrary> {
     for dir in LIB_DIRS {
-        let p = host.path(dir).join("libnvidia-ml.so.1");
-        if p.exists() || p.symlink_metadata().is_ok() {
-            let version = std::fs::read_link(&p).ok().and_then(|t| {
+        let p = Path::new("/").join(dir).join("libnvidia-ml.so.1");
+        if host.kind_nofollow(&p).is_some() {
+            let version = host.read_link(&p).ok().and_then(|t| {
                 t.file_name()
                     .map(|n| n.to_string_lossy().to_string())
                     .and_then(|n| n.strip_prefix("libnvidia-ml.so.").map(str::to_string))
@@ -139,10 +147,13 @@ fn find_nvml_library(host: &Host) -> Option<NvmlLibrary> {
 }
 
 /// One NVIDIA function the walker found, with what `status` reads beside it: the bound
-/// driver, config space, PCIe link and AER counters.
-fn pci_device(f: NvidiaPciFunction) -> PciDevice {
-    let path = f.path.as_path();
-    let (config_head, config_error) = match config_head(&path.join("config")) {
+/// driver, config space, PCIe link and AER counters (all read through the host, inside its
+/// root).
+fn pci_device(host: &Host, f: NvidiaPciFunction) -> PciDevice {
+    let dir = Path::new("/sys/bus/pci/devices").join(&f.address);
+    let path = dir.as_path();
+    let read = |name: &str| read_trim(host, path.join(name));
+    let (config_head, config_error) = match config_head(host, &path.join("config")) {
         Ok(h) => (Some(h), None),
         Err(e) => (None, Some(e)),
     };
@@ -153,33 +164,36 @@ fn pci_device(f: NvidiaPciFunction) -> PciDevice {
         },
         device_id: f.device,
         class: f.class,
-        driver: std::fs::read_link(path.join("driver"))
+        driver: host
+            .read_link(path.join("driver"))
             .ok()
             .and_then(|t| t.file_name().map(|n| n.to_string_lossy().to_string())),
         config_head,
         config_error,
-        current_link_speed: read_trim(&path.join("current_link_speed")),
-        max_link_speed: read_trim(&path.join("max_link_speed")),
-        current_link_width: read_trim(&path.join("current_link_width"))
-            .and_then(|s| s.parse().ok()),
-        max_link_width: read_trim(&path.join("max_link_width")).and_then(|s| s.parse().ok()),
-        aer: aer(path),
+        current_link_speed: read("current_link_speed"),
+        max_link_speed: read("max_link_speed"),
+        current_link_width: read("current_link_width").and_then(|s| s.parse().ok()),
+        max_link_width: read("max_link_width").and_then(|s| s.parse().ok()),
+        aer: aer(host, path),
         address: f.address,
     }
 }
 
 /// The first four bytes of PCI config space (vendor and device id), hex.
-fn config_head(p: &Path) -> Result<String, String> {
-    let mut f = std::fs::File::open(p).map_err(|e| format!("{}: {e}", p.display()))?;
-    let mut buf = [0u8; 4];
-    f.read_exact(&mut buf)
-        .map_err(|e| format!("{}: {e}", p.display()))?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+fn config_head(host: &Host, p: &Path) -> Result<String, String> {
+    let bytes = host
+        .read_bytes_opt(p)
+        .map_err(|e| format!("{e:#}"))?
+        .ok_or_else(|| format!("{}: not found", host.path(p).display()))?;
+    match bytes.get(..4) {
+        Some(head) => Ok(head.iter().map(|b| format!("{b:02x}")).collect()),
+        None => Err(format!("{}: shorter than 4 bytes", host.path(p).display())),
+    }
 }
 
-fn aer(path: &Path) -> Option<AerCounters> {
+fn aer(host: &Host, path: &Path) -> Option<AerCounters> {
     let total = |file: &str, key: &str| -> Option<u64> {
-        let text = std::fs::read_to_string(path.join(file)).ok()?;
+        let text = read_trim(host, path.join(file))?;
         text.lines().find_map(|l| {
             let mut it = l.split_whitespace();
             (it.next() == Some(key)).then(|| it.next().and_then(|v| v.parse().ok()))?
@@ -198,20 +212,17 @@ fn aer(path: &Path) -> Option<AerCounters> {
     })
 }
 
-/// Parse /etc/docker/daemon.json for the NVIDIA runtime.
-pub fn daemon_json(p: &Path) -> DaemonJson {
-    let text = match std::fs::read_to_string(p) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return DaemonJson::default(),
-        Err(e) => {
-            return DaemonJson {
-                present: true,
-                error: Some(format!("{}: {e}", p.display())),
-                ..DaemonJson::default()
-            }
-        }
-    };
-    parse_daemon_json(&text)
+/// Parse the host's daemon.json (`p`) for the NVIDIA runtime.
+pub fn daemon_json(host: &Host, p: impl AsRef<Path>) -> DaemonJson {
+    match host.read_opt(p) {
+        Ok(Some(t)) => parse_daemon_json(&t),
+        Ok(None) => DaemonJson::default(),
+        Err(e) => DaemonJson {
+            present: true,
+            error: Some(format!("{e:#}")),
+            ..DaemonJson::default()
+        },
+    }
 }
 
 pub fn parse_daemon_json(text: &str) -> DaemonJson {

@@ -29,7 +29,11 @@ const JOURNAL_GREP: &str = "NVRM: Xid|NVRM: GPU at PCI:|SXid \\(PCI:";
 /// Read XIDs on `host`: its `/dev/kmsg`, else the journal when `host` is the live system.
 pub fn collect(host: &Host) -> KernelLog {
     let live = host.is_live();
-    let kmsg = host.path("/dev/kmsg");
+    // A character device read record by record (non-blocking): opened at the path the root's
+    // resolver gives for it.
+    let kmsg = host
+        .real_path("/dev/kmsg")
+        .unwrap_or_else(|_| host.path("/dev/kmsg"));
     let kmsg_err = match read_kmsg(&kmsg) {
         Ok(text) => return parse_log("kmsg", &text),
         Err(e) => e,

@@ -619,3 +619,27 @@ fn every_new_nvml_call_answered_on_the_h200() {
     );
     assert_eq!(rc("nvmlDeviceGetNvLinkState(link 0)"), 3);
 }
+
+#[test]
+fn status_reads_an_install_root_inside_the_root() {
+    // A daemon.json link to an absolute path: on the live system that is the file; in an
+    // install root it names the root's own path, not the build host's file.
+    let outside = tempfile::tempdir().unwrap();
+    let real = outside.path().join("daemon.json");
+    std::fs::write(&real, r#"{"runtimes":{"nvidia":{"path":"x"}}}"#).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("etc/docker")).unwrap();
+    std::os::unix::fs::symlink(&real, root.path().join("etc/docker/daemon.json")).unwrap();
+    let host = gpuhost_steps::host::Host::new(root.path()).unwrap();
+    let snap = gpuhost_health::host::collect(&host);
+    assert!(
+        !snap.docker_daemon_json.present,
+        "{:?}",
+        snap.docker_daemon_json
+    );
+    assert!(!snap.docker_daemon_json.nvidia_runtime);
+    // /dev listed inside the root: no nodes there.
+    std::fs::create_dir_all(root.path().join("dev")).unwrap();
+    let snap = gpuhost_health::host::collect(&host);
+    assert_eq!(snap.dev_nodes, Some(Vec::new()));
+}
