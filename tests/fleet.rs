@@ -120,6 +120,17 @@ fn every_cloud_init_variant_is_valid_user_data(#[case] args: Vec<&str>) {
     } else {
         assert!(!ud.contains("gpuhost-gate"), "{ud}");
     }
+    // A stop of the provisioning unit signals gpuhost alone, which lets a running package
+    // transaction finish (tests/faults.rs).
+    let runcmd = parsed(&ud, "json.dumps(d['runcmd'])");
+    let steps: Vec<Vec<String>> = serde_json::from_str(&runcmd).unwrap();
+    assert!(
+        steps
+            .iter()
+            .any(|s| s.first().is_some_and(|p| p == "systemd-run")
+                && s.iter().any(|w| w == "--property=KillMode=mixed")),
+        "{ud}"
+    );
     validate_user_data(&ud);
 }
 

@@ -353,6 +353,10 @@ fn user_data(
         "--collect",
         "--property=StandardOutput=journal+console",
         "--property=StandardError=journal+console",
+        // A stop sends SIGTERM to gpuhost alone (the script execs it): it lets a running
+        // package transaction finish, then stops at a step boundary.
+        "--property=KillMode=mixed",
+        "--property=TimeoutStopSec=30min",
         "/bin/bash",
         SCRIPT,
     ]
