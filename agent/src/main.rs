@@ -56,7 +56,8 @@ enum Command {
     /// gpuhost-resume.service after boot).
     #[command(after_help = EXIT_CODES)]
     Resume(ResumeArgs),
-    /// Show what gpuhost sees: OS, kernels, NVIDIA devices on PCI, Secure Boot, nouveau.
+    /// Show what gpuhost sees: OS, kernels, NVIDIA devices on PCI, Secure Boot, nouveau,
+    /// memory, CPUs, uptime and free space.
     Facts(FactsArgs),
     /// List the steps `apply` runs, in order, with what each makes true.
     Steps,
@@ -302,13 +303,26 @@ fn generate(what: &Generate) -> Result<()> {
     Ok(())
 }
 
+/// `gpuhost facts --format json`: the facts, and sysinfo's under `host`.
+#[derive(serde::Serialize)]
+struct FactsReport<'a> {
+    #[serde(flatten)]
+    facts: &'a Facts,
+    host: gpuhost_steps::hostinfo::HostInfo,
+}
+
 fn run_facts(f: &FactsArgs) -> Result<()> {
     let host = Host::new(&f.root)?;
     let facts = Facts::gather(&host, &KernelChoice::default())?;
+    let info = gpuhost_steps::hostinfo::gather(&host);
     match f.format {
-        Format::Json => output::json(&facts),
+        Format::Json => output::json(&FactsReport {
+            facts: &facts,
+            host: info,
+        }),
         Format::Text => {
             output::print_facts(&facts);
+            output::print_host_info(&info);
             Ok(())
         }
     }

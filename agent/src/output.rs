@@ -190,3 +190,35 @@ pub fn print_facts(f: &Facts) {
         if f.nouveau_loaded { "yes" } else { "no" }
     );
 }
+
+/// The sysinfo part of `gpuhost facts`: memory, CPUs, uptime, free space.
+pub fn print_host_info(h: &gpuhost_steps::hostinfo::HostInfo) {
+    use gpuhost_steps::hostinfo::human;
+    if let Some(e) = &h.error {
+        println!("memory, cpus         {e}");
+    } else {
+        println!(
+            "cpus                 {} ({})",
+            h.cpus,
+            h.cpu_model.as_deref().unwrap_or("model unknown")
+        );
+        println!(
+            "memory               {} ({} available)",
+            human(h.memory_total_bytes),
+            human(h.memory_available_bytes)
+        );
+    }
+    println!(
+        "uptime               {}d {}h {}m",
+        h.uptime_s / 86400,
+        (h.uptime_s % 86400) / 3600,
+        (h.uptime_s % 3600) / 60
+    );
+    for p in &h.space {
+        let free = match (p.available_bytes, &p.mount_point) {
+            (Some(a), Some(m)) => format!("{} free on {m}", human(a)),
+            _ => "no mounted filesystem found".into(),
+        };
+        println!("free space           {} ({}): {free}", p.path, p.role);
+    }
+}

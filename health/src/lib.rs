@@ -311,6 +311,14 @@ pub fn expectations_for(profile: Option<&str>, expect_gpus: Option<u32>) -> Expe
                 e.require_docker = p.status.require_docker;
                 e.require_fabric_manager = p.status.require_fabric_manager;
                 e.thresholds = verdict::Thresholds::from_profile(&p.status);
+                let st = &p.status;
+                let d = verdict::MinFree::default();
+                e.min_free_gib = verdict::MinFree {
+                    root: st.min_free_root_gib.unwrap_or(d.root),
+                    var: st.min_free_var_gib.unwrap_or(d.var),
+                    docker: st.min_free_docker_gib.unwrap_or(d.docker),
+                    dkms: st.min_free_dkms_gib.unwrap_or(d.dkms),
+                };
             }
             Err(err) => e.profile_error = Some(format!("{err:#}")),
         }
@@ -397,7 +405,8 @@ fn collect_host(
     expect: &Expect,
 ) -> (snapshot::HostSnapshot, Services, snapshot::KernelLog) {
     let live = host.is_live();
-    let host_snap = host::collect(host);
+    let mut host_snap = host::collect(host);
+    host_snap.system = Some(gpuhost_steps::hostinfo::gather(host));
     let kernel_log = kmsg::collect(host);
     let want_fm = match expect.require_fabric_manager {
         Some(r) => r,

@@ -99,6 +99,9 @@ pub struct HostSnapshot {
     /// snapshots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub docker_installed: Option<bool>,
+    /// Memory, CPUs, uptime and free space (sysinfo); absent in snapshots saved before them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<gpuhost_steps::hostinfo::HostInfo>,
 }
 
 /// One NVIDIA device node.

@@ -323,7 +323,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     };
     let registry = steps::registry();
     let mut ctx = Ctx::new(host, profile, facts)?;
-    let steps = runner::run_steps(&mut ctx, &registry, &opts.selection, opts.dry_run);
+    let steps = runner::run_steps(&mut ctx, &registry, &opts.selection, opts.dry_run)?;
     let reboot_required: Vec<String> = steps
         .iter()
         .filter_map(|s| s.reboot_required.as_ref().map(|r| format!("{}: {r}", s.id)))

@@ -8,6 +8,7 @@
 //!   its meaning and default, from the same structs;
 //! - [`facts`]: what gpuhost sees on the host (OS, kernels, PCI devices, Secure Boot);
 //! - [`compat`]: will a CUDA version, a requirement, an image run on a driver (NVIDIA's rules);
+//! - [`hostinfo`]: memory, CPUs, uptime and free space (sysinfo), and the space an install needs;
 //! - [`runner`]: the step trait, the ordered registry, check → change → check again;
 //! - [`steps`]: the steps themselves.
 
@@ -24,6 +25,7 @@ mod fuzz;
 pub mod gpu;
 pub mod hgx;
 pub mod host;
+pub mod hostinfo;
 pub mod interrupt;
 pub mod kernel;
 pub mod kmods;

@@ -479,7 +479,7 @@ pub fn run_steps(
     steps: &[&dyn Step],
     sel: &Selection,
     dry_run: bool,
-) -> Vec<StepReport> {
+) -> Result<Vec<StepReport>> {
     let n = steps.len();
     let mut run = Run {
         slots: steps
@@ -510,6 +510,8 @@ pub fn run_steps(
         }
     }
     if !dry_run {
+        // Before the first change: room for the driver and Docker installs the checks planned.
+        space_preflight(ctx, &run)?;
         prepare(ctx, &mut run);
         if !run.interrupt() {
             transact(ctx, &mut run, true);
@@ -531,7 +533,8 @@ pub fn run_steps(
             slot.not_run(&why);
         }
     }
-    run.slots
+    Ok(run
+        .slots
         .into_iter()
         .map(|mut s| {
             let mut r = match s.report.take() {
@@ -542,7 +545,38 @@ pub fn run_steps(
             r.duration_ms = u64::try_from(s.elapsed.as_millis()).unwrap_or(u64::MAX);
             r
         })
-        .collect()
+        .collect())
+}
+
+/// Refuse (exit 2, nothing changed yet) to start a driver or Docker install on filesystems
+/// without the space it needs ([`crate::hostinfo::require`] states the figures). Only runs
+/// where a check planned such an install: a converged host reads no mount table.
+fn space_preflight(ctx: &Ctx<'_>, run: &Run<'_>) -> Result<()> {
+    use crate::hostinfo;
+    let installs = |id: &str| {
+        run.slots.iter().any(|s| {
+            s.id() == id && s.report.is_none() && s.first.as_ref().is_some_and(Check::installs)
+        })
+    };
+    // On the live system the fixed estimates for real packages apply; in an install root
+    // (image builds, tests with synthetic packages) only the measured figure: the repo
+    // package's own size.
+    let live = ctx.host.is_live();
+    let mut needs = Vec::new();
+    if installs("driver-repo") || installs("driver") {
+        let rpm = installs("driver-repo")
+            .then_some(ctx.profile.driver.local_repo_rpm.as_ref())
+            .flatten()
+            .and_then(|p| crate::steps::driver::repo::local_repo_size(p));
+        needs.extend(hostinfo::driver_needs(rpm, live));
+    }
+    if installs("docker") && live {
+        needs.extend(hostinfo::docker_needs(ctx.host));
+    }
+    if needs.is_empty() {
+        return Ok(());
+    }
+    hostinfo::require(ctx.host, &hostinfo::Mounts::read(), &needs)
 }
 
 /// One rpm query for every package any selected step will look at.

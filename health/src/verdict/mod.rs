@@ -12,6 +12,7 @@ use gpuhost_steps::steps::driver::fabric_manager_package;
 
 mod gpu;
 mod software;
+mod space;
 pub mod xid;
 pub mod xid_catalog;
 
@@ -111,6 +112,29 @@ pub struct Expect {
     /// ECC, PCIe and NVLink thresholds (profile `status.*`, else the defaults).
     #[serde(default)]
     pub thresholds: Thresholds,
+    /// Free-space floors (GiB) under which `host.space.*` warns (profile `status.min_free_*_gib`).
+    #[serde(default)]
+    pub min_free_gib: MinFree,
+}
+
+/// Free-space floors in GiB for `/`, `/var`, Docker's data-root and /var/lib/dkms.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MinFree {
+    pub root: f64,
+    pub var: f64,
+    pub docker: f64,
+    pub dkms: f64,
+}
+
+impl Default for MinFree {
+    fn default() -> Self {
+        MinFree {
+            root: 2.0,
+            var: 2.0,
+            docker: 10.0,
+            dkms: 1.0,
+        }
+    }
 }
 
 /// Thresholds of the counter checks, named in their messages; the defaults are Azure's AzNHC
@@ -388,6 +412,7 @@ pub fn evaluate(s: &Snapshot, expect: &Expect) -> Vec<Check> {
         }
         software::consistency(&mut out, s);
     }
+    space::checks(&mut out, s, expect);
     out.checks
 }
 

@@ -128,6 +128,19 @@ pub struct StatusSpec {
     /// 0, DCGM: any new one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvlink_replay_recovery_per_minute_max: Option<f64>,
+    /// `gpuhost status` warns when `/` has less free space than this, in GiB (unset: 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_free_root_gib: Option<f64>,
+    /// … when `/var` has less (unset: 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_free_var_gib: Option<f64>,
+    /// … when Docker's data-root (daemon.json `data-root`, else /var/lib/docker) has less
+    /// (unset: 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_free_docker_gib: Option<f64>,
+    /// … when /var/lib/dkms (DKMS builds for a new kernel) has less (unset: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_free_dkms_gib: Option<f64>,
 }
 
 impl Profile {

@@ -157,6 +157,14 @@ fn verify_file(path: &Path, name: &LocalRepoName, sha256: Option<&str>) -> Resul
     Ok(())
 }
 
+/// The size of the local repo package (a file on the build host, as `driver.local_repo_rpm`
+/// names it), for the space check before an install; None when it cannot be read (the step
+/// then reports why).
+pub fn local_repo_size(path: &Path) -> Option<u64> {
+    let f = std::fs::File::open(path).ok()?;
+    f.metadata().ok().map(|m| m.len())
+}
+
 fn sha256_of(path: &Path) -> Result<String> {
     let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut h = Sha256::new();

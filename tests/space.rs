@@ -1,0 +1,151 @@
+//! Host facts through sysinfo (issue 14): `apply` refuses to start a driver install on a
+//! filesystem without the space it needs — a real tmpfs /var, nearly full, in a private mount
+//! namespace (`unshare --mount`, root only) — and `status` warns under the profile's
+//! free-space floors.
+
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "world/mod.rs"]
+mod world;
+
+use std::path::Path;
+use std::process::Command;
+
+use world::{code, stderr, Os, Root, World, CUDA_LOCAL_EL8_12_2, UEK8_NEW};
+
+fn is_root() -> bool {
+    String::from_utf8_lossy(&Command::new("id").arg("-u").output().unwrap().stdout).trim() == "0"
+}
+
+#[test]
+fn a_driver_install_without_room_for_the_repo_package_is_refused_with_the_figures() {
+    if !is_root() || !Path::new("/usr/bin/unshare").exists() {
+        assert!(
+            std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_none(),
+            "needs root and unshare (util-linux)"
+        );
+        eprintln!("skipped: needs root and unshare");
+        return;
+    }
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let var = root.join("var");
+    let keep = tempfile::tempdir().unwrap();
+    let rpm = World::get().cuda_local(CUDA_LOCAL_EL8_12_2);
+    let set = format!("driver.local_repo_rpm={}", rpm.display());
+    // In a private mount namespace: the root's /var moved onto a 4 MiB tmpfs, then filled to
+    // leave 64 KiB — less than the repo package, which unpacks under /var.
+    let script = r#"var=$0; keep=$1; shift
+cp -a "$var/." "$keep" && mount -t tmpfs -o size=4m gpuhost-test "$var" && cp -a "$keep/." "$var" &&
+avail=$(df -k --output=avail "$var" | tail -1) &&
+dd if=/dev/zero of="$var/.fill" bs=1k count=$((avail - 64)) status=none &&
+exec "$@""#;
+    let o = Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .arg(&var)
+        .arg(keep.path())
+        .arg(env!("CARGO_BIN_EXE_gpuhost"))
+        .args(["apply", "--profile", "ol8-uek", "--set", &set])
+        .args([
+            "--only",
+            "kernel,kernel-headers,driver-repo,build-deps,driver",
+        ])
+        .arg("--root")
+        .arg(root.path())
+        .env("HOME", World::get().home())
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(code(&o), 2, "{err}");
+    assert!(err.contains("not enough free space to install: "), "{err}");
+    assert!(
+        err.contains(&format!("{} (for {}) has ", var.display(), var.display()))
+            && err.contains("the NVIDIA local repo package's contents in /var"),
+        "{err}"
+    );
+    // In an install root only the measured figure applies (the fixed estimates for NVIDIA's
+    // real packages are for the live system).
+    assert!(!err.contains("DKMS"), "{err}");
+    // Refused before the first change: the repo package is not installed.
+    assert_eq!(root.installed("cuda-repo-rhel8-12-2-local"), None);
+}
+
+fn status_json(dir: &Path, snap: &serde_json::Value, extra: &[&str]) -> serde_json::Value {
+    let f = dir.join("snap.json");
+    std::fs::write(&f, serde_json::to_string(snap).unwrap()).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuhost"))
+        .env("GPUHOST_RUN_DIR", dir)
+        .args(["status", "--format", "json", "--from-snapshot"])
+        .arg(&f)
+        .args(extra)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn check<'a>(v: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no check {id}"))
+}
+
+#[test]
+fn status_warns_under_the_free_space_floors_the_profile_sets() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/status/hgx-h200x8-snapshot.json"),
+    )
+    .unwrap();
+    let mut snap: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let gib = 1u64 << 30;
+    let space = |path: &str, role: &str, mount: &str, free: u64| {
+        serde_json::json!({"path": path, "role": role, "mount_point": mount,
+            "available_bytes": free, "total_bytes": 500 * gib})
+    };
+    snap["host"]["system"] = serde_json::json!({
+        "memory_total_bytes": 2048 * gib, "memory_available_bytes": 1900 * gib, "cpus": 224,
+        "cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "uptime_s": 90061,
+        "space": [space("/", "system", "/", 40 * gib), space("/var", "var", "/", 40 * gib),
+                  space("/data/docker", "docker data-root", "/data", 3 * gib),
+                  space("/var/lib/dkms", "dkms builds", "/", 40 * gib)]
+    });
+    let v = status_json(dir.path(), &snap, &[]);
+    assert_eq!(v["status"], "WARNING", "{v}");
+    let c = check(&v, "host.space.docker");
+    assert_eq!(c["severity"], "WARNING");
+    assert_eq!(
+        c["value"],
+        "/data/docker (docker data-root on /data): 3.0 GiB free, under the 10 GiB floor"
+    );
+    assert!(c["hint"]
+        .as_str()
+        .unwrap()
+        .contains("status.min_free_docker_gib"));
+    assert_eq!(check(&v, "host.space.root")["severity"], "OK");
+    assert_eq!(
+        check(&v, "host.system")["value"],
+        "224 CPUs (Intel(R) Xeon(R) Platinum 8480+), 2048.0 GiB memory, 1900.0 GiB available, up 1d 1h"
+    );
+
+    // A profile that accepts 2 GiB for Docker: OK.
+    let profile = dir.path().join("site.toml");
+    std::fs::write(
+        &profile,
+        "extends = \"ol8-uek\"\n\n[status]\nmin_free_docker_gib = 2\n",
+    )
+    .unwrap();
+    let v = status_json(dir.path(), &snap, &["--profile", profile.to_str().unwrap()]);
+    assert_eq!(check(&v, "host.space.docker")["severity"], "OK", "{v}");
+    assert_eq!(v["status"], "OK");
+}
