@@ -24,9 +24,12 @@ Exit codes (apply, plan):
   1  a step failed: the report says which step, why, and what to do
      (also: another apply holds the lock)
   2  invalid input or unsupported host: nothing was changed
+     (also: a --bundle with a changed, missing or extra file, or made for another host)
   3  converged except that a reboot is required
   130, 143  stopped by SIGINT / SIGTERM at a step boundary (a running package transaction
      is let finish; a second signal stops waiting, the transaction keeps the lock)
+
+Exit codes (bundle): 0 written, 1 could not resolve or write it, 2 invalid input
 
 Exit codes (status): Nagios: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN;
   --format npd: 0 OK or WARNING, 1 CRITICAL, 2 UNKNOWN (node-problem-detector);
@@ -56,6 +59,10 @@ enum Command {
     /// gpuhost-resume.service after boot).
     #[command(after_help = EXIT_CODES)]
     Resume(ResumeArgs),
+    /// Write every package a profile installs, with all dependencies resolved against a clean
+    /// target, as one verified offline repo (for `apply --bundle` on air-gapped hosts).
+    #[command(after_help = EXIT_CODES)]
+    Bundle(BundleArgs),
     /// Show what gpuhost sees: OS, kernels, NVIDIA devices on PCI, Secure Boot, nouveau,
     /// memory, CPUs, uptime and free space.
     Facts(FactsArgs),
@@ -121,9 +128,14 @@ enum Format {
 
 #[derive(clap::Args, Debug)]
 struct ApplyArgs {
-    /// A built-in profile (ol8-uek, ol8-rhck, ol9-uek, ol9-rhck) or a path to a .toml file.
-    #[arg(long)]
-    profile: String,
+    /// A built-in profile (ol8-uek, ol8-rhck, ol9-uek, ol9-rhck) or a path to a .toml file
+    /// (with --bundle: the bundle's own profile, which this may only name).
+    #[arg(long, required_unless_present = "bundle")]
+    profile: Option<String>,
+    /// Take the profile and every package from this bundle (directory or .tar made by
+    /// `gpuhost bundle`), verified first; dnf uses no other repo.
+    #[arg(long, value_name = "DIR|TARBALL")]
+    bundle: Option<PathBuf>,
     /// Act on an install root instead of the running system (image builds, tests).
     #[arg(long, default_value = "/")]
     root: PathBuf,
@@ -165,6 +177,42 @@ struct ResumeArgs {
 }
 
 #[derive(clap::Args, Debug)]
+struct BundleArgs {
+    /// A built-in profile (ol8-uek, ol8-rhck, ol9-uek, ol9-rhck) or a path to a .toml file.
+    #[arg(long)]
+    profile: String,
+    /// Override one profile key (repeatable), e.g. --set driver.stream=535-dkms
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// The target: an install root (or `/`) whose OS release, repo files, kernels and
+    /// NVSwitches the bundle is made for.
+    #[arg(long, conflicts_with = "os", required_unless_present = "os")]
+    root: Option<PathBuf>,
+    /// The target: a clean Oracle Linux release (ol8, ol9), with Oracle's public repos or --repos.
+    #[arg(long, value_parser = ["ol8", "ol9"])]
+    os: Option<String>,
+    /// With --os: the .repo files the target uses (a directory), instead of Oracle's public repos.
+    #[arg(long, requires = "os", value_name = "DIR")]
+    repos: Option<PathBuf>,
+    /// The kernel to serve (default: the root's target kernel; with --os, the newest of the
+    /// profile's flavour in the repos).
+    #[arg(long, value_name = "KVER")]
+    kernel_release: Option<String>,
+    /// Make it for NVSwitch systems: the `fm` module profile and Fabric Manager.
+    #[arg(long)]
+    fabric_manager: bool,
+    /// The bundle directory to write (new or empty).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Also write DIR.tar, one file to carry.
+    #[arg(long)]
+    tar: bool,
+    /// Report format on stdout.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+}
+
+#[derive(clap::Args, Debug)]
 struct FactsArgs {
     /// Look at an install root instead of the running system.
     #[arg(long, default_value = "/")]
@@ -184,6 +232,7 @@ fn main() -> ExitCode {
             Ok(opts) => run_apply(&opts, r.format),
             Err(e) => output::error(r.format == Format::Json, &e),
         },
+        Command::Bundle(b) => report(b.format, run_bundle(b)),
         Command::Facts(f) => report(f.format, run_facts(f)),
         Command::Steps => {
             for s in gpuhost_steps::steps::registry() {
@@ -218,7 +267,7 @@ fn command_line() -> String {
 
 fn apply_options(a: &ApplyArgs, dry_run: bool) -> ApplyOptions {
     ApplyOptions {
-        profile: a.profile.clone(),
+        profile: a.profile.clone().unwrap_or_default(),
         root: a.root.clone(),
         kernel_release: a.kernel_release.clone(),
         sets: a.sets.clone(),
@@ -230,6 +279,7 @@ fn apply_options(a: &ApplyArgs, dry_run: bool) -> ApplyOptions {
         reboot: a.reboot && !dry_run,
         max_reboots: a.max_reboots,
         command_line: command_line(),
+        bundle: a.bundle.clone(),
     }
 }
 
@@ -256,6 +306,7 @@ fn resume_options(r: &ResumeArgs) -> Result<ApplyOptions> {
         reboot: true,
         max_reboots: a.max_reboots,
         command_line: command_line(),
+        bundle: a.bundle.map(PathBuf::from),
     })
 }
 
@@ -301,6 +352,41 @@ fn generate(what: &Generate) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn run_bundle(b: &BundleArgs) -> Result<()> {
+    use gpuhost_steps::bundle::{self, BuildOptions, Target};
+    let target = match (&b.root, &b.os) {
+        (Some(r), _) => Target::Root(r.clone()),
+        (None, Some(os)) => Target::Os {
+            major: if os == "ol9" { 9 } else { 8 },
+            repos: b.repos.clone(),
+        },
+        (None, None) => {
+            return Err(gpuhost_steps::invalid!(
+                "say what the bundle is for: --root DIR or --os ol8|ol9"
+            ))
+        }
+    };
+    if b.format == Format::Text {
+        output::init_progress();
+    }
+    let r = bundle::build(&BuildOptions {
+        profile: b.profile.clone(),
+        sets: b.sets.clone(),
+        target,
+        kernel_release: b.kernel_release.clone(),
+        fabric_manager: b.fabric_manager,
+        out: b.out.clone(),
+        tar: b.tar,
+    })?;
+    match b.format {
+        Format::Json => output::json(&r),
+        Format::Text => {
+            output::print_bundle(&r);
+            Ok(())
+        }
+    }
 }
 
 /// `gpuhost facts --format json`: the facts, and sysinfo's under `host`.

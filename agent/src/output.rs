@@ -7,6 +7,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use gpuhost_steps::apply::{exit, Report};
+use gpuhost_steps::bundle::BuildReport;
 use gpuhost_steps::error::{hint_of, is_invalid};
 use gpuhost_steps::facts::Facts;
 
@@ -67,6 +68,63 @@ pub fn error(as_json: bool, e: &anyhow::Error) -> i32 {
     code
 }
 
+/// Bytes for people: `1.2 GiB`, `340.5 MiB`, `12.0 KiB`.
+pub fn human_bytes(n: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    // Precision loss is irrelevant for a size shown with one decimal.
+    #[allow(clippy::cast_precision_loss)]
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+pub fn print_bundle(r: &BuildReport) {
+    println!(
+        "gpuhost bundle: profile {} for Oracle Linux {}, kernel(s) {}{}",
+        r.profile,
+        r.os_major,
+        r.kernels.join(", "),
+        if r.fabric_manager {
+            ", NVSwitch systems"
+        } else {
+            ""
+        }
+    );
+    for (step, changes) in &r.plan {
+        println!("  {step:<18}  {}", changes.join("; "));
+    }
+    println!(
+        "{} packages, {} in {}",
+        r.packages,
+        human_bytes(r.bytes),
+        r.out
+    );
+    if let (Some(t), Some(b)) = (&r.tarball, r.tar_bytes) {
+        println!("tarball {t} ({})", human_bytes(b));
+    }
+    if !r.modules.is_empty() {
+        println!("module streams: {}", r.modules.join(", "));
+    }
+    println!(
+        "signatures: {}",
+        if r.gpgcheck {
+            format!("checked offline with {}", r.gpgkeys.join(", "))
+        } else {
+            "not checked (a repo the packages came from has gpgcheck off); the manifest's SHA-256s still are".to_string()
+        }
+    );
+    println!("manifest sha256 {}", r.manifest_sha256);
+    println!("made in {} ms", r.duration_ms);
+}
+
 pub fn print_report(r: &Report) {
     let what = if r.dry_run { "plan" } else { "apply" };
     println!(
@@ -78,6 +136,16 @@ pub fn print_report(r: &Report) {
             .map(|k| format!(", kernel {k}"))
             .unwrap_or_default()
     );
+    if let Some(b) = &r.bundle {
+        println!(
+            "bundle {} (verified: {} packages, {}, made {}; manifest sha256 {}); no other repo is used",
+            b.source,
+            b.packages,
+            human_bytes(b.bytes),
+            b.created_at,
+            b.manifest_sha256
+        );
+    }
     let width = r.steps.iter().map(|s| s.id.len()).max().unwrap_or(8);
     for s in &r.steps {
         println!(

@@ -14,7 +14,7 @@ use crate::lock::ApplyLock;
 use crate::profile::Profile;
 use crate::reboot::{self, RebootReport, ResumeArgs};
 use crate::runner::{self, Ctx, Outcome, Selection, StepReport};
-use crate::{fsutil, state, steps};
+use crate::{bundle, fsutil, state, steps};
 
 /// Exit codes, part of the interface.
 pub mod exit {
@@ -42,6 +42,8 @@ pub struct ApplyOptions {
     pub max_reboots: u32,
     /// The command line, recorded in the lock file and the journal.
     pub command_line: String,
+    /// `--bundle DIR|TARBALL`: the profile and every package come from a verified bundle.
+    pub bundle: Option<PathBuf>,
 }
 
 impl ApplyOptions {
@@ -54,6 +56,7 @@ impl ApplyOptions {
             only: self.selection.only.clone(),
             skip: self.selection.skip.clone(),
             max_reboots: self.max_reboots,
+            bundle: self.bundle.as_ref().map(|b| b.display().to_string()),
         }
     }
 }
@@ -89,6 +92,9 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// False when the profile opts out of the NVIDIA driver (`driver.manage = false`).
     pub driver_managed: bool,
+    /// The bundle the packages came from (`--bundle`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<bundle::Info>,
     pub steps: Vec<StepReport>,
 }
 
@@ -152,10 +158,12 @@ pub struct Prepared {
     pub host: Host,
     pub profile: Profile,
     pub facts: Facts,
+    /// The verified bundle (`--bundle`), kept open (a tarball's extraction) for the run.
+    pub bundle: Option<bundle::Opened>,
 }
 
 /// A kernel release as `uname -r` prints it: `5.15.0-204.147.6.2.el8uek.x86_64`.
-fn check_kernel_release(k: &str) -> Result<()> {
+pub(crate) fn check_kernel_release(k: &str) -> Result<()> {
     let ok = k.starts_with(|c: char| c.is_ascii_digit())
         && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || "._+-~".contains(c))
@@ -174,7 +182,23 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         check_kernel_release(k)?;
     }
     opts.selection.validate(&steps::registry())?;
-    let profile = Profile::resolve(&opts.profile, &opts.sets)?;
+    // A bundle is verified before anything else is looked at.
+    let bundle = opts.bundle.as_deref().map(bundle::open).transpose()?;
+    let profile = match &bundle {
+        Some(b) => {
+            if !opts.profile.is_empty() && opts.profile != b.manifest.profile {
+                return Err(invalid!(
+                    "--profile {}: bundle {} was made for profile {}; leave --profile out (the bundle carries its profile), or make a bundle for {}",
+                    opts.profile,
+                    b.source.display(),
+                    b.manifest.profile,
+                    opts.profile
+                ));
+            }
+            b.profile(&opts.sets)?
+        }
+        None => Profile::resolve(&opts.profile, &opts.sets)?,
+    };
     let mut host = Host::new(&opts.root)?;
     let facts = Facts::gather(
         &host,
@@ -183,6 +207,9 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
             flavour: Some(profile.kernel.flavour),
         },
     )?;
+    if let Some(b) = &bundle {
+        b.fits(&facts)?;
+    }
     preflight(&host, &profile, &facts, opts.kernel_release.is_some())?;
     if host.is_live() && !opts.dry_run && !is_root() {
         return Err(invalid!(
@@ -196,15 +223,24 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         .map(|s| s.id())
         .collect();
     steps::driver::require_package(&profile, &driver_steps)?;
+    if let Some(b) = &bundle {
+        host.set_bundle(b.repo());
+    }
     Ok(Prepared {
         host,
         profile,
         facts,
+        bundle,
     })
 }
 
 /// The host must be the Oracle Linux release and kernel flavour the profile is for.
-fn preflight(host: &Host, profile: &Profile, facts: &Facts, release_given: bool) -> Result<()> {
+pub(crate) fn preflight(
+    host: &Host,
+    profile: &Profile,
+    facts: &Facts,
+    release_given: bool,
+) -> Result<()> {
     let root = host.root().display();
     // On the machine itself (not an install root): image builds go through --root.
     let image_hint = if host.is_live() {
@@ -277,7 +313,7 @@ fn preflight(host: &Host, profile: &Profile, facts: &Facts, release_given: bool)
 }
 
 /// Effective uid 0, from /proc (no libc call needed).
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -309,6 +345,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         host,
         profile,
         facts,
+        bundle,
     } = &prepared;
     let _lock = if opts.dry_run {
         None
@@ -399,6 +436,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         deferred,
         warnings,
         driver_managed: profile.driver.manage,
+        bundle: bundle.as_ref().map(bundle::Opened::info),
         steps,
     };
     report.summary = report.summarize();

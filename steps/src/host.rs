@@ -21,6 +21,48 @@ pub struct Host {
     /// `--releasever` for dnf in an install root (the OS major version).
     releasever: Option<String>,
     fs: Arc<RootFs>,
+    /// `apply --bundle`: every dnf command uses the bundle's repo and no other.
+    bundle: Option<BundleRepo>,
+}
+
+/// The repo of a verified bundle (`gpuhost apply --bundle`), the only repo dnf may use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BundleRepo {
+    /// The repo directory (with `repodata/`), a path on the machine gpuhost runs on (not
+    /// inside the root: the bundle is the build host's own file, like a profile).
+    pub dir: PathBuf,
+    /// Check package signatures against `gpgkeys`.
+    pub gpgcheck: bool,
+    /// Key files carried in the bundle.
+    pub gpgkeys: Vec<PathBuf>,
+}
+
+/// The repo id dnf knows the bundle's repo by.
+pub const BUNDLE_REPO_ID: &str = "gpuhost-bundle";
+
+impl BundleRepo {
+    /// dnf options that disable every configured repo and use only this one.
+    pub fn dnf_options(&self) -> Vec<String> {
+        let id = BUNDLE_REPO_ID;
+        let mut out = vec![
+            "--disablerepo=*".to_string(),
+            format!("--repofrompath={id},file://{}", self.dir.display()),
+            format!("--enablerepo={id}"),
+            format!("--setopt={id}.gpgcheck={}", u8::from(self.gpgcheck)),
+            format!("--setopt={id}.repo_gpgcheck=0"),
+            // A bundle rebuilt at the same path must not be read from dnf's cache.
+            format!("--setopt={id}.metadata_expire=0"),
+        ];
+        if !self.gpgkeys.is_empty() {
+            let keys: Vec<String> = self
+                .gpgkeys
+                .iter()
+                .map(|k| format!("file://{}", k.display()))
+                .collect();
+            out.push(format!("--setopt={id}.gpgkey={}", keys.join(",")));
+        }
+        out
+    }
 }
 
 impl Host {
@@ -50,11 +92,22 @@ impl Host {
             live,
             releasever: None,
             fs: Arc::new(fs),
+            bundle: None,
         })
     }
 
     pub fn set_releasever(&mut self, v: impl Into<String>) {
         self.releasever = Some(v.into());
+    }
+
+    /// From now on dnf uses only the bundle's repo.
+    pub fn set_bundle(&mut self, bundle: BundleRepo) {
+        self.bundle = Some(bundle);
+    }
+
+    /// The bundle's repo, when packages come from a bundle.
+    pub fn bundle(&self) -> Option<&BundleRepo> {
+        self.bundle.as_ref()
     }
 
     pub fn root(&self) -> &Path {
@@ -277,10 +330,14 @@ impl Host {
             .arg(program)
     }
 
-    /// `dnf -y`, acting on this host with only its own repositories.
+    /// `dnf -y`, acting on this host with only its own repositories (only the bundle's, when
+    /// packages come from a bundle).
     pub fn dnf(&self) -> Result<Cmd> {
         let mut cmd = Cmd::new("dnf").args(["-y", "--quiet"]);
         if self.live {
+            if let Some(b) = &self.bundle {
+                cmd = cmd.args(b.dnf_options());
+            }
             return Ok(cmd);
         }
         cmd = cmd
@@ -296,6 +353,10 @@ impl Host {
             .arg("--noplugins");
         if let Some(v) = &self.releasever {
             cmd = cmd.arg(format!("--releasever={v}"));
+        }
+        if let Some(b) = &self.bundle {
+            // Every repo of the root is disabled: its file:// URLs are not resolved.
+            return Ok(cmd.args(b.dnf_options()));
         }
         for (id, key, url) in self.file_urls()? {
             cmd = cmd.arg(format!("--setopt={id}.{key}={url}"));

@@ -13,6 +13,7 @@
 //! - [`steps`]: the steps themselves.
 
 pub mod apply;
+pub mod bundle;
 pub mod cmd;
 pub mod compat;
 pub mod dkms_cc;

@@ -31,6 +31,9 @@ pub struct ResumeArgs {
     pub skip: Vec<String>,
     #[serde(default = "default_max")]
     pub max_reboots: u32,
+    /// `--bundle`: the bundle directory or tarball, verified again after the reboot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<String>,
 }
 
 fn default_max() -> u32 {

@@ -689,6 +689,12 @@ mod tests {
             ("lock.rs", "join(\"comm\")"),
             ("host.rs", "std::fs::File"),
             ("host.rs", "canonical.is_dir()"), // --root itself, before it is opened
+            // `gpuhost bundle`'s own files on the build host: the bundle directory and its
+            // tarball (read like a profile, written like --out), a tarball's extraction, and the
+            // scratch root it makes and removes; the target root is read through Host.
+            ("bundle/mod.rs", ""),
+            ("bundle/manifest.rs", ""),
+            ("bundle/build.rs", ""),
         ];
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut files = vec![src.clone()];

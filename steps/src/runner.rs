@@ -579,6 +579,36 @@ fn space_preflight(ctx: &Ctx<'_>, run: &Run<'_>) -> Result<()> {
     hostinfo::require(ctx.host, &hostinfo::Mounts::read(), &needs)
 }
 
+/// The typed plan, for `gpuhost bundle`: every selected step's first check against the host,
+/// carrying nothing out. `(id, Ok(None))` for a step not selected or not applicable here.
+pub fn checks(
+    ctx: &Ctx<'_>,
+    steps: &[&dyn Step],
+    sel: &Selection,
+) -> Vec<(&'static str, Result<Option<Check>>)> {
+    let names: Vec<String> = steps
+        .iter()
+        .filter(|s| sel.excludes(s.id()).is_none())
+        .flat_map(|s| s.rpm_names(ctx))
+        .collect();
+    if !names.is_empty() {
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        // A failure here resurfaces, attributed, in the step that needs the answer.
+        let _ = ctx.installed(&refs);
+    }
+    steps
+        .iter()
+        .map(|s| {
+            let r = if sel.excludes(s.id()).is_some() || s.not_applicable(ctx).is_some() {
+                Ok(None)
+            } else {
+                s.check(ctx).map(Some)
+            };
+            (s.id(), r)
+        })
+        .collect()
+}
+
 /// One rpm query for every package any selected step will look at.
 fn prefetch(ctx: &Ctx<'_>, slots: &[Slot<'_>], sel: &Selection) {
     let names: Vec<String> = slots

@@ -93,8 +93,12 @@ fn repo_differs(ctx: &Ctx<'_>, path: &str, want: &str) -> Result<Option<String>>
     })
 }
 
-/// For a local-directory repo, fail early (and clearly) when it holds no repo metadata.
+/// For a local-directory repo, fail early (and clearly) when it holds no repo metadata. With a
+/// bundle the packages come from the bundle, not from the profile's repo.
 fn require_local_repo(ctx: &Ctx<'_>, key: &str, source: &str) -> Result<()> {
+    if ctx.host.bundle().is_some() {
+        return Ok(());
+    }
     if let Some(RepoSource::Dir(d)) = RepoSource::parse(source) {
         let md = ctx.host.path(d).join("repodata/repomd.xml");
         if !ctx.host.exists(d.join("repodata/repomd.xml")) {

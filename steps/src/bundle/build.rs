@@ -1,0 +1,1064 @@
+//! `gpuhost bundle`: resolve everything a profile installs on a clean target, and write it as a
+//! verified offline repo (see the module above for the layout).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{anyhow, Context, Result};
+use serde::Serialize;
+
+use super::manifest::{self, Manifest, FORMAT, MANIFEST};
+use super::modulemd::{self, Wanted};
+use super::TempDir;
+use crate::cmd::Cmd;
+use crate::error::hinted;
+use crate::facts::{Facts, KernelChoice, PciDevice};
+use crate::host::{repo_entries, Host};
+use crate::invalid;
+use crate::kernel::Flavour;
+use crate::profile::Profile;
+use crate::runner::{self, Ctx, Install, Phase, Selection, Work};
+use crate::steps::containers::RepoSource;
+use crate::{fsutil, steps};
+
+/// How many times the plan is checked again against the scratch root before giving up (a
+/// step's packages may depend on an earlier step's: the kernel's compiler is read from the
+/// headers' `.config`).
+const MAX_PASSES: usize = 6;
+
+/// The target a bundle is made for.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// A copy of the target (or the target itself): its OS release, repo files, dnf.conf, dnf
+    /// variables, kernels and NVSwitches.
+    Root(PathBuf),
+    /// A clean Oracle Linux `major`: Oracle's public repos, or the `.repo` files of `repos`.
+    Os { major: u32, repos: Option<PathBuf> },
+}
+
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    pub profile: String,
+    pub sets: Vec<String>,
+    pub target: Target,
+    /// The kernel to serve (else the root's target kernel, or the newest in the repos).
+    pub kernel_release: Option<String>,
+    /// Plan for an NVSwitch system (`fm` module profile, Fabric Manager).
+    pub fabric_manager: bool,
+    /// The bundle directory to write (must not exist, or be empty).
+    pub out: PathBuf,
+    /// Also write `<out>.tar`.
+    pub tar: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BuildReport {
+    pub out: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tarball: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tar_bytes: Option<u64>,
+    pub profile: String,
+    pub os_major: u32,
+    pub kernels: Vec<String>,
+    pub fabric_manager: bool,
+    pub packages: usize,
+    /// Size of the bundle's files.
+    pub bytes: u64,
+    pub modules: Vec<String>,
+    pub gpgcheck: bool,
+    pub gpgkeys: Vec<String>,
+    pub plan: BTreeMap<String, Vec<String>>,
+    pub manifest_sha256: String,
+    pub duration_ms: u64,
+}
+
+/// Build a bundle. Invalid input (exit 2) leaves nothing behind; a failure leaves nothing at
+/// `--out` either (the bundle is assembled next to it and renamed into place at the end).
+pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
+    let start = Instant::now();
+    let profile = Profile::resolve(&opts.profile, &opts.sets)?;
+    if let Some(k) = &opts.kernel_release {
+        crate::apply::check_kernel_release(k)?;
+    }
+    let driver_steps: Vec<&str> = steps::registry()
+        .iter()
+        .filter(|s| s.needs_driver_package())
+        .map(|s| s.id())
+        .collect();
+    crate::steps::driver::require_package(&profile, &driver_steps)?;
+    if !crate::apply::is_root() {
+        return Err(invalid!(
+            "gpuhost bundle resolves the packages with dnf in a scratch install root and must run as root"
+        ));
+    }
+    let major = profile.os.major;
+    let out = std::path::absolute(&opts.out)
+        .with_context(|| format!("resolving {}", opts.out.display()))?;
+    let (parent, name) = match (out.parent(), out.file_name()) {
+        (Some(p), Some(n)) => (p.to_path_buf(), n.to_string_lossy().into_owned()),
+        _ => return Err(invalid!("--out {}: not a directory path", out.display())),
+    };
+    if !parent.is_dir() {
+        return Err(invalid!(
+            "--out {}: {} does not exist; create it first",
+            out.display(),
+            parent.display()
+        ));
+    }
+    match std::fs::read_dir(&out) {
+        Ok(entries) => {
+            if entries.count() > 0 {
+                return Err(invalid!(
+                    "--out {} exists and is not empty; give a new directory (a bundle is never written over another)",
+                    out.display()
+                ));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(invalid!("--out {}: {e}", out.display())),
+    }
+    let tarball = opts.tar.then(|| parent.join(format!("{name}.tar")));
+    if let Some(t) = &tarball {
+        if t.exists() {
+            return Err(invalid!(
+                "{} exists; remove it or give another --out",
+                t.display()
+            ));
+        }
+    }
+    if let Target::Os { major: m, .. } = &opts.target {
+        if *m != major {
+            return Err(invalid!(
+                "--os ol{m}: profile {} is for Oracle Linux {major}; use --os ol{major} or another profile",
+                profile.name
+            ));
+        }
+    }
+    // The scratch root and the bundle being assembled, next to --out (same filesystem).
+    let work = TempDir::under(&parent, &format!(".{name}.gpuhost"))?;
+    let staging = work.path().join(&name);
+    let scratch_dir = work.path().join("root");
+    for d in [
+        "etc/yum.repos.d",
+        "etc/dnf",
+        "var/lib/rpm",
+        "var/log",
+        "var/cache",
+        "tmp",
+    ] {
+        std::fs::create_dir_all(scratch_dir.join(d))
+            .with_context(|| format!("creating {}", scratch_dir.join(d).display()))?;
+    }
+    let (source, root_facts) = match &opts.target {
+        Target::Root(r) => {
+            let source = Host::new(r)?;
+            let facts = Facts::gather(
+                &source,
+                &KernelChoice {
+                    release: opts.kernel_release.as_deref(),
+                    flavour: Some(profile.kernel.flavour),
+                },
+            )?;
+            crate::apply::preflight(&source, &profile, &facts, opts.kernel_release.is_some())?;
+            seed_from_root(&source, &scratch_dir)?;
+            (source, Some(facts))
+        }
+        Target::Os { repos, .. } => {
+            seed_clean(&scratch_dir, major, repos.as_deref())?;
+            // The repo files of --repos name paths of this machine.
+            (Host::new(Path::new("/"))?, None)
+        }
+    };
+    let mut scratch = Host::new(&scratch_dir)?;
+    scratch.set_releasever(major.to_string());
+    scratch.rpm().arg("--initdb").run()?;
+    let dirs = profile_dirs(&profile);
+    link_file_urls(&scratch, &source, &dirs)?;
+    let mut facts = match root_facts {
+        Some(f) => f,
+        None => clean_facts(&scratch, &profile, opts.kernel_release.as_deref())?,
+    };
+    if opts.fabric_manager && facts.nvswitches.is_empty() {
+        facts.nvswitches.push(PciDevice {
+            address: "(gpuhost bundle --fabric-manager)".to_string(),
+            device_id: "22a3".to_string(),
+            class: "068000".to_string(),
+            kind: None,
+        });
+    }
+    let kernels = facts.kernels_to_serve();
+    let pkgdir = staging.join("repo").join("Packages");
+    std::fs::create_dir_all(&pkgdir).with_context(|| format!("creating {}", pkgdir.display()))?;
+
+    let planned = settle(&scratch, &profile, &facts, &source, &dirs, &pkgdir)?;
+
+    // NVIDIA's local repo package: installed by path, as online.
+    let mut driver_repo_rpm = None;
+    for f in &planned.local_files {
+        let file_name = f
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| anyhow!("{} has no file name", f.display()))?;
+        let to = staging.join("driver").join(&file_name);
+        std::fs::create_dir_all(staging.join("driver"))?;
+        std::fs::copy(f, &to)
+            .with_context(|| format!("copying {} to {}", f.display(), to.display()))?;
+        let _ = std::fs::remove_file(pkgdir.join(&file_name));
+        driver_repo_rpm = Some(format!("driver/{file_name}"));
+    }
+
+    let rpms = rpm_files(&pkgdir)?;
+    let nevras = nevras_of(&rpms)?;
+    let nevra_set: BTreeSet<String> = nevras.iter().cloned().collect();
+    Cmd::new("createrepo_c")
+        .args(["--quiet", "--no-database"])
+        .arg(staging.join("repo"))
+        .run()
+        .map_err(|e| tool_missing(e, "createrepo_c", "createrepo_c"))?;
+
+    // Module metadata: the source repos' documents, filtered to what the bundle carries.
+    let docs = module_docs(&scratch)?;
+    let kept = modulemd::keep(&docs, &nevra_set, &planned.modules);
+    for (module, streams) in &planned.modules.streams {
+        for s in streams {
+            let found = kept.iter().any(|d| {
+                d.kind == "modulemd" && &d.module == module && d.stream.as_deref() == Some(s)
+            });
+            if !found {
+                return Err(anyhow!(
+                    "the module metadata of {module}:{s} was not found in the repos the plan used; the bundle could not install it offline"
+                ));
+            }
+        }
+    }
+    let modules = modulemd::streams_of(&kept);
+    if !kept.is_empty() {
+        let yaml: String = kept.iter().map(|d| d.text.as_str()).collect();
+        let file = work.path().join("modules.yaml");
+        std::fs::write(&file, yaml).with_context(|| format!("writing {}", file.display()))?;
+        Cmd::new("modifyrepo_c")
+            .arg("--mdtype=modules")
+            .arg(&file)
+            .arg(staging.join("repo").join("repodata"))
+            .run()
+            .map_err(|e| tool_missing(e, "modifyrepo_c", "createrepo_c"))?;
+    }
+
+    // Signatures: checked offline when every repo the packages came from checked them.
+    let origins = origins(&scratch)?;
+    let repos = RepoConfig::read(&scratch)?;
+    let used: BTreeSet<&str> = nevras
+        .iter()
+        .filter_map(|n| origins.get(n).map(String::as_str))
+        .collect();
+    let gpgcheck = !used.is_empty()
+        && used.iter().all(|id| {
+            repos
+                .get(id)
+                .is_some_and(|r| r.gpgcheck && !r.gpgkeys.is_empty())
+        });
+    let gpgkeys = copy_keys(&scratch, &repos, &used, &staging.join("keys"))?;
+
+    let profile_toml = profile.to_toml()?;
+    std::fs::write(staging.join("profile.toml"), profile_toml)?;
+    let files = manifest::list_files(&staging)?;
+    let entries = manifest::entries(&staging, &files)?;
+    let m = Manifest {
+        format: FORMAT,
+        gpuhost_version: env!("CARGO_PKG_VERSION").to_string(),
+        created_at: fsutil::rfc3339(fsutil::unix_now()),
+        profile: profile.name.clone(),
+        os_major: major,
+        arch: crate::steps::driver::host_arch().to_string(),
+        flavour: profile.kernel.flavour,
+        kernels: kernels.clone(),
+        fabric_manager: !facts.nvswitches.is_empty(),
+        driver_repo_rpm,
+        gpgcheck,
+        gpgkeys: gpgkeys.clone(),
+        packages: nevras.clone(),
+        modules: modules.clone(),
+        plan: planned.plan.clone(),
+        files: entries,
+    };
+    let text = serde_json::to_vec_pretty(&m)?;
+    fsutil::write_atomic(&staging.join(MANIFEST), &text, 0o644)?;
+    let manifest_sha256 = manifest::sha256_bytes(&text);
+
+    if out.exists() {
+        std::fs::remove_dir(&out).with_context(|| format!("replacing {}", out.display()))?;
+    }
+    std::fs::rename(&staging, &out)
+        .with_context(|| format!("moving {} to {}", staging.display(), out.display()))?;
+    let mut tar_bytes = None;
+    if let Some(t) = &tarball {
+        let partial = parent.join(format!(".{name}.tar.partial"));
+        let made = Cmd::new("tar")
+            .arg("-cf")
+            .arg(&partial)
+            .arg("-C")
+            .arg(&parent)
+            .arg(&name)
+            .run()
+            .and_then(|_| {
+                std::fs::rename(&partial, t)
+                    .with_context(|| format!("moving {} to {}", partial.display(), t.display()))
+            });
+        if let Err(e) = made {
+            let _ = std::fs::remove_file(&partial);
+            return Err(e);
+        }
+        tar_bytes = std::fs::metadata(t).ok().map(|md| md.len());
+    }
+    Ok(BuildReport {
+        out: out.display().to_string(),
+        tarball: tarball.map(|t| t.display().to_string()),
+        tar_bytes,
+        profile: profile.name.clone(),
+        os_major: major,
+        kernels,
+        fabric_manager: m.fabric_manager,
+        packages: nevras.len(),
+        bytes: m.bytes(),
+        modules,
+        gpgcheck,
+        gpgkeys,
+        plan: planned.plan,
+        manifest_sha256,
+        duration_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+fn tool_missing(e: anyhow::Error, tool: &str, package: &str) -> anyhow::Error {
+    if format!("{e:#}").contains("cannot run") {
+        hinted(
+            format!("{tool} is needed to write the bundle's repo metadata: {e:#}"),
+            format!("install it: dnf install {package}"),
+        )
+    } else {
+        e
+    }
+}
+
+/// What settling the plan in the scratch root found.
+struct Planned {
+    /// Step id → the changes its checks asked for, over all passes.
+    plan: BTreeMap<String, Vec<String>>,
+    /// Package files installed by path (NVIDIA's local repo package).
+    local_files: Vec<PathBuf>,
+    modules: Wanted,
+}
+
+/// Check every step against the scratch root, carry out the package work (downloading every
+/// package first), and again, until no step wants a package.
+fn settle(
+    scratch: &Host,
+    profile: &Profile,
+    facts: &Facts,
+    source: &Host,
+    dirs: &[PathBuf],
+    pkgdir: &Path,
+) -> Result<Planned> {
+    let registry = steps::registry();
+    let sel = Selection::default();
+    let mut planned = Planned {
+        plan: BTreeMap::new(),
+        local_files: Vec::new(),
+        modules: Wanted::default(),
+    };
+    for pass in 0..MAX_PASSES {
+        link_file_urls(scratch, source, dirs)?;
+        let ctx = Ctx::new(scratch, profile, facts)?;
+        let mut prepare: Vec<Work> = Vec::new();
+        let mut installs: Vec<(&'static str, Install)> = Vec::new();
+        for (id, r) in runner::checks(&ctx, &registry, &sel) {
+            let check = match r {
+                Ok(Some(c)) => c,
+                Ok(None) => continue,
+                Err(e) => {
+                    return Err(e.context(format!(
+                        "step {id} cannot be planned for a clean Oracle Linux {} target",
+                        profile.os.major
+                    )))
+                }
+            };
+            for c in &check.changes {
+                match &c.work {
+                    Work::Install(i) => installs.push((id, i.clone())),
+                    Work::SwitchStream {
+                        module, packages, ..
+                    } => installs.push((
+                        id,
+                        Install {
+                            specs: packages.clone(),
+                            module: Some(module.clone()),
+                            ..Install::default()
+                        },
+                    )),
+                    w if w.phase() == Phase::Prepare => prepare.push(w.clone()),
+                    // Files, units, builds: the target does them itself.
+                    _ => continue,
+                }
+                let said = c.to_string();
+                let entry = planned.plan.entry(id.to_string()).or_default();
+                if !entry.contains(&said) {
+                    entry.push(said);
+                }
+            }
+        }
+        drop(ctx);
+        if installs.is_empty() && prepare.is_empty() {
+            return Ok(planned);
+        }
+        for w in &prepare {
+            match w {
+                Work::DisableModule(m) | Work::ResetModule(m) => {
+                    planned.modules.whole.insert(m.clone());
+                }
+                _ => {}
+            }
+            crate::work::carry_out(scratch, w)?;
+        }
+        link_file_urls(scratch, source, dirs)?;
+        for brings_repo in [true, false] {
+            let parts: Vec<&(&'static str, Install)> = installs
+                .iter()
+                .filter(|(_, i)| i.brings_repo == brings_repo)
+                .collect();
+            if parts.is_empty() {
+                continue;
+            }
+            for (_, i) in &parts {
+                if let Some(m) = &i.module {
+                    let (name, stream) = module_stream(m);
+                    planned
+                        .modules
+                        .streams
+                        .entry(name)
+                        .or_default()
+                        .insert(stream);
+                }
+                for s in &i.specs {
+                    let p = Path::new(s);
+                    if s.ends_with(".rpm")
+                        && p.is_file()
+                        && !planned.local_files.iter().any(|f| f == p)
+                    {
+                        planned.local_files.push(p.to_path_buf());
+                    }
+                }
+            }
+            let refs: Vec<&Install> = parts.iter().map(|(_, i)| i).collect();
+            let mut ids: Vec<&str> = parts.iter().map(|(id, _)| *id).collect();
+            ids.dedup();
+            let label = format!("[pass {}] {}", pass + 1, ids.join(" + "));
+            let what: Vec<String> = parts
+                .iter()
+                .map(|(_, i)| Work::Install(i.clone()).to_string())
+                .collect();
+            crate::progress::step_changing(&label, &format!("download {}", what.join("; ")));
+            let began = Instant::now();
+            let download = crate::work::install_command(scratch, &refs)?
+                .arg("--downloadonly")
+                .arg(format!("--downloaddir={}", pkgdir.display()));
+            let out = download.output()?;
+            if !out.success() {
+                let text = format!("{}\n{}", out.stdout, out.stderr);
+                let mut ids: Vec<&str> = parts
+                    .iter()
+                    .filter(|(_, i)| crate::work::implicated(&text, i))
+                    .map(|(id, _)| *id)
+                    .collect();
+                if ids.is_empty() {
+                    ids = parts.iter().map(|(id, _)| *id).collect();
+                }
+                ids.dedup();
+                return Err(hinted(
+                    format!(
+                        "the packages of {} cannot be resolved for a clean Oracle Linux {} target: {:#}",
+                        ids.join(", "),
+                        profile.os.major,
+                        download.failure(&out)
+                    ),
+                    "make the repos that carry them reachable from this machine (the same repos the target would use online)",
+                ));
+            }
+            crate::work::install_command(scratch, &refs)?
+                .arg("--setopt=tsflags=noscripts")
+                .run()?;
+            crate::progress::step_done(&label, "downloaded", began.elapsed());
+            link_file_urls(scratch, source, dirs)?;
+        }
+    }
+    Err(anyhow!(
+        "the plan still installs packages after {MAX_PASSES} passes over a clean root; a step keeps asking for packages it has"
+    ))
+}
+
+/// `nvidia-driver:latest-dkms/default` → (`nvidia-driver`, `latest-dkms`).
+fn module_stream(spec: &str) -> (String, String) {
+    let spec = spec.split('/').next().unwrap_or(spec);
+    match spec.split_once(':') {
+        Some((n, s)) => (n.to_string(), s.to_string()),
+        None => (spec.to_string(), String::new()),
+    }
+}
+
+/// The absolute directories a profile names as repo sources (mirrors on the target).
+fn profile_dirs(profile: &Profile) -> Vec<PathBuf> {
+    [&profile.docker.repo, &profile.container_toolkit.repo]
+        .iter()
+        .filter_map(|s| match RepoSource::parse(s) {
+            Some(RepoSource::Dir(d)) => Some(d.to_path_buf()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The scratch root starts as the target's configuration: os-release, repo files (but not those
+/// of a local repo package: the plan installs that itself), dnf.conf and dnf's variables, each
+/// read inside the source root.
+fn seed_from_root(source: &Host, scratch: &Path) -> Result<()> {
+    let copy = |rel: &str| -> Result<()> {
+        if let Some(data) = source.read_bytes_opt(rel)? {
+            let to = scratch.join(rel.trim_start_matches('/'));
+            if let Some(d) = to.parent() {
+                std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+            }
+            std::fs::write(&to, data).with_context(|| format!("writing {}", to.display()))?;
+        }
+        Ok(())
+    };
+    copy("/etc/os-release")?;
+    copy("/etc/dnf/dnf.conf")?;
+    for vars in ["/etc/dnf/vars", "/etc/yum/vars"] {
+        for n in source.list_dir(vars)? {
+            if source.kind(format!("{vars}/{n}")) == Some(crate::rootfs::Kind::File) {
+                copy(&format!("{vars}/{n}"))?;
+            }
+        }
+    }
+    for n in source.list_dir("/etc/yum.repos.d")? {
+        let rel = format!("/etc/yum.repos.d/{n}");
+        if !n.ends_with(".repo") || is_local_repo_package_file(source, &rel)? {
+            continue;
+        }
+        copy(&rel)?;
+    }
+    Ok(())
+}
+
+/// True when the repo file and the `file://` directory it points at belong to one installed
+/// package (NVIDIA's local repo packages ship both).
+fn is_local_repo_package_file(source: &Host, rel: &str) -> Result<bool> {
+    let text = source.read_opt(rel)?.unwrap_or_default();
+    let dirs: Vec<&str> = repo_entries(&text)
+        .into_iter()
+        .filter(|(_, k, _)| *k == "baseurl")
+        .flat_map(|(_, _, v)| v.split([' ', ',']))
+        .filter_map(|u| u.strip_prefix("file://"))
+        .collect();
+    if dirs.is_empty() {
+        return Ok(false);
+    }
+    let owner = |p: &str| -> Result<Option<String>> {
+        let out = source
+            .rpm()
+            .args(["-qf", "--qf", "%{NAME}\\n"])
+            .arg(p)
+            .output()?;
+        Ok(out
+            .success()
+            .then(|| out.stdout.lines().next().unwrap_or_default().to_string()))
+    };
+    let Some(file_owner) = owner(rel)? else {
+        return Ok(false);
+    };
+    for d in dirs {
+        if owner(d)?.as_deref() == Some(file_owner.as_str()) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// A clean Oracle Linux `major`: a minimal os-release (dnf reads its `PLATFORM_ID` for module
+/// platform streams), dnf.conf, and the repo files of `repos` or Oracle's public repos.
+fn seed_clean(scratch: &Path, major: u32, repos: Option<&Path>) -> Result<()> {
+    std::fs::write(
+        scratch.join("etc/os-release"),
+        format!(
+            "NAME=\"Oracle Linux Server\"\nVERSION=\"{major}\"\nID=\"ol\"\nID_LIKE=\"fedora\"\nVERSION_ID=\"{major}\"\nPLATFORM_ID=\"platform:el{major}\"\nPRETTY_NAME=\"Oracle Linux Server {major}\"\n"
+        ),
+    )?;
+    std::fs::write(
+        scratch.join("etc/dnf/dnf.conf"),
+        "[main]\ngpgcheck=1\ninstallonly_limit=3\nclean_requirements_on_remove=True\nbest=True\nskip_if_unavailable=False\n",
+    )?;
+    match repos {
+        Some(dir) => {
+            let files: Vec<PathBuf> = files_in(dir)?
+                .into_iter()
+                .filter(|f| f.extension().is_some_and(|x| x == "repo"))
+                .collect();
+            if files.is_empty() {
+                return Err(invalid!(
+                    "--repos {}: no .repo files there; give the directory of the repo files the target uses",
+                    dir.display()
+                ));
+            }
+            for f in files {
+                copy_if_present(&f, &scratch.join("etc/yum.repos.d").join(file_name(&f)))?;
+            }
+        }
+        None => std::fs::write(
+            scratch.join(format!("etc/yum.repos.d/oracle-linux-ol{major}.repo")),
+            oracle_repos(major),
+        )?,
+    }
+    Ok(())
+}
+
+/// Oracle's public repos an Oracle Linux host has enabled for gpuhost's packages: BaseOS,
+/// AppStream, UEK R7 and the developer EPEL (DKMS). Layout of yum.oracle.com, as Oracle's
+/// release packages name them.
+pub fn oracle_repos(major: u32) -> String {
+    let key = format!("https://yum.oracle.com/RPM-GPG-KEY-oracle-ol{major}");
+    let repo = |id: &str, name: &str, path: &str| {
+        format!(
+            "[ol{major}_{id}]\nname=Oracle Linux {major} {name} ($basearch)\nbaseurl=https://yum.oracle.com/repo/OracleLinux/OL{major}/{path}/$basearch/\ngpgkey={key}\ngpgcheck=1\nenabled=1\n\n"
+        )
+    };
+    [
+        repo("baseos_latest", "BaseOS Latest", "baseos/latest"),
+        repo("appstream", "Application Stream", "appstream"),
+        repo("UEKR7", "UEK Release 7", "UEKR7"),
+        repo(
+            "developer_EPEL",
+            "EPEL Packages for Development",
+            "developer/EPEL",
+        ),
+    ]
+    .concat()
+}
+
+/// Facts of a clean target: its OS release, the kernel (given, or the newest of the profile's
+/// flavour in the repos), no devices.
+fn clean_facts(scratch: &Host, profile: &Profile, release: Option<&str>) -> Result<Facts> {
+    let flavour = profile.kernel.flavour;
+    let kver = match release {
+        Some(k) => k.to_string(),
+        None => {
+            let out = scratch
+                .dnf()?
+                .args([
+                    "repoquery",
+                    "--latest-limit=1",
+                    "--qf",
+                    "%{version}-%{release}.%{arch}",
+                    flavour.kernel_package(),
+                ])
+                .run()?;
+            out.stdout
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .max_by(|a, b| crate::rpm::vercmp(a, b))
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    invalid!(
+                        "no {} package is in the target's repos, so the kernel to serve is unknown; give --kernel-release KVER",
+                        flavour.kernel_package()
+                    )
+                })?
+        }
+    };
+    if Flavour::of(&kver) != flavour {
+        return Err(invalid!(
+            "--kernel-release {kver} is {}, but profile {} is for {flavour}",
+            Flavour::of(&kver),
+            profile.name
+        ));
+    }
+    let mut facts = Facts::gather(
+        scratch,
+        &KernelChoice {
+            release: Some(&kver),
+            flavour: Some(flavour),
+        },
+    )?;
+    facts.root = format!("(a clean Oracle Linux {})", profile.os.major);
+    facts.installed_kernels = vec![kver];
+    Ok(facts)
+}
+
+/// `file://` paths the scratch root's repo files (and the profile's mirror directories) name
+/// are the target's: each one missing from the scratch root is copied in from the source
+/// (hard links where both are on one file system), as the source resolves it. Copies, not
+/// symlinks: paths in a root resolve inside it, and a package installed in the scratch root
+/// must never write through a link into the source.
+fn link_file_urls(scratch: &Host, source: &Host, dirs: &[PathBuf]) -> Result<()> {
+    let mut paths: Vec<PathBuf> = dirs.to_vec();
+    for n in scratch.list_dir("/etc/yum.repos.d")? {
+        if !n.ends_with(".repo") {
+            continue;
+        }
+        let text = scratch
+            .read_opt(format!("/etc/yum.repos.d/{n}"))?
+            .unwrap_or_default();
+        for (_, k, v) in repo_entries(&text) {
+            if k != "baseurl" && k != "gpgkey" {
+                continue;
+            }
+            paths.extend(
+                v.split([' ', ','])
+                    .filter_map(|u| u.strip_prefix("file://"))
+                    .map(PathBuf::from),
+            );
+        }
+    }
+    for p in paths {
+        if scratch.kind_nofollow(&p).is_some() || !source.exists(&p) {
+            // Already there, or nothing to copy (dnf then says which repo it cannot read).
+            continue;
+        }
+        let from = source.real_path(&p)?;
+        let at = scratch.path(&p);
+        if let Some(parent) = p.parent() {
+            scratch.create_dir_all(parent)?;
+        }
+        let linked = Cmd::new("cp").arg("-al").arg(&from).arg(&at).output()?;
+        if !linked.success() {
+            let _ = std::fs::remove_dir_all(&at);
+            let _ = std::fs::remove_file(&at);
+            Cmd::new("cp").arg("-a").arg(&from).arg(&at).run()?;
+        }
+    }
+    Ok(())
+}
+
+fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = match std::fs::read_dir(dir) {
+        Ok(e) => e
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_file())
+            .collect::<Vec<_>>(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    out.sort();
+    Ok(out)
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn copy_if_present(from: &Path, to: &Path) -> Result<()> {
+    if !from.is_file() {
+        return Ok(());
+    }
+    if let Some(d) = to.parent() {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    std::fs::copy(from, to)
+        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    Ok(())
+}
+
+fn rpm_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    Ok(files_in(dir)?
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|x| x == "rpm"))
+        .collect())
+}
+
+/// `name-epoch:version-release.arch` of each package file (the form module artifacts use).
+fn nevras_of(files: &[PathBuf]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for chunk in files.chunks(200) {
+        let o = Cmd::new("rpm")
+            .args([
+                "-qp",
+                "--nosignature",
+                "--nodigest",
+                "--qf",
+                "%{NAME}-%{EPOCHNUM}:%{VERSION}-%{RELEASE}.%{ARCH}\\n",
+            ])
+            .args(chunk)
+            .run()?;
+        out.extend(
+            o.stdout
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_string),
+        );
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The repo each package installed in the scratch root came from, by NEVRA.
+fn origins(scratch: &Host) -> Result<BTreeMap<String, String>> {
+    let out = scratch
+        .dnf()?
+        .args([
+            "repoquery",
+            "--installed",
+            "--qf",
+            "%{name}-%{epoch}:%{version}-%{release}.%{arch}\t%{from_repo}",
+        ])
+        .run()?;
+    Ok(out
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(n, r)| (n.trim().to_string(), r.trim().to_string()))
+        .collect())
+}
+
+/// One repo of the scratch root's configuration.
+#[derive(Debug, Default)]
+struct Repo {
+    baseurl: Vec<String>,
+    gpgkeys: Vec<String>,
+    gpgcheck: bool,
+    enabled: bool,
+}
+
+struct RepoConfig {
+    repos: BTreeMap<String, Repo>,
+}
+
+impl RepoConfig {
+    fn read(scratch: &Host) -> Result<RepoConfig> {
+        let conf = scratch.read_opt("/etc/dnf/dnf.conf")?.unwrap_or_default();
+        let main_gpgcheck = repo_entries(&conf)
+            .into_iter()
+            .filter(|(s, k, _)| *s == "main" && *k == "gpgcheck")
+            .map(|(_, _, v)| truthy(v))
+            .next_back()
+            .unwrap_or(false);
+        let mut repos: BTreeMap<String, Repo> = BTreeMap::new();
+        for n in scratch.list_dir("/etc/yum.repos.d")? {
+            if !n.ends_with(".repo") {
+                continue;
+            }
+            let text = scratch
+                .read_opt(format!("/etc/yum.repos.d/{n}"))?
+                .unwrap_or_default();
+            let mut sections: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+            for (s, k, v) in repo_entries(&text) {
+                sections
+                    .entry(s.to_string())
+                    .or_default()
+                    .push((k.to_string(), v.to_string()));
+            }
+            for (id, kv) in sections {
+                let get = |key: &str| {
+                    kv.iter()
+                        .rev()
+                        .find(|(k, _)| k == key)
+                        .map(|(_, v)| v.as_str())
+                };
+                let split = |v: Option<&str>| -> Vec<String> {
+                    v.map(|v| {
+                        v.split([' ', ','])
+                            .filter(|u| !u.is_empty())
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default()
+                };
+                repos.insert(
+                    id,
+                    Repo {
+                        baseurl: split(get("baseurl")),
+                        gpgkeys: split(get("gpgkey")),
+                        gpgcheck: get("gpgcheck").map_or(main_gpgcheck, truthy),
+                        enabled: get("enabled").is_none_or(truthy),
+                    },
+                );
+            }
+        }
+        Ok(RepoConfig { repos })
+    }
+
+    fn get(&self, id: &str) -> Option<&Repo> {
+        self.repos.get(id)
+    }
+}
+
+fn truthy(v: &str) -> bool {
+    matches!(
+        v.trim().to_ascii_lowercase().as_str(),
+        "1" | "yes" | "true" | "on"
+    )
+}
+
+/// Every module document of the scratch root's enabled repos: read from the repo itself for a
+/// `file://` repo, else from dnf's metadata cache in the root (dnf keeps each repo's metadata,
+/// module metadata included, in `/var/cache/dnf/<id>-<hash>/repodata/`).
+fn module_docs(scratch: &Host) -> Result<Vec<modulemd::Doc>> {
+    let repos = RepoConfig::read(scratch)?;
+    let mut docs = Vec::new();
+    for (id, r) in &repos.repos {
+        if !r.enabled {
+            continue;
+        }
+        let local = r
+            .baseurl
+            .iter()
+            .find_map(|u| u.strip_prefix("file://"))
+            .map(|p| p.trim_end_matches('/').to_string());
+        let base = match local {
+            Some(d) if scratch.exists(format!("{d}/repodata/repomd.xml")) => Some(d),
+            _ => cached_repo(scratch, id),
+        };
+        let Some(base) = base else { continue };
+        let Some(repomd) = scratch.read_opt(format!("{base}/repodata/repomd.xml"))? else {
+            continue;
+        };
+        let Some(href) = modulemd::modules_href(&repomd) else {
+            continue;
+        };
+        let mut file = format!("{base}/{href}");
+        if !scratch.exists(&file) {
+            file = format!("{base}/repodata/{}", file_name(Path::new(&href)));
+        }
+        let text = decompress(&scratch.real_path(&file)?)
+            .with_context(|| format!("reading the module metadata of {id}"))?;
+        docs.extend(modulemd::split(&text));
+    }
+    Ok(docs)
+}
+
+/// dnf's cache directory of a repo in the root (`/var/cache/dnf/<id>-<16 hex>`), the last
+/// written.
+fn cached_repo(scratch: &Host, id: &str) -> Option<String> {
+    let prefix = format!("{id}-");
+    scratch
+        .list_dir("/var/cache/dnf")
+        .ok()?
+        .into_iter()
+        .filter(|n| {
+            n.strip_prefix(&prefix)
+                .is_some_and(|h| h.len() == 16 && h.chars().all(|c| c.is_ascii_hexdigit()))
+        })
+        .map(|n| format!("/var/cache/dnf/{n}"))
+        .filter(|d| scratch.exists(format!("{d}/repodata/repomd.xml")))
+        .max_by_key(|d| {
+            scratch
+                .real_path(format!("{d}/repodata/repomd.xml"))
+                .ok()
+                .and_then(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        })
+}
+
+/// A metadata file's text, decompressed by its extension.
+fn decompress(file: &Path) -> Result<String> {
+    let tool = match file.extension().and_then(|x| x.to_str()) {
+        Some("gz") => Some("gzip"),
+        Some("xz") => Some("xz"),
+        Some("zst") => Some("zstd"),
+        Some("bz2") => Some("bzip2"),
+        _ => None,
+    };
+    match tool {
+        Some(t) => Ok(Cmd::new(t).arg("-dc").arg(file).run()?.stdout),
+        None => {
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))
+        }
+    }
+}
+
+/// The GPG keys of the repos the packages came from, into `dir`; their paths in the bundle.
+fn copy_keys(
+    scratch: &Host,
+    repos: &RepoConfig,
+    used: &BTreeSet<&str>,
+    dir: &Path,
+) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    for id in used {
+        let Some(r) = repos.get(id) else { continue };
+        for (n, url) in r.gpgkeys.iter().enumerate() {
+            let data = match url.strip_prefix("file://") {
+                Some(p) => scratch
+                    .read_bytes_opt(p)?
+                    .ok_or_else(|| anyhow!("the GPG key {url} of repo {id} does not exist"))?,
+                None => {
+                    let tmp = dir.join(format!(".{id}.download"));
+                    std::fs::create_dir_all(dir)?;
+                    Cmd::new("curl")
+                        .args(["-fsSL", "--retry", "3", "-o"])
+                        .arg(&tmp)
+                        .arg(url)
+                        .run()
+                        .with_context(|| format!("downloading the GPG key {url} of repo {id}"))?;
+                    let d = std::fs::read(&tmp)?;
+                    let _ = std::fs::remove_file(&tmp);
+                    d
+                }
+            };
+            if !seen.insert(manifest::sha256_bytes(&data)) {
+                continue;
+            }
+            std::fs::create_dir_all(dir)?;
+            let name = if n == 0 {
+                format!("{id}.gpg")
+            } else {
+                format!("{id}-{}.gpg", n + 1)
+            };
+            std::fs::write(dir.join(&name), &data)?;
+            out.push(format!("keys/{name}"));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_specs_split_into_name_and_stream() {
+        assert_eq!(
+            module_stream("nvidia-driver:latest-dkms/default"),
+            ("nvidia-driver".to_string(), "latest-dkms".to_string())
+        );
+        assert_eq!(
+            module_stream("nvidia-driver:535-open"),
+            ("nvidia-driver".to_string(), "535-open".to_string())
+        );
+    }
+
+    #[test]
+    fn oracles_public_repos() {
+        let text = oracle_repos(9);
+        let entries = repo_entries(&text);
+        let ids: BTreeSet<&str> = entries.iter().map(|(s, _, _)| *s).collect();
+        assert_eq!(
+            ids,
+            [
+                "ol9_UEKR7",
+                "ol9_appstream",
+                "ol9_baseos_latest",
+                "ol9_developer_EPEL"
+            ]
+            .into_iter()
+            .collect()
+        );
+        assert!(text.contains(
+            "baseurl=https://yum.oracle.com/repo/OracleLinux/OL9/baseos/latest/$basearch/"
+        ));
+        assert!(text.contains("gpgkey=https://yum.oracle.com/RPM-GPG-KEY-oracle-ol9"));
+    }
+}

@@ -1,0 +1,671 @@
+//! `gpuhost bundle` and `apply --bundle` (issue 17), end to end: bundles made from the test
+//! world with the real dnf, createrepo_c and modifyrepo_c, applied to fresh install roots whose
+//! repo files all point at nothing reachable.
+
+#![allow(clippy::panic)] // a test fails by panicking
+
+#[path = "world/mod.rs"]
+mod world;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use world::{
+    code, report, stderr, stdout, Os, Root, World, CUDA_LOCAL_EL8_12_2, CUDA_LOCAL_EL9_12_2,
+    UEK8_NEW, UEK8_OLD, UEK9,
+};
+
+/// A site profile: the world's ol8-uek (Docker CE and the toolkit from the world's mirrors),
+/// NVIDIA's local repo package, and NCCL linked under a prefix (packages from another repo).
+fn site_profile(dir: &Path, base: &str, driver: &str) -> String {
+    let p = dir.join(format!("site-{base}.toml"));
+    fs::write(
+        &p,
+        format!(
+            "extends = \"{}\"\n\n[driver]\nlocal_repo_rpm = \"{}\"\n\n[[prefix_links]]\npackages = [\"libnccl\", \"libnccl-devel\"]\nprefix = \"/opt/nvidia/nccl\"\n",
+            world::profile(base),
+            World::get().cuda_local(driver).display()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    p.display().to_string()
+}
+
+/// `gpuhost bundle … --root SRC --out OUT --format json`: the report.
+fn bundle(src: &Root, profile: &str, out: &Path, extra: &[&str]) -> Value {
+    let out_s = out.display().to_string();
+    let mut args = vec![
+        "bundle",
+        "--profile",
+        profile,
+        "--out",
+        out_s.as_str(),
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let o = src.gpuhost(&args);
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    report(&o)
+}
+
+/// The root's repos point at nothing reachable: the mirrors are gone and every baseurl names a
+/// directory that does not exist.
+fn cut_off(root: &Root) {
+    let _ = fs::remove_dir_all(root.join("srv/repos"));
+    for e in fs::read_dir(root.join("etc/yum.repos.d")).unwrap_or_else(|e| panic!("{e}")) {
+        let p = e.unwrap_or_else(|e| panic!("{e}")).path();
+        let text = fs::read_to_string(&p).unwrap_or_default();
+        let cut: Vec<String> = text
+            .lines()
+            .map(|l| match l.strip_prefix("baseurl=") {
+                Some(_) => "baseurl=file:///nonexistent/gpuhost-offline/".to_string(),
+                None => l.to_string(),
+            })
+            .collect();
+        fs::write(&p, cut.join("\n") + "\n").unwrap_or_else(|e| panic!("{e}"));
+    }
+    // Proof that dnf cannot reach any repo of this root.
+    let o = root.dnf(&["makecache"]);
+    assert!(!o.status.success(), "dnf still reaches a repo");
+}
+
+fn apply_bundle(root: &Root, cmd: &str, bundle: &Path) -> (i32, Value, String) {
+    let b = bundle.display().to_string();
+    let o = root.gpuhost(&[cmd, "--bundle", b.as_str(), "--format", "json"]);
+    let text = stderr(&o);
+    let r = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (code(&o), r, text)
+}
+
+fn outcomes(r: &Value) -> Vec<(String, String)> {
+    r["steps"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .map(|s| {
+                    (
+                        s["id"].as_str().unwrap_or_default().to_string(),
+                        s["outcome"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The root's tree, without rpm's sqlite shared-memory index (every reader rewrites it).
+fn tree(root: &Root) -> String {
+    root.tree_snapshot()
+        .lines()
+        .filter(|l| !l.starts_with("var/lib/rpm/rpmdb.sqlite-shm"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn rpmdb(root: &Root) -> Vec<String> {
+    root.rpmdb_snapshot()
+        .lines()
+        .filter(|l| !l.starts_with("gpg-pubkey"))
+        .map(str::to_string)
+        .collect()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    let o = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn a_bundle_converges_an_offline_root_exactly_like_the_online_repos() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let profile = site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2);
+    let out = tmp.path().join("gpuhost-bundle");
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let before = tree(&src);
+    let made = bundle(&src, &profile, &out, &["--tar"]);
+    assert_eq!(tree(&src), before, "making a bundle changed its root");
+    assert_eq!(made["kernels"], serde_json::json!([UEK8_NEW]));
+    assert_eq!(
+        made["modules"],
+        serde_json::json!(["nvidia-driver:latest-dkms"])
+    );
+    let tar = PathBuf::from(made["tarball"].as_str().unwrap_or_default());
+    assert!(tar.is_file(), "{made:#}");
+
+    // Everything the profile installs is there, with its dependencies.
+    let manifest: Value = serde_json::from_str(
+        &fs::read_to_string(out.join("manifest.json")).unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let packages: Vec<&str> = manifest["packages"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for want in [
+        "kernel-uek-devel-0:5.15.0-204.147.6.2.el8uek.x86_64",
+        "gcc-toolset-11-gcc-",
+        "dkms-",
+        "bash-", // dkms's dependency: resolved against a clean root
+        "kmod-nvidia-latest-dkms-3:535.104.05",
+        "nvidia-driver-3:535.104.05",
+        "docker-ce-3:",
+        "containerd.io-",
+        "nvidia-container-toolkit-0:1.17.8",
+        "libnvidia-container1-0:1.17.8",
+        "libnccl-",
+        "libnccl-devel-",
+    ] {
+        assert!(
+            packages.iter().any(|p| p.starts_with(want)),
+            "{want} not in {packages:?}"
+        );
+    }
+    assert!(
+        !packages
+            .iter()
+            .any(|p| p.starts_with("kmod-nvidia-open-dkms")
+                || p.starts_with("podman")
+                || p.starts_with("nvidia-container-toolkit-0:1.18")),
+        "{packages:?}"
+    );
+    assert_eq!(
+        manifest["driver_repo_rpm"],
+        format!("driver/{CUDA_LOCAL_EL8_12_2}")
+    );
+
+    // The same profile, online, on another fresh root.
+    let online = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let o = online.gpuhost(&["apply", "--profile", &profile, "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+
+    // A bundle made from the converged root holds the same packages: it is resolved against a
+    // clean target, not against what the root already has (its NVIDIA local repo included).
+    let again_out = tmp.path().join("from-converged");
+    let before = tree(&online);
+    let again = bundle(&online, &profile, &again_out, &[]);
+    assert_eq!(tree(&online), before, "making a bundle changed its root");
+    let again_manifest: Value = serde_json::from_str(
+        &fs::read_to_string(again_out.join("manifest.json")).unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        again_manifest["packages"], manifest["packages"],
+        "{again:#}"
+    );
+    assert_eq!(again["modules"], made["modules"]);
+
+    // Offline: only the bundle.
+    let off = Root::new(Os::Ol8, &[UEK8_NEW]);
+    cut_off(&off);
+    let (c, r, err) = apply_bundle(&off, "plan", &out);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    assert!(
+        outcomes(&r).iter().any(|(_, o)| o == "would-change"),
+        "{r:#}"
+    );
+    let (c, r, err) = apply_bundle(&off, "apply", &out);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    assert_eq!(
+        r["bundle"]["packages"],
+        manifest["packages"].as_array().map_or(0, Vec::len)
+    );
+    for (id, outcome) in outcomes(&r) {
+        assert!(
+            ["changed", "unchanged", "skipped", "deferred"].contains(&outcome.as_str()),
+            "{id}: {outcome}\n{r:#}"
+        );
+    }
+    assert_eq!(rpmdb(&off), rpmdb(&online), "offline and online differ");
+    assert!(off
+        .join(&format!("lib/modules/{UEK8_NEW}/extra/nvidia.ko.xz"))
+        .is_file());
+    assert!(off
+        .join("opt/nvidia/nccl/lib/libnccl.so.2")
+        .symlink_metadata()
+        .is_ok());
+
+    // Again, from the tarball: nothing changes and no dnf starts.
+    let b = tar.display().to_string();
+    let (o, execs) = off.gpuhost_traced(&["apply", "--bundle", b.as_str(), "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let again = report(&o);
+    for (id, outcome) in outcomes(&again) {
+        assert!(
+            ["unchanged", "skipped"].contains(&outcome.as_str()),
+            "{id}: {outcome}\n{again:#}"
+        );
+    }
+    if let Some(execs) = execs {
+        assert!(!execs.iter().any(|e| e == "dnf"), "{execs:?}");
+    }
+}
+
+/// What a case does to a copy of the bundle.
+type Tamper<'a> = &'a dyn Fn(&Path);
+
+#[test]
+fn a_changed_missing_or_extra_file_is_refused_and_nothing_changes() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let profile = site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2);
+    let out = tmp.path().join("b");
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    bundle(&src, &profile, &out, &[]);
+    let off = Root::new(Os::Ol8, &[UEK8_NEW]);
+    cut_off(&off);
+    let before = tree(&off);
+    let rpm = fs::read_dir(out.join("repo/Packages"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("docker-ce-cli"))
+        .unwrap_or_else(|| panic!("no docker-ce-cli in the bundle"));
+    let cases: [(&str, Tamper<'_>, String); 4] = [
+        (
+            "changed",
+            &|b: &Path| {
+                let p = b.join("repo/Packages").join(&rpm);
+                let mut data = fs::read(&p).unwrap_or_default();
+                let last = data.len() - 1;
+                data[last] ^= 0xff;
+                fs::write(&p, data).unwrap_or_else(|e| panic!("{e}"));
+            },
+            format!("repo/Packages/{rpm} has changed"),
+        ),
+        (
+            "missing",
+            &|b: &Path| {
+                fs::remove_file(b.join("driver").join(CUDA_LOCAL_EL8_12_2))
+                    .unwrap_or_else(|e| panic!("{e}"))
+            },
+            format!("driver/{CUDA_LOCAL_EL8_12_2} is missing"),
+        ),
+        (
+            "extra",
+            &|b: &Path| {
+                fs::copy(
+                    World::get().cuda_local(CUDA_LOCAL_EL8_12_2),
+                    b.join("repo/Packages/extra.rpm"),
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
+            },
+            "repo/Packages/extra.rpm is not in the manifest".to_string(),
+        ),
+        (
+            "profile",
+            &|b: &Path| {
+                let p = b.join("profile.toml");
+                let t = fs::read_to_string(&p).unwrap_or_default();
+                fs::write(&p, t.replace("1.17.8", "1.17.7")).unwrap_or_else(|e| panic!("{e}"));
+            },
+            "profile.toml has changed".to_string(),
+        ),
+    ];
+    for (what, tamper, needle) in cases {
+        let b = tmp.path().join(format!("tampered-{what}"));
+        copy_dir(&out, &b);
+        tamper(&b);
+        for cmd in ["plan", "apply"] {
+            let (c, _, err) = apply_bundle(&off, cmd, &b);
+            assert_eq!(c, 2, "{what} {cmd}: {err}");
+            assert!(err.contains(&needle), "{what} {cmd}: {err}");
+            assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        }
+        assert_eq!(tree(&off), before, "{what}: the root changed");
+    }
+    // A tarball of a tampered bundle is refused the same way.
+    let o = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(tmp.path().join("t.tar"))
+        .arg("-C")
+        .arg(tmp.path())
+        .arg("tampered-extra")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(o.status.success());
+    let (c, _, err) = apply_bundle(&off, "apply", &tmp.path().join("t.tar"));
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains("repo/Packages/extra.rpm is not in the manifest"),
+        "{err}"
+    );
+    assert_eq!(tree(&off), before);
+}
+
+#[test]
+fn a_bundle_for_another_host_is_refused() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let profile = site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2);
+    let out = tmp.path().join("b");
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    bundle(&src, &profile, &out, &[]);
+
+    // Oracle Linux 9.
+    let ol9 = Root::new(Os::Ol9, &[UEK9]);
+    cut_off(&ol9);
+    let before = tree(&ol9);
+    let (c, _, err) = apply_bundle(&ol9, "apply", &out);
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains("was made for Oracle Linux 8") && err.contains("runs Oracle Linux Server 9"),
+        "{err}"
+    );
+    assert_eq!(tree(&ol9), before);
+
+    // Another kernel: the bundle has no headers for it.
+    let other = Root::new(Os::Ol8, &[UEK8_OLD]);
+    cut_off(&other);
+    let before = tree(&other);
+    let (c, _, err) = apply_bundle(&other, "apply", &out);
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains(&format!("carries headers for {UEK8_NEW} only"))
+            && err.contains(&format!("--kernel-release {UEK8_OLD}")),
+        "{err}"
+    );
+    assert_eq!(tree(&other), before);
+
+    // Another profile than the bundle's.
+    let b = out.display().to_string();
+    let o = other.gpuhost(&["apply", "--bundle", b.as_str(), "--profile", "ol8-rhck"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("was made for profile"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn bad_bundle_arguments_are_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let profile = site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2);
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let busy = tmp.path().join("busy");
+    fs::create_dir_all(&busy).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(busy.join("x"), "x").unwrap_or_else(|e| panic!("{e}"));
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--out".into(), busy.display().to_string()],
+            "exists and is not empty",
+        ),
+        (
+            vec![
+                "--out".into(),
+                tmp.path().join("no/such/parent/b").display().to_string(),
+            ],
+            "does not exist",
+        ),
+        (
+            vec![
+                "--out".into(),
+                tmp.path().join("b").display().to_string(),
+                "--set".into(),
+                "driver.stream=latest".into(),
+            ],
+            "precompiled stream",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["bundle", "--profile", profile.as_str()];
+        args.extend(extra.iter().map(String::as_str));
+        let o = src.gpuhost(&args);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+    // A profile that manages the driver but names no driver package.
+    let bare = world::profile("ol8-uek");
+    let out = tmp.path().join("bare").display().to_string();
+    let o = src.gpuhost(&["bundle", "--profile", &bare, "--out", &out]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("names no driver package"),
+        "{}",
+        stderr(&o)
+    );
+    // The profile is for OL8, the target root is OL9.
+    let ol9 = Root::new(Os::Ol9, &[UEK9]);
+    let out = tmp.path().join("b9").display().to_string();
+    let o = ol9.gpuhost(&["bundle", "--profile", &profile, "--out", &out]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is for Oracle Linux 8"),
+        "{}",
+        stderr(&o)
+    );
+    // Nothing was left behind.
+    let left: Vec<String> = fs::read_dir(tmp.path())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".toml") && n != "busy")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// `--os ol9` with the site's own repo files and an NVSwitch system: the bundle carries Fabric
+/// Manager, and an OL9 root with an NVSwitch converges from it offline.
+#[test]
+fn a_bundle_for_a_clean_os_with_fabric_manager() {
+    let w = World::get();
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let repos = tmp.path().join("repos.d");
+    fs::create_dir_all(&repos).unwrap_or_else(|e| panic!("{e}"));
+    let mut text = String::new();
+    for id in [
+        "ol9_baseos_latest",
+        "ol9_appstream",
+        "ol9_UEKR7",
+        "ol9_developer_EPEL",
+        "cuda-rhel9-network",
+    ] {
+        text.push_str(&format!(
+            "[{id}]\nname={id}\nbaseurl=file://{}\ngpgcheck=0\nenabled=1\n\n",
+            w.repo(Os::Ol9, id).display()
+        ));
+    }
+    fs::write(repos.join("site.repo"), text).unwrap_or_else(|e| panic!("{e}"));
+    let profile = site_profile(tmp.path(), "ol9-uek", CUDA_LOCAL_EL9_12_2);
+    let out = tmp.path().join("b");
+    let docker = format!(
+        "docker.repo={}",
+        w.repo(Os::Ol9, "docker-ce-stable").display()
+    );
+    let toolkit = format!(
+        "container_toolkit.repo={}",
+        w.repo(Os::Ol9, "nvidia-container-toolkit").display()
+    );
+    let out_s = out.display().to_string();
+    let repos_s = repos.display().to_string();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpuhost"))
+        .env("HOME", w.home())
+        .args([
+            "bundle",
+            "--profile",
+            &profile,
+            "--set",
+            &docker,
+            "--set",
+            &toolkit,
+            "--os",
+            "ol9",
+            "--repos",
+            &repos_s,
+            "--fabric-manager",
+            "--out",
+            &out_s,
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    let made = report(&o);
+    // The newest UEK in the repos is the one served.
+    assert_eq!(made["kernels"], serde_json::json!([UEK9]), "{made:#}");
+    assert_eq!(made["fabric_manager"], true);
+    let plan = made["plan"]["driver"].to_string();
+    assert!(plan.contains("nvidia-driver:latest-dkms/fm"), "{plan}");
+
+    let off = Root::new(Os::Ol9, &[UEK9]);
+    off.add_pci_device("0000:19:00.0", 0x10de, 0x2335, 0x030200);
+    off.add_pci_device("0000:05:00.0", 0x10de, 0x22a3, 0x068000);
+    cut_off(&off);
+    // nouveau holds the GPUs until a reboot: apply --reboot records the bundle for the resume.
+    fs::create_dir_all(off.join("sys/module/nouveau")).unwrap_or_else(|e| panic!("{e}"));
+    let b = out.display().to_string();
+    let o = off.gpuhost(&[
+        "apply",
+        "--bundle",
+        b.as_str(),
+        "--reboot",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&o), 3, "{}\n{}", stdout(&o), stderr(&o));
+    let first = report(&o);
+    let fm = first["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["id"] == "fabric-manager"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(fm["outcome"], "changed", "{fm:#}");
+    let state: Value = serde_json::from_str(&off.read("var/lib/gpuhost/resume.json"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(state["args"]["bundle"], b.as_str(), "{state:#}");
+    // First boot: the resume unit's `gpuhost resume` verifies and uses the bundle again.
+    fs::remove_dir(off.join("sys/module/nouveau")).unwrap_or_else(|e| panic!("{e}"));
+    let o = off.gpuhost(&["resume", "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    let r = report(&o);
+    assert_eq!(r["bundle"]["source"], b.as_str(), "{r:#}");
+    assert_eq!(r["exit_code"], 0, "{r:#}");
+    assert_eq!(
+        off.installed("nvidia-fabric-manager").as_deref(),
+        Some("535.104.05-1")
+    );
+    let (c, r, err) = apply_bundle(&off, "apply", &out);
+    assert_eq!(c, 0, "{err}");
+    assert!(
+        outcomes(&r)
+            .iter()
+            .all(|(_, o)| o == "unchanged" || o == "skipped"),
+        "{r:#}"
+    );
+}
+
+fn run_ok(cmd: &mut std::process::Command) -> String {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Repos signed with a throwaway key: the bundle carries the key and checks every package
+/// against it offline (dnf imports it into the target's rpm database).
+#[test]
+fn signatures_are_checked_offline_with_the_keys_the_bundle_carries() {
+    let w = World::get();
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let gnupg = tmp.path().join("gnupg");
+    fs::create_dir_all(&gnupg).unwrap_or_else(|e| panic!("{e}"));
+    run_ok(std::process::Command::new("chmod").arg("700").arg(&gnupg));
+    run_ok(
+        std::process::Command::new("gpg")
+            .args(["--batch", "--homedir"])
+            .arg(&gnupg)
+            .args([
+                "--passphrase",
+                "",
+                "--quick-gen-key",
+                "gpuhost test <test@gpuhost.invalid>",
+                "rsa2048",
+                "sign",
+                "never",
+            ]),
+    );
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let key = run_ok(
+        std::process::Command::new("gpg")
+            .arg("--homedir")
+            .arg(&gnupg)
+            .args(["--armor", "--export", "test@gpuhost.invalid"]),
+    );
+    src.write("/srv/keys/test.asc", &key);
+    let signed = ["ol8_UEKR7", "docker-ce-stable", "nvidia-container-toolkit"];
+    for id in signed {
+        let dir = src.join(&format!("srv/repos/{id}"));
+        fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        copy_dir(&w.repo(Os::Ol8, id), &dir);
+        let rpms: Vec<PathBuf> = fs::read_dir(dir.join("Packages"))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .collect();
+        run_ok(
+            std::process::Command::new("rpmsign")
+                .env("HOME", w.home())
+                .stdin(std::process::Stdio::null())
+                .args(["--addsign", "--define", "__gpg /usr/bin/gpg"])
+                .args(["--define", "_gpg_name gpuhost test"])
+                .arg("--define")
+                .arg(format!("_gpg_path {}", gnupg.display()))
+                .args(&rpms),
+        );
+        run_ok(
+            std::process::Command::new("createrepo_c")
+                .arg("--quiet")
+                .arg(&dir),
+        );
+    }
+    let uek = src.read("/etc/yum.repos.d/uek-ol8.repo");
+    src.write(
+        "/etc/yum.repos.d/uek-ol8.repo",
+        &uek.replace("gpgcheck=0", "gpgcheck=1\ngpgkey=file:///srv/keys/test.asc"),
+    );
+    // No driver: every package the profile installs comes from the signed repos.
+    let profile = world::profile("ol8-uek");
+    let keyset = [
+        "--set",
+        "driver.manage=false",
+        "--set",
+        "docker.gpgkey=file:///srv/keys/test.asc",
+        "--set",
+        "container_toolkit.gpgkey=file:///srv/keys/test.asc",
+    ];
+    let out = tmp.path().join("b");
+    let made = bundle(&src, &profile, &out, &keyset);
+    assert_eq!(made["gpgcheck"], true, "{made:#}");
+    assert_eq!(
+        made["gpgkeys"],
+        serde_json::json!(["keys/docker-ce-stable.gpg"])
+    );
+    assert_eq!(
+        fs::read_to_string(out.join("keys/docker-ce-stable.gpg")).unwrap_or_default(),
+        key
+    );
+
+    let off = Root::new(Os::Ol8, &[UEK8_NEW]);
+    cut_off(&off);
+    assert!(off.installed("gpg-pubkey").is_none());
+    let (c, r, err) = apply_bundle(&off, "apply", &out);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    assert!(off.installed("docker-ce").is_some());
+    // dnf checked the signatures: it imported the bundle's key to do so.
+    let imported = off.rpm(&["-q", "--qf", "%{SUMMARY}\\n", "gpg-pubkey"]);
+    assert!(
+        String::from_utf8_lossy(&imported.stdout).contains("gpuhost test"),
+        "{}",
+        String::from_utf8_lossy(&imported.stdout)
+    );
+}
