@@ -11,8 +11,9 @@ use rstest::rstest;
 use serde_json::Value;
 use world::{
     code, report, stderr, stdout, step, Os, Root, World, CUDA_LOCAL_EL8_12_2,
-    CUDA_LOCAL_EL8_12_2_AARCH64, CUDA_LOCAL_EL8_12_4, CUDA_LOCAL_EL9_12_2, RHCK8, RHCK9, UEK8_NEW,
-    UEK8_OLD, UEK9,
+    CUDA_LOCAL_EL8_12_2_AARCH64, CUDA_LOCAL_EL8_12_4, CUDA_LOCAL_EL8_12_6, CUDA_LOCAL_EL9_12_2,
+    CUDA_LOCAL_EL9_13_0, DRIVER_LOCAL_EL8_580, DRIVER_LOCAL_EL9_570, RHCK8, RHCK9, UEK8_NEW,
+    UEK8_OLD, UEK9, UEK9_8,
 };
 
 const DRIVER: &str = "535.104.05";
@@ -23,12 +24,13 @@ const DRIVER_STEPS: &[&str] = &[
     "nouveau",
     "kernel-module",
     "fabric-manager",
+    "hgx-extras",
     "persistenced",
 ];
 
 /// The steps of this issue and the two before them: other issues' steps (containers) are not
 /// selected, so these tests neither depend on them nor wait for them.
-const ONLY: &str = "kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module,fabric-manager,persistenced";
+const ONLY: &str = "kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module,fabric-manager,hgx-extras,persistenced";
 
 fn reason(r: &Value, id: &str) -> String {
     step(r, id)["reason"]
@@ -93,7 +95,8 @@ fn assert_all_unchanged(rep: &Value) {
     for s in rep["steps"].as_array().into_iter().flatten() {
         let id = s["id"].as_str().unwrap_or_default();
         // not applicable here: no NVSwitch, or a precompiled stream (nothing to build)
-        if ["fabric-manager", "build-deps"].contains(&id) && s["outcome"] == "skipped" {
+        if ["fabric-manager", "hgx-extras", "build-deps"].contains(&id) && s["outcome"] == "skipped"
+        {
             continue;
         }
         if !DRIVER_STEPS.contains(&id) && !["kernel", "kernel-headers"].contains(&id) {
@@ -126,12 +129,14 @@ fn uek_root_converges_and_a_second_apply_starts_no_dnf() {
         root.installed("nvidia-driver").as_deref(),
         Some("535.104.05-1.el8")
     );
-    assert!(root.installed("kmod-nvidia-latest-dkms").is_some());
+    // No GPU on PCI and flavour "auto": the open modules (NVIDIA's default since R560).
+    assert!(root.installed("kmod-nvidia-open-dkms").is_some());
     let module = root.read("/etc/dnf/modules.d/nvidia-driver.module");
     assert!(
-        module.contains("stream=latest-dkms") && module.contains("profiles=default"),
+        module.contains("stream=open-dkms") && module.contains("profiles=default"),
         "{module}"
     );
+    assert!(reason(&rep, "driver").contains("no NVIDIA GPU on PCI"));
     assert!(module_built(&root, UEK8_NEW), "no module for {UEK8_NEW}");
     assert!(persistenced_enabled(&root));
     let mid = root.read("/etc/machine-id").trim().to_string();
@@ -202,7 +207,12 @@ fn a_failed_dkms_build_fails_kernel_module_with_the_make_log() {
         &root,
         "ol8-uek",
         CUDA_LOCAL_EL8_12_2,
-        &["--skip", "build-deps"],
+        &[
+            "--skip",
+            "build-deps",
+            "--set",
+            "driver.flavour=proprietary",
+        ],
     );
     assert_eq!(rc, 1, "{rep:#}");
     let km = step(&rep, "kernel-module");
@@ -466,7 +476,7 @@ fn a_fresh_plan_lists_each_change_with_its_reason_and_changes_nothing() {
             );
         }
     }
-    assert!(reason(&plan, "driver").contains("nvidia-driver:latest-dkms/fm"));
+    assert!(reason(&plan, "driver").contains("nvidia-driver:open-dkms/fm"));
     assert!(reason(&plan, "driver-repo").contains(CUDA_LOCAL_EL8_12_2));
     assert_eq!(tree(&root), before, "plan changed the root");
     assert_eq!(root.rpmdb_snapshot(), rpmdb, "plan changed the rpmdb");
@@ -489,7 +499,12 @@ fn nouveau_loaded_means_reboot_required() {
 #[test]
 fn another_stream_is_switched_only_when_the_profile_says_so() {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
-    let (rc, rep) = apply(&root, "ol8-uek", CUDA_LOCAL_EL8_12_2, &[]);
+    let (rc, rep) = apply(
+        &root,
+        "ol8-uek",
+        CUDA_LOCAL_EL8_12_2,
+        &["--set", "driver.flavour=proprietary"],
+    );
     assert_eq!(rc, 0, "{rep:#}");
     let (rc, rep) = apply(
         &root,
@@ -638,4 +653,423 @@ fn a_failing_open_build_shows_the_nvidia_open_make_log() {
             && why.contains("-ftrivial-auto-var-init=zero"),
         "{why}"
     );
+}
+
+/// The version of the `nvidia` module modprobe would load for `kver` equals `drv`.
+fn module_of(root: &Root, kver: &str, drv: &str) -> bool {
+    loadable_version(root, kver).as_deref() == Some(drv)
+}
+
+/// `gpuhost apply` (all driver steps and hgx-extras) a second time, traced: every driver step
+/// unchanged (or only deferred), and no dnf process.
+fn second_apply_changes_nothing(root: &Root, profile: &str, rpm: &str, extra: &[&str]) {
+    let set = repo_set(rpm);
+    let mut args = vec![
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        profile,
+        "--set",
+        &set,
+        "--only",
+        ONLY,
+    ];
+    args.extend_from_slice(extra);
+    let (o, execs) = root.gpuhost_traced(&args);
+    let rep = report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    for s in rep["steps"].as_array().into_iter().flatten() {
+        let outcome = s["outcome"].as_str().unwrap_or_default();
+        assert!(
+            ["unchanged", "skipped", "deferred"].contains(&outcome),
+            "{s:#}"
+        );
+    }
+    if let Some(execs) = execs {
+        assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
+    }
+}
+
+/// The driver as NVIDIA ships it now (issue 10, item 6): CUDA 12.x and 13.x local repos and
+/// driver-only local repos (R560–R580, default stream open-dkms), with each package set.
+#[rstest]
+#[case::cuda12_560_module(
+    Os::Ol8,
+    "ol8-uek",
+    UEK8_NEW,
+    CUDA_LOCAL_EL8_12_6,
+    "560.35.05",
+    "module"
+)]
+#[case::cuda13_580_full(Os::Ol9, "ol9-rhck", RHCK9, CUDA_LOCAL_EL9_13_0, "580.82.07", "full")]
+#[case::driver_only_570_compute(
+    Os::Ol9,
+    "ol9-uek",
+    UEK9,
+    DRIVER_LOCAL_EL9_570,
+    "570.124.06",
+    "compute-only"
+)]
+#[case::driver_only_580_module(
+    Os::Ol8,
+    "ol8-rhck",
+    RHCK8,
+    DRIVER_LOCAL_EL8_580,
+    "580.82.07",
+    "module"
+)]
+#[case::driver_only_580_full(
+    Os::Ol8,
+    "ol8-uek",
+    UEK8_NEW,
+    DRIVER_LOCAL_EL8_580,
+    "580.82.07",
+    "full"
+)]
+fn local_repos_of_either_kind_converge_with_each_package_set(
+    #[case] os: Os,
+    #[case] profile: &str,
+    #[case] kver: &str,
+    #[case] rpm: &str,
+    #[case] drv: &str,
+    #[case] install: &str,
+) {
+    let root = Root::new(os, &[kver]);
+    let set_install = format!("driver.install={install}");
+    let (rc, rep) = apply(&root, profile, rpm, &["--set", &set_install]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let package = rpm
+        .split("-1.0-1.")
+        .next()
+        .filter(|p| p.starts_with("nvidia-driver-local-repo-"))
+        .map(str::to_string)
+        .unwrap_or_else(|| rpm.split("-local-").next().unwrap_or_default().to_string() + "-local");
+    assert!(root.installed(&package).is_some(), "{package}: {rep:#}");
+    // No GPU on PCI: auto picks the open modules, from the default stream, and says so.
+    let module = root.read("/etc/dnf/modules.d/nvidia-driver.module");
+    assert!(module.contains("stream=open-dkms"), "{module}");
+    assert!(
+        reason(&rep, "driver").contains("no NVIDIA GPU on PCI"),
+        "{}",
+        reason(&rep, "driver")
+    );
+    let evr = |n: &str| root.installed(n).unwrap_or_default();
+    assert!(evr("kmod-nvidia-open-dkms").starts_with(drv), "{rep:#}");
+    match install {
+        "full" => assert!(evr("nvidia-open").starts_with(drv), "{rep:#}"),
+        "compute-only" => {
+            assert!(evr("nvidia-driver-cuda").starts_with(drv), "{rep:#}");
+            for desktop in ["nvidia-driver", "nvidia-settings"] {
+                assert!(root.installed(desktop).is_none(), "{desktop}: {rep:#}");
+            }
+        }
+        _ => assert!(module.contains("profiles=default"), "{module}"),
+    }
+    assert!(module_of(&root, kver, drv), "{rep:#}");
+    assert!(persistenced_enabled(&root));
+    second_apply_changes_nothing(&root, profile, rpm, &["--set", &set_install]);
+}
+
+/// The root's files (the rpmdb compared by content: rpm's sqlite files change on reads).
+fn tree(r: &Root) -> String {
+    let files: Vec<String> = r
+        .tree_snapshot()
+        .lines()
+        .filter(|l| !l.starts_with("var/lib/rpm/"))
+        .map(str::to_string)
+        .collect();
+    files.join("\n") + &r.rpmdb_snapshot()
+}
+
+/// `gpuhost plan` of the driver steps: (exit code, report).
+fn plan(root: &Root, profile: &str, rpm: &str, extra: &[&str]) -> (i32, Value) {
+    run(root, "plan", profile, rpm, extra)
+}
+
+/// The flavour fits the GPUs (issue 10, item 5): `auto` picks open for Turing and newer and
+/// proprietary for Volta, and `plan` says why in one line.
+#[rstest]
+#[case::no_gpu(&[], &[], "open-dkms", "no NVIDIA GPU on PCI")]
+#[case::h200(&[0x2335, 0x2335], &[], "open-dkms", "2× H200 SXM 141GB (Hopper): NVIDIA's recommendation from Turing on")]
+#[case::v100(&[0x1db5], &[], "latest-dkms", "1× Tesla V100 SXM2 32GB (Volta): open modules need Turing or newer")]
+#[case::v100_pinned(&[0x1db5], &["--set", "driver.stream=535-dkms"], "535-dkms", "driver.stream = 535-dkms")]
+#[case::unknown_auto(&[0x3400], &[], "open-dkms", "not in gpuhost's GPU table: 0000:19:00.0 (10de:3400)")]
+#[case::unknown_explicit(&[0x3400], &["--set", "driver.flavour=proprietary"], "latest-dkms", "driver.flavour = \"proprietary\"; not in gpuhost's GPU table: 0000:19:00.0 (10de:3400)")]
+fn auto_flavour_follows_the_gpus_and_plan_says_why(
+    #[case] gpus: &[u16],
+    #[case] extra: &[&str],
+    #[case] stream: &str,
+    #[case] why: &str,
+) {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    for (i, id) in gpus.iter().enumerate() {
+        root.add_pci_device(
+            &format!("0000:{:02x}:00.0", 0x19 + i),
+            0x10de,
+            *id,
+            0x030200,
+        );
+    }
+    let before = tree(&root);
+    let (rc, rep) = plan(&root, "ol8-uek", CUDA_LOCAL_EL8_12_2, extra);
+    assert_eq!(rc, 0, "{rep:#}");
+    let r = reason(&rep, "driver");
+    assert!(
+        r.contains(&format!("nvidia-driver:{stream}/default")),
+        "{r}"
+    );
+    assert!(r.contains(why), "{r}");
+    assert!(!r.contains('\n'), "{r}");
+    assert_eq!(tree(&root), before, "plan changed the root");
+}
+
+/// A Volta host converges on the proprietary modules without the profile naming a stream.
+#[test]
+fn volta_gets_the_proprietary_modules() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    root.add_pci_device("0000:19:00.0", 0x10de, 0x1db5, 0x030200);
+    let (rc, rep) = apply(&root, "ol8-uek", CUDA_LOCAL_EL8_12_2, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(root.installed("kmod-nvidia-latest-dkms").is_some());
+    assert!(root.installed("kmod-nvidia-open-dkms").is_none());
+    assert!(module_built(&root, UEK8_NEW));
+    assert!(root
+        .join(&format!("/var/lib/dkms/nvidia/{DRIVER}"))
+        .is_dir());
+}
+
+/// Bad input is refused before anything changes (exit 2), in one line naming the thing and
+/// what to do: a stream whose modules cannot drive a GPU on PCI, a package set or IMEX the
+/// driver lacks.
+#[rstest]
+#[case::proprietary_on_blackwell(0x2901, CUDA_LOCAL_EL8_12_2, &["--set", "driver.stream=latest-dkms"], &["0000:19:00.0 B200 (Blackwell)", "use driver.stream = \"open-dkms\""])]
+#[case::proprietary_on_grace_hopper(0x2342, CUDA_LOCAL_EL8_12_2, &["--set", "driver.flavour=proprietary"], &["GH200 480GB (Grace Hopper superchip)", "use driver.stream = \"open-dkms\""])]
+#[case::open_on_volta(0x1db5, CUDA_LOCAL_EL8_12_2, &["--set", "driver.stream=535-open"], &["Tesla V100 SXM2 32GB (Volta)", "use driver.stream = \"535-dkms\""])]
+#[case::open_on_pascal(0x15f8, CUDA_LOCAL_EL8_12_2, &["--set", "driver.flavour=open"], &["Tesla P100 PCIe 16GB (Pascal)", "use driver.stream = \"latest-dkms\""])]
+#[case::flavour_and_stream_disagree(0x2335, CUDA_LOCAL_EL8_12_2, &["--set", "driver.flavour=open", "--set", "driver.stream=535-dkms"], &["driver.flavour = \"open\"", "535-open"])]
+#[case::compute_only_before_r560(0x2335, CUDA_LOCAL_EL8_12_2, &["--set", "driver.install=compute-only"], &["driver.install = \"compute-only\"", "R560", "535.104.05"])]
+#[case::imex_before_r550(0x2335, CUDA_LOCAL_EL8_12_2, &["--set", "driver.imex=true"], &["driver.imex", "R550"])]
+fn what_cannot_work_is_refused_before_anything_changes(
+    #[case] gpu: u16,
+    #[case] rpm: &str,
+    #[case] extra: &[&str],
+    #[case] needles: &[&str],
+) {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    root.add_pci_device("0000:19:00.0", 0x10de, gpu, 0x030200);
+    let before = tree(&root);
+    let set = repo_set(rpm);
+    let mut args = vec!["apply", "--profile", "ol8-uek", "--set", &set];
+    args.extend_from_slice(extra);
+    let o = root.gpuhost(&args);
+    assert_eq!(code(&o), 2, "{}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    for n in needles {
+        assert!(err.contains(n), "{n} not in {err}");
+    }
+    assert_eq!(tree(&root), before, "the root changed");
+}
+
+/// A file NVIDIA did not name is refused before anything changes: its name is the only place
+/// the driver version is read from without opening it.
+#[test]
+fn an_unrecognised_package_file_name_is_refused_before_anything_changes() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let renamed = root.join("/srv/driver.rpm");
+    std::fs::copy(World::get().cuda_local(CUDA_LOCAL_EL8_12_2), &renamed).unwrap_or_default();
+    let before = tree(&root);
+    let set = format!("driver.local_repo_rpm={}", renamed.display());
+    let o = root.gpuhost(&["apply", "--profile", "ol8-uek", "--set", &set]);
+    assert_eq!(code(&o), 2, "{}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    for n in [
+        "`driver.rpm`",
+        "nvidia-driver-local-repo-rhel<N>-<driver>",
+        "cuda-repo-rhel<N>",
+        "use the file under the name NVIDIA gave it",
+    ] {
+        assert!(err.contains(n), "{n} not in {err}");
+    }
+    assert_eq!(tree(&root), before, "the root changed");
+}
+
+/// An installed local repo of the other kind is recognised, and replaced only when asked.
+#[test]
+fn an_installed_local_repo_of_the_other_kind_is_recognised() {
+    let root = Root::new(Os::Ol9, &[RHCK9]);
+    let only = ["--only", "driver-repo"];
+    let (rc, rep) = apply(&root, "ol9-rhck", DRIVER_LOCAL_EL9_570, &only);
+    assert_eq!(rc, 0, "{rep:#}");
+    let (rc, rep) = apply(&root, "ol9-rhck", DRIVER_LOCAL_EL9_570, &only);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(step(&rep, "driver-repo")["outcome"], "unchanged", "{rep:#}");
+    let (rc, rep) = apply(&root, "ol9-rhck", CUDA_LOCAL_EL9_13_0, &only);
+    assert_eq!(rc, 1, "{rep:#}");
+    let why = reason(&rep, "driver-repo");
+    assert!(
+        why.contains("nvidia-driver-local-repo-rhel9-570.124.06 1.0 (driver 570.124.06)"),
+        "{why}"
+    );
+    let mut with = only.to_vec();
+    with.extend_from_slice(&["--set", "driver.replace_local_repo=true"]);
+    let (rc, rep) = apply(&root, "ol9-rhck", CUDA_LOCAL_EL9_13_0, &with);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(root
+        .installed("nvidia-driver-local-repo-rhel9-570.124.06")
+        .is_none());
+    assert!(root.installed("cuda-repo-rhel9-13-0-local").is_some());
+}
+
+/// dnf.conf's `[main]` excludes (gpuhost's locks).
+fn excludes(root: &Root) -> Vec<String> {
+    let conf = root.read("/etc/dnf/dnf.conf");
+    conf.lines()
+        .filter_map(|l| l.strip_prefix("excludepkgs="))
+        .flat_map(|v| v.split(',').map(|x| x.trim().to_string()))
+        .collect()
+}
+
+/// HGX H100/H200 (NVSwitches on PCI), R580: Fabric Manager under its R580 name and NSCQ, both
+/// at the driver's version and locked (issue 10, item 7).
+#[test]
+fn nvswitch_systems_get_nscq_at_the_drivers_version_locked() {
+    let root = Root::new(Os::Ol9, &[RHCK9]);
+    for i in 0..2 {
+        root.add_pci_device(
+            &format!("0000:{:02x}:00.0", 0x19 + i),
+            0x10de,
+            0x2335,
+            0x030200,
+        );
+    }
+    root.add_pci_device("0000:05:00.0", 0x10de, 0x22a3, 0x068000);
+    let (rc, rep) = apply(&root, "ol9-rhck", CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(
+        root.installed("nvidia-fabricmanager").as_deref(),
+        Some("580.82.07-1")
+    );
+    assert_eq!(
+        root.installed("libnvidia-nscq").as_deref(),
+        Some("580.82.07-1")
+    );
+    let locks = excludes(&root);
+    for pkg in ["nvidia-fabricmanager", "libnvidia-nscq"] {
+        assert!(locks.contains(&pkg.to_string()), "{pkg}: {locks:?}");
+    }
+    // Not an NVLink-5 system, no IMEX asked: neither nvlsm nor IMEX, no modules-load.d file.
+    assert!(root.installed("nvlsm").is_none());
+    assert!(root.installed("nvidia-imex").is_none());
+    assert!(!root
+        .join("/etc/modules-load.d/gpuhost-nvlink5.conf")
+        .exists());
+    assert!(reason(&rep, "driver").contains("nvidia-driver:open-dkms/fm"));
+    // The lock holds against the user's dnf.
+    let o = root.dnf(&["-y", "remove", "libnvidia-nscq"]);
+    let o2 = root.dnf(&["-y", "reinstall", "libnvidia-nscq"]);
+    assert!(!o2.status.success() || !o.status.success());
+    second_apply_changes_nothing(&root, "ol9-rhck", CUDA_LOCAL_EL9_13_0, &[]);
+}
+
+/// HGX B200 / GB200 (NVLink-5: the NVSwitches sit behind InfiniBand management ports, not on
+/// PCI), with IMEX asked: Fabric Manager, NSCQ, nvlsm + infiniband-diags, IMEX, `ib_umad` at
+/// boot; every NVIDIA package locked, infiniband-diags (Oracle Linux's) not.
+#[test]
+fn nvlink5_systems_get_the_subnet_manager_ib_umad_and_imex() {
+    let root = Root::new(Os::Ol9, &[RHCK9]);
+    root.add_pci_device("0000:19:00.0", 0x10de, 0x2901, 0x030200);
+    root.write(
+        "/sys/class/infiniband/mlx5_0/device/vpd",
+        "ConnectX-7 HCA\n",
+    );
+    root.write(
+        "/sys/class/infiniband/mlx5_4/device/vpd",
+        "\u{82}\u{10}NVIDIA SW_MNG port\u{90}\n",
+    );
+    let imex = ["--set", "driver.imex=true"];
+    let (rc, rep) = apply(&root, "ol9-rhck", CUDA_LOCAL_EL9_13_0, &imex);
+    assert_eq!(rc, 0, "{rep:#}");
+    for pkg in [
+        "nvidia-fabricmanager",
+        "libnvidia-nscq",
+        "nvidia-imex",
+        "kmod-nvidia-open-dkms",
+    ] {
+        assert!(
+            root.installed(pkg)
+                .is_some_and(|v| v.starts_with("580.82.07")),
+            "{pkg}: {rep:#}"
+        );
+    }
+    assert!(root.installed("nvlsm").is_some(), "{rep:#}");
+    assert!(root.installed("infiniband-diags").is_some(), "{rep:#}");
+    let locks = excludes(&root);
+    for pkg in [
+        "nvidia-fabricmanager",
+        "libnvidia-nscq",
+        "nvlsm",
+        "nvidia-imex",
+    ] {
+        assert!(locks.contains(&pkg.to_string()), "{pkg}: {locks:?}");
+    }
+    assert!(!locks.contains(&"infiniband-diags".to_string()));
+    let load = root.read("/etc/modules-load.d/gpuhost-nvlink5.conf");
+    assert!(load.lines().any(|l| l == "ib_umad"), "{load}");
+    let extras = step(&rep, "hgx-extras");
+    assert!(
+        extras["deferred"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|x| x == "modprobe ib_umad")),
+        "{extras:#}"
+    );
+    // Blackwell: auto picked the open modules; the fm module profile for the switches.
+    let module = root.read("/etc/dnf/modules.d/nvidia-driver.module");
+    assert!(
+        module.contains("stream=open-dkms") && module.contains("fm"),
+        "{module}"
+    );
+    second_apply_changes_nothing(&root, "ol9-rhck", CUDA_LOCAL_EL9_13_0, &imex);
+}
+
+/// Oracle Linux 9 with UEK8 (issue 10, item 8): 6.12 built by gcc 14 — kernel-uek-devel pulls
+/// gcc-toolset-14 in, DKMS builds every module of UEK8 with it — converges and stays converged.
+#[test]
+fn ol9_uek8_converges() {
+    let root = Root::new(Os::Ol9, &[UEK9_8]);
+    let (rc, rep) = apply(&root, "ol9-uek", CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(root.installed("kernel-uek-devel").is_some());
+    assert!(root.installed("gcc-toolset-14-gcc").is_some());
+    let why = reason(&rep, "build-deps");
+    assert!(why.contains("14.2.1"), "{why}");
+    let conf = root.read("/etc/dkms/nvidia-open.conf");
+    assert!(
+        conf.contains("6.12.0-*.el9uek.*)")
+            && conf.contains("/opt/rh/gcc-toolset-14/root/usr/bin/gcc"),
+        "{conf}"
+    );
+    assert!(module_of(&root, UEK9_8, "580.82.07"), "{rep:#}");
+    second_apply_changes_nothing(&root, "ol9-uek", CUDA_LOCAL_EL9_13_0, &[]);
+}
+
+/// `ol9-uek` serves UEK8 and UEK7 together: the target UEK7 (system gcc 11) and the default
+/// boot UEK8 (gcc-toolset-14) both get the module, each built by its own compiler.
+#[test]
+fn ol9_uek_serves_uek8_and_uek7_together() {
+    let root = Root::new(Os::Ol9, &[UEK9, UEK9_8]).with_default_kernel(UEK9_8);
+    let target = ["--kernel-release", UEK9];
+    let (rc, rep) = apply(&root, "ol9-uek", CUDA_LOCAL_EL9_13_0, &target);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(module_of(&root, UEK9, "580.82.07"), "{rep:#}");
+    assert!(module_of(&root, UEK9_8, "580.82.07"), "{rep:#}");
+    assert!(root.installed("gcc-toolset-14-gcc").is_some());
+    let conf = root.read("/etc/dkms/nvidia-open.conf");
+    assert!(
+        !conf.contains("5.15.0-"),
+        "UEK7 keeps the system gcc: {conf}"
+    );
+    second_apply_changes_nothing(&root, "ol9-uek", CUDA_LOCAL_EL9_13_0, &target);
 }

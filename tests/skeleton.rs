@@ -647,10 +647,12 @@ fn a_fresh_host_takes_two_dnf_transactions() {
         .unwrap_or_default();
     for needle in [
         "install",
-        "@nvidia-driver:latest-dkms/default",
+        // no GPU on PCI, flavour "auto": the open modules
+        "@nvidia-driver:open-dkms/default",
         &format!("kernel-uek-devel-{UEK8_NEW}"),
         "gcc-toolset-11-gcc",
-        "kmod-nvidia-latest-dkms",
+        "kmod-nvidia-open-dkms",
+        "gcc-c++",
         "docker-ce",
         "nvidia-container-toolkit-1.17.8",
     ] {
@@ -755,6 +757,7 @@ fn steps_lists_the_registry_in_the_order_apply_runs_it() {
             "nouveau",
             "kernel-module",
             "fabric-manager",
+            "hgx-extras",
             "persistenced",
             "docker",
             "container-toolkit",

@@ -19,8 +19,8 @@ use gpuhost_steps::compat::image::{self, ImageConfig};
 use gpuhost_steps::compat::{self as rules, CompatLibs, CudaVersion, DriverSource, Host, Verdict};
 use gpuhost_steps::host::Host as Root;
 use gpuhost_steps::invalid;
+use gpuhost_steps::localrepo::{LocalRepoFile, EXPECTED_NAMES};
 use gpuhost_steps::profile::Profile;
-use gpuhost_steps::steps::driver::LocalRepoName;
 
 use crate::{output, Format};
 
@@ -420,9 +420,9 @@ fn gather_host(a: &CompatArgs, profile: Option<&Profile>) -> Result<Host> {
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let name = LocalRepoName::parse(&file).ok_or_else(|| {
+        let name = LocalRepoFile::parse(&file).ok_or_else(|| {
             invalid!(
-                "profile {}: driver.local_repo_rpm {} is not named like NVIDIA's local repo package (cuda-repo-rhel<N>-<M>-<m>-local-<cuda>_<driver>-<rel>.<arch>.rpm), so its driver is unknown",
+                "profile {}: driver.local_repo_rpm {} is not named like NVIDIA's local repo packages ({EXPECTED_NAMES}), so its driver is unknown",
                 p.name,
                 rpm.display()
             )

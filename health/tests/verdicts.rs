@@ -319,6 +319,13 @@ fn driver_version_against_the_profile() {
         .as_deref(),
         Some("535.104.05")
     );
+    assert_eq!(
+        verdict::driver_version_from_rpm(
+            "nvidia-driver-local-repo-rhel9-570.124.06-1.0-1.x86_64.rpm"
+        )
+        .as_deref(),
+        Some("570.124.06")
+    );
     assert_eq!(verdict::driver_version_from_rpm("driver.rpm"), None);
     let s = h200();
     let mut expect = Expect {

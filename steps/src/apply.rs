@@ -211,6 +211,8 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         b.fits(&facts)?;
     }
     preflight(&host, &profile, &facts, opts.kernel_release.is_some())?;
+    // The driver's flavour, stream and package set: refused now when they cannot work.
+    steps::driver::resolve(&profile, &facts)?;
     if host.is_live() && !opts.dry_run && !is_root() {
         return Err(invalid!(
             "gpuhost apply changes the system and must run as root (gpuhost plan needs no root)"

@@ -21,7 +21,9 @@ use crate::gpu::{kind_of_hex, GpuKind};
 use crate::invalid;
 
 /// `driver.flavour` in a profile.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum FlavourSetting {
     /// From the GPUs: open for Turing and newer, proprietary for Maxwell, Pascal, Volta.

@@ -328,7 +328,7 @@ fn fuzz_rpm_and_dnf_output_parsers() {
         let _ = crate::steps::containers::parse_nvcc_release(&text);
         let _ = crate::steps::containers::smoke::parse_image_cuda(&text);
         for word in text.split_whitespace().take(4) {
-            let _ = crate::steps::driver::LocalRepoName::parse(word);
+            let _ = crate::localrepo::LocalRepoFile::parse(word);
             let _ = crate::runner::package_name_of(word);
         }
         let install = crate::work::Install {

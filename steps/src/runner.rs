@@ -72,6 +72,8 @@ pub struct Ctx<'a> {
     pub host: &'a Host,
     pub profile: &'a Profile,
     pub facts: &'a Facts,
+    /// The driver this run manages (none when the profile names no local repo package).
+    pub driver: Option<crate::steps::driver::DriverPlan>,
     pub state: State,
     rpm_cache: RefCell<BTreeMap<String, Vec<Installed>>>,
 }
@@ -82,6 +84,7 @@ impl<'a> Ctx<'a> {
             host,
             profile,
             facts,
+            driver: crate::steps::driver::resolve(profile, facts)?,
             state: State::load(host)?,
             rpm_cache: RefCell::new(BTreeMap::new()),
         })
@@ -703,8 +706,7 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> 
     }
     let result = match &change.work {
         Work::Install(i) => {
-            let cmd = crate::work::install_command(ctx.host, &[i])?;
-            let out = cmd.output()?;
+            let (cmd, out) = transaction(ctx.host, &[i])?;
             ctx.invalidate_rpm();
             if out.success() {
                 Ok(())
@@ -736,6 +738,21 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> 
     failpoint(&format!("{}:after-change", slot.id()));
     slot.done.push(change.clone());
     Ok(())
+}
+
+/// One merged transaction: the module streams its packages come from enabled first (when any
+/// part asks), then `dnf install`. The command and output of the first that failed, or of the
+/// install.
+fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
+    if let Some(enable) = crate::work::enable_command(host, parts)? {
+        let out = enable.output()?;
+        if !out.success() {
+            return Ok((enable, out));
+        }
+    }
+    let cmd = crate::work::install_command(host, parts)?;
+    let out = cmd.output()?;
+    Ok((cmd, out))
 }
 
 /// Phase 1: what the transactions read or need out of the way, step by step.
@@ -818,10 +835,9 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
         for o in installs.iter().filter_map(|i| i.owes.as_ref()) {
             ctx.owe(o)?;
         }
-        let cmd = crate::work::install_command(ctx.host, &installs)?;
         let which = if brings_repo { "first" } else { "second" };
         failpoint(&format!("transaction-{which}:before"));
-        let out = cmd.output()?;
+        let (cmd, out) = transaction(ctx.host, &installs)?;
         failpoint(&format!("transaction-{which}:after"));
         Ok((!out.success()).then_some(DnfFailure { cmd, out }))
     })();

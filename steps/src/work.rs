@@ -53,6 +53,9 @@ pub struct Install {
     /// A module stream enabled and its profile installed in the same transaction
     /// (`nvidia-driver:latest-dkms/default`).
     pub module: Option<String>,
+    /// A module stream enabled (`dnf module enable nvidia-driver:open-dkms`) right before the
+    /// transaction, whose packages then come from it: NVIDIA's instructions from R560.
+    pub enable: Option<String>,
     /// The package brings a repo that other packages come from (NVIDIA's local repo package):
     /// it goes into the first transaction.
     pub brings_repo: bool,
@@ -167,6 +170,9 @@ impl fmt::Display for Work {
             Work::DisableModule(m) => write!(f, "dnf module disable {m}"),
             Work::ResetModule(m) => write!(f, "dnf module reset {m}"),
             Work::Install(i) => {
+                if let Some(m) = &i.enable {
+                    write!(f, "dnf module enable {m}, then ")?;
+                }
                 let mut words: Vec<String> = i.module.iter().map(|m| format!("@{m}")).collect();
                 words.extend(i.specs.iter().cloned());
                 if i.module.is_some() {
@@ -253,6 +259,17 @@ pub fn install_command(host: &Host, parts: &[&Install]) -> Result<Cmd> {
     Ok(cmd)
 }
 
+/// `dnf module enable` of the streams the transaction's packages come from, if any.
+pub fn enable_command(host: &Host, parts: &[&Install]) -> Result<Option<Cmd>> {
+    let mut streams: Vec<&str> = parts.iter().filter_map(|i| i.enable.as_deref()).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    if streams.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(host.dnf()?.args(["module", "enable"]).args(streams)))
+}
+
 /// True when a dnf failure's output names something of `install`: one of its specs or their
 /// package names, its module, or its repo.
 pub fn implicated(text: &str, install: &Install) -> bool {
@@ -279,7 +296,7 @@ pub fn implicated(text: &str, install: &Install) -> bool {
                 }
             }
         }
-        if let Some(m) = &install.module {
+        for m in install.module.iter().chain(install.enable.iter()) {
             let module_name = m.split(':').next().unwrap_or(m);
             if t == m || t.starts_with(&format!("{module_name}:")) {
                 return true;
@@ -312,7 +329,12 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
             .args(["module", "reset", m.as_str()])
             .run()
             .map(drop),
-        Work::Install(i) => install_command(host, &[i])?.run().map(drop),
+        Work::Install(i) => {
+            if let Some(enable) = enable_command(host, &[i])? {
+                enable.run()?;
+            }
+            install_command(host, &[i])?.run().map(drop)
+        }
         Work::EnableUnits { units, package } => {
             for u in units {
                 if crate::units::state(host, u)? == crate::units::UnitState::Missing {

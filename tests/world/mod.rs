@@ -36,11 +36,20 @@ pub const RHCK8_OLD: &str = "4.18.0-513.5.1.el8_9.x86_64";
 pub const UEK9: &str = "5.15.0-206.153.7.el9uek.x86_64";
 /// OL9 RHCK (ol9_baseos_latest; kernel-devel, kernel-devel-matched, kernel-headers).
 pub const RHCK9: &str = "5.14.0-427.13.1.el9_4.x86_64";
+/// OL9 UEK8 (6.12, ol9_UEKR8): built with gcc 14.2.1 (gcc-toolset-14, which kernel-uek-devel
+/// requires); the kernel split into kernel-uek (meta), -core, -modules-core, -modules.
+pub const UEK9_8: &str = "6.12.0-100.28.2.2.el9uek.x86_64";
 
 /// File names of the NVIDIA CUDA local repo packages in `rpms/cuda-local/`.
 pub const CUDA_LOCAL_EL8_12_2: &str = "cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm";
 pub const CUDA_LOCAL_EL8_12_4: &str = "cuda-repo-rhel8-12-4-local-12.4.1_550.54.15-1.x86_64.rpm";
 pub const CUDA_LOCAL_EL9_12_2: &str = "cuda-repo-rhel9-12-2-local-12.2.2_535.104.05-1.x86_64.rpm";
+/// CUDA 12.6 / driver 560 (el8), CUDA 13.0 / driver 580 (el9): default stream open-dkms.
+pub const CUDA_LOCAL_EL8_12_6: &str = "cuda-repo-rhel8-12-6-local-12.6.3_560.35.05-1.x86_64.rpm";
+pub const CUDA_LOCAL_EL9_13_0: &str = "cuda-repo-rhel9-13-0-local-13.0.1_580.82.07-1.x86_64.rpm";
+/// NVIDIA's driver-only local repo packages (default stream open-dkms).
+pub const DRIVER_LOCAL_EL9_570: &str = "nvidia-driver-local-repo-rhel9-570.124.06-1.0-1.x86_64.rpm";
+pub const DRIVER_LOCAL_EL8_580: &str = "nvidia-driver-local-repo-rhel8-580.82.07-1.0-1.x86_64.rpm";
 pub const CUDA_LOCAL_EL8_12_2_AARCH64: &str =
     "cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.aarch64.rpm";
 

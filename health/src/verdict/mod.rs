@@ -188,14 +188,11 @@ impl Thresholds {
     }
 }
 
-/// The driver version a local repo RPM's file name carries:
-/// `cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm` → `535.104.05`.
+/// The driver version a local repo RPM's file name carries, for either of NVIDIA's kinds:
+/// `cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm` → `535.104.05`,
+/// `nvidia-driver-local-repo-rhel9-570.124.06-1.0-1.x86_64.rpm` → `570.124.06`.
 pub fn driver_version_from_rpm(file_name: &str) -> Option<String> {
-    file_name.match_indices('_').find_map(|(i, _)| {
-        let v = file_name[i + 1..].split('-').next()?;
-        (v.contains('.') && v.chars().all(|c| c.is_ascii_digit() || c == '.'))
-            .then(|| v.to_string())
-    })
+    gpuhost_steps::localrepo::LocalRepoFile::parse(file_name).map(|f| f.driver)
 }
 
 /// The worst severity (N/A and OK count the same).

@@ -1,12 +1,45 @@
-//! `[driver]`: the NVIDIA driver from NVIDIA's local full RPM repo package.
+//! `[driver]`: the NVIDIA driver from NVIDIA's local repo package (CUDA or driver-only), the
+//! kernel module flavour, the stream and the package set.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+use crate::flavour::FlavourSetting;
 use crate::invalid;
 use crate::kernel::Flavour;
+
+/// Which of NVIDIA's package sets the `driver` step installs.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstallSet {
+    /// `dnf module install nvidia-driver:<stream>/<profile>` (profile `default`, or `fm` with
+    /// NVSwitches), plus the stream's kmod package.
+    #[default]
+    Module,
+    /// NVIDIA's instructions from R560: `dnf module enable nvidia-driver:<stream>`, then
+    /// `dnf install nvidia-open` (open modules) or `cuda-drivers` (proprietary).
+    Full,
+    /// A headless compute node (R560 and later): `dnf module enable nvidia-driver:<stream>`,
+    /// then `dnf install nvidia-driver-cuda` and the kmod package, without the desktop parts.
+    ComputeOnly,
+}
+
+impl std::fmt::Display for InstallSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            InstallSet::Module => "module",
+            InstallSet::Full => "full",
+            InstallSet::ComputeOnly => "compute-only",
+        })
+    }
+}
+
+/// First branch with NVIDIA's compute-only packaging and the `nvidia-open` meta package.
+pub const SPLIT_PACKAGES_SINCE: u32 = 560;
 
 /// `[driver]` in a profile.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
@@ -17,16 +50,26 @@ pub struct DriverSpec {
     /// `local_repo_rpm`.
     #[serde(default = "yes")]
     pub manage: bool,
-    /// NVIDIA's local full RPM repo package (a path on the host).
+    /// NVIDIA's local repo package (a path on the host): a CUDA local repo or a driver-only one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_repo_rpm: Option<PathBuf>,
     /// The SHA-256 of `local_repo_rpm` (64 hex digits), checked before anything is installed
     /// from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
-    /// `nvidia-driver` module stream, e.g. `535-dkms`, `latest-dkms`, `open-dkms`, `550-open`.
-    #[serde(default = "default_stream")]
-    pub stream: String,
+    /// Kernel module flavour: `auto` (from the GPUs on PCI), `open` or `proprietary`.
+    #[serde(default)]
+    pub flavour: FlavourSetting,
+    /// `nvidia-driver` module stream, e.g. `535-dkms`, `latest-dkms`, `open-dkms`, `550-open`;
+    /// unset: the flavour's default stream (`open-dkms` or `latest-dkms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
+    /// The package set: `module`, `full` or `compute-only`.
+    #[serde(default)]
+    pub install: InstallSet,
+    /// IMEX (memory export across nodes, multi-node NVLink) at the driver's version, locked.
+    #[serde(default)]
+    pub imex: bool,
     /// Replace another NVIDIA local repo package (another driver version) when one is installed.
     #[serde(default)]
     pub replace_local_repo: bool,
@@ -42,7 +85,10 @@ impl Default for DriverSpec {
             manage: true,
             local_repo_rpm: None,
             sha256: None,
-            stream: default_stream(),
+            flavour: FlavourSetting::Auto,
+            stream: None,
+            install: InstallSet::Module,
+            imex: false,
             replace_local_repo: false,
             switch_stream: false,
         }
@@ -51,10 +97,6 @@ impl Default for DriverSpec {
 
 fn yes() -> bool {
     true
-}
-
-fn default_stream() -> String {
-    "latest-dkms".to_string()
 }
 
 impl DriverSpec {
@@ -67,16 +109,16 @@ impl DriverSpec {
                 ));
             }
         }
-        let stream_ok = !self.stream.is_empty()
-            && self
-                .stream
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
-        if !stream_ok {
-            return Err(invalid!(
-                "profile {profile}: key `driver.stream`: \"{}\" is not a module stream (e.g. 535-dkms, latest-dkms, open-dkms)",
-                self.stream
-            ));
+        if let Some(stream) = &self.stream {
+            let stream_ok = !stream.is_empty()
+                && stream
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+            if !stream_ok {
+                return Err(invalid!(
+                    "profile {profile}: key `driver.stream`: \"{stream}\" is not a module stream (e.g. 535-dkms, latest-dkms, open-dkms)"
+                ));
+            }
         }
         Ok(())
     }
@@ -86,11 +128,13 @@ impl DriverSpec {
     /// before anything is changed.
     pub fn validate_for(&self, profile: &str, flavour: Flavour) -> Result<()> {
         self.validate(profile)?;
-        if flavour == Flavour::Uek && StreamKind::of(&self.stream) == StreamKind::Precompiled {
+        let Some(stream) = &self.stream else {
+            return Ok(());
+        };
+        if flavour == Flavour::Uek && StreamKind::of(stream) == StreamKind::Precompiled {
             return Err(invalid!(
-                "profile {profile}: key `driver.stream`: \"{}\" is a precompiled stream, and NVIDIA builds precompiled modules for RHCK kernels only, never for UEK; use a DKMS stream: {}-dkms, latest-dkms or open-dkms",
-                self.stream,
-                if self.stream == "latest" { "<branch>" } else { &self.stream }
+                "profile {profile}: key `driver.stream`: \"{stream}\" is a precompiled stream, and NVIDIA builds precompiled modules for RHCK kernels only, never for UEK; use a DKMS stream: {}-dkms, latest-dkms or open-dkms",
+                if stream == "latest" { "<branch>" } else { stream }
             ));
         }
         Ok(())
@@ -148,7 +192,7 @@ mod tests {
     #[test]
     fn precompiled_streams_are_refused_on_uek_only() {
         let spec = DriverSpec {
-            stream: "latest".into(),
+            stream: Some("latest".into()),
             ..DriverSpec::default()
         };
         let err = spec.validate_for("p", Flavour::Uek).err();

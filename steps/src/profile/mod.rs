@@ -22,7 +22,7 @@ pub use containers::{
     toolkit_denied, toolkit_refused, ConflictPolicy, DaemonSpec, DockerSpec, ModuleFiltering,
     PrefixLink, RepoSource, SmokeSpec, ToolkitSpec, TOOLKIT_CVES, TOOLKIT_DENY, TOOLKIT_FLOOR,
 };
-pub use driver::{DriverSpec, StreamKind};
+pub use driver::{DriverSpec, InstallSet, StreamKind, SPLIT_PACKAGES_SINCE};
 
 /// The built-in profiles: (name, TOML text).
 pub const BUILTIN: &[(&str, &str)] = &[
@@ -463,7 +463,7 @@ mod tests {
                 "status.expect_gpus=8".into(),
             ],
         )?;
-        assert_eq!(p.driver.stream, "535-dkms");
+        assert_eq!(p.driver.stream.as_deref(), Some("535-dkms"));
         assert_eq!(p.status.expect_gpus, Some(8));
         assert!(p.driver.local_repo_rpm.is_some());
         Ok(())
@@ -543,7 +543,7 @@ mod tests {
     #[test]
     fn a_number_given_to_a_string_key_is_taken_as_text() -> Result<()> {
         let p = Profile::resolve("ol8-rhck", &["driver.stream=535".into()])?;
-        assert_eq!(p.driver.stream, "535");
+        assert_eq!(p.driver.stream.as_deref(), Some("535"));
         // but a number key still rejects text, naming the key on one line
         let e = err_of("ol8-uek", &["status.expect_gpus=eight"]);
         assert!(
@@ -562,7 +562,7 @@ mod tests {
             "extends = \"ol8-uek\"\n[driver]\nstream = \"535-dkms\"\n",
         )?;
         let p = Profile::resolve(&f.display().to_string(), &[])?;
-        assert_eq!(p.driver.stream, "535-dkms");
+        assert_eq!(p.driver.stream.as_deref(), Some("535-dkms"));
         assert_eq!(p.kernel.flavour, Flavour::Uek);
         Ok(())
     }

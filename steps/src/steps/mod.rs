@@ -20,6 +20,7 @@ pub fn registry() -> Vec<&'static dyn Step> {
         &driver::nouveau::Nouveau,
         &driver::kmod::KernelModule,
         &driver::fabric::FabricManager,
+        &driver::hgx_extras::HgxExtras,
         &driver::persistenced::Persistenced,
         &containers::docker::Docker,
         &containers::toolkit::ContainerToolkit,

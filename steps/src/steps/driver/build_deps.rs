@@ -78,7 +78,7 @@ fn wanted(ctx: &Ctx<'_>, system_major: u32) -> Wanted {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    if StreamKind::of(&ctx.profile.driver.stream) == StreamKind::Open {
+    if StreamKind::of(super::stream(ctx)) == StreamKind::Open {
         packages.push("gcc-c++".to_string());
     }
     let mut notes = Vec::new();
@@ -191,10 +191,10 @@ impl Step for BuildDeps {
 
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
         super::not_applicable(ctx).or_else(|| {
-            (StreamKind::of(&ctx.profile.driver.stream) == StreamKind::Precompiled).then(|| {
+            (StreamKind::of(super::stream(ctx)) == StreamKind::Precompiled).then(|| {
                 format!(
                     "nvidia-driver:{} is a precompiled stream: nothing is built on this host",
-                    ctx.profile.driver.stream
+                    super::stream(ctx)
                 )
             })
         })

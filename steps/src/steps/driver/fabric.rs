@@ -12,7 +12,7 @@ use crate::units;
 
 pub struct FabricManager;
 
-const DNF_CONF: &str = "/etc/dnf/dnf.conf";
+pub const DNF_CONF: &str = "/etc/dnf/dnf.conf";
 const UNIT: &str = "nvidia-fabricmanager.service";
 
 /// Fabric Manager's package names: from the 580 branch, and before it.
@@ -27,14 +27,19 @@ pub fn package_for(driver: &str) -> &'static str {
     }
 }
 
-/// True when dnf.conf locks this driver's Fabric Manager package (gpuhost's own
-/// transactions then lift the lock with `--disableexcludes=main`).
+/// True when dnf.conf locks a package gpuhost locks for this driver (Fabric Manager, NSCQ,
+/// nvlsm, IMEX): gpuhost's own transactions then lift the locks with `--disableexcludes=main`.
 pub fn locked(ctx: &Ctx<'_>) -> Result<bool> {
     let Ok(drv) = driver_version(ctx).map(|n| n.driver) else {
         return Ok(false);
     };
     let conf = ctx.host.read_opt(DNF_CONF)?.unwrap_or_default();
-    Ok(main_excludes(&conf).iter().any(|e| e == package_for(&drv)))
+    let excluded = main_excludes(&conf);
+    if excluded.iter().any(|e| e == package_for(&drv)) {
+        return Ok(true);
+    }
+    let extras = super::hgx_extras::wanted(ctx).unwrap_or_default();
+    Ok(extras.iter().any(|x| x.lock && excluded.contains(&x.name)))
 }
 
 /// The package names excluded in dnf.conf's `[main]` (`excludepkgs=` or its alias `exclude=`).
@@ -106,6 +111,22 @@ pub fn with_exclude(conf: &str, pkg: &str) -> String {
     lines.join("\n") + "\n"
 }
 
+/// The NVSwitches, in words: `4 NVSwitches` on PCI, `2 NVLink-5 switch ports`.
+pub fn switches(ctx: &Ctx<'_>) -> String {
+    let t = ctx.facts.topology();
+    let mut parts = Vec::new();
+    if t.pci_nvswitches > 0 {
+        parts.push(format!("{} NVSwitches", t.pci_nvswitches));
+    }
+    if t.nvlink5_switch_ports > 0 {
+        parts.push(format!(
+            "{} NVLink-5 switch management ports",
+            t.nvlink5_switch_ports
+        ));
+    }
+    parts.join(", ")
+}
+
 impl Step for FabricManager {
     fn id(&self) -> &'static str {
         "fabric-manager"
@@ -117,7 +138,9 @@ impl Step for FabricManager {
 
     fn rpm_names(&self, ctx: &Ctx<'_>) -> Vec<String> {
         match driver_version(ctx) {
-            Ok(n) if !ctx.facts.nvswitches.is_empty() => vec![package_for(&n.driver).to_string()],
+            Ok(n) if ctx.facts.topology().has_nvswitches() => {
+                vec![package_for(&n.driver).to_string()]
+            }
             _ => vec![],
         }
     }
@@ -128,9 +151,7 @@ impl Step for FabricManager {
 
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
         super::not_applicable(ctx).or_else(|| {
-            ctx.facts
-                .nvswitches
-                .is_empty()
+            (!ctx.facts.topology().has_nvswitches())
                 .then(|| "no NVSwitch on this host: Fabric Manager is not needed".to_string())
         })
     }
@@ -158,10 +179,7 @@ impl Step for FabricManager {
                     disable_excludes: locked(ctx)?,
                     ..Install::default()
                 }),
-                format!(
-                    "{found} (driver {drv}, {} NVSwitches)",
-                    ctx.facts.nvswitches.len()
-                ),
+                format!("{found} (driver {drv}, {})", switches(ctx)),
             ));
         }
         let conf = ctx.host.read_opt(DNF_CONF)?.unwrap_or_default();

@@ -134,7 +134,7 @@ impl Step for KernelModule {
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let drv = driver_version(ctx)?.driver;
-        let kind = StreamKind::of(&ctx.profile.driver.stream);
+        let kind = StreamKind::of(super::stream(ctx));
         let mut check = Check::default();
         let missing = Self::missing(ctx, &drv);
         let kmod_installed = match kind.dkms_package() {
@@ -226,7 +226,7 @@ impl Step for KernelModule {
             kernels,
         } = work
         {
-            let kind = StreamKind::of(&ctx.profile.driver.stream);
+            let kind = StreamKind::of(super::stream(ctx));
             let package = kind.dkms_package().unwrap_or_default();
             if ctx.installed_one(package)?.is_empty() {
                 // Nothing to build: the driver's transaction did not install it.

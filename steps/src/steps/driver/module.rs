@@ -1,13 +1,25 @@
-//! `driver`: the `nvidia-driver` module stream and profile from the local repo, at the local
-//! repo's driver version. The module state is read from `/etc/dnf/modules.d/nvidia-driver.module`
-//! and the packages from the runner's batched rpm query, so a converged host starts no dnf.
-//! Another stream already installed is switched (`dnf module switch-to --allowerasing`) only
-//! when the profile says `driver.switch_stream = true`.
+//! `driver`: the `nvidia-driver` module stream of the flavour that fits the GPUs (see
+//! [`crate::flavour`]) and the driver's packages from the local repo, at the local repo's driver
+//! version, as one of NVIDIA's package sets (`driver.install`):
+//! - `module`: `dnf module install nvidia-driver:<stream>/<profile>` (`default`, or `fm` with
+//!   NVSwitches) and the stream's kmod package;
+//! - `full`: `dnf module enable nvidia-driver:<stream>`, then `dnf install nvidia-open` (open
+//!   modules) or `cuda-drivers` (proprietary) and the kmod package — NVIDIA's Driver Installation
+//!   Guide, "Kernel Modules", from R560;
+//! - `compute-only`: `dnf module enable nvidia-driver:<stream>`, then `dnf install
+//!   nvidia-driver-cuda` and the kmod package (the guide's "Compute-only and Desktop
+//!   Installation", R560 and later: no X or desktop libraries).
+//!
+//! The module state is read from `/etc/dnf/modules.d/nvidia-driver.module` and the packages from
+//! the runner's batched rpm query, so a converged host starts no dnf. Another stream already
+//! installed is switched (`dnf module switch-to --allowerasing`) only when the profile says
+//! `driver.switch_stream = true`.
 
 use anyhow::Result;
 
-use super::{driver_version, module_profile, StreamKind};
+use super::{module_profile, plan, DriverPlan, InstallSet, StreamKind};
 use crate::error::hinted;
+use crate::flavour::ModuleFlavour;
 use crate::kernel::Flavour;
 use crate::runner::{Change, Check, Ctx, DnfFailure, Install, Step, Work};
 
@@ -105,8 +117,7 @@ pub fn precompiled_kmod(driver: &str, kver: &str) -> String {
 /// The packages that bring the kernel module for this stream: the DKMS package, or the
 /// precompiled package of every served kernel.
 pub fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
-    let kind = StreamKind::of(&ctx.profile.driver.stream);
-    match kind.dkms_package() {
+    match StreamKind::of(super::stream(ctx)).dkms_package() {
         Some(k) => vec![k.to_string()],
         None => ctx
             .facts
@@ -114,6 +125,23 @@ pub fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
             .iter()
             .map(|k| precompiled_kmod(driver, k))
             .collect(),
+    }
+}
+
+/// The packages of the plan's package set besides the kmods, that must be at the driver's
+/// version: `nvidia-driver` (module, full), the meta package (full), `nvidia-driver-cuda`
+/// (compute-only).
+pub fn set_packages(plan: &DriverPlan) -> Vec<&'static str> {
+    match plan.install {
+        InstallSet::Module => vec!["nvidia-driver"],
+        InstallSet::Full => vec![
+            "nvidia-driver",
+            match plan.choice.flavour {
+                ModuleFlavour::Open => "nvidia-open",
+                ModuleFlavour::Proprietary => "cuda-drivers",
+            },
+        ],
+        InstallSet::ComputeOnly => vec!["nvidia-driver-cuda"],
     }
 }
 
@@ -144,11 +172,15 @@ impl Step for Driver {
     }
 
     fn rpm_names(&self, ctx: &Ctx<'_>) -> Vec<String> {
-        let mut names = vec!["nvidia-driver".to_string()];
-        if let Ok(n) = driver_version(ctx) {
-            names.extend(kmod_packages(ctx, &n.driver));
+        match plan(ctx) {
+            Ok(p) => {
+                let mut names: Vec<String> =
+                    set_packages(p).iter().map(|s| s.to_string()).collect();
+                names.extend(kmod_packages(ctx, &p.repo.driver));
+                names
+            }
+            Err(_) => vec![],
         }
-        names
     }
 
     fn needs_driver_package(&self) -> bool {
@@ -160,10 +192,11 @@ impl Step for Driver {
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
-        let repo = driver_version(ctx)?;
+        let plan = plan(ctx)?;
+        let repo = &plan.repo;
         let drv = repo.driver.clone();
-        let stream = ctx.profile.driver.stream.clone();
-        let kind = StreamKind::of(&stream);
+        let stream = plan.stream().to_string();
+        let kind = plan.kind();
         if kind == StreamKind::Precompiled && ctx.facts.target_flavour == Some(Flavour::Uek) {
             return Err(hinted(
                 format!("nvidia-driver:{stream} is a precompiled stream: NVIDIA builds those for RHCK kernels only, never for UEK"),
@@ -171,14 +204,18 @@ impl Step for Driver {
             ));
         }
         let profile = module_profile(ctx);
-        let spec = format!("nvidia-driver:{stream}/{profile}");
+        // What is installed: a module profile (`module`), or packages from an enabled stream.
+        let spec = match plan.install {
+            InstallSet::Module => format!("nvidia-driver:{stream}/{profile}"),
+            _ => format!("nvidia-driver:{stream}"),
+        };
         let state = ctx
             .host
             .read_opt(MODULE_FILE)?
             .map(|t| ModuleState::parse(&t))
             .unwrap_or_default();
         let kmods = kmod_packages(ctx, &drv);
-        let mut names = vec!["nvidia-driver".to_string()];
+        let mut names: Vec<String> = set_packages(plan).iter().map(|s| s.to_string()).collect();
         names.extend(kmods.iter().cloned());
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let installed = ctx.installed(&refs)?;
@@ -199,11 +236,17 @@ impl Step for Driver {
         let mut why = Vec::new();
         let verb = match state.enabled_stream() {
             Some(s) if s == stream => {
-                let has_profile = state.profiles.iter().any(|p| p == profile);
+                let has_profile = plan.install != InstallSet::Module
+                    || state.profiles.iter().any(|p| p == profile);
                 if has_profile && absent.is_empty() && stale.is_empty() {
+                    let set = match plan.install {
+                        InstallSet::Module => String::new(),
+                        other => format!(" ({other})"),
+                    };
                     check.notes.push(format!(
-                        "{spec} installed: nvidia-driver {drv}, {}",
-                        kmods.join(", ")
+                        "{spec} installed{set}: {}; {}",
+                        names.join(", "),
+                        plan.choice.explanation
                     ));
                     return Ok(check);
                 }
@@ -225,7 +268,7 @@ impl Step for Driver {
             Some(other) => {
                 if !ctx.profile.driver.switch_stream {
                     return Err(hinted(
-                        format!("nvidia-driver:{other} is installed, but the profile asks for nvidia-driver:{stream}"),
+                        format!("nvidia-driver:{other} is installed, but this run wants nvidia-driver:{stream} ({})", plan.choice.explanation),
                         format!("set driver.switch_stream = true to switch (dnf module switch-to {spec} --allowerasing), or set driver.stream = \"{other}\""),
                     ));
                 }
@@ -246,24 +289,43 @@ impl Step for Driver {
         why.extend(absent);
         why.extend(stale);
         why.push(format!("driver {drv} from {}", repo.package));
-        // The Fabric Manager lock (an exclude) must not hide it from its own module.
-        let disable_excludes = profile == "fm" && super::fabric::locked(ctx)?;
+        why.push(plan.choice.explanation.clone());
+        // gpuhost's locks (excludes: Fabric Manager, NSCQ, …) must not hide them from their module.
+        let disable_excludes = super::fabric::locked(ctx)?;
         if state.state == "disabled" {
             check.changes.push(Change::new(
                 Work::ResetModule("nvidia-driver".to_string()),
                 "the nvidia-driver module is disabled; a stream can be installed once it is reset",
             ));
         }
-        let work = match verb {
-            Verb::Install => Work::Install(Install {
-                specs: kmods,
+        // The packages named on dnf's command line: the kmods, and the set's packages except
+        // for a module profile (which installs them itself).
+        let mut packages: Vec<String> = match plan.install {
+            InstallSet::Module => Vec::new(),
+            // `nvidia-open` / `cuda-drivers` bring nvidia-driver.
+            _ => set_packages(plan)
+                .into_iter()
+                .filter(|p| *p != "nvidia-driver")
+                .map(str::to_string)
+                .collect(),
+        };
+        packages.extend(kmods);
+        let work = match (verb, plan.install) {
+            (Verb::Install, InstallSet::Module) => Work::Install(Install {
+                specs: packages,
                 module: Some(spec),
                 disable_excludes,
                 ..Install::default()
             }),
-            Verb::Switch => Work::SwitchStream {
+            (Verb::Install, _) => Work::Install(Install {
+                specs: packages,
+                enable: Some(spec),
+                disable_excludes,
+                ..Install::default()
+            }),
+            (Verb::Switch, _) => Work::SwitchStream {
                 module: spec,
-                packages: kmods,
+                packages,
                 disable_excludes,
             },
         };
@@ -282,7 +344,7 @@ impl Step for Driver {
         crate::work::carry_out(ctx.host, work).map_err(|e| {
             if module_missing(&format!("{e:#}")) {
                 let available = available_streams(ctx).unwrap_or_default();
-                not_in_repo(&ctx.profile.driver.stream, &available)
+                not_in_repo(super::stream(ctx), &available)
             } else {
                 e
             }
@@ -292,7 +354,7 @@ impl Step for Driver {
     fn explain(&self, ctx: &Ctx<'_>, install: &Install, failure: &DnfFailure) -> anyhow::Error {
         if module_missing(&failure.text()) {
             let available = available_streams(ctx).unwrap_or_default();
-            return not_in_repo(&ctx.profile.driver.stream, &available);
+            return not_in_repo(super::stream(ctx), &available);
         }
         match failure.unmatched(&install.specs).first() {
             Some(spec) => ctx.not_in_repos(spec),

@@ -1,7 +1,9 @@
-//! `driver-repo`: NVIDIA's local full RPM repo package named by the profile, verified
-//! (RPM, checksum, architecture, OS release, the driver version its inner repo really carries)
-//! and installed with dnf. Another local repo (another driver version) is replaced only when
-//! the profile says so.
+//! `driver-repo`: NVIDIA's local repo package named by the profile — a CUDA local repo
+//! (`cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm`) or a driver-only local repo
+//! (`nvidia-driver-local-repo-rhel9-570.124.06-1.0-1.x86_64.rpm`; see [`crate::localrepo`]) —
+//! verified (RPM, checksum, architecture, OS release, the driver version its inner repo really
+//! carries) and installed with dnf. An installed local repo of either kind is recognised;
+//! another one (another driver version) is replaced only when the profile says so.
 //!
 //! On a host where the package is already installed at that version the file is not read
 //! again (it may be gigabytes, or deleted since): the inner repo directory is checked instead.
@@ -12,9 +14,10 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
-use super::{host_arch, local_repo, LocalRepoName, NO_DRIVER};
+use super::{host_arch, LocalRepoFile, NO_DRIVER};
 use crate::cmd::Cmd;
 use crate::error::{as_invalid, hinted};
+use crate::localrepo::{installed_driver, present_packages, RepoKind};
 use crate::runner::{Change, Check, Ctx, Install, Step, Work};
 
 pub struct DriverRepo;
@@ -22,32 +25,27 @@ pub struct DriverRepo;
 /// The first bytes of every RPM file (the lead).
 const RPM_MAGIC: [u8; 4] = [0xed, 0xab, 0xee, 0xdb];
 
-/// Package names of the NVIDIA local repos present on the host (from their repo files and
-/// repo directories), whether or not rpm knows them.
+/// Package names of the NVIDIA local repos present on the host, of either kind (from their
+/// repo files and repo directories), whether or not rpm knows them.
 fn present_local_repos(ctx: &Ctx<'_>) -> Vec<String> {
-    let mut names: Vec<String> = ctx
-        .host
-        .files_with_prefix("/etc/yum.repos.d", "cuda-")
-        .into_iter()
-        .filter_map(|f| {
-            let id = f.strip_suffix(".repo")?.strip_prefix("cuda-")?;
-            id.ends_with("-local").then(|| format!("cuda-repo-{id}"))
-        })
-        .chain(
-            ctx.host
-                .files_with_prefix("/var", "cuda-repo-")
-                .into_iter()
-                .filter(|d| d.ends_with("-local")),
-        )
-        .collect();
-    names.sort();
-    names.dedup();
-    names
+    let repo_files = ctx.host.files_with_prefix("/etc/yum.repos.d", "");
+    let var_dirs = ctx.host.files_with_prefix("/var", "");
+    present_packages(
+        repo_files.iter().map(String::as_str),
+        var_dirs.iter().map(String::as_str),
+    )
 }
 
-/// The driver version in a local repo package version (`12.4.1_550.54.15` → `550.54.15`).
-fn driver_of(version: &str) -> &str {
-    version.split_once('_').map_or(version, |(_, d)| d)
+/// The driver of an installed local repo package (either kind), or its version.
+fn driver_of(name: &str, version: &str) -> String {
+    installed_driver(name, version).unwrap_or_else(|| version.to_string())
+}
+
+/// True when an installed package is the profile's local repo package: same name, and the
+/// version the file name gives (a driver-only file name may give none: the name carries the
+/// driver).
+fn is_ours(name: &LocalRepoFile, p_name: &str, p_version: &str) -> bool {
+    p_name == name.package && name.version.as_deref().is_none_or(|v| v == p_version)
 }
 
 /// Versions of `nvidia-driver` in a list of file names (`nvidia-driver-535.104.05-1.el8.x86_64.rpm`).
@@ -69,7 +67,7 @@ fn nvidia_driver_versions(files: &[String]) -> Vec<String> {
 }
 
 /// Check the file itself before anything is installed from it.
-fn verify_file(path: &Path, name: &LocalRepoName, sha256: Option<&str>) -> Result<()> {
+fn verify_file(path: &Path, name: &LocalRepoFile, sha256: Option<&str>) -> Result<()> {
     let shown = path.display();
     let mut f = match std::fs::File::open(path) {
         Ok(f) => f,
@@ -130,7 +128,9 @@ fn verify_file(path: &Path, name: &LocalRepoName, sha256: Option<&str>) -> Resul
             format!("use NVIDIA's {} local repo package", host_arch()),
         ));
     }
-    if *h_name != name.package || driver_of(h_version) != name.driver {
+    if *h_name != name.package
+        || installed_driver(h_name, h_version).as_deref() != Some(name.driver.as_str())
+    {
         return Err(hinted(
             format!(
                 "{shown} is really {h_name} {h_version}, not what its file name says (driver {})",
@@ -195,8 +195,8 @@ impl Step for DriverRepo {
 
     fn rpm_names(&self, ctx: &Ctx<'_>) -> Vec<String> {
         let mut names = present_local_repos(ctx);
-        if let Ok(Some((_, n))) = local_repo(ctx) {
-            names.push(n.package);
+        if let Some(p) = &ctx.driver {
+            names.push(p.repo.package.clone());
         }
         names
     }
@@ -210,9 +210,10 @@ impl Step for DriverRepo {
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
-        let Some((path, name)) = local_repo(ctx).map_err(as_invalid)? else {
+        let Some(plan) = &ctx.driver else {
             return Ok(Check::in_sync(NO_DRIVER));
         };
+        let (path, name) = (&plan.path, &plan.repo);
         let shown = path.display().to_string();
         let major = ctx.profile.os.major;
         if name.os_major != major {
@@ -221,7 +222,13 @@ impl Step for DriverRepo {
                     "{shown} is for RHEL {} but this host runs Oracle Linux {major}",
                     name.os_major
                 ),
-                format!("use NVIDIA's cuda-repo-rhel{major}-…-local package"),
+                match name.kind {
+                    RepoKind::Cuda => format!("use NVIDIA's cuda-repo-rhel{major}-…-local package"),
+                    RepoKind::DriverOnly => format!(
+                        "use NVIDIA's nvidia-driver-local-repo-rhel{major}-{}… package",
+                        name.driver
+                    ),
+                },
             )));
         }
         if name.arch != host_arch() {
@@ -243,11 +250,11 @@ impl Step for DriverRepo {
         let installed = ctx.installed(&refs)?;
         let ours = installed
             .get(&name.package)
-            .is_some_and(|v| v.iter().any(|p| p.version == name.version));
+            .is_some_and(|v| v.iter().any(|p| is_ours(name, &p.name, &p.version)));
         let others: Vec<(String, String)> = installed
             .values()
             .flatten()
-            .filter(|p| !(p.name == name.package && p.version == name.version))
+            .filter(|p| !is_ours(name, &p.name, &p.version))
             .map(|p| (p.name.clone(), p.version.clone()))
             .collect();
         if ours && others.is_empty() {
@@ -257,9 +264,8 @@ impl Step for DriverRepo {
             if !nvidia_driver_versions(&found).contains(&name.driver) {
                 return Err(hinted(
                     format!(
-                        "{} {} is installed but {} holds no nvidia-driver {}",
+                        "{} is installed but {} holds no nvidia-driver {}",
                         name.package,
-                        name.version,
                         name.repo_dir(),
                         name.driver
                     ),
@@ -267,9 +273,8 @@ impl Step for DriverRepo {
                 ));
             }
             return Ok(Check::in_sync(format!(
-                "{}-{} installed: driver {}{}",
+                "{} installed: driver {}{}",
                 name.package,
-                name.version,
                 name.driver,
                 serves_text(&name.driver)
             )));
@@ -278,7 +283,7 @@ impl Step for DriverRepo {
         if !others.is_empty() {
             let listed: Vec<String> = others
                 .iter()
-                .map(|(n, v)| format!("{n} {v} (driver {})", driver_of(v)))
+                .map(|(n, v)| format!("{n} {v} (driver {})", driver_of(n, v)))
                 .collect();
             if !ctx.profile.driver.replace_local_repo {
                 return Err(hinted(
@@ -303,7 +308,7 @@ impl Step for DriverRepo {
         }
         // The file is what the user gave: anything wrong with it is invalid input (exit 2),
         // found before any step changes anything.
-        verify_file(&path, &name, ctx.profile.driver.sha256.as_deref()).map_err(as_invalid)?;
+        verify_file(path, name, ctx.profile.driver.sha256.as_deref()).map_err(as_invalid)?;
         let verified = if ctx.profile.driver.sha256.is_some() {
             "SHA-256 verified"
         } else {
@@ -346,6 +351,13 @@ mod tests {
             "/var/cuda-repo-rhel8-12-2-local/nvidia-driver-libs-535.104.05-1.el8.x86_64.rpm".into(),
         ];
         assert_eq!(nvidia_driver_versions(&files), vec!["535.104.05"]);
-        assert_eq!(driver_of("12.4.1_550.54.15"), "550.54.15");
+        assert_eq!(
+            driver_of("cuda-repo-rhel8-12-4-local", "12.4.1_550.54.15"),
+            "550.54.15"
+        );
+        assert_eq!(
+            driver_of("nvidia-driver-local-repo-rhel9-570.124.06", "1.0"),
+            "570.124.06"
+        );
     }
 }
