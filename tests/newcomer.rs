@@ -206,7 +206,7 @@ fn converged_runs_are_quiet_and_the_summary_counts_what_the_steps_say() {
     );
     // progress only from steps that changed: `kernel` changed nothing and says nothing
     assert!(
-        err.contains("gpuhost: [2/15] kernel-headers: changed in "),
+        err.contains("gpuhost: [2/16] kernel-headers: changed in "),
         "{err}"
     );
     assert!(!err.contains("] kernel: "), "{err}");

@@ -26,7 +26,7 @@ use crate::invalid;
 )]
 #[serde(rename_all = "lowercase")]
 pub enum FlavourSetting {
-    /// From the GPUs: open for Turing and newer, proprietary for Maxwell, Pascal, Volta.
+    // From the GPUs: open for Turing and newer, proprietary for Maxwell, Pascal, Volta.
     #[default]
     Auto,
     Open,

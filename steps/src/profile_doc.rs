@@ -437,11 +437,19 @@ mod tests {
         assert!(pos("docker.daemon.ulimit_stack") < pos("container_toolkit.repo"));
         assert!(pos("prefix_links") < pos("status.expect_gpus"));
         let stream = find(&keys, "driver.stream");
-        assert_eq!(
-            stream.default,
-            Some(toml::Value::String("latest-dkms".into()))
-        );
+        assert_eq!(stream.default, None, "unset: from the flavour");
         assert!(stream.meaning.contains("module stream"), "{stream:?}");
+        let flavour = find(&keys, "driver.flavour");
+        assert_eq!(flavour.default, Some(toml::Value::String("auto".into())));
+        assert!(
+            matches!(&flavour.kind, Kind::Value(k) if k == "one of: auto, open, proprietary"),
+            "{flavour:?}"
+        );
+        assert!(
+            matches!(&find(&keys, "driver.install").kind, Kind::Value(k) if k == "one of: module, full, compute-only"),
+            "{:?}",
+            find(&keys, "driver.install")
+        );
         let conflicts = find(&keys, "docker.conflicts");
         assert!(
             matches!(&conflicts.kind, Kind::Value(k) if k == "one of: fail, remove, allowerasing"),
@@ -528,8 +536,9 @@ mod tests {
             ],
         )?;
         let text = render_all(&p)?;
+        assert!(text.contains("\nstream = \"535-dkms\"\n"), "{text}");
         assert!(
-            text.contains("stream = \"535-dkms\"  # default: \"latest-dkms\""),
+            text.contains("\nflavour = \"auto\"  # one of: auto, open, proprietary\n"),
             "{text}"
         );
         assert!(text.contains("\nexpect_gpus = 8\n"), "{text}");

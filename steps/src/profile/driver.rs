@@ -16,15 +16,15 @@ use crate::kernel::Flavour;
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum InstallSet {
-    /// `dnf module install nvidia-driver:<stream>/<profile>` (profile `default`, or `fm` with
-    /// NVSwitches), plus the stream's kmod package.
+    // `dnf module install nvidia-driver:<stream>/<profile>` (profile `default`, or `fm` with
+    // NVSwitches), plus the stream's kmod package.
     #[default]
     Module,
-    /// NVIDIA's instructions from R560: `dnf module enable nvidia-driver:<stream>`, then
-    /// `dnf install nvidia-open` (open modules) or `cuda-drivers` (proprietary).
+    // NVIDIA's instructions from R560: `dnf module enable nvidia-driver:<stream>`, then
+    // `dnf install nvidia-open` (open modules) or `cuda-drivers` (proprietary).
     Full,
-    /// A headless compute node (R560 and later): `dnf module enable nvidia-driver:<stream>`,
-    /// then `dnf install nvidia-driver-cuda` and the kmod package, without the desktop parts.
+    // A headless compute node (R560 and later): `dnf module enable nvidia-driver:<stream>`,
+    // then `dnf install nvidia-driver-cuda` and the kmod package, without the desktop parts.
     ComputeOnly,
 }
 

@@ -47,8 +47,8 @@ pub struct Profile {
     pub os: OsSpec,
     /// The kernel flavour served and its header packages.
     pub kernel: KernelSpec,
-    /// The NVIDIA driver, from NVIDIA's local full RPM repo package (steps driver-repo to
-    /// persistenced).
+    /// The NVIDIA driver, from NVIDIA's local repo package, CUDA or driver-only (steps
+    /// driver-repo to persistenced).
     #[serde(default)]
     pub driver: DriverSpec,
     /// Docker CE, its conflicts, and what gpuhost puts into /etc/docker/daemon.json.
