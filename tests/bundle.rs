@@ -134,7 +134,7 @@ fn a_bundle_converges_an_offline_root_exactly_like_the_online_repos() {
     assert_eq!(made["kernels"], serde_json::json!([UEK8_NEW]));
     assert_eq!(
         made["modules"],
-        serde_json::json!(["nvidia-driver:latest-dkms"])
+        serde_json::json!(["nvidia-driver:open-dkms"])
     );
     let tar = PathBuf::from(made["tarball"].as_str().unwrap_or_default());
     assert!(tar.is_file(), "{made:#}");
@@ -153,7 +153,7 @@ fn a_bundle_converges_an_offline_root_exactly_like_the_online_repos() {
         "gcc-toolset-11-gcc-",
         "dkms-",
         "bash-", // dkms's dependency: resolved against a clean root
-        "kmod-nvidia-latest-dkms-3:535.104.05",
+        "kmod-nvidia-open-dkms-3:535.104.05",
         "nvidia-driver-3:535.104.05",
         "docker-ce-3:",
         "containerd.io-",
@@ -170,7 +170,7 @@ fn a_bundle_converges_an_offline_root_exactly_like_the_online_repos() {
     assert!(
         !packages
             .iter()
-            .any(|p| p.starts_with("kmod-nvidia-open-dkms")
+            .any(|p| p.starts_with("kmod-nvidia-latest-dkms")
                 || p.starts_with("podman")
                 || p.starts_with("nvidia-container-toolkit-0:1.18")),
         "{packages:?}"
@@ -371,6 +371,20 @@ fn a_bundle_for_another_host_is_refused() {
     );
     assert_eq!(tree(&other), before);
 
+    // GPUs the bundle's kernel modules cannot drive: it was made without a GPU on PCI, so it
+    // carries the open modules only, pinned in its profile; a Volta host is refused.
+    let volta = Root::new(Os::Ol8, &[UEK8_NEW]);
+    volta.add_pci_device("0000:19:00.0", 0x10de, 0x1db5, 0x030200);
+    cut_off(&volta);
+    let before = tree(&volta);
+    let (c, _, err) = apply_bundle(&volta, "apply", &out);
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains("Tesla V100 SXM2 32GB (Volta)") && err.contains("nvidia-driver:open-dkms"),
+        "{err}"
+    );
+    assert_eq!(tree(&volta), before);
+
     // Another profile than the bundle's.
     let b = out.display().to_string();
     let o = other.gpuhost(&["apply", "--bundle", b.as_str(), "--profile", "ol8-rhck"]);
@@ -511,7 +525,7 @@ fn a_bundle_for_a_clean_os_with_fabric_manager() {
     assert_eq!(made["kernels"], serde_json::json!([UEK9]), "{made:#}");
     assert_eq!(made["fabric_manager"], true);
     let plan = made["plan"]["driver"].to_string();
-    assert!(plan.contains("nvidia-driver:latest-dkms/fm"), "{plan}");
+    assert!(plan.contains("nvidia-driver:open-dkms/fm"), "{plan}");
 
     let off = Root::new(Os::Ol9, &[UEK9]);
     off.add_pci_device("0000:19:00.0", 0x10de, 0x2335, 0x030200);

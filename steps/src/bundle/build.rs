@@ -78,7 +78,7 @@ pub struct BuildReport {
 /// `--out` either (the bundle is assembled next to it and renamed into place at the end).
 pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     let start = Instant::now();
-    let profile = Profile::resolve(&opts.profile, &opts.sets)?;
+    let mut profile = Profile::resolve(&opts.profile, &opts.sets)?;
     if let Some(k) = &opts.kernel_release {
         crate::apply::check_kernel_release(k)?;
     }
@@ -187,6 +187,13 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
             class: "068000".to_string(),
             kind: None,
         });
+    }
+    // The kernel module flavour is chosen here, for the target's GPUs (none on a clean OS: the
+    // open modules, or the profile's driver.flavour), and pinned in the bundle's profile: the
+    // bundle carries that stream only, so a host whose GPUs it cannot drive is refused at
+    // apply (exit 2, naming the GPU), not failed in the middle of a transaction.
+    if let Some(d) = crate::steps::driver::resolve(&profile, &facts)? {
+        profile.driver.stream = Some(d.choice.stream);
     }
     let kernels = facts.kernels_to_serve();
     let pkgdir = staging.join("repo").join("Packages");
