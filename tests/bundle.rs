@@ -683,3 +683,136 @@ fn signatures_are_checked_offline_with_the_keys_the_bundle_carries() {
         String::from_utf8_lossy(&imported.stdout)
     );
 }
+
+/// An HTTP server for a directory, stopped when dropped.
+struct Http {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Http {
+    fn serve(dir: &Path) -> Http {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-u",
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                "0",
+                "--directory",
+            ])
+            .arg(dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("python3 -m http.server: {e}"));
+        let mut line = String::new();
+        if let Some(out) = child.stdout.take() {
+            let _ = std::io::BufReader::new(out).read_line(&mut line);
+        }
+        // "Serving HTTP on 127.0.0.1 port 35533 (http://127.0.0.1:35533/) ..."
+        let port = line
+            .split_whitespace()
+            .skip_while(|w| *w != "port")
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {line:?}"));
+        Http { child, port }
+    }
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A repo served over HTTP, as Oracle's are: its packages are downloaded into the bundle (dnf
+/// would otherwise delete them after the next transaction), its module metadata comes from
+/// dnf's cache in the scratch root, its GPG key is downloaded; a profile that disables the
+/// container-tools module (whose metadata only that repo has) converges offline.
+#[test]
+fn a_remote_repo_its_packages_modules_and_key_and_a_disabled_module_offline() {
+    let w = World::get();
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let www = tmp.path().join("www");
+    fs::create_dir_all(&www).unwrap_or_else(|e| panic!("{e}"));
+    copy_dir(
+        &w.repo(Os::Ol8, "ol8_appstream"),
+        &www.join("ol8_appstream"),
+    );
+    let key = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nstand-in key of the appstream repo\n-----END PGP PUBLIC KEY BLOCK-----\n";
+    fs::write(www.join("RPM-GPG-KEY-test"), key).unwrap_or_else(|e| panic!("{e}"));
+    let http = Http::serve(&www);
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let repo = src.read("/etc/yum.repos.d/oracle-linux-ol8.repo");
+    let url = format!("http://127.0.0.1:{}", http.port);
+    src.write(
+        "/etc/yum.repos.d/oracle-linux-ol8.repo",
+        &repo.replace(
+            "baseurl=file:///srv/repos/ol8_appstream",
+            &format!("baseurl={url}/ol8_appstream/\ngpgkey={url}/RPM-GPG-KEY-test"),
+        ),
+    );
+    let _ = fs::remove_dir_all(src.join("srv/repos/ol8_appstream"));
+    let profile = site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2);
+    let out = tmp.path().join("b");
+    let made = bundle(
+        &src,
+        &profile,
+        &out,
+        &["--set", "docker.module_filtering=disable-module"],
+    );
+    drop(http);
+    let manifest: Value = serde_json::from_str(
+        &fs::read_to_string(out.join("manifest.json")).unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let packages: Vec<&str> = manifest["packages"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for want in ["gcc-0:8.5.0", "gcc-toolset-11-gcc-0:11.2.1"] {
+        assert!(
+            packages.iter().any(|p| p.starts_with(want)),
+            "{want} (from the HTTP repo) not in {packages:?}"
+        );
+    }
+    assert_eq!(
+        made["modules"],
+        serde_json::json!(["container-tools:ol8", "nvidia-driver:latest-dkms"]),
+        "{made:#}"
+    );
+    assert_eq!(
+        made["gpgkeys"],
+        serde_json::json!(["keys/ol8_appstream.gpg"])
+    );
+    assert_eq!(
+        fs::read_to_string(out.join("keys/ol8_appstream.gpg")).unwrap_or_default(),
+        key
+    );
+    assert_eq!(made["gpgcheck"], false);
+
+    let off = Root::new(Os::Ol8, &[UEK8_NEW]);
+    cut_off(&off);
+    let (c, r, err) = apply_bundle(&off, "apply", &out);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    assert!(
+        off.read("/etc/dnf/modules.d/container-tools.module")
+            .contains("state=disabled"),
+        "{}",
+        off.read("/etc/dnf/modules.d/container-tools.module")
+    );
+    assert!(off.installed("docker-ce").is_some() && off.installed("gcc").is_some());
+    let (c, r, err) = apply_bundle(&off, "apply", &out);
+    assert_eq!(c, 0, "{err}");
+    assert!(
+        outcomes(&r)
+            .iter()
+            .all(|(_, o)| o == "unchanged" || o == "skipped"),
+        "{r:#}"
+    );
+}

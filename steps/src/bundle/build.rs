@@ -467,9 +467,12 @@ fn settle(
                 .collect();
             crate::progress::step_changing(&label, &format!("download {}", what.join("; ")));
             let began = Instant::now();
+            // keepcache: dnf otherwise lists what it downloaded from a remote repo (into the
+            // --downloaddir too) as temporary, and deletes it after the next transaction.
             let download = crate::work::install_command(scratch, &refs)?
                 .arg("--downloadonly")
-                .arg(format!("--downloaddir={}", pkgdir.display()));
+                .arg(format!("--downloaddir={}", pkgdir.display()))
+                .arg("--setopt=keepcache=True");
             let out = download.output()?;
             if !out.success() {
                 let text = format!("{}\n{}", out.stdout, out.stderr);
@@ -492,8 +495,11 @@ fn settle(
                     "make the repos that carry them reachable from this machine (the same repos the target would use online)",
                 ));
             }
+            // (A remote repo's packages are downloaded again here: dnf reads --downloaddir
+            // only with --downloadonly.)
             crate::work::install_command(scratch, &refs)?
                 .arg("--setopt=tsflags=noscripts")
+                .arg("--setopt=keepcache=True")
                 .run()?;
             crate::progress::step_done(&label, "downloaded", began.elapsed());
             link_file_urls(scratch, source, dirs)?;
