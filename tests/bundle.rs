@@ -783,7 +783,7 @@ fn a_remote_repo_its_packages_modules_and_key_and_a_disabled_module_offline() {
     }
     assert_eq!(
         made["modules"],
-        serde_json::json!(["container-tools:ol8", "nvidia-driver:latest-dkms"]),
+        serde_json::json!(["container-tools:ol8", "nvidia-driver:open-dkms"]),
         "{made:#}"
     );
     assert_eq!(
