@@ -18,8 +18,8 @@ use gpuhost_steps::rootfs::Kind;
 use gpuhost_steps::steps::driver::FABRIC_MANAGER_PACKAGES;
 
 use crate::snapshot::{
-    AerCounters, DaemonJson, DevNode, FabricManagerVersion, HostSnapshot, NvmlLibrary, PciDevice,
-    PciKind, Services,
+    AerCounters, DaemonJson, DevNode, FabricManagerVersion, HostSnapshot, KernelModule, NextBoot,
+    NvmlLibrary, PciDevice, PciKind, Services,
 };
 
 /// Directories where libnvidia-ml.so.1 lives on the distributions gpuhost meets.
@@ -71,7 +71,63 @@ pub fn collect(host: &Host) -> HostSnapshot {
         .unwrap_or(0);
     snap.boot_id = read_trim(host, "/proc/sys/kernel/random/boot_id");
     snap.docker_installed = Some(host.exists("/usr/bin/dockerd"));
+    snap.next_boot = Some(next_boot(host));
     snap
+}
+
+/// The default boot kernel and the `nvidia` module modprobe would load for it
+/// ([`gpuhost_steps::kmods`], the same check as `apply`'s kernel-module step).
+pub fn next_boot(host: &Host) -> NextBoot {
+    use gpuhost_steps::{bootguard, kernel, kmods};
+    let mut nb = NextBoot::default();
+    let installed = match kernel::installed(host) {
+        Ok(k) => k,
+        Err(e) => {
+            nb.error = Some(format!("cannot list the installed kernels: {e:#}"));
+            return nb;
+        }
+    };
+    match bootguard::load(host) {
+        Ok(g) => nb.guard = g,
+        Err(e) => nb.error = Some(format!("{e:#}")),
+    }
+    if host.is_live() {
+        nb.running = kernel::running().ok();
+    }
+    nb.kernel = match kernel::default_boot(host, &installed) {
+        Ok(k) => k,
+        Err(e) => {
+            nb.error = Some(format!("cannot read the default boot kernel: {e:#}"));
+            None
+        }
+    };
+    let Some(k) = nb.kernel.clone() else {
+        return nb;
+    };
+    match kmods::state(host, &k, "nvidia") {
+        Ok(st) => {
+            nb.module = st.describe();
+            if let kmods::ModuleState::Loadable { version, .. } = st {
+                nb.loadable = true;
+                nb.module_version = version;
+            }
+        }
+        Err(e) => nb.error = Some(format!("cannot read the nvidia module of {k}: {e:#}")),
+    }
+    let flavour = kernel::Flavour::of(&k);
+    nb.others_with_module = installed
+        .iter()
+        .rev()
+        .filter(|o| **o != k && kernel::Flavour::of(o) == flavour)
+        .filter_map(|o| match kmods::state(host, o, "nvidia") {
+            Ok(kmods::ModuleState::Loadable { version, .. }) => Some(KernelModule {
+                kernel: o.clone(),
+                version,
+            }),
+            _ => None,
+        })
+        .collect();
+    nb
 }
 
 /// The NVIDIA device nodes in the host's /dev: `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`,

@@ -102,6 +102,45 @@ pub struct HostSnapshot {
     /// Memory, CPUs, uptime and free space (sysinfo); absent in snapshots saved before them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<gpuhost_steps::hostinfo::HostInfo>,
+    /// The kernel the next boot runs and the NVIDIA module modprobe would load for it (None in
+    /// snapshots from before gpuhost looked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_boot: Option<NextBoot>,
+}
+
+/// A kernel and the version of its `nvidia` module.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KernelModule {
+    pub kernel: String,
+    pub version: Option<String>,
+}
+
+/// The next boot: the default boot kernel (grubenv + BLS, as `grubby --default-kernel`) and
+/// what `modprobe nvidia` would load for it; what the kernel guard recorded.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NextBoot {
+    /// None when the host has no EL boot layout (`/lib/modules/<kver>/vmlinuz`, BLS entries).
+    pub kernel: Option<String>,
+    /// The running kernel (live hosts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<String>,
+    /// modprobe would load a module for `kernel` (listed in its modules.dep).
+    pub loadable: bool,
+    /// That module's modinfo version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_version: Option<String>,
+    /// One line: `extra/nvidia.ko.xz, version 580.82.07`, `no module`, ….
+    pub module: String,
+    /// The other installed kernels of the same flavour for which modprobe would load an
+    /// `nvidia` module, newest first, with its version (fallbacks to make the default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others_with_module: Vec<KernelModule>,
+    /// What could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `/var/lib/gpuhost/kernel-guard.json`: the default boot entry was held back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<gpuhost_steps::bootguard::Record>,
 }
 
 /// One NVIDIA device node.

@@ -14,7 +14,7 @@ use crate::lock::ApplyLock;
 use crate::profile::Profile;
 use crate::reboot::{self, RebootReport, ResumeArgs};
 use crate::runner::{self, Ctx, Outcome, Selection, StepReport};
-use crate::{bundle, fsutil, state, steps};
+use crate::{bootguard, bundle, fsutil, state, steps};
 
 /// Exit codes, part of the interface.
 pub mod exit {
@@ -95,6 +95,10 @@ pub struct Report {
     /// The bundle the packages came from (`--bundle`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bundle: Option<bundle::Info>,
+    /// What the kernel guard did about the default boot entry ([`crate::bootguard`]); absent
+    /// when it did not run (plan, `kernel.guard = false`, no driver in the profile).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_guard: Option<bootguard::Decision>,
     pub steps: Vec<StepReport>,
 }
 
@@ -384,6 +388,13 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
                 )
             })
     });
+    let kernel_guard =
+        if opts.dry_run || interrupted.is_some() || !profile.kernel.guard || !profile.driver.manage
+        {
+            None
+        } else {
+            guard(&ctx, opts, &steps)?
+        };
     let mut exit_code = if let Some((sig, _)) = &interrupted {
         crate::interrupt::exit_code(*sig)
     } else if runner::found_invalid_input() && !opts.dry_run {
@@ -439,6 +450,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         warnings,
         driver_managed: profile.driver.manage,
         bundle: bundle.as_ref().map(bundle::Opened::info),
+        kernel_guard,
         steps,
     };
     report.summary = report.summarize();
@@ -448,4 +460,43 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         state::journal_append(host, entry)?;
     }
     Ok(report)
+}
+
+/// After the steps: keep the next boot on a kernel with the NVIDIA module ([`bootguard`]).
+/// Not for profiles without a driver.
+fn guard(
+    ctx: &Ctx<'_>,
+    opts: &ApplyOptions,
+    steps: &[StepReport],
+) -> Result<Option<bootguard::Decision>> {
+    let Ok(name) = steps::driver::driver_version(ctx) else {
+        return Ok(None);
+    };
+    let facts = ctx.facts;
+    // Re-read: the steps may have installed kernels or moved the default.
+    let installed = crate::kernel::installed(ctx.host)?;
+    let default_boot = crate::kernel::default_boot(ctx.host, &installed)?;
+    let failure = steps
+        .iter()
+        .find(|s| s.outcome == Outcome::Failed)
+        .map(|s| format!("{} failed: {}", s.id, s.reason));
+    let mut cmd = format!("gpuhost apply --profile {}", opts.profile);
+    for s in &opts.sets {
+        cmd.push_str(&format!(" --set {s}"));
+    }
+    if !ctx.host.is_live() {
+        cmd.push_str(&format!(" --root {}", ctx.host.root().display()));
+    }
+    let decision = bootguard::Guard {
+        host: ctx.host,
+        driver: &name.driver,
+        flavour: ctx.profile.kernel.flavour,
+        installed: &installed,
+        default_boot: default_boot.as_deref(),
+        target: facts.target_kernel.as_deref(),
+        failure,
+        apply_command: cmd,
+    }
+    .settle()?;
+    Ok(Some(decision))
 }

@@ -13,6 +13,7 @@
 //! - [`steps`]: the steps themselves.
 
 pub mod apply;
+pub mod bootguard;
 pub mod bundle;
 pub mod cmd;
 pub mod compat;

@@ -372,7 +372,7 @@ impl Root {
         fs::write(d.join("class"), format!("0x{class:06x}\n")).unwrap();
     }
 
-    fn gpuhost_cmd(&self, args: &[&str]) -> Command {
+    pub fn gpuhost_cmd(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuhost"));
         cmd.env("HOME", World::get().home())
             .args(args)

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Out, Severity};
+use super::{Expect, Out, Severity};
 use crate::cuda::cu_result;
 use crate::snapshot::{ProbeStatus, Snapshot};
 
@@ -262,4 +262,113 @@ pub(super) fn consistency(out: &mut Out, s: &Snapshot) {
             Some("GPUs of one model should run one VBIOS and InfoROM image (update with the vendor's firmware bundle), and the loaded module the installed driver (reboot)".into()),
         );
     }
+}
+
+/// `driver.next_boot`: the default boot kernel has an `nvidia` module of the loaded driver's
+/// version (else of the profile's), as modprobe would find it; `driver.kernel_guard`: what the
+/// kernel guard held back ([`gpuhost_steps::bootguard`]).
+pub(super) fn next_boot(out: &mut Out, s: &Snapshot, expect: &Expect, have_gpus: bool) {
+    const ID: &str = "driver.next_boot";
+    let Some(nb) = &s.host.next_boot else {
+        return;
+    };
+    if let Some(g) = &nb.guard {
+        out.push(
+            "driver.kernel_guard",
+            "driver",
+            None,
+            Severity::Critical,
+            format!(
+                "default boot entry kept on {} because the new kernel {} has no NVIDIA {} module: {} (since {})",
+                g.kept, g.kernel, g.driver, g.reason, g.at
+            ),
+            Some(format!(
+                "fix what the reason says, then run `{}`: it builds the module for {} and makes it the default again",
+                g.fix, g.kernel
+            )),
+        );
+    }
+    if let Some(e) = &nb.error {
+        out.push(
+            ID,
+            "driver",
+            None,
+            Severity::Unknown,
+            e.clone(),
+            Some("run as root, or check /boot and /lib/modules".into()),
+        );
+        return;
+    }
+    let Some(k) = &nb.kernel else {
+        out.push(
+            ID,
+            "driver",
+            None,
+            Severity::NotApplicable,
+            "no default boot kernel found (no EL boot loader entries and kernels)",
+            None,
+        );
+        return;
+    };
+    let want = s
+        .host
+        .kernel_module_version
+        .as_ref()
+        .or(expect.driver_version.as_ref());
+    let good = match want {
+        Some(v) => nb.loadable && nb.module_version.as_ref() == Some(v),
+        None => nb.loadable,
+    };
+    if good {
+        out.push(
+            ID,
+            "driver",
+            None,
+            Severity::Ok,
+            format!("default boot kernel {k}: {}", nb.module),
+            None,
+        );
+        return;
+    }
+    if want.is_none() && !have_gpus && nb.others_with_module.is_empty() {
+        out.push(
+            ID,
+            "driver",
+            None,
+            Severity::NotApplicable,
+            format!(
+                "default boot kernel {k}: {}; no NVIDIA GPU, no driver",
+                nb.module
+            ),
+            None,
+        );
+        return;
+    }
+    let of = want
+        .map(|v| format!(", not driver {v}"))
+        .unwrap_or_default();
+    let fallback = nb
+        .others_with_module
+        .iter()
+        .find(|o| want.is_none() || o.version.as_ref() == want)
+        .map(|o| &o.kernel)
+        .or(nb.running.as_ref().filter(|r| *r != k));
+    let mut hint =
+        format!("run `gpuhost apply` (it installs {k}'s headers and builds the module for it)");
+    if let Some(f) = fallback {
+        hint.push_str(&format!(
+            ", or keep booting a kernel that has it: `grubby --set-default /boot/vmlinuz-{f}`"
+        ));
+    }
+    out.push(
+        ID,
+        "driver",
+        None,
+        Severity::Critical,
+        format!(
+            "the next reboot loses the GPUs: the default boot kernel {k} has {}{of}",
+            nb.module
+        ),
+        Some(hint),
+    );
 }

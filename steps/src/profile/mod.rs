@@ -87,6 +87,14 @@ pub struct KernelSpec {
     /// Packages needed once, whatever the kernel (e.g. `kernel-headers` on RHCK).
     #[serde(default)]
     pub extra_packages: Vec<String>,
+    /// Keep the default boot entry on the last kernel with the NVIDIA module when a newer
+    /// kernel cannot get one ([`crate::bootguard`]); `false` lets the new kernel boot anyway.
+    #[serde(default = "yes")]
+    pub guard: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]

@@ -1,0 +1,253 @@
+//! The kernel guard: the next boot must not lose the GPUs.
+//!
+//! A `dnf update` that brings a new kernel makes it the default boot entry (`UPDATEDEFAULT=yes`
+//! in `/etc/sysconfig/kernel`). When `apply` cannot give that kernel the NVIDIA module (its
+//! headers are in no repo, the DKMS build fails), the guard keeps the default boot entry on the
+//! newest kernel that has the driver's module, records why in
+//! `/var/lib/gpuhost/kernel-guard.json` (which `gpuhost status` reports as CRITICAL with the
+//! command that fixes it), and, once a later apply has built the module for the held-back
+//! kernel, makes that kernel the default again and clears the record. A profile opts out with
+//! `kernel.guard = false`.
+//!
+//! The default is changed the way EL does it: `grubby --set-default /boot/vmlinuz-<kver>` on a
+//! live host (grubby writes `saved_entry` through `grub2-editenv`, wherever the grubenv really
+//! lives, e.g. on the ESP); in an install root, where grubby cannot run, the same `saved_entry`
+//! is written into the root's `/boot/grub2/grubenv` (a 1024-byte block, as grub2-editenv keeps
+//! it). [`crate::kernel::default_boot`] reads it back the same way in both.
+
+use anyhow::{anyhow, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::cmd::Cmd;
+use crate::host::Host;
+use crate::kernel::{bls_kernel, Flavour};
+use crate::kmods;
+
+pub const GUARD_PATH: &str = "/var/lib/gpuhost/kernel-guard.json";
+const GRUBENV: &str = "/boot/grub2/grubenv";
+const BLS_DIR: &str = "/boot/loader/entries";
+/// grub2-editenv's environment block size.
+const GRUBENV_SIZE: usize = 1024;
+
+/// Why the default boot entry was held back, as `gpuhost status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The new kernel that has no NVIDIA module (it would have been the default).
+    pub kernel: String,
+    /// The kernel the default boot entry was kept on (it has the module).
+    pub kept: String,
+    /// The driver version the module must have.
+    pub driver: String,
+    /// Why the new kernel has no module (the failing step's reason).
+    pub reason: String,
+    /// The command that builds the module for `kernel` and makes it the default again.
+    pub fix: String,
+    /// RFC 3339 time of the decision.
+    pub at: String,
+}
+
+pub fn load(host: &Host) -> Result<Option<Record>> {
+    match host.read_opt(GUARD_PATH)? {
+        None => Ok(None),
+        Some(t) => serde_json::from_str(&t).map(Some).with_context(|| {
+            format!(
+                "{} is corrupt; remove it and run gpuhost apply again",
+                host.path(GUARD_PATH).display()
+            )
+        }),
+    }
+}
+
+fn save(host: &Host, r: &Record) -> Result<()> {
+    host.write_atomic(GUARD_PATH, &serde_json::to_vec_pretty(r)?, 0o644)
+}
+
+/// True when modprobe would load the `nvidia` module of version `driver` for `kver`.
+pub fn has_module(host: &Host, kver: &str, driver: &str) -> bool {
+    kmods::state(host, kver, "nvidia").is_ok_and(|s| s.is_version(driver))
+}
+
+/// What the guard did after an apply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Decision {
+    /// The default boot kernel has the module: nothing to guard.
+    Fine,
+    /// The default boot entry was moved back from `kernel` to `kept`.
+    Kept { kernel: String, kept: String },
+    /// The held-back kernel now has its module: it is the default again.
+    Restored { kernel: String },
+    /// The default kernel has no module and no installed kernel of its flavour has one either:
+    /// nothing to fall back to.
+    NoFallback { kernel: String },
+}
+
+/// The inputs of a guard decision.
+pub struct Guard<'a> {
+    pub host: &'a Host,
+    pub driver: &'a str,
+    pub flavour: Flavour,
+    pub installed: &'a [String],
+    pub default_boot: Option<&'a str>,
+    /// The kernel the apply served as its target (the running one on a live host).
+    pub target: Option<&'a str>,
+    /// Why the apply could not build the module (the failed step and its reason), if it failed.
+    pub failure: Option<String>,
+    /// The command line a fix repeats (`gpuhost apply --profile ol8-uek`).
+    pub apply_command: String,
+}
+
+impl Guard<'_> {
+    /// Decide, and carry it out: set the default boot entry, write or clear the record.
+    pub fn settle(&self) -> Result<Decision> {
+        let record = load(self.host)?;
+        // A held-back kernel whose module now exists becomes the default again.
+        if let Some(r) = &record {
+            if r.driver == self.driver
+                && self.installed.contains(&r.kernel)
+                && has_module(self.host, &r.kernel, self.driver)
+            {
+                set_default(self.host, &r.kernel)?;
+                self.host.remove_file(GUARD_PATH)?;
+                return Ok(Decision::Restored {
+                    kernel: r.kernel.clone(),
+                });
+            }
+            if !self.installed.contains(&r.kernel) {
+                // The held-back kernel was removed: nothing left to fix.
+                self.host.remove_file(GUARD_PATH)?;
+            }
+        }
+        let Some(d) = self.default_boot else {
+            return Ok(Decision::Fine);
+        };
+        if Flavour::of(d) != self.flavour || has_module(self.host, d, self.driver) {
+            return Ok(Decision::Fine);
+        }
+        // The newest kernel of the flavour with the module: the target first (it served).
+        let fallback = self
+            .target
+            .filter(|t| *t != d && has_module(self.host, t, self.driver))
+            .map(str::to_string)
+            .or_else(|| {
+                self.installed
+                    .iter()
+                    .rev()
+                    .filter(|k| k.as_str() != d && Flavour::of(k) == self.flavour)
+                    .find(|k| has_module(self.host, k, self.driver))
+                    .cloned()
+            });
+        let Some(kept) = fallback else {
+            return Ok(Decision::NoFallback {
+                kernel: d.to_string(),
+            });
+        };
+        set_default(self.host, &kept)?;
+        let state = kmods::state(self.host, d, "nvidia")
+            .map(|s| s.describe())
+            .unwrap_or_else(|e| format!("{e:#}"));
+        let reason = match &self.failure {
+            Some(f) => format!("{f} (module for {d}: {state})"),
+            None => format!("no NVIDIA {} module for {d}: {state}", self.driver),
+        };
+        save(
+            self.host,
+            &Record {
+                kernel: d.to_string(),
+                kept: kept.clone(),
+                driver: self.driver.to_string(),
+                reason,
+                fix: format!("{} --kernel-release {d}", self.apply_command),
+                at: crate::fsutil::rfc3339(crate::fsutil::unix_now()),
+            },
+        )?;
+        Ok(Decision::Kept {
+            kernel: d.to_string(),
+            kept,
+        })
+    }
+}
+
+/// The BLS entry id (file stem under `/boot/loader/entries/`) that boots `kver`.
+pub fn bls_entry(host: &Host, kver: &str) -> Result<Option<String>> {
+    for name in host.list_dir(BLS_DIR).unwrap_or_default() {
+        let Some(id) = name.strip_suffix(".conf") else {
+            continue;
+        };
+        if let Some(text) = host.read_opt(format!("{BLS_DIR}/{name}"))? {
+            if bls_kernel(&text).as_deref() == Some(kver) {
+                return Ok(Some(id.to_string()));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Make `kver` the default boot kernel.
+pub fn set_default(host: &Host, kver: &str) -> Result<()> {
+    if host.is_live() {
+        Cmd::new("grubby")
+            .arg("--set-default")
+            .arg(format!("/boot/vmlinuz-{kver}"))
+            .run()?;
+        return Ok(());
+    }
+    let entry = bls_entry(host, kver)?
+        .ok_or_else(|| anyhow!("no boot loader entry in {BLS_DIR} boots {kver}"))?;
+    let old = host.read_opt(GRUBENV)?.unwrap_or_default();
+    let new = grubenv_set(&old, "saved_entry", &entry)?;
+    host.write_atomic(GRUBENV, new.as_bytes(), 0o644)
+}
+
+/// `text` (a grubenv block) with `key=value` set, padded with `#` to 1024 bytes as
+/// grub2-editenv writes it.
+pub fn grubenv_set(text: &str, key: &str, value: &str) -> Result<String> {
+    let mut lines: Vec<String> = vec!["# GRUB Environment Block".to_string()];
+    let mut done = false;
+    for l in text.lines() {
+        let l = l.trim_end_matches('#');
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        if l.split_once('=').map(|(k, _)| k) == Some(key) {
+            lines.push(format!("{key}={value}"));
+            done = true;
+        } else {
+            lines.push(l.to_string());
+        }
+    }
+    if !done {
+        lines.push(format!("{key}={value}"));
+    }
+    let mut out = lines.join("\n");
+    out.push('\n');
+    if out.len() > GRUBENV_SIZE {
+        return Err(anyhow!(
+            "the grub environment block would exceed {GRUBENV_SIZE} bytes"
+        ));
+    }
+    out.push_str(&"#".repeat(GRUBENV_SIZE - out.len()));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grubenv_keeps_other_keys_and_its_size() -> Result<()> {
+        let old = format!(
+            "# GRUB Environment Block\nsaved_entry=abc-1\nkernelopts=root=/dev/sda1 ro\n{}",
+            "#".repeat(900)
+        );
+        let new = grubenv_set(&old, "saved_entry", "abc-2")?;
+        assert_eq!(new.len(), 1024);
+        assert!(new.contains("\nsaved_entry=abc-2\n"));
+        assert!(new.contains("\nkernelopts=root=/dev/sda1 ro\n"));
+        assert!(!new.contains("abc-1"));
+        let fresh = grubenv_set("", "saved_entry", "x")?;
+        assert!(fresh.starts_with("# GRUB Environment Block\nsaved_entry=x\n#"));
+        assert!(grubenv_set("", "k", &"v".repeat(1100)).is_err());
+        Ok(())
+    }
+}

@@ -1,0 +1,304 @@
+//! The driver survives the next kernel (issue 11), end to end in install roots: a converged
+//! root gets a newer UEK with plain dnf, the kernel's own install actions make it the default
+//! boot entry, and the trigger's apply runs the way the host runs it (target = the running,
+//! older kernel). With headers in the repos the new kernel gets headers and module; without,
+//! the default boot entry stays on the old kernel, the reason is recorded and `gpuhost status`
+//! is CRITICAL with the fix command.
+
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
+#[path = "world/mod.rs"]
+mod world;
+
+use serde_json::Value;
+use world::{
+    code, report, Os, Root, World, CUDA_LOCAL_EL8_12_2, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD,
+};
+
+const DRIVER: &str = "535.104.05";
+const ONLY: &str = "kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module";
+
+fn set_repo() -> String {
+    format!(
+        "driver.local_repo_rpm={}",
+        World::get().cuda_local(CUDA_LOCAL_EL8_12_2).display()
+    )
+}
+
+fn apply(root: &Root, extra: &[&str]) -> (i32, Value) {
+    let set = set_repo();
+    let mut args = vec![
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        "ol8-uek",
+        "--set",
+        &set,
+        "--only",
+        ONLY,
+    ];
+    args.extend_from_slice(extra);
+    let o = root.gpuhost(&args);
+    (code(&o), report(&o))
+}
+
+/// What the kernel's scriptlets do on a real host after `dnf install kernel-uek`
+/// (`kernel-install add` → a BLS entry; `UPDATEDEFAULT=yes` → grubby makes it the default).
+/// The world's kernel packages are scriptlet-free, so the test does it.
+fn kernel_install_add(root: &Root, kver: &str) {
+    let mid = root.read("/etc/machine-id").trim().to_string();
+    root.write(
+        &format!("/boot/loader/entries/{mid}-{kver}.conf"),
+        &format!(
+            "title Oracle Linux Server ({kver}) 8.10\nversion {kver}\nlinux /vmlinuz-{kver}\ninitrd /initramfs-{kver}.img $tuned_initrd\noptions $kernelopts $tuned_params\nid ol-20240612000000-{kver}\ngrub_users $grub_users\ngrub_arg --unrestricted\ngrub_class kernel\n"
+        ),
+    );
+    let env = root.read("/boot/grub2/grubenv");
+    let mut text: String = env
+        .lines()
+        .map(|l| {
+            if l.starts_with("saved_entry=") {
+                format!("saved_entry={mid}-{kver}\n")
+            } else if l.starts_with('#') && l.len() > 30 {
+                String::new()
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    text.push_str(&"#".repeat(1024 - text.len()));
+    root.write("/boot/grub2/grubenv", &text);
+}
+
+fn saved_entry(root: &Root) -> String {
+    root.read("/boot/grub2/grubenv")
+        .lines()
+        .find_map(|l| l.strip_prefix("saved_entry="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn module_version(root: &Root, kver: &str) -> Option<String> {
+    let dep =
+        std::fs::read_to_string(root.join(&format!("/lib/modules/{kver}/modules.dep"))).ok()?;
+    let path = dep.lines().find_map(|l| {
+        let p = l.split(':').next()?;
+        p.rsplit('/')
+            .next()?
+            .starts_with("nvidia.ko")
+            .then(|| p.to_string())
+    })?;
+    let out = std::process::Command::new("modinfo")
+        .args(["-F", "version"])
+        .arg(root.join(&format!("/lib/modules/{kver}/{path}")))
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn status(root: &Root) -> (i32, Value) {
+    let run = tempfile::tempdir().unwrap();
+    let o = root
+        .gpuhost_cmd(&["status", "--format", "json"])
+        .env("GPUHOST_RUN_DIR", run.path())
+        .env_remove("GPUHOST_STATUS_ROOT")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)));
+    (code(&o), v)
+}
+
+fn check<'a>(v: &'a Value, id: &str) -> &'a Value {
+    v["checks"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["id"] == id))
+        .unwrap_or_else(|| panic!("no check {id} in {v:#}"))
+}
+
+fn converged(kernels: &[&str]) -> Root {
+    let root = Root::new(Os::Ol8, kernels);
+    let (rc, rep) = apply(&root, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(module_version(&root, UEK8_OLD).as_deref(), Some(DRIVER));
+    root
+}
+
+#[test]
+fn a_newer_uek_from_plain_dnf_gets_headers_and_module_before_its_first_boot() {
+    let root = converged(&[UEK8_OLD]);
+    root.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-{}", world::evr(UEK8_NEW)),
+    ]);
+    kernel_install_add(&root, UEK8_NEW);
+    assert_eq!(
+        root.installed("kernel-uek-devel").as_deref(),
+        Some(world::evr(UEK8_OLD))
+    );
+    // The next boot would lose the GPUs: status says so before the trigger runs.
+    let (rc, st) = status(&root);
+    assert_eq!(rc, 2, "{st:#}");
+    let nb = check(&st, "driver.next_boot");
+    assert_eq!(nb["severity"], "CRITICAL", "{nb:#}");
+    assert!(
+        nb["value"].as_str().unwrap_or_default().contains(UEK8_NEW),
+        "{nb:#}"
+    );
+
+    // The trigger: the same apply, with the running (old) kernel as the target.
+    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(
+        root.installed_all("kernel-uek-devel")
+            .iter()
+            .any(|v| v == world::evr(UEK8_NEW)),
+        "headers for the new kernel"
+    );
+    assert_eq!(module_version(&root, UEK8_NEW).as_deref(), Some(DRIVER));
+    assert!(
+        saved_entry(&root).ends_with(UEK8_NEW),
+        "the new kernel stays the default"
+    );
+    assert_eq!(rep["kernel_guard"]["action"], "fine", "{rep:#}");
+    assert!(!root.join("/var/lib/gpuhost/kernel-guard.json").exists());
+    let (_, st) = status(&root);
+    let nb = check(&st, "driver.next_boot");
+    assert_eq!(nb["severity"], "OK", "{nb:#}");
+}
+
+#[test]
+fn without_headers_in_any_repo_the_default_stays_on_the_old_kernel_and_status_says_why() {
+    let root = converged(&[UEK8_OLD]);
+    let rpm = World::get()
+        .extra_rpm(&format!("kernel-uek-{}.rpm", UEK8_NO_DEVEL))
+        .display()
+        .to_string();
+    // The package file as dnf sees it from inside the root.
+    std::fs::copy(&rpm, root.join("/tmp/kernel-uek.rpm")).unwrap();
+    let inside = root.join("/tmp/kernel-uek.rpm").display().to_string();
+    root.dnf_ok(&["-y", "install", &inside]);
+    kernel_install_add(&root, UEK8_NO_DEVEL);
+
+    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    assert_eq!(rc, 1, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
+    assert!(
+        saved_entry(&root).ends_with(UEK8_OLD),
+        "{}",
+        saved_entry(&root)
+    );
+    let rec: Value =
+        serde_json::from_str(&root.read("/var/lib/gpuhost/kernel-guard.json")).unwrap();
+    assert_eq!(rec["kernel"], UEK8_NO_DEVEL);
+    assert_eq!(rec["kept"], UEK8_OLD);
+    assert!(
+        rec["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("kernel-headers"),
+        "{rec:#}"
+    );
+    assert!(
+        rec["fix"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("--kernel-release {UEK8_NO_DEVEL}")),
+        "{rec:#}"
+    );
+
+    let (rc, st) = status(&root);
+    assert_eq!(rc, 2, "{st:#}");
+    let g = check(&st, "driver.kernel_guard");
+    assert_eq!(g["severity"], "CRITICAL");
+    assert!(
+        g["value"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(UEK8_NO_DEVEL),
+        "{g:#}"
+    );
+    assert!(
+        g["hint"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("gpuhost apply"),
+        "{g:#}"
+    );
+    // The next boot itself is safe again.
+    assert_eq!(check(&st, "driver.next_boot")["severity"], "OK");
+
+    // A second apply changes nothing and keeps the record.
+    let (_, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    assert_eq!(rep["kernel_guard"]["action"], "fine", "{rep:#}");
+    assert!(root.join("/var/lib/gpuhost/kernel-guard.json").exists());
+}
+
+#[test]
+fn the_fix_command_builds_the_held_back_kernel_and_makes_it_the_default_again() {
+    let root = converged(&[UEK8_OLD]);
+    root.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-{}", world::evr(UEK8_NEW)),
+    ]);
+    kernel_install_add(&root, UEK8_NEW);
+    // The UEK repo (with the new kernel's headers) is off for this run: no build.
+    let repo = root.read("/etc/yum.repos.d/uek-ol8.repo");
+    root.write(
+        "/etc/yum.repos.d/uek-ol8.repo",
+        &repo.replace("enabled=1", "enabled=0"),
+    );
+    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    assert_ne!(rc, 0, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
+    assert!(saved_entry(&root).ends_with(UEK8_OLD));
+    root.write("/etc/yum.repos.d/uek-ol8.repo", &repo);
+    // The recorded fix, as a user would run it.
+    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_NEW]);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "restored", "{rep:#}");
+    assert!(saved_entry(&root).ends_with(UEK8_NEW));
+    assert_eq!(module_version(&root, UEK8_NEW).as_deref(), Some(DRIVER));
+    assert!(!root.join("/var/lib/gpuhost/kernel-guard.json").exists());
+}
+
+#[test]
+fn kernel_guard_false_lets_the_new_kernel_boot_and_status_is_critical() {
+    let root = converged(&[UEK8_OLD]);
+    let rpm = World::get()
+        .extra_rpm(&format!("kernel-uek-{}.rpm", UEK8_NO_DEVEL))
+        .display()
+        .to_string();
+    std::fs::copy(&rpm, root.join("/tmp/kernel-uek.rpm")).unwrap();
+    let inside = root.join("/tmp/kernel-uek.rpm").display().to_string();
+    root.dnf_ok(&["-y", "install", &inside]);
+    kernel_install_add(&root, UEK8_NO_DEVEL);
+    let (rc, rep) = apply(
+        &root,
+        &["--kernel-release", UEK8_OLD, "--set", "kernel.guard=false"],
+    );
+    assert_eq!(rc, 1, "{rep:#}");
+    assert!(rep.get("kernel_guard").is_none(), "{rep:#}");
+    assert!(saved_entry(&root).ends_with(UEK8_NO_DEVEL));
+    let (rc, st) = status(&root);
+    assert_eq!(rc, 2);
+    let nb = check(&st, "driver.next_boot");
+    assert_eq!(nb["severity"], "CRITICAL", "{nb:#}");
+    assert!(
+        nb["value"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("next reboot loses the GPUs"),
+        "{nb:#}"
+    );
+    assert!(
+        nb["hint"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("grubby --set-default /boot/vmlinuz-{UEK8_OLD}")),
+        "{nb:#}"
+    );
+}
