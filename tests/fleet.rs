@@ -310,7 +310,16 @@ fn the_units_pass_systemd_analyze_verify() {
             "gpuhost-status.timer",
             "gpuhost-serve.service",
             "gpuhost-gate.service",
+            "gpuhost-kernel@5.15.0-204.147.6.2.el8uek.x86_64.service",
         ]));
+    let plugin = root.join("usr/lib/kernel/install.d/95-gpuhost.install");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&plugin).unwrap().permissions());
+    assert_eq!(
+        mode & 0o111,
+        0o111,
+        "the kernel-install plugin is executable"
+    );
     assert!(
         o.status.success() && o.stderr.is_empty(),
         "systemd-analyze verify: {}{}",

@@ -302,3 +302,60 @@ fn kernel_guard_false_lets_the_new_kernel_boot_and_status_is_critical() {
         "{nb:#}"
     );
 }
+
+/// The trigger as the host runs it: kernel-install's plugin queued `gpuhost kernel-added KVER`
+/// while the kernel's rpm transaction still held rpm's lock; it waits for the lock, then
+/// repeats the last converged apply (recorded by that apply), which serves the new default.
+#[test]
+fn kernel_added_waits_for_the_rpm_transaction_then_repeats_the_last_apply() {
+    let root = converged(&[UEK8_OLD]);
+    let last: Value = serde_json::from_str(&root.read("/var/lib/gpuhost/last-apply.json")).unwrap();
+    assert_eq!(last["profile"], "ol8-uek", "{last:#}");
+    root.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-{}", world::evr(UEK8_NEW)),
+    ]);
+    kernel_install_add(&root, UEK8_NEW);
+    // A transaction still running: a process holds rpm's write lock for 2 s.
+    let lock = root.join("/var/lib/rpm/.rpm.lock");
+    let holder = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import fcntl,sys,time; f=open(sys.argv[1],'a'); fcntl.lockf(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(2)",
+        ])
+        .arg(&lock)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = holder.stdout.unwrap();
+    let mut buf = [0u8; 5];
+    std::io::Read::read_exact(&mut out, &mut buf).unwrap();
+    let start = std::time::Instant::now();
+    let o = root.gpuhost(&["kernel-added", UEK8_NEW, "--format", "json"]);
+    let waited = start.elapsed();
+    let rep = report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    assert!(
+        waited.as_millis() >= 1500,
+        "did not wait for rpm: {waited:?}"
+    );
+    assert!(
+        root.installed_all("kernel-uek-devel")
+            .iter()
+            .any(|v| v == world::evr(UEK8_NEW)),
+        "headers for the new kernel"
+    );
+    assert_eq!(module_version(&root, UEK8_NEW).as_deref(), Some(DRIVER));
+    assert!(saved_entry(&root).ends_with(UEK8_NEW));
+}
+
+#[test]
+fn kernel_added_on_a_host_gpuhost_never_converged_does_nothing() {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    let before = root.rpmdb_snapshot();
+    let o = root.gpuhost(&["kernel-added", UEK8_OLD]);
+    assert_eq!(code(&o), 0, "{}", world::stderr(&o));
+    assert!(world::stderr(&o).contains("nothing to do"));
+    assert_eq!(root.rpmdb_snapshot(), before);
+}

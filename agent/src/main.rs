@@ -63,6 +63,11 @@ enum Command {
     /// target, as one verified offline repo (for `apply --bundle` on air-gapped hosts).
     #[command(after_help = EXIT_CODES)]
     Bundle(BundleArgs),
+    /// Give a newly installed kernel headers and the NVIDIA module before its first boot: wait
+    /// for the rpm transaction that installed it to end, then repeat the last converged apply
+    /// (run by gpuhost-kernel.service, which the kernel-install plugin starts).
+    #[command(after_help = EXIT_CODES)]
+    KernelAdded(KernelAddedArgs),
     /// Show what gpuhost sees: OS, kernels, NVIDIA devices on PCI, Secure Boot, nouveau,
     /// memory, CPUs, uptime and free space.
     Facts(FactsArgs),
@@ -213,6 +218,22 @@ struct BundleArgs {
 }
 
 #[derive(clap::Args, Debug)]
+struct KernelAddedArgs {
+    /// The kernel release kernel-install added (for the log; apply serves the default boot
+    /// kernel, whichever it is).
+    kernel: Option<String>,
+    /// The install root whose last apply to repeat.
+    #[arg(long, default_value = "/")]
+    root: PathBuf,
+    /// Give up waiting for the rpm transaction after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value = "3600")]
+    wait: u64,
+    /// Report format on stdout.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+}
+
+#[derive(clap::Args, Debug)]
 struct FactsArgs {
     /// Look at an install root instead of the running system.
     #[arg(long, default_value = "/")]
@@ -233,6 +254,11 @@ fn main() -> ExitCode {
             Err(e) => output::error(r.format == Format::Json, &e),
         },
         Command::Bundle(b) => report(b.format, run_bundle(b)),
+        Command::KernelAdded(k) => match kernel_added_options(k) {
+            Ok(Some(opts)) => run_apply(&opts, k.format),
+            Ok(None) => exit::OK,
+            Err(e) => output::error(k.format == Format::Json, &e),
+        },
         Command::Facts(f) => report(f.format, run_facts(f)),
         Command::Steps => {
             for s in gpuhost_steps::steps::registry() {
@@ -281,6 +307,46 @@ fn apply_options(a: &ApplyArgs, dry_run: bool) -> ApplyOptions {
         command_line: command_line(),
         bundle: a.bundle.clone(),
     }
+}
+
+/// The last converged apply, once no rpm transaction runs; None (nothing to do) when no apply
+/// has converged on this host.
+fn kernel_added_options(k: &KernelAddedArgs) -> Result<Option<ApplyOptions>> {
+    use gpuhost_steps::bootguard;
+    let host = Host::new(&k.root)?;
+    let Some(a) = bootguard::load_last_apply(&host)? else {
+        eprintln!(
+            "gpuhost kernel-added: no converged apply recorded in {}: nothing to do",
+            host.path(bootguard::LAST_APPLY_PATH).display()
+        );
+        return Ok(None);
+    };
+    let waited = bootguard::wait_for_rpm(
+        &host,
+        std::time::Duration::from_secs(k.wait),
+        std::time::Duration::from_millis(500),
+    )?;
+    tracing::info!(
+        "kernel {} added; rpm transaction over after {} ms; repeating apply --profile {}",
+        k.kernel.as_deref().unwrap_or("(unnamed)"),
+        waited.as_millis(),
+        a.profile
+    );
+    Ok(Some(ApplyOptions {
+        profile: a.profile,
+        root: k.root.clone(),
+        kernel_release: None,
+        sets: a.sets,
+        selection: Selection {
+            only: a.only,
+            skip: a.skip,
+        },
+        dry_run: false,
+        reboot: false,
+        max_reboots: a.max_reboots,
+        command_line: command_line(),
+        bundle: a.bundle.map(PathBuf::from),
+    }))
 }
 
 /// The options `apply --reboot` recorded before its reboot.

@@ -406,6 +406,10 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     } else {
         exit::OK
     };
+    if !opts.dry_run && (exit_code == exit::OK || exit_code == exit::REBOOT) {
+        // What the kernel trigger repeats when a new kernel is installed.
+        bootguard::save_last_apply(host, &opts.resume_args())?;
+    }
     let reboot = if opts.dry_run || interrupted.is_some() {
         None
     } else if exit_code == exit::OK {

@@ -230,6 +230,71 @@ pub fn grubenv_set(text: &str, key: &str, value: &str) -> Result<String> {
     Ok(out)
 }
 
+/// The last apply that converged (profile, `--set`s, step selection): what the kernel trigger
+/// (`gpuhost kernel-added`, run by gpuhost-kernel.service) repeats for a new kernel.
+pub const LAST_APPLY_PATH: &str = "/var/lib/gpuhost/last-apply.json";
+
+pub fn save_last_apply(host: &Host, args: &crate::reboot::ResumeArgs) -> Result<()> {
+    host.write_atomic(LAST_APPLY_PATH, &serde_json::to_vec_pretty(args)?, 0o644)
+}
+
+pub fn load_last_apply(host: &Host) -> Result<Option<crate::reboot::ResumeArgs>> {
+    match host.read_opt(LAST_APPLY_PATH)? {
+        None => Ok(None),
+        Some(t) => serde_json::from_str(&t).map(Some).with_context(|| {
+            format!(
+                "{} is corrupt; run gpuhost apply --profile P once to rewrite it",
+                host.path(LAST_APPLY_PATH).display()
+            )
+        }),
+    }
+}
+
+/// rpm's transaction lock (`%_rpmlock_path`, `%{_dbpath}/.rpm.lock`): rpm holds a write
+/// `fcntl` lock on it for the whole transaction, kernel scriptlets (`kernel-install add`)
+/// included.
+pub const RPM_LOCK: &str = "/var/lib/rpm/.rpm.lock";
+
+/// Wait until no rpm transaction runs (a shared `fcntl` lock on rpm's lock file can be taken),
+/// polling every `poll`, for at most `timeout`. Returns how long it waited.
+pub fn wait_for_rpm(
+    host: &Host,
+    timeout: std::time::Duration,
+    poll: std::time::Duration,
+) -> Result<std::time::Duration> {
+    let start = std::time::Instant::now();
+    let path = host.path(RPM_LOCK);
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        // No lock file: rpm has never run a transaction here.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(start.elapsed()),
+        Err(e) => return Err(anyhow!("cannot open {}: {e}", path.display())),
+    };
+    loop {
+        match rustix::fs::fcntl_lock(&file, rustix::fs::FlockOperation::NonBlockingLockShared) {
+            Ok(()) => {
+                rustix::fs::fcntl_lock(&file, rustix::fs::FlockOperation::Unlock)
+                    .map_err(|e| anyhow!("cannot unlock {}: {e}", path.display()))?;
+                return Ok(start.elapsed());
+            }
+            Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::ACCESS => {
+                if start.elapsed() >= timeout {
+                    return Err(crate::error::hinted(
+                        format!(
+                            "an rpm transaction still holds {} after {} s",
+                            path.display(),
+                            timeout.as_secs()
+                        ),
+                        "let the running dnf finish, then run gpuhost kernel-added again",
+                    ));
+                }
+                std::thread::sleep(poll);
+            }
+            Err(e) => return Err(anyhow!("cannot lock {}: {e}", path.display())),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
