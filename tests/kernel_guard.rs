@@ -307,6 +307,7 @@ fn kernel_guard_false_lets_the_new_kernel_boot_and_status_is_critical() {
 /// while the kernel's rpm transaction still held rpm's lock; it waits for the lock, then
 /// repeats the last converged apply (recorded by that apply), which serves the new default.
 #[test]
+#[allow(clippy::zombie_processes)] // the holder exits by itself after 2 s
 fn kernel_added_waits_for_the_rpm_transaction_then_repeats_the_last_apply() {
     let root = converged(&[UEK8_OLD]);
     let last: Value = serde_json::from_str(&root.read("/var/lib/gpuhost/last-apply.json")).unwrap();
@@ -319,7 +320,7 @@ fn kernel_added_waits_for_the_rpm_transaction_then_repeats_the_last_apply() {
     kernel_install_add(&root, UEK8_NEW);
     // A transaction still running: a process holds rpm's write lock for 2 s.
     let lock = root.join("/var/lib/rpm/.rpm.lock");
-    let holder = std::process::Command::new("python3")
+    let mut holder = std::process::Command::new("python3")
         .args([
             "-c",
             "import fcntl,sys,time; f=open(sys.argv[1],'a'); fcntl.lockf(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(2)",
@@ -328,7 +329,7 @@ fn kernel_added_waits_for_the_rpm_transaction_then_repeats_the_last_apply() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut out = holder.stdout.unwrap();
+    let mut out = holder.stdout.take().unwrap();
     let mut buf = [0u8; 5];
     std::io::Read::read_exact(&mut out, &mut buf).unwrap();
     let start = std::time::Instant::now();
