@@ -264,12 +264,11 @@ pub fn wait_for_rpm(
 ) -> Result<std::time::Duration> {
     let start = std::time::Instant::now();
     let path = host.path(RPM_LOCK);
-    let file = match std::fs::File::open(&path) {
-        Ok(f) => f,
+    if !host.exists(RPM_LOCK) {
         // No lock file: rpm has never run a transaction here.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(start.elapsed()),
-        Err(e) => return Err(anyhow!("cannot open {}: {e}", path.display())),
-    };
+        return Ok(start.elapsed());
+    }
+    let file = host.open_rw_create(RPM_LOCK, 0o644)?;
     loop {
         match rustix::fs::fcntl_lock(&file, rustix::fs::FlockOperation::NonBlockingLockShared) {
             Ok(()) => {
