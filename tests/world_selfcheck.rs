@@ -294,3 +294,139 @@ fn deps_sh_wants_a_static_busybox() {
         assert!(!check(b).contains("busybox-static"), "{b}");
     }
 }
+
+/// kernel-devel ships the kernel's real `scripts/sign-file` (runnable inside the root: its
+/// libcrypto comes with openssl-libs), reachable where DKMS 3.x looks on non-Debian systems
+/// (`/lib/modules/<kver>/build/scripts/sign-file`); each kernel's `.config` names the signing
+/// hash of the real kernels (RHCK el8 sha256, UEK sha512).
+#[test]
+fn kernel_devel_ships_sign_file_and_configs_name_the_signing_hash() {
+    let r = Root::new(Os::Ol8, &[UEK8_OLD, RHCK8]);
+    r.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-devel-{RHCK8}"),
+        &format!("kernel-uek-devel-{UEK8_OLD}"),
+    ]);
+    let rel = format!("/usr/src/kernels/{RHCK8}/scripts/sign-file");
+    let owner = r.rpm(&["-qf", "--qf", "%{NAME}", &rel]);
+    assert_eq!(String::from_utf8_lossy(&owner.stdout), "kernel-devel");
+    let build = std::fs::read_link(r.join(&format!("/lib/modules/{RHCK8}/build"))).unwrap();
+    assert!(r
+        .join(&format!("{}/scripts/sign-file", build.display()))
+        .is_file());
+    // run inside the root: usage (exit 2), no missing library
+    let o = Command::new("chroot")
+        .arg(r.path())
+        .arg(&rel)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Usage: scripts/sign-file"));
+    for (k, hash) in [(RHCK8, "sha256"), (UEK8_OLD, "sha512")] {
+        for cfg in [
+            format!("/usr/src/kernels/{k}/.config"),
+            format!("/boot/config-{k}"),
+        ] {
+            let text = r.read(&cfg);
+            assert!(
+                text.contains(&format!("CONFIG_MODULE_SIG_HASH=\"{hash}\""))
+                    && text.contains(&format!("CONFIG_MODULE_SIG_{}=y", hash.to_uppercase())),
+                "{cfg}: {text}"
+            );
+        }
+    }
+}
+
+/// NVIDIA's precompiled kmod (RHCK) ships its modules' signatures apart and `%post` appends
+/// them (dnf-kmod-nvidia.spec): the installed `.ko` carries a PKCS#7 signature made with the
+/// world's test NVIDIA key (sha256), verifiable with its certificate and with no other; the
+/// modules are the package's (`%ghost`) files, so removing it removes them.
+#[test]
+fn precompiled_modules_carry_the_test_nvidia_signature() {
+    let w = World::get();
+    let r = Root::new(Os::Ol8, &[RHCK8]).with_extra_rpm("cuda-repo-rhel8-12-2-local");
+    r.dnf_ok(&["-y", "module", "enable", "nvidia-driver:latest"]);
+    let pkg = "kmod-nvidia-535.104.05-4.18.0-553.16.1";
+    r.dnf_ok(&["-y", "install", pkg]);
+    let dir = format!("/lib/modules/{RHCK8}/extra/drivers/video/nvidia");
+    let ko = r.join(&format!("{dir}/nvidia.ko"));
+    assert!(world::has_appended_signature(&ko));
+    let bytes = world::module_bytes(&ko);
+    assert_eq!(&bytes[bytes.len() - 28..], b"~Module signature appended~\n"); // tail -c 28
+    assert_eq!(
+        world::modinfo(&ko, "signer").as_deref(),
+        Some(world::NVIDIA_TEST_KEY_CN)
+    );
+    assert_eq!(world::modinfo(&ko, "sig_hashalgo").as_deref(), Some("sha256"));
+    assert_eq!(world::modinfo(&ko, "version").as_deref(), Some("535.104.05"));
+    assert!(world::openssl_verifies_module(&ko, &w.nvidia_test_cert()));
+    let (_k, other) = world::openssl_test_key(&r.join("/tmp/k"), "other", "other");
+    assert!(!world::openssl_verifies_module(&ko, &other));
+    for m in ["nvidia-modeset", "nvidia-drm", "nvidia-uvm", "nvidia-peermem"] {
+        assert!(world::has_appended_signature(
+            &r.join(&format!("{dir}/{m}.ko"))
+        ));
+    }
+    assert!(r
+        .read(&format!("/lib/modules/{RHCK8}/modules.dep"))
+        .contains("extra/drivers/video/nvidia/nvidia.ko:"));
+    assert!(r.rpm(&["-V", pkg]).status.success());
+    r.dnf_ok(&["-y", "remove", pkg]);
+    assert!(!ko.exists());
+}
+
+/// DKMS 3.x signs what it builds when the kernel has sign-file: with the key a
+/// `framework.conf.d` drop-in names, else with the key pair it makes itself with openssl
+/// (`/var/lib/dkms/mok.key`, `mok.pub`) — openssl comes in as dkms's weak dependency, as from
+/// EPEL. The hash is the kernel's CONFIG_MODULE_SIG_HASH.
+#[test]
+fn dkms_signs_with_the_configured_key_or_its_own() {
+    let r = Root::new(Os::Ol8, &[world::RHCK8_OLD, RHCK8])
+        .with_extra_rpm("cuda-repo-rhel8-12-2-local");
+    r.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-devel-{RHCK8}"),
+        &format!("kernel-devel-{}", world::RHCK8_OLD),
+        "gcc",
+    ]);
+    r.dnf_ok(&["-y", "module", "install", "nvidia-driver:latest-dkms"]);
+    assert!(r.installed("openssl").is_some(), "dkms recommends openssl");
+    let install = |k: &str| {
+        let o = r.dkms(&["install", "-m", "nvidia", "-v", "535.104.05", "-k", k]);
+        assert!(o.status.success(), "{o:?}");
+        r.join(&format!("/lib/modules/{k}/extra/nvidia.ko.xz"))
+    };
+    // no key configured: DKMS's own
+    let ko = install(RHCK8);
+    assert!(world::has_appended_signature(&ko));
+    assert_eq!(
+        world::modinfo(&ko, "signer").as_deref(),
+        Some(world::DKMS_AUTO_KEY_CN)
+    );
+    assert_eq!(world::modinfo(&ko, "sig_hashalgo").as_deref(), Some("sha256"));
+    assert!(world::openssl_verifies_module(
+        &ko,
+        &r.join("/var/lib/dkms/mok.pub")
+    ));
+    // a drop-in names the machine owner key
+    world::openssl_test_key(&r.join("/etc/pki/mok"), "gpuhost", "gpuhost test MOK");
+    r.write(
+        "/etc/dkms/framework.conf.d/gpuhost.conf",
+        "mok_signing_key=/etc/pki/mok/gpuhost.priv\nmok_certificate=/etc/pki/mok/gpuhost.der\n",
+    );
+    let ko = install(world::RHCK8_OLD);
+    assert_eq!(
+        world::modinfo(&ko, "signer").as_deref(),
+        Some("gpuhost test MOK")
+    );
+    assert!(world::openssl_verifies_module(
+        &ko,
+        &r.join("/etc/pki/mok/gpuhost.der")
+    ));
+    assert!(!world::openssl_verifies_module(
+        &ko,
+        &r.join("/var/lib/dkms/mok.pub")
+    ));
+}

@@ -20,8 +20,16 @@ done
 for t in rpmbuild createrepo_c modifyrepo_c python3 rpm; do
   command -v "$t" >/dev/null || { echo "build-world: $t is missing (apt-get install -y rpm createrepo-c python3)" >&2; exit 1; }
 done
+# The kernel's sign-file (kernel-devel ships it; NVIDIA's precompiled modules are signed with it
+# at world build) and openssl (the test NVIDIA key; the openssl package): real binaries.
+sign_file=""
+for f in /usr/lib/linux-kbuild-6.1/scripts/sign-file /usr/lib/linux-kbuild-*/scripts/sign-file /usr/src/kernels/*/scripts/sign-file; do
+  [ -x "$f" ] && { sign_file=$f; break; }
+done
+[ -n "$sign_file" ] || { echo "build-world: the kernel's sign-file is missing (apt-get install -y linux-kbuild-6.1)" >&2; exit 1; }
+command -v openssl >/dev/null || { echo "build-world: openssl is missing (apt-get install -y openssl)" >&2; exit 1; }
 
-stamp=$( { cat "$here/build-world.sh" "$here/gen.py"; sha256sum "$busybox"; rpmbuild --version; createrepo_c --version; } | sha256sum | cut -d' ' -f1)
+stamp=$( { cat "$here/build-world.sh" "$here/gen.py"; sha256sum "$busybox" "$sign_file" "$(command -v openssl)"; rpmbuild --version; createrepo_c --version; } | sha256sum | cut -d' ' -f1)
 if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ]; then
   exit 0
 fi

@@ -6,6 +6,7 @@ Called by build-world.sh (which handles caching); do not call directly unless yo
 Everything is built with the real rpmbuild / createrepo_c / modifyrepo_c. Packages are tiny and
 (except `bash`, `kmod-nvidia-*-dkms`) scriptlet-free. See README.md for what exists and why.
 """
+import glob
 import hashlib
 import os
 import shutil
@@ -27,7 +28,7 @@ WORK = os.path.join(OUT, ".work")
 class Pkg:
     def __init__(self, name, version, release, epoch=None, arch="x86_64", files=None,
                  links=None, trees=None, requires=(), provides=(), obsoletes=(), conflicts=(),
-                 scripts=None, summary=None, modes=None, copies=None):
+                 scripts=None, summary=None, modes=None, copies=None, recommends=(), ghosts=()):
         self.name, self.version, self.release, self.epoch = name, version, release, epoch
         self.arch = arch
         self.files = dict(files or {})      # path -> str/bytes content
@@ -37,6 +38,8 @@ class Pkg:
         self.modes = dict(modes or {})      # path -> mode
         self.requires, self.provides = list(requires), list(provides)
         self.obsoletes, self.conflicts = list(obsoletes), list(conflicts)
+        self.recommends = list(recommends)  # weak deps: dnf installs them (install_weak_deps=True)
+        self.ghosts = list(ghosts)          # %ghost paths: owned, not shipped (made by a scriptlet)
         self.scripts = dict(scripts or {})  # posttrans/preun/... -> body (/bin/sh)
         self.summary = summary or f"Synthetic {name} for the gpuhost test world"
 
@@ -51,7 +54,8 @@ class Pkg:
         return f"{self.name}-{self.version}-{self.release}.{self.arch}.rpm"
 
     def paths(self):
-        return set(self.files) | set(self.links) | set(self.copies) | {t[0] for t in self.trees}
+        return (set(self.files) | set(self.links) | set(self.copies) | {t[0] for t in self.trees}
+                | set(self.ghosts))
 
 
 def esc(s):
@@ -76,6 +80,8 @@ def build_batch(specdir, batch_id, pkgs, rpmdir, target=None):
             dst = stage + path
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             shutil.copy2(src, dst)
+            if path in p.modes:
+                os.chmod(dst, p.modes[path])
         for path, target_ in p.links.items():
             dst = stage + path
             os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -99,7 +105,8 @@ def build_batch(specdir, batch_id, pkgs, rpmdir, target=None):
         if p.arch == "noarch":
             lines += ["BuildArch: noarch"]
         for tag, vals in (("Requires", p.requires), ("Provides", p.provides),
-                          ("Obsoletes", p.obsoletes), ("Conflicts", p.conflicts)):
+                          ("Obsoletes", p.obsoletes), ("Conflicts", p.conflicts),
+                          ("Recommends", p.recommends)):
             for v in vals:
                 lines += [f"{tag}: {v}"]
         if p.scripts:
@@ -109,7 +116,8 @@ def build_batch(specdir, batch_id, pkgs, rpmdir, target=None):
     lines += ["%install", f"cp -a {stage}/. %{{buildroot}}/", ""]
     for p in pkgs:
         lines += [f"%files -n {p.name}", "%defattr(-,root,root,-)"]
-        lines += sorted(f'"{x}"' for x in p.paths())
+        lines += sorted(f'"{x}"' for x in p.paths() - set(p.ghosts))
+        lines += sorted(f'%ghost %attr(0644,root,root) "{x}"' for x in p.ghosts)
         lines += [""]
         for kind, body in p.scripts.items():
             lines += [f"%{kind} -n {p.name}", esc(body), ""]
@@ -248,6 +256,38 @@ def kbuild_makefile(uname, gcc_major):
             "\t  echo \"  LD [M]  $(M)/$$m.ko\"; cp $(M)/$$m.o_binary $(M)/$$m.ko; done\n")
 
 
+def module_sig_hash(name, rel):
+    """CONFIG_MODULE_SIG_HASH of the real kernels (FIDELITY.md: /boot/config-* of OL 8.6
+    4.18.0-372.9.1.el8, Rocky 8.10 4.18.0-553.el8_10 = sha256; RHEL 9.2 5.14.0-284.11.1.el9_2,
+    AlmaLinux 9.3 = sha512; OL 8.7/8.8 UEK7 5.15.0-*.el8uek = sha512; oracle/linux-uek
+    uek-rpm/ol9/config-x86_64 (5.15 and 6.12) = CONFIG_MODULE_SIG_SHA512). DKMS signs with it."""
+    if name.startswith("kernel-uek"):
+        return "sha512"
+    return "sha256" if ".el8" in rel else "sha512"
+
+
+def module_sig_config(hash_):
+    lines = ["CONFIG_MODULE_SIG=y", "# CONFIG_MODULE_SIG_FORCE is not set", "CONFIG_MODULE_SIG_ALL=y"]
+    for h in ("sha1", "sha224", "sha256", "sha384", "sha512"):
+        opt = f"CONFIG_MODULE_SIG_{h.upper()}"
+        lines.append(f"{opt}=y" if h == hash_ else f"# {opt} is not set")
+    lines.append(f'CONFIG_MODULE_SIG_HASH="{hash_}"')
+    return "\n".join(lines) + "\n"
+
+
+# The kernel's sign-file (scripts/sign-file in kernel-devel, what RHEL's "Signing kernel modules
+# for Secure Boot", NVIDIA's dnf-kmod-nvidia.spec and DKMS use): the real binary of the build
+# host's Debian linux-kbuild package (its libcrypto goes into openssl-libs via host_libs()).
+# Debian's openssl reads OPENSSLDIR/openssl.cnf (`openssl version -d`).
+OPENSSLDIR = (subprocess.run(["openssl", "version", "-d"], stdout=subprocess.PIPE, text=True).stdout
+              .split('"')[1:2] or ["/usr/lib/ssl"])[0]
+OPENSSL_CNF = os.path.realpath(os.path.join(OPENSSLDIR, "openssl.cnf"))
+SIGN_FILE = next((f for f in ["/usr/lib/linux-kbuild-6.1/scripts/sign-file",
+                              *sorted(glob.glob("/usr/lib/linux-kbuild-*/scripts/sign-file")),
+                              *sorted(glob.glob("/usr/src/kernels/*/scripts/sign-file"))]
+                  if os.access(f, os.X_OK)), None)
+
+
 def kernel_pkgs(os_, name, ver, rel, gcc_text, with_devel):
     uname = f"{ver}-{rel}.x86_64"
     evr_ = f"{ver}-{rel}"
@@ -257,7 +297,8 @@ def kernel_pkgs(os_, name, ver, rel, gcc_text, with_devel):
            f"# Linux/x86_64 {uname} Kernel Configuration\n"
            f'CONFIG_CC_VERSION_TEXT="{gcc_text}"\n'
            f"CONFIG_CC_IS_GCC=y\nCONFIG_GCC_VERSION={gcc_version_num(gcc_text)}\n"
-           f"CONFIG_MODULES=y\nCONFIG_MODULE_SIG=y\nCONFIG_MODULE_COMPRESS_XZ=y\n")
+           f"CONFIG_MODULES=y\n" + module_sig_config(module_sig_hash(name, rel)) +
+           "CONFIG_MODULE_COMPRESS_XZ=y\n")
     # Like the real kernel packages (kernel.spec / kernel-uek.spec %files), the kernel itself
     # ships its configuration as /boot/config-<kver>, so the compiler that built it is known
     # before its headers are installed.
@@ -298,7 +339,9 @@ def kernel_pkgs(os_, name, ver, rel, gcc_text, with_devel):
                               f"/usr/src/kernels/{uname}/.config": cfg,
                               f"/usr/src/kernels/{uname}/include/generated/utsrelease.h":
                               f'#define UTS_RELEASE "{uname}"\n'},
-                       requires=req,
+                       copies={f"/usr/src/kernels/{uname}/scripts/sign-file": SIGN_FILE},
+                       modes={f"/usr/src/kernels/{uname}/scripts/sign-file": 0o755},
+                       requires=req + ["openssl-libs"],
                        provides=[f"kernel-devel-uname-r = {uname}", "installonlypkg(kernel)"]))
     return out
 
@@ -429,7 +472,7 @@ def fm_pkg(v, dist, name="nvidia-fabric-manager"):
 
 # /bin/<applet> -> busybox. In a chroot busybox cannot re-exec itself via /proc/self/exe, so
 # the applets the scriptlets use in $(...) must exist as real commands on PATH.
-BUSYBOX_APPLETS = ["sh", "sed", "head", "tail", "cat", "cp", "mv", "rm", "mkdir", "ls",
+BUSYBOX_APPLETS = ["sh", "sed", "head", "tail", "cat", "cp", "mv", "rm", "mkdir", "rmdir", "ls",
                    "ln", "grep", "cut", "tr", "sort", "touch", "chmod", "basename", "dirname",
                    "find", "echo", "test", "true", "false", "env", "uname", "mktemp", "readlink",
                    "awk", "wc", "date", "id", "xargs", "stat", "diff", "cmp", "realpath", "expr",
@@ -445,10 +488,15 @@ HOST_TOOLS = {
     "xz": [("/usr/bin/xz", "/usr/bin/xz")],
     "binutils": [("/usr/bin/strip", "/usr/bin/strip")],
     "bash": [("/bin/bash", "/bin/bash")],
+    # DKMS 3.x makes its MOK key pair with `openssl req` when none is configured
+    "openssl": [("/usr/bin/openssl", "/usr/bin/openssl")],
+    # not a package of its own: kernel-devel ships it (kernel_pkgs); listed for its libraries
+    "kernel-devel": [("/usr/src/kernels/<kver>/scripts/sign-file", SIGN_FILE)],
 }
 LIB_PACKAGES = [("libc.so", "glibc"), ("ld-linux", "glibc"), ("libdl.so", "glibc"), ("libm.so", "glibc"),
                 ("libtinfo", "ncurses-libs"), ("liblzma", "xz-libs"), ("libzstd", "libzstd"),
-                ("libcrypto", "openssl-libs"), ("libz.so", "zlib"), ("libbfd", "binutils"),
+                ("libcrypto", "openssl-libs"), ("libssl", "openssl-libs"), ("libz.so", "zlib"),
+                ("libbfd", "binutils"),
                 ("libsframe", "binutils")]
 
 
@@ -493,10 +541,21 @@ def base_pkgs(os_):
                 "zlib": ("1.2.11", f"25.{d}" if m == "8" else f"40.{d}")}
     for pkg, (v, r) in lib_pkgs.items():
         extra = {"/etc/ld.so.conf": "include ld.so.conf.d/*.conf\n"} if pkg == "glibc" else {}
+        links = {}
+        if pkg == "openssl-libs":
+            # OL's openssl-libs ships /etc/pki/tls/openssl.cnf; Debian's binaries read it from
+            # their OPENSSLDIR (/usr/lib/ssl), linked to the OL path.
+            extra = {"/etc/pki/tls/openssl.cnf": open(OPENSSL_CNF).read()}
+            links = {f"{OPENSSLDIR}/openssl.cnf": "/etc/pki/tls/openssl.cnf"}
         base.append(Pkg(pkg, v, r, epoch=1 if pkg == "openssl-libs" else None,
-                        copies=libs.get(pkg, {}), files=extra,
+                        copies=libs.get(pkg, {}), files=extra, links=links,
                         modes={p: 0o755 for p in libs.get(pkg, {})},
                         requires=[] if pkg == "glibc" else ["glibc"]))
+    # openssl (BaseOS): the real openssl binary (DKMS 3.x runs `openssl req` to make its MOK key
+    # pair; NVIDIA's precompiled-kmod spec BuildRequires it).
+    ov, orel = lib_pkgs["openssl-libs"]
+    base.append(Pkg("openssl", ov, orel, epoch=1, copies={"/usr/bin/openssl": "/usr/bin/openssl"},
+                    requires=[f"openssl-libs = 1:{ov}-{orel}", "glibc"]))
     # bash: the real (Debian) bash, and a static busybox for /bin/sh and the small tools.
     base.append(Pkg("bash", "4.4.20" if m == "8" else "5.1.8", f"5.{d}" if m == "8" else f"9.{d}",
                     copies={"/bin/busybox": BUSYBOX, "/bin/bash": "/bin/bash"},
@@ -564,7 +623,9 @@ def base_pkgs(os_):
             files={"/etc/dkms/framework.conf": "# DKMS framework configuration (all defaults)\n",
                    "/etc/dkms/framework.conf.d/.keep": ""},
             modes={"/usr/sbin/dkms": 0o755},
-            requires=["bash", "/bin/sh", "gcc", "make", "kmod", "xz", "binutils", "kernel-devel-uname-r"]))
+            requires=["bash", "/bin/sh", "gcc", "make", "kmod", "xz", "binutils", "kernel-devel-uname-r"],
+            # Fedora/EPEL dkms.spec since 3.0.10-2: "Recommend OpenSSL for MOK key management."
+            recommends=["openssl"]))
     # container tools
     ct = []
     if m == "8":
@@ -674,6 +735,40 @@ def ko_object(module, drv, flavour):
     return obj
 
 
+# The key pair standing in for NVIDIA's precompiled-kmod signing key (NVIDIA2019-public_key.der):
+# made at world build with openssl (OUT/keys/), used with the kernel's sign-file like
+# dnf-kmod-nvidia.spec's Source1 private_key.priv / Source2 public_key.der.
+NV_KEY_CN = "NVIDIA test precompiled-kmod key (gpuhost world)"
+NV_KEY_DER = os.path.join(OUT, "keys", "NVIDIA-test-public_key.der")
+NV_KEY_PRIV = os.path.join(OUT, "keys", "NVIDIA-test-private_key.priv")
+SIG_CACHE = {}
+
+
+def nvidia_test_key():
+    os.makedirs(os.path.dirname(NV_KEY_DER), exist_ok=True)
+    subprocess.run(["openssl", "req", "-new", "-x509", "-nodes", "-days", "36500", "-subj", f"/CN={NV_KEY_CN}",
+                    "-newkey", "rsa:2048", "-keyout", NV_KEY_PRIV, "-outform", "DER", "-out", NV_KEY_DER],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def precompiled_sig(module, drv):
+    """The detached signature of a precompiled module, as dnf-kmod-nvidia.spec makes it:
+    `sign-file sha256 key der <m>.ko <m>.ko.signed`, then the bytes after the module's size."""
+    key = (module, drv)
+    if key in SIG_CACHE:
+        return SIG_CACHE[key]
+    ko = ko_object(module, drv, "proprietary")
+    d = os.path.join(WORK, "sig", drv)
+    os.makedirs(d, exist_ok=True)
+    signed = os.path.join(d, f"{module}.ko.signed")
+    subprocess.run([SIGN_FILE, "sha256", NV_KEY_PRIV, NV_KEY_DER, ko, signed], check=True)
+    sig = os.path.join(d, f"{module}.sig")
+    with open(signed, "rb") as f, open(sig, "wb") as out:
+        out.write(f.read()[os.path.getsize(ko):])
+    SIG_CACHE[key] = sig
+    return sig
+
+
 def dkms_conf(drv):
     # The fields of NVIDIA's dkms-nvidia.conf, used by both flavours (the open spec copies it too).
     lines = ['PACKAGE_NAME="nvidia"', f'PACKAGE_VERSION="{drv}"', 'AUTOINSTALL="yes"', "",
@@ -781,15 +876,32 @@ def nvidia_inner(os_, drv):
             continue
         kshort = kr.rsplit(".", 1)[0]  # 553.16.1
         uname = f"{kv}-{kr}.x86_64"
-        # NVIDIA links these in %post into extra/drivers/video/nvidia/ and runs depmod (world:
-        # the linked modules are shipped, the depmod is real).
+        # dnf-kmod-nvidia.spec: the package ships the module objects and each module's detached
+        # signature (<m>.sig, made at build with the kernel's sign-file, sha256, NVIDIA's key)
+        # under %{kmod_o_dir}; %post links the modules into extra/drivers/video/nvidia/ (%ghost
+        # files), appends the signatures (`cat <m>.sig >> <m>.ko`) and runs depmod. World: the
+        # "linked" module is shipped whole under kmod_o_dir and %post copies it instead of ld.gold.
+        kkver = f"{kv}-{kr}"   # %{kmod_kernel_version}
+        o_dir = f"/usr/lib64/nvidia/x86_64-linux/{drv}/{kkver}"
+        mod_dir = f"/lib/modules/{uname}/extra/drivers/video/nvidia"
+        copies = {}
+        for m in NV_MODULES:
+            copies[f"{o_dir}/{m}.ko"] = ko_object(m, drv, "proprietary")
+            copies[f"{o_dir}/{m}.sig"] = precompiled_sig(m, drv)
+        mods = " ".join(NV_MODULES)
+        post = (f"cd {o_dir}\nmkdir -p {mod_dir}\n"
+                "# link the modules (NVIDIA: ld.gold from the shipped objects; world: a copy)\n"
+                f"for m in {mods}; do\n\tcp {o_dir}/${{m}}.ko {mod_dir}/${{m}}.ko\ndone\n"
+                "# Sign all the linked .ko files by just appending the signature made at build\n"
+                f"for m in {mods}; do\n\tcat {o_dir}/${{m}}.sig >> {mod_dir}/${{m}}.ko\ndone\n"
+                f"depmod -a {uname}\n")
         pre.append(Pkg(f"kmod-nvidia-{drv}-{kv}-{kshort}", drv, f"3.{kr.rsplit('.', 1)[1]}", epoch=E,
-                       copies={f"/lib/modules/{uname}/extra/drivers/video/nvidia/{m}.ko": ko_object(m, drv, "proprietary")
-                               for m in NV_MODULES},
+                       copies=copies, modes={p: 0o644 for p in copies},
+                       ghosts=[f"{mod_dir}/{m}.ko" for m in NV_MODULES],
                        requires=[f"kernel-uname-r = {uname}", f"nvidia-kmod-common = {E}:{drv}", "kmod"],
                        provides=[f"nvidia-kmod = {E}:{drv}", "installonlypkg(kernel-module)"],
                        conflicts=["kmod-nvidia-latest-dkms"],
-                       scripts={"post": f"depmod -a {uname}\n", "postun": f"depmod -a {uname}\n"}))
+                       scripts={"post": post, "postun": f"depmod -a {uname}\n"}))
     cuda_drivers = Pkg("cuda-drivers", drv, "1",
                        requires=[f"nvidia-driver = {E}:{drv}", f"nvidia-driver-cuda = {E}:{drv}",
                                  f"nvidia-settings = {E}:{drv}"])
@@ -889,6 +1001,9 @@ def local_repo_names(kind, rh, mm, cuda, drv):
 def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
+    if SIGN_FILE is None:
+        raise SystemExit("gen.py: no sign-file (apt-get install -y linux-kbuild-6.1)")
+    nvidia_test_key()
     jobs = []
     repo_dirs = {}   # dir -> modules yaml or None
     for os_ in ("ol8", "ol9"):

@@ -134,6 +134,130 @@ impl World {
     pub fn extra_rpm(&self, name: &str) -> PathBuf {
         self.dir.join("rpms").join("extra").join(name)
     }
+
+    /// The certificate (DER, self-signed, CN [`NVIDIA_TEST_KEY_CN`]) that stands in for NVIDIA's
+    /// precompiled-kmod key `NVIDIA2019-public_key.der`: every precompiled `kmod-nvidia-*`
+    /// module of the world carries a signature made with it (sign-file, sha256). Made with
+    /// openssl at each world build (`keys/NVIDIA-test-public_key.der`).
+    pub fn nvidia_test_cert(&self) -> PathBuf {
+        self.dir.join("keys").join("NVIDIA-test-public_key.der")
+    }
+
+    /// The private key (PEM, unencrypted) of [`World::nvidia_test_cert`]
+    /// (`keys/NVIDIA-test-private_key.priv`).
+    pub fn nvidia_test_key(&self) -> PathBuf {
+        self.dir.join("keys").join("NVIDIA-test-private_key.priv")
+    }
+}
+
+/// Signer (certificate CN) of the world's precompiled NVIDIA modules ([`World::nvidia_test_cert`]).
+pub const NVIDIA_TEST_KEY_CN: &str = "NVIDIA test precompiled-kmod key (gpuhost world)";
+
+/// Signer of what DKMS 3.x builds when no key is configured: it makes `/var/lib/dkms/mok.key`
+/// and `mok.pub` (DER) itself with `openssl req -subj "/CN=DKMS module signing key"`.
+pub const DKMS_AUTO_KEY_CN: &str = "DKMS module signing key";
+
+/// The marker that ends a module with an appended signature (`tail -c 28`).
+pub const MODULE_SIG_MAGIC: &[u8] = b"~Module signature appended~\n";
+
+/// Makes a self-signed test key pair with the real openssl, as DKMS and the RHEL docs do:
+/// `DIR/<name>.priv` (PEM key) and `DIR/<name>.der` (DER certificate, CN `cn`). Returns both.
+pub fn openssl_test_key(dir: &Path, name: &str, cn: &str) -> (PathBuf, PathBuf) {
+    fs::create_dir_all(dir).unwrap();
+    let key = dir.join(format!("{name}.priv"));
+    let cert = dir.join(format!("{name}.der"));
+    let out = Command::new("openssl")
+        .args(["req", "-new", "-x509", "-nodes", "-days", "36500"])
+        .arg("-subj")
+        .arg(format!("/CN={cn}"))
+        .args(["-newkey", "rsa:2048", "-keyout"])
+        .arg(&key)
+        .args(["-outform", "DER", "-out"])
+        .arg(&cert)
+        .output()
+        .expect("openssl (apt-get install -y openssl)");
+    assert!(
+        out.status.success(),
+        "openssl req: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (key, cert)
+}
+
+/// The bytes of a module file, decompressed when it ends in `.xz` (the host's `xz -dc`).
+pub fn module_bytes(path: &Path) -> Vec<u8> {
+    if path.extension().is_some_and(|e| e == "xz") {
+        let out = Command::new("xz").arg("-dc").arg(path).output().unwrap();
+        assert!(out.status.success(), "xz -dc {}", path.display());
+        out.stdout
+    } else {
+        fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+}
+
+/// Whether a module file (`.ko` or `.ko.xz`) ends with [`MODULE_SIG_MAGIC`].
+pub fn has_appended_signature(path: &Path) -> bool {
+    module_bytes(path).ends_with(MODULE_SIG_MAGIC)
+}
+
+/// Whether the real openssl verifies a module's appended PKCS#7 signature against a certificate
+/// (DER): the module is split like the kernel does (content, PKCS#7, 12-byte `module_signature`
+/// whose last 4 bytes are the big-endian PKCS#7 length, magic) and checked with `openssl cms
+/// -verify -binary -nointern -noverify` (the signature, not the certificate chain). An oracle
+/// for tests; false when the module has no signature or another key made it.
+pub fn openssl_verifies_module(module: &Path, cert_der: &Path) -> bool {
+    let data = module_bytes(module);
+    let Some(end) = data.len().checked_sub(MODULE_SIG_MAGIC.len()) else {
+        return false;
+    };
+    if !data.ends_with(MODULE_SIG_MAGIC) || end < 12 {
+        return false;
+    }
+    let info = &data[end - 12..end];
+    let sig_len = u32::from_be_bytes([info[8], info[9], info[10], info[11]]) as usize;
+    let Some(content_end) = (end - 12).checked_sub(sig_len) else {
+        return false;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (p7, content, pem) = (
+        tmp.path().join("sig.p7"),
+        tmp.path().join("module"),
+        tmp.path().join("cert.pem"),
+    );
+    fs::write(&p7, &data[content_end..end - 12]).unwrap();
+    fs::write(&content, &data[..content_end]).unwrap();
+    let conv = Command::new("openssl")
+        .args(["x509", "-inform", "DER", "-in"])
+        .arg(cert_der)
+        .arg("-out")
+        .arg(&pem)
+        .output()
+        .unwrap();
+    assert!(conv.status.success(), "{}: not a DER certificate", cert_der.display());
+    Command::new("openssl")
+        .args(["cms", "-verify", "-binary", "-inform", "DER", "-in"])
+        .arg(&p7)
+        .arg("-content")
+        .arg(&content)
+        .arg("-certfile")
+        .arg(&pem)
+        .args(["-nointern", "-noverify", "-out", "/dev/null"])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+/// One field of the host's `modinfo -F FIELD FILE` (Debian's kmod 30 reads PKCS#7 module
+/// signatures: `signer`, `sig_key`, `sig_hashalgo`, `sig_id`; also `version`). None when empty.
+pub fn modinfo(path: &Path, field: &str) -> Option<String> {
+    let out = Command::new("modinfo")
+        .args(["-F", field])
+        .arg(path)
+        .output()
+        .unwrap();
+    let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !v.is_empty()).then_some(v)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,6 +389,21 @@ impl Root {
         let p = self.join(rel);
         fs::create_dir_all(p.parent().unwrap()).unwrap();
         fs::write(p, content).unwrap();
+    }
+
+    /// Runs the root's upstream DKMS chrooted the way gpuhost does (`unshare --fork --pid
+    /// --mount-proc=ROOT/proc chroot ROOT dkms ARGS`), e.g. `["install", "-m", "nvidia", "-v",
+    /// "535.104.05", "-k", RHCK8]`. DKMS reads `/etc/dkms/framework.conf.d/*.conf` of the root.
+    pub fn dkms(&self, args: &[&str]) -> Output {
+        Command::new("unshare")
+            .args(["--fork", "--pid"])
+            .arg(format!("--mount-proc={}", self.join("/proc").display()))
+            .arg("chroot")
+            .arg(self.path())
+            .arg("dkms")
+            .args(args)
+            .output()
+            .unwrap()
     }
 
     /// Runs rpm with `--root ROOT` and the world's HOME.
