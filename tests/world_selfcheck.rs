@@ -358,12 +358,23 @@ fn precompiled_modules_carry_the_test_nvidia_signature() {
         world::modinfo(&ko, "signer").as_deref(),
         Some(world::NVIDIA_TEST_KEY_CN)
     );
-    assert_eq!(world::modinfo(&ko, "sig_hashalgo").as_deref(), Some("sha256"));
-    assert_eq!(world::modinfo(&ko, "version").as_deref(), Some("535.104.05"));
+    assert_eq!(
+        world::modinfo(&ko, "sig_hashalgo").as_deref(),
+        Some("sha256")
+    );
+    assert_eq!(
+        world::modinfo(&ko, "version").as_deref(),
+        Some("535.104.05")
+    );
     assert!(world::openssl_verifies_module(&ko, &w.nvidia_test_cert()));
     let (_k, other) = world::openssl_test_key(&r.join("/tmp/k"), "other", "other");
     assert!(!world::openssl_verifies_module(&ko, &other));
-    for m in ["nvidia-modeset", "nvidia-drm", "nvidia-uvm", "nvidia-peermem"] {
+    for m in [
+        "nvidia-modeset",
+        "nvidia-drm",
+        "nvidia-uvm",
+        "nvidia-peermem",
+    ] {
         assert!(world::has_appended_signature(
             &r.join(&format!("{dir}/{m}.ko"))
         ));
@@ -382,8 +393,8 @@ fn precompiled_modules_carry_the_test_nvidia_signature() {
 /// EPEL. The hash is the kernel's CONFIG_MODULE_SIG_HASH.
 #[test]
 fn dkms_signs_with_the_configured_key_or_its_own() {
-    let r = Root::new(Os::Ol8, &[world::RHCK8_OLD, RHCK8])
-        .with_extra_rpm("cuda-repo-rhel8-12-2-local");
+    let r =
+        Root::new(Os::Ol8, &[world::RHCK8_OLD, RHCK8]).with_extra_rpm("cuda-repo-rhel8-12-2-local");
     r.dnf_ok(&[
         "-y",
         "install",
@@ -405,7 +416,10 @@ fn dkms_signs_with_the_configured_key_or_its_own() {
         world::modinfo(&ko, "signer").as_deref(),
         Some(world::DKMS_AUTO_KEY_CN)
     );
-    assert_eq!(world::modinfo(&ko, "sig_hashalgo").as_deref(), Some("sha256"));
+    assert_eq!(
+        world::modinfo(&ko, "sig_hashalgo").as_deref(),
+        Some("sha256")
+    );
     assert!(world::openssl_verifies_module(
         &ko,
         &r.join("/var/lib/dkms/mok.pub")

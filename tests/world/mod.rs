@@ -233,7 +233,11 @@ pub fn openssl_verifies_module(module: &Path, cert_der: &Path) -> bool {
         .arg(&pem)
         .output()
         .unwrap();
-    assert!(conv.status.success(), "{}: not a DER certificate", cert_der.display());
+    assert!(
+        conv.status.success(),
+        "{}: not a DER certificate",
+        cert_der.display()
+    );
     Command::new("openssl")
         .args(["cms", "-verify", "-binary", "-inform", "DER", "-in"])
         .arg(&p7)
