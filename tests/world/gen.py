@@ -341,7 +341,7 @@ def kernel_pkgs(os_, name, ver, rel, gcc_text, with_devel):
                               f'#define UTS_RELEASE "{uname}"\n'},
                        copies={f"/usr/src/kernels/{uname}/scripts/sign-file": SIGN_FILE},
                        modes={f"/usr/src/kernels/{uname}/scripts/sign-file": 0o755},
-                       requires=req + ["openssl-libs"],
+                       requires=req,  # like kernel.spec: AutoReqProv: no (sign-file's libcrypto is not required)
                        provides=[f"kernel-devel-uname-r = {uname}", "installonlypkg(kernel)"]))
     return out
 
