@@ -549,14 +549,6 @@ fn an_image_from_a_docker_save_tarball_or_an_oci_layout() {
     );
 }
 
-fn sha256_hex(data: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 #[test]
 fn oci_layouts_with_several_images_platforms_and_a_corrupt_blob() {
     if !image_tools() {
@@ -598,7 +590,7 @@ fn oci_layouts_with_several_images_platforms_and_a_corrupt_blob() {
         "manifests": platforms,
     }))
     .unwrap();
-    let hex = sha256_hex(&blob);
+    let hex = gpuhost_steps::fsutil::sha256_hex(&blob);
     std::fs::write(dir.join("blobs/sha256").join(&hex), &blob).unwrap();
     let top = serde_json::json!({
         "schemaVersion": 2,

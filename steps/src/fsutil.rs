@@ -1,4 +1,4 @@
-//! Atomic file writes and small time helpers.
+//! Atomic file writes, SHA-256 digests and small time helpers (files of the build host).
 
 use std::io::Write;
 use std::path::Path;
@@ -73,6 +73,36 @@ pub fn rfc3339(secs: u64) -> String {
         (rem / 60) % 60,
         rem % 60
     )
+}
+
+/// Lower-case hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// SHA-256 of bytes, hex.
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex(&Sha256::digest(data))
+}
+
+/// SHA-256 of a file (read in 1 MiB pieces), hex.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f
+            .read(&mut buf)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex(&h.finalize()))
 }
 
 #[cfg(test)]

@@ -3,12 +3,10 @@
 //! or not listed is refused (exit 2), naming the file.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::invalid;
 use crate::kernel::Flavour;
@@ -71,30 +69,7 @@ impl Manifest {
     }
 }
 
-/// SHA-256 of a file, hex.
-pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f
-            .read(&mut buf)
-            .with_context(|| format!("reading {}", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex(&h.finalize()))
-}
-
-pub fn sha256_bytes(data: &[u8]) -> String {
-    hex(&Sha256::digest(data))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+pub use crate::fsutil::{sha256_file, sha256_hex as sha256_bytes};
 
 /// Every regular file under `dir` (relative, `/`-separated, sorted) but the manifest; anything
 /// that is not a directory or a regular file is an error naming it.

@@ -16,7 +16,6 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 /// Where the image configuration came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -202,18 +201,11 @@ fn blob_path(digest: &str) -> Result<String> {
     Ok(format!("blobs/sha256/{hex}"))
 }
 
-fn sha256_hex(data: &[u8]) -> String {
-    Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// Read a blob and check it against its digest.
 fn read_blob(store: &dyn Store, digest: &str) -> Result<Vec<u8>> {
     let rel = blob_path(digest)?;
     let data = store.read(&rel)?;
-    let got = sha256_hex(&data);
+    let got = crate::fsutil::sha256_hex(&data);
     if !digest.ends_with(&got) {
         bail!(
             "{}: {rel} does not match its digest (sha256 {got}); the image is corrupt",
@@ -303,7 +295,7 @@ pub fn read_docker_archive(path: &Path, tag: Option<&str>) -> Result<ImageConfig
         .unwrap_or_default()
         .trim_end_matches(".json");
     let digest = if stem.len() == 64 && stem.bytes().all(|b| b.is_ascii_hexdigit()) {
-        let got = sha256_hex(&data);
+        let got = crate::fsutil::sha256_hex(&data);
         if got != stem {
             bail!(
                 "{}: {config_path} does not match its digest (sha256 {got}); the archive is corrupt",

@@ -12,7 +12,6 @@ use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
 
 use super::{host_arch, LocalRepoFile, NO_DRIVER};
 use crate::cmd::Cmd;
@@ -94,7 +93,7 @@ fn verify_file(path: &Path, name: &LocalRepoFile, sha256: Option<&str>) -> Resul
         ));
     }
     if let Some(want) = sha256 {
-        let got = sha256_of(path)?;
+        let got = crate::fsutil::sha256_file(path)?;
         if !got.eq_ignore_ascii_case(want) {
             return Err(hinted(
                 format!("{shown}: SHA-256 is {got}, but the profile expects {want}; nothing was installed"),
@@ -163,25 +162,6 @@ fn verify_file(path: &Path, name: &LocalRepoFile, sha256: Option<&str>) -> Resul
 pub fn local_repo_size(path: &Path) -> Option<u64> {
     let f = std::fs::File::open(path).ok()?;
     f.metadata().ok().map(|m| m.len())
-}
-
-fn sha256_of(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f
-            .read(&mut buf)
-            .with_context(|| format!("reading {}", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(h.finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<String>())
 }
 
 impl Step for DriverRepo {
