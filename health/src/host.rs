@@ -405,17 +405,16 @@ pub fn parse_fabricmanager_version(stdout: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Three lines of `systemctl is-active docker nvidia-persistenced nvidia-fabricmanager`.
+/// Three lines of `systemctl is-active docker nvidia-persistenced nvidia-fabricmanager`
+/// (read by the library's [`gpuhost_steps::units::parse_active_states`], as `apply` reads them).
 pub fn parse_is_active(stdout: &str) -> Option<Services> {
-    let lines: Vec<String> = stdout.lines().map(|l| l.trim().to_string()).collect();
-    if lines.len() < 3 {
-        return None;
-    }
+    let states = gpuhost_steps::units::parse_active_states(stdout, 3)?;
+    let [docker, persistenced, fabricmanager] = <[String; 3]>::try_from(states).ok()?;
     Some(Services {
         error: None,
-        docker: Some(lines[0].clone()),
-        nvidia_persistenced: Some(lines[1].clone()),
-        nvidia_fabricmanager: Some(lines[2].clone()),
+        docker: Some(docker),
+        nvidia_persistenced: Some(persistenced),
+        nvidia_fabricmanager: Some(fabricmanager),
         fabricmanager_version: None,
         no_systemd: false,
     })
