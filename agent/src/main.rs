@@ -332,9 +332,19 @@ fn kernel_added_options(k: &KernelAddedArgs) -> Result<Option<ApplyOptions>> {
         waited.as_millis(),
         a.profile
     );
-    Ok(Some(ApplyOptions {
+    Ok(Some(recorded_options(a, k.root.clone(), false)))
+}
+
+/// Apply options from a recorded apply (`last-apply.json`, `resume.json`): the same profile,
+/// `--set`s, step selection and bundle, serving the default kernel again.
+fn recorded_options(
+    a: gpuhost_steps::reboot::ResumeArgs,
+    root: PathBuf,
+    reboot: bool,
+) -> ApplyOptions {
+    ApplyOptions {
         profile: a.profile,
-        root: k.root.clone(),
+        root,
         kernel_release: None,
         sets: a.sets,
         selection: Selection {
@@ -342,11 +352,11 @@ fn kernel_added_options(k: &KernelAddedArgs) -> Result<Option<ApplyOptions>> {
             skip: a.skip,
         },
         dry_run: false,
-        reboot: false,
+        reboot,
         max_reboots: a.max_reboots,
         command_line: command_line(),
         bundle: a.bundle.map(PathBuf::from),
-    }))
+    }
 }
 
 /// The options `apply --reboot` recorded before its reboot.
@@ -358,22 +368,7 @@ fn resume_options(r: &ResumeArgs) -> Result<ApplyOptions> {
             host.path(gpuhost_steps::reboot::RESUME_PATH).display()
         ));
     };
-    let a = state.args;
-    Ok(ApplyOptions {
-        profile: a.profile,
-        root: r.root.clone(),
-        kernel_release: None,
-        sets: a.sets,
-        selection: Selection {
-            only: a.only,
-            skip: a.skip,
-        },
-        dry_run: false,
-        reboot: true,
-        max_reboots: a.max_reboots,
-        command_line: command_line(),
-        bundle: a.bundle.map(PathBuf::from),
-    })
+    Ok(recorded_options(state.args, r.root.clone(), true))
 }
 
 fn run_apply(opts: &ApplyOptions, format: Format) -> i32 {
