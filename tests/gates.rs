@@ -11,26 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/status")
-}
-
-fn gpuhost(run_dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_gpuhost"));
-    c.env("GPUHOST_RUN_DIR", run_dir)
-        .env_remove("GPUHOST_STATUS_ROOT")
-        .env_remove("GPUHOST_PROBE_DELAY_MS")
-        .env_remove("SLURMD_NODENAME");
-    c
-}
+#[path = "support/status.rs"]
+mod support;
+use support::{gpuhost, hgx};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-fn hgx() -> serde_json::Value {
-    let t = std::fs::read_to_string(fixtures().join("hgx-h200x8-snapshot.json")).unwrap();
-    serde_json::from_str(&t).unwrap()
 }
 
 fn healthy() -> serde_json::Value {

@@ -7,10 +7,13 @@
 
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
+#[path = "support/status.rs"]
+mod support;
 #[path = "world/mod.rs"]
 mod world;
 
 use serde_json::Value;
+use support::check;
 use world::{
     code, report, Os, Root, World, CUDA_LOCAL_EL8_12_2, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD,
 };
@@ -108,13 +111,6 @@ fn status(root: &Root) -> (i32, Value) {
     let v: Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)));
     (code(&o), v)
-}
-
-fn check<'a>(v: &'a Value, id: &str) -> &'a Value {
-    v["checks"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["id"] == id))
-        .unwrap_or_else(|| panic!("no check {id} in {v:#}"))
 }
 
 fn converged(kernels: &[&str]) -> Root {

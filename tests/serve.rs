@@ -13,18 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/status")
-}
-
-fn gpuhost(run_dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_gpuhost"));
-    c.env("GPUHOST_RUN_DIR", run_dir)
-        .env_remove("GPUHOST_STATUS_ROOT")
-        .env_remove("GPUHOST_PROBE_DELAY_MS")
-        .env_remove("GPUHOST_PROBE_HANG_FILE");
-    c
-}
+#[path = "support/status.rs"]
+mod support;
+use support::{fixtures, gpuhost, hgx};
 
 /// A running `gpuhost serve` on a free loopback port; killed when dropped.
 struct Server {
@@ -136,8 +127,7 @@ fn series(text: &str) -> Vec<String> {
 
 /// The HGX H200 x8 fixture, which is OK in every check, with `edit` applied, in `dir`.
 fn hgx_with(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
-    let text = std::fs::read_to_string(fixtures().join("hgx-h200x8-snapshot.json")).unwrap();
-    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut v = hgx();
     edit(&mut v);
     let f = dir.join("snapshot.json");
     std::fs::write(&f, serde_json::to_string(&v).unwrap()).unwrap();

@@ -5,12 +5,15 @@
 
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/status.rs"]
+mod support;
 #[path = "world/mod.rs"]
 mod world;
 
 use std::path::Path;
 use std::process::Command;
 
+use support::{check, gpuhost};
 use world::{code, stderr, Os, Root, World, CUDA_LOCAL_EL8_12_2, UEK8_NEW};
 
 fn is_root() -> bool {
@@ -80,23 +83,13 @@ exec "$@""#;
 fn status_json(dir: &Path, snap: &serde_json::Value, extra: &[&str]) -> serde_json::Value {
     let f = dir.join("snap.json");
     std::fs::write(&f, serde_json::to_string(snap).unwrap()).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuhost"))
-        .env("GPUHOST_RUN_DIR", dir)
+    let o = gpuhost(dir)
         .args(["status", "--format", "json", "--from-snapshot"])
         .arg(&f)
         .args(extra)
         .output()
         .unwrap();
     serde_json::from_slice(&o.stdout).unwrap()
-}
-
-fn check<'a>(v: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
-    v["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == id)
-        .unwrap_or_else(|| panic!("no check {id}"))
 }
 
 #[test]

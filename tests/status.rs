@@ -10,17 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/status")
-}
-
-fn gpuhost(run_dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_gpuhost"));
-    c.env("GPUHOST_RUN_DIR", run_dir)
-        .env_remove("GPUHOST_STATUS_ROOT")
-        .env_remove("GPUHOST_PROBE_DELAY_MS");
-    c
-}
+#[path = "support/status.rs"]
+mod support;
+use support::{fixtures, gpuhost, hgx};
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -370,11 +362,6 @@ fn hgx_from_real(real: &serde_json::Value) -> serde_json::Value {
     }
     s["host"]["dev_nodes"] = json!(nodes);
     s
-}
-
-fn hgx() -> serde_json::Value {
-    let text = std::fs::read_to_string(fixtures().join("hgx-h200x8-snapshot.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
 }
 
 /// `gpuhost status --format json --from-snapshot` on `snap` (with `extra` args): exit code and

@@ -1,0 +1,43 @@
+//! What the `gpuhost status` tests share: the captured fixtures, the binary with a private run
+//! directory and none of the test-only environment leaking in, and reading checks out of a
+//! JSON report.
+//!
+//! ```ignore
+//! #[path = "support/status.rs"]
+//! mod support;
+//! ```
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// tests/fixtures/status: the real H200 capture and the HGX H200 x8 fixture derived from it.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/status")
+}
+
+/// The HGX H200 x8 fixture (OK in every check).
+pub fn hgx() -> serde_json::Value {
+    let text = std::fs::read_to_string(fixtures().join("hgx-h200x8-snapshot.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The gpuhost binary with its own run directory (probe records, counters) and without the
+/// variables tests use to steer it (crafted roots, hung or slow probes, a Slurm node name).
+pub fn gpuhost(run_dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gpuhost"));
+    c.env("GPUHOST_RUN_DIR", run_dir)
+        .env_remove("GPUHOST_STATUS_ROOT")
+        .env_remove("GPUHOST_PROBE_DELAY_MS")
+        .env_remove("GPUHOST_PROBE_HANG_FILE")
+        .env_remove("SLURMD_NODENAME");
+    c
+}
+
+/// The check `id` of a `status --format json` report.
+pub fn check<'a>(v: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    v["checks"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["id"] == id))
+        .unwrap_or_else(|| panic!("no check {id} in {v:#}"))
+}
