@@ -30,6 +30,8 @@ pub struct Cmd {
     args: Vec<OsString>,
     env: Vec<(String, OsString)>,
     timeout: Duration,
+    /// Keep stdout as bytes ([`CmdOutput::stdout_bytes`]) instead of text.
+    binary: bool,
 }
 
 /// What a finished command left behind.
@@ -38,6 +40,8 @@ pub struct CmdOutput {
     /// Exit code; `None` when killed by a signal.
     pub code: Option<i32>,
     pub stdout: String,
+    /// stdout as bytes, for commands built with [`Cmd::binary_stdout`] (then `stdout` is empty).
+    pub stdout_bytes: Vec<u8>,
     pub stderr: String,
     pub duration: Duration,
 }
@@ -80,7 +84,14 @@ impl Cmd {
             args: Vec::new(),
             env: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
+            binary: false,
         }
+    }
+
+    /// Keep stdout as bytes (decompressed files and the like).
+    pub fn binary_stdout(mut self) -> Self {
+        self.binary = true;
+        self
     }
 
     pub fn arg(mut self, a: impl Into<OsString>) -> Self {
@@ -210,9 +221,18 @@ impl Cmd {
                 self.timeout.as_secs()
             ));
         };
+        let (stdout, stdout_bytes) = if self.binary {
+            (String::new(), out.stdout.clone())
+        } else {
+            (
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                Vec::new(),
+            )
+        };
         let output = CmdOutput {
             code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stdout,
+            stdout_bytes,
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
             duration: start.elapsed(),
         };
@@ -356,6 +376,7 @@ impl Spawned {
         Waited::Done(CmdOutput {
             code: status.code(),
             stdout,
+            stdout_bytes: Vec::new(),
             stderr,
             duration: elapsed,
         })

@@ -41,6 +41,7 @@ pub mod reboot;
 pub mod rootfs;
 pub mod rpm;
 pub mod runner;
+pub mod secureboot;
 pub mod state;
 pub mod steps;
 pub mod units;
