@@ -18,8 +18,8 @@ use gpuhost_steps::rootfs::Kind;
 use gpuhost_steps::steps::driver::FABRIC_MANAGER_PACKAGES;
 
 use crate::snapshot::{
-    AerCounters, DaemonJson, DevNode, FabricManagerVersion, HostSnapshot, KernelModule, NextBoot,
-    NvmlLibrary, PciDevice, PciKind, Services,
+    AerCounters, DaemonJson, DevNode, FabricManagerVersion, HostSnapshot, KernelModule,
+    ModuleSignature, NextBoot, NvmlLibrary, PciDevice, PciKind, SecureBootState, Services,
 };
 
 /// Directories where libnvidia-ml.so.1 lives on the distributions gpuhost meets.
@@ -72,7 +72,59 @@ pub fn collect(host: &Host) -> HostSnapshot {
     snap.boot_id = read_trim(host, "/proc/sys/kernel/random/boot_id");
     snap.docker_installed = Some(host.exists("/usr/bin/dockerd"));
     snap.next_boot = Some(next_boot(host));
+    let kernel = snap
+        .next_boot
+        .as_ref()
+        .and_then(|nb| nb.kernel.clone().or_else(|| nb.running.clone()));
+    snap.secure_boot = Some(secure_boot(host, kernel));
     snap
+}
+
+/// Secure Boot and, when it is on, who signed the NVIDIA modules `kernel` would load
+/// ([`gpuhost_steps::secureboot`]; a module file is read once per process while it is unchanged).
+pub fn secure_boot(host: &Host, kernel: Option<String>) -> SecureBootState {
+    use gpuhost_steps::facts::{secure_boot, SecureBoot};
+    use gpuhost_steps::secureboot::{module_signature_cached, Keys};
+    use gpuhost_steps::steps::driver::signing::NVIDIA_MODULES;
+    let mut st = SecureBootState {
+        enabled: secure_boot(host) == SecureBoot::Enabled,
+        ..SecureBootState::default()
+    };
+    if !st.enabled {
+        return st;
+    }
+    let Some(k) = kernel else {
+        return st;
+    };
+    let keys = match Keys::read(host) {
+        Ok(keys) => keys,
+        Err(e) => {
+            st.error = Some(format!("cannot read the enrolled keys: {e:#}"));
+            Keys::default()
+        }
+    };
+    for m in NVIDIA_MODULES {
+        let Ok(gpuhost_steps::kmods::ModuleState::Loadable { path, .. }) =
+            gpuhost_steps::kmods::state(host, &k, m)
+        else {
+            continue;
+        };
+        let mut sig = ModuleSignature {
+            path: path.clone(),
+            ..ModuleSignature::default()
+        };
+        match module_signature_cached(host, &format!("/lib/modules/{k}/{path}")) {
+            Ok(Some(s)) => {
+                sig.signer = Some(s.signer.to_string());
+                sig.trust = Some(keys.trust(&s.signer));
+            }
+            Ok(None) => {}
+            Err(e) => sig.error = Some(format!("{e:#}")),
+        }
+        st.modules.push(sig);
+    }
+    st.kernel = Some(k);
+    st
 }
 
 /// The default boot kernel and the `nvidia` module modprobe would load for it

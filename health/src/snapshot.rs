@@ -106,6 +106,41 @@ pub struct HostSnapshot {
     /// snapshots from before gpuhost looked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_boot: Option<NextBoot>,
+    /// Secure Boot and who signed the NVIDIA modules of the next boot's kernel (None in
+    /// snapshots from before gpuhost looked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<SecureBootState>,
+}
+
+/// Secure Boot, and the signatures of the NVIDIA modules modprobe would load for `kernel`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SecureBootState {
+    /// The `SecureBoot` EFI variable says 1.
+    pub enabled: bool,
+    /// The kernel whose modules were read (the default boot kernel, else the running one);
+    /// modules are read only with Secure Boot on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modules: Vec<ModuleSignature>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One module file and its signature.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModuleSignature {
+    /// Relative to `/lib/modules/<kernel>/`.
+    pub path: String,
+    /// Who signed it (`CN=…, O=… (serial …)`); None: unsigned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+    /// Where that key stands with the firmware.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust: Option<gpuhost_steps::secureboot::Trust>,
+    /// The file or its signature could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A kernel and the version of its `nvidia` module.

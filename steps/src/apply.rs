@@ -216,7 +216,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     }
     preflight(&host, &profile, &facts, opts.kernel_release.is_some())?;
     // The driver's flavour, stream and package set: refused now when they cannot work.
-    steps::driver::resolve(&profile, &facts)?;
+    let driver_plan = steps::driver::resolve(&profile, &facts)?;
     if host.is_live() && !opts.dry_run && !is_root() {
         return Err(invalid!(
             "gpuhost apply changes the system and must run as root (gpuhost plan needs no root)"
@@ -229,6 +229,10 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         .map(|s| s.id())
         .collect();
     steps::driver::require_package(&profile, &driver_steps)?;
+    if !driver_steps.is_empty() {
+        // Secure Boot: DKMS-built modules need a key the firmware trusts, checked before anything.
+        steps::driver::signing::preflight(&host, &profile, &facts, driver_plan.as_ref())?;
+    }
     if let Some(b) = &bundle {
         host.set_bundle(b.repo());
     }

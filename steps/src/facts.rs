@@ -300,7 +300,8 @@ pub fn nvidia_pci(host: &Host) -> Result<(Vec<PciDevice>, Vec<PciDevice>)> {
 const SECURE_BOOT_VAR: &str =
     "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
 
-fn secure_boot(host: &Host) -> SecureBoot {
+/// The `SecureBoot` EFI variable of the host.
+pub fn secure_boot(host: &Host) -> SecureBoot {
     match host.read_bytes_opt(SECURE_BOOT_VAR) {
         // 4 bytes of attributes, then the value.
         Ok(Some(b)) if b.get(4) == Some(&1) => SecureBoot::Enabled,

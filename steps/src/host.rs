@@ -183,6 +183,11 @@ impl Host {
         self.fs.mode(p.as_ref()).ok()
     }
 
+    /// Size, mtime and inode of the file at `p` (see [`RootFs::stamp`]), if it exists.
+    pub fn stamp(&self, p: impl AsRef<Path>) -> Option<(u64, i64, i64, u64)> {
+        self.fs.stamp(p.as_ref()).ok()
+    }
+
     /// The target written in the symlink `p`.
     pub fn read_link(&self, p: impl AsRef<Path>) -> Result<PathBuf> {
         let p = p.as_ref();

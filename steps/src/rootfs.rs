@@ -275,6 +275,19 @@ impl RootFs {
         Ok(st.st_mode & 0o7777)
     }
 
+    /// Size, modification time (s, ns) and inode of what `p` resolves to: enough to tell that a
+    /// file changed.
+    pub fn stamp(&self, p: &Path) -> io::Result<(u64, i64, i64, u64)> {
+        let fd = self.open_in(p, OFlags::PATH)?;
+        let st = rustix::fs::fstat(&fd).map_err(errno_io)?;
+        Ok((
+            st.st_size as u64,
+            st.st_mtime as i64,
+            st.st_mtime_nsec as i64,
+            st.st_ino as u64,
+        ))
+    }
+
     /// The target of the symlink at `p` (as written in the link, not resolved).
     pub fn read_link(&self, p: &Path) -> io::Result<PathBuf> {
         let (dir, name) = self.parent(p, false)?;

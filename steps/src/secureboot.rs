@@ -237,6 +237,31 @@ pub fn read_module(host: &Host, path: &str) -> Result<Vec<u8>> {
     }
 }
 
+/// [`read_module`] + [`appended_signature`], remembered per file (path, size, mtime) for the
+/// life of the process: `gpuhost serve` sweeps every few seconds, and an `nvidia.ko.xz` takes
+/// a few hundred milliseconds to decompress.
+pub fn module_signature_cached(host: &Host, path: &str) -> Result<Option<ModuleSignature>> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    type Stamp = (u64, i64, i64, u64);
+    type Seen = HashMap<std::path::PathBuf, (Stamp, Option<ModuleSignature>)>;
+    static SEEN: Mutex<Option<Seen>> = Mutex::new(None);
+    let real = host.path(path);
+    let stamp = host
+        .stamp(path)
+        .ok_or_else(|| anyhow!("{path}: no such file"))?;
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((s, sig)) = seen.as_ref().and_then(|m| m.get(&real)) {
+        if *s == stamp {
+            return Ok(sig.clone());
+        }
+    }
+    let sig = appended_signature(&read_module(host, path)?)?;
+    seen.get_or_insert_with(HashMap::new)
+        .insert(real, (stamp, sig.clone()));
+    Ok(sig)
+}
+
 /// Where a signer's certificate stands with the firmware.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]

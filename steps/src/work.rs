@@ -131,11 +131,14 @@ pub enum Work {
     },
     /// Build and install the DKMS module `module` (`nvidia`, `nvidia-open`) at `version` for
     /// each of `kernels`: `dkms install -m MODULE -v VERSION -k KVER --force`, as the kernel's
-    /// own DKMS hook would (NVIDIA's `%post` builds for the running kernel only).
+    /// own DKMS hook would (NVIDIA's `%post` builds for the running kernel only). `resign`:
+    /// the built module lacks the right signature, so `dkms build --force` first (`install`
+    /// reuses a module already built).
     Rebuild {
         module: String,
         version: String,
         kernels: Vec<String>,
+        resign: bool,
     },
     /// Run a command (live only: `modprobe nvidia`, `nvidia-ctk cdi generate`).
     Run(Vec<String>),
@@ -199,9 +202,15 @@ impl fmt::Display for Work {
                 module,
                 version,
                 kernels,
+                resign,
             } => write!(
                 f,
-                "dkms install -m {module} -v {version} -k {}",
+                "dkms {} -m {module} -v {version} -k {}",
+                if *resign {
+                    "build and install"
+                } else {
+                    "install"
+                },
                 kernels.join(" -k ")
             ),
             Work::Run(argv) => write!(f, "{}", Argv(argv)),
@@ -379,8 +388,14 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
             module,
             version,
             kernels,
+            resign,
         } => {
             for k in kernels {
+                if *resign {
+                    host.in_root("dkms")
+                        .args(["build", "-m", module, "-v", version, "-k", k, "--force"])
+                        .run()?;
+                }
                 host.in_root("dkms")
                     .args(["install", "-m", module, "-v", version, "-k", k, "--force"])
                     .run()?;

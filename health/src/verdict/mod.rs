@@ -363,6 +363,7 @@ pub fn evaluate(s: &Snapshot, expect: &Expect) -> Vec<Check> {
     }
 
     software::next_boot(&mut out, s, expect, have_gpus);
+    software::secure_boot(&mut out, s);
     nvml_init(&mut out, s, have_gpus);
     if nvml_ok {
         driver_checks(&mut out, s, expect);

@@ -372,3 +372,119 @@ pub(super) fn next_boot(out: &mut Out, s: &Snapshot, expect: &Expect, have_gpus:
         Some(hint),
     );
 }
+
+/// `driver.secure_boot`: with Secure Boot on, the NVIDIA modules the next boot loads must carry
+/// a signature by a key the firmware trusts (`MokListRT`, `db`); unsigned, or signed by a key
+/// that is not enrolled (or only pending in `MokNew`, which needs a console at the next boot),
+/// the kernel refuses them.
+pub(super) fn secure_boot(out: &mut Out, s: &Snapshot) {
+    use gpuhost_steps::secureboot::Trust;
+    const ID: &str = "driver.secure_boot";
+    let Some(sb) = &s.host.secure_boot else {
+        return;
+    };
+    if !sb.enabled {
+        out.push(
+            ID,
+            "driver",
+            None,
+            Severity::NotApplicable,
+            "Secure Boot is off",
+            None,
+        );
+        return;
+    }
+    if let Some(e) = &sb.error {
+        out.push(
+            ID,
+            "driver",
+            None,
+            Severity::Unknown,
+            e.clone(),
+            Some("run as root".into()),
+        );
+        return;
+    }
+    let Some(k) = &sb.kernel else {
+        out.push(
+            ID,
+            "driver",
+            None,
+            Severity::NotApplicable,
+            "Secure Boot is on; no kernel to check",
+            None,
+        );
+        return;
+    };
+    if sb.modules.is_empty() {
+        out.push(
+            ID,
+            "driver",
+            None,
+            Severity::NotApplicable,
+            format!("Secure Boot is on; kernel {k} has no NVIDIA module to check"),
+            None,
+        );
+        return;
+    }
+    let mut bad = Vec::new();
+    let mut hints = Vec::new();
+    for m in &sb.modules {
+        match (&m.error, &m.signer, &m.trust) {
+            (Some(e), _, _) => bad.push(format!("{}: {e}", m.path)),
+            (None, None, _) => {
+                bad.push(format!("{} is unsigned", m.path));
+                hints.push("name a Machine Owner Key in the profile (secure_boot.key, secure_boot.cert) and run `gpuhost apply`: DKMS rebuilds and signs the modules".to_string());
+            }
+            (None, Some(who), Some(Trust::Pending { .. })) => {
+                bad.push(format!(
+                    "{} is signed by {who}, whose enrollment is only pending",
+                    m.path
+                ));
+                hints.push("confirm the key in MokManager at the console during the next boot (shim asks once)".to_string());
+            }
+            (None, Some(who), Some(Trust::Unknown) | None) => {
+                bad.push(format!(
+                    "{} is signed by {who}, which is not enrolled",
+                    m.path
+                ));
+                hints.push("enroll the signing certificate: `mokutil --import CERT.der`, reboot and confirm it in MokManager at the console".to_string());
+            }
+            (None, Some(_), Some(Trust::Enrolled { .. })) => {}
+        }
+    }
+    if bad.is_empty() {
+        let who = sb
+            .modules
+            .iter()
+            .filter_map(|m| match &m.trust {
+                Some(Trust::Enrolled { list, subject }) => Some(format!("{subject} ({list})")),
+                _ => None,
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+            .join(", ");
+        out.push(
+            ID,
+            "driver",
+            None,
+            Severity::Ok,
+            format!("Secure Boot is on; the NVIDIA modules of {k} are signed by {who}"),
+            None,
+        );
+        return;
+    }
+    hints.dedup();
+    out.push(
+        ID,
+        "driver",
+        None,
+        Severity::Critical,
+        format!(
+            "Secure Boot is on and the kernel will refuse the NVIDIA modules of {k}: {}",
+            bad.join("; ")
+        ),
+        Some(hints.join("; ")),
+    );
+}

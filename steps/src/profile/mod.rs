@@ -67,6 +67,32 @@ pub struct Profile {
     /// What `gpuhost status --profile` expects of the node.
     #[serde(default)]
     pub status: StatusSpec,
+    /// The Machine Owner Key DKMS signs the NVIDIA modules with ([`crate::secureboot`]).
+    #[serde(default)]
+    pub secure_boot: SecureBootSpec,
+}
+
+/// Module signing for Secure Boot. With Secure Boot on, a DKMS stream needs both keys: apply
+/// stops (exit 2) before installing the driver when they are unset, missing, or the
+/// certificate is neither enrolled nor pending (`mokutil --test-key`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecureBootSpec {
+    /// The private key DKMS signs with (PEM, mode 0600, owned by root), e.g.
+    /// `/etc/pki/gpuhost/mok.key`; set with `cert`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Its DER certificate, enrolled as a MOK (`mokutil --import`), e.g.
+    /// `/etc/pki/gpuhost/mok.der`; set with `key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+}
+
+impl SecureBootSpec {
+    /// (key, cert) when the profile names both.
+    pub fn pair(&self) -> Option<(&str, &str)> {
+        Some((self.key.as_deref()?, self.cert.as_deref()?))
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
@@ -226,6 +252,21 @@ impl Profile {
             }
         }
         self.driver.validate_for(name, self.kernel.flavour)?;
+        let sb = &self.secure_boot;
+        for (k, v) in [("key", &sb.key), ("cert", &sb.cert)] {
+            if let Some(p) = v {
+                if !p.starts_with('/') || p.chars().any(char::is_control) {
+                    return Err(invalid!(
+                        "profile {name}: key `secure_boot.{k}`: \"{p}\" is not an absolute path"
+                    ));
+                }
+            }
+        }
+        if sb.key.is_some() != sb.cert.is_some() {
+            return Err(invalid!(
+                "profile {name}: `secure_boot` names only one of `key` and `cert`; DKMS needs both (the private key and its DER certificate)"
+            ));
+        }
         containers::validate(
             name,
             &self.docker,

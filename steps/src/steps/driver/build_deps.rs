@@ -10,12 +10,13 @@
 //! build *every* module of that kernel series with it (NVIDIA's Oracle Linux page), RHCK
 //! keeping the system gcc: a `framework.conf.d` drop-in naming an environment script (dkms >=
 //! 3.3) and `/etc/dkms/<module>.conf` for `nvidia`, `nvidia-open` and every module with sources
-//! in `/usr/src` (older dkms); see [`crate::dkms_cc`]. They are written before the package
-//! transaction.
+//! in `/usr/src` (older dkms); see [`crate::dkms_cc`]. With `secure_boot.key`/`cert` in the
+//! profile, a framework drop-in names the key DKMS signs with ([`super::signing`]). They are
+//! written before the package transaction.
 
 use anyhow::Result;
 
-use super::StreamKind;
+use super::{signing, StreamKind};
 use crate::rpm::vercmp;
 use crate::runner::{Change, Check, Ctx, FileWrite, Step, Work};
 
@@ -275,6 +276,30 @@ impl Step for BuildDeps {
                 "DKMS compiler for UEK: {why} ({})",
                 in_place.join(", ")
             ));
+        }
+        // Secure Boot: the key DKMS signs every module it builds with (see signing).
+        let signing_file = ctx.host.read_opt(signing::DROPIN)?;
+        match ctx.profile.secure_boot.pair() {
+            Some((key, cert)) => {
+                let text = signing::dropin(key, cert);
+                if signing_file.as_deref() == Some(text.as_str()) {
+                    check
+                        .notes
+                        .push(signing::cert_note(ctx.host, ctx.facts, cert)?);
+                } else {
+                    check.changes.push(Change::new(
+                        Work::Configure(FileWrite::new(signing::DROPIN, text, 0o644)),
+                        format!("DKMS signs the NVIDIA modules with secure_boot.key and {cert} (Secure Boot)"),
+                    ));
+                }
+            }
+            None if signing_file.is_some_and(|t| t.starts_with(signing::MARKER)) => {
+                check.changes.push(Change::new(
+                    Work::Unconfigure(signing::DROPIN.into()),
+                    "the profile names no secure_boot key any more",
+                ));
+            }
+            None => {}
         }
         // gpuhost's own files that are no longer wanted.
         let mut ours: Vec<String> = vec![

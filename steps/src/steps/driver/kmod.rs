@@ -14,6 +14,7 @@
 use anyhow::Result;
 
 use super::module::precompiled_kmod;
+use super::signing::{self, Signer};
 use super::{driver_version, host_arch, StreamKind};
 use crate::cmd::tail_lines;
 use crate::error::hinted;
@@ -68,6 +69,22 @@ fn role(ctx: &Ctx<'_>, kver: &str) -> &'static str {
     } else {
         "default boot"
     }
+}
+
+/// Whose signature the modules must carry: the profile's certificate for DKMS builds when it
+/// names one; with Secure Boot on, for NVIDIA's precompiled kmods, a certificate the firmware
+/// trusts. `None`: nothing to check (Secure Boot off and no key, or a DKMS stream without key,
+/// which `apply` refused earlier when Secure Boot is on).
+fn expected_signer(ctx: &Ctx<'_>, kind: StreamKind) -> Result<Option<Signer>> {
+    Ok(match (kind, ctx.profile.secure_boot.pair()) {
+        (StreamKind::Precompiled, _) if signing::enabled(ctx.facts) => {
+            Some(Signer::Firmware(crate::secureboot::Keys::read(ctx.host)?))
+        }
+        (StreamKind::Precompiled, _) | (_, None) => None,
+        (_, Some((_, cert))) => Some(Signer::Profile(crate::secureboot::Cert::load(
+            ctx.host, cert,
+        )?)),
+    })
 }
 
 impl KernelModule {
@@ -174,12 +191,46 @@ impl Step for KernelModule {
                     module: module.to_string(),
                     version: drv.clone(),
                     kernels: missing.clone(),
+                    resign: false,
                 },
                 why,
             ));
         }
         let served = ctx.facts.kernels_to_serve();
         let have: Vec<&String> = served.iter().filter(|k| !missing.contains(k)).collect();
+        if let Some(signer) = expected_signer(ctx, kind)? {
+            let mut unsigned = Vec::new();
+            let mut why = Vec::new();
+            for k in &have {
+                let p = signing::problems(ctx.host, k, &signer)?;
+                if p.is_empty() {
+                    continue;
+                }
+                why.push(format!("{k}: {}", p.join(", ")));
+                unsigned.push((*k).clone());
+            }
+            match (dkms_name(kind), unsigned.is_empty()) {
+                (_, true) => check.notes.push(match &signer {
+                    Signer::Profile(c) => format!("modules signed by {c}"),
+                    Signer::Firmware(_) => "modules signed by an enrolled key".to_string(),
+                }),
+                (Some(module), false) => check.changes.push(Change::new(
+                    Work::Rebuild {
+                        module: module.to_string(),
+                        version: drv.clone(),
+                        kernels: unsigned,
+                        resign: true,
+                    },
+                    format!("Secure Boot would refuse the module: {}", why.join("; ")),
+                )),
+                (None, false) => {
+                    return Err(hinted(
+                        format!("Secure Boot is on and NVIDIA's precompiled module will not load: {}", why.join("; ")),
+                        format!("enroll the certificate NVIDIA signs its precompiled kmods with: {}; `mokutil --import NVIDIA2019-public_key.der`, reboot and confirm it in MokManager at the console", crate::secureboot::NVIDIA_PRECOMPILED_CERT),
+                    ))
+                }
+            }
+        }
         if !have.is_empty() {
             check.notes.push(format!(
                 "NVIDIA {drv} module for {}",
@@ -224,6 +275,7 @@ impl Step for KernelModule {
             module,
             version,
             kernels,
+            resign,
         } = work
         {
             let kind = StreamKind::of(super::stream(ctx));
@@ -237,7 +289,14 @@ impl Step for KernelModule {
                     &Self::missing(ctx, version),
                 ));
             }
+            let signer = expected_signer(ctx, kind)?;
             for kver in kernels {
+                if *resign {
+                    ctx.host
+                        .in_root("dkms")
+                        .args(["build", "-m", module, "-v", version, "-k", kver, "--force"])
+                        .output()?;
+                }
                 // Judged by the module modprobe would load, not by dkms's exit status.
                 ctx.host
                     .in_root("dkms")
@@ -252,6 +311,15 @@ impl Step for KernelModule {
                         version,
                         std::slice::from_ref(kver),
                     ));
+                }
+                if let Some(s) = &signer {
+                    let p = signing::problems(ctx.host, kver, s)?;
+                    if !p.is_empty() {
+                        return Err(hinted(
+                            format!("DKMS built the NVIDIA {version} module for {kver} but did not sign it right: {}", p.join(", ")),
+                            format!("DKMS signs only with /lib/modules/{kver}/build/scripts/sign-file (from the kernel's devel package) and the key in {}; see {}", signing::DROPIN, make_log(ctx, kind, version, kver).map(|(p, _)| p).unwrap_or_else(|| format!("/var/lib/dkms/{module}/{version}"))),
+                        ));
+                    }
                 }
             }
             return Ok(());

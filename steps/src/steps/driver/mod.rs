@@ -30,6 +30,7 @@ pub(crate) mod module;
 pub(crate) mod nouveau;
 pub(crate) mod persistenced;
 pub(crate) mod repo;
+pub mod signing;
 
 pub use crate::localrepo::{branch_of, LocalRepoFile};
 /// Fabric Manager's package rule, shared with `gpuhost status`.

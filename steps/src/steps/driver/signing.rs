@@ -1,0 +1,164 @@
+//! Module signing for Secure Boot (see [`crate::secureboot`]).
+//!
+//! - **Before anything changes** ([`preflight`], from `apply`/`plan`'s preparation): with Secure
+//!   Boot on and a DKMS stream, the profile must name a key and certificate
+//!   (`secure_boot.key`, `secure_boot.cert`), the key must be private to root, the certificate a
+//!   DER X.509 one, and `mokutil --test-key` must find it enrolled or pending; otherwise exit 2
+//!   with how to create and enroll one. Precompiled streams need no key of ours: NVIDIA signed
+//!   them, and the kernel-module step checks NVIDIA's certificate is enrolled.
+//! - **`build-deps`** writes `/etc/dkms/framework.conf.d/gpuhost-secure-boot.conf` naming the
+//!   key and certificate (`mok_signing_key`, `mok_certificate`: dkms 3.x `prepare_signing`, which
+//!   signs every module it builds with `/lib/modules/<kver>/build/scripts/sign-file` from the
+//!   kernel's devel package), before the driver's transaction builds anything.
+//! - **`kernel-module`** reads the appended signature of every NVIDIA module modprobe would load
+//!   for each served kernel ([`problems`]): signed by the profile's certificate (DKMS), or by a
+//!   certificate enrolled or pending in the firmware (precompiled); a DKMS module that is not is
+//!   rebuilt (`dkms build --force`), and one still unsigned fails the step.
+
+use anyhow::Result;
+
+use super::{DriverPlan, StreamKind};
+use crate::facts::{Facts, SecureBoot};
+use crate::host::Host;
+use crate::invalid;
+use crate::kmods;
+use crate::profile::Profile;
+use crate::secureboot::{self, Cert, Keys, TestKey, Trust};
+
+/// The DKMS framework drop-in gpuhost writes.
+pub const DROPIN: &str = "/etc/dkms/framework.conf.d/gpuhost-secure-boot.conf";
+/// Its first line.
+pub const MARKER: &str = "# Written by gpuhost (secure_boot)";
+
+/// The modules NVIDIA's DKMS packages build (`BUILT_MODULE_NAME[0..4]` of their dkms.conf).
+pub const NVIDIA_MODULES: &[&str] = &[
+    "nvidia",
+    "nvidia-modeset",
+    "nvidia-drm",
+    "nvidia-uvm",
+    "nvidia-peermem",
+];
+
+/// The drop-in's text.
+pub fn dropin(key: &str, cert: &str) -> String {
+    format!(
+        "{MARKER}: DKMS signs the modules it builds with this Machine Owner Key.\nmok_signing_key=\"{key}\"\nmok_certificate=\"{cert}\"\n"
+    )
+}
+
+/// True when Secure Boot is on.
+pub fn enabled(facts: &Facts) -> bool {
+    facts.secure_boot == SecureBoot::Enabled
+}
+
+/// Refuse (exit 2) before anything changes when the DKMS-built modules could not load under
+/// Secure Boot, or when the profile's key is unusable.
+pub fn preflight(
+    host: &Host,
+    profile: &Profile,
+    facts: &Facts,
+    plan: Option<&DriverPlan>,
+) -> Result<()> {
+    let Some(plan) = plan else {
+        return Ok(());
+    };
+    if plan.kind() == StreamKind::Precompiled {
+        return Ok(());
+    }
+    let on = enabled(facts);
+    let Some((key, cert)) = profile.secure_boot.pair() else {
+        if on {
+            return Err(invalid!(
+                "Secure Boot is on and profile {} names no module signing key: the kernel would refuse the nvidia modules DKMS builds (nvidia-driver:{}), so nothing was installed; create and enroll one: {}",
+                profile.name,
+                plan.stream(),
+                secureboot::key_howto(secureboot::DEFAULT_KEY, secureboot::DEFAULT_CERT)
+            ));
+        }
+        return Ok(());
+    };
+    let howto = secureboot::key_howto(key, cert);
+    let Some(mode) = host.mode(key) else {
+        return Err(invalid!(
+            "secure_boot.key {key}: no such file; create and enroll a key: {howto}"
+        ));
+    };
+    if mode & 0o077 != 0 {
+        return Err(invalid!(
+            "secure_boot.key {key} is readable by others (mode {:o}): a module signing key must be private; run `chmod 600 {key}`",
+            mode & 0o7777
+        ));
+    }
+    if !host.exists(cert) {
+        return Err(invalid!(
+            "secure_boot.cert {cert}: no such file; create and enroll a key: {howto}"
+        ));
+    }
+    let c = Cert::load(host, cert).map_err(|e| invalid!("secure_boot.cert {e:#}"))?;
+    if !on {
+        return Ok(());
+    }
+    match secureboot::test_key(host, cert) {
+        Ok(TestKey::Enrolled | TestKey::Pending) => Ok(()),
+        Ok(TestKey::NotEnrolled) => Err(invalid!(
+            "Secure Boot is on and secure_boot.cert {cert} ({c}) is not enrolled, so nothing was installed: run `mokutil --import {cert}`, reboot and confirm it in MokManager at the console, then apply again"
+        )),
+        Err(e) => Err(invalid!(
+            "Secure Boot is on and mokutil cannot say whether {cert} is enrolled: {e:#}; install mokutil (dnf install mokutil) and apply again"
+        )),
+    }
+}
+
+/// Whose signature the NVIDIA modules must carry.
+pub enum Signer {
+    /// DKMS builds: the profile's certificate.
+    Profile(Cert),
+    /// NVIDIA's precompiled kmods: any certificate the firmware trusts or will.
+    Firmware(Keys),
+}
+
+/// What is wrong with the signatures of the NVIDIA modules modprobe would load for `kver`
+/// (one line each; empty when all are right).
+pub fn problems(host: &Host, kver: &str, want: &Signer) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for m in NVIDIA_MODULES {
+        let kmods::ModuleState::Loadable { path, .. } = kmods::state(host, kver, m)? else {
+            continue;
+        };
+        let file = format!("/lib/modules/{kver}/{path}");
+        let sig = secureboot::read_module(host, &file)
+            .and_then(|bytes| secureboot::appended_signature(&bytes));
+        let problem = match (sig, want) {
+            (Err(e), _) => Some(format!("{path}: {e:#}")),
+            (Ok(None), _) => Some(format!("{path} is unsigned")),
+            (Ok(Some(s)), Signer::Profile(c)) => {
+                (!c.is(&s.signer)).then(|| format!("{path} is signed by {}, not {c}", s.signer))
+            }
+            (Ok(Some(s)), Signer::Firmware(keys)) => match keys.trust(&s.signer) {
+                Trust::Unknown => Some(format!(
+                    "{path} is signed by {}, which is not enrolled",
+                    s.signer
+                )),
+                _ => None,
+            },
+        };
+        out.extend(problem);
+    }
+    Ok(out)
+}
+
+/// One line on the profile's certificate for a step's notes: whose it is and, with Secure Boot
+/// on, whether the firmware has it (`mokutil --test-key`).
+pub fn cert_note(host: &Host, facts: &Facts, cert_path: &str) -> Result<String> {
+    let c = Cert::load(host, cert_path)?;
+    if !enabled(facts) {
+        return Ok(format!(
+            "DKMS signs with {c} ({cert_path}); Secure Boot is off"
+        ));
+    }
+    Ok(match secureboot::test_key(host, cert_path)? {
+        TestKey::Enrolled => format!("DKMS signs with {c} ({cert_path}), enrolled"),
+        TestKey::Pending => format!("DKMS signs with {c} ({cert_path}); its enrollment is pending: confirm it in MokManager at the console during the next boot, or the modules will not load"),
+        TestKey::NotEnrolled => format!("DKMS signs with {c} ({cert_path}), which is NOT enrolled: run `mokutil --import {cert_path}` and confirm it at the next boot"),
+    })
+}
