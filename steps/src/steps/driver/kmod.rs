@@ -291,19 +291,20 @@ impl Step for KernelModule {
             }
             let signer = expected_signer(ctx, kind)?;
             for kver in kernels {
+                let mut said = String::new();
+                let mut steps: Vec<&str> = vec!["install"];
                 if *resign {
-                    ctx.host
-                        .in_root("dkms")
-                        .args(["build", "-m", module, "-v", version, "-k", kver, "--force"])
-                        .output()?;
+                    steps.insert(0, "build");
                 }
-                // Judged by the module modprobe would load, not by dkms's exit status.
-                ctx.host
-                    .in_root("dkms")
-                    .args([
-                        "install", "-m", module, "-v", version, "-k", kver, "--force",
-                    ])
-                    .output()?;
+                for verb in steps {
+                    // Judged by the module modprobe would load, not by dkms's exit status.
+                    let out = ctx
+                        .host
+                        .in_root("dkms")
+                        .args([verb, "-m", module, "-v", version, "-k", kver, "--force"])
+                        .output()?;
+                    said.push_str(&out.stdout);
+                }
                 if !built(ctx, version, kver) {
                     return Err(Self::failure(
                         ctx,
@@ -315,9 +316,20 @@ impl Step for KernelModule {
                 if let Some(s) = &signer {
                     let p = signing::problems(ctx.host, kver, s)?;
                     if !p.is_empty() {
+                        // What dkms said about signing ("Binary … sign-file not found, modules
+                        // won't be signed", the key it used).
+                        let dkms_said: Vec<&str> = said
+                            .lines()
+                            .map(str::trim)
+                            .filter(|l| l.to_lowercase().contains("sign"))
+                            .collect();
                         return Err(hinted(
-                            format!("DKMS built the NVIDIA {version} module for {kver} but did not sign it right: {}", p.join(", ")),
-                            format!("DKMS signs only with /lib/modules/{kver}/build/scripts/sign-file (from the kernel's devel package) and the key in {}; see {}", signing::DROPIN, make_log(ctx, kind, version, kver).map(|(p, _)| p).unwrap_or_else(|| format!("/var/lib/dkms/{module}/{version}"))),
+                            format!(
+                                "DKMS built the NVIDIA {version} module for {kver} but did not sign it right: {}; dkms said: {}",
+                                p.join(", "),
+                                if dkms_said.is_empty() { "nothing about signing".to_string() } else { dkms_said.join(" / ") }
+                            ),
+                            format!("DKMS 3.x signs with /lib/modules/{kver}/build/scripts/sign-file (from the kernel's devel package) and the key named in {}", signing::DROPIN),
                         ));
                     }
                 }

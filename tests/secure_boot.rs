@@ -1,0 +1,296 @@
+//! Secure Boot (issue 11, item 4), end to end in install roots whose efivars say Secure Boot
+//! is on: real DKMS 3.0.10 signs with the real `sign-file` from the kernel's devel package,
+//! real `mokutil` reads the root's MokListRT/MokNew (EFIVARFS_PATH), keys come from openssl,
+//! and the signature check reads the modules' appended signatures; Debian's `modinfo` (kmod,
+//! which parses PKCS#7 signatures itself) is the independent witness of who signed them.
+
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
+#[path = "world/mod.rs"]
+mod world;
+
+use std::process::Command;
+
+use gpuhost_steps::secureboot::{efi_signature_list, efivar_path};
+use serde_json::Value;
+use world::{code, stderr, Os, Root, World, CUDA_LOCAL_EL8_12_2, UEK8_NEW, UEK8_OLD};
+
+const ONLY: &str = "kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module";
+const KEY: &str = "/etc/pki/gpuhost/mok.key";
+const CERT: &str = "/etc/pki/gpuhost/mok.der";
+const SB_VAR: &str = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+const SETUP_VAR: &str = "/sys/firmware/efi/efivars/SetupMode-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+
+fn apply(root: &Root, profile: &str, repo: &str, extra: &[&str]) -> (i32, Value, String) {
+    let set = format!(
+        "driver.local_repo_rpm={}",
+        World::get().cuda_local(repo).display()
+    );
+    let mut args = vec![
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        profile,
+        "--set",
+        &set,
+        "--only",
+        ONLY,
+    ];
+    args.extend_from_slice(extra);
+    let o = root.gpuhost(&args);
+    let rep = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (code(&o), rep, stderr(&o))
+}
+
+fn with_key(root: &Root, extra: &[&str]) -> (i32, Value, String) {
+    let mut args = vec![
+        "--set",
+        "secure_boot.key=/etc/pki/gpuhost/mok.key",
+        "--set",
+        "secure_boot.cert=/etc/pki/gpuhost/mok.der",
+    ];
+    args.extend_from_slice(extra);
+    apply(root, "ol8-uek", CUDA_LOCAL_EL8_12_2, &args)
+}
+
+/// The firmware's answer: SecureBoot=1 (SetupMode=0, which mokutil --sb-state also reads).
+fn secure_boot_on(root: &Root) {
+    std::fs::create_dir_all(root.join("/sys/firmware/efi/efivars")).unwrap();
+    std::fs::write(root.join(SB_VAR), [6, 0, 0, 0, 1]).unwrap();
+    std::fs::write(root.join(SETUP_VAR), [6, 0, 0, 0, 0]).unwrap();
+}
+
+/// Put certificates into an EFI variable (`MokListRT`: enrolled; `MokNew`: pending).
+fn efivar(root: &Root, name: &str, certs: &[&[u8]]) {
+    let mut data = vec![6, 0, 0, 0];
+    data.extend(efi_signature_list(certs));
+    std::fs::write(root.join(&efivar_path(name)), data).unwrap();
+}
+
+/// A key pair made as the refusal message says, in the root.
+fn make_key(root: &Root, key: &str, cert: &str, cn: &str) -> Vec<u8> {
+    std::fs::create_dir_all(root.join("/etc/pki/gpuhost")).unwrap();
+    let o = Command::new("openssl")
+        .args([
+            "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+        ])
+        .arg("-subj")
+        .arg(format!("/CN={cn}/"))
+        .arg("-keyout")
+        .arg(root.join(key))
+        .args(["-outform", "DER", "-out"])
+        .arg(root.join(cert))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::set_permissions(
+        root.join(key),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::read(root.join(cert)).unwrap()
+}
+
+/// The NVIDIA module files modprobe would load for `kver` (modules.dep).
+fn nvidia_modules(root: &Root, kver: &str) -> Vec<String> {
+    let dep = root.read(&format!("/lib/modules/{kver}/modules.dep"));
+    dep.lines()
+        .filter_map(|l| l.split(':').next())
+        .filter(|p| {
+            p.rsplit('/')
+                .next()
+                .is_some_and(|b| b.starts_with("nvidia"))
+        })
+        .map(|p| format!("/lib/modules/{kver}/{p}"))
+        .collect()
+}
+
+/// `modinfo -F signer FILE` (Debian's kmod reads the PKCS#7 signature itself).
+fn signer(root: &Root, file: &str) -> String {
+    let o = Command::new("modinfo")
+        .args(["-F", "signer"])
+        .arg(root.join(file))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn status(root: &Root) -> Value {
+    let run = tempfile::tempdir().unwrap();
+    let o = root
+        .gpuhost_cmd(&["status", "--format", "json"])
+        .env("GPUHOST_RUN_DIR", run.path())
+        .env_remove("GPUHOST_STATUS_ROOT")
+        .output()
+        .unwrap();
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+fn check<'a>(v: &'a Value, id: &str) -> &'a Value {
+    v["checks"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["id"] == id))
+        .unwrap_or_else(|| panic!("no check {id} in {v:#}"))
+}
+
+#[test]
+fn without_a_key_apply_stops_before_the_driver_and_says_how_to_make_one() {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    secure_boot_on(&root);
+    let before = root.rpmdb_snapshot();
+    let (rc, _, err) = apply(&root, "ol8-uek", CUDA_LOCAL_EL8_12_2, &[]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("Secure Boot is on"), "{err}");
+    assert!(
+        err.contains("openssl req")
+            && err.contains("mokutil --import")
+            && err.contains("secure_boot.key"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert_eq!(root.rpmdb_snapshot(), before, "nothing installed");
+}
+
+#[test]
+fn an_unusable_key_stops_before_the_driver() {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    secure_boot_on(&root);
+    let before = root.rpmdb_snapshot();
+    // Not there at all.
+    let (rc, _, err) = with_key(&root, &[]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains(KEY) && err.contains("no such file"), "{err}");
+    // There, but neither enrolled nor pending.
+    make_key(&root, KEY, CERT, "gpuhost test MOK");
+    let (rc, _, err) = with_key(&root, &[]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(
+        err.contains("is not enrolled") && err.contains(&format!("mokutil --import {CERT}")),
+        "{err}"
+    );
+    // Readable by others.
+    std::fs::set_permissions(
+        root.join(KEY),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let (rc, _, err) = with_key(&root, &[]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains(&format!("chmod 600 {KEY}")), "{err}");
+    assert_eq!(root.rpmdb_snapshot(), before, "nothing installed");
+}
+
+#[test]
+fn dkms_signs_with_the_enrolled_profile_key_and_status_checks_the_signer() {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    secure_boot_on(&root);
+    let cert = make_key(&root, KEY, CERT, "gpuhost test MOK");
+    efivar(&root, "MokListRT", &[&cert]);
+    let (rc, rep, err) = with_key(&root, &[]);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    assert!(root
+        .read("/etc/dkms/framework.conf.d/gpuhost-secure-boot.conf")
+        .contains(&format!("mok_signing_key=\"{KEY}\"")),);
+    let modules = nvidia_modules(&root, UEK8_OLD);
+    assert!(modules.len() >= 4, "{modules:?}");
+    for m in &modules {
+        assert_eq!(signer(&root, m), "gpuhost test MOK", "{m}");
+    }
+    let st = status(&root);
+    let sb = check(&st, "driver.secure_boot");
+    assert_eq!(sb["severity"], "OK", "{sb:#}");
+    assert!(
+        sb["message"]
+            .as_str()
+            .unwrap()
+            .contains("CN=gpuhost test MOK (MokListRT)"),
+        "{sb:#}"
+    );
+
+    // Converged: the second apply changes nothing.
+    let (rc, rep, err) = with_key(&root, &[]);
+    assert_eq!(rc, 0, "{err}");
+    for s in rep["steps"].as_array().into_iter().flatten() {
+        let outcome = s["outcome"].as_str().unwrap_or_default();
+        assert!(
+            ["unchanged", "skipped", "deferred"].contains(&outcome),
+            "{s:#}"
+        );
+    }
+
+    // The key leaves MokListRT (another one is enrolled): the next boot refuses the module.
+    let other = make_key(&root, "/root/other.key", "/root/other.der", "someone else");
+    efivar(&root, "MokListRT", &[&other]);
+    let st = status(&root);
+    let sb = check(&st, "driver.secure_boot");
+    assert_eq!(sb["severity"], "CRITICAL", "{sb:#}");
+    assert!(
+        sb["message"]
+            .as_str()
+            .unwrap()
+            .contains("which is not enrolled"),
+        "{sb:#}"
+    );
+    assert!(
+        sb["hint"].as_str().unwrap().contains("mokutil --import"),
+        "{sb:#}"
+    );
+    // Only pending (mokutil --import was run, nobody confirmed it at the console yet).
+    efivar(&root, "MokNew", &[&cert]);
+    let sb = check(&status(&root), "driver.secure_boot").clone();
+    assert_eq!(sb["severity"], "CRITICAL", "{sb:#}");
+    assert!(
+        sb["message"].as_str().unwrap().contains("only pending"),
+        "{sb:#}"
+    );
+}
+
+#[test]
+fn modules_built_before_the_key_are_rebuilt_and_signed_and_a_new_kernel_gets_signed_ones() {
+    // Converged with Secure Boot off and no key: DKMS built the modules without our key.
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    let (rc, rep, err) = apply(&root, "ol8-uek", CUDA_LOCAL_EL8_12_2, &[]);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    let modules = nvidia_modules(&root, UEK8_OLD);
+    assert!(!modules.is_empty());
+    for m in &modules {
+        assert_ne!(signer(&root, m), "gpuhost test MOK", "{m}");
+    }
+    // Secure Boot turned on, a key enrolled and named in the profile.
+    secure_boot_on(&root);
+    let cert = make_key(&root, KEY, CERT, "gpuhost test MOK");
+    efivar(&root, "MokListRT", &[&cert]);
+    let sb = check(&status(&root), "driver.secure_boot").clone();
+    assert_eq!(sb["severity"], "CRITICAL", "before the rebuild: {sb:#}");
+    let (rc, rep, err) = with_key(&root, &[]);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    let km = world::step(&rep, "kernel-module");
+    assert!(
+        km.to_string()
+            .contains("Secure Boot would refuse the module"),
+        "{km:#}"
+    );
+    for m in &nvidia_modules(&root, UEK8_OLD) {
+        assert_eq!(signer(&root, m), "gpuhost test MOK", "{m}");
+    }
+    assert_eq!(
+        check(&status(&root), "driver.secure_boot")["severity"],
+        "OK"
+    );
+
+    // A newer kernel (what the kernel-added trigger's apply serves) gets signed modules too.
+    root.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-{}", world::evr(UEK8_NEW)),
+    ]);
+    let (rc, rep, err) = with_key(&root, &["--kernel-release", UEK8_NEW]);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    let new = nvidia_modules(&root, UEK8_NEW);
+    assert!(!new.is_empty(), "{rep:#}");
+    for m in &new {
+        assert_eq!(signer(&root, m), "gpuhost test MOK", "{m}");
+    }
+}
