@@ -397,9 +397,9 @@ pub const DEFAULT_KEY: &str = "/etc/pki/gpuhost/mok.key";
 pub const DEFAULT_CERT: &str = "/etc/pki/gpuhost/mok.der";
 
 /// The certificate NVIDIA signs its precompiled RHEL kmods with
-/// (NVIDIA/yum-packaging-precompiled-kmod `UEFI.md`).
+/// (NVIDIA/yum-packaging-precompiled-kmod `UEFI.md`, for RHEL 8; "subject to change").
 pub const NVIDIA_PRECOMPILED_CERT: &str =
-    "NVIDIA2019-public_key.der (https://developer.download.nvidia.com/compute/cuda/repos/rhel<N>/x86_64/NVIDIA2019-public_key.der)";
+    "NVIDIA2019-public_key.der (https://developer.download.nvidia.com/compute/cuda/repos/rhel8/x86_64/NVIDIA2019-public_key.der; the module's signer above names the key in use)";
 
 /// Concatenated `EFI_SIGNATURE_LIST`s of X.509 certificates (one list per certificate, as
 /// `mokutil --import` writes `MokNew`), owned by shim's GUID: what crafted install roots put
