@@ -9,14 +9,12 @@
 #[path = "world/mod.rs"]
 mod world;
 
-use std::process::Command;
-
 use gpuhost_steps::secureboot::{efi_signature_list, efivar_path};
 use serde_json::Value;
-use world::{code, stderr, Os, Root, World, CUDA_LOCAL_EL8_12_2, UEK8_NEW, UEK8_OLD};
+use world::{code, stderr, Os, Root, World, CUDA_LOCAL_EL8_12_2, RHCK8, UEK8_NEW, UEK8_OLD};
 
 const ONLY: &str = "kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module";
-const KEY: &str = "/etc/pki/gpuhost/mok.key";
+const KEY: &str = "/etc/pki/gpuhost/mok.priv";
 const CERT: &str = "/etc/pki/gpuhost/mok.der";
 const SB_VAR: &str = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
 const SETUP_VAR: &str = "/sys/firmware/efi/efivars/SetupMode-8be4df61-93ca-11d2-aa0d-00e098032b8c";
@@ -46,7 +44,7 @@ fn apply(root: &Root, profile: &str, repo: &str, extra: &[&str]) -> (i32, Value,
 fn with_key(root: &Root, extra: &[&str]) -> (i32, Value, String) {
     let mut args = vec![
         "--set",
-        "secure_boot.key=/etc/pki/gpuhost/mok.key",
+        "secure_boot.key=/etc/pki/gpuhost/mok.priv",
         "--set",
         "secure_boot.cert=/etc/pki/gpuhost/mok.der",
     ];
@@ -68,28 +66,12 @@ fn efivar(root: &Root, name: &str, certs: &[&[u8]]) {
     std::fs::write(root.join(&efivar_path(name)), data).unwrap();
 }
 
-/// A key pair made as the refusal message says, in the root.
-fn make_key(root: &Root, key: &str, cert: &str, cn: &str) -> Vec<u8> {
-    std::fs::create_dir_all(root.join("/etc/pki/gpuhost")).unwrap();
-    let o = Command::new("openssl")
-        .args([
-            "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
-        ])
-        .arg("-subj")
-        .arg(format!("/CN={cn}/"))
-        .arg("-keyout")
-        .arg(root.join(key))
-        .args(["-outform", "DER", "-out"])
-        .arg(root.join(cert))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    std::fs::set_permissions(
-        root.join(key),
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .unwrap();
-    std::fs::read(root.join(cert)).unwrap()
+/// A key pair (real `openssl req`) in the root's `dir`, named `name`.priv/.der, the key
+/// private to root as gpuhost requires; returns the DER certificate.
+fn make_key(root: &Root, dir: &str, name: &str, cn: &str) -> Vec<u8> {
+    let (key, cert) = world::openssl_test_key(&root.join(dir), name, cn);
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    std::fs::read(cert).unwrap()
 }
 
 /// The NVIDIA module files modprobe would load for `kver` (modules.dep).
@@ -106,14 +88,9 @@ fn nvidia_modules(root: &Root, kver: &str) -> Vec<String> {
         .collect()
 }
 
-/// `modinfo -F signer FILE` (Debian's kmod reads the PKCS#7 signature itself).
+/// Who signed a module, as Debian's kmod (`modinfo -F signer`) reads the PKCS#7 signature.
 fn signer(root: &Root, file: &str) -> String {
-    let o = Command::new("modinfo")
-        .args(["-F", "signer"])
-        .arg(root.join(file))
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
+    world::modinfo(&root.join(file), "signer").unwrap_or_default()
 }
 
 fn status(root: &Root) -> Value {
@@ -163,7 +140,7 @@ fn an_unusable_key_stops_before_the_driver() {
     assert_eq!(rc, 2, "{err}");
     assert!(err.contains(KEY) && err.contains("no such file"), "{err}");
     // There, but neither enrolled nor pending.
-    make_key(&root, KEY, CERT, "gpuhost test MOK");
+    make_key(&root, "/etc/pki/gpuhost", "mok", "gpuhost test MOK");
     let (rc, _, err) = with_key(&root, &[]);
     assert_eq!(rc, 2, "{err}");
     assert!(
@@ -186,7 +163,7 @@ fn an_unusable_key_stops_before_the_driver() {
 fn dkms_signs_with_the_enrolled_profile_key_and_status_checks_the_signer() {
     let root = Root::new(Os::Ol8, &[UEK8_OLD]);
     secure_boot_on(&root);
-    let cert = make_key(&root, KEY, CERT, "gpuhost test MOK");
+    let cert = make_key(&root, "/etc/pki/gpuhost", "mok", "gpuhost test MOK");
     efivar(&root, "MokListRT", &[&cert]);
     let (rc, rep, err) = with_key(&root, &[]);
     assert_eq!(rc, 0, "{err}\n{rep:#}");
@@ -197,12 +174,17 @@ fn dkms_signs_with_the_enrolled_profile_key_and_status_checks_the_signer() {
     assert!(modules.len() >= 4, "{modules:?}");
     for m in &modules {
         assert_eq!(signer(&root, m), "gpuhost test MOK", "{m}");
+        // openssl itself verifies the signature against the certificate.
+        assert!(
+            world::openssl_verifies_module(&root.join(m), &root.join(CERT)),
+            "{m}"
+        );
     }
     let st = status(&root);
     let sb = check(&st, "driver.secure_boot");
     assert_eq!(sb["severity"], "OK", "{sb:#}");
     assert!(
-        sb["message"]
+        sb["value"]
             .as_str()
             .unwrap()
             .contains("CN=gpuhost test MOK (MokListRT)"),
@@ -221,13 +203,13 @@ fn dkms_signs_with_the_enrolled_profile_key_and_status_checks_the_signer() {
     }
 
     // The key leaves MokListRT (another one is enrolled): the next boot refuses the module.
-    let other = make_key(&root, "/root/other.key", "/root/other.der", "someone else");
+    let other = make_key(&root, "/root", "other", "someone else");
     efivar(&root, "MokListRT", &[&other]);
     let st = status(&root);
     let sb = check(&st, "driver.secure_boot");
     assert_eq!(sb["severity"], "CRITICAL", "{sb:#}");
     assert!(
-        sb["message"]
+        sb["value"]
             .as_str()
             .unwrap()
             .contains("which is not enrolled"),
@@ -242,7 +224,7 @@ fn dkms_signs_with_the_enrolled_profile_key_and_status_checks_the_signer() {
     let sb = check(&status(&root), "driver.secure_boot").clone();
     assert_eq!(sb["severity"], "CRITICAL", "{sb:#}");
     assert!(
-        sb["message"].as_str().unwrap().contains("only pending"),
+        sb["value"].as_str().unwrap().contains("only pending"),
         "{sb:#}"
     );
 }
@@ -256,11 +238,12 @@ fn modules_built_before_the_key_are_rebuilt_and_signed_and_a_new_kernel_gets_sig
     let modules = nvidia_modules(&root, UEK8_OLD);
     assert!(!modules.is_empty());
     for m in &modules {
-        assert_ne!(signer(&root, m), "gpuhost test MOK", "{m}");
+        // DKMS 3.x signed them with the key it made itself, which nobody enrolled.
+        assert_eq!(signer(&root, m), world::DKMS_AUTO_KEY_CN, "{m}");
     }
     // Secure Boot turned on, a key enrolled and named in the profile.
     secure_boot_on(&root);
-    let cert = make_key(&root, KEY, CERT, "gpuhost test MOK");
+    let cert = make_key(&root, "/etc/pki/gpuhost", "mok", "gpuhost test MOK");
     efivar(&root, "MokListRT", &[&cert]);
     let sb = check(&status(&root), "driver.secure_boot").clone();
     assert_eq!(sb["severity"], "CRITICAL", "before the rebuild: {sb:#}");
@@ -293,4 +276,53 @@ fn modules_built_before_the_key_are_rebuilt_and_signed_and_a_new_kernel_gets_sig
     for m in &new {
         assert_eq!(signer(&root, m), "gpuhost test MOK", "{m}");
     }
+}
+
+/// NVIDIA's precompiled kmods (RHCK) come signed by NVIDIA: no key of ours is needed, but with
+/// Secure Boot on NVIDIA's certificate must be enrolled (the world signs them with a stand-in
+/// for NVIDIA2019-public_key.der, as NVIDIA's spec does: the signature appended in %post).
+#[test]
+fn precompiled_modules_need_nvidias_certificate_enrolled() {
+    let root = Root::new(Os::Ol8, &[RHCK8]);
+    secure_boot_on(&root);
+    let stream = ["--set", "driver.stream=latest"];
+    let (rc, rep, err) = apply(&root, "ol8-rhck", CUDA_LOCAL_EL8_12_2, &stream);
+    assert_eq!(rc, 1, "{err}\n{rep:#}");
+    let km = world::step(&rep, "kernel-module");
+    assert_eq!(km["outcome"], "failed", "{km:#}");
+    assert!(
+        km["reason"]
+            .as_str()
+            .unwrap()
+            .contains("NVIDIA's precompiled module will not load")
+            && km["reason"]
+                .as_str()
+                .unwrap()
+                .contains("which is not enrolled"),
+        "{km:#}"
+    );
+    assert!(
+        km["hint"]
+            .as_str()
+            .unwrap()
+            .contains("NVIDIA2019-public_key.der"),
+        "{km:#}"
+    );
+
+    let nvidia = std::fs::read(World::get().nvidia_test_cert()).unwrap();
+    efivar(&root, "MokListRT", &[&nvidia]);
+    let (rc, rep, err) = apply(&root, "ol8-rhck", CUDA_LOCAL_EL8_12_2, &stream);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    for m in &nvidia_modules(&root, RHCK8) {
+        assert_eq!(signer(&root, m), world::NVIDIA_TEST_KEY_CN, "{m}");
+    }
+    let sb = check(&status(&root), "driver.secure_boot").clone();
+    assert_eq!(sb["severity"], "OK", "{sb:#}");
+    assert!(
+        sb["value"]
+            .as_str()
+            .unwrap()
+            .contains(world::NVIDIA_TEST_KEY_CN),
+        "{sb:#}"
+    );
 }
