@@ -6,11 +6,14 @@
 
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
+#[path = "support/status.rs"]
+mod support;
 #[path = "world/mod.rs"]
 mod world;
 
 use gpuhost_steps::secureboot::{efi_signature_list, efivar_path};
 use serde_json::Value;
+use support::check;
 use world::{code, stderr, Os, Root, World, CUDA_LOCAL_EL8_12_2, RHCK8, UEK8_NEW, UEK8_OLD};
 
 const ONLY: &str = "kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module";
@@ -103,13 +106,6 @@ fn status(root: &Root) -> Value {
         .unwrap();
     serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
-}
-
-fn check<'a>(v: &'a Value, id: &str) -> &'a Value {
-    v["checks"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["id"] == id))
-        .unwrap_or_else(|| panic!("no check {id} in {v:#}"))
 }
 
 #[test]

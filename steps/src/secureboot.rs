@@ -559,9 +559,7 @@ fn digest_name(oid: &[u8]) -> String {
 mod hex {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn encode(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02x}")).collect()
-    }
+    pub use crate::fsutil::hex as encode;
 
     pub fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&encode(b))
