@@ -126,8 +126,8 @@ pub fn problems(host: &Host, kver: &str, want: &Signer) -> Result<Vec<String>> {
             continue;
         };
         let file = format!("/lib/modules/{kver}/{path}");
-        let sig = secureboot::read_module(host, &file)
-            .and_then(|bytes| secureboot::appended_signature(&bytes));
+        // Read once per file version: apply checks before and after its changes.
+        let sig = secureboot::module_signature_cached(host, &file);
         let problem = match (sig, want) {
             (Err(e), _) => Some(format!("{path}: {e:#}")),
             (Ok(None), _) => Some(format!("{path} is unsigned")),
