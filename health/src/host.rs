@@ -104,9 +104,7 @@ pub fn secure_boot(host: &Host, kernel: Option<String>) -> SecureBootState {
         }
     };
     for m in NVIDIA_MODULES {
-        let Ok(gpuhost_steps::kmods::ModuleState::Loadable { path, .. }) =
-            gpuhost_steps::kmods::state(host, &k, m)
-        else {
+        let Ok(Some(path)) = gpuhost_steps::kmods::loadable_path(host, &k, m) else {
             continue;
         };
         let mut sig = ModuleSignature {

@@ -116,14 +116,48 @@ fn files_on_disk(host: &Host, kver: &str, module: &str) -> Vec<String> {
 }
 
 /// The modinfo `version` of a module file (`modinfo -F version FILE`: kmod reads compressed
-/// modules too). `None` when the module carries no version.
+/// modules too, decompressing the whole file — an `nvidia.ko.xz` costs a noticeable fraction of
+/// a second). `None` when the module carries no version. Remembered per file version (size,
+/// mtime, inode) for the life of the process: one apply asks for the same kernels' modules in
+/// several steps, and `gpuhost serve` on every sweep.
 pub fn modinfo_version(host: &Host, kver: &str, rel_path: &str) -> Result<Option<String>> {
-    let file = host.real_path(format!("/lib/modules/{kver}/{rel_path}"))?;
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    type Seen = HashMap<std::path::PathBuf, ((u64, i64, i64, u64), Option<String>)>;
+    static SEEN: Mutex<Option<Seen>> = Mutex::new(None);
+    let path = format!("/lib/modules/{kver}/{rel_path}");
+    let file = host.real_path(&path)?;
+    let stamp = host.stamp(&path);
+    if let Some(stamp) = stamp {
+        let seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((s, v)) = seen.as_ref().and_then(|m| m.get(&file)) {
+            if *s == stamp {
+                return Ok(v.clone());
+            }
+        }
+    }
     let out = Cmd::new("modinfo")
         .args(["-F", "version"])
         .arg(&file)
         .run()?;
-    Ok(parse_modinfo_field(&out.stdout))
+    let version = parse_modinfo_field(&out.stdout);
+    if let Some(stamp) = stamp {
+        SEEN.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(file, (stamp, version.clone()));
+    }
+    Ok(version)
+}
+
+/// The file `modprobe` would load as `module` for `kver` (relative to `/lib/modules/<kver>/`),
+/// from `modules.dep` alone: no module file is read.
+pub fn loadable_path(host: &Host, kver: &str, module: &str) -> Result<Option<String>> {
+    let dep = host.read_opt(format!("/lib/modules/{kver}/modules.dep"))?;
+    Ok(dep
+        .as_deref()
+        .and_then(|d| dep_entry(d, module))
+        .filter(|p| host.exists(format!("/lib/modules/{kver}/{p}"))))
 }
 
 /// `modinfo -F <field>` prints the value (or nothing).
@@ -134,16 +168,13 @@ pub fn parse_modinfo_field(stdout: &str) -> Option<String> {
 
 /// What modprobe would load as `module` for kernel `kver` on `host`.
 pub fn state(host: &Host, kver: &str, module: &str) -> Result<ModuleState> {
-    let dep = host.read_opt(format!("/lib/modules/{kver}/modules.dep"))?;
-    if let Some(path) = dep.as_deref().and_then(|d| dep_entry(d, module)) {
-        if host.exists(format!("/lib/modules/{kver}/{path}")) {
-            let version = modinfo_version(host, kver, &path)?;
-            return Ok(ModuleState::Loadable {
-                location: location_of(&path),
-                path,
-                version,
-            });
-        }
+    if let Some(path) = loadable_path(host, kver, module)? {
+        let version = modinfo_version(host, kver, &path)?;
+        return Ok(ModuleState::Loadable {
+            location: location_of(&path),
+            path,
+            version,
+        });
     }
     let files = files_on_disk(host, kver, module);
     if files.is_empty() {

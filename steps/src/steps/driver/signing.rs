@@ -122,7 +122,7 @@ pub enum Signer {
 pub fn problems(host: &Host, kver: &str, want: &Signer) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for m in NVIDIA_MODULES {
-        let kmods::ModuleState::Loadable { path, .. } = kmods::state(host, kver, m)? else {
+        let Some(path) = kmods::loadable_path(host, kver, m)? else {
             continue;
         };
         let file = format!("/lib/modules/{kver}/{path}");
