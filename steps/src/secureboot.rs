@@ -697,6 +697,53 @@ mod tests {
         Ok(())
     }
 
+    /// A module the distribution signed (this machine's kernel package, signed at its build):
+    /// gpuhost's reader names the signer, the key and the digest that kmod's own PKCS#7 reader
+    /// (`modinfo -F signer/sig_key/sig_hashalgo`) names.
+    #[test]
+    fn reads_a_distribution_signed_module_as_kmod_does() -> Result<()> {
+        let modinfo = |f: &Path, field: &str| -> String {
+            let o = Command::new("modinfo").args(["-F", field]).arg(f).output();
+            o.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_default()
+        };
+        let mut checked = 0;
+        for kdir in std::fs::read_dir("/lib/modules")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let dir = kdir.path().join("kernel/net/key");
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let f = e.path();
+                let want_signer = modinfo(&f, "signer");
+                if want_signer.is_empty() || f.extension().is_some_and(|x| x != "ko") {
+                    continue;
+                }
+                let sig = appended_signature(&std::fs::read(&f)?)?.expect("signed");
+                let key = modinfo(&f, "sig_key").replace(':', "").to_lowercase();
+                match &sig.signer {
+                    KeyId::IssuerSerial { issuer, serial, .. } => {
+                        assert!(
+                            issuer.contains(&format!("CN={want_signer}")),
+                            "{issuer} vs {want_signer}"
+                        );
+                        assert!(
+                            hex::encode(serial).ends_with(&key),
+                            "{} vs {key}",
+                            hex::encode(serial)
+                        );
+                    }
+                    KeyId::SubjectKeyId(k) => assert_eq!(hex::encode(k), key),
+                }
+                assert_eq!(sig.hash, modinfo(&f, "sig_hashalgo"));
+                checked += 1;
+            }
+        }
+        eprintln!("compared {checked} distribution-signed modules with kmod's reading");
+        Ok(())
+    }
+
     #[test]
     fn a_damaged_trailer_is_an_error_not_unsigned() {
         let mut m = b"module".to_vec();
