@@ -63,26 +63,8 @@ fn apply(root: &Root, profile: &str, rpm: &str, extra: &[&str]) -> (i32, Value) 
     run(root, "apply", profile, rpm, extra)
 }
 
-/// The version of the `nvidia` module modprobe would load for `kver` (modules.dep as the real
-/// depmod wrote it, modinfo of that file), if any.
-fn loadable_version(root: &Root, kver: &str) -> Option<String> {
-    let dep =
-        std::fs::read_to_string(root.join(&format!("/lib/modules/{kver}/modules.dep"))).ok()?;
-    let path = dep.lines().find_map(|l| {
-        let p = l.split(':').next()?;
-        let base = p.rsplit('/').next()?;
-        (base == "nvidia.ko" || base.starts_with("nvidia.ko.")).then(|| p.to_string())
-    })?;
-    let out = std::process::Command::new("modinfo")
-        .args(["-F", "version"])
-        .arg(root.join(&format!("/lib/modules/{kver}/{path}")))
-        .output()
-        .ok()?;
-    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 fn module_built(root: &Root, kver: &str) -> bool {
-    loadable_version(root, kver).as_deref() == Some(DRIVER)
+    root.nvidia_module_version(kver).as_deref() == Some(DRIVER)
 }
 
 fn persistenced_enabled(root: &Root) -> bool {
@@ -657,7 +639,7 @@ fn a_failing_open_build_shows_the_nvidia_open_make_log() {
 
 /// The version of the `nvidia` module modprobe would load for `kver` equals `drv`.
 fn module_of(root: &Root, kver: &str, drv: &str) -> bool {
-    loadable_version(root, kver).as_deref() == Some(drv)
+    root.nvidia_module_version(kver).as_deref() == Some(drv)
 }
 
 /// `gpuhost apply` (all driver steps and hgx-extras) a second time, traced: every driver step
@@ -679,13 +661,7 @@ fn second_apply_changes_nothing(root: &Root, profile: &str, rpm: &str, extra: &[
     let (o, execs) = root.gpuhost_traced(&args);
     let rep = report(&o);
     assert_eq!(code(&o), 0, "{rep:#}");
-    for s in rep["steps"].as_array().into_iter().flatten() {
-        let outcome = s["outcome"].as_str().unwrap_or_default();
-        assert!(
-            ["unchanged", "skipped", "deferred"].contains(&outcome),
-            "{s:#}"
-        );
-    }
+    world::assert_converged(&rep);
     if let Some(execs) = execs {
         assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
     }

@@ -82,24 +82,6 @@ fn saved_entry(root: &Root) -> String {
         .to_string()
 }
 
-fn module_version(root: &Root, kver: &str) -> Option<String> {
-    let dep =
-        std::fs::read_to_string(root.join(&format!("/lib/modules/{kver}/modules.dep"))).ok()?;
-    let path = dep.lines().find_map(|l| {
-        let p = l.split(':').next()?;
-        p.rsplit('/')
-            .next()?
-            .starts_with("nvidia.ko")
-            .then(|| p.to_string())
-    })?;
-    let out = std::process::Command::new("modinfo")
-        .args(["-F", "version"])
-        .arg(root.join(&format!("/lib/modules/{kver}/{path}")))
-        .output()
-        .ok()?;
-    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 fn status(root: &Root) -> (i32, Value) {
     let run = tempfile::tempdir().unwrap();
     let o = root
@@ -117,7 +99,10 @@ fn converged(kernels: &[&str]) -> Root {
     let root = Root::new(Os::Ol8, kernels);
     let (rc, rep) = apply(&root, &[]);
     assert_eq!(rc, 0, "{rep:#}");
-    assert_eq!(module_version(&root, UEK8_OLD).as_deref(), Some(DRIVER));
+    assert_eq!(
+        root.nvidia_module_version(UEK8_OLD).as_deref(),
+        Some(DRIVER)
+    );
     root
 }
 
@@ -153,7 +138,10 @@ fn a_newer_uek_from_plain_dnf_gets_headers_and_module_before_its_first_boot() {
             .any(|v| v == world::evr(UEK8_NEW)),
         "headers for the new kernel"
     );
-    assert_eq!(module_version(&root, UEK8_NEW).as_deref(), Some(DRIVER));
+    assert_eq!(
+        root.nvidia_module_version(UEK8_NEW).as_deref(),
+        Some(DRIVER)
+    );
     assert!(
         saved_entry(&root).ends_with(UEK8_NEW),
         "the new kernel stays the default"
@@ -257,7 +245,10 @@ fn the_fix_command_builds_the_held_back_kernel_and_makes_it_the_default_again() 
     assert_eq!(rc, 0, "{rep:#}");
     assert_eq!(rep["kernel_guard"]["action"], "restored", "{rep:#}");
     assert!(saved_entry(&root).ends_with(UEK8_NEW));
-    assert_eq!(module_version(&root, UEK8_NEW).as_deref(), Some(DRIVER));
+    assert_eq!(
+        root.nvidia_module_version(UEK8_NEW).as_deref(),
+        Some(DRIVER)
+    );
     assert!(!root.join("/var/lib/gpuhost/kernel-guard.json").exists());
 }
 
@@ -343,7 +334,10 @@ fn kernel_added_waits_for_the_rpm_transaction_then_repeats_the_last_apply() {
             .any(|v| v == world::evr(UEK8_NEW)),
         "headers for the new kernel"
     );
-    assert_eq!(module_version(&root, UEK8_NEW).as_deref(), Some(DRIVER));
+    assert_eq!(
+        root.nvidia_module_version(UEK8_NEW).as_deref(),
+        Some(DRIVER)
+    );
     assert!(saved_entry(&root).ends_with(UEK8_NEW));
 }
 

@@ -77,20 +77,6 @@ fn make_key(root: &Root, dir: &str, name: &str, cn: &str) -> Vec<u8> {
     std::fs::read(cert).unwrap()
 }
 
-/// The NVIDIA module files modprobe would load for `kver` (modules.dep).
-fn nvidia_modules(root: &Root, kver: &str) -> Vec<String> {
-    let dep = root.read(&format!("/lib/modules/{kver}/modules.dep"));
-    dep.lines()
-        .filter_map(|l| l.split(':').next())
-        .filter(|p| {
-            p.rsplit('/')
-                .next()
-                .is_some_and(|b| b.starts_with("nvidia"))
-        })
-        .map(|p| format!("/lib/modules/{kver}/{p}"))
-        .collect()
-}
-
 /// Who signed a module, as Debian's kmod (`modinfo -F signer`) reads the PKCS#7 signature.
 fn signer(root: &Root, file: &str) -> String {
     world::modinfo(&root.join(file), "signer").unwrap_or_default()
@@ -166,7 +152,7 @@ fn dkms_signs_with_the_enrolled_profile_key_and_status_checks_the_signer() {
     assert!(root
         .read("/etc/dkms/framework.conf.d/gpuhost-secure-boot.conf")
         .contains(&format!("mok_signing_key=\"{KEY}\"")),);
-    let modules = nvidia_modules(&root, UEK8_OLD);
+    let modules = root.nvidia_module_files(UEK8_OLD);
     assert!(modules.len() >= 4, "{modules:?}");
     for m in &modules {
         assert_eq!(signer(&root, m), "gpuhost test MOK", "{m}");
@@ -190,13 +176,7 @@ fn dkms_signs_with_the_enrolled_profile_key_and_status_checks_the_signer() {
     // Converged: the second apply changes nothing.
     let (rc, rep, err) = with_key(&root, &[]);
     assert_eq!(rc, 0, "{err}");
-    for s in rep["steps"].as_array().into_iter().flatten() {
-        let outcome = s["outcome"].as_str().unwrap_or_default();
-        assert!(
-            ["unchanged", "skipped", "deferred"].contains(&outcome),
-            "{s:#}"
-        );
-    }
+    world::assert_converged(&rep);
 
     // The key leaves MokListRT (another one is enrolled): the next boot refuses the module.
     let other = make_key(&root, "/root", "other", "someone else");
@@ -231,7 +211,7 @@ fn modules_built_before_the_key_are_rebuilt_and_signed_and_a_new_kernel_gets_sig
     let root = Root::new(Os::Ol8, &[UEK8_OLD]);
     let (rc, rep, err) = apply(&root, "ol8-uek", CUDA_LOCAL_EL8_12_2, &[]);
     assert_eq!(rc, 0, "{err}\n{rep:#}");
-    let modules = nvidia_modules(&root, UEK8_OLD);
+    let modules = root.nvidia_module_files(UEK8_OLD);
     assert!(!modules.is_empty());
     for m in &modules {
         // DKMS 3.x signed them with the key it made itself, which nobody enrolled.
@@ -251,7 +231,7 @@ fn modules_built_before_the_key_are_rebuilt_and_signed_and_a_new_kernel_gets_sig
             .contains("Secure Boot would refuse the module"),
         "{km:#}"
     );
-    for m in &nvidia_modules(&root, UEK8_OLD) {
+    for m in &root.nvidia_module_files(UEK8_OLD) {
         assert_eq!(signer(&root, m), "gpuhost test MOK", "{m}");
     }
     assert_eq!(
@@ -267,7 +247,7 @@ fn modules_built_before_the_key_are_rebuilt_and_signed_and_a_new_kernel_gets_sig
     ]);
     let (rc, rep, err) = with_key(&root, &["--kernel-release", UEK8_NEW]);
     assert_eq!(rc, 0, "{err}\n{rep:#}");
-    let new = nvidia_modules(&root, UEK8_NEW);
+    let new = root.nvidia_module_files(UEK8_NEW);
     assert!(!new.is_empty(), "{rep:#}");
     for m in &new {
         assert_eq!(signer(&root, m), "gpuhost test MOK", "{m}");
@@ -309,7 +289,7 @@ fn precompiled_modules_need_nvidias_certificate_enrolled() {
     efivar(&root, "MokListRT", &[&nvidia]);
     let (rc, rep, err) = apply(&root, "ol8-rhck", CUDA_LOCAL_EL8_12_2, &stream);
     assert_eq!(rc, 0, "{err}\n{rep:#}");
-    for m in &nvidia_modules(&root, RHCK8) {
+    for m in &root.nvidia_module_files(RHCK8) {
         assert_eq!(signer(&root, m), world::NVIDIA_TEST_KEY_CN, "{m}");
     }
     let sb = check(&status(&root), "driver.secure_boot").clone();

@@ -505,6 +505,31 @@ impl Root {
         lines.join("\n")
     }
 
+    /// The NVIDIA module files modprobe would load for `kver` (the `nvidia*` entries of the
+    /// `modules.dep` the real depmod wrote), as root paths: `/lib/modules/<kver>/extra/…`.
+    pub fn nvidia_module_files(&self, kver: &str) -> Vec<String> {
+        let dep = fs::read_to_string(self.join(&format!("/lib/modules/{kver}/modules.dep")))
+            .unwrap_or_default();
+        dep.lines()
+            .filter_map(|l| l.split(':').next())
+            .filter(|p| {
+                p.rsplit('/')
+                    .next()
+                    .is_some_and(|b| b.starts_with("nvidia"))
+            })
+            .map(|p| format!("/lib/modules/{kver}/{p}"))
+            .collect()
+    }
+
+    /// The modinfo version (host kmod) of the `nvidia` module modprobe would load for `kver`.
+    pub fn nvidia_module_version(&self, kver: &str) -> Option<String> {
+        let file = self.nvidia_module_files(kver).into_iter().find(|f| {
+            let base = f.rsplit('/').next().unwrap_or_default();
+            base == "nvidia.ko" || base.starts_with("nvidia.ko.")
+        })?;
+        modinfo(&self.join(&file), "version")
+    }
+
     /// Creates a fake sysfs PCI device `ROOT/sys/bus/pci/devices/<bdf>/{vendor,device,class}`,
     /// formatted like the kernel (`0x10de\n`, `0x2335\n`, `0x030200\n`).
     pub fn add_pci_device(&self, bdf: &str, vendor: u16, device: u16, class: u32) {
@@ -641,6 +666,17 @@ pub fn code(o: &Output) -> i32 {
 pub fn report(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
+}
+
+/// A converged run's report: every step unchanged, skipped or deferred.
+pub fn assert_converged(r: &serde_json::Value) {
+    for s in r["steps"].as_array().into_iter().flatten() {
+        let outcome = s["outcome"].as_str().unwrap_or_default();
+        assert!(
+            ["unchanged", "skipped", "deferred"].contains(&outcome),
+            "{s:#}"
+        );
+    }
 }
 
 pub fn step<'a>(r: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
