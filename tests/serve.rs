@@ -190,6 +190,89 @@ fn serves_the_textfile_series_healthz_and_status_from_one_probe_child() {
     assert_eq!(srv.children(), probe);
 }
 
+/// Write `v` over `f` atomically (the probe child may read it at any moment).
+fn rewrite(f: &Path, v: &serde_json::Value) {
+    let tmp = f.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_string(v).unwrap()).unwrap();
+    std::fs::rename(&tmp, f).unwrap();
+}
+
+/// GPU 0 of the /status JSON.
+fn gpu0(srv: &Server) -> serde_json::Value {
+    let (_, s) = srv.get("/status");
+    let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+    v["snapshot"]["nvml"]["gpus"][0].clone()
+}
+
+#[test]
+fn fixed_fields_are_read_once_per_probe_child_and_the_rest_every_sweep() {
+    let run = tempfile::tempdir().unwrap();
+    let snap = hgx_with(run.path(), |_| {});
+    let srv = Server::start(
+        run.path(),
+        &[
+            "--from-snapshot",
+            snap.to_str().unwrap(),
+            "--max-age",
+            "0.05",
+        ],
+        &[],
+    );
+    assert_eq!(srv.get("/healthz").0, 200);
+    let before = gpu0(&srv);
+    assert_eq!(before["vbios_version"]["value"], "96.00.A5.00.1A");
+    let probe = srv.children();
+    assert_eq!(probe.len(), 1, "{probe:?}");
+
+    // The "driver" now answers otherwise: what can change (temperature, an ECC counter) and
+    // what cannot while NVML stays initialised (VBIOS, name, slowdown threshold).
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&snap).unwrap()).unwrap();
+    let g = &mut v["nvml"]["gpus"][0];
+    g["temperature_c"] = serde_json::json!({"value": 71});
+    g["ecc_volatile_uncorrected"] = serde_json::json!({"value": 2});
+    g["vbios_version"] = serde_json::json!({"value": "96.00.FF.00.01"});
+    g["name"] = serde_json::json!({"value": "NVIDIA H200 (reflashed)"});
+    g["temperature_slowdown_c"] = serde_json::json!({"value": 80});
+    rewrite(&snap, &v);
+    std::thread::sleep(Duration::from_millis(120));
+
+    // Every sweep reads the changing fields: the new temperature, and the ECC error is
+    // CRITICAL at once.
+    let now = gpu0(&srv);
+    assert_eq!(now["temperature_c"]["value"], 71, "{now}");
+    let (code, body) = srv.get("/healthz");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("uncorrectable ECC"), "{body}");
+    // The fixed ones are this probe child's first answer, and say so.
+    assert_eq!(now["vbios_version"]["value"], "96.00.A5.00.1A", "{now}");
+    assert_eq!(now["name"]["value"], "NVIDIA H200", "{now}");
+    assert_eq!(now["temperature_slowdown_c"]["value"], 89, "{now}");
+    assert_eq!(now["fixed_kept"], true, "{now}");
+    assert_eq!(srv.children(), probe);
+
+    // A new probe child (the old one killed: a driver reload needs one) reads them afresh.
+    let k = Command::new("kill")
+        .args(["-KILL", &probe[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(k.success());
+    let until = Instant::now() + Duration::from_secs(10);
+    let fresh = loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let g = gpu0(&srv);
+        if g["vbios_version"]["value"] == "96.00.FF.00.01" {
+            break g;
+        }
+        assert!(Instant::now() < until, "still the old child's: {g}");
+    };
+    assert_eq!(fresh["name"]["value"], "NVIDIA H200 (reflashed)", "{fresh}");
+    assert_eq!(fresh["temperature_slowdown_c"]["value"], 80, "{fresh}");
+    let now = srv.children();
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now, probe);
+}
+
 #[test]
 fn a_critical_node_is_503_with_the_reason() {
     let run = tempfile::tempdir().unwrap();

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use gpuhost_steps::cmd::{Abandoned, Answer, Cmd, Coprocess};
 
-use crate::probe;
 use crate::snapshot::{NvmlProbe, ProbeStatus, Snapshot};
+use crate::{nvml, probe};
 
 /// The question the parent asks.
 pub const SWEEP: &str = "sweep";
@@ -182,22 +182,25 @@ fn round_ms(d: Duration) -> f64 {
 
 /// The child's side (`gpuhost status --nvml-serve [--nvml-fixture FILE]`): answer each
 /// `sweep` line on stdin with one JSON line on stdout, until stdin closes. NVML is initialised
-/// at the first sweep and kept; a failed init is tried again at the next sweep (a driver
-/// loaded later is then found).
+/// at the first sweep and kept, with what cannot change while it is ([`nvml::Session`]: each
+/// GPU's name, UUID, VBIOS, … read once; everything that can change read at every sweep); a
+/// failed init is tried again at the next sweep (a driver loaded later is then found).
+///
+/// With a fixture, each sweep reads the file again (it stands for asking the driver: a test
+/// may rewrite it) and keeps each GPU's fixed fields from the first answer, as the NVML probe
+/// does.
 pub fn serve_child(fixture: Option<&Path>) -> i32 {
-    let fixed = match fixture.map(load_fixture).transpose() {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("gpuhost status --nvml-serve: {e:#}");
-            return 2;
-        }
-    };
+    if let Some(Err(e)) = fixture.map(load_fixture) {
+        eprintln!("gpuhost status --nvml-serve: {e:#}");
+        return 2;
+    }
     let delay = std::env::var("GPUHOST_PROBE_DELAY_MS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .map(Duration::from_millis);
     let hang_file = std::env::var_os(HANG_FILE_ENV).map(PathBuf::from);
-    let mut nvml: Option<nvml_wrapper::Nvml> = None;
+    let mut session: Option<nvml::Session> = None;
+    let mut kept = nvml::KeptFixed::default();
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
     for line in stdin.lock().lines() {
@@ -213,12 +216,12 @@ pub fn serve_child(fixture: Option<&Path>) -> i32 {
             std::thread::sleep(Duration::from_secs(3600));
         }
         let start = Instant::now();
-        let answer = match &fixed {
-            Some(p) => p.clone(),
-            None => match &nvml {
-                Some(n) => crate::nvml::read(n, start),
-                None => match crate::nvml::init(start) {
-                    Ok(n) => crate::nvml::read(nvml.insert(n), start),
+        let answer = match fixture {
+            Some(f) => fixture_sweep(f, &mut kept, start),
+            None => match session.as_mut() {
+                Some(s) => s.sweep(start),
+                None => match nvml::init(start) {
+                    Ok(n) => session.insert(nvml::Session::new(n)).sweep(start),
                     Err(failed) => *failed,
                 },
             },
@@ -235,6 +238,21 @@ pub fn serve_child(fixture: Option<&Path>) -> i32 {
         }
     }
     0
+}
+
+/// One fixture-fed sweep: the file's answer, each GPU with the fixed fields kept from the
+/// first one.
+fn fixture_sweep(path: &Path, kept: &mut nvml::KeptFixed, start: Instant) -> NvmlProbe {
+    match load_fixture(path) {
+        Ok(mut p) => {
+            for g in &mut p.gpus {
+                kept.apply_or_keep(g);
+            }
+            p.duration_ms = Some(round_ms(start.elapsed()));
+            p
+        }
+        Err(e) => failed(format!("{e:#}")),
+    }
 }
 
 /// The `nvml` part of a snapshot saved by `gpuhost status --dump-snapshot`.

@@ -23,7 +23,7 @@ pub const FILE: &str = "cuda-init.json";
 
 /// What a kept success depends on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-struct Key {
+pub struct Key {
     boot_id: Option<String>,
     driver: Option<String>,
     /// (path, inode, change time) of each device node that exists.
@@ -53,6 +53,38 @@ fn key() -> Key {
                     .map(|m| (p.to_string(), m.ino(), m.ctime()))
             })
             .collect(),
+    }
+}
+
+/// A success kept in memory by a long-lived probe (`gpuhost serve`'s child), with what it
+/// depends on: each sweep reads that again (two small /proc files, two stats) and reuses the
+/// success while it is the same, without the file or a thread.
+#[derive(Debug, Default)]
+pub struct Memo {
+    kept: Option<(Key, CudaCheck)>,
+}
+
+impl Memo {
+    /// The kept success when what it depends on has not changed; else what it depends on now
+    /// (for [`Memo::remember`]), and the check is to be made ([`check_cached`]).
+    pub fn kept(&mut self) -> Result<CudaCheck, Key> {
+        let now = key();
+        match &self.kept {
+            Some((k, c)) if *k == now => Ok(CudaCheck {
+                cached: true,
+                init_ms: Some(0.0),
+                ..c.clone()
+            }),
+            _ => {
+                self.kept = None;
+                Err(now)
+            }
+        }
+    }
+
+    /// Keep `c` if it is a success, for the state `key` it was checked in.
+    pub fn remember(&mut self, key: Key, c: &CudaCheck) {
+        self.kept = (c.init_rc == Some(0)).then(|| (key, c.clone()));
     }
 }
 

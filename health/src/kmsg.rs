@@ -31,9 +31,7 @@ pub fn collect(host: &Host) -> KernelLog {
     let live = host.is_live();
     // A character device read record by record (non-blocking): opened at the path the root's
     // resolver gives for it.
-    let kmsg = host
-        .real_path("/dev/kmsg")
-        .unwrap_or_else(|_| host.path("/dev/kmsg"));
+    let kmsg = kmsg_path(host);
     let kmsg_err = match read_kmsg(&kmsg) {
         Ok(text) => return parse_log("kmsg", &text),
         Err(e) => e,
@@ -74,7 +72,13 @@ pub fn collect(host: &Host) -> KernelLog {
 /// Read all records from a kmsg device (one record per read, EAGAIN at the end) or a plain
 /// file holding such records.
 fn read_kmsg(p: &Path) -> Result<String, String> {
-    let mut f = std::fs::OpenOptions::new()
+    let mut f = open_kmsg(p)?;
+    read_records(&mut f, p)
+}
+
+/// Open a kmsg device (non-blocking) or a plain file holding its records.
+fn open_kmsg(p: &Path) -> Result<std::fs::File, String> {
+    std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(O_NONBLOCK)
         .open(p)
@@ -87,7 +91,11 @@ fn read_kmsg(p: &Path) -> Result<String, String> {
             } else {
                 format!("{}: {e}", p.display())
             }
-        })?;
+        })
+}
+
+/// The records from where `f` stands to the last one (EAGAIN) or the end of a file.
+fn read_records(f: &mut std::fs::File, p: &Path) -> Result<String, String> {
     let mut all = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -107,6 +115,90 @@ fn read_kmsg(p: &Path) -> Result<String, String> {
         }
     }
     Ok(String::from_utf8_lossy(&all).into_owned())
+}
+
+/// Events a [`Follower`] keeps of each kind, the oldest dropped first (about what a 1 MiB
+/// kernel ring holds): memory stays bounded under an XID storm.
+pub const FOLLOW_MAX_EVENTS: usize = 8192;
+
+/// The kernel log followed across sweeps (`gpuhost serve`): `/dev/kmsg` is opened once and
+/// each sweep reads only the records logged since the last one (a kmsg reader keeps its own
+/// position), added to the events already parsed. A full read of a busy node's ring (thousands
+/// of records, one system call each) is paid once, not per scrape. Where kmsg cannot be read
+/// (the journal fallback) each sweep reads as [`collect`] does.
+#[derive(Debug, Default)]
+pub struct Follower {
+    /// The kmsg path (as the host resolved it) and the open reader.
+    open: Option<(std::path::PathBuf, std::fs::File)>,
+    log: KernelLog,
+    /// Lines parsed so far: the next record's position in the log.
+    lines: u64,
+}
+
+impl Follower {
+    /// The kernel log of this boot on `host`, as [`collect`] gives it.
+    pub fn collect(&mut self, host: &Host) -> KernelLog {
+        let kmsg = kmsg_path(host);
+        if let Some((p, f)) = self.open.as_mut().filter(|(p, _)| *p == kmsg) {
+            match read_records(f, p) {
+                Ok(text) => {
+                    self.add(&text);
+                    return self.log.clone();
+                }
+                Err(e) => tracing::debug!("reading the kernel log again from the start: {e}"),
+            }
+        }
+        self.open = None;
+        match open_kmsg(&kmsg).and_then(|mut f| read_records(&mut f, &kmsg).map(|t| (f, t))) {
+            Ok((f, text)) => {
+                self.log = KernelLog {
+                    source: Some("kmsg".into()),
+                    ..KernelLog::default()
+                };
+                self.lines = 0;
+                self.add(&text);
+                self.open = Some((kmsg, f));
+                self.log.clone()
+            }
+            Err(_) => collect(host),
+        }
+    }
+
+    /// Lines of the kernel log read so far.
+    pub fn lines(&self) -> u64 {
+        self.lines
+    }
+
+    /// Parse `text` (whole records, following those parsed so far) into the kept events.
+    fn add(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let mut new = parse_log("kmsg", text);
+        for x in &mut new.xids {
+            x.order += self.lines;
+        }
+        for g in &mut new.gpu_inits {
+            g.order += self.lines;
+        }
+        self.lines += text.lines().count() as u64;
+        append_bounded(&mut self.log.xids, new.xids);
+        append_bounded(&mut self.log.gpu_inits, new.gpu_inits);
+        append_bounded(&mut self.log.sxids, new.sxids);
+    }
+}
+
+fn append_bounded<T>(kept: &mut Vec<T>, new: Vec<T>) {
+    kept.extend(new);
+    if kept.len() > FOLLOW_MAX_EVENTS {
+        kept.drain(..kept.len() - FOLLOW_MAX_EVENTS);
+    }
+}
+
+/// The host's `/dev/kmsg`, at the path the root's resolver gives for it.
+fn kmsg_path(host: &Host) -> std::path::PathBuf {
+    host.real_path("/dev/kmsg")
+        .unwrap_or_else(|_| host.path("/dev/kmsg"))
 }
 
 /// XIDs, GPU initialisations and SXids from kmsg records (`6,1234,5678901,-;NVRM: Xid …`),
@@ -293,6 +385,83 @@ mod tests {
         assert_eq!(log.sxids[1].fatal, Some(false));
         assert_eq!(log.sxids[2].fatal, None);
         assert!(log.sxids[0].message.starts_with("nvidia-nvswitch3: SXid"));
+    }
+
+    /// A root whose /dev/kmsg is a plain file holding `records`.
+    fn root_with_kmsg(records: &str) -> (tempfile::TempDir, Host) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("dev")).unwrap();
+        std::fs::write(dir.path().join("dev/kmsg"), records).unwrap();
+        let host = Host::new(dir.path()).unwrap();
+        (dir, host)
+    }
+
+    fn append(dir: &tempfile::TempDir, records: &str) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join("dev/kmsg"))
+            .unwrap();
+        f.write_all(records.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn a_follower_reads_only_new_records_and_keeps_the_log_order() {
+        let (dir, host) = root_with_kmsg(
+            "4,900,5000000000,-;NVRM: GPU at PCI:0000:3b:00: GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7
+4,901,5000000100,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.
+ SUBSYSTEM=pci
+",
+        );
+        let mut f = Follower::default();
+        let first = f.collect(&host);
+        assert_eq!(first, collect(&host), "the first sweep reads it whole");
+        assert_eq!(first.xids.len(), 1);
+        // Nothing new: the same log, nothing read twice.
+        assert_eq!(f.collect(&host), first);
+        // A reset (the driver prints the GPU's UUID again) and a new XID after it.
+        append(
+            &dir,
+            "4,902,6000000000,-;NVRM: GPU at PCI:0000:3b:00: GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7
+4,903,6000000100,-;NVRM: Xid (PCI:0000:3b:00): 13, pid=99, Graphics Exception
+4,904,6000000200,-;nvidia-nvswitch3: SXid (PCI:0000:c5:00.0): 20034, Fatal, Link 24 LTSSM Fault Up
+",
+        );
+        let now = f.collect(&host);
+        assert_eq!(now, collect(&host), "the same as a whole read");
+        assert_eq!(
+            now.xids.iter().map(|x| x.xid).collect::<Vec<_>>(),
+            vec![79, 13]
+        );
+        assert!(now.xids[0].order < now.gpu_inits[1].order);
+        assert!(now.gpu_inits[1].order < now.xids[1].order);
+        assert_eq!(now.sxids.len(), 1);
+    }
+
+    #[test]
+    fn a_follower_keeps_a_bounded_number_of_events() {
+        let line = |i: usize| {
+            format!(
+                "4,{i},{i}000000,-;NVRM: Xid (PCI:0000:3b:00): 13, pid={i}, Graphics Exception\n"
+            )
+        };
+        let (dir, host) = root_with_kmsg(&line(0));
+        let mut f = Follower::default();
+        assert_eq!(f.collect(&host).xids.len(), 1);
+        let storm: String = (1..=FOLLOW_MAX_EVENTS + 10).map(line).collect();
+        append(&dir, &storm);
+        let log = f.collect(&host);
+        assert_eq!(log.xids.len(), FOLLOW_MAX_EVENTS);
+        assert!(
+            log.xids[0].message.contains(&format!("pid={}", 11)),
+            "the oldest dropped"
+        );
+        assert!(log
+            .xids
+            .last()
+            .unwrap()
+            .message
+            .contains(&format!("pid={}", FOLLOW_MAX_EVENTS + 10)));
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod kmsg;
 pub mod nvml;
 pub mod output;
 pub mod probe;
+pub mod profile;
 pub mod slurm;
 pub mod snapshot;
 pub mod verdict;
@@ -91,6 +92,11 @@ pub struct StatusArgs {
     /// (evidence for what a machine supports; see bench/MULTI-GPU.md).
     #[arg(long, hide = true)]
     pub nvml_calls: bool,
+    /// Internal: time N sweeps part by part (each NVML call, with the fixed fields kept and
+    /// with every field read; the driver-free reads; the rendering) and print that as JSON
+    /// (benchmarks: bench/serve-gpu-run.sh).
+    #[arg(long, hide = true, value_name = "N")]
+    pub sweep_profile: Option<usize>,
     /// Print the collected snapshot as JSON (for test fixtures) instead of a report.
     #[arg(long, hide = true)]
     pub dump_snapshot: bool,
@@ -116,6 +122,26 @@ pub fn run(args: &StatusArgs) -> i32 {
     }
     if args.nvml_serve {
         return coprobe::serve_child(args.nvml_fixture.as_deref());
+    }
+    if let Some(n) = args.sweep_profile {
+        let host = match Host::new(&args.root) {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("gpuhost status: {e:#}");
+                return 3;
+            }
+        };
+        let p = profile::run(&host, &expectations(args), n);
+        return match serde_json::to_string_pretty(&p) {
+            Ok(s) => {
+                println!("{s}");
+                0
+            }
+            Err(e) => {
+                eprintln!("cannot serialise the profile: {e}");
+                3
+            }
+        };
     }
     if args.nvml_calls {
         return match serde_json::to_string_pretty(&nvml::calls::report()) {
@@ -334,7 +360,7 @@ pub fn expectations_for(profile: Option<&str>, expect_gpus: Option<u32>) -> Expe
 /// happen here. Fabric Manager's version is asked (rpm) only where NVSwitches are on PCI or
 /// `expect` requires Fabric Manager, beside the `systemctl` call.
 pub fn collect(host: &Host, timeout: Duration, expect: &Expect) -> Snapshot {
-    collect_around(host, expect, || one_shot_probe(timeout))
+    collect_around(host, expect, None, || one_shot_probe(timeout))
 }
 
 /// The one-shot NVML probe: a child process under a deadline ([`probe`]).
@@ -357,14 +383,25 @@ fn one_shot_probe(timeout: Duration) -> NvmlProbe {
 }
 
 /// Collect a snapshot whose NVML part comes from `nvml`, run on another thread while the
-/// driver-free reads happen here (`gpuhost serve` passes its long-lived probe).
-pub fn collect_around<F>(host: &Host, expect: &Expect, nvml: F) -> Snapshot
+/// driver-free reads happen here (`gpuhost serve` passes its long-lived probe, and `kernel`:
+/// the kernel log followed from one sweep to the next; None reads it whole).
+pub fn collect_around<F>(
+    host: &Host,
+    expect: &Expect,
+    kernel: Option<&mut kmsg::Follower>,
+    nvml: F,
+) -> Snapshot
 where
     F: FnOnce() -> NvmlProbe + Send,
 {
     std::thread::scope(|scope| {
         let probe = scope.spawn(nvml);
-        let (host_snap, services, kernel_log) = collect_host(host, expect);
+        let t = std::time::Instant::now();
+        let (host_snap, services, kernel_log) = collect_host(host, expect, kernel);
+        tracing::debug!(
+            "driver-free reads (beside the NVML probe): {:.2} ms",
+            t.elapsed().as_secs_f64() * 1e3
+        );
         let nvml = probe.join().unwrap_or_else(|_| NvmlProbe {
             status: ProbeStatus::ProbeFailed,
             error: Some("the NVML probe thread panicked".into()),
@@ -403,11 +440,15 @@ pub fn keep_counters(s: &Snapshot) {
 fn collect_host(
     host: &Host,
     expect: &Expect,
+    kernel: Option<&mut kmsg::Follower>,
 ) -> (snapshot::HostSnapshot, Services, snapshot::KernelLog) {
     let live = host.is_live();
     let mut host_snap = host::collect(host);
     host_snap.system = Some(gpuhost_steps::hostinfo::gather(host));
-    let kernel_log = kmsg::collect(host);
+    let kernel_log = match kernel {
+        Some(f) => f.collect(host),
+        None => kmsg::collect(host),
+    };
     let want_fm = match expect.require_fabric_manager {
         Some(r) => r,
         None => host_snap.pci.iter().any(|d| d.kind == PciKind::NvSwitch),

@@ -564,6 +564,11 @@ pub struct GpuSnapshot {
     pub vbios_version: Reading<String>,
     #[serde(default = "not_read")]
     pub gsp_firmware: Reading<GspFirmware>,
+    /// The fields that cannot change while NVML stays initialised (name, UUID, PCI bus id,
+    /// VBIOS, GSP firmware, board limits: [`crate::nvml::GpuFixed`]) are those the probe read
+    /// at its first sweep (`gpuhost serve`'s long-lived probe); false: read in this sweep.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fixed_kept: bool,
     /// Time to read this GPU, ms.
     pub sweep_ms: f64,
 }

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -37,7 +38,7 @@ use tokio::sync::watch;
 use gpuhost_health::coprobe::CoProbe;
 use gpuhost_health::snapshot::Snapshot;
 use gpuhost_health::verdict::{self, Expect, Severity};
-use gpuhost_health::{output, probe};
+use gpuhost_health::{kmsg, output, probe};
 use gpuhost_steps::host::Host;
 
 /// Default listen address: loopback only. Port 19400: the Prometheus exporter range
@@ -169,6 +170,7 @@ pub fn run(a: &ServeArgs) -> i32 {
         host,
         expect,
         fixture,
+        kernel: kmsg::Follower::default(),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -204,6 +206,7 @@ struct Sweeper {
     host: Host,
     expect: Expect,
     fixture: Option<Snapshot>,
+    kernel: kmsg::Follower,
 }
 
 impl Sweeper {
@@ -214,6 +217,7 @@ impl Sweeper {
             host,
             expect,
             fixture,
+            kernel,
         } = self;
         let snapshot = match fixture {
             Some(f) => {
@@ -222,16 +226,27 @@ impl Sweeper {
                 s.collected_at = gpuhost_steps::fsutil::unix_now();
                 s
             }
-            None => gpuhost_health::collect_around(host, expect, || probe.sweep()),
+            None => gpuhost_health::collect_around(host, expect, Some(kernel), || probe.sweep()),
         };
         // The subprocess wrapper keeps a record of every command for apply's report; a server
         // must not let them pile up.
         drop(gpuhost_steps::cmd::take_records());
+        let collected = started.elapsed();
         let rendered = Rendered::new(&snapshot, expect, started);
         tracing::debug!(
-            "sweep: {} in {:.1} ms",
+            "sweep: {} in {:.2} ms: collected in {:.2} ms (NVML probe {} ms round trip, its GPU sweep {} ms), rendered in {:.2} ms",
             rendered.health_line,
-            started.elapsed().as_secs_f64() * 1e3
+            started.elapsed().as_secs_f64() * 1e3,
+            collected.as_secs_f64() * 1e3,
+            snapshot
+                .nvml
+                .duration_ms
+                .map_or_else(|| "-".to_string(), |v| format!("{v:.2}")),
+            snapshot
+                .nvml
+                .sweep_wall_ms
+                .map_or_else(|| "-".to_string(), |v| format!("{v:.2}")),
+            (started.elapsed() - collected).as_secs_f64() * 1e3,
         );
         rendered
     }
@@ -243,8 +258,9 @@ struct Rendered {
     at: Instant,
     healthy: bool,
     health_line: String,
-    metrics: String,
-    status_json: String,
+    /// Shared by every answer of this sweep (a clone is a reference count, not a copy).
+    metrics: Bytes,
+    status_json: Bytes,
 }
 
 impl Rendered {
@@ -262,8 +278,8 @@ impl Rendered {
             at,
             healthy: matches!(worst, Severity::Ok | Severity::Warning),
             health_line,
-            metrics: output::prometheus(s, &checks),
-            status_json: output::json(s, expect, &checks),
+            metrics: Bytes::from(output::prometheus(s, &checks)),
+            status_json: Bytes::from(output::json(s, expect, &checks)),
         }
     }
 }

@@ -8,6 +8,7 @@
 pub mod calls;
 pub mod raw;
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use nvml_wrapper::enum_wrappers::device::{
@@ -54,7 +55,7 @@ pub(crate) fn error_kind(e: &NvmlError) -> String {
 pub fn probe() -> NvmlProbe {
     let start = Instant::now();
     match init(start) {
-        Ok(nvml) => read(&nvml, start),
+        Ok(nvml) => Session::new(nvml).sweep(start),
         Err(failed) => *failed,
     }
 }
@@ -62,6 +63,12 @@ pub fn probe() -> NvmlProbe {
 /// `GPUHOST_PROBE_NO_CUDA=1` leaves the CUDA check out (to measure what it costs).
 fn no_cuda() -> bool {
     std::env::var_os("GPUHOST_PROBE_NO_CUDA").is_some_and(|v| v == "1")
+}
+
+/// `GPUHOST_PROBE_REREAD=1`: read every field at every sweep, the fixed ones too (to measure
+/// what keeping them saves).
+fn reread() -> bool {
+    std::env::var_os("GPUHOST_PROBE_REREAD").is_some_and(|v| v == "1")
 }
 
 /// Initialise NVML; a failure is the probe's answer (classified: no library, driver not
@@ -87,42 +94,272 @@ pub fn init(start: Instant) -> Result<Nvml, Box<NvmlProbe>> {
     }
 }
 
-/// Read the driver's versions and every device through an initialised NVML, while another
-/// thread loads libcuda and runs `cuInit` ([`crate::cuda`], its success kept between runs).
-pub fn read(nvml: &Nvml, start: Instant) -> NvmlProbe {
-    let cuda = (!no_cuda()).then(|| {
-        std::thread::Builder::new()
-            .name("cuda-init".into())
-            .spawn(|| crate::cuda::check_cached(&crate::probe::run_dir()))
-    });
-    let mut p = NvmlProbe {
-        status: ProbeStatus::Ok,
-        driver_version: nvml.sys_driver_version().ok(),
-        nvml_version: nvml.sys_nvml_version().ok(),
-        cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
-        ..NvmlProbe::default()
-    };
-    match nvml.device_count() {
-        Ok(n) => {
-            p.device_count = Some(n);
-            let t = Instant::now();
-            let kept = inforom_cache::load(&crate::probe::run_dir());
-            p.gpus = sweep(nvml, n, sequential(), &kept);
-            inforom_cache::store(&crate::probe::run_dir(), kept, &p.gpus);
-            p.sweep_wall_ms = Some(ms(t));
+/// What cannot change while NVML stays initialised, kept per probe: the driver's versions
+/// ([`SystemFixed`]) and each GPU's [`Fixed`] fields. While a process holds NVML open the
+/// nvidia module cannot be unloaded (it is in use), so a new driver, a reflashed VBIOS or a
+/// changed GSP setting all need a new probe — which reads them afresh. `gpuhost serve`'s probe
+/// child keeps one `Session` for its life; a one-shot probe makes one for its single sweep.
+pub struct Session {
+    nvml: Nvml,
+    system: Option<SystemFixed>,
+    fixed: KeptFixed,
+    inforom: inforom_cache::Kept,
+    cuda: crate::cuda::Memo,
+    /// Record each call's wall time ([`Session::timings`]); `gpuhost status --nvml-profile`.
+    pub profile: bool,
+    timings: Vec<Timings>,
+}
+
+/// The driver's versions, read once per [`Session`].
+#[derive(Clone, Debug)]
+struct SystemFixed {
+    driver_version: Option<String>,
+    nvml_version: Option<String>,
+    cuda_driver_version: Option<i32>,
+}
+
+impl Session {
+    /// A session over an initialised NVML; the kept InfoROM validations are loaded from the
+    /// run directory.
+    pub fn new(nvml: Nvml) -> Session {
+        Session {
+            nvml,
+            system: None,
+            fixed: KeptFixed::default(),
+            inforom: inforom_cache::load(&crate::probe::run_dir()),
+            cuda: crate::cuda::Memo::default(),
+            profile: false,
+            timings: Vec::new(),
         }
-        Err(e) => p.error = Some(format!("device count: {e}")),
     }
-    p.cuda = match cuda {
-        Some(Ok(h)) => Some(h.join().unwrap_or_else(|_| crate::snapshot::CudaCheck {
-            error: Some("the CUDA check panicked".into()),
-            ..Default::default()
-        })),
-        Some(Err(_)) => Some(crate::cuda::check_cached(&crate::probe::run_dir())),
-        None => None,
-    };
-    p.duration_ms = Some(ms(start));
-    p
+
+    /// The NVML handle back (what was kept is dropped).
+    pub fn into_nvml(self) -> Nvml {
+        self.nvml
+    }
+
+    /// Each GPU's call timings of the last sweep (empty unless [`Session::profile`]).
+    pub fn timings(&self) -> &[Timings] {
+        &self.timings
+    }
+
+    /// Read the driver's versions and every device, while another thread loads libcuda and
+    /// runs `cuInit` when no success is kept ([`crate::cuda`]). Fields that cannot change
+    /// while NVML stays initialised are read at the first sweep and kept (unless
+    /// `GPUHOST_PROBE_REREAD=1`); every other one is read each time.
+    pub fn sweep(&mut self, start: Instant) -> NvmlProbe {
+        let run_dir = crate::probe::run_dir();
+        // None: no CUDA check; Some(Ok): a success kept; Some(Err(key)): check now, beside the
+        // NVML sweep (cuInit takes hundreds of ms when no success is kept in the run dir).
+        let cuda = (!no_cuda()).then(|| self.cuda.kept());
+        let cuda_thread = match &cuda {
+            Some(Err(_)) => {
+                let dir = run_dir.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name("cuda-init".into())
+                        .spawn(move || crate::cuda::check_cached(&dir)),
+                )
+            }
+            _ => None,
+        };
+        if reread() {
+            self.system = None;
+            self.fixed = KeptFixed::default();
+        }
+        let nvml = &self.nvml;
+        let system = self.system.get_or_insert_with(|| SystemFixed {
+            driver_version: nvml.sys_driver_version().ok(),
+            nvml_version: nvml.sys_nvml_version().ok(),
+            cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
+        });
+        let mut p = NvmlProbe {
+            status: ProbeStatus::Ok,
+            driver_version: system.driver_version.clone(),
+            nvml_version: system.nvml_version.clone(),
+            cuda_driver_version: system.cuda_driver_version,
+            ..NvmlProbe::default()
+        };
+        self.timings.clear();
+        match nvml.device_count() {
+            Ok(n) => {
+                p.device_count = Some(n);
+                let t = Instant::now();
+                let read = sweep(
+                    nvml,
+                    n,
+                    sequential(),
+                    &self.inforom,
+                    &self.fixed,
+                    self.profile,
+                );
+                let (gpus, timings): (Vec<GpuSnapshot>, Vec<Timings>) = read.into_iter().unzip();
+                p.gpus = gpus;
+                self.timings = timings;
+                p.sweep_wall_ms = Some(ms(t));
+                for g in &p.gpus {
+                    self.fixed.keep(g);
+                }
+                if inforom_cache::update(&mut self.inforom, &p.gpus) {
+                    inforom_cache::store(&run_dir, &self.inforom);
+                }
+            }
+            Err(e) => p.error = Some(format!("device count: {e}")),
+        }
+        p.cuda = match cuda {
+            None => None,
+            Some(Ok(kept)) => Some(kept),
+            Some(Err(key)) => {
+                let c = match cuda_thread {
+                    Some(Ok(h)) => h.join().unwrap_or_else(|_| crate::snapshot::CudaCheck {
+                        error: Some("the CUDA check panicked".into()),
+                        ..Default::default()
+                    }),
+                    // No thread to be had: check here.
+                    _ => crate::cuda::check_cached(&run_dir),
+                };
+                self.cuda.remember(key, &c);
+                Some(c)
+            }
+        };
+        p.duration_ms = Some(ms(start));
+        p
+    }
+}
+
+/// Wall times of one GPU's NVML calls in a sweep, µs, in call order (profiling only).
+#[derive(Clone, Debug, Default)]
+pub struct Timings {
+    on: bool,
+    pub calls: Vec<(&'static str, f64)>,
+}
+
+impl Timings {
+    fn new(on: bool) -> Timings {
+        Timings {
+            on,
+            calls: Vec::new(),
+        }
+    }
+
+    /// Make the call `f`, recording its wall time under `name` when profiling.
+    fn t<T>(&mut self, name: &'static str, f: impl FnOnce() -> T) -> T {
+        if !self.on {
+            return f();
+        }
+        let t = Instant::now();
+        let v = f();
+        self.calls
+            .push((name, (t.elapsed().as_secs_f64() * 1e7).round() / 10.0));
+        v
+    }
+}
+
+/// A GPU's fields that cannot change while NVML stays initialised: identity (name, UUID, PCI
+/// bus id, brand, architecture, compute capability, minor number), firmware (VBIOS, GSP mode
+/// and version), and limits set by the board (temperature slowdown and shutdown thresholds,
+/// default power limit, maximum PCIe generation and width). Everything that can change —
+/// temperatures, ECC counters and mode, retired pages, remapped rows, clocks events, power,
+/// memory used, the current PCIe link, persistence, MIG mode, NVLink, fabric, the PCIe replay
+/// counter, the recovery action — is read at every sweep.
+///
+/// Each field is kept once it answered (a value, or NOT_SUPPORTED); one that failed (a GPU
+/// lost, a call that timed out) is read again at the next sweep.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuFixed {
+    pub name: Option<Reading<String>>,
+    pub uuid: Option<Reading<String>>,
+    pub pci_bus_id: Option<Reading<String>>,
+    pub brand: Option<Reading<u32>>,
+    pub compute_capability: Option<Reading<String>>,
+    pub temperature_slowdown_c: Option<Reading<u32>>,
+    pub temperature_shutdown_c: Option<Reading<u32>>,
+    pub power_limit_default_mw: Option<Reading<u32>>,
+    pub pcie_gen_max: Option<Reading<u32>>,
+    pub pcie_width_max: Option<Reading<u32>>,
+    pub architecture: Option<Reading<String>>,
+    pub minor_number: Option<Reading<u32>>,
+    pub vbios_version: Option<Reading<String>>,
+    pub gsp_firmware: Option<Reading<GspFirmware>>,
+}
+
+fn keep_one<T: Clone>(kept: &mut Option<Reading<T>>, r: &Reading<T>) {
+    if kept.is_none() && !matches!(r, Reading::Error(_)) {
+        *kept = Some(r.clone());
+    }
+}
+
+fn apply_one<T: Clone>(kept: &Option<Reading<T>>, r: &mut Reading<T>) {
+    if let Some(k) = kept {
+        *r = k.clone();
+    }
+}
+
+impl GpuFixed {
+    /// Keep `g`'s fixed fields that answered and are not kept yet.
+    pub fn keep(&mut self, g: &GpuSnapshot) {
+        keep_one(&mut self.name, &g.name);
+        keep_one(&mut self.uuid, &g.uuid);
+        keep_one(&mut self.pci_bus_id, &g.pci_bus_id);
+        keep_one(&mut self.brand, &g.brand);
+        keep_one(&mut self.compute_capability, &g.compute_capability);
+        keep_one(&mut self.temperature_slowdown_c, &g.temperature_slowdown_c);
+        keep_one(&mut self.temperature_shutdown_c, &g.temperature_shutdown_c);
+        keep_one(&mut self.power_limit_default_mw, &g.power_limit_default_mw);
+        keep_one(&mut self.pcie_gen_max, &g.pcie_gen_max);
+        keep_one(&mut self.pcie_width_max, &g.pcie_width_max);
+        keep_one(&mut self.architecture, &g.architecture);
+        keep_one(&mut self.minor_number, &g.minor_number);
+        keep_one(&mut self.vbios_version, &g.vbios_version);
+        keep_one(&mut self.gsp_firmware, &g.gsp_firmware);
+    }
+
+    /// Put the kept fields into `g`, and mark it so when there were any.
+    pub fn apply(&self, g: &mut GpuSnapshot) {
+        apply_one(&self.name, &mut g.name);
+        apply_one(&self.uuid, &mut g.uuid);
+        apply_one(&self.pci_bus_id, &mut g.pci_bus_id);
+        apply_one(&self.brand, &mut g.brand);
+        apply_one(&self.compute_capability, &mut g.compute_capability);
+        apply_one(&self.temperature_slowdown_c, &mut g.temperature_slowdown_c);
+        apply_one(&self.temperature_shutdown_c, &mut g.temperature_shutdown_c);
+        apply_one(&self.power_limit_default_mw, &mut g.power_limit_default_mw);
+        apply_one(&self.pcie_gen_max, &mut g.pcie_gen_max);
+        apply_one(&self.pcie_width_max, &mut g.pcie_width_max);
+        apply_one(&self.architecture, &mut g.architecture);
+        apply_one(&self.minor_number, &mut g.minor_number);
+        apply_one(&self.vbios_version, &mut g.vbios_version);
+        apply_one(&self.gsp_firmware, &mut g.gsp_firmware);
+        g.fixed_kept = *self != GpuFixed::default();
+    }
+}
+
+/// Each GPU's [`GpuFixed`] fields by NVML index (the order NVML enumerated at init, which does
+/// not change while it stays initialised).
+#[derive(Clone, Debug, Default)]
+pub struct KeptFixed {
+    gpus: BTreeMap<u32, GpuFixed>,
+}
+
+impl KeptFixed {
+    /// The fixed fields kept for GPU `index`.
+    pub fn get(&self, index: u32) -> Option<&GpuFixed> {
+        self.gpus.get(&index)
+    }
+
+    /// Keep `g`'s fixed fields that answered and are not kept yet.
+    pub fn keep(&mut self, g: &GpuSnapshot) {
+        self.gpus.entry(g.index).or_default().keep(g);
+    }
+
+    /// Give `g` (a fresh reading of every field) the fixed fields kept for it, keeping those
+    /// of its own that are not kept yet: what the fixture-fed probe does with each sweep's
+    /// answer, as the NVML probe does with its calls.
+    pub fn apply_or_keep(&mut self, g: &mut GpuSnapshot) {
+        let f = self.gpus.entry(g.index).or_default();
+        f.keep(g);
+        f.apply(g);
+    }
 }
 
 /// `GPUHOST_PROBE_SEQUENTIAL=1` sweeps the GPUs one after another (to measure what the
@@ -131,21 +368,39 @@ fn sequential() -> bool {
     std::env::var_os("GPUHOST_PROBE_SEQUENTIAL").is_some_and(|v| v == "1")
 }
 
-/// Read one GPU by index: its handle, then every reading.
-fn sweep_one(nvml: &Nvml, i: u32, kept: &inforom_cache::Kept) -> GpuSnapshot {
+/// Read one GPU by index: its handle, then every reading (the fixed ones only when none are
+/// kept for it).
+fn sweep_one(
+    nvml: &Nvml,
+    i: u32,
+    kept: &inforom_cache::Kept,
+    fixed: &KeptFixed,
+    profile: bool,
+) -> (GpuSnapshot, Timings) {
     let t = Instant::now();
-    match nvml.device_by_index(i) {
-        Ok(d) => gpu(nvml, &d, i, t, kept),
+    let mut tm = Timings::new(profile);
+    let g = match tm.t("nvmlDeviceGetHandleByIndex", || nvml.device_by_index(i)) {
+        Ok(d) => gpu(nvml, &d, i, t, kept, fixed.get(i), &mut tm),
         Err(e) => lost_gpu(i, &e, t),
-    }
+    };
+    (g, tm)
 }
 
 /// Read every GPU, one thread per GPU (NVML is thread-safe; a GPU's ~30 calls wait on the
 /// driver, not the CPU), in index order. One GPU (or `sequential`) is read on this thread:
 /// no thread to start.
-fn sweep(nvml: &Nvml, n: u32, sequential: bool, kept: &inforom_cache::Kept) -> Vec<GpuSnapshot> {
+fn sweep(
+    nvml: &Nvml,
+    n: u32,
+    sequential: bool,
+    kept: &inforom_cache::Kept,
+    fixed: &KeptFixed,
+    profile: bool,
+) -> Vec<(GpuSnapshot, Timings)> {
     if n <= 1 || sequential {
-        return (0..n).map(|i| sweep_one(nvml, i, kept)).collect();
+        return (0..n)
+            .map(|i| sweep_one(nvml, i, kept, fixed, profile))
+            .collect();
     }
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
@@ -153,18 +408,21 @@ fn sweep(nvml: &Nvml, n: u32, sequential: bool, kept: &inforom_cache::Kept) -> V
                 let t = Instant::now();
                 let h = std::thread::Builder::new()
                     .name(format!("nvml-gpu{i}"))
-                    .spawn_scoped(s, move || sweep_one(nvml, i, kept));
+                    .spawn_scoped(s, move || sweep_one(nvml, i, kept, fixed, profile));
                 (i, t, h)
             })
             .collect();
         handles
             .into_iter()
             .map(|(i, t, h)| match h {
-                Ok(h) => h
-                    .join()
-                    .unwrap_or_else(|_| lost_gpu_kind(i, "ProbeThreadPanicked", t)),
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    (
+                        lost_gpu_kind(i, "ProbeThreadPanicked", t),
+                        Timings::default(),
+                    )
+                }),
                 // No thread to be had: read it here instead.
-                Err(_) => sweep_one(nvml, i, kept),
+                Err(_) => sweep_one(nvml, i, kept, fixed, profile),
             })
             .collect()
     })
@@ -225,8 +483,14 @@ fn lost_gpu_kind(index: u32, k: &str, t: Instant) -> GpuSnapshot {
         inforom: err(&k),
         vbios_version: err(&k),
         gsp_firmware: err(&k),
+        fixed_kept: false,
         sweep_ms: ms(t),
     }
+}
+
+/// A placeholder for a reading made below.
+fn kept_later<T>() -> Reading<T> {
+    Reading::NotSupported
 }
 
 fn gpu(
@@ -235,10 +499,21 @@ fn gpu(
     index: u32,
     t: Instant,
     kept: &inforom_cache::Kept,
+    fixed: Option<&GpuFixed>,
+    tm: &mut Timings,
 ) -> GpuSnapshot {
     let (lib, h) = (nvml.lib(), raw::handle(d));
-    let uuid = reading(d.uuid());
-    let mem = d.memory_info();
+    // A fixed field is read only when none is kept for this GPU.
+    macro_rules! fixed_field {
+        ($field:ident, $name:literal, $e:expr) => {
+            match fixed.and_then(|f| f.$field.clone()) {
+                Some(kept) => kept,
+                None => tm.t($name, || $e),
+            }
+        };
+    }
+    let uuid: Reading<String> = fixed_field!(uuid, "nvmlDeviceGetUUID", reading(d.uuid()));
+    let mem = tm.t("nvmlDeviceGetMemoryInfo", || d.memory_info());
     let (memory_total_bytes, memory_used_bytes) = match mem {
         Ok(m) => (Reading::Value(m.total), Reading::Value(m.used)),
         Err(e) => {
@@ -246,74 +521,157 @@ fn gpu(
             (r.clone(), r)
         }
     };
-    GpuSnapshot {
+    let mut g = GpuSnapshot {
         index,
-        name: reading(d.name()),
-        pci_bus_id: reading(d.pci_info().map(|p| p.bus_id)),
-        brand: reading(d.brand().map(|b| b.as_c())),
-        compute_capability: reading(
-            d.cuda_compute_capability()
-                .map(|c| format!("{}.{}", c.major, c.minor)),
+        name: fixed_field!(name, "nvmlDeviceGetName", reading(d.name())),
+        pci_bus_id: fixed_field!(
+            pci_bus_id,
+            "nvmlDeviceGetPciInfo",
+            reading(d.pci_info().map(|p| p.bus_id))
         ),
-        ecc_mode: reading(d.is_ecc_enabled().map(|m| EccMode {
-            current: m.currently_enabled,
-            pending: m.pending_enabled,
-        })),
-        ecc_volatile_uncorrected: reading(
-            d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile),
+        brand: fixed_field!(
+            brand,
+            "nvmlDeviceGetBrand",
+            reading(d.brand().map(|b| b.as_c()))
         ),
-        ecc_aggregate_uncorrected: reading(
-            d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate),
+        compute_capability: fixed_field!(
+            compute_capability,
+            "nvmlDeviceGetCudaComputeCapability",
+            reading(
+                d.cuda_compute_capability()
+                    .map(|c| format!("{}.{}", c.major, c.minor))
+            )
         ),
-        ecc_volatile_corrected: reading(
-            d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile),
+        ecc_mode: tm.t("nvmlDeviceGetEccMode", || {
+            reading(d.is_ecc_enabled().map(|m| EccMode {
+                current: m.currently_enabled,
+                pending: m.pending_enabled,
+            }))
+        }),
+        ecc_volatile_uncorrected: tm.t("nvmlDeviceGetTotalEccErrors(UNC, VOL)", || {
+            reading(d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile))
+        }),
+        ecc_aggregate_uncorrected: tm.t("nvmlDeviceGetTotalEccErrors(UNC, AGG)", || {
+            reading(d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate))
+        }),
+        ecc_volatile_corrected: tm.t("nvmlDeviceGetTotalEccErrors(COR, VOL)", || {
+            reading(d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile))
+        }),
+        retired_pages_pending: tm.t("nvmlDeviceGetRetiredPagesPendingStatus", || {
+            reading(d.are_pages_pending_retired())
+        }),
+        remapped_rows: tm.t("nvmlDeviceGetRemappedRows", || remapped_rows(nvml, d)),
+        recovery_action: tm.t("nvmlDeviceGetFieldValues(RECOVERY_ACTION)", || {
+            recovery_action(d)
+        }),
+        temperature_c: tm.t("nvmlDeviceGetTemperature", || {
+            reading(d.temperature(TemperatureSensor::Gpu))
+        }),
+        temperature_slowdown_c: fixed_field!(
+            temperature_slowdown_c,
+            "nvmlDeviceGetTemperatureThreshold(SLOWDOWN)",
+            reading(d.temperature_threshold(TemperatureThreshold::Slowdown))
         ),
-        retired_pages_pending: reading(d.are_pages_pending_retired()),
-        remapped_rows: remapped_rows(nvml, d),
-        recovery_action: recovery_action(d),
-        temperature_c: reading(d.temperature(TemperatureSensor::Gpu)),
-        temperature_slowdown_c: reading(d.temperature_threshold(TemperatureThreshold::Slowdown)),
-        temperature_shutdown_c: reading(d.temperature_threshold(TemperatureThreshold::Shutdown)),
-        clock_event_reasons: reading(d.current_throttle_reasons().map(|r| r.bits())),
-        power_usage_mw: reading(d.power_usage()),
-        power_limit_enforced_mw: reading(d.enforced_power_limit()),
-        power_limit_default_mw: reading(d.power_management_limit_default()),
+        temperature_shutdown_c: fixed_field!(
+            temperature_shutdown_c,
+            "nvmlDeviceGetTemperatureThreshold(SHUTDOWN)",
+            reading(d.temperature_threshold(TemperatureThreshold::Shutdown))
+        ),
+        clock_event_reasons: tm.t("nvmlDeviceGetCurrentClocksEventReasons", || {
+            reading(d.current_throttle_reasons().map(|r| r.bits()))
+        }),
+        power_usage_mw: tm.t("nvmlDeviceGetPowerUsage", || reading(d.power_usage())),
+        power_limit_enforced_mw: tm.t("nvmlDeviceGetEnforcedPowerLimit", || {
+            reading(d.enforced_power_limit())
+        }),
+        power_limit_default_mw: fixed_field!(
+            power_limit_default_mw,
+            "nvmlDeviceGetPowerManagementDefaultLimit",
+            reading(d.power_management_limit_default())
+        ),
         memory_total_bytes,
         memory_used_bytes,
-        pcie_gen_current: reading(d.current_pcie_link_gen()),
-        pcie_gen_max: reading(d.max_pcie_link_gen()),
-        pcie_width_current: reading(d.current_pcie_link_width()),
-        pcie_width_max: reading(d.max_pcie_link_width()),
-        persistence_mode: reading(d.is_in_persistent_mode()),
-        mig_mode: reading(d.mig_mode().map(|m| MigMode {
-            current: m.current,
-            pending: m.pending,
-        })),
-        nvlinks: nvlinks(d),
-        fabric: fabric(nvml, d),
-        architecture: reading(d.architecture().map(|a| format!("{a:?}"))),
-        minor_number: reading(d.minor_number()),
-        pcie_replay_counter: raw_reading(raw::pcie_replay_counter(lib, h)),
-        ecc_aggregate_corrected: reading(
-            d.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate),
-        ),
-        ecc_dram: ecc_dram(lib, h),
-        ecc_sram: ecc_sram(lib, h),
-        inforom: match uuid.value().and_then(|u| kept.fresh(u)) {
-            Some(i) => Reading::Value(i),
-            None => inforom(lib, h),
-        },
-        vbios_version: raw_reading(raw::vbios_version(lib, h)),
-        gsp_firmware: raw_reading(raw::gsp_firmware_mode(lib, h)).map(|(enabled, default)| {
-            GspFirmware {
-                enabled,
-                default_enabled: default,
-                version: raw::gsp_firmware_version(lib, h).ok(),
-            }
+        pcie_gen_current: tm.t("nvmlDeviceGetCurrPcieLinkGeneration", || {
+            reading(d.current_pcie_link_gen())
         }),
+        pcie_gen_max: fixed_field!(
+            pcie_gen_max,
+            "nvmlDeviceGetMaxPcieLinkGeneration",
+            reading(d.max_pcie_link_gen())
+        ),
+        pcie_width_current: tm.t("nvmlDeviceGetCurrPcieLinkWidth", || {
+            reading(d.current_pcie_link_width())
+        }),
+        pcie_width_max: fixed_field!(
+            pcie_width_max,
+            "nvmlDeviceGetMaxPcieLinkWidth",
+            reading(d.max_pcie_link_width())
+        ),
+        persistence_mode: tm.t("nvmlDeviceGetPersistenceMode", || {
+            reading(d.is_in_persistent_mode())
+        }),
+        mig_mode: tm.t("nvmlDeviceGetMigMode", || {
+            reading(d.mig_mode().map(|m| MigMode {
+                current: m.current,
+                pending: m.pending,
+            }))
+        }),
+        nvlinks: tm.t("nvmlDeviceGetNvLinkState/ErrorCounter", || nvlinks(d)),
+        fabric: tm.t("nvmlDeviceGetGpuFabricInfoV", || fabric(nvml, d)),
+        architecture: fixed_field!(
+            architecture,
+            "nvmlDeviceGetArchitecture",
+            reading(d.architecture().map(|a| format!("{a:?}")))
+        ),
+        minor_number: fixed_field!(
+            minor_number,
+            "nvmlDeviceGetMinorNumber",
+            reading(d.minor_number())
+        ),
+        pcie_replay_counter: tm.t("nvmlDeviceGetPcieReplayCounter", || {
+            raw_reading(raw::pcie_replay_counter(lib, h))
+        }),
+        ecc_aggregate_corrected: tm.t("nvmlDeviceGetTotalEccErrors(COR, AGG)", || {
+            reading(d.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate))
+        }),
+        ecc_dram: tm.t("nvmlDeviceGetMemoryErrorCounter(DRAM) x4", || {
+            ecc_dram(lib, h)
+        }),
+        ecc_sram: tm.t(
+            "nvmlDeviceGetMemoryErrorCounter(SRAM) x4 [+SramEccErrorStatus]",
+            || ecc_sram(lib, h),
+        ),
+        inforom: kept_later(),
+        vbios_version: fixed_field!(
+            vbios_version,
+            "nvmlDeviceGetVbiosVersion",
+            raw_reading(raw::vbios_version(lib, h))
+        ),
+        gsp_firmware: fixed_field!(
+            gsp_firmware,
+            "nvmlDeviceGetGspFirmwareMode/Version",
+            raw_reading(raw::gsp_firmware_mode(lib, h)).map(|(enabled, default)| {
+                GspFirmware {
+                    enabled,
+                    default_enabled: default,
+                    version: raw::gsp_firmware_version(lib, h).ok(),
+                }
+            })
+        ),
         uuid,
-        sweep_ms: ms(t),
-    }
+        fixed_kept: false,
+        sweep_ms: 0.0,
+    };
+    g.fixed_kept = fixed.is_some_and(|f| *f != GpuFixed::default());
+    // The InfoROM validation is kept by UUID (fixed, so known by now).
+    g.inforom = match g.uuid.value().and_then(|u| kept.fresh(u)) {
+        Some(i) => Reading::Value(i),
+        None => tm.t("nvmlDeviceValidateInforom + GetInforomImageVersion", || {
+            inforom(lib, h)
+        }),
+    };
+    g.sweep_ms = ms(t);
+    g
 }
 
 /// `NVML_MEMORY_LOCATION_SRAM`.
@@ -430,8 +788,8 @@ pub mod inforom_cache {
             .unwrap_or_default()
     }
 
-    /// Keep this sweep's fresh valid answers (best effort: the next run validates again).
-    pub fn store(run_dir: &Path, mut kept: Kept, gpus: &[GpuSnapshot]) {
+    /// Add this sweep's fresh valid answers to `kept`; true when one was added.
+    pub fn update(kept: &mut Kept, gpus: &[GpuSnapshot]) -> bool {
         let mut changed = false;
         for g in gpus {
             if let (Some(u), Reading::Value(i)) = (g.uuid.value(), &g.inforom) {
@@ -441,11 +799,15 @@ pub mod inforom_cache {
                 }
             }
         }
-        if !changed {
-            return;
+        if changed {
+            kept.boot_id = boot_id();
         }
-        kept.boot_id = boot_id();
-        if let Ok(text) = serde_json::to_string(&kept) {
+        changed
+    }
+
+    /// Keep `kept` for the next runs (best effort: they validate again without it).
+    pub fn store(run_dir: &Path, kept: &Kept) {
+        if let Ok(text) = serde_json::to_string(kept) {
             let _ = std::fs::create_dir_all(run_dir);
             let _ =
                 gpuhost_steps::fsutil::write_atomic(&run_dir.join(FILE), text.as_bytes(), 0o644);

@@ -1,0 +1,287 @@
+//! `gpuhost status --sweep-profile N`: where a sweep's time goes on this machine, as JSON —
+//! each NVML call of the probe (per GPU, median over N sweeps), with the fixed fields kept
+//! (as `gpuhost serve`'s probe child does) and with every field read at every sweep (a new
+//! [`nvml::Session`] per sweep, as that child did before it kept them); the answer's JSON
+//! across the pipe; each driver-free part (sysfs and /proc, next boot, sysinfo, the kernel
+//! log, systemctl, the kept counters); and the rendering. A benchmark's instrument
+//! (`bench/serve-gpu-run.sh`), not a health check.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use gpuhost_steps::host::Host;
+
+use crate::snapshot::{NvmlProbe, Snapshot};
+use crate::verdict::Expect;
+use crate::{counters, host, kmsg, nvml, output, probe, verdict};
+
+/// Median, smallest and largest of some timings.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stats {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub n: usize,
+}
+
+fn stats(v: &[f64]) -> Stats {
+    let mut s: Vec<f64> = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        return Stats::default();
+    }
+    let median = if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    };
+    Stats {
+        median: round(median),
+        min: round(s[0]),
+        max: round(s[n - 1]),
+        n,
+    }
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn since_ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+fn since_us(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e6
+}
+
+/// The NVML probe's part.
+#[derive(Debug, Default, Serialize)]
+pub struct NvmlProfile {
+    pub status: String,
+    pub error: Option<String>,
+    pub init_ms: f64,
+    pub gpus: u32,
+    /// The first sweep of a session: every field read, the CUDA check and InfoROM validation
+    /// as kept in the run dir.
+    pub first_sweep_ms: f64,
+    /// Later sweeps of one session (fixed fields kept), ms.
+    pub sweep_kept_ms: Stats,
+    /// A new session per sweep (every field read each time), ms.
+    pub sweep_every_field_ms: Stats,
+    /// Per call (summed over GPUs within a sweep), µs, with the fixed fields kept.
+    pub calls_kept_us: BTreeMap<String, Stats>,
+    /// The same with every field read.
+    pub calls_every_field_us: BTreeMap<String, Stats>,
+    /// The answer as the child writes it to the pipe.
+    pub answer_bytes: usize,
+    pub json_encode_us: Stats,
+    pub json_decode_us: Stats,
+}
+
+/// The driver-free part (run beside the NVML probe in a real sweep), ms.
+#[derive(Debug, Default, Serialize)]
+pub struct HostProfile {
+    /// [`host::collect`]: sysfs PCI functions, /proc, device nodes, daemon.json, next boot.
+    pub host_collect_ms: Stats,
+    /// Of which [`host::next_boot`] alone.
+    pub next_boot_ms: Stats,
+    /// sysinfo: memory, CPUs, uptime, free space.
+    pub system_ms: Stats,
+    /// The kernel log (XIDs, SXids, GPU initialisations).
+    pub kernel_log_ms: Stats,
+    pub kernel_log_source: Option<String>,
+    /// The kernel log followed from sweep to sweep (`gpuhost serve`): new records only.
+    pub kernel_log_follow_ms: Stats,
+    /// Records (lines) in the kernel log read whole.
+    pub kernel_log_lines: u64,
+    /// `systemctl is-active …` (live hosts only).
+    pub services_ms: Stats,
+    /// The kept counters (rates) loaded.
+    pub counters_load_ms: Stats,
+}
+
+/// Rendering one sweep's answers, µs.
+#[derive(Debug, Default, Serialize)]
+pub struct RenderProfile {
+    pub evaluate_us: Stats,
+    pub table_us: Stats,
+    pub prometheus_us: Stats,
+    pub json_us: Stats,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Profile {
+    pub sweeps: usize,
+    pub nvml: NvmlProfile,
+    pub host: HostProfile,
+    pub render: RenderProfile,
+}
+
+/// Each call's wall time summed over the GPUs of one sweep.
+fn per_sweep(timings: &[nvml::Timings], into: &mut BTreeMap<String, Vec<f64>>) {
+    let mut sum: BTreeMap<&str, f64> = BTreeMap::new();
+    for t in timings {
+        for (name, us) in &t.calls {
+            *sum.entry(name).or_default() += us;
+        }
+    }
+    for (name, us) in sum {
+        into.entry(name.to_string()).or_default().push(us);
+    }
+}
+
+fn nvml_profile(n: usize) -> (NvmlProfile, NvmlProbe) {
+    let mut p = NvmlProfile::default();
+    let t = Instant::now();
+    let lib = match nvml::init(t) {
+        Ok(lib) => lib,
+        Err(failed) => {
+            p.status = format!("{:?}", failed.status);
+            p.error = failed.error.clone();
+            return (p, *failed);
+        }
+    };
+    p.init_ms = round(since_ms(t));
+    p.status = "Ok".into();
+    let mut session = nvml::Session::new(lib);
+    session.profile = true;
+    let t = Instant::now();
+    let mut last = session.sweep(t);
+    p.first_sweep_ms = round(since_ms(t));
+    p.gpus = last.device_count.unwrap_or(0);
+    let (mut kept_ms, mut kept_calls) = (Vec::new(), BTreeMap::new());
+    let (mut enc, mut dec) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        last = session.sweep(t);
+        kept_ms.push(since_ms(t));
+        per_sweep(session.timings(), &mut kept_calls);
+        let t = Instant::now();
+        let text = serde_json::to_string(&last).unwrap_or_default();
+        enc.push(since_us(t));
+        p.answer_bytes = text.len();
+        let t = Instant::now();
+        let _ = serde_json::from_str::<NvmlProbe>(&text);
+        dec.push(since_us(t));
+    }
+    // Every field at every sweep: a new session each time over the same NVML, as the child
+    // did before it kept the fixed fields (the kept InfoROM validation and CUDA answer read
+    // from the run dir each time, as then).
+    let mut lib = session.into_nvml();
+    let (mut every_ms, mut every_calls) = (Vec::new(), BTreeMap::new());
+    for _ in 0..n {
+        let mut s = nvml::Session::new(lib);
+        s.profile = true;
+        let t = Instant::now();
+        let _ = s.sweep(t);
+        every_ms.push(since_ms(t));
+        per_sweep(s.timings(), &mut every_calls);
+        lib = s.into_nvml();
+    }
+    p.sweep_kept_ms = stats(&kept_ms);
+    p.sweep_every_field_ms = stats(&every_ms);
+    p.calls_kept_us = kept_calls
+        .iter()
+        .map(|(k, v)| (k.clone(), stats(v)))
+        .collect();
+    p.calls_every_field_us = every_calls
+        .iter()
+        .map(|(k, v)| (k.clone(), stats(v)))
+        .collect();
+    p.json_encode_us = stats(&enc);
+    p.json_decode_us = stats(&dec);
+    (p, last)
+}
+
+/// Profile `n` sweeps on `h` (the live system or a root); the JSON report.
+pub fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
+    let n = n.max(1);
+    let (nvml, last) = nvml_profile(n);
+    let mut hp = HostProfile::default();
+    let (mut hc, mut nb, mut sys, mut kl, mut kf, mut sv, mut cl) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let mut follower = kmsg::Follower::default();
+    let _ = follower.collect(h);
+    let mut snap = Snapshot {
+        schema: crate::snapshot::SNAPSHOT_SCHEMA,
+        nvml: last,
+        ..Snapshot::default()
+    };
+    for _ in 0..n {
+        let t = Instant::now();
+        snap.host = host::collect(h);
+        hc.push(since_ms(t));
+        let t = Instant::now();
+        let _ = host::next_boot(h);
+        nb.push(since_ms(t));
+        let t = Instant::now();
+        snap.host.system = Some(gpuhost_steps::hostinfo::gather(h));
+        sys.push(since_ms(t));
+        let t = Instant::now();
+        snap.kernel_log = kmsg::collect(h);
+        kl.push(since_ms(t));
+        let t = Instant::now();
+        let _ = follower.collect(h);
+        kf.push(since_ms(t));
+        if h.is_live() {
+            let t = Instant::now();
+            snap.services = host::services();
+            sv.push(since_ms(t));
+        }
+        let t = Instant::now();
+        snap.previous = counters::load(&probe::run_dir(), snap.host.boot_id.as_deref());
+        cl.push(since_ms(t));
+    }
+    hp.host_collect_ms = stats(&hc);
+    hp.next_boot_ms = stats(&nb);
+    hp.system_ms = stats(&sys);
+    hp.kernel_log_ms = stats(&kl);
+    hp.kernel_log_source = snap.kernel_log.source.clone();
+    hp.kernel_log_follow_ms = stats(&kf);
+    hp.kernel_log_lines = follower.lines();
+    hp.services_ms = stats(&sv);
+    hp.counters_load_ms = stats(&cl);
+    let mut r = RenderProfile::default();
+    let (mut ev, mut tb, mut pr, mut js) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..n {
+        let t = Instant::now();
+        let checks = verdict::evaluate(&snap, expect);
+        ev.push(since_us(t));
+        let t = Instant::now();
+        let _ = output::table(&checks);
+        tb.push(since_us(t));
+        let t = Instant::now();
+        let _ = output::prometheus(&snap, &checks);
+        pr.push(since_us(t));
+        let t = Instant::now();
+        let _ = output::json(&snap, expect, &checks);
+        js.push(since_us(t));
+    }
+    r.evaluate_us = stats(&ev);
+    r.table_us = stats(&tb);
+    r.prometheus_us = stats(&pr);
+    r.json_us = stats(&js);
+    Profile {
+        sweeps: n,
+        nvml,
+        host: hp,
+        render: r,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_are_median_min_max() {
+        let s = stats(&[3.0, 1.0, 2.0, 10.0]);
+        assert_eq!((s.median, s.min, s.max, s.n), (2.5, 1.0, 10.0, 4));
+        assert_eq!(stats(&[]).n, 0);
+    }
+}
