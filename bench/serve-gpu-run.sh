@@ -65,6 +65,7 @@ sm=$(printf '%s\n' "${s[@]}" | median_ms); nm=$(printf '%s\n' "${n[@]}" | median
 [ -n "$base" ] && scrapes before "$base"
 scrapes after "$bin"
 [ -n "$base" ] && scrapes before2 "$base"
+echo "== drill: $bin (the /status capture, then the hung probe)" >>"$log"
 start "$bin" 19474 1; get 19474 /status >"$out/status.http"; stop
 # Hung-probe drill: the probe child hangs while the file exists (deadline 2 s).
 start "$bin" 19473 0.1 GPUHOST_PROBE_HANG_FILE="$out/run/hang"
@@ -97,10 +98,16 @@ for line in open(sys.argv[1], errors="replace"):
     m = re.search(r"sweep: .* in ([\d.]+) ms: collected in ([\d.]+) ms \(NVML probe ([\d.]+) ms round trip, its GPU sweep ([\d.]+|-) ms\), rendered in ([\d.]+) ms", line)
     if m:
         rows.setdefault(tag, {}).setdefault("sweep", []).append([float("nan") if x == "-" else float(x) for x in m.groups()])
+    else:
+        m = re.search(r"sweep: .* in ([\d.]+) ms$", line.strip())
+        if m:
+            rows.setdefault(tag, {}).setdefault("old", []).append(float(m.group(1)))
     m = re.search(r"driver-free reads \(beside the NVML probe\): ([\d.]+) ms", line)
     if m:
         rows.setdefault(tag, {}).setdefault("host", []).append(float(m.group(1)))
 for tag, r in rows.items():
+    if r.get("old"):
+        print(f"{tag}: {len(r['old'])} sweeps, median sweep {statistics.median(r['old']):.2f} ms (no breakdown in this build's log)")
     sw = r.get("sweep", [])
     if not sw:
         continue

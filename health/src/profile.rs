@@ -87,6 +87,11 @@ pub struct NvmlProfile {
 pub struct HostProfile {
     /// [`host::collect`]: sysfs PCI functions, /proc, device nodes, daemon.json, next boot.
     pub host_collect_ms: Stats,
+    /// Reading every NVIDIA function's sysfs `config` whole (4 KiB each: what status did
+    /// before it read only the first 4 bytes), and its first 4 bytes.
+    pub pci_config_whole_ms: Stats,
+    pub pci_config_head_ms: Stats,
+    pub pci_functions: usize,
     /// Of which [`host::next_boot`] alone.
     pub next_boot_ms: Stats,
     /// sysinfo: memory, CPUs, uptime, free space.
@@ -205,6 +210,16 @@ pub fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
     let (mut hc, mut nb, mut sys, mut kl, mut kf, mut sv, mut cl) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     let mut follower = kmsg::Follower::default();
+    let configs: Vec<std::path::PathBuf> = gpuhost_steps::facts::nvidia_functions(h)
+        .unwrap_or_default()
+        .iter()
+        .map(|f| {
+            std::path::Path::new("/sys/bus/pci/devices")
+                .join(&f.address)
+                .join("config")
+        })
+        .collect();
+    let (mut whole, mut head) = (vec![], vec![]);
     let _ = follower.collect(h);
     let mut snap = Snapshot {
         schema: crate::snapshot::SNAPSHOT_SCHEMA,
@@ -215,6 +230,16 @@ pub fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
         let t = Instant::now();
         snap.host = host::collect(h);
         hc.push(since_ms(t));
+        let t = Instant::now();
+        for c in &configs {
+            let _ = h.read_bytes_opt(c);
+        }
+        whole.push(since_ms(t));
+        let t = Instant::now();
+        for c in &configs {
+            let _ = h.read_head_opt(c, 4);
+        }
+        head.push(since_ms(t));
         let t = Instant::now();
         let _ = host::next_boot(h);
         nb.push(since_ms(t));
@@ -238,6 +263,9 @@ pub fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
     }
     hp.host_collect_ms = stats(&hc);
     hp.next_boot_ms = stats(&nb);
+    hp.pci_config_whole_ms = stats(&whole);
+    hp.pci_config_head_ms = stats(&head);
+    hp.pci_functions = configs.len();
     hp.system_ms = stats(&sys);
     hp.kernel_log_ms = stats(&kl);
     hp.kernel_log_source = snap.kernel_log.source.clone();

@@ -158,6 +158,17 @@ impl Host {
             .with_context(|| format!("reading {}", self.path(p).display()))
     }
 
+    /// At most the first `n` bytes of a file on the host; `Ok(None)` when it does not exist.
+    /// For files whose every byte costs: a sysfs PCI `config` file is read from the device
+    /// dword by dword, so reading all 4 KiB of it makes a thousand config-space accesses
+    /// (milliseconds per device; tens under a hypervisor that traps each one).
+    pub fn read_head_opt(&self, p: impl AsRef<Path>, n: usize) -> Result<Option<Vec<u8>>> {
+        let p = p.as_ref();
+        self.fs
+            .read_head_opt(p, n)
+            .with_context(|| format!("reading {}", self.path(p).display()))
+    }
+
     /// True when something exists at `p` (symlinks followed inside the root).
     pub fn exists(&self, p: impl AsRef<Path>) -> bool {
         self.fs.kind(p.as_ref()).is_some()

@@ -251,6 +251,29 @@ impl RootFs {
         Ok(Some(buf))
     }
 
+    /// At most the first `n` bytes of the file at `p` (fewer where it is shorter); `None`
+    /// when it does not exist.
+    pub fn read_head_opt(&self, p: &Path, n: usize) -> io::Result<Option<Vec<u8>>> {
+        let fd = match self.open_in(p, OFlags::RDONLY) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut f = File::from(fd);
+        let mut buf = vec![0u8; n];
+        let mut got = 0;
+        while got < n {
+            match f.read(&mut buf[got..]) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(got);
+        Ok(Some(buf))
+    }
+
     /// What is at `p`, following symlinks inside the root; `None` when nothing is.
     pub fn kind(&self, p: &Path) -> Option<Kind> {
         let fd = self.open_in(p, OFlags::PATH).ok()?;
@@ -508,6 +531,26 @@ mod tests {
             }
         }
         out
+    }
+
+    #[rstest]
+    fn a_head_is_at_most_n_bytes_and_stays_inside_the_root(
+        #[values(Resolver::Kernel, Resolver::UserSpace)] r: Resolver,
+    ) -> io::Result<()> {
+        let c = case()?;
+        std::fs::write(
+            c.root.join("etc/config"),
+            [0xde, 0x10, 0x35, 0x23, 0x07, 0x04],
+        )?;
+        symlink(c.outside.join("secret"), c.root.join("etc/out"))?;
+        let f = fs(&c, r)?;
+        let p = Path::new("/etc/config");
+        assert_eq!(f.read_head_opt(p, 4)?, Some(vec![0xde, 0x10, 0x35, 0x23]));
+        assert_eq!(f.read_head_opt(p, 64)?.map(|b| b.len()), Some(6));
+        assert_eq!(f.read_head_opt(Path::new("/etc/missing"), 4)?, None);
+        // The absolute link's target does not exist inside the root.
+        assert_eq!(f.read_head_opt(Path::new("/etc/out"), 4)?, None);
+        Ok(())
     }
 
     #[rstest]
