@@ -2,8 +2,10 @@
 # 10,000 scrapes of `gpuhost serve`'s /metrics at 50 concurrent connections (ab, keep-alive),
 # against a server fed by the real H200 capture (tests/fixtures/status/h200-snapshot.json: the
 # host part as captured, the NVML part answered by the long-lived probe child through its pipe
-# and deadline, as on a GPU node). Prints p50/p99, failed requests and the RSS of the server and
-# of its probe child after warm-up and after each round (growth would show round over round).
+# and deadline, as on a GPU node). Prints p50/p99/max latency, failed requests, the sweeps run,
+# requests that waited out the answer deadline (none should: a sweep is always under way or
+# startable), and the RSS of the server and of its probe child after warm-up and after each
+# round (growth would show round over round).
 #
 # Usage: bench/serve-scrapes.sh [N] [CONCURRENCY] [ROUNDS]
 #        (defaults 10000 50 5; GPUHOST=path/to/gpuhost; MAX_AGE=seconds, default 1;
@@ -26,6 +28,8 @@ addr=$(grep -o 'http://[0-9.:]*' "$run/err" | head -1)
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 probe() { pgrep -P "$pid" | head -1; }
 sweeps() { grep -c 'sweep:' "$run/err"; }
+# Requests that waited out the answer deadline (no sweep came) and got the last one.
+late() { grep -c 'no sweep finished' "$run/err"; }
 for _ in $(seq 20); do curl -s -o /dev/null "$addr/metrics"; done
 echo "server: $gpuhost serve (pid $pid) at $addr, fed by tests/fixtures/status/h200-snapshot.json"
 echo "metrics body: $(curl -s "$addr/metrics" | wc -c) bytes"
@@ -34,12 +38,13 @@ echo "RSS after warm-up: server $(rss "$pid") kB, probe child $(rss "$(probe)") 
 for round in $(seq "$rounds"); do
   out=$(ab -q $ka -n "$n" -c "$c" "$addr/metrics" 2>&1)
   p50=$(awk '$1=="50%" {print $2}' <<<"$out"); p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+  max=$(awk '$1=="100%" {print $2}' <<<"$out")
   failed=$(awk '/^Failed requests:/ {print $3}' <<<"$out")
   # ab counts a body whose length differs from the first one as "failed (Length)": /metrics
   # changes between sweeps (durations), so only Connect/Receive/Exceptions are errors.
   kinds=$(grep -A1 '^Failed requests:' <<<"$out" | tail -1 | tr -s ' ')
   non2xx=$(awk '/^Non-2xx responses:/ {print $3}' <<<"$out"); non2xx=${non2xx:-0}
   rps=$(awk '/^Requests per second:/ {print $4}' <<<"$out")
-  echo "round $round: $n scrapes, $c concurrent: p50 ${p50} ms, p99 ${p99} ms, ab-failed $failed [$kinds], non-2xx $non2xx, $rps req/s; sweeps so far $(sweeps); RSS after: server $(rss "$pid") kB, probe child $(rss "$(probe)") kB"
+  echo "round $round: $n scrapes, $c concurrent: p50 ${p50} ms, p99 ${p99} ms, max ${max} ms, ab-failed $failed [$kinds], non-2xx $non2xx, $rps req/s; sweeps so far $(sweeps), deadline waits so far $(late); RSS after: server $(rss "$pid") kB, probe child $(rss "$(probe)") kB"
 done
 echo "probe children: $(pgrep -P "$pid" | wc -l) (pid $(pgrep -P "$pid" | tr '\n' ' '))"

@@ -315,6 +315,11 @@ impl Shared {
                 Err(p) => p.into_inner().sweep(),
             })
             .await;
+            // The way is opened for the next sweep *before* the waiters are woken: a waiter
+            // that finds this sweep too old kicks the next one, and must not find this one
+            // still marked running — it would then wait for a sweep nobody started, and with
+            // it every request in flight, until the answer deadline (seen under load with a
+            // short cache: requests stalled 6 s).
             match done {
                 Ok(r) => {
                     let r = Arc::new(r);
@@ -323,11 +328,16 @@ impl Shared {
                         Err(p) => *p.into_inner() = r,
                     }
                     let n = me.sweeps.fetch_add(1, Ordering::AcqRel) + 1;
+                    me.sweeping.store(false, Ordering::Release);
                     me.generation.send_replace(n);
                 }
-                Err(e) => tracing::error!("a sweep failed: {e}"),
+                Err(e) => {
+                    tracing::error!("a sweep failed: {e}");
+                    me.sweeping.store(false, Ordering::Release);
+                    // Wake the waiters all the same: they kick another sweep.
+                    me.generation.send_modify(|_| {});
+                }
             }
-            me.sweeping.store(false, Ordering::Release);
         });
     }
 
