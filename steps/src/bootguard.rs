@@ -15,7 +15,7 @@
 //! is written into the root's `/boot/grub2/grubenv` (a 1024-byte block, as grub2-editenv keeps
 //! it). [`crate::kernel::default_boot`] reads it back the same way in both.
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::cmd::Cmd;
@@ -47,19 +47,11 @@ pub struct Record {
 }
 
 pub fn load(host: &Host) -> Result<Option<Record>> {
-    match host.read_opt(GUARD_PATH)? {
-        None => Ok(None),
-        Some(t) => serde_json::from_str(&t).map(Some).with_context(|| {
-            format!(
-                "{} is corrupt; remove it and run gpuhost apply again",
-                host.path(GUARD_PATH).display()
-            )
-        }),
-    }
+    host.read_json_opt(GUARD_PATH, "remove it and run gpuhost apply again")
 }
 
 fn save(host: &Host, r: &Record) -> Result<()> {
-    host.write_atomic(GUARD_PATH, &serde_json::to_vec_pretty(r)?, 0o644)
+    host.write_json(GUARD_PATH, r, 0o644)
 }
 
 /// True when modprobe would load the `nvidia` module of version `driver` for `kver`.
@@ -235,19 +227,14 @@ pub fn grubenv_set(text: &str, key: &str, value: &str) -> Result<String> {
 pub const LAST_APPLY_PATH: &str = "/var/lib/gpuhost/last-apply.json";
 
 pub fn save_last_apply(host: &Host, args: &crate::reboot::ResumeArgs) -> Result<()> {
-    host.write_atomic(LAST_APPLY_PATH, &serde_json::to_vec_pretty(args)?, 0o644)
+    host.write_json(LAST_APPLY_PATH, args, 0o644)
 }
 
 pub fn load_last_apply(host: &Host) -> Result<Option<crate::reboot::ResumeArgs>> {
-    match host.read_opt(LAST_APPLY_PATH)? {
-        None => Ok(None),
-        Some(t) => serde_json::from_str(&t).map(Some).with_context(|| {
-            format!(
-                "{} is corrupt; run gpuhost apply --profile P once to rewrite it",
-                host.path(LAST_APPLY_PATH).display()
-            )
-        }),
-    }
+    host.read_json_opt(
+        LAST_APPLY_PATH,
+        "run gpuhost apply --profile P once to rewrite it",
+    )
 }
 
 /// rpm's transaction lock (`%_rpmlock_path`, `%{_dbpath}/.rpm.lock`): rpm holds a write

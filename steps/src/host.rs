@@ -150,6 +150,32 @@ impl Host {
         }
     }
 
+    /// Read one of gpuhost's JSON record files (`/var/lib/gpuhost/*.json`); `Ok(None)` when it
+    /// does not exist. A file that does not parse is an error naming it and `fix`, what to do.
+    pub fn read_json_opt<T: serde::de::DeserializeOwned>(
+        &self,
+        p: impl AsRef<Path>,
+        fix: &str,
+    ) -> Result<Option<T>> {
+        let p = p.as_ref();
+        match self.read_opt(p)? {
+            None => Ok(None),
+            Some(t) => serde_json::from_str(&t)
+                .map(Some)
+                .with_context(|| format!("{} is corrupt; {fix}", self.path(p).display())),
+        }
+    }
+
+    /// Write a JSON record file atomically (pretty-printed, as people read them).
+    pub fn write_json<T: serde::Serialize>(
+        &self,
+        p: impl AsRef<Path>,
+        value: &T,
+        mode: u32,
+    ) -> Result<()> {
+        self.write_atomic(p, &serde_json::to_vec_pretty(value)?, mode)
+    }
+
     /// Read a file on the host; `Ok(None)` when it does not exist.
     pub fn read_bytes_opt(&self, p: impl AsRef<Path>) -> Result<Option<Vec<u8>>> {
         let p = p.as_ref();

@@ -5,7 +5,7 @@
 //! stops after a bounded number of reboots and says why. In an install root nothing reboots:
 //! the resume unit is left enabled for the first boot.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::fsutil;
@@ -53,19 +53,11 @@ pub struct ResumeState {
 
 impl ResumeState {
     pub fn load(host: &Host) -> Result<Option<ResumeState>> {
-        match host.read_opt(RESUME_PATH)? {
-            None => Ok(None),
-            Some(t) => serde_json::from_str(&t).map(Some).with_context(|| {
-                format!(
-                    "{} is corrupt; remove it and run gpuhost apply again",
-                    host.path(RESUME_PATH).display()
-                )
-            }),
-        }
+        host.read_json_opt(RESUME_PATH, "remove it and run gpuhost apply again")
     }
 
     fn save(&self, host: &Host) -> Result<()> {
-        host.write_atomic(RESUME_PATH, &serde_json::to_vec_pretty(self)?, 0o600)
+        host.write_json(RESUME_PATH, self, 0o600)
     }
 }
 

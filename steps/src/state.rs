@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::host::Host;
@@ -23,20 +23,13 @@ pub struct State {
 
 impl State {
     pub fn load(host: &Host) -> Result<State> {
-        match host.read_opt(STATE_PATH)? {
-            None => Ok(State::default()),
-            Some(text) => serde_json::from_str(&text).with_context(|| {
-                format!(
-                    "{} is corrupt; move it aside to start afresh",
-                    host.path(STATE_PATH).display()
-                )
-            }),
-        }
+        Ok(host
+            .read_json_opt(STATE_PATH, "move it aside to start afresh")?
+            .unwrap_or_default())
     }
 
     pub fn save(&self, host: &Host) -> Result<()> {
-        let json = serde_json::to_vec_pretty(self)?;
-        host.write_atomic(STATE_PATH, &json, 0o644)
+        host.write_json(STATE_PATH, self, 0o644)
     }
 
     /// Record an owed action, durably, before the change that makes it owed.
@@ -118,7 +111,7 @@ pub fn journal_append(host: &Host, run: serde_json::Value) -> Result<()> {
     runs.push(run);
     let excess = runs.len().saturating_sub(JOURNAL_RUNS);
     runs.drain(..excess);
-    host.write_atomic(JOURNAL_PATH, &serde_json::to_vec_pretty(&runs)?, 0o644)
+    host.write_json(JOURNAL_PATH, &runs, 0o644)
 }
 
 #[cfg(test)]
