@@ -20,12 +20,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::cmd::Cmd;
 use crate::host::Host;
-use crate::kernel::{bls_kernel, Flavour};
+use crate::kernel::{bls_kernel, Flavour, BLS_DIR, GRUBENV};
 use crate::kmods;
 
 pub const GUARD_PATH: &str = "/var/lib/gpuhost/kernel-guard.json";
-const GRUBENV: &str = "/boot/grub2/grubenv";
-const BLS_DIR: &str = "/boot/loader/entries";
 /// grub2-editenv's environment block size.
 const GRUBENV_SIZE: usize = 1024;
 

@@ -66,17 +66,22 @@ pub fn newest_of(kernels: &[String], flavour: Flavour) -> Option<&String> {
     kernels.iter().rev().find(|k| Flavour::of(k) == flavour)
 }
 
+/// grub2's environment block, where `saved_entry` names the default boot entry.
+pub const GRUBENV: &str = "/boot/grub2/grubenv";
+/// The Boot Loader Specification entries (`<machine-id>-<kver>.conf`).
+pub const BLS_DIR: &str = "/boot/loader/entries";
+
 /// The kernel the boot loader starts next: grubenv's `saved_entry` and its BLS entry, else the
 /// newest installed kernel of `/etc/sysconfig/kernel`'s `DEFAULTKERNEL`.
 pub fn default_boot(host: &Host, installed: &[String]) -> Result<Option<String>> {
-    if let Some(env) = host.read_opt("/boot/grub2/grubenv")? {
+    if let Some(env) = host.read_opt(GRUBENV)? {
         if let Some(entry) = env
             .lines()
             .find_map(|l| l.strip_prefix("saved_entry="))
             .map(str::trim)
             .filter(|e| !e.is_empty())
         {
-            let bls = format!("/boot/loader/entries/{entry}.conf");
+            let bls = format!("{BLS_DIR}/{entry}.conf");
             if let Some(text) = host.read_opt(&bls)? {
                 if let Some(k) = bls_kernel(&text) {
                     return Ok(Some(k));
