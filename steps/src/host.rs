@@ -166,14 +166,21 @@ impl Host {
         }
     }
 
-    /// Write a JSON record file atomically (pretty-printed, as people read them).
+    /// Write a JSON record file atomically (pretty-printed, as people read them). A file that
+    /// already holds exactly this, with this mode, is left alone: a converged apply rewrites nothing (no fsync).
     pub fn write_json<T: serde::Serialize>(
         &self,
         p: impl AsRef<Path>,
         value: &T,
         mode: u32,
     ) -> Result<()> {
-        self.write_atomic(p, &serde_json::to_vec_pretty(value)?, mode)
+        let p = p.as_ref();
+        let data = serde_json::to_vec_pretty(value)?;
+        if self.mode(p) == Some(mode) && self.read_bytes_opt(p)?.as_deref() == Some(data.as_slice())
+        {
+            return Ok(());
+        }
+        self.write_atomic(p, &data, mode)
     }
 
     /// Read a file on the host; `Ok(None)` when it does not exist.
@@ -476,6 +483,34 @@ pub fn repo_entries(text: &str) -> Vec<(&str, &str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A record written again with the same content and mode is not rewritten (same inode:
+    /// write_atomic would rename a new file over it); other content or mode is.
+    #[test]
+    fn json_records_are_rewritten_only_when_they_change() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let host = Host::new(dir.path())?;
+        let f = "/var/lib/gpuhost/x.json";
+        let ino = || host.stamp(f).map(|s| s.3);
+        host.write_json(f, &vec!["a"], 0o644)?;
+        let first = ino();
+        host.write_json(f, &vec!["a"], 0o644)?;
+        assert_eq!(ino(), first, "same content: left alone");
+        host.write_json(f, &vec!["a"], 0o600)?;
+        assert_ne!(ino(), first, "another mode: rewritten");
+        let second = ino();
+        host.write_json(f, &vec!["b"], 0o600)?;
+        assert_ne!(ino(), second, "other content: rewritten");
+        let back: Option<Vec<String>> = host.read_json_opt(f, "remove it")?;
+        assert_eq!(back, Some(vec!["b".to_string()]));
+        std::fs::write(host.path(f), "{")?;
+        let err = host
+            .read_json_opt::<Vec<String>>(f, "remove it")
+            .err()
+            .map(|e| format!("{e:#}"));
+        assert!(err.is_some_and(|e| e.contains("x.json is corrupt; remove it")));
+        Ok(())
+    }
 
     #[test]
     fn paths_stay_inside_the_root() -> Result<()> {
