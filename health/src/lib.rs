@@ -131,34 +131,30 @@ pub fn run(args: &StatusArgs) -> i32 {
                 return 3;
             }
         };
-        let p = profile::run(&host, &expectations(args), n);
-        return match serde_json::to_string_pretty(&p) {
-            Ok(s) => {
-                println!("{s}");
-                0
-            }
-            Err(e) => {
-                eprintln!("cannot serialise the profile: {e}");
-                3
-            }
-        };
+        return print_pretty("the profile", &profile::run(&host, &expectations(args), n));
     }
     if args.nvml_calls {
-        return match serde_json::to_string_pretty(&nvml::calls::report()) {
-            Ok(s) => {
-                println!("{s}");
-                0
-            }
-            Err(e) => {
-                eprintln!("cannot serialise the NVML calls: {e}");
-                3
-            }
-        };
+        return print_pretty("the NVML calls", &nvml::calls::report());
     }
     match status(args) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("gpuhost status: {e:#}");
+            3
+        }
+    }
+}
+
+/// An internal report (`--sweep-profile`, `--nvml-calls`) as pretty JSON on stdout: 0, or 3
+/// when `what` cannot be serialised.
+fn print_pretty(what: &str, v: &impl serde::Serialize) -> i32 {
+    match serde_json::to_string_pretty(v) {
+        Ok(s) => {
+            println!("{s}");
+            0
+        }
+        Err(e) => {
+            eprintln!("cannot serialise {what}: {e}");
             3
         }
     }
