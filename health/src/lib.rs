@@ -333,14 +333,7 @@ pub fn expectations_for(profile: Option<&str>, expect_gpus: Option<u32>) -> Expe
                 e.require_docker = p.status.require_docker;
                 e.require_fabric_manager = p.status.require_fabric_manager;
                 e.thresholds = verdict::Thresholds::from_profile(&p.status);
-                let st = &p.status;
-                let d = verdict::MinFree::default();
-                e.min_free_gib = verdict::MinFree {
-                    root: st.min_free_root_gib.unwrap_or(d.root),
-                    var: st.min_free_var_gib.unwrap_or(d.var),
-                    docker: st.min_free_docker_gib.unwrap_or(d.docker),
-                    dkms: st.min_free_dkms_gib.unwrap_or(d.dkms),
-                };
+                e.min_free_gib = verdict::MinFree::from_profile(&p.status);
             }
             Err(err) => e.profile_error = Some(format!("{err:#}")),
         }

@@ -163,6 +163,19 @@ impl Default for Thresholds {
     }
 }
 
+impl MinFree {
+    /// The defaults with the profile's `status.min_free_*_gib` keys over them.
+    pub fn from_profile(st: &gpuhost_steps::profile::StatusSpec) -> MinFree {
+        let d = MinFree::default();
+        MinFree {
+            root: st.min_free_root_gib.unwrap_or(d.root),
+            var: st.min_free_var_gib.unwrap_or(d.var),
+            docker: st.min_free_docker_gib.unwrap_or(d.docker),
+            dkms: st.min_free_dkms_gib.unwrap_or(d.dkms),
+        }
+    }
+}
+
 impl Thresholds {
     /// The defaults with the profile's `status.*` keys over them.
     pub fn from_profile(st: &gpuhost_steps::profile::StatusSpec) -> Thresholds {
