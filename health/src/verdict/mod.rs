@@ -630,26 +630,29 @@ fn driver_checks(out: &mut Out, s: &Snapshot, expect: &Expect) {
         ),
     }
     match s.nvml.cuda_driver_version {
-        Some(v) => out.push(
-            "driver.cuda",
-            "driver",
-            None,
-            Severity::Ok,
-            // The same rules as `gpuhost compat` (gpuhost_steps::compat).
-            match gpuhost_steps::compat::DriverVersion::parse(&got) {
-                Some(d) => format!(
-                    "serves {}",
-                    gpuhost_steps::compat::serves(
-                        &d,
-                        Some((v / 1000, (v % 1000) / 10))
-                            .map(|(a, b)| (a.unsigned_abs(), b.unsigned_abs()))
-                    )
-                    .range()
-                ),
-                None => format!("supports CUDA up to {}.{}", v / 1000, (v % 1000) / 10),
-            },
-            None,
-        ),
+        Some(v) => {
+            // NVML's CUDA driver version: 12040 is 12.4.
+            let (major, minor) = (v / 1000, (v % 1000) / 10);
+            out.push(
+                "driver.cuda",
+                "driver",
+                None,
+                Severity::Ok,
+                // The same rules as `gpuhost compat` (gpuhost_steps::compat).
+                match gpuhost_steps::compat::DriverVersion::parse(&got) {
+                    Some(d) => format!(
+                        "serves {}",
+                        gpuhost_steps::compat::serves(
+                            &d,
+                            Some((major.unsigned_abs(), minor.unsigned_abs()))
+                        )
+                        .range()
+                    ),
+                    None => format!("supports CUDA up to {major}.{minor}"),
+                },
+                None,
+            )
+        }
         None => out.push(
             "driver.cuda",
             "driver",
