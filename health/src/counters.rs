@@ -93,8 +93,7 @@ pub fn rate(before: Option<u64>, now: Option<u64>, secs: f64) -> Option<f64> {
 
 /// The kept baseline, if it is from this boot and readable.
 pub fn load(run_dir: &Path, boot_id: Option<&str>) -> Option<Baseline> {
-    let text = std::fs::read_to_string(run_dir.join(FILE)).ok()?;
-    let b: Baseline = serde_json::from_str(&text).ok()?;
+    let b: Baseline = crate::probe::load_kept(run_dir, FILE)?;
     (b.boot_id.as_deref() == boot_id).then_some(b)
 }
 
@@ -128,12 +127,7 @@ pub fn store(run_dir: &Path, kept: Option<&Baseline>, now: &Baseline) -> anyhow:
     if now.gpus.is_empty() || !due(kept, now) {
         return Ok(());
     }
-    std::fs::create_dir_all(run_dir)?;
-    gpuhost_steps::fsutil::write_atomic(
-        &run_dir.join(FILE),
-        serde_json::to_string(now)?.as_bytes(),
-        0o644,
-    )
+    crate::probe::store_kept(run_dir, FILE, now)
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ fn key() -> Key {
             .and_then(|s| s.lines().next().map(|l| l.trim().to_string()))
     };
     Key {
-        boot_id: first_line("/proc/sys/kernel/random/boot_id"),
+        boot_id: crate::probe::boot_id(),
         driver: first_line("/proc/driver/nvidia/version"),
         nodes: ["/dev/nvidiactl", "/dev/nvidia-uvm"]
             .iter()
@@ -91,11 +91,7 @@ impl Memo {
 /// The CUDA check, reusing a success kept in `run_dir` for the same boot, driver and nodes.
 pub fn check_cached(run_dir: &Path) -> CudaCheck {
     let k = key();
-    let file = run_dir.join(FILE);
-    if let Some(kept) = std::fs::read_to_string(&file)
-        .ok()
-        .and_then(|t| serde_json::from_str::<Kept>(&t).ok())
-    {
+    if let Some(kept) = crate::probe::load_kept::<Kept>(run_dir, FILE) {
         if kept.key == k && kept.check.init_rc == Some(0) {
             return CudaCheck {
                 cached: true,
@@ -110,12 +106,8 @@ pub fn check_cached(run_dir: &Path) -> CudaCheck {
             key: k,
             check: c.clone(),
         };
-        if let Ok(text) = serde_json::to_string(&kept) {
-            // Best effort: without the cache the next run checks again.
-            let _ = std::fs::create_dir_all(run_dir)
-                .map_err(anyhow::Error::from)
-                .and_then(|()| gpuhost_steps::fsutil::write_atomic(&file, text.as_bytes(), 0o644));
-        }
+        // Best effort: without the cache the next run checks again.
+        let _ = crate::probe::store_kept(run_dir, FILE, &kept);
     }
     c
 }

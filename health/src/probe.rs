@@ -144,6 +144,29 @@ fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e5).round() / 100.0
 }
 
+/// A JSON file an earlier run kept in `run_dir` (the counters' baseline, the InfoROM
+/// validations, the CUDA check); None when it is absent or unreadable: the caller starts
+/// afresh.
+pub fn load_kept<T: serde::de::DeserializeOwned>(run_dir: &Path, file: &str) -> Option<T> {
+    let text = std::fs::read_to_string(run_dir.join(file)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Keep `v` as `file` in `run_dir` for the next runs (atomically; the directory is created).
+pub fn store_kept<T: serde::Serialize>(run_dir: &Path, file: &str, v: &T) -> anyhow::Result<()> {
+    let text = serde_json::to_string(v)?;
+    std::fs::create_dir_all(run_dir)?;
+    gpuhost_steps::fsutil::write_atomic(&run_dir.join(file), text.as_bytes(), 0o644)
+}
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id` of the system the probe runs on): what
+/// is kept in the run directory belongs to one boot.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
 /// Record `pid` as a stuck probe in `run_dir`.
 pub fn record_stuck(run_dir: &Path, pid: u32) -> anyhow::Result<()> {
     let start = start_time(pid).unwrap_or(0);

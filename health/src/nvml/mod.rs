@@ -755,12 +755,6 @@ pub mod inforom_cache {
         pub gpus: BTreeMap<String, InfoRom>,
     }
 
-    fn boot_id() -> Option<String> {
-        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-            .ok()
-            .map(|s| s.trim().to_string())
-    }
-
     impl Kept {
         /// A valid result for `uuid` checked less than [`MAX_AGE_S`] ago.
         pub fn fresh(&self, uuid: &str) -> Option<InfoRom> {
@@ -781,10 +775,8 @@ pub mod inforom_cache {
 
     /// What an earlier run kept, if it is from this boot.
     pub fn load(run_dir: &Path) -> Kept {
-        std::fs::read_to_string(run_dir.join(FILE))
-            .ok()
-            .and_then(|t| serde_json::from_str::<Kept>(&t).ok())
-            .filter(|k| k.boot_id == boot_id())
+        crate::probe::load_kept::<Kept>(run_dir, FILE)
+            .filter(|k| k.boot_id == crate::probe::boot_id())
             .unwrap_or_default()
     }
 
@@ -800,18 +792,14 @@ pub mod inforom_cache {
             }
         }
         if changed {
-            kept.boot_id = boot_id();
+            kept.boot_id = crate::probe::boot_id();
         }
         changed
     }
 
     /// Keep `kept` for the next runs (best effort: they validate again without it).
     pub fn store(run_dir: &Path, kept: &Kept) {
-        if let Ok(text) = serde_json::to_string(kept) {
-            let _ = std::fs::create_dir_all(run_dir);
-            let _ =
-                gpuhost_steps::fsutil::write_atomic(&run_dir.join(FILE), text.as_bytes(), 0o644);
-        }
+        let _ = crate::probe::store_kept(run_dir, FILE, kept);
     }
 }
 
