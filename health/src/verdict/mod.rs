@@ -17,7 +17,6 @@ pub mod xid;
 pub mod xid_catalog;
 
 pub use gpu::{fabric_verdict, nvlink_verdict, GpuCheck, GpuCtx, Judged, Verdict, GPU_CHECKS};
-pub use xid::xid_severity;
 
 use crate::kmsg::normalise_pci;
 use crate::snapshot::{GpuSnapshot, PciDevice, PciKind, ProbeStatus, Reading, Snapshot};

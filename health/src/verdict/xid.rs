@@ -654,22 +654,3 @@ fn sxid_summary(evs: &[&SxidEvent]) -> (Severity, String, Option<String>) {
         )
     }
 }
-
-/// Severity of one XID on a GPU of `generation`, alone (for tests and callers that only have
-/// the code).
-pub fn xid_severity(xid: u32) -> Severity {
-    let e = XidEvent {
-        xid,
-        ..XidEvent::default()
-    };
-    judge(
-        &e,
-        &XidContext {
-            generation: Generation::Unknown,
-            driver_branch: None,
-            others: &[],
-            nvswitch: false,
-        },
-    )
-    .severity
-}
