@@ -51,6 +51,21 @@ impl Server {
         }
     }
 
+    /// A server replaying the snapshot file `snap` (its NVML part answered from the file by the
+    /// probe child), answers cached for 50 ms.
+    fn replaying(run_dir: &Path, snap: &Path) -> Server {
+        Server::start(
+            run_dir,
+            &[
+                "--from-snapshot",
+                snap.to_str().unwrap(),
+                "--max-age",
+                "0.05",
+            ],
+            &[],
+        )
+    }
+
     /// GET `path`: status code and body.
     fn get(&self, path: &str) -> (u16, String) {
         let mut s = TcpStream::connect(&self.addr).unwrap();
@@ -138,16 +153,7 @@ fn hgx_with(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
 fn serves_the_textfile_series_healthz_and_status_from_one_probe_child() {
     let run = tempfile::tempdir().unwrap();
     let snap = hgx_with(run.path(), |_| {});
-    let srv = Server::start(
-        run.path(),
-        &[
-            "--from-snapshot",
-            snap.to_str().unwrap(),
-            "--max-age",
-            "0.05",
-        ],
-        &[],
-    );
+    let srv = Server::replaying(run.path(), &snap);
     let (code, body) = srv.get("/healthz");
     assert_eq!((code, body.lines().count()), (200, 1), "{body}");
     assert!(body.starts_with("gpuhost status OK"), "{body}");
@@ -208,16 +214,7 @@ fn gpu0(srv: &Server) -> serde_json::Value {
 fn fixed_fields_are_read_once_per_probe_child_and_the_rest_every_sweep() {
     let run = tempfile::tempdir().unwrap();
     let snap = hgx_with(run.path(), |_| {});
-    let srv = Server::start(
-        run.path(),
-        &[
-            "--from-snapshot",
-            snap.to_str().unwrap(),
-            "--max-age",
-            "0.05",
-        ],
-        &[],
-    );
+    let srv = Server::replaying(run.path(), &snap);
     assert_eq!(srv.get("/healthz").0, 200);
     let before = gpu0(&srv);
     assert_eq!(before["vbios_version"]["value"], "96.00.A5.00.1A");
