@@ -188,3 +188,86 @@ pub fn cu_result(rc: c_int) -> &'static str {
         _ => "see cuda.h",
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn success() -> CudaCheck {
+        CudaCheck {
+            loaded: true,
+            init_rc: Some(0),
+            driver_version: Some(13000),
+            init_ms: Some(250.0),
+            ..CudaCheck::default()
+        }
+    }
+
+    fn keep(dir: &Path, key: Key, check: CudaCheck) {
+        crate::probe::store_kept(dir, FILE, &Kept { key, check }).unwrap();
+    }
+
+    #[test]
+    fn a_kept_success_is_reused_while_boot_driver_and_nodes_are_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        keep(dir.path(), key(), success());
+        let c = check_cached(dir.path());
+        assert!(c.cached, "{c:?}");
+        assert_eq!((c.init_rc, c.init_ms), (Some(0), Some(0.0)));
+        assert_eq!(c.driver_version, Some(13000));
+    }
+
+    #[test]
+    fn a_success_from_another_boot_or_a_kept_failure_is_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut other_boot = key();
+        other_boot.boot_id = Some("another boot".into());
+        keep(dir.path(), other_boot, success());
+        assert!(!check_cached(dir.path()).cached);
+
+        let dir = tempfile::tempdir().unwrap();
+        let failure = CudaCheck {
+            loaded: true,
+            init_rc: Some(100),
+            ..CudaCheck::default()
+        };
+        keep(dir.path(), key(), failure);
+        assert!(!check_cached(dir.path()).cached);
+    }
+
+    #[test]
+    fn only_a_success_is_kept() {
+        // Whatever this machine's CUDA answers, the file exists exactly when it succeeded.
+        let dir = tempfile::tempdir().unwrap();
+        let c = check_cached(dir.path());
+        assert!(!c.cached);
+        assert_eq!(
+            dir.path().join(FILE).exists(),
+            c.init_rc == Some(0),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn the_memo_keeps_a_success_not_a_failure() {
+        let mut m = Memo::default();
+        let Err(k) = m.kept() else {
+            panic!("an empty memo has nothing kept")
+        };
+        m.remember(
+            k,
+            &CudaCheck {
+                init_rc: Some(999),
+                ..CudaCheck::default()
+            },
+        );
+        let Err(k) = m.kept() else {
+            panic!("a failure was kept")
+        };
+        m.remember(k, &success());
+        let c = m.kept().unwrap();
+        assert!(c.cached);
+        assert_eq!((c.init_rc, c.init_ms), (Some(0), Some(0.0)));
+    }
+}

@@ -801,6 +801,64 @@ pub mod inforom_cache {
     pub fn store(run_dir: &Path, kept: &Kept) {
         let _ = crate::probe::store_kept(run_dir, FILE, kept);
     }
+
+    #[cfg(test)]
+    #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    mod tests {
+        use super::*;
+
+        fn gpu(uuid: &str, inforom: InfoRom) -> GpuSnapshot {
+            let mut g = super::super::lost_gpu_kind(0, "Test", std::time::Instant::now());
+            g.uuid = Reading::Value(uuid.into());
+            g.inforom = Reading::Value(inforom);
+            g
+        }
+
+        fn checked(valid: bool, secs_ago: u64) -> InfoRom {
+            InfoRom {
+                valid,
+                image_version: Some("G520.0282.02.02".into()),
+                checked_at: Some(gpuhost_steps::fsutil::unix_now() - secs_ago),
+                cached: false,
+            }
+        }
+
+        #[test]
+        fn a_valid_validation_is_kept_a_corrupt_one_never() {
+            let mut kept = Kept::default();
+            assert!(!update(&mut kept, &[gpu("GPU-bad", checked(false, 0))]));
+            assert!(kept.gpus.is_empty());
+            assert!(update(&mut kept, &[gpu("GPU-ok", checked(true, 0))]));
+            assert_eq!(kept.boot_id, crate::probe::boot_id());
+            let f = kept.fresh("GPU-ok").unwrap();
+            assert!(f.valid && f.cached, "{f:?}");
+            assert_eq!(kept.fresh("GPU-bad"), None);
+            // An answer that came from the cache is not kept again.
+            let mut again = Kept::default();
+            assert!(!update(&mut again, &[gpu("GPU-ok", f)]));
+        }
+
+        #[test]
+        fn a_kept_validation_is_reused_for_an_hour_within_a_boot() {
+            let dir = tempfile::tempdir().unwrap();
+            let mut kept = Kept::default();
+            update(
+                &mut kept,
+                &[
+                    gpu("GPU-new", checked(true, 0)),
+                    gpu("GPU-old", checked(true, MAX_AGE_S)),
+                ],
+            );
+            store(dir.path(), &kept);
+            let loaded = load(dir.path());
+            assert!(loaded.fresh("GPU-new").is_some());
+            assert_eq!(loaded.fresh("GPU-old"), None, "an hour old");
+
+            kept.boot_id = Some("another boot".into());
+            store(dir.path(), &kept);
+            assert!(load(dir.path()).gpus.is_empty(), "another boot's");
+        }
+    }
 }
 
 /// `nvmlDeviceGetRemappedRows` (not wrapped by the crate).
