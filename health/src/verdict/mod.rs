@@ -589,6 +589,12 @@ fn nvml_init(out: &mut Out, s: &Snapshot, have_gpus: bool) {
     out.push("nvml.init", "driver", None, sev, value, hint);
 }
 
+/// A CUDA driver version as NVML and `cuDriverGetVersion` give it (12040) as (major, minor):
+/// (12, 4).
+fn cuda_major_minor(v: i32) -> (i32, i32) {
+    (v / 1000, (v % 1000) / 10)
+}
+
 fn driver_checks(out: &mut Out, s: &Snapshot, expect: &Expect) {
     let got = s.nvml.driver_version.clone().unwrap_or_else(|| "?".into());
     match (&expect.driver_version, &expect.profile_error) {
@@ -630,8 +636,7 @@ fn driver_checks(out: &mut Out, s: &Snapshot, expect: &Expect) {
     }
     match s.nvml.cuda_driver_version {
         Some(v) => {
-            // NVML's CUDA driver version: 12040 is 12.4.
-            let (major, minor) = (v / 1000, (v % 1000) / 10);
+            let (major, minor) = cuda_major_minor(v);
             out.push(
                 "driver.cuda",
                 "driver",

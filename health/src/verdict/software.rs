@@ -149,7 +149,8 @@ pub(super) fn cuda_init(out: &mut Out, s: &Snapshot, have_gpus: bool) {
     };
     let driver = c
         .driver_version
-        .map(|v| format!(" (CUDA driver API {}.{})", v / 1000, (v % 1000) / 10))
+        .map(super::cuda_major_minor)
+        .map(|(major, minor)| format!(" (CUDA driver API {major}.{minor})"))
         .unwrap_or_default();
     let (sev, value, hint) = match (c.loaded, c.init_rc) {
         (true, Some(0)) => (
