@@ -143,6 +143,51 @@ fn fallen_off_gpu_in_a_fake_sysfs_is_critical() {
 }
 
 #[test]
+fn sweep_profile_times_each_part_of_n_sweeps_as_json() {
+    // An install root with one NVIDIA function: its config space is read whole and by its head.
+    let root = tempfile::tempdir().unwrap();
+    let dev = root.path().join("sys/bus/pci/devices/0000:3b:00.0");
+    std::fs::create_dir_all(&dev).unwrap();
+    std::fs::write(dev.join("vendor"), "0x10de\n").unwrap();
+    std::fs::write(dev.join("device"), "0x2335\n").unwrap();
+    std::fs::write(dev.join("class"), "0x030200\n").unwrap();
+    std::fs::write(dev.join("config"), [0xde, 0x10, 0x35, 0x23]).unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let o = gpuhost(run.path())
+        .args(["status", "--sweep-profile", "3"])
+        .env("GPUHOST_STATUS_ROOT", root.path())
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(p["sweeps"], 3, "{p:#}");
+    assert_eq!(p["host"]["pci_functions"], 1, "{p:#}");
+    for part in [
+        "host_collect_ms",
+        "pci_config_whole_ms",
+        "pci_config_head_ms",
+        "next_boot_ms",
+        "system_ms",
+        "kernel_log_ms",
+        "kernel_log_follow_ms",
+        "counters_load_ms",
+    ] {
+        assert_eq!(p["host"][part]["n"], 3, "host.{part}: {p:#}");
+    }
+    for part in ["evaluate_us", "table_us", "prometheus_us", "json_us"] {
+        assert_eq!(p["render"][part]["n"], 3, "render.{part}: {p:#}");
+    }
+    // Where NVML answers, its sweeps are timed both ways; where it does not, the reason.
+    if p["nvml"]["status"] == "Ok" {
+        assert_eq!(p["nvml"]["sweep_kept_ms"]["n"], 3, "{p:#}");
+        assert_eq!(p["nvml"]["sweep_every_field_ms"]["n"], 3, "{p:#}");
+    } else {
+        assert!(p["nvml"]["error"].is_string(), "{p:#}");
+    }
+}
+
+#[test]
 fn hung_probe_is_driver_unresponsive_and_not_piled_up() {
     let run = tempfile::tempdir().unwrap();
     let t = Instant::now();
