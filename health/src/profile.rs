@@ -58,6 +58,22 @@ fn since_us(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e6
 }
 
+/// Run `f`, adding its wall time in ms to `into`.
+fn time_ms<T>(into: &mut Vec<f64>, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let v = f();
+    into.push(since_ms(t));
+    v
+}
+
+/// Run `f`, adding its wall time in µs to `into`.
+fn time_us<T>(into: &mut Vec<f64>, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let v = f();
+    into.push(since_us(t));
+    v
+}
+
 /// The NVML probe's part.
 #[derive(Debug, Default, Serialize)]
 pub struct NvmlProfile {
@@ -161,17 +177,13 @@ fn nvml_profile(n: usize) -> (NvmlProfile, NvmlProbe) {
     let (mut kept_ms, mut kept_calls) = (Vec::new(), BTreeMap::new());
     let (mut enc, mut dec) = (Vec::new(), Vec::new());
     for _ in 0..n {
-        let t = Instant::now();
-        last = session.sweep(t);
-        kept_ms.push(since_ms(t));
+        last = time_ms(&mut kept_ms, || session.sweep(Instant::now()));
         per_sweep(session.timings(), &mut kept_calls);
-        let t = Instant::now();
-        let text = serde_json::to_string(&last).unwrap_or_default();
-        enc.push(since_us(t));
+        let text = time_us(&mut enc, || {
+            serde_json::to_string(&last).unwrap_or_default()
+        });
         p.answer_bytes = text.len();
-        let t = Instant::now();
-        let _ = serde_json::from_str::<NvmlProbe>(&text);
-        dec.push(since_us(t));
+        time_us(&mut dec, || serde_json::from_str::<NvmlProbe>(&text).ok());
     }
     // Every field at every sweep: a new session each time over the same NVML, as the child
     // did before it kept the fixed fields (the kept InfoROM validation and CUDA answer read
@@ -181,9 +193,7 @@ fn nvml_profile(n: usize) -> (NvmlProfile, NvmlProbe) {
     for _ in 0..n {
         let mut s = nvml::Session::new(lib);
         s.profile = true;
-        let t = Instant::now();
-        let _ = s.sweep(t);
-        every_ms.push(since_ms(t));
+        time_ms(&mut every_ms, || s.sweep(Instant::now()));
         per_sweep(s.timings(), &mut every_calls);
         lib = s.into_nvml();
     }
@@ -227,39 +237,27 @@ pub fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
         ..Snapshot::default()
     };
     for _ in 0..n {
-        let t = Instant::now();
-        snap.host = host::collect(h);
-        hc.push(since_ms(t));
-        let t = Instant::now();
-        for c in &configs {
-            let _ = h.read_bytes_opt(c);
-        }
-        whole.push(since_ms(t));
-        let t = Instant::now();
-        for c in &configs {
-            let _ = h.read_head_opt(c, 4);
-        }
-        head.push(since_ms(t));
-        let t = Instant::now();
-        let _ = host::next_boot(h);
-        nb.push(since_ms(t));
-        let t = Instant::now();
-        snap.host.system = Some(gpuhost_steps::hostinfo::gather(h));
-        sys.push(since_ms(t));
-        let t = Instant::now();
-        snap.kernel_log = kmsg::collect(h);
-        kl.push(since_ms(t));
-        let t = Instant::now();
-        let _ = follower.collect(h);
-        kf.push(since_ms(t));
+        snap.host = time_ms(&mut hc, || host::collect(h));
+        time_ms(&mut whole, || {
+            for c in &configs {
+                let _ = h.read_bytes_opt(c);
+            }
+        });
+        time_ms(&mut head, || {
+            for c in &configs {
+                let _ = h.read_head_opt(c, 4);
+            }
+        });
+        time_ms(&mut nb, || host::next_boot(h));
+        snap.host.system = Some(time_ms(&mut sys, || gpuhost_steps::hostinfo::gather(h)));
+        snap.kernel_log = time_ms(&mut kl, || kmsg::collect(h));
+        time_ms(&mut kf, || follower.collect(h));
         if h.is_live() {
-            let t = Instant::now();
-            snap.services = host::services();
-            sv.push(since_ms(t));
+            snap.services = time_ms(&mut sv, host::services);
         }
-        let t = Instant::now();
-        snap.previous = counters::load(&probe::run_dir(), snap.host.boot_id.as_deref());
-        cl.push(since_ms(t));
+        snap.previous = time_ms(&mut cl, || {
+            counters::load(&probe::run_dir(), snap.host.boot_id.as_deref())
+        });
     }
     hp.host_collect_ms = stats(&hc);
     hp.next_boot_ms = stats(&nb);
@@ -276,18 +274,10 @@ pub fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
     let mut r = RenderProfile::default();
     let (mut ev, mut tb, mut pr, mut js) = (vec![], vec![], vec![], vec![]);
     for _ in 0..n {
-        let t = Instant::now();
-        let checks = verdict::evaluate(&snap, expect);
-        ev.push(since_us(t));
-        let t = Instant::now();
-        let _ = output::table(&checks);
-        tb.push(since_us(t));
-        let t = Instant::now();
-        let _ = output::prometheus(&snap, &checks);
-        pr.push(since_us(t));
-        let t = Instant::now();
-        let _ = output::json(&snap, expect, &checks);
-        js.push(since_us(t));
+        let checks = time_us(&mut ev, || verdict::evaluate(&snap, expect));
+        time_us(&mut tb, || output::table(&checks));
+        time_us(&mut pr, || output::prometheus(&snap, &checks));
+        time_us(&mut js, || output::json(&snap, expect, &checks));
     }
     r.evaluate_us = stats(&ev);
     r.table_us = stats(&tb);
