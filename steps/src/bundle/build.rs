@@ -226,7 +226,9 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         .map_err(|e| tool_missing(e, "createrepo_c", "createrepo_c"))?;
 
     // Module metadata: the source repos' documents, filtered to what the bundle carries.
-    let docs = module_docs(&scratch)?;
+    // The scratch root's repo configuration, as the plan left it.
+    let repos = RepoConfig::read(&scratch)?;
+    let docs = module_docs(&scratch, &repos)?;
     let kept = modulemd::keep(&docs, &nevra_set, &planned.modules);
     for (module, streams) in &planned.modules.streams {
         for s in streams {
@@ -255,7 +257,6 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
 
     // Signatures: checked offline when every repo the packages came from checked them.
     let origins = origins(&scratch)?;
-    let repos = RepoConfig::read(&scratch)?;
     let used: BTreeSet<&str> = nevras
         .iter()
         .filter_map(|n| origins.get(n).map(String::as_str))
@@ -713,25 +714,16 @@ fn clean_facts(scratch: &Host, profile: &Profile, release: Option<&str>) -> Resu
 /// symlinks: paths in a root resolve inside it, and a package installed in the scratch root
 /// must never write through a link into the source.
 fn link_file_urls(scratch: &Host, source: &Host, dirs: &[PathBuf]) -> Result<()> {
+    let repos = RepoConfig::read(scratch)?;
+    let urls = repos
+        .repos
+        .values()
+        .flat_map(|r| r.baseurl.iter().chain(&r.gpgkeys));
     let mut paths: Vec<PathBuf> = dirs.to_vec();
-    for n in scratch.list_dir("/etc/yum.repos.d")? {
-        if !n.ends_with(".repo") {
-            continue;
-        }
-        let text = scratch
-            .read_opt(format!("/etc/yum.repos.d/{n}"))?
-            .unwrap_or_default();
-        for (_, k, v) in repo_entries(&text) {
-            if k != "baseurl" && k != "gpgkey" {
-                continue;
-            }
-            paths.extend(
-                v.split([' ', ','])
-                    .filter_map(|u| u.strip_prefix("file://"))
-                    .map(PathBuf::from),
-            );
-        }
-    }
+    paths.extend(
+        urls.filter_map(|u| u.strip_prefix("file://"))
+            .map(PathBuf::from),
+    );
     for p in paths {
         if scratch.kind_nofollow(&p).is_some() || !source.exists(&p) {
             // Already there, or nothing to copy (dnf then says which repo it cannot read).
@@ -918,8 +910,7 @@ fn truthy(v: &str) -> bool {
 /// Every module document of the scratch root's enabled repos: read from the repo itself for a
 /// `file://` repo, else from dnf's metadata cache in the root (dnf keeps each repo's metadata,
 /// module metadata included, in `/var/cache/dnf/<id>-<hash>/repodata/`).
-fn module_docs(scratch: &Host) -> Result<Vec<modulemd::Doc>> {
-    let repos = RepoConfig::read(scratch)?;
+fn module_docs(scratch: &Host, repos: &RepoConfig) -> Result<Vec<modulemd::Doc>> {
     let mut docs = Vec::new();
     for (id, r) in &repos.repos {
         if !r.enabled {
