@@ -103,10 +103,9 @@ fn every_cloud_init_variant_is_valid_user_data(#[case] args: Vec<&str>) {
             "{ud}"
         );
     }
+    let steps = runcmd_of(&ud);
     if args.contains(&"--wait-healthy") {
         // The gate is enabled before apply (which may reboot) and started as the last step.
-        let runcmd = parsed(&ud, "json.dumps(d['runcmd'])");
-        let steps: Vec<Vec<String>> = serde_json::from_str(&runcmd).unwrap();
         let at = |words: &[&str]| steps.iter().position(|s| s == words).unwrap();
         let enable = at(&["systemctl", "enable", "gpuhost-gate.service"]);
         let provision = steps
@@ -122,8 +121,6 @@ fn every_cloud_init_variant_is_valid_user_data(#[case] args: Vec<&str>) {
     }
     // A stop of the provisioning unit signals gpuhost alone, which lets a running package
     // transaction finish (tests/faults.rs).
-    let runcmd = parsed(&ud, "json.dumps(d['runcmd'])");
-    let steps: Vec<Vec<String>> = serde_json::from_str(&runcmd).unwrap();
     assert!(
         steps
             .iter()
@@ -145,6 +142,11 @@ fn parsed(user_data: &str, expr: &str) -> String {
     let o = run(Command::new("python3").args(["-c", &code]).arg(&f));
     assert!(o.status.success(), "{}", text(&o.stderr));
     text(&o.stdout)
+}
+
+/// The `runcmd` commands of a user-data, each as its words.
+fn runcmd_of(user_data: &str) -> Vec<Vec<String>> {
+    serde_json::from_str(&parsed(user_data, "json.dumps(d['runcmd'])")).unwrap()
 }
 
 /// The content of the gate unit in a user-data.
