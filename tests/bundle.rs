@@ -112,6 +112,52 @@ fn rpmdb(root: &Root) -> Vec<String> {
         .collect()
 }
 
+/// A bundle's `manifest.json`.
+fn manifest_of(bundle: &Path) -> Value {
+    serde_json::from_str(
+        &fs::read_to_string(bundle.join("manifest.json")).unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The NEVRAs a manifest lists.
+fn packages_of(manifest: &Value) -> Vec<&str> {
+    manifest["packages"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// An apply report in which every step is unchanged or skipped: the root was converged.
+fn assert_converged(r: &Value) {
+    assert!(
+        outcomes(r)
+            .iter()
+            .all(|(_, o)| o == "unchanged" || o == "skipped"),
+        "{r:#}"
+    );
+}
+
+/// The site profile's bundle, made from a fresh OL8 UEK root at `DIR/b`.
+fn ol8_bundle(dir: &Path) -> PathBuf {
+    let profile = site_profile(dir, "ol8-uek", CUDA_LOCAL_EL8_12_2);
+    let out = dir.join("b");
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    bundle(&src, &profile, &out, &[]);
+    out
+}
+
+/// `apply --bundle` on `root`, cut off from its repos: refused as bad input (exit 2) with the
+/// root left as it was. Its stderr.
+fn refused_offline(root: &Root, bundle: &Path) -> String {
+    cut_off(root);
+    let before = tree(root);
+    let (c, _, err) = apply_bundle(root, "apply", bundle);
+    assert_eq!(c, 2, "{err}");
+    assert_eq!(tree(root), before, "the root changed: {err}");
+    err
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     let o = std::process::Command::new("cp")
         .arg("-a")
@@ -140,14 +186,8 @@ fn a_bundle_converges_an_offline_root_exactly_like_the_online_repos() {
     assert!(tar.is_file(), "{made:#}");
 
     // Everything the profile installs is there, with its dependencies.
-    let manifest: Value = serde_json::from_str(
-        &fs::read_to_string(out.join("manifest.json")).unwrap_or_else(|e| panic!("{e}")),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let packages: Vec<&str> = manifest["packages"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let manifest = manifest_of(&out);
+    let packages = packages_of(&manifest);
     for want in [
         "kernel-uek-devel-0:5.15.0-204.147.6.2.el8uek.x86_64",
         "gcc-toolset-11-gcc-",
@@ -191,10 +231,7 @@ fn a_bundle_converges_an_offline_root_exactly_like_the_online_repos() {
     let before = tree(&online);
     let again = bundle(&online, &profile, &again_out, &[]);
     assert_eq!(tree(&online), before, "making a bundle changed its root");
-    let again_manifest: Value = serde_json::from_str(
-        &fs::read_to_string(again_out.join("manifest.json")).unwrap_or_else(|e| panic!("{e}")),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let again_manifest = manifest_of(&again_out);
     assert_eq!(
         again_manifest["packages"], manifest["packages"],
         "{again:#}"
@@ -253,10 +290,7 @@ type Tamper<'a> = &'a dyn Fn(&Path);
 #[test]
 fn a_changed_missing_or_extra_file_is_refused_and_nothing_changes() {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let profile = site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2);
-    let out = tmp.path().join("b");
-    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
-    bundle(&src, &profile, &out, &[]);
+    let out = ol8_bundle(tmp.path());
     let off = Root::new(Os::Ol8, &[UEK8_NEW]);
     cut_off(&off);
     let before = tree(&off);
@@ -341,49 +375,33 @@ fn a_changed_missing_or_extra_file_is_refused_and_nothing_changes() {
 #[test]
 fn a_bundle_for_another_host_is_refused() {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let profile = site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2);
-    let out = tmp.path().join("b");
-    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
-    bundle(&src, &profile, &out, &[]);
+    let out = ol8_bundle(tmp.path());
 
     // Oracle Linux 9.
-    let ol9 = Root::new(Os::Ol9, &[UEK9]);
-    cut_off(&ol9);
-    let before = tree(&ol9);
-    let (c, _, err) = apply_bundle(&ol9, "apply", &out);
-    assert_eq!(c, 2, "{err}");
+    let err = refused_offline(&Root::new(Os::Ol9, &[UEK9]), &out);
     assert!(
         err.contains("was made for Oracle Linux 8") && err.contains("runs Oracle Linux Server 9"),
         "{err}"
     );
-    assert_eq!(tree(&ol9), before);
 
     // Another kernel: the bundle has no headers for it.
     let other = Root::new(Os::Ol8, &[UEK8_OLD]);
-    cut_off(&other);
-    let before = tree(&other);
-    let (c, _, err) = apply_bundle(&other, "apply", &out);
-    assert_eq!(c, 2, "{err}");
+    let err = refused_offline(&other, &out);
     assert!(
         err.contains(&format!("carries headers for {UEK8_NEW} only"))
             && err.contains(&format!("--kernel-release {UEK8_OLD}")),
         "{err}"
     );
-    assert_eq!(tree(&other), before);
 
     // GPUs the bundle's kernel modules cannot drive: it was made without a GPU on PCI, so it
     // carries the open modules only, pinned in its profile; a Volta host is refused.
     let volta = Root::new(Os::Ol8, &[UEK8_NEW]);
     volta.add_pci_device("0000:19:00.0", 0x10de, 0x1db5, 0x030200);
-    cut_off(&volta);
-    let before = tree(&volta);
-    let (c, _, err) = apply_bundle(&volta, "apply", &out);
-    assert_eq!(c, 2, "{err}");
+    let err = refused_offline(&volta, &out);
     assert!(
         err.contains("Tesla V100 SXM2 32GB (Volta)") && err.contains("nvidia-driver:open-dkms"),
         "{err}"
     );
-    assert_eq!(tree(&volta), before);
 
     // Another profile than the bundle's.
     let b = out.display().to_string();
@@ -566,12 +584,7 @@ fn a_bundle_for_a_clean_os_with_fabric_manager() {
     );
     let (c, r, err) = apply_bundle(&off, "apply", &out);
     assert_eq!(c, 0, "{err}");
-    assert!(
-        outcomes(&r)
-            .iter()
-            .all(|(_, o)| o == "unchanged" || o == "skipped"),
-        "{r:#}"
-    );
+    assert_converged(&r);
 }
 
 fn run_ok(cmd: &mut std::process::Command) -> String {
@@ -767,14 +780,8 @@ fn a_remote_repo_its_packages_modules_and_key_and_a_disabled_module_offline() {
         &["--set", "docker.module_filtering=disable-module"],
     );
     drop(http);
-    let manifest: Value = serde_json::from_str(
-        &fs::read_to_string(out.join("manifest.json")).unwrap_or_else(|e| panic!("{e}")),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let packages: Vec<&str> = manifest["packages"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let manifest = manifest_of(&out);
+    let packages = packages_of(&manifest);
     for want in ["gcc-0:8.5.0", "gcc-toolset-11-gcc-0:11.2.1"] {
         assert!(
             packages.iter().any(|p| p.starts_with(want)),
@@ -809,10 +816,5 @@ fn a_remote_repo_its_packages_modules_and_key_and_a_disabled_module_offline() {
     assert!(off.installed("docker-ce").is_some() && off.installed("gcc").is_some());
     let (c, r, err) = apply_bundle(&off, "apply", &out);
     assert_eq!(c, 0, "{err}");
-    assert!(
-        outcomes(&r)
-            .iter()
-            .all(|(_, o)| o == "unchanged" || o == "skipped"),
-        "{r:#}"
-    );
+    assert_converged(&r);
 }
