@@ -874,20 +874,18 @@ pub fn image_answer(img: &image::ImageConfig, host: &Host, links: &[PrefixLink])
     } else {
         CompatLibs::MaybeInImage
     };
-    let cuda = cuda_version
-        .as_deref()
-        .and_then(|v| {
-            CudaVersion::parse(v).or_else(|| {
-                require::semver_major_minor(v).and_then(|(a, b)| {
-                    Some(CudaVersion::new(
-                        u32::try_from(a).ok()?,
-                        u32::try_from(b).ok()?,
-                        0,
-                    ))
-                })
+    let cuda_v = cuda_version.as_deref().and_then(|v| {
+        CudaVersion::parse(v).or_else(|| {
+            require::semver_major_minor(v).and_then(|(a, b)| {
+                Some(CudaVersion::new(
+                    u32::try_from(a).ok()?,
+                    u32::try_from(b).ok()?,
+                    0,
+                ))
             })
         })
-        .map(|c| cuda_answer(c, host, libs));
+    });
+    let cuda = cuda_v.map(|c| cuda_answer(c, host, libs));
     let (rv, rsummary, rhint) = runtime_verdict(&runtime, host);
     let (verdict, summary, hint) = match (rv, &cuda) {
         (Verdict::DoesNotRun, c) => {
@@ -912,7 +910,7 @@ pub fn image_answer(img: &image::ImageConfig, host: &Host, links: &[PrefixLink])
             let mut maybe = Vec::new();
             let mut not = Vec::new();
             for b in &runtime.by_brand {
-                let v = match (b.starts, cuda_version_of(c)) {
+                let v = match (b.starts, cuda_v) {
                     (false, _) => Verdict::DoesNotRun,
                     (true, Some(cv)) => cuda_answer(cv, &host.with_brand(b.brand), libs).verdict,
                     (true, None) => Verdict::Depends,
@@ -974,11 +972,6 @@ pub fn image_answer(img: &image::ImageConfig, host: &Host, links: &[PrefixLink])
         details,
         hint,
     }
-}
-
-/// The CUDA version an answer is about.
-fn cuda_version_of(c: &CudaAnswer) -> Option<CudaVersion> {
-    CudaVersion::parse(&c.cuda)
 }
 
 fn lowercase_first(s: &str) -> String {
