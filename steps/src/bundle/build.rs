@@ -293,7 +293,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     };
     let text = serde_json::to_vec_pretty(&m)?;
     fsutil::write_atomic(&staging.join(MANIFEST), &text, 0o644)?;
-    let manifest_sha256 = manifest::sha256_bytes(&text);
+    let manifest_sha256 = fsutil::sha256_hex(&text);
 
     if out.exists() {
         std::fs::remove_dir(&out).with_context(|| format!("replacing {}", out.display()))?;
@@ -1012,7 +1012,7 @@ fn copy_keys(
                     d
                 }
             };
-            if !seen.insert(manifest::sha256_bytes(&data)) {
+            if !seen.insert(fsutil::sha256_hex(&data)) {
                 continue;
             }
             std::fs::create_dir_all(dir)?;

@@ -8,6 +8,7 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::fsutil::sha256_file;
 use crate::invalid;
 use crate::kernel::Flavour;
 
@@ -68,8 +69,6 @@ impl Manifest {
         self.files.iter().map(|f| f.size).sum()
     }
 }
-
-pub use crate::fsutil::{sha256_file, sha256_hex as sha256_bytes};
 
 /// Every regular file under `dir` (relative, `/`-separated, sorted) but the manifest; anything
 /// that is not a directory or a regular file is an error naming it.

@@ -111,7 +111,7 @@ pub fn open(path: &Path) -> Result<Opened> {
             e
         }
     })?;
-    let manifest_sha256 = manifest::sha256_file(&dir.join(manifest::MANIFEST))?;
+    let manifest_sha256 = crate::fsutil::sha256_file(&dir.join(manifest::MANIFEST))?;
     Ok(Opened {
         source: path.to_path_buf(),
         dir,
