@@ -320,6 +320,30 @@ pub fn implicated(text: &str, install: &Install) -> bool {
     false
 }
 
+/// The dkms commands of [`Work::Rebuild`] for one kernel (chrooted in an install root):
+/// `dkms install -m M -v V -k K --force`, after `dkms build … --force` when the module must be
+/// built again (`install` reuses a module that is already built, unsigned or not).
+pub fn dkms_rebuild(
+    host: &Host,
+    module: &str,
+    version: &str,
+    kver: &str,
+    resign: bool,
+) -> Vec<Cmd> {
+    let verbs: &[&str] = if resign {
+        &["build", "install"]
+    } else {
+        &["install"]
+    };
+    verbs
+        .iter()
+        .map(|verb| {
+            host.in_root("dkms")
+                .args([*verb, "-m", module, "-v", version, "-k", kver, "--force"])
+        })
+        .collect()
+}
+
 /// Carry out one piece of work that is not a package transaction.
 pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
     match work {
@@ -391,14 +415,9 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
             resign,
         } => {
             for k in kernels {
-                if *resign {
-                    host.in_root("dkms")
-                        .args(["build", "-m", module, "-v", version, "-k", k, "--force"])
-                        .run()?;
+                for cmd in dkms_rebuild(host, module, version, k, *resign) {
+                    cmd.run()?;
                 }
-                host.in_root("dkms")
-                    .args(["install", "-m", module, "-v", version, "-k", k, "--force"])
-                    .run()?;
             }
             Ok(())
         }

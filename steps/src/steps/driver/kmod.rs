@@ -292,18 +292,9 @@ impl Step for KernelModule {
             let signer = expected_signer(ctx, kind)?;
             for kver in kernels {
                 let mut said = String::new();
-                let mut steps: Vec<&str> = vec!["install"];
-                if *resign {
-                    steps.insert(0, "build");
-                }
-                for verb in steps {
+                for cmd in crate::work::dkms_rebuild(ctx.host, module, version, kver, *resign) {
                     // Judged by the module modprobe would load, not by dkms's exit status.
-                    let out = ctx
-                        .host
-                        .in_root("dkms")
-                        .args([verb, "-m", module, "-v", version, "-k", kver, "--force"])
-                        .output()?;
-                    said.push_str(&out.stdout);
+                    said.push_str(&cmd.output()?.stdout);
                 }
                 if !built(ctx, version, kver) {
                     return Err(Self::failure(
