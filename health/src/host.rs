@@ -84,8 +84,8 @@ pub fn collect(host: &Host) -> HostSnapshot {
 /// ([`gpuhost_steps::secureboot`]; a module file is read once per process while it is unchanged).
 pub fn secure_boot(host: &Host, kernel: Option<String>) -> SecureBootState {
     use gpuhost_steps::facts::{secure_boot, SecureBoot};
-    use gpuhost_steps::secureboot::{module_signature_cached, Keys};
-    use gpuhost_steps::steps::driver::signing::NVIDIA_MODULES;
+    use gpuhost_steps::secureboot::Keys;
+    use gpuhost_steps::steps::driver::signing::module_signatures;
     let mut st = SecureBootState {
         enabled: secure_boot(host) == SecureBoot::Enabled,
         ..SecureBootState::default()
@@ -103,23 +103,27 @@ pub fn secure_boot(host: &Host, kernel: Option<String>) -> SecureBootState {
             Keys::default()
         }
     };
-    for m in NVIDIA_MODULES {
-        let Ok(Some(path)) = gpuhost_steps::kmods::loadable_path(host, &k, m) else {
-            continue;
-        };
-        let mut sig = ModuleSignature {
-            path: path.clone(),
+    let sigs = match module_signatures(host, &k) {
+        Ok(sigs) => sigs,
+        Err(e) => {
+            st.error = Some(format!("cannot read the NVIDIA modules of {k}: {e:#}"));
+            Vec::new()
+        }
+    };
+    for (path, sig) in sigs {
+        let mut m = ModuleSignature {
+            path,
             ..ModuleSignature::default()
         };
-        match module_signature_cached(host, &format!("/lib/modules/{k}/{path}")) {
+        match sig {
             Ok(Some(s)) => {
-                sig.signer = Some(s.signer.to_string());
-                sig.trust = Some(keys.trust(&s.signer));
+                m.signer = Some(s.signer.to_string());
+                m.trust = Some(keys.trust(&s.signer));
             }
             Ok(None) => {}
-            Err(e) => sig.error = Some(format!("{e:#}")),
+            Err(e) => m.error = Some(format!("{e:#}")),
         }
-        st.modules.push(sig);
+        st.modules.push(m);
     }
     st.kernel = Some(k);
     st

@@ -117,17 +117,28 @@ pub enum Signer {
     Firmware(Keys),
 }
 
+/// The NVIDIA modules modprobe would load for `kver` (paths relative to
+/// `/lib/modules/<kver>/`, from `modules.dep`) and their appended signatures, each file read
+/// once per file version per process: what `kernel-module` judges and `gpuhost status` shows.
+pub fn module_signatures(
+    host: &Host,
+    kver: &str,
+) -> Result<Vec<(String, Result<Option<secureboot::ModuleSignature>>)>> {
+    let mut out = Vec::new();
+    for m in NVIDIA_MODULES {
+        if let Some(path) = kmods::loadable_path(host, kver, m)? {
+            let file = format!("/lib/modules/{kver}/{path}");
+            out.push((path, secureboot::module_signature_cached(host, &file)));
+        }
+    }
+    Ok(out)
+}
+
 /// What is wrong with the signatures of the NVIDIA modules modprobe would load for `kver`
 /// (one line each; empty when all are right).
 pub fn problems(host: &Host, kver: &str, want: &Signer) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    for m in NVIDIA_MODULES {
-        let Some(path) = kmods::loadable_path(host, kver, m)? else {
-            continue;
-        };
-        let file = format!("/lib/modules/{kver}/{path}");
-        // Read once per file version: apply checks before and after its changes.
-        let sig = secureboot::module_signature_cached(host, &file);
+    for (path, sig) in module_signatures(host, kver)? {
         let problem = match (sig, want) {
             (Err(e), _) => Some(format!("{path}: {e:#}")),
             (Ok(None), _) => Some(format!("{path} is unsigned")),
