@@ -287,15 +287,15 @@ impl Keys {
     /// Read `MokListRT`, `MokListRT1`… (shim splits a long list), `db` and `MokNew`.
     pub fn read(host: &Host) -> Result<Keys> {
         let mut keys = Keys::default();
-        let mut vars = vec![("MokListRT".to_string(), SHIM_GUID)];
-        vars.extend((1..10).map(|i| (format!("MokListRT{i}"), SHIM_GUID)));
-        vars.push(("db".to_string(), IMAGE_SECURITY_GUID));
-        for (name, guid) in vars {
-            for cert in efi_certs(host, &name, guid)? {
+        let mut vars = vec!["MokListRT".to_string()];
+        vars.extend((1..10).map(|i| format!("MokListRT{i}")));
+        vars.push("db".to_string());
+        for name in vars {
+            for cert in efi_certs(host, &name)? {
                 keys.trusted.push((name.clone(), cert));
             }
         }
-        keys.pending = efi_certs(host, "MokNew", SHIM_GUID)?;
+        keys.pending = efi_certs(host, "MokNew")?;
         Ok(keys)
     }
 
@@ -316,9 +316,8 @@ impl Keys {
 }
 
 /// The X.509 certificates of one EFI variable (none when it does not exist).
-fn efi_certs(host: &Host, name: &str, guid: &str) -> Result<Vec<Cert>> {
-    let path = format!("{EFIVARS}/{name}-{guid}");
-    debug_assert!(name == "db" || guid == SHIM_GUID);
+fn efi_certs(host: &Host, name: &str) -> Result<Vec<Cert>> {
+    let path = efivar_path(name);
     let Some(data) = host.read_bytes_opt(&path)? else {
         return Ok(Vec::new());
     };
