@@ -302,3 +302,48 @@ fn precompiled_modules_need_nvidias_certificate_enrolled() {
         "{sb:#}"
     );
 }
+
+/// A key whose enrollment is only pending (`mokutil --import` ran, nobody confirmed it at the
+/// console yet) is accepted: the modules are signed with it, and the report warns that they
+/// load only after MokManager's confirmation. The run asks mokutil once.
+#[test]
+fn a_pending_key_signs_and_warns_and_mokutil_is_asked_once() {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    secure_boot_on(&root);
+    let cert = make_key(&root, "/etc/pki/gpuhost", "mok", "gpuhost test MOK");
+    efivar(&root, "MokNew", &[&cert]);
+    let set = format!(
+        "driver.local_repo_rpm={}",
+        World::get().cuda_local(CUDA_LOCAL_EL8_12_2).display()
+    );
+    let args = [
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        "ol8-uek",
+        "--set",
+        &set,
+        "--only",
+        ONLY,
+        "--set",
+        "secure_boot.key=/etc/pki/gpuhost/mok.priv",
+        "--set",
+        "secure_boot.cert=/etc/pki/gpuhost/mok.der",
+    ];
+    let (o, execs) = root.gpuhost_traced(&args);
+    let rep = world::report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    let warnings = rep["warnings"].to_string();
+    assert!(
+        warnings.contains("is pending") && warnings.contains("MokManager"),
+        "{warnings}"
+    );
+    for m in &root.nvidia_module_files(UEK8_OLD) {
+        assert_eq!(signer(&root, m), "gpuhost test MOK", "{m}");
+    }
+    if let Some(execs) = execs {
+        let asked = execs.iter().filter(|p| p.ends_with("mokutil")).count();
+        assert_eq!(asked, 1, "{execs:?}");
+    }
+}

@@ -164,6 +164,8 @@ pub struct Prepared {
     pub facts: Facts,
     /// The verified bundle (`--bundle`), kept open (a tarball's extraction) for the run.
     pub bundle: Option<bundle::Opened>,
+    /// What the preparation found worth a look without stopping (a pending MOK enrollment).
+    pub warnings: Vec<String>,
 }
 
 /// A kernel release as `uname -r` prints it: `5.15.0-204.147.6.2.el8uek.x86_64`.
@@ -229,9 +231,15 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         .map(|s| s.id())
         .collect();
     steps::driver::require_package(&profile, &driver_steps)?;
+    let mut warnings = Vec::new();
     if !driver_steps.is_empty() {
         // Secure Boot: DKMS-built modules need a key the firmware trusts, checked before anything.
-        steps::driver::signing::preflight(&host, &profile, &facts, driver_plan.as_ref())?;
+        warnings.extend(steps::driver::signing::preflight(
+            &host,
+            &profile,
+            &facts,
+            driver_plan.as_ref(),
+        )?);
     }
     if let Some(b) = &bundle {
         host.set_bundle(b.repo());
@@ -241,6 +249,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         profile,
         facts,
         bundle,
+        warnings,
     })
 }
 
@@ -356,6 +365,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         profile,
         facts,
         bundle,
+        warnings: prepared_warnings,
     } = &prepared;
     let _lock = if opts.dry_run {
         None
@@ -368,6 +378,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     } else {
         state::preflight(host)?
     };
+    warnings.extend(prepared_warnings.iter().cloned());
     let registry = steps::registry();
     let mut ctx = Ctx::new(host, profile, facts)?;
     let steps = runner::run_steps(&mut ctx, &registry, &opts.selection, opts.dry_run)?;

@@ -283,9 +283,7 @@ impl Step for BuildDeps {
             Some((key, cert)) => {
                 let text = signing::dropin(key, cert);
                 if signing_file.as_deref() == Some(text.as_str()) {
-                    check
-                        .notes
-                        .push(signing::cert_note(ctx.host, ctx.facts, cert)?);
+                    check.notes.push(signing::cert_note(ctx.host, cert)?);
                 } else {
                     check.changes.push(Change::new(
                         Work::Configure(FileWrite::new(signing::DROPIN, text, 0o644)),

@@ -52,18 +52,19 @@ pub fn enabled(facts: &Facts) -> bool {
 }
 
 /// Refuse (exit 2) before anything changes when the DKMS-built modules could not load under
-/// Secure Boot, or when the profile's key is unusable.
+/// Secure Boot, or when the profile's key is unusable. The one `mokutil --test-key` of a run;
+/// a pending enrollment comes back as a warning for the report.
 pub fn preflight(
     host: &Host,
     profile: &Profile,
     facts: &Facts,
     plan: Option<&DriverPlan>,
-) -> Result<()> {
+) -> Result<Option<String>> {
     let Some(plan) = plan else {
-        return Ok(());
+        return Ok(None);
     };
     if plan.kind() == StreamKind::Precompiled {
-        return Ok(());
+        return Ok(None);
     }
     let on = enabled(facts);
     let Some((key, cert)) = profile.secure_boot.pair() else {
@@ -75,7 +76,7 @@ pub fn preflight(
                 secureboot::key_howto(secureboot::DEFAULT_KEY, secureboot::DEFAULT_CERT)
             ));
         }
-        return Ok(());
+        return Ok(None);
     };
     let howto = secureboot::key_howto(key, cert);
     let Some(mode) = host.mode(key) else {
@@ -96,10 +97,13 @@ pub fn preflight(
     }
     let c = Cert::load(host, cert).map_err(|e| invalid!("secure_boot.cert {e:#}"))?;
     if !on {
-        return Ok(());
+        return Ok(None);
     }
     match secureboot::test_key(host, cert) {
-        Ok(TestKey::Enrolled | TestKey::Pending) => Ok(()),
+        Ok(TestKey::Enrolled) => Ok(None),
+        Ok(TestKey::Pending) => Ok(Some(format!(
+            "Secure Boot: the enrollment of {cert} ({c}) is pending: the NVIDIA modules are signed with it, but load only after someone confirms it in MokManager at the console during the next boot"
+        ))),
         Ok(TestKey::NotEnrolled) => Err(invalid!(
             "Secure Boot is on and secure_boot.cert {cert} ({c}) is not enrolled, so nothing was installed: run `mokutil --import {cert}`, reboot and confirm it in MokManager at the console, then apply again"
         )),
@@ -158,18 +162,9 @@ pub fn problems(host: &Host, kver: &str, want: &Signer) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// One line on the profile's certificate for a step's notes: whose it is and, with Secure Boot
-/// on, whether the firmware has it (`mokutil --test-key`).
-pub fn cert_note(host: &Host, facts: &Facts, cert_path: &str) -> Result<String> {
+/// One line on the profile's certificate for a step's notes (whether the firmware has it was
+/// asked once, by [`preflight`]).
+pub fn cert_note(host: &Host, cert_path: &str) -> Result<String> {
     let c = Cert::load(host, cert_path)?;
-    if !enabled(facts) {
-        return Ok(format!(
-            "DKMS signs with {c} ({cert_path}); Secure Boot is off"
-        ));
-    }
-    Ok(match secureboot::test_key(host, cert_path)? {
-        TestKey::Enrolled => format!("DKMS signs with {c} ({cert_path}), enrolled"),
-        TestKey::Pending => format!("DKMS signs with {c} ({cert_path}); its enrollment is pending: confirm it in MokManager at the console during the next boot, or the modules will not load"),
-        TestKey::NotEnrolled => format!("DKMS signs with {c} ({cert_path}), which is NOT enrolled: run `mokutil --import {cert_path}` and confirm it at the next boot"),
-    })
+    Ok(format!("DKMS signs with {c} ({cert_path})"))
 }
