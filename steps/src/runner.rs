@@ -706,7 +706,7 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> 
     }
     let result = match &change.work {
         Work::Install(i) => {
-            let (cmd, out) = transaction(ctx.host, &[i])?;
+            let (cmd, out) = crate::work::transaction(ctx.host, &[i])?;
             ctx.invalidate_rpm();
             if out.success() {
                 Ok(())
@@ -738,21 +738,6 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> 
     failpoint(&format!("{}:after-change", slot.id()));
     slot.done.push(change.clone());
     Ok(())
-}
-
-/// One merged transaction: the module streams its packages come from enabled first (when any
-/// part asks), then `dnf install`. The command and output of the first that failed, or of the
-/// install.
-fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
-    if let Some(enable) = crate::work::enable_command(host, parts)? {
-        let out = enable.output()?;
-        if !out.success() {
-            return Ok((enable, out));
-        }
-    }
-    let cmd = crate::work::install_command(host, parts)?;
-    let out = cmd.output()?;
-    Ok((cmd, out))
 }
 
 /// Phase 1: what the transactions read or need out of the way, step by step.
@@ -837,7 +822,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
         }
         let which = if brings_repo { "first" } else { "second" };
         failpoint(&format!("transaction-{which}:before"));
-        let (cmd, out) = transaction(ctx.host, &installs)?;
+        let (cmd, out) = crate::work::transaction(ctx.host, &installs)?;
         failpoint(&format!("transaction-{which}:after"));
         Ok((!out.success()).then_some(DnfFailure { cmd, out }))
     })();

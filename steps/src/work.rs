@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::cmd::{Cmd, Display as Argv};
+use crate::cmd::{Cmd, CmdOutput, Display as Argv};
 use crate::host::Host;
 
 /// A file and the exact content it must have.
@@ -279,6 +279,21 @@ pub fn enable_command(host: &Host, parts: &[&Install]) -> Result<Option<Cmd>> {
     Ok(Some(host.dnf()?.args(["module", "enable"]).args(streams)))
 }
 
+/// One merged transaction: the module streams its packages come from enabled first (when any
+/// part asks), then `dnf install`. The command and output of the first that failed, or of the
+/// install.
+pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
+    if let Some(enable) = enable_command(host, parts)? {
+        let out = enable.output()?;
+        if !out.success() {
+            return Ok((enable, out));
+        }
+    }
+    let cmd = install_command(host, parts)?;
+    let out = cmd.output()?;
+    Ok((cmd, out))
+}
+
 /// True when a dnf failure's output names something of `install`: one of its specs or their
 /// package names, its module, or its repo.
 pub fn implicated(text: &str, install: &Install) -> bool {
@@ -363,10 +378,12 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
             .run()
             .map(drop),
         Work::Install(i) => {
-            if let Some(enable) = enable_command(host, &[i])? {
-                enable.run()?;
+            let (cmd, out) = transaction(host, &[i])?;
+            if out.success() {
+                Ok(())
+            } else {
+                Err(cmd.failure(&out))
             }
-            install_command(host, &[i])?.run().map(drop)
         }
         Work::EnableUnits { units, package } => {
             for u in units {
