@@ -381,7 +381,8 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     warnings.extend(prepared_warnings.iter().cloned());
     let registry = steps::registry();
     let mut ctx = Ctx::new(host, profile, facts)?;
-    let steps = runner::run_steps(&mut ctx, &registry, &opts.selection, opts.dry_run)?;
+    let (steps, invalid_input) =
+        runner::run_steps(&mut ctx, &registry, &opts.selection, opts.dry_run)?;
     let reboot_required: Vec<String> = steps
         .iter()
         .filter_map(|s| s.reboot_required.as_ref().map(|r| format!("{}: {r}", s.id)))
@@ -412,7 +413,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         };
     let mut exit_code = if let Some((sig, _)) = &interrupted {
         crate::interrupt::exit_code(*sig)
-    } else if runner::found_invalid_input() && !opts.dry_run {
+    } else if invalid_input && !opts.dry_run {
         exit::INVALID
     } else if steps.iter().any(|s| s.outcome == Outcome::Failed) {
         exit::FAILED

@@ -436,6 +436,9 @@ struct Run<'s> {
     interrupted: Option<String>,
     /// Whether any work has been carried out (then every later step is checked again).
     changed_something: bool,
+    /// A step's check found invalid input (a wrong driver file, a missing mirror): the run
+    /// exits 2, having changed nothing.
+    invalid_input: bool,
 }
 
 impl Run<'_> {
@@ -467,22 +470,15 @@ impl Run<'_> {
     }
 }
 
-/// Set when a step's check found invalid input (a wrong driver file, a missing mirror): the
-/// run exits 2, having changed nothing.
-static INVALID_INPUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// True when a check of this run found invalid input (exit 2: nothing was changed).
-pub fn found_invalid_input() -> bool {
-    INVALID_INPUT.load(std::sync::atomic::Ordering::SeqCst)
-}
-
-/// Run the steps: check all, carry out the plan (unless `dry_run`), check again.
+/// Run the steps: check all, carry out the plan (unless `dry_run`), check again. The reports,
+/// and whether a check found invalid input (a wrong driver file, a missing mirror: exit 2,
+/// nothing was changed).
 pub fn run_steps(
     ctx: &mut Ctx<'_>,
     steps: &[&dyn Step],
     sel: &Selection,
     dry_run: bool,
-) -> Result<Vec<StepReport>> {
+) -> Result<(Vec<StepReport>, bool)> {
     let n = steps.len();
     let mut run = Run {
         slots: steps
@@ -501,6 +497,7 @@ pub fn run_steps(
         stop: None,
         interrupted: None,
         changed_something: false,
+        invalid_input: false,
     };
     prefetch(ctx, &run.slots, sel);
     check_all(ctx, &mut run, sel, dry_run);
@@ -536,7 +533,7 @@ pub fn run_steps(
             slot.not_run(&why);
         }
     }
-    Ok(run
+    let reports = run
         .slots
         .into_iter()
         .map(|mut s| {
@@ -548,7 +545,8 @@ pub fn run_steps(
             r.duration_ms = u64::try_from(s.elapsed.as_millis()).unwrap_or(u64::MAX);
             r
         })
-        .collect())
+        .collect();
+    Ok((reports, run.invalid_input))
 }
 
 /// Refuse (exit 2, nothing changed yet) to start a driver or Docker install on filesystems
@@ -652,7 +650,7 @@ fn check_all(ctx: &Ctx<'_>, run: &mut Run<'_>, sel: &Selection, dry_run: bool) {
             Ok(c) => slot.first = Some(c),
             Err(e) => {
                 if crate::error::is_invalid(&e) {
-                    INVALID_INPUT.store(true, std::sync::atomic::Ordering::SeqCst);
+                    run.invalid_input = true;
                 }
                 slot.fail(e.context("could not check"));
                 run.failed(i);
