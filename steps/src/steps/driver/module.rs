@@ -145,6 +145,13 @@ pub fn set_packages(plan: &DriverPlan) -> Vec<&'static str> {
     }
 }
 
+/// Every package of the plan at the driver's version: the set's packages, then `kmods`.
+fn package_names(plan: &DriverPlan, kmods: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = set_packages(plan).iter().map(|s| s.to_string()).collect();
+    names.extend(kmods.iter().cloned());
+    names
+}
+
 /// How to get from the host's module state to the profile's.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Verb {
@@ -172,15 +179,10 @@ impl Step for Driver {
     }
 
     fn rpm_names(&self, ctx: &Ctx<'_>) -> Vec<String> {
-        match plan(ctx) {
-            Ok(p) => {
-                let mut names: Vec<String> =
-                    set_packages(p).iter().map(|s| s.to_string()).collect();
-                names.extend(kmod_packages(ctx, &p.repo.driver));
-                names
-            }
-            Err(_) => vec![],
-        }
+        plan(ctx).map_or_else(
+            |_| vec![],
+            |p| package_names(p, &kmod_packages(ctx, &p.repo.driver)),
+        )
     }
 
     fn needs_driver_package(&self) -> bool {
@@ -215,8 +217,7 @@ impl Step for Driver {
             .map(|t| ModuleState::parse(&t))
             .unwrap_or_default();
         let kmods = kmod_packages(ctx, &drv);
-        let mut names: Vec<String> = set_packages(plan).iter().map(|s| s.to_string()).collect();
-        names.extend(kmods.iter().cloned());
+        let names = package_names(plan, &kmods);
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let installed = ctx.installed(&refs)?;
         // What is missing, and what is installed at another version than the repo's.
