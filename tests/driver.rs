@@ -48,14 +48,20 @@ fn repo_set(name: &str) -> String {
 }
 
 /// `gpuhost <cmd> --format json --profile P --set driver.local_repo_rpm=… EXTRA`
-fn run(root: &Root, cmd: &str, profile: &str, rpm: &str, extra: &[&str]) -> (i32, Value) {
-    let set = repo_set(rpm);
-    let mut args = vec![cmd, "--format", "json", "--profile", profile, "--set", &set];
+/// `CMD --format json --profile PROFILE --set SET`, `--only` the driver steps unless `extra`
+/// names its own, then `extra`.
+fn args<'a>(cmd: &'a str, profile: &'a str, set: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![cmd, "--format", "json", "--profile", profile, "--set", set];
     if !extra.contains(&"--only") {
         args.extend_from_slice(&["--only", ONLY]);
     }
     args.extend_from_slice(extra);
-    let o = root.gpuhost(&args);
+    args
+}
+
+fn run(root: &Root, cmd: &str, profile: &str, rpm: &str, extra: &[&str]) -> (i32, Value) {
+    let set = repo_set(rpm);
+    let o = root.gpuhost(&args(cmd, profile, &set, extra));
     (code(&o), report(&o))
 }
 
@@ -126,24 +132,9 @@ fn uek_root_converges_and_a_second_apply_starts_no_dnf() {
     assert!(entry.contains("rd.driver.blacklist=nouveau"), "{entry}");
 
     // second apply: everything unchanged, no dnf process at all
-    let set = repo_set(CUDA_LOCAL_EL8_12_2);
-    let args = [
-        "apply",
-        "--format",
-        "json",
-        "--profile",
-        "ol8-uek",
-        "--set",
-        &set,
-        "--only",
-        ONLY,
-    ];
-    let (o, execs) = root.gpuhost_traced(&args);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let rep = report(&o);
+    let (rep, execs) = second_apply_changes_nothing(&root, "ol8-uek", CUDA_LOCAL_EL8_12_2, &[]);
     assert_all_unchanged(&rep);
     if let Some(execs) = execs {
-        assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
         let rpms = execs.iter().filter(|p| *p == "rpm").count();
         assert!(rpms <= 1, "one batched rpm query expected: {execs:?}");
     }
@@ -577,26 +568,8 @@ fn open_modules_converge_and_stay_converged(
     assert!(root
         .join(&format!("/var/lib/dkms/nvidia-open/{DRIVER}"))
         .is_dir());
-    let set = repo_set(rpm);
-    let args = [
-        "apply",
-        "--format",
-        "json",
-        "--profile",
-        profile,
-        "--set",
-        &set,
-        "--set",
-        &set_stream,
-        "--only",
-        ONLY,
-    ];
-    let (o, execs) = root.gpuhost_traced(&args);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert_all_unchanged(&report(&o));
-    if let Some(execs) = execs {
-        assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
-    }
+    let (rep, _) = second_apply_changes_nothing(&root, profile, rpm, &["--set", &set_stream]);
+    assert_all_unchanged(&rep);
 }
 
 /// A failing open build names DKMS's `nvidia-open` make.log (UEK7 on OL8 with the system gcc
@@ -643,28 +616,23 @@ fn module_of(root: &Root, kver: &str, drv: &str) -> bool {
 }
 
 /// `gpuhost apply` (all driver steps and hgx-extras) a second time, traced: every driver step
-/// unchanged (or only deferred), and no dnf process.
-fn second_apply_changes_nothing(root: &Root, profile: &str, rpm: &str, extra: &[&str]) {
+/// unchanged (or only deferred), and no dnf process. The report, and the programs it ran
+/// (None without strace).
+fn second_apply_changes_nothing(
+    root: &Root,
+    profile: &str,
+    rpm: &str,
+    extra: &[&str],
+) -> (Value, Option<Vec<String>>) {
     let set = repo_set(rpm);
-    let mut args = vec![
-        "apply",
-        "--format",
-        "json",
-        "--profile",
-        profile,
-        "--set",
-        &set,
-        "--only",
-        ONLY,
-    ];
-    args.extend_from_slice(extra);
-    let (o, execs) = root.gpuhost_traced(&args);
+    let (o, execs) = root.gpuhost_traced(&args("apply", profile, &set, extra));
     let rep = report(&o);
     assert_eq!(code(&o), 0, "{rep:#}");
     world::assert_converged(&rep);
-    if let Some(execs) = execs {
+    if let Some(execs) = &execs {
         assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
     }
+    (rep, execs)
 }
 
 /// The driver as NVIDIA ships it now (issue 10, item 6): CUDA 12.x and 13.x local repos and
