@@ -330,6 +330,97 @@ fn the_units_pass_systemd_analyze_verify() {
     );
 }
 
+/// The kernel-install plugin as kernel-install calls it (`add|remove KVER ENTRY_DIR IMAGE`), in
+/// a mount namespace of its own where `/run` and `/var/lib` are empty tmpfs (then
+/// `/run/systemd/system` and `/var/lib/gpuhost/last-apply.json` made when `systemd` and
+/// `converged`), with a `systemctl` on PATH that records its words and exits `systemctl_rc`.
+/// The plugin's exit status, and the words of each `systemctl` it ran.
+fn kernel_install_plugin(
+    verb: &str,
+    systemd: bool,
+    converged: bool,
+    systemctl_rc: i32,
+) -> (Option<i32>, Vec<String>) {
+    let plugin = world::src_dir().join("../../packaging/95-gpuhost.install");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("systemctl.log");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let fake = bin.join("systemctl");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {}\nexit {systemctl_rc}\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut setup = vec![
+        "mount -t tmpfs gpuhost-test /run",
+        "mount -t tmpfs gpuhost-test /var/lib",
+    ];
+    if systemd {
+        setup.push("mkdir -p /run/systemd/system");
+    }
+    if converged {
+        setup.push("mkdir -p /var/lib/gpuhost && echo {} > /var/lib/gpuhost/last-apply.json");
+    }
+    let script = format!("set -e; {}; exec sh \"$@\"", setup.join("; "));
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let o = run(Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
+        .arg(&plugin)
+        .args([
+            verb,
+            UEK8_NEW,
+            "/boot/loader/entries",
+            "/lib/modules/vmlinuz",
+        ])
+        .env("PATH", path));
+    assert!(o.stderr.is_empty(), "{}", text(&o.stderr));
+    let calls = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    (o.status.code(), calls)
+}
+
+/// README (Kernel updates, the trigger): the plugin only queues gpuhost-kernel@KVER.service
+/// with `systemctl start --no-block`, does nothing without systemd as PID 1 or on a host where
+/// no apply has converged, and never fails the kernel install.
+#[test]
+fn the_kernel_install_plugin_only_queues_the_unit_and_never_fails() {
+    let queued = vec![format!(
+        "start --no-block gpuhost-kernel@{UEK8_NEW}.service"
+    )];
+    assert_eq!(
+        kernel_install_plugin("add", true, true, 0),
+        (Some(0), queued.clone())
+    );
+    // systemctl failing does not fail the kernel install.
+    assert_eq!(
+        kernel_install_plugin("add", true, true, 1),
+        (Some(0), queued)
+    );
+    for (verb, systemd, converged) in [
+        ("remove", true, true),
+        ("add", false, true),
+        ("add", true, false),
+    ] {
+        assert_eq!(
+            kernel_install_plugin(verb, systemd, converged, 0),
+            (Some(0), vec![]),
+            "{verb}, systemd {systemd}, converged {converged}"
+        );
+    }
+}
+
 /// A root whose nouveau is "loaded" (ROOT/sys/module/nouveau): the driver steps need a reboot.
 fn root_needing_a_reboot() -> (Root, Vec<String>) {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
