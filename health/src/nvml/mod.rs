@@ -488,11 +488,6 @@ fn lost_gpu_kind(index: u32, k: &str, t: Instant) -> GpuSnapshot {
     }
 }
 
-/// A placeholder for a reading made below.
-fn kept_later<T>() -> Reading<T> {
-    Reading::NotSupported
-}
-
 fn gpu(
     nvml: &Nvml,
     d: &Device<'_>,
@@ -513,6 +508,13 @@ fn gpu(
         };
     }
     let uuid: Reading<String> = fixed_field!(uuid, "nvmlDeviceGetUUID", reading(d.uuid()));
+    // The InfoROM validation is kept by UUID (fixed, so known by now).
+    let inforom = match uuid.value().and_then(|u| kept.fresh(u)) {
+        Some(i) => Reading::Value(i),
+        None => tm.t("nvmlDeviceValidateInforom + GetInforomImageVersion", || {
+            inforom(lib, h)
+        }),
+    };
     let mem = tm.t("nvmlDeviceGetMemoryInfo", || d.memory_info());
     let (memory_total_bytes, memory_used_bytes) = match mem {
         Ok(m) => (Reading::Value(m.total), Reading::Value(m.used)),
@@ -641,7 +643,7 @@ fn gpu(
             "nvmlDeviceGetMemoryErrorCounter(SRAM) x4 [+SramEccErrorStatus]",
             || ecc_sram(lib, h),
         ),
-        inforom: kept_later(),
+        inforom,
         vbios_version: fixed_field!(
             vbios_version,
             "nvmlDeviceGetVbiosVersion",
@@ -659,16 +661,8 @@ fn gpu(
             })
         ),
         uuid,
-        fixed_kept: false,
+        fixed_kept: fixed.is_some_and(|f| *f != GpuFixed::default()),
         sweep_ms: 0.0,
-    };
-    g.fixed_kept = fixed.is_some_and(|f| *f != GpuFixed::default());
-    // The InfoROM validation is kept by UUID (fixed, so known by now).
-    g.inforom = match g.uuid.value().and_then(|u| kept.fresh(u)) {
-        Some(i) => Reading::Value(i),
-        None => tm.t("nvmlDeviceValidateInforom + GetInforomImageVersion", || {
-            inforom(lib, h)
-        }),
     };
     g.sweep_ms = ms(t);
     g
