@@ -21,29 +21,20 @@ use world::{
 const DRIVER: &str = "535.104.05";
 const ONLY: &str = "kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module";
 
-fn set_repo() -> String {
-    format!(
-        "driver.local_repo_rpm={}",
-        World::get().cuda_local(CUDA_LOCAL_EL8_12_2).display()
-    )
+fn apply(root: &Root, extra: &[&str]) -> (i32, Value) {
+    let args = world::apply_args("ol8-uek", CUDA_LOCAL_EL8_12_2, ONLY, extra);
+    let o = root.gpuhost(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    (code(&o), report(&o))
 }
 
-fn apply(root: &Root, extra: &[&str]) -> (i32, Value) {
-    let set = set_repo();
-    let mut args = vec![
-        "apply",
-        "--format",
-        "json",
-        "--profile",
-        "ol8-uek",
-        "--set",
-        &set,
-        "--only",
-        ONLY,
-    ];
-    args.extend_from_slice(extra);
-    let o = root.gpuhost(&args);
-    (code(&o), report(&o))
+/// `dnf install` of the UEK whose headers no repo carries, from its package file (as an admin
+/// would), and what the kernel's scriptlets then do ([`kernel_install_add`]).
+fn install_headerless_kernel(root: &Root) {
+    let rpm = World::get().extra_rpm(&format!("kernel-uek-{UEK8_NO_DEVEL}.rpm"));
+    let copy = root.join("/tmp/kernel-uek.rpm");
+    std::fs::copy(rpm, &copy).unwrap();
+    root.dnf_ok(&["-y", "install", &copy.display().to_string()]);
+    kernel_install_add(root, UEK8_NO_DEVEL);
 }
 
 /// What the kernel's scriptlets do on a real host after `dnf install kernel-uek`
@@ -156,15 +147,7 @@ fn a_newer_uek_from_plain_dnf_gets_headers_and_module_before_its_first_boot() {
 #[test]
 fn without_headers_in_any_repo_the_default_stays_on_the_old_kernel_and_status_says_why() {
     let root = converged(&[UEK8_OLD]);
-    let rpm = World::get()
-        .extra_rpm(&format!("kernel-uek-{}.rpm", UEK8_NO_DEVEL))
-        .display()
-        .to_string();
-    // The package file as dnf sees it from inside the root.
-    std::fs::copy(&rpm, root.join("/tmp/kernel-uek.rpm")).unwrap();
-    let inside = root.join("/tmp/kernel-uek.rpm").display().to_string();
-    root.dnf_ok(&["-y", "install", &inside]);
-    kernel_install_add(&root, UEK8_NO_DEVEL);
+    install_headerless_kernel(&root);
 
     let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
     assert_eq!(rc, 1, "{rep:#}");
@@ -255,14 +238,7 @@ fn the_fix_command_builds_the_held_back_kernel_and_makes_it_the_default_again() 
 #[test]
 fn kernel_guard_false_lets_the_new_kernel_boot_and_status_is_critical() {
     let root = converged(&[UEK8_OLD]);
-    let rpm = World::get()
-        .extra_rpm(&format!("kernel-uek-{}.rpm", UEK8_NO_DEVEL))
-        .display()
-        .to_string();
-    std::fs::copy(&rpm, root.join("/tmp/kernel-uek.rpm")).unwrap();
-    let inside = root.join("/tmp/kernel-uek.rpm").display().to_string();
-    root.dnf_ok(&["-y", "install", &inside]);
-    kernel_install_add(&root, UEK8_NO_DEVEL);
+    install_headerless_kernel(&root);
     let (rc, rep) = apply(
         &root,
         &["--kernel-release", UEK8_OLD, "--set", "kernel.guard=false"],

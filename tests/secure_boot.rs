@@ -23,34 +23,21 @@ const SB_VAR: &str = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa
 const SETUP_VAR: &str = "/sys/firmware/efi/efivars/SetupMode-8be4df61-93ca-11d2-aa0d-00e098032b8c";
 
 fn apply(root: &Root, profile: &str, repo: &str, extra: &[&str]) -> (i32, Value, String) {
-    let set = format!(
-        "driver.local_repo_rpm={}",
-        World::get().cuda_local(repo).display()
-    );
-    let mut args = vec![
-        "apply",
-        "--format",
-        "json",
-        "--profile",
-        profile,
-        "--set",
-        &set,
-        "--only",
-        ONLY,
-    ];
-    args.extend_from_slice(extra);
-    let o = root.gpuhost(&args);
+    let args = world::apply_args(profile, repo, ONLY, extra);
+    let o = root.gpuhost(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let rep = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
     (code(&o), rep, stderr(&o))
 }
 
+const WITH_KEY: [&str; 4] = [
+    "--set",
+    "secure_boot.key=/etc/pki/gpuhost/mok.priv",
+    "--set",
+    "secure_boot.cert=/etc/pki/gpuhost/mok.der",
+];
+
 fn with_key(root: &Root, extra: &[&str]) -> (i32, Value, String) {
-    let mut args = vec![
-        "--set",
-        "secure_boot.key=/etc/pki/gpuhost/mok.priv",
-        "--set",
-        "secure_boot.cert=/etc/pki/gpuhost/mok.der",
-    ];
+    let mut args = WITH_KEY.to_vec();
     args.extend_from_slice(extra);
     apply(root, "ol8-uek", CUDA_LOCAL_EL8_12_2, &args)
 }
@@ -312,25 +299,8 @@ fn a_pending_key_signs_and_warns_and_mokutil_is_asked_once() {
     secure_boot_on(&root);
     let cert = make_key(&root, "/etc/pki/gpuhost", "mok", "gpuhost test MOK");
     efivar(&root, "MokNew", &[&cert]);
-    let set = format!(
-        "driver.local_repo_rpm={}",
-        World::get().cuda_local(CUDA_LOCAL_EL8_12_2).display()
-    );
-    let args = [
-        "apply",
-        "--format",
-        "json",
-        "--profile",
-        "ol8-uek",
-        "--set",
-        &set,
-        "--only",
-        ONLY,
-        "--set",
-        "secure_boot.key=/etc/pki/gpuhost/mok.priv",
-        "--set",
-        "secure_boot.cert=/etc/pki/gpuhost/mok.der",
-    ];
+    let args = world::apply_args("ol8-uek", CUDA_LOCAL_EL8_12_2, ONLY, &WITH_KEY);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (o, execs) = root.gpuhost_traced(&args);
     let rep = world::report(&o);
     assert_eq!(code(&o), 0, "{rep:#}");

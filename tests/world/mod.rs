@@ -668,6 +668,23 @@ pub fn report(o: &Output) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
 }
 
+/// The arguments of a JSON `apply` of `profile` with one of the world's NVIDIA local repo
+/// packages (`repo`, a file name under `rpms/cuda-local/`), restricted to the steps `only`,
+/// then `extra`.
+pub fn apply_args(profile: &str, repo: &str, only: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["apply", "--format", "json", "--profile", profile, "--set"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    args.push(format!(
+        "driver.local_repo_rpm={}",
+        World::get().cuda_local(repo).display()
+    ));
+    args.extend(["--only".to_string(), only.to_string()]);
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
 /// A converged run's report: every step unchanged, skipped or deferred.
 pub fn assert_converged(r: &serde_json::Value) {
     for s in r["steps"].as_array().into_iter().flatten() {
