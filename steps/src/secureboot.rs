@@ -743,6 +743,38 @@ mod tests {
         Ok(())
     }
 
+    /// A module file is read once per version (size, mtime, inode): the same file, even with
+    /// other bytes written in place under the old mtime, answers from memory; a new mtime is
+    /// read again. (`gpuhost serve` sweeps every few seconds; an nvidia.ko.xz takes a while.)
+    #[test]
+    fn a_module_is_read_once_per_file_version() -> Result<()> {
+        let Some(sf) = sign_file() else { return Ok(()) };
+        if !tool("openssl") {
+            return Ok(());
+        }
+        let dir = tempfile::tempdir()?;
+        let (k, c) = keypair(dir.path(), "mok", "cache test key");
+        let module = dir.path().join("m.ko");
+        std::fs::write(&module, b"module body".repeat(50))?;
+        sign(&sf, "sha256", &k, &c, &module, false);
+        let host = Host::new(dir.path())?;
+        assert!(module_signature_cached(&host, "/m.ko")?.is_some());
+        // Same length, same inode, same mtime: other (unsigned) bytes are not noticed.
+        let mtime = std::fs::metadata(&module)?.modified()?;
+        let len = std::fs::metadata(&module)?.len() as usize;
+        let f = std::fs::OpenOptions::new().write(true).open(&module)?;
+        std::io::Write::write_all(&mut &f, &vec![b'x'; len])?;
+        f.set_modified(mtime)?;
+        assert!(
+            module_signature_cached(&host, "/m.ko")?.is_some(),
+            "answered from memory"
+        );
+        // A new mtime is a new version: read again, now unsigned.
+        f.set_modified(mtime + std::time::Duration::from_secs(1))?;
+        assert_eq!(module_signature_cached(&host, "/m.ko")?, None);
+        Ok(())
+    }
+
     #[test]
     fn a_damaged_trailer_is_an_error_not_unsigned() {
         let mut m = b"module".to_vec();
