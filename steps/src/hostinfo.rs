@@ -316,6 +316,43 @@ mod tests {
         assert_eq!(h.space.len(), 4);
     }
 
+    /// Docker's data-root is daemon.json's `data-root` (an absolute path), else
+    /// /var/lib/docker; the space check puts Docker's first image there.
+    #[test]
+    fn docker_needs_room_under_the_data_root_daemon_json_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::new(dir.path()).unwrap();
+        assert_eq!(docker_data_root(&host), DOCKER_DEFAULT_DATA_ROOT);
+        host.write_atomic(
+            "/etc/docker/daemon.json",
+            br#"{"data-root": "data"}"#,
+            0o644,
+        )
+        .unwrap();
+        assert_eq!(docker_data_root(&host), DOCKER_DEFAULT_DATA_ROOT);
+        host.write_atomic(
+            "/etc/docker/daemon.json",
+            br#"{"data-root": "/data/docker"}"#,
+            0o644,
+        )
+        .unwrap();
+        assert_eq!(docker_data_root(&host), "/data/docker");
+        std::fs::create_dir_all(dir.path().join("data/docker")).unwrap();
+        let data = host.real_path("/data").unwrap();
+        let m = Mounts(vec![
+            (data, 512 * MIB, 100 * GIB),
+            ("/".into(), 100 * GIB, 500 * GIB),
+        ]);
+        let e = require(&host, &m, &docker_needs(&host)).unwrap_err();
+        assert!(crate::error::is_invalid(&e));
+        let e = e.to_string();
+        assert!(
+            e.contains("has 512 MiB free, needs 1.0 GiB: 1.0 GiB Docker's data-root (a first image) in /data/docker"),
+            "{e}"
+        );
+        assert!(!e.contains("Docker CE packages"), "{e}");
+    }
+
     #[test]
     fn needs_on_one_filesystem_add_up() {
         let host = Host::new(Path::new("/")).unwrap();
