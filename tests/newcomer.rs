@@ -6,6 +6,8 @@
 // Test helpers fail the test by panicking, with what was printed in the message.
 #![allow(clippy::panic, clippy::unwrap_used)]
 
+#[path = "support/status.rs"]
+mod support;
 #[path = "world/mod.rs"]
 mod world;
 
@@ -13,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use support::check;
 use world::{code, report, stderr, stdout, step, Os, Root, World, UEK8_NEW};
 
 const GPUHOST: &str = env!("CARGO_BIN_EXE_gpuhost");
@@ -414,20 +417,12 @@ fn status_of_snapshot(snap: &Value) -> Value {
     let tmp = tempfile::tempdir().unwrap();
     let f = tmp.path().join("snap.json");
     std::fs::write(&f, serde_json::to_string(snap).unwrap()).unwrap();
-    let o = Command::new(GPUHOST)
-        .env("GPUHOST_RUN_DIR", tmp.path())
+    let o = support::gpuhost(tmp.path())
         .args(["status", "--format", "json", "--from-snapshot"])
         .arg(&f)
         .output()
         .unwrap();
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)))
-}
-
-fn check<'a>(v: &'a Value, id: &str) -> &'a Value {
-    v["checks"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["id"] == id))
-        .unwrap_or_else(|| panic!("no check {id} in {v:#}"))
 }
 
 fn hints(v: &Value) -> String {
@@ -448,7 +443,7 @@ fn hints(v: &Value) -> String {
 #[test]
 fn status_hints_fit_the_host() {
     let real: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo().join("tests/fixtures/status/h200-snapshot.json")).unwrap(),
+        &std::fs::read_to_string(support::fixtures().join("h200-snapshot.json")).unwrap(),
     )
     .unwrap();
     // a machine like this one: no GPU, no driver, no Docker, systemd not PID 1
@@ -493,8 +488,7 @@ fn status_hints_fit_the_host() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let o = Command::new(GPUHOST)
-        .env("GPUHOST_RUN_DIR", tmp.path())
+    let o = support::gpuhost(tmp.path())
         .args(["status", "--format", "json"])
         .output()
         .unwrap();

@@ -13,7 +13,7 @@ mod world;
 use std::path::Path;
 use std::process::Command;
 
-use support::{check, gpuhost};
+use support::{check, gpuhost, hgx};
 use world::{code, stderr, Os, Root, World, CUDA_LOCAL_EL8_12_2, UEK8_NEW};
 
 fn is_root() -> bool {
@@ -95,12 +95,7 @@ fn status_json(dir: &Path, snap: &serde_json::Value, extra: &[&str]) -> serde_js
 #[test]
 fn status_warns_under_the_free_space_floors_the_profile_sets() {
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/status/hgx-h200x8-snapshot.json"),
-    )
-    .unwrap();
-    let mut snap: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut snap = hgx();
     let gib = 1u64 << 30;
     let space = |path: &str, role: &str, mount: &str, free: u64| {
         serde_json::json!({"path": path, "role": role, "mount_point": mount,
