@@ -282,6 +282,31 @@ fn a_bundle_converges_an_offline_root_exactly_like_the_online_repos() {
     if let Some(execs) = execs {
         assert!(!execs.iter().any(|e| e == "dnf"), "{execs:?}");
     }
+    // The tarball is unpacked under $TMPDIR (created when missing) and removed afterwards.
+    let (o, unpacked) = with_tmpdir(&off, tmp.path(), &["plan", "--bundle", b.as_str()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(unpacked, Some(vec![]), "the extraction was left behind");
+}
+
+/// `gpuhost ARGS` on `root` with `$TMPDIR` a directory under `dir` that does not exist yet; what
+/// that directory holds afterwards (`None`: gpuhost never made it).
+fn with_tmpdir(
+    root: &Root,
+    dir: &Path,
+    args: &[&str],
+) -> (std::process::Output, Option<Vec<String>>) {
+    let tmpdir = dir.join("tmpdir").join(format!("{}", args.len()));
+    let o = root
+        .gpuhost_cmd(args)
+        .env("TMPDIR", &tmpdir)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let left = fs::read_dir(&tmpdir).ok().map(|d| {
+        d.filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    });
+    (o, left)
 }
 
 /// What a case does to a copy of the bundle.
@@ -363,13 +388,50 @@ fn a_changed_missing_or_extra_file_is_refused_and_nothing_changes() {
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(o.status.success());
-    let (c, _, err) = apply_bundle(&off, "apply", &tmp.path().join("t.tar"));
-    assert_eq!(c, 2, "{err}");
+    let t = tmp.path().join("t.tar").display().to_string();
+    let (o, unpacked) = with_tmpdir(&off, tmp.path(), &["apply", "--bundle", t.as_str()]);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 2, "{err}");
     assert!(
         err.contains("repo/Packages/extra.rpm is not in the manifest"),
         "{err}"
     );
     assert_eq!(tree(&off), before);
+    // Its extraction is removed on the refusal too.
+    assert_eq!(unpacked, Some(vec![]), "the extraction was left behind");
+}
+
+/// Packages dnf cannot resolve: exit 1 naming the step, and nothing at --out (nor a tarball,
+/// nor the scratch root beside it).
+#[test]
+fn a_bundle_whose_packages_cannot_be_resolved_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let profile = site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2);
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let out = tmp.path().join("b").display().to_string();
+    let o = src.gpuhost(&[
+        "bundle",
+        "--profile",
+        &profile,
+        "--set",
+        "docker.version=99.9.9",
+        "--out",
+        &out,
+        "--tar",
+    ]);
+    assert_eq!(code(&o), 1, "{}\n{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot be resolved") && stderr(&o).contains("docker"),
+        "{}",
+        stderr(&o)
+    );
+    let left: Vec<String> = fs::read_dir(tmp.path())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".toml"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[test]
