@@ -71,7 +71,6 @@ impl fmt::Display for KeyId {
 /// An X.509 certificate, as far as matching signers needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cert {
-    pub der: Vec<u8>,
     pub subject: String,
     pub issuer: String,
     issuer_der: Vec<u8>,
@@ -104,7 +103,6 @@ impl Cert {
             r = skip(r)?;
         }
         Ok(Cert {
-            der: der.to_vec(),
             subject: name_text(subject_der),
             issuer: name_text(issuer_der),
             issuer_der: issuer_der.to_vec(),
