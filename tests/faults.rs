@@ -289,17 +289,7 @@ fn children(pid: u32) -> Vec<(u32, String)> {
 
 /// Wait until gpuhost (`child`) runs the slow dnf of a package transaction.
 fn wait_for_transaction(child: &Child) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if let Some((pid, _)) = children(child.id()).into_iter().find(|(_, c)| c == "dnf") {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            if String::from_utf8_lossy(&cmdline).contains("install") {
-                return pid;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("gpuhost started no package transaction within 60 s");
+    wait_for_nth_transaction(child, 1)
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -466,10 +456,10 @@ fn after_kill_9_the_lock_outlives_gpuhost_while_its_dnf_runs() {
     converges_after(&root, &site, CONTAINERS, "kill -9");
 }
 
-/// Wait until gpuhost runs its `n`-th package transaction (1 = the first).
+/// Wait until gpuhost runs its `n`-th package transaction (1 = the first), 60 s a transaction.
 fn wait_for_nth_transaction(child: &Child, n: usize) -> u32 {
     let mut seen: Vec<u32> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(60 * n as u64);
     while Instant::now() < deadline {
         for (pid, comm) in children(child.id()) {
             if comm != "dnf" || seen.contains(&pid) {
@@ -485,7 +475,11 @@ fn wait_for_nth_transaction(child: &Child, n: usize) -> u32 {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    panic!("gpuhost ran {} package transactions, not {n}", seen.len());
+    panic!(
+        "gpuhost ran {} package transactions within {} s, not {n}",
+        seen.len(),
+        60 * n
+    );
 }
 
 #[test]
