@@ -253,6 +253,16 @@ fn a_bundle_converges_an_offline_root_exactly_like_the_online_repos() {
         r["bundle"]["packages"],
         manifest["packages"].as_array().map_or(0, Vec::len)
     );
+    // The manifest's SHA-256 that apply reports is the one bundle printed.
+    assert_eq!(
+        r["bundle"]["manifest_sha256"], made["manifest_sha256"],
+        "{r:#}"
+    );
+    assert_eq!(
+        made["manifest_sha256"],
+        gpuhost_steps::fsutil::sha256_file(&out.join("manifest.json"))
+            .unwrap_or_else(|e| panic!("{e}"))
+    );
     for (id, outcome) in outcomes(&r) {
         assert!(
             ["changed", "unchanged", "skipped", "deferred"].contains(&outcome.as_str()),
