@@ -172,8 +172,8 @@ fn safe(path: &str) -> bool {
 
 /// Read and verify the bundle at `dir`: the manifest is readable, every file it lists is there
 /// with its size and SHA-256, and there is no other file. Errors are invalid input (exit 2)
-/// naming the file.
-pub fn verify(dir: &Path) -> Result<Manifest> {
+/// naming the file. With the manifest, the SHA-256 of the `manifest.json` bytes it was read from.
+pub fn verify(dir: &Path) -> Result<(Manifest, String)> {
     let shown = dir.display();
     let path = dir.join(MANIFEST);
     let text = match std::fs::read_to_string(&path) {
@@ -240,7 +240,7 @@ pub fn verify(dir: &Path) -> Result<Manifest> {
             ));
         }
     }
-    Ok(m)
+    Ok((m, crate::fsutil::sha256_hex(text.as_bytes())))
 }
 
 /// `dir/rel` for a manifest path already verified to be safe.
@@ -290,7 +290,9 @@ mod tests {
     fn a_bundle_verifies_as_made() -> Result<()> {
         let d = tempfile::tempdir()?;
         let m = sample(d.path())?;
-        assert_eq!(verify(d.path())?, m);
+        let (verified, sha) = verify(d.path())?;
+        assert_eq!(verified, m);
+        assert_eq!(sha, sha256_file(&d.path().join(MANIFEST))?);
         assert_eq!(m.files.len(), 2);
         assert_eq!(m.bytes(), 5 + 18);
         Ok(())

@@ -104,14 +104,13 @@ pub fn open(path: &Path) -> Result<Opened> {
             dir.display()
         ));
     }
-    let manifest = manifest::verify(&dir).map_err(|e| {
+    let (manifest, manifest_sha256) = manifest::verify(&dir).map_err(|e| {
         if extracted.is_some() && crate::error::is_invalid(&e) {
             invalid!("{e:#} (in {shown})")
         } else {
             e
         }
     })?;
-    let manifest_sha256 = crate::fsutil::sha256_file(&dir.join(manifest::MANIFEST))?;
     Ok(Opened {
         source: path.to_path_buf(),
         dir,
