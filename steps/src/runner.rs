@@ -587,16 +587,13 @@ pub fn checks(
     steps: &[&dyn Step],
     sel: &Selection,
 ) -> Vec<(&'static str, Result<Option<Check>>)> {
-    let names: Vec<String> = steps
-        .iter()
-        .filter(|s| sel.excludes(s.id()).is_none())
-        .flat_map(|s| s.rpm_names(ctx))
-        .collect();
-    if !names.is_empty() {
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        // A failure here resurfaces, attributed, in the step that needs the answer.
-        let _ = ctx.installed(&refs);
-    }
+    query_rpm_names(
+        ctx,
+        steps
+            .iter()
+            .copied()
+            .filter(|s| sel.excludes(s.id()).is_none()),
+    );
     steps
         .iter()
         .map(|s| {
@@ -610,13 +607,20 @@ pub fn checks(
         .collect()
 }
 
-/// One rpm query for every package any selected step will look at.
+/// One rpm query for every package any selected step still to report will look at.
 fn prefetch(ctx: &Ctx<'_>, slots: &[Slot<'_>], sel: &Selection) {
-    let names: Vec<String> = slots
-        .iter()
-        .filter(|s| sel.excludes(s.id()).is_none() && s.report.is_none())
-        .flat_map(|s| s.step.rpm_names(ctx))
-        .collect();
+    query_rpm_names(
+        ctx,
+        slots
+            .iter()
+            .filter(|s| sel.excludes(s.id()).is_none() && s.report.is_none())
+            .map(|s| s.step),
+    );
+}
+
+/// One rpm query for every package (`Step::rpm_names`) of `steps`, into the run's cache.
+fn query_rpm_names<'s>(ctx: &Ctx<'_>, steps: impl Iterator<Item = &'s dyn Step>) {
+    let names: Vec<String> = steps.flat_map(|s| s.rpm_names(ctx)).collect();
     if !names.is_empty() {
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         // A failure here resurfaces, attributed, in the step that needs the answer.
