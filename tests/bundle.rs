@@ -305,18 +305,24 @@ fn with_tmpdir(
     dir: &Path,
     args: &[&str],
 ) -> (std::process::Output, Option<Vec<String>>) {
-    let tmpdir = dir.join("tmpdir").join(format!("{}", args.len()));
+    let tmpdir = dir.join("tmpdir");
     let o = root
         .gpuhost_cmd(args)
         .env("TMPDIR", &tmpdir)
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
-    let left = fs::read_dir(&tmpdir).ok().map(|d| {
-        d.filter_map(Result::ok)
+    (o, names_in(&tmpdir))
+}
+
+/// The names of the entries of `dir`; `None` when it cannot be read (it does not exist).
+fn names_in(dir: &Path) -> Option<Vec<String>> {
+    let entries = fs::read_dir(dir).ok()?;
+    Some(
+        entries
+            .filter_map(Result::ok)
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect()
-    });
-    (o, left)
+            .collect(),
+    )
 }
 
 /// What a case does to a copy of the bundle.
@@ -329,10 +335,9 @@ fn a_changed_missing_or_extra_file_is_refused_and_nothing_changes() {
     let off = Root::new(Os::Ol8, &[UEK8_NEW]);
     cut_off(&off);
     let before = tree(&off);
-    let rpm = fs::read_dir(out.join("repo/Packages"))
-        .unwrap_or_else(|e| panic!("{e}"))
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+    let rpm = names_in(&out.join("repo/Packages"))
+        .unwrap_or_default()
+        .into_iter()
         .find(|n| n.starts_with("docker-ce-cli"))
         .unwrap_or_else(|| panic!("no docker-ce-cli in the bundle"));
     let cases: [(&str, Tamper<'_>, String); 4] = [
@@ -435,10 +440,9 @@ fn a_bundle_whose_packages_cannot_be_resolved_leaves_nothing() {
         "{}",
         stderr(&o)
     );
-    let left: Vec<String> = fs::read_dir(tmp.path())
-        .unwrap_or_else(|e| panic!("{e}"))
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+    let left: Vec<String> = names_in(tmp.path())
+        .unwrap_or_else(|| panic!("{} cannot be read", tmp.path().display()))
+        .into_iter()
         .filter(|n| !n.ends_with(".toml"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
@@ -544,10 +548,9 @@ fn bad_bundle_arguments_are_refused_before_anything_is_written() {
         stderr(&o)
     );
     // Nothing was left behind.
-    let left: Vec<String> = fs::read_dir(tmp.path())
-        .unwrap_or_else(|e| panic!("{e}"))
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+    let left: Vec<String> = names_in(tmp.path())
+        .unwrap_or_else(|| panic!("{} cannot be read", tmp.path().display()))
+        .into_iter()
         .filter(|n| !n.ends_with(".toml") && n != "busy")
         .collect();
     assert!(left.is_empty(), "{left:?}");
