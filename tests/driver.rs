@@ -418,6 +418,24 @@ fn without_a_local_repo_rpm_apply_stops_unless_the_profile_opts_out_of_the_drive
         assert_eq!(s["outcome"], "skipped", "{s:#}");
         assert!(reason(&rep, id).contains("driver.manage = false"));
     }
+    assert_eq!(rep["warnings"], serde_json::json!([]), "{rep:#}");
+    // A driver package named anyway is not silently dropped: the run warns that it is ignored.
+    let (rc, rep) = apply(
+        &root,
+        "ol8-uek",
+        CUDA_LOCAL_EL8_12_2,
+        &["--set", "driver.manage=false"],
+    );
+    assert_eq!(rc, 0, "{rep:#}");
+    let warnings = rep["warnings"].as_array().cloned().unwrap_or_default();
+    assert_eq!(warnings.len(), 1, "{rep:#}");
+    let w = warnings[0].as_str().unwrap_or_default();
+    assert!(
+        w.contains(&local(CUDA_LOCAL_EL8_12_2))
+            && w.ends_with("is ignored: the profile says driver.manage = false"),
+        "{w}"
+    );
+    assert!(root.installed("cuda-repo-rhel8-12-2-local").is_none());
 }
 
 #[test]
