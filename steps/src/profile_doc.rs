@@ -18,7 +18,7 @@ use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, V
 use serde::Deserialize;
 use serde_json::Value as Json;
 
-use crate::profile::Profile;
+use crate::profile::{one_line, Profile};
 
 /// One key of a table.
 #[derive(Clone, Debug)]
@@ -272,10 +272,6 @@ fn value_kind(s: &Json, defs: &Json) -> String {
         Some(t) => t.to_string(),
         None => "value".to_string(),
     }
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// serde's field lists of every struct in a profile, keyed by struct name, in declaration

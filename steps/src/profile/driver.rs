@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+use super::yes;
 use crate::flavour::FlavourSetting;
 use crate::invalid;
 use crate::kernel::Flavour;
@@ -93,10 +94,6 @@ impl Default for DriverSpec {
             switch_stream: false,
         }
     }
-}
-
-fn yes() -> bool {
-    true
 }
 
 impl DriverSpec {

@@ -119,6 +119,7 @@ pub struct KernelSpec {
     pub guard: bool,
 }
 
+/// serde's default for the keys that are on unless a profile turns them off.
 fn yes() -> bool {
     true
 }
@@ -473,7 +474,8 @@ fn toml_string(raw: &str) -> String {
     toml::Value::String(raw.to_string()).to_string()
 }
 
-fn one_line(s: &str) -> String {
+/// `s` with every run of whitespace (newlines included) made one space.
+pub(crate) fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
