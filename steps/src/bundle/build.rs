@@ -360,7 +360,9 @@ struct Planned {
 }
 
 /// Check every step against the scratch root, carry out the package work (downloading every
-/// package first), and again, until no step wants a package.
+/// package first), and again, until no step wants a package. The caller has already copied in
+/// the `file://` paths of the root's repo files; every change here that may add a repo file
+/// (prepare work, an install) is followed by [`link_file_urls`] again.
 fn settle(
     scratch: &Host,
     profile: &Profile,
@@ -377,7 +379,6 @@ fn settle(
         modules: Wanted::default(),
     };
     for pass in 0..MAX_PASSES {
-        link_file_urls(scratch, source, dirs)?;
         let ctx = Ctx::new(scratch, profile, facts)?;
         let mut prepare: Vec<Work> = Vec::new();
         let mut installs: Vec<(&'static str, Install)> = Vec::new();
