@@ -90,12 +90,12 @@ fn a_kernel_release_must_look_like_uname_r() {
     }
 }
 
-#[test]
-fn a_wrong_sha256_is_refused_before_the_headers_are_installed() {
+/// A JSON `apply` of ol8-uek with the world's driver package and `--set set`, on a fresh root:
+/// refused like [`refused_changing_nothing`]. The root, for more checks.
+fn refused_with_the_driver_and(set: &str, needle: &str) -> Root {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
     let profile = world::profile("ol8-uek");
-    let set = driver_set();
-    let sha = format!("driver.sha256={}", "0".repeat(64));
+    let driver = driver_set();
     refused_changing_nothing(
         &root,
         &[
@@ -105,35 +105,25 @@ fn a_wrong_sha256_is_refused_before_the_headers_are_installed() {
             "--profile",
             &profile,
             "--set",
-            &set,
+            &driver,
             "--set",
-            &sha,
+            set,
         ],
-        "SHA-256",
+        needle,
     );
+    root
+}
+
+#[test]
+fn a_wrong_sha256_is_refused_before_the_headers_are_installed() {
+    let sha = format!("driver.sha256={}", "0".repeat(64));
+    let root = refused_with_the_driver_and(&sha, "SHA-256");
     assert!(root.installed("kernel-uek-devel").is_none());
 }
 
 #[test]
 fn a_missing_mirror_directory_is_refused_before_anything_changes() {
-    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
-    let profile = world::profile("ol8-uek");
-    let set = driver_set();
-    refused_changing_nothing(
-        &root,
-        &[
-            "apply",
-            "--format",
-            "json",
-            "--profile",
-            &profile,
-            "--set",
-            &set,
-            "--set",
-            "docker.repo=/srv/no-such-mirror",
-        ],
-        "holds no repo",
-    );
+    refused_with_the_driver_and("docker.repo=/srv/no-such-mirror", "holds no repo");
 }
 
 #[test]
