@@ -442,14 +442,6 @@ fn without_a_local_repo_rpm_apply_stops_unless_the_profile_opts_out_of_the_drive
 fn a_fresh_plan_lists_each_change_with_its_reason_and_changes_nothing() {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
     root.add_pci_device("0000:05:00.0", 0x10de, 0x22a3, 0x068000);
-    // rpm's own sqlite files change when rpm only reads; the rpmdb is compared by content.
-    let tree = |r: &Root| -> String {
-        r.tree_snapshot()
-            .lines()
-            .filter(|l| !l.starts_with("var/lib/rpm/"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
     let before = tree(&root);
     let rpmdb = root.rpmdb_snapshot();
     let (rc, plan) = run(&root, "plan", "ol8-uek", CUDA_LOCAL_EL8_12_2, &[]);
