@@ -69,8 +69,9 @@ fn apply(root: &Root, profile: &str, rpm: &str, extra: &[&str]) -> (i32, Value) 
     run(root, "apply", profile, rpm, extra)
 }
 
+/// The module modprobe would load for `kver` is the world's default driver's ([`module_of`]).
 fn module_built(root: &Root, kver: &str) -> bool {
-    root.nvidia_module_version(kver).as_deref() == Some(DRIVER)
+    module_of(root, kver, DRIVER)
 }
 
 fn persistenced_enabled(root: &Root) -> bool {
