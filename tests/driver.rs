@@ -334,6 +334,16 @@ fn a_checksum_mismatch_installs_nothing() {
 #[case::wrong_os(CUDA_LOCAL_EL9_12_2, "RHEL 9")]
 fn bad_local_repo_files_are_one_line_errors(#[case] rpm: &str, #[case] needle: &str) {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    // The root's files but gpuhost's own (its lock) and rpm's sqlite files (the rpmdb is
+    // compared by content).
+    let files = |r: &Root| -> Vec<String> {
+        r.tree_snapshot()
+            .lines()
+            .filter(|l| !l.starts_with("var/lib/rpm/") && !l.starts_with("var/lib/gpuhost"))
+            .map(str::to_string)
+            .collect()
+    };
+    let (before, rpmdb) = (files(&root), root.rpmdb_snapshot());
     let (rc, rep) = apply(&root, "ol8-uek", rpm, &[]);
     // The driver file is the user's input, checked before any change: exit 2.
     assert_eq!(rc, 2, "{rep:#}");
@@ -344,6 +354,10 @@ fn bad_local_repo_files_are_one_line_errors(#[case] rpm: &str, #[case] needle: &
     assert!(s["hint"].as_str().is_some_and(|h| !h.is_empty()), "{s:#}");
     assert!(root.installed("cuda-repo-rhel8-12-2-local").is_none());
     assert!(root.installed("cuda-repo-rhel9-12-2-local").is_none());
+    // Found before any change (README, "bad input found before any change"): not even the
+    // kernel headers that come before driver-repo were installed.
+    assert_eq!(root.rpmdb_snapshot(), rpmdb, "the rpm database changed");
+    assert_eq!(files(&root), before, "the root's files changed");
 }
 
 #[test]
