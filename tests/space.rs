@@ -136,4 +136,35 @@ fn status_warns_under_the_free_space_floors_the_profile_sets() {
     let v = status_json(dir.path(), &snap, &["--profile", profile.to_str().unwrap()]);
     assert_eq!(check(&v, "host.space.docker")["severity"], "OK", "{v}");
     assert_eq!(v["status"], "OK");
+
+    // The other default floors (README): / and /var 2 GiB, /var/lib/dkms 1 GiB — each just
+    // under and just over.
+    let mib = 1u64 << 20;
+    for (root, var, dkms, warned) in [
+        (1900 * mib, 2100 * mib, 1100 * mib, "root"),
+        (2100 * mib, 1900 * mib, 1100 * mib, "var"),
+        (2100 * mib, 2100 * mib, 900 * mib, "dkms"),
+    ] {
+        snap["host"]["system"]["space"] = serde_json::json!([
+            space("/", "system", "/", root),
+            space("/var", "var", "/var", var),
+            space("/var/lib/docker", "docker data-root", "/var", 20 * gib),
+            space("/var/lib/dkms", "dkms builds", "/var", dkms),
+        ]);
+        let v = status_json(dir.path(), &snap, &[]);
+        for key in ["root", "var", "dkms"] {
+            let c = check(&v, &format!("host.space.{key}"));
+            let floor = if key == "dkms" { 1 } else { 2 };
+            if key == warned {
+                assert_eq!(c["severity"], "WARNING", "{c:#}");
+                let value = c["value"].as_str().unwrap();
+                assert!(
+                    value.ends_with(&format!("under the {floor} GiB floor")),
+                    "{value}"
+                );
+            } else {
+                assert_eq!(c["severity"], "OK", "{c:#}");
+            }
+        }
+    }
 }
