@@ -223,8 +223,26 @@ fn the_fix_command_builds_the_held_back_kernel_and_makes_it_the_default_again() 
     assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
     assert!(saved_entry(&root).ends_with(UEK8_OLD));
     root.write("/etc/yum.repos.d/uek-ol8.repo", &repo);
-    // The recorded fix, as a user would run it.
-    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_NEW]);
+    // The recorded fix, word for word as a user would paste it into a shell: the same apply
+    // (profile, --sets, step selection, root) for the held-back kernel.
+    let rec: Value =
+        serde_json::from_str(&root.read("/var/lib/gpuhost/kernel-guard.json")).unwrap();
+    let words = shlex::split(rec["fix"].as_str().unwrap()).unwrap();
+    assert_eq!(words[0], "gpuhost", "{rec:#}");
+    assert!(words.windows(2).any(|w| w == ["--only", ONLY]), "{words:?}");
+    assert!(
+        words
+            .windows(2)
+            .any(|w| w == ["--kernel-release", UEK8_NEW]),
+        "{words:?}"
+    );
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpuhost"))
+        .env("HOME", World::get().home())
+        .args(&words[1..])
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let (rc, rep) = (code(&o), report(&o));
     assert_eq!(rc, 0, "{rep:#}");
     assert_eq!(rep["kernel_guard"]["action"], "restored", "{rep:#}");
     assert!(saved_entry(&root).ends_with(UEK8_NEW));

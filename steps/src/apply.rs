@@ -500,13 +500,13 @@ fn guard(
         .iter()
         .find(|s| s.outcome == Outcome::Failed)
         .map(|s| format!("{} failed: {}", s.id, s.reason));
-    let mut cmd = format!("gpuhost apply --profile {}", opts.profile);
-    for s in &opts.sets {
-        cmd.push_str(&format!(" --set {s}"));
-    }
+    // The same apply as this one (profile or bundle, --sets, step selection), quoted for a shell.
+    let mut argv = vec!["gpuhost".to_string()];
+    argv.extend(opts.resume_args().argv());
     if !ctx.host.is_live() {
-        cmd.push_str(&format!(" --root {}", ctx.host.root().display()));
+        argv.extend(["--root".to_string(), ctx.host.root().display().to_string()]);
     }
+    let cmd = crate::cmd::Display(&argv).to_string();
     let decision = bootguard::Guard {
         host: ctx.host,
         driver: &name.driver,

@@ -36,6 +36,36 @@ pub struct ResumeArgs {
     pub bundle: Option<String>,
 }
 
+impl ResumeArgs {
+    /// The `gpuhost` arguments that repeat this apply (after `gpuhost`): `apply`, then
+    /// `--bundle B` or `--profile P`, each `--set`, `--only`/`--skip`. What a person runs to
+    /// repeat it, e.g. the kernel guard's fix command.
+    pub fn argv(&self) -> Vec<String> {
+        let mut argv = vec!["apply".to_string()];
+        let mut flag = |name: &str, value: &str| {
+            argv.push(format!("--{name}"));
+            argv.push(value.to_string());
+        };
+        match &self.bundle {
+            Some(b) => flag("bundle", b),
+            None => flag("profile", &self.profile),
+        }
+        if !self.profile.is_empty() && self.bundle.is_some() {
+            flag("profile", &self.profile);
+        }
+        for s in &self.sets {
+            flag("set", s);
+        }
+        if !self.only.is_empty() {
+            flag("only", &self.only.join(","));
+        }
+        if !self.skip.is_empty() {
+            flag("skip", &self.skip.join(","));
+        }
+        argv
+    }
+}
+
 fn default_max() -> u32 {
     DEFAULT_MAX_REBOOTS
 }
@@ -177,4 +207,35 @@ fn disable(host: &Host) -> Result<()> {
     }
     host.remove_file(RESUME_PATH)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The arguments repeat the apply: with `--bundle` the bundle (an apply from a bundle has no
+    /// profile of its own: `--profile` with nothing after it would be refused), every `--set`,
+    /// the step selection.
+    #[test]
+    fn argv_repeats_the_apply() {
+        let a = ResumeArgs {
+            profile: "ol8-uek".into(),
+            sets: vec!["driver.stream=580-open".into()],
+            only: vec!["kernel".into(), "driver".into()],
+            ..ResumeArgs::default()
+        };
+        assert_eq!(
+            a.argv().join(" "),
+            "apply --profile ol8-uek --set driver.stream=580-open --only kernel,driver"
+        );
+        let b = ResumeArgs {
+            bundle: Some("/srv/gpu-bundle.tar".into()),
+            skip: vec!["docker".into()],
+            ..ResumeArgs::default()
+        };
+        assert_eq!(
+            b.argv().join(" "),
+            "apply --bundle /srv/gpu-bundle.tar --skip docker"
+        );
+    }
 }
