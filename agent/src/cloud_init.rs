@@ -389,11 +389,9 @@ pub fn render(a: &CloudInitArgs) -> Result<String> {
     // The node's apply would stop (exit 2) on a profile that manages the driver but names no
     // package: say so now.
     if a.driver_rpm.is_none() {
-        let driver_steps: Vec<&str> = gpuhost_steps::steps::registry()
-            .iter()
-            .filter(|s| s.needs_driver_package())
-            .map(|s| s.id())
-            .collect();
+        let driver_steps = gpuhost_steps::steps::driver::steps_needing_package(
+            &gpuhost_steps::runner::Selection::default(),
+        );
         gpuhost_steps::steps::driver::require_package(&profile, &driver_steps)
             .map_err(|e| invalid!("{e:#}; here: --driver-rpm URL|PATH"))?;
     }

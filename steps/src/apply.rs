@@ -225,11 +225,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         ));
     }
     host.set_releasever(profile.os.major.to_string());
-    let driver_steps: Vec<&str> = steps::registry()
-        .iter()
-        .filter(|s| s.needs_driver_package() && opts.selection.excludes(s.id()).is_none())
-        .map(|s| s.id())
-        .collect();
+    let driver_steps = steps::driver::steps_needing_package(&opts.selection);
     steps::driver::require_package(&profile, &driver_steps)?;
     let mut warnings = Vec::new();
     if !driver_steps.is_empty() {

@@ -82,11 +82,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     if let Some(k) = &opts.kernel_release {
         crate::apply::check_kernel_release(k)?;
     }
-    let driver_steps: Vec<&str> = steps::registry()
-        .iter()
-        .filter(|s| s.needs_driver_package())
-        .map(|s| s.id())
-        .collect();
+    let driver_steps = steps::driver::steps_needing_package(&Selection::default());
     crate::steps::driver::require_package(&profile, &driver_steps)?;
     if !crate::apply::is_root() {
         return Err(invalid!(

@@ -163,6 +163,15 @@ pub fn not_applicable(ctx: &Ctx<'_>) -> Option<String> {
 /// What a profile says about the driver before anything runs: `Err` (invalid input) when it
 /// manages the driver but names no package and `selected` (the driver steps that will run) is
 /// not empty.
+/// The steps of `sel` that need the driver's local repo package.
+pub fn steps_needing_package(sel: &crate::runner::Selection) -> Vec<&'static str> {
+    crate::steps::registry()
+        .iter()
+        .filter(|s| s.needs_driver_package() && sel.excludes(s.id()).is_none())
+        .map(|s| s.id())
+        .collect()
+}
+
 pub fn require_package(profile: &Profile, selected: &[&str]) -> Result<()> {
     let d = &profile.driver;
     if !d.manage || d.local_repo_rpm.is_some() || selected.is_empty() {
