@@ -19,7 +19,7 @@ use gpuhost_steps::compat::image::{self, ImageConfig};
 use gpuhost_steps::compat::{self as rules, CompatLibs, CudaVersion, DriverSource, Host, Verdict};
 use gpuhost_steps::host::Host as Root;
 use gpuhost_steps::invalid;
-use gpuhost_steps::localrepo::{LocalRepoFile, EXPECTED_NAMES};
+use gpuhost_steps::localrepo::LocalRepoFile;
 use gpuhost_steps::profile::Profile;
 
 use crate::{output, Format};
@@ -416,17 +416,9 @@ fn gather_host(a: &CompatArgs, profile: Option<&Profile>) -> Result<Host> {
                 p.name
             )
         })?;
-        let file = rpm
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let name = LocalRepoFile::parse(&file).ok_or_else(|| {
-            invalid!(
-                "profile {}: driver.local_repo_rpm {} is not named like NVIDIA's local repo packages ({EXPECTED_NAMES}), so its driver is unknown",
-                p.name,
-                rpm.display()
-            )
-        })?;
+        let name =
+            LocalRepoFile::of_path(rpm).map_err(|e| invalid!("profile {}: {e:#}", p.name))?;
+        let file = rpm.file_name().unwrap_or_default().to_string_lossy();
         Host::new(
             &name.driver,
             DriverSource::Profile,

@@ -64,6 +64,21 @@ fn rhel_major(s: &str) -> Option<(u32, &str)> {
 pub const EXPECTED_NAMES: &str = "cuda-repo-rhel<N>-<M>-<m>-local-<cuda>_<driver>-<rel>.<arch>.rpm or nvidia-driver-local-repo-rhel<N>-<driver>[-<ver>-<rel>].<arch>.rpm";
 
 impl LocalRepoFile {
+    /// What the file name of `driver.local_repo_rpm` says; a name NVIDIA does not give its local
+    /// repo packages is invalid input (the driver version would be unknown).
+    pub fn of_path(path: &std::path::Path) -> anyhow::Result<LocalRepoFile> {
+        let file = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        LocalRepoFile::parse(&file).ok_or_else(|| {
+            crate::invalid!(
+                "driver.local_repo_rpm {}: `{file}` is not a name NVIDIA gives its local repo packages ({EXPECTED_NAMES}), so the driver version is unknown; use the file under the name NVIDIA gave it",
+                path.display()
+            )
+        })
+    }
+
     /// Parse a file name; `None` when it is not one of NVIDIA's local repo packages.
     pub fn parse(file_name: &str) -> Option<LocalRepoFile> {
         let stem = file_name.strip_suffix(".rpm")?;

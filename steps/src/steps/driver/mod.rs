@@ -43,7 +43,6 @@ use anyhow::Result;
 use crate::facts::Facts;
 use crate::flavour::{self, Choice, ModuleFlavour};
 use crate::invalid;
-use crate::localrepo::EXPECTED_NAMES;
 use crate::profile::Profile;
 pub use crate::profile::{InstallSet, StreamKind, SPLIT_PACKAGES_SINCE};
 use crate::runner::Ctx;
@@ -83,16 +82,8 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
     let Some(path) = &spec.local_repo_rpm else {
         return Ok(None);
     };
-    let file = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let repo = LocalRepoFile::parse(&file).ok_or_else(|| {
-        invalid!(
-            "driver.local_repo_rpm {}: `{file}` is not a name NVIDIA gives its local repo packages ({EXPECTED_NAMES}), so the driver version is unknown; use the file under the name NVIDIA gave it",
-            path.display()
-        )
-    })?;
+    let repo = LocalRepoFile::of_path(path)?;
+    let file = path.file_name().unwrap_or_default().to_string_lossy();
     let choice = flavour::choose(
         spec.flavour,
         spec.stream.as_deref(),
