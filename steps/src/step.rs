@@ -1,0 +1,283 @@
+//! The API a step sees: the [`Step`] trait, what a check returns ([`Check`]), what a step may
+//! look at and act through ([`Ctx`]), which steps run ([`Selection`]) and a failed dnf command
+//! ([`DnfFailure`]). The engine (`gpuhost-engine`'s runner) drives steps through this API only;
+//! nothing here knows the engine.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+use gpuhost_host::cmd::{Cmd, CmdOutput};
+use gpuhost_host::error::hinted;
+use gpuhost_host::facts::Facts;
+use gpuhost_host::host::Host;
+use gpuhost_host::rpm::{self, Installed};
+use gpuhost_profile::Profile;
+
+use crate::state::State;
+pub use crate::work::{Change, FileWrite, Install, Owed, Phase, Work};
+
+/// What a step found.
+#[derive(Clone, Debug, Default)]
+pub struct Check {
+    /// Differences to change.
+    pub changes: Vec<Change>,
+    /// Actions only a live system can take (restart, module load, NVML), owed in an install root.
+    pub deferred: Vec<String>,
+    /// Set when a reboot is needed before the host is converged, with why.
+    pub reboot: Option<String>,
+    /// What was found, for the report when nothing differs.
+    pub notes: Vec<String>,
+    /// Owed actions (state keys) this check hands over to the first boot of an install root:
+    /// reported as deferred, and cleared by `apply` once the step is otherwise converged.
+    pub settles: Vec<&'static str>,
+}
+
+impl Check {
+    pub fn in_sync(note: impl Into<String>) -> Check {
+        Check {
+            notes: vec![note.into()],
+            ..Check::default()
+        }
+    }
+
+    /// True when a change installs packages.
+    pub fn installs(&self) -> bool {
+        self.changes
+            .iter()
+            .any(|c| matches!(c.work, Work::Install(_)))
+    }
+}
+
+/// Everything a step may look at (and, in `apply`, act through).
+pub struct Ctx<'a> {
+    pub host: &'a Host,
+    pub profile: &'a Profile,
+    pub facts: &'a Facts,
+    /// The driver this run manages (none when the profile names no local repo package).
+    pub driver: Option<crate::steps::driver::DriverPlan>,
+    pub state: State,
+    rpm_cache: RefCell<BTreeMap<String, Vec<Installed>>>,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(host: &'a Host, profile: &'a Profile, facts: &'a Facts) -> Result<Self> {
+        Ok(Ctx {
+            host,
+            profile,
+            facts,
+            driver: crate::steps::driver::resolve(profile, facts)?,
+            state: State::load(host)?,
+            rpm_cache: RefCell::new(BTreeMap::new()),
+        })
+    }
+
+    /// Installed packages of these names (cached: names already asked cost nothing; the rest
+    /// cost one `rpm -q`).
+    pub fn installed(&self, names: &[&str]) -> Result<BTreeMap<String, Vec<Installed>>> {
+        let missing: Vec<&str> = {
+            let cache = self.rpm_cache.borrow();
+            names
+                .iter()
+                .copied()
+                .filter(|n| !cache.contains_key(*n))
+                .collect()
+        };
+        if !missing.is_empty() {
+            let found = rpm::query(self.host, &missing)?;
+            self.rpm_cache.borrow_mut().extend(found);
+        }
+        let cache = self.rpm_cache.borrow();
+        Ok(names
+            .iter()
+            .map(|n| (n.to_string(), cache.get(*n).cloned().unwrap_or_default()))
+            .collect())
+    }
+
+    /// Installed versions of one package.
+    pub fn installed_one(&self, name: &str) -> Result<Vec<Installed>> {
+        Ok(self.installed(&[name])?.remove(name).unwrap_or_default())
+    }
+
+    /// Forget cached rpm answers (after a transaction).
+    pub fn invalidate_rpm(&self) {
+        self.rpm_cache.borrow_mut().clear();
+    }
+
+    /// The error for a package spec that no enabled repo carries.
+    pub fn not_in_repos(&self, spec: &str) -> anyhow::Error {
+        let name = package_name_of(spec);
+        let available = self.available_versions(name).unwrap_or_default();
+        let listed = if available.is_empty() {
+            format!("no version of {name} is available")
+        } else {
+            format!("available: {}", available.join(", "))
+        };
+        hinted(
+            format!("{spec} is not in any enabled repo ({listed})"),
+            format!("enable the repo that carries {spec}, or boot a kernel whose packages are available"),
+        )
+    }
+
+    /// `version-release.arch` of every available package of this name, oldest first.
+    pub fn available_versions(&self, name: &str) -> Result<Vec<String>> {
+        let out = self
+            .host
+            .dnf()?
+            .args(["repoquery", "--qf", "%{version}-%{release}.%{arch}", name])
+            .run()?;
+        let mut v: Vec<String> = out
+            .stdout
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        v.sort_by(|a, b| rpm::vercmp(a, b));
+        v.dedup();
+        Ok(v)
+    }
+
+    /// Record an owed action durably; reasons accumulate until it is done.
+    pub fn owe(&mut self, owed: &Owed) -> Result<()> {
+        let reason = match self.state.pending.get(owed.key) {
+            Some(r) if r.split("; ").any(|x| x == owed.reason) => r.clone(),
+            Some(r) => format!("{r}; {}", owed.reason),
+            None => owed.reason.clone(),
+        };
+        self.state.owe(self.host, owed.key, &reason)
+    }
+}
+
+/// The package name of a spec like `kernel-uek-devel-5.15.0-200.131.27.el8uek.x86_64`: the spec
+/// without its last two dash-separated fields when the one before last starts with a digit.
+pub fn package_name_of(spec: &str) -> &str {
+    let mut parts = spec.rsplitn(3, '-');
+    let (Some(_rel), Some(ver), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+        return spec;
+    };
+    if ver.starts_with(|c: char| c.is_ascii_digit()) {
+        name
+    } else {
+        spec
+    }
+}
+
+/// A dnf command that failed.
+pub struct DnfFailure {
+    pub cmd: Cmd,
+    pub out: CmdOutput,
+}
+
+impl DnfFailure {
+    /// Everything dnf printed.
+    pub fn text(&self) -> String {
+        format!("{}\n{}", self.out.stdout, self.out.stderr)
+    }
+
+    /// The plain error: the command and the tail of what it printed.
+    pub fn error(&self) -> anyhow::Error {
+        self.cmd.failure(&self.out)
+    }
+
+    /// Specs dnf found no package for.
+    pub fn unmatched<'s>(&self, specs: &'s [String]) -> Vec<&'s str> {
+        let text = self.text();
+        specs
+            .iter()
+            .map(String::as_str)
+            .filter(|s| {
+                text.lines().any(|l| {
+                    (l.contains("No match for argument") || l.contains("Unable to find a match"))
+                        && l.split_whitespace().any(|w| w == *s)
+                })
+            })
+            .collect()
+    }
+}
+
+/// A provisioning step.
+pub trait Step: Sync {
+    /// Stable kebab-case id, used by `--only`, `--skip`, reports and logs.
+    fn id(&self) -> &'static str;
+    /// One line: what the step makes true.
+    fn summary(&self) -> &'static str;
+    /// Package names the step will ask rpm about; the runner asks for all steps' names in
+    /// one `rpm -q` up front.
+    fn rpm_names(&self, _ctx: &Ctx<'_>) -> Vec<String> {
+        Vec::new()
+    }
+    /// True for the driver steps: they need the profile's `driver.local_repo_rpm` unless the
+    /// profile opts out of the driver (`driver.manage = false`).
+    fn needs_driver_package(&self) -> bool {
+        false
+    }
+    /// `Some(reason)` when the step has nothing to do on this host (e.g. no NVSwitch).
+    fn not_applicable(&self, _ctx: &Ctx<'_>) -> Option<String> {
+        None
+    }
+    /// Compare the host with the profile, changing nothing. An `Err` means the check itself
+    /// could not be made, or the host is in a state the step must not change (it says why).
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check>;
+    /// Carry out one piece of work `check` decided. The default does exactly what the work
+    /// says; a step overrides it only to judge the result more closely (a DKMS build).
+    fn apply(&self, ctx: &mut Ctx<'_>, work: &Work) -> Result<()> {
+        crate::work::carry_out(ctx.host, work)
+    }
+    /// The error for a dnf command that failed on this step's package work. The default names
+    /// a spec no repo carries, with the versions the repos do have.
+    fn explain(&self, ctx: &Ctx<'_>, install: &Install, failure: &DnfFailure) -> anyhow::Error {
+        match failure.unmatched(&install.specs).first() {
+            Some(spec) => ctx.not_in_repos(spec),
+            None => failure.error(),
+        }
+    }
+    /// Live probes `apply` runs once the step is converged (never `plan`): notes for the
+    /// report, or an error that fails the step.
+    fn probe(&self, _ctx: &Ctx<'_>) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+}
+
+
+/// Which steps run.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    pub only: Vec<String>,
+    pub skip: Vec<String>,
+}
+
+impl Selection {
+    /// Unknown step ids are invalid input.
+    pub fn validate(&self, steps: &[&dyn Step]) -> Result<()> {
+        if !self.only.is_empty() && self.only.iter().all(|id| self.skip.contains(id)) {
+            return Err(crate::invalid!(
+                "--skip {} leaves nothing of --only {} to run; name the steps to run in --only",
+                self.skip.join(","),
+                self.only.join(",")
+            ));
+        }
+        for id in self.only.iter().chain(&self.skip) {
+            if !steps.iter().any(|s| s.id() == id) {
+                let ids: Vec<&str> = steps.iter().map(|s| s.id()).collect();
+                return Err(crate::invalid!(
+                    "unknown step `{id}`; steps are: {}",
+                    ids.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `Some(why)` when the step does not run (`--skip`, or not in `--only`).
+    pub fn excludes(&self, id: &str) -> Option<&'static str> {
+        if self.skip.iter().any(|s| s == id) {
+            Some("skipped by --skip")
+        } else if !self.only.is_empty() && !self.only.iter().any(|s| s == id) {
+            Some("not selected by --only")
+        } else {
+            None
+        }
+    }
+}
