@@ -260,7 +260,7 @@ fn a_bundle_converges_an_offline_root_exactly_like_the_online_repos() {
     );
     assert_eq!(
         made["manifest_sha256"],
-        gpuhost_steps::fsutil::sha256_file(&out.join("manifest.json"))
+        gpuhost_host::fsutil::sha256_file(&out.join("manifest.json"))
             .unwrap_or_else(|e| panic!("{e}"))
     );
     for (id, outcome) in outcomes(&r) {

@@ -1,4 +1,4 @@
-//! `gpuhost compat` and the rules under it (`gpuhost_steps::compat`).
+//! `gpuhost compat` and the rules under it (`gpuhost_nvidia::compat`).
 //!
 //! - The `NVIDIA_REQUIRE_*` evaluator against libnvidia-container's own decisions
 //!   (`tests/fixtures/compat/libnvc-verdicts.tsv`, made by compiling its `src/cli/dsl.c`; see
@@ -15,7 +15,7 @@ mod world;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gpuhost_steps::compat::dsl::{self, DeviceFacts, DriverFacts, Outcome};
+use gpuhost_nvidia::compat::dsl::{self, DeviceFacts, DriverFacts, Outcome};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/compat")
@@ -590,7 +590,7 @@ fn oci_layouts_with_several_images_platforms_and_a_corrupt_blob() {
         "manifests": platforms,
     }))
     .unwrap();
-    let hex = gpuhost_steps::fsutil::sha256_hex(&blob);
+    let hex = gpuhost_host::fsutil::sha256_hex(&blob);
     std::fs::write(dir.join("blobs/sha256").join(&hex), &blob).unwrap();
     let top = serde_json::json!({
         "schemaVersion": 2,

@@ -11,7 +11,7 @@ mod support;
 #[path = "world/mod.rs"]
 mod world;
 
-use gpuhost_steps::secureboot::{efi_signature_list, efivar_path};
+use gpuhost_host::secureboot::{efi_signature_list, efivar_path};
 use serde_json::Value;
 use support::check;
 use world::{code, stderr, Os, Root, World, CUDA_LOCAL_EL8_12_2, RHCK8, UEK8_NEW, UEK8_OLD};

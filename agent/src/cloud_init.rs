@@ -11,8 +11,8 @@ use anyhow::Result;
 use serde::Serialize;
 use serde_saphyr::{FlowSeq, LitString};
 
-use gpuhost_steps::invalid;
-use gpuhost_steps::profile::Profile;
+use gpuhost_host::invalid;
+use gpuhost_profile::Profile;
 
 /// Where the node keeps what the user-data brings.
 const DRIVER_DIR: &str = "/var/lib/gpuhost/driver";
@@ -39,7 +39,7 @@ pub struct CloudInitArgs {
     #[arg(long, value_name = "URL|PATH")]
     pub gpuhost_rpm: Option<String>,
     /// Loop guard for the unattended reboots.
-    #[arg(long, default_value_t = gpuhost_steps::reboot::DEFAULT_MAX_REBOOTS, value_name = "N")]
+    #[arg(long, default_value_t = gpuhost_engine::reboot::DEFAULT_MAX_REBOOTS, value_name = "N")]
     pub max_reboots: u32,
     /// Gate: as the final step, wait up to this many seconds until `gpuhost status` says the
     /// node is healthy (OK or WARNING); cloud-init's result then says whether the node is fit.
@@ -389,10 +389,10 @@ pub fn render(a: &CloudInitArgs) -> Result<String> {
     // The node's apply would stop (exit 2) on a profile that manages the driver but names no
     // package: say so now.
     if a.driver_rpm.is_none() {
-        let driver_steps = gpuhost_steps::steps::driver::steps_needing_package(
-            &gpuhost_steps::runner::Selection::default(),
+        let driver_steps = gpuhost_steps::driver::steps_needing_package(
+            &gpuhost_steps::step::Selection::default(),
         );
-        gpuhost_steps::steps::driver::require_package(&profile, &driver_steps)
+        gpuhost_steps::driver::require_package(&profile, &driver_steps)
             .map_err(|e| invalid!("{e:#}; here: --driver-rpm URL|PATH"))?;
     }
     let embedded = a.profile.contains('/') || a.profile.ends_with(".toml");

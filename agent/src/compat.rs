@@ -1,7 +1,7 @@
 //! `gpuhost compat`: will this CUDA version, this `NVIDIA_REQUIRE_*` expression, this image run
 //! on this host — or on the host a profile builds — before anyone pulls or runs it.
 //!
-//! The rules live in `gpuhost_steps::compat`; this module gathers the facts (the driver from
+//! The rules live in `gpuhost_nvidia::compat`; this module gathers the facts (the driver from
 //! `--driver`, the profile, NVML through the health crate's probe, `/proc/driver/nvidia/version`
 //! or the rpm database, in that order), reads the image, and prints the answer.
 
@@ -13,14 +13,14 @@ use anyhow::Result;
 use clap::ArgGroup;
 use serde::Serialize;
 
-use gpuhost_steps::cmd::Cmd;
-use gpuhost_steps::compat::gpu::{self, Gpu};
-use gpuhost_steps::compat::image::{self, ImageConfig};
-use gpuhost_steps::compat::{self as rules, CompatLibs, CudaVersion, DriverSource, Host, Verdict};
-use gpuhost_steps::host::Host as Root;
-use gpuhost_steps::invalid;
-use gpuhost_steps::localrepo::LocalRepoFile;
-use gpuhost_steps::profile::Profile;
+use gpuhost_host::cmd::Cmd;
+use gpuhost_host::host::Host as Root;
+use gpuhost_host::invalid;
+use gpuhost_nvidia::compat::gpu::{self, Gpu};
+use gpuhost_nvidia::compat::image::{self, ImageConfig};
+use gpuhost_nvidia::compat::{self as rules, CompatLibs, CudaVersion, DriverSource, Host, Verdict};
+use gpuhost_nvidia::localrepo::LocalRepoFile;
+use gpuhost_profile::Profile;
 
 use crate::{output, Format};
 
@@ -430,7 +430,7 @@ fn gather_host(a: &CompatArgs, profile: Option<&Profile>) -> Result<Host> {
     if profile.is_none() {
         let r = Root::new(&a.root)?;
         if let Some(text) = r.read_opt("/etc/nvidia-container-runtime/config.toml")? {
-            host.disable_require = gpuhost_steps::compat::require::host_disable_require(&text);
+            host.disable_require = gpuhost_nvidia::compat::require::host_disable_require(&text);
         }
     }
     if let Some(b) = &a.brand {
@@ -489,13 +489,13 @@ fn detect(a: &CompatArgs) -> Result<Host> {
         }
         None => notes.push(format!("{proc}: absent (no NVIDIA kernel module loaded)")),
     }
-    match gpuhost_steps::rpm::query(&r, &["nvidia-driver"]) {
+    match gpuhost_host::rpm::query(&r, &["nvidia-driver"]) {
         Ok(found) => {
             let newest = found
                 .get("nvidia-driver")
                 .and_then(|v| {
                     v.iter()
-                        .max_by(|x, y| gpuhost_steps::rpm::vercmp(&x.version, &y.version))
+                        .max_by(|x, y| gpuhost_host::rpm::vercmp(&x.version, &y.version))
                 })
                 .cloned();
             match newest {

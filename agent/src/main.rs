@@ -11,12 +11,12 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
-use gpuhost_steps::apply::{self, exit, ApplyOptions};
-use gpuhost_steps::facts::{Facts, KernelChoice};
-use gpuhost_steps::host::Host;
-use gpuhost_steps::profile::{self, Profile};
-use gpuhost_steps::reboot::{self, ResumeState};
-use gpuhost_steps::runner::Selection;
+use gpuhost_engine::apply::{self, exit, ApplyOptions};
+use gpuhost_engine::reboot::{self, ResumeState};
+use gpuhost_host::facts::{Facts, KernelChoice};
+use gpuhost_host::host::Host;
+use gpuhost_profile::Profile;
+use gpuhost_steps::step::Selection;
 
 const EXIT_CODES: &str = "\
 Exit codes (apply, plan):
@@ -164,7 +164,7 @@ struct ApplyArgs {
     #[arg(long, conflicts_with = "dry_run")]
     reboot: bool,
     /// Loop guard for --reboot: give up after this many reboots in one resume chain.
-    #[arg(long, default_value_t = gpuhost_steps::reboot::DEFAULT_MAX_REBOOTS, value_name = "N")]
+    #[arg(long, default_value_t = gpuhost_engine::reboot::DEFAULT_MAX_REBOOTS, value_name = "N")]
     max_reboots: u32,
     /// Report format on stdout.
     #[arg(long, value_enum, default_value = "text")]
@@ -261,7 +261,7 @@ fn main() -> ExitCode {
         },
         Command::Facts(f) => report(f.format, run_facts(f)),
         Command::Steps => {
-            for s in gpuhost_steps::steps::registry() {
+            for s in gpuhost_steps::registry() {
                 println!("{:<18} {}", s.id(), s.summary());
             }
             exit::OK
@@ -312,7 +312,7 @@ fn apply_options(a: &ApplyArgs, dry_run: bool) -> ApplyOptions {
 /// The last converged apply, once no rpm transaction runs; None (nothing to do) when no apply
 /// has converged on this host.
 fn kernel_added_options(k: &KernelAddedArgs) -> Result<Option<ApplyOptions>> {
-    use gpuhost_steps::bootguard;
+    use gpuhost_engine::bootguard;
     let host = Host::new(&k.root)?;
     let Some(a) = bootguard::load_last_apply(&host)? else {
         eprintln!(
@@ -338,7 +338,7 @@ fn kernel_added_options(k: &KernelAddedArgs) -> Result<Option<ApplyOptions>> {
 /// Apply options from a recorded apply (`last-apply.json`, `resume.json`): the same profile,
 /// `--set`s, step selection and bundle, serving the default kernel again.
 fn recorded_options(
-    a: gpuhost_steps::reboot::ResumeArgs,
+    a: gpuhost_engine::reboot::ResumeArgs,
     root: PathBuf,
     reboot: bool,
 ) -> ApplyOptions {
@@ -363,9 +363,9 @@ fn recorded_options(
 fn resume_options(r: &ResumeArgs) -> Result<ApplyOptions> {
     let host = Host::new(&r.root)?;
     let Some(state) = ResumeState::load(&host)? else {
-        return Err(gpuhost_steps::invalid!(
+        return Err(gpuhost_host::invalid!(
             "nothing to resume: {} does not exist (gpuhost apply --reboot writes it before rebooting)",
-            host.path(gpuhost_steps::reboot::RESUME_PATH).display()
+            host.path(gpuhost_engine::reboot::RESUME_PATH).display()
         ));
     };
     Ok(recorded_options(state.args, r.root.clone(), true))
@@ -416,7 +416,7 @@ fn generate(what: &Generate) -> Result<()> {
 }
 
 fn run_bundle(b: &BundleArgs) -> Result<()> {
-    use gpuhost_steps::bundle::{self, BuildOptions, Target};
+    use gpuhost_engine::bundle::{self, BuildOptions, Target};
     let target = match (&b.root, &b.os) {
         (Some(r), _) => Target::Root(r.clone()),
         (None, Some(os)) => Target::Os {
@@ -424,7 +424,7 @@ fn run_bundle(b: &BundleArgs) -> Result<()> {
             repos: b.repos.clone(),
         },
         (None, None) => {
-            return Err(gpuhost_steps::invalid!(
+            return Err(gpuhost_host::invalid!(
                 "say what the bundle is for: --root DIR or --os ol8|ol9"
             ))
         }
@@ -455,13 +455,13 @@ fn run_bundle(b: &BundleArgs) -> Result<()> {
 struct FactsReport<'a> {
     #[serde(flatten)]
     facts: &'a Facts,
-    host: gpuhost_steps::hostinfo::HostInfo,
+    host: gpuhost_host::hostinfo::HostInfo,
 }
 
 fn run_facts(f: &FactsArgs) -> Result<()> {
     let host = Host::new(&f.root)?;
     let facts = Facts::gather(&host, &KernelChoice::default())?;
-    let info = gpuhost_steps::hostinfo::gather(&host);
+    let info = gpuhost_host::hostinfo::gather(&host);
     match f.format {
         Format::Json => output::json(&FactsReport {
             facts: &facts,
@@ -478,7 +478,7 @@ fn run_facts(f: &FactsArgs) -> Result<()> {
 fn run_profiles(action: Option<&ProfilesAction>) -> Result<()> {
     match action {
         None => {
-            for (name, desc) in profile::builtin_list() {
+            for (name, desc) in gpuhost_profile::builtin_list() {
                 println!("{name:<10} {desc}");
             }
             Ok(())
@@ -486,7 +486,7 @@ fn run_profiles(action: Option<&ProfilesAction>) -> Result<()> {
         Some(ProfilesAction::Show { name, sets, all }) => {
             let p = Profile::resolve(name, sets)?;
             if *all {
-                print!("{}", gpuhost_steps::profile_doc::render_all(&p)?);
+                print!("{}", gpuhost_profile::doc::render_all(&p)?);
             } else {
                 println!(
                     "# gpuhost profiles show {name} --all: every key, with its meaning and default"
@@ -496,7 +496,7 @@ fn run_profiles(action: Option<&ProfilesAction>) -> Result<()> {
             Ok(())
         }
         Some(ProfilesAction::Keys) => {
-            for (key, _) in gpuhost_steps::profile_doc::keys()? {
+            for (key, _) in gpuhost_profile::doc::keys()? {
                 println!("{key}");
             }
             Ok(())

@@ -6,10 +6,10 @@ use std::io::IsTerminal;
 use anyhow::Result;
 use serde::Serialize;
 
-use gpuhost_steps::apply::{exit, Report};
-use gpuhost_steps::bundle::BuildReport;
-use gpuhost_steps::error::{hint_of, is_invalid};
-use gpuhost_steps::facts::Facts;
+use gpuhost_engine::apply::{exit, Report};
+use gpuhost_engine::bundle::BuildReport;
+use gpuhost_host::error::{hint_of, is_invalid};
+use gpuhost_host::facts::Facts;
 
 /// Logs go to stderr. Under systemd (journald adds timestamps) they carry none of their own.
 pub fn init_logging(level: &str) {
@@ -31,7 +31,7 @@ pub fn init_logging(level: &str) {
 /// Progress lines on stderr while steps change the host: a live line on a terminal, plain
 /// lines otherwise (cloud-init output, pipes) and under systemd.
 pub fn init_progress() {
-    use gpuhost_steps::progress::{set_mode, Mode};
+    use gpuhost_host::progress::{set_mode, Mode};
     let under_systemd = std::env::var_os("JOURNAL_STREAM").is_some();
     set_mode(if std::io::stderr().is_terminal() && !under_systemd {
         Mode::Terminal
@@ -43,7 +43,7 @@ pub fn init_progress() {
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
     {
-        gpuhost_steps::progress::set_terminal_every(std::time::Duration::from_millis(ms));
+        gpuhost_host::progress::set_terminal_every(std::time::Duration::from_millis(ms));
     }
 }
 
@@ -220,7 +220,7 @@ pub fn print_facts(f: &Facts) {
             f.installed_kernels.join(", ")
         }
     );
-    let devs = |d: &[gpuhost_steps::facts::PciDevice]| {
+    let devs = |d: &[gpuhost_host::facts::PciDevice]| {
         if d.is_empty() {
             "none".to_string()
         } else {
@@ -260,8 +260,8 @@ pub fn print_facts(f: &Facts) {
 }
 
 /// The sysinfo part of `gpuhost facts`: memory, CPUs, uptime, free space.
-pub fn print_host_info(h: &gpuhost_steps::hostinfo::HostInfo) {
-    use gpuhost_steps::hostinfo::human;
+pub fn print_host_info(h: &gpuhost_host::hostinfo::HostInfo) {
+    use gpuhost_host::hostinfo::human;
     if let Some(e) = &h.error {
         println!("memory, cpus         {e}");
     } else {

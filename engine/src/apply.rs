@@ -6,15 +6,18 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::facts::{Facts, KernelChoice};
-use crate::host::Host;
-use crate::invalid;
-use crate::kernel::Flavour;
+use crate::bootguard;
+use crate::bundle;
 use crate::lock::ApplyLock;
-use crate::profile::Profile;
 use crate::reboot::{self, RebootReport, ResumeArgs};
 use crate::runner::{self, Ctx, Outcome, Selection, StepReport};
-use crate::{bootguard, bundle, fsutil, state, steps};
+use gpuhost_host::facts::{Facts, KernelChoice};
+use gpuhost_host::fsutil;
+use gpuhost_host::host::Host;
+use gpuhost_host::invalid;
+use gpuhost_host::kernel::Flavour;
+use gpuhost_profile::Profile;
+use gpuhost_steps;
 
 /// Exit codes, part of the interface.
 pub mod exit {
@@ -187,7 +190,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     if let Some(k) = &opts.kernel_release {
         check_kernel_release(k)?;
     }
-    opts.selection.validate(&steps::registry())?;
+    opts.selection.validate(&gpuhost_steps::registry())?;
     // A bundle is verified before anything else is looked at.
     let bundle = opts.bundle.as_deref().map(bundle::open).transpose()?;
     let profile = match &bundle {
@@ -218,19 +221,19 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     }
     preflight(&host, &profile, &facts, opts.kernel_release.is_some())?;
     // The driver's flavour, stream and package set: refused now when they cannot work.
-    let driver_plan = steps::driver::resolve(&profile, &facts)?;
+    let driver_plan = gpuhost_steps::driver::resolve(&profile, &facts)?;
     if host.is_live() && !opts.dry_run && !is_root() {
         return Err(invalid!(
             "gpuhost apply changes the system and must run as root (gpuhost plan needs no root)"
         ));
     }
     host.set_releasever(profile.os.major.to_string());
-    let driver_steps = steps::driver::steps_needing_package(&opts.selection);
-    steps::driver::require_package(&profile, &driver_steps)?;
+    let driver_steps = gpuhost_steps::driver::steps_needing_package(&opts.selection);
+    gpuhost_steps::driver::require_package(&profile, &driver_steps)?;
     let mut warnings = Vec::new();
     if !driver_steps.is_empty() {
         // Secure Boot: DKMS-built modules need a key the firmware trusts, checked before anything.
-        warnings.extend(steps::driver::signing::preflight(
+        warnings.extend(gpuhost_steps::driver::signing::preflight(
             &host,
             &profile,
             &facts,
@@ -353,7 +356,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     let started_at = fsutil::rfc3339(fsutil::unix_now());
     if !opts.dry_run {
         // From here on a SIGTERM/SIGINT never kills a running package transaction.
-        crate::interrupt::install();
+        gpuhost_host::interrupt::install();
     }
     let prepared = prepare(opts)?;
     let Prepared {
@@ -372,10 +375,10 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     let mut warnings = if opts.dry_run {
         Vec::new()
     } else {
-        state::preflight(host)?
+        crate::journal::preflight(host)?
     };
     warnings.extend(prepared_warnings.iter().cloned());
-    let registry = steps::registry();
+    let registry = gpuhost_steps::registry();
     let mut ctx = Ctx::new(host, profile, facts)?;
     let (steps, invalid_input) =
         runner::run_steps(&mut ctx, &registry, &opts.selection, opts.dry_run)?;
@@ -384,8 +387,11 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         .filter_map(|s| s.reboot_required.as_ref().map(|r| format!("{}: {r}", s.id)))
         .collect();
     // A SIGTERM/SIGINT stopped the run at a step boundary: the first step it kept from running.
-    let interrupted = crate::interrupt::received().and_then(|sig| {
-        let prefix = format!("not run: interrupted by {}", crate::interrupt::name(sig));
+    let interrupted = gpuhost_host::interrupt::received().and_then(|sig| {
+        let prefix = format!(
+            "not run: interrupted by {}",
+            gpuhost_host::interrupt::name(sig)
+        );
         steps
             .iter()
             .find(|s| s.outcome == Outcome::Skipped && s.reason.starts_with(&prefix))
@@ -395,7 +401,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
                     format!(
                         "interrupted at step {} by {}",
                         s.id,
-                        crate::interrupt::name(sig)
+                        gpuhost_host::interrupt::name(sig)
                     ),
                 )
             })
@@ -408,7 +414,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
             guard(&ctx, opts, &steps)?
         };
     let mut exit_code = if let Some((sig, _)) = &interrupted {
-        crate::interrupt::exit_code(*sig)
+        gpuhost_host::interrupt::exit_code(*sig)
     } else if invalid_input && !opts.dry_run {
         exit::INVALID
     } else if steps.iter().any(|s| s.outcome == Outcome::Failed) {
@@ -473,7 +479,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     if !opts.dry_run {
         let mut entry = serde_json::to_value(&report)?;
         entry["command_line"] = serde_json::Value::String(opts.command_line.clone());
-        state::journal_append(host, entry)?;
+        crate::journal::journal_append(host, entry)?;
     }
     Ok(report)
 }
@@ -485,13 +491,13 @@ fn guard(
     opts: &ApplyOptions,
     steps: &[StepReport],
 ) -> Result<Option<bootguard::Decision>> {
-    let Ok(name) = steps::driver::driver_version(ctx) else {
+    let Ok(name) = gpuhost_steps::driver::driver_version(ctx) else {
         return Ok(None);
     };
     let facts = ctx.facts;
     // Re-read: the steps may have installed kernels or moved the default.
-    let installed = crate::kernel::installed(ctx.host)?;
-    let default_boot = crate::kernel::default_boot(ctx.host, &installed)?;
+    let installed = gpuhost_host::kernel::installed(ctx.host)?;
+    let default_boot = gpuhost_host::kernel::default_boot(ctx.host, &installed)?;
     let failure = steps
         .iter()
         .find(|s| s.outcome == Outcome::Failed)
@@ -502,7 +508,7 @@ fn guard(
     if !ctx.host.is_live() {
         argv.extend(["--root".to_string(), ctx.host.root().display().to_string()]);
     }
-    let cmd = crate::cmd::Display(&argv).to_string();
+    let cmd = gpuhost_host::cmd::Display(&argv).to_string();
     let decision = bootguard::Guard {
         host: ctx.host,
         driver: &name.driver,

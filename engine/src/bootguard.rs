@@ -13,49 +13,20 @@
 //! live host (grubby writes `saved_entry` through `grub2-editenv`, wherever the grubenv really
 //! lives, e.g. on the ESP); in an install root, where grubby cannot run, the same `saved_entry`
 //! is written into the root's `/boot/grub2/grubenv` (a 1024-byte block, as grub2-editenv keeps
-//! it). [`crate::kernel::default_boot`] reads it back the same way in both.
+//! it). [`gpuhost_host::kernel::default_boot`] reads it back the same way in both.
 
 use anyhow::{anyhow, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::cmd::Cmd;
-use crate::host::Host;
-use crate::kernel::{bls_kernel, Flavour, BLS_DIR, GRUBENV};
-use crate::kmods;
+use gpuhost_host::cmd::Cmd;
+use gpuhost_host::host::Host;
+use gpuhost_host::kernel::{bls_kernel, Flavour, BLS_DIR, GRUBENV};
+use gpuhost_host::kmods;
 
-pub const GUARD_PATH: &str = "/var/lib/gpuhost/kernel-guard.json";
+use gpuhost_host::guard_record::save;
+pub use gpuhost_host::guard_record::{has_module, load, Record, GUARD_PATH};
 /// grub2-editenv's environment block size.
 const GRUBENV_SIZE: usize = 1024;
-
-/// Why the default boot entry was held back, as `gpuhost status` shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
-    /// The new kernel that has no NVIDIA module (it would have been the default).
-    pub kernel: String,
-    /// The kernel the default boot entry was kept on (it has the module).
-    pub kept: String,
-    /// The driver version the module must have.
-    pub driver: String,
-    /// Why the new kernel has no module (the failing step's reason).
-    pub reason: String,
-    /// The command that builds the module for `kernel` and makes it the default again.
-    pub fix: String,
-    /// RFC 3339 time of the decision.
-    pub at: String,
-}
-
-pub fn load(host: &Host) -> Result<Option<Record>> {
-    host.read_json_opt(GUARD_PATH, "remove it and run gpuhost apply again")
-}
-
-fn save(host: &Host, r: &Record) -> Result<()> {
-    host.write_json(GUARD_PATH, r, 0o644)
-}
-
-/// True when modprobe would load the `nvidia` module of version `driver` for `kver`.
-pub fn has_module(host: &Host, kver: &str, driver: &str) -> bool {
-    kmods::state(host, kver, "nvidia").is_ok_and(|s| s.is_version(driver))
-}
 
 /// What the guard did after an apply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -148,7 +119,7 @@ impl Guard<'_> {
                 driver: self.driver.to_string(),
                 reason,
                 fix: format!("{} --kernel-release {d}", self.apply_command),
-                at: crate::fsutil::rfc3339(crate::fsutil::unix_now()),
+                at: gpuhost_host::fsutil::rfc3339(gpuhost_host::fsutil::unix_now()),
             },
         )?;
         Ok(Decision::Kept {
@@ -263,7 +234,7 @@ pub fn wait_for_rpm(
             }
             Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::ACCESS => {
                 if start.elapsed() >= timeout {
-                    return Err(crate::error::hinted(
+                    return Err(gpuhost_host::error::hinted(
                         format!(
                             "an rpm transaction still holds {} after {} s",
                             path.display(),

@@ -25,7 +25,10 @@ fn read_journal(host: &Host) -> Result<Vec<serde_json::Value>, String> {
 /// Move a corrupt journal aside (`journal.json.corrupt-<unix time>`), saying so on stderr: the
 /// journal is a record, and a damaged one must not stop a run. Returns the warning.
 fn move_journal_aside(host: &Host, why: &str) -> Result<String> {
-    let aside = format!("{JOURNAL_PATH}.corrupt-{}", crate::fsutil::unix_now());
+    let aside = format!(
+        "{JOURNAL_PATH}.corrupt-{}",
+        gpuhost_host::fsutil::unix_now()
+    );
     if let Some(bytes) = host.read_bytes_opt(JOURNAL_PATH)? {
         host.write_atomic(&aside, &bytes, 0o644)?;
     }
@@ -49,12 +52,12 @@ pub fn preflight(host: &Host) -> Result<Vec<String>> {
         warnings.push(move_journal_aside(host, &why)?);
     }
     if let Err(e) = State::load(host) {
-        return Err(crate::invalid!(
+        return Err(gpuhost_host::invalid!(
             "{e:#}; it records actions owed across runs (e.g. a docker restart): look at it, move it aside, and run again"
         ));
     }
     if let Err(e) = crate::reboot::ResumeState::load(host) {
-        return Err(crate::invalid!("{e:#}"));
+        return Err(gpuhost_host::invalid!("{e:#}"));
     }
     Ok(warnings)
 }

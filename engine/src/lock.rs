@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 
-use crate::error::hinted;
-use crate::fsutil;
-use crate::host::Host;
+use gpuhost_host::error::hinted;
+use gpuhost_host::fsutil;
+use gpuhost_host::host::Host;
 
 pub const LOCK_PATH: &str = "/var/lib/gpuhost/apply.lock";
 

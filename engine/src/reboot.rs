@@ -8,8 +8,8 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil;
-use crate::host::Host;
+use gpuhost_host::fsutil;
+use gpuhost_host::host::Host;
 
 pub const RESUME_PATH: &str = "/var/lib/gpuhost/resume.json";
 pub const UNIT: &str = "gpuhost-resume.service";

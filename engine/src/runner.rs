@@ -18,21 +18,14 @@
 //! Per step the report keeps the outcome, the reason, the changes made, the commands run
 //! (a shared transaction is listed under each step it served) and the time taken.
 
-use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 
-use crate::cmd::{self, Cmd, CmdOutput, CmdRecord};
-use crate::error::{hint_of, hinted};
-use crate::facts::Facts;
-use crate::host::Host;
-use crate::profile::Profile;
-use crate::rpm::{self, Installed};
-use crate::state::State;
+use gpuhost_host::cmd::{self, CmdRecord};
+use gpuhost_host::error::hint_of;
 pub use gpuhost_steps::step::{Change, FileWrite, Install, Owed, Phase, Work};
 pub use gpuhost_steps::step::{Check, Ctx, DnfFailure, Selection, Step};
 
@@ -95,7 +88,6 @@ impl StepReport {
     }
 }
 
-
 /// A step on its way through the run.
 struct Slot<'s> {
     step: &'s dyn Step,
@@ -126,7 +118,7 @@ impl Slot<'_> {
     }
 
     fn fail(&mut self, e: anyhow::Error) {
-        if crate::interrupt::is_interrupted(&e) {
+        if gpuhost_host::interrupt::is_interrupted(&e) {
             // Stopped by SIGTERM/SIGINT, not failed: what it did is listed.
             self.not_run(&format!("{e:#}"));
             return;
@@ -135,7 +127,7 @@ impl Slot<'_> {
         r.hint = hint_of(&e).map(str::to_string);
         r.reason = match e
             .chain()
-            .find_map(|c| c.downcast_ref::<crate::error::Hint>())
+            .find_map(|c| c.downcast_ref::<gpuhost_host::error::Hint>())
         {
             Some(h) => h.message.clone(),
             None => format!("{e:#}"),
@@ -194,8 +186,11 @@ impl Run<'_> {
     /// At a step boundary: true once a SIGTERM/SIGINT has arrived (nothing more is started).
     fn interrupt(&mut self) -> bool {
         if self.interrupted.is_none() {
-            if let Some(sig) = crate::interrupt::received() {
-                self.interrupted = Some(format!("interrupted by {}", crate::interrupt::name(sig)));
+            if let Some(sig) = gpuhost_host::interrupt::received() {
+                self.interrupted = Some(format!(
+                    "interrupted by {}",
+                    gpuhost_host::interrupt::name(sig)
+                ));
             }
         }
         self.interrupted.is_some()
@@ -289,10 +284,10 @@ pub fn run_steps(
 }
 
 /// Refuse (exit 2, nothing changed yet) to start a driver or Docker install on filesystems
-/// without the space it needs ([`crate::hostinfo::require`] states the figures). Only runs
+/// without the space it needs ([`gpuhost_host::hostinfo::require`] states the figures). Only runs
 /// where a check planned such an install: a converged host reads no mount table.
 fn space_preflight(ctx: &Ctx<'_>, run: &Run<'_>) -> Result<()> {
-    use crate::hostinfo;
+    use gpuhost_host::hostinfo;
     let installs = |id: &str| {
         run.slots.iter().any(|s| {
             s.id() == id && s.report.is_none() && s.first.as_ref().is_some_and(Check::installs)
@@ -307,7 +302,7 @@ fn space_preflight(ctx: &Ctx<'_>, run: &Run<'_>) -> Result<()> {
         let rpm = installs("driver-repo")
             .then_some(ctx.profile.driver.local_repo_rpm.as_ref())
             .flatten()
-            .and_then(|p| crate::steps::driver::repo::local_repo_size(p));
+            .and_then(|p| gpuhost_steps::driver::local_repo_size(p));
         needs.extend(hostinfo::driver_needs(rpm, live));
     }
     if installs("docker") && live {
@@ -392,7 +387,7 @@ fn check_all(ctx: &Ctx<'_>, run: &mut Run<'_>, sel: &Selection, dry_run: bool) {
         match slot.step.check(ctx) {
             Ok(c) => slot.first = Some(c),
             Err(e) => {
-                if crate::error::is_invalid(&e) {
+                if gpuhost_host::error::is_invalid(&e) {
                     run.invalid_input = true;
                 }
                 slot.fail(e.context("could not check"));
@@ -436,7 +431,7 @@ fn planned(slot: &Slot<'_>) -> StepReport {
 /// Carry out one change of a step (not a merged transaction), recording what it owes first.
 fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> {
     failpoint(&format!("{}:before-change", slot.id()));
-    crate::progress::step_changing(&slot.label, &change.work.to_string());
+    gpuhost_host::progress::step_changing(&slot.label, &change.work.to_string());
     let owes = match &change.work {
         Work::Install(i) => i.owes.as_ref(),
         Work::Write { owes, .. } => owes.as_ref(),
@@ -447,7 +442,7 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> 
     }
     let result = match &change.work {
         Work::Install(i) => {
-            let (cmd, out) = crate::work::transaction(ctx.host, &[i])?;
+            let (cmd, out) = gpuhost_steps::work::transaction(ctx.host, &[i])?;
             ctx.invalidate_rpm();
             if out.success() {
                 Ok(())
@@ -555,7 +550,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
         ),
     };
     let what: Vec<String> = members.iter().map(|(_, c)| c.work.to_string()).collect();
-    crate::progress::step_changing(&label, &what.join("; "));
+    gpuhost_host::progress::step_changing(&label, &what.join("; "));
     run.changed_something = true;
     let result = (|| -> Result<Option<DnfFailure>> {
         for o in installs.iter().filter_map(|i| i.owes.as_ref()) {
@@ -563,7 +558,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
         }
         let which = if brings_repo { "first" } else { "second" };
         failpoint(&format!("transaction-{which}:before"));
-        let (cmd, out) = crate::work::transaction(ctx.host, &installs)?;
+        let (cmd, out) = gpuhost_steps::work::transaction(ctx.host, &installs)?;
         failpoint(&format!("transaction-{which}:after"));
         Ok((!out.success()).then_some(DnfFailure { cmd, out }))
     })();
@@ -585,7 +580,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
             let text = failure.text();
             let mut blamed: Vec<usize> = members
                 .iter()
-                .filter(|(_, c)| matches!(&c.work, Work::Install(inst) if crate::work::implicated(&text, inst)))
+                .filter(|(_, c)| matches!(&c.work, Work::Install(inst) if gpuhost_steps::work::implicated(&text, inst)))
                 .map(|(i, _)| *i)
                 .collect();
             blamed.dedup();
@@ -623,7 +618,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
                 run.failed(*first);
             }
         }
-        Err(e) if crate::interrupt::is_interrupted(&e) => {
+        Err(e) if gpuhost_host::interrupt::is_interrupted(&e) => {
             for i in &ids {
                 run.slots[*i].not_run(&format!("{e:#}"));
             }
@@ -745,7 +740,7 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
     tracing::info!(step = step.id(), outcome = %r.outcome, "{}", r.reason);
     // Progress lines only for steps that changed something: a converged run is quiet.
     if !slot.done.is_empty() {
-        crate::progress::step_done(&slot.label, &r.outcome.to_string(), slot.elapsed);
+        gpuhost_host::progress::step_done(&slot.label, &r.outcome.to_string(), slot.elapsed);
     }
     slot.report = Some(r);
 }
@@ -776,22 +771,4 @@ fn summarize(notes: &[String], deferred: &[String], reboot: Option<&str>) -> Str
         parts.push(format!("reboot required: {r}"));
     }
     parts.join("; ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rstest::rstest;
-
-    #[rstest]
-    #[case("kernel-uek-devel-5.15.0-200.131.27.el8uek.x86_64", "kernel-uek-devel")]
-    #[case(
-        "kernel-devel-matched-5.14.0-427.13.1.el9_4.x86_64",
-        "kernel-devel-matched"
-    )]
-    #[case("kernel-headers", "kernel-headers")]
-    #[case("nvidia-container-toolkit-1.17.8-1", "nvidia-container-toolkit")]
-    fn package_names_from_specs(#[case] spec: &str, #[case] name: &str) {
-        assert_eq!(package_name_of(spec), name);
-    }
 }

@@ -22,7 +22,7 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gpuhost_steps::cmd::{Abandoned, Answer, Cmd, Coprocess};
+use gpuhost_host::cmd::{Abandoned, Answer, Cmd, Coprocess};
 
 use crate::snapshot::{NvmlProbe, ProbeStatus, Snapshot};
 use crate::{nvml, probe};

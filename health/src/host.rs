@@ -4,18 +4,18 @@
 //!
 //! Every path is read through the library's [`Host`] (the live system, or an install root that
 //! tests point at a crafted tree), and NVIDIA functions are found by the library's PCI walker
-//! ([`gpuhost_steps::facts::nvidia_functions`], the same as `gpuhost facts`). Nothing here
+//! ([`gpuhost_host::facts::nvidia_functions`], the same as `gpuhost facts`). Nothing here
 //! touches the NVIDIA driver: a hung driver cannot hang these reads.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::time::Duration;
 
-use gpuhost_steps::cmd::Cmd;
-use gpuhost_steps::facts::{nvidia_functions, NvidiaFunction, NvidiaPciFunction};
-use gpuhost_steps::host::Host;
-use gpuhost_steps::rootfs::Kind;
-use gpuhost_steps::steps::driver::FABRIC_MANAGER_PACKAGES;
+use gpuhost_host::cmd::Cmd;
+use gpuhost_host::facts::{nvidia_functions, NvidiaFunction, NvidiaPciFunction};
+use gpuhost_host::host::Host;
+use gpuhost_host::rootfs::Kind;
+use gpuhost_nvidia::hgx::FABRIC_MANAGER_PACKAGES;
 
 use crate::snapshot::{
     AerCounters, DaemonJson, DevNode, FabricManagerVersion, HostSnapshot, KernelModule,
@@ -81,11 +81,11 @@ pub fn collect(host: &Host) -> HostSnapshot {
 }
 
 /// Secure Boot and, when it is on, who signed the NVIDIA modules `kernel` would load
-/// ([`gpuhost_steps::secureboot`]; a module file is read once per process while it is unchanged).
+/// ([`gpuhost_host::secureboot`]; a module file is read once per process while it is unchanged).
 pub fn secure_boot(host: &Host, kernel: Option<String>) -> SecureBootState {
-    use gpuhost_steps::facts::{secure_boot, SecureBoot};
-    use gpuhost_steps::secureboot::Keys;
-    use gpuhost_steps::steps::driver::signing::module_signatures;
+    use gpuhost_host::facts::{secure_boot, SecureBoot};
+    use gpuhost_host::secureboot::module_signatures;
+    use gpuhost_host::secureboot::Keys;
     let mut st = SecureBootState {
         enabled: secure_boot(host) == SecureBoot::Enabled,
         ..SecureBootState::default()
@@ -130,9 +130,11 @@ pub fn secure_boot(host: &Host, kernel: Option<String>) -> SecureBootState {
 }
 
 /// The default boot kernel and the `nvidia` module modprobe would load for it
-/// ([`gpuhost_steps::kmods`], the same check as `apply`'s kernel-module step).
+/// ([`gpuhost_host::kmods`], the same check as `apply`'s kernel-module step).
 pub fn next_boot(host: &Host) -> NextBoot {
-    use gpuhost_steps::{bootguard, kernel, kmods};
+    use gpuhost_host::guard_record as bootguard;
+    use gpuhost_host::kernel;
+    use gpuhost_host::kmods;
     let mut nb = NextBoot::default();
     let installed = match kernel::installed(host) {
         Ok(k) => k,
@@ -381,7 +383,7 @@ pub fn services() -> Services {
         Ok(o) => parse_is_active(&o.stdout).unwrap_or_else(|| Services {
             error: Some(format!(
                 "systemctl is-active gave no states: {}",
-                gpuhost_steps::cmd::tail_lines(&o.stderr, 2)
+                gpuhost_host::cmd::tail_lines(&o.stderr, 2)
             )),
             ..Services::default()
         }),
@@ -462,9 +464,9 @@ pub fn parse_fabricmanager_version(stdout: &str) -> Option<String> {
 }
 
 /// Three lines of `systemctl is-active docker nvidia-persistenced nvidia-fabricmanager`
-/// (read by the library's [`gpuhost_steps::units::parse_active_states`], as `apply` reads them).
+/// (read by the library's [`gpuhost_host::units::parse_active_states`], as `apply` reads them).
 pub fn parse_is_active(stdout: &str) -> Option<Services> {
-    let states = gpuhost_steps::units::parse_active_states(stdout, 3)?;
+    let states = gpuhost_host::units::parse_active_states(stdout, 3)?;
     let [docker, persistenced, fabricmanager] = <[String; 3]>::try_from(states).ok()?;
     Some(Services {
         error: None,

@@ -15,8 +15,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use gpuhost_steps::cmd::Cmd;
-use gpuhost_steps::host::Host;
+use gpuhost_host::cmd::Cmd;
+use gpuhost_host::host::Host;
 
 use crate::snapshot::{GpuInit, KernelLog, SxidEvent, XidEvent};
 
@@ -57,7 +57,7 @@ pub fn collect(host: &Host) -> KernelLog {
             source: None,
             error: Some(format!(
                 "{kmsg_err}; journalctl -k: {}",
-                gpuhost_steps::cmd::tail_lines(&o.stderr, 2).trim()
+                gpuhost_host::cmd::tail_lines(&o.stderr, 2).trim()
             )),
             ..KernelLog::default()
         },

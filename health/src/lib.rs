@@ -33,8 +33,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use gpuhost_steps::host::Host;
-use gpuhost_steps::profile::Profile;
+use gpuhost_host::host::Host;
+use gpuhost_profile::Profile;
 use snapshot::{
     FabricManagerVersion, NvmlProbe, PciKind, ProbeStatus, Services, Snapshot, SNAPSHOT_SCHEMA,
 };
@@ -250,7 +250,7 @@ fn report(
     }
     if let Some(path) = &args.textfile {
         let text = output::prometheus(snapshot, checks);
-        if let Err(e) = gpuhost_steps::fsutil::write_atomic(path, text.as_bytes(), 0o644) {
+        if let Err(e) = gpuhost_host::fsutil::write_atomic(path, text.as_bytes(), 0o644) {
             eprintln!("gpuhost status: cannot write the textfile: {e:#}");
             if args.format != "npd" {
                 code = code.max(Severity::Unknown.exit_code());
@@ -433,7 +433,7 @@ fn collect_host(
 ) -> (snapshot::HostSnapshot, Services, snapshot::KernelLog) {
     let live = host.is_live();
     let mut host_snap = host::collect(host);
-    host_snap.system = Some(gpuhost_steps::hostinfo::gather(host));
+    host_snap.system = Some(gpuhost_host::hostinfo::gather(host));
     let kernel_log = match kernel {
         Some(f) => f.collect(host),
         None => kmsg::collect(host),

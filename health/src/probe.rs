@@ -9,14 +9,14 @@
 //! the same without starting another probe, so stuck probes never pile up (a cron job or a
 //! textfile timer would otherwise add one per minute).
 //!
-//! The child runs through `gpuhost_steps::cmd::Cmd::spawn`, the subprocess wrapper's
+//! The child runs through `gpuhost_host::cmd::Cmd::spawn`, the subprocess wrapper's
 //! background mode, which kills a command past its deadline without waiting for it.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gpuhost_steps::cmd::{Cmd, Spawned, Waited};
+use gpuhost_host::cmd::{Cmd, Spawned, Waited};
 
 use crate::snapshot::{NvmlProbe, ProbeStatus};
 
@@ -114,7 +114,7 @@ impl Running {
                 "the NVML probe exited with {} without a readable answer ({e}): {}",
                 out.code
                     .map_or_else(|| "a signal".to_string(), |c| format!("exit status {c}")),
-                gpuhost_steps::cmd::tail_lines(&out.stderr, 5).trim()
+                gpuhost_host::cmd::tail_lines(&out.stderr, 5).trim()
             )),
         };
         probe.duration_ms = Some(round_ms(out.duration));
@@ -156,7 +156,7 @@ pub fn load_kept<T: serde::de::DeserializeOwned>(run_dir: &Path, file: &str) -> 
 pub fn store_kept<T: serde::Serialize>(run_dir: &Path, file: &str, v: &T) -> anyhow::Result<()> {
     let text = serde_json::to_string(v)?;
     std::fs::create_dir_all(run_dir)?;
-    gpuhost_steps::fsutil::write_atomic(&run_dir.join(file), text.as_bytes(), 0o644)
+    gpuhost_host::fsutil::write_atomic(&run_dir.join(file), text.as_bytes(), 0o644)
 }
 
 /// This boot's id (`/proc/sys/kernel/random/boot_id` of the system the probe runs on): what
@@ -170,7 +170,7 @@ pub fn boot_id() -> Option<String> {
 /// Record `pid` as a stuck probe in `run_dir`.
 pub fn record_stuck(run_dir: &Path, pid: u32) -> anyhow::Result<()> {
     let start = start_time(pid).unwrap_or(0);
-    gpuhost_steps::fsutil::write_atomic(
+    gpuhost_host::fsutil::write_atomic(
         &run_dir.join(PID_FILE),
         format!("{pid} {start}\n").as_bytes(),
         0o644,

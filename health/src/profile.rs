@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use gpuhost_steps::host::Host;
+use gpuhost_host::host::Host;
 
 use crate::snapshot::{NvmlProbe, Snapshot};
 use crate::verdict::Expect;
@@ -220,7 +220,7 @@ pub fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
     let (mut hc, mut nb, mut sys, mut kl, mut kf, mut sv, mut cl) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     let mut follower = kmsg::Follower::default();
-    let configs: Vec<std::path::PathBuf> = gpuhost_steps::facts::nvidia_functions(h)
+    let configs: Vec<std::path::PathBuf> = gpuhost_host::facts::nvidia_functions(h)
         .unwrap_or_default()
         .iter()
         .map(|f| {
@@ -249,7 +249,7 @@ pub fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
             }
         });
         time_ms(&mut nb, || host::next_boot(h));
-        snap.host.system = Some(time_ms(&mut sys, || gpuhost_steps::hostinfo::gather(h)));
+        snap.host.system = Some(time_ms(&mut sys, || gpuhost_host::hostinfo::gather(h)));
         snap.kernel_log = time_ms(&mut kl, || kmsg::collect(h));
         time_ms(&mut kf, || follower.collect(h));
         if h.is_live() {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 
-use gpuhost_steps::cmd::Cmd;
+use gpuhost_host::cmd::Cmd;
 
 use crate::fleet;
 use crate::verdict::{Check, Severity};

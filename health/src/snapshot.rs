@@ -101,7 +101,7 @@ pub struct HostSnapshot {
     pub docker_installed: Option<bool>,
     /// Memory, CPUs, uptime and free space (sysinfo); absent in snapshots saved before them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system: Option<gpuhost_steps::hostinfo::HostInfo>,
+    pub system: Option<gpuhost_host::hostinfo::HostInfo>,
     /// The kernel the next boot runs and the NVIDIA module modprobe would load for it (None in
     /// snapshots from before gpuhost looked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -137,7 +137,7 @@ pub struct ModuleSignature {
     pub signer: Option<String>,
     /// Where that key stands with the firmware.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trust: Option<gpuhost_steps::secureboot::Trust>,
+    pub trust: Option<gpuhost_host::secureboot::Trust>,
     /// The file or its signature could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -175,7 +175,7 @@ pub struct NextBoot {
     pub error: Option<String>,
     /// `/var/lib/gpuhost/kernel-guard.json`: the default boot entry was held back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub guard: Option<gpuhost_steps::bootguard::Record>,
+    pub guard: Option<gpuhost_host::guard_record::Record>,
 }
 
 /// One NVIDIA device node.

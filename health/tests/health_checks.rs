@@ -630,7 +630,7 @@ fn status_reads_an_install_root_inside_the_root() {
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(root.path().join("etc/docker")).unwrap();
     std::os::unix::fs::symlink(&real, root.path().join("etc/docker/daemon.json")).unwrap();
-    let host = gpuhost_steps::host::Host::new(root.path()).unwrap();
+    let host = gpuhost_host::host::Host::new(root.path()).unwrap();
     let snap = gpuhost_health::host::collect(&host);
     assert!(
         !snap.docker_daemon_json.present,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use gpuhost_health::snapshot::{PciDevice, ProbeStatus, Reading, RemappedRows, Snapshot};
 use gpuhost_health::verdict::{self, evaluate, overall, Check, Expect, Severity};
 use gpuhost_health::{host, kmsg, output};
-use gpuhost_steps::host::Host;
+use gpuhost_host::host::Host;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/status")

@@ -8,7 +8,6 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::gpu::GpuKind;
-use crate::hgx::{vpd_marks_nvswitch, Topology};
 use crate::host::Host;
 use crate::kernel::{self, Flavour};
 use crate::osrelease::OsRelease;
@@ -138,10 +137,10 @@ impl Facts {
     }
 
     /// The GPUs as the flavour choice takes them.
-    pub fn pci_gpus(&self) -> Vec<crate::flavour::PciGpu> {
+    pub fn pci_gpus(&self) -> Vec<crate::gpu::PciGpu> {
         self.gpus
             .iter()
-            .map(|g| crate::flavour::PciGpu {
+            .map(|g| crate::gpu::PciGpu {
                 address: g.address.clone(),
                 device_id: g.device_id.clone(),
             })
@@ -309,6 +308,30 @@ pub fn secure_boot(host: &Host) -> SecureBoot {
         _ if host.exists("/sys/firmware/efi") => SecureBoot::Disabled,
         _ => SecureBoot::NotEfi,
     }
+}
+
+/// The shape of the system, from `facts`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Topology {
+    /// NVSwitches on PCI (A100/H100 generation HGX: `10de:1af1`, `10de:22a3`).
+    pub pci_nvswitches: usize,
+    /// NVSwitch management ports among the InfiniBand devices (NVLink-5: HGX B200, GB200).
+    pub nvlink5_switch_ports: usize,
+}
+
+impl Topology {
+    pub fn has_nvswitches(&self) -> bool {
+        self.pci_nvswitches > 0 || self.nvlink5_switch_ports > 0
+    }
+
+    pub fn is_nvlink5(&self) -> bool {
+        self.nvlink5_switch_ports > 0
+    }
+}
+
+/// True when an InfiniBand device's VPD marks it as an NVSwitch management port.
+pub fn vpd_marks_nvswitch(vpd: &[u8]) -> bool {
+    vpd.windows(6).any(|w| w == b"SW_MNG")
 }
 
 #[cfg(test)]

@@ -47,6 +47,13 @@ impl fmt::Display for Arch {
 }
 
 /// Device id ranges (inclusive), first match wins. Chips per range from `pci.ids`.
+/// A GPU function on PCI: its address and device id (`0000:19:00.0`, `2335`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PciGpu {
+    pub address: String,
+    pub device_id: String,
+}
+
 pub const RANGES: &[(u16, u16, Arch)] = &[
     (0x15f0, 0x15ff, Arch::Pascal),    // GP100 (Tesla P100, Quadro GP100)
     (0x1720, 0x172f, Arch::Pascal),    // GP100

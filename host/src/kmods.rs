@@ -184,6 +184,15 @@ pub fn state(host: &Host, kver: &str, module: &str) -> Result<ModuleState> {
     }
 }
 
+/// The modules NVIDIA's DKMS packages build (`BUILT_MODULE_NAME[0..4]` of their dkms.conf).
+pub const NVIDIA_MODULES: &[&str] = &[
+    "nvidia",
+    "nvidia-modeset",
+    "nvidia-drm",
+    "nvidia-uvm",
+    "nvidia-peermem",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

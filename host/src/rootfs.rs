@@ -732,9 +732,9 @@ mod tests {
             ("fsutil.rs", ""),       // build-host files: `gpuhost status --textfile`
             ("fuzz.rs", ""),         // test-only (`#[cfg(test)] mod fuzz`)
             ("compat/image.rs", ""), // image tarballs and OCI layouts named on the command line
-            ("profile/mod.rs", "std::fs::read_to_string(&path)"), // profile files
-            ("steps/driver/repo.rs", "File::open(path)"), // the driver RPM on the build host
-            ("steps/driver/repo.rs", "f.metadata()"),
+            ("lib.rs", "std::fs::read_to_string(&path)"), // profile files (profiles/src/lib.rs)
+            ("driver/repo.rs", "File::open(path)"), // the driver RPM on the build host
+            ("driver/repo.rs", "f.metadata()"),
             ("kernel.rs", "\"/proc/sys/kernel/osrelease\""),
             ("apply.rs", "\"/proc/self/status\""),
             ("lock.rs", "use std::fs::{File, TryLockError};"),
@@ -752,13 +752,24 @@ mod tests {
             ("bundle/manifest.rs", ""),
             ("bundle/build.rs", ""),
         ];
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut files = vec![src.clone()];
+        // Every crate that acts on the root: this one and those built on it (paths in ALLOWED
+        // are relative to each crate's src/).
+        let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files: Vec<(std::path::PathBuf, std::path::PathBuf)> =
+            ["host", "nvidia", "profiles", "steps", "engine"]
+                .iter()
+                .map(|c| (top.join(c).join("src"), top.join(c).join("src")))
+                .collect();
+        assert_eq!(
+            files.iter().filter(|(s, _)| s.is_dir()).count(),
+            5,
+            "crate src/ folders moved"
+        );
         let mut offenders = Vec::new();
-        while let Some(p) = files.pop() {
+        while let Some((src, p)) = files.pop() {
             if p.is_dir() {
                 for e in std::fs::read_dir(&p)? {
-                    files.push(e?.path());
+                    files.push((src.clone(), e?.path()));
                 }
                 continue;
             }

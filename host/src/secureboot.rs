@@ -575,6 +575,23 @@ mod hex {
     }
 }
 
+/// The NVIDIA modules modprobe would load for `kver` (paths relative to
+/// `/lib/modules/<kver>/`, from `modules.dep`) and their appended signatures, each file read
+/// once per file version per process: what `kernel-module` judges and `gpuhost status` shows.
+pub fn module_signatures(
+    host: &Host,
+    kver: &str,
+) -> Result<Vec<(String, Result<Option<ModuleSignature>>)>> {
+    let mut out = Vec::new();
+    for m in crate::kmods::NVIDIA_MODULES {
+        if let Some(path) = crate::kmods::loadable_path(host, kver, m)? {
+            let file = format!("/lib/modules/{kver}/{path}");
+            out.push((path, module_signature_cached(host, &file)));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {

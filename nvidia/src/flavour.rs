@@ -17,8 +17,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gpu::{kind_of_hex, GpuKind};
-use crate::invalid;
+use gpuhost_host::gpu::{kind_of_hex, GpuKind};
+use gpuhost_host::invalid;
 
 /// `driver.flavour` in a profile.
 #[derive(
@@ -88,12 +88,7 @@ pub fn default_stream(f: ModuleFlavour) -> &'static str {
 /// First driver branch with open kernel modules.
 pub const OPEN_SINCE_BRANCH: u32 = 515;
 
-/// A GPU function on PCI: its address and device id (`0000:19:00.0`, `2335`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PciGpu {
-    pub address: String,
-    pub device_id: String,
-}
+pub use gpuhost_host::gpu::PciGpu;
 
 /// The outcome of [`choose`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -262,7 +257,7 @@ pub fn choose(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::is_invalid;
+    use gpuhost_host::error::is_invalid;
     use rstest::rstest;
 
     fn gpus(ids: &[&str]) -> Vec<PciGpu> {

@@ -21,7 +21,7 @@
 
 use serde::Serialize;
 
-use crate::invalid;
+use gpuhost_host::invalid;
 
 /// One package an HGX system needs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -46,28 +46,14 @@ impl Extra {
     }
 }
 
-/// The shape of the system, from `facts`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Topology {
-    /// NVSwitches on PCI (A100/H100 generation HGX: `10de:1af1`, `10de:22a3`).
-    pub pci_nvswitches: usize,
-    /// NVSwitch management ports among the InfiniBand devices (NVLink-5: HGX B200, GB200).
-    pub nvlink5_switch_ports: usize,
-}
+pub use gpuhost_host::facts::{vpd_marks_nvswitch, Topology};
 
-impl Topology {
-    pub fn has_nvswitches(&self) -> bool {
-        self.pci_nvswitches > 0 || self.nvlink5_switch_ports > 0
-    }
+/// Fabric Manager's package names: from the 580 branch, and before it.
+pub const FABRIC_MANAGER_PACKAGES: [&str; 2] = ["nvidia-fabricmanager", "nvidia-fabric-manager"];
 
-    pub fn is_nvlink5(&self) -> bool {
-        self.nvlink5_switch_ports > 0
-    }
-}
-
-/// True when an InfiniBand device's VPD marks it as an NVSwitch management port.
-pub fn vpd_marks_nvswitch(vpd: &[u8]) -> bool {
-    vpd.windows(6).any(|w| w == b"SW_MNG")
+/// The Fabric Manager package of a driver version (`gpuhost status` judges with it too).
+pub fn fabric_manager_package_of(driver: &str) -> &'static str {
+    fabric_manager_package(crate::localrepo::branch_of(driver))
 }
 
 /// Fabric Manager's package name for a driver branch.
@@ -197,7 +183,7 @@ mod tests {
         );
         let err = extras(Topology::default(), "535.104.05", true).err();
         assert!(
-            err.as_ref().is_some_and(crate::error::is_invalid),
+            err.as_ref().is_some_and(gpuhost_host::error::is_invalid),
             "{err:?}"
         );
         Ok(())

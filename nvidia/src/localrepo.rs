@@ -72,7 +72,7 @@ impl LocalRepoFile {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         LocalRepoFile::parse(&file).ok_or_else(|| {
-            crate::invalid!(
+            gpuhost_host::invalid!(
                 "driver.local_repo_rpm {}: `{file}` is not a name NVIDIA gives its local repo packages ({EXPECTED_NAMES}), so the driver version is unknown; use the file under the name NVIDIA gave it",
                 path.display()
             )

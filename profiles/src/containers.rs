@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::invalid;
+use gpuhost_host::invalid;
 
 /// Toolkit versions that must not be installed, with why.
 pub const TOOLKIT_DENY: &[(&str, &str)] = &[
@@ -181,16 +181,7 @@ fn default_toolkit_gpgkey() -> String {
     "https://nvidia.github.io/libnvidia-container/gpgkey".to_string()
 }
 
-/// One `[[prefix_links]]` entry in a profile: every file the packages own is symlinked under
-/// `prefix` (`/usr/` stripped, `lib64` folded into `lib`). Missing packages are installed.
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PrefixLink {
-    /// Packages whose files are linked (installed from the enabled repos when missing).
-    pub packages: Vec<String>,
-    /// The directory the links go under, e.g. `/opt/nvidia/nccl`.
-    pub prefix: std::path::PathBuf,
-}
+pub use gpuhost_nvidia::compat::PrefixLink;
 
 /// `[container_smoke]` in a profile.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
@@ -320,12 +311,12 @@ pub fn toolkit_refused(version: &str, min_version: &str) -> Option<String> {
         return Some(why.to_string());
     }
     let v = version.split('-').next().unwrap_or(version);
-    if crate::rpm::vercmp(v, min_version) != std::cmp::Ordering::Less {
+    if gpuhost_host::rpm::vercmp(v, min_version) != std::cmp::Ordering::Less {
         return None;
     }
     let open: Vec<String> = TOOLKIT_CVES
         .iter()
-        .filter(|(fixed, _, _)| crate::rpm::vercmp(v, fixed) == std::cmp::Ordering::Less)
+        .filter(|(fixed, _, _)| gpuhost_host::rpm::vercmp(v, fixed) == std::cmp::Ordering::Less)
         .map(|(fixed, cve, what)| format!("{cve} ({what}, fixed in {fixed})"))
         .collect();
     Some(if open.is_empty() {

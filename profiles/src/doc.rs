@@ -18,7 +18,7 @@ use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, V
 use serde::Deserialize;
 use serde_json::Value as Json;
 
-use crate::profile::{one_line, Profile};
+use crate::{one_line, Profile};
 
 /// One key of a table.
 #[derive(Clone, Debug)]
@@ -510,7 +510,7 @@ mod tests {
 
     #[test]
     fn render_all_parses_back_to_the_same_profile_and_comments_unset_keys() -> Result<()> {
-        for (name, _) in crate::profile::BUILTIN {
+        for (name, _) in crate::BUILTIN {
             let p = Profile::resolve(name, &[])?;
             let text = render_all(&p)?;
             let back: Profile = toml::from_str(&text)?;

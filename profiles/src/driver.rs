@@ -7,9 +7,9 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::yes;
-use crate::flavour::FlavourSetting;
-use crate::invalid;
-use crate::kernel::Flavour;
+use gpuhost_host::invalid;
+use gpuhost_host::kernel::Flavour;
+use gpuhost_nvidia::flavour::FlavourSetting;
 
 /// Which of NVIDIA's package sets the `driver` step installs.
 #[derive(
@@ -194,7 +194,7 @@ mod tests {
         };
         let err = spec.validate_for("p", Flavour::Uek).err();
         assert!(
-            err.as_ref().is_some_and(crate::error::is_invalid),
+            err.as_ref().is_some_and(gpuhost_host::error::is_invalid),
             "{err:?}"
         );
         assert!(format!("{err:?}").contains("UEK"));

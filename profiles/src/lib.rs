@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::invalid;
-use crate::kernel::Flavour;
+use gpuhost_host::invalid;
+use gpuhost_host::kernel::Flavour;
 
 mod containers;
+pub mod doc;
 mod driver;
 
 pub use containers::{
@@ -26,10 +27,10 @@ pub use driver::{DriverSpec, InstallSet, StreamKind, SPLIT_PACKAGES_SINCE};
 
 /// The built-in profiles: (name, TOML text).
 pub const BUILTIN: &[(&str, &str)] = &[
-    ("ol8-uek", include_str!("../../../profiles/ol8-uek.toml")),
-    ("ol8-rhck", include_str!("../../../profiles/ol8-rhck.toml")),
-    ("ol9-uek", include_str!("../../../profiles/ol9-uek.toml")),
-    ("ol9-rhck", include_str!("../../../profiles/ol9-rhck.toml")),
+    ("ol8-uek", include_str!("../ol8-uek.toml")),
+    ("ol8-rhck", include_str!("../ol8-rhck.toml")),
+    ("ol9-uek", include_str!("../ol9-uek.toml")),
+    ("ol9-rhck", include_str!("../ol9-rhck.toml")),
 ];
 
 /// How deep `extends` may nest.
@@ -67,7 +68,7 @@ pub struct Profile {
     /// What `gpuhost status --profile` expects of the node.
     #[serde(default)]
     pub status: StatusSpec,
-    /// The Machine Owner Key DKMS signs the NVIDIA modules with ([`crate::secureboot`]).
+    /// The Machine Owner Key DKMS signs the NVIDIA modules with ([`gpuhost_host::secureboot`]).
     #[serde(default)]
     pub secure_boot: SecureBootSpec,
 }
@@ -114,7 +115,7 @@ pub struct KernelSpec {
     #[serde(default)]
     pub extra_packages: Vec<String>,
     /// Keep the default boot entry on the last kernel with the NVIDIA module when a newer
-    /// kernel cannot get one ([`crate::bootguard`]); `false` lets the new kernel boot anyway.
+    /// kernel cannot get one ([`gpuhost_engine::bootguard`]); `false` lets the new kernel boot anyway.
     #[serde(default = "yes")]
     pub guard: bool,
 }
@@ -353,7 +354,7 @@ fn load_raw(spec: &str, base: Option<&Path>, seen: &mut BTreeSet<String>) -> Res
     };
     let parent_spec = parent.to_string();
     let mut merged = load_raw(&parent_spec, dir.as_deref(), seen).map_err(|e| {
-        if crate::error::is_invalid(&e) {
+        if gpuhost_host::error::is_invalid(&e) {
             invalid!("profile {key}: key `extends`: {e}")
         } else {
             e
@@ -525,7 +526,7 @@ mod tests {
         match Profile::resolve(spec, &sets) {
             Ok(_) => String::new(),
             Err(e) => {
-                assert!(crate::error::is_invalid(&e), "{e:#}");
+                assert!(gpuhost_host::error::is_invalid(&e), "{e:#}");
                 format!("{e:#}")
             }
         }

@@ -39,7 +39,7 @@ use gpuhost_health::coprobe::CoProbe;
 use gpuhost_health::snapshot::Snapshot;
 use gpuhost_health::verdict::{self, Expect, Severity};
 use gpuhost_health::{kmsg, output, probe};
-use gpuhost_steps::host::Host;
+use gpuhost_host::host::Host;
 
 /// Default listen address: loopback only. Port 19400: the Prometheus exporter range
 /// 9100–9999 is fully allocated (node_exporter 9100, dcgm-exporter 9400 among them), and the
@@ -223,14 +223,14 @@ impl Sweeper {
             Some(f) => {
                 let mut s = f.clone();
                 s.nvml = probe.sweep();
-                s.collected_at = gpuhost_steps::fsutil::unix_now();
+                s.collected_at = gpuhost_host::fsutil::unix_now();
                 s
             }
             None => gpuhost_health::collect_around(host, expect, Some(kernel), || probe.sweep()),
         };
         // The subprocess wrapper keeps a record of every command for apply's report; a server
         // must not let them pile up.
-        drop(gpuhost_steps::cmd::take_records());
+        drop(gpuhost_host::cmd::take_records());
         let collected = started.elapsed();
         let rendered = Rendered::new(&snapshot, expect, started);
         tracing::debug!(

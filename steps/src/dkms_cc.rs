@@ -23,7 +23,7 @@
 
 use serde::Serialize;
 
-use crate::rpm::vercmp;
+use gpuhost_host::rpm::vercmp;
 
 /// First dkms release with `build_environment`.
 pub const BUILD_ENVIRONMENT_SINCE: &str = "3.3.0";

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use crate::host::repo_entries;
-use crate::profile::Profile;
+use gpuhost_host::host::repo_entries;
+use gpuhost_profile::Profile;
 
 /// Run `test` over `strategy`: a few hundred cases, or for `GPUHOST_FUZZ_SECS` seconds.
 fn fuzz<S: Strategy>(name: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
@@ -86,10 +86,10 @@ fn nasty() -> impl Strategy<Value = String> {
 /// Every string key of a profile (most end up in files or commands), from the same structs
 /// the loader validates with: a key added later is fuzzed too.
 fn string_keys() -> Vec<String> {
-    crate::profile_doc::keys()
+    gpuhost_profile::doc::keys()
         .unwrap_or_default()
         .into_iter()
-        .filter(|(_, k)| matches!(&k.kind, crate::profile_doc::Kind::Value(t) if t == "string"))
+        .filter(|(_, k)| matches!(&k.kind, gpuhost_profile::doc::Kind::Value(t) if t == "string"))
         .map(|(path, _)| path)
         .collect()
 }
@@ -125,7 +125,7 @@ fn repo_files_are_one_section(p: &Profile) -> Result<(), TestCaseError> {
             &p.container_toolkit.gpgkey,
         ),
     ] {
-        let text = crate::steps::containers::repo_file(id, "n", source, key, &[])
+        let text = crate::containers::repo_file(id, "n", source, key, &[])
             .map_err(|e| TestCaseError::fail(format!("a loaded profile's repo file: {e:#}")))?;
         let sections: std::collections::BTreeSet<&str> =
             repo_entries(&text).iter().map(|(s, _, _)| *s).collect();
@@ -151,7 +151,7 @@ fn fuzz_set() {
                 all_printable(&p)?;
                 repo_files_are_one_section(&p)?;
             }
-            Err(e) => prop_assert!(crate::error::is_invalid(&e), "not exit 2: {e:#}"),
+            Err(e) => prop_assert!(gpuhost_host::error::is_invalid(&e), "not exit 2: {e:#}"),
         }
         Ok(())
     });
@@ -175,7 +175,7 @@ fn fuzz_profile_loader() {
                 all_printable(&p)?;
                 repo_files_are_one_section(&p)?;
             }
-            Err(e) => prop_assert!(crate::error::is_invalid(&e), "not exit 2: {e:#}"),
+            Err(e) => prop_assert!(gpuhost_host::error::is_invalid(&e), "not exit 2: {e:#}"),
         }
         Ok(())
     });
@@ -186,8 +186,7 @@ fn fuzz_repo_ini_writer() {
     let strategy = (nasty(), nasty(), prop::collection::vec(nasty(), 0..2));
     fuzz("repo INI writer", strategy, |(source, gpgkey, extra)| {
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-        let Ok(text) = crate::steps::containers::repo_file("r", "R", &source, &gpgkey, &extra)
-        else {
+        let Ok(text) = crate::containers::repo_file("r", "R", &source, &gpgkey, &extra) else {
             return Ok(());
         };
         let entries = repo_entries(&text);
@@ -206,7 +205,7 @@ fn fuzz_repo_ini_writer() {
                 .map(|(_, _, v)| *v)
                 .collect::<Vec<_>>()
         };
-        let want = crate::steps::containers::RepoSource::parse(&source)
+        let want = crate::containers::RepoSource::parse(&source)
             .map(|s| s.baseurl())
             .unwrap_or_else(|| source.clone());
         prop_assert_eq!(get("baseurl"), vec![want.as_str()], "{}", text);
@@ -263,13 +262,13 @@ fn fuzz_daemon_json_writer() {
         "daemon.json writer",
         (json_value(), spec),
         |(current, (def, shm, memlock))| {
-            let spec = crate::steps::containers::DaemonSpec {
+            let spec = crate::containers::DaemonSpec {
                 default_runtime_nvidia: def,
                 default_shm_size: shm,
                 ulimit_memlock: memlock,
                 ulimit_stack: None,
             };
-            let Ok(merged) = crate::steps::containers::merge_daemon_json(&current, &spec) else {
+            let Ok(merged) = crate::containers::merge_daemon_json(&current, &spec) else {
                 return Ok(());
             };
             let text = serde_json::to_string_pretty(&merged)
@@ -279,7 +278,7 @@ fn fuzz_daemon_json_writer() {
             prop_assert_eq!(&back, &merged);
             prop_assert_eq!(
                 &back["runtimes"]["nvidia"]["path"],
-                &serde_json::json!(crate::steps::containers::NVIDIA_RUNTIME_PATH)
+                &serde_json::json!(crate::containers::NVIDIA_RUNTIME_PATH)
             );
             // Every key of the user's file is kept.
             if let (Some(cur), Some(out)) = (current.as_object(), back.as_object()) {
@@ -315,21 +314,21 @@ fn tool_output() -> impl Strategy<Value = String> {
 #[test]
 fn fuzz_rpm_and_dnf_output_parsers() {
     fuzz("rpm/dnf output parsers", tool_output(), |text| {
-        for p in crate::rpm::parse_query(&text) {
+        for p in gpuhost_host::rpm::parse_query(&text) {
             prop_assert!(!p.name.is_empty(), "{:?}", p);
         }
-        let _ = crate::rpm::vercmp(&text, "1.0-1");
-        let _ = crate::steps::driver::module::ModuleState::parse(&text).enabled_stream();
-        let _ = crate::steps::driver::module::listed_streams("nvidia-driver", &text);
-        let _ = crate::steps::containers::prefix_links::parse_file_list(&text);
-        let _ = crate::osrelease::OsRelease::parse(&text);
-        let _ = crate::steps::containers::parse_smi_list(&text);
-        let _ = crate::steps::containers::parse_smi_header(&text);
-        let _ = crate::steps::containers::parse_nvcc_release(&text);
-        let _ = crate::steps::containers::smoke::parse_image_cuda(&text);
+        let _ = gpuhost_host::rpm::vercmp(&text, "1.0-1");
+        let _ = crate::driver::module::ModuleState::parse(&text).enabled_stream();
+        let _ = crate::driver::module::listed_streams("nvidia-driver", &text);
+        let _ = crate::containers::prefix_links::parse_file_list(&text);
+        let _ = gpuhost_host::osrelease::OsRelease::parse(&text);
+        let _ = crate::containers::parse_smi_list(&text);
+        let _ = crate::containers::parse_smi_header(&text);
+        let _ = crate::containers::parse_nvcc_release(&text);
+        let _ = crate::containers::smoke::parse_image_cuda(&text);
         for word in text.split_whitespace().take(4) {
-            let _ = crate::localrepo::LocalRepoFile::parse(word);
-            let _ = crate::runner::package_name_of(word);
+            let _ = gpuhost_nvidia::localrepo::LocalRepoFile::parse(word);
+            let _ = crate::step::package_name_of(word);
         }
         let install = crate::work::Install {
             specs: vec!["kernel-uek-devel-1".to_string()],

@@ -6,9 +6,9 @@
 
 use anyhow::Result;
 
-use crate::error::hinted;
-use crate::kernel::Flavour;
-use crate::runner::{Check, Ctx, Step};
+use crate::step::{Check, Ctx, Step};
+use gpuhost_host::error::hinted;
+use gpuhost_host::kernel::Flavour;
 
 pub struct Kernel;
 
@@ -33,7 +33,7 @@ impl Step for Kernel {
         }
         if let Some(d) = &f.default_boot_kernel {
             if Flavour::of(d) != want {
-                let newest = crate::kernel::newest_of(&f.installed_kernels, want);
+                let newest = gpuhost_host::kernel::newest_of(&f.installed_kernels, want);
                 let fix = match newest {
                     Some(k) => format!(
                         "make a {want} kernel the default: grubby --set-default /boot/vmlinuz-{k}"

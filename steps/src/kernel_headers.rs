@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use crate::runner::{package_name_of, Change, Check, Ctx, Step};
+use crate::step::{package_name_of, Change, Check, Ctx, Step};
 
 pub struct KernelHeaders;
 

@@ -1,50 +1,26 @@
-//! gpuhost's library: everything `apply`, `plan` and `facts` need.
+//! gpuhost's steps and the API they are written against.
 //!
-//! The binary in `agent/` is a thin command line over this crate. The pieces, from the bottom:
-//! - [`cmd`]: the one subprocess wrapper every external command goes through;
-//! - [`host`]: the host (or install root) being acted on, and its rpm/dnf/systemctl;
-//! - [`rootfs`]: file access resolved inside the root (`openat2(RESOLVE_IN_ROOT)`);
-//! - [`profile`]: TOML profiles, `extends`, `--set` overrides; [`profile_doc`]: every key,
-//!   its meaning and default, from the same structs;
-//! - [`facts`]: what gpuhost sees on the host (OS, kernels, PCI devices, Secure Boot);
-//! - [`compat`]: will a CUDA version, a requirement, an image run on a driver (NVIDIA's rules);
-//! - [`hostinfo`]: memory, CPUs, uptime and free space (sysinfo), and the space an install needs;
-//! - [`runner`]: the step trait, the ordered registry, check → change → check again;
-//! - [`steps`]: the steps themselves.
+//! - [`step`]: the API a step sees — [`step::Step`], [`step::Check`], [`step::Ctx`],
+//!   [`step::Selection`] — with the typed work a check declares ([`work`]), owed actions
+//!   ([`state`]) and the unit work ([`units`]);
+//! - the steps, in the order of [`registry`]: [`kernel`], [`kernel_headers`], [`driver`],
+//!   [`containers`].
+//!
+//! The engine (`gpuhost-engine`) drives these steps through the registry; nothing here knows
+//! the engine.
 
-pub mod apply;
-pub mod bootguard;
-pub mod bundle;
-pub mod cmd;
-pub mod compat;
+pub mod containers;
 pub mod dkms_cc;
-pub mod error;
-pub mod facts;
-pub mod flavour;
-pub mod fsutil;
-#[cfg(test)]
-mod fuzz;
-pub mod gpu;
-pub mod hgx;
-pub mod host;
-pub mod hostinfo;
-pub mod interrupt;
+pub mod driver;
 pub mod kernel;
-pub mod kmods;
-pub mod localrepo;
-pub mod lock;
-pub mod osrelease;
-pub mod profile;
-pub mod profile_doc;
-pub mod progress;
-pub mod reboot;
-pub mod rootfs;
-pub mod rpm;
-pub mod runner;
-pub mod secureboot;
+pub mod kernel_headers;
 pub mod state;
-pub mod steps;
+pub mod step;
 pub mod units;
 pub mod work;
 
-pub use error::{Hint, Invalid};
+mod registry;
+pub use registry::registry;
+
+#[cfg(test)]
+mod fuzz;

@@ -1,11 +1,10 @@
 //! The steps, and the one ordered registry of them.
 
-pub mod containers;
-pub mod driver;
-mod kernel;
-mod kernel_headers;
-
-use crate::runner::Step;
+use crate::containers;
+use crate::driver;
+use crate::kernel;
+use crate::kernel_headers;
+use crate::step::Step;
 
 /// The ordered registry: the order `apply` checks the steps in, carries out their work in
 /// (after the package transactions), reports them in, and `gpuhost steps` lists them in. Ids

@@ -6,12 +6,9 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::host::Host;
+use gpuhost_host::host::Host;
 
 pub const STATE_PATH: &str = "/var/lib/gpuhost/state.json";
-
-
-
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct State {
@@ -66,5 +63,4 @@ mod tests {
         assert!(State::load(&host)?.pending.is_empty());
         Ok(())
     }
-
 }

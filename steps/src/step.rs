@@ -56,7 +56,7 @@ pub struct Ctx<'a> {
     pub profile: &'a Profile,
     pub facts: &'a Facts,
     /// The driver this run manages (none when the profile names no local repo package).
-    pub driver: Option<crate::steps::driver::DriverPlan>,
+    pub driver: Option<crate::driver::DriverPlan>,
     pub state: State,
     rpm_cache: RefCell<BTreeMap<String, Vec<Installed>>>,
 }
@@ -67,7 +67,7 @@ impl<'a> Ctx<'a> {
             host,
             profile,
             facts,
-            driver: crate::steps::driver::resolve(profile, facts)?,
+            driver: crate::driver::resolve(profile, facts)?,
             state: State::load(host)?,
             rpm_cache: RefCell::new(BTreeMap::new()),
         })
@@ -240,7 +240,6 @@ pub trait Step: Sync {
     }
 }
 
-
 /// Which steps run.
 #[derive(Clone, Debug, Default)]
 pub struct Selection {
@@ -252,7 +251,7 @@ impl Selection {
     /// Unknown step ids are invalid input.
     pub fn validate(&self, steps: &[&dyn Step]) -> Result<()> {
         if !self.only.is_empty() && self.only.iter().all(|id| self.skip.contains(id)) {
-            return Err(crate::invalid!(
+            return Err(gpuhost_host::invalid!(
                 "--skip {} leaves nothing of --only {} to run; name the steps to run in --only",
                 self.skip.join(","),
                 self.only.join(",")
@@ -261,7 +260,7 @@ impl Selection {
         for id in self.only.iter().chain(&self.skip) {
             if !steps.iter().any(|s| s.id() == id) {
                 let ids: Vec<&str> = steps.iter().map(|s| s.id()).collect();
-                return Err(crate::invalid!(
+                return Err(gpuhost_host::invalid!(
                     "unknown step `{id}`; steps are: {}",
                     ids.join(", ")
                 ));
@@ -279,5 +278,23 @@ impl Selection {
         } else {
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("kernel-uek-devel-5.15.0-200.131.27.el8uek.x86_64", "kernel-uek-devel")]
+    #[case(
+        "kernel-devel-matched-5.14.0-427.13.1.el9_4.x86_64",
+        "kernel-devel-matched"
+    )]
+    #[case("kernel-headers", "kernel-headers")]
+    #[case("nvidia-container-toolkit-1.17.8-1", "nvidia-container-toolkit")]
+    fn package_names_from_specs(#[case] spec: &str, #[case] name: &str) {
+        assert_eq!(package_name_of(spec), name);
     }
 }

@@ -35,7 +35,7 @@ pub fn check_enabled(
             .changes
             .push(enable(&format!("comes with {package}, not installed yet"))),
         UnitState::Missing => {
-            return Err(crate::error::hinted(
+            return Err(gpuhost_host::error::hinted(
                 format!("{unit} is not on the host although {package} is installed"),
                 format!("reinstall {package} (dnf reinstall {package})"),
             ))
@@ -59,4 +59,3 @@ pub fn check_enabled(
     }
     Ok(())
 }
-

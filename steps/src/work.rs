@@ -15,8 +15,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::cmd::{Cmd, CmdOutput, Display as Argv};
-use crate::host::Host;
+use gpuhost_host::cmd::{Cmd, CmdOutput, Display as Argv};
+use gpuhost_host::host::Host;
 
 /// A file and the exact content it must have.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -300,7 +300,7 @@ pub fn implicated(text: &str, install: &Install) -> bool {
     let names: Vec<&str> = install
         .specs
         .iter()
-        .map(|s| crate::runner::package_name_of(s))
+        .map(|s| crate::step::package_name_of(s))
         .chain(install.specs.iter().map(String::as_str))
         .collect();
     let tokens = text
@@ -387,8 +387,8 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
         }
         Work::EnableUnits { units, package } => {
             for u in units {
-                if crate::units::state(host, u)? == crate::units::UnitState::Missing {
-                    return Err(crate::error::hinted(
+                if gpuhost_host::units::state(host, u)? == gpuhost_host::units::UnitState::Missing {
+                    return Err(gpuhost_host::error::hinted(
                         format!("{u} is not on the host: {package} is not installed"),
                         format!("{u} comes with {package}: check the step that installs it"),
                     ));

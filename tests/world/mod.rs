@@ -637,7 +637,7 @@ fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
 }
 
 /// rpm's version comparison (rpmvercmp) applied to whole VERSION-RELEASE strings: the agent's own.
-pub use gpuhost_steps::rpm::vercmp as rpmvercmp;
+pub use gpuhost_host::rpm::vercmp as rpmvercmp;
 
 /// A profile for world roots: the built-in `name` (e.g. `ol8-uek`) with Docker CE and the
 /// NVIDIA Container Toolkit taken from the world's repos inside the root.

@@ -11,16 +11,17 @@ use serde::Serialize;
 use super::manifest::{self, Manifest, FORMAT, MANIFEST};
 use super::modulemd::{self, Wanted};
 use super::TempDir;
-use crate::cmd::Cmd;
-use crate::error::hinted;
-use crate::facts::{Facts, KernelChoice, PciDevice};
-use crate::host::{repo_entries, Host};
-use crate::invalid;
-use crate::kernel::Flavour;
-use crate::profile::Profile;
 use crate::runner::{self, Ctx, Install, Phase, Selection, Work};
-use crate::steps::containers::RepoSource;
-use crate::{fsutil, steps};
+use gpuhost_host::cmd::Cmd;
+use gpuhost_host::error::hinted;
+use gpuhost_host::facts::{Facts, KernelChoice, PciDevice};
+use gpuhost_host::fsutil;
+use gpuhost_host::host::{repo_entries, Host};
+use gpuhost_host::invalid;
+use gpuhost_host::kernel::Flavour;
+use gpuhost_profile::Profile;
+use gpuhost_steps;
+use gpuhost_steps::containers::RepoSource;
 
 /// How many times the plan is checked again against the scratch root before giving up (a
 /// step's packages may depend on an earlier step's: the kernel's compiler is read from the
@@ -82,8 +83,8 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     if let Some(k) = &opts.kernel_release {
         crate::apply::check_kernel_release(k)?;
     }
-    let driver_steps = steps::driver::steps_needing_package(&Selection::default());
-    crate::steps::driver::require_package(&profile, &driver_steps)?;
+    let driver_steps = gpuhost_steps::driver::steps_needing_package(&Selection::default());
+    gpuhost_steps::driver::require_package(&profile, &driver_steps)?;
     if !crate::apply::is_root() {
         return Err(invalid!(
             "gpuhost bundle resolves the packages with dnf in a scratch install root and must run as root"
@@ -188,7 +189,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     // open modules, or the profile's driver.flavour), and pinned in the bundle's profile: the
     // bundle carries that stream only, so a host whose GPUs it cannot drive is refused at
     // apply (exit 2, naming the GPU), not failed in the middle of a transaction.
-    if let Some(d) = crate::steps::driver::resolve(&profile, &facts)? {
+    if let Some(d) = gpuhost_steps::driver::resolve(&profile, &facts)? {
         profile.driver.stream = Some(d.choice.stream);
     }
     let kernels = facts.kernels_to_serve();
@@ -275,7 +276,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         created_at: fsutil::rfc3339(fsutil::unix_now()),
         profile: profile.name.clone(),
         os_major: major,
-        arch: crate::steps::driver::host_arch().to_string(),
+        arch: gpuhost_steps::driver::host_arch().to_string(),
         flavour: profile.kernel.flavour,
         kernels: kernels.clone(),
         fabric_manager: !facts.nvswitches.is_empty(),
@@ -367,7 +368,7 @@ fn settle(
     dirs: &[PathBuf],
     pkgdir: &Path,
 ) -> Result<Planned> {
-    let registry = steps::registry();
+    let registry = gpuhost_steps::registry();
     let sel = Selection::default();
     let mut planned = Planned {
         plan: BTreeMap::new(),
@@ -424,7 +425,7 @@ fn settle(
                 }
                 _ => {}
             }
-            crate::work::carry_out(scratch, w)?;
+            gpuhost_steps::work::carry_out(scratch, w)?;
         }
         link_file_urls(scratch, source, dirs)?;
         for brings_repo in [true, false] {
@@ -463,11 +464,11 @@ fn settle(
                 .iter()
                 .map(|(_, i)| Work::Install(i.clone()).to_string())
                 .collect();
-            crate::progress::step_changing(&label, &format!("download {}", what.join("; ")));
+            gpuhost_host::progress::step_changing(&label, &format!("download {}", what.join("; ")));
             let began = Instant::now();
             // keepcache: dnf otherwise lists what it downloaded from a remote repo (into the
             // --downloaddir too) as temporary, and deletes it after the next transaction.
-            let download = crate::work::install_command(scratch, &refs)?
+            let download = gpuhost_steps::work::install_command(scratch, &refs)?
                 .arg("--downloadonly")
                 .arg(format!("--downloaddir={}", pkgdir.display()))
                 .arg("--setopt=keepcache=True");
@@ -476,7 +477,7 @@ fn settle(
                 let text = format!("{}\n{}", out.stdout, out.stderr);
                 let mut ids: Vec<&str> = parts
                     .iter()
-                    .filter(|(_, i)| crate::work::implicated(&text, i))
+                    .filter(|(_, i)| gpuhost_steps::work::implicated(&text, i))
                     .map(|(id, _)| *id)
                     .collect();
                 if ids.is_empty() {
@@ -495,11 +496,11 @@ fn settle(
             }
             // (A remote repo's packages are downloaded again here: dnf reads --downloaddir
             // only with --downloadonly.)
-            crate::work::install_command(scratch, &refs)?
+            gpuhost_steps::work::install_command(scratch, &refs)?
                 .arg("--setopt=tsflags=noscripts")
                 .arg("--setopt=keepcache=True")
                 .run()?;
-            crate::progress::step_done(&label, "downloaded", began.elapsed());
+            gpuhost_host::progress::step_done(&label, "downloaded", began.elapsed());
             link_file_urls(scratch, source, dirs)?;
         }
     }
@@ -546,7 +547,7 @@ fn seed_from_root(source: &Host, scratch: &Path) -> Result<()> {
     copy("/etc/dnf/dnf.conf")?;
     for vars in ["/etc/dnf/vars", "/etc/yum/vars"] {
         for n in source.list_dir(vars)? {
-            if source.kind(format!("{vars}/{n}")) == Some(crate::rootfs::Kind::File) {
+            if source.kind(format!("{vars}/{n}")) == Some(gpuhost_host::rootfs::Kind::File) {
                 copy(&format!("{vars}/{n}"))?;
             }
         }
@@ -676,7 +677,7 @@ fn clean_facts(scratch: &Host, profile: &Profile, release: Option<&str>) -> Resu
                 .lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty())
-                .max_by(|a, b| crate::rpm::vercmp(a, b))
+                .max_by(|a, b| gpuhost_host::rpm::vercmp(a, b))
                 .map(str::to_string)
                 .ok_or_else(|| {
                     invalid!(

@@ -8,9 +8,9 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::sha256_file;
-use crate::invalid;
-use crate::kernel::Flavour;
+use gpuhost_host::fsutil::sha256_file;
+use gpuhost_host::invalid;
+use gpuhost_host::kernel::Flavour;
 
 /// The manifest's file name, at the top of the bundle.
 pub const MANIFEST: &str = "manifest.json";
@@ -240,7 +240,7 @@ pub fn verify(dir: &Path) -> Result<(Manifest, String)> {
             ));
         }
     }
-    Ok((m, crate::fsutil::sha256_hex(text.as_bytes())))
+    Ok((m, gpuhost_host::fsutil::sha256_hex(text.as_bytes())))
 }
 
 /// `dir/rel` for a manifest path already verified to be safe.
@@ -281,7 +281,10 @@ mod tests {
 
     fn refused(dir: &Path, needle: &str) {
         let e = verify(dir).err();
-        assert!(e.as_ref().is_some_and(crate::error::is_invalid), "{e:?}");
+        assert!(
+            e.as_ref().is_some_and(gpuhost_host::error::is_invalid),
+            "{e:?}"
+        );
         let msg = format!("{:#}", e.unwrap_or_else(|| anyhow::anyhow!("")));
         assert!(msg.contains(needle), "{msg}");
     }

@@ -19,7 +19,7 @@
 //! `apply --bundle DIR|TARBALL` ([`open`]) verifies the manifest before anything else (a
 //! changed, missing or extra file is invalid input, exit 2, naming it), checks that the bundle
 //! fits the host (OS release, architecture, kernels), and converges with dnf reading only the
-//! bundle's repo (every other repo disabled, [`crate::host::BundleRepo`]).
+//! bundle's repo (every other repo disabled, [`gpuhost_host::host::BundleRepo`]).
 
 mod build;
 pub mod manifest;
@@ -32,11 +32,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::cmd::Cmd;
-use crate::facts::Facts;
-use crate::host::BundleRepo;
-use crate::invalid;
-use crate::profile::Profile;
+use gpuhost_host::cmd::Cmd;
+use gpuhost_host::facts::Facts;
+use gpuhost_host::host::BundleRepo;
+use gpuhost_host::invalid;
+use gpuhost_profile::Profile;
 use manifest::Manifest;
 
 /// A verified bundle, ready for `apply` and `plan`.
@@ -105,7 +105,7 @@ pub fn open(path: &Path) -> Result<Opened> {
         ));
     }
     let (manifest, manifest_sha256) = manifest::verify(&dir).map_err(|e| {
-        if extracted.is_some() && crate::error::is_invalid(&e) {
+        if extracted.is_some() && gpuhost_host::error::is_invalid(&e) {
             invalid!("{e:#} (in {shown})")
         } else {
             e
@@ -137,7 +137,7 @@ fn single_top(dir: &Path) -> Option<PathBuf> {
 }
 
 impl Opened {
-    /// The bundle's repo, for [`crate::host::Host::set_bundle`].
+    /// The bundle's repo, for [`gpuhost_host::host::Host::set_bundle`].
     pub fn repo(&self) -> BundleRepo {
         BundleRepo {
             dir: self.dir.join("repo"),
@@ -185,7 +185,7 @@ impl Opened {
                 ));
             }
         }
-        let arch = crate::steps::driver::host_arch();
+        let arch = gpuhost_steps::driver::host_arch();
         if m.arch != arch {
             return Err(invalid!(
                 "bundle {shown} was made for {}, but this host is {arch}; {}",

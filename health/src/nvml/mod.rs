@@ -722,7 +722,7 @@ fn inforom(lib: &NvmlLib, h: nvmlDevice_t) -> Reading<InfoRom> {
     Reading::Value(InfoRom {
         valid,
         image_version: raw::inforom_image_version(lib, h).ok(),
-        checked_at: Some(gpuhost_steps::fsutil::unix_now()),
+        checked_at: Some(gpuhost_host::fsutil::unix_now()),
         cached: false,
     })
 }
@@ -752,7 +752,7 @@ pub mod inforom_cache {
     impl Kept {
         /// A valid result for `uuid` checked less than [`MAX_AGE_S`] ago.
         pub fn fresh(&self, uuid: &str) -> Option<InfoRom> {
-            let now = gpuhost_steps::fsutil::unix_now();
+            let now = gpuhost_host::fsutil::unix_now();
             self.gpus
                 .get(uuid)
                 .filter(|i| {
@@ -812,7 +812,7 @@ pub mod inforom_cache {
             InfoRom {
                 valid,
                 image_version: Some("G520.0282.02.02".into()),
-                checked_at: Some(gpuhost_steps::fsutil::unix_now() - secs_ago),
+                checked_at: Some(gpuhost_host::fsutil::unix_now() - secs_ago),
                 cached: false,
             }
         }

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use gpuhost_steps::steps::driver::fabric_manager_package;
+use gpuhost_nvidia::hgx::fabric_manager_package_of as fabric_manager_package;
 
 mod gpu;
 mod software;
@@ -164,7 +164,7 @@ impl Default for Thresholds {
 
 impl MinFree {
     /// The defaults with the profile's `status.min_free_*_gib` keys over them.
-    pub fn from_profile(st: &gpuhost_steps::profile::StatusSpec) -> MinFree {
+    pub fn from_profile(st: &gpuhost_profile::StatusSpec) -> MinFree {
         let d = MinFree::default();
         MinFree {
             root: st.min_free_root_gib.unwrap_or(d.root),
@@ -177,7 +177,7 @@ impl MinFree {
 
 impl Thresholds {
     /// The defaults with the profile's `status.*` keys over them.
-    pub fn from_profile(st: &gpuhost_steps::profile::StatusSpec) -> Thresholds {
+    pub fn from_profile(st: &gpuhost_profile::StatusSpec) -> Thresholds {
         let d = Thresholds::default();
         Thresholds {
             ecc_sram_correctable_max: st
@@ -204,7 +204,7 @@ impl Thresholds {
 /// `cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm` → `535.104.05`,
 /// `nvidia-driver-local-repo-rhel9-570.124.06-1.0-1.x86_64.rpm` → `570.124.06`.
 pub fn driver_version_from_rpm(file_name: &str) -> Option<String> {
-    gpuhost_steps::localrepo::LocalRepoFile::parse(file_name).map(|f| f.driver)
+    gpuhost_nvidia::localrepo::LocalRepoFile::parse(file_name).map(|f| f.driver)
 }
 
 /// The worst severity (N/A and OK count the same).
@@ -642,11 +642,11 @@ fn driver_checks(out: &mut Out, s: &Snapshot, expect: &Expect) {
                 "driver",
                 None,
                 Severity::Ok,
-                // The same rules as `gpuhost compat` (gpuhost_steps::compat).
-                match gpuhost_steps::compat::DriverVersion::parse(&got) {
+                // The same rules as `gpuhost compat` (gpuhost_nvidia::compat).
+                match gpuhost_nvidia::compat::DriverVersion::parse(&got) {
                     Some(d) => format!(
                         "serves {}",
-                        gpuhost_steps::compat::serves(
+                        gpuhost_nvidia::compat::serves(
                             &d,
                             Some((major.unsigned_abs(), minor.unsigned_abs()))
                         )

@@ -267,7 +267,7 @@ pub(super) fn consistency(out: &mut Out, s: &Snapshot) {
 
 /// `driver.next_boot`: the default boot kernel has an `nvidia` module of the loaded driver's
 /// version (else of the profile's), as modprobe would find it; `driver.kernel_guard`: what the
-/// kernel guard held back ([`gpuhost_steps::bootguard`]).
+/// kernel guard held back ([`gpuhost_engine::bootguard`]).
 pub(super) fn next_boot(out: &mut Out, s: &Snapshot, expect: &Expect, have_gpus: bool) {
     const ID: &str = "driver.next_boot";
     let Some(nb) = &s.host.next_boot else {
@@ -379,7 +379,7 @@ pub(super) fn next_boot(out: &mut Out, s: &Snapshot, expect: &Expect, have_gpus:
 /// that is not enrolled (or only pending in `MokNew`, which needs a console at the next boot),
 /// the kernel refuses them.
 pub(super) fn secure_boot(out: &mut Out, s: &Snapshot) {
-    use gpuhost_steps::secureboot::Trust;
+    use gpuhost_host::secureboot::Trust;
     const ID: &str = "driver.secure_boot";
     let Some(sb) = &s.host.secure_boot else {
         return;

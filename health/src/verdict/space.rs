@@ -2,7 +2,7 @@
 //! `/var`, Docker's data-root and /var/lib/dkms — a WARNING under the profile's floors
 //! (`status.min_free_{root,var,docker,dkms}_gib`): a full /var stops dnf, DKMS and Docker.
 
-use gpuhost_steps::hostinfo::{human, HostInfo};
+use gpuhost_host::hostinfo::{human, HostInfo};
 
 use super::{Expect, Out, Severity};
 use crate::snapshot::Snapshot;

@@ -484,7 +484,7 @@ pub(super) fn xids(out: &mut Out, s: &Snapshot, gpu_refs: &[GpuRef], pci_refs: &
         .driver_version
         .as_deref()
         .or(s.host.kernel_module_version.as_deref())
-        .and_then(gpuhost_steps::compat::DriverVersion::parse)
+        .and_then(gpuhost_nvidia::compat::DriverVersion::parse)
         .and_then(|d| u32::try_from(d.branch()).ok());
     for r in &refs {
         let k = key(&r.pci_bus_id);

@@ -12,7 +12,7 @@
 use serde::Serialize;
 
 use super::require::Env;
-use crate::profile::PrefixLink;
+use super::PrefixLink;
 
 /// `(component, image variables in order of preference, host package name prefixes)`.
 const COMPONENTS: &[(&str, &[&str], &[&str])] = &[

@@ -205,7 +205,7 @@ fn blob_path(digest: &str) -> Result<String> {
 fn read_blob(store: &dyn Store, digest: &str) -> Result<Vec<u8>> {
     let rel = blob_path(digest)?;
     let data = store.read(&rel)?;
-    let got = crate::fsutil::sha256_hex(&data);
+    let got = gpuhost_host::fsutil::sha256_hex(&data);
     if !digest.ends_with(&got) {
         bail!(
             "{}: {rel} does not match its digest (sha256 {got}); the image is corrupt",
@@ -295,7 +295,7 @@ pub fn read_docker_archive(path: &Path, tag: Option<&str>) -> Result<ImageConfig
         .unwrap_or_default()
         .trim_end_matches(".json");
     let digest = if stem.len() == 64 && stem.bytes().all(|b| b.is_ascii_hexdigit()) {
-        let got = crate::fsutil::sha256_hex(&data);
+        let got = gpuhost_host::fsutil::sha256_hex(&data);
         if got != stem {
             bail!(
                 "{}: {config_path} does not match its digest (sha256 {got}); the archive is corrupt",

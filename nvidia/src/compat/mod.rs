@@ -24,9 +24,8 @@ pub mod table;
 pub mod version;
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::profile::PrefixLink;
 use dsl::{DeviceFacts, DriverFacts};
 use gpu::{ForwardCompat, Gpu};
 pub use version::{CudaVersion, DriverVersion};
@@ -104,7 +103,7 @@ impl Host {
     /// [`Host::with_nvml_cuda`] sets NVML's answer.
     pub fn new(driver: &str, source: DriverSource, from: impl Into<String>) -> Result<Host> {
         let version = DriverVersion::parse(driver).ok_or_else(|| {
-            crate::invalid!(
+            gpuhost_host::invalid!(
                 "driver version {driver:?} (from {}): not a version like 535.104.05",
                 describe_source(source)
             )
@@ -981,6 +980,17 @@ fn lowercase_first(s: &str) -> String {
         Some(f) => f.to_lowercase().collect::<String>() + c.as_str(),
         None => String::new(),
     }
+}
+
+/// One `[[prefix_links]]` entry in a profile: every file the packages own is symlinked under
+/// `prefix` (`/usr/` stripped, `lib64` folded into `lib`). Missing packages are installed.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrefixLink {
+    /// Packages whose files are linked (installed from the enabled repos when missing).
+    pub packages: Vec<String>,
+    /// The directory the links go under, e.g. `/opt/nvidia/nccl`.
+    pub prefix: std::path::PathBuf,
 }
 
 #[cfg(test)]

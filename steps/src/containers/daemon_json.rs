@@ -8,8 +8,8 @@ use anyhow::Result;
 use serde_json::{json, Map, Value};
 
 use super::{docker_restart, DaemonSpec};
-use crate::error::hinted;
-use crate::runner::{Change, Check, Ctx, FileWrite, Step, Work};
+use crate::step::{Change, Check, Ctx, FileWrite, Step, Work};
+use gpuhost_host::error::hinted;
 
 pub struct DaemonJson;
 

@@ -13,8 +13,8 @@ use super::{
     docker_restart, explain_repo_failure, pin, repo_differs, repo_file, require_local_repo,
     version_matches, ConflictPolicy, ModuleFiltering,
 };
-use crate::error::hinted;
-use crate::runner::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
+use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
+use gpuhost_host::error::hinted;
 
 pub struct Docker;
 

@@ -17,12 +17,12 @@ pub(crate) mod toolkit;
 
 use anyhow::Result;
 
-use crate::invalid;
-pub use crate::profile::{
+use crate::step::Ctx;
+use gpuhost_host::invalid;
+pub use gpuhost_profile::{
     toolkit_denied, toolkit_refused, ConflictPolicy, DaemonSpec, ModuleFiltering, RepoSource,
     TOOLKIT_CVES, TOOLKIT_DENY, TOOLKIT_FLOOR,
 };
-use crate::runner::Ctx;
 
 pub use daemon_json::{merge as merge_daemon_json, NVIDIA_RUNTIME_PATH};
 pub use prefix_links::link_path;
@@ -102,7 +102,7 @@ fn require_local_repo(ctx: &Ctx<'_>, key: &str, source: &str) -> Result<()> {
     if let Some(RepoSource::Dir(d)) = RepoSource::parse(source) {
         let md = ctx.host.path(d).join("repodata/repomd.xml");
         if !ctx.host.exists(d.join("repodata/repomd.xml")) {
-            return Err(crate::error::as_invalid(crate::error::hinted(
+            return Err(gpuhost_host::error::as_invalid(gpuhost_host::error::hinted(
                 format!("{key} {} holds no repo ({} is missing)", d.display(), md.display()),
                 format!("copy the mirror there (with its repodata/), run createrepo_c on it, or point {key} at the right directory"),
             )));
@@ -114,7 +114,7 @@ fn require_local_repo(ctx: &Ctx<'_>, key: &str, source: &str) -> Result<()> {
 /// A dnf failure because the repo from the profile cannot be read becomes an error that says
 /// so and what to do (an air-gapped site needs a local mirror).
 fn explain_repo_failure(
-    failure: &crate::runner::DnfFailure,
+    failure: &crate::step::DnfFailure,
     repo_id: &str,
     key: &str,
     source: &str,
@@ -122,7 +122,7 @@ fn explain_repo_failure(
     let text = failure.text();
     text.contains(&format!("Failed to download metadata for repo '{repo_id}'"))
         .then(|| {
-            crate::error::hinted(
+            gpuhost_host::error::hinted(
                 format!(
                     "the {repo_id} repo ({source}, from {key}) cannot be read: {:#}",
                     failure.error()
@@ -133,8 +133,8 @@ fn explain_repo_failure(
 }
 
 /// The owed docker restart, recorded before a change that makes it owed.
-fn docker_restart(reason: &str) -> crate::runner::Owed {
-    crate::runner::Owed {
+fn docker_restart(reason: &str) -> crate::step::Owed {
+    crate::step::Owed {
         key: RESTART_DOCKER,
         reason: reason.to_string(),
     }
@@ -146,7 +146,7 @@ fn pin(v: &Option<String>) -> Option<String> {
 }
 
 /// True when an installed package's version matches a pin (`27.3.1` or `27.3.1-1.el8`).
-fn version_matches(p: &crate::rpm::Installed, pin: &str) -> bool {
+fn version_matches(p: &gpuhost_host::rpm::Installed, pin: &str) -> bool {
     p.version == pin || p.evr() == pin
 }
 
@@ -180,6 +180,9 @@ mod tests {
     #[case(" https://e.com/gpg")]
     fn the_repo_writer_refuses_what_would_start_a_line(#[case] gpgkey: &str) {
         let r = repo_file("x", "x", "https://e.com/r", gpgkey, &[]);
-        assert!(r.as_ref().is_err_and(crate::error::is_invalid), "{r:?}");
+        assert!(
+            r.as_ref().is_err_and(gpuhost_host::error::is_invalid),
+            "{r:?}"
+        );
     }
 }

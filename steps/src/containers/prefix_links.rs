@@ -11,9 +11,9 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::error::hinted;
-use crate::rootfs::Kind;
-use crate::runner::{Change, Check, Ctx, Step, Work};
+use crate::step::{Change, Check, Ctx, Step, Work};
+use gpuhost_host::error::hinted;
+use gpuhost_host::rootfs::Kind;
 
 pub struct PrefixLinks;
 

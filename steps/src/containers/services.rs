@@ -9,8 +9,8 @@
 use anyhow::Result;
 
 use super::RESTART_DOCKER;
-use crate::runner::{Change, Check, Ctx, Step, Work};
-use crate::units::{self, UnitState};
+use crate::step::{Change, Check, Ctx, Step, Work};
+use gpuhost_host::units::{self, UnitState};
 
 pub struct Services;
 
@@ -71,7 +71,7 @@ impl Step for Services {
         }
         let owed = ctx.state.pending.get(RESTART_DOCKER).cloned();
         if ctx.host.is_live() {
-            let state = crate::units::active_state(ctx.host, "docker.service")?;
+            let state = gpuhost_host::units::active_state(ctx.host, "docker.service")?;
             match (&owed, state == "active") {
                 (Some(why), _) => check
                     .changes

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::cmd::Cmd;
-use crate::error::hinted;
-use crate::runner::{Check, Ctx, Step};
+use crate::step::{Check, Ctx, Step};
+use gpuhost_host::cmd::Cmd;
+use gpuhost_host::error::hinted;
 
 pub struct ContainerSmoke;
 
@@ -79,14 +79,14 @@ fn major_minor(v: &str) -> String {
 }
 
 /// How the container's CUDA `cuda` (major.minor) runs on driver `driver`, whose own CUDA is
-/// `driver_cuda` (nvidia-smi's "CUDA Version"), by `crate::compat`'s rules; the image may carry
+/// `driver_cuda` (nvidia-smi's "CUDA Version"), by `gpuhost_nvidia::compat`'s rules; the image may carry
 /// cuda-compat. `None` when a version does not parse.
 pub fn container_cuda_answer(
     cuda: &str,
     driver: &str,
     driver_cuda: &str,
-) -> Option<crate::compat::CudaAnswer> {
-    use crate::compat::{cuda_answer, CompatLibs, CudaVersion, DriverSource, Host};
+) -> Option<gpuhost_nvidia::compat::CudaAnswer> {
+    use gpuhost_nvidia::compat::{cuda_answer, CompatLibs, CudaVersion, DriverSource, Host};
     let c = CudaVersion::parse(cuda)?;
     let d = CudaVersion::parse(driver_cuda)?;
     let host = Host::new(driver, DriverSource::Nvml, "nvidia-smi")
@@ -188,7 +188,7 @@ impl ContainerSmoke {
                 // The same rules as `gpuhost compat`: newer than the driver's CUDA is fine
                 // within minor-version or forward compatibility.
                 if let Some(a) = container_cuda_answer(c, drv, max) {
-                    if a.verdict == crate::compat::Verdict::DoesNotRun {
+                    if a.verdict == gpuhost_nvidia::compat::Verdict::DoesNotRun {
                         return Err(hinted(
                             format!("{image}: {}", a.summary),
                             a.hint.unwrap_or_else(|| {
@@ -196,7 +196,7 @@ impl ContainerSmoke {
                             }),
                         ));
                     }
-                    if a.mode != crate::compat::Mode::Native {
+                    if a.mode != gpuhost_nvidia::compat::Mode::Native {
                         note.push_str(&format!("; {}", a.summary));
                     }
                 }
@@ -265,9 +265,9 @@ mod tests {
     use super::*;
     use rstest::rstest;
 
-    const SMI_L: &str = include_str!("../../../../tests/fixtures/h200-smoke/nvidia-smi-L.txt");
-    const SMI: &str = include_str!("../../../../tests/fixtures/h200-smoke/nvidia-smi.txt");
-    const NVCC: &str = include_str!("../../../../tests/fixtures/h200-smoke/nvcc-version.txt");
+    const SMI_L: &str = include_str!("../../../tests/fixtures/h200-smoke/nvidia-smi-L.txt");
+    const SMI: &str = include_str!("../../../tests/fixtures/h200-smoke/nvidia-smi.txt");
+    const NVCC: &str = include_str!("../../../tests/fixtures/h200-smoke/nvcc-version.txt");
 
     #[test]
     fn lists_the_gpus_of_a_real_h200() {
@@ -331,7 +331,7 @@ mod tests {
             unreachable!("{cuda}, {driver_cuda}: versions")
         };
         assert_eq!(
-            a.verdict != crate::compat::Verdict::DoesNotRun,
+            a.verdict != gpuhost_nvidia::compat::Verdict::DoesNotRun,
             ok,
             "{cuda} on {driver}: {}",
             a.summary

@@ -7,8 +7,8 @@ use super::{
     explain_repo_failure, pin, repo_differs, repo_file, require_local_repo, toolkit_refused,
     version_matches,
 };
-use crate::error::hinted;
-use crate::runner::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
+use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
+use gpuhost_host::error::hinted;
 
 pub struct ContainerToolkit;
 

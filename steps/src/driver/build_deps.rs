@@ -17,8 +17,8 @@
 use anyhow::Result;
 
 use super::{signing, StreamKind};
-use crate::rpm::vercmp;
-use crate::runner::{Change, Check, Ctx, FileWrite, Step, Work};
+use crate::step::{Change, Check, Ctx, FileWrite, Step, Work};
+use gpuhost_host::rpm::vercmp;
 
 pub struct BuildDeps;
 

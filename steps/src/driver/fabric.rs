@@ -6,8 +6,8 @@
 
 use anyhow::Result;
 
-use super::{branch_of, driver_version};
-use crate::runner::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
+use super::driver_version;
+use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 use crate::units;
 
 pub struct FabricManager;
@@ -15,17 +15,9 @@ pub struct FabricManager;
 pub const DNF_CONF: &str = "/etc/dnf/dnf.conf";
 const UNIT: &str = "nvidia-fabricmanager.service";
 
-/// Fabric Manager's package names: from the 580 branch, and before it.
-pub const PACKAGES: [&str; 2] = ["nvidia-fabricmanager", "nvidia-fabric-manager"];
-
-/// The Fabric Manager package of a driver branch (`gpuhost status` judges with it too).
-pub fn package_for(driver: &str) -> &'static str {
-    if branch_of(driver) >= 580 {
-        PACKAGES[0]
-    } else {
-        PACKAGES[1]
-    }
-}
+pub use gpuhost_nvidia::hgx::{
+    fabric_manager_package_of as package_for, FABRIC_MANAGER_PACKAGES as PACKAGES,
+};
 
 /// True when dnf.conf locks a package gpuhost locks for this driver (Fabric Manager, NSCQ,
 /// nvlsm, IMEX): gpuhost's own transactions then lift the locks with `--disableexcludes=main`.
@@ -207,7 +199,7 @@ impl Step for FabricManager {
         };
         let pkg = package_for(&drv);
         let available = ctx.available_versions(pkg).unwrap_or_default();
-        crate::error::hinted(
+        gpuhost_host::error::hinted(
             format!(
                 "{pkg} {drv} could not be installed (available: {}): {}",
                 if available.is_empty() {
@@ -215,7 +207,7 @@ impl Step for FabricManager {
                 } else {
                     available.join(", ")
                 },
-                crate::cmd::tail_lines(&failure.out.stderr, 4)
+                gpuhost_host::cmd::tail_lines(&failure.out.stderr, 4)
             ),
             "Fabric Manager must come from the same local repo as the driver",
         )

@@ -1,5 +1,5 @@
 //! `hgx-extras`: what an HGX system needs beyond the driver and Fabric Manager (see
-//! [`crate::hgx`] for the rules and their source, NVIDIA/gpu-driver-container's install scripts):
+//! [`gpuhost_nvidia::hgx`] for the rules and their source, NVIDIA/gpu-driver-container's install scripts):
 //! - on NVSwitch systems, NSCQ (`libnvidia-nscq`, `libnvidia-nscq-<branch>` before R580) at the
 //!   driver's version;
 //! - on NVLink-5 systems (HGX B200, GB200: an InfiniBand device whose VPD says `SW_MNG`), the
@@ -16,8 +16,8 @@ use anyhow::Result;
 
 use super::fabric::{locked, main_excludes, switches, with_exclude, DNF_CONF};
 use super::plan;
-use crate::hgx::{self, Extra, NVLINK5_MODULES};
-use crate::runner::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
+use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
+use gpuhost_nvidia::hgx::{self, Extra, NVLINK5_MODULES};
 
 pub struct HgxExtras;
 
@@ -200,9 +200,9 @@ impl Step for HgxExtras {
         let Some(spec) = failure.unmatched(&install.specs).first().copied() else {
             return failure.error();
         };
-        let name = crate::runner::package_name_of(spec);
+        let name = crate::step::package_name_of(spec);
         let available = ctx.available_versions(name).unwrap_or_default();
-        crate::error::hinted(
+        gpuhost_host::error::hinted(
             format!(
                 "{spec} is not in the enabled repos (available: {})",
                 if available.is_empty() {

@@ -1,7 +1,7 @@
 //! `kernel-module`: "installed" is not "built". For the target kernel and the default boot kernel
 //! (the next boot runs it), the `nvidia` module that modprobe would load (`modules.dep` under
 //! `/lib/modules/<kver>/`: `extra/`, `updates/`, `weak-updates/`, `kernel/drivers/video/`) must
-//! carry the driver's version in its modinfo — however it got there (see [`crate::kmods`]).
+//! carry the driver's version in its modinfo — however it got there (see [`gpuhost_host::kmods`]).
 //! NVIDIA's DKMS packages register as `nvidia` (proprietary, `kmod-nvidia-latest-dkms`) or
 //! `nvidia-open` (open, `kmod-nvidia-open-dkms`; NVIDIA/yum-packaging-dkms-nvidia
 //! `dkms-open-nvidia.spec`), and their `%post` builds for the *running* kernel only, ignoring
@@ -16,10 +16,10 @@ use anyhow::Result;
 use super::module::precompiled_kmod;
 use super::signing::{self, Signer};
 use super::{driver_version, host_arch, StreamKind};
-use crate::cmd::tail_lines;
-use crate::error::hinted;
-use crate::kmods;
-use crate::runner::{Change, Check, Ctx, Step, Work};
+use crate::step::{Change, Check, Ctx, Step, Work};
+use gpuhost_host::cmd::tail_lines;
+use gpuhost_host::error::hinted;
+use gpuhost_host::kmods;
 
 pub struct KernelModule;
 
@@ -77,11 +77,11 @@ fn role(ctx: &Ctx<'_>, kver: &str) -> &'static str {
 /// which `apply` refused earlier when Secure Boot is on).
 fn expected_signer(ctx: &Ctx<'_>, kind: StreamKind) -> Result<Option<Signer>> {
     Ok(match (kind, ctx.profile.secure_boot.pair()) {
-        (StreamKind::Precompiled, _) if signing::enabled(ctx.facts) => {
-            Some(Signer::Firmware(crate::secureboot::Keys::read(ctx.host)?))
-        }
+        (StreamKind::Precompiled, _) if signing::enabled(ctx.facts) => Some(Signer::Firmware(
+            gpuhost_host::secureboot::Keys::read(ctx.host)?,
+        )),
         (StreamKind::Precompiled, _) | (_, None) => None,
-        (_, Some((_, cert))) => Some(Signer::Profile(crate::secureboot::Cert::load(
+        (_, Some((_, cert))) => Some(Signer::Profile(gpuhost_host::secureboot::Cert::load(
             ctx.host, cert,
         )?)),
     })
@@ -226,7 +226,7 @@ impl Step for KernelModule {
                 (None, false) => {
                     return Err(hinted(
                         format!("Secure Boot is on and NVIDIA's precompiled module will not load: {}", why.join("; ")),
-                        format!("enroll the certificate NVIDIA signs its precompiled kmods with: {}; `mokutil --import NVIDIA2019-public_key.der`, reboot and confirm it in MokManager at the console", crate::secureboot::NVIDIA_PRECOMPILED_CERT),
+                        format!("enroll the certificate NVIDIA signs its precompiled kmods with: {}; `mokutil --import NVIDIA2019-public_key.der`, reboot and confirm it in MokManager at the console", gpuhost_host::secureboot::NVIDIA_PRECOMPILED_CERT),
                     ))
                 }
             }

@@ -18,7 +18,7 @@
 //! Before any step runs, [`resolve`] reads the driver version from the local repo package's
 //! file name (NVIDIA names them `cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm` and
 //! `nvidia-driver-local-repo-rhel9-570.124.06-1.0-1.x86_64.rpm`), chooses the kernel module
-//! flavour and stream for the GPUs on PCI ([`crate::flavour`]) and checks the package set the
+//! flavour and stream for the GPUs on PCI ([`gpuhost_nvidia::flavour`]) and checks the package set the
 //! profile asks for exists for that driver: what cannot work is refused then (exit 2), before
 //! anything changes. `driver-repo` checks the version against what the package really carries.
 
@@ -30,22 +30,23 @@ pub(crate) mod module;
 pub(crate) mod nouveau;
 pub(crate) mod persistenced;
 pub(crate) mod repo;
+pub use repo::local_repo_size;
 pub mod signing;
 
-pub use crate::localrepo::{branch_of, LocalRepoFile};
 /// Fabric Manager's package rule, shared with `gpuhost status`.
 pub use fabric::{package_for as fabric_manager_package, PACKAGES as FABRIC_MANAGER_PACKAGES};
+pub use gpuhost_nvidia::localrepo::{branch_of, LocalRepoFile};
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::facts::Facts;
-use crate::flavour::{self, Choice, ModuleFlavour};
-use crate::invalid;
-use crate::profile::Profile;
-pub use crate::profile::{InstallSet, StreamKind, SPLIT_PACKAGES_SINCE};
-use crate::runner::Ctx;
+use crate::step::Ctx;
+use gpuhost_host::facts::Facts;
+use gpuhost_host::invalid;
+use gpuhost_nvidia::flavour::{self, Choice, ModuleFlavour};
+use gpuhost_profile::Profile;
+pub use gpuhost_profile::{InstallSet, StreamKind, SPLIT_PACKAGES_SINCE};
 
 /// The driver a run manages, worked out before any step: the local repo package, the flavour
 /// and stream for the GPUs, and the package set.
@@ -107,7 +108,7 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
     }
     if spec.imex {
         // Refuses a driver without IMEX.
-        crate::hgx::extras(crate::hgx::Topology::default(), &repo.driver, true)?;
+        gpuhost_nvidia::hgx::extras(gpuhost_nvidia::hgx::Topology::default(), &repo.driver, true)?;
     }
     Ok(Some(DriverPlan {
         path: path.clone(),
@@ -155,8 +156,8 @@ pub fn not_applicable(ctx: &Ctx<'_>) -> Option<String> {
 /// manages the driver but names no package and `selected` (the driver steps that will run) is
 /// not empty.
 /// The steps of `sel` that need the driver's local repo package.
-pub fn steps_needing_package(sel: &crate::runner::Selection) -> Vec<&'static str> {
-    crate::steps::registry()
+pub fn steps_needing_package(sel: &crate::step::Selection) -> Vec<&'static str> {
+    crate::registry()
         .iter()
         .filter(|s| s.needs_driver_package() && sel.excludes(s.id()).is_none())
         .map(|s| s.id())
@@ -168,7 +169,7 @@ pub fn require_package(profile: &Profile, selected: &[&str]) -> Result<()> {
     if !d.manage || d.local_repo_rpm.is_some() || selected.is_empty() {
         return Ok(());
     }
-    Err(crate::invalid!(
+    Err(gpuhost_host::invalid!(
         "profile {} manages the NVIDIA driver but names no driver package: set driver.local_repo_rpm to NVIDIA's local repo RPM (--set driver.local_repo_rpm=/path/to/nvidia-driver-local-repo-rhel{}-<driver>-1.0-1.x86_64.rpm or a cuda-repo-rhel{}-…-local-….rpm), or driver.manage = false to provision without the driver",
         profile.name,
         profile.os.major,

@@ -1,5 +1,5 @@
 //! `driver`: the `nvidia-driver` module stream of the flavour that fits the GPUs (see
-//! [`crate::flavour`]) and the driver's packages from the local repo, at the local repo's driver
+//! [`gpuhost_nvidia::flavour`]) and the driver's packages from the local repo, at the local repo's driver
 //! version, as one of NVIDIA's package sets (`driver.install`):
 //! - `module`: `dnf module install nvidia-driver:<stream>/<profile>` (`default`, or `fm` with
 //!   NVSwitches) and the stream's kmod package;
@@ -18,10 +18,10 @@
 use anyhow::Result;
 
 use super::{module_profile, plan, DriverPlan, InstallSet, StreamKind};
-use crate::error::hinted;
-use crate::flavour::ModuleFlavour;
-use crate::kernel::Flavour;
-use crate::runner::{Change, Check, Ctx, DnfFailure, Install, Step, Work};
+use crate::step::{Change, Check, Ctx, DnfFailure, Install, Step, Work};
+use gpuhost_host::error::hinted;
+use gpuhost_host::kernel::Flavour;
+use gpuhost_nvidia::flavour::ModuleFlavour;
 
 pub struct Driver;
 

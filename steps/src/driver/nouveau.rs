@@ -8,8 +8,8 @@
 
 use anyhow::Result;
 
-use crate::kernel::bls_kernel;
-use crate::runner::{Change, Check, Ctx, FileWrite, Step, Work};
+use crate::step::{Change, Check, Ctx, FileWrite, Step, Work};
+use gpuhost_host::kernel::bls_kernel;
 
 pub struct Nouveau;
 

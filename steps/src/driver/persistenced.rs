@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 
-use crate::runner::{Check, Ctx, Step};
+use crate::step::{Check, Ctx, Step};
 use crate::units;
 
 pub struct Persistenced;

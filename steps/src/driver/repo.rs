@@ -1,6 +1,6 @@
 //! `driver-repo`: NVIDIA's local repo package named by the profile — a CUDA local repo
 //! (`cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm`) or a driver-only local repo
-//! (`nvidia-driver-local-repo-rhel9-570.124.06-1.0-1.x86_64.rpm`; see [`crate::localrepo`]) —
+//! (`nvidia-driver-local-repo-rhel9-570.124.06-1.0-1.x86_64.rpm`; see [`gpuhost_nvidia::localrepo`]) —
 //! verified (RPM, checksum, architecture, OS release, the driver version its inner repo really
 //! carries) and installed with dnf. An installed local repo of either kind is recognised;
 //! another one (another driver version) is replaced only when the profile says so.
@@ -14,10 +14,10 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::{host_arch, LocalRepoFile, NO_DRIVER};
-use crate::cmd::Cmd;
-use crate::error::{as_invalid, hinted};
-use crate::localrepo::{installed_driver, present_packages, RepoKind};
-use crate::runner::{Change, Check, Ctx, Install, Step, Work};
+use crate::step::{Change, Check, Ctx, Install, Step, Work};
+use gpuhost_host::cmd::Cmd;
+use gpuhost_host::error::{as_invalid, hinted};
+use gpuhost_nvidia::localrepo::{installed_driver, present_packages, RepoKind};
 
 pub struct DriverRepo;
 
@@ -93,7 +93,7 @@ fn verify_file(path: &Path, name: &LocalRepoFile, sha256: Option<&str>) -> Resul
         ));
     }
     if let Some(want) = sha256 {
-        let got = crate::fsutil::sha256_file(path)?;
+        let got = gpuhost_host::fsutil::sha256_file(path)?;
         if !got.eq_ignore_ascii_case(want) {
             return Err(hinted(
                 format!("{shown}: SHA-256 is {got}, but the profile expects {want}; nothing was installed"),
@@ -311,9 +311,9 @@ impl Step for DriverRepo {
 }
 
 /// ` (serves CUDA ≤ 12.2 natively, …)`: which CUDA the driver runs, for the plan
-/// (`crate::compat`).
+/// (`gpuhost_nvidia::compat`).
 fn serves_text(driver: &str) -> String {
-    crate::compat::serves_str(driver)
+    gpuhost_nvidia::compat::serves_str(driver)
         .map(|s| format!(" (serves {})", s.range()))
         .unwrap_or_default()
 }

@@ -1,4 +1,4 @@
-//! Module signing for Secure Boot (see [`crate::secureboot`]).
+//! Module signing for Secure Boot (see [`gpuhost_host::secureboot`]).
 //!
 //! - **Before anything changes** ([`preflight`], from `apply`/`plan`'s preparation): with Secure
 //!   Boot on and a DKMS stream, the profile must name a key and certificate
@@ -18,26 +18,18 @@
 use anyhow::Result;
 
 use super::{DriverPlan, StreamKind};
-use crate::facts::{Facts, SecureBoot};
-use crate::host::Host;
-use crate::invalid;
-use crate::kmods;
-use crate::profile::Profile;
-use crate::secureboot::{self, Cert, Keys, TestKey, Trust};
+use gpuhost_host::facts::{Facts, SecureBoot};
+use gpuhost_host::host::Host;
+use gpuhost_host::invalid;
+use gpuhost_host::secureboot::{self, Cert, Keys, TestKey, Trust};
+use gpuhost_profile::Profile;
 
 /// The DKMS framework drop-in gpuhost writes.
 pub const DROPIN: &str = "/etc/dkms/framework.conf.d/gpuhost-secure-boot.conf";
 /// Its first line.
 pub const MARKER: &str = "# Written by gpuhost (secure_boot)";
 
-/// The modules NVIDIA's DKMS packages build (`BUILT_MODULE_NAME[0..4]` of their dkms.conf).
-pub const NVIDIA_MODULES: &[&str] = &[
-    "nvidia",
-    "nvidia-modeset",
-    "nvidia-drm",
-    "nvidia-uvm",
-    "nvidia-peermem",
-];
+pub use gpuhost_host::kmods::NVIDIA_MODULES;
 
 /// The drop-in's text.
 pub fn dropin(key: &str, cert: &str) -> String {
@@ -121,22 +113,7 @@ pub enum Signer {
     Firmware(Keys),
 }
 
-/// The NVIDIA modules modprobe would load for `kver` (paths relative to
-/// `/lib/modules/<kver>/`, from `modules.dep`) and their appended signatures, each file read
-/// once per file version per process: what `kernel-module` judges and `gpuhost status` shows.
-pub fn module_signatures(
-    host: &Host,
-    kver: &str,
-) -> Result<Vec<(String, Result<Option<secureboot::ModuleSignature>>)>> {
-    let mut out = Vec::new();
-    for m in NVIDIA_MODULES {
-        if let Some(path) = kmods::loadable_path(host, kver, m)? {
-            let file = format!("/lib/modules/{kver}/{path}");
-            out.push((path, secureboot::module_signature_cached(host, &file)));
-        }
-    }
-    Ok(out)
-}
+pub use gpuhost_host::secureboot::module_signatures;
 
 /// What is wrong with the signatures of the NVIDIA modules modprobe would load for `kver`
 /// (one line each; empty when all are right).

@@ -1,0 +1,18 @@
+//! gpuhost's engine: what `apply`, `plan`, `resume`, `kernel-added` and `bundle` do with the
+//! steps of `gpuhost-steps`.
+//!
+//! - [`runner`]: every selected step checked, the work carried out as one plan (package work
+//!   merged into as few dnf transactions as the repos allow), every changed step checked again;
+//! - [`apply`]: the preparation (profile, facts, the driver plan resolved once, preflight), the
+//!   run, the report;
+//! - [`lock`], [`journal`]: two applies never interleave; the last runs' reports;
+//! - [`reboot`], [`bootguard`]: reboots as a state, and the kernel guard;
+//! - [`bundle`]: offline bundles, built and verified.
+
+pub mod apply;
+pub mod bootguard;
+pub mod bundle;
+pub mod journal;
+pub mod lock;
+pub mod reboot;
+pub mod runner;
