@@ -389,9 +389,8 @@ pub fn render(a: &CloudInitArgs) -> Result<String> {
     // The node's apply would stop (exit 2) on a profile that manages the driver but names no
     // package: say so now.
     if a.driver_rpm.is_none() {
-        let driver_steps = gpuhost_steps::driver::steps_needing_package(
-            &gpuhost_steps::step::Selection::default(),
-        );
+        let driver_steps =
+            gpuhost_steps::steps_needing_package(&gpuhost_steps::step::Selection::default());
         gpuhost_steps::driver::require_package(&profile, &driver_steps)
             .map_err(|e| invalid!("{e:#}; here: --driver-rpm URL|PATH"))?;
     }

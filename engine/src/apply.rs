@@ -167,6 +167,8 @@ pub struct Prepared {
     pub facts: Facts,
     /// The verified bundle (`--bundle`), kept open (a tarball's extraction) for the run.
     pub bundle: Option<bundle::Opened>,
+    /// The run's driver, resolved once here and handed to the steps' `Ctx`.
+    pub driver: Option<gpuhost_steps::driver_plan::DriverPlan>,
     /// What the preparation found worth a look without stopping (a pending MOK enrollment).
     pub warnings: Vec<String>,
 }
@@ -228,7 +230,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         ));
     }
     host.set_releasever(profile.os.major.to_string());
-    let driver_steps = gpuhost_steps::driver::steps_needing_package(&opts.selection);
+    let driver_steps = gpuhost_steps::steps_needing_package(&opts.selection);
     gpuhost_steps::driver::require_package(&profile, &driver_steps)?;
     let mut warnings = Vec::new();
     if !driver_steps.is_empty() {
@@ -248,6 +250,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         profile,
         facts,
         bundle,
+        driver: driver_plan,
         warnings,
     })
 }
@@ -364,6 +367,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         profile,
         facts,
         bundle,
+        driver,
         warnings: prepared_warnings,
     } = &prepared;
     let _lock = if opts.dry_run {
@@ -379,7 +383,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     };
     warnings.extend(prepared_warnings.iter().cloned());
     let registry = gpuhost_steps::registry();
-    let mut ctx = Ctx::new(host, profile, facts)?;
+    let mut ctx = Ctx::new(host, profile, facts, driver.clone())?;
     let (steps, invalid_input) =
         runner::run_steps(&mut ctx, &registry, &opts.selection, opts.dry_run)?;
     let reboot_required: Vec<String> = steps
@@ -388,13 +392,9 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         .collect();
     // A SIGTERM/SIGINT stopped the run at a step boundary: the first step it kept from running.
     let interrupted = gpuhost_host::interrupt::received().and_then(|sig| {
-        let prefix = format!(
-            "not run: interrupted by {}",
-            gpuhost_host::interrupt::name(sig)
-        );
         steps
             .iter()
-            .find(|s| s.outcome == Outcome::Skipped && s.reason.starts_with(&prefix))
+            .find(|s| s.interrupted_by == Some(sig))
             .map(|s| {
                 (
                     sig,

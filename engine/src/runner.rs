@@ -70,6 +70,9 @@ pub struct StepReport {
     pub reboot_required: Option<String>,
     pub commands: Vec<CmdRecord>,
     pub duration_ms: u64,
+    /// The signal (SIGTERM, SIGINT) that kept this step from running, if one did.
+    #[serde(skip)]
+    pub interrupted_by: Option<i32>,
 }
 
 impl StepReport {
@@ -84,6 +87,7 @@ impl StepReport {
             reboot_required: None,
             commands: vec![],
             duration_ms: 0,
+            interrupted_by: None,
         }
     }
 }
@@ -120,7 +124,7 @@ impl Slot<'_> {
     fn fail(&mut self, e: anyhow::Error) {
         if gpuhost_host::interrupt::is_interrupted(&e) {
             // Stopped by SIGTERM/SIGINT, not failed: what it did is listed.
-            self.not_run(&format!("{e:#}"));
+            self.not_run(&format!("{e:#}"), gpuhost_host::interrupt::received());
             return;
         }
         let mut r = StepReport::new(self.id(), Outcome::Failed, String::new());
@@ -146,8 +150,9 @@ impl Slot<'_> {
         self.report = Some(r);
     }
 
-    /// Not run because another step failed; what this step already had done is listed.
-    fn not_run(&mut self, why: &str) {
+    /// Not run because another step failed, or because `signal` arrived; what this step
+    /// already had done is listed.
+    fn not_run(&mut self, why: &str, signal: Option<i32>) {
         let mut reason = format!("not run: {why}");
         if !self.done.is_empty() {
             let done: Vec<String> = self.done.iter().map(|c| c.work.to_string()).collect();
@@ -155,6 +160,7 @@ impl Slot<'_> {
         }
         let mut r = StepReport::new(self.id(), Outcome::Skipped, reason);
         r.changes = self.done.iter().map(ToString::to_string).collect();
+        r.interrupted_by = signal;
         self.report = Some(r);
     }
 }
@@ -163,8 +169,9 @@ impl Slot<'_> {
 struct Run<'s> {
     slots: Vec<Slot<'s>>,
     stop: Option<(usize, String)>,
-    /// Set at the first step boundary after a SIGTERM/SIGINT: why the rest does not run.
-    interrupted: Option<String>,
+    /// Set at the first step boundary after a SIGTERM/SIGINT: the signal, why the rest does
+    /// not run.
+    interrupted: Option<i32>,
     /// Whether any work has been carried out (then every later step is checked again).
     changed_something: bool,
     /// A step's check found invalid input (a wrong driver file, a missing mirror): the run
@@ -174,8 +181,8 @@ struct Run<'s> {
 
 impl Run<'_> {
     fn stopped_before(&self, index: usize) -> Option<String> {
-        if let Some(why) = &self.interrupted {
-            return Some(why.clone());
+        if let Some(sig) = self.interrupted {
+            return Some(interrupted_by(sig));
         }
         match &self.stop {
             Some((at, id)) if *at < index => Some(format!("step {id} failed")),
@@ -186,12 +193,7 @@ impl Run<'_> {
     /// At a step boundary: true once a SIGTERM/SIGINT has arrived (nothing more is started).
     fn interrupt(&mut self) -> bool {
         if self.interrupted.is_none() {
-            if let Some(sig) = gpuhost_host::interrupt::received() {
-                self.interrupted = Some(format!(
-                    "interrupted by {}",
-                    gpuhost_host::interrupt::name(sig)
-                ));
-            }
+            self.interrupted = gpuhost_host::interrupt::received();
         }
         self.interrupted.is_some()
     }
@@ -240,7 +242,7 @@ pub fn run_steps(
     if let (false, Some((_, id))) = (dry_run, run.stop.clone()) {
         let why = format!("step {id} failed its check; nothing was changed");
         for slot in run.slots.iter_mut().filter(|s| s.report.is_none()) {
-            slot.not_run(&why);
+            slot.not_run(&why, None);
         }
     }
     if !dry_run {
@@ -262,9 +264,9 @@ pub fn run_steps(
             finish(ctx, &mut run, i);
         }
     }
-    if let Some(why) = run.interrupted.clone() {
+    if let Some(sig) = run.interrupted {
         for slot in run.slots.iter_mut().filter(|s| s.report.is_none()) {
-            slot.not_run(&why);
+            slot.not_run(&interrupted_by(sig), Some(sig));
         }
     }
     let reports = run
@@ -288,25 +290,16 @@ pub fn run_steps(
 /// where a check planned such an install: a converged host reads no mount table.
 fn space_preflight(ctx: &Ctx<'_>, run: &Run<'_>) -> Result<()> {
     use gpuhost_host::hostinfo;
-    let installs = |id: &str| {
-        run.slots.iter().any(|s| {
-            s.id() == id && s.report.is_none() && s.first.as_ref().is_some_and(Check::installs)
-        })
-    };
-    // On the live system the fixed estimates for real packages apply; in an install root
-    // (image builds, tests with synthetic packages) only the measured figure: the repo
-    // package's own size.
-    let live = ctx.host.is_live();
-    let mut needs = Vec::new();
-    if installs("driver-repo") || installs("driver") {
-        let rpm = installs("driver-repo")
-            .then_some(ctx.profile.driver.local_repo_rpm.as_ref())
-            .flatten()
-            .and_then(|p| gpuhost_steps::driver::local_repo_size(p));
-        needs.extend(hostinfo::driver_needs(rpm, live));
-    }
-    if installs("docker") && live {
-        needs.extend(hostinfo::docker_needs(ctx.host));
+    let mut needs: Vec<hostinfo::Need> = Vec::new();
+    for slot in &run.slots {
+        if slot.report.is_some() || !slot.first.as_ref().is_some_and(Check::installs) {
+            continue;
+        }
+        for n in slot.step.space_needs(ctx) {
+            if !needs.iter().any(|m| m.path == n.path && m.what == n.what) {
+                needs.push(n);
+            }
+        }
     }
     if needs.is_empty() {
         return Ok(());
@@ -373,7 +366,8 @@ fn check_all(ctx: &Ctx<'_>, run: &mut Run<'_>, sel: &Selection, dry_run: bool) {
         }
         if !dry_run {
             if let Some(why) = run.stopped_before(i) {
-                run.slots[i].not_run(&why);
+                let sig = run.interrupted;
+                run.slots[i].not_run(&why, sig);
                 continue;
             }
         }
@@ -606,12 +600,12 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
             let names: Vec<&str> = blamed.iter().map(|i| run.slots[*i].id()).collect();
             let why = format!("the package transaction failed on {}", names.join(", "));
             for i in ids.iter().filter(|i| !blamed.contains(i)) {
-                run.slots[*i].not_run(&why);
+                run.slots[*i].not_run(&why, None);
             }
             // Steps whose packages were to come in a later transaction do not run either.
             for slot in run.slots.iter_mut() {
                 if slot.open() && slot.first.as_ref().is_some_and(Check::installs) {
-                    slot.not_run(&why);
+                    slot.not_run(&why, None);
                 }
             }
             if let Some(first) = blamed.iter().min() {
@@ -620,7 +614,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
         }
         Err(e) if gpuhost_host::interrupt::is_interrupted(&e) => {
             for i in &ids {
-                run.slots[*i].not_run(&format!("{e:#}"));
+                run.slots[*i].not_run(&format!("{e:#}"), gpuhost_host::interrupt::received());
             }
         }
         Err(e) => {
@@ -641,7 +635,8 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
         return;
     }
     if let Some(why) = run.stopped_before(i) {
-        run.slots[i].not_run(&why);
+        let sig = run.interrupted;
+        run.slots[i].not_run(&why, sig);
         return;
     }
     let start = Instant::now();
@@ -771,4 +766,9 @@ fn summarize(notes: &[String], deferred: &[String], reboot: Option<&str>) -> Str
         parts.push(format!("reboot required: {r}"));
     }
     parts.join("; ")
+}
+
+/// Why a step did not run after a signal.
+fn interrupted_by(sig: i32) -> String {
+    format!("interrupted by {}", gpuhost_host::interrupt::name(sig))
 }

@@ -10,8 +10,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
 use crate::snapshot::Snapshot;
 
 /// The baseline file in the run directory.
@@ -19,31 +17,7 @@ pub const FILE: &str = "counters.json";
 /// A baseline this old (ms) is replaced by the current reading.
 pub const BASELINE_MAX_AGE_MS: u64 = 60_000;
 
-/// Counters of every GPU at one moment.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Baseline {
-    /// `/proc/sys/kernel/random/boot_id` when it was taken.
-    pub boot_id: Option<String>,
-    /// Unix time, ms.
-    pub at_ms: u64,
-    /// By GPU UUID.
-    pub gpus: BTreeMap<String, GpuCounters>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuCounters {
-    pub pcie_replays: Option<u32>,
-    /// By link number.
-    pub nvlink: BTreeMap<u32, LinkCounters>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LinkCounters {
-    pub replay: Option<u64>,
-    pub recovery: Option<u64>,
-    pub crc_flit: Option<u64>,
-    pub crc_data: Option<u64>,
-}
+pub use crate::snapshot::{Baseline, GpuCounters, LinkCounters};
 
 /// This snapshot's counters.
 pub fn of(s: &Snapshot, boot_id: Option<String>) -> Baseline {

@@ -40,14 +40,28 @@ use snapshot::{
 };
 use verdict::{Expect, Severity};
 
+/// What `gpuhost status` prints on stdout.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StatusFormat {
+    /// One row per check, for people.
+    #[default]
+    Table,
+    /// The whole report, for programs.
+    Json,
+    /// Prometheus text exposition (node_exporter's textfile collector).
+    Prometheus,
+    /// Kubernetes node-problem-detector's custom-plugin protocol.
+    Npd,
+}
+
 /// `gpuhost status` options. (`Default` is for code that builds them: it is not the
 /// command line's defaults.)
 #[derive(Args, Debug, Clone, Default)]
 pub struct StatusArgs {
     /// Output format on stdout. `npd`: Kubernetes node-problem-detector's custom-plugin
     /// protocol: one line of at most 80 bytes, exit 0 OK or WARNING, 1 CRITICAL, 2 UNKNOWN.
-    #[arg(long, default_value = "table", value_parser = ["table", "json", "prometheus", "npd"])]
-    pub format: String,
+    #[arg(long, value_enum, default_value_t = StatusFormat::Table)]
+    pub format: StatusFormat,
     /// Also write the Prometheus text to this file, atomically (node_exporter's textfile
     /// collector: a `*.prom` file in its directory).
     #[arg(long, value_name = "PATH")]
@@ -238,21 +252,21 @@ fn report(
 ) -> i32 {
     let verdict = verdict::overall(checks);
     let mut code = verdict.exit_code();
-    match args.format.as_str() {
-        "json" => println!("{}", output::json(snapshot, expect, checks)),
-        "prometheus" => print!("{}", output::prometheus(snapshot, checks)),
-        "npd" => {
+    match args.format {
+        StatusFormat::Json => println!("{}", output::json(snapshot, expect, checks)),
+        StatusFormat::Prometheus => print!("{}", output::prometheus(snapshot, checks)),
+        StatusFormat::Npd => {
             let (c, line) = fleet::npd(checks);
             println!("{line}");
             code = c;
         }
-        _ => print!("{}", output::table(checks)),
+        StatusFormat::Table => print!("{}", output::table(checks)),
     }
     if let Some(path) = &args.textfile {
         let text = output::prometheus(snapshot, checks);
         if let Err(e) = gpuhost_host::fsutil::write_atomic(path, text.as_bytes(), 0o644) {
             eprintln!("gpuhost status: cannot write the textfile: {e:#}");
-            if args.format != "npd" {
+            if args.format != StatusFormat::Npd {
                 code = code.max(Severity::Unknown.exit_code());
             }
         }

@@ -5,6 +5,8 @@
 //! machine's answers can be captured (`gpuhost status --dump-snapshot`) and replayed in tests
 //! (`--from-snapshot FILE`).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Version of the snapshot layout; bumped on incompatible changes.
@@ -60,7 +62,7 @@ pub struct Snapshot {
     /// The counters an earlier run kept (PCIe replays, NVLink errors per GPU), against which
     /// this run's are judged as rates. None on a first reading.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous: Option<crate::counters::Baseline>,
+    pub previous: Option<Baseline>,
 }
 
 /// Driver-free facts from sysfs and /proc.
@@ -581,4 +583,31 @@ pub mod reasons {
     pub const SW_THERMAL: u64 = 0x20;
     pub const HW_THERMAL: u64 = 0x40;
     pub const HW_POWER_BRAKE: u64 = 0x80;
+}
+/// The counters baseline `counters` keeps in the run dir (part of a snapshot: its
+/// `previous`).
+/// Counters of every GPU at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Baseline {
+    /// `/proc/sys/kernel/random/boot_id` when it was taken.
+    pub boot_id: Option<String>,
+    /// Unix time, ms.
+    pub at_ms: u64,
+    /// By GPU UUID.
+    pub gpus: BTreeMap<String, GpuCounters>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuCounters {
+    pub pcie_replays: Option<u32>,
+    /// By link number.
+    pub nvlink: BTreeMap<u32, LinkCounters>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkCounters {
+    pub replay: Option<u64>,
+    pub recovery: Option<u64>,
+    pub crc_flit: Option<u64>,
+    pub crc_data: Option<u64>,
 }

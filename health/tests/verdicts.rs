@@ -593,7 +593,7 @@ fn textfile_is_written_atomically() {
     let path = dir.path().join("gpuhost.prom");
     std::fs::write(&path, "old\n").unwrap();
     let args = gpuhost_health::StatusArgs {
-        format: "json".into(),
+        format: gpuhost_health::StatusFormat::Json,
         textfile: Some(path.clone()),
         expect_gpus: None,
         profile: None,

@@ -23,6 +23,34 @@ const SIGNAL_POLL: Duration = Duration::from_millis(100);
 /// How many lines of stderr an error keeps.
 const STDERR_TAIL_LINES: usize = 12;
 
+/// A command that could not be started at all (not installed, not executable): the program
+/// never ran. Matched by type through the error chain ([`spawn_failed`]).
+#[derive(Debug)]
+pub struct SpawnFailed {
+    /// The command line.
+    pub command: String,
+    pub source: std::io::Error,
+    /// For a program not found: what to check.
+    pub hint: Option<String>,
+}
+
+impl std::fmt::Display for SpawnFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot run `{}`: {}", self.command, self.source)?;
+        match &self.hint {
+            Some(h) => write!(f, "; {h}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for SpawnFailed {}
+
+/// True when `e` (or an error it wraps) is a command that could not be started.
+pub fn spawn_failed(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<SpawnFailed>())
+}
+
 /// One external command, built up before it runs.
 #[derive(Clone, Debug)]
 pub struct Cmd {
@@ -157,12 +185,13 @@ impl Cmd {
         }
         let start = Instant::now();
         let handle = expr.start().map_err(|e| {
-            let hint = if e.kind() == std::io::ErrorKind::NotFound {
-                format!("; is `{}` installed and on PATH?", self.program)
-            } else {
-                String::new()
-            };
-            anyhow!("cannot run `{}`: {e}{hint}", Display(&argv))
+            let hint = (e.kind() == std::io::ErrorKind::NotFound)
+                .then(|| format!("is `{}` installed and on PATH?", self.program));
+            anyhow::Error::new(SpawnFailed {
+                command: Display(&argv).to_string(),
+                source: e,
+                hint,
+            })
         })?;
         let deadline = start + self.timeout;
         let mut last_tick = start;
@@ -256,25 +285,62 @@ impl Cmd {
 
     /// The error for a command that exited unsuccessfully.
     pub fn failure(&self, out: &CmdOutput) -> anyhow::Error {
-        let status = match out.code {
+        anyhow::Error::new(Failed {
+            command: Display(&self.argv()).to_string(),
+            code: out.code,
+            stdout: out.stdout.clone(),
+            stderr: out.stderr.clone(),
+        })
+    }
+}
+
+/// A command that ran and failed: its exit status and everything it printed, so that a caller
+/// can judge the tool's own words (dnf's "No such module") from the typed value. Shown as the
+/// command and the last lines of stderr (or stdout when stderr is empty).
+#[derive(Debug)]
+pub struct Failed {
+    pub command: String,
+    /// The exit code; `None` when a signal ended it.
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Failed {
+    /// Everything the command printed.
+    pub fn output(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr)
+    }
+
+    /// The failed command in `e`'s chain, if `e` is (or wraps) one.
+    pub fn of(e: &anyhow::Error) -> Option<&Failed> {
+        e.chain().find_map(|c| c.downcast_ref::<Failed>())
+    }
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let status = match self.code {
             Some(c) => format!("exit status {c}"),
             None => "a signal".to_string(),
         };
         let tail = tail_lines(
-            if out.stderr.trim().is_empty() {
-                &out.stdout
+            if self.stderr.trim().is_empty() {
+                &self.stdout
             } else {
-                &out.stderr
+                &self.stderr
             },
             STDERR_TAIL_LINES,
         );
         if tail.is_empty() {
-            anyhow!("`{}` failed with {status}", Display(&self.argv()))
+            write!(f, "`{}` failed with {status}", self.command)
         } else {
-            anyhow!("`{}` failed with {status}: {tail}", Display(&self.argv()))
+            write!(f, "`{}` failed with {status}: {tail}", self.command)
         }
     }
 }
+
+impl std::error::Error for Failed {}
 
 /// A command started in the background by [`Cmd::spawn`].
 #[derive(Debug)]
@@ -311,7 +377,13 @@ impl Cmd {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| anyhow!("cannot run `{}`: {e}", Display(&argv)))?;
+            .map_err(|e| {
+                anyhow::Error::new(SpawnFailed {
+                    command: Display(&argv).to_string(),
+                    source: e,
+                    hint: None,
+                })
+            })?;
         Ok(Spawned {
             stdout: drain(child.stdout.take()),
             stderr: drain(child.stderr.take()),
@@ -427,7 +499,13 @@ impl Cmd {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| anyhow!("cannot run `{}`: {e}", Display(&argv)))?;
+            .map_err(|e| {
+                anyhow::Error::new(SpawnFailed {
+                    command: Display(&argv).to_string(),
+                    source: e,
+                    hint: None,
+                })
+            })?;
         let (tx, lines) = std::sync::mpsc::channel();
         if let Some(out) = child.stdout.take() {
             std::thread::spawn(move || {

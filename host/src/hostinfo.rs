@@ -41,13 +41,72 @@ pub struct HostInfo {
     pub error: Option<String>,
 }
 
+/// What a path whose free space gpuhost reads is for. Status judges the four it watches by
+/// variant; an install's needs carry their own words. Written as the words (`docker
+/// data-root`), the form the JSON has always had.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum Role {
+    /// `/`.
+    #[default]
+    System,
+    /// `/var`.
+    Var,
+    /// Docker's data-root.
+    DockerDataRoot,
+    /// `/var/lib/dkms`, where DKMS builds.
+    DkmsBuilds,
+    /// What an install needs the space for (`the Docker CE packages`).
+    Need(String),
+}
+
+impl Role {
+    const WORDS: [(Role, &'static str); 4] = [
+        (Role::System, "system"),
+        (Role::Var, "var"),
+        (Role::DockerDataRoot, "docker data-root"),
+        (Role::DkmsBuilds, "dkms builds"),
+    ];
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Role::Need(what) => what,
+            r => Self::WORDS
+                .iter()
+                .find(|(k, _)| k == r)
+                .map_or("", |(_, w)| w),
+        }
+    }
+}
+
+impl From<String> for Role {
+    fn from(s: String) -> Role {
+        Self::WORDS
+            .iter()
+            .find(|(_, w)| *w == s)
+            .map_or(Role::Need(s), |(r, _)| r.clone())
+    }
+}
+
+impl From<Role> for String {
+    fn from(r: Role) -> String {
+        r.as_str().to_string()
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The free space of the filesystem a path lives on.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PathSpace {
     /// The path as asked (`/var/lib/docker`).
     pub path: String,
     /// What it is for (`docker data-root`).
-    pub role: String,
+    pub role: Role,
     /// The mount point it lives on; None when no mount was found.
     pub mount_point: Option<String>,
     pub available_bytes: Option<u64>,
@@ -86,14 +145,14 @@ impl Mounts {
     }
 
     /// The free space of `path` on `host` (inside its root).
-    pub fn space(&self, host: &Host, path: &str, role: &str) -> PathSpace {
+    pub fn space(&self, host: &Host, path: &str, role: Role) -> PathSpace {
         // Resolved inside the root as far as it exists (a path that does not exist yet cannot
         // cross a mount point, so its prefix decides).
         let real = host.real_path(path).ok();
         let m = real.as_deref().and_then(|p| self.of(p));
         PathSpace {
             path: path.to_string(),
-            role: role.to_string(),
+            role,
             mount_point: m.map(|(p, _, _)| p.display().to_string()),
             available_bytes: m.map(|(_, a, _)| *a),
             total_bytes: m.map(|(_, _, t)| *t),
@@ -154,10 +213,10 @@ pub fn gather(host: &Host) -> HostInfo {
         error,
         uptime_s: System::uptime().unwrap_or(0),
         space: vec![
-            mounts.space(host, ROOT, "system"),
-            mounts.space(host, VAR, "var"),
-            mounts.space(host, &docker, "docker data-root"),
-            mounts.space(host, DKMS, "dkms builds"),
+            mounts.space(host, ROOT, Role::System),
+            mounts.space(host, VAR, Role::Var),
+            mounts.space(host, &docker, Role::DockerDataRoot),
+            mounts.space(host, DKMS, Role::DkmsBuilds),
         ],
     }
 }
@@ -190,28 +249,36 @@ pub struct Need {
 /// The last two are estimates for NVIDIA's real packages (`estimates`: the live system);
 /// the first is measured.
 pub fn driver_needs(repo_rpm_bytes: Option<u64>, estimates: bool) -> Vec<Need> {
-    let mut v = Vec::new();
-    if let Some(b) = repo_rpm_bytes {
-        v.push(Need {
-            path: VAR.into(),
-            bytes: b,
-            what: "the NVIDIA local repo package's contents".into(),
-        });
+    let mut v: Vec<Need> = repo_rpm_bytes.map(local_repo_need).into_iter().collect();
+    if estimates {
+        v.extend(driver_package_needs());
     }
-    if !estimates {
-        return v;
-    }
-    v.push(Need {
-        path: "/usr".into(),
-        bytes: 3 * GIB / 2,
-        what: "the NVIDIA driver packages".into(),
-    });
-    v.push(Need {
-        path: DKMS.into(),
-        bytes: GIB,
-        what: "DKMS module builds".into(),
-    });
     v
+}
+
+/// The local repo package's contents under /var: its own size (measured).
+pub fn local_repo_need(repo_rpm_bytes: u64) -> Need {
+    Need {
+        path: VAR.into(),
+        bytes: repo_rpm_bytes,
+        what: "the NVIDIA local repo package's contents".into(),
+    }
+}
+
+/// The driver packages under /usr and the DKMS builds (estimates for NVIDIA's real packages).
+pub fn driver_package_needs() -> Vec<Need> {
+    vec![
+        Need {
+            path: "/usr".into(),
+            bytes: 3 * GIB / 2,
+            what: "the NVIDIA driver packages".into(),
+        },
+        Need {
+            path: DKMS.into(),
+            bytes: GIB,
+            what: "DKMS module builds".into(),
+        },
+    ]
 }
 
 /// What a Docker CE install writes: its packages under /usr (docker-ce, docker-ce-cli,
@@ -238,7 +305,7 @@ pub fn require(host: &Host, mounts: &Mounts, needs: &[Need]) -> Result<()> {
     // Group the needs by the filesystem they fall on.
     let mut by_fs: Vec<(PathSpace, u64, Vec<&Need>)> = Vec::new();
     for n in needs {
-        let s = mounts.space(host, &n.path, &n.what);
+        let s = mounts.space(host, &n.path, Role::Need(n.what.clone()));
         match by_fs
             .iter_mut()
             .find(|(fs, _, _)| fs.mount_point.is_some() && fs.mount_point == s.mount_point)

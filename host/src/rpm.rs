@@ -159,6 +159,20 @@ fn trim_zeros(s: &[u8]) -> &[u8] {
     &s[n..]
 }
 
+/// The package name of a spec like `kernel-uek-devel-5.15.0-200.131.27.el8uek.x86_64`: the spec
+/// without its last two dash-separated fields when the one before last starts with a digit.
+pub fn package_name_of(spec: &str) -> &str {
+    let mut parts = spec.rsplitn(3, '-');
+    let (Some(_rel), Some(ver), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+        return spec;
+    };
+    if ver.starts_with(|c: char| c.is_ascii_digit()) {
+        name
+    } else {
+        spec
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

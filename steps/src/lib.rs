@@ -12,6 +12,7 @@
 pub mod containers;
 pub mod dkms_cc;
 pub mod driver;
+pub mod driver_plan;
 pub mod kernel;
 pub mod kernel_headers;
 pub mod state;
@@ -20,7 +21,7 @@ pub mod units;
 pub mod work;
 
 mod registry;
-pub use registry::registry;
+pub use registry::{registry, steps_needing_package};
 
 #[cfg(test)]
 mod fuzz;

@@ -29,3 +29,12 @@ pub fn registry() -> Vec<&'static dyn Step> {
         &containers::smoke::ContainerSmoke,
     ]
 }
+
+/// The steps of `sel` that need the driver's local repo package.
+pub fn steps_needing_package(sel: &crate::step::Selection) -> Vec<&'static str> {
+    registry()
+        .iter()
+        .filter(|s| s.needs_driver_package() && sel.excludes(s.id()).is_none())
+        .map(|s| s.id())
+        .collect()
+}

@@ -56,18 +56,25 @@ pub struct Ctx<'a> {
     pub profile: &'a Profile,
     pub facts: &'a Facts,
     /// The driver this run manages (none when the profile names no local repo package).
-    pub driver: Option<crate::driver::DriverPlan>,
+    pub driver: Option<crate::driver_plan::DriverPlan>,
     pub state: State,
     rpm_cache: RefCell<BTreeMap<String, Vec<Installed>>>,
 }
 
 impl<'a> Ctx<'a> {
-    pub fn new(host: &'a Host, profile: &'a Profile, facts: &'a Facts) -> Result<Self> {
+    /// `driver`: the run's driver, resolved once in apply's preparation
+    /// ([`crate::driver_plan::resolve`]).
+    pub fn new(
+        host: &'a Host,
+        profile: &'a Profile,
+        facts: &'a Facts,
+        driver: Option<crate::driver_plan::DriverPlan>,
+    ) -> Result<Self> {
         Ok(Ctx {
             host,
             profile,
             facts,
-            driver: crate::driver::resolve(profile, facts)?,
+            driver,
             state: State::load(host)?,
             rpm_cache: RefCell::new(BTreeMap::new()),
         })
@@ -150,19 +157,7 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// The package name of a spec like `kernel-uek-devel-5.15.0-200.131.27.el8uek.x86_64`: the spec
-/// without its last two dash-separated fields when the one before last starts with a digit.
-pub fn package_name_of(spec: &str) -> &str {
-    let mut parts = spec.rsplitn(3, '-');
-    let (Some(_rel), Some(ver), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
-        return spec;
-    };
-    if ver.starts_with(|c: char| c.is_ascii_digit()) {
-        name
-    } else {
-        spec
-    }
-}
+pub use gpuhost_host::rpm::package_name_of;
 
 /// A dnf command that failed.
 pub struct DnfFailure {
@@ -212,6 +207,13 @@ pub trait Step: Sync {
     /// profile opts out of the driver (`driver.manage = false`).
     fn needs_driver_package(&self) -> bool {
         false
+    }
+    /// The free space this step's package installs need, and where; asked only when its check
+    /// installs packages. The runner adds up every installing step's needs (a need two steps
+    /// name — same path, same words — counts once) and refuses the run before any change when a
+    /// filesystem lacks the space ([`gpuhost_host::hostinfo::require`]).
+    fn space_needs(&self, _ctx: &Ctx<'_>) -> Vec<gpuhost_host::hostinfo::Need> {
+        Vec::new()
     }
     /// `Some(reason)` when the step has nothing to do on this host (e.g. no NVSwitch).
     fn not_applicable(&self, _ctx: &Ctx<'_>) -> Option<String> {

@@ -300,7 +300,7 @@ pub fn implicated(text: &str, install: &Install) -> bool {
     let names: Vec<&str> = install
         .specs
         .iter()
-        .map(|s| crate::step::package_name_of(s))
+        .map(|s| gpuhost_host::rpm::package_name_of(s))
         .chain(install.specs.iter().map(String::as_str))
         .collect();
     let tokens = text

@@ -22,6 +22,7 @@ use gpuhost_host::kernel::Flavour;
 use gpuhost_profile::Profile;
 use gpuhost_steps;
 use gpuhost_steps::containers::RepoSource;
+use gpuhost_steps::driver_plan::DriverPlan;
 
 /// How many times the plan is checked again against the scratch root before giving up (a
 /// step's packages may depend on an earlier step's: the kernel's compiler is read from the
@@ -83,7 +84,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     if let Some(k) = &opts.kernel_release {
         crate::apply::check_kernel_release(k)?;
     }
-    let driver_steps = gpuhost_steps::driver::steps_needing_package(&Selection::default());
+    let driver_steps = gpuhost_steps::steps_needing_package(&Selection::default());
     gpuhost_steps::driver::require_package(&profile, &driver_steps)?;
     if !crate::apply::is_root() {
         return Err(invalid!(
@@ -189,14 +190,23 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     // open modules, or the profile's driver.flavour), and pinned in the bundle's profile: the
     // bundle carries that stream only, so a host whose GPUs it cannot drive is refused at
     // apply (exit 2, naming the GPU), not failed in the middle of a transaction.
-    if let Some(d) = gpuhost_steps::driver::resolve(&profile, &facts)? {
-        profile.driver.stream = Some(d.choice.stream);
+    let driver = gpuhost_steps::driver::resolve(&profile, &facts)?;
+    if let Some(d) = &driver {
+        profile.driver.stream = Some(d.choice.stream.clone());
     }
     let kernels = facts.kernels_to_serve();
     let pkgdir = staging.join("repo").join("Packages");
     std::fs::create_dir_all(&pkgdir).with_context(|| format!("creating {}", pkgdir.display()))?;
 
-    let planned = settle(&scratch, &profile, &facts, &source, &dirs, &pkgdir)?;
+    let planned = settle(
+        &scratch,
+        &profile,
+        &facts,
+        driver.as_ref(),
+        &source,
+        &dirs,
+        &pkgdir,
+    )?;
 
     // NVIDIA's local repo package: installed by path, as online.
     let mut driver_repo_rpm = None;
@@ -337,7 +347,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
 }
 
 fn tool_missing(e: anyhow::Error, tool: &str, package: &str) -> anyhow::Error {
-    if format!("{e:#}").contains("cannot run") {
+    if gpuhost_host::cmd::spawn_failed(&e) {
         hinted(
             format!("{tool} is needed to write the bundle's repo metadata: {e:#}"),
             format!("install it: dnf install {package}"),
@@ -364,6 +374,7 @@ fn settle(
     scratch: &Host,
     profile: &Profile,
     facts: &Facts,
+    driver: Option<&DriverPlan>,
     source: &Host,
     dirs: &[PathBuf],
     pkgdir: &Path,
@@ -376,7 +387,7 @@ fn settle(
         modules: Wanted::default(),
     };
     for pass in 0..MAX_PASSES {
-        let ctx = Ctx::new(scratch, profile, facts)?;
+        let ctx = Ctx::new(scratch, profile, facts, driver.cloned())?;
         let mut prepare: Vec<Work> = Vec::new();
         let mut installs: Vec<(&'static str, Install)> = Vec::new();
         for (id, r) in runner::checks(&ctx, &registry, &sel) {

@@ -2,7 +2,7 @@
 //! `/var`, Docker's data-root and /var/lib/dkms — a WARNING under the profile's floors
 //! (`status.min_free_{root,var,docker,dkms}_gib`): a full /var stops dnf, DKMS and Docker.
 
-use gpuhost_host::hostinfo::{human, HostInfo};
+use gpuhost_host::hostinfo::{human, HostInfo, Role};
 
 use super::{Expect, Out, Severity};
 use crate::snapshot::Snapshot;
@@ -27,12 +27,12 @@ pub(super) fn checks(out: &mut Out, s: &Snapshot, expect: &Expect) {
     );
     let floors = &expect.min_free_gib;
     for p in &sys.space {
-        let (key, floor) = match p.role.as_str() {
-            "system" => ("root", floors.root),
-            "var" => ("var", floors.var),
-            "docker data-root" => ("docker", floors.docker),
-            "dkms builds" => ("dkms", floors.dkms),
-            _ => continue,
+        let (key, floor) = match p.role {
+            Role::System => ("root", floors.root),
+            Role::Var => ("var", floors.var),
+            Role::DockerDataRoot => ("docker", floors.docker),
+            Role::DkmsBuilds => ("dkms", floors.dkms),
+            Role::Need(_) => continue,
         };
         let id = format!("host.space.{key}");
         let Some(avail) = p.available_bytes else {

@@ -96,6 +96,15 @@ impl Step for Docker {
             .collect()
     }
 
+    /// On the live system: Docker CE's packages and a first image under its data-root.
+    fn space_needs(&self, ctx: &Ctx<'_>) -> Vec<gpuhost_host::hostinfo::Need> {
+        if ctx.host.is_live() {
+            gpuhost_host::hostinfo::docker_needs(ctx.host)
+        } else {
+            Vec::new()
+        }
+    }
+
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let mut check = Check::default();
         let spec = ctx.profile.docker.clone();

@@ -7,117 +7,17 @@
 use anyhow::Result;
 
 use super::driver_version;
+use super::locks::{locked, main_excludes, switches, with_exclude, DNF_CONF};
 use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 use crate::units;
 
 pub struct FabricManager;
 
-pub const DNF_CONF: &str = "/etc/dnf/dnf.conf";
 const UNIT: &str = "nvidia-fabricmanager.service";
 
 pub use gpuhost_nvidia::hgx::{
     fabric_manager_package_of as package_for, FABRIC_MANAGER_PACKAGES as PACKAGES,
 };
-
-/// True when dnf.conf locks a package gpuhost locks for this driver (Fabric Manager, NSCQ,
-/// nvlsm, IMEX): gpuhost's own transactions then lift the locks with `--disableexcludes=main`.
-pub fn locked(ctx: &Ctx<'_>) -> Result<bool> {
-    let Ok(drv) = driver_version(ctx).map(|n| n.driver) else {
-        return Ok(false);
-    };
-    let conf = ctx.host.read_opt(DNF_CONF)?.unwrap_or_default();
-    let excluded = main_excludes(&conf);
-    if excluded.iter().any(|e| e == package_for(&drv)) {
-        return Ok(true);
-    }
-    let extras = super::hgx_extras::wanted(ctx).unwrap_or_default();
-    Ok(extras.iter().any(|x| x.lock && excluded.contains(&x.name)))
-}
-
-/// The package names excluded in dnf.conf's `[main]` (`excludepkgs=` or its alias `exclude=`).
-pub fn main_excludes(conf: &str) -> Vec<String> {
-    let mut in_main = false;
-    let mut out = Vec::new();
-    for line in conf.lines() {
-        let t = line.trim();
-        if t.starts_with('[') {
-            in_main = t == "[main]";
-            continue;
-        }
-        if !in_main {
-            continue;
-        }
-        if let Some((k, v)) = t.split_once('=') {
-            if matches!(k.trim(), "excludepkgs" | "exclude") {
-                out.extend(
-                    v.split([',', ' '])
-                        .filter(|s| !s.is_empty())
-                        .map(str::to_string),
-                );
-            }
-        }
-    }
-    out
-}
-
-/// dnf.conf with `pkg` added to `[main]`'s excludes (a `[main]` section is added if missing).
-pub fn with_exclude(conf: &str, pkg: &str) -> String {
-    let mut lines: Vec<String> = conf.lines().map(str::to_string).collect();
-    let main = lines.iter().position(|l| l.trim() == "[main]");
-    let Some(main) = main else {
-        let mut out = format!("[main]\nexcludepkgs={pkg}\n");
-        if !conf.is_empty() {
-            out.push_str(conf);
-            if !conf.ends_with('\n') {
-                out.push('\n');
-            }
-        }
-        return out;
-    };
-    let end = lines
-        .iter()
-        .enumerate()
-        .skip(main + 1)
-        .find(|(_, l)| l.trim().starts_with('['))
-        .map_or(lines.len(), |(i, _)| i);
-    let existing = (main + 1..end).find(|i| {
-        lines[*i]
-            .split_once('=')
-            .is_some_and(|(k, _)| k.trim() == "excludepkgs")
-    });
-    match existing {
-        Some(i) => {
-            let l = lines[i].trim_end().to_string();
-            let sep = if l.trim_end().ends_with('=') { "" } else { "," };
-            lines[i] = format!("{l}{sep}{pkg}");
-        }
-        None => {
-            // After the section's last setting, before trailing blank lines.
-            let mut at = end;
-            while at > main + 1 && lines[at - 1].trim().is_empty() {
-                at -= 1;
-            }
-            lines.insert(at, format!("excludepkgs={pkg}"));
-        }
-    }
-    lines.join("\n") + "\n"
-}
-
-/// The NVSwitches, in words: `4 NVSwitches` on PCI, `2 NVLink-5 switch ports`.
-pub fn switches(ctx: &Ctx<'_>) -> String {
-    let t = ctx.facts.topology();
-    let mut parts = Vec::new();
-    if t.pci_nvswitches > 0 {
-        parts.push(format!("{} NVSwitches", t.pci_nvswitches));
-    }
-    if t.nvlink5_switch_ports > 0 {
-        parts.push(format!(
-            "{} NVLink-5 switch management ports",
-            t.nvlink5_switch_ports
-        ));
-    }
-    parts.join(", ")
-}
 
 impl Step for FabricManager {
     fn id(&self) -> &'static str {

@@ -14,10 +14,10 @@
 
 use anyhow::Result;
 
-use super::fabric::{locked, main_excludes, switches, with_exclude, DNF_CONF};
+use super::locks::{locked, main_excludes, switches, wanted, with_exclude, DNF_CONF};
 use super::plan;
 use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
-use gpuhost_nvidia::hgx::{self, Extra, NVLINK5_MODULES};
+use gpuhost_nvidia::hgx::{Extra, NVLINK5_MODULES};
 
 pub struct HgxExtras;
 
@@ -34,18 +34,6 @@ pub fn modules_load_content() -> String {
         s.push('\n');
     }
     s
-}
-
-/// The extras of this run: none without a driver.
-pub fn wanted(ctx: &Ctx<'_>) -> Result<Vec<Extra>> {
-    let Ok(p) = plan(ctx) else {
-        return Ok(Vec::new());
-    };
-    hgx::extras(
-        ctx.facts.topology(),
-        &p.repo.driver,
-        ctx.profile.driver.imex,
-    )
 }
 
 impl Step for HgxExtras {

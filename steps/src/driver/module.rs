@@ -189,6 +189,11 @@ impl Step for Driver {
         true
     }
 
+    /// On the live system, the estimates for the driver packages and the DKMS builds.
+    fn space_needs(&self, ctx: &Ctx<'_>) -> Vec<gpuhost_host::hostinfo::Need> {
+        gpuhost_host::hostinfo::driver_needs(None, ctx.host.is_live())
+    }
+
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
         super::not_applicable(ctx)
     }
@@ -292,7 +297,7 @@ impl Step for Driver {
         why.push(format!("driver {drv} from {}", repo.package));
         why.push(plan.choice.explanation.clone());
         // gpuhost's locks (excludes: Fabric Manager, NSCQ, …) must not hide them from their module.
-        let disable_excludes = super::fabric::locked(ctx)?;
+        let disable_excludes = super::locks::locked(ctx)?;
         if state.state == "disabled" {
             check.changes.push(Change::new(
                 Work::ResetModule("nvidia-driver".to_string()),
@@ -343,7 +348,9 @@ impl Step for Driver {
 
     fn apply(&self, ctx: &mut Ctx<'_>, work: &Work) -> Result<()> {
         crate::work::carry_out(ctx.host, work).map_err(|e| {
-            if module_missing(&format!("{e:#}")) {
+            let missing =
+                gpuhost_host::cmd::Failed::of(&e).is_some_and(|f| module_missing(&f.output()));
+            if missing {
                 let available = available_streams(ctx).unwrap_or_default();
                 not_in_repo(super::stream(ctx), &available)
             } else {

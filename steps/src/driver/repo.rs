@@ -185,6 +185,14 @@ impl Step for DriverRepo {
         true
     }
 
+    /// The local repo package's own size (measured), and on the live system the estimates for
+    /// the driver packages it brings; in an install root (image builds, tests with synthetic
+    /// packages) only the measured figure.
+    fn space_needs(&self, ctx: &Ctx<'_>) -> Vec<gpuhost_host::hostinfo::Need> {
+        let rpm = ctx.driver.as_ref().and_then(|p| local_repo_size(&p.path));
+        gpuhost_host::hostinfo::driver_needs(rpm, ctx.host.is_live())
+    }
+
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
         super::not_applicable(ctx)
     }

@@ -1,0 +1,100 @@
+//! The driver a run manages ([`DriverPlan`]), worked out once in apply's preparation, before
+//! any step, and handed to [`crate::step::Ctx`]: NVIDIA's local repo package named by the
+//! profile, what its file name says, the kernel module flavour and stream for the GPUs on PCI,
+//! and the package set. What cannot work is refused here (exit 2), before anything changes.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use gpuhost_host::facts::Facts;
+use gpuhost_host::invalid;
+use gpuhost_nvidia::flavour::{self, Choice, ModuleFlavour};
+use gpuhost_nvidia::localrepo::LocalRepoFile;
+use gpuhost_profile::{InstallSet, Profile, StreamKind, SPLIT_PACKAGES_SINCE};
+
+/// The driver a run manages, worked out before any step: the local repo package, the flavour
+/// and stream for the GPUs, and the package set.
+#[derive(Clone, Debug)]
+pub struct DriverPlan {
+    /// The local repo package's path on the host.
+    pub path: PathBuf,
+    /// What its file name says.
+    pub repo: LocalRepoFile,
+    /// The kernel module flavour, the stream, and why (one line, for `plan`).
+    pub choice: Choice,
+    pub install: InstallSet,
+}
+
+impl DriverPlan {
+    /// The `nvidia-driver` stream to install.
+    pub fn stream(&self) -> &str {
+        &self.choice.stream
+    }
+
+    pub fn kind(&self) -> StreamKind {
+        StreamKind::of(&self.choice.stream)
+    }
+}
+
+/// Work out the driver of a run; `Ok(None)` when the profile names no driver. Bad input (an
+/// unrecognised file name, a flavour that cannot drive the GPUs, a package set the driver does
+/// not have) is refused here, before anything changes.
+pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
+    let spec = &profile.driver;
+    if !spec.manage {
+        return Ok(None);
+    }
+    let Some(path) = &spec.local_repo_rpm else {
+        return Ok(None);
+    };
+    let repo = LocalRepoFile::of_path(path)?;
+    let file = path.file_name().unwrap_or_default().to_string_lossy();
+    let choice = flavour::choose(
+        spec.flavour,
+        spec.stream.as_deref(),
+        &facts.pci_gpus(),
+        repo.branch(),
+    )?;
+    let branch = repo.branch();
+    if branch < SPLIT_PACKAGES_SINCE {
+        let needs = match (spec.install, choice.flavour) {
+            (InstallSet::ComputeOnly, _) => Some("NVIDIA's compute-only packaging"),
+            (InstallSet::Full, ModuleFlavour::Open) => Some("the nvidia-open package"),
+            _ => None,
+        };
+        if let Some(what) = needs {
+            return Err(invalid!(
+                "driver.install = \"{}\" needs {what}, which starts with driver R{SPLIT_PACKAGES_SINCE}, but {file} carries driver {}; set driver.install = \"module\" or use a newer driver",
+                spec.install,
+                repo.driver
+            ));
+        }
+    }
+    if spec.imex {
+        // Refuses a driver without IMEX.
+        gpuhost_nvidia::hgx::extras(gpuhost_nvidia::hgx::Topology::default(), &repo.driver, true)?;
+    }
+    Ok(Some(DriverPlan {
+        path: path.clone(),
+        repo,
+        choice,
+        install: spec.install,
+    }))
+}
+
+/// What a profile says about the driver before anything runs: `Err` (invalid input) when it
+/// manages the driver but names no package and `selected` (the driver steps that will run) is
+/// not empty.
+pub fn require_package(profile: &Profile, selected: &[&str]) -> Result<()> {
+    let d = &profile.driver;
+    if !d.manage || d.local_repo_rpm.is_some() || selected.is_empty() {
+        return Ok(());
+    }
+    Err(gpuhost_host::invalid!(
+        "profile {} manages the NVIDIA driver but names no driver package: set driver.local_repo_rpm to NVIDIA's local repo RPM (--set driver.local_repo_rpm=/path/to/nvidia-driver-local-repo-rhel{}-<driver>-1.0-1.x86_64.rpm or a cuda-repo-rhel{}-…-local-….rpm), or driver.manage = false to provision without the driver",
+        profile.name,
+        profile.os.major,
+        profile.os.major
+    ))
+}

@@ -1,0 +1,355 @@
+//! The house stays as `docs/ARCHITECTURE.md` draws it: each crate imports only the crates
+//! below it, and inside each crate the module import graph has no circle.
+//!
+//! The module graph is read from the sources: a file's shipped code (up to its first
+//! `#[cfg(test)]`) importing `crate::a::b…`, `super::…` or `self::…` is an edge to the deepest
+//! module file that path names. A module declaring or re-exporting its own children is not an
+//! edge (it owns them); a child importing its parent is.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn top() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The crates of the workspace and the gpuhost crates each may depend on (docs/ARCHITECTURE.md).
+const LAYERS: &[(&str, &str, &[&str])] = &[
+    ("host", "gpuhost-host", &[]),
+    ("nvidia", "gpuhost-nvidia", &["gpuhost-host"]),
+    (
+        "profiles",
+        "gpuhost-profile",
+        &["gpuhost-host", "gpuhost-nvidia"],
+    ),
+    (
+        "steps",
+        "gpuhost-steps",
+        &["gpuhost-host", "gpuhost-nvidia", "gpuhost-profile"],
+    ),
+    (
+        "engine",
+        "gpuhost-engine",
+        &[
+            "gpuhost-host",
+            "gpuhost-nvidia",
+            "gpuhost-profile",
+            "gpuhost-steps",
+        ],
+    ),
+    (
+        "health",
+        "gpuhost-health",
+        &["gpuhost-host", "gpuhost-nvidia", "gpuhost-profile"],
+    ),
+    (
+        "serve",
+        "gpuhost-serve",
+        &["gpuhost-host", "gpuhost-health"],
+    ),
+];
+
+/// The gpuhost crates a Cargo.toml's `[dependencies]` names.
+fn gpuhost_deps(manifest: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut in_deps = false;
+    for line in manifest.lines() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            in_deps = l == "[dependencies]";
+            continue;
+        }
+        if in_deps && l.starts_with("gpuhost-") {
+            if let Some(name) = l.split(['.', ' ', '=']).next() {
+                out.insert(name.to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn each_crate_depends_only_on_the_crates_below_it() {
+    let root_manifest = std::fs::read_to_string(top().join("Cargo.toml")).unwrap_or_default();
+    for (dir, name, allowed) in LAYERS {
+        let manifest =
+            std::fs::read_to_string(top().join(dir).join("Cargo.toml")).unwrap_or_default();
+        assert!(
+            manifest.contains(&format!("name = \"{name}\"")),
+            "{dir}/Cargo.toml is not the crate {name}"
+        );
+        assert!(
+            root_manifest.contains(&format!("\"{dir}\"")),
+            "{dir} is not a workspace member"
+        );
+        let deps = gpuhost_deps(&manifest);
+        let extra: Vec<&String> = deps
+            .iter()
+            .filter(|d| !allowed.contains(&d.as_str()))
+            .collect();
+        assert!(
+            extra.is_empty(),
+            "{name} depends on {extra:?}, above or beside it (docs/ARCHITECTURE.md allows {allowed:?})"
+        );
+    }
+}
+
+/// A crate's modules: module path (`driver::fabric`) → its file.
+fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+                stack.push(e.path());
+            }
+            continue;
+        }
+        let Ok(rel) = p.strip_prefix(src) else {
+            continue;
+        };
+        let rel = rel.with_extension("");
+        let mut parts: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if p.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        if parts
+            .last()
+            .is_some_and(|l| l == "mod" || l == "lib" || l == "main")
+        {
+            parts.pop();
+        }
+        out.insert(parts.join("::"), p);
+    }
+    out
+}
+
+/// Expand `a::{b, c::{d, e}}` into `a::b`, `a::c::d`, `a::c::e` (the text after `crate::`).
+fn expand(prefix: &str, text: &str, out: &mut Vec<String>) {
+    let text = text.trim();
+    if let Some(open) = text.find('{') {
+        let head = text[..open].trim_end_matches("::");
+        let inner = &text[open + 1..text.rfind('}').unwrap_or(text.len())];
+        let mut depth = 0;
+        let mut start = 0;
+        let base = join(prefix, head);
+        for (i, ch) in inner.char_indices() {
+            match ch {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    expand(&base, &inner[start..i], out);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        expand(&base, &inner[start..], out);
+    } else if !text.is_empty() {
+        let item = text.split(" as ").next().unwrap_or(text).trim();
+        out.push(join(prefix, if item == "self" { "" } else { item }));
+    }
+}
+
+fn join(a: &str, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (true, _) => b.to_string(),
+        (_, true) => a.to_string(),
+        _ => format!("{a}::{b}"),
+    }
+}
+
+/// The module paths one file's shipped code imports, resolved to absolute module paths.
+fn imports(module: &str, text: &str) -> Vec<String> {
+    let shipped = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let code: String = shipped
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let parent = module.rsplit_once("::").map(|(p, _)| p).unwrap_or("");
+    let mut out = Vec::new();
+    for (anchor, base) in [("crate::", ""), ("super::", parent), ("self::", module)] {
+        let mut rest = code.as_str();
+        while let Some(i) = rest.find(anchor) {
+            let before = rest[..i].chars().last();
+            rest = &rest[i + anchor.len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            // The path: identifiers and `::`, or a brace group.
+            let end = if rest.starts_with('{') || path_then_group(rest) {
+                let mut depth = 0;
+                let mut end = rest.len();
+                for (j, ch) in rest.char_indices() {
+                    match ch {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = j + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                end
+            } else {
+                rest.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                    .unwrap_or(rest.len())
+            };
+            expand(base, rest[..end].trim_end_matches(':'), &mut out);
+        }
+    }
+    out
+}
+
+/// True when the text starts with `a::b::{`.
+fn path_then_group(s: &str) -> bool {
+    let end = s
+        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(s.len());
+    s[end..].starts_with('{') && s[..end].ends_with("::")
+}
+
+/// The deepest module of `mods` that `path` names.
+fn resolve<'m>(mods: &'m BTreeMap<String, PathBuf>, path: &str) -> Option<&'m str> {
+    let parts: Vec<&str> = path.split("::").collect();
+    (1..=parts.len())
+        .rev()
+        .map(|n| parts[..n].join("::"))
+        .find_map(|p| mods.get_key_value(&p).map(|(k, _)| k.as_str()))
+}
+
+/// The import graph of one crate: module → modules it imports (descendants excluded).
+fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mods = modules(src);
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (m, file) in &mods {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let edges = g.entry(m.clone()).or_default();
+        for path in imports(m, &text) {
+            let Some(to) = resolve(&mods, &path) else {
+                continue;
+            };
+            let owned = m.is_empty() || to.starts_with(&format!("{m}::"));
+            if to != m && !owned && !to.is_empty() {
+                edges.insert(to.to_string());
+            }
+        }
+    }
+    g
+}
+
+/// The circles of a graph: its strongly connected components of more than one module.
+fn circles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    // Tarjan, iterative enough for a few hundred modules.
+    struct T<'g> {
+        g: &'g BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'g str, usize>,
+        low: BTreeMap<&'g str, usize>,
+        stack: Vec<&'g str>,
+        on: BTreeSet<&'g str>,
+        next: usize,
+        out: Vec<Vec<String>>,
+    }
+    impl<'g> T<'g> {
+        fn visit(&mut self, v: &'g str) {
+            self.index.insert(v, self.next);
+            self.low.insert(v, self.next);
+            self.next += 1;
+            self.stack.push(v);
+            self.on.insert(v);
+            for w in self.g.get(v).into_iter().flatten() {
+                let w = w.as_str();
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let lw = self.low[w];
+                    let lv = self.low[v];
+                    self.low.insert(v, lv.min(lw));
+                } else if self.on.contains(w) {
+                    let iw = self.index[w];
+                    let lv = self.low[v];
+                    self.low.insert(v, lv.min(iw));
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut comp = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on.remove(w);
+                    comp.push(w.to_string());
+                    if w == v {
+                        break;
+                    }
+                }
+                if comp.len() > 1 {
+                    comp.sort();
+                    self.out.push(comp);
+                }
+            }
+        }
+    }
+    let mut t = T {
+        g,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on: BTreeSet::new(),
+        next: 0,
+        out: Vec::new(),
+    };
+    for v in g.keys() {
+        if !t.index.contains_key(v.as_str()) {
+            t.visit(v);
+        }
+    }
+    t.out
+}
+
+#[test]
+fn no_crate_has_an_import_circle() {
+    let mut found = Vec::new();
+    for dir in [
+        "host", "nvidia", "profiles", "steps", "engine", "health", "serve", "agent",
+    ] {
+        let g = graph(&top().join(dir).join("src"));
+        assert!(!g.is_empty(), "{dir}/src has no modules: moved?");
+        for c in circles(&g) {
+            found.push(format!("{dir}: {}", c.join(" ↔ ")));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "import circles (docs/ARCHITECTURE.md):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_analysis_finds_a_circle_and_resolves_groups() {
+    let mut g = BTreeMap::new();
+    g.insert("a".to_string(), BTreeSet::from(["b".to_string()]));
+    g.insert("b".to_string(), BTreeSet::from(["c".to_string()]));
+    g.insert("c".to_string(), BTreeSet::from(["a".to_string()]));
+    g.insert("d".to_string(), BTreeSet::from(["a".to_string()]));
+    assert_eq!(circles(&g), vec![vec!["a", "b", "c"]]);
+    let got = imports(
+        "driver::fabric",
+        "use crate::{cmd::{self, Cmd}, runner::Ctx as C};\nuse super::{branch_of, repo::X};\nfn f() { crate::units::state(); }\n#[cfg(test)]\nuse crate::hidden;",
+    );
+    assert_eq!(
+        got,
+        vec![
+            "cmd",
+            "cmd::Cmd",
+            "runner::Ctx",
+            "units::state",
+            "driver::branch_of",
+            "driver::repo::X"
+        ]
+    );
+}
