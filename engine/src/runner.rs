@@ -454,7 +454,10 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> 
             let r = slot.step.apply(ctx, work);
             if matches!(
                 work,
-                Work::Remove(_) | Work::Rebuild { .. } | Work::SwitchStream { .. }
+                Work::Remove(_)
+                    | Work::SwapDriver(_)
+                    | Work::Rebuild { .. }
+                    | Work::SwitchStream { .. }
             ) {
                 ctx.invalidate_rpm();
             }

@@ -8,6 +8,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -60,6 +61,12 @@ pub struct Cmd {
     timeout: Duration,
     /// Keep stdout as bytes ([`CmdOutput::stdout_bytes`]) instead of text.
     binary: bool,
+    /// Read stdin from this file (else /dev/null).
+    stdin_file: Option<PathBuf>,
+    /// Write stdout to this file (else captured).
+    stdout_file: Option<PathBuf>,
+    /// Run in this directory (else gpuhost's own).
+    dir: Option<PathBuf>,
 }
 
 /// What a finished command left behind.
@@ -113,7 +120,29 @@ impl Cmd {
             env: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
             binary: false,
+            stdin_file: None,
+            stdout_file: None,
+            dir: None,
         }
+    }
+
+    /// Read stdin from `path` (a payload piped through a tool: `cpio -i < archive`).
+    pub fn stdin_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.stdin_file = Some(path.into());
+        self
+    }
+
+    /// Write stdout to `path` (created or truncated) instead of capturing it: for output too
+    /// large to hold in memory (`rpm2cpio` of a local repo package).
+    pub fn stdout_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.stdout_file = Some(path.into());
+        self
+    }
+
+    /// Run in `dir`.
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
     }
 
     /// Keep stdout as bytes (decompressed files and the like).
@@ -169,9 +198,19 @@ impl Cmd {
                 Display(&argv)
             ))));
         }
-        let mut expr = duct::cmd(&self.program, &self.args)
-            .stdin_null()
-            .stdout_capture()
+        let mut expr = duct::cmd(&self.program, &self.args);
+        expr = match &self.stdin_file {
+            Some(p) => expr.stdin_path(p),
+            None => expr.stdin_null(),
+        };
+        expr = match &self.stdout_file {
+            Some(p) => expr.stdout_path(p),
+            None => expr.stdout_capture(),
+        };
+        if let Some(d) = &self.dir {
+            expr = expr.dir(d);
+        }
+        let mut expr = expr
             .stderr_capture()
             .unchecked()
             // Its own process group: a terminal's Ctrl-C reaches gpuhost, which lets a running

@@ -17,6 +17,7 @@ pub mod kernel;
 pub mod kernel_headers;
 pub mod state;
 pub mod step;
+pub mod swap;
 pub mod units;
 pub mod work;
 

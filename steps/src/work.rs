@@ -78,6 +78,8 @@ impl Install {
     }
 }
 
+pub use crate::swap::{DriverSwap, RepoPackage};
+
 /// When the runner carries a piece of work out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {
@@ -97,6 +99,8 @@ pub enum Work {
     Unconfigure(String),
     /// `dnf remove` (podman and runc in docker's way; another NVIDIA local repo).
     Remove(Vec<String>),
+    /// Replace the NVIDIA driver set in one transaction (before the merged transactions).
+    SwapDriver(DriverSwap),
     /// `dnf module disable NAME` (container-tools, whose filtering hides containerd.io).
     DisableModule(String),
     /// `dnf module reset NAME` (a disabled module whose stream is to be installed).
@@ -156,6 +160,7 @@ impl Work {
             Work::Configure(_)
             | Work::Unconfigure(_)
             | Work::Remove(_)
+            | Work::SwapDriver(_)
             | Work::DisableModule(_)
             | Work::ResetModule(_) => Phase::Prepare,
             Work::Install(_) => Phase::Packages,
@@ -170,6 +175,20 @@ impl fmt::Display for Work {
             Work::Configure(w) | Work::Write { file: w, .. } => write!(f, "write {}", w.path),
             Work::Unconfigure(p) => write!(f, "remove {p}"),
             Work::Remove(p) => write!(f, "dnf remove {}", p.join(" ")),
+            Work::SwapDriver(s) => {
+                let specs: Vec<String> = s.install.iter().map(RepoPackage::spec).collect();
+                write!(
+                    f,
+                    "one dnf transaction: remove {}; install {} {}",
+                    s.remove.join(" "),
+                    s.repo_rpm,
+                    specs.join(" ")
+                )?;
+                match &s.module {
+                    Some(m) => write!(f, "; then dnf module switch-to {m}"),
+                    None => Ok(()),
+                }
+            }
             Work::DisableModule(m) => write!(f, "dnf module disable {m}"),
             Work::ResetModule(m) => write!(f, "dnf module reset {m}"),
             Work::Install(i) => {
@@ -367,6 +386,7 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
         }
         Work::Unconfigure(p) => host.remove_file(p).map(drop),
         Work::Remove(pkgs) => host.dnf()?.arg("remove").args(pkgs).run().map(drop),
+        Work::SwapDriver(s) => crate::swap::swap_driver(host, s),
         Work::DisableModule(m) => host
             .dnf()?
             .args(["module", "disable", m.as_str()])

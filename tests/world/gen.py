@@ -986,7 +986,10 @@ LOCAL_REPOS = [("ol8", "cuda", "rhel8", "12-2", "12.2.2", "535.104.05"),
                ("ol9", "cuda", "rhel9", "12-2", "12.2.2", "535.104.05"),
                ("ol9", "cuda", "rhel9", "13-0", "13.0.1", "580.82.07"),
                ("ol9", "driver", "rhel9", None, None, "570.124.06"),
-               ("ol8", "driver", "rhel8", None, None, "580.82.07")]
+               ("ol8", "driver", "rhel8", None, None, "580.82.07"),
+               # day 2 (issue 23): the branch chain 535 → 550 → 570 → 580 on both releases
+               ("ol9", "cuda", "rhel9", "12-4", "12.4.1", "550.54.15"),
+               ("ol8", "driver", "rhel8", None, None, "570.124.06")]
 
 
 def local_repo_names(kind, rh, mm, cuda, drv):

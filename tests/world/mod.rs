@@ -50,6 +50,9 @@ pub const CUDA_LOCAL_EL9_13_0: &str = "cuda-repo-rhel9-13-0-local-13.0.1_580.82.
 /// NVIDIA's driver-only local repo packages (default stream open-dkms).
 pub const DRIVER_LOCAL_EL9_570: &str = "nvidia-driver-local-repo-rhel9-570.124.06-1.0-1.x86_64.rpm";
 pub const DRIVER_LOCAL_EL8_580: &str = "nvidia-driver-local-repo-rhel8-580.82.07-1.0-1.x86_64.rpm";
+/// The rest of the day-2 branch chain (issue 23): 550 on el9, 570 on el8.
+pub const CUDA_LOCAL_EL9_12_4: &str = "cuda-repo-rhel9-12-4-local-12.4.1_550.54.15-1.x86_64.rpm";
+pub const DRIVER_LOCAL_EL8_570: &str = "nvidia-driver-local-repo-rhel8-570.124.06-1.0-1.x86_64.rpm";
 pub const CUDA_LOCAL_EL8_12_2_AARCH64: &str =
     "cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.aarch64.rpm";
 

@@ -7,7 +7,9 @@
 use anyhow::Result;
 
 use super::driver_version;
-use super::locks::{locked, main_excludes, switches, with_exclude, DNF_CONF};
+use super::locks::{
+    locked, main_excludes, stale_locks, switches, with_exclude, without_excludes, DNF_CONF,
+};
 use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 use crate::units;
 
@@ -49,6 +51,9 @@ impl Step for FabricManager {
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
+        if super::change::pending(ctx)? {
+            return Ok(Check::in_sync(super::change::IN_SWAP));
+        }
         let drv = driver_version(ctx)?.driver;
         let pkg = package_for(&drv);
         let mut check = Check::default();
@@ -74,18 +79,35 @@ impl Step for FabricManager {
                 format!("{found} (driver {drv}, {})", switches(ctx)),
             ));
         }
-        let conf = ctx.host.read_opt(DNF_CONF)?.unwrap_or_default();
+        let read = ctx.host.read_opt(DNF_CONF)?.unwrap_or_default();
+        // Locks of packages no longer installed (the pre-R580 names after an upgrade) go.
+        let stale = stale_locks(ctx, &read)?;
+        let conf = without_excludes(&read, &stale);
+        let dropped = if stale.is_empty() {
+            String::new()
+        } else {
+            format!("; drop the locks of {} (not installed)", stale.join(", "))
+        };
         if main_excludes(&conf).iter().any(|e| e == pkg) {
             check
                 .notes
                 .push(format!("{pkg} {drv} locked (excludepkgs in {DNF_CONF})"));
+            if !stale.is_empty() {
+                check.changes.push(Change::new(
+                    Work::Write {
+                        file: FileWrite::new(DNF_CONF, conf, 0o644),
+                        owes: None,
+                    },
+                    dropped.trim_start_matches("; ").to_string(),
+                ));
+            }
         } else {
             check.changes.push(Change::new(
                 Work::Write {
                     file: FileWrite::new(DNF_CONF, with_exclude(&conf, pkg), 0o644),
                     owes: None,
                 },
-                format!("lock {pkg}: excludepkgs={pkg}, else dnf update could move it away from the driver's version"),
+                format!("lock {pkg}: excludepkgs={pkg}, else dnf update could move it away from the driver's version{dropped}"),
             ));
         }
         units::check_enabled(ctx.host, &mut check, UNIT, pkg, present)?;

@@ -14,7 +14,9 @@
 
 use anyhow::Result;
 
-use super::locks::{locked, main_excludes, switches, wanted, with_exclude, DNF_CONF};
+use super::locks::{
+    locked, main_excludes, stale_locks, switches, wanted, with_exclude, without_excludes, DNF_CONF,
+};
 use super::plan;
 use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 use gpuhost_nvidia::hgx::{Extra, NVLINK5_MODULES};
@@ -67,6 +69,9 @@ impl Step for HgxExtras {
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
+        if super::change::pending(ctx)? {
+            return Ok(Check::in_sync(super::change::IN_SWAP));
+        }
         let drv = plan(ctx)?.repo.driver.clone();
         let extras = wanted(ctx)?;
         let mut check = Check::default();
@@ -115,12 +120,24 @@ impl Step for HgxExtras {
             check.notes.push(have.join(", "));
         }
         // The lock: every NVIDIA extra in dnf.conf's excludes.
-        let conf = ctx.host.read_opt(DNF_CONF)?.unwrap_or_default();
+        let read = ctx.host.read_opt(DNF_CONF)?.unwrap_or_default();
+        // Locks of packages no longer installed (the pre-R580 names after an upgrade) go.
+        let stale = stale_locks(ctx, &read)?;
+        let conf = without_excludes(&read, &stale);
         let excluded = main_excludes(&conf);
         let to_lock: Vec<&Extra> = extras
             .iter()
             .filter(|e| e.lock && !excluded.contains(&e.name))
             .collect();
+        if to_lock.is_empty() && !stale.is_empty() {
+            check.changes.push(Change::new(
+                Work::Write {
+                    file: FileWrite::new(DNF_CONF, conf.clone(), 0o644),
+                    owes: None,
+                },
+                format!("drop the locks of {} (not installed)", stale.join(", ")),
+            ));
+        }
         if to_lock.is_empty() {
             let locked: Vec<&str> = extras
                 .iter()

@@ -123,3 +123,85 @@ pub fn switches(ctx: &Ctx<'_>) -> String {
     }
     parts.join(", ")
 }
+
+/// True for a name gpuhost locks for some driver: Fabric Manager under either name, NSCQ and
+/// IMEX (branch-suffixed before R580), the NVLink subnet manager.
+pub fn is_gpuhost_lock(name: &str) -> bool {
+    gpuhost_nvidia::hgx::FABRIC_MANAGER_PACKAGES.contains(&name)
+        || name == "libnvidia-nscq"
+        || name.starts_with("libnvidia-nscq-")
+        || name == "nvidia-imex"
+        || name.starts_with("nvidia-imex-")
+        || name == "nvlsm"
+}
+
+/// gpuhost's locks in dnf.conf that name a package not installed (the pre-R580 names after a
+/// branch upgrade): a lock never names a package that is not installed.
+pub fn stale_locks(ctx: &Ctx<'_>, conf: &str) -> Result<Vec<String>> {
+    let ours: Vec<String> = main_excludes(conf)
+        .into_iter()
+        .filter(|n| is_gpuhost_lock(n))
+        .collect();
+    let refs: Vec<&str> = ours.iter().map(String::as_str).collect();
+    let installed = ctx.installed(&refs)?;
+    Ok(ours
+        .into_iter()
+        .filter(|n| installed.get(n).is_none_or(Vec::is_empty))
+        .collect())
+}
+
+/// dnf.conf with `names` taken out of `[main]`'s excludes (a setting left empty goes).
+pub fn without_excludes(conf: &str, names: &[String]) -> String {
+    if names.is_empty() {
+        return conf.to_string();
+    }
+    let mut in_main = false;
+    let mut out = Vec::new();
+    for line in conf.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            in_main = t == "[main]";
+        }
+        let setting = t
+            .split_once('=')
+            .filter(|(k, _)| in_main && matches!(k.trim(), "excludepkgs" | "exclude"));
+        match setting {
+            Some((k, v)) => {
+                let kept: Vec<&str> = v
+                    .split([',', ' '])
+                    .filter(|x| !x.is_empty() && !names.iter().any(|n| n == x))
+                    .collect();
+                if !kept.is_empty() {
+                    out.push(format!("{}={}", k.trim(), kept.join(",")));
+                }
+            }
+            None => out.push(line.to_string()),
+        }
+    }
+    out.join("\n") + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_names_leave_the_excludes_and_the_rest_stays() {
+        let conf = "[main]\ngpgcheck=1\nexcludepkgs=nvidia-fabric-manager,kernel*,libnvidia-nscq-570\n[other]\nexcludepkgs=x\n";
+        let got = without_excludes(
+            conf,
+            &[
+                "nvidia-fabric-manager".to_string(),
+                "libnvidia-nscq-570".to_string(),
+            ],
+        );
+        assert_eq!(
+            got,
+            "[main]\ngpgcheck=1\nexcludepkgs=kernel*\n[other]\nexcludepkgs=x\n"
+        );
+        let only = without_excludes("[main]\nexcludepkgs=nvlsm\n", &["nvlsm".to_string()]);
+        assert_eq!(only, "[main]\n");
+        assert!(is_gpuhost_lock("libnvidia-nscq-535"));
+        assert!(!is_gpuhost_lock("kernel*"));
+    }
+}

@@ -199,6 +199,9 @@ impl Step for Driver {
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
+        if super::change::pending(ctx)? {
+            return Ok(Check::in_sync(super::change::IN_SWAP));
+        }
         let plan = plan(ctx)?;
         let repo = &plan.repo;
         let drv = repo.driver.clone();
@@ -270,6 +273,14 @@ impl Step for Driver {
                     why.push(format!("the local repo has {drv}"));
                     Verb::Switch
                 }
+            }
+            // The set is already the wanted stream's, at the driver's version (a driver change
+            // was interrupted after its transaction): only dnf's module state moves.
+            Some(other) if absent.is_empty() && stale.is_empty() => {
+                why.push(format!(
+                    "nvidia-driver:{other} is enabled, but the installed set is {stream}'s: dnf's module state follows"
+                ));
+                Verb::Switch
             }
             Some(other) => {
                 if !ctx.profile.driver.switch_stream {

@@ -13,38 +13,21 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
+use super::change::{duplicates, family_in_repo, other_repos, plan_swap, present_local_repos};
 use super::{host_arch, LocalRepoFile, NO_DRIVER};
 use crate::step::{Change, Check, Ctx, Install, Step, Work};
 use gpuhost_host::cmd::Cmd;
 use gpuhost_host::error::{as_invalid, hinted};
-use gpuhost_nvidia::localrepo::{installed_driver, present_packages, RepoKind};
+use gpuhost_nvidia::localrepo::{installed_driver, RepoKind};
 
 pub struct DriverRepo;
 
 /// The first bytes of every RPM file (the lead).
 const RPM_MAGIC: [u8; 4] = [0xed, 0xab, 0xee, 0xdb];
 
-/// Package names of the NVIDIA local repos present on the host, of either kind (from their
-/// repo files and repo directories), whether or not rpm knows them.
-fn present_local_repos(ctx: &Ctx<'_>) -> Vec<String> {
-    let repo_files = ctx.host.files_with_prefix("/etc/yum.repos.d", "");
-    let var_dirs = ctx.host.files_with_prefix("/var", "");
-    present_packages(
-        repo_files.iter().map(String::as_str),
-        var_dirs.iter().map(String::as_str),
-    )
-}
-
 /// The driver of an installed local repo package (either kind), or its version.
 fn driver_of(name: &str, version: &str) -> String {
     installed_driver(name, version).unwrap_or_else(|| version.to_string())
-}
-
-/// True when an installed package is the profile's local repo package: same name, and the
-/// version the file name gives (a driver-only file name may give none: the name carries the
-/// driver).
-fn is_ours(name: &LocalRepoFile, p_name: &str, p_version: &str) -> bool {
-    p_name == name.package && name.version.as_deref().is_none_or(|v| v == p_version)
 }
 
 /// Versions of `nvidia-driver` in a list of file names (`nvidia-driver-535.104.05-1.el8.x86_64.rpm`).
@@ -66,7 +49,8 @@ fn nvidia_driver_versions(files: &[String]) -> Vec<String> {
 }
 
 /// Check the file itself before anything is installed from it.
-fn verify_file(path: &Path, name: &LocalRepoFile, sha256: Option<&str>) -> Result<()> {
+/// Returns the package's file list (its payload: the inner repo's RPMs among them).
+fn verify_file(path: &Path, name: &LocalRepoFile, sha256: Option<&str>) -> Result<Vec<String>> {
     let shown = path.display();
     let mut f = match std::fs::File::open(path) {
         Ok(f) => f,
@@ -153,7 +137,7 @@ fn verify_file(path: &Path, name: &LocalRepoFile, sha256: Option<&str>) -> Resul
             "use NVIDIA's local repo package of the driver you want",
         ));
     }
-    Ok(())
+    Ok(files)
 }
 
 /// The size of the local repo package (a file on the build host, as `driver.local_repo_rpm`
@@ -177,6 +161,7 @@ impl Step for DriverRepo {
         let mut names = present_local_repos(ctx);
         if let Some(p) = &ctx.driver {
             names.push(p.repo.package.clone());
+            names.extend(family_in_repo(ctx, &p.repo));
         }
         names
     }
@@ -229,22 +214,7 @@ impl Step for DriverRepo {
                 format!("use NVIDIA's {} local repo package", host_arch()),
             )));
         }
-        // Every local repo package present, and what version of it is installed.
-        let mut names = present_local_repos(ctx);
-        names.push(name.package.clone());
-        names.sort();
-        names.dedup();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let installed = ctx.installed(&refs)?;
-        let ours = installed
-            .get(&name.package)
-            .is_some_and(|v| v.iter().any(|p| is_ours(name, &p.name, &p.version)));
-        let others: Vec<(String, String)> = installed
-            .values()
-            .flatten()
-            .filter(|p| !is_ours(name, &p.name, &p.version))
-            .map(|p| (p.name.clone(), p.version.clone()))
-            .collect();
+        let (ours, others) = other_repos(ctx, name)?;
         if ours && others.is_empty() {
             let found = ctx
                 .host
@@ -260,6 +230,21 @@ impl Step for DriverRepo {
                     format!("reinstall it: dnf reinstall {shown}"),
                 ));
             }
+            // A driver change killed inside its rpm transaction leaves two versions of some
+            // packages: the old ones go.
+            let stale = duplicates(ctx, name)?;
+            if !stale.is_empty() {
+                let mut check = Check::default();
+                check.changes.push(Change::new(
+                    Work::Remove(stale.clone()),
+                    format!(
+                        "an interrupted transaction left another version beside driver {}: {}",
+                        name.driver,
+                        stale.join(", ")
+                    ),
+                ));
+                return Ok(check);
+            }
             return Ok(Check::in_sync(format!(
                 "{} installed: driver {}{}",
                 name.package,
@@ -268,6 +253,15 @@ impl Step for DriverRepo {
             )));
         }
         let mut check = Check::default();
+        // The file is what the user gave: anything wrong with it is invalid input (exit 2),
+        // found before any step changes anything.
+        let files =
+            verify_file(path, name, ctx.profile.driver.sha256.as_deref()).map_err(as_invalid)?;
+        let verified = if ctx.profile.driver.sha256.is_some() {
+            "SHA-256 verified"
+        } else {
+            "no driver.sha256 to verify"
+        };
         if !others.is_empty() {
             let listed: Vec<String> = others
                 .iter()
@@ -284,24 +278,19 @@ impl Step for DriverRepo {
                     "set driver.replace_local_repo = true to replace it, or point driver.local_repo_rpm at the installed one",
                 ));
             }
-            let pkgs: Vec<String> = others.iter().map(|(n, _)| n.clone()).collect();
+            // One transaction replaces the driver: the old repo and set go, the new come.
+            let swap = plan_swap(ctx, plan, &others, &files)?;
             check.changes.push(Change::new(
-                Work::Remove(pkgs),
+                Work::SwapDriver(swap),
                 format!(
-                    "replaced by {} (driver.replace_local_repo); was {}",
-                    name.package,
+                    "driver {}{} replaces {} (driver.replace_local_repo); {verified}",
+                    name.driver,
+                    serves_text(&name.driver),
                     listed.join(", ")
                 ),
             ));
+            return Ok(check);
         }
-        // The file is what the user gave: anything wrong with it is invalid input (exit 2),
-        // found before any step changes anything.
-        verify_file(path, name, ctx.profile.driver.sha256.as_deref()).map_err(as_invalid)?;
-        let verified = if ctx.profile.driver.sha256.is_some() {
-            "SHA-256 verified"
-        } else {
-            "no driver.sha256 to verify"
-        };
         check.changes.push(Change::new(
             Work::Install(Install {
                 specs: vec![shown],

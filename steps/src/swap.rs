@@ -1,0 +1,254 @@
+//! The driver swap: one dnf transaction that replaces the NVIDIA driver set ([`DriverSwap`]),
+//! all or nothing.
+//!
+//! dnf cannot install packages from a repo that does not exist yet, and the new local repo
+//! appears only when its package is installed. So the new package's inner repo is read from
+//! the package file itself: `rpm2cpio` of the file into a scratch directory inside the root
+//! (`/var/cache/gpuhost/driver-swap`, on the filesystem the repo lands on), `cpio` extracting
+//! the inner repo and its `.repo` file only. One `dnf shell` transaction then installs the new
+//! local repo package and the new set from that scratch repo (`--repofrompath`, with
+//! `module_hotfixes` so that the new stream's packages are not hidden by the old stream's
+//! module state), and removes the old local repo package and the old names, with gpuhost's
+//! locks lifted (`--disableexcludes=main`). The rpm transaction dnf runs is all or nothing.
+//!
+//! `dnf shell` reports an error in one of its commands and goes on, and exits 0 either way; so
+//! every package is checked afterwards against rpm's database, and a swap that did not happen
+//! is an error quoting what dnf said. The scratch directory is removed whatever happens.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use gpuhost_host::cmd::Cmd;
+use gpuhost_host::host::{repo_entries, Host};
+
+/// The scratch directory inside the root.
+pub const SCRATCH: &str = "/var/cache/gpuhost/driver-swap";
+/// The repo id the new inner repo has during the swap.
+pub const REPO_ID: &str = "gpuhost-next";
+
+/// One package of a local repo, as its file name gives it
+/// (`nvidia-driver-580.82.07-1.el9.x86_64.rpm`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RepoPackage {
+    pub name: String,
+    pub version: String,
+    pub release: String,
+    pub arch: String,
+}
+
+impl RepoPackage {
+    /// From an RPM's file name (a path is fine); `None` for anything else (source RPMs too).
+    pub fn from_file_name(f: &str) -> Option<RepoPackage> {
+        let base = f.rsplit('/').next().unwrap_or(f).strip_suffix(".rpm")?;
+        let (nvr, arch) = base.rsplit_once('.')?;
+        if arch == "src" || arch.is_empty() {
+            return None;
+        }
+        let mut parts = nvr.rsplitn(3, '-');
+        let (release, version, name) = (parts.next()?, parts.next()?, parts.next()?);
+        if name.is_empty() || !version.starts_with(|c: char| c.is_ascii_digit()) {
+            return None;
+        }
+        Some(RepoPackage {
+            name: name.to_string(),
+            version: version.to_string(),
+            release: release.to_string(),
+            arch: arch.to_string(),
+        })
+    }
+
+    /// `name-version-release.arch`, as dnf takes it.
+    pub fn spec(&self) -> String {
+        format!(
+            "{}-{}-{}.{}",
+            self.name, self.version, self.release, self.arch
+        )
+    }
+}
+
+/// One dnf transaction that replaces the NVIDIA driver set: a branch upgrade or downgrade, a
+/// flavour switch, a CUDA ↔ driver-only local repo. The new local repo package's inner repo is
+/// read from the package file itself (its payload, extracted to a scratch directory) before
+/// anything changes, so that one `dnf shell` transaction can remove the old local repo package
+/// and the old names (Fabric Manager, NSCQ and IMEX are renamed at R580; the other flavour's
+/// kmod) and install the new repo package and the new set together. dnf either does all of it
+/// or nothing; gpuhost then checks every package ([`swap_driver`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverSwap {
+    /// The new local repo package file (on the build host).
+    pub repo_rpm: String,
+    /// Its inner repo directory (`/var/cuda-repo-rhel9-13-0-local`).
+    pub repo_dir: String,
+    /// Package names that go: the old local repo package(s), and old names the new set does
+    /// not carry.
+    pub remove: Vec<String>,
+    /// Packages that come (installed, upgraded or downgraded), from the new repo.
+    pub install: Vec<RepoPackage>,
+    /// The module stream (and profile) the new set belongs to, when dnf's module state names
+    /// another: switched once the packages are in (`dnf module switch-to`, which then changes
+    /// no package: the new set is the stream's).
+    pub module: Option<String>,
+}
+
+/// Carry out the swap (see the module doc).
+pub fn swap_driver(host: &Host, s: &DriverSwap) -> Result<()> {
+    host.create_dir_all(SCRATCH)?;
+    let scratch = host.real_path(SCRATCH)?;
+    let result = swap_in(host, s, &scratch);
+    // The build host's own scratch files (inside the root, resolved by real_path): removed
+    // whatever happened.
+    if let Err(e) = std::fs::remove_dir_all(&scratch) {
+        tracing::warn!("could not remove {}: {e}", scratch.display());
+    }
+    result
+}
+
+fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
+    let payload = scratch.join("payload.cpio");
+    Cmd::new("rpm2cpio")
+        .arg(&s.repo_rpm)
+        .stdout_file(&payload)
+        .run()
+        .with_context(|| format!("reading the payload of {}", s.repo_rpm))?;
+    let tree = scratch.join("tree");
+    std::fs::create_dir_all(&tree).with_context(|| format!("creating {}", tree.display()))?;
+    Cmd::new("cpio")
+        .args(["-idm", "--quiet", "--no-absolute-filenames"])
+        .arg(format!(".{}/*", s.repo_dir))
+        .arg("./etc/yum.repos.d/*")
+        .stdin_file(&payload)
+        .current_dir(&tree)
+        .run()
+        .with_context(|| format!("extracting {} from {}", s.repo_dir, s.repo_rpm))?;
+    std::fs::remove_file(&payload).with_context(|| format!("removing {}", payload.display()))?;
+    let repo = tree.join(s.repo_dir.trim_start_matches('/'));
+    if !repo.join("repodata/repomd.xml").is_file() {
+        return Err(anyhow::anyhow!(
+            "{} carries no repo under {} (no repodata/repomd.xml): nothing was changed",
+            s.repo_rpm,
+            s.repo_dir
+        ));
+    }
+    let script = scratch.join("swap.dnf");
+    std::fs::write(&script, shell_script(s))
+        .with_context(|| format!("writing {}", script.display()))?;
+    let cmd = host
+        .dnf()?
+        .arg("--disableexcludes=main")
+        .arg(format!("--repofrompath={REPO_ID},{}", repo.display()))
+        .args(repo_options(&tree, &s.repo_dir))
+        .arg(format!("--setopt={REPO_ID}.module_hotfixes=true"))
+        .arg("shell")
+        .arg(&script);
+    let out = cmd.output()?;
+    let missing = not_swapped(host, s)?;
+    if missing.is_empty() {
+        if let Some(m) = &s.module {
+            host.dnf()?
+                .args(["--disableexcludes=main", "module", "switch-to", m.as_str()])
+                .run()
+                .with_context(|| {
+                    format!("the driver was replaced, but dnf's module state still names another stream than {m}")
+                })?;
+        }
+        return Ok(());
+    }
+    let text = format!("{}\n{}", out.stdout, out.stderr);
+    let reason: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            l.starts_with("Error")
+                || l.starts_with("Problem")
+                || l.starts_with("- ")
+                || l.starts_with("file ")
+        })
+        .collect();
+    Err(anyhow::anyhow!(
+        "dnf did not replace the driver, so nothing was changed ({}): {}",
+        missing.join(", "),
+        if reason.is_empty() {
+            gpuhost_host::cmd::tail_lines(&text, 5)
+        } else {
+            reason.join(" | ")
+        }
+    ))
+}
+
+/// The `dnf shell` script: the local package first (dnf takes it only before other jobs),
+/// then the new set, then the removals, then one `run`.
+pub fn shell_script(s: &DriverSwap) -> String {
+    let specs: Vec<String> = s.install.iter().map(RepoPackage::spec).collect();
+    let mut out = format!("install {}\n", s.repo_rpm);
+    if !specs.is_empty() {
+        out.push_str(&format!("install {}\n", specs.join(" ")));
+    }
+    if !s.remove.is_empty() {
+        out.push_str(&format!("remove {}\n", s.remove.join(" ")));
+    }
+    out.push_str("run\n");
+    out
+}
+
+/// `gpgcheck`/`gpgkey` for the scratch repo, as the new package's own `.repo` file says (its
+/// `file:///var/…` keys read from the scratch tree).
+fn repo_options(tree: &Path, repo_dir: &str) -> Vec<String> {
+    let dir = tree.join("etc/yum.repos.d");
+    let mut gpgcheck = "0".to_string();
+    let mut keys = Vec::new();
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        for (_id, key, value) in repo_entries(&text) {
+            match key {
+                "gpgcheck" => gpgcheck = value.trim().to_string(),
+                "gpgkey" => {
+                    for k in value.split([',', ' ']).filter(|k| !k.is_empty()) {
+                        keys.push(match k.strip_prefix("file://") {
+                            Some(p) if p.starts_with(repo_dir) => {
+                                format!("file://{}", tree.join(p.trim_start_matches('/')).display())
+                            }
+                            _ => k.to_string(),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = vec![format!("--setopt={REPO_ID}.gpgcheck={gpgcheck}")];
+    if !keys.is_empty() {
+        out.push(format!("--setopt={REPO_ID}.gpgkey={}", keys.join(",")));
+    }
+    out
+}
+
+/// What the swap should have done and did not: packages not installed at their version, names
+/// still installed. Empty after a swap.
+pub fn not_swapped(host: &Host, s: &DriverSwap) -> Result<Vec<String>> {
+    let names: Vec<&str> = s
+        .install
+        .iter()
+        .map(|p| p.name.as_str())
+        .chain(s.remove.iter().map(String::as_str))
+        .collect();
+    let installed = gpuhost_host::rpm::query(host, &names)?;
+    let mut out = Vec::new();
+    for p in &s.install {
+        let ok = installed.get(&p.name).is_some_and(|v| {
+            v.iter()
+                .any(|i| i.version == p.version && i.release == p.release)
+        });
+        if !ok {
+            out.push(format!("{} not installed", p.spec()));
+        }
+    }
+    for r in &s.remove {
+        if installed.get(r).is_some_and(|v| !v.is_empty()) {
+            out.push(format!("{r} still installed"));
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,494 @@
+//! Day 2 (issue 23): driver changes on a converged node — branch upgrades and downgrades along
+//! 535 → 550 → 570 → 580, flavour switches, CUDA ↔ driver-only local repos, with and without
+//! NVSwitches (Fabric Manager and NSCQ renamed at R580), on UEK and RHCK — are one
+//! all-or-nothing package transaction, with the real rpm, dnf, module streams and DKMS of the
+//! test world. A failed transaction leaves the old driver working; a kill -9 inside it is
+//! followed by an apply that converges.
+
+#![allow(clippy::panic)] // a test fails by panicking
+
+#[path = "world/mod.rs"]
+mod world;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rstest::rstest;
+use serde_json::Value;
+use world::{
+    code, report, stderr, step, Os, Root, World, CUDA_LOCAL_EL8_12_2, CUDA_LOCAL_EL8_12_4,
+    CUDA_LOCAL_EL9_12_2, CUDA_LOCAL_EL9_12_4, CUDA_LOCAL_EL9_13_0, DRIVER_LOCAL_EL8_570,
+    DRIVER_LOCAL_EL8_580, DRIVER_LOCAL_EL9_570, RHCK8, RHCK9, UEK8_NEW, UEK9,
+};
+
+const ONLY: &str = "kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module,fabric-manager,hgx-extras,persistenced";
+
+/// The branch chain of each release: 535 (CUDA 12.2), 550 (CUDA 12.4), 570 (driver-only),
+/// 580 (driver-only on el8, CUDA 13.0 on el9): a CUDA ↔ driver-only change on the way.
+fn chain(os: Os) -> [&'static str; 4] {
+    match os {
+        Os::Ol8 => [
+            CUDA_LOCAL_EL8_12_2,
+            CUDA_LOCAL_EL8_12_4,
+            DRIVER_LOCAL_EL8_570,
+            DRIVER_LOCAL_EL8_580,
+        ],
+        _ => [
+            CUDA_LOCAL_EL9_12_2,
+            CUDA_LOCAL_EL9_12_4,
+            DRIVER_LOCAL_EL9_570,
+            CUDA_LOCAL_EL9_13_0,
+        ],
+    }
+}
+
+/// The driver a local repo file carries.
+fn driver_of(rpm: &str) -> &'static str {
+    ["535.104.05", "550.54.15", "570.124.06", "580.82.07"]
+        .into_iter()
+        .find(|d| rpm.contains(d))
+        .unwrap_or_else(|| panic!("no driver in {rpm}"))
+}
+
+fn local(name: &str) -> String {
+    World::get().cuda_local(name).display().to_string()
+}
+
+fn args(cmd: &str, profile: &str, rpm: &str, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        cmd,
+        "--format",
+        "json",
+        "--profile",
+        profile,
+        "--only",
+        ONLY,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.push("--set".into());
+    a.push(format!("driver.local_repo_rpm={}", local(rpm)));
+    a.push("--set".into());
+    a.push("driver.replace_local_repo=true".into());
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+fn run(root: &Root, cmd: &str, profile: &str, rpm: &str, extra: &[&str]) -> (i32, Value) {
+    let a = args(cmd, profile, rpm, extra);
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = root.gpuhost(&refs);
+    (code(&o), report(&o))
+}
+
+/// A node: an install root with two H200s, and on HGX an NVSwitch on PCI.
+struct Node {
+    root: Root,
+    profile: &'static str,
+    kernel: &'static str,
+    hgx: bool,
+}
+
+impl Node {
+    fn new(os: Os, profile: &'static str, kernel: &'static str, hgx: bool) -> Node {
+        let root = Root::new(os, &[kernel]);
+        for i in 0..2 {
+            root.add_pci_device(
+                &format!("0000:{:02x}:00.0", 0x19 + i),
+                0x10de,
+                0x2335,
+                0x030200,
+            );
+        }
+        if hgx {
+            root.add_pci_device("0000:05:00.0", 0x10de, 0x22a3, 0x068000);
+        }
+        Node {
+            root,
+            profile,
+            kernel,
+            hgx,
+        }
+    }
+
+    fn apply(&self, rpm: &str, extra: &[&str]) -> (i32, Value) {
+        run(&self.root, "apply", self.profile, rpm, extra)
+    }
+
+    fn plan(&self, rpm: &str) -> (i32, Value) {
+        run(&self.root, "plan", self.profile, rpm, &[])
+    }
+
+    /// dnf.conf's `[main]` excludes.
+    fn locks(&self) -> Vec<String> {
+        let conf = std::fs::read_to_string(self.root.join("/etc/dnf/dnf.conf")).unwrap_or_default();
+        conf.lines()
+            .filter_map(|l| l.trim().strip_prefix("excludepkgs="))
+            .flat_map(|v| v.split(',').map(|x| x.trim().to_string()))
+            .filter(|x| !x.is_empty())
+            .collect()
+    }
+
+    /// The installed NVIDIA packages, `name-version-release`, sorted.
+    fn nvidia_packages(&self) -> Vec<String> {
+        let o = self
+            .root
+            .rpm(&["-qa", "--qf", "%{NAME}-%{VERSION}-%{RELEASE}\\n"]);
+        let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.contains("nvidia") || l.starts_with("cuda-"))
+            .map(str::to_string)
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The node runs `drv` and nothing of another driver: every NVIDIA driver package at
+    /// `drv`, one local repo package, the module for the kernel, the locks naming exactly the
+    /// installed packages they should.
+    fn assert_on(&self, drv: &str, rpm: &str) {
+        let r = &self.root;
+        let versions = r.installed_all("nvidia-driver");
+        assert_eq!(versions.len(), 1, "{versions:?}");
+        assert!(versions[0].starts_with(drv), "{versions:?}");
+        let pkgs = self.nvidia_packages();
+        let repos: Vec<&String> = pkgs
+            .iter()
+            .filter(|p| p.starts_with("cuda-repo-") || p.starts_with("nvidia-driver-local-repo-"))
+            .collect();
+        assert_eq!(repos.len(), 1, "one local repo package: {repos:?}");
+        let family_off: Vec<&String> = pkgs
+            .iter()
+            .filter(|p| {
+                (p.starts_with("nvidia-")
+                    || p.starts_with("libnvidia-")
+                    || p.starts_with("kmod-nvidia"))
+                    && !p.starts_with("nvidia-driver-local-repo-")
+                    && !p.contains(drv)
+            })
+            .collect();
+        assert!(
+            family_off.is_empty(),
+            "packages of another driver: {family_off:?}"
+        );
+        assert_eq!(
+            r.nvidia_module_version(self.kernel).as_deref(),
+            Some(drv),
+            "the nvidia module modprobe would load for {}",
+            self.kernel
+        );
+        let locks = self.locks();
+        for l in &locks {
+            assert!(
+                r.installed(l).is_some(),
+                "the lock names {l}, which is not installed: {locks:?}"
+            );
+        }
+        let branch: u32 = drv
+            .split('.')
+            .next()
+            .and_then(|b| b.parse().ok())
+            .unwrap_or(0);
+        if self.hgx {
+            let (fm, nscq) = if branch >= 580 {
+                (
+                    "nvidia-fabricmanager".to_string(),
+                    "libnvidia-nscq".to_string(),
+                )
+            } else {
+                (
+                    "nvidia-fabric-manager".to_string(),
+                    format!("libnvidia-nscq-{branch}"),
+                )
+            };
+            for p in [&fm, &nscq] {
+                assert!(
+                    r.installed(p).is_some_and(|v| v.starts_with(drv)),
+                    "{p} at {drv} ({rpm}): {pkgs:?}"
+                );
+                assert!(locks.contains(p), "{p} locked: {locks:?}");
+            }
+        } else {
+            assert!(locks.is_empty(), "no NVSwitch, no locks: {locks:?}");
+        }
+    }
+
+    /// A second apply changes nothing and starts no dnf.
+    fn assert_stays(&self, rpm: &str) {
+        let a = args("apply", self.profile, rpm, &[]);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        let (o, execs) = self.root.gpuhost_traced(&refs);
+        let rep = report(&o);
+        assert_eq!(code(&o), 0, "{rep:#}");
+        world::assert_converged(&rep);
+        if let Some(execs) = &execs {
+            assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
+        }
+    }
+}
+
+fn reason(rep: &Value, id: &str) -> String {
+    step(rep, id)["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Up the chain and back down, one local repo after the other: each change converges, the
+/// second apply is unchanged and starts no dnf, the locks name only installed packages.
+#[rstest]
+#[case::ol8_uek(Os::Ol8, "ol8-uek", UEK8_NEW, false)]
+#[case::ol8_rhck_hgx(Os::Ol8, "ol8-rhck", RHCK8, true)]
+#[case::ol9_uek_hgx(Os::Ol9, "ol9-uek", UEK9, true)]
+#[case::ol9_rhck(Os::Ol9, "ol9-rhck", RHCK9, false)]
+fn the_branch_chain_up_and_down_converges_at_each_step(
+    #[case] os: Os,
+    #[case] profile: &'static str,
+    #[case] kernel: &'static str,
+    #[case] hgx: bool,
+) {
+    let node = Node::new(os, profile, kernel, hgx);
+    let up = chain(os);
+    let down: Vec<&str> = up.iter().rev().skip(1).copied().collect();
+    let mut from: Option<&str> = None;
+    for rpm in up.iter().copied().chain(down) {
+        let drv = driver_of(rpm);
+        let (rc, rep) = node.apply(rpm, &[]);
+        assert_eq!(rc, 0, "{:?} → {rpm}: {rep:#}", from);
+        if from.is_some() {
+            let r = reason(&rep, "driver-repo");
+            assert!(r.contains(&format!("driver {drv}")), "{r}");
+        }
+        node.assert_on(drv, rpm);
+        node.assert_stays(rpm);
+        from = Some(rpm);
+    }
+}
+
+/// HGX H200, 570 → 580: `plan` lists every package that goes and every package that comes and
+/// changes nothing; `apply` changes the driver, Fabric Manager and NSCQ under their R580 names
+/// and the locks in one go.
+#[test]
+fn plan_lists_what_goes_and_what_comes_and_changes_nothing() {
+    let node = Node::new(Os::Ol9, "ol9-rhck", RHCK9, true);
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let before = node.root.rpmdb_snapshot();
+    let tree = node.root.tree_snapshot();
+    let (rc, rep) = node.plan(CUDA_LOCAL_EL9_13_0);
+    assert_eq!(rc, 0, "{rep:#}");
+    let changes = step(&rep, "driver-repo")["changes"].to_string();
+    for goes in [
+        "nvidia-driver-local-repo-rhel9-570.124.06",
+        "nvidia-fabric-manager",
+        "libnvidia-nscq-570",
+    ] {
+        assert!(changes.contains(goes), "{goes} goes: {changes}");
+    }
+    for comes in [
+        "cuda-repo-rhel9-13-0-local-13.0.1_580.82.07",
+        "nvidia-fabricmanager-580.82.07",
+        "libnvidia-nscq-580.82.07",
+        "nvidia-driver-580.82.07",
+        "kmod-nvidia-open-dkms-580.82.07",
+    ] {
+        assert!(changes.contains(comes), "{comes} comes: {changes}");
+    }
+    assert_eq!(
+        node.root.rpmdb_snapshot(),
+        before,
+        "plan changed the rpm database"
+    );
+    assert_eq!(node.root.tree_snapshot(), tree, "plan changed files");
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
+    // One dnf transaction did the packages: the driver step left its packages to it.
+    assert!(
+        reason(&rep, "driver-repo").contains("replaces nvidia-driver-local-repo-rhel9-570.124.06")
+    );
+    node.assert_stays(CUDA_LOCAL_EL9_13_0);
+}
+
+/// dnf refuses the change (an administrator protected the old Fabric Manager): nothing has
+/// changed — the old driver, its repo, its module for the boot kernel and its locks — and apply
+/// exits 1 quoting dnf. Once the protection is lifted the same apply converges.
+#[test]
+fn a_refused_driver_change_leaves_the_old_driver_as_it_was() {
+    let node = Node::new(Os::Ol9, "ol9-rhck", RHCK9, true);
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let conf_path = node.root.join("/etc/dnf/dnf.conf");
+    let conf = std::fs::read_to_string(&conf_path).unwrap_or_default();
+    let protected = conf.replace(
+        "[main]\n",
+        "[main]\nprotected_packages=nvidia-fabric-manager\n",
+    );
+    std::fs::write(&conf_path, &protected).unwrap_or_else(|e| panic!("{e}"));
+    let rpmdb = node.root.rpmdb_snapshot();
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 1, "{rep:#}");
+    let why = reason(&rep, "driver-repo");
+    assert!(why.contains("protected"), "dnf's reason is quoted: {why}");
+    assert!(why.contains("nothing was changed"), "{why}");
+    assert_eq!(
+        node.root.rpmdb_snapshot(),
+        rpmdb,
+        "the rpm database changed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&conf_path).unwrap_or_default(),
+        protected,
+        "the locks changed"
+    );
+    node.assert_on("570.124.06", DRIVER_LOCAL_EL9_570);
+    assert!(
+        !node.root.join("/var/cache/gpuhost/driver-swap").exists(),
+        "the scratch repo is left behind"
+    );
+    std::fs::write(&conf_path, conf).unwrap_or_else(|e| panic!("{e}"));
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
+}
+
+/// The open ↔ proprietary switch on a converged node, there and back.
+#[test]
+fn a_flavour_switch_there_and_back_converges() {
+    let node = Node::new(Os::Ol8, "ol8-rhck", RHCK8, true);
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL8_580, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node.root.installed("kmod-nvidia-open-dkms").is_some());
+    for (flavour, kmod, other) in [
+        (
+            "proprietary",
+            "kmod-nvidia-latest-dkms",
+            "kmod-nvidia-open-dkms",
+        ),
+        ("open", "kmod-nvidia-open-dkms", "kmod-nvidia-latest-dkms"),
+    ] {
+        let set = format!("driver.flavour={flavour}");
+        let extra = ["--set", set.as_str(), "--set", "driver.switch_stream=true"];
+        let (rc, rep) = node.apply(DRIVER_LOCAL_EL8_580, &extra);
+        assert_eq!(rc, 0, "{flavour}: {rep:#}");
+        assert!(node
+            .root
+            .installed(kmod)
+            .is_some_and(|v| v.starts_with("580.82.07")));
+        assert!(node.root.installed(other).is_none(), "{other} stays");
+        node.assert_on("580.82.07", DRIVER_LOCAL_EL8_580);
+        let a = args("apply", node.profile, DRIVER_LOCAL_EL8_580, &extra);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        let (o, execs) = node.root.gpuhost_traced(&refs);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        world::assert_converged(&report(&o));
+        if let Some(execs) = &execs {
+            assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
+        }
+    }
+}
+
+/// Processes whose parent chain leads to `pid`.
+fn descendants(pid: u32) -> Vec<(u32, String)> {
+    let mut procs = Vec::new();
+    for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(cpid) = p.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(p.path().join("stat")).unwrap_or_default();
+        let Some((head, after)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let comm = head
+            .split_once(" (")
+            .map(|(_, c)| c.to_string())
+            .unwrap_or_default();
+        let ppid: u32 = after
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        procs.push((cpid, ppid, comm));
+    }
+    let mut out: Vec<(u32, String)> = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for (c, pp, comm) in &procs {
+            if *pp == parent && !out.iter().any(|(p, _)| p == c) {
+                out.push((*c, comm.clone()));
+                frontier.push(*c);
+            }
+        }
+    }
+    out
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.rsplit_once(") ").is_some_and(|(_, a)| a.starts_with('Z')))
+}
+
+/// kill -9 of the dnf that runs the driver change, while the rpm transaction is inside it
+/// (DKMS builds the new module in a scriptlet), and of gpuhost with it: the next apply
+/// converges on the new driver.
+#[test]
+fn kill_9_inside_the_driver_change_then_apply_converges() {
+    let node = Node::new(Os::Ol9, "ol9-rhck", RHCK9, true);
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let a = args("apply", node.profile, CUDA_LOCAL_EL9_13_0, &[]);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuhost"));
+    cmd.env("HOME", World::get().home())
+        .args(&a)
+        .arg("--root")
+        .arg(node.root.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child: Child = cmd.spawn().unwrap_or_else(|e| panic!("{e}"));
+    // Wait for a DKMS build under the dnf shell transaction.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut dnf = None;
+    while Instant::now() < deadline && dnf.is_none() {
+        let d = descendants(child.id());
+        let shell = d.iter().find(|(pid, comm)| {
+            comm == "dnf"
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("shell"))
+        });
+        if let Some((pid, _)) = shell {
+            if descendants(*pid)
+                .iter()
+                .any(|(_, c)| c == "dkms" || c == "make" || c.starts_with("sh"))
+            {
+                dnf = Some(*pid);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let dnf = dnf.unwrap_or_else(|| panic!("no driver-change transaction seen"));
+    let _ = Command::new("kill")
+        .args(["-KILL", &dnf.to_string()])
+        .status();
+    let _ = child.kill();
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while alive(dnf) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Whatever the transaction had done, the next apply finishes the change.
+    if std::env::var("UPGRADE_DEBUG").is_ok() {
+        eprintln!("AFTER KILL:\n{}", node.nvidia_packages().join("\n"));
+    }
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &[]);
+    if std::env::var("UPGRADE_DEBUG").is_ok() {
+        eprintln!(
+            "AFTER APPLY:\n{}\n{}",
+            node.nvidia_packages().join("\n"),
+            step(&rep, "driver-repo")
+        );
+    }
+    assert!(rc == 0, "after kill -9: {rep:#}");
+    node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
+    node.assert_stays(CUDA_LOCAL_EL9_13_0);
+}
