@@ -621,7 +621,7 @@ fn a_bundle_for_a_clean_os_with_fabric_manager() {
     assert!(plan.contains("nvidia-driver:open-dkms/fm"), "{plan}");
 
     let off = Root::new(Os::Ol9, &[UEK9]);
-    off.add_pci_device("0000:19:00.0", 0x10de, 0x2335, 0x030200);
+    off.add_pci_device("0000:19:00.0", 0x10de, 0x2330, 0x030200);
     off.add_pci_device("0000:05:00.0", 0x10de, 0x22a3, 0x068000);
     cut_off(&off);
     // nouveau holds the GPUs until a reboot: apply --reboot records the bundle for the resume.

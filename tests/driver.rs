@@ -256,7 +256,8 @@ fn the_default_boot_kernel_gets_the_module_too() {
 #[test]
 fn nvswitches_add_fabric_manager_of_the_drivers_version_locked() {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
-    root.add_pci_device("0000:19:00.0", 0x10de, 0x2335, 0x030200);
+    // HGX H100: R535 drives it (an H200 needs R550, see `a_branch_that_cannot_drive_a_gpu_…`).
+    root.add_pci_device("0000:19:00.0", 0x10de, 0x2330, 0x030200);
     root.add_pci_device("0000:05:00.0", 0x10de, 0x22a3, 0x068000);
     let (rc, rep) = apply(&root, "ol8-uek", CUDA_LOCAL_EL8_12_2, &[]);
     assert_eq!(rc, 0, "{rep:#}");
@@ -760,7 +761,7 @@ fn plan(root: &Root, profile: &str, rpm: &str, extra: &[&str]) -> (i32, Value) {
 /// proprietary for Volta, and `plan` says why in one line.
 #[rstest]
 #[case::no_gpu(&[], &[], "open-dkms", "no NVIDIA GPU on PCI")]
-#[case::h200(&[0x2335, 0x2335], &[], "open-dkms", "2× H200 SXM 141GB (Hopper): NVIDIA's recommendation from Turing on")]
+#[case::h100(&[0x2330, 0x2330], &[], "open-dkms", "2× H100 SXM5 80GB (Hopper): NVIDIA's recommendation from Turing on")]
 #[case::v100(&[0x1db5], &[], "latest-dkms", "1× Tesla V100 SXM2 32GB (Volta): open modules need Turing or newer")]
 #[case::v100_pinned(&[0x1db5], &["--set", "driver.stream=535-dkms"], "535-dkms", "driver.stream = 535-dkms")]
 #[case::unknown_auto(&[0x3400], &[], "open-dkms", "not in gpuhost's GPU table: 0000:19:00.0 (10de:3400)")]
@@ -816,9 +817,9 @@ fn volta_gets_the_proprietary_modules() {
 #[case::proprietary_on_grace_hopper(0x2342, CUDA_LOCAL_EL8_12_2, &["--set", "driver.flavour=proprietary"], &["GH200 480GB (Grace Hopper superchip)", "use driver.stream = \"open-dkms\""])]
 #[case::open_on_volta(0x1db5, CUDA_LOCAL_EL8_12_2, &["--set", "driver.stream=535-open"], &["Tesla V100 SXM2 32GB (Volta)", "use driver.stream = \"535-dkms\""])]
 #[case::open_on_pascal(0x15f8, CUDA_LOCAL_EL8_12_2, &["--set", "driver.flavour=open"], &["Tesla P100 PCIe 16GB (Pascal)", "use driver.stream = \"latest-dkms\""])]
-#[case::flavour_and_stream_disagree(0x2335, CUDA_LOCAL_EL8_12_2, &["--set", "driver.flavour=open", "--set", "driver.stream=535-dkms"], &["driver.flavour = \"open\"", "535-open"])]
-#[case::compute_only_before_r560(0x2335, CUDA_LOCAL_EL8_12_2, &["--set", "driver.install=compute-only"], &["driver.install = \"compute-only\"", "R560", "535.104.05"])]
-#[case::imex_before_r550(0x2335, CUDA_LOCAL_EL8_12_2, &["--set", "driver.imex=true"], &["driver.imex", "R550"])]
+#[case::flavour_and_stream_disagree(0x2330, CUDA_LOCAL_EL8_12_2, &["--set", "driver.flavour=open", "--set", "driver.stream=535-dkms"], &["driver.flavour = \"open\"", "535-open"])]
+#[case::compute_only_before_r560(0x2330, CUDA_LOCAL_EL8_12_2, &["--set", "driver.install=compute-only"], &["driver.install = \"compute-only\"", "R560", "535.104.05"])]
+#[case::imex_before_r550(0x2330, CUDA_LOCAL_EL8_12_2, &["--set", "driver.imex=true"], &["driver.imex", "R550"])]
 fn what_cannot_work_is_refused_before_anything_changes(
     #[case] gpu: u16,
     #[case] rpm: &str,
@@ -839,6 +840,123 @@ fn what_cannot_work_is_refused_before_anything_changes(
         assert!(err.contains(n), "{n} not in {err}");
     }
     assert_eq!(tree(&root), before, "the root changed");
+}
+
+/// A branch is accepted only if it drives every GPU on PCI (issue 23, item 2): `plan` and
+/// `apply` refuse a local repo whose branch NVIDIA's lists do not give the GPU (open modules: the
+/// "Compatible GPUs" table of open-gpu-kernel-modules' README per tag; Kepler ends at R470),
+/// before anything changes, in one line naming the GPU, the branches that drive it and what to use.
+#[rstest]
+#[case::b200_with_r535(Os::Ol8, UEK8_NEW, "ol8-uek", 0x2901, CUDA_LOCAL_EL8_12_2, &["0000:19:00.0 [10de:2901] B200 (Blackwell)", "driver 535.104.05 of cuda-repo-rhel8-12-2-local", "(branch R535)", "R570 and newer", "open-gpu-kernel-modules README.md @570.86.15", "use a local repo of driver branch ≥ 570"])]
+#[case::b200_with_r560(Os::Ol8, UEK8_NEW, "ol8-uek", 0x2901, CUDA_LOCAL_EL8_12_6, &["B200 (Blackwell)", "(branch R560)", "≥ 570"])]
+#[case::h200_with_r535(Os::Ol9, RHCK9, "ol9-rhck", 0x2335, CUDA_LOCAL_EL9_12_2, &["0000:19:00.0 [10de:2335] H200 SXM 141GB (Hopper)", "(branch R535)", "R550 and newer", "@550.90.07", "≥ 550"])]
+#[case::gb300_with_r570(Os::Ol9, RHCK9, "ol9-rhck", 0x31c2, DRIVER_LOCAL_EL9_570, &["[10de:31c2] GB300 (Grace Blackwell superchip)", "(branch R570)", "@580.82.07", "≥ 580"])]
+#[case::k80_with_r570(Os::Ol9, RHCK9, "ol9-rhck", 0x102d, DRIVER_LOCAL_EL9_570, &["0000:19:00.0 [10de:102d] Tesla K80 (Kepler)", "proprietary kernel modules", "R470 and older", "use a local repo of driver branch ≤ 470"])]
+#[case::k80_with_r580(Os::Ol8, UEK8_NEW, "ol8-uek", 0x102d, DRIVER_LOCAL_EL8_580, &["Tesla K80 (Kepler)", "(branch R580)", "≤ 470"])]
+fn a_branch_that_cannot_drive_a_gpu_on_pci_is_refused_before_anything_changes(
+    #[case] os: Os,
+    #[case] kernel: &str,
+    #[case] profile: &str,
+    #[case] gpu: u16,
+    #[case] rpm: &str,
+    #[case] needles: &[&str],
+) {
+    let root = Root::new(os, &[kernel]);
+    root.add_pci_device("0000:19:00.0", 0x10de, gpu, 0x030200);
+    let before = tree(&root);
+    let set = repo_set(rpm);
+    for cmd in ["plan", "apply"] {
+        let o = root.gpuhost(&[cmd, "--profile", profile, "--set", &set]);
+        assert_eq!(code(&o), 2, "{cmd}: {}{}", stdout(&o), stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(err.trim().lines().count(), 1, "{cmd}: {err}");
+        for n in needles {
+            assert!(err.contains(n), "{cmd}: {n} not in {err}");
+        }
+        assert_eq!(tree(&root), before, "{cmd} changed the root");
+    }
+}
+
+/// The branches NVIDIA's lists give a GPU are accepted: H100 from R525, H200 from R550, B200
+/// from R570, and Volta up to R580, its last branch.
+#[rstest]
+#[case::h100_with_r535(Os::Ol8, UEK8_NEW, "ol8-uek", 0x2330, CUDA_LOCAL_EL8_12_2, "open-dkms")]
+#[case::h200_with_r570(Os::Ol9, RHCK9, "ol9-rhck", 0x2335, DRIVER_LOCAL_EL9_570, "open-dkms")]
+#[case::h200_with_r580(Os::Ol9, RHCK9, "ol9-rhck", 0x2335, CUDA_LOCAL_EL9_13_0, "open-dkms")]
+#[case::h200_with_r580_el8(
+    Os::Ol8,
+    UEK8_NEW,
+    "ol8-uek",
+    0x2335,
+    DRIVER_LOCAL_EL8_580,
+    "open-dkms"
+)]
+#[case::b200_with_r580(Os::Ol9, RHCK9, "ol9-rhck", 0x2901, CUDA_LOCAL_EL9_13_0, "open-dkms")]
+#[case::v100_with_r580(
+    Os::Ol8,
+    UEK8_NEW,
+    "ol8-uek",
+    0x1db5,
+    DRIVER_LOCAL_EL8_580,
+    "latest-dkms"
+)]
+fn a_branch_that_drives_every_gpu_is_accepted(
+    #[case] os: Os,
+    #[case] kernel: &str,
+    #[case] profile: &str,
+    #[case] gpu: u16,
+    #[case] rpm: &str,
+    #[case] stream: &str,
+) {
+    let root = Root::new(os, &[kernel]);
+    root.add_pci_device("0000:19:00.0", 0x10de, gpu, 0x030200);
+    let (rc, rep) = plan(&root, profile, rpm, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let r = reason(&rep, "driver");
+    assert!(r.contains(&format!("nvidia-driver:{stream}/")), "{r}");
+    assert_eq!(rep["warnings"], serde_json::json!([]), "{rep:#}");
+}
+
+/// A GPU whose device id gpuhost's table lacks is named in a warning (the branch was not
+/// checked against it); the run goes on as before.
+#[test]
+fn an_unknown_gpu_is_a_warning_naming_its_id() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    root.add_pci_device("0000:19:00.0", 0x10de, 0x2335, 0x030200);
+    root.add_pci_device("0000:1a:00.0", 0x10de, 0x3400, 0x030200);
+    let before = tree(&root);
+    let (rc, rep) = plan(&root, "ol8-uek", DRIVER_LOCAL_EL8_580, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let warnings = rep["warnings"].as_array().cloned().unwrap_or_default();
+    assert_eq!(warnings.len(), 1, "{rep:#}");
+    let w = warnings[0].as_str().unwrap_or_default();
+    assert!(w.contains("10de:3400 at 0000:1a:00.0"), "{w}");
+    assert!(w.contains("R580"), "{w}");
+    assert!(
+        rep["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("1 warning"),
+        "{rep:#}"
+    );
+    // The text report shows it too.
+    let set = repo_set(DRIVER_LOCAL_EL8_580);
+    let o = root.gpuhost(&[
+        "plan",
+        "--profile",
+        "ol8-uek",
+        "--set",
+        &set,
+        "--only",
+        ONLY,
+    ]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("10de:3400 at 0000:1a:00.0"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(tree(&root), before, "plan changed the root");
 }
 
 /// A file NVIDIA did not name is refused before anything changes: its name is the only place

@@ -233,6 +233,10 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     let driver_steps = gpuhost_steps::steps_needing_package(&opts.selection);
     gpuhost_steps::driver::require_package(&profile, &driver_steps)?;
     let mut warnings = Vec::new();
+    if let Some(plan) = &driver_plan {
+        // GPUs whose device id gpuhost's table lacks: the branch was not checked against them.
+        warnings.extend(plan.warnings());
+    }
     if !driver_steps.is_empty() {
         // Secure Boot: DKMS-built modules need a key the firmware trusts, checked before anything.
         warnings.extend(gpuhost_steps::driver::signing::preflight(

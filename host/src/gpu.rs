@@ -9,7 +9,7 @@
 //! start with the chip (`GM204GL [Tesla M60]`, `GV100GL [Tesla V100 SXM2 16GB]`,
 //! `GH100 [H200 SXM 141GB]`, `GB100 [B200]`). NVIDIA numbers GPU functions by chip in blocks, so
 //! each architecture is a few id ranges; the ranges below cover every GPU function `pci.ids`
-//! (2023-04, as Debian 12 ships it) lists for chips GM…AD (a test checks that against
+//! (2023-04, as Debian 12 ships it) lists for chips GK…AD (a test checks that against
 //! `/usr/share/misc/pci.ids` when present), plus the newer ids named in [`PRODUCTS`]. An id
 //! outside every range is "unknown", never guessed.
 
@@ -17,10 +17,11 @@ use std::fmt;
 
 use serde::Serialize;
 
-/// GPU architectures NVIDIA's current drivers know, oldest first.
+/// GPU architectures from Kepler on, oldest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Arch {
+    Kepler,
     Maxwell,
     Pascal,
     Volta,
@@ -34,6 +35,7 @@ pub enum Arch {
 impl fmt::Display for Arch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Arch::Kepler => "Kepler",
             Arch::Maxwell => "Maxwell",
             Arch::Pascal => "Pascal",
             Arch::Volta => "Volta",
@@ -55,6 +57,10 @@ pub struct PciGpu {
 }
 
 pub const RANGES: &[(u16, u16, Arch)] = &[
+    (0x0fc0, 0x0fff, Arch::Kepler),    // GK107
+    (0x1000, 0x103f, Arch::Kepler),    // GK110, GK180, GK210 (Tesla K20, K40, K80)
+    (0x1180, 0x11ff, Arch::Kepler),    // GK104, GK106
+    (0x1280, 0x12bf, Arch::Kepler),    // GK208
     (0x15f0, 0x15ff, Arch::Pascal),    // GP100 (Tesla P100, Quadro GP100)
     (0x1720, 0x172f, Arch::Pascal),    // GP100
     (0x1340, 0x17ff, Arch::Maxwell),   // GM107, GM108, GM200, GM204, GM206
@@ -79,6 +85,8 @@ pub const RANGES: &[(u16, u16, Arch)] = &[
 /// GB200 `2941`, GB300 `31c2`/`31c3`).
 pub const PRODUCTS: &[(u16, &str, bool)] = &[
     // (device id, product, Grace superchip)
+    (0x1023, "Tesla K40m", false),
+    (0x102d, "Tesla K80", false),
     (0x13f2, "Tesla M60", false),
     (0x17fd, "Tesla M40", false),
     (0x15f7, "Tesla P100 PCIe 12GB", false),
@@ -179,6 +187,10 @@ mod tests {
     use rstest::rstest;
 
     #[rstest]
+    #[case(0x102d, Arch::Kepler)] // Tesla K80
+    #[case(0x1023, Arch::Kepler)] // Tesla K40m
+    #[case(0x0fc6, Arch::Kepler)] // GK107
+    #[case(0x12ba, Arch::Kepler)] // GK208
     #[case(0x13f2, Arch::Maxwell)] // Tesla M60
     #[case(0x17fd, Arch::Maxwell)] // Tesla M40
     #[case(0x15f8, Arch::Pascal)] // Tesla P100
@@ -205,7 +217,7 @@ mod tests {
 
     #[test]
     fn unknown_ids_are_not_guessed() {
-        assert_eq!(kind_of(0x1023), None); // Kepler K40m: no current driver
+        assert_eq!(kind_of(0x1040), None); // GF119 (Fermi): older than any table row
         assert_eq!(kind_of(0xffff), None);
         assert_eq!(kind_of_hex("zz"), None);
     }
@@ -230,7 +242,7 @@ mod tests {
         Ok(())
     }
 
-    /// Every GPU function of chips GM…AD in the system's `pci.ids` falls in its chip's
+    /// Every GPU function of chips GK…AD in the system's `pci.ids` falls in its chip's
     /// architecture (the table's source, checked against the real file).
     #[test]
     fn table_agrees_with_the_pci_id_repository() {
@@ -239,6 +251,7 @@ mod tests {
             return;
         };
         let chips: &[(&str, Arch)] = &[
+            ("GK", Arch::Kepler),
             ("GM", Arch::Maxwell),
             ("GP", Arch::Pascal),
             ("GV", Arch::Volta),

@@ -11,6 +11,7 @@ use gpuhost_host::facts::Facts;
 use gpuhost_host::invalid;
 use gpuhost_nvidia::flavour::{self, Choice, ModuleFlavour};
 use gpuhost_nvidia::localrepo::LocalRepoFile;
+use gpuhost_nvidia::support::{self, Unchecked};
 use gpuhost_profile::{InstallSet, Profile, StreamKind, SPLIT_PACKAGES_SINCE};
 
 /// The driver a run manages, worked out before any step: the local repo package, the flavour
@@ -24,6 +25,9 @@ pub struct DriverPlan {
     /// The kernel module flavour, the stream, and why (one line, for `plan`).
     pub choice: Choice,
     pub install: InstallSet,
+    /// GPUs on PCI whose device id gpuhost's table lacks: whether the branch drives them was
+    /// not checked (a warning in the report).
+    pub unchecked: Vec<Unchecked>,
 }
 
 impl DriverPlan {
@@ -35,11 +39,16 @@ impl DriverPlan {
     pub fn kind(&self) -> StreamKind {
         StreamKind::of(&self.choice.stream)
     }
+
+    /// What the plan found worth a look without stopping, one line each.
+    pub fn warnings(&self) -> Vec<String> {
+        self.unchecked.iter().map(ToString::to_string).collect()
+    }
 }
 
 /// Work out the driver of a run; `Ok(None)` when the profile names no driver. Bad input (an
-/// unrecognised file name, a flavour that cannot drive the GPUs, a package set the driver does
-/// not have) is refused here, before anything changes.
+/// unrecognised file name, a flavour or a branch that cannot drive the GPUs, a package set the
+/// driver does not have) is refused here, before anything changes.
 pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
     let spec = &profile.driver;
     if !spec.manage {
@@ -57,6 +66,13 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
         repo.branch(),
     )?;
     let branch = repo.branch();
+    // A branch is accepted only if it drives every GPU on PCI (NVIDIA's lists, `support`).
+    let unchecked = support::check(
+        &facts.pci_gpus(),
+        choice.flavour,
+        branch,
+        &format!("driver {} of {file}", repo.driver),
+    )?;
     if branch < SPLIT_PACKAGES_SINCE {
         let needs = match (spec.install, choice.flavour) {
             (InstallSet::ComputeOnly, _) => Some("NVIDIA's compute-only packaging"),
@@ -80,6 +96,7 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
         repo,
         choice,
         install: spec.install,
+        unchecked,
     }))
 }
 
