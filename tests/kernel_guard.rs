@@ -175,6 +175,9 @@ fn without_headers_in_any_repo_the_default_stays_on_the_old_kernel_and_status_sa
             .contains(&format!("--kernel-release {UEK8_NO_DEVEL}")),
         "{rec:#}"
     );
+    // The report carries the record's reason and fix.
+    assert_eq!(rep["kernel_guard"]["reason"], rec["reason"], "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["fix"], rec["fix"], "{rep:#}");
 
     let (rc, st) = status(&root);
     assert_eq!(rc, 2, "{st:#}");
@@ -218,15 +221,36 @@ fn the_fix_command_builds_the_held_back_kernel_and_makes_it_the_default_again() 
         "/etc/yum.repos.d/uek-ol8.repo",
         &repo.replace("enabled=1", "enabled=0"),
     );
-    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
-    assert_ne!(rc, 0, "{rep:#}");
-    assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
+    // The text report says what the guard did, why, and the fix it recorded (issue 23, item 4).
+    let args: Vec<String> = world::apply_args(
+        "ol8-uek",
+        CUDA_LOCAL_EL8_12_2,
+        ONLY,
+        &["--kernel-release", UEK8_OLD],
+    )
+    .into_iter()
+    .filter(|a| a != "--format" && a != "json")
+    .collect();
+    let o = root.gpuhost(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_ne!(code(&o), 0, "{text}");
     assert!(saved_entry(&root).ends_with(UEK8_OLD));
     root.write("/etc/yum.repos.d/uek-ol8.repo", &repo);
     // The recorded fix, word for word as a user would paste it into a shell: the same apply
     // (profile, --sets, step selection, root) for the held-back kernel.
     let rec: Value =
         serde_json::from_str(&root.read("/var/lib/gpuhost/kernel-guard.json")).unwrap();
+    assert!(
+        text.contains(&format!(
+            "kernel guard: kept {UEK8_OLD} as the default boot kernel instead of {UEK8_NEW}: {}",
+            rec["reason"].as_str().unwrap()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("  fix: {}", rec["fix"].as_str().unwrap())),
+        "{text}"
+    );
     let words = shlex::split(rec["fix"].as_str().unwrap()).unwrap();
     assert_eq!(words[0], "gpuhost", "{rec:#}");
     assert!(words.windows(2).any(|w| w == ["--only", ONLY]), "{words:?}");

@@ -7,6 +7,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use gpuhost_engine::apply::{exit, Report};
+use gpuhost_engine::bootguard::Decision;
 use gpuhost_engine::bundle::BuildReport;
 use gpuhost_host::error::{hint_of, is_invalid};
 use gpuhost_host::facts::Facts;
@@ -169,12 +170,38 @@ pub fn print_report(r: &Report) {
     for w in &r.warnings {
         println!("  warning   {w}");
     }
+    if let Some(g) = &r.kernel_guard {
+        print_kernel_guard(g);
+    }
     match &r.reboot {
         Some(rb) => println!("reboot: {}", rb.message),
         None if r.exit_code == exit::REBOOT => println!(
             "what to do: reboot, then run the same command again (or add --reboot to let gpuhost reboot and resume until converged)"
         ),
         None => {}
+    }
+}
+
+/// What the kernel guard did, as the JSON report's `kernel_guard` says it; nothing when the
+/// default boot kernel has its module.
+fn print_kernel_guard(g: &Decision) {
+    match g {
+        Decision::Fine => {}
+        Decision::Kept {
+            kernel,
+            kept,
+            reason,
+            fix,
+        } => {
+            println!("kernel guard: kept {kept} as the default boot kernel instead of {kernel}: {reason}");
+            println!("  fix: {fix}");
+        }
+        Decision::Restored { kernel } => println!(
+            "kernel guard: {kernel} has its NVIDIA module again and is the default boot kernel again"
+        ),
+        Decision::NoFallback { kernel } => println!(
+            "kernel guard: the default boot kernel {kernel} has no NVIDIA module and no installed kernel of its flavour has one: nothing to fall back to"
+        ),
     }
 }
 

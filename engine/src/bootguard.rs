@@ -34,8 +34,14 @@ const GRUBENV_SIZE: usize = 1024;
 pub enum Decision {
     /// The default boot kernel has the module: nothing to guard.
     Fine,
-    /// The default boot entry was moved back from `kernel` to `kept`.
-    Kept { kernel: String, kept: String },
+    /// The default boot entry was moved back from `kernel` to `kept`, for `reason`; `fix` is the
+    /// command recorded to build `kernel`'s module and make it the default again.
+    Kept {
+        kernel: String,
+        kept: String,
+        reason: String,
+        fix: String,
+    },
     /// The held-back kernel now has its module: it is the default again.
     Restored { kernel: String },
     /// The default kernel has no module and no installed kernel of its flavour has one either:
@@ -111,20 +117,23 @@ impl Guard<'_> {
             Some(f) => format!("{f} (module for {d}: {state})"),
             None => format!("no NVIDIA {} module for {d}: {state}", self.driver),
         };
+        let fix = format!("{} --kernel-release {d}", self.apply_command);
         save(
             self.host,
             &Record {
                 kernel: d.to_string(),
                 kept: kept.clone(),
                 driver: self.driver.to_string(),
-                reason,
-                fix: format!("{} --kernel-release {d}", self.apply_command),
+                reason: reason.clone(),
+                fix: fix.clone(),
                 at: gpuhost_host::fsutil::rfc3339(gpuhost_host::fsutil::unix_now()),
             },
         )?;
         Ok(Decision::Kept {
             kernel: d.to_string(),
             kept,
+            reason,
+            fix,
         })
     }
 }
