@@ -244,6 +244,13 @@ struct FactsArgs {
 }
 
 fn main() -> ExitCode {
+    // The one-shot NVML probe child (`gpuhost status --nvml-probe`, started by every
+    // `gpuhost status`) goes straight to its work: no command-line tree to build.
+    if probe_child() {
+        output::init_logging(std::env::var("GPUHOST_LOG").as_deref().unwrap_or("warn"));
+        let code = gpuhost_health::run_probe(None, std::path::Path::new("/"));
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let cli = Cli::parse();
     output::init_logging(&cli.log_level);
     let code = match &cli.command {
@@ -277,6 +284,15 @@ fn main() -> ExitCode {
         Command::Serve(s) => gpuhost_serve::run(s),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Exactly `gpuhost status --nvml-probe`: the probe child of a one-shot `gpuhost status`.
+fn probe_child() -> bool {
+    let mut a = std::env::args_os().skip(1);
+    matches!(
+        (a.next(), a.next(), a.next()),
+        (Some(s), Some(p), None) if s == "status" && p == "--nvml-probe"
+    )
 }
 
 /// Print an error (one line) and map it to an exit code.

@@ -3,40 +3,32 @@
 //! `/dev/nvidia-uvm`, a user-space driver from another release, a broken install), and that
 //! is what jobs see.
 //!
-//! cuInit costs far more than NVML's calls, so a success is kept in `<run dir>/cuda-init.json`
-//! with what it depends on — the boot, the loaded driver (`/proc/driver/nvidia/version`) and
-//! the device nodes `/dev/nvidiactl` and `/dev/nvidia-uvm` (inode and change time: recreated
-//! when the modules reload) — and later runs reuse it while those are the same. A failure is
-//! never kept: the next run tries again.
+//! cuInit costs far more than NVML's calls, so a success is kept with what it depends on — the
+//! boot, the loaded driver (`/proc/driver/nvidia/version`) and the device nodes
+//! `/dev/nvidiactl` and `/dev/nvidia-uvm` (inode and change time: recreated when the modules
+//! reload) — in the boot cache (`<run dir>/boot-cache.json`, [`crate::boot_cache`]) and, in a
+//! long-lived probe, in memory ([`Memo`]); later runs reuse it while those are the same. A
+//! failure is never kept: the next run tries again.
 
 use std::os::raw::c_int;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot::CudaCheck;
 
-/// The cache file in the run directory.
-pub const FILE: &str = "cuda-init.json";
-
 /// What a kept success depends on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Key {
-    boot_id: Option<String>,
-    driver: Option<String>,
+    pub(crate) boot_id: Option<String>,
+    pub(crate) driver: Option<String>,
     /// (path, inode, change time) of each device node that exists.
-    nodes: Vec<(String, u64, i64)>,
+    pub(crate) nodes: Vec<(String, u64, i64)>,
 }
 
-#[derive(Serialize, Deserialize)]
-struct Kept {
-    key: Key,
-    check: CudaCheck,
-}
-
-fn key() -> Key {
+/// What the CUDA check depends on now.
+pub(crate) fn key() -> Key {
     let first_line = |p: &str| {
         std::fs::read_to_string(p)
             .ok()
@@ -66,7 +58,7 @@ pub struct Memo {
 
 impl Memo {
     /// The kept success when what it depends on has not changed; else what it depends on now
-    /// (for [`Memo::remember`]), and the check is to be made ([`check_cached`]).
+    /// (for [`Memo::remember`]), and the check is to be made ([`check`]).
     pub fn kept(&mut self) -> Result<CudaCheck, Key> {
         let now = key();
         match &self.kept {
@@ -86,30 +78,6 @@ impl Memo {
     pub fn remember(&mut self, key: Key, c: &CudaCheck) {
         self.kept = (c.init_rc == Some(0)).then(|| (key, c.clone()));
     }
-}
-
-/// The CUDA check, reusing a success kept in `run_dir` for the same boot, driver and nodes.
-pub fn check_cached(run_dir: &Path) -> CudaCheck {
-    let k = key();
-    if let Some(kept) = crate::probe::load_kept::<Kept>(run_dir, FILE) {
-        if kept.key == k && kept.check.init_rc == Some(0) {
-            return CudaCheck {
-                cached: true,
-                init_ms: Some(0.0),
-                ..kept.check
-            };
-        }
-    }
-    let c = check();
-    if c.init_rc == Some(0) {
-        let kept = Kept {
-            key: k,
-            check: c.clone(),
-        };
-        // Best effort: without the cache the next run checks again.
-        let _ = crate::probe::store_kept(run_dir, FILE, &kept);
-    }
-    c
 }
 
 type CuInit = unsafe extern "C" fn(flags: u32) -> c_int;
@@ -202,51 +170,6 @@ mod tests {
             init_ms: Some(250.0),
             ..CudaCheck::default()
         }
-    }
-
-    fn keep(dir: &Path, key: Key, check: CudaCheck) {
-        crate::probe::store_kept(dir, FILE, &Kept { key, check }).unwrap();
-    }
-
-    #[test]
-    fn a_kept_success_is_reused_while_boot_driver_and_nodes_are_the_same() {
-        let dir = tempfile::tempdir().unwrap();
-        keep(dir.path(), key(), success());
-        let c = check_cached(dir.path());
-        assert!(c.cached, "{c:?}");
-        assert_eq!((c.init_rc, c.init_ms), (Some(0), Some(0.0)));
-        assert_eq!(c.driver_version, Some(13000));
-    }
-
-    #[test]
-    fn a_success_from_another_boot_or_a_kept_failure_is_not_reused() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut other_boot = key();
-        other_boot.boot_id = Some("another boot".into());
-        keep(dir.path(), other_boot, success());
-        assert!(!check_cached(dir.path()).cached);
-
-        let dir = tempfile::tempdir().unwrap();
-        let failure = CudaCheck {
-            loaded: true,
-            init_rc: Some(100),
-            ..CudaCheck::default()
-        };
-        keep(dir.path(), key(), failure);
-        assert!(!check_cached(dir.path()).cached);
-    }
-
-    #[test]
-    fn only_a_success_is_kept() {
-        // Whatever this machine's CUDA answers, the file exists exactly when it succeeded.
-        let dir = tempfile::tempdir().unwrap();
-        let c = check_cached(dir.path());
-        assert!(!c.cached);
-        assert_eq!(
-            dir.path().join(FILE).exists(),
-            c.init_rc == Some(0),
-            "{c:?}"
-        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //!
 //! The JSON report (`--format json`) is documented in `health/README.md`.
 
+pub mod boot_cache;
 pub mod coprobe;
 pub mod counters;
 pub mod cuda;
@@ -22,6 +23,7 @@ pub mod nvml;
 pub mod output;
 pub mod probe;
 pub mod profile;
+pub mod served;
 pub mod slurm;
 pub mod snapshot;
 pub mod verdict;
@@ -98,10 +100,14 @@ pub struct StatusArgs {
     /// with one JSON line; NVML stays initialised).
     #[arg(long, hide = true)]
     pub nvml_serve: bool,
-    /// Internal, with --nvml-serve: answer the `nvml` part of this saved snapshot instead of
-    /// asking NVML (tests, benchmarks).
-    #[arg(long, hide = true, value_name = "FILE", requires = "nvml_serve")]
+    /// Internal: the NVML probe child (one-shot, or --nvml-serve) answers the `nvml` part of
+    /// this saved snapshot instead of asking NVML, through the same pipe, deadline and boot
+    /// cache (tests, benchmarks).
+    #[arg(long, hide = true, value_name = "FILE")]
     pub nvml_fixture: Option<PathBuf>,
+    /// Probe here even when a `gpuhost serve` answers on this node's socket.
+    #[arg(long)]
+    pub fresh: bool,
     /// Internal: print every NVLink and fabric NVML call's raw return code, per GPU, as JSON
     /// (evidence for what a machine supports; see bench/MULTI-GPU.md).
     #[arg(long, hide = true)]
@@ -132,7 +138,7 @@ pub struct StatusArgs {
 /// Run `gpuhost status`; returns the Nagios exit code (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
 pub fn run(args: &StatusArgs) -> i32 {
     if args.nvml_probe {
-        return run_probe();
+        return run_probe(args.nvml_fixture.as_deref(), &args.root);
     }
     if args.nvml_serve {
         return coprobe::serve_child(args.nvml_fixture.as_deref());
@@ -174,26 +180,56 @@ fn print_pretty(what: &str, v: &impl serde::Serialize) -> i32 {
     }
 }
 
-/// The probe child: NVML → JSON on stdout. `GPUHOST_PROBE_DELAY_MS` makes it sleep first, to
-/// stand for a hung driver in tests and drills.
-fn run_probe() -> i32 {
+/// The probe child: NVML (or, with `fixture`, a saved snapshot's NVML part, through the boot
+/// cache of `root`) → JSON on stdout. `GPUHOST_PROBE_DELAY_MS` makes it sleep first, to stand
+/// for a hung driver in tests and drills.
+pub fn run_probe(fixture: Option<&Path>, root: &Path) -> i32 {
     if let Some(ms) = std::env::var("GPUHOST_PROBE_DELAY_MS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
     {
         std::thread::sleep(Duration::from_millis(ms));
     }
-    let p = nvml::probe();
+    let p = match fixture {
+        Some(f) => fixture_probe(f, root),
+        None => nvml::probe(),
+    };
     match serde_json::to_string(&p) {
         Ok(s) => {
-            println!("{s}");
-            0
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            match writeln!(out, "{s}").and_then(|()| out.flush()) {
+                Ok(()) => 0,
+                Err(_) => 1,
+            }
         }
         Err(e) => {
             eprintln!("cannot serialise the NVML answer: {e}");
             1
         }
     }
+}
+
+/// A one-shot probe answered from a saved snapshot's NVML part: each GPU's fixed fields and
+/// InfoROM validation from the boot cache of `root` when it has them for that GPU's UUID
+/// (what the NVML probe does not ask again), the rest from the file.
+fn fixture_probe(path: &Path, root: &Path) -> NvmlProbe {
+    let start = std::time::Instant::now();
+    let mut p = match coprobe::load_fixture(path) {
+        Ok(p) => p,
+        Err(e) => {
+            return NvmlProbe {
+                status: ProbeStatus::ProbeFailed,
+                error: Some(format!("{e:#}")),
+                ..NvmlProbe::default()
+            }
+        }
+    };
+    let key = Host::new(root).ok().and_then(|h| boot_cache::Key::read(&h));
+    let mut store = boot_cache::Store::load(&probe::run_dir(), key);
+    store.apply_or_keep(&mut p);
+    p.duration_ms = Some((start.elapsed().as_secs_f64() * 1e5).round() / 100.0);
+    p
 }
 
 fn status(args: &StatusArgs) -> Result<i32> {
@@ -238,7 +274,19 @@ fn snapshot_once(args: &StatusArgs, expect: &Expect, timeout: Duration) -> Resul
         }
         None => {
             let host = Host::new(&args.root)?;
-            Ok(collect(&host, timeout, expect))
+            // A running `gpuhost serve` has a fresh sweep: ask it first (unless told not to,
+            // or a fixture stands for NVML).
+            if !args.fresh && args.nvml_fixture.is_none() {
+                if let Some(s) = served::ask(host.root()) {
+                    return Ok(s);
+                }
+            }
+            Ok(collect_with(
+                &host,
+                timeout,
+                expect,
+                args.nvml_fixture.as_deref(),
+            ))
         }
     }
 }
@@ -363,14 +411,35 @@ pub fn expectations_for(profile: Option<&str>, expect_gpus: Option<u32>) -> Expe
 /// happen here. Fabric Manager's version is asked (rpm) only where NVSwitches are on PCI or
 /// `expect` requires Fabric Manager, beside the `systemctl` call.
 pub fn collect(host: &Host, timeout: Duration, expect: &Expect) -> Snapshot {
-    collect_around(host, expect, None, || one_shot_probe(timeout))
+    collect_around(host, expect, None, || one_shot_probe(timeout, None))
 }
 
-/// The one-shot NVML probe: a child process under a deadline ([`probe`]).
-fn one_shot_probe(timeout: Duration) -> NvmlProbe {
+/// [`collect`] with the probe child answering from a saved snapshot (`--nvml-fixture`).
+fn collect_with(
+    host: &Host,
+    timeout: Duration,
+    expect: &Expect,
+    fixture: Option<&Path>,
+) -> Snapshot {
+    collect_around(host, expect, None, || {
+        one_shot_probe(timeout, fixture.map(|f| (f, host.root())))
+    })
+}
+
+/// The one-shot NVML probe: a child process under a deadline ([`probe`]); with a fixture (and
+/// the root whose boot cache it goes through), answered from that file.
+fn one_shot_probe(timeout: Duration, fixture: Option<(&Path, &Path)>) -> NvmlProbe {
     let running = match std::env::current_exe() {
         Ok(exe) => {
-            let argv: Vec<OsString> = vec![exe.into(), "status".into(), "--nvml-probe".into()];
+            let mut argv: Vec<OsString> = vec![exe.into(), "status".into(), "--nvml-probe".into()];
+            if let Some((f, root)) = fixture {
+                argv.extend([
+                    "--nvml-fixture".into(),
+                    f.as_os_str().to_owned(),
+                    "--root".into(),
+                    root.as_os_str().to_owned(),
+                ]);
+            }
             probe::start(&argv, timeout, &probe::run_dir())
         }
         Err(e) => Err(Box::new(NvmlProbe {
@@ -424,6 +493,7 @@ where
             nvml,
             collected_at_ms: now_ms,
             previous,
+            served_by: None,
         };
         keep_counters(&s);
         s

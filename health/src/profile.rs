@@ -80,7 +80,17 @@ pub struct NvmlProfile {
     pub status: String,
     pub error: Option<String>,
     pub init_ms: f64,
+    /// Of which loading libnvidia-ml.so.1 (dlopen alone; init resolves its symbols after).
+    pub lib_load_ms: f64,
     pub gpus: u32,
+    /// The first sweep took the fixed fields from the boot cache (`<run dir>/boot-cache.json`;
+    /// `GPUHOST_PROBE_REREAD=1` leaves it out).
+    pub first_sweep_boot_cache: bool,
+    /// Per call in the first sweep of this process, µs (NVML's first answers, as a one-shot
+    /// probe meets them).
+    pub calls_first_us: BTreeMap<String, f64>,
+    /// `nvmlShutdown` at the end, ms.
+    pub shutdown_ms: f64,
     /// The first sweep of a session: every field read, the CUDA check and InfoROM validation
     /// as kept in the run dir.
     pub first_sweep_ms: f64,
@@ -158,6 +168,9 @@ fn per_sweep(timings: &[nvml::Timings], into: &mut BTreeMap<String, Vec<f64>>) {
 fn nvml_profile(n: usize) -> (NvmlProfile, NvmlProbe) {
     let mut p = NvmlProfile::default();
     let t = Instant::now();
+    // SAFETY: loading the NVIDIA management library, as NVML's init does just after.
+    let loaded = unsafe { libloading::Library::new("libnvidia-ml.so.1") };
+    p.lib_load_ms = round(since_ms(t));
     let lib = match nvml::init(t) {
         Ok(lib) => lib,
         Err(failed) => {
@@ -173,7 +186,14 @@ fn nvml_profile(n: usize) -> (NvmlProfile, NvmlProbe) {
     let t = Instant::now();
     let mut last = session.sweep(t);
     p.first_sweep_ms = round(since_ms(t));
+    drop(loaded);
     p.gpus = last.device_count.unwrap_or(0);
+    p.first_sweep_boot_cache = last.gpus.iter().any(|g| g.fixed_kept);
+    for tm in session.timings() {
+        for (name, us) in &tm.calls {
+            *p.calls_first_us.entry(name.to_string()).or_default() += us;
+        }
+    }
     let (mut kept_ms, mut kept_calls) = (Vec::new(), BTreeMap::new());
     let (mut enc, mut dec) = (Vec::new(), Vec::new());
     for _ in 0..n {
@@ -197,6 +217,9 @@ fn nvml_profile(n: usize) -> (NvmlProfile, NvmlProbe) {
         per_sweep(s.timings(), &mut every_calls);
         lib = s.into_nvml();
     }
+    let t = Instant::now();
+    drop(lib);
+    p.shutdown_ms = round(since_ms(t));
     p.sweep_kept_ms = stats(&kept_ms);
     p.sweep_every_field_ms = stats(&every_ms);
     p.calls_kept_us = kept_calls

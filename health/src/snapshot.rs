@@ -63,6 +63,23 @@ pub struct Snapshot {
     /// this run's are judged as rates. None on a first reading.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<Baseline>,
+    /// This snapshot is a running `gpuhost serve`'s last sweep, asked on its socket
+    /// ([`crate::served`]); absent when this run collected it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<ServedBy>,
+}
+
+/// Which `gpuhost serve` answered, and how old its sweep was.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServedBy {
+    /// The socket asked.
+    pub socket: String,
+    /// The server's pid.
+    pub pid: u32,
+    /// Age of the sweep when it arrived, ms.
+    pub age_ms: u64,
+    /// The server's `--max-age`, s.
+    pub max_age_s: f64,
 }
 
 /// Driver-free facts from sysfs and /proc.
@@ -405,7 +422,7 @@ pub struct CudaCheck {
     /// Time cuInit took, ms (0 when the answer came from the cache).
     pub init_ms: Option<f64>,
     /// The answer is a success recorded earlier for the same boot, driver and device nodes
-    /// (`<run dir>/cuda-init.json`); failures are never cached.
+    /// (`<run dir>/boot-cache.json`); failures are never cached.
     #[serde(default)]
     pub cached: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -487,7 +504,7 @@ pub struct InfoRom {
     /// Unix time of the validation.
     #[serde(default)]
     pub checked_at: Option<u64>,
-    /// The validation is one an earlier run kept (`<run dir>/inforom.json`).
+    /// The validation is one an earlier run kept (`<run dir>/boot-cache.json`, for an hour).
     #[serde(default)]
     pub cached: bool,
 }
@@ -566,9 +583,10 @@ pub struct GpuSnapshot {
     pub vbios_version: Reading<String>,
     #[serde(default = "not_read")]
     pub gsp_firmware: Reading<GspFirmware>,
-    /// The fields that cannot change while NVML stays initialised (name, UUID, PCI bus id,
-    /// VBIOS, GSP firmware, board limits: [`crate::nvml::GpuFixed`]) are those the probe read
-    /// at its first sweep (`gpuhost serve`'s long-lived probe); false: read in this sweep.
+    /// The fields that cannot change while NVML stays initialised (name, PCI bus id, VBIOS,
+    /// GSP firmware, board limits: [`crate::nvml::GpuFixed`]) are those the probe read at its
+    /// first sweep (`gpuhost serve`'s long-lived probe) or found in the boot cache for this
+    /// boot, driver and GPU UUID ([`crate::boot_cache`]); false: read in this sweep.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fixed_kept: bool,
     /// Time to read this GPU, ms.

@@ -17,6 +17,10 @@
 //! last one older than `--max-age` (the short cache; concurrent requests share one sweep).
 //! Each answer is rendered once per sweep, so a scrape only copies bytes. A request waits for
 //! a sweep at most the probe deadline plus one second, then answers from the last one.
+//!
+//! `gpuhost status` on the same node asks the server first, on a local socket
+//! (`<run dir>/serve.sock`, mode 0666: see [`gpuhost_health::served`] for the protocol, who may
+//! ask and why that is safe), and judges the snapshot it gets with its own options.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -38,7 +42,7 @@ use tokio::sync::watch;
 use gpuhost_health::coprobe::CoProbe;
 use gpuhost_health::snapshot::Snapshot;
 use gpuhost_health::verdict::{self, Expect, Severity};
-use gpuhost_health::{kmsg, output, probe};
+use gpuhost_health::{kmsg, output, probe, served};
 use gpuhost_host::host::Host;
 
 /// Default listen address: loopback only. Port 19400: the Prometheus exporter range
@@ -83,6 +87,13 @@ pub struct ServeArgs {
     /// its NVML part answered by the probe child from the file (tests, benchmarks).
     #[arg(long, hide = true, value_name = "FILE")]
     pub from_snapshot: Option<PathBuf>,
+    /// Answer `gpuhost status` on this local socket (default: `serve.sock` in the run
+    /// directory, `/run/gpuhost` as root).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_socket")]
+    pub socket: Option<PathBuf>,
+    /// Do not answer `gpuhost status` on a local socket.
+    #[arg(long)]
+    pub no_socket: bool,
     /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests).
     #[arg(
         long,
@@ -101,6 +112,7 @@ struct Settings {
     interval: Duration,
     max_age: Duration,
     timeout: Duration,
+    socket: Option<PathBuf>,
 }
 
 fn seconds(flag: &str, v: f64, max: f64) -> Result<Duration> {
@@ -122,18 +134,22 @@ fn settings(a: &ServeArgs) -> Result<Settings> {
         interval: seconds("interval", a.interval, 86400.0)?,
         max_age: seconds("max-age", a.max_age, 86400.0)?,
         timeout: seconds("timeout", a.timeout, 60.0)?,
+        socket: if a.no_socket { None } else { a.socket.clone() },
     })
 }
 
 /// Run `gpuhost serve` until SIGTERM or SIGINT; returns the exit code.
 pub fn run(a: &ServeArgs) -> i32 {
-    let s = match settings(a) {
+    let mut s = match settings(a) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("gpuhost serve: {e:#}");
             return exit::INVALID;
         }
     };
+    if !a.no_socket && s.socket.is_none() {
+        s.socket = Some(probe::run_dir().join(served::SOCKET));
+    }
     let expect = gpuhost_health::expectations_for(a.profile.as_deref(), a.expect_gpus);
     if let Some(err) = &expect.profile_error {
         eprintln!("gpuhost serve: --profile: {err}");
@@ -171,6 +187,7 @@ pub fn run(a: &ServeArgs) -> i32 {
         expect,
         fixture,
         kernel: kmsg::Follower::default(),
+        max_age_s: s.max_age.as_secs_f64(),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -207,6 +224,7 @@ struct Sweeper {
     expect: Expect,
     fixture: Option<Snapshot>,
     kernel: kmsg::Follower,
+    max_age_s: f64,
 }
 
 impl Sweeper {
@@ -218,12 +236,18 @@ impl Sweeper {
             expect,
             fixture,
             kernel,
+            max_age_s,
         } = self;
         let snapshot = match fixture {
             Some(f) => {
                 let mut s = f.clone();
                 s.nvml = probe.sweep();
-                s.collected_at = gpuhost_host::fsutil::unix_now();
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                    .unwrap_or(0);
+                s.collected_at = now_ms / 1000;
+                s.collected_at_ms = now_ms;
                 s
             }
             None => gpuhost_health::collect_around(host, expect, Some(kernel), || probe.sweep()),
@@ -232,7 +256,7 @@ impl Sweeper {
         // must not let them pile up.
         drop(gpuhost_host::cmd::take_records());
         let collected = started.elapsed();
-        let rendered = Rendered::new(&snapshot, expect, started);
+        let rendered = Rendered::new(&snapshot, expect, started, host.root(), *max_age_s);
         tracing::debug!(
             "sweep: {} in {:.2} ms: collected in {:.2} ms (NVML probe {} ms round trip, its GPU sweep {} ms), rendered in {:.2} ms",
             rendered.health_line,
@@ -261,10 +285,12 @@ struct Rendered {
     /// Shared by every answer of this sweep (a clone is a reference count, not a copy).
     metrics: Bytes,
     status_json: Bytes,
+    /// The answer to `gpuhost status` on the socket: the snapshot, one line of JSON.
+    served: Bytes,
 }
 
 impl Rendered {
-    fn new(s: &Snapshot, expect: &Expect, at: Instant) -> Rendered {
+    fn new(s: &Snapshot, expect: &Expect, at: Instant, root: &Path, max_age_s: f64) -> Rendered {
         let checks = verdict::evaluate(s, expect);
         let worst = verdict::overall(&checks);
         let table = output::table(&checks);
@@ -280,6 +306,28 @@ impl Rendered {
             health_line,
             metrics: Bytes::from(output::prometheus(s, &checks)),
             status_json: Bytes::from(output::json(s, expect, &checks)),
+            served: served_line(s, root, max_age_s),
+        }
+    }
+}
+
+/// The socket's answer: [`served::Answer`] as one line.
+fn served_line(s: &Snapshot, root: &Path, max_age_s: f64) -> Bytes {
+    let a = served::AnswerRef {
+        pid: std::process::id(),
+        root,
+        max_age_s,
+        snapshot: s,
+    };
+    match serde_json::to_vec(&a) {
+        Ok(mut v) => {
+            v.push(b'\n');
+            Bytes::from(v)
+        }
+        // An empty answer: the client probes itself.
+        Err(e) => {
+            tracing::error!("cannot serialise the snapshot for the socket: {e}");
+            Bytes::new()
         }
     }
 }
@@ -417,6 +465,23 @@ async fn serve(s: Settings, mut sweeper: Sweeper) -> Result<()> {
             }
         })
     };
+    let socket = match &s.socket {
+        Some(path) => match bind_socket(path) {
+            Ok(Some((l, ino))) => {
+                tokio::spawn(serve_socket(l, Arc::clone(&shared)));
+                Some((path.clone(), ino))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot answer gpuhost status on {}: {e:#}; status probes by itself",
+                    path.display()
+                );
+                None
+            }
+        },
+        None => None,
+    };
     let app = Router::new()
         .route("/", get(index))
         .route("/metrics", get(metrics))
@@ -424,7 +489,11 @@ async fn serve(s: Settings, mut sweeper: Sweeper) -> Result<()> {
         .route("/status", get(status))
         .with_state(Arc::clone(&shared));
     eprintln!(
-        "gpuhost serve: listening on http://{local} (/metrics, /healthz, /status); sweep every {:.0} s, cache {:.1} s, NVML deadline {:.1} s",
+        "gpuhost serve: listening on http://{local} (/metrics, /healthz, /status){}; sweep every {:.0} s, cache {:.1} s, NVML deadline {:.1} s",
+        socket
+            .as_ref()
+            .map(|(p, _)| format!(" and {} (gpuhost status)", p.display()))
+            .unwrap_or_default(),
         s.interval.as_secs_f64(),
         s.max_age.as_secs_f64(),
         s.timeout.as_secs_f64()
@@ -434,10 +503,110 @@ async fn serve(s: Settings, mut sweeper: Sweeper) -> Result<()> {
         .await
         .context("serving HTTP")?;
     ticker.abort();
+    if let Some((path, ino)) = socket {
+        // Only our own: a server started after us may have taken the path over.
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.ino() == ino) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
     // Dropping the sweeper closes the probe child's stdin; it exits (or is killed).
     drop(shared);
     eprintln!("gpuhost serve: stopped");
     Ok(())
+}
+
+/// Bind the socket for `gpuhost status` at `path`, mode 0666 (its inode, to remove only our
+/// own at exit). None when another server answers there already (it keeps it). A socket left
+/// by a server that is gone is replaced; anything else at that path is an error.
+fn bind_socket(path: &Path) -> Result<Option<(tokio::net::UnixListener, u64)>> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if !m.file_type().is_socket() {
+            anyhow::bail!("{} exists and is not a socket", path.display());
+        }
+        if served::answering(path) {
+            tracing::warn!(
+                "another gpuhost serve answers on {}: leaving it that socket",
+                path.display()
+            );
+            return Ok(None);
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("removing the stale socket {}", path.display()))?;
+    }
+    let l = tokio::net::UnixListener::bind(path)
+        .with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .with_context(|| format!("making {} mode 0666", path.display()))?;
+    let ino = std::fs::symlink_metadata(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .ino();
+    Ok(Some((l, ino)))
+}
+
+/// Answer `gpuhost status` on the socket: at most [`served::MAX_CLIENTS`] at once (more are
+/// closed at once), each bounded in time ([`answer_socket`]).
+async fn serve_socket(listener: tokio::net::UnixListener, shared: Arc<Shared>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(served::MAX_CLIENTS));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                // Out of file descriptors, most likely: let some go before accepting again.
+                tracing::warn!("the status socket cannot accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            answer_socket(stream, &shared).await;
+            drop(slot);
+        });
+    }
+}
+
+/// How long a socket client may take to ask, and to take the answer.
+const SOCKET_IO_WITHIN: Duration = Duration::from_secs(1);
+
+/// One socket client: a request line of at most [`served::MAX_REQUEST`] bytes within a second,
+/// then the answer of a sweep at most `--max-age` old, written within a second.
+async fn answer_socket(mut stream: tokio::net::UnixStream, shared: &Arc<Shared>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut line = Vec::with_capacity(served::MAX_REQUEST);
+    let read = tokio::time::timeout(SOCKET_IO_WITHIN, async {
+        let mut b = [0u8; served::MAX_REQUEST];
+        while !line.contains(&b'\n') && line.len() <= served::MAX_REQUEST {
+            match stream.read(&mut b).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => line.extend_from_slice(&b[..n]),
+            }
+        }
+        true
+    })
+    .await;
+    if read != Ok(true) {
+        return;
+    }
+    let asked = line.split(|c| *c == b'\n').next().unwrap_or_default();
+    let body = if asked == served::REQUEST.as_bytes() {
+        shared.fresh().await.served.clone()
+    } else {
+        Bytes::from_static(b"error: unknown request\n")
+    };
+    let _ = tokio::time::timeout(SOCKET_IO_WITHIN, async {
+        let _ = stream.write_all(&body).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
 }
 
 async fn shutdown_signal() {
@@ -513,6 +682,8 @@ mod tests {
             expect_gpus: None,
             profile: None,
             from_snapshot: None,
+            socket: None,
+            no_socket: false,
             root: "/".into(),
         }
     }

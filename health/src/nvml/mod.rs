@@ -22,6 +22,7 @@ use nvml_wrapper::{Device, Nvml};
 
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, NvmlLib};
 
+use crate::boot_cache::{self, SystemFixed};
 use crate::snapshot::{
     EccCounts, EccMode, Fabric, GpuSnapshot, GspFirmware, InfoRom, MigMode, NvLink, NvmlProbe,
     ProbeStatus, Reading, RemappedRows, SramEcc,
@@ -95,38 +96,37 @@ pub fn init(start: Instant) -> Result<Nvml, Box<NvmlProbe>> {
 }
 
 /// What cannot change while NVML stays initialised, kept per probe: the driver's versions
-/// ([`SystemFixed`]) and each GPU's [`Fixed`] fields. While a process holds NVML open the
+/// ([`SystemFixed`]) and each GPU's [`GpuFixed`] fields. While a process holds NVML open the
 /// nvidia module cannot be unloaded (it is in use), so a new driver, a reflashed VBIOS or a
-/// changed GSP setting all need a new probe — which reads them afresh. `gpuhost serve`'s probe
-/// child keeps one `Session` for its life; a one-shot probe makes one for its single sweep.
+/// changed GSP setting all need a new probe — which reads them afresh, or takes them from the
+/// boot cache ([`boot_cache`]: kept in the run dir for this boot, driver and GPU UUID).
+/// `gpuhost serve`'s probe child keeps one `Session` for its life; a one-shot probe makes one
+/// for its single sweep, and reads only what can change when the boot cache has the rest.
 pub struct Session {
     nvml: Nvml,
     system: Option<SystemFixed>,
     fixed: KeptFixed,
-    inforom: inforom_cache::Kept,
+    boot: boot_cache::Store,
     cuda: crate::cuda::Memo,
-    /// Record each call's wall time ([`Session::timings`]); `gpuhost status --nvml-profile`.
+    /// Record each call's wall time ([`Session::timings`]); `gpuhost status --sweep-profile`.
     pub profile: bool,
     timings: Vec<Timings>,
 }
 
-/// The driver's versions, read once per [`Session`].
-#[derive(Clone, Debug)]
-struct SystemFixed {
-    driver_version: Option<String>,
-    nvml_version: Option<String>,
-    cuda_driver_version: Option<i32>,
-}
-
 impl Session {
-    /// A session over an initialised NVML; the kept InfoROM validations are loaded from the
-    /// run directory.
+    /// A session over an initialised NVML, with what the boot cache keeps for the running
+    /// system (nothing under `GPUHOST_PROBE_REREAD=1`).
     pub fn new(nvml: Nvml) -> Session {
+        let key = if reread() {
+            None
+        } else {
+            boot_cache::Key::live()
+        };
         Session {
             nvml,
             system: None,
             fixed: KeptFixed::default(),
-            inforom: inforom_cache::load(&crate::probe::run_dir()),
+            boot: boot_cache::Store::load(&crate::probe::run_dir(), key),
             cuda: crate::cuda::Memo::default(),
             profile: false,
             timings: Vec::new(),
@@ -138,7 +138,8 @@ impl Session {
         self.nvml
     }
 
-    /// Each GPU's call timings of the last sweep (empty unless [`Session::profile`]).
+    /// The call timings of the last sweep: the driver-wide calls', then each GPU's (empty
+    /// unless [`Session::profile`]).
     pub fn timings(&self) -> &[Timings] {
         &self.timings
     }
@@ -146,32 +147,52 @@ impl Session {
     /// Read the driver's versions and every device, while another thread loads libcuda and
     /// runs `cuInit` when no success is kept ([`crate::cuda`]). Fields that cannot change
     /// while NVML stays initialised are read at the first sweep and kept (unless
-    /// `GPUHOST_PROBE_REREAD=1`); every other one is read each time.
+    /// `GPUHOST_PROBE_REREAD=1`), or taken from the boot cache; every other one is read each
+    /// time.
     pub fn sweep(&mut self, start: Instant) -> NvmlProbe {
-        let run_dir = crate::probe::run_dir();
         // None: no CUDA check; Some(Ok): a success kept; Some(Err(key)): check now, beside the
-        // NVML sweep (cuInit takes hundreds of ms when no success is kept in the run dir).
-        let cuda = (!no_cuda()).then(|| self.cuda.kept());
+        // NVML sweep (cuInit takes hundreds of ms when no success is kept).
+        let cuda = (!no_cuda()).then(|| match self.cuda.kept() {
+            Ok(c) => Ok(c),
+            Err(key) => match self.boot.cuda(&key) {
+                Some(c) => {
+                    self.cuda.remember(key, &c);
+                    Ok(c)
+                }
+                None => Err(key),
+            },
+        });
         let cuda_thread = match &cuda {
-            Some(Err(_)) => {
-                let dir = run_dir.clone();
-                Some(
-                    std::thread::Builder::new()
-                        .name("cuda-init".into())
-                        .spawn(move || crate::cuda::check_cached(&dir)),
-                )
-            }
+            Some(Err(_)) => Some(
+                std::thread::Builder::new()
+                    .name("cuda-init".into())
+                    .spawn(crate::cuda::check),
+            ),
             _ => None,
         };
         if reread() {
             self.system = None;
             self.fixed = KeptFixed::default();
         }
+        let mut sys_tm = Timings::new(self.profile);
         let nvml = &self.nvml;
-        let system = self.system.get_or_insert_with(|| SystemFixed {
-            driver_version: nvml.sys_driver_version().ok(),
-            nvml_version: nvml.sys_nvml_version().ok(),
-            cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
+        let boot = &mut self.boot;
+        let system = self.system.get_or_insert_with(|| match boot.system() {
+            Some(s) => s.clone(),
+            None => {
+                let s = SystemFixed {
+                    driver_version: sys_tm.t("nvmlSystemGetDriverVersion", || {
+                        nvml.sys_driver_version().ok()
+                    }),
+                    nvml_version: sys_tm
+                        .t("nvmlSystemGetNVMLVersion", || nvml.sys_nvml_version().ok()),
+                    cuda_driver_version: sys_tm.t("nvmlSystemGetCudaDriverVersion", || {
+                        nvml.sys_cuda_driver_version().ok()
+                    }),
+                };
+                boot.keep_system(&s);
+                s
+            }
         });
         let mut p = NvmlProbe {
             status: ProbeStatus::Ok,
@@ -181,31 +202,23 @@ impl Session {
             ..NvmlProbe::default()
         };
         self.timings.clear();
-        match nvml.device_count() {
+        match sys_tm.t("nvmlDeviceGetCount", || nvml.device_count()) {
             Ok(n) => {
                 p.device_count = Some(n);
                 let t = Instant::now();
-                let read = sweep(
-                    nvml,
-                    n,
-                    sequential(),
-                    &self.inforom,
-                    &self.fixed,
-                    self.profile,
-                );
+                let read = sweep(nvml, n, sequential(), &self.boot, &self.fixed, self.profile);
                 let (gpus, timings): (Vec<GpuSnapshot>, Vec<Timings>) = read.into_iter().unzip();
                 p.gpus = gpus;
                 self.timings = timings;
                 p.sweep_wall_ms = Some(ms(t));
                 for g in &p.gpus {
                     self.fixed.keep(g);
-                }
-                if inforom_cache::update(&mut self.inforom, &p.gpus) {
-                    inforom_cache::store(&run_dir, &self.inforom);
+                    self.boot.keep_gpu(g);
                 }
             }
             Err(e) => p.error = Some(format!("device count: {e}")),
         }
+        self.timings.insert(0, sys_tm);
         p.cuda = match cuda {
             None => None,
             Some(Ok(kept)) => Some(kept),
@@ -216,12 +229,14 @@ impl Session {
                         ..Default::default()
                     }),
                     // No thread to be had: check here.
-                    _ => crate::cuda::check_cached(&run_dir),
+                    _ => crate::cuda::check(),
                 };
-                self.cuda.remember(key, &c);
+                self.cuda.remember(key.clone(), &c);
+                self.boot.keep_cuda(key, &c);
                 Some(c)
             }
         };
+        self.boot.save();
         p.duration_ms = Some(ms(start));
         p
     }
@@ -265,7 +280,7 @@ impl Timings {
 ///
 /// Each field is kept once it answered (a value, or NOT_SUPPORTED); one that failed (a GPU
 /// lost, a call that timed out) is read again at the next sweep.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GpuFixed {
     pub name: Option<Reading<String>>,
     pub uuid: Option<Reading<String>>,
@@ -373,14 +388,14 @@ fn sequential() -> bool {
 fn sweep_one(
     nvml: &Nvml,
     i: u32,
-    kept: &inforom_cache::Kept,
+    boot: &boot_cache::Store,
     fixed: &KeptFixed,
     profile: bool,
 ) -> (GpuSnapshot, Timings) {
     let t = Instant::now();
     let mut tm = Timings::new(profile);
     let g = match tm.t("nvmlDeviceGetHandleByIndex", || nvml.device_by_index(i)) {
-        Ok(d) => gpu(nvml, &d, i, t, kept, fixed.get(i), &mut tm),
+        Ok(d) => gpu(nvml, &d, i, t, boot, fixed.get(i), &mut tm),
         Err(e) => lost_gpu(i, &e, t),
     };
     (g, tm)
@@ -393,13 +408,13 @@ fn sweep(
     nvml: &Nvml,
     n: u32,
     sequential: bool,
-    kept: &inforom_cache::Kept,
+    boot: &boot_cache::Store,
     fixed: &KeptFixed,
     profile: bool,
 ) -> Vec<(GpuSnapshot, Timings)> {
     if n <= 1 || sequential {
         return (0..n)
-            .map(|i| sweep_one(nvml, i, kept, fixed, profile))
+            .map(|i| sweep_one(nvml, i, boot, fixed, profile))
             .collect();
     }
     std::thread::scope(|s| {
@@ -408,7 +423,7 @@ fn sweep(
                 let t = Instant::now();
                 let h = std::thread::Builder::new()
                     .name(format!("nvml-gpu{i}"))
-                    .spawn_scoped(s, move || sweep_one(nvml, i, kept, fixed, profile));
+                    .spawn_scoped(s, move || sweep_one(nvml, i, boot, fixed, profile));
                 (i, t, h)
             })
             .collect();
@@ -422,7 +437,7 @@ fn sweep(
                     )
                 }),
                 // No thread to be had: read it here instead.
-                Err(_) => sweep_one(nvml, i, kept, fixed, profile),
+                Err(_) => sweep_one(nvml, i, boot, fixed, profile),
             })
             .collect()
     })
@@ -438,7 +453,7 @@ fn lost_gpu(index: u32, e: &NvmlError, t: Instant) -> GpuSnapshot {
 }
 
 /// A device with every field carrying the error `k`.
-fn lost_gpu_kind(index: u32, k: &str, t: Instant) -> GpuSnapshot {
+pub(crate) fn lost_gpu_kind(index: u32, k: &str, t: Instant) -> GpuSnapshot {
     let k = k.to_string();
     fn err<T>(k: &str) -> Reading<T> {
         Reading::Error(k.to_string())
@@ -493,11 +508,20 @@ fn gpu(
     d: &Device<'_>,
     index: u32,
     t: Instant,
-    kept: &inforom_cache::Kept,
+    boot: &boot_cache::Store,
     fixed: Option<&GpuFixed>,
     tm: &mut Timings,
 ) -> GpuSnapshot {
     let (lib, h) = (nvml.lib(), raw::handle(d));
+    // The UUID: kept by this probe, else read (it finds the GPU in the boot cache).
+    let uuid: Reading<String> = match fixed.and_then(|f| f.uuid.clone()) {
+        Some(u) => u,
+        None => tm.t("nvmlDeviceGetUUID", || reading(d.uuid())),
+    };
+    let fixed = match fixed {
+        Some(f) if *f != GpuFixed::default() => Some(f),
+        _ => uuid.value().and_then(|u| boot.gpu(u)),
+    };
     // A fixed field is read only when none is kept for this GPU.
     macro_rules! fixed_field {
         ($field:ident, $name:literal, $e:expr) => {
@@ -507,9 +531,8 @@ fn gpu(
             }
         };
     }
-    let uuid: Reading<String> = fixed_field!(uuid, "nvmlDeviceGetUUID", reading(d.uuid()));
-    // The InfoROM validation is kept by UUID (fixed, so known by now).
-    let inforom = match uuid.value().and_then(|u| kept.fresh(u)) {
+    // The InfoROM validation is kept by UUID.
+    let inforom = match uuid.value().and_then(|u| boot.inforom(u)) {
         Some(i) => Reading::Value(i),
         None => tm.t("nvmlDeviceValidateInforom + GetInforomImageVersion", || {
             inforom(lib, h)
@@ -725,134 +748,6 @@ fn inforom(lib: &NvmlLib, h: nvmlDevice_t) -> Reading<InfoRom> {
         checked_at: Some(gpuhost_host::fsutil::unix_now()),
         cached: false,
     })
-}
-
-/// `nvmlDeviceValidateInforom` reads and checks the whole InfoROM: 70 ms on an H200, twice
-/// the rest of a GPU's sweep. A valid answer is kept per GPU in `<run dir>/inforom.json` and
-/// reused for [`inforom_cache::MAX_AGE_S`] within a boot; a corrupt one is never kept.
-pub mod inforom_cache {
-    use std::collections::BTreeMap;
-    use std::path::Path;
-
-    use serde::{Deserialize, Serialize};
-
-    use crate::snapshot::{GpuSnapshot, InfoRom, Reading};
-
-    pub const FILE: &str = "inforom.json";
-    /// A kept validation is reused this long (s).
-    pub const MAX_AGE_S: u64 = 3600;
-
-    #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-    pub struct Kept {
-        pub boot_id: Option<String>,
-        /// By GPU UUID.
-        pub gpus: BTreeMap<String, InfoRom>,
-    }
-
-    impl Kept {
-        /// A valid result for `uuid` checked less than [`MAX_AGE_S`] ago.
-        pub fn fresh(&self, uuid: &str) -> Option<InfoRom> {
-            let now = gpuhost_host::fsutil::unix_now();
-            self.gpus
-                .get(uuid)
-                .filter(|i| {
-                    i.valid
-                        && i.checked_at
-                            .is_some_and(|t| now.saturating_sub(t) < MAX_AGE_S)
-                })
-                .map(|i| InfoRom {
-                    cached: true,
-                    ..i.clone()
-                })
-        }
-    }
-
-    /// What an earlier run kept, if it is from this boot.
-    pub fn load(run_dir: &Path) -> Kept {
-        crate::probe::load_kept::<Kept>(run_dir, FILE)
-            .filter(|k| k.boot_id == crate::probe::boot_id())
-            .unwrap_or_default()
-    }
-
-    /// Add this sweep's fresh valid answers to `kept`; true when one was added.
-    pub fn update(kept: &mut Kept, gpus: &[GpuSnapshot]) -> bool {
-        let mut changed = false;
-        for g in gpus {
-            if let (Some(u), Reading::Value(i)) = (g.uuid.value(), &g.inforom) {
-                if i.valid && !i.cached {
-                    kept.gpus.insert(u.clone(), i.clone());
-                    changed = true;
-                }
-            }
-        }
-        if changed {
-            kept.boot_id = crate::probe::boot_id();
-        }
-        changed
-    }
-
-    /// Keep `kept` for the next runs (best effort: they validate again without it).
-    pub fn store(run_dir: &Path, kept: &Kept) {
-        let _ = crate::probe::store_kept(run_dir, FILE, kept);
-    }
-
-    #[cfg(test)]
-    #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-    mod tests {
-        use super::*;
-
-        fn gpu(uuid: &str, inforom: InfoRom) -> GpuSnapshot {
-            let mut g = super::super::lost_gpu_kind(0, "Test", std::time::Instant::now());
-            g.uuid = Reading::Value(uuid.into());
-            g.inforom = Reading::Value(inforom);
-            g
-        }
-
-        fn checked(valid: bool, secs_ago: u64) -> InfoRom {
-            InfoRom {
-                valid,
-                image_version: Some("G520.0282.02.02".into()),
-                checked_at: Some(gpuhost_host::fsutil::unix_now() - secs_ago),
-                cached: false,
-            }
-        }
-
-        #[test]
-        fn a_valid_validation_is_kept_a_corrupt_one_never() {
-            let mut kept = Kept::default();
-            assert!(!update(&mut kept, &[gpu("GPU-bad", checked(false, 0))]));
-            assert!(kept.gpus.is_empty());
-            assert!(update(&mut kept, &[gpu("GPU-ok", checked(true, 0))]));
-            assert_eq!(kept.boot_id, crate::probe::boot_id());
-            let f = kept.fresh("GPU-ok").unwrap();
-            assert!(f.valid && f.cached, "{f:?}");
-            assert_eq!(kept.fresh("GPU-bad"), None);
-            // An answer that came from the cache is not kept again.
-            let mut again = Kept::default();
-            assert!(!update(&mut again, &[gpu("GPU-ok", f)]));
-        }
-
-        #[test]
-        fn a_kept_validation_is_reused_for_an_hour_within_a_boot() {
-            let dir = tempfile::tempdir().unwrap();
-            let mut kept = Kept::default();
-            update(
-                &mut kept,
-                &[
-                    gpu("GPU-new", checked(true, 0)),
-                    gpu("GPU-old", checked(true, MAX_AGE_S)),
-                ],
-            );
-            store(dir.path(), &kept);
-            let loaded = load(dir.path());
-            assert!(loaded.fresh("GPU-new").is_some());
-            assert_eq!(loaded.fresh("GPU-old"), None, "an hour old");
-
-            kept.boot_id = Some("another boot".into());
-            store(dir.path(), &kept);
-            assert!(load(dir.path()).gpus.is_empty(), "another boot's");
-        }
-    }
 }
 
 /// `nvmlDeviceGetRemappedRows` (not wrapped by the crate).
