@@ -184,16 +184,7 @@ fn print_pretty(what: &str, v: &impl serde::Serialize) -> i32 {
 /// cache of `root`) → JSON on stdout. `GPUHOST_PROBE_DELAY_MS` makes it sleep first, to stand
 /// for a hung driver in tests and drills.
 pub fn run_probe(fixture: Option<&Path>, root: &Path) -> i32 {
-    if let Some(ms) = std::env::var("GPUHOST_PROBE_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        std::thread::sleep(Duration::from_millis(ms));
-    }
-    let p = match fixture {
-        Some(f) => fixture_probe(f, root),
-        None => nvml::probe(),
-    };
+    let p = probe_answer(fixture.map(|f| (f, root)));
     match serde_json::to_string(&p) {
         Ok(s) => {
             use std::io::Write;
@@ -207,6 +198,21 @@ pub fn run_probe(fixture: Option<&Path>, root: &Path) -> i32 {
             eprintln!("cannot serialise the NVML answer: {e}");
             1
         }
+    }
+}
+
+/// The one-shot probe's work (after `GPUHOST_PROBE_DELAY_MS`, a hung-driver drill): NVML, or
+/// a saved snapshot's NVML part through the boot cache of a root.
+fn probe_answer(fixture: Option<(&Path, &Path)>) -> NvmlProbe {
+    if let Some(ms) = std::env::var("GPUHOST_PROBE_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    match fixture {
+        Some((f, root)) => fixture_probe(f, root),
+        None => nvml::probe(),
     }
 }
 
@@ -411,47 +417,47 @@ pub fn expectations_for(profile: Option<&str>, expect_gpus: Option<u32>) -> Expe
 /// happen here. Fabric Manager's version is asked (rpm) only where NVSwitches are on PCI or
 /// `expect` requires Fabric Manager, beside the `systemctl` call.
 pub fn collect(host: &Host, timeout: Duration, expect: &Expect) -> Snapshot {
-    collect_around(host, expect, None, || one_shot_probe(timeout, None))
+    collect_with(host, timeout, expect, None)
 }
 
-/// [`collect`] with the probe child answering from a saved snapshot (`--nvml-fixture`).
+/// [`collect`] with the probe answering from a saved snapshot (`--nvml-fixture`).
 fn collect_with(
     host: &Host,
     timeout: Duration,
     expect: &Expect,
     fixture: Option<&Path>,
 ) -> Snapshot {
-    collect_around(host, expect, None, || {
-        one_shot_probe(timeout, fixture.map(|f| (f, host.root())))
+    // Started first, while this process has one thread: the probe is a forked copy of it.
+    let running = start_one_shot(timeout, fixture.map(|f| (f, host.root())));
+    collect_around(host, expect, None, move || match running {
+        Ok(r) => r.finish(),
+        Err(p) => *p,
     })
 }
 
-/// The one-shot NVML probe: a child process under a deadline ([`probe`]); with a fixture (and
-/// the root whose boot cache it goes through), answered from that file.
-fn one_shot_probe(timeout: Duration, fixture: Option<(&Path, &Path)>) -> NvmlProbe {
-    let running = match std::env::current_exe() {
-        Ok(exe) => {
-            let mut argv: Vec<OsString> = vec![exe.into(), "status".into(), "--nvml-probe".into()];
-            if let Some((f, root)) = fixture {
-                argv.extend([
-                    "--nvml-fixture".into(),
-                    f.as_os_str().to_owned(),
-                    "--root".into(),
-                    root.as_os_str().to_owned(),
-                ]);
-            }
-            probe::start(&argv, timeout, &probe::run_dir())
-        }
-        Err(e) => Err(Box::new(NvmlProbe {
-            status: ProbeStatus::ProbeFailed,
-            error: Some(format!("cannot find gpuhost's own executable: {e}")),
-            ..NvmlProbe::default()
-        })),
-    };
-    match running {
-        Ok(r) => r.finish(),
-        Err(p) => *p,
+/// Start the one-shot NVML probe: a forked copy of this process under a deadline
+/// ([`probe::fork`]; the program `gpuhost status --nvml-probe` where no fork can be made);
+/// with a fixture (and the root whose boot cache it goes through), answered from that file.
+fn start_one_shot(
+    timeout: Duration,
+    fixture: Option<(&Path, &Path)>,
+) -> Result<probe::Running, Box<NvmlProbe>> {
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+    let mut argv: Vec<OsString> = vec![exe.into(), "status".into(), "--nvml-probe".into()];
+    if let Some((f, root)) = fixture {
+        argv.extend([
+            "--nvml-fixture".into(),
+            f.as_os_str().to_owned(),
+            "--root".into(),
+            root.as_os_str().to_owned(),
+        ]);
     }
+    let fixture = fixture.map(|(f, r)| (f.to_path_buf(), r.to_path_buf()));
+    let work = move || {
+        let p = probe_answer(fixture.as_ref().map(|(f, r)| (f.as_path(), r.as_path())));
+        serde_json::to_string(&p).unwrap_or_default()
+    };
+    probe::fork(work, &argv, timeout, &probe::run_dir())
 }
 
 /// Collect a snapshot whose NVML part comes from `nvml`, run on another thread while the

@@ -9,10 +9,21 @@
 //! the same without starting another probe, so stuck probes never pile up (a cron job or a
 //! textfile timer would otherwise add one per minute).
 //!
-//! The child runs through `gpuhost_host::cmd::Cmd::spawn`, the subprocess wrapper's
-//! background mode, which kills a command past its deadline without waiting for it.
+//! The one-shot probe is a forked copy of `gpuhost status` ([`fork`]), not a new program:
+//! no exec, no dynamic loading and no start-up of a 9 MB binary (about 0.7 ms), and none of
+//! its pages but those the probe touches (an exec'd `gpuhost status --nvml-probe` held 5.6 MB
+//! before NVML: the probe's peak RSS was above `nvidia-smi`'s). The copy gets /dev/null for
+//! stdin and stdout, a pipe for its answer and one for its stderr, and no other descriptor of
+//! the parent's, so that one stuck in the driver holds nothing of the caller's. Where a fork
+//! cannot be made (or the process runs more than one thread), the probe is the program
+//! `gpuhost status --nvml-probe`, run through `gpuhost_host::cmd::Cmd::spawn`, the
+//! subprocess wrapper's background mode, which kills a command past its deadline without
+//! waiting for it.
 
 use std::ffi::OsString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -52,10 +63,153 @@ fn writable(dir: &Path) -> bool {
 
 /// A probe that is running.
 pub struct Running {
-    spawned: Spawned,
+    child: Child,
     deadline: Instant,
     timeout: Duration,
     run_dir: PathBuf,
+}
+
+enum Child {
+    /// `gpuhost status --nvml-probe`, through the subprocess wrapper.
+    Spawned(Spawned),
+    /// A forked copy: its pid, its answer's pipe and its stderr's.
+    Forked {
+        pid: libc::pid_t,
+        answer: File,
+        stderr: File,
+        started: Instant,
+    },
+}
+
+/// The record of an earlier run's probe still stuck, as this run's answer.
+fn stuck_earlier(run_dir: &Path) -> Option<Box<NvmlProbe>> {
+    stuck_probe(run_dir).map(|pid| {
+        Box::new(NvmlProbe {
+            status: ProbeStatus::StuckEarlier,
+            error: Some(format!(
+                "an NVML probe started by an earlier run (pid {pid}) is still stuck in the driver; no new probe was started"
+            )),
+            stuck_pid: Some(pid),
+            ..NvmlProbe::default()
+        })
+    })
+}
+
+/// How many threads this process runs (`/proc/self/stat`); None when unreadable.
+fn threads() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after = &text[text.rfind(')')? + 1..];
+    // After the command name: field 3 is the state, field 20 the thread count.
+    after.split_whitespace().nth(17)?.parse().ok()
+}
+
+/// A pipe whose ends are closed on exec: (read, write).
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the array it is given.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just opened and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Start the probe as a forked copy of this process, which runs `work` (its answer: one line
+/// of JSON) and exits; `argv` (the program `gpuhost status --nvml-probe …`) is run instead
+/// where no fork can be made or this process runs more than one thread (a lock another thread
+/// holds at the fork would stay held in the copy). `Err` carries the finished result (an
+/// earlier probe still stuck, or no probe could be started).
+pub fn fork(
+    work: impl FnOnce() -> String,
+    argv: &[OsString],
+    timeout: Duration,
+    run_dir: &Path,
+) -> Result<Running, Box<NvmlProbe>> {
+    if let Some(p) = stuck_earlier(run_dir) {
+        return Err(p);
+    }
+    if threads() != Some(1) {
+        tracing::debug!("more than one thread: the NVML probe is started as a program");
+        return start(argv, timeout, run_dir);
+    }
+    let pipes = pipe().and_then(|a| pipe().map(|e| (a, e)));
+    let ((answer_r, answer_w), (err_r, err_w)) = match pipes {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::debug!("no pipe for a forked NVML probe ({e}): started as a program");
+            return start(argv, timeout, run_dir);
+        }
+    };
+    let started = Instant::now();
+    // SAFETY: this process runs one thread (checked above), so the copy holds no lock another
+    // thread took; the copy only runs `work`, writes its answer and leaves with _exit, never
+    // returning into the caller's code.
+    match unsafe { libc::fork() } {
+        -1 => {
+            let e = std::io::Error::last_os_error();
+            tracing::debug!("cannot fork the NVML probe ({e}): started as a program");
+            start(argv, timeout, run_dir)
+        }
+        0 => {
+            drop((answer_r, err_r));
+            child_setup(&answer_w, &err_w);
+            let out =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_default();
+            let mut f = File::from(answer_w);
+            let ok = !out.is_empty() && f.write_all(out.as_bytes()).is_ok();
+            // SAFETY: leaves the copy at once: no destructor, atexit handler or buffered
+            // output of the parent's runs twice.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+        }
+        pid => Ok(Running {
+            child: Child::Forked {
+                pid,
+                answer: File::from(answer_r),
+                stderr: File::from(err_r),
+                started,
+            },
+            deadline: started + timeout,
+            timeout,
+            run_dir: run_dir.to_path_buf(),
+        }),
+    }
+}
+
+/// In the forked copy: stdin and stdout from/to /dev/null, stderr into its pipe, and every
+/// other descriptor of the parent's closed but the answer's pipe.
+fn child_setup(answer: &OwnedFd, err: &OwnedFd) {
+    let keep = answer.as_raw_fd();
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        // SAFETY: dup2 onto the standard descriptors of this (one-threaded) copy.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 0);
+            libc::dup2(null.as_raw_fd(), 1);
+        }
+    }
+    // SAFETY: as above.
+    unsafe {
+        libc::dup2(err.as_raw_fd(), 2);
+    }
+    let fds: Vec<libc::c_int> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for fd in fds {
+        if fd > 2 && fd != keep {
+            // SAFETY: closing descriptors this copy inherited and does not use (the one the
+            // directory listing used is already closed: EBADF, harmless).
+            unsafe {
+                libc::close(fd);
+            }
+        }
+    }
 }
 
 /// Start the probe `argv` unless a probe from an earlier run is still stuck. `Err` carries
@@ -65,15 +219,8 @@ pub fn start(
     timeout: Duration,
     run_dir: &Path,
 ) -> Result<Running, Box<NvmlProbe>> {
-    if let Some(pid) = stuck_probe(run_dir) {
-        return Err(Box::new(NvmlProbe {
-            status: ProbeStatus::StuckEarlier,
-            error: Some(format!(
-                "an NVML probe started by an earlier run (pid {pid}) is still stuck in the driver; no new probe was started"
-            )),
-            stuck_pid: Some(pid),
-            ..NvmlProbe::default()
-        }));
+    if let Some(p) = stuck_earlier(run_dir) {
+        return Err(p);
     }
     let Some((program, args)) = argv.split_first() else {
         return Err(Box::new(failed("empty probe command".into())));
@@ -84,7 +231,7 @@ pub fn start(
         .spawn()
         .map_err(|e| Box::new(failed(format!("cannot start the NVML probe: {e:#}"))))?;
     Ok(Running {
-        spawned,
+        child: Child::Spawned(spawned),
         deadline: started + timeout,
         timeout,
         run_dir: run_dir.to_path_buf(),
@@ -102,7 +249,26 @@ fn failed(msg: String) -> NvmlProbe {
 impl Running {
     /// Wait for the probe's answer until the deadline.
     pub fn finish(self) -> NvmlProbe {
-        let out = match self.spawned.wait_until(self.deadline) {
+        let spawned = match self.child {
+            Child::Spawned(s) => s,
+            Child::Forked {
+                pid,
+                answer,
+                stderr,
+                started,
+            } => {
+                return finish_forked(
+                    pid,
+                    answer,
+                    stderr,
+                    started,
+                    self.deadline,
+                    self.timeout,
+                    &self.run_dir,
+                )
+            }
+        };
+        let out = match spawned.wait_until(self.deadline) {
             Waited::Done(out) => out,
             Waited::Abandoned { pid, elapsed } => {
                 return abandoned(&self.run_dir, pid, elapsed, self.timeout)
@@ -120,6 +286,105 @@ impl Running {
         probe.duration_ms = Some(round_ms(out.duration));
         probe
     }
+}
+
+/// Wait for a forked probe: its answer to the end, then its exit, both by the deadline; past
+/// it, SIGKILL, recorded, not waited for. Its stderr is passed on to ours.
+fn finish_forked(
+    pid: libc::pid_t,
+    mut answer: File,
+    mut stderr: File,
+    started: Instant,
+    deadline: Instant,
+    timeout: Duration,
+    run_dir: &Path,
+) -> NvmlProbe {
+    let pid_u = u32::try_from(pid).unwrap_or(0);
+    let give_up = |run_dir: &Path| {
+        // SAFETY: kill takes a pid and a signal; the pid is our own child, not yet reaped.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+        abandoned(run_dir, pid_u, started.elapsed(), timeout)
+    };
+    let mut buf = Vec::with_capacity(8 * 1024);
+    let mut err = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    let mut err_open = true;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return give_up(run_dir);
+        }
+        // Its stderr is read as it comes, so that a chatty probe never fills that pipe.
+        let mut p = [
+            libc::pollfd {
+                fd: answer.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if err_open { stderr.as_raw_fd() } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+        // SAFETY: two pollfds, for descriptors we own (or -1, ignored).
+        let n = unsafe { libc::poll(p.as_mut_ptr(), 2, ms) };
+        if n <= 0 {
+            continue;
+        }
+        if p[1].revents != 0 {
+            match stderr.read(&mut chunk) {
+                Ok(0) | Err(_) => err_open = false,
+                Ok(k) => err.extend_from_slice(&chunk[..k]),
+            }
+        }
+        if p[0].revents != 0 {
+            match answer.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+    }
+    // The answer is complete: the copy is leaving. Reap it by the deadline.
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: waitpid on our own child, with an out pointer to a local.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid || r < 0 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return give_up(run_dir);
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    if err_open {
+        let _ = stderr.read_to_end(&mut err);
+    }
+    let err = String::from_utf8_lossy(&err);
+    if !err.is_empty() {
+        eprint!("{err}");
+    }
+    let text = String::from_utf8_lossy(&buf);
+    let mut probe = match serde_json::from_str::<NvmlProbe>(text.trim()) {
+        Ok(p) => p,
+        Err(e) => failed(format!(
+            "the NVML probe (pid {pid}) ended with {} without a readable answer ({e}): {}",
+            if libc::WIFSIGNALED(status) {
+                format!("signal {}", libc::WTERMSIG(status))
+            } else {
+                format!("exit status {}", libc::WEXITSTATUS(status))
+            },
+            gpuhost_host::cmd::tail_lines(&err, 5).trim()
+        )),
+    };
+    probe.duration_ms = Some(round_ms(started.elapsed()));
+    probe
 }
 
 /// The deadline passed: the probe was killed (delivered when the driver lets go) and left
