@@ -432,3 +432,256 @@ fn live_without_an_nvidia_library_says_so_on_healthz() {
     let (_, metrics) = srv.get("/metrics");
     promtool_check(&metrics);
 }
+
+// Issue 27: `gpuhost status` asks a running `gpuhost serve` on `<run dir>/serve.sock`.
+
+fn status(run_dir: &Path, args: &[&str]) -> (Option<i32>, String, String, Duration) {
+    let t = Instant::now();
+    let o = gpuhost(run_dir)
+        .arg("status")
+        .args(args)
+        .env("GPUHOST_LOG", "gpuhost_health=debug")
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+        t.elapsed(),
+    )
+}
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// `text` with every time in ms as "N ms" (the probe's round trip differs from run to run).
+fn no_ms(text: &str) -> String {
+    let words: Vec<&str> = text.split(' ').collect();
+    let mut out = Vec::with_capacity(words.len());
+    for (i, w) in words.iter().enumerate() {
+        let next_is_ms = words.get(i + 1).is_some_and(|n| n.starts_with("ms"));
+        if next_is_ms && w.parse::<f64>().is_ok() {
+            out.push("N");
+        } else {
+            out.push(w);
+        }
+    }
+    out.join(" ")
+}
+
+/// (id, gpu, severity, value) of every check.
+fn verdicts(v: &serde_json::Value) -> Vec<String> {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            no_ms(&format!(
+                "{} {} {} {}",
+                c["id"], c["gpu"], c["severity"], c["value"]
+            ))
+        })
+        .collect()
+}
+
+/// The lines of `a` and `b` that differ.
+fn differing(a: &[String], b: &[String]) -> Vec<(String, String)> {
+    let mut d: Vec<(String, String)> = a
+        .iter()
+        .zip(b)
+        .filter(|(x, y)| x != y)
+        .map(|(x, y)| (x.clone(), y.clone()))
+        .collect();
+    if a.len() != b.len() {
+        d.push((format!("{} lines", a.len()), format!("{} lines", b.len())));
+    }
+    d
+}
+
+#[test]
+fn status_asks_a_running_server_and_prints_the_same_report_in_every_format() {
+    let run = tempfile::tempdir().unwrap();
+    let snap = hgx_with(run.path(), |_| {});
+    let srv = Server::replaying(run.path(), &snap);
+    assert!(run.path().join("serve.sock").exists());
+    let snap_s = snap.to_str().unwrap();
+
+    // No NVML library on this machine: a probe of its own would say so. The server's answer
+    // (8 GPUs, all OK) shows it was asked; judged here it is what --from-snapshot judges.
+    let (code, out, err, _) = status(run.path(), &["--format", "json"]);
+    let v = json(&out);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(v["snapshot"]["served_by"]["pid"], srv.child.id(), "{err}");
+    assert_eq!(v["snapshot"]["nvml"]["gpus"].as_array().unwrap().len(), 8);
+    let (rcode, rout, _, _) = status(run.path(), &["--format", "json", "--from-snapshot", snap_s]);
+    assert_eq!(code, rcode);
+    let d = differing(&verdicts(&v), &verdicts(&json(&rout)));
+    assert!(d.is_empty(), "{d:#?}");
+
+    for format in ["table", "prometheus", "npd"] {
+        let (code, out, _, _) = status(run.path(), &["--format", format]);
+        let (rcode, rout, _, _) =
+            status(run.path(), &["--format", format, "--from-snapshot", snap_s]);
+        assert_eq!(code, rcode, "{format}");
+        let d = match format {
+            "prometheus" => differing(&series(&out), &series(&rout)),
+            _ => {
+                let lines = |t: &str| t.lines().map(no_ms).collect::<Vec<_>>();
+                differing(&lines(&out), &lines(&rout))
+            }
+        };
+        assert!(d.is_empty(), "{format}: {d:#?}");
+    }
+    // The client's own expectations judge the server's snapshot.
+    let (code, out, _, _) = status(run.path(), &["--expect-gpus", "9"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("expected 9 (--expect-gpus)"), "{out}");
+
+    // It starts no probe of its own: one that would hang for 20 s is never started.
+    let (code, out, _, took) = status_env(
+        run.path(),
+        &["--format", "json", "--timeout", "0.5"],
+        ("GPUHOST_PROBE_DELAY_MS", "20000"),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(took < Duration::from_millis(450), "{took:?}");
+    assert!(json(&out)["snapshot"]["served_by"].is_object());
+    assert!(!run.path().join("nvml-probe.pid").exists());
+
+    // --fresh: its own probe (which hangs here: driver unresponsive, as today).
+    let (code, out, _, _) = status_env(
+        run.path(),
+        &["--fresh", "--timeout", "0.5"],
+        ("GPUHOST_PROBE_DELAY_MS", "20000"),
+    );
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("driver unresponsive"), "{out}");
+    drop(srv);
+    // The server removes its socket when it stops.
+    std::thread::sleep(Duration::from_millis(100));
+}
+
+fn status_env(
+    run_dir: &Path,
+    args: &[&str],
+    env: (&str, &str),
+) -> (Option<i32>, String, String, Duration) {
+    let t = Instant::now();
+    let o = gpuhost(run_dir)
+        .arg("status")
+        .args(args)
+        .env(env.0, env.1)
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+        t.elapsed(),
+    )
+}
+
+#[test]
+fn a_server_that_does_not_answer_within_100_ms_is_not_waited_for() {
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let run = tempfile::tempdir().unwrap();
+    let sock = run.path().join("serve.sock");
+
+    // Nothing listens on a socket left behind: refused at once.
+    drop(UnixListener::bind(&sock).unwrap());
+    let (_, out, err, took) = status(run.path(), &["--format", "json"]);
+    assert!(json(&out)["snapshot"].get("served_by").is_none(), "{err}");
+    assert!(err.contains("not asked: connect"), "{err}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    std::fs::remove_file(&sock).unwrap();
+
+    // A listener that takes connections and never answers: 100 ms, then its own probe.
+    let l = UnixListener::bind(&sock).unwrap();
+    let held = std::thread::spawn(move || {
+        let mut keep = Vec::new();
+        for s in l.incoming().take(1) {
+            keep.push(s.unwrap());
+        }
+        std::thread::sleep(Duration::from_secs(3));
+        drop(keep);
+    });
+    let (_, out, err, took) = status(run.path(), &["--format", "json"]);
+    assert!(json(&out)["snapshot"].get("served_by").is_none(), "{err}");
+    assert!(err.contains("no answer within 100 ms"), "{err}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    held.join().unwrap();
+    std::fs::remove_file(&sock).unwrap();
+}
+
+#[test]
+fn other_users_cannot_make_the_server_or_status_hang() {
+    use std::os::unix::fs::PermissionsExt;
+    let run = tempfile::tempdir().unwrap();
+    let snap = hgx_with(run.path(), |_| {});
+    let srv = Server::replaying(run.path(), &snap);
+    let sock = run.path().join("serve.sock");
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o666, "any local user may ask");
+
+    // Clients that ask nothing, half a question, or garbage without end: each is cut off
+    // within a second, and those over the limit at once. Status never waits past 100 ms.
+    let mut idle: Vec<std::os::unix::net::UnixStream> = (0..100)
+        .filter_map(|_| std::os::unix::net::UnixStream::connect(&sock).ok())
+        .collect();
+    if let Some(s) = idle.first_mut() {
+        let _ = s.write_all(b"snap");
+    }
+    if let Some(s) = idle.get_mut(1) {
+        s.set_nonblocking(true).unwrap();
+        let _ = s.write_all(&vec![b'x'; 100_000]);
+    }
+    let (code, out, err, took) = status(run.path(), &["--format", "json"]);
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(matches!(code, Some(0..=3)), "{err}");
+    json(&out);
+    // Once the server cut them off, it answers again.
+    std::thread::sleep(Duration::from_millis(1300));
+    let (code, out, err, _) = status(run.path(), &["--format", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(json(&out)["snapshot"]["served_by"].is_object(), "{err}");
+    drop(idle);
+
+    if !is_root() {
+        eprintln!("not root: another user's run is not tried");
+        return;
+    }
+    // Another user is answered from the same socket (as root's /run/gpuhost/serve.sock is).
+    std::fs::set_permissions(run.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = {
+        use std::os::unix::process::CommandExt;
+        gpuhost(run.path())
+            .args(["status", "--format", "json"])
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+    };
+    let v = json(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(v["snapshot"]["served_by"].is_object());
+
+    // A socket owned by another user (neither root nor the caller) is never asked.
+    std::os::unix::fs::chown(&sock, Some(65534), Some(65534)).unwrap();
+    let (_, out, err, _) = status(run.path(), &["--format", "json"]);
+    assert!(json(&out)["snapshot"].get("served_by").is_none(), "{err}");
+    assert!(err.contains("neither root nor this user"), "{err}");
+    drop(srv);
+}
+
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}

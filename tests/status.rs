@@ -865,3 +865,183 @@ fn hgx_problem_lines_name_the_gpu_in_the_table() {
         .unwrap();
     assert!(line.contains("gpu3 61:00.0"), "{line}");
 }
+
+// Issue 27: what cannot change within a boot is kept in <run dir>/boot-cache.json, keyed by
+// boot id, driver and GPU UUID. No GPU here: the one-shot probe answers from a saved snapshot
+// (`--nvml-fixture`: the file stands for what NVML would answer if asked), through the same
+// forked probe and boot cache, with the key read under a crafted root.
+
+/// A root with a boot id, a loaded driver's version line and `/sys/module/nvidia`.
+fn boot_root(boot: &str, driver: &str) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    set_boot(root.path(), boot, driver);
+    std::fs::create_dir_all(root.path().join("sys/module/nvidia")).unwrap();
+    root
+}
+
+fn set_boot(root: &Path, boot: &str, driver: &str) {
+    let r = root.join("proc/sys/kernel/random");
+    std::fs::create_dir_all(&r).unwrap();
+    std::fs::write(r.join("boot_id"), format!("{boot}\n")).unwrap();
+    let d = root.join("proc/driver/nvidia");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("version"),
+        format!(
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {driver}  Release Build\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// The real H200's NVML answer with GPU 0's UUID, VBIOS and temperature set, its InfoROM
+/// validated now, written to `f`.
+fn nvml_answer(f: &Path, uuid: &str, vbios: &str, temp: u32) {
+    let text = std::fs::read_to_string(fixtures().join("h200-snapshot.json")).unwrap();
+    let mut s: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let g = &mut s["nvml"]["gpus"][0];
+    g["uuid"] = serde_json::json!({ "value": uuid });
+    g["vbios_version"] = serde_json::json!({ "value": vbios });
+    g["temperature_c"] = serde_json::json!({ "value": temp });
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    g["inforom"]["value"]["checked_at"] = now.into();
+    let tmp = f.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_string(&s).unwrap()).unwrap();
+    std::fs::rename(&tmp, f).unwrap();
+}
+
+/// One-shot `status --format json` under `root`, NVML answered by `answer`: GPU 0 and stderr.
+fn one_shot(run: &Path, root: &Path, answer: &Path) -> (serde_json::Value, String) {
+    let o = gpuhost(run)
+        .args(["status", "--format", "json", "--nvml-fixture"])
+        .arg(answer)
+        .env("GPUHOST_STATUS_ROOT", root)
+        .env("GPUHOST_LOG", "gpuhost_health=debug")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    assert!(v["snapshot"].get("served_by").is_none(), "{v:#}");
+    (
+        v["snapshot"]["nvml"]["gpus"][0].clone(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn kept(g: &serde_json::Value) -> bool {
+    g["fixed_kept"] == true
+}
+
+#[test]
+fn the_boot_cache_keeps_fixed_fields_until_a_new_boot_driver_module_or_gpu() {
+    let run = tempfile::tempdir().unwrap();
+    let root = boot_root("boot-1", "580.159.04");
+    let answer = run.path().join("nvml.json");
+    let uuid = "GPU-ff7f0840-faaa-e67b-b46c-ec5ed1d4af27";
+
+    // First run of the boot: everything read, the fixed fields kept.
+    nvml_answer(&answer, uuid, "96.00.A5.00.1A", 36);
+    let (g, _) = one_shot(run.path(), root.path(), &answer);
+    assert!(!kept(&g), "{g:#}");
+    assert_eq!(g["inforom"]["value"]["cached"], false);
+    assert!(run.path().join("boot-cache.json").exists());
+
+    // Next run: what can change is read again (temperature 41), what cannot is not (the
+    // VBIOS stays the kept one although "NVML" would now say otherwise), nor the InfoROM.
+    nvml_answer(&answer, uuid, "99.99.99.99.99", 41);
+    let (g, _) = one_shot(run.path(), root.path(), &answer);
+    assert!(kept(&g), "{g:#}");
+    assert_eq!(g["temperature_c"]["value"], 41);
+    assert_eq!(g["vbios_version"]["value"], "96.00.A5.00.1A");
+    assert_eq!(g["inforom"]["value"]["cached"], true);
+
+    // A new boot: read afresh.
+    set_boot(root.path(), "boot-2", "580.159.04");
+    let (g, _) = one_shot(run.path(), root.path(), &answer);
+    assert!(!kept(&g), "{g:#}");
+    assert_eq!(g["vbios_version"]["value"], "99.99.99.99.99");
+    assert_eq!(g["inforom"]["value"]["cached"], false);
+    let (g, _) = one_shot(run.path(), root.path(), &answer);
+    assert!(kept(&g), "kept again for the new boot: {g:#}");
+
+    // A new driver (same boot): read afresh.
+    nvml_answer(&answer, uuid, "96.00.A5.00.1B", 41);
+    set_boot(root.path(), "boot-2", "580.162.01");
+    let (g, _) = one_shot(run.path(), root.path(), &answer);
+    assert!(!kept(&g), "{g:#}");
+    assert_eq!(g["vbios_version"]["value"], "96.00.A5.00.1B");
+
+    // The same driver reloaded (a new /sys/module/nvidia): read afresh.
+    nvml_answer(&answer, uuid, "96.00.A5.00.1C", 41);
+    let m = root.path().join("sys/module/nvidia");
+    std::fs::remove_dir(&m).unwrap();
+    std::fs::create_dir_all(root.path().join("sys/module/x")).unwrap();
+    std::fs::create_dir(&m).unwrap();
+    let (g, _) = one_shot(run.path(), root.path(), &answer);
+    assert!(!kept(&g), "{g:#}");
+    assert_eq!(g["vbios_version"]["value"], "96.00.A5.00.1C");
+
+    // A swapped GPU (another UUID at index 0): read afresh, its own fields.
+    nvml_answer(
+        &answer,
+        "GPU-0000aaaa-0000-0000-0000-000000000001",
+        "96.00.B0.00.01",
+        41,
+    );
+    let (g, _) = one_shot(run.path(), root.path(), &answer);
+    assert!(!kept(&g), "{g:#}");
+    assert_eq!(g["vbios_version"]["value"], "96.00.B0.00.01");
+    let (g, _) = one_shot(run.path(), root.path(), &answer);
+    assert!(kept(&g), "{g:#}");
+}
+
+#[test]
+fn a_corrupt_or_foreign_boot_cache_is_ignored_with_a_debug_message() {
+    use std::os::unix::fs::PermissionsExt;
+    let run = tempfile::tempdir().unwrap();
+    let root = boot_root("boot-1", "580.159.04");
+    let answer = run.path().join("nvml.json");
+    let uuid = "GPU-ff7f0840-faaa-e67b-b46c-ec5ed1d4af27";
+    nvml_answer(&answer, uuid, "96.00.A5.00.1A", 36);
+    let cache = run.path().join("boot-cache.json");
+
+    std::fs::write(&cache, "{\"schema\":1,\"key\":").unwrap();
+    let (g, err) = one_shot(run.path(), root.path(), &answer);
+    assert!(!kept(&g), "{g:#}");
+    assert!(err.contains("boot-cache.json ignored: unreadable"), "{err}");
+    // Replaced by a good one, which the next run uses.
+    let (g, _) = one_shot(run.path(), root.path(), &answer);
+    assert!(kept(&g), "{g:#}");
+
+    // Writable by others: not trusted (and the VBIOS it claims never shows).
+    let text = std::fs::read_to_string(&cache).unwrap();
+    std::fs::write(&cache, text.replace("96.00.A5.00.1A", "66.66.66.66.66")).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (g, err) = one_shot(run.path(), root.path(), &answer);
+    assert!(!kept(&g), "{g:#}");
+    assert_eq!(g["vbios_version"]["value"], "96.00.A5.00.1A");
+    assert!(err.contains("ignored: writable by others"), "{err}");
+
+    // Owned by another user (needs root to make one).
+    if rustix_euid_is_root() {
+        std::fs::write(&cache, text.replace("96.00.A5.00.1A", "66.66.66.66.66")).unwrap();
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::os::unix::fs::chown(&cache, Some(65534), Some(65534)).unwrap();
+        let (g, err) = one_shot(run.path(), root.path(), &answer);
+        assert!(!kept(&g), "{g:#}");
+        assert_eq!(g["vbios_version"]["value"], "96.00.A5.00.1A");
+        assert!(err.contains("owned by uid 65534"), "{err}");
+    } else {
+        eprintln!("not root: the foreign-owner case is not tried");
+    }
+}
+
+fn rustix_euid_is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}

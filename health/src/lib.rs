@@ -279,14 +279,19 @@ fn snapshot_once(args: &StatusArgs, expect: &Expect, timeout: Duration) -> Resul
                 .with_context(|| format!("parsing {}", f.display()))
         }
         None => {
-            let host = Host::new(&args.root)?;
             // A running `gpuhost serve` has a fresh sweep: ask it first (unless told not to,
             // or a fixture stands for NVML).
             if !args.fresh && args.nvml_fixture.is_none() {
-                if let Some(s) = served::ask(host.root()) {
+                if let Some(s) = args
+                    .root
+                    .canonicalize()
+                    .ok()
+                    .and_then(|root| served::ask(&root))
+                {
                     return Ok(s);
                 }
             }
+            let host = Host::new(&args.root)?;
             Ok(collect_with(
                 &host,
                 timeout,

@@ -72,17 +72,21 @@ pub fn answering(path: &Path) -> bool {
     }
 }
 
-/// The sockets to try, in order: with `$GPUHOST_RUN_DIR`, only the one there; else the one in
-/// this user's run directory, then the system server's.
+/// The sockets to try, in order: with `$GPUHOST_RUN_DIR`, only the one there; else the system
+/// server's (`/run/gpuhost`), then those of this user's run directories
+/// (`$XDG_RUNTIME_DIR/gpuhost`, `/tmp/gpuhost-<uid>`).
+/// (Without creating or writing in any run directory: asking must cost nothing when no server
+/// runs.)
 pub fn sockets() -> Vec<PathBuf> {
     if let Some(d) = std::env::var_os("GPUHOST_RUN_DIR") {
         return vec![PathBuf::from(d).join(SOCKET)];
     }
-    let mut v = vec![crate::probe::run_dir().join(SOCKET)];
-    let system = PathBuf::from(SYSTEM_SOCKET);
-    if !v.contains(&system) {
-        v.push(system);
+    let mut v = vec![PathBuf::from(SYSTEM_SOCKET)];
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
+        v.push(PathBuf::from(x).join("gpuhost").join(SOCKET));
     }
+    let uid = rustix::process::geteuid().as_raw();
+    v.push(PathBuf::from(format!("/tmp/gpuhost-{uid}")).join(SOCKET));
     v
 }
 
@@ -205,4 +209,62 @@ pub fn ask(root: &Path) -> Option<Snapshot> {
         }
     }
     None
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+
+    /// A listener with a backlog of one that never accepts.
+    fn listener(path: &Path) -> OwnedFd {
+        let fd = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        rustix::net::bind(&fd, &SocketAddrUnix::new(path).unwrap()).unwrap();
+        rustix::net::listen(&fd, 1).unwrap();
+        fd
+    }
+    use std::os::fd::OwnedFd;
+
+    #[test]
+    fn a_server_with_a_full_backlog_costs_no_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(SOCKET);
+        let _l = listener(&path);
+        // Fill the backlog with connections nobody accepts.
+        let mut filler = Vec::new();
+        loop {
+            match connect(&path) {
+                Ok(s) => filler.push(s),
+                Err(e) => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+                    break;
+                }
+            }
+            assert!(filler.len() < 64, "the backlog never filled");
+        }
+        let t = Instant::now();
+        let e = ask_one(&path, Instant::now() + ASK_WITHIN).unwrap_err();
+        assert!(t.elapsed() < Duration::from_millis(50), "{:?}", t.elapsed());
+        assert!(e.contains("backlog is full"), "{e}");
+        assert!(answering(&path), "a full backlog is a server that is there");
+    }
+
+    #[test]
+    fn a_server_that_accepts_and_never_answers_costs_the_deadline_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(SOCKET);
+        let _l = listener(&path);
+        let t = Instant::now();
+        let e = ask_one(&path, Instant::now() + ASK_WITHIN).unwrap_err();
+        let took = t.elapsed();
+        assert!(took >= ASK_WITHIN && took < ASK_WITHIN * 3, "{took:?}");
+        assert!(e.contains("no answer within 100 ms"), "{e}");
+    }
 }

@@ -562,45 +562,90 @@ async fn serve_socket(listener: tokio::net::UnixListener, shared: Arc<Shared>) {
                 continue;
             }
         };
+        // The usual case answered here, without a task: the question is already there and
+        // the last sweep is fresh (a hop to another worker costs a wake-up, dear in a VM).
+        let Some((stream, line, rest)) = answer_at_once(stream, &shared) else {
+            continue;
+        };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             drop(stream);
             continue;
         };
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
-            answer_socket(stream, &shared).await;
+            answer_socket(stream, &shared, line, rest).await;
             drop(slot);
         });
     }
 }
 
+/// Answer a client whose whole question has arrived from a fresh sweep, here and now (None:
+/// done). Else the stream back, with what was read of the question and what is left to write
+/// of the answer, for a task.
+fn answer_at_once(
+    stream: tokio::net::UnixStream,
+    shared: &Arc<Shared>,
+) -> Option<(tokio::net::UnixStream, Vec<u8>, Option<Bytes>)> {
+    use std::io::{Read, Write};
+    // Non-blocking, as tokio left it.
+    let s = stream.into_std().ok()?;
+    let mut b = [0u8; served::MAX_REQUEST];
+    let got = match (&s).read(&mut b) {
+        Ok(n) => b[..n].to_vec(),
+        Err(_) => Vec::new(),
+    };
+    let mut rest = None;
+    if got.strip_suffix(b"\n") == Some(served::REQUEST.as_bytes()) {
+        let cur = shared.current();
+        if cur.at.elapsed() <= shared.max_age {
+            match (&s).write(&cur.served) {
+                Ok(k) if k == cur.served.len() => return None,
+                Ok(k) => rest = Some(cur.served.slice(k..)),
+                Err(_) => rest = Some(cur.served.clone()),
+            }
+        }
+    }
+    let stream = tokio::net::UnixStream::from_std(s).ok()?;
+    Some((stream, got, rest))
+}
+
 /// How long a socket client may take to ask, and to take the answer.
 const SOCKET_IO_WITHIN: Duration = Duration::from_secs(1);
 
-/// One socket client: a request line of at most [`served::MAX_REQUEST`] bytes within a second,
-/// then the answer of a sweep at most `--max-age` old, written within a second.
-async fn answer_socket(mut stream: tokio::net::UnixStream, shared: &Arc<Shared>) {
+/// One socket client: a request line of at most [`served::MAX_REQUEST`] bytes within a second
+/// (`line`: what was read of it already), then the answer of a sweep at most `--max-age` old
+/// (`rest`: what is left of one begun), written within a second.
+async fn answer_socket(
+    mut stream: tokio::net::UnixStream,
+    shared: &Arc<Shared>,
+    mut line: Vec<u8>,
+    rest: Option<Bytes>,
+) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut line = Vec::with_capacity(served::MAX_REQUEST);
-    let read = tokio::time::timeout(SOCKET_IO_WITHIN, async {
-        let mut b = [0u8; served::MAX_REQUEST];
-        while !line.contains(&b'\n') && line.len() <= served::MAX_REQUEST {
-            match stream.read(&mut b).await {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => line.extend_from_slice(&b[..n]),
+    let body = match rest {
+        Some(r) => r,
+        None => {
+            let read = tokio::time::timeout(SOCKET_IO_WITHIN, async {
+                let mut b = [0u8; served::MAX_REQUEST];
+                while !line.contains(&b'\n') && line.len() <= served::MAX_REQUEST {
+                    match stream.read(&mut b).await {
+                        Ok(0) | Err(_) => return false,
+                        Ok(n) => line.extend_from_slice(&b[..n]),
+                    }
+                }
+                true
+            })
+            .await;
+            if read != Ok(true) {
+                return;
+            }
+            let asked = line.split(|c| *c == b'\n').next().unwrap_or_default();
+            if asked == served::REQUEST.as_bytes() {
+                shared.fresh().await.served.clone()
+            } else {
+                Bytes::from_static(b"error: unknown request\n")
             }
         }
-        true
-    })
-    .await;
-    if read != Ok(true) {
-        return;
-    }
-    let asked = line.split(|c| *c == b'\n').next().unwrap_or_default();
-    let body = if asked == served::REQUEST.as_bytes() {
-        shared.fresh().await.served.clone()
-    } else {
-        Bytes::from_static(b"error: unknown request\n")
     };
     let _ = tokio::time::timeout(SOCKET_IO_WITHIN, async {
         let _ = stream.write_all(&body).await;
