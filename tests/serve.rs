@@ -584,7 +584,7 @@ fn status_env(
 
 #[test]
 fn a_server_that_does_not_answer_within_100_ms_is_not_waited_for() {
-    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::os::unix::net::UnixListener;
     let run = tempfile::tempdir().unwrap();
     let sock = run.path().join("serve.sock");
 
