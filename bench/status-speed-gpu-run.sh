@@ -19,6 +19,8 @@ export GPUHOST_RUN_DIR=/tmp/gh-run
 rm -rf "$GPUHOST_RUN_DIR"; mkdir -p "$GPUHOST_RUN_DIR"
 csv="index,name,ecc.mode.current,ecc.errors.uncorrected.volatile.total,ecc.errors.uncorrected.aggregate.total,remapped_rows.pending,temperature.gpu,power.draw,clocks_event_reasons.active"
 speed() { python3 "$here/status-speed.py" "$@"; }
+# The small static launcher (bench/spawn-rss.c), when built and beside this script.
+[ -x "$here/spawn-rss" ] && export SPAWN_RSS=$here/spawn-rss
 ms() { echo $(( (${2/./} - ${1/./}) / 1000 )); }
 log=$out/log.txt
 {
@@ -56,11 +58,13 @@ EOF
   fi
 
   echo "== process start"
+  echo "launcher: ${SPAWN_RSS:-python posix_spawn}"
   speed 20 "$out/start.json" true=/bin/true version="gpuhost --version" \
     judge-only="gpuhost status --format json --from-snapshot $out/snapshot-warm.json"
 
   echo "== A: one-shot (warm boot cache) against nvidia-smi, no server"
-  a=(oneshot="gpuhost status --format json --fresh" probe-alone="gpuhost status --nvml-probe")
+  a=(oneshot="gpuhost status --format json --fresh" probe-program="gpuhost status --nvml-probe"
+     oneshot-with-nvmlShutdown="env GPUHOST_PROBE_SHUTDOWN=1 gpuhost status --format json --fresh")
   [ -n "$base" ] && a+=(oneshot-before="gpuhost-base status --format json")
   speed "$runs" "$out/A-oneshot.json" "${a[@]}" nvidia-smi-q="nvidia-smi -q" \
     nvidia-smi-csv="nvidia-smi --query-gpu=$csv --format=csv"

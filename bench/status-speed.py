@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Time commands side by side, interleaved, with their peak RSS (bench/RESULTS-status.md).
 
-Usage: bench/status-speed.py RUNS OUT.json NAME=COMMAND [NAME=COMMAND ...]
+Usage: bench/status-speed.py RUNS OUT.json NAME=COMMAND [NAME=COMMAND ...]   (SPAWN_RSS=launcher)
 
 Each round runs every command once, in the order given (so all see the same machine state),
 after one warm-up run of each. A command is started with posix_spawn (stdout and stderr to
 /dev/null) and reaped with wait4: its wall time comes from a monotonic clock around the two
 calls, its peak RSS from wait4's ru_maxrss, which covers the command and every child it
-waited for (gpuhost status's NVML probe child among them). COMMAND is split on spaces; a
+waited for (gpuhost status's NVML probe child among them). With SPAWN_RSS=bench/spawn-rss (built
+from bench/spawn-rss.c) that launcher forks, execs, times and reads ru_maxrss instead: python's
+own RSS is then not the floor of every figure. COMMAND is split on spaces; a
 NAME starting with "cold:" has GPUHOST_RUN_DIR/boot-cache.json removed before each run (not
 timed). Writes every wall time (ms), every peak RSS (KiB), exit codes, and the medians, and
 prints a table.
@@ -21,6 +23,22 @@ import time
 
 
 def run(argv, env):
+    launcher = env.get("SPAWN_RSS")
+    if launcher:
+        # bench/spawn-rss.c: a small static launcher times the command and reads its peak RSS
+        # (python's own 14-16 MB would be the floor of every ru_maxrss below: a spawned child
+        # starts as a copy of its parent).
+        r, w = os.pipe()
+        fa = [(os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_CLOSE, r)]
+        pid = os.posix_spawn(launcher, [launcher] + argv, env, file_actions=fa)
+        os.close(w)
+        out = b""
+        while chunk := os.read(r, 4096):
+            out += chunk
+        os.close(r)
+        os.waitpid(pid, 0)
+        ms, rss, rc = out.split()
+        return float(ms), int(rss), int(rc)
     path = shutil.which(argv[0]) or argv[0]
     fa = [
         (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
