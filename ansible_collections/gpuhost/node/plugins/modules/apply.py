@@ -103,7 +103,7 @@ seealso:
   - module: gpuhost.node.status
   - module: ansible.builtin.reboot
 author:
-  - gpuhost maintainers
+  - gpuhost maintainers (@gpuhost)
 '''
 
 EXAMPLES = r'''

@@ -75,7 +75,7 @@ attributes:
 requirements:
   - gpuhost on the node
 author:
-  - gpuhost maintainers
+  - gpuhost maintainers (@gpuhost)
 '''
 
 EXAMPLES = r'''

@@ -70,7 +70,7 @@ requirements:
 seealso:
   - module: gpuhost.node.apply
 author:
-  - gpuhost maintainers
+  - gpuhost maintainers (@gpuhost)
 '''
 
 EXAMPLES = r'''
