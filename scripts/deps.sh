@@ -11,7 +11,9 @@
 # modules; unshare mounts /proc for it), the kernel's sign-file (Debian's linux-kbuild-6.1:
 # kernel-devel ships it in roots, the world signs NVIDIA's precompiled modules with it), openssl
 # (test keys; the roots' openssl), mokutil and sbsigntool (Secure Boot tests) and pci.ids (the
-# GPU table is checked against it) and, on Debian, vagrant (validates the Vagrantfile).
+# GPU table is checked against it), ansible-core (+ python3-venv, python3-pip: ansible-test sanity)
+# for the gpuhost.node collection, mmdebstrap and systemd-nspawn (a container booting systemd runs
+# the shipped units) and, on Debian, vagrant (validates the Vagrantfile).
 # Debian/Ubuntu via apt-get, Oracle Linux/RHEL via dnf. Idempotent; needs root to install.
 #   --check   only say what is missing (exit 1 if anything is), install nothing.
 set -euo pipefail
@@ -19,7 +21,7 @@ check_only=0
 [ "${1:-}" = "--check" ] && check_only=1
 
 need=()
-for tool in rpm dnf createrepo_c modifyrepo_c rpmbuild python3 strace systemctl cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd dkms modinfo depmod make xz strip gcc unshare openssl mokutil sbverify; do
+for tool in rpm dnf createrepo_c modifyrepo_c rpmbuild python3 strace systemctl cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd dkms modinfo depmod make xz strip gcc unshare openssl mokutil sbverify ansible-playbook ansible-test mmdebstrap systemd-nspawn; do
   command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
 # The world copies it into roots as their /bin/sh: it must be *static* (Debian's busybox-static;
@@ -50,14 +52,15 @@ if command -v apt-get >/dev/null 2>&1; then
     rpm dnf createrepo-c python3 strace systemd busybox-static cloud-init vagrant prometheus \
     munge slurmctld slurmd slurm-client umoci skopeo docker.io \
     dkms kmod make xz-utils binutils gcc util-linux pci.ids \
-    linux-kbuild-6.1 mokutil openssl sbsigntool >/dev/null
+    linux-kbuild-6.1 mokutil openssl sbsigntool \
+    ansible-core python3-venv python3-pip mmdebstrap systemd-container >/dev/null
 elif command -v dnf >/dev/null 2>&1; then
   # (vagrant is not in Oracle Linux's repos: its test is skipped there unless installed)
   # (promtool is not in Oracle Linux's repos either: install Prometheus's release by hand;
   # Slurm and munge come from EPEL there; umoci is not packaged: the gpuhost compat image tests
   # skip without it)
   "${sudo[@]}" dnf install -y -q rpm-build createrepo_c python3 strace systemd busybox cloud-init skopeo \
-    kmod make xz binutils gcc util-linux hwdata openssl mokutil kernel-devel
+    kmod make xz binutils gcc util-linux hwdata openssl mokutil kernel-devel ansible-core systemd-container
   # (dkms and sbsigntools come from EPEL there; kernel-devel brings scripts/sign-file)
 else
   echo "deps.sh: no apt-get or dnf here; install ${need[*]} by hand" >&2

@@ -175,8 +175,8 @@ invalid_input:
   description: gpuhost refused the input or the host (exit 2); nothing was changed.
   returned: always
   type: bool
-rc:
-  description: gpuhost's exit code.
+exit_code:
+  description: gpuhost's exit code (not C(rc), which Ansible would read as a failure when not 0).
   returned: always
   type: int
 summary:
@@ -281,7 +281,7 @@ def main():
 
     result = dict(
         changed=False,
-        rc=rc,
+        exit_code=rc,
         cmd=cmd,
         reboot_required=False,
         reboot_reasons=[],

@@ -123,7 +123,7 @@ host:
   description: The driver, where it was read from, its CUDA, the GPUs.
   returned: always
   type: dict
-rc:
+exit_code:
   description: gpuhost compat's exit code (0 runs, 1 does not run, 2 bad input).
   returned: always
   type: int
@@ -168,9 +168,9 @@ def main():
         msg = (report or {}).get('error') if isinstance(report, dict) else None
         module.fail_json(msg='gpuhost compat exited %d: %s'
                          % (rc, msg or last_lines(err) or last_lines(out) or '(no output)'),
-                         rc=rc, cmd=cmd, stderr=err, invalid_input=rc == 2)
+                         exit_code=rc, cmd=cmd, stderr=err, invalid_input=rc == 2)
     result = dict(
-        changed=False, rc=rc, cmd=cmd,
+        changed=False, exit_code=rc, cmd=cmd,
         runs=rc == 0,
         verdict=report.get('verdict'),
         summary=report.get('summary'),

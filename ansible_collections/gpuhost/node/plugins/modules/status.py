@@ -109,8 +109,8 @@ problems:
   type: list
   elements: str
   sample: ["CRITICAL gpu.ecc.volatile_uncorrected gpu5: 3 uncorrectable ECC error(s) since the driver loaded"]
-rc:
-  description: gpuhost's exit code (Nagios; with O(wait_healthy) 0 healthy, 2 not healthy in time).
+exit_code:
+  description: gpuhost's exit code (not C(rc), which Ansible reads as a failure when not 0); Nagios, with O(wait_healthy) 0 healthy, 2 not in time.
   returned: always
   type: int
 ansible_facts:
@@ -162,15 +162,21 @@ def main():
     if not isinstance(report, dict) or report.get('status') not in VERDICTS:
         module.fail_json(msg='gpuhost status exited %d without a report: %s'
                          % (rc, last_lines(err) or last_lines(out) or '(no output)'),
-                         rc=rc, cmd=cmd, stderr=err)
+                         exit_code=rc, cmd=cmd, stderr=err)
     verdict = report['status']
     problems = []
     for c in report.get('checks', []):
         sev = c.get('severity')
         if sev in ('WARNING', 'CRITICAL', 'UNKNOWN'):
-            where = ' gpu%s' % c['gpu'] if c.get('gpu') is not None else ''
+            gpu = c.get('gpu')
+            where = ''
+            if isinstance(gpu, dict):
+                if gpu.get('index') is not None:
+                    where = ' gpu%s' % gpu['index']
+                elif gpu.get('pci_bus_id'):
+                    where = ' %s' % gpu['pci_bus_id']
             problems.append('%s %s%s: %s' % (sev, c.get('id'), where, c.get('value')))
-    result = dict(changed=False, rc=rc, cmd=cmd, verdict=verdict, problems=problems,
+    result = dict(changed=False, exit_code=rc, cmd=cmd, verdict=verdict, problems=problems,
                   ansible_facts=dict(gpuhost_status=report))
     if verdict in p['fail_on']:
         waited = ''
