@@ -26,6 +26,8 @@ Exit codes (apply, plan):
   2  invalid input or unsupported host: nothing was changed
      (also: a --bundle with a changed, missing or extra file, or made for another host)
   3  converged except that a reboot is required
+  4  --reboot with reboot.via = slurm (or --reboot-via slurm): a reboot is required and Slurm
+     was asked for it (scontrol reboot ASAP): it drains the node, waits for its jobs, reboots it
   130, 143  stopped by SIGINT / SIGTERM at a step boundary (a running package transaction
      is let finish; a second signal stops waiting, the transaction keeps the lock)
 
@@ -163,12 +165,31 @@ struct ApplyArgs {
     /// converged; without it, apply exits 3 and leaves the reboot to you.
     #[arg(long, conflicts_with = "dry_run")]
     reboot: bool,
+    /// With --reboot: who reboots, overriding the profile's `reboot.via`: `systemd` (at once) or
+    /// `slurm` (Slurm drains the node and reboots it once its jobs have ended; exit 4).
+    #[arg(long, value_enum, value_name = "WHO", requires = "reboot")]
+    reboot_via: Option<RebootViaArg>,
     /// Loop guard for --reboot: give up after this many reboots in one resume chain.
     #[arg(long, default_value_t = gpuhost_engine::reboot::DEFAULT_MAX_REBOOTS, value_name = "N")]
     max_reboots: u32,
     /// Report format on stdout.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum RebootViaArg {
+    Systemd,
+    Slurm,
+}
+
+impl From<RebootViaArg> for gpuhost_profile::RebootVia {
+    fn from(v: RebootViaArg) -> Self {
+        match v {
+            RebootViaArg::Systemd => Self::Systemd,
+            RebootViaArg::Slurm => Self::Slurm,
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -322,6 +343,7 @@ fn apply_options(a: &ApplyArgs, dry_run: bool) -> ApplyOptions {
         max_reboots: a.max_reboots,
         command_line: command_line(),
         bundle: a.bundle.clone(),
+        reboot_via: a.reboot_via.map(Into::into),
     }
 }
 
@@ -372,6 +394,7 @@ fn recorded_options(
         max_reboots: a.max_reboots,
         command_line: command_line(),
         bundle: a.bundle.map(PathBuf::from),
+        reboot_via: a.reboot_via,
     }
 }
 

@@ -29,6 +29,9 @@ pub mod exit {
     pub const INVALID: i32 = 2;
     /// Converged except that a reboot is required.
     pub const REBOOT: i32 = 3;
+    /// A reboot is required and Slurm was asked for it (`reboot.via = "slurm"`): it reboots the
+    /// node once its jobs have ended.
+    pub const REBOOT_SCHEDULED: i32 = 4;
 }
 
 #[derive(Clone, Debug)]
@@ -45,6 +48,8 @@ pub struct ApplyOptions {
     pub max_reboots: u32,
     /// The command line, recorded in the lock file and the journal.
     pub command_line: String,
+    /// `--reboot-via`: who reboots (else the profile's `reboot.via`).
+    pub reboot_via: Option<gpuhost_profile::RebootVia>,
     /// `--bundle DIR|TARBALL`: the profile and every package come from a verified bundle.
     pub bundle: Option<PathBuf>,
 }
@@ -60,6 +65,7 @@ impl ApplyOptions {
             skip: self.selection.skip.clone(),
             max_reboots: self.max_reboots,
             bundle: self.bundle.as_ref().map(|b| b.display().to_string()),
+            reboot_via: self.reboot_via,
         }
     }
 }
@@ -115,6 +121,9 @@ impl Report {
             exit::OK if self.dry_run => "nothing to change".to_string(),
             exit::OK => "converged".to_string(),
             exit::REBOOT => "converged, but a reboot is required".to_string(),
+            exit::REBOOT_SCHEDULED => {
+                "converged, but a reboot is required: Slurm reboots the node".to_string()
+            }
             _ => {
                 let failed: Vec<&str> = self
                     .steps
@@ -437,9 +446,12 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     } else if exit_code == exit::OK {
         reboot::finish(host)?
     } else if exit_code == exit::REBOOT && opts.reboot {
-        let r = reboot::schedule(host, &opts.resume_args(), &reboot_required)?;
+        let r = reboot::schedule(host, &opts.resume_args(), &reboot_required, &profile.reboot)?;
         if r.action == reboot::RebootAction::GaveUp {
             exit_code = exit::FAILED;
+        }
+        if r.action == reboot::RebootAction::SlurmScheduled {
+            exit_code = exit::REBOOT_SCHEDULED;
         }
         Some(r)
     } else {

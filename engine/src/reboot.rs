@@ -8,8 +8,10 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+use gpuhost_host::cmd::Cmd;
 use gpuhost_host::fsutil;
 use gpuhost_host::host::Host;
+use gpuhost_profile::{RebootSpec, RebootVia};
 
 pub const RESUME_PATH: &str = "/var/lib/gpuhost/resume.json";
 pub const UNIT: &str = "gpuhost-resume.service";
@@ -34,6 +36,9 @@ pub struct ResumeArgs {
     /// `--bundle`: the bundle directory or tarball, verified again after the reboot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bundle: Option<String>,
+    /// `--reboot-via`: who reboots (else the profile's `reboot.via`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot_via: Option<RebootVia>,
 }
 
 impl ResumeArgs {
@@ -103,6 +108,8 @@ pub enum RebootAction {
     GaveUp,
     /// Converged; the resume unit is removed.
     Finished,
+    /// Slurm was asked to reboot the node once its jobs have ended; the resume unit is enabled.
+    SlurmScheduled,
 }
 
 /// What happened about a reboot, for the report.
@@ -116,7 +123,12 @@ pub struct RebootReport {
 
 /// The run ended needing a reboot and `--reboot` was given: record the state and enable the
 /// resume unit; the caller reboots with [`reboot_now`] once the report is out.
-pub fn schedule(host: &Host, args: &ResumeArgs, reasons: &[String]) -> Result<RebootReport> {
+pub fn schedule(
+    host: &Host,
+    args: &ResumeArgs,
+    reasons: &[String],
+    spec: &RebootSpec,
+) -> Result<RebootReport> {
     let prev = ResumeState::load(host)?;
     let reboots = prev.as_ref().map_or(0, |p| p.reboots);
     let max = args.max_reboots;
@@ -141,8 +153,32 @@ pub fn schedule(host: &Host, args: &ResumeArgs, reasons: &[String]) -> Result<Re
             .map(|p| p.since)
             .unwrap_or_else(|| fsutil::rfc3339(fsutil::unix_now())),
     };
+    let via = args.reboot_via.unwrap_or(spec.via);
+    let slurm = via == RebootVia::Slurm && (host.is_live() || root_stands_for_node());
+    let next = ResumeState {
+        reboots: if slurm { reboots + 1 } else { next.reboots },
+        ..next
+    };
     next.save(host)?;
     host.systemctl().args(["enable", UNIT]).run()?;
+    if slurm {
+        let node = slurm_node(spec)?;
+        let reason = slurm_reason(reasons);
+        Cmd::new("scontrol")
+            .args(["reboot", "ASAP", "nextstate=DOWN"])
+            .arg(format!("reason={reason}"))
+            .arg(&node)
+            .timeout(std::time::Duration::from_secs(30))
+            .run()?;
+        return Ok(RebootReport {
+            action: RebootAction::SlurmScheduled,
+            reboots: next.reboots,
+            max_reboots: max,
+            message: format!(
+                "Slurm reboots {node} once its jobs have ended (scontrol reboot ASAP nextstate=DOWN, reason \"{reason}\"); {UNIT} resumes the apply after the boot, and the node stays down until gpuhost status --slurm finds it healthy"
+            ),
+        });
+    }
     if !host.is_live() {
         return Ok(RebootReport {
             action: RebootAction::FirstBoot,
@@ -159,6 +195,64 @@ pub fn schedule(host: &Host, args: &ResumeArgs, reasons: &[String]) -> Result<Re
             "rebooting now (reboot {} of at most {max}); {UNIT} resumes the apply after boot",
             next.reboots
         ),
+    })
+}
+
+/// Test builds only (`failpoints`): `GPUHOST_TEST_ROOT_IS_SLURM_NODE=1` lets an install root
+/// stand for a live Slurm node when a reboot is scheduled through Slurm (nothing else is live).
+fn root_stands_for_node() -> bool {
+    cfg!(feature = "failpoints")
+        && std::env::var("GPUHOST_TEST_ROOT_IS_SLURM_NODE").is_ok_and(|v| v == "1")
+}
+
+/// The Slurm reason of a reboot gpuhost asks for: `gpuhost: reboot to finish <why>`, without
+/// quotes or control characters, at most 160 characters.
+pub fn slurm_reason(reasons: &[String]) -> String {
+    let text = format!("gpuhost: reboot to finish {}", reasons.join("; "));
+    let clean: String = text
+        .chars()
+        .map(|c| if c == '"' || c.is_control() { ' ' } else { c })
+        .collect();
+    clean.chars().take(160).collect()
+}
+
+/// This host's Slurm node name: the profile's `reboot.slurm_node`, else `$SLURMD_NODENAME`,
+/// else the node whose NodeHostname is this host's short name (what slurmd registers as, when
+/// slurm.conf names nodes apart from their hosts), else the short host name.
+fn slurm_node(spec: &RebootSpec) -> Result<String> {
+    if let Some(n) = spec.slurm_node.as_deref().filter(|n| !n.is_empty()) {
+        return Ok(n.to_string());
+    }
+    if let Ok(n) = std::env::var("SLURMD_NODENAME") {
+        if !n.is_empty() {
+            return Ok(n);
+        }
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_err(|e| anyhow::anyhow!("cannot read the host name ({e}); set reboot.slurm_node"))?;
+    let short = host
+        .trim()
+        .split('.')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    if short.is_empty() {
+        return Err(anyhow::anyhow!(
+            "the host has no name; set reboot.slurm_node"
+        ));
+    }
+    let nodes = Cmd::new("scontrol")
+        .args(["show", "node", "--oneliner"])
+        .timeout(std::time::Duration::from_secs(15))
+        .run()?;
+    Ok(node_of_host(&nodes.stdout, &short).unwrap_or(short))
+}
+
+/// The NodeName whose NodeHostname is `host`, in `scontrol show node --oneliner`.
+fn node_of_host(scontrol: &str, host: &str) -> Option<String> {
+    scontrol.lines().find_map(|l| {
+        let field = |k: &str| l.split_whitespace().find_map(|f| f.strip_prefix(k));
+        (field("NodeHostname=") == Some(host)).then(|| field("NodeName=").map(str::to_string))?
     })
 }
 
@@ -216,6 +310,23 @@ mod tests {
     /// The arguments repeat the apply: with `--bundle` the bundle (an apply from a bundle has no
     /// profile of its own: `--profile` with nothing after it would be refused), every `--set`,
     /// the step selection.
+    #[test]
+    fn slurm_reason_names_gpuhost_and_why_in_one_clean_line() {
+        let r = slurm_reason(&["nouveau: \"nouveau\" is loaded\nnow".into()]);
+        assert_eq!(
+            r,
+            "gpuhost: reboot to finish nouveau:  nouveau  is loaded now"
+        );
+        assert!(slurm_reason(&["x".repeat(400)]).chars().count() == 160);
+    }
+
+    #[test]
+    fn the_node_of_this_host_is_found_by_its_node_hostname() {
+        let out = "NodeName=gpu-a17 Arch=x86_64 NodeHostname=hpc-node-17 NodeAddr=10.0.0.17 State=IDLE\nNodeName=gpu-a18 NodeHostname=hpc-node-18 State=IDLE\n";
+        assert_eq!(node_of_host(out, "hpc-node-18").as_deref(), Some("gpu-a18"));
+        assert_eq!(node_of_host(out, "elsewhere"), None);
+    }
+
     #[test]
     fn argv_repeats_the_apply() {
         let a = ResumeArgs {

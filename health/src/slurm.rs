@@ -43,6 +43,22 @@ impl NodeState {
             .any(|f| f == "DRAIN" || f == "DRAINED" || f == "DRAINING")
     }
 
+    /// DOWN: after `scontrol reboot … nextstate=DOWN`, the node stays down until someone resumes it.
+    pub fn down(&self) -> bool {
+        self.state.split('+').any(|f| f == "DOWN")
+    }
+
+    /// Down because gpuhost asked Slurm for a reboot (`apply` with `reboot.via = "slurm"`): the
+    /// health check decides when it goes back to work.
+    pub fn down_by_gpuhost(&self) -> bool {
+        self.down()
+            && !self.drained()
+            && self
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with(REASON_PREFIX))
+    }
+
     pub fn drained_by_gpuhost(&self) -> bool {
         self.drained()
             && self
@@ -136,9 +152,13 @@ pub fn decide(verdict: Severity, checks: &[Check], node: &NodeState) -> Action {
     let r = node.reason.clone().unwrap_or_default();
     match verdict {
         Severity::Critical if node.drained_by_gpuhost() => Action::AlreadyDrained(r),
+        // Back from gpuhost's reboot, unhealthy: it stays out, its reason now the check's.
+        Severity::Critical if node.down_by_gpuhost() => Action::Drained(reason(checks)),
         Severity::Critical if node.drained() => Action::LeftAdminDrain(r),
         Severity::Critical => Action::Drained(reason(checks)),
-        s if fleet::healthy(s) && node.drained_by_gpuhost() => Action::Resumed,
+        s if fleet::healthy(s) && (node.drained_by_gpuhost() || node.down_by_gpuhost()) => {
+            Action::Resumed
+        }
         s if fleet::healthy(s) && node.drained() => Action::LeftAdminDrain(r),
         _ => Action::Nothing,
     }

@@ -71,6 +71,37 @@ pub struct Profile {
     /// The Machine Owner Key DKMS signs the NVIDIA modules with ([`gpuhost_host::secureboot`]).
     #[serde(default)]
     pub secure_boot: SecureBootSpec,
+    /// How `apply --reboot` reboots the node when a change needs it.
+    #[serde(default)]
+    pub reboot: RebootSpec,
+}
+
+/// Who reboots the node (`apply --reboot`).
+#[derive(
+    Clone, Copy, Debug, Default, Serialize, Deserialize, schemars::JsonSchema, PartialEq, Eq,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum RebootVia {
+    /// gpuhost reboots the node itself, at once (`systemctl reboot`).
+    #[default]
+    Systemd,
+    /// Slurm reboots the node once its jobs have ended (`scontrol reboot ASAP`); the node stays
+    /// down after the boot until a healthy `gpuhost status --slurm` resumes it.
+    Slurm,
+}
+
+/// How the node is rebooted when a change needs it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RebootSpec {
+    /// `systemd` (gpuhost reboots at once) or `slurm` (Slurm drains the node, waits for its jobs,
+    /// reboots it; `--reboot-via` overrides).
+    #[serde(default)]
+    pub via: RebootVia,
+    /// The node's Slurm name (default: `$SLURMD_NODENAME`, else the Slurm node whose
+    /// NodeHostname is this host's short name, else that name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_node: Option<String>,
 }
 
 /// Module signing for Secure Boot. With Secure Boot on, a DKMS stream needs both keys: apply

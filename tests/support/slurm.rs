@@ -204,7 +204,8 @@ ResumeTimeout=300
             let _ = c.kill();
             let _ = c.wait();
         }
-        std::thread::sleep(Duration::from_millis(1500));
+        // slurmctld takes a boot time older than its reboot request (seconds) for no reboot.
+        std::thread::sleep(Duration::from_millis(2500));
         let up: f64 = std::fs::read_to_string("/proc/uptime")
             .unwrap()
             .split_whitespace()
@@ -212,8 +213,9 @@ ResumeTimeout=300
             .unwrap()
             .parse()
             .unwrap();
+        // The new boot time is less than a second ago.
         #[allow(clippy::cast_possible_truncation)]
-        let offset = -(up as i64 - 1);
+        let offset = -(up.ceil() as i64 - 1);
         let c = self.spawn_slurmd(node, Some(offset));
         self.slurmd[i].1 = Some(c);
     }

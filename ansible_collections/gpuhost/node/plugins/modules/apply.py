@@ -69,9 +69,10 @@ options:
       - V(never) reports C(reboot_required=true) and leaves the reboot to the play.
       - >-
         V(slurm) asks Slurm to reboot the node once its jobs have ended
-        (C(scontrol reboot ASAP nextstate=RESUME reason="gpuhost: ...")); gpuhost-resume.service
-        repeats the apply after the boot and the health gate decides whether the node goes back
-        to work. The task then returns C(reboot_scheduled=true).
+        (C(gpuhost apply --reboot --reboot-via slurm), which runs
+        C(scontrol reboot ASAP nextstate=DOWN reason="gpuhost: ...")); gpuhost-resume.service
+        repeats the apply after the boot and the node stays down until C(gpuhost status --slurm)
+        finds it healthy. The task then returns C(reboot_scheduled=true).
     type: str
     choices: [never, slurm]
     default: never
