@@ -162,7 +162,7 @@ pub fn schedule(
     next.save(host)?;
     host.systemctl().args(["enable", UNIT]).run()?;
     if slurm {
-        let node = slurm_node(spec)?;
+        let node = slurm_node(host, spec)?;
         let reason = slurm_reason(reasons);
         Cmd::new("scontrol")
             .args(["reboot", "ASAP", "nextstate=DOWN"])
@@ -219,7 +219,7 @@ pub fn slurm_reason(reasons: &[String]) -> String {
 /// This host's Slurm node name: the profile's `reboot.slurm_node`, else `$SLURMD_NODENAME`,
 /// else the node whose NodeHostname is this host's short name (what slurmd registers as, when
 /// slurm.conf names nodes apart from their hosts), else the short host name.
-fn slurm_node(spec: &RebootSpec) -> Result<String> {
+fn slurm_node(host: &Host, spec: &RebootSpec) -> Result<String> {
     if let Some(n) = spec.slurm_node.as_deref().filter(|n| !n.is_empty()) {
         return Ok(n.to_string());
     }
@@ -228,9 +228,10 @@ fn slurm_node(spec: &RebootSpec) -> Result<String> {
             return Ok(n);
         }
     }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_err(|e| anyhow::anyhow!("cannot read the host name ({e}); set reboot.slurm_node"))?;
-    let short = host
+    let name = host
+        .read_opt("/proc/sys/kernel/hostname")?
+        .ok_or_else(|| anyhow::anyhow!("cannot read the host name; set reboot.slurm_node"))?;
+    let short = name
         .trim()
         .split('.')
         .next()

@@ -181,7 +181,7 @@ ResumeTimeout=300
         let mut cmd = match boot_offset {
             Some(off) => {
                 let mut c = Command::new("unshare");
-                c.args(["--time", "--fork", "--boottime"])
+                c.args(["--time", "--fork", "--kill-child", "--boottime"])
                     .arg(off.to_string())
                     .arg("slurmd");
                 c
