@@ -82,7 +82,8 @@ fn run(root: &Root, cmd: &str, profile: &str, rpm: &str, extra: &[&str]) -> (i32
     (code(&o), report(&o))
 }
 
-/// A node: an install root with two H200s, and on HGX an NVSwitch on PCI.
+/// A node: an install root with two H100 SXMs (the chain starts at R535, which drives the H100
+/// but not the H200: NVIDIA lists the H200 from R550), and on HGX an NVSwitch on PCI.
 struct Node {
     root: Root,
     profile: &'static str,
@@ -266,7 +267,7 @@ fn the_branch_chain_up_and_down_converges_at_each_step(
     }
 }
 
-/// HGX H200, 570 → 580: `plan` lists every package that goes and every package that comes and
+/// HGX H100, 570 → 580: `plan` lists every package that goes and every package that comes and
 /// changes nothing; `apply` changes the driver, Fabric Manager and NSCQ under their R580 names
 /// and the locks in one go.
 #[test]
@@ -491,4 +492,64 @@ fn kill_9_inside_the_driver_change_then_apply_converges() {
     assert!(rc == 0, "after kill -9: {rep:#}");
     node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
     node.assert_stays(CUDA_LOCAL_EL9_13_0);
+}
+
+/// `gpuhost rollback` goes back to the driver of the converged apply before the last one, in
+/// the same one transaction; with nothing to go back to, or the earlier package file gone, it
+/// refuses before anything changes (exit 2).
+#[test]
+fn rollback_returns_to_the_previous_converged_driver() {
+    let node = Node::new(Os::Ol9, "ol9-uek", UEK9, true);
+    let rollback = |extra: &[&str]| {
+        let mut a = vec!["rollback", "--format", "json"];
+        a.extend_from_slice(extra);
+        let o = node.root.gpuhost(&a);
+        (code(&o), report(&o), stderr(&o))
+    };
+    // A copy of the 570 package that can be taken away later.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let copy = dir.path().join(DRIVER_LOCAL_EL9_570);
+    std::fs::copy(local(DRIVER_LOCAL_EL9_570), &copy).unwrap_or_else(|e| panic!("{e}"));
+    let set570 = format!("driver.local_repo_rpm={}", copy.display());
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &["--set", &set570]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let (rc, _, err) = rollback(&[]);
+    assert_eq!(rc, 2, "one driver only: nothing to roll back to: {err}");
+    assert!(err.contains("nothing to roll back to"), "{err}");
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
+    // --dry-run: the plan of the rollback, nothing changed.
+    let rpmdb = node.root.rpmdb_snapshot();
+    let (rc, rep, err) = rollback(&["--dry-run"]);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    assert!(err.contains("580.82.07 → 570.124.06"), "{err}");
+    assert!(
+        step(&rep, "driver-repo")["changes"]
+            .to_string()
+            .contains("nvidia-fabric-manager-570.124.06"),
+        "{rep:#}"
+    );
+    assert_eq!(
+        node.root.rpmdb_snapshot(),
+        rpmdb,
+        "a dry run changed the rpm database"
+    );
+    let (rc, rep, err) = rollback(&[]);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    node.assert_on("570.124.06", DRIVER_LOCAL_EL9_570);
+    // Back again (the journal's last two drivers), then the earlier file is gone: refused.
+    let (rc, rep, err) = rollback(&[]);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
+    std::fs::remove_file(&copy).unwrap_or_else(|e| panic!("{e}"));
+    let rpmdb = node.root.rpmdb_snapshot();
+    let (rc, _, err) = rollback(&[]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(
+        err.contains("no longer there") && err.contains(&copy.display().to_string()),
+        "{err}"
+    );
+    assert_eq!(node.root.rpmdb_snapshot(), rpmdb);
+    node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
 }

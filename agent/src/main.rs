@@ -61,6 +61,11 @@ enum Command {
     /// gpuhost-resume.service after boot).
     #[command(after_help = EXIT_CODES)]
     Resume(ResumeArgs),
+    /// Go back to the driver of the converged apply before the last one (from the journal):
+    /// the last apply again, with that apply's local repo package replacing the installed one,
+    /// in one all-or-nothing dnf transaction.
+    #[command(after_help = EXIT_CODES)]
+    Rollback(RollbackArgs),
     /// Write every package a profile installs, with all dependencies resolved against a clean
     /// target, as one verified offline repo (for `apply --bundle` on air-gapped hosts).
     #[command(after_help = EXIT_CODES)]
@@ -203,6 +208,19 @@ struct ResumeArgs {
 }
 
 #[derive(clap::Args, Debug)]
+struct RollbackArgs {
+    /// The install root to roll back.
+    #[arg(long, default_value = "/")]
+    root: PathBuf,
+    /// Show what the rollback would change, changing nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Report format on stdout.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+}
+
+#[derive(clap::Args, Debug)]
 struct BundleArgs {
     /// A built-in profile (ol8-uek, ol8-rhck, ol9-uek, ol9-rhck) or a path to a .toml file.
     #[arg(long)]
@@ -278,6 +296,10 @@ fn main() -> ExitCode {
         Command::Apply(a) => run_apply(&apply_options(a, a.dry_run), a.format),
         Command::Plan(a) => run_apply(&apply_options(a, true), a.format),
         Command::Resume(r) => match resume_options(r) {
+            Ok(opts) => run_apply(&opts, r.format),
+            Err(e) => output::error(r.format == Format::Json, &e),
+        },
+        Command::Rollback(r) => match rollback_options(r) {
             Ok(opts) => run_apply(&opts, r.format),
             Err(e) => output::error(r.format == Format::Json, &e),
         },
@@ -371,6 +393,19 @@ fn kernel_added_options(k: &KernelAddedArgs) -> Result<Option<ApplyOptions>> {
         a.profile
     );
     Ok(Some(recorded_options(a, k.root.clone(), false)))
+}
+
+/// The apply that rolls the driver back ([`gpuhost_engine::rollback`]).
+fn rollback_options(r: &RollbackArgs) -> Result<ApplyOptions> {
+    let host = Host::new(&r.root)?;
+    let rb = gpuhost_engine::rollback::plan(&host)?;
+    eprintln!(
+        "gpuhost rollback: driver {} → {} ({})",
+        rb.from.version, rb.to.version, rb.to.local_repo_rpm
+    );
+    let mut opts = recorded_options(rb.args, r.root.clone(), false);
+    opts.dry_run = r.dry_run;
+    Ok(opts)
 }
 
 /// Apply options from a recorded apply (`last-apply.json`, `resume.json`): the same profile,

@@ -73,6 +73,10 @@ impl ApplyOptions {
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub gpuhost_version: &'static str,
+    /// The driver this run manages: its local repo package and version (what `gpuhost
+    /// rollback` goes back to, from the journal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driver: Option<crate::rollback::DriverRecord>,
     pub command: &'static str,
     pub profile: String,
     pub root: String,
@@ -471,6 +475,10 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     }
     let mut report = Report {
         gpuhost_version: env!("CARGO_PKG_VERSION"),
+        driver: driver.as_ref().map(|d| crate::rollback::DriverRecord {
+            local_repo_rpm: d.path.display().to_string(),
+            version: d.repo.driver.clone(),
+        }),
         command: if opts.dry_run { "plan" } else { "apply" },
         profile: profile.name.clone(),
         root: host.root().display().to_string(),

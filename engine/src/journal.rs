@@ -62,6 +62,15 @@ pub fn preflight(host: &Host) -> Result<Vec<String>> {
     Ok(warnings)
 }
 
+/// The journal's runs, oldest first; an error (exit 2) naming the file when it is not a journal.
+pub fn runs(host: &Host) -> Result<Vec<serde_json::Value>> {
+    read_journal(host).map_err(|why| {
+        gpuhost_host::invalid!(
+            "{JOURNAL_PATH} is not gpuhost's journal: {why}; move it aside (the next apply starts a new one)"
+        )
+    })
+}
+
 /// Append a run's report to the journal (the last runs, newest last), atomically.
 pub fn journal_append(host: &Host, run: serde_json::Value) -> Result<()> {
     let mut runs = match read_journal(host) {

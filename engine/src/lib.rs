@@ -7,6 +7,7 @@
 //!   run, the report;
 //! - [`lock`], [`journal`]: two applies never interleave; the last runs' reports;
 //! - [`reboot`], [`bootguard`]: reboots as a state, and the kernel guard;
+//! - [`rollback`]: back to the driver of the converged apply before the last one;
 //! - [`bundle`]: offline bundles, built and verified.
 
 pub mod apply;
@@ -15,4 +16,5 @@ pub mod bundle;
 pub mod journal;
 pub mod lock;
 pub mod reboot;
+pub mod rollback;
 pub mod runner;

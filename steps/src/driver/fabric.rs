@@ -51,8 +51,8 @@ impl Step for FabricManager {
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
-        if super::change::pending(ctx)? {
-            return Ok(Check::in_sync(super::change::IN_SWAP));
+        if super::installed::pending(ctx)? {
+            return Ok(Check::in_sync(super::installed::IN_SWAP));
         }
         let drv = driver_version(ctx)?.driver;
         let pkg = package_for(&drv);

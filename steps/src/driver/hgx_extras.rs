@@ -69,8 +69,8 @@ impl Step for HgxExtras {
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
-        if super::change::pending(ctx)? {
-            return Ok(Check::in_sync(super::change::IN_SWAP));
+        if super::installed::pending(ctx)? {
+            return Ok(Check::in_sync(super::installed::IN_SWAP));
         }
         let drv = plan(ctx)?.repo.driver.clone();
         let extras = wanted(ctx)?;

@@ -26,6 +26,7 @@ pub(crate) mod build_deps;
 pub(crate) mod change;
 pub(crate) mod fabric;
 pub(crate) mod hgx_extras;
+pub(crate) mod installed;
 pub(crate) mod kmod;
 pub(crate) mod locks;
 pub(crate) mod module;

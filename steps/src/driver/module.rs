@@ -199,8 +199,8 @@ impl Step for Driver {
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
-        if super::change::pending(ctx)? {
-            return Ok(Check::in_sync(super::change::IN_SWAP));
+        if super::installed::pending(ctx)? {
+            return Ok(Check::in_sync(super::installed::IN_SWAP));
         }
         let plan = plan(ctx)?;
         let repo = &plan.repo;

@@ -13,7 +13,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::change::{duplicates, family_in_repo, other_repos, plan_swap, present_local_repos};
+use super::change::plan_swap;
+use super::installed::{duplicates, family_in_repo, other_repos, present_local_repos};
 use super::{host_arch, LocalRepoFile, NO_DRIVER};
 use crate::step::{Change, Check, Ctx, Install, Step, Work};
 use gpuhost_host::cmd::Cmd;
