@@ -31,8 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use gpuhost_host::host::Host;
 
-use crate::nvml::GpuFixed;
-use crate::snapshot::{CudaCheck, GpuSnapshot, InfoRom, NvmlProbe, Reading};
+use crate::snapshot::{CudaCheck, GpuSnapshot, GspFirmware, InfoRom, NvmlProbe, Reading};
 
 /// The cache file in the run directory.
 pub const FILE: &str = "boot-cache.json";
@@ -311,6 +310,85 @@ impl Store {
             self.keep_gpu(g);
         }
         self.save();
+    }
+}
+
+/// A GPU's fields that cannot change while NVML stays initialised: identity (name, UUID, PCI
+/// bus id, brand, architecture, compute capability, minor number), firmware (VBIOS, GSP mode
+/// and version), and limits set by the board (temperature slowdown and shutdown thresholds,
+/// default power limit, maximum PCIe generation and width). Everything that can change —
+/// temperatures, ECC counters and mode, retired pages, remapped rows, clocks events, power,
+/// memory used, the current PCIe link, persistence, MIG mode, NVLink, fabric, the PCIe replay
+/// counter, the recovery action — is read at every sweep.
+///
+/// Each field is kept once it answered (a value, or NOT_SUPPORTED); one that failed (a GPU
+/// lost, a call that timed out) is read again at the next sweep.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GpuFixed {
+    pub name: Option<Reading<String>>,
+    pub uuid: Option<Reading<String>>,
+    pub pci_bus_id: Option<Reading<String>>,
+    pub brand: Option<Reading<u32>>,
+    pub compute_capability: Option<Reading<String>>,
+    pub temperature_slowdown_c: Option<Reading<u32>>,
+    pub temperature_shutdown_c: Option<Reading<u32>>,
+    pub power_limit_default_mw: Option<Reading<u32>>,
+    pub pcie_gen_max: Option<Reading<u32>>,
+    pub pcie_width_max: Option<Reading<u32>>,
+    pub architecture: Option<Reading<String>>,
+    pub minor_number: Option<Reading<u32>>,
+    pub vbios_version: Option<Reading<String>>,
+    pub gsp_firmware: Option<Reading<GspFirmware>>,
+}
+
+fn keep_one<T: Clone>(kept: &mut Option<Reading<T>>, r: &Reading<T>) {
+    if kept.is_none() && !matches!(r, Reading::Error(_)) {
+        *kept = Some(r.clone());
+    }
+}
+
+fn apply_one<T: Clone>(kept: &Option<Reading<T>>, r: &mut Reading<T>) {
+    if let Some(k) = kept {
+        *r = k.clone();
+    }
+}
+
+impl GpuFixed {
+    /// Keep `g`'s fixed fields that answered and are not kept yet.
+    pub fn keep(&mut self, g: &GpuSnapshot) {
+        keep_one(&mut self.name, &g.name);
+        keep_one(&mut self.uuid, &g.uuid);
+        keep_one(&mut self.pci_bus_id, &g.pci_bus_id);
+        keep_one(&mut self.brand, &g.brand);
+        keep_one(&mut self.compute_capability, &g.compute_capability);
+        keep_one(&mut self.temperature_slowdown_c, &g.temperature_slowdown_c);
+        keep_one(&mut self.temperature_shutdown_c, &g.temperature_shutdown_c);
+        keep_one(&mut self.power_limit_default_mw, &g.power_limit_default_mw);
+        keep_one(&mut self.pcie_gen_max, &g.pcie_gen_max);
+        keep_one(&mut self.pcie_width_max, &g.pcie_width_max);
+        keep_one(&mut self.architecture, &g.architecture);
+        keep_one(&mut self.minor_number, &g.minor_number);
+        keep_one(&mut self.vbios_version, &g.vbios_version);
+        keep_one(&mut self.gsp_firmware, &g.gsp_firmware);
+    }
+
+    /// Put the kept fields into `g`, and mark it so when there were any.
+    pub fn apply(&self, g: &mut GpuSnapshot) {
+        apply_one(&self.name, &mut g.name);
+        apply_one(&self.uuid, &mut g.uuid);
+        apply_one(&self.pci_bus_id, &mut g.pci_bus_id);
+        apply_one(&self.brand, &mut g.brand);
+        apply_one(&self.compute_capability, &mut g.compute_capability);
+        apply_one(&self.temperature_slowdown_c, &mut g.temperature_slowdown_c);
+        apply_one(&self.temperature_shutdown_c, &mut g.temperature_shutdown_c);
+        apply_one(&self.power_limit_default_mw, &mut g.power_limit_default_mw);
+        apply_one(&self.pcie_gen_max, &mut g.pcie_gen_max);
+        apply_one(&self.pcie_width_max, &mut g.pcie_width_max);
+        apply_one(&self.architecture, &mut g.architecture);
+        apply_one(&self.minor_number, &mut g.minor_number);
+        apply_one(&self.vbios_version, &mut g.vbios_version);
+        apply_one(&self.gsp_firmware, &mut g.gsp_firmware);
+        g.fixed_kept = *self != GpuFixed::default();
     }
 }
 
