@@ -133,31 +133,6 @@ pub fn choose(
         .filter(|g| kind_of_hex(&g.device_id).is_none())
         .map(|g| format!("{} (10de:{})", g.address, g.device_id))
         .collect();
-    let stream_flavour = stream.map(flavour_of_stream);
-
-    // The profile's explicit choice, and whether the two ways of saying it agree.
-    let explicit = match (setting, stream_flavour) {
-        (FlavourSetting::Auto, None) => None,
-        (FlavourSetting::Auto, Some(f)) => {
-            Some((f, format!("driver.stream = {}", stream.unwrap_or_default())))
-        }
-        (s, sf) => {
-            let f = match s {
-                FlavourSetting::Open => ModuleFlavour::Open,
-                _ => ModuleFlavour::Proprietary,
-            };
-            if let (Some(sf), Some(st)) = (sf, stream) {
-                if sf != f {
-                    return Err(invalid!(
-                        "driver.flavour = \"{f}\" but driver.stream = \"{st}\" carries the {sf} modules; set driver.stream = \"{}\" or driver.flavour = \"{sf}\"",
-                        stream_for(st, f)
-                    ));
-                }
-            }
-            Some((f, format!("driver.flavour = \"{f}\"")))
-        }
-    };
-
     let needs_proprietary: Vec<&(&PciGpu, GpuKind)> =
         known.iter().filter(|(_, k)| !k.open_supported()).collect();
     let needs_open: Vec<&(&PciGpu, GpuKind)> = known
@@ -165,42 +140,9 @@ pub fn choose(
         .filter(|(_, k)| !k.proprietary_supported())
         .collect();
 
-    let (flavour, why) = match &explicit {
-        Some((f, said)) => (*f, said.clone()),
-        None => {
-            if let (Some((pg, pk)), Some((og, ok))) =
-                (needs_proprietary.first(), needs_open.first())
-            {
-                return Err(invalid!(
-                    "no NVIDIA kernel module flavour drives both {} {} (proprietary only) and {} {} (open only); one host cannot serve both GPUs",
-                    pg.address,
-                    pk.describe(),
-                    og.address,
-                    ok.describe()
-                ));
-            }
-            if !needs_proprietary.is_empty() {
-                (
-                    ModuleFlavour::Proprietary,
-                    "open modules need Turing or newer".to_string(),
-                )
-            } else if !known.is_empty() {
-                (
-                    ModuleFlavour::Open,
-                    "NVIDIA's recommendation from Turing on".to_string(),
-                )
-            } else if gpus.is_empty() {
-                (
-                    ModuleFlavour::Open,
-                    "no NVIDIA GPU on PCI (an image build?): NVIDIA's default since R560; set driver.flavour to choose".to_string(),
-                )
-            } else {
-                (
-                    ModuleFlavour::Open,
-                    "no GPU gpuhost knows: NVIDIA's default since R560; set driver.flavour to choose".to_string(),
-                )
-            }
-        }
+    let (flavour, why) = match explicit_choice(setting, stream)? {
+        Some(said) => said,
+        None => for_the_gpus(gpus, &known, &needs_proprietary, &needs_open)?,
     };
 
     // Refuse what cannot drive a GPU on PCI, naming it and the stream to use.
@@ -212,22 +154,7 @@ pub fn choose(
         .map(str::to_string)
         .unwrap_or_else(|| default_stream(flavour).to_string());
     if let Some((g, k)) = misfit {
-        let other = match flavour {
-            ModuleFlavour::Open => ModuleFlavour::Proprietary,
-            ModuleFlavour::Proprietary => ModuleFlavour::Open,
-        };
-        let cannot = match flavour {
-            ModuleFlavour::Open => "the open modules drive Turing and newer only",
-            ModuleFlavour::Proprietary => {
-                "the proprietary modules do not drive Blackwell or Grace superchips"
-            }
-        };
-        return Err(invalid!(
-            "{} {} cannot be driven by the {flavour} kernel modules of nvidia-driver:{chosen_stream} ({why}): {cannot}; use driver.stream = \"{}\"",
-            g.address,
-            k.describe(),
-            stream_for(&chosen_stream, other)
-        ));
+        return Err(misfit_error(flavour, g, k, &chosen_stream, &why));
     }
     if flavour == ModuleFlavour::Open && branch > 0 && branch < OPEN_SINCE_BRANCH {
         return Err(invalid!(
@@ -252,6 +179,102 @@ pub fn choose(
         stream: chosen_stream,
         explanation,
     })
+}
+
+/// The profile's explicit choice (`driver.flavour`, or the flavour `driver.stream` carries),
+/// with what said it; refused when the two ways of saying it disagree.
+fn explicit_choice(
+    setting: FlavourSetting,
+    stream: Option<&str>,
+) -> anyhow::Result<Option<(ModuleFlavour, String)>> {
+    let stream_flavour = stream.map(flavour_of_stream);
+    Ok(match (setting, stream_flavour) {
+        (FlavourSetting::Auto, None) => None,
+        (FlavourSetting::Auto, Some(f)) => {
+            Some((f, format!("driver.stream = {}", stream.unwrap_or_default())))
+        }
+        (s, sf) => {
+            let f = match s {
+                FlavourSetting::Open => ModuleFlavour::Open,
+                _ => ModuleFlavour::Proprietary,
+            };
+            if let (Some(sf), Some(st)) = (sf, stream) {
+                if sf != f {
+                    return Err(invalid!(
+                        "driver.flavour = \"{f}\" but driver.stream = \"{st}\" carries the {sf} modules; set driver.stream = \"{}\" or driver.flavour = \"{sf}\"",
+                        stream_for(st, f)
+                    ));
+                }
+            }
+            Some((f, format!("driver.flavour = \"{f}\"")))
+        }
+    })
+}
+
+/// No explicit choice: the flavour the GPUs on PCI need (refused when they need both), else
+/// NVIDIA's default, with why.
+fn for_the_gpus(
+    gpus: &[PciGpu],
+    known: &[(&PciGpu, GpuKind)],
+    needs_proprietary: &[&(&PciGpu, GpuKind)],
+    needs_open: &[&(&PciGpu, GpuKind)],
+) -> anyhow::Result<(ModuleFlavour, String)> {
+    if let (Some((pg, pk)), Some((og, ok))) = (needs_proprietary.first(), needs_open.first()) {
+        return Err(invalid!(
+            "no NVIDIA kernel module flavour drives both {} {} (proprietary only) and {} {} (open only); one host cannot serve both GPUs",
+            pg.address,
+            pk.describe(),
+            og.address,
+            ok.describe()
+        ));
+    }
+    Ok(if !needs_proprietary.is_empty() {
+        (
+            ModuleFlavour::Proprietary,
+            "open modules need Turing or newer".to_string(),
+        )
+    } else if !known.is_empty() {
+        (
+            ModuleFlavour::Open,
+            "NVIDIA's recommendation from Turing on".to_string(),
+        )
+    } else if gpus.is_empty() {
+        (
+            ModuleFlavour::Open,
+            "no NVIDIA GPU on PCI (an image build?): NVIDIA's default since R560; set driver.flavour to choose".to_string(),
+        )
+    } else {
+        (
+            ModuleFlavour::Open,
+            "no GPU gpuhost knows: NVIDIA's default since R560; set driver.flavour to choose".to_string(),
+        )
+    })
+}
+
+/// GPU `g` cannot be driven by `flavour`'s modules: the refusal, naming the stream to use.
+fn misfit_error(
+    flavour: ModuleFlavour,
+    g: &PciGpu,
+    k: &GpuKind,
+    chosen_stream: &str,
+    why: &str,
+) -> anyhow::Error {
+    let other = match flavour {
+        ModuleFlavour::Open => ModuleFlavour::Proprietary,
+        ModuleFlavour::Proprietary => ModuleFlavour::Open,
+    };
+    let cannot = match flavour {
+        ModuleFlavour::Open => "the open modules drive Turing and newer only",
+        ModuleFlavour::Proprietary => {
+            "the proprietary modules do not drive Blackwell or Grace superchips"
+        }
+    };
+    invalid!(
+        "{} {} cannot be driven by the {flavour} kernel modules of nvidia-driver:{chosen_stream} ({why}): {cannot}; use driver.stream = \"{}\"",
+        g.address,
+        k.describe(),
+        stream_for(chosen_stream, other)
+    )
 }
 
 #[cfg(test)]

@@ -76,16 +76,128 @@ pub struct BuildReport {
     pub duration_ms: u64,
 }
 
+/// `--out` with its parent directory and name, and `<out>.tar` when `--tar` asks for it.
+struct Destination {
+    out: PathBuf,
+    parent: PathBuf,
+    name: String,
+    tarball: Option<PathBuf>,
+}
+
 /// Build a bundle. Invalid input (exit 2) leaves nothing behind; a failure leaves nothing at
 /// `--out` either (the bundle is assembled next to it and renamed into place at the end).
 pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     let start = Instant::now();
     let mut profile = Profile::resolve(&opts.profile, &opts.sets)?;
+    let dest = check_request(opts, &profile)?;
+    let major = profile.os.major;
+    // The scratch root and the bundle being assembled, next to --out (same filesystem).
+    let work = TempDir::under(&dest.parent, &format!(".{}.gpuhost", dest.name))?;
+    let staging = work.path().join(&dest.name);
+    let scratch_dir = work.path().join("root");
+    let (source, root_facts) = seed_scratch(opts, &profile, &scratch_dir)?;
+    let mut scratch = Host::new(&scratch_dir)?;
+    scratch.set_releasever(major.to_string());
+    scratch.rpm().arg("--initdb").run()?;
+    let dirs = profile_dirs(&profile);
+    link_file_urls(&scratch, &source, &dirs)?;
+    let facts = target_facts(opts, &scratch, &profile, root_facts)?;
+    // The kernel module flavour is chosen here, for the target's GPUs (none on a clean OS: the
+    // open modules, or the profile's driver.flavour), and pinned in the bundle's profile: the
+    // bundle carries that stream only, so a host whose GPUs it cannot drive is refused at
+    // apply (exit 2, naming the GPU), not failed in the middle of a transaction.
+    let driver = gpuhost_steps::driver::resolve(&profile, &facts)?;
+    if let Some(d) = &driver {
+        profile.driver.stream = Some(d.choice.stream.clone());
+    }
+    let kernels = facts.kernels_to_serve();
+    let pkgdir = staging.join("repo").join("Packages");
+    std::fs::create_dir_all(&pkgdir).with_context(|| format!("creating {}", pkgdir.display()))?;
+
+    let planned = settle(
+        &scratch,
+        &profile,
+        &facts,
+        driver.as_ref(),
+        &source,
+        &dirs,
+        &pkgdir,
+    )?;
+    let driver_repo_rpm = copy_local_files(&planned.local_files, &staging, &pkgdir)?;
+
+    let rpms = rpm_files(&pkgdir)?;
+    let nevras = nevras_of(&rpms)?;
+    Cmd::new("createrepo_c")
+        .args(["--quiet", "--no-database"])
+        .arg(staging.join("repo"))
+        .run()
+        .map_err(|e| tool_missing(e, "createrepo_c", "createrepo_c"))?;
+    // The scratch root's repo configuration, as the plan left it.
+    let repos = RepoConfig::read(&scratch)?;
+    let modules = write_module_metadata(
+        &scratch,
+        &repos,
+        &nevras,
+        &planned.modules,
+        work.path(),
+        &staging,
+    )?;
+    let (gpgcheck, gpgkeys) = signatures(&scratch, &repos, &nevras, &staging)?;
+
+    let profile_toml = profile.to_toml()?;
+    std::fs::write(staging.join("profile.toml"), profile_toml)?;
+    let files = manifest::list_files(&staging)?;
+    let m = Manifest {
+        format: FORMAT,
+        gpuhost_version: env!("CARGO_PKG_VERSION").to_string(),
+        created_at: fsutil::rfc3339(fsutil::unix_now()),
+        profile: profile.name.clone(),
+        os_major: major,
+        arch: gpuhost_steps::driver::host_arch().to_string(),
+        flavour: profile.kernel.flavour,
+        kernels: kernels.clone(),
+        fabric_manager: !facts.nvswitches.is_empty(),
+        driver_repo_rpm,
+        gpgcheck,
+        gpgkeys: gpgkeys.clone(),
+        packages: nevras.clone(),
+        modules: modules.clone(),
+        plan: planned.plan.clone(),
+        files: manifest::entries(&staging, &files)?,
+    };
+    let text = serde_json::to_vec_pretty(&m)?;
+    fsutil::write_atomic(&staging.join(MANIFEST), &text, 0o644)?;
+    let manifest_sha256 = fsutil::sha256_hex(&text);
+
+    let tar_bytes = publish(&dest, &staging)?;
+    Ok(BuildReport {
+        out: dest.out.display().to_string(),
+        tarball: dest.tarball.map(|t| t.display().to_string()),
+        tar_bytes,
+        profile: profile.name.clone(),
+        os_major: major,
+        kernels,
+        fabric_manager: m.fabric_manager,
+        packages: nevras.len(),
+        bytes: m.bytes(),
+        modules,
+        gpgcheck,
+        gpgkeys,
+        plan: planned.plan,
+        manifest_sha256,
+        duration_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+/// The request checked before anything is written: the kernel release, the driver package,
+/// root, `--out` (a new or empty directory in an existing one), `--tar`'s file, and `--os`
+/// against the profile's OS.
+fn check_request(opts: &BuildOptions, profile: &Profile) -> Result<Destination> {
     if let Some(k) = &opts.kernel_release {
         crate::apply::check_kernel_release(k)?;
     }
     let driver_steps = gpuhost_steps::steps_needing_package(&Selection::default());
-    gpuhost_steps::driver::require_package(&profile, &driver_steps)?;
+    gpuhost_steps::driver::require_package(profile, &driver_steps)?;
     if !crate::apply::is_root() {
         return Err(invalid!(
             "gpuhost bundle resolves the packages with dnf in a scratch install root and must run as root"
@@ -134,10 +246,22 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
             ));
         }
     }
-    // The scratch root and the bundle being assembled, next to --out (same filesystem).
-    let work = TempDir::under(&parent, &format!(".{name}.gpuhost"))?;
-    let staging = work.path().join(&name);
-    let scratch_dir = work.path().join("root");
+    Ok(Destination {
+        out,
+        parent,
+        name,
+        tarball,
+    })
+}
+
+/// The scratch root's skeleton, seeded from the target: a copy of its root (whose facts are
+/// gathered and preflighted here) or a clean OS. Returns the host the repo files' `file://`
+/// paths are read on, and the root's facts.
+fn seed_scratch(
+    opts: &BuildOptions,
+    profile: &Profile,
+    scratch_dir: &Path,
+) -> Result<(Host, Option<Facts>)> {
     for d in [
         "etc/yum.repos.d",
         "etc/dnf",
@@ -149,7 +273,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         std::fs::create_dir_all(scratch_dir.join(d))
             .with_context(|| format!("creating {}", scratch_dir.join(d).display()))?;
     }
-    let (source, root_facts) = match &opts.target {
+    match &opts.target {
         Target::Root(r) => {
             let source = Host::new(r)?;
             let facts = Facts::gather(
@@ -159,24 +283,29 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
                     flavour: Some(profile.kernel.flavour),
                 },
             )?;
-            crate::apply::preflight(&source, &profile, &facts, opts.kernel_release.is_some())?;
-            seed_from_root(&source, &scratch_dir)?;
-            (source, Some(facts))
+            crate::apply::preflight(&source, profile, &facts, opts.kernel_release.is_some())?;
+            seed_from_root(&source, scratch_dir)?;
+            Ok((source, Some(facts)))
         }
         Target::Os { repos, .. } => {
-            seed_clean(&scratch_dir, major, repos.as_deref())?;
+            seed_clean(scratch_dir, profile.os.major, repos.as_deref())?;
             // The repo files of --repos name paths of this machine.
-            (Host::new(Path::new("/"))?, None)
+            Ok((Host::new(Path::new("/"))?, None))
         }
-    };
-    let mut scratch = Host::new(&scratch_dir)?;
-    scratch.set_releasever(major.to_string());
-    scratch.rpm().arg("--initdb").run()?;
-    let dirs = profile_dirs(&profile);
-    link_file_urls(&scratch, &source, &dirs)?;
+    }
+}
+
+/// The facts the plan is made for: the root's, or a clean target's; with an NVSwitch when
+/// `--fabric-manager` asks for one the facts lack.
+fn target_facts(
+    opts: &BuildOptions,
+    scratch: &Host,
+    profile: &Profile,
+    root_facts: Option<Facts>,
+) -> Result<Facts> {
     let mut facts = match root_facts {
         Some(f) => f,
-        None => clean_facts(&scratch, &profile, opts.kernel_release.as_deref())?,
+        None => clean_facts(scratch, profile, opts.kernel_release.as_deref())?,
     };
     if opts.fabric_manager && facts.nvswitches.is_empty() {
         facts.nvswitches.push(PciDevice {
@@ -186,31 +315,18 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
             kind: None,
         });
     }
-    // The kernel module flavour is chosen here, for the target's GPUs (none on a clean OS: the
-    // open modules, or the profile's driver.flavour), and pinned in the bundle's profile: the
-    // bundle carries that stream only, so a host whose GPUs it cannot drive is refused at
-    // apply (exit 2, naming the GPU), not failed in the middle of a transaction.
-    let driver = gpuhost_steps::driver::resolve(&profile, &facts)?;
-    if let Some(d) = &driver {
-        profile.driver.stream = Some(d.choice.stream.clone());
-    }
-    let kernels = facts.kernels_to_serve();
-    let pkgdir = staging.join("repo").join("Packages");
-    std::fs::create_dir_all(&pkgdir).with_context(|| format!("creating {}", pkgdir.display()))?;
+    Ok(facts)
+}
 
-    let planned = settle(
-        &scratch,
-        &profile,
-        &facts,
-        driver.as_ref(),
-        &source,
-        &dirs,
-        &pkgdir,
-    )?;
-
-    // NVIDIA's local repo package: installed by path, as online.
+/// NVIDIA's local repo package: installed by path, as online, so it is copied to `driver/`
+/// (and out of the repo). Returns its path in the bundle.
+fn copy_local_files(
+    local_files: &[PathBuf],
+    staging: &Path,
+    pkgdir: &Path,
+) -> Result<Option<String>> {
     let mut driver_repo_rpm = None;
-    for f in &planned.local_files {
+    for f in local_files {
         let file_name = f
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -222,22 +338,24 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         let _ = std::fs::remove_file(pkgdir.join(&file_name));
         driver_repo_rpm = Some(format!("driver/{file_name}"));
     }
+    Ok(driver_repo_rpm)
+}
 
-    let rpms = rpm_files(&pkgdir)?;
-    let nevras = nevras_of(&rpms)?;
+/// Module metadata: the source repos' documents, filtered to what the bundle carries, added
+/// to the bundle's repo. Every stream the plan installs must be among them. Returns the
+/// streams the bundle carries.
+fn write_module_metadata(
+    scratch: &Host,
+    repos: &RepoConfig,
+    nevras: &[String],
+    wanted: &Wanted,
+    work: &Path,
+    staging: &Path,
+) -> Result<Vec<String>> {
     let nevra_set: BTreeSet<String> = nevras.iter().cloned().collect();
-    Cmd::new("createrepo_c")
-        .args(["--quiet", "--no-database"])
-        .arg(staging.join("repo"))
-        .run()
-        .map_err(|e| tool_missing(e, "createrepo_c", "createrepo_c"))?;
-
-    // Module metadata: the source repos' documents, filtered to what the bundle carries.
-    // The scratch root's repo configuration, as the plan left it.
-    let repos = RepoConfig::read(&scratch)?;
-    let docs = module_docs(&scratch, &repos)?;
-    let kept = modulemd::keep(&docs, &nevra_set, &planned.modules);
-    for (module, streams) in &planned.modules.streams {
+    let docs = module_docs(scratch, repos)?;
+    let kept = modulemd::keep(&docs, &nevra_set, wanted);
+    for (module, streams) in &wanted.streams {
         for s in streams {
             let found = kept.iter().any(|d| {
                 d.kind == "modulemd" && &d.module == module && d.stream.as_deref() == Some(s)
@@ -252,7 +370,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     let modules = modulemd::streams_of(&kept);
     if !kept.is_empty() {
         let yaml: String = kept.iter().map(|d| d.text.as_str()).collect();
-        let file = work.path().join("modules.yaml");
+        let file = work.join("modules.yaml");
         std::fs::write(&file, yaml).with_context(|| format!("writing {}", file.display()))?;
         Cmd::new("modifyrepo_c")
             .arg("--mdtype=modules")
@@ -261,9 +379,18 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
             .run()
             .map_err(|e| tool_missing(e, "modifyrepo_c", "createrepo_c"))?;
     }
+    Ok(modules)
+}
 
-    // Signatures: checked offline when every repo the packages came from checked them.
-    let origins = origins(&scratch)?;
+/// Signatures: checked offline when every repo the packages came from checked them. Returns
+/// whether they are, and the keys copied to `keys/`.
+fn signatures(
+    scratch: &Host,
+    repos: &RepoConfig,
+    nevras: &[String],
+    staging: &Path,
+) -> Result<(bool, Vec<String>)> {
+    let origins = origins(scratch)?;
     let used: BTreeSet<&str> = nevras
         .iter()
         .filter_map(|n| origins.get(n).map(String::as_str))
@@ -274,76 +401,44 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
                 .get(id)
                 .is_some_and(|r| r.gpgcheck && !r.gpgkeys.is_empty())
         });
-    let gpgkeys = copy_keys(&scratch, &repos, &used, &staging.join("keys"))?;
+    let gpgkeys = copy_keys(scratch, repos, &used, &staging.join("keys"))?;
+    Ok((gpgcheck, gpgkeys))
+}
 
-    let profile_toml = profile.to_toml()?;
-    std::fs::write(staging.join("profile.toml"), profile_toml)?;
-    let files = manifest::list_files(&staging)?;
-    let entries = manifest::entries(&staging, &files)?;
-    let m = Manifest {
-        format: FORMAT,
-        gpuhost_version: env!("CARGO_PKG_VERSION").to_string(),
-        created_at: fsutil::rfc3339(fsutil::unix_now()),
-        profile: profile.name.clone(),
-        os_major: major,
-        arch: gpuhost_steps::driver::host_arch().to_string(),
-        flavour: profile.kernel.flavour,
-        kernels: kernels.clone(),
-        fabric_manager: !facts.nvswitches.is_empty(),
-        driver_repo_rpm,
-        gpgcheck,
-        gpgkeys: gpgkeys.clone(),
-        packages: nevras.clone(),
-        modules: modules.clone(),
-        plan: planned.plan.clone(),
-        files: entries,
-    };
-    let text = serde_json::to_vec_pretty(&m)?;
-    fsutil::write_atomic(&staging.join(MANIFEST), &text, 0o644)?;
-    let manifest_sha256 = fsutil::sha256_hex(&text);
-
+/// The staged bundle renamed into place at `--out`, and `<out>.tar` written (through a
+/// partial file) when asked for. Returns the tarball's size.
+fn publish(dest: &Destination, staging: &Path) -> Result<Option<u64>> {
+    let Destination {
+        out,
+        parent,
+        name,
+        tarball,
+    } = dest;
     if out.exists() {
-        std::fs::remove_dir(&out).with_context(|| format!("replacing {}", out.display()))?;
+        std::fs::remove_dir(out).with_context(|| format!("replacing {}", out.display()))?;
     }
-    std::fs::rename(&staging, &out)
+    std::fs::rename(staging, out)
         .with_context(|| format!("moving {} to {}", staging.display(), out.display()))?;
-    let mut tar_bytes = None;
-    if let Some(t) = &tarball {
-        let partial = parent.join(format!(".{name}.tar.partial"));
-        let made = Cmd::new("tar")
-            .arg("-cf")
-            .arg(&partial)
-            .arg("-C")
-            .arg(&parent)
-            .arg(&name)
-            .run()
-            .and_then(|_| {
-                std::fs::rename(&partial, t)
-                    .with_context(|| format!("moving {} to {}", partial.display(), t.display()))
-            });
-        if let Err(e) = made {
-            let _ = std::fs::remove_file(&partial);
-            return Err(e);
-        }
-        tar_bytes = std::fs::metadata(t).ok().map(|md| md.len());
+    let Some(t) = tarball else {
+        return Ok(None);
+    };
+    let partial = parent.join(format!(".{name}.tar.partial"));
+    let made = Cmd::new("tar")
+        .arg("-cf")
+        .arg(&partial)
+        .arg("-C")
+        .arg(parent)
+        .arg(name)
+        .run()
+        .and_then(|_| {
+            std::fs::rename(&partial, t)
+                .with_context(|| format!("moving {} to {}", partial.display(), t.display()))
+        });
+    if let Err(e) = made {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
     }
-    Ok(BuildReport {
-        out: out.display().to_string(),
-        tarball: tarball.map(|t| t.display().to_string()),
-        tar_bytes,
-        profile: profile.name.clone(),
-        os_major: major,
-        kernels,
-        fabric_manager: m.fabric_manager,
-        packages: nevras.len(),
-        bytes: m.bytes(),
-        modules,
-        gpgcheck,
-        gpgkeys,
-        plan: planned.plan,
-        manifest_sha256,
-        duration_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
-    })
+    Ok(std::fs::metadata(t).ok().map(|md| md.len()))
 }
 
 fn tool_missing(e: anyhow::Error, tool: &str, package: &str) -> anyhow::Error {
@@ -366,6 +461,15 @@ struct Planned {
     modules: Wanted,
 }
 
+/// The package work one pass over the steps asked for.
+#[derive(Default)]
+struct PassWork {
+    /// Work done before the installs (modules reset or disabled, repos prepared).
+    prepare: Vec<Work>,
+    /// The installs, with the step that asked for each.
+    installs: Vec<(&'static str, Install)>,
+}
+
 /// Check every step against the scratch root, carry out the package work (downloading every
 /// package first), and again, until no step wants a package. The caller has already copied in
 /// the `file://` paths of the root's repo files; every change here that may add a repo file
@@ -380,7 +484,6 @@ fn settle(
     pkgdir: &Path,
 ) -> Result<Planned> {
     let registry = gpuhost_steps::registry();
-    let sel = Selection::default();
     let mut planned = Planned {
         plan: BTreeMap::new(),
         local_files: Vec::new(),
@@ -388,48 +491,12 @@ fn settle(
     };
     for pass in 0..MAX_PASSES {
         let ctx = Ctx::new(scratch, profile, facts, driver.cloned())?;
-        let mut prepare: Vec<Work> = Vec::new();
-        let mut installs: Vec<(&'static str, Install)> = Vec::new();
-        for (id, r) in runner::checks(&ctx, &registry, &sel) {
-            let check = match r {
-                Ok(Some(c)) => c,
-                Ok(None) => continue,
-                Err(e) => {
-                    return Err(e.context(format!(
-                        "step {id} cannot be planned for a clean Oracle Linux {} target",
-                        profile.os.major
-                    )))
-                }
-            };
-            for c in &check.changes {
-                match &c.work {
-                    Work::Install(i) => installs.push((id, i.clone())),
-                    Work::SwitchStream {
-                        module, packages, ..
-                    } => installs.push((
-                        id,
-                        Install {
-                            specs: packages.clone(),
-                            module: Some(module.clone()),
-                            ..Install::default()
-                        },
-                    )),
-                    w if w.phase() == Phase::Prepare => prepare.push(w.clone()),
-                    // Files, units, builds: the target does them itself.
-                    _ => continue,
-                }
-                let said = c.to_string();
-                let entry = planned.plan.entry(id.to_string()).or_default();
-                if !entry.contains(&said) {
-                    entry.push(said);
-                }
-            }
-        }
+        let work = pass_work(&ctx, &registry, &mut planned.plan)?;
         drop(ctx);
-        if installs.is_empty() && prepare.is_empty() {
+        if work.installs.is_empty() && work.prepare.is_empty() {
             return Ok(planned);
         }
-        for w in &prepare {
+        for w in &work.prepare {
             match w {
                 Work::DisableModule(m) | Work::ResetModule(m) => {
                     planned.modules.whole.insert(m.clone());
@@ -440,84 +507,148 @@ fn settle(
         }
         link_file_urls(scratch, source, dirs)?;
         for brings_repo in [true, false] {
-            let parts: Vec<&(&'static str, Install)> = installs
+            let parts: Vec<&(&'static str, Install)> = work
+                .installs
                 .iter()
                 .filter(|(_, i)| i.brings_repo == brings_repo)
                 .collect();
             if parts.is_empty() {
                 continue;
             }
-            for (_, i) in &parts {
-                if let Some(m) = &i.module {
-                    let (name, stream) = module_stream(m);
-                    planned
-                        .modules
-                        .streams
-                        .entry(name)
-                        .or_default()
-                        .insert(stream);
-                }
-                for s in &i.specs {
-                    let p = Path::new(s);
-                    if s.ends_with(".rpm")
-                        && p.is_file()
-                        && !planned.local_files.iter().any(|f| f == p)
-                    {
-                        planned.local_files.push(p.to_path_buf());
-                    }
-                }
-            }
-            let refs: Vec<&Install> = parts.iter().map(|(_, i)| i).collect();
-            let mut ids: Vec<&str> = parts.iter().map(|(id, _)| *id).collect();
-            ids.dedup();
-            let label = format!("[pass {}] {}", pass + 1, ids.join(" + "));
-            let what: Vec<String> = parts
-                .iter()
-                .map(|(_, i)| Work::Install(i.clone()).to_string())
-                .collect();
-            gpuhost_host::progress::step_changing(&label, &format!("download {}", what.join("; ")));
-            let began = Instant::now();
-            // keepcache: dnf otherwise lists what it downloaded from a remote repo (into the
-            // --downloaddir too) as temporary, and deletes it after the next transaction.
-            let download = gpuhost_steps::work::install_command(scratch, &refs)?
-                .arg("--downloadonly")
-                .arg(format!("--downloaddir={}", pkgdir.display()))
-                .arg("--setopt=keepcache=True");
-            let out = download.output()?;
-            if !out.success() {
-                let text = format!("{}\n{}", out.stdout, out.stderr);
-                let mut ids: Vec<&str> = parts
-                    .iter()
-                    .filter(|(_, i)| gpuhost_steps::work::implicated(&text, i))
-                    .map(|(id, _)| *id)
-                    .collect();
-                if ids.is_empty() {
-                    ids = parts.iter().map(|(id, _)| *id).collect();
-                }
-                ids.dedup();
-                return Err(hinted(
-                    format!(
-                        "the packages of {} cannot be resolved for a clean Oracle Linux {} target: {:#}",
-                        ids.join(", "),
-                        profile.os.major,
-                        download.failure(&out)
-                    ),
-                    "make the repos that carry them reachable from this machine (the same repos the target would use online)",
-                ));
-            }
-            // (A remote repo's packages are downloaded again here: dnf reads --downloaddir
-            // only with --downloadonly.)
-            gpuhost_steps::work::install_command(scratch, &refs)?
-                .arg("--setopt=tsflags=noscripts")
-                .arg("--setopt=keepcache=True")
-                .run()?;
-            gpuhost_host::progress::step_done(&label, "downloaded", began.elapsed());
+            note_installs(&mut planned, &parts);
+            download(scratch, profile, pass, &parts, pkgdir)?;
             link_file_urls(scratch, source, dirs)?;
         }
     }
     Err(anyhow!(
         "the plan still installs packages after {MAX_PASSES} passes over a clean root; a step keeps asking for packages it has"
     ))
+}
+
+/// One pass of the steps' checks: the package work they ask for (files, units and builds are
+/// the target's to do), each change said once into `plan` under its step.
+fn pass_work(
+    ctx: &Ctx,
+    registry: &[&dyn gpuhost_steps::step::Step],
+    plan: &mut BTreeMap<String, Vec<String>>,
+) -> Result<PassWork> {
+    let mut work = PassWork::default();
+    for (id, r) in runner::checks(ctx, registry, &Selection::default()) {
+        let check = match r {
+            Ok(Some(c)) => c,
+            Ok(None) => continue,
+            Err(e) => {
+                return Err(e.context(format!(
+                    "step {id} cannot be planned for a clean Oracle Linux {} target",
+                    ctx.profile.os.major
+                )))
+            }
+        };
+        for c in &check.changes {
+            match &c.work {
+                Work::Install(i) => work.installs.push((id, i.clone())),
+                Work::SwitchStream {
+                    module, packages, ..
+                } => work.installs.push((
+                    id,
+                    Install {
+                        specs: packages.clone(),
+                        module: Some(module.clone()),
+                        ..Install::default()
+                    },
+                )),
+                w if w.phase() == Phase::Prepare => work.prepare.push(w.clone()),
+                // Files, units, builds: the target does them itself.
+                _ => continue,
+            }
+            let said = c.to_string();
+            let entry = plan.entry(id.to_string()).or_default();
+            if !entry.contains(&said) {
+                entry.push(said);
+            }
+        }
+    }
+    Ok(work)
+}
+
+/// What the installs bring into the bundle besides packages: their module streams, and the
+/// package files they install by path.
+fn note_installs(planned: &mut Planned, parts: &[&(&'static str, Install)]) {
+    for (_, i) in parts {
+        if let Some(m) = &i.module {
+            let (name, stream) = module_stream(m);
+            planned
+                .modules
+                .streams
+                .entry(name)
+                .or_default()
+                .insert(stream);
+        }
+        for s in &i.specs {
+            let p = Path::new(s);
+            if s.ends_with(".rpm") && p.is_file() && !planned.local_files.iter().any(|f| f == p) {
+                planned.local_files.push(p.to_path_buf());
+            }
+        }
+    }
+}
+
+/// Download the packages of one transaction's installs into `pkgdir`, then install them in the
+/// scratch root (without scriptlets) so that the next pass sees them. A resolution failure
+/// names the steps whose packages it implicates.
+fn download(
+    scratch: &Host,
+    profile: &Profile,
+    pass: usize,
+    parts: &[&(&'static str, Install)],
+    pkgdir: &Path,
+) -> Result<()> {
+    let refs: Vec<&Install> = parts.iter().map(|(_, i)| i).collect();
+    let mut ids: Vec<&str> = parts.iter().map(|(id, _)| *id).collect();
+    ids.dedup();
+    let label = format!("[pass {}] {}", pass + 1, ids.join(" + "));
+    let what: Vec<String> = parts
+        .iter()
+        .map(|(_, i)| Work::Install(i.clone()).to_string())
+        .collect();
+    gpuhost_host::progress::step_changing(&label, &format!("download {}", what.join("; ")));
+    let began = Instant::now();
+    // keepcache: dnf otherwise lists what it downloaded from a remote repo (into the
+    // --downloaddir too) as temporary, and deletes it after the next transaction.
+    let download = gpuhost_steps::work::install_command(scratch, &refs)?
+        .arg("--downloadonly")
+        .arg(format!("--downloaddir={}", pkgdir.display()))
+        .arg("--setopt=keepcache=True");
+    let out = download.output()?;
+    if !out.success() {
+        let text = format!("{}\n{}", out.stdout, out.stderr);
+        let mut ids: Vec<&str> = parts
+            .iter()
+            .filter(|(_, i)| gpuhost_steps::work::implicated(&text, i))
+            .map(|(id, _)| *id)
+            .collect();
+        if ids.is_empty() {
+            ids = parts.iter().map(|(id, _)| *id).collect();
+        }
+        ids.dedup();
+        return Err(hinted(
+            format!(
+                "the packages of {} cannot be resolved for a clean Oracle Linux {} target: {:#}",
+                ids.join(", "),
+                profile.os.major,
+                download.failure(&out)
+            ),
+            "make the repos that carry them reachable from this machine (the same repos the target would use online)",
+        ));
+    }
+    // (A remote repo's packages are downloaded again here: dnf reads --downloaddir
+    // only with --downloadonly.)
+    gpuhost_steps::work::install_command(scratch, &refs)?
+        .arg("--setopt=tsflags=noscripts")
+        .arg("--setopt=keepcache=True")
+        .run()?;
+    gpuhost_host::progress::step_done(&label, "downloaded", began.elapsed());
+    Ok(())
 }
 
 /// `nvidia-driver:latest-dkms/default` → (`nvidia-driver`, `latest-dkms`).

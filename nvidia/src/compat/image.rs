@@ -373,35 +373,7 @@ fn read_oci(
     source: Source,
 ) -> Result<ImageConfig> {
     let index = json(&store.read("index.json")?, "index.json")?;
-    let descriptors = index
-        .get("manifests")
-        .and_then(Value::as_array)
-        .ok_or_else(|| anyhow!("{what}: index.json lists no manifests"))?;
-    let chosen: Vec<&Value> = match reference {
-        Some(r) => descriptors
-            .iter()
-            .filter(|d| ref_names(d).iter().any(|n| n == r || tag_matches(n, r)))
-            .collect(),
-        None => descriptors.iter().collect(),
-    };
-    let names: Vec<String> = descriptors.iter().flat_map(ref_names).collect();
-    let desc = match chosen.as_slice() {
-        [one] => *one,
-        [] => bail!(
-            "{what}: no image {} in it (names: {})",
-            reference.unwrap_or("at all"),
-            if names.is_empty() {
-                "none".to_string()
-            } else {
-                names.join(", ")
-            }
-        ),
-        _ => bail!(
-            "{what}: holds {} images (names: {}); name one as {what}:NAME",
-            chosen.len(),
-            names.join(", ")
-        ),
-    };
+    let desc = chosen_descriptor(&index, what, reference)?;
     let tags = ref_names(desc);
     let mut manifest = descriptor_target(store, desc, what)?;
     // An index (one manifest per platform): take this machine's platform.
@@ -411,39 +383,8 @@ fn read_oci(
         if depth > 4 {
             bail!("{what}: image indexes nested too deep");
         }
-        let want_arch = host_oci_arch();
-        let entries = manifest
-            .get("manifests")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let platform = |d: &Value, k: &str| {
-            d.get("platform")
-                .and_then(|p| p.get(k))
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
-        let pick = entries.iter().find(|d| {
-            platform(d, "os").as_deref() == Some("linux")
-                && platform(d, "architecture").as_deref() == Some(want_arch)
-        });
-        let Some(pick) = pick else {
-            let have: Vec<String> = entries
-                .iter()
-                .map(|d| {
-                    format!(
-                        "{}/{}",
-                        platform(d, "os").unwrap_or_else(|| "?".into()),
-                        platform(d, "architecture").unwrap_or_else(|| "?".into())
-                    )
-                })
-                .collect();
-            bail!(
-                "{what}: no linux/{want_arch} image in it (platforms: {})",
-                have.join(", ")
-            );
-        };
-        manifest = descriptor_target(store, pick, what)?;
+        let pick = this_platform(&manifest, what)?;
+        manifest = descriptor_target(store, &pick, what)?;
     }
     let config_digest = manifest
         .get("config")
@@ -459,6 +400,80 @@ fn read_oci(
         Some(config_digest),
         &config,
     ))
+}
+
+/// The one manifest of `index.json` that `reference` names (or the only one there is).
+fn chosen_descriptor<'a>(
+    index: &'a Value,
+    what: &str,
+    reference: Option<&str>,
+) -> Result<&'a Value> {
+    let descriptors = index
+        .get("manifests")
+        .and_then(Value::as_array)
+        .ok_or_else(|| anyhow!("{what}: index.json lists no manifests"))?;
+    let chosen: Vec<&Value> = match reference {
+        Some(r) => descriptors
+            .iter()
+            .filter(|d| ref_names(d).iter().any(|n| n == r || tag_matches(n, r)))
+            .collect(),
+        None => descriptors.iter().collect(),
+    };
+    let names: Vec<String> = descriptors.iter().flat_map(ref_names).collect();
+    match chosen.as_slice() {
+        [one] => Ok(*one),
+        [] => bail!(
+            "{what}: no image {} in it (names: {})",
+            reference.unwrap_or("at all"),
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
+        ),
+        _ => bail!(
+            "{what}: holds {} images (names: {}); name one as {what}:NAME",
+            chosen.len(),
+            names.join(", ")
+        ),
+    }
+}
+
+/// The entry of an image index (one manifest per platform) for this machine's platform.
+fn this_platform(manifest: &Value, what: &str) -> Result<Value> {
+    let want_arch = host_oci_arch();
+    let entries = manifest
+        .get("manifests")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let platform = |d: &Value, k: &str| {
+        d.get("platform")
+            .and_then(|p| p.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let pick = entries.iter().find(|d| {
+        platform(d, "os").as_deref() == Some("linux")
+            && platform(d, "architecture").as_deref() == Some(want_arch)
+    });
+    let Some(pick) = pick else {
+        let have: Vec<String> = entries
+            .iter()
+            .map(|d| {
+                format!(
+                    "{}/{}",
+                    platform(d, "os").unwrap_or_else(|| "?".into()),
+                    platform(d, "architecture").unwrap_or_else(|| "?".into())
+                )
+            })
+            .collect();
+        bail!(
+            "{what}: no linux/{want_arch} image in it (platforms: {})",
+            have.join(", ")
+        );
+    };
+    Ok(pick.clone())
 }
 
 fn descriptor_target(store: &dyn Store, desc: &Value, what: &str) -> Result<Value> {

@@ -365,16 +365,56 @@ fn branches_text(b: &[u32]) -> String {
     }
 }
 
+/// What [`cuda_answer`] reads once of CUDA `cuda`, NVIDIA's table and the host, for each of
+/// its cases.
+struct CudaCase<'a> {
+    cuda: CudaVersion,
+    /// `12.4`
+    mm: String,
+    host: &'a Host,
+    /// The driver a minor-version compatible run needs.
+    floor: Option<&'static str>,
+    /// The driver branches `cuda-compat-<M>-<m>` supports.
+    branches: Option<&'static [u32]>,
+    /// The host's driver branch is among them.
+    branch_listed: bool,
+    /// `cuda-compat-12-4`
+    pkg: String,
+    /// `; it serves CUDA ≤ 12.2 natively`, or nothing.
+    native_text: String,
+    /// `driver ≥ 550.54.14 (CUDA 12.4.0 release notes)`.
+    min_text: String,
+}
+
+/// One case's answer, before the GPU architectures are checked.
+struct CudaJudged {
+    mode: Mode,
+    verdict: Verdict,
+    summary: String,
+    details: Vec<String>,
+    hint: Option<String>,
+}
+
+impl CudaJudged {
+    fn new(mode: Mode, verdict: Verdict, summary: String) -> CudaJudged {
+        CudaJudged {
+            mode,
+            verdict,
+            summary,
+            details: Vec::new(),
+            hint: None,
+        }
+    }
+}
+
 /// How CUDA `cuda` runs on `host`.
 pub fn cuda_answer(cuda: CudaVersion, host: &Host, libs: CompatLibs) -> CudaAnswer {
     let driver = host.version();
-    let mm = cuda.major_minor();
     let row = table::native_minimum(&cuda);
     let native_min = row.as_ref().and_then(|r| DriverVersion::parse(r.driver));
-    let host_native = host.native();
     let native = match &native_min {
         Some(min) => driver >= min,
-        None => host_native.is_some_and(|n| n >= (cuda.major, cuda.minor)),
+        None => host.native().is_some_and(|n| n >= (cuda.major, cuda.minor)),
     };
     let floor = table::minor_version_floor(cuda.major);
     let minor = !native
@@ -382,124 +422,186 @@ pub fn cuda_answer(cuda: CudaVersion, host: &Host, libs: CompatLibs) -> CudaAnsw
             .and_then(DriverVersion::parse)
             .is_some_and(|f| *driver >= f);
     let branches = table::forward_compat_branches(cuda.major, cuda.minor);
-    let branch_listed =
-        branches.is_some_and(|b| b.iter().any(|x| u64::from(*x) == driver.branch()));
-    let pkg = cuda.compat_package();
-    let native_text = host
-        .cuda
-        .as_deref()
-        .map(|c| format!("; it serves CUDA ≤ {c} natively"))
-        .unwrap_or_default();
-    let min_text = match (&row, &native_min) {
-        (Some(r), Some(m)) => format!("driver ≥ {m} (CUDA {} release notes)", r.cuda),
-        _ => "a driver NVIDIA's table in gpuhost does not list".to_string(),
+    let case = CudaCase {
+        cuda,
+        mm: cuda.major_minor(),
+        host,
+        floor,
+        branches,
+        branch_listed: branches.is_some_and(|b| b.iter().any(|x| u64::from(*x) == driver.branch())),
+        pkg: cuda.compat_package(),
+        native_text: host
+            .cuda
+            .as_deref()
+            .map(|c| format!("; it serves CUDA ≤ {c} natively"))
+            .unwrap_or_default(),
+        min_text: match (&row, &native_min) {
+            (Some(r), Some(m)) => format!("driver ≥ {m} (CUDA {} release notes)", r.cuda),
+            _ => "a driver NVIDIA's table in gpuhost does not list".to_string(),
+        },
     };
-    let mut details = Vec::new();
-    let mut hint = None;
-    let fc = host.forward_compat();
-    let (mode, mut verdict, summary) = if native {
-        (
+    let mut judged = if native {
+        CudaJudged::new(
             Mode::Native,
             Verdict::Runs,
             format!(
-                "CUDA {mm} runs natively on {}{native_text}",
-                host.describe()
+                "CUDA {} runs natively on {}{}",
+                case.mm,
+                host.describe(),
+                case.native_text
             ),
         )
     } else if minor {
-        details.push(format!(
-            "minor-version compatibility: CUDA {}.x runs on drivers ≥ {}; native support needs {min_text}",
-            cuda.major,
-            floor.unwrap_or_default()
-        ));
-        details.push(format!(
-            "limits: PTX that CUDA {mm} generates cannot be JIT-compiled by this driver (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), so the application must carry code (SASS) for this GPU; APIs newer than the driver return cudaErrorCallRequiresNewerDriver"
-        ));
-        if branch_listed {
-            details.push(format!(
-                "{pkg} lifts the limits on data center GPUs (its supported driver branches: {})",
-                branches_text(branches.unwrap_or_default())
-            ));
-        }
-        (
+        case.minor_version()
+    } else if case.branch_listed {
+        case.forward_compat(libs)
+    } else {
+        case.unsupported()
+    };
+    if let Some((summary, hint)) = case.too_old_gpus() {
+        judged.verdict = Verdict::DoesNotRun;
+        judged.summary = summary;
+        judged.hint = Some(hint);
+    }
+    CudaAnswer {
+        cuda: case.mm,
+        mode: judged.mode,
+        verdict: judged.verdict,
+        summary: judged.summary,
+        native_release: row.as_ref().map(|r| r.cuda.to_string()),
+        native_minimum_driver: row.as_ref().map(|r| r.driver.to_string()),
+        minor_version_minimum_driver: floor.map(str::to_string),
+        compat_package: case.pkg,
+        compat_branches: branches.map(<[u32]>::to_vec),
+        details: judged.details,
+        hint: judged.hint,
+    }
+}
+
+impl CudaCase<'_> {
+    /// Same major, driver at least the major's floor: it runs, with limits.
+    fn minor_version(&self) -> CudaJudged {
+        let CudaCase {
+            cuda,
+            mm,
+            host,
+            pkg,
+            native_text,
+            min_text,
+            ..
+        } = self;
+        let mut j = CudaJudged::new(
             Mode::MinorVersion,
             Verdict::Runs,
             format!(
                 "CUDA {mm} runs, with limits, on {} through minor-version compatibility{native_text}",
                 host.describe()
             ),
-        )
-    } else if branch_listed {
-        details.push(format!(
-            "forward compatibility: {pkg} supports driver branches {} on data center GPUs only (CUDA Compatibility guide)",
-            branches_text(branches.unwrap_or_default())
+        );
+        j.details.push(format!(
+            "minor-version compatibility: CUDA {}.x runs on drivers ≥ {}; native support needs {min_text}",
+            cuda.major,
+            self.floor.unwrap_or_default()
         ));
-        match (libs, fc) {
-            (_, ForwardCompat::NotSupported) => {
-                hint = Some(format!(
+        j.details.push(format!(
+            "limits: PTX that CUDA {mm} generates cannot be JIT-compiled by this driver (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), so the application must carry code (SASS) for this GPU; APIs newer than the driver return cudaErrorCallRequiresNewerDriver"
+        ));
+        if self.branch_listed {
+            j.details.push(format!(
+                "{pkg} lifts the limits on data center GPUs (its supported driver branches: {})",
+                branches_text(self.branches.unwrap_or_default())
+            ));
+        }
+        j
+    }
+
+    /// The driver's branch is one `cuda-compat` supports: it runs where the compat libraries
+    /// are and the GPUs are data center GPUs.
+    fn forward_compat(&self, libs: CompatLibs) -> CudaJudged {
+        let CudaCase {
+            mm,
+            host,
+            pkg,
+            native_text,
+            min_text,
+            ..
+        } = self;
+        let on = host.describe();
+        let (verdict, summary, hint) = match (libs, host.forward_compat()) {
+            (_, ForwardCompat::NotSupported) => (
+                Verdict::DoesNotRun,
+                format!(
+                    "CUDA {mm} does not run on {on}: it would need {pkg}, which works only on data center GPUs{native_text}"
+                ),
+                Some(format!(
                     "forward compatibility is not available on these GPUs: install {min_text}"
-                ));
-                (
-                    Mode::ForwardCompat,
-                    Verdict::DoesNotRun,
-                    format!(
-                        "CUDA {mm} does not run on {}: it would need {pkg}, which works only on data center GPUs{native_text}",
-                        host.describe()
-                    ),
-                )
-            }
-            (CompatLibs::Host, _) => {
-                hint = Some(format!(
+                )),
+            ),
+            (CompatLibs::Host, _) => (
+                Verdict::DoesNotRun,
+                format!("CUDA {mm} needs {pkg} on {on}{native_text}"),
+                Some(format!(
                     "dnf install {pkg} (on a data center GPU) and run with LD_LIBRARY_PATH=/usr/local/cuda-{mm}/compat, or install {min_text}"
-                ));
-                (
-                    Mode::ForwardCompat,
-                    Verdict::DoesNotRun,
-                    format!(
-                        "CUDA {mm} needs {pkg} on {}{native_text}",
-                        host.describe()
-                    ),
-                )
-            }
+                )),
+            ),
             (CompatLibs::InImage, ForwardCompat::Supported) => (
-                Mode::ForwardCompat,
                 Verdict::Runs,
                 format!(
-                    "CUDA {mm} runs on {} through the image's {pkg} libraries (forward compatibility){native_text}",
-                    host.describe()
+                    "CUDA {mm} runs on {on} through the image's {pkg} libraries (forward compatibility){native_text}"
                 ),
+                None,
             ),
             (CompatLibs::InImage, _) => (
-                Mode::ForwardCompat,
                 Verdict::Depends,
                 format!(
-                    "CUDA {mm} runs on {} through the image's {pkg} libraries only if the GPUs are data center GPUs{native_text}",
-                    host.describe()
+                    "CUDA {mm} runs on {on} through the image's {pkg} libraries only if the GPUs are data center GPUs{native_text}"
                 ),
+                None,
             ),
-            (CompatLibs::MaybeInImage, _) => {
-                hint = Some(format!(
+            (CompatLibs::MaybeInImage, _) => (
+                Verdict::Depends,
+                format!(
+                    "CUDA {mm} runs on {on} only through {pkg} inside the image, on data center GPUs{native_text}"
+                ),
+                Some(format!(
                     "build the image with {pkg} (NVIDIA's CUDA base images have it), or install {min_text}"
-                ));
-                (
-                    Mode::ForwardCompat,
-                    Verdict::Depends,
-                    format!(
-                        "CUDA {mm} runs on {} only through {pkg} inside the image, on data center GPUs{native_text}",
-                        host.describe()
-                    ),
-                )
-            }
-        }
-    } else {
-        if let Some(b) = branches {
-            details.push(format!(
+                )),
+            ),
+        };
+        let mut j = CudaJudged::new(Mode::ForwardCompat, verdict, summary);
+        j.details.push(format!(
+            "forward compatibility: {pkg} supports driver branches {} on data center GPUs only (CUDA Compatibility guide)",
+            branches_text(self.branches.unwrap_or_default())
+        ));
+        j.hint = hint;
+        j
+    }
+
+    /// Not on this driver: what to install instead.
+    fn unsupported(&self) -> CudaJudged {
+        let CudaCase {
+            cuda,
+            mm,
+            host,
+            pkg,
+            native_text,
+            min_text,
+            ..
+        } = self;
+        let mut j = CudaJudged::new(
+            Mode::Unsupported,
+            Verdict::DoesNotRun,
+            format!("CUDA {mm} does not run on {}{native_text}", host.describe()),
+        );
+        if let Some(b) = self.branches {
+            j.details.push(format!(
                 "{pkg} does not support driver branch {} (it supports: {})",
-                driver.branch(),
+                host.version().branch(),
                 branches_text(b)
             ));
         }
-        let floor_text = floor
+        let floor_text = self
+            .floor
             .map(|f| {
                 format!(
                     ", or ≥ {f} for {}.x through minor-version compatibility",
@@ -507,19 +609,18 @@ pub fn cuda_answer(cuda: CudaVersion, host: &Host, libs: CompatLibs) -> CudaAnsw
                 )
             })
             .unwrap_or_default();
-        hint = Some(format!(
+        j.hint = Some(format!(
             "install {min_text}{floor_text}; or use a CUDA build ≤ {}",
             host.cuda.as_deref().unwrap_or("the driver's")
         ));
-        (
-            Mode::Unsupported,
-            Verdict::DoesNotRun,
-            format!("CUDA {mm} does not run on {}{native_text}", host.describe()),
-        )
-    };
-    // A CUDA major builds for a range of GPU architectures only.
-    let mut summary = summary;
-    if let Some((fa, fb)) = table::arch_floor(cuda.major) {
+        j
+    }
+
+    /// A CUDA major builds for a range of GPU architectures only: the summary and hint when
+    /// some of the host's GPUs are below it.
+    fn too_old_gpus(&self) -> Option<(String, String)> {
+        let CudaCase { cuda, mm, host, .. } = self;
+        let (fa, fb) = table::arch_floor(cuda.major)?;
         let old: Vec<String> = host
             .gpus
             .iter()
@@ -532,35 +633,24 @@ pub fn cuda_answer(cuda: CudaVersion, host: &Host, libs: CompatLibs) -> CudaAnsw
             })
             .map(Gpu::label)
             .collect();
-        if !old.is_empty() {
-            verdict = Verdict::DoesNotRun;
-            summary = format!(
+        if old.is_empty() {
+            return None;
+        }
+        Some((
+            format!(
                 "CUDA {mm} does not run here: CUDA {}.x has no code for compute capability below {fa}.{fb} ({})",
                 cuda.major,
                 old.join("; ")
-            );
-            hint = Some(format!(
+            ),
+            format!(
                 "use a CUDA {} build for these GPUs",
                 if cuda.major > 11 {
                     format!("≤ {}.x", cuda.major - 1)
                 } else {
                     "older".to_string()
                 }
-            ));
-        }
-    }
-    CudaAnswer {
-        cuda: mm,
-        mode,
-        verdict,
-        summary,
-        native_release: row.as_ref().map(|r| r.cuda.to_string()),
-        native_minimum_driver: row.as_ref().map(|r| r.driver.to_string()),
-        minor_version_minimum_driver: floor.map(str::to_string),
-        compat_package: pkg,
-        compat_branches: branches.map(<[u32]>::to_vec),
-        details,
-        hint,
+            ),
+        ))
     }
 }
 
@@ -796,84 +886,24 @@ pub struct ImageFacts {
 /// `CUDA_VERSION`, then what the image ships that the profile also links on the host.
 pub fn image_answer(img: &image::ImageConfig, host: &Host, links: &[PrefixLink]) -> ImageAnswer {
     let env = require::Env::parse(&img.env);
-    let cuda_version = env
-        .as_ref()
-        .ok()
-        .and_then(|e| e.get("CUDA_VERSION"))
-        .map(str::to_string);
-    // NVIDIA's CUDA base images set NV_CUDA_CUDART_VERSION and install cuda-compat-<M>-<m>
-    // (dist/*/base/Dockerfile); some also name it in NV_CUDA_COMPAT_PACKAGE.
-    let nvidia = env.as_ref().is_ok_and(|e| {
-        e.get("NV_CUDA_CUDART_VERSION").is_some() || e.get("NV_CUDA_COMPAT_PACKAGE").is_some()
-    });
-    let facts = ImageFacts {
-        reference: img.reference.clone(),
-        source: img.source,
-        tags: img.tags.clone(),
-        os: img.os.clone(),
-        architecture: img.architecture.clone(),
-        config_digest: img.config_digest.clone(),
-        cuda_version: cuda_version.clone(),
-        nvidia_cuda_image: nvidia,
-    };
-    let mut details = Vec::new();
+    let facts = image_facts(img, env.as_ref().ok());
     let shipped = env
         .as_ref()
         .map(|e| components::shipped(e, links))
         .unwrap_or_default();
-    for s in &shipped {
-        if let Some(h) = &s.host {
-            details.push(format!(
-                "two owners of {}: the image ships {} ({}), and the profile links {} under {} on the host — mount {} into this image and the loader takes whichever comes first; keep one owner",
-                s.component,
-                s.version,
-                s.variable,
-                h.packages.join(", "),
-                h.prefix,
-                h.prefix
-            ));
-        }
-    }
-    if let (Some(a), Some(os)) = (&img.architecture, &img.os) {
-        let want = image::host_oci_arch();
-        if os != "linux" || a != want {
-            details.push(format!(
-                "the image is {os}/{a}; this machine is linux/{want}"
-            ));
-        }
-    }
+    let mut details = image_details(img, &shipped);
     let collected = env.and_then(|e| require::collect(&e, host.disable_require));
     let reqs = match collected {
         Ok(r) => r,
-        Err(msg) => {
-            let runtime = RuntimeAnswer {
-                result: "refuses",
-                requirements: require::Requirements::default(),
-                checks: Vec::new(),
-                by_brand: Vec::new(),
-                error: Some(msg.clone()),
-            };
-            return ImageAnswer {
-                verdict: Verdict::DoesNotRun,
-                summary: format!(
-                    "the NVIDIA Container Runtime Hook fails on this image's environment: {msg}"
-                ),
-                image: facts,
-                runtime,
-                cuda: None,
-                components: shipped,
-                details,
-                hint: Some("fix the image's environment".into()),
-            };
-        }
+        Err(msg) => return hook_fails(msg, facts, shipped, details),
     };
     let runtime = runtime_answer(reqs, host);
-    let libs = if nvidia {
+    let libs = if facts.nvidia_cuda_image {
         CompatLibs::InImage
     } else {
         CompatLibs::MaybeInImage
     };
-    let cuda_v = cuda_version.as_deref().and_then(|v| {
+    let cuda_v = facts.cuda_version.as_deref().and_then(|v| {
         CudaVersion::parse(v).or_else(|| {
             require::semver_major_minor(v).and_then(|(a, b)| {
                 Some(CudaVersion::new(
@@ -887,62 +917,8 @@ pub fn image_answer(img: &image::ImageConfig, host: &Host, links: &[PrefixLink])
     let cuda = cuda_v.map(|c| cuda_answer(c, host, libs));
     let (rv, rsummary, rhint) = runtime_verdict(&runtime, host);
     let (verdict, summary, hint) = match (rv, &cuda) {
-        (Verdict::DoesNotRun, c) => {
-            let hint = match c {
-                Some(c) if c.mode == Mode::MinorVersion => Some(format!(
-                    "CUDA {} applications do run on this driver through minor-version compatibility, but the runtime's check is stricter: `docker run -e NVIDIA_DISABLE_REQUIRE=1 …` starts it (with the limits of minor-version compatibility); or install driver ≥ {}",
-                    c.cuda,
-                    c.native_minimum_driver.as_deref().unwrap_or("the release's")
-                )),
-                Some(c) => c.hint.clone().or_else(|| {
-                    c.native_minimum_driver
-                        .as_ref()
-                        .map(|d| format!("install driver ≥ {d}, or use an image built for CUDA ≤ {}", host.cuda.as_deref().unwrap_or("the driver's")))
-                }),
-                None => None,
-            };
-            (Verdict::DoesNotRun, rsummary, hint)
-        }
-        (Verdict::Depends, Some(c)) => {
-            // The runtime's answer depends on the brand: judge CUDA for each brand it accepts.
-            let mut runs = Vec::new();
-            let mut maybe = Vec::new();
-            let mut not = Vec::new();
-            for b in &runtime.by_brand {
-                let v = match (b.starts, cuda_v) {
-                    (false, _) => Verdict::DoesNotRun,
-                    (true, Some(cv)) => cuda_answer(cv, &host.with_brand(b.brand), libs).verdict,
-                    (true, None) => Verdict::Depends,
-                };
-                match v {
-                    Verdict::Runs => runs.push(b.brand),
-                    Verdict::Depends => maybe.push(b.brand),
-                    Verdict::DoesNotRun => not.push(b.brand),
-                }
-            }
-            if runs.is_empty() && maybe.is_empty() {
-                (Verdict::DoesNotRun, c.summary.clone(), c.hint.clone())
-            } else {
-                let mut summary = format!(
-                    "it depends on the GPU brand (as the runtime names brands) on {}:",
-                    host.describe()
-                );
-                if !runs.is_empty() {
-                    summary.push_str(&format!(" runs on {}", runs.join(", ")));
-                }
-                if !maybe.is_empty() {
-                    summary.push_str(&format!(
-                        "{} runs on {} only if it is a data center GPU",
-                        if runs.is_empty() { "" } else { ";" },
-                        maybe.join(", ")
-                    ));
-                }
-                if !not.is_empty() {
-                    summary.push_str(&format!("; does not run on {}", not.join(", ")));
-                }
-                (Verdict::Depends, summary, rhint)
-            }
-        }
+        (Verdict::DoesNotRun, c) => (Verdict::DoesNotRun, rsummary, refused_hint(c.as_ref(), host)),
+        (Verdict::Depends, Some(c)) => by_brand(&runtime, c, cuda_v, host, libs, rhint),
         (Verdict::Depends, _) => (Verdict::Depends, rsummary, rhint),
         (_, Some(c)) => {
             details.insert(0, rsummary);
@@ -971,6 +947,146 @@ pub fn image_answer(img: &image::ImageConfig, host: &Host, links: &[PrefixLink])
         details,
         hint,
     }
+}
+
+/// The image's facts, less its environment; `env` when it parses.
+fn image_facts(img: &image::ImageConfig, env: Option<&require::Env>) -> ImageFacts {
+    ImageFacts {
+        reference: img.reference.clone(),
+        source: img.source,
+        tags: img.tags.clone(),
+        os: img.os.clone(),
+        architecture: img.architecture.clone(),
+        config_digest: img.config_digest.clone(),
+        cuda_version: env
+            .and_then(|e| e.get("CUDA_VERSION"))
+            .map(str::to_string),
+        // NVIDIA's CUDA base images set NV_CUDA_CUDART_VERSION and install cuda-compat-<M>-<m>
+        // (dist/*/base/Dockerfile); some also name it in NV_CUDA_COMPAT_PACKAGE.
+        nvidia_cuda_image: env.is_some_and(|e| {
+            e.get("NV_CUDA_CUDART_VERSION").is_some() || e.get("NV_CUDA_COMPAT_PACKAGE").is_some()
+        }),
+    }
+}
+
+/// What is worth saying of the image whatever the verdict: components with two owners (the
+/// image and the profile's links on the host), and an image for another platform.
+fn image_details(img: &image::ImageConfig, shipped: &[components::Shipped]) -> Vec<String> {
+    let mut details = Vec::new();
+    for s in shipped {
+        if let Some(h) = &s.host {
+            details.push(format!(
+                "two owners of {}: the image ships {} ({}), and the profile links {} under {} on the host — mount {} into this image and the loader takes whichever comes first; keep one owner",
+                s.component,
+                s.version,
+                s.variable,
+                h.packages.join(", "),
+                h.prefix,
+                h.prefix
+            ));
+        }
+    }
+    if let (Some(a), Some(os)) = (&img.architecture, &img.os) {
+        let want = image::host_oci_arch();
+        if os != "linux" || a != want {
+            details.push(format!(
+                "the image is {os}/{a}; this machine is linux/{want}"
+            ));
+        }
+    }
+    details
+}
+
+/// The runtime hook cannot read the image's environment: the container does not start.
+fn hook_fails(
+    msg: String,
+    facts: ImageFacts,
+    shipped: Vec<components::Shipped>,
+    details: Vec<String>,
+) -> ImageAnswer {
+    let runtime = RuntimeAnswer {
+        result: "refuses",
+        requirements: require::Requirements::default(),
+        checks: Vec::new(),
+        by_brand: Vec::new(),
+        error: Some(msg.clone()),
+    };
+    ImageAnswer {
+        verdict: Verdict::DoesNotRun,
+        summary: format!(
+            "the NVIDIA Container Runtime Hook fails on this image's environment: {msg}"
+        ),
+        image: facts,
+        runtime,
+        cuda: None,
+        components: shipped,
+        details,
+        hint: Some("fix the image's environment".into()),
+    }
+}
+
+/// The runtime refuses the image: what would make it start, from CUDA's answer.
+fn refused_hint(c: Option<&CudaAnswer>, host: &Host) -> Option<String> {
+    match c {
+        Some(c) if c.mode == Mode::MinorVersion => Some(format!(
+            "CUDA {} applications do run on this driver through minor-version compatibility, but the runtime's check is stricter: `docker run -e NVIDIA_DISABLE_REQUIRE=1 …` starts it (with the limits of minor-version compatibility); or install driver ≥ {}",
+            c.cuda,
+            c.native_minimum_driver.as_deref().unwrap_or("the release's")
+        )),
+        Some(c) => c.hint.clone().or_else(|| {
+            c.native_minimum_driver
+                .as_ref()
+                .map(|d| format!("install driver ≥ {d}, or use an image built for CUDA ≤ {}", host.cuda.as_deref().unwrap_or("the driver's")))
+        }),
+        None => None,
+    }
+}
+
+/// The runtime's answer depends on the brand: CUDA judged for each brand it accepts.
+fn by_brand(
+    runtime: &RuntimeAnswer,
+    c: &CudaAnswer,
+    cuda_v: Option<CudaVersion>,
+    host: &Host,
+    libs: CompatLibs,
+    rhint: Option<String>,
+) -> (Verdict, String, Option<String>) {
+    let mut runs = Vec::new();
+    let mut maybe = Vec::new();
+    let mut not = Vec::new();
+    for b in &runtime.by_brand {
+        let v = match (b.starts, cuda_v) {
+            (false, _) => Verdict::DoesNotRun,
+            (true, Some(cv)) => cuda_answer(cv, &host.with_brand(b.brand), libs).verdict,
+            (true, None) => Verdict::Depends,
+        };
+        match v {
+            Verdict::Runs => runs.push(b.brand),
+            Verdict::Depends => maybe.push(b.brand),
+            Verdict::DoesNotRun => not.push(b.brand),
+        }
+    }
+    if runs.is_empty() && maybe.is_empty() {
+        return (Verdict::DoesNotRun, c.summary.clone(), c.hint.clone());
+    }
+    let mut summary = format!(
+        "it depends on the GPU brand (as the runtime names brands) on {}:",
+        host.describe()
+    );
+    if !runs.is_empty() {
+        summary.push_str(&format!(" runs on {}", runs.join(", ")));
+    }
+    if !maybe.is_empty() {
+        summary.push_str(&format!(
+            "{} runs on {} only if it is a data center GPU",
+            if runs.is_empty() { "" } else { ";" },
+            maybe.join(", ")
+        ));
+    }
+    if !not.is_empty() {
+        summary.push_str(&format!("; does not run on {}", not.join(", ")));
+    }
+    (Verdict::Depends, summary, rhint)
 }
 
 fn lowercase_first(s: &str) -> String {
