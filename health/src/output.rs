@@ -82,63 +82,21 @@ fn who(g: &Option<GpuRef>) -> String {
     }
 }
 
+/// One line of the table: one check group of one GPU (or of the host).
+struct TableLine {
+    sev: Severity,
+    who: String,
+    group: String,
+    values: Vec<(Severity, String)>,
+    na: Vec<String>,
+    hints: Vec<String>,
+    order: usize,
+}
+
 /// The first line says the overall state (Nagios plugin output); then one line per check
 /// group per GPU, problems first.
 pub fn table(checks: &[Check]) -> String {
-    struct Line {
-        sev: Severity,
-        who: String,
-        group: String,
-        values: Vec<(Severity, String)>,
-        na: Vec<String>,
-        hints: Vec<String>,
-        order: usize,
-    }
-    let mut lines: Vec<Line> = Vec::new();
-    for (i, c) in checks.iter().enumerate() {
-        let who = who(&c.gpu);
-        let line = match lines
-            .iter_mut()
-            .position(|l| l.who == who && l.group == c.group)
-        {
-            Some(p) => &mut lines[p],
-            None => {
-                lines.push(Line {
-                    sev: Severity::NotApplicable,
-                    who,
-                    group: c.group.clone(),
-                    values: Vec::new(),
-                    na: Vec::new(),
-                    hints: Vec::new(),
-                    order: i,
-                });
-                let last = lines.len() - 1;
-                &mut lines[last]
-            }
-        };
-        line.sev = line.sev.max(c.severity);
-        // Problems first within a line; n/a values only when nothing else is there.
-        if c.severity == Severity::NotApplicable {
-            line.na.push(c.value.clone());
-        } else if c.severity > Severity::Ok {
-            let at = line
-                .values
-                .iter()
-                .take_while(|v| v.0 > Severity::Ok)
-                .count();
-            line.values.insert(
-                at,
-                (c.severity, format!("{}: {}", c.severity.label(), c.value)),
-            );
-        } else {
-            line.values.push((c.severity, c.value.clone()));
-        }
-        if let Some(h) = &c.hint {
-            if !line.hints.contains(h) {
-                line.hints.push(h.clone());
-            }
-        }
-    }
+    let mut lines = table_lines(checks);
     lines.sort_by(|a, b| b.sev.cmp(&a.sev).then(a.order.cmp(&b.order)));
     let worst = overall(checks);
     let counts = summary(checks);
@@ -185,6 +143,57 @@ pub fn table(checks: &[Check]) -> String {
         s.push('\n');
     }
     s
+}
+
+/// The checks grouped into lines, in the order each line first appears: the worst severity,
+/// problems before OK values, n/a values kept apart, hints once each.
+fn table_lines(checks: &[Check]) -> Vec<TableLine> {
+    let mut lines: Vec<TableLine> = Vec::new();
+    for (i, c) in checks.iter().enumerate() {
+        let who = who(&c.gpu);
+        let line = match lines
+            .iter_mut()
+            .position(|l| l.who == who && l.group == c.group)
+        {
+            Some(p) => &mut lines[p],
+            None => {
+                lines.push(TableLine {
+                    sev: Severity::NotApplicable,
+                    who,
+                    group: c.group.clone(),
+                    values: Vec::new(),
+                    na: Vec::new(),
+                    hints: Vec::new(),
+                    order: i,
+                });
+                let last = lines.len() - 1;
+                &mut lines[last]
+            }
+        };
+        line.sev = line.sev.max(c.severity);
+        // Problems first within a line; n/a values only when nothing else is there.
+        if c.severity == Severity::NotApplicable {
+            line.na.push(c.value.clone());
+        } else if c.severity > Severity::Ok {
+            let at = line
+                .values
+                .iter()
+                .take_while(|v| v.0 > Severity::Ok)
+                .count();
+            line.values.insert(
+                at,
+                (c.severity, format!("{}: {}", c.severity.label(), c.value)),
+            );
+        } else {
+            line.values.push((c.severity, c.value.clone()));
+        }
+        if let Some(h) = &c.hint {
+            if !line.hints.contains(h) {
+                line.hints.push(h.clone());
+            }
+        }
+    }
+    lines
 }
 
 /// Prometheus exposition text.
@@ -267,6 +276,27 @@ pub fn prometheus(s: &Snapshot, checks: &[Check]) -> String {
         families: BTreeMap::new(),
         order: Vec::new(),
     };
+    check_metrics(&mut p, checks);
+    seen_metrics(&mut p, s);
+    kernel_log_metrics(&mut p, s);
+    if let Some(c) = &s.nvml.cuda {
+        p.add(
+            "gpuhost_cuda_init_up",
+            "gauge",
+            "1 when libcuda.so.1 loads and cuInit succeeds.",
+            &[],
+            if c.init_rc == Some(0) { 1.0 } else { 0.0 },
+        );
+    }
+    for g in &s.nvml.gpus {
+        gpu_metrics(&mut p, s, g);
+    }
+    p.render()
+}
+
+
+/// The overall status and each check's (but the n/a ones), as Nagios codes.
+fn check_metrics(p: &mut Prom, checks: &[Check]) {
     let worst = overall(checks);
     p.add(
         "gpuhost_status",
@@ -292,6 +322,10 @@ pub fn prometheus(s: &Snapshot, checks: &[Check]) -> String {
             f64::from(c.severity.exit_code()),
         );
     }
+}
+
+/// What the probe saw: NVML up and how long it took, the GPUs by source, the NVSwitches.
+fn seen_metrics(p: &mut Prom, s: &Snapshot) {
     let up = if s.nvml.status == ProbeStatus::Ok {
         1.0
     } else {
@@ -350,6 +384,10 @@ pub fn prometheus(s: &Snapshot, checks: &[Check]) -> String {
                 .count() as f64,
         );
     }
+}
+
+/// XID and SXid events in the kernel log, when it was read.
+fn kernel_log_metrics(p: &mut Prom, s: &Snapshot) {
     let xid_total = s.kernel_log.xids.len();
     if s.kernel_log.source.is_some() {
         p.add(
@@ -388,19 +426,6 @@ pub fn prometheus(s: &Snapshot, checks: &[Check]) -> String {
             );
         }
     }
-    if let Some(c) = &s.nvml.cuda {
-        p.add(
-            "gpuhost_cuda_init_up",
-            "gauge",
-            "1 when libcuda.so.1 loads and cuInit succeeds.",
-            &[],
-            if c.init_rc == Some(0) { 1.0 } else { 0.0 },
-        );
-    }
-    for g in &s.nvml.gpus {
-        gpu_metrics(&mut p, s, g);
-    }
-    p.render()
 }
 
 /// A per-GPU gauge with the GPU's labels only: name, help, and its value (None: omitted, as

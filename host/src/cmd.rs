@@ -198,85 +198,9 @@ impl Cmd {
                 Display(&argv)
             ))));
         }
-        let mut expr = duct::cmd(&self.program, &self.args);
-        expr = match &self.stdin_file {
-            Some(p) => expr.stdin_path(p),
-            None => expr.stdin_null(),
-        };
-        expr = match &self.stdout_file {
-            Some(p) => expr.stdout_path(p),
-            None => expr.stdout_capture(),
-        };
-        if let Some(d) = &self.dir {
-            expr = expr.dir(d);
-        }
-        let mut expr = expr
-            .stderr_capture()
-            .unchecked()
-            // Its own process group: a terminal's Ctrl-C reaches gpuhost, which lets a running
-            // package transaction finish, and not the transaction itself.
-            .before_spawn(|c| {
-                std::os::unix::process::CommandExt::process_group(c, 0);
-                Ok(())
-            });
-        for (k, v) in &self.env {
-            expr = expr.env(k, v);
-        }
         let start = Instant::now();
-        let handle = expr.start().map_err(|e| {
-            let hint = (e.kind() == std::io::ErrorKind::NotFound)
-                .then(|| format!("is `{}` installed and on PATH?", self.program));
-            anyhow::Error::new(SpawnFailed {
-                command: Display(&argv).to_string(),
-                source: e,
-                hint,
-            })
-        })?;
-        let deadline = start + self.timeout;
-        let mut last_tick = start;
-        let mut told = 0;
-        let waited = loop {
-            let now = Instant::now();
-            // Short slices: a signal is noticed within a tenth of a second.
-            let slice = SIGNAL_POLL.min(deadline.saturating_duration_since(now));
-            let w = handle
-                .wait_timeout(slice)
-                .with_context(|| format!("waiting for `{}`", Display(&argv)))?;
-            if w.is_some() || Instant::now() >= deadline {
-                break w;
-            }
-            let signals = crate::interrupt::count();
-            if signals > told {
-                told = signals;
-                let sig = crate::interrupt::received().unwrap_or(0);
-                let pid = handle.pids().first().copied().unwrap_or(0);
-                if signals == 1 {
-                    eprintln!(
-                        "gpuhost: {} received: letting `{}` (pid {pid}) finish, then stopping; send it again to stop waiting (the apply lock stays held while it runs)",
-                        crate::interrupt::name(sig),
-                        crate::progress::summarize(&argv)
-                    );
-                } else {
-                    record(CmdRecord {
-                        argv: argv.clone(),
-                        exit_code: None,
-                        duration_ms: millis(start.elapsed()),
-                    });
-                    return Err(anyhow::Error::new(crate::interrupt::Interrupted(format!(
-                        "interrupted by a second {}: stopped waiting for `{}` (pid {pid}), which runs on and holds the apply lock until it ends",
-                        crate::interrupt::name(sig),
-                        Display(&argv)
-                    ))));
-                }
-            }
-            if let Some(every) = crate::progress::tick_every() {
-                if last_tick.elapsed() >= every {
-                    last_tick = Instant::now();
-                    crate::progress::tick(&crate::progress::summarize(&argv), start.elapsed());
-                }
-            }
-        };
-        let Some(out) = waited else {
+        let handle = self.start(&argv)?;
+        let Some(out) = self.wait(&handle, &argv, start)? else {
             let _ = handle.kill();
             record(CmdRecord {
                 argv: argv.clone(),
@@ -310,6 +234,80 @@ impl Cmd {
             duration_ms: millis(output.duration),
         });
         Ok(output)
+    }
+
+    /// Start the command: stdin from /dev/null, output captured, in its own process group. A
+    /// command that cannot be started is a [`SpawnFailed`].
+    fn start(&self, argv: &[String]) -> Result<duct::Handle> {
+        let mut expr = duct::cmd(&self.program, &self.args);
+        expr = match &self.stdin_file {
+            Some(p) => expr.stdin_path(p),
+            None => expr.stdin_null(),
+        };
+        expr = match &self.stdout_file {
+            Some(p) => expr.stdout_path(p),
+            None => expr.stdout_capture(),
+        };
+        if let Some(d) = &self.dir {
+            expr = expr.dir(d);
+        }
+        let mut expr = expr
+            .stderr_capture()
+            .unchecked()
+            // Its own process group: a terminal's Ctrl-C reaches gpuhost, which lets a running
+            // package transaction finish, and not the transaction itself.
+            .before_spawn(|c| {
+                std::os::unix::process::CommandExt::process_group(c, 0);
+                Ok(())
+            });
+        for (k, v) in &self.env {
+            expr = expr.env(k, v);
+        }
+        expr.start().map_err(|e| {
+            let hint = (e.kind() == std::io::ErrorKind::NotFound)
+                .then(|| format!("is `{}` installed and on PATH?", self.program));
+            anyhow::Error::new(SpawnFailed {
+                command: Display(argv).to_string(),
+                source: e,
+                hint,
+            })
+        })
+    }
+
+    /// Wait for the command until its timeout (None: it ran past it), in short slices that
+    /// notice signals and tick the progress line. A first signal is said and waited out; a
+    /// second stops the wait with [`crate::interrupt::Interrupted`].
+    fn wait<'h>(
+        &self,
+        handle: &'h duct::Handle,
+        argv: &[String],
+        start: Instant,
+    ) -> Result<Option<&'h std::process::Output>> {
+        let deadline = start + self.timeout;
+        let mut last_tick = start;
+        let mut told = 0;
+        loop {
+            let now = Instant::now();
+            // Short slices: a signal is noticed within a tenth of a second.
+            let slice = SIGNAL_POLL.min(deadline.saturating_duration_since(now));
+            let w = handle
+                .wait_timeout(slice)
+                .with_context(|| format!("waiting for `{}`", Display(argv)))?;
+            if w.is_some() || Instant::now() >= deadline {
+                return Ok(w);
+            }
+            let signals = crate::interrupt::count();
+            if signals > told {
+                told = signals;
+                signalled(handle, argv, start, signals)?;
+            }
+            if let Some(every) = crate::progress::tick_every() {
+                if last_tick.elapsed() >= every {
+                    last_tick = Instant::now();
+                    crate::progress::tick(&crate::progress::summarize(argv), start.elapsed());
+                }
+            }
+        }
     }
 
     /// Run and require exit status 0; the error holds the command and the tail of stderr.
@@ -688,6 +686,31 @@ impl Abandoned {
     pub fn reaped(&mut self) -> bool {
         self.inner.exited()
     }
+}
+
+/// A signal arrived while `argv` runs: the first is said (the command is let finish), the
+/// second stops the wait, leaving the command running.
+fn signalled(handle: &duct::Handle, argv: &[String], start: Instant, signals: usize) -> Result<()> {
+    let sig = crate::interrupt::received().unwrap_or(0);
+    let pid = handle.pids().first().copied().unwrap_or(0);
+    if signals == 1 {
+        eprintln!(
+            "gpuhost: {} received: letting `{}` (pid {pid}) finish, then stopping; send it again to stop waiting (the apply lock stays held while it runs)",
+            crate::interrupt::name(sig),
+            crate::progress::summarize(argv)
+        );
+        return Ok(());
+    }
+    record(CmdRecord {
+        argv: argv.to_vec(),
+        exit_code: None,
+        duration_ms: millis(start.elapsed()),
+    });
+    Err(anyhow::Error::new(crate::interrupt::Interrupted(format!(
+        "interrupted by a second {}: stopped waiting for `{}` (pid {pid}), which runs on and holds the apply lock until it ends",
+        crate::interrupt::name(sig),
+        Display(argv)
+    ))))
 }
 
 fn millis(d: Duration) -> u64 {

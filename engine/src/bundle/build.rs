@@ -102,14 +102,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     let dirs = profile_dirs(&profile);
     link_file_urls(&scratch, &source, &dirs)?;
     let facts = target_facts(opts, &scratch, &profile, root_facts)?;
-    // The kernel module flavour is chosen here, for the target's GPUs (none on a clean OS: the
-    // open modules, or the profile's driver.flavour), and pinned in the bundle's profile: the
-    // bundle carries that stream only, so a host whose GPUs it cannot drive is refused at
-    // apply (exit 2, naming the GPU), not failed in the middle of a transaction.
-    let driver = gpuhost_steps::driver::resolve(&profile, &facts)?;
-    if let Some(d) = &driver {
-        profile.driver.stream = Some(d.choice.stream.clone());
-    }
+    let driver = pin_driver(&mut profile, &facts)?;
     let kernels = facts.kernels_to_serve();
     let pkgdir = staging.join("repo").join("Packages");
     std::fs::create_dir_all(&pkgdir).with_context(|| format!("creating {}", pkgdir.display()))?;
@@ -125,29 +118,12 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     )?;
     let driver_repo_rpm = copy_local_files(&planned.local_files, &staging, &pkgdir)?;
 
-    let rpms = rpm_files(&pkgdir)?;
-    let nevras = nevras_of(&rpms)?;
-    Cmd::new("createrepo_c")
-        .args(["--quiet", "--no-database"])
-        .arg(staging.join("repo"))
-        .run()
-        .map_err(|e| tool_missing(e, "createrepo_c", "createrepo_c"))?;
-    // The scratch root's repo configuration, as the plan left it.
-    let repos = RepoConfig::read(&scratch)?;
-    let modules = write_module_metadata(
-        &scratch,
-        &repos,
-        &nevras,
-        &planned.modules,
-        work.path(),
-        &staging,
-    )?;
+    let nevras = nevras_of(&rpm_files(&pkgdir)?)?;
+    let (repos, modules) =
+        write_repodata(&scratch, &nevras, &planned.modules, work.path(), &staging)?;
     let (gpgcheck, gpgkeys) = signatures(&scratch, &repos, &nevras, &staging)?;
 
-    let profile_toml = profile.to_toml()?;
-    std::fs::write(staging.join("profile.toml"), profile_toml)?;
-    let files = manifest::list_files(&staging)?;
-    let m = Manifest {
+    let mut m = Manifest {
         format: FORMAT,
         gpuhost_version: env!("CARGO_PKG_VERSION").to_string(),
         created_at: fsutil::rfc3339(fsutil::unix_now()),
@@ -155,38 +131,59 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         os_major: major,
         arch: gpuhost_steps::driver::host_arch().to_string(),
         flavour: profile.kernel.flavour,
-        kernels: kernels.clone(),
+        kernels,
         fabric_manager: !facts.nvswitches.is_empty(),
         driver_repo_rpm,
         gpgcheck,
-        gpgkeys: gpgkeys.clone(),
-        packages: nevras.clone(),
-        modules: modules.clone(),
-        plan: planned.plan.clone(),
-        files: manifest::entries(&staging, &files)?,
+        gpgkeys,
+        packages: nevras,
+        modules,
+        plan: planned.plan,
+        files: Vec::new(),
     };
-    let text = serde_json::to_vec_pretty(&m)?;
-    fsutil::write_atomic(&staging.join(MANIFEST), &text, 0o644)?;
-    let manifest_sha256 = fsutil::sha256_hex(&text);
-
+    let manifest_sha256 = write_manifest(&staging, &profile, &mut m)?;
     let tar_bytes = publish(&dest, &staging)?;
     Ok(BuildReport {
         out: dest.out.display().to_string(),
         tarball: dest.tarball.map(|t| t.display().to_string()),
         tar_bytes,
-        profile: profile.name.clone(),
-        os_major: major,
-        kernels,
-        fabric_manager: m.fabric_manager,
-        packages: nevras.len(),
         bytes: m.bytes(),
-        modules,
-        gpgcheck,
-        gpgkeys,
-        plan: planned.plan,
+        packages: m.packages.len(),
+        profile: m.profile,
+        os_major: m.os_major,
+        kernels: m.kernels,
+        fabric_manager: m.fabric_manager,
+        modules: m.modules,
+        gpgcheck: m.gpgcheck,
+        gpgkeys: m.gpgkeys,
+        plan: m.plan,
         manifest_sha256,
         duration_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
     })
+}
+
+/// The kernel module flavour is chosen here, for the target's GPUs (none on a clean OS: the
+/// open modules, or the profile's driver.flavour), and pinned in the bundle's profile: the
+/// bundle carries that stream only, so a host whose GPUs it cannot drive is refused at
+/// apply (exit 2, naming the GPU), not failed in the middle of a transaction.
+fn pin_driver(profile: &mut Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
+    let driver = gpuhost_steps::driver::resolve(profile, facts)?;
+    if let Some(d) = &driver {
+        profile.driver.stream = Some(d.choice.stream.clone());
+    }
+    Ok(driver)
+}
+
+/// The bundle's `profile.toml` (the profile resolved, its stream pinned) and its manifest,
+/// which lists every other file. Returns the manifest's SHA-256.
+fn write_manifest(staging: &Path, profile: &Profile, m: &mut Manifest) -> Result<String> {
+    let profile_toml = profile.to_toml()?;
+    std::fs::write(staging.join("profile.toml"), profile_toml)?;
+    let files = manifest::list_files(staging)?;
+    m.files = manifest::entries(staging, &files)?;
+    let text = serde_json::to_vec_pretty(&m)?;
+    fsutil::write_atomic(&staging.join(MANIFEST), &text, 0o644)?;
+    Ok(fsutil::sha256_hex(&text))
 }
 
 /// The request checked before anything is written: the kernel release, the driver package,
@@ -341,19 +338,25 @@ fn copy_local_files(
     Ok(driver_repo_rpm)
 }
 
-/// Module metadata: the source repos' documents, filtered to what the bundle carries, added
-/// to the bundle's repo. Every stream the plan installs must be among them. Returns the
-/// streams the bundle carries.
-fn write_module_metadata(
+/// The bundle's repo metadata: `createrepo_c` over its packages, then the module metadata (the
+/// source repos' documents, filtered to what the bundle carries). Every stream the plan
+/// installs must be among them. Returns the scratch root's repo configuration, as the plan
+/// left it, and the streams the bundle carries.
+fn write_repodata(
     scratch: &Host,
-    repos: &RepoConfig,
     nevras: &[String],
     wanted: &Wanted,
     work: &Path,
     staging: &Path,
-) -> Result<Vec<String>> {
+) -> Result<(RepoConfig, Vec<String>)> {
+    Cmd::new("createrepo_c")
+        .args(["--quiet", "--no-database"])
+        .arg(staging.join("repo"))
+        .run()
+        .map_err(|e| tool_missing(e, "createrepo_c", "createrepo_c"))?;
+    let repos = RepoConfig::read(scratch)?;
     let nevra_set: BTreeSet<String> = nevras.iter().cloned().collect();
-    let docs = module_docs(scratch, repos)?;
+    let docs = module_docs(scratch, &repos)?;
     let kept = modulemd::keep(&docs, &nevra_set, wanted);
     for (module, streams) in &wanted.streams {
         for s in streams {
@@ -379,7 +382,7 @@ fn write_module_metadata(
             .run()
             .map_err(|e| tool_missing(e, "modifyrepo_c", "createrepo_c"))?;
     }
-    Ok(modules)
+    Ok((repos, modules))
 }
 
 /// Signatures: checked offline when every repo the packages came from checked them. Returns

@@ -96,13 +96,18 @@ fn entry(line: &str) -> Option<(&str, &str)> {
     (!k.is_empty() && !k.contains(' ')).then_some((k, v))
 }
 
-fn parse(lines: &[&str]) -> Doc {
+/// One document, as YAML writes it standalone: between `---` and `...`.
+fn doc_text(lines: &[&str]) -> String {
     let mut text = String::from("---\n");
     for l in lines {
         text.push_str(l);
         text.push('\n');
     }
     text.push_str("...\n");
+    text
+}
+
+fn parse(lines: &[&str]) -> Doc {
     let mut kind = String::new();
     let mut module = String::new();
     let mut stream = None;
@@ -173,7 +178,7 @@ fn parse(lines: &[&str]) -> Doc {
         }
     }
     Doc {
-        text,
+        text: doc_text(lines),
         kind,
         module,
         stream,

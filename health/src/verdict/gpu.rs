@@ -711,42 +711,7 @@ pub fn nvlink_verdict(
     match before {
         None => v.push_str("; first reading, rates from the next run"),
         Some((b, secs)) => {
-            for l in links {
-                let Some(o) = b.nvlink.get(&l.link) else {
-                    continue;
-                };
-                let add = |x: Option<u64>, y: Option<u64>| match (x, y) {
-                    (Some(x), Some(y)) => Some(x + y),
-                    (x, y) => x.or(y),
-                };
-                let rr = rate(
-                    add(o.replay, o.recovery),
-                    add(l.replay_errors, l.recovery_errors),
-                    secs,
-                )
-                .map(|r| r * 60.0);
-                let crc = rate(
-                    add(o.crc_flit, o.crc_data),
-                    add(l.crc_flit_errors, l.crc_data_errors),
-                    secs,
-                );
-                let mut parts = Vec::new();
-                if let Some(r) = rr.filter(|r| *r > t.nvlink_replay_recovery_per_minute_max) {
-                    parts.push(format!(
-                        "replay+recovery {r:.1}/min (> {}, status.nvlink_replay_recovery_per_minute_max)",
-                        t.nvlink_replay_recovery_per_minute_max
-                    ));
-                }
-                if let Some(r) = crc.filter(|r| *r > t.nvlink_crc_errors_per_second_max) {
-                    parts.push(format!(
-                        "CRC {r:.1}/s (> {}, status.nvlink_crc_errors_per_second_max)",
-                        t.nvlink_crc_errors_per_second_max
-                    ));
-                }
-                if !parts.is_empty() {
-                    fast.push(format!("link {} {}", l.link, parts.join(", ")));
-                }
-            }
+            fast = fast_links(links, b, secs, t);
             if fast.is_empty() {
                 v.push_str(&format!(
                     "; no error rate above its threshold over {secs:.0} s"
@@ -786,25 +751,92 @@ pub fn nvlink_verdict(
     }
 }
 
+/// The links whose replay+recovery errors per minute or CRC errors per second, since the
+/// baseline `b` taken `secs` ago, are above the thresholds, each with its rates.
+fn fast_links(links: &[NvLink], b: &GpuCounters, secs: f64, t: &Thresholds) -> Vec<String> {
+    let mut fast = Vec::new();
+    for l in links {
+        let Some(o) = b.nvlink.get(&l.link) else {
+            continue;
+        };
+        let add = |x: Option<u64>, y: Option<u64>| match (x, y) {
+            (Some(x), Some(y)) => Some(x + y),
+            (x, y) => x.or(y),
+        };
+        let rr = rate(
+            add(o.replay, o.recovery),
+            add(l.replay_errors, l.recovery_errors),
+            secs,
+        )
+        .map(|r| r * 60.0);
+        let crc = rate(
+            add(o.crc_flit, o.crc_data),
+            add(l.crc_flit_errors, l.crc_data_errors),
+            secs,
+        );
+        let mut parts = Vec::new();
+        if let Some(r) = rr.filter(|r| *r > t.nvlink_replay_recovery_per_minute_max) {
+            parts.push(format!(
+                "replay+recovery {r:.1}/min (> {}, status.nvlink_replay_recovery_per_minute_max)",
+                t.nvlink_replay_recovery_per_minute_max
+            ));
+        }
+        if let Some(r) = crc.filter(|r| *r > t.nvlink_crc_errors_per_second_max) {
+            parts.push(format!(
+                "CRC {r:.1}/s (> {}, status.nvlink_crc_errors_per_second_max)",
+                t.nvlink_crc_errors_per_second_max
+            ));
+        }
+        if !parts.is_empty() {
+            fast.push(format!("link {} {}", l.link, parts.join(", ")));
+        }
+    }
+    fast
+}
+
 /// One field of NVML's fabric health mask.
 fn mask_field(mask: u32, shift: u32, width: u32) -> u32 {
     (mask >> shift) & width
 }
 
+/// NVML's fabric health mask, field by field.
+struct FabricHealth {
+    degraded: bool,
+    route_recovery: bool,
+    route_unhealthy: bool,
+    timeout_recovery: bool,
+    /// The incorrect configuration it names, if any.
+    config: Option<&'static str>,
+}
+
+impl FabricHealth {
+    fn of(mask: u32) -> FabricHealth {
+        const TRUE: u32 = 1;
+        FabricHealth {
+            degraded: mask_field(mask, 0, 0x3) == TRUE,
+            route_recovery: mask_field(mask, 2, 0x3) == TRUE,
+            route_unhealthy: mask_field(mask, 4, 0x3) == TRUE,
+            timeout_recovery: mask_field(mask, 6, 0x3) == TRUE,
+            config: match mask_field(mask, 8, 0xf) {
+                2 => Some("incorrect system GUID"),
+                3 => Some("incorrect chassis serial number"),
+                4 => Some("no partition"),
+                5 => Some("insufficient NVLinks"),
+                _ => None,
+            },
+        }
+    }
+}
+
 /// Fabric registration (NVSwitch systems): state completed with status success is OK.
 pub fn fabric_verdict(f: &Fabric, index: u32) -> (Severity, String, Option<String>) {
-    const TRUE: u32 = 1;
-    let degraded = mask_field(f.health_mask, 0, 0x3) == TRUE;
-    let route_recovery = mask_field(f.health_mask, 2, 0x3) == TRUE;
-    let route_unhealthy = mask_field(f.health_mask, 4, 0x3) == TRUE;
-    let timeout_recovery = mask_field(f.health_mask, 6, 0x3) == TRUE;
-    let config = match mask_field(f.health_mask, 8, 0xf) {
-        2 => Some("incorrect system GUID"),
-        3 => Some("incorrect chassis serial number"),
-        4 => Some("no partition"),
-        5 => Some("insufficient NVLinks"),
-        _ => None,
-    };
+    let FabricHealth {
+        degraded,
+        route_recovery,
+        route_unhealthy,
+        timeout_recovery,
+        config,
+    } = FabricHealth::of(f.health_mask);
     let fm_log = "check nvidia-fabricmanager (`systemctl status nvidia-fabricmanager`, /var/log/fabricmanager.log): it must run at the driver's exact version";
     match f.state {
         3 if f.status != 0 => {

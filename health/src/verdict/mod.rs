@@ -19,7 +19,10 @@ pub mod xid_catalog;
 pub use gpu::{fabric_verdict, nvlink_verdict, GpuCheck, GpuCtx, Judged, Verdict, GPU_CHECKS};
 
 use crate::kmsg::normalise_pci;
-use crate::snapshot::{GpuSnapshot, PciDevice, PciKind, ProbeStatus, Reading, Snapshot};
+use crate::snapshot::{
+    DaemonJson, FabricManagerVersion, GpuSnapshot, PciDevice, PciKind, ProbeStatus, Reading,
+    Snapshot,
+};
 
 /// Rows past this many uncorrectable remaps mean the GPU should be replaced (Azure, OCI).
 pub const MAX_UNCORRECTABLE_REMAPPED_ROWS: u32 = 512;
@@ -250,6 +253,27 @@ impl Out {
             },
         });
     }
+
+    /// Push a check whose answer is one [`Verdict`].
+    fn say(&mut self, id: &str, group: &str, gpu: Option<&GpuRef>, verdict: Verdict) {
+        let (severity, value, hint) = verdict;
+        self.push(id, group, gpu, severity, value, hint);
+    }
+}
+
+/// Not applicable here, with what was seen.
+fn na(value: impl Into<String>) -> Verdict {
+    (Severity::NotApplicable, value.into(), None)
+}
+
+/// OK, with what was seen.
+fn ok(value: impl Into<String>) -> Verdict {
+    (Severity::Ok, value.into(), None)
+}
+
+/// A finding of `severity`, with what was seen and what to do.
+fn advise(severity: Severity, value: impl Into<String>, hint: impl Into<String>) -> Verdict {
+    (severity, value.into(), Some(hint.into()))
 }
 
 /// sysfs `0000:3b:00.0` → NVML `00000000:3B:00.0`.
@@ -300,32 +324,12 @@ pub fn evaluate(s: &Snapshot, expect: &Expect) -> Vec<Check> {
         .count();
 
     // PCI, without the driver.
-    match &s.host.pci_error {
-        Some(e) => out.push(
-            "pci.devices",
-            "pci",
-            None,
-            Severity::Unknown,
-            e.clone(),
-            Some("run as a user who can read /sys/bus/pci".into()),
-        ),
-        None => out.push(
-            "pci.devices",
-            "pci",
-            None,
-            Severity::Ok,
-            format!(
-                "{} NVIDIA GPU(s){}, {switches} NVSwitch(es) on PCI",
-                pci_gpus.len(),
-                if host_gpus != pci_gpus.len() {
-                    format!(" ({} bound to vfio-pci)", pci_gpus.len() - host_gpus)
-                } else {
-                    String::new()
-                }
-            ),
-            None,
-        ),
-    }
+    out.say(
+        "pci.devices",
+        "pci",
+        None,
+        pci_devices(s, pci_gpus.len(), host_gpus, switches),
+    );
     for d in &s.host.pci {
         let r = pci_ref(d);
         pci_checks(&mut out, d, &r);
@@ -333,47 +337,7 @@ pub fn evaluate(s: &Snapshot, expect: &Expect) -> Vec<Check> {
 
     // The driver, without NVML.
     let have_gpus = !pci_gpus.is_empty();
-    match (&s.host.kernel_module_version, have_gpus) {
-        (Some(v), _) => out.push("driver.module", "driver", None, Severity::Ok, format!("kernel module {v} loaded"), None),
-        (None, true) => out.push(
-            "driver.module",
-            "driver",
-            None,
-            Severity::Critical,
-            "nvidia kernel module not loaded (/proc/driver/nvidia/version absent)",
-            Some("load it (`modprobe nvidia`; see `journalctl -k` for why it failed) or run `gpuhost apply`".into()),
-        ),
-        (None, false) => out.push("driver.module", "driver", None, Severity::NotApplicable, "no NVIDIA GPU on PCI, no kernel module", None),
-    }
-    match (s.host.nouveau_loaded, have_gpus) {
-        (true, true) => out.push(
-            "driver.nouveau",
-            "driver",
-            None,
-            Severity::Critical,
-            "nouveau is loaded and holds NVIDIA GPUs",
-            Some(
-                "blacklist nouveau (`gpuhost apply` does), rebuild the initramfs and reboot".into(),
-            ),
-        ),
-        (true, false) => out.push(
-            "driver.nouveau",
-            "driver",
-            None,
-            Severity::Ok,
-            "nouveau loaded, no NVIDIA GPU",
-            None,
-        ),
-        (false, _) => out.push(
-            "driver.nouveau",
-            "driver",
-            None,
-            Severity::Ok,
-            "nouveau not loaded",
-            None,
-        ),
-    }
-
+    module_and_nouveau(&mut out, s, have_gpus);
     software::next_boot(&mut out, s, expect, have_gpus);
     software::secure_boot(&mut out, s);
     nvml_init(&mut out, s, have_gpus);
@@ -382,15 +346,7 @@ pub fn evaluate(s: &Snapshot, expect: &Expect) -> Vec<Check> {
     }
     software::dev_nodes(&mut out, s, have_gpus);
     software::cuda_init(&mut out, s, have_gpus);
-    let missing: Vec<String> = pci_gpus
-        .iter()
-        .filter(|d| d.driver.as_deref() != Some("vfio-pci"))
-        .filter(|d| {
-            let k = key(&d.address);
-            !gpu_refs.iter().any(|g| key(&g.pci_bus_id) == k)
-        })
-        .map(|d| nvml_bus_id(&d.address))
-        .collect();
+    let missing = not_seen_by_nvml(&pci_gpus, &gpu_refs);
     gpu_count(&mut out, s, expect, host_gpus, nvml_ok, &missing);
     services(&mut out, s, switches, expect);
     xid::xids(
@@ -401,30 +357,92 @@ pub fn evaluate(s: &Snapshot, expect: &Expect) -> Vec<Check> {
     );
 
     if nvml_ok {
-        let secs = s
-            .previous
-            .as_ref()
-            .map(|p| s.collected_at_ms.saturating_sub(p.at_ms) as f64 / 1000.0)
-            .unwrap_or(0.0);
-        for (g, r) in s.nvml.gpus.iter().zip(&gpu_refs) {
-            let before = s.previous.as_ref().and_then(|p| {
-                g.uuid
-                    .value()
-                    .and_then(|u| p.gpus.get(u))
-                    .map(|c| (c, secs))
-            });
-            let ctx = GpuCtx {
-                g,
-                nvswitch: switches > 0,
-                t: &expect.thresholds,
-                before,
-            };
-            gpu::gpu_checks(&mut out, &ctx, r);
-        }
+        per_gpu(&mut out, s, expect, &gpu_refs, switches);
         software::consistency(&mut out, s);
     }
     space::checks(&mut out, s, expect);
     out.checks
+}
+
+/// The GPUs on PCI (not given to VMs) that NVML does not see, by NVML bus id.
+fn not_seen_by_nvml(pci_gpus: &[&PciDevice], gpu_refs: &[GpuRef]) -> Vec<String> {
+    pci_gpus
+        .iter()
+        .filter(|d| d.driver.as_deref() != Some("vfio-pci"))
+        .filter(|d| {
+            let k = key(&d.address);
+            !gpu_refs.iter().any(|g| key(&g.pci_bus_id) == k)
+        })
+        .map(|d| nvml_bus_id(&d.address))
+        .collect()
+}
+
+/// `pci.devices`: the NVIDIA GPUs (and how many are bound to vfio-pci) and NVSwitches on PCI.
+fn pci_devices(s: &Snapshot, pci_gpus: usize, host_gpus: usize, switches: usize) -> Verdict {
+    match &s.host.pci_error {
+        Some(e) => advise(
+            Severity::Unknown,
+            e.clone(),
+            "run as a user who can read /sys/bus/pci",
+        ),
+        None => ok(format!(
+            "{pci_gpus} NVIDIA GPU(s){}, {switches} NVSwitch(es) on PCI",
+            if host_gpus != pci_gpus {
+                format!(" ({} bound to vfio-pci)", pci_gpus - host_gpus)
+            } else {
+                String::new()
+            }
+        )),
+    }
+}
+
+/// `driver.module` (the kernel module is loaded where there are GPUs) and `driver.nouveau`
+/// (nouveau holds none of them).
+fn module_and_nouveau(out: &mut Out, s: &Snapshot, have_gpus: bool) {
+    let module = match (&s.host.kernel_module_version, have_gpus) {
+        (Some(v), _) => ok(format!("kernel module {v} loaded")),
+        (None, true) => advise(
+            Severity::Critical,
+            "nvidia kernel module not loaded (/proc/driver/nvidia/version absent)",
+            "load it (`modprobe nvidia`; see `journalctl -k` for why it failed) or run `gpuhost apply`",
+        ),
+        (None, false) => na("no NVIDIA GPU on PCI, no kernel module"),
+    };
+    out.say("driver.module", "driver", None, module);
+    let nouveau = match (s.host.nouveau_loaded, have_gpus) {
+        (true, true) => advise(
+            Severity::Critical,
+            "nouveau is loaded and holds NVIDIA GPUs",
+            "blacklist nouveau (`gpuhost apply` does), rebuild the initramfs and reboot",
+        ),
+        (true, false) => ok("nouveau loaded, no NVIDIA GPU"),
+        (false, _) => ok("nouveau not loaded"),
+    };
+    out.say("driver.nouveau", "driver", None, nouveau);
+}
+
+/// Every GPU's own checks, its counters judged against the baseline kept from the last run.
+fn per_gpu(out: &mut Out, s: &Snapshot, expect: &Expect, gpu_refs: &[GpuRef], switches: usize) {
+    let secs = s
+        .previous
+        .as_ref()
+        .map(|p| s.collected_at_ms.saturating_sub(p.at_ms) as f64 / 1000.0)
+        .unwrap_or(0.0);
+    for (g, r) in s.nvml.gpus.iter().zip(gpu_refs) {
+        let before = s.previous.as_ref().and_then(|p| {
+            g.uuid
+                .value()
+                .and_then(|u| p.gpus.get(u))
+                .map(|c| (c, secs))
+        });
+        let ctx = GpuCtx {
+            g,
+            nvswitch: switches > 0,
+            t: &expect.thresholds,
+            before,
+        };
+        gpu::gpu_checks(out, &ctx, r);
+    }
 }
 
 fn gpu_ref(g: &GpuSnapshot) -> GpuRef {
@@ -435,42 +453,41 @@ fn gpu_ref(g: &GpuSnapshot) -> GpuRef {
     }
 }
 
+/// `pci.config`, `pci.link` and `pci.aer` of one device on PCI.
 fn pci_checks(out: &mut Out, d: &PciDevice, r: &GpuRef) {
+    out.say("pci.config", "pci", Some(r), pci_config(d));
+    out.say("pci.link", "pci", Some(r), pci_link(d));
+    out.say("pci.aer", "pci", Some(r), pci_aer(d));
+}
+
+/// The device answers config space reads (all-ones: it fell off the bus).
+fn pci_config(d: &PciDevice) -> Verdict {
     let what = match d.kind {
         PciKind::Gpu => "GPU",
         PciKind::NvSwitch => "NVSwitch",
     };
     if d.fell_off() {
-        out.push(
-            "pci.config",
-            "pci",
-            Some(r),
+        advise(
             Severity::Critical,
             format!("{what} {} fell off the bus: config space reads all-ones", d.address),
-            Some("drain the node; look for XID 79 in the kernel log; reboot (a GPU reset rarely brings it back); reseat or RMA if it recurs".into()),
-        );
+            "drain the node; look for XID 79 in the kernel log; reboot (a GPU reset rarely brings it back); reseat or RMA if it recurs",
+        )
     } else if let Some(head) = &d.config_head {
-        out.push(
-            "pci.config",
-            "pci",
-            Some(r),
-            Severity::Ok,
-            format!("{what} {} answers ({head})", d.address),
-            None,
-        );
+        ok(format!("{what} {} answers ({head})", d.address))
     } else {
-        out.push(
-            "pci.config",
-            "pci",
-            Some(r),
+        advise(
             Severity::Unknown,
             format!(
                 "cannot read config space: {}",
                 d.config_error.as_deref().unwrap_or("unknown error")
             ),
-            Some("run as root".into()),
-        );
+            "run as root",
+        )
     }
+}
+
+/// The link trained at its full width.
+fn pci_link(d: &PciDevice) -> Verdict {
     match (
         &d.current_link_speed,
         d.current_link_width,
@@ -482,46 +499,34 @@ fn pci_checks(out: &mut Out, d: &PciDevice, r: &GpuRef) {
                 d.max_link_speed.as_deref().unwrap_or("?")
             );
             if w < max_w && w > 0 {
-                out.push(
-                    "pci.link",
-                    "pci",
-                    Some(r),
+                advise(
                     Severity::Warning,
                     format!("link trained narrower than it can: {value}"),
-                    Some("reseat the card or riser; check the slot; compare `lspci -vv` LnkSta/LnkCap".into()),
-                );
+                    "reseat the card or riser; check the slot; compare `lspci -vv` LnkSta/LnkCap",
+                )
             } else {
-                out.push("pci.link", "pci", Some(r), Severity::Ok, value, None);
+                ok(value)
             }
         }
-        _ => out.push(
-            "pci.link",
-            "pci",
-            Some(r),
-            Severity::NotApplicable,
-            "link attributes not in sysfs",
-            None,
-        ),
+        _ => na("link attributes not in sysfs"),
     }
+}
+
+/// PCIe errors since boot (AER): fatal CRITICAL, non-fatal a WARNING.
+fn pci_aer(d: &PciDevice) -> Verdict {
     match &d.aer {
-        Some(a) if a.fatal > 0 => out.push(
-            "pci.aer",
-            "pci",
-            Some(r),
+        Some(a) if a.fatal > 0 => advise(
             Severity::Critical,
             format!("AER fatal {} non-fatal {} correctable {}", a.fatal, a.nonfatal, a.correctable),
-            Some("fatal PCIe errors since boot: drain, check the kernel log, reseat / replace the riser or card".into()),
+            "fatal PCIe errors since boot: drain, check the kernel log, reseat / replace the riser or card",
         ),
-        Some(a) if a.nonfatal > 0 => out.push(
-            "pci.aer",
-            "pci",
-            Some(r),
+        Some(a) if a.nonfatal > 0 => advise(
             Severity::Warning,
             format!("AER non-fatal {} correctable {}", a.nonfatal, a.correctable),
-            Some("non-fatal PCIe errors since boot: watch the count; reseat if it grows".into()),
+            "non-fatal PCIe errors since boot: watch the count; reseat if it grows",
         ),
-        Some(a) => out.push("pci.aer", "pci", Some(r), Severity::Ok, format!("AER correctable {}", a.correctable), None),
-        None => out.push("pci.aer", "pci", Some(r), Severity::NotApplicable, "no AER counters in sysfs", None),
+        Some(a) => ok(format!("AER correctable {}", a.correctable)),
+        None => na("no AER counters in sysfs"),
     }
 }
 
@@ -746,7 +751,6 @@ fn services(out: &mut Out, s: &Snapshot, switches: usize, expect: &Expect) {
 }
 
 fn docker(out: &mut Out, s: &Snapshot) {
-    let sv = &s.services;
     // Advice that fits the host: no GPU on PCI → nothing for the runtime to serve; no Docker →
     // no runtime to configure yet.
     let gpus = s.host.pci.iter().any(|d| d.kind == PciKind::Gpu);
@@ -755,82 +759,79 @@ fn docker(out: &mut Out, s: &Snapshot) {
             ("services.docker", "no NVIDIA GPU on PCI: Docker not judged"),
             ("services.nvidia_runtime", "nvidia runtime not needed"),
         ] {
-            out.push(id, "containers", None, Severity::NotApplicable, value, None);
+            out.say(id, "containers", None, na(value));
         }
         return;
     }
     if s.host.docker_installed == Some(false) && !s.host.docker_daemon_json.present {
-        out.push(
+        out.say(
             "services.docker",
             "containers",
             None,
-            Severity::Warning,
-            "Docker is not installed (no /usr/bin/dockerd): no GPU containers",
-            Some("`gpuhost apply` installs Docker CE and the NVIDIA Container Toolkit with the nvidia runtime".into()),
+            advise(
+                Severity::Warning,
+                "Docker is not installed (no /usr/bin/dockerd): no GPU containers",
+                "`gpuhost apply` installs Docker CE and the NVIDIA Container Toolkit with the nvidia runtime",
+            ),
         );
-        out.push(
+        out.say(
             "services.nvidia_runtime",
             "containers",
             None,
-            Severity::NotApplicable,
-            "no Docker to configure",
-            None,
+            na("no Docker to configure"),
         );
         return;
     }
-    if let Some(state) = &sv.docker {
-        if state == "active" {
-            out.push(
-                "services.docker",
-                "containers",
-                None,
-                Severity::Ok,
-                "docker active",
-                None,
-            );
+    if let Some(state) = &s.services.docker {
+        let v = if state == "active" {
+            ok("docker active")
         } else {
-            out.push(
-                "services.docker",
-                "containers",
-                None,
+            advise(
                 Severity::Warning,
                 format!("docker {state}"),
-                Some("`systemctl enable --now docker` (or `gpuhost apply`)".into()),
-            );
-        }
+                "`systemctl enable --now docker` (or `gpuhost apply`)",
+            )
+        };
+        out.say("services.docker", "containers", None, v);
     }
-    let dj = &s.host.docker_daemon_json;
-    let (sev, value, hint) = if let Some(e) = &dj.error {
-        (
-            Severity::Warning,
-            format!("/etc/docker/daemon.json: {e}"),
-            Some("fix the file, then `nvidia-ctk runtime configure --runtime=docker`".to_string()),
-        )
-    } else if dj.nvidia_runtime {
-        (
-            Severity::Ok,
-            format!(
-                "nvidia runtime configured{}",
-                dj.default_runtime
-                    .as_deref()
-                    .map(|d| format!(" (default runtime {d})"))
-                    .unwrap_or_default()
-            ),
-            None,
-        )
-    } else if dj.present {
-        (Severity::Warning, "nvidia runtime not in /etc/docker/daemon.json".into(), Some("`nvidia-ctk runtime configure --runtime=docker && systemctl restart docker` (or `gpuhost apply`)".into()))
-    } else {
-        (Severity::Warning, "no /etc/docker/daemon.json: nvidia runtime not configured".into(), Some("`nvidia-ctk runtime configure --runtime=docker && systemctl restart docker` (or `gpuhost apply`)".into()))
-    };
-    out.push(
+    out.say(
         "services.nvidia_runtime",
         "containers",
         None,
-        sev,
-        value,
-        hint,
+        nvidia_runtime(&s.host.docker_daemon_json),
     );
+}
+
+/// `services.nvidia_runtime`: `/etc/docker/daemon.json` names the nvidia runtime.
+fn nvidia_runtime(dj: &DaemonJson) -> Verdict {
+    const CONFIGURE: &str = "`nvidia-ctk runtime configure --runtime=docker && systemctl restart docker` (or `gpuhost apply`)";
+    if let Some(e) = &dj.error {
+        advise(
+            Severity::Warning,
+            format!("/etc/docker/daemon.json: {e}"),
+            "fix the file, then `nvidia-ctk runtime configure --runtime=docker`",
+        )
+    } else if dj.nvidia_runtime {
+        ok(format!(
+            "nvidia runtime configured{}",
+            dj.default_runtime
+                .as_deref()
+                .map(|d| format!(" (default runtime {d})"))
+                .unwrap_or_default()
+        ))
+    } else if dj.present {
+        advise(
+            Severity::Warning,
+            "nvidia runtime not in /etc/docker/daemon.json",
+            CONFIGURE,
+        )
+    } else {
+        advise(
+            Severity::Warning,
+            "no /etc/docker/daemon.json: nvidia runtime not configured",
+            CONFIGURE,
+        )
+    }
 }
 
 fn persistenced(out: &mut Out, s: &Snapshot) {
@@ -901,14 +902,7 @@ fn fabric_manager(out: &mut Out, s: &Snapshot, switches: usize, expect: &Expect)
         } else {
             format!("no NVSwitch on PCI (nvidia-fabricmanager {state})")
         };
-        out.push(
-            "services.fabricmanager",
-            "services",
-            None,
-            Severity::NotApplicable,
-            value,
-            None,
-        );
+        out.say("services.fabricmanager", "services", None, na(value));
         return;
     }
     let driver = s
@@ -917,77 +911,58 @@ fn fabric_manager(out: &mut Out, s: &Snapshot, switches: usize, expect: &Expect)
         .clone()
         .or_else(|| s.host.kernel_module_version.clone());
     let pkg = fabric_manager_package(driver.as_deref().unwrap_or("0"));
-    if state == "active" {
-        out.push(
-            "services.fabricmanager",
-            "services",
-            None,
-            Severity::Ok,
-            format!("nvidia-fabricmanager active {why}"),
-            None,
-        );
+    let unit = if state == "active" {
+        ok(format!("nvidia-fabricmanager active {why}"))
     } else {
-        out.push(
-            "services.fabricmanager",
-            "services",
-            None,
+        advise(
             Severity::Critical,
             format!("nvidia-fabricmanager {state} {why}"),
-            Some(format!(
+            format!(
                 "`systemctl enable --now nvidia-fabricmanager` ({pkg} of the driver's exact version; `gpuhost apply` installs and locks it); CUDA fails on NVSwitch systems until it runs and the fabric registers"
-            )),
-        );
-    }
+            ),
+        )
+    };
+    out.say("services.fabricmanager", "services", None, unit);
     let Some(fm) = &sv.fabricmanager_version else {
         return; // not asked (a snapshot from before the question, or --root)
     };
-    let (sev, value, hint) = match (&fm.error, &fm.version, &driver) {
-        (Some(e), _, _) => (
-            Severity::Unknown,
-            format!("Fabric Manager version not read: {e}"),
-            Some(format!("check `rpm -q {pkg}` against the driver's version")),
-        ),
-        (None, None, d) => (
-            Severity::Critical,
-            format!("Fabric Manager not installed ({pkg} not found)"),
-            Some(match d {
-                Some(d) => format!("install {pkg}-{d} (`gpuhost apply` does, and locks it)"),
-                None => format!("install {pkg} of the driver's exact version (`gpuhost apply`)"),
-            }),
-        ),
-        (None, Some(v), Some(d)) if v == d => (
-            Severity::Ok,
-            format!(
-                "{} {v} = driver {d}",
-                fm.package.as_deref().unwrap_or(pkg)
-            ),
-            None,
-        ),
-        (None, Some(v), Some(d)) => (
-            Severity::Critical,
-            format!(
-                "{} {v}, driver {d}: Fabric Manager must be the driver's exact version",
-                fm.package.as_deref().unwrap_or(pkg)
-            ),
-            Some(format!(
-                "install {pkg}-{d} (`gpuhost apply` does, and locks it against `dnf update`), then `systemctl restart nvidia-fabricmanager`; another version leaves the fabric unregistered"
-            )),
-        ),
-        (None, Some(v), None) => (
-            Severity::Unknown,
-            format!(
-                "{} {v}; the driver's version is not known",
-                fm.package.as_deref().unwrap_or(pkg)
-            ),
-            Some("see the driver checks above".into()),
-        ),
-    };
-    out.push(
+    out.say(
         "services.fabricmanager_version",
         "services",
         None,
-        sev,
-        value,
-        hint,
+        fabric_manager_version(fm, driver.as_deref(), pkg),
     );
+}
+
+/// Fabric Manager's package is installed at the driver's exact version.
+fn fabric_manager_version(fm: &FabricManagerVersion, driver: Option<&str>, pkg: &str) -> Verdict {
+    let package = fm.package.as_deref().unwrap_or(pkg);
+    match (&fm.error, &fm.version, driver) {
+        (Some(e), _, _) => advise(
+            Severity::Unknown,
+            format!("Fabric Manager version not read: {e}"),
+            format!("check `rpm -q {pkg}` against the driver's version"),
+        ),
+        (None, None, d) => advise(
+            Severity::Critical,
+            format!("Fabric Manager not installed ({pkg} not found)"),
+            match d {
+                Some(d) => format!("install {pkg}-{d} (`gpuhost apply` does, and locks it)"),
+                None => format!("install {pkg} of the driver's exact version (`gpuhost apply`)"),
+            },
+        ),
+        (None, Some(v), Some(d)) if v == d => ok(format!("{package} {v} = driver {d}")),
+        (None, Some(v), Some(d)) => advise(
+            Severity::Critical,
+            format!("{package} {v}, driver {d}: Fabric Manager must be the driver's exact version"),
+            format!(
+                "install {pkg}-{d} (`gpuhost apply` does, and locks it against `dnf update`), then `systemctl restart nvidia-fabricmanager`; another version leaves the fabric unregistered"
+            ),
+        ),
+        (None, Some(v), None) => advise(
+            Severity::Unknown,
+            format!("{package} {v}; the driver's version is not known"),
+            "see the driver checks above",
+        ),
+    }
 }

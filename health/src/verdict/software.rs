@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{Expect, Out, Severity};
+use super::{advise, na, ok, Expect, Out, Severity, Verdict};
 use crate::cuda::cu_result;
-use crate::snapshot::{ProbeStatus, Snapshot};
+use crate::snapshot::{DevNode, NextBoot, ProbeStatus, SecureBootState, Snapshot};
 
 /// NVIDIA's default mode for its device nodes (`NVreg_DeviceFileMode`).
 const DEFAULT_MODE: u32 = 0o666;
@@ -15,41 +15,22 @@ const DEFAULT_MODE: u32 = 0o666;
 /// `driver.dev_nodes`: `/dev/nvidiactl` and `/dev/nvidia<minor>` of every GPU NVML sees exist as
 /// character devices the running user can open read-write.
 pub(super) fn dev_nodes(out: &mut Out, s: &Snapshot, have_gpus: bool) {
-    const ID: &str = "driver.dev_nodes";
     let h = &s.host;
-    if !have_gpus && h.kernel_module_version.is_none() {
-        out.push(
-            ID,
-            "driver",
-            None,
-            Severity::NotApplicable,
-            "no NVIDIA GPU, no driver",
-            None,
-        );
-        return;
-    }
-    if let Some(e) = &h.dev_error {
-        out.push(
-            ID,
-            "driver",
-            None,
-            Severity::Unknown,
-            e.clone(),
-            Some("run where /dev can be listed".into()),
-        );
-        return;
-    }
-    let Some(nodes) = &h.dev_nodes else {
-        out.push(
-            ID,
-            "driver",
-            None,
-            Severity::NotApplicable,
-            "device nodes not collected in this snapshot",
-            None,
-        );
-        return;
+    let v = if !have_gpus && h.kernel_module_version.is_none() {
+        na("no NVIDIA GPU, no driver")
+    } else if let Some(e) = &h.dev_error {
+        advise(Severity::Unknown, e.clone(), "run where /dev can be listed")
+    } else if let Some(nodes) = &h.dev_nodes {
+        nodes_verdict(s, nodes)
+    } else {
+        na("device nodes not collected in this snapshot")
     };
+    out.say("driver.dev_nodes", "driver", None, v);
+}
+
+/// The device nodes listed: CRITICAL when one CUDA opens is missing, a WARNING when this user
+/// cannot open them read-write.
+fn nodes_verdict(s: &Snapshot, nodes: &[DevNode]) -> Verdict {
     let mut want: Vec<String> = vec!["/dev/nvidiactl".into()];
     let minors: Vec<u32> = s
         .nvml
@@ -72,7 +53,7 @@ pub(super) fn dev_nodes(out: &mut Out, s: &Snapshot, have_gpus: bool) {
                     .parse::<u32>()
                     .is_ok()
         });
-    let uid = h.uid;
+    let uid = s.host.uid;
     let denied: Vec<String> = nodes
         .iter()
         .filter(|n| n.char_device && uid != 0)
@@ -82,12 +63,41 @@ pub(super) fn dev_nodes(out: &mut Out, s: &Snapshot, have_gpus: bool) {
         })
         .map(|n| format!("{} {:o} {}:{}", n.path, n.mode, n.uid, n.gid))
         .collect();
+    let value = nodes_value(nodes);
+    if !missing.is_empty() || no_gpu_node {
+        let what = if missing.is_empty() {
+            "no /dev/nvidia<N>".to_string()
+        } else {
+            format!("missing: {}", missing.join(", "))
+        };
+        advise(
+            Severity::Critical,
+            format!("{what}; {value}"),
+            "CUDA cannot open the GPU: load the driver and let it create the nodes (`nvidia-modprobe -c 0 -u`, or start nvidia-persistenced)",
+        )
+    } else if !denied.is_empty() {
+        advise(
+            Severity::Warning,
+            format!(
+                "no read-write access for uid {uid} (unless by group): {}; {value}",
+                denied.join(", ")
+            ),
+            "CUDA jobs of this user cannot open the GPU: check NVreg_DeviceFileUID/GID/Mode in the nvidia module options, or run in the owning group",
+        )
+    } else {
+        ok(value)
+    }
+}
+
+/// The nodes there are, with `/dev/nvidia-uvm`'s absence and modes other than NVIDIA's default
+/// said.
+fn nodes_value(nodes: &[DevNode]) -> String {
     let odd_modes: Vec<String> = nodes
         .iter()
         .filter(|n| n.char_device && n.mode != DEFAULT_MODE)
         .map(|n| format!("{} {:o}", n.path, n.mode))
         .collect();
-    let uvm = node("/dev/nvidia-uvm").is_some();
+    let uvm = nodes.iter().any(|n| n.path == "/dev/nvidia-uvm");
     let listed: Vec<&str> = nodes.iter().map(|n| n.path.as_str()).collect();
     let mut value = if listed.is_empty() {
         "no /dev/nvidia* nodes".to_string()
@@ -105,30 +115,7 @@ pub(super) fn dev_nodes(out: &mut Out, s: &Snapshot, have_gpus: bool) {
             odd_modes.join(", ")
         ));
     }
-    let (sev, hint) = if !missing.is_empty() || no_gpu_node {
-        let what = if missing.is_empty() {
-            "no /dev/nvidia<N>".to_string()
-        } else {
-            format!("missing: {}", missing.join(", "))
-        };
-        value = format!("{what}; {value}");
-        (
-            Severity::Critical,
-            Some("CUDA cannot open the GPU: load the driver and let it create the nodes (`nvidia-modprobe -c 0 -u`, or start nvidia-persistenced)".into()),
-        )
-    } else if !denied.is_empty() {
-        value = format!(
-            "no read-write access for uid {uid} (unless by group): {}; {value}",
-            denied.join(", ")
-        );
-        (
-            Severity::Warning,
-            Some("CUDA jobs of this user cannot open the GPU: check NVreg_DeviceFileUID/GID/Mode in the nvidia module options, or run in the owning group".into()),
-        )
-    } else {
-        (Severity::Ok, None)
-    };
-    out.push(ID, "driver", None, sev, value, hint);
+    value
 }
 
 /// `cuda.init`: libcuda.so.1 loads and `cuInit(0)` succeeds in the probe.
@@ -269,48 +256,50 @@ pub(super) fn consistency(out: &mut Out, s: &Snapshot) {
 /// version (else of the profile's), as modprobe would find it; `driver.kernel_guard`: what the
 /// kernel guard held back ([`gpuhost_engine::bootguard`]).
 pub(super) fn next_boot(out: &mut Out, s: &Snapshot, expect: &Expect, have_gpus: bool) {
-    const ID: &str = "driver.next_boot";
     let Some(nb) = &s.host.next_boot else {
         return;
     };
     if let Some(g) = &nb.guard {
-        out.push(
+        out.say(
             "driver.kernel_guard",
             "driver",
             None,
-            Severity::Critical,
-            format!(
-                "default boot entry kept on {} because the new kernel {} has no NVIDIA {} module: {} (since {})",
-                g.kept, g.kernel, g.driver, g.reason, g.at
+            advise(
+                Severity::Critical,
+                format!(
+                    "default boot entry kept on {} because the new kernel {} has no NVIDIA {} module: {} (since {})",
+                    g.kept, g.kernel, g.driver, g.reason, g.at
+                ),
+                format!(
+                    "fix what the reason says, then run `{}`: it builds the module for {} and makes it the default again",
+                    g.fix, g.kernel
+                ),
             ),
-            Some(format!(
-                "fix what the reason says, then run `{}`: it builds the module for {} and makes it the default again",
-                g.fix, g.kernel
-            )),
         );
     }
-    if let Some(e) = &nb.error {
-        out.push(
-            ID,
-            "driver",
-            None,
+    let v = if let Some(e) = &nb.error {
+        advise(
             Severity::Unknown,
             e.clone(),
-            Some("run as root, or check /boot and /lib/modules".into()),
-        );
-        return;
-    }
-    let Some(k) = &nb.kernel else {
-        out.push(
-            ID,
-            "driver",
-            None,
-            Severity::NotApplicable,
-            "no default boot kernel found (no EL boot loader entries and kernels)",
-            None,
-        );
-        return;
+            "run as root, or check /boot and /lib/modules",
+        )
+    } else if let Some(k) = &nb.kernel {
+        next_kernel_verdict(s, nb, k, expect, have_gpus)
+    } else {
+        na("no default boot kernel found (no EL boot loader entries and kernels)")
     };
+    out.say("driver.next_boot", "driver", None, v);
+}
+
+/// The default boot kernel `k`'s module: of the driver wanted, else CRITICAL (the next reboot
+/// loses the GPUs) with the fix and a kernel to fall back on.
+fn next_kernel_verdict(
+    s: &Snapshot,
+    nb: &NextBoot,
+    k: &str,
+    expect: &Expect,
+    have_gpus: bool,
+) -> Verdict {
     let want = s
         .host
         .kernel_module_version
@@ -321,29 +310,13 @@ pub(super) fn next_boot(out: &mut Out, s: &Snapshot, expect: &Expect, have_gpus:
         None => nb.loadable,
     };
     if good {
-        out.push(
-            ID,
-            "driver",
-            None,
-            Severity::Ok,
-            format!("default boot kernel {k}: {}", nb.module),
-            None,
-        );
-        return;
+        return ok(format!("default boot kernel {k}: {}", nb.module));
     }
     if want.is_none() && !have_gpus && nb.others_with_module.is_empty() {
-        out.push(
-            ID,
-            "driver",
-            None,
-            Severity::NotApplicable,
-            format!(
-                "default boot kernel {k}: {}; no NVIDIA GPU, no driver",
-                nb.module
-            ),
-            None,
-        );
-        return;
+        return na(format!(
+            "default boot kernel {k}: {}; no NVIDIA GPU, no driver",
+            nb.module
+        ));
     }
     let of = want
         .map(|v| format!(", not driver {v}"))
@@ -361,17 +334,14 @@ pub(super) fn next_boot(out: &mut Out, s: &Snapshot, expect: &Expect, have_gpus:
             ", or keep booting a kernel that has it: `grubby --set-default /boot/vmlinuz-{f}`"
         ));
     }
-    out.push(
-        ID,
-        "driver",
-        None,
+    advise(
         Severity::Critical,
         format!(
             "the next reboot loses the GPUs: the default boot kernel {k} has {}{of}",
             nb.module
         ),
-        Some(hint),
-    );
+        hint,
+    )
 }
 
 /// `driver.secure_boot`: with Secure Boot on, the NVIDIA modules the next boot loads must carry
@@ -379,55 +349,31 @@ pub(super) fn next_boot(out: &mut Out, s: &Snapshot, expect: &Expect, have_gpus:
 /// that is not enrolled (or only pending in `MokNew`, which needs a console at the next boot),
 /// the kernel refuses them.
 pub(super) fn secure_boot(out: &mut Out, s: &Snapshot) {
-    use gpuhost_host::secureboot::Trust;
-    const ID: &str = "driver.secure_boot";
     let Some(sb) = &s.host.secure_boot else {
         return;
     };
-    if !sb.enabled {
-        out.push(
-            ID,
-            "driver",
-            None,
-            Severity::NotApplicable,
-            "Secure Boot is off",
-            None,
-        );
-        return;
-    }
-    if let Some(e) = &sb.error {
-        out.push(
-            ID,
-            "driver",
-            None,
-            Severity::Unknown,
-            e.clone(),
-            Some("run as root".into()),
-        );
-        return;
-    }
-    let Some(k) = &sb.kernel else {
-        out.push(
-            ID,
-            "driver",
-            None,
-            Severity::NotApplicable,
-            "Secure Boot is on; no kernel to check",
-            None,
-        );
-        return;
+    let v = if !sb.enabled {
+        na("Secure Boot is off")
+    } else if let Some(e) = &sb.error {
+        advise(Severity::Unknown, e.clone(), "run as root")
+    } else if let Some(k) = &sb.kernel {
+        if sb.modules.is_empty() {
+            na(format!(
+                "Secure Boot is on; kernel {k} has no NVIDIA module to check"
+            ))
+        } else {
+            signatures_verdict(sb, k)
+        }
+    } else {
+        na("Secure Boot is on; no kernel to check")
     };
-    if sb.modules.is_empty() {
-        out.push(
-            ID,
-            "driver",
-            None,
-            Severity::NotApplicable,
-            format!("Secure Boot is on; kernel {k} has no NVIDIA module to check"),
-            None,
-        );
-        return;
-    }
+    out.say("driver.secure_boot", "driver", None, v);
+}
+
+/// Kernel `k`'s NVIDIA modules under Secure Boot: each signed by an enrolled key, else
+/// CRITICAL with what to do for each kind of fault.
+fn signatures_verdict(sb: &SecureBootState, k: &str) -> Verdict {
+    use gpuhost_host::secureboot::Trust;
     let mut bad = Vec::new();
     let mut hints = Vec::new();
     for m in &sb.modules {
@@ -466,26 +412,17 @@ pub(super) fn secure_boot(out: &mut Out, s: &Snapshot) {
             .into_iter()
             .collect::<Vec<_>>()
             .join(", ");
-        out.push(
-            ID,
-            "driver",
-            None,
-            Severity::Ok,
-            format!("Secure Boot is on; the NVIDIA modules of {k} are signed by {who}"),
-            None,
-        );
-        return;
+        return ok(format!(
+            "Secure Boot is on; the NVIDIA modules of {k} are signed by {who}"
+        ));
     }
     hints.dedup();
-    out.push(
-        ID,
-        "driver",
-        None,
+    advise(
         Severity::Critical,
         format!(
             "Secure Boot is on and the kernel will refuse the NVIDIA modules of {k}: {}",
             bad.join("; ")
         ),
-        Some(hints.join("; ")),
-    );
+        hints.join("; "),
+    )
 }

@@ -487,45 +487,7 @@ pub(super) fn xids(out: &mut Out, s: &Snapshot, gpu_refs: &[GpuRef], pci_refs: &
         .and_then(gpuhost_nvidia::compat::DriverVersion::parse)
         .and_then(|d| u32::try_from(d.branch()).ok());
     for r in &refs {
-        let k = key(&r.pci_bus_id);
-        let gpu = s.nvml.gpus.iter().find(|g| r.index == Some(g.index));
-        let (now, earlier) = current_and_earlier(s, &k);
-        let cx = XidContext {
-            generation: generation(gpu),
-            driver_branch,
-            others: &now,
-            nvswitch,
-        };
-        let before = if earlier.is_empty() {
-            String::new()
-        } else {
-            let codes: Vec<String> = earlier.iter().map(|e| e.xid.to_string()).collect();
-            format!(
-                "; {} earlier XID(s) before the GPU's last reset not counted (XID {})",
-                earlier.len(),
-                codes.join(", ")
-            )
-        };
-        if now.is_empty() {
-            out.push(
-                "gpu.xid",
-                "xid",
-                Some(r),
-                Severity::Ok,
-                format!("no XID since boot or the last GPU reset{before}"),
-                None,
-            );
-        } else {
-            let (sev, value, hint) = summary(&now, &cx);
-            out.push(
-                "gpu.xid",
-                "xid",
-                Some(r),
-                sev,
-                format!("{value}{before}"),
-                hint,
-            );
-        }
+        gpu_xids(out, s, r, driver_branch, nvswitch);
     }
     let unmapped: Vec<&XidEvent> = log
         .xids
@@ -552,6 +514,56 @@ pub(super) fn xids(out: &mut Out, s: &Snapshot, gpu_refs: &[GpuRef], pci_refs: &
         );
     }
     sxids(out, s);
+}
+
+/// `gpu.xid` of one GPU: the XIDs of its current initialisation judged, the earlier ones
+/// listed.
+fn gpu_xids(
+    out: &mut Out,
+    s: &Snapshot,
+    r: &GpuRef,
+    driver_branch: Option<u32>,
+    nvswitch: bool,
+) {
+    let k = key(&r.pci_bus_id);
+    let gpu = s.nvml.gpus.iter().find(|g| r.index == Some(g.index));
+    let (now, earlier) = current_and_earlier(s, &k);
+    let cx = XidContext {
+        generation: generation(gpu),
+        driver_branch,
+        others: &now,
+        nvswitch,
+    };
+    let before = if earlier.is_empty() {
+        String::new()
+    } else {
+        let codes: Vec<String> = earlier.iter().map(|e| e.xid.to_string()).collect();
+        format!(
+            "; {} earlier XID(s) before the GPU's last reset not counted (XID {})",
+            earlier.len(),
+            codes.join(", ")
+        )
+    };
+    if now.is_empty() {
+        out.push(
+            "gpu.xid",
+            "xid",
+            Some(r),
+            Severity::Ok,
+            format!("no XID since boot or the last GPU reset{before}"),
+            None,
+        );
+    } else {
+        let (sev, value, hint) = summary(&now, &cx);
+        out.push(
+            "gpu.xid",
+            "xid",
+            Some(r),
+            sev,
+            format!("{value}{before}"),
+            hint,
+        );
+    }
 }
 
 fn generation(g: Option<&GpuSnapshot>) -> Generation {

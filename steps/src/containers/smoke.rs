@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::step::{Check, Ctx, Step};
-use gpuhost_host::cmd::Cmd;
+use gpuhost_host::cmd::{Cmd, CmdOutput};
 use gpuhost_host::error::hinted;
 
 pub struct ContainerSmoke;
@@ -157,6 +157,14 @@ impl ContainerSmoke {
         );
         let host = Cmd::new("nvidia-smi").output().ok().filter(|o| o.success());
         let driver = host.as_ref().and_then(|o| parse_smi_header(&o.stdout));
+        let container = Self::container_cuda(image, &present);
+        note.push_str(&cuda_note(image, container, driver)?);
+        Ok(note)
+    }
+
+    /// The container's CUDA and where it was read: `nvcc --version` in the image, else the
+    /// image's `CUDA_VERSION` (from `present`, `docker image inspect`'s environment).
+    fn container_cuda(image: &str, present: &CmdOutput) -> Option<(String, &'static str)> {
         let nvcc = Self::docker()
             .args([
                 "run",
@@ -172,45 +180,54 @@ impl ContainerSmoke {
             .ok()
             .filter(|o| o.success())
             .and_then(|o| parse_nvcc_release(&o.stdout));
-        let container = match nvcc {
+        match nvcc {
             Some(v) => Some((v, "nvcc")),
             None => present
                 .success()
                 .then(|| parse_image_cuda(&present.stdout))
                 .flatten()
                 .map(|v| (v, "the image's CUDA_VERSION")),
-        };
-        match (&container, &driver) {
-            (Some((c, from)), Some((drv, max))) => {
-                note.push_str(&format!(
-                    "; container CUDA {c} (from {from}); host driver {drv} supports CUDA up to {max} (nvidia-smi's \"CUDA Version\" is this, not the container's)"
-                ));
-                // The same rules as `gpuhost compat`: newer than the driver's CUDA is fine
-                // within minor-version or forward compatibility.
-                if let Some(a) = container_cuda_answer(c, drv, max) {
-                    if a.verdict == gpuhost_nvidia::compat::Verdict::DoesNotRun {
-                        return Err(hinted(
-                            format!("{image}: {}", a.summary),
-                            a.hint.unwrap_or_else(|| {
-                                "use an image built for CUDA ≤ the driver's, or install a newer driver".into()
-                            }),
-                        ));
-                    }
-                    if a.mode != gpuhost_nvidia::compat::Mode::Native {
-                        note.push_str(&format!("; {}", a.summary));
-                    }
+        }
+    }
+}
+
+/// The container's CUDA next to the host driver's (`driver`: its version and newest CUDA),
+/// judged by the same rules as `gpuhost compat`: newer than the driver's CUDA is fine within
+/// minor-version or forward compatibility; a CUDA that does not run is an error.
+fn cuda_note(
+    image: &str,
+    container: Option<(String, &'static str)>,
+    driver: Option<(String, String)>,
+) -> Result<String> {
+    let mut note = String::new();
+    match (&container, &driver) {
+        (Some((c, from)), Some((drv, max))) => {
+            note.push_str(&format!(
+                "; container CUDA {c} (from {from}); host driver {drv} supports CUDA up to {max} (nvidia-smi's \"CUDA Version\" is this, not the container's)"
+            ));
+            if let Some(a) = container_cuda_answer(c, drv, max) {
+                if a.verdict == gpuhost_nvidia::compat::Verdict::DoesNotRun {
+                    return Err(hinted(
+                        format!("{image}: {}", a.summary),
+                        a.hint.unwrap_or_else(|| {
+                            "use an image built for CUDA ≤ the driver's, or install a newer driver".into()
+                        }),
+                    ));
+                }
+                if a.mode != gpuhost_nvidia::compat::Mode::Native {
+                    note.push_str(&format!("; {}", a.summary));
                 }
             }
-            (Some((c, from)), None) => {
-                note.push_str(&format!("; container CUDA {c} (from {from})"));
-            }
-            (None, Some((drv, max))) => note.push_str(&format!(
-                "; host driver {drv} supports CUDA up to {max}; the image has no nvcc and no CUDA_VERSION to compare"
-            )),
-            (None, None) => {}
         }
-        Ok(note)
+        (Some((c, from)), None) => {
+            note.push_str(&format!("; container CUDA {c} (from {from})"));
+        }
+        (None, Some((drv, max))) => note.push_str(&format!(
+            "; host driver {drv} supports CUDA up to {max}; the image has no nvcc and no CUDA_VERSION to compare"
+        )),
+        (None, None) => {}
     }
+    Ok(note)
 }
 
 impl Step for ContainerSmoke {
