@@ -105,29 +105,7 @@ pub fn run(a: &CompatArgs) -> i32 {
 }
 
 fn answer(a: &CompatArgs) -> Result<i32> {
-    // Validate what needs no host first: bad input changes nothing and asks nothing.
-    let cuda = a
-        .cuda
-        .as_deref()
-        .map(|c| {
-            CudaVersion::parse(c)
-                .ok_or_else(|| invalid!("--cuda {c:?}: give a CUDA version like 12.4 or 12.4.1"))
-        })
-        .transpose()?;
-    if let Some(b) = &a.brand {
-        if !gpu::LIBNVC_BRANDS.iter().any(|x| x.eq_ignore_ascii_case(b)) {
-            return Err(invalid!(
-                "--brand {b:?}: the container runtime knows the brands {} (A100/H100/H200 are unknown)",
-                gpu::LIBNVC_BRANDS.join(", ").to_lowercase()
-            ));
-        }
-    }
-    if !(a.timeout.is_finite() && a.timeout > 0.0 && a.timeout <= 3600.0) {
-        return Err(invalid!(
-            "--timeout {}: give seconds between 0 and 3600",
-            a.timeout
-        ));
-    }
+    let cuda = check_flags(a)?;
     let profile = a
         .profile
         .as_deref()
@@ -190,6 +168,34 @@ fn answer(a: &CompatArgs) -> Result<i32> {
         )?
     };
     Ok(code)
+}
+
+/// The flags checked before anything is asked of the host: bad input changes nothing and asks
+/// nothing. Returns `--cuda`'s version.
+fn check_flags(a: &CompatArgs) -> Result<Option<CudaVersion>> {
+    let cuda = a
+        .cuda
+        .as_deref()
+        .map(|c| {
+            CudaVersion::parse(c)
+                .ok_or_else(|| invalid!("--cuda {c:?}: give a CUDA version like 12.4 or 12.4.1"))
+        })
+        .transpose()?;
+    if let Some(b) = &a.brand {
+        if !gpu::LIBNVC_BRANDS.iter().any(|x| x.eq_ignore_ascii_case(b)) {
+            return Err(invalid!(
+                "--brand {b:?}: the container runtime knows the brands {} (A100/H100/H200 are unknown)",
+                gpu::LIBNVC_BRANDS.join(", ").to_lowercase()
+            ));
+        }
+    }
+    if !(a.timeout.is_finite() && a.timeout > 0.0 && a.timeout <= 3600.0) {
+        return Err(invalid!(
+            "--timeout {}: give seconds between 0 and 3600",
+            a.timeout
+        ));
+    }
+    Ok(cuda)
 }
 
 fn native_of(h: &Host) -> Option<(u32, u32)> {

@@ -294,7 +294,6 @@ pub fn prometheus(s: &Snapshot, checks: &[Check]) -> String {
     p.render()
 }
 
-
 /// The overall status and each check's (but the n/a ones), as Nagios codes.
 fn check_metrics(p: &mut Prom, checks: &[Check]) {
     let worst = overall(checks);

@@ -246,7 +246,8 @@ fn for_the_gpus(
     } else {
         (
             ModuleFlavour::Open,
-            "no GPU gpuhost knows: NVIDIA's default since R560; set driver.flavour to choose".to_string(),
+            "no GPU gpuhost knows: NVIDIA's default since R560; set driver.flavour to choose"
+                .to_string(),
         )
     })
 }

@@ -205,6 +205,14 @@ pub fn validate(
     links: &[PrefixLink],
     smoke: &SmokeSpec,
 ) -> Result<()> {
+    validate_packages(profile, docker, toolkit)?;
+    validate_daemon(profile, docker)?;
+    validate_links(profile, links)?;
+    validate_smoke(profile, smoke)
+}
+
+/// Where Docker and the toolkit come from, their keys and versions, and the toolkit's floor.
+fn validate_packages(profile: &str, docker: &DockerSpec, toolkit: &ToolkitSpec) -> Result<()> {
     check_source(profile, "docker.repo", &docker.repo)?;
     check_source(profile, "container_toolkit.repo", &toolkit.repo)?;
     for (key, k) in [
@@ -243,6 +251,11 @@ pub fn validate(
             ));
         }
     }
+    Ok(())
+}
+
+/// `docker.daemon`: the shared memory size and the ulimits.
+fn validate_daemon(profile: &str, docker: &DockerSpec) -> Result<()> {
     if let Some(s) = &docker.daemon.default_shm_size {
         if !is_size(s) {
             return Err(invalid!(
@@ -260,6 +273,11 @@ pub fn validate(
             ));
         }
     }
+    Ok(())
+}
+
+/// `prefix_links`: each a directory outside /usr with packages named.
+fn validate_links(profile: &str, links: &[PrefixLink]) -> Result<()> {
     for (i, l) in links.iter().enumerate() {
         let key = format!("prefix_links[{i}]");
         let p = &l.prefix;
@@ -288,6 +306,11 @@ pub fn validate(
             }
         }
     }
+    Ok(())
+}
+
+/// `container_smoke`: an image reference, and a tarball only with its image.
+fn validate_smoke(profile: &str, smoke: &SmokeSpec) -> Result<()> {
     if let Some(img) = &smoke.image {
         if img.trim().is_empty() || img.chars().any(char::is_whitespace) || img.starts_with('-') {
             return Err(invalid!(

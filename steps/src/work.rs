@@ -405,21 +405,7 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
                 Err(cmd.failure(&out))
             }
         }
-        Work::EnableUnits { units, package } => {
-            for u in units {
-                if gpuhost_host::units::state(host, u)? == gpuhost_host::units::UnitState::Missing {
-                    return Err(gpuhost_host::error::hinted(
-                        format!("{u} is not on the host: {package} is not installed"),
-                        format!("{u} comes with {package}: check the step that installs it"),
-                    ));
-                }
-            }
-            let mut cmd = host.systemctl().arg("enable");
-            if host.is_live() {
-                cmd = cmd.arg("--now");
-            }
-            cmd.args(units).run().map(drop)
-        }
+        Work::EnableUnits { units, package } => enable_units(host, units, package),
         Work::StartUnit(u) => host.systemctl().args(["start", u.as_str()]).run().map(drop),
         Work::RestartUnit { unit, .. } => host
             .systemctl()
@@ -430,21 +416,7 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
             module,
             packages,
             disable_excludes,
-        } => {
-            let mut switch =
-                host.dnf()?
-                    .args(["module", "switch-to", module.as_str(), "--allowerasing"]);
-            let mut install = host
-                .dnf()?
-                .args(["install", "--allowerasing"])
-                .args(packages);
-            if *disable_excludes {
-                switch = switch.arg("--disableexcludes=main");
-                install = install.arg("--disableexcludes=main");
-            }
-            switch.run()?;
-            install.run().map(drop)
-        }
+        } => switch_stream(host, module, packages, *disable_excludes),
         Work::Rebuild {
             module,
             version,
@@ -474,6 +446,47 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Enable `units` (and start them on the live host); a unit the host lacks is refused, naming
+/// the package it comes with.
+fn enable_units(host: &Host, units: &[String], package: &str) -> Result<()> {
+    for u in units {
+        if gpuhost_host::units::state(host, u)? == gpuhost_host::units::UnitState::Missing {
+            return Err(gpuhost_host::error::hinted(
+                format!("{u} is not on the host: {package} is not installed"),
+                format!("{u} comes with {package}: check the step that installs it"),
+            ));
+        }
+    }
+    let mut cmd = host.systemctl().arg("enable");
+    if host.is_live() {
+        cmd = cmd.arg("--now");
+    }
+    cmd.args(units).run().map(drop)
+}
+
+/// Switch module `module` to its stream and install `packages` of it, both erasing what
+/// conflicts (and past dnf's excludes when asked).
+fn switch_stream(
+    host: &Host,
+    module: &str,
+    packages: &[String],
+    disable_excludes: bool,
+) -> Result<()> {
+    let mut switch = host
+        .dnf()?
+        .args(["module", "switch-to", module, "--allowerasing"]);
+    let mut install = host
+        .dnf()?
+        .args(["install", "--allowerasing"])
+        .args(packages);
+    if disable_excludes {
+        switch = switch.arg("--disableexcludes=main");
+        install = install.arg("--disableexcludes=main");
+    }
+    switch.run()?;
+    install.run().map(drop)
 }
 
 #[cfg(test)]

@@ -518,13 +518,7 @@ pub(super) fn xids(out: &mut Out, s: &Snapshot, gpu_refs: &[GpuRef], pci_refs: &
 
 /// `gpu.xid` of one GPU: the XIDs of its current initialisation judged, the earlier ones
 /// listed.
-fn gpu_xids(
-    out: &mut Out,
-    s: &Snapshot,
-    r: &GpuRef,
-    driver_branch: Option<u32>,
-    nvswitch: bool,
-) {
+fn gpu_xids(out: &mut Out, s: &Snapshot, r: &GpuRef, driver_branch: Option<u32>, nvswitch: bool) {
     let k = key(&r.pci_bus_id);
     let gpu = s.nvml.gpus.iter().find(|g| r.index == Some(g.index));
     let (now, earlier) = current_and_earlier(s, &k);

@@ -917,7 +917,11 @@ pub fn image_answer(img: &image::ImageConfig, host: &Host, links: &[PrefixLink])
     let cuda = cuda_v.map(|c| cuda_answer(c, host, libs));
     let (rv, rsummary, rhint) = runtime_verdict(&runtime, host);
     let (verdict, summary, hint) = match (rv, &cuda) {
-        (Verdict::DoesNotRun, c) => (Verdict::DoesNotRun, rsummary, refused_hint(c.as_ref(), host)),
+        (Verdict::DoesNotRun, c) => (
+            Verdict::DoesNotRun,
+            rsummary,
+            refused_hint(c.as_ref(), host),
+        ),
         (Verdict::Depends, Some(c)) => by_brand(&runtime, c, cuda_v, host, libs, rhint),
         (Verdict::Depends, _) => (Verdict::Depends, rsummary, rhint),
         (_, Some(c)) => {
@@ -958,9 +962,7 @@ fn image_facts(img: &image::ImageConfig, env: Option<&require::Env>) -> ImageFac
         os: img.os.clone(),
         architecture: img.architecture.clone(),
         config_digest: img.config_digest.clone(),
-        cuda_version: env
-            .and_then(|e| e.get("CUDA_VERSION"))
-            .map(str::to_string),
+        cuda_version: env.and_then(|e| e.get("CUDA_VERSION")).map(str::to_string),
         // NVIDIA's CUDA base images set NV_CUDA_CUDART_VERSION and install cuda-compat-<M>-<m>
         // (dist/*/base/Dockerfile); some also name it in NV_CUDA_COMPAT_PACKAGE.
         nvidia_cuda_image: env.is_some_and(|e| {

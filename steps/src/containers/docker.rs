@@ -79,6 +79,101 @@ pub fn filtered_out(dnf_output: &str) -> Vec<String> {
     out
 }
 
+/// Docker CE's packages against the profile's pins.
+struct Wanted {
+    /// What to install: `name` or `name-version`.
+    specs: Vec<String>,
+    /// Why, per package.
+    why: Vec<String>,
+    /// What is already as the profile wants it: `name-evr`.
+    have: Vec<String>,
+}
+
+impl Docker {
+    /// The packages missing or at a version other than the profile pins.
+    fn wanted(ctx: &Ctx<'_>) -> Result<Wanted> {
+        let installed = ctx.installed(&PACKAGES)?;
+        let mut w = Wanted {
+            specs: Vec::new(),
+            why: Vec::new(),
+            have: Vec::new(),
+        };
+        for (name, pin) in Self::pins(ctx) {
+            let found = installed.get(name).cloned().unwrap_or_default();
+            let spec = match &pin {
+                Some(v) => format!("{name}-{v}"),
+                None => name.to_string(),
+            };
+            match (found.first(), &pin) {
+                (None, _) => {
+                    w.why.push(format!("{name} not installed"));
+                    w.specs.push(spec);
+                }
+                (Some(_), Some(v)) if !found.iter().any(|p| version_matches(p, v)) => {
+                    let vs: Vec<String> = found.iter().map(|p| p.evr()).collect();
+                    w.why.push(format!(
+                        "{name} {} installed, the profile pins {v}",
+                        vs.join(", ")
+                    ));
+                    w.specs.push(spec);
+                }
+                (Some(p), _) => w.have.push(format!("{name}-{}", p.evr())),
+            }
+        }
+        Ok(w)
+    }
+
+    /// Packages that conflict with containerd.io, under `docker.conflicts`: refused, removed
+    /// first, or erased by the install (said in `why`).
+    fn conflicts(
+        ctx: &Ctx<'_>,
+        policy: &ConflictPolicy,
+        check: &mut Check,
+        why: &mut Vec<String>,
+    ) -> Result<()> {
+        let conflicts: Vec<String> = ctx
+            .installed(&CONFLICTING)?
+            .into_values()
+            .flatten()
+            .map(|p| format!("{}-{}", p.name, p.evr()))
+            .collect();
+        if conflicts.is_empty() {
+            return Ok(());
+        }
+        match policy {
+            ConflictPolicy::Fail => {
+                return Err(hinted(
+                    format!(
+                        "{} installed: containerd.io (needed by docker-ce) replaces runc, which podman and buildah use; docker.conflicts is \"fail\", so nothing was changed",
+                        conflicts.join(", ")
+                    ),
+                    "choose in the profile: docker.conflicts = \"remove\" (dnf removes podman, buildah and runc first) or \"allowerasing\" (dnf install --allowerasing: containerd.io replaces runc, and dnf erases what conflicts); or remove them yourself",
+                ));
+            }
+            ConflictPolicy::Remove => {
+                let names: Vec<String> = ctx
+                    .installed(&CONFLICTING)?
+                    .into_iter()
+                    .filter(|(_, v)| !v.is_empty())
+                    .map(|(n, _)| n)
+                    .collect();
+                check.changes.push(Change::new(
+                    Work::Remove(names),
+                    format!(
+                        "{} conflict with containerd.io; docker.conflicts = \"remove\"",
+                        conflicts.join(", ")
+                    ),
+                ));
+            }
+            ConflictPolicy::Allowerasing => why.push(format!(
+                "with --allowerasing: {} conflict with containerd.io; docker.conflicts = \"allowerasing\"",
+                conflicts.join(", ")
+            )),
+        }
+        Ok(())
+    }
+}
+
 impl Step for Docker {
     fn id(&self) -> &'static str {
         "docker"
@@ -123,71 +218,13 @@ impl Step for Docker {
                 ));
             }
         }
-        let installed = ctx.installed(&PACKAGES)?;
-        let mut specs = Vec::new();
-        let mut why = Vec::new();
-        let mut have = Vec::new();
-        for (name, pin) in Self::pins(ctx) {
-            let found = installed.get(name).cloned().unwrap_or_default();
-            let spec = match &pin {
-                Some(v) => format!("{name}-{v}"),
-                None => name.to_string(),
-            };
-            match (found.first(), &pin) {
-                (None, _) => {
-                    why.push(format!("{name} not installed"));
-                    specs.push(spec);
-                }
-                (Some(_), Some(v)) if !found.iter().any(|p| version_matches(p, v)) => {
-                    let vs: Vec<String> = found.iter().map(|p| p.evr()).collect();
-                    why.push(format!(
-                        "{name} {} installed, the profile pins {v}",
-                        vs.join(", ")
-                    ));
-                    specs.push(spec);
-                }
-                (Some(p), _) => have.push(format!("{name}-{}", p.evr())),
-            }
-        }
+        let Wanted {
+            specs,
+            mut why,
+            have,
+        } = Self::wanted(ctx)?;
         if !specs.is_empty() {
-            let conflicts: Vec<String> = ctx
-                .installed(&CONFLICTING)?
-                .into_values()
-                .flatten()
-                .map(|p| format!("{}-{}", p.name, p.evr()))
-                .collect();
-            if !conflicts.is_empty() {
-                match spec.conflicts {
-                    ConflictPolicy::Fail => {
-                        return Err(hinted(
-                            format!(
-                                "{} installed: containerd.io (needed by docker-ce) replaces runc, which podman and buildah use; docker.conflicts is \"fail\", so nothing was changed",
-                                conflicts.join(", ")
-                            ),
-                            "choose in the profile: docker.conflicts = \"remove\" (dnf removes podman, buildah and runc first) or \"allowerasing\" (dnf install --allowerasing: containerd.io replaces runc, and dnf erases what conflicts); or remove them yourself",
-                        ));
-                    }
-                    ConflictPolicy::Remove => {
-                        let names: Vec<String> = ctx
-                            .installed(&CONFLICTING)?
-                            .into_iter()
-                            .filter(|(_, v)| !v.is_empty())
-                            .map(|(n, _)| n)
-                            .collect();
-                        check.changes.push(Change::new(
-                            Work::Remove(names),
-                            format!(
-                                "{} conflict with containerd.io; docker.conflicts = \"remove\"",
-                                conflicts.join(", ")
-                            ),
-                        ));
-                    }
-                    ConflictPolicy::Allowerasing => why.push(format!(
-                        "with --allowerasing: {} conflict with containerd.io; docker.conflicts = \"allowerasing\"",
-                        conflicts.join(", ")
-                    )),
-                }
-            }
+            Self::conflicts(ctx, &spec.conflicts, &mut check, &mut why)?;
             require_local_repo(ctx, "docker.repo", &spec.repo)?;
             check.changes.push(Change::new(
                 Work::Install(Install {

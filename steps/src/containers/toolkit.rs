@@ -1,6 +1,8 @@
 //! `container-toolkit`: NVIDIA's repo and its four packages at one version, never a version
 //! on the deny-list; the CDI spec on request (live only).
 
+use std::collections::BTreeMap;
+
 use anyhow::Result;
 
 use super::{
@@ -9,6 +11,7 @@ use super::{
 };
 use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 use gpuhost_host::error::hinted;
+use gpuhost_host::rpm::Installed;
 
 pub struct ContainerToolkit;
 
@@ -45,6 +48,78 @@ impl ContainerToolkit {
     }
 }
 
+/// The installed version of package `name` (its first, when several are).
+fn version_of(installed: &BTreeMap<String, Vec<Installed>>, name: &str) -> Option<String> {
+    installed
+        .get(name)
+        .and_then(|v| v.first())
+        .map(|p| p.version.clone())
+}
+
+/// `nvidia-container-toolkit 1.17.8, …, libnvidia-container1 missing`.
+fn listed(installed: &BTreeMap<String, Vec<Installed>>) -> String {
+    PACKAGES
+        .iter()
+        .map(|n| {
+            format!(
+                "{n} {}",
+                version_of(installed, n).unwrap_or_else(|| "missing".into())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The install the four packages need, if any: all at the pinned `version`; else all at one
+/// version (the toolkit's), none of them refused under `min_version`.
+fn package_change(
+    installed: &BTreeMap<String, Vec<Installed>>,
+    version: &Option<String>,
+    min_version: &str,
+) -> Result<Option<Change>> {
+    if let Some(pin) = &pin(version) {
+        let off = PACKAGES.iter().any(|n| {
+            !installed
+                .get(*n)
+                .is_some_and(|v| v.iter().any(|p| version_matches(p, pin)))
+        });
+        if !off {
+            return Ok(None);
+        }
+        let specs = PACKAGES.iter().map(|n| format!("{n}-{pin}")).collect();
+        return Ok(Some(Change::new(
+            toolkit_install(specs),
+            format!("the profile pins {pin}; installed: {}", listed(installed)),
+        )));
+    }
+    let versions: Vec<Option<String>> = PACKAGES.iter().map(|n| version_of(installed, n)).collect();
+    if let Some(bad) = versions
+        .iter()
+        .flatten()
+        .find_map(|v| toolkit_refused(v, min_version).map(|why| (v.clone(), why)))
+    {
+        return Err(hinted(
+            format!("the NVIDIA Container Toolkit {} is installed and refused: {}", bad.0, bad.1),
+            "pin another version in the profile: container_toolkit.version = \"1.17.8\" (gpuhost then installs it in place)",
+        ));
+    }
+    let first = versions.first().cloned().flatten();
+    if versions.iter().all(|v| v.is_some() && *v == first) {
+        return Ok(None);
+    }
+    let specs = match &first {
+        Some(v) => PACKAGES.iter().map(|n| format!("{n}-{v}")).collect(),
+        None => PACKAGES.iter().map(|n| n.to_string()).collect(),
+    };
+    Ok(Some(Change::new(
+        toolkit_install(specs),
+        format!(
+            "the four packages must be installed at one version; installed: {}",
+            listed(installed)
+        ),
+    )))
+}
+
 impl Step for ContainerToolkit {
     fn id(&self) -> &'static str {
         "container-toolkit"
@@ -68,72 +143,15 @@ impl Step for ContainerToolkit {
             ));
         }
         let installed = ctx.installed(&PACKAGES)?;
-        let version_of = |name: &str| -> Option<String> {
-            installed
-                .get(name)
-                .and_then(|v| v.first())
-                .map(|p| p.version.clone())
-        };
-        let listed = || -> String {
-            PACKAGES
-                .iter()
-                .map(|n| format!("{n} {}", version_of(n).unwrap_or_else(|| "missing".into())))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        match &pin(&spec.version) {
-            Some(pin) => {
-                let off: Vec<&str> = PACKAGES
-                    .iter()
-                    .copied()
-                    .filter(|n| {
-                        !installed
-                            .get(*n)
-                            .is_some_and(|v| v.iter().any(|p| version_matches(p, pin)))
-                    })
-                    .collect();
-                if !off.is_empty() {
-                    let specs = PACKAGES.iter().map(|n| format!("{n}-{pin}")).collect();
-                    check.changes.push(Change::new(
-                        toolkit_install(specs),
-                        format!("the profile pins {pin}; installed: {}", listed()),
-                    ));
-                }
-            }
-            None => {
-                let versions: Vec<Option<String>> =
-                    PACKAGES.iter().map(|n| version_of(n)).collect();
-                if let Some(bad) = versions
-                    .iter()
-                    .flatten()
-                    .find_map(|v| toolkit_refused(v, &spec.min_version).map(|why| (v.clone(), why)))
-                {
-                    return Err(hinted(
-                        format!("the NVIDIA Container Toolkit {} is installed and refused: {}", bad.0, bad.1),
-                        "pin another version in the profile: container_toolkit.version = \"1.17.8\" (gpuhost then installs it in place)",
-                    ));
-                }
-                let first = versions.first().cloned().flatten();
-                let one_version = versions.iter().all(|v| v.is_some() && *v == first);
-                if !one_version {
-                    let specs = match &first {
-                        Some(v) => PACKAGES.iter().map(|n| format!("{n}-{v}")).collect(),
-                        None => PACKAGES.iter().map(|n| n.to_string()).collect(),
-                    };
-                    check.changes.push(Change::new(
-                        toolkit_install(specs),
-                        format!(
-                            "the four packages must be installed at one version; installed: {}",
-                            listed()
-                        ),
-                    ));
-                }
-            }
+        if let Some(change) = package_change(&installed, &spec.version, &spec.min_version)? {
+            check.changes.push(change);
         }
         if check.installs() {
             require_local_repo(ctx, "container_toolkit.repo", &spec.repo)?;
         } else {
-            check.notes.push(format!("installed: {}", listed()));
+            check
+                .notes
+                .push(format!("installed: {}", listed(&installed)));
         }
         if spec.cdi && !ctx.host.exists(CDI_SPEC) {
             if ctx.host.is_live() {
