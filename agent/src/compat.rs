@@ -14,11 +14,13 @@ use clap::ArgGroup;
 use serde::Serialize;
 
 use gpuhost_host::cmd::Cmd;
-use gpuhost_host::host::Host as Root;
+use gpuhost_host::host::Host;
 use gpuhost_host::invalid;
 use gpuhost_nvidia::compat::gpu::{self, Gpu};
 use gpuhost_nvidia::compat::image::{self, ImageConfig};
-use gpuhost_nvidia::compat::{self as rules, CompatLibs, CudaVersion, DriverSource, Host, Verdict};
+use gpuhost_nvidia::compat::{
+    self as rules, CompatLibs, CudaVersion, DriverHost, DriverSource, Verdict,
+};
 use gpuhost_nvidia::localrepo::LocalRepoFile;
 use gpuhost_profile::Profile;
 
@@ -76,7 +78,7 @@ pub struct CompatArgs {
 #[derive(Serialize)]
 struct Report<'a, A: Serialize> {
     question: Question,
-    host: &'a Host,
+    host: &'a DriverHost,
     #[serde(skip_serializing_if = "Option::is_none")]
     serves: Option<rules::Serves>,
     verdict: Verdict,
@@ -198,7 +200,7 @@ fn check_flags(a: &CompatArgs) -> Result<Option<CudaVersion>> {
     Ok(cuda)
 }
 
-fn native_of(h: &Host) -> Option<(u32, u32)> {
+fn native_of(h: &DriverHost) -> Option<(u32, u32)> {
     let (a, b) = h.cuda.as_deref()?.split_once('.')?;
     Some((a.parse().ok()?, b.parse().ok()?))
 }
@@ -207,7 +209,7 @@ fn native_of(h: &Host) -> Option<(u32, u32)> {
 fn emit<A: Serialize>(
     json: bool,
     question: Question,
-    host: &Host,
+    host: &DriverHost,
     serves: Option<rules::Serves>,
     verdict: Verdict,
     summary: &str,
@@ -379,7 +381,7 @@ fn read_image(spec: &str, root: &Path) -> Result<ImageConfig> {
             "--image {spec}: no such file or directory (a docker save tarball or an OCI layout directory)"
         ));
     }
-    let r = Root::new(root)?;
+    let r = Host::new(root)?;
     if !r.is_live() {
         return Err(invalid!(
             "--image {spec}: an image reference needs the running system's docker; under --root give a docker save tarball or an OCI layout directory"
@@ -401,11 +403,11 @@ fn read_image(spec: &str, root: &Path) -> Result<ImageConfig> {
 }
 
 /// The host's driver and GPUs, from the first source that answers.
-fn gather_host(a: &CompatArgs, profile: Option<&Profile>) -> Result<Host> {
+fn gather_host(a: &CompatArgs, profile: Option<&Profile>) -> Result<DriverHost> {
     let mut host = if let Some(d) = &a.driver {
-        let mut h = Host::new(d, DriverSource::Flag, "--driver")?;
+        let mut h = DriverHost::new(d, DriverSource::Flag, "--driver")?;
         // "What if this host ran driver D": its GPUs still come from NVML when it answers.
-        if profile.is_none() && a.brand.is_none() && Root::new(&a.root)?.is_live() {
+        if profile.is_none() && a.brand.is_none() && Host::new(&a.root)?.is_live() {
             match nvml(Duration::from_secs_f64(a.timeout)) {
                 Ok(n) => {
                     h.gpus = n.gpus;
@@ -425,7 +427,7 @@ fn gather_host(a: &CompatArgs, profile: Option<&Profile>) -> Result<Host> {
         let name =
             LocalRepoFile::of_path(rpm).map_err(|e| invalid!("profile {}: {e:#}", p.name))?;
         let file = rpm.file_name().unwrap_or_default().to_string_lossy();
-        Host::new(
+        DriverHost::new(
             &name.driver,
             DriverSource::Profile,
             format!("profile {}: {file} — the host this profile builds", p.name),
@@ -434,7 +436,7 @@ fn gather_host(a: &CompatArgs, profile: Option<&Profile>) -> Result<Host> {
         detect(a)?
     };
     if profile.is_none() {
-        let r = Root::new(&a.root)?;
+        let r = Host::new(&a.root)?;
         if let Some(text) = r.read_opt("/etc/nvidia-container-runtime/config.toml")? {
             host.disable_require = gpuhost_nvidia::compat::require::host_disable_require(&text);
         }
@@ -462,8 +464,8 @@ fn gather_host(a: &CompatArgs, profile: Option<&Profile>) -> Result<Host> {
 }
 
 /// NVML (running system only), then `/proc/driver/nvidia/version`, then the rpm database.
-fn detect(a: &CompatArgs) -> Result<Host> {
-    let r = Root::new(&a.root)?;
+fn detect(a: &CompatArgs) -> Result<DriverHost> {
+    let r = Host::new(&a.root)?;
     let mut notes = Vec::new();
     if r.is_live() {
         match nvml(Duration::from_secs_f64(a.timeout)) {
@@ -482,7 +484,7 @@ fn detect(a: &CompatArgs) -> Result<Host> {
                 .and_then(gpuhost_health::host::parse_proc_version)
             {
                 Some(v) => {
-                    let mut h = Host::new(
+                    let mut h = DriverHost::new(
                         &v,
                         DriverSource::ProcVersion,
                         format!("{proc}: the loaded kernel module"),
@@ -506,7 +508,7 @@ fn detect(a: &CompatArgs) -> Result<Host> {
                 .cloned();
             match newest {
                 Some(p) => {
-                    let mut h = Host::new(
+                    let mut h = DriverHost::new(
                         &p.version,
                         DriverSource::Rpm,
                         format!(
@@ -531,7 +533,7 @@ fn detect(a: &CompatArgs) -> Result<Host> {
 
 /// The driver, its CUDA version and the GPUs from NVML, through the health crate's probe (a
 /// child process under a deadline, as `gpuhost status` runs it). `Err`: why NVML gave nothing.
-fn nvml(timeout: Duration) -> std::result::Result<Host, String> {
+fn nvml(timeout: Duration) -> std::result::Result<DriverHost, String> {
     use gpuhost_health::snapshot::ProbeStatus;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find gpuhost itself: {e}"))?;
     let argv = vec![exe.into(), "status".into(), "--nvml-probe".into()];
@@ -553,13 +555,16 @@ fn nvml(timeout: Duration) -> std::result::Result<Host, String> {
 }
 
 /// The host NVML described (the probe's answer, `gpuhost status --nvml-probe`).
-fn host_from_probe(p: &gpuhost_health::snapshot::NvmlProbe) -> std::result::Result<Host, String> {
+fn host_from_probe(
+    p: &gpuhost_health::snapshot::NvmlProbe,
+) -> std::result::Result<DriverHost, String> {
     use gpuhost_health::snapshot::Reading;
     let driver = p
         .driver_version
         .clone()
         .ok_or_else(|| "no driver version from NVML".to_string())?;
-    let mut host = Host::new(&driver, DriverSource::Nvml, "NVML").map_err(|e| format!("{e:#}"))?;
+    let mut host =
+        DriverHost::new(&driver, DriverSource::Nvml, "NVML").map_err(|e| format!("{e:#}"))?;
     if let Some(c) = p.cuda_driver_version {
         host = host.with_nvml_cuda(c);
     }
@@ -606,7 +611,7 @@ mod tests {
         assert_eq!(g.arch.as_deref(), Some("9.0"));
         assert_eq!(g.forward_compat(), gpu::ForwardCompat::Supported);
         // CUDA 13.0 through the image's compat libraries on 535 would run on it.
-        let mut h535 = Host::new("535.104.05", DriverSource::Flag, "--driver").unwrap();
+        let mut h535 = DriverHost::new("535.104.05", DriverSource::Flag, "--driver").unwrap();
         h535.gpus = h.gpus.clone();
         let a = rules::cuda_answer(CudaVersion::new(13, 0, 0), &h535, CompatLibs::InImage);
         assert_eq!(a.verdict, Verdict::Runs, "{}", a.summary);

@@ -60,7 +60,7 @@ enum Command {
     /// Repeat the apply that `apply --reboot` recorded before rebooting (run by
     /// gpuhost-resume.service after boot).
     #[command(after_help = EXIT_CODES)]
-    Resume(ResumeArgs),
+    Resume(ResumeCommandArgs),
     /// Go back to the driver of the converged apply before the last one (from the journal):
     /// the last apply again, with that apply's local repo package replacing the installed one,
     /// in one all-or-nothing dnf transaction.
@@ -197,8 +197,9 @@ impl From<RebootViaArg> for gpuhost_profile::RebootVia {
     }
 }
 
+// `gpuhost resume`'s options; the apply it repeats is `gpuhost_engine::reboot::ResumeArgs`.
 #[derive(clap::Args, Debug)]
-struct ResumeArgs {
+struct ResumeCommandArgs {
     /// The install root whose recorded apply to resume.
     #[arg(long, default_value = "/")]
     root: PathBuf,
@@ -434,7 +435,7 @@ fn recorded_options(
 }
 
 /// The options `apply --reboot` recorded before its reboot.
-fn resume_options(r: &ResumeArgs) -> Result<ApplyOptions> {
+fn resume_options(r: &ResumeCommandArgs) -> Result<ApplyOptions> {
     let host = Host::new(&r.root)?;
     let Some(state) = ResumeState::load(&host)? else {
         return Err(gpuhost_host::invalid!(

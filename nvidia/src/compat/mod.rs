@@ -74,9 +74,11 @@ pub enum DriverSource {
     Rpm,
 }
 
-/// What gpuhost knows of the host (or the host a profile builds).
+/// A host as the compatibility rules see it: its driver (and where that came from), the CUDA
+/// the driver serves natively, its GPUs and its container runtime's `disable-require` — what
+/// gpuhost knows of the live host, or of the host a profile builds.
 #[derive(Clone, Debug, Serialize)]
-pub struct Host {
+pub struct DriverHost {
     pub driver: String,
     pub driver_source: DriverSource,
     /// In words: `NVML`, `/proc/driver/nvidia/version`, `profile ol8-uek (cuda-repo-…rpm)`.
@@ -98,10 +100,10 @@ pub struct Host {
     version: DriverVersion,
 }
 
-impl Host {
+impl DriverHost {
     /// A host running driver `driver`; its native CUDA comes from NVIDIA's table until
-    /// [`Host::with_nvml_cuda`] sets NVML's answer.
-    pub fn new(driver: &str, source: DriverSource, from: impl Into<String>) -> Result<Host> {
+    /// [`DriverHost::with_nvml_cuda`] sets NVML's answer.
+    pub fn new(driver: &str, source: DriverSource, from: impl Into<String>) -> Result<DriverHost> {
         let version = DriverVersion::parse(driver).ok_or_else(|| {
             gpuhost_host::invalid!(
                 "driver version {driver:?} (from {}): not a version like 535.104.05",
@@ -109,7 +111,7 @@ impl Host {
             )
         })?;
         let cuda = table::newest_native(&version).map(|(a, b)| format!("{a}.{b}"));
-        Ok(Host {
+        Ok(DriverHost {
             driver: version.to_string(),
             driver_source: source,
             driver_from: from.into(),
@@ -127,7 +129,7 @@ impl Host {
 
     /// NVML's `nvmlSystemGetCudaDriverVersion` (e.g. 13000), read as libnvidia-container reads
     /// it: `major = v / 1000`, `minor = v % 100 / 10` (`src/driver.c`).
-    pub fn with_nvml_cuda(mut self, v: i32) -> Host {
+    pub fn with_nvml_cuda(mut self, v: i32) -> DriverHost {
         if v > 0 {
             self.cuda = Some(format!("{}.{}", v / 1000, v % 100 / 10));
             self.cuda_from = Some("NVML (nvmlSystemGetCudaDriverVersion)".into());
@@ -168,7 +170,7 @@ impl Host {
     }
 
     /// The same host with every GPU of runtime brand `brand` (one GPU when none is known).
-    pub fn with_brand(&self, brand: &str) -> Host {
+    pub fn with_brand(&self, brand: &str) -> DriverHost {
         let mut h = self.clone();
         if h.gpus.is_empty() {
             h.gpus.push(Gpu {
@@ -371,7 +373,7 @@ struct CudaCase<'a> {
     cuda: CudaVersion,
     /// `12.4`
     mm: String,
-    host: &'a Host,
+    host: &'a DriverHost,
     /// The driver a minor-version compatible run needs.
     floor: Option<&'static str>,
     /// The driver branches `cuda-compat-<M>-<m>` supports.
@@ -408,7 +410,7 @@ impl CudaJudged {
 }
 
 /// How CUDA `cuda` runs on `host`.
-pub fn cuda_answer(cuda: CudaVersion, host: &Host, libs: CompatLibs) -> CudaAnswer {
+pub fn cuda_answer(cuda: CudaVersion, host: &DriverHost, libs: CompatLibs) -> CudaAnswer {
     let driver = host.version();
     let row = table::native_minimum(&cuda);
     let native_min = row.as_ref().and_then(|r| DriverVersion::parse(r.driver));
@@ -689,7 +691,7 @@ fn first_error(checks: &[require::Checked]) -> Option<String> {
 
 /// Evaluate requirements as the runtime would on `host`. GPUs of unknown brand (no NVML, no
 /// `--brand`) are tried with every brand the runtime can see.
-pub fn runtime_answer(reqs: require::Requirements, host: &Host) -> RuntimeAnswer {
+pub fn runtime_answer(reqs: require::Requirements, host: &DriverHost) -> RuntimeAnswer {
     if reqs.disabled_by.is_some() {
         return RuntimeAnswer {
             result: "not-checked",
@@ -779,7 +781,7 @@ pub struct RequireAnswer {
 }
 
 /// `gpuhost compat --require EXPR…`: each expression is one `NVIDIA_REQUIRE_*` variable.
-pub fn require_answer(expressions: &[String], host: &Host) -> RequireAnswer {
+pub fn require_answer(expressions: &[String], host: &DriverHost) -> RequireAnswer {
     let reqs = require::Requirements {
         disabled_by: host.disable_require.then(|| {
             "disable-require = true in /etc/nvidia-container-runtime/config.toml".to_string()
@@ -812,7 +814,7 @@ fn brands_where(r: &RuntimeAnswer, starts: bool) -> String {
         .join(", ")
 }
 
-fn runtime_verdict(r: &RuntimeAnswer, host: &Host) -> (Verdict, String, Option<String>) {
+fn runtime_verdict(r: &RuntimeAnswer, host: &DriverHost) -> (Verdict, String, Option<String>) {
     match r.result {
         "starts" => (
             Verdict::Runs,
@@ -884,7 +886,11 @@ pub struct ImageFacts {
 
 /// `gpuhost compat --image`: the runtime's check, then CUDA's rules for the image's
 /// `CUDA_VERSION`, then what the image ships that the profile also links on the host.
-pub fn image_answer(img: &image::ImageConfig, host: &Host, links: &[PrefixLink]) -> ImageAnswer {
+pub fn image_answer(
+    img: &image::ImageConfig,
+    host: &DriverHost,
+    links: &[PrefixLink],
+) -> ImageAnswer {
     let env = require::Env::parse(&img.env);
     let facts = image_facts(img, env.as_ref().ok());
     let shipped = env
@@ -1028,7 +1034,7 @@ fn hook_fails(
 }
 
 /// The runtime refuses the image: what would make it start, from CUDA's answer.
-fn refused_hint(c: Option<&CudaAnswer>, host: &Host) -> Option<String> {
+fn refused_hint(c: Option<&CudaAnswer>, host: &DriverHost) -> Option<String> {
     match c {
         Some(c) if c.mode == Mode::MinorVersion => Some(format!(
             "CUDA {} applications do run on this driver through minor-version compatibility, but the runtime's check is stricter: `docker run -e NVIDIA_DISABLE_REQUIRE=1 …` starts it (with the limits of minor-version compatibility); or install driver ≥ {}",
@@ -1049,7 +1055,7 @@ fn by_brand(
     runtime: &RuntimeAnswer,
     c: &CudaAnswer,
     cuda_v: Option<CudaVersion>,
-    host: &Host,
+    host: &DriverHost,
     libs: CompatLibs,
     rhint: Option<String>,
 ) -> (Verdict, String, Option<String>) {
@@ -1116,11 +1122,11 @@ pub struct PrefixLink {
 mod tests {
     use super::*;
 
-    fn host(driver: &str) -> Host {
-        Host::new(driver, DriverSource::Flag, "--driver").unwrap()
+    fn host(driver: &str) -> DriverHost {
+        DriverHost::new(driver, DriverSource::Flag, "--driver").unwrap()
     }
 
-    fn with_gpu(mut h: Host, nvml_brand: u32, arch: &str) -> Host {
+    fn with_gpu(mut h: DriverHost, nvml_brand: u32, arch: &str) -> DriverHost {
         h.gpus.push(Gpu::from_nvml(
             h.gpus.len(),
             Some("GPU".into()),
@@ -1130,7 +1136,7 @@ mod tests {
         h
     }
 
-    fn ask(cuda: &str, h: &Host) -> CudaAnswer {
+    fn ask(cuda: &str, h: &DriverHost) -> CudaAnswer {
         cuda_answer(CudaVersion::parse(cuda).unwrap(), h, CompatLibs::Host)
     }
 
@@ -1224,7 +1230,7 @@ mod tests {
         assert_eq!(h.cuda.as_deref(), Some("13.0"));
         let h = host("535.104.05").with_nvml_cuda(12020);
         assert_eq!(h.cuda.as_deref(), Some("12.2"));
-        assert!(Host::new("latest", DriverSource::Flag, "--driver").is_err());
+        assert!(DriverHost::new("latest", DriverSource::Flag, "--driver").is_err());
     }
 
     #[test]

@@ -86,10 +86,10 @@ pub fn container_cuda_answer(
     driver: &str,
     driver_cuda: &str,
 ) -> Option<gpuhost_nvidia::compat::CudaAnswer> {
-    use gpuhost_nvidia::compat::{cuda_answer, CompatLibs, CudaVersion, DriverSource, Host};
+    use gpuhost_nvidia::compat::{cuda_answer, CompatLibs, CudaVersion, DriverHost, DriverSource};
     let c = CudaVersion::parse(cuda)?;
     let d = CudaVersion::parse(driver_cuda)?;
-    let host = Host::new(driver, DriverSource::Nvml, "nvidia-smi")
+    let host = DriverHost::new(driver, DriverSource::Nvml, "nvidia-smi")
         .ok()?
         .with_nvml_cuda(i32::try_from(d.major * 1000 + d.minor * 10).ok()?);
     Some(cuda_answer(c, &host, CompatLibs::MaybeInImage))
