@@ -50,7 +50,7 @@ pub enum Decision {
 }
 
 /// The inputs of a guard decision.
-pub struct Guard<'a> {
+pub(crate) struct Guard<'a> {
     pub host: &'a Host,
     pub driver: &'a str,
     pub flavour: Flavour,
@@ -139,7 +139,7 @@ impl Guard<'_> {
 }
 
 /// The BLS entry id (file stem under `/boot/loader/entries/`) that boots `kver`.
-pub fn bls_entry(host: &Host, kver: &str) -> Result<Option<String>> {
+pub(crate) fn bls_entry(host: &Host, kver: &str) -> Result<Option<String>> {
     for name in host.list_dir(BLS_DIR).unwrap_or_default() {
         let Some(id) = name.strip_suffix(".conf") else {
             continue;
@@ -154,7 +154,7 @@ pub fn bls_entry(host: &Host, kver: &str) -> Result<Option<String>> {
 }
 
 /// Make `kver` the default boot kernel.
-pub fn set_default(host: &Host, kver: &str) -> Result<()> {
+pub(crate) fn set_default(host: &Host, kver: &str) -> Result<()> {
     if host.is_live() {
         Cmd::new("grubby")
             .arg("--set-default")
@@ -171,7 +171,7 @@ pub fn set_default(host: &Host, kver: &str) -> Result<()> {
 
 /// `text` (a grubenv block) with `key=value` set, padded with `#` to 1024 bytes as
 /// grub2-editenv writes it.
-pub fn grubenv_set(text: &str, key: &str, value: &str) -> Result<String> {
+pub(crate) fn grubenv_set(text: &str, key: &str, value: &str) -> Result<String> {
     let mut lines: Vec<String> = vec!["# GRUB Environment Block".to_string()];
     let mut done = false;
     for l in text.lines() {
@@ -204,7 +204,7 @@ pub fn grubenv_set(text: &str, key: &str, value: &str) -> Result<String> {
 /// (`gpuhost kernel-added`, run by gpuhost-kernel.service) repeats for a new kernel.
 pub const LAST_APPLY_PATH: &str = "/var/lib/gpuhost/last-apply.json";
 
-pub fn save_last_apply(host: &Host, args: &crate::reboot::ResumeArgs) -> Result<()> {
+pub(crate) fn save_last_apply(host: &Host, args: &crate::reboot::ResumeArgs) -> Result<()> {
     host.write_json(LAST_APPLY_PATH, args, 0o644)
 }
 
@@ -218,7 +218,7 @@ pub fn load_last_apply(host: &Host) -> Result<Option<crate::reboot::ResumeArgs>>
 /// rpm's transaction lock (`%_rpmlock_path`, `%{_dbpath}/.rpm.lock`): rpm holds a write
 /// `fcntl` lock on it for the whole transaction, kernel scriptlets (`kernel-install add`)
 /// included.
-pub const RPM_LOCK: &str = "/var/lib/rpm/.rpm.lock";
+pub(crate) const RPM_LOCK: &str = "/var/lib/rpm/.rpm.lock";
 
 /// Wait until no rpm transaction runs (a shared `fcntl` lock on rpm's lock file can be taken),
 /// polling every `poll`, for at most `timeout`. Returns how long it waited.

@@ -6,7 +6,7 @@ use anyhow::Result;
 use gpuhost_host::host::Host;
 use gpuhost_steps::state::State;
 
-pub const JOURNAL_PATH: &str = "/var/lib/gpuhost/journal.json";
+pub(crate) const JOURNAL_PATH: &str = "/var/lib/gpuhost/journal.json";
 /// How many runs the journal keeps.
 const JOURNAL_RUNS: usize = 20;
 
@@ -72,7 +72,7 @@ pub fn runs(host: &Host) -> Result<Vec<serde_json::Value>> {
 }
 
 /// Append a run's report to the journal (the last runs, newest last), atomically.
-pub fn journal_append(host: &Host, run: serde_json::Value) -> Result<()> {
+pub(crate) fn journal_append(host: &Host, run: serde_json::Value) -> Result<()> {
     let mut runs = match read_journal(host) {
         Ok(runs) => runs,
         Err(why) => {

@@ -18,14 +18,14 @@ use gpuhost_host::error::hinted;
 use gpuhost_host::fsutil;
 use gpuhost_host::host::Host;
 
-pub const LOCK_PATH: &str = "/var/lib/gpuhost/apply.lock";
+pub(crate) const LOCK_PATH: &str = "/var/lib/gpuhost/apply.lock";
 
 /// How long the loser of a simultaneous start waits for the winner to write who it is.
 const HOLDER_WAIT: Duration = Duration::from_secs(2);
 
 /// Held until dropped.
 #[derive(Debug)]
-pub struct ApplyLock {
+pub(crate) struct ApplyLock {
     _file: File,
 }
 
@@ -76,7 +76,7 @@ fn holders_of(target: &std::path::Path) -> Vec<(u32, String)> {
 
 impl ApplyLock {
     /// Take the lock, or fail at once saying who holds it.
-    pub fn acquire(host: &Host, what: &str) -> Result<ApplyLock> {
+    pub(crate) fn acquire(host: &Host, what: &str) -> Result<ApplyLock> {
         let path = host.path(LOCK_PATH);
         let mut file = host.open_rw_create(LOCK_PATH, 0o644)?;
         match file.try_lock() {

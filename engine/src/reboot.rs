@@ -16,7 +16,7 @@ use gpuhost_profile::{RebootSpec, RebootVia};
 pub const RESUME_PATH: &str = "/var/lib/gpuhost/resume.json";
 pub const UNIT: &str = "gpuhost-resume.service";
 /// The unit as the RPM ships it; written to /etc when the package's copy is absent.
-pub const UNIT_TEXT: &str = include_str!("../../packaging/gpuhost-resume.service");
+pub(crate) const UNIT_TEXT: &str = include_str!("../../packaging/gpuhost-resume.service");
 const PACKAGED_UNIT: &str = "/usr/lib/systemd/system/gpuhost-resume.service";
 const LOCAL_UNIT: &str = "/etc/systemd/system/gpuhost-resume.service";
 pub const DEFAULT_MAX_REBOOTS: u32 = 3;

@@ -52,7 +52,7 @@ pub(crate) fn key() -> Key {
 /// depends on: each sweep reads that again (two small /proc files, two stats) and reuses the
 /// success while it is the same, without the file or a thread.
 #[derive(Debug, Default)]
-pub struct Memo {
+pub(crate) struct Memo {
     kept: Option<(Key, CudaCheck)>,
 }
 
@@ -75,7 +75,7 @@ impl Memo {
     }
 
     /// Keep `c` if it is a success, for the state `key` it was checked in.
-    pub fn remember(&mut self, key: Key, c: &CudaCheck) {
+    pub(crate) fn remember(&mut self, key: Key, c: &CudaCheck) {
         self.kept = (c.init_rc == Some(0)).then(|| (key, c.clone()));
     }
 }
@@ -138,7 +138,7 @@ pub fn check() -> CudaCheck {
 }
 
 /// The CUresult names a health check meets (cuda.h).
-pub fn cu_result(rc: c_int) -> &'static str {
+pub(crate) fn cu_result(rc: c_int) -> &'static str {
     match rc {
         0 => "CUDA_SUCCESS",
         3 => "CUDA_ERROR_NOT_INITIALIZED",

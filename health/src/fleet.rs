@@ -39,7 +39,7 @@ pub fn one_line(checks: &[Check]) -> String {
 
 /// node-problem-detector's custom plugins answer with an exit code and at most
 /// `max_output_length` bytes of stdout (80 by default).
-pub const NPD_MAX_OUTPUT: usize = 80;
+pub(crate) const NPD_MAX_OUTPUT: usize = 80;
 
 /// NPD's custom-plugin protocol: exit 0 OK, 1 a problem, 2 unknown, and a short message.
 /// OK and WARNING are 0 (a WARNING does not make the node unfit: it is in the message);

@@ -339,7 +339,7 @@ pub fn daemon_json(host: &Host, p: impl AsRef<Path>) -> DaemonJson {
     }
 }
 
-pub fn parse_daemon_json(text: &str) -> DaemonJson {
+pub(crate) fn parse_daemon_json(text: &str) -> DaemonJson {
     match serde_json::from_str::<serde_json::Value>(text) {
         Ok(v) => DaemonJson {
             present: true,
@@ -437,7 +437,7 @@ pub fn fabricmanager_version() -> FabricManagerVersion {
 
 /// `rpm -q --qf '%{NAME} %{VERSION}\n' nvidia-fabricmanager nvidia-fabric-manager`:
 /// `nvidia-fabricmanager 580.159.04` and `package nvidia-fabric-manager is not installed`.
-pub fn parse_rpm_fabricmanager(stdout: &str) -> FabricManagerVersion {
+pub(crate) fn parse_rpm_fabricmanager(stdout: &str) -> FabricManagerVersion {
     for line in stdout.lines() {
         let mut it = line.split_whitespace();
         if let (Some(name), Some(version), None) = (it.next(), it.next(), it.next()) {
@@ -454,7 +454,7 @@ pub fn parse_rpm_fabricmanager(stdout: &str) -> FabricManagerVersion {
 }
 
 /// `Fabric Manager version is : 535.104.05` → `535.104.05`.
-pub fn parse_fabricmanager_version(stdout: &str) -> Option<String> {
+pub(crate) fn parse_fabricmanager_version(stdout: &str) -> Option<String> {
     stdout
         .lines()
         .find(|l| l.to_lowercase().contains("version"))
@@ -465,7 +465,7 @@ pub fn parse_fabricmanager_version(stdout: &str) -> Option<String> {
 
 /// Three lines of `systemctl is-active docker nvidia-persistenced nvidia-fabricmanager`
 /// (read by the library's [`gpuhost_host::units::parse_active_states`], as `apply` reads them).
-pub fn parse_is_active(stdout: &str) -> Option<Services> {
+pub(crate) fn parse_is_active(stdout: &str) -> Option<Services> {
     let states = gpuhost_host::units::parse_active_states(stdout, 3)?;
     let [docker, persistenced, fabricmanager] = <[String; 3]>::try_from(states).ok()?;
     Some(Services {

@@ -119,7 +119,7 @@ fn read_records(f: &mut std::fs::File, p: &Path) -> Result<String, String> {
 
 /// Events a [`Follower`] keeps of each kind, the oldest dropped first (about what a 1 MiB
 /// kernel ring holds): memory stays bounded under an XID storm.
-pub const FOLLOW_MAX_EVENTS: usize = 8192;
+pub(crate) const FOLLOW_MAX_EVENTS: usize = 8192;
 
 /// The kernel log followed across sweeps (`gpuhost serve`): `/dev/kmsg` is opened once and
 /// each sweep reads only the records logged since the last one (a kmsg reader keeps its own

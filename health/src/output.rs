@@ -10,7 +10,7 @@ use crate::snapshot::{GpuSnapshot, ProbeStatus, Reading, Snapshot};
 use crate::verdict::{overall, Check, Expect, GpuRef, Severity};
 
 /// JSON report schema version (see the crate docs).
-pub const REPORT_SCHEMA: u32 = 1;
+pub(crate) const REPORT_SCHEMA: u32 = 1;
 
 #[derive(Debug, Serialize)]
 pub struct Report<'a> {

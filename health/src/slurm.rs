@@ -22,7 +22,7 @@ use crate::fleet;
 use crate::verdict::{Check, Severity};
 
 /// Reasons gpuhost sets start with this; only such drains are gpuhost's to resume.
-pub const REASON_PREFIX: &str = "gpuhost:";
+pub(crate) const REASON_PREFIX: &str = "gpuhost:";
 
 /// Longest reason gpuhost sets (a reason is for people reading `sinfo -R`).
 const REASON_MAX: usize = 160;
@@ -69,7 +69,7 @@ impl NodeState {
 }
 
 /// Parse `scontrol show node NAME --oneliner`.
-pub fn parse_node(text: &str) -> Option<NodeState> {
+pub(crate) fn parse_node(text: &str) -> Option<NodeState> {
     let line = text.lines().find(|l| l.contains("NodeName="))?;
     let state = line
         .split_whitespace()
@@ -91,7 +91,7 @@ pub fn parse_node(text: &str) -> Option<NodeState> {
 }
 
 /// The node this runs on, for Slurm.
-pub fn node_name(flag: Option<&str>) -> Result<String> {
+pub(crate) fn node_name(flag: Option<&str>) -> Result<String> {
     if let Some(n) = flag {
         return Ok(n.to_string());
     }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// Version of the snapshot layout; bumped on incompatible changes.
-pub const SNAPSHOT_SCHEMA: u32 = 1;
+pub(crate) const SNAPSHOT_SCHEMA: u32 = 1;
 
 /// One NVML answer: a value, "not supported by this device" (n/a, never a failure), or an
 /// error (NVML's error kind, e.g. `NoPermission`, `GpuLost`).
@@ -41,7 +41,7 @@ impl<T> Reading<T> {
 }
 
 /// A reading absent from a snapshot taken before gpuhost read it: n/a.
-pub fn not_read<T>() -> Reading<T> {
+pub(crate) fn not_read<T>() -> Reading<T> {
     Reading::NotSupported
 }
 
@@ -595,12 +595,12 @@ pub struct GpuSnapshot {
 
 /// NVML's clock event reason bits that matter here.
 pub mod reasons {
-    pub const GPU_IDLE: u64 = 0x1;
-    pub const SW_POWER_CAP: u64 = 0x4;
-    pub const HW_SLOWDOWN: u64 = 0x8;
-    pub const SW_THERMAL: u64 = 0x20;
-    pub const HW_THERMAL: u64 = 0x40;
-    pub const HW_POWER_BRAKE: u64 = 0x80;
+    pub(crate) const GPU_IDLE: u64 = 0x1;
+    pub(crate) const SW_POWER_CAP: u64 = 0x4;
+    pub(crate) const HW_SLOWDOWN: u64 = 0x8;
+    pub(crate) const SW_THERMAL: u64 = 0x20;
+    pub(crate) const HW_THERMAL: u64 = 0x40;
+    pub(crate) const HW_POWER_BRAKE: u64 = 0x80;
 }
 /// The counters baseline `counters` keeps in the run dir (part of a snapshot: its
 /// `previous`).

@@ -16,7 +16,7 @@ use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 
 /// Default timeout: long enough for a dnf transaction or a DKMS build on a slow node.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// How often a wait looks for SIGTERM/SIGINT (and for the progress tick).
 const SIGNAL_POLL: Duration = Duration::from_millis(100);
@@ -27,7 +27,7 @@ const STDERR_TAIL_LINES: usize = 12;
 /// A command that could not be started at all (not installed, not executable): the program
 /// never ran. Matched by type through the error chain ([`spawn_failed`]).
 #[derive(Debug)]
-pub struct SpawnFailed {
+pub(crate) struct SpawnFailed {
     /// The command line.
     pub command: String,
     pub source: std::io::Error,
@@ -634,7 +634,7 @@ impl Coprocess {
     }
 
     /// The last lines of the child's stderr, joined with " | ".
-    pub fn stderr_tail(&self) -> String {
+    pub(crate) fn stderr_tail(&self) -> String {
         let q = match self.stderr.lock() {
             Ok(q) => q,
             Err(p) => p.into_inner(),

@@ -13,8 +13,8 @@ use crate::kernel::{self, Flavour};
 use crate::osrelease::OsRelease;
 
 /// PCI device IDs of NVSwitches (A100 generation, H100/H200 generation).
-pub const NVSWITCH_DEVICE_IDS: &[u16] = &[0x1af1, 0x22a3];
-pub const NVIDIA_VENDOR: u16 = 0x10de;
+pub(crate) const NVSWITCH_DEVICE_IDS: &[u16] = &[0x1af1, 0x22a3];
+pub(crate) const NVIDIA_VENDOR: u16 = 0x10de;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Facts {
@@ -275,7 +275,7 @@ pub fn nvidia_functions(host: &Host) -> std::io::Result<Vec<NvidiaPciFunction>> 
 
 /// NVIDIA GPUs (display/3D controllers) and NVSwitches on PCI, from sysfs (none when the bus
 /// cannot be listed).
-pub fn nvidia_pci(host: &Host) -> Result<(Vec<PciDevice>, Vec<PciDevice>)> {
+pub(crate) fn nvidia_pci(host: &Host) -> Result<(Vec<PciDevice>, Vec<PciDevice>)> {
     let (mut gpus, mut switches) = (Vec::new(), Vec::new());
     for f in nvidia_functions(host).unwrap_or_default() {
         let id = hex(&f.device).unwrap_or(0);

@@ -38,11 +38,11 @@ pub struct BundleRepo {
 }
 
 /// The repo id dnf knows the bundle's repo by.
-pub const BUNDLE_REPO_ID: &str = "gpuhost-bundle";
+pub(crate) const BUNDLE_REPO_ID: &str = "gpuhost-bundle";
 
 impl BundleRepo {
     /// dnf options that disable every configured repo and use only this one.
-    pub fn dnf_options(&self) -> Vec<String> {
+    pub(crate) fn dnf_options(&self) -> Vec<String> {
         let id = BUNDLE_REPO_ID;
         let mut out = vec![
             "--disablerepo=*".to_string(),

@@ -17,9 +17,9 @@ use crate::host::Host;
 /// The paths whose free space gpuhost reports: the system, `/var`, Docker's data-root and
 /// DKMS's build tree.
 pub const ROOT: &str = "/";
-pub const VAR: &str = "/var";
+pub(crate) const VAR: &str = "/var";
 pub const DKMS: &str = "/var/lib/dkms";
-pub const DOCKER_DEFAULT_DATA_ROOT: &str = "/var/lib/docker";
+pub(crate) const DOCKER_DEFAULT_DATA_ROOT: &str = "/var/lib/docker";
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -161,7 +161,7 @@ impl Mounts {
 }
 
 /// Docker's data-root: `data-root` in /etc/docker/daemon.json, else /var/lib/docker.
-pub fn docker_data_root(host: &Host) -> String {
+pub(crate) fn docker_data_root(host: &Host) -> String {
     host.read_opt("/etc/docker/daemon.json")
         .ok()
         .flatten()
@@ -257,7 +257,7 @@ pub fn driver_needs(repo_rpm_bytes: Option<u64>, estimates: bool) -> Vec<Need> {
 }
 
 /// The local repo package's contents under /var: its own size (measured).
-pub fn local_repo_need(repo_rpm_bytes: u64) -> Need {
+pub(crate) fn local_repo_need(repo_rpm_bytes: u64) -> Need {
     Need {
         path: VAR.into(),
         bytes: repo_rpm_bytes,
@@ -266,7 +266,7 @@ pub fn local_repo_need(repo_rpm_bytes: u64) -> Need {
 }
 
 /// The driver packages under /usr and the DKMS builds (estimates for NVIDIA's real packages).
-pub fn driver_package_needs() -> Vec<Need> {
+pub(crate) fn driver_package_needs() -> Vec<Need> {
     vec![
         Need {
             path: "/usr".into(),

@@ -21,18 +21,19 @@ const SUFFIXES: &[&str] = &[".ko", ".ko.xz", ".ko.zst", ".ko.gz"];
 
 /// The directories under `/lib/modules/<K>/` where an out-of-tree NVIDIA module lives, in
 /// depmod's RHEL search order (then the in-tree video drivers).
-pub const SEARCH_DIRS: &[&str] = &["updates", "extra", "weak-updates", "kernel/drivers/video"];
+pub(crate) const SEARCH_DIRS: &[&str] =
+    &["updates", "extra", "weak-updates", "kernel/drivers/video"];
 
 /// The module name of a module file path: `extra/nvidia-uvm.ko.xz` → `nvidia_uvm`
 /// (modprobe treats `-` and `_` alike).
-pub fn module_name_of(path: &str) -> Option<String> {
+pub(crate) fn module_name_of(path: &str) -> Option<String> {
     let base = path.rsplit('/').next()?;
     let stem = SUFFIXES.iter().find_map(|s| base.strip_suffix(s))?;
     Some(stem.replace('-', "_"))
 }
 
 /// The file `modules.dep` lists for `module` (a path relative to `/lib/modules/<K>/`).
-pub fn dep_entry(modules_dep: &str, module: &str) -> Option<String> {
+pub(crate) fn dep_entry(modules_dep: &str, module: &str) -> Option<String> {
     let want = module.replace('-', "_");
     modules_dep.lines().find_map(|line| {
         let (path, _deps) = line.split_once(':')?;
@@ -43,7 +44,7 @@ pub fn dep_entry(modules_dep: &str, module: &str) -> Option<String> {
 
 /// Where under `/lib/modules/<K>/` a module file lives: `extra`, `updates`, `weak-updates`,
 /// `kernel/drivers/video`, or `other`.
-pub fn location_of(rel_path: &str) -> &'static str {
+pub(crate) fn location_of(rel_path: &str) -> &'static str {
     SEARCH_DIRS
         .iter()
         .find(|d| rel_path.starts_with(&format!("{d}/")))
@@ -120,7 +121,7 @@ fn files_on_disk(host: &Host, kver: &str, module: &str) -> Vec<String> {
 /// a second). `None` when the module carries no version. Remembered per file version (size,
 /// mtime, inode) for the life of the process: one apply asks for the same kernels' modules in
 /// several steps, and `gpuhost serve` on every sweep.
-pub fn modinfo_version(host: &Host, kver: &str, rel_path: &str) -> Result<Option<String>> {
+pub(crate) fn modinfo_version(host: &Host, kver: &str, rel_path: &str) -> Result<Option<String>> {
     use std::collections::HashMap;
     use std::sync::Mutex;
     type Seen = HashMap<std::path::PathBuf, ((u64, i64, i64, u64), Option<String>)>;
@@ -152,7 +153,7 @@ pub fn modinfo_version(host: &Host, kver: &str, rel_path: &str) -> Result<Option
 
 /// The file `modprobe` would load as `module` for `kver` (relative to `/lib/modules/<kver>/`),
 /// from `modules.dep` alone: no module file is read.
-pub fn loadable_path(host: &Host, kver: &str, module: &str) -> Result<Option<String>> {
+pub(crate) fn loadable_path(host: &Host, kver: &str, module: &str) -> Result<Option<String>> {
     let dep = host.read_opt(format!("/lib/modules/{kver}/modules.dep"))?;
     Ok(dep
         .as_deref()
@@ -161,7 +162,7 @@ pub fn loadable_path(host: &Host, kver: &str, module: &str) -> Result<Option<Str
 }
 
 /// `modinfo -F <field>` prints the value (or nothing).
-pub fn parse_modinfo_field(stdout: &str) -> Option<String> {
+pub(crate) fn parse_modinfo_field(stdout: &str) -> Option<String> {
     let v = stdout.lines().next()?.trim();
     (!v.is_empty()).then(|| v.to_string())
 }

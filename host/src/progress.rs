@@ -33,7 +33,7 @@ struct Current {
 static CURRENT: Mutex<Option<Current>> = Mutex::new(None);
 
 /// How often a plain "still running" line is written.
-pub const PLAIN_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const PLAIN_EVERY: Duration = Duration::from_secs(30);
 pub fn set_mode(m: Mode) {
     MODE.store(m as u8, Ordering::Relaxed);
 }
@@ -53,7 +53,7 @@ pub fn mode() -> Mode {
 }
 
 /// How often a waiting command should call [`tick`].
-pub fn tick_every() -> Option<Duration> {
+pub(crate) fn tick_every() -> Option<Duration> {
     match mode() {
         Mode::Off => None,
         Mode::Terminal => Some(Duration::from_millis(TERMINAL_MS.load(Ordering::Relaxed))),

@@ -349,7 +349,7 @@ impl RootFs {
 
     /// `mkdir -p` inside the root; returns the directory. A component that is a symlink is
     /// followed inside the root; a dangling one is an error (as `mkdir -p` on `/` would be).
-    pub fn mkdir_all(&self, p: &Path) -> io::Result<OwnedFd> {
+    pub(crate) fn mkdir_all(&self, p: &Path) -> io::Result<OwnedFd> {
         let comps = components(p);
         if comps.iter().any(|c| c == "..") {
             return Err(io::Error::new(

@@ -26,14 +26,14 @@ use crate::cmd::Cmd;
 use crate::host::Host;
 
 /// What `scripts/sign-file` appends after the signature (include/linux/module_signature.h).
-pub const MAGIC: &[u8] = b"~Module signature appended~\n";
+pub(crate) const MAGIC: &[u8] = b"~Module signature appended~\n";
 /// `struct module_signature`: algo, hash, id_type, signer_len, key_id_len, pad[3], be32 sig_len.
 const TRAILER: usize = 12;
 /// `id_type` of a PKCS#7 signature (`PKEY_ID_PKCS7`), the only kind kernels since 4.3 accept.
 const PKEY_ID_PKCS7: u8 = 2;
 
 /// efivarfs directory and the GUIDs of the variables read here.
-pub const EFIVARS: &str = "/sys/firmware/efi/efivars";
+pub(crate) const EFIVARS: &str = "/sys/firmware/efi/efivars";
 const SHIM_GUID: &str = "605dab50-e046-4300-abb6-3dd810dd8b23";
 const IMAGE_SECURITY_GUID: &str = "d719b2cb-3d3a-4596-a3bc-dad00e67656f";
 /// `EFI_CERT_X509_GUID` a5c059a1-94e4-4aa7-87b5-ab155c2bf072, as stored (mixed endian).
@@ -80,7 +80,7 @@ pub struct Cert {
 
 impl Cert {
     /// Parse a DER certificate.
-    pub fn from_der(der: &[u8]) -> Result<Cert> {
+    pub(crate) fn from_der(der: &[u8]) -> Result<Cert> {
         let (cert, _) = tlv(der, SEQUENCE).context("not a DER X.509 certificate")?;
         let (tbs, _) = tlv(cert, SEQUENCE).context("no tbsCertificate")?;
         let mut rest = tbs;
@@ -147,7 +147,7 @@ pub struct ModuleSignature {
 }
 
 /// Parse the appended signature of an (uncompressed) module; `None` when it carries none.
-pub fn appended_signature(module: &[u8]) -> Result<Option<ModuleSignature>> {
+pub(crate) fn appended_signature(module: &[u8]) -> Result<Option<ModuleSignature>> {
     let Some(body) = module.strip_suffix(MAGIC) else {
         return Ok(None);
     };
@@ -212,7 +212,7 @@ fn pkcs7_signer(der: &[u8]) -> Result<ModuleSignature> {
 
 /// The module file's bytes, decompressed (`.ko.xz`, `.ko.zst`, `.ko.gz`: the signature is
 /// appended before compression) by the tools kmod itself links.
-pub fn read_module(host: &Host, path: &str) -> Result<Vec<u8>> {
+pub(crate) fn read_module(host: &Host, path: &str) -> Result<Vec<u8>> {
     let tool = if path.ends_with(".xz") {
         Some("xz")
     } else if path.ends_with(".zst") {
@@ -238,7 +238,7 @@ pub fn read_module(host: &Host, path: &str) -> Result<Vec<u8>> {
 /// [`read_module`] + [`appended_signature`], remembered per file (path, size, mtime) for the
 /// life of the process: `gpuhost serve` sweeps every few seconds, and an `nvidia.ko.xz` takes
 /// a few hundred milliseconds to decompress.
-pub fn module_signature_cached(host: &Host, path: &str) -> Result<Option<ModuleSignature>> {
+pub(crate) fn module_signature_cached(host: &Host, path: &str) -> Result<Option<ModuleSignature>> {
     use std::collections::HashMap;
     use std::sync::Mutex;
     type Stamp = (u64, i64, i64, u64);
@@ -324,7 +324,7 @@ fn efi_certs(host: &Host, name: &str) -> Result<Vec<Cert>> {
 }
 
 /// The X.509 entries of concatenated `EFI_SIGNATURE_LIST`s.
-pub fn signature_list_certs(mut data: &[u8]) -> Result<Vec<Cert>> {
+pub(crate) fn signature_list_certs(mut data: &[u8]) -> Result<Vec<Cert>> {
     let mut out = Vec::new();
     while !data.is_empty() {
         let (Some(kind), Some(head)) = (data.get(..16), data.get(16..28)) else {

@@ -25,7 +25,7 @@ pub enum UnitState {
 }
 
 /// `(WantedBy targets, RequiredBy targets)` of a unit file's `[Install]` section.
-pub fn install_targets(text: &str) -> (Vec<String>, Vec<String>) {
+pub(crate) fn install_targets(text: &str) -> (Vec<String>, Vec<String>) {
     let (mut wanted, mut required) = (Vec::new(), Vec::new());
     let mut in_install = false;
     for line in text.lines() {

@@ -51,7 +51,7 @@ impl fmt::Display for ModuleFlavour {
 }
 
 /// The flavour a stream carries.
-pub fn flavour_of_stream(stream: &str) -> ModuleFlavour {
+pub(crate) fn flavour_of_stream(stream: &str) -> ModuleFlavour {
     if stream == "open-dkms" || stream.ends_with("-open") {
         ModuleFlavour::Open
     } else {
@@ -61,7 +61,7 @@ pub fn flavour_of_stream(stream: &str) -> ModuleFlavour {
 
 /// The stream of the other flavour that corresponds to `stream`: `535-dkms` → `535-open`,
 /// `latest-dkms` → `open-dkms`, and back.
-pub fn stream_for(stream: &str, want: ModuleFlavour) -> String {
+pub(crate) fn stream_for(stream: &str, want: ModuleFlavour) -> String {
     if flavour_of_stream(stream) == want {
         return stream.to_string();
     }
@@ -78,7 +78,7 @@ pub fn stream_for(stream: &str, want: ModuleFlavour) -> String {
 }
 
 /// The stream a flavour gets when the profile names none (the local repos' default streams).
-pub fn default_stream(f: ModuleFlavour) -> &'static str {
+pub(crate) fn default_stream(f: ModuleFlavour) -> &'static str {
     match f {
         ModuleFlavour::Open => "open-dkms",
         ModuleFlavour::Proprietary => "latest-dkms",
@@ -86,7 +86,7 @@ pub fn default_stream(f: ModuleFlavour) -> &'static str {
 }
 
 /// First driver branch with open kernel modules.
-pub const OPEN_SINCE_BRANCH: u32 = 515;
+pub(crate) const OPEN_SINCE_BRANCH: u32 = 515;
 
 pub use gpuhost_host::gpu::PciGpu;
 

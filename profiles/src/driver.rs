@@ -123,7 +123,7 @@ impl DriverSpec {
     /// [`DriverSpec::validate`], plus what depends on the kernel flavour: NVIDIA builds its
     /// precompiled streams for RHCK kernels only, so a precompiled stream on UEK is refused
     /// before anything is changed.
-    pub fn validate_for(&self, profile: &str, flavour: Flavour) -> Result<()> {
+    pub(crate) fn validate_for(&self, profile: &str, flavour: Flavour) -> Result<()> {
         self.validate(profile)?;
         let Some(stream) = &self.stream else {
             return Ok(());

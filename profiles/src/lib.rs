@@ -26,7 +26,7 @@ pub use containers::{
 pub use driver::{DriverSpec, InstallSet, StreamKind, SPLIT_PACKAGES_SINCE};
 
 /// The built-in profiles: (name, TOML text).
-pub const BUILTIN: &[(&str, &str)] = &[
+pub(crate) const BUILTIN: &[(&str, &str)] = &[
     ("ol8-uek", include_str!("../ol8-uek.toml")),
     ("ol8-rhck", include_str!("../ol8-rhck.toml")),
     ("ol9-uek", include_str!("../ol9-uek.toml")),

@@ -26,13 +26,13 @@ use serde::Serialize;
 use gpuhost_host::rpm::vercmp;
 
 /// First dkms release with `build_environment`.
-pub const BUILD_ENVIRONMENT_SINCE: &str = "3.3.0";
+pub(crate) const BUILD_ENVIRONMENT_SINCE: &str = "3.3.0";
 /// The framework drop-in gpuhost writes (dkms ≥ 3.3).
-pub const FRAMEWORK_DROPIN: &str = "/etc/dkms/framework.conf.d/gpuhost-uek-compiler.conf";
+pub(crate) const FRAMEWORK_DROPIN: &str = "/etc/dkms/framework.conf.d/gpuhost-uek-compiler.conf";
 /// The script it names.
-pub const ENV_SCRIPT: &str = "/etc/dkms/gpuhost-uek-compiler.sh";
+pub(crate) const ENV_SCRIPT: &str = "/etc/dkms/gpuhost-uek-compiler.sh";
 /// The first line of every file gpuhost writes here.
-pub const MARKER: &str = "# Written by gpuhost (build-deps)";
+pub(crate) const MARKER: &str = "# Written by gpuhost (build-deps)";
 
 /// True when this dkms version reads `build_environment`.
 pub fn has_build_environment(dkms_version: &str) -> bool {
@@ -42,7 +42,7 @@ pub fn has_build_environment(dkms_version: &str) -> bool {
 /// A shell `case` pattern for the kernel releases of one UEK series:
 /// `6.12.0-100.28.2.2.el9uek.x86_64` → `6.12.0-*.el9uek.*` (later updates of the series are
 /// built by the same compiler, and DKMS builds them when they are installed).
-pub fn uek_series_pattern(kver: &str) -> Option<String> {
+pub(crate) fn uek_series_pattern(kver: &str) -> Option<String> {
     let (version, rest) = kver.split_once('-')?;
     let dist = rest.split('.').find(|p| p.ends_with("uek"))?;
     Some(format!("{version}-*.{dist}.*"))
@@ -50,7 +50,7 @@ pub fn uek_series_pattern(kver: &str) -> Option<String> {
 
 /// The `gcc-toolset-N` compiler of a kernel series.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Toolset {
+pub(crate) struct Toolset {
     /// `case` pattern of the kernel releases ([`uek_series_pattern`]).
     pub pattern: String,
     pub major: u32,
@@ -81,7 +81,7 @@ fn comment(why: &str) -> String {
 }
 
 /// `/etc/dkms/framework.conf.d/gpuhost-uek-compiler.conf` (dkms ≥ 3.3).
-pub fn framework_dropin() -> String {
+pub(crate) fn framework_dropin() -> String {
     format!(
         "{MARKER}: DKMS sources {ENV_SCRIPT} before building any module (dkms >= {BUILD_ENVIRONMENT_SINCE}).\n\
          build_environment=\"{ENV_SCRIPT}\"\n"
@@ -89,7 +89,7 @@ pub fn framework_dropin() -> String {
 }
 
 /// The script `build_environment` names: the toolset of the kernel being built for, UEK only.
-pub fn env_script(toolsets: &[Toolset]) -> String {
+pub(crate) fn env_script(toolsets: &[Toolset]) -> String {
     let mut s = format!(
         "{MARKER}.\n\
          # Sourced by DKMS before it builds any module for $kernelver: UEK kernels are built with\n\
@@ -110,7 +110,7 @@ pub fn env_script(toolsets: &[Toolset]) -> String {
 }
 
 /// `/etc/dkms/<module>.conf` (dkms < 3.3): `CC=` appended to the module's own `MAKE[0]`.
-pub fn module_conf(module: &str, toolsets: &[Toolset]) -> String {
+pub(crate) fn module_conf(module: &str, toolsets: &[Toolset]) -> String {
     let mut s = format!(
         "{MARKER}.\n\
          # DKMS sources this after {module}'s dkms.conf: UEK kernels are built with another GCC\n\
@@ -131,7 +131,7 @@ pub fn module_conf(module: &str, toolsets: &[Toolset]) -> String {
 }
 
 /// The per-module file of `module`.
-pub fn module_conf_path(module: &str) -> String {
+pub(crate) fn module_conf_path(module: &str) -> String {
     format!("/etc/dkms/{module}.conf")
 }
 
@@ -139,13 +139,13 @@ pub fn module_conf_path(module: &str) -> String {
 /// says `PACKAGE_VERSION=<version>`: `nvidia-open-580.82.07` → `nvidia-open`. DKMS's own name
 /// for the module is the directory's (`dkms add -m nvidia-open`), not dkms.conf's
 /// `PACKAGE_NAME` (NVIDIA's open flavour keeps `PACKAGE_NAME="nvidia"`).
-pub fn module_of_source_dir(dir_name: &str, package_version: &str) -> Option<String> {
+pub(crate) fn module_of_source_dir(dir_name: &str, package_version: &str) -> Option<String> {
     let name = dir_name.strip_suffix(package_version)?.strip_suffix('-')?;
     (!name.is_empty()).then(|| name.to_string())
 }
 
 /// `PACKAGE_VERSION` of a dkms.conf (`PACKAGE_VERSION="580.82.07"`).
-pub fn package_version(dkms_conf: &str) -> Option<String> {
+pub(crate) fn package_version(dkms_conf: &str) -> Option<String> {
     dkms_conf.lines().find_map(|l| {
         let v = l.trim().strip_prefix("PACKAGE_VERSION=")?;
         let v = v.trim().trim_matches('"').trim_matches('\'');

@@ -5,7 +5,7 @@ use anyhow::Result;
 
 use crate::step::{package_name_of, Change, Check, Ctx, Step};
 
-pub struct KernelHeaders;
+pub(crate) struct KernelHeaders;
 
 impl KernelHeaders {
     /// `(package name, spec, kver)` for every devel package of every served kernel.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use gpuhost_host::host::Host;
 
-pub const STATE_PATH: &str = "/var/lib/gpuhost/state.json";
+pub(crate) const STATE_PATH: &str = "/var/lib/gpuhost/state.json";
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct State {

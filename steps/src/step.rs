@@ -35,7 +35,7 @@ pub struct Check {
 }
 
 impl Check {
-    pub fn in_sync(note: impl Into<String>) -> Check {
+    pub(crate) fn in_sync(note: impl Into<String>) -> Check {
         Check {
             notes: vec![note.into()],
             ..Check::default()
@@ -103,7 +103,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Installed versions of one package.
-    pub fn installed_one(&self, name: &str) -> Result<Vec<Installed>> {
+    pub(crate) fn installed_one(&self, name: &str) -> Result<Vec<Installed>> {
         Ok(self.installed(&[name])?.remove(name).unwrap_or_default())
     }
 
@@ -113,7 +113,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// The error for a package spec that no enabled repo carries.
-    pub fn not_in_repos(&self, spec: &str) -> anyhow::Error {
+    pub(crate) fn not_in_repos(&self, spec: &str) -> anyhow::Error {
         let name = package_name_of(spec);
         let available = self.available_versions(name).unwrap_or_default();
         let listed = if available.is_empty() {
@@ -128,7 +128,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// `version-release.arch` of every available package of this name, oldest first.
-    pub fn available_versions(&self, name: &str) -> Result<Vec<String>> {
+    pub(crate) fn available_versions(&self, name: &str) -> Result<Vec<String>> {
         let out = self
             .host
             .dnf()?
@@ -177,7 +177,7 @@ impl DnfFailure {
     }
 
     /// Specs dnf found no package for.
-    pub fn unmatched<'s>(&self, specs: &'s [String]) -> Vec<&'s str> {
+    pub(crate) fn unmatched<'s>(&self, specs: &'s [String]) -> Vec<&'s str> {
         let text = self.text();
         specs
             .iter()

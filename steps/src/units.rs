@@ -14,7 +14,7 @@ use crate::work::{Change, Work};
 /// on a live host. When the unit is not on the host yet and `package` is not installed, the
 /// enable waits for the transaction that installs it; with the package installed, a missing
 /// unit is an error.
-pub fn check_enabled(
+pub(crate) fn check_enabled(
     host: &Host,
     check: &mut Check,
     unit: &str,

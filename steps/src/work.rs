@@ -288,7 +288,7 @@ pub fn install_command(host: &Host, parts: &[&Install]) -> Result<Cmd> {
 }
 
 /// `dnf module enable` of the streams the transaction's packages come from, if any.
-pub fn enable_command(host: &Host, parts: &[&Install]) -> Result<Option<Cmd>> {
+pub(crate) fn enable_command(host: &Host, parts: &[&Install]) -> Result<Option<Cmd>> {
     let mut streams: Vec<&str> = parts.iter().filter_map(|i| i.enable.as_deref()).collect();
     streams.sort_unstable();
     streams.dedup();
@@ -357,7 +357,7 @@ pub fn implicated(text: &str, install: &Install) -> bool {
 /// The dkms commands of [`Work::Rebuild`] for one kernel (chrooted in an install root):
 /// `dkms install -m M -v V -k K --force`, after `dkms build … --force` when the module must be
 /// built again (`install` reuses a module that is already built, unsigned or not).
-pub fn dkms_rebuild(
+pub(crate) fn dkms_rebuild(
     host: &Host,
     module: &str,
     version: &str,

@@ -781,7 +781,7 @@ fn seed_clean(scratch: &Path, major: u32, repos: Option<&Path>) -> Result<()> {
 /// Oracle's public repos an Oracle Linux host has enabled for gpuhost's packages: BaseOS,
 /// AppStream, UEK R7 and the developer EPEL (DKMS). Layout of yum.oracle.com, as Oracle's
 /// release packages name them.
-pub fn oracle_repos(major: u32) -> String {
+pub(crate) fn oracle_repos(major: u32) -> String {
     let key = format!("https://yum.oracle.com/RPM-GPG-KEY-oracle-ol{major}");
     let repo = |id: &str, name: &str, path: &str| {
         format!(

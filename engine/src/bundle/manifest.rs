@@ -13,9 +13,9 @@ use gpuhost_host::invalid;
 use gpuhost_host::kernel::Flavour;
 
 /// The manifest's file name, at the top of the bundle.
-pub const MANIFEST: &str = "manifest.json";
+pub(crate) const MANIFEST: &str = "manifest.json";
 /// The format this gpuhost writes and reads.
-pub const FORMAT: u32 = 1;
+pub(crate) const FORMAT: u32 = 1;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -72,7 +72,7 @@ impl Manifest {
 
 /// Every regular file under `dir` (relative, `/`-separated, sorted) but the manifest; anything
 /// that is not a directory or a regular file is an error naming it.
-pub fn list_files(dir: &Path) -> Result<Vec<String>> {
+pub(crate) fn list_files(dir: &Path) -> Result<Vec<String>> {
     let mut out = Vec::new();
     walk(dir, dir, &mut out)?;
     out.retain(|p| p != MANIFEST);

@@ -23,7 +23,7 @@
 
 mod build;
 pub mod manifest;
-pub mod modulemd;
+pub(crate) mod modulemd;
 
 pub use build::{build, BuildOptions, BuildReport, Target};
 

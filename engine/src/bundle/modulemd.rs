@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// One YAML document of a modules.yaml.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Doc {
+pub(crate) struct Doc {
     /// The document as it was, from `---` to `...`, ending in a newline.
     pub text: String,
     /// `modulemd`, `modulemd-defaults`, `modulemd-obsoletes`, `modulemd-translations`, …
@@ -241,7 +241,7 @@ pub fn keep<'d>(docs: &'d [Doc], nevras: &BTreeSet<String>, wanted: &Wanted) -> 
 }
 
 /// `name:stream` of the kept stream documents, sorted, for the manifest and messages.
-pub fn streams_of(docs: &[&Doc]) -> Vec<String> {
+pub(crate) fn streams_of(docs: &[&Doc]) -> Vec<String> {
     let mut out: Vec<String> = docs
         .iter()
         .filter(|d| d.kind == "modulemd")
@@ -253,7 +253,7 @@ pub fn streams_of(docs: &[&Doc]) -> Vec<String> {
 }
 
 /// The `href` of the `modules` metadata in a repo's `repomd.xml`.
-pub fn modules_href(repomd: &str) -> Option<String> {
+pub(crate) fn modules_href(repomd: &str) -> Option<String> {
     let start = repomd
         .find("<data type=\"modules\">")
         .or_else(|| repomd.find("<data type='modules'>"))?;

@@ -25,9 +25,9 @@ use crate::snapshot::{
 };
 
 /// Rows past this many uncorrectable remaps mean the GPU should be replaced (Azure, OCI).
-pub const MAX_UNCORRECTABLE_REMAPPED_ROWS: u32 = 512;
+pub(crate) const MAX_UNCORRECTABLE_REMAPPED_ROWS: u32 = 512;
 /// WARNING this many °C below the slowdown threshold.
-pub const TEMP_MARGIN_C: u32 = 5;
+pub(crate) const TEMP_MARGIN_C: u32 = 5;
 
 /// A check's verdict. Ordered from best to worst: a CRITICAL finding is never hidden by a
 /// check that could not run, and a check that could not run outranks a warning (what it
@@ -167,7 +167,7 @@ impl Default for Thresholds {
 
 impl MinFree {
     /// The defaults with the profile's `status.min_free_*_gib` keys over them.
-    pub fn from_profile(st: &gpuhost_profile::StatusSpec) -> MinFree {
+    pub(crate) fn from_profile(st: &gpuhost_profile::StatusSpec) -> MinFree {
         let d = MinFree::default();
         MinFree {
             root: st.min_free_root_gib.unwrap_or(d.root),
@@ -180,7 +180,7 @@ impl MinFree {
 
 impl Thresholds {
     /// The defaults with the profile's `status.*` keys over them.
-    pub fn from_profile(st: &gpuhost_profile::StatusSpec) -> Thresholds {
+    pub(crate) fn from_profile(st: &gpuhost_profile::StatusSpec) -> Thresholds {
         let d = Thresholds::default();
         Thresholds {
             ecc_sram_correctable_max: st
@@ -277,7 +277,7 @@ fn advise(severity: Severity, value: impl Into<String>, hint: impl Into<String>)
 }
 
 /// sysfs `0000:3b:00.0` → NVML `00000000:3B:00.0`.
-pub fn nvml_bus_id(sysfs: &str) -> String {
+pub(crate) fn nvml_bus_id(sysfs: &str) -> String {
     match sysfs.split_once(':') {
         Some((dom, rest)) => format!("0000{dom}:{}", rest.to_uppercase()),
         None => sysfs.to_uppercase(),

@@ -378,7 +378,7 @@ fn nvlink5(e: &XidEvent, cx: &XidContext<'_>) -> (Severity, String, String) {
 }
 
 /// The GPU's XIDs split at its last initialisation: (this initialisation's, earlier ones).
-pub fn current_and_earlier<'a>(
+pub(crate) fn current_and_earlier<'a>(
     s: &'a Snapshot,
     pci_key: &str,
 ) -> (Vec<&'a XidEvent>, Vec<&'a XidEvent>) {

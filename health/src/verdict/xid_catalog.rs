@@ -32,7 +32,7 @@ pub struct XidEntry {
 }
 
 /// One row of the catalog's "XID 144-150 Decode" table.
-pub struct Nvlink5Rule {
+pub(crate) struct Nvlink5Rule {
     pub xid: u32,
     /// Sub-component as the message prints it (`V1/V2` where the name changed at R575).
     pub unit: &'static str,
@@ -103,7 +103,7 @@ const fn r(
 
 /// The "Xids" table, codes 1–172 in order.
 #[rustfmt::skip]
-pub const CATALOG: &[XidEntry] = &[
+pub(crate) const CATALOG: &[XidEntry] = &[
     e(1, "ROBUST_CHANNEL_FIFO_ERROR_FIFO_METHOD", "Unused", N, N, N, N, "CONTACT_SUPPORT", "", ""),
     e(2, "ROBUST_CHANNEL_FIFO_ERROR_SW_METHOD", "Unused", N, N, N, N, "CONTACT_SUPPORT", "", ""),
     e(3, "ROBUST_CHANNEL_FIFO_ERROR_UNK_METHOD", "Unused", N, N, N, N, "CONTACT_SUPPORT", "", ""),
@@ -280,7 +280,7 @@ pub const CATALOG: &[XidEntry] = &[
 
 /// The "XID 144-150 Decode" table.
 #[rustfmt::skip]
-pub const NVLINK5_DECODE: &[Nvlink5Rule] = &[
+pub(crate) const NVLINK5_DECODE: &[Nvlink5Rule] = &[
     r(144, "SAW_MVB", "------000000----------0000100001", "------000000-------------0000001", Some(0x00000001), "IGNORE", None, "CONTACT_SUPPORT", "Non-fatal"),
     r(144, "SAW_MVB", "------000000----------0000100001", "------000000-------------0000001", Some(0x00000002), "RESET_GPU", None, "CONTACT_SUPPORT", "Fatal"),
     r(144, "SAW_MVB", "------000000----------0000100001", "------000000-------------0000001", Some(0x00000004), "IGNORE", None, "IGNORE", "Non-fatal"),
@@ -427,7 +427,7 @@ pub fn older(code: u32) -> Option<&'static str> {
 
 /// Whether `value`'s bits match a 32-character mask (`0`, `1`, `-` any), most significant
 /// bit first.
-pub fn mask_matches(mask: &str, value: u32) -> bool {
+pub(crate) fn mask_matches(mask: &str, value: u32) -> bool {
     mask.len() == 32
         && mask.chars().enumerate().all(|(i, c)| {
             let bit = (value >> (31 - i)) & 1;

@@ -26,7 +26,7 @@
 
 /// A comparison operator, in libnvidia-container's table order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cmp {
+pub(crate) enum Cmp {
     Eq,
     Ne,
     Lt,
@@ -55,7 +55,7 @@ const OP_CHARS: &[u8] = b"<>=!";
 /// `dsl_compare_version`: compare dotted numeric versions. `None` where libnvidia-container
 /// returns -1 (a side with a character other than digits and dots, a component that is not a
 /// number, or a number at or past `UINTMAX_MAX`).
-pub fn compare_version(v1: &str, cmp: Cmp, v2: &str) -> Option<bool> {
+pub(crate) fn compare_version(v1: &str, cmp: Cmp, v2: &str) -> Option<bool> {
     let digits_dots = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || b == b'.');
     if !digits_dots(v1) || !digits_dots(v2) {
         return None;
@@ -109,7 +109,7 @@ fn skip<'a>(s: &'a [u8], set: &[u8]) -> &'a [u8] {
 }
 
 /// `dsl_compare_string`: ASCII case-insensitive equality; only `=` and `!=` are valid.
-pub fn compare_string(s1: &str, cmp: Cmp, s2: &str) -> Option<bool> {
+pub(crate) fn compare_string(s1: &str, cmp: Cmp, s2: &str) -> Option<bool> {
     match cmp {
         Cmp::Eq => Some(s1.eq_ignore_ascii_case(s2)),
         Cmp::Ne => Some(!s1.eq_ignore_ascii_case(s2)),

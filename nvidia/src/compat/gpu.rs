@@ -36,7 +36,7 @@ const NVML_BRANDS: [&str; 17] = [
 ];
 
 /// NVML's name for a brand number (`NVIDIA` for 14).
-pub fn nvml_brand_name(brand: u32) -> String {
+pub(crate) fn nvml_brand_name(brand: u32) -> String {
     usize::try_from(brand)
         .ok()
         .and_then(|i| NVML_BRANDS.get(i))
@@ -77,7 +77,7 @@ pub enum ForwardCompat {
 }
 
 /// Forward compatibility by NVML brand number.
-pub fn forward_compat_by_nvml(brand: u32) -> ForwardCompat {
+pub(crate) fn forward_compat_by_nvml(brand: u32) -> ForwardCompat {
     match brand {
         2 | 4 | 9 | 14 => ForwardCompat::Supported,
         1 | 3 | 5 | 6 | 10 | 11 | 12 | 13 | 15 | 16 => ForwardCompat::NotSupported,
@@ -86,7 +86,7 @@ pub fn forward_compat_by_nvml(brand: u32) -> ForwardCompat {
 }
 
 /// Forward compatibility by libnvidia-container's brand name (`--brand`).
-pub fn forward_compat_by_libnvc(brand: &str) -> ForwardCompat {
+pub(crate) fn forward_compat_by_libnvc(brand: &str) -> ForwardCompat {
     match brand.to_ascii_lowercase().as_str() {
         "tesla" | "grid" => ForwardCompat::Supported,
         "geforce" | "titan" | "quadro" | "nvs" => ForwardCompat::NotSupported,

@@ -490,7 +490,7 @@ fn descriptor_target(store: &dyn Store, desc: &Value, what: &str) -> Result<Valu
 }
 
 /// This machine's architecture as OCI names it.
-pub fn host_oci_arch() -> &'static str {
+pub(crate) fn host_oci_arch() -> &'static str {
     match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",

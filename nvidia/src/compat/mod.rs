@@ -147,7 +147,7 @@ impl DriverHost {
     }
 
     /// The driver and its CUDA as the runtime sees them.
-    pub fn driver_facts(&self) -> DriverFacts {
+    pub(crate) fn driver_facts(&self) -> DriverFacts {
         DriverFacts {
             nvrm_version: Some(self.driver.clone()),
             cuda_version: self.cuda.clone(),
@@ -170,7 +170,7 @@ impl DriverHost {
     }
 
     /// The same host with every GPU of runtime brand `brand` (one GPU when none is known).
-    pub fn with_brand(&self, brand: &str) -> DriverHost {
+    pub(crate) fn with_brand(&self, brand: &str) -> DriverHost {
         let mut h = self.clone();
         if h.gpus.is_empty() {
             h.gpus.push(Gpu {
@@ -691,7 +691,7 @@ fn first_error(checks: &[require::Checked]) -> Option<String> {
 
 /// Evaluate requirements as the runtime would on `host`. GPUs of unknown brand (no NVML, no
 /// `--brand`) are tried with every brand the runtime can see.
-pub fn runtime_answer(reqs: require::Requirements, host: &DriverHost) -> RuntimeAnswer {
+pub(crate) fn runtime_answer(reqs: require::Requirements, host: &DriverHost) -> RuntimeAnswer {
     if reqs.disabled_by.is_some() {
         return RuntimeAnswer {
             result: "not-checked",

@@ -25,7 +25,7 @@ use serde::Serialize;
 use super::dsl::{self, DeviceFacts, DriverFacts, Outcome};
 
 /// The prefix of requirement variables.
-pub const PREFIX: &str = "NVIDIA_REQUIRE_";
+pub(crate) const PREFIX: &str = "NVIDIA_REQUIRE_";
 const JETPACK: &str = "NVIDIA_REQUIRE_JETPACK";
 const DISABLE: &str = "NVIDIA_DISABLE_REQUIRE";
 const CUDA_VERSION: &str = "CUDA_VERSION";
@@ -55,7 +55,7 @@ impl Env {
 }
 
 /// Go's `strconv.ParseBool`; `None` when it does not parse.
-pub fn go_parse_bool(s: &str) -> Option<bool> {
+pub(crate) fn go_parse_bool(s: &str) -> Option<bool> {
     match s {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
@@ -126,7 +126,7 @@ pub fn collect(env: &Env, host_disable_require: bool) -> Result<Requirements, St
 
 /// `major.minor` of a version as Masterminds/semver's lenient `NewVersion` reads it: an
 /// optional `v`, one to three dot-separated numbers, an optional `-prerelease` / `+build`.
-pub fn semver_major_minor(s: &str) -> Option<(u64, u64)> {
+pub(crate) fn semver_major_minor(s: &str) -> Option<(u64, u64)> {
     let s = s.strip_prefix('v').unwrap_or(s);
     let core = s.split(['-', '+']).next()?;
     let parts: Vec<&str> = core.split('.').collect();

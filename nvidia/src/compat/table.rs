@@ -104,7 +104,7 @@ pub struct Row {
 /// The minimum driver for a CUDA version: the newest row of its `major.minor` at or below it
 /// (`12.4` → 12.4.0's 550.54.14; `12.4.1` → 550.54.15; `12.4.7` → 12.4.1's). `None` when the
 /// table has no release of that `major.minor`.
-pub fn native_minimum(cuda: &CudaVersion) -> Option<Row> {
+pub(crate) fn native_minimum(cuda: &CudaVersion) -> Option<Row> {
     RELEASES
         .iter()
         .filter_map(|(c, d)| Some((CudaVersion::parse(c)?, *c, *d)))
@@ -125,7 +125,7 @@ pub fn native_minimum(cuda: &CudaVersion) -> Option<Row> {
 /// The newest CUDA `major.minor` a driver runs natively, by the table: what
 /// `nvmlSystemGetCudaDriverVersion` reports (nvidia-smi's "CUDA Version"), derived without
 /// asking NVML. `None` below the table.
-pub fn newest_native(driver: &DriverVersion) -> Option<(u32, u32)> {
+pub(crate) fn newest_native(driver: &DriverVersion) -> Option<(u32, u32)> {
     RELEASES
         .iter()
         .filter_map(|(c, d)| Some((CudaVersion::parse(c)?, DriverVersion::parse(d)?)))

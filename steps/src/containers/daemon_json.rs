@@ -13,7 +13,7 @@ use gpuhost_host::error::hinted;
 
 pub struct DaemonJson;
 
-pub const DAEMON_JSON: &str = "/etc/docker/daemon.json";
+pub(crate) const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 /// The runtime path `nvidia-ctk runtime configure` writes (found on PATH by dockerd).
 pub const NVIDIA_RUNTIME_PATH: &str = "nvidia-container-runtime";
 
@@ -77,7 +77,7 @@ fn kind_of(v: &Value) -> &'static str {
 
 /// What differs between two daemon.json objects, as `key` / `key.sub` paths (one level deep
 /// under `runtimes` and `default-ulimits`).
-pub fn differences(before: &Value, after: &Value) -> Vec<String> {
+pub(crate) fn differences(before: &Value, after: &Value) -> Vec<String> {
     let empty = Map::new();
     let (b, a) = (
         before.as_object().unwrap_or(&empty),

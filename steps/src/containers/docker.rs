@@ -18,7 +18,7 @@ use gpuhost_host::error::hinted;
 
 pub struct Docker;
 
-pub const REPO_PATH: &str = "/etc/yum.repos.d/docker-ce.repo";
+pub(crate) const REPO_PATH: &str = "/etc/yum.repos.d/docker-ce.repo";
 const REPO_ID: &str = "docker-ce-stable";
 const PACKAGES: [&str; 3] = ["docker-ce", "docker-ce-cli", "containerd.io"];
 /// What container-tools installs that `containerd.io` conflicts with (directly or through runc).
@@ -54,7 +54,7 @@ impl Docker {
 }
 
 /// The `state=` of a dnf `modules.d/<name>.module` file.
-pub fn module_state(text: &str) -> Option<&str> {
+pub(crate) fn module_state(text: &str) -> Option<&str> {
     text.lines()
         .filter_map(|l| l.trim().strip_prefix("state="))
         .map(str::trim)
@@ -62,7 +62,7 @@ pub fn module_state(text: &str) -> Option<&str> {
 }
 
 /// Packages dnf reports as "filtered out by modular filtering".
-pub fn filtered_out(dnf_output: &str) -> Vec<String> {
+pub(crate) fn filtered_out(dnf_output: &str) -> Vec<String> {
     let mut out: Vec<String> = dnf_output
         .lines()
         .filter(|l| l.contains("filtered out by modular filtering"))

@@ -29,13 +29,13 @@ pub use prefix_links::link_path;
 pub use smoke::{parse_nvcc_release, parse_smi_header, parse_smi_list, SmiGpu};
 
 /// The state key of the owed docker restart.
-pub const RESTART_DOCKER: &str = "restart:docker.service";
+pub(crate) const RESTART_DOCKER: &str = "restart:docker.service";
 
 /// The text of a `.repo` file with one repo; `extra` lines go last (e.g. `module_hotfixes=true`).
 /// Every value must be one line of printable text: a newline would start a section or key of
 /// its own, a line starting with whitespace would continue the previous value (the profile
 /// loader refuses control characters already; this is the writer's own guard).
-pub fn repo_file(
+pub(crate) fn repo_file(
     id: &str,
     name: &str,
     source: &str,

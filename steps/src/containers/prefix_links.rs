@@ -15,7 +15,7 @@ use crate::step::{Change, Check, Ctx, Step, Work};
 use gpuhost_host::error::hinted;
 use gpuhost_host::rootfs::Kind;
 
-pub struct PrefixLinks;
+pub(crate) struct PrefixLinks;
 
 /// Where an owned path goes under `prefix`: `/usr/lib64/libnccl.so.2` →
 /// `<prefix>/lib/libnccl.so.2`, `/usr/include/nccl.h` → `<prefix>/include/nccl.h`; paths
@@ -44,7 +44,7 @@ pub fn link_path(prefix: &Path, owned: &str) -> Option<PathBuf> {
 }
 
 /// Parse `rpm -q --qf '[%{=NAME}\t%{FILENAMES}\n]'`: `(package, path)` pairs.
-pub fn parse_file_list(stdout: &str) -> Vec<(String, String)> {
+pub(crate) fn parse_file_list(stdout: &str) -> Vec<(String, String)> {
     stdout
         .lines()
         .filter_map(|l| {

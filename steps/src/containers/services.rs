@@ -15,7 +15,7 @@ use gpuhost_host::units::{self, UnitState};
 pub struct Services;
 
 /// Docker's post-install docs enable exactly these two.
-pub const UNITS: [&str; 2] = ["docker.service", "containerd.service"];
+pub(crate) const UNITS: [&str; 2] = ["docker.service", "containerd.service"];
 const RESTART: &str = "systemctl restart docker.service";
 
 fn enable(units: &[&str]) -> Work {

@@ -13,7 +13,7 @@ use crate::step::{Check, Ctx, Step};
 use gpuhost_host::cmd::{Cmd, CmdOutput};
 use gpuhost_host::error::hinted;
 
-pub struct ContainerSmoke;
+pub(crate) struct ContainerSmoke;
 
 /// Image pulls can be slow.
 const DOCKER_TIMEOUT: Duration = Duration::from_secs(15 * 60);
@@ -68,7 +68,7 @@ pub fn parse_nvcc_release(stdout: &str) -> Option<String> {
 
 /// `CUDA_VERSION` from `docker image inspect --format '{{json .Config.Env}}'` (a JSON array of
 /// `KEY=value`), as `major.minor`.
-pub fn parse_image_cuda(env_json: &str) -> Option<String> {
+pub(crate) fn parse_image_cuda(env_json: &str) -> Option<String> {
     let env: Vec<String> = serde_json::from_str(env_json.trim()).ok()?;
     let v = env.iter().find_map(|e| e.strip_prefix("CUDA_VERSION="))?;
     Some(major_minor(v))
@@ -81,7 +81,7 @@ fn major_minor(v: &str) -> String {
 /// How the container's CUDA `cuda` (major.minor) runs on driver `driver`, whose own CUDA is
 /// `driver_cuda` (nvidia-smi's "CUDA Version"), by `gpuhost_nvidia::compat`'s rules; the image may carry
 /// cuda-compat. `None` when a version does not parse.
-pub fn container_cuda_answer(
+pub(crate) fn container_cuda_answer(
     cuda: &str,
     driver: &str,
     driver_cuda: &str,

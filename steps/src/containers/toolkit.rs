@@ -13,18 +13,18 @@ use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work
 use gpuhost_host::error::hinted;
 use gpuhost_host::rpm::Installed;
 
-pub struct ContainerToolkit;
+pub(crate) struct ContainerToolkit;
 
-pub const REPO_PATH: &str = "/etc/yum.repos.d/nvidia-container-toolkit.repo";
+pub(crate) const REPO_PATH: &str = "/etc/yum.repos.d/nvidia-container-toolkit.repo";
 const REPO_ID: &str = "nvidia-container-toolkit";
 /// The toolkit first: its version is the one the others must have when nothing is pinned.
-pub const PACKAGES: [&str; 4] = [
+pub(crate) const PACKAGES: [&str; 4] = [
     "nvidia-container-toolkit",
     "nvidia-container-toolkit-base",
     "libnvidia-container-tools",
     "libnvidia-container1",
 ];
-pub const CDI_SPEC: &str = "/etc/cdi/nvidia.yaml";
+pub(crate) const CDI_SPEC: &str = "/etc/cdi/nvidia.yaml";
 const CDI_GENERATE: &str = "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml";
 
 fn toolkit_install(specs: Vec<String>) -> Work {
