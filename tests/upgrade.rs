@@ -98,7 +98,7 @@ impl Node {
             root.add_pci_device(
                 &format!("0000:{:02x}:00.0", 0x19 + i),
                 0x10de,
-                0x2335,
+                0x2330,
                 0x030200,
             );
         }
@@ -215,6 +215,47 @@ impl Node {
         }
     }
 
+    /// With dnf told to protect the installed local repo package (an administrator's
+    /// `protected_packages`), the change from `prev` to `rpm` is refused: exit 1 quoting dnf,
+    /// the rpm database and dnf.conf (the locks) as they were, the old driver's module still
+    /// there for the kernel. The protection is lifted afterwards.
+    fn refused_keeps(&self, prev: &str, rpm: &str) {
+        let conf_path = self.root.join("/etc/dnf/dnf.conf");
+        let conf = std::fs::read_to_string(&conf_path).unwrap_or_default();
+        let old_repo = self
+            .nvidia_packages()
+            .into_iter()
+            .find(|p| p.starts_with("cuda-repo-") || p.starts_with("nvidia-driver-local-repo-"))
+            .unwrap_or_else(|| panic!("no local repo package installed"));
+        let name = old_repo
+            .rsplitn(3, '-')
+            .nth(2)
+            .unwrap_or_else(|| panic!("{old_repo}"))
+            .to_string();
+        let protected = conf.replace("[main]\n", &format!("[main]\nprotected_packages={name}\n"));
+        std::fs::write(&conf_path, &protected).unwrap_or_else(|e| panic!("{e}"));
+        let rpmdb = self.root.rpmdb_snapshot();
+        let (rc, rep) = self.apply(rpm, &[]);
+        assert_eq!(rc, 1, "{prev} → {rpm} with {name} protected: {rep:#}");
+        let why = reason(&rep, "driver-repo");
+        assert!(
+            why.contains("protected") && why.contains("nothing was changed"),
+            "{why}"
+        );
+        assert_eq!(
+            self.root.rpmdb_snapshot(),
+            rpmdb,
+            "{prev} → {rpm}: rpm database changed"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&conf_path).unwrap_or_default(),
+            protected,
+            "{prev} → {rpm}: the locks changed"
+        );
+        self.assert_on(driver_of(prev), prev);
+        std::fs::write(&conf_path, conf).unwrap_or_else(|e| panic!("{e}"));
+    }
+
     /// A second apply changes nothing and starts no dnf.
     fn assert_stays(&self, rpm: &str) {
         let a = args("apply", self.profile, rpm, &[]);
@@ -236,8 +277,9 @@ fn reason(rep: &Value, id: &str) -> String {
         .to_string()
 }
 
-/// Up the chain and back down, one local repo after the other: each change converges, the
-/// second apply is unchanged and starts no dnf, the locks name only installed packages.
+/// Up the chain and back down, one local repo after the other: each change first fails in the
+/// middle (dnf refuses it) and leaves the old driver as it was, then converges; the second
+/// apply is unchanged and starts no dnf; the locks name only installed packages.
 #[rstest]
 #[case::ol8_uek(Os::Ol8, "ol8-uek", UEK8_NEW, false)]
 #[case::ol8_rhck_hgx(Os::Ol8, "ol8-rhck", RHCK8, true)]
@@ -255,6 +297,11 @@ fn the_branch_chain_up_and_down_converges_at_each_step(
     let mut from: Option<&str> = None;
     for rpm in up.iter().copied().chain(down) {
         let drv = driver_of(rpm);
+        if let Some(prev) = from {
+            // First a failure in the middle of this change: dnf refuses to remove the old
+            // local repo package (protected). Nothing changes, the old driver works, exit 1.
+            node.refused_keeps(prev, rpm);
+        }
         let (rc, rep) = node.apply(rpm, &[]);
         assert_eq!(rc, 0, "{:?} → {rpm}: {rep:#}", from);
         if from.is_some() {
@@ -552,4 +599,72 @@ fn rollback_returns_to_the_previous_converged_driver() {
     );
     assert_eq!(node.root.rpmdb_snapshot(), rpmdb);
     node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
+}
+
+/// Docker CE and the Container Toolkit upgraded together on a converged node: both change in
+/// one run, and docker is restarted exactly once (in an install root the restart is handed to
+/// the first boot: it is listed once among the deferred actions); the next apply changes
+/// nothing and starts no dnf.
+#[rstest]
+#[case::ol8(Os::Ol8, UEK8_NEW)]
+#[case::ol9(Os::Ol9, UEK9)]
+fn toolkit_and_docker_upgrades_restart_docker_once(#[case] os: Os, #[case] kernel: &str) {
+    let root = Root::new(os, &[kernel]);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let base = if os == Os::Ol8 { "ol8-uek" } else { "ol9-uek" };
+    let profile = dir.path().join("site.toml");
+    std::fs::write(&profile, format!("extends = {:?}\n", world::profile(base)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let profile = profile.display().to_string();
+    let only = "docker,container-toolkit,daemon-json,services";
+    let apply = |docker: &str, toolkit: &str| {
+        let d = format!("docker.version={docker}");
+        let t = format!("container_toolkit.version={toolkit}");
+        let a = [
+            "apply",
+            "--format",
+            "json",
+            "--profile",
+            &profile,
+            "--only",
+            only,
+            "--set",
+            &d,
+            "--set",
+            &t,
+        ];
+        root.gpuhost_traced(&a)
+    };
+    let (o, _) = apply("26.1.3", "1.17.8");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let (o, _) = apply("27.3.1", "1.18.0");
+    let rep = report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    for id in ["docker", "container-toolkit"] {
+        assert_eq!(step(&rep, id)["outcome"], "changed", "{id}: {rep:#}");
+    }
+    assert!(root
+        .installed("docker-ce")
+        .is_some_and(|v| v.starts_with("27.3.1")));
+    assert!(root
+        .installed("nvidia-container-toolkit")
+        .is_some_and(|v| v.starts_with("1.18.0")));
+    let restarts: usize = rep["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["deferred"].as_array().into_iter().flatten())
+        .filter(|d| {
+            d.as_str()
+                .is_some_and(|d| d.contains("restart docker.service"))
+        })
+        .count();
+    assert_eq!(restarts, 1, "docker restarted exactly once: {rep:#}");
+    let (o, execs) = apply("27.3.1", "1.18.0");
+    let rep = report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    world::assert_converged(&rep);
+    if let Some(execs) = &execs {
+        assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
+    }
 }
