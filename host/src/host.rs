@@ -295,6 +295,14 @@ impl Host {
             .with_context(|| format!("removing {}", self.path(p).display()))
     }
 
+    /// Remove a directory tree inside the root, links not followed; `false` when absent.
+    pub fn remove_tree(&self, p: impl AsRef<Path>) -> Result<bool> {
+        let p = p.as_ref();
+        self.fs
+            .remove_tree(p)
+            .with_context(|| format!("removing {}", self.path(p).display()))
+    }
+
     /// Open (creating) a regular file for reading and writing; a symlink there is refused.
     pub fn open_rw_create(&self, p: impl AsRef<Path>, mode: u32) -> Result<std::fs::File> {
         let p = p.as_ref();

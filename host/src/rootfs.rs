@@ -453,6 +453,24 @@ impl RootFs {
         }
     }
 
+    /// Remove `p` and everything under it, never following a symlink (a link is removed, not
+    /// its target); `false` when there was nothing.
+    pub fn remove_tree(&self, p: &Path) -> io::Result<bool> {
+        match self.kind_nofollow(p) {
+            None => Ok(false),
+            Some(Kind::Dir) => {
+                for name in self.list_dir(p)?.unwrap_or_default() {
+                    self.remove_tree(&p.join(name))?;
+                }
+                let (dir, name) = self.parent(p, false)?;
+                rustix::fs::unlinkat(&dir, name.as_os_str(), AtFlags::REMOVEDIR)
+                    .map_err(errno_io)?;
+                Ok(true)
+            }
+            Some(_) => self.remove_file(p),
+        }
+    }
+
     /// Open (creating) the regular file `p` for reading and writing, for a lock. A symlink at
     /// `p` is refused (`ELOOP`), never followed.
     pub fn open_rw_create(&self, p: &Path, mode: u32) -> io::Result<File> {
@@ -735,6 +753,9 @@ mod tests {
             ("lib.rs", "std::fs::read_to_string(&path)"), // profile files (profiles/src/lib.rs)
             ("driver/repo.rs", "File::open(path)"), // the driver RPM on the build host
             ("driver/repo.rs", "f.metadata()"),
+            // gpuhost rollback: the earlier local repo package, a build-host file like any
+            // driver.local_repo_rpm
+            ("rollback.rs", "path.is_file()"),
             ("kernel.rs", "\"/proc/sys/kernel/osrelease\""),
             ("apply.rs", "\"/proc/self/status\""),
             ("lock.rs", "use std::fs::{File, TryLockError};"),

@@ -93,13 +93,14 @@ pub struct DriverSwap {
 
 /// Carry out the swap (see the module doc).
 pub fn swap_driver(host: &Host, s: &DriverSwap) -> Result<()> {
-    host.create_dir_all(SCRATCH)?;
+    // A scratch left by a killed run goes first; the new one is made inside the root.
+    host.remove_tree(SCRATCH)?;
+    host.create_dir_all(format!("{SCRATCH}/tree"))?;
     let scratch = host.real_path(SCRATCH)?;
     let result = swap_in(host, s, &scratch);
-    // The build host's own scratch files (inside the root, resolved by real_path): removed
-    // whatever happened.
-    if let Err(e) = std::fs::remove_dir_all(&scratch) {
-        tracing::warn!("could not remove {}: {e}", scratch.display());
+    // Removed whatever happened.
+    if let Err(e) = host.remove_tree(SCRATCH) {
+        tracing::warn!("could not remove {SCRATCH}: {e:#}");
     }
     result
 }
@@ -112,7 +113,6 @@ fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
         .run()
         .with_context(|| format!("reading the payload of {}", s.repo_rpm))?;
     let tree = scratch.join("tree");
-    std::fs::create_dir_all(&tree).with_context(|| format!("creating {}", tree.display()))?;
     Cmd::new("cpio")
         .args(["-idm", "--quiet", "--no-absolute-filenames"])
         .arg(format!(".{}/*", s.repo_dir))
@@ -121,23 +121,27 @@ fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
         .current_dir(&tree)
         .run()
         .with_context(|| format!("extracting {} from {}", s.repo_dir, s.repo_rpm))?;
-    std::fs::remove_file(&payload).with_context(|| format!("removing {}", payload.display()))?;
+    host.remove_file(format!("{SCRATCH}/payload.cpio"))?;
+    let inner = format!("{SCRATCH}/tree{}", s.repo_dir);
     let repo = tree.join(s.repo_dir.trim_start_matches('/'));
-    if !repo.join("repodata/repomd.xml").is_file() {
+    if host.kind(format!("{inner}/repodata/repomd.xml")) != Some(gpuhost_host::rootfs::Kind::File) {
         return Err(anyhow::anyhow!(
             "{} carries no repo under {} (no repodata/repomd.xml): nothing was changed",
             s.repo_rpm,
             s.repo_dir
         ));
     }
+    host.write_atomic(
+        format!("{SCRATCH}/swap.dnf"),
+        shell_script(s).as_bytes(),
+        0o600,
+    )?;
     let script = scratch.join("swap.dnf");
-    std::fs::write(&script, shell_script(s))
-        .with_context(|| format!("writing {}", script.display()))?;
     let cmd = host
         .dnf()?
         .arg("--disableexcludes=main")
         .arg(format!("--repofrompath={REPO_ID},{}", repo.display()))
-        .args(repo_options(&tree, &s.repo_dir))
+        .args(repo_options(host, &tree, &s.repo_dir)?)
         .arg(format!("--setopt={REPO_ID}.module_hotfixes=true"))
         .arg("shell")
         .arg(&script);
@@ -193,12 +197,12 @@ pub fn shell_script(s: &DriverSwap) -> String {
 
 /// `gpgcheck`/`gpgkey` for the scratch repo, as the new package's own `.repo` file says (its
 /// `file:///var/…` keys read from the scratch tree).
-fn repo_options(tree: &Path, repo_dir: &str) -> Vec<String> {
-    let dir = tree.join("etc/yum.repos.d");
+fn repo_options(host: &Host, tree: &Path, repo_dir: &str) -> Result<Vec<String>> {
+    let dir = format!("{SCRATCH}/tree/etc/yum.repos.d");
     let mut gpgcheck = "0".to_string();
     let mut keys = Vec::new();
-    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-        let Ok(text) = std::fs::read_to_string(entry.path()) else {
+    for name in host.list_dir(&dir)? {
+        let Some(text) = host.read_opt(format!("{dir}/{name}"))? else {
             continue;
         };
         for (_id, key, value) in repo_entries(&text) {
@@ -222,7 +226,7 @@ fn repo_options(tree: &Path, repo_dir: &str) -> Vec<String> {
     if !keys.is_empty() {
         out.push(format!("--setopt={REPO_ID}.gpgkey={}", keys.join(",")));
     }
-    out
+    Ok(out)
 }
 
 /// What the swap should have done and did not: packages not installed at their version, names
