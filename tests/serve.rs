@@ -640,11 +640,20 @@ fn other_users_cannot_make_the_server_or_status_hang() {
     assert!(took < Duration::from_secs(3), "{took:?}");
     assert!(matches!(code, Some(0..=3)), "{err}");
     json(&out);
-    // Once the server cut them off, it answers again.
+    // Once the server cut them off, it answers again (asked a few times: on a loaded machine
+    // one answer may miss status's 100 ms, and status then probes by itself, as it should).
     std::thread::sleep(Duration::from_millis(1300));
-    let (code, out, err, _) = status(run.path(), &["--format", "json"]);
-    assert_eq!(code, Some(0), "{err}");
-    assert!(json(&out)["snapshot"]["served_by"].is_object(), "{err}");
+    let mut answered = None;
+    for _ in 0..10 {
+        let (code, out, err, _) = status(run.path(), &["--format", "json"]);
+        if code == Some(0) && json(&out)["snapshot"]["served_by"].is_object() {
+            answered = Some(());
+            break;
+        }
+        eprintln!("not served yet: {err}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(answered.is_some(), "the server never answered again");
     drop(idle);
 
     if !is_root() {
