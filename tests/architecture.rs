@@ -367,24 +367,24 @@ const LONG: usize = 80;
 const MAX_LINES: usize = 120;
 const MAX_LONG: usize = 12;
 
-/// Known exceptions over [`MAX_LINES`], awaiting their split: the driver steps' checks and
-/// the runner's transaction and apply (the lead's driver-upgrade work), and the NVML probe's
-/// per-GPU read (the status-speed work). Remove an entry when its function is split.
-const KNOWN_OVER_MAX: &[(&str, &str)] = &[
-    ("steps/src/driver/module.rs", "check"),
-    ("steps/src/driver/build_deps.rs", "check"),
-    ("engine/src/runner.rs", "transact"),
-    ("engine/src/apply.rs", "apply"),
-    ("health/src/nvml/mod.rs", "gpu"),
-];
+/// Known exceptions over [`MAX_LINES`]: none (issue 22: no production function over 120
+/// lines). Kept so that a split that cannot be made at once is listed here, with why.
+const KNOWN_OVER_MAX: &[(&str, &str)] = &[];
 
-/// Known exceptions over [`LONG`] (but within [`MAX_LINES`]), awaiting the same splits.
+/// The functions over [`LONG`] (at most [`MAX_LONG`]), each one decision that reads best
+/// whole: a step's check against the host, the runner's phase 3, apply's report, the driver
+/// swap's plan, the probe child's reaping, the server's start, an NVML sweep and the fixed
+/// fields, the driver file's verification. A new one must be split or listed with why.
 const KNOWN_LONG: &[(&str, &str)] = &[
-    ("steps/src/driver/repo.rs", "check"),
-    ("steps/src/driver/repo.rs", "verify_file"),
     ("steps/src/driver/kmod.rs", "check"),
-    ("steps/src/driver/hgx_extras.rs", "check"),
+    ("steps/src/driver/repo.rs", "verify_file"),
+    ("steps/src/driver/change.rs", "plan_swap"),
     ("engine/src/runner.rs", "finish"),
+    ("engine/src/apply.rs", "apply"),
+    ("health/src/probe.rs", "finish_forked"),
+    ("health/src/nvml/mod.rs", "sweep"),
+    ("health/src/nvml/mod.rs", "read_fixed"),
+    ("serve/src/lib.rs", "serve"),
 ];
 
 /// A line with its string and char literals emptied and its `//` comment cut.

@@ -407,22 +407,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         .iter()
         .filter_map(|s| s.reboot_required.as_ref().map(|r| format!("{}: {r}", s.id)))
         .collect();
-    // A SIGTERM/SIGINT stopped the run at a step boundary: the first step it kept from running.
-    let interrupted = gpuhost_host::interrupt::received().and_then(|sig| {
-        steps
-            .iter()
-            .find(|s| s.interrupted_by == Some(sig))
-            .map(|s| {
-                (
-                    sig,
-                    format!(
-                        "interrupted at step {} by {}",
-                        s.id,
-                        gpuhost_host::interrupt::name(sig)
-                    ),
-                )
-            })
-    });
+    let interrupted = interrupted_at(&steps);
     let kernel_guard =
         if opts.dry_run || interrupted.is_some() || !profile.kernel.guard || !profile.driver.manage
         {
@@ -430,36 +415,20 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         } else {
             guard(&ctx, opts, &steps)?
         };
-    let mut exit_code = if let Some((sig, _)) = &interrupted {
-        gpuhost_host::interrupt::exit_code(*sig)
-    } else if invalid_input && !opts.dry_run {
-        exit::INVALID
-    } else if steps.iter().any(|s| s.outcome == Outcome::Failed) {
-        exit::FAILED
-    } else if !reboot_required.is_empty() {
-        exit::REBOOT
-    } else {
-        exit::OK
-    };
+    let mut exit_code = exit_code_of(
+        interrupted.as_ref().map(|(sig, _)| *sig),
+        invalid_input && !opts.dry_run,
+        &steps,
+        &reboot_required,
+    );
     if !opts.dry_run && (exit_code == exit::OK || exit_code == exit::REBOOT) {
         // What the kernel trigger repeats when a new kernel is installed.
         bootguard::save_last_apply(host, &opts.resume_args())?;
     }
     let reboot = if opts.dry_run || interrupted.is_some() {
         None
-    } else if exit_code == exit::OK {
-        reboot::finish(host)?
-    } else if exit_code == exit::REBOOT && opts.reboot {
-        let r = reboot::schedule(host, &opts.resume_args(), &reboot_required, &profile.reboot)?;
-        if r.action == reboot::RebootAction::GaveUp {
-            exit_code = exit::FAILED;
-        }
-        if r.action == reboot::RebootAction::SlurmScheduled {
-            exit_code = exit::REBOOT_SCHEDULED;
-        }
-        Some(r)
     } else {
-        None
+        reboot_after(host, opts, profile, &reboot_required, &mut exit_code)?
     };
     let deferred: Vec<String> = steps
         .iter()
@@ -506,6 +475,71 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         crate::journal::journal_append(host, entry)?;
     }
     Ok(report)
+}
+
+/// A SIGTERM/SIGINT stopped the run at a step boundary: the signal, and the first step it
+/// kept from running.
+fn interrupted_at(steps: &[StepReport]) -> Option<(i32, String)> {
+    let sig = gpuhost_host::interrupt::received()?;
+    steps
+        .iter()
+        .find(|s| s.interrupted_by == Some(sig))
+        .map(|s| {
+            (
+                sig,
+                format!(
+                    "interrupted at step {} by {}",
+                    s.id,
+                    gpuhost_host::interrupt::name(sig)
+                ),
+            )
+        })
+}
+
+/// The run's exit code: a signal's, invalid input (2), a failed step (1), a reboot owed (3),
+/// or 0.
+fn exit_code_of(
+    signal: Option<i32>,
+    invalid_input: bool,
+    steps: &[StepReport],
+    reboot_required: &[String],
+) -> i32 {
+    if let Some(sig) = signal {
+        gpuhost_host::interrupt::exit_code(sig)
+    } else if invalid_input {
+        exit::INVALID
+    } else if steps.iter().any(|s| s.outcome == Outcome::Failed) {
+        exit::FAILED
+    } else if !reboot_required.is_empty() {
+        exit::REBOOT
+    } else {
+        exit::OK
+    }
+}
+
+/// After a converged run the reboot chain ends; with a reboot owed and `--reboot`, the next
+/// one is scheduled (the loop guard giving up fails the run; Slurm scheduling it exits 4).
+fn reboot_after(
+    host: &Host,
+    opts: &ApplyOptions,
+    profile: &Profile,
+    reboot_required: &[String],
+    exit_code: &mut i32,
+) -> Result<Option<reboot::RebootReport>> {
+    if *exit_code == exit::OK {
+        return reboot::finish(host);
+    }
+    if *exit_code != exit::REBOOT || !opts.reboot {
+        return Ok(None);
+    }
+    let r = reboot::schedule(host, &opts.resume_args(), reboot_required, &profile.reboot)?;
+    if r.action == reboot::RebootAction::GaveUp {
+        *exit_code = exit::FAILED;
+    }
+    if r.action == reboot::RebootAction::SlurmScheduled {
+        *exit_code = exit::REBOOT_SCHEDULED;
+    }
+    Ok(Some(r))
 }
 
 /// After the steps: keep the next boot on a kernel with the NVIDIA module ([`bootguard`]).

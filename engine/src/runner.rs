@@ -507,20 +507,7 @@ fn prepare(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
 /// Phase 2: one dnf transaction for every open step's package work of one kind (the packages
 /// that bring a repo first, then the rest).
 fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
-    // (slot index, change) of every member.
-    let mut members: Vec<(usize, Change)> = Vec::new();
-    for (i, slot) in run.slots.iter().enumerate() {
-        if !slot.open() || run.stopped_before(i).is_some() {
-            continue;
-        }
-        for c in slot.first.iter().flat_map(|c| c.changes.iter()) {
-            if let Work::Install(inst) = &c.work {
-                if inst.brings_repo == brings_repo {
-                    members.push((i, c.clone()));
-                }
-            }
-        }
-    }
+    let members = members_of(run, brings_repo);
     if members.is_empty() {
         return;
     }
@@ -534,18 +521,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
         .collect();
     let mut ids: Vec<usize> = members.iter().map(|(i, _)| *i).collect();
     ids.dedup();
-    let label = match ids.as_slice() {
-        [one] => run.slots[*one].label.clone(),
-        many => format!(
-            "[{}/{}] {}",
-            many[0] + 1,
-            run.slots.len(),
-            many.iter()
-                .map(|i| run.slots[*i].id())
-                .collect::<Vec<_>>()
-                .join(" + ")
-        ),
-    };
+    let label = label_of(run, &ids);
     let what: Vec<String> = members.iter().map(|(_, c)| c.work.to_string()).collect();
     gpuhost_host::progress::step_changing(&label, &what.join("; "));
     run.changed_something = true;
@@ -573,48 +549,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
                 run.slots[i].done.push(c);
             }
         }
-        Ok(Some(failure)) => {
-            let text = failure.text();
-            let mut blamed: Vec<usize> = members
-                .iter()
-                .filter(|(_, c)| matches!(&c.work, Work::Install(inst) if gpuhost_steps::work::implicated(&text, inst)))
-                .map(|(i, _)| *i)
-                .collect();
-            blamed.dedup();
-            if blamed.is_empty() {
-                // dnf named none of them: the transaction as a whole failed for each.
-                blamed = ids.clone();
-            }
-            for (i, c) in &members {
-                if !blamed.contains(i) {
-                    continue;
-                }
-                let Work::Install(inst) = &c.work else {
-                    continue;
-                };
-                let start = Instant::now();
-                let e = run.slots[*i].step.explain(ctx, inst, &failure);
-                let slot = &mut run.slots[*i];
-                if slot.report.is_none() {
-                    slot.fail(e);
-                }
-                slot.account(start);
-            }
-            let names: Vec<&str> = blamed.iter().map(|i| run.slots[*i].id()).collect();
-            let why = format!("the package transaction failed on {}", names.join(", "));
-            for i in ids.iter().filter(|i| !blamed.contains(i)) {
-                run.slots[*i].not_run(&why, None);
-            }
-            // Steps whose packages were to come in a later transaction do not run either.
-            for slot in run.slots.iter_mut() {
-                if slot.open() && slot.first.as_ref().is_some_and(Check::installs) {
-                    slot.not_run(&why, None);
-                }
-            }
-            if let Some(first) = blamed.iter().min() {
-                run.failed(*first);
-            }
-        }
+        Ok(Some(failure)) => dnf_failed(ctx, run, &members, &ids, &failure),
         Err(e) if gpuhost_host::interrupt::is_interrupted(&e) => {
             for i in &ids {
                 run.slots[*i].not_run(&format!("{e:#}"), gpuhost_host::interrupt::received());
@@ -628,6 +563,92 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
                 run.failed(*first);
             }
         }
+    }
+}
+
+/// The package work of one kind (the packages that bring a repo, or the rest) of every open
+/// step: (slot index, change).
+fn members_of(run: &Run<'_>, brings_repo: bool) -> Vec<(usize, Change)> {
+    let mut members = Vec::new();
+    for (i, slot) in run.slots.iter().enumerate() {
+        if !slot.open() || run.stopped_before(i).is_some() {
+            continue;
+        }
+        for c in slot.first.iter().flat_map(|c| c.changes.iter()) {
+            if let Work::Install(inst) = &c.work {
+                if inst.brings_repo == brings_repo {
+                    members.push((i, c.clone()));
+                }
+            }
+        }
+    }
+    members
+}
+
+/// The progress label of a transaction: its one step's, or `[n/N] a + b`.
+fn label_of(run: &Run<'_>, ids: &[usize]) -> String {
+    match ids {
+        [one] => run.slots[*one].label.clone(),
+        many => format!(
+            "[{}/{}] {}",
+            many[0] + 1,
+            run.slots.len(),
+            many.iter()
+                .map(|i| run.slots[*i].id())
+                .collect::<Vec<_>>()
+                .join(" + ")
+        ),
+    }
+}
+
+/// dnf refused the transaction: the steps it names fail (each explains, from dnf's output);
+/// the others of the transaction, and those whose packages were to come later, do not run.
+fn dnf_failed(
+    ctx: &mut Ctx<'_>,
+    run: &mut Run<'_>,
+    members: &[(usize, Change)],
+    ids: &[usize],
+    failure: &DnfFailure,
+) {
+    let text = failure.text();
+    let mut blamed: Vec<usize> = members
+        .iter()
+        .filter(|(_, c)| matches!(&c.work, Work::Install(inst) if gpuhost_steps::work::implicated(&text, inst)))
+        .map(|(i, _)| *i)
+        .collect();
+    blamed.dedup();
+    if blamed.is_empty() {
+        // dnf named none of them: the transaction as a whole failed for each.
+        blamed = ids.to_vec();
+    }
+    for (i, c) in members {
+        if !blamed.contains(i) {
+            continue;
+        }
+        let Work::Install(inst) = &c.work else {
+            continue;
+        };
+        let start = Instant::now();
+        let e = run.slots[*i].step.explain(ctx, inst, failure);
+        let slot = &mut run.slots[*i];
+        if slot.report.is_none() {
+            slot.fail(e);
+        }
+        slot.account(start);
+    }
+    let names: Vec<&str> = blamed.iter().map(|i| run.slots[*i].id()).collect();
+    let why = format!("the package transaction failed on {}", names.join(", "));
+    for i in ids.iter().filter(|i| !blamed.contains(i)) {
+        run.slots[*i].not_run(&why, None);
+    }
+    // Steps whose packages were to come in a later transaction do not run either.
+    for slot in run.slots.iter_mut() {
+        if slot.open() && slot.first.as_ref().is_some_and(Check::installs) {
+            slot.not_run(&why, None);
+        }
+    }
+    if let Some(first) = blamed.iter().min() {
+        run.failed(*first);
     }
 }
 

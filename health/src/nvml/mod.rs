@@ -459,6 +459,33 @@ fn gpu(
         Some(f) if *f != GpuFixed::default() => Some(f),
         _ => uuid.value().and_then(|u| boot.gpu(u)),
     };
+    // The InfoROM validation is kept by UUID.
+    let inforom = match uuid.value().and_then(|u| boot.inforom(u)) {
+        Some(i) => Reading::Value(i),
+        None => tm.t("nvmlDeviceValidateInforom + GetInforomImageVersion", || {
+            inforom(lib, h)
+        }),
+    };
+    // Every field an error until read.
+    let mut g = lost_gpu_kind(index, "not read", t);
+    read_fixed(&mut g, d, (lib, h), fixed, tm);
+    read_health(&mut g, nvml, d, (lib, h), tm);
+    read_state(&mut g, nvml, d, tm);
+    g.uuid = uuid;
+    g.inforom = inforom;
+    g.fixed_kept = fixed.is_some_and(|f| *f != GpuFixed::default());
+    g.sweep_ms = ms(t);
+    g
+}
+
+/// What cannot change within a boot: kept for this GPU (the boot cache), else read.
+fn read_fixed(
+    g: &mut GpuSnapshot,
+    d: &Device<'_>,
+    (lib, h): (&NvmlLib, nvmlDevice_t),
+    fixed: Option<&GpuFixed>,
+    tm: &mut Timings,
+) {
     // A fixed field is read only when none is kept for this GPU.
     macro_rules! fixed_field {
         ($field:ident, $name:literal, $e:expr) => {
@@ -468,13 +495,125 @@ fn gpu(
             }
         };
     }
-    // The InfoROM validation is kept by UUID.
-    let inforom = match uuid.value().and_then(|u| boot.inforom(u)) {
-        Some(i) => Reading::Value(i),
-        None => tm.t("nvmlDeviceValidateInforom + GetInforomImageVersion", || {
-            inforom(lib, h)
-        }),
-    };
+    g.name = fixed_field!(name, "nvmlDeviceGetName", reading(d.name()));
+    g.pci_bus_id = fixed_field!(
+        pci_bus_id,
+        "nvmlDeviceGetPciInfo",
+        reading(d.pci_info().map(|p| p.bus_id))
+    );
+    g.brand = fixed_field!(
+        brand,
+        "nvmlDeviceGetBrand",
+        reading(d.brand().map(|b| b.as_c()))
+    );
+    g.compute_capability = fixed_field!(
+        compute_capability,
+        "nvmlDeviceGetCudaComputeCapability",
+        reading(
+            d.cuda_compute_capability()
+                .map(|c| format!("{}.{}", c.major, c.minor))
+        )
+    );
+    g.temperature_slowdown_c = fixed_field!(
+        temperature_slowdown_c,
+        "nvmlDeviceGetTemperatureThreshold(SLOWDOWN)",
+        reading(d.temperature_threshold(TemperatureThreshold::Slowdown))
+    );
+    g.temperature_shutdown_c = fixed_field!(
+        temperature_shutdown_c,
+        "nvmlDeviceGetTemperatureThreshold(SHUTDOWN)",
+        reading(d.temperature_threshold(TemperatureThreshold::Shutdown))
+    );
+    g.power_limit_default_mw = fixed_field!(
+        power_limit_default_mw,
+        "nvmlDeviceGetPowerManagementDefaultLimit",
+        reading(d.power_management_limit_default())
+    );
+    g.pcie_gen_max = fixed_field!(
+        pcie_gen_max,
+        "nvmlDeviceGetMaxPcieLinkGeneration",
+        reading(d.max_pcie_link_gen())
+    );
+    g.pcie_width_max = fixed_field!(
+        pcie_width_max,
+        "nvmlDeviceGetMaxPcieLinkWidth",
+        reading(d.max_pcie_link_width())
+    );
+    g.architecture = fixed_field!(
+        architecture,
+        "nvmlDeviceGetArchitecture",
+        reading(d.architecture().map(|a| format!("{a:?}")))
+    );
+    g.minor_number = fixed_field!(
+        minor_number,
+        "nvmlDeviceGetMinorNumber",
+        reading(d.minor_number())
+    );
+    g.vbios_version = fixed_field!(
+        vbios_version,
+        "nvmlDeviceGetVbiosVersion",
+        raw_reading(raw::vbios_version(lib, h))
+    );
+    g.gsp_firmware = fixed_field!(
+        gsp_firmware,
+        "nvmlDeviceGetGspFirmwareMode/Version",
+        raw_reading(raw::gsp_firmware_mode(lib, h)).map(|(enabled, default)| {
+            GspFirmware {
+                enabled,
+                default_enabled: default,
+                version: raw::gsp_firmware_version(lib, h).ok(),
+            }
+        })
+    );
+}
+
+/// ECC, retired pages, remapped rows, the recovery action and the PCIe replay counter.
+fn read_health(
+    g: &mut GpuSnapshot,
+    nvml: &Nvml,
+    d: &Device<'_>,
+    (lib, h): (&NvmlLib, nvmlDevice_t),
+    tm: &mut Timings,
+) {
+    g.ecc_mode = tm.t("nvmlDeviceGetEccMode", || {
+        reading(d.is_ecc_enabled().map(|m| EccMode {
+            current: m.currently_enabled,
+            pending: m.pending_enabled,
+        }))
+    });
+    g.ecc_volatile_uncorrected = tm.t("nvmlDeviceGetTotalEccErrors(UNC, VOL)", || {
+        reading(d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile))
+    });
+    g.ecc_aggregate_uncorrected = tm.t("nvmlDeviceGetTotalEccErrors(UNC, AGG)", || {
+        reading(d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate))
+    });
+    g.ecc_volatile_corrected = tm.t("nvmlDeviceGetTotalEccErrors(COR, VOL)", || {
+        reading(d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile))
+    });
+    g.retired_pages_pending = tm.t("nvmlDeviceGetRetiredPagesPendingStatus", || {
+        reading(d.are_pages_pending_retired())
+    });
+    g.remapped_rows = tm.t("nvmlDeviceGetRemappedRows", || remapped_rows(nvml, d));
+    g.recovery_action = tm.t("nvmlDeviceGetFieldValues(RECOVERY_ACTION)", || {
+        recovery_action(d)
+    });
+    g.pcie_replay_counter = tm.t("nvmlDeviceGetPcieReplayCounter", || {
+        raw_reading(raw::pcie_replay_counter(lib, h))
+    });
+    g.ecc_aggregate_corrected = tm.t("nvmlDeviceGetTotalEccErrors(COR, AGG)", || {
+        reading(d.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate))
+    });
+    g.ecc_dram = tm.t("nvmlDeviceGetMemoryErrorCounter(DRAM) x4", || {
+        ecc_dram(lib, h)
+    });
+    g.ecc_sram = tm.t(
+        "nvmlDeviceGetMemoryErrorCounter(SRAM) x4 [+SramEccErrorStatus]",
+        || ecc_sram(lib, h),
+    );
+}
+
+/// Temperature, clocks, power, memory, the PCIe link, persistence, MIG, NVLink and fabric.
+fn read_state(g: &mut GpuSnapshot, nvml: &Nvml, d: &Device<'_>, tm: &mut Timings) {
     let mem = tm.t("nvmlDeviceGetMemoryInfo", || d.memory_info());
     let (memory_total_bytes, memory_used_bytes) = match mem {
         Ok(m) => (Reading::Value(m.total), Reading::Value(m.used)),
@@ -483,149 +622,35 @@ fn gpu(
             (r.clone(), r)
         }
     };
-    let mut g = GpuSnapshot {
-        index,
-        name: fixed_field!(name, "nvmlDeviceGetName", reading(d.name())),
-        pci_bus_id: fixed_field!(
-            pci_bus_id,
-            "nvmlDeviceGetPciInfo",
-            reading(d.pci_info().map(|p| p.bus_id))
-        ),
-        brand: fixed_field!(
-            brand,
-            "nvmlDeviceGetBrand",
-            reading(d.brand().map(|b| b.as_c()))
-        ),
-        compute_capability: fixed_field!(
-            compute_capability,
-            "nvmlDeviceGetCudaComputeCapability",
-            reading(
-                d.cuda_compute_capability()
-                    .map(|c| format!("{}.{}", c.major, c.minor))
-            )
-        ),
-        ecc_mode: tm.t("nvmlDeviceGetEccMode", || {
-            reading(d.is_ecc_enabled().map(|m| EccMode {
-                current: m.currently_enabled,
-                pending: m.pending_enabled,
-            }))
-        }),
-        ecc_volatile_uncorrected: tm.t("nvmlDeviceGetTotalEccErrors(UNC, VOL)", || {
-            reading(d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile))
-        }),
-        ecc_aggregate_uncorrected: tm.t("nvmlDeviceGetTotalEccErrors(UNC, AGG)", || {
-            reading(d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate))
-        }),
-        ecc_volatile_corrected: tm.t("nvmlDeviceGetTotalEccErrors(COR, VOL)", || {
-            reading(d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile))
-        }),
-        retired_pages_pending: tm.t("nvmlDeviceGetRetiredPagesPendingStatus", || {
-            reading(d.are_pages_pending_retired())
-        }),
-        remapped_rows: tm.t("nvmlDeviceGetRemappedRows", || remapped_rows(nvml, d)),
-        recovery_action: tm.t("nvmlDeviceGetFieldValues(RECOVERY_ACTION)", || {
-            recovery_action(d)
-        }),
-        temperature_c: tm.t("nvmlDeviceGetTemperature", || {
-            reading(d.temperature(TemperatureSensor::Gpu))
-        }),
-        temperature_slowdown_c: fixed_field!(
-            temperature_slowdown_c,
-            "nvmlDeviceGetTemperatureThreshold(SLOWDOWN)",
-            reading(d.temperature_threshold(TemperatureThreshold::Slowdown))
-        ),
-        temperature_shutdown_c: fixed_field!(
-            temperature_shutdown_c,
-            "nvmlDeviceGetTemperatureThreshold(SHUTDOWN)",
-            reading(d.temperature_threshold(TemperatureThreshold::Shutdown))
-        ),
-        clock_event_reasons: tm.t("nvmlDeviceGetCurrentClocksEventReasons", || {
-            reading(d.current_throttle_reasons().map(|r| r.bits()))
-        }),
-        power_usage_mw: tm.t("nvmlDeviceGetPowerUsage", || reading(d.power_usage())),
-        power_limit_enforced_mw: tm.t("nvmlDeviceGetEnforcedPowerLimit", || {
-            reading(d.enforced_power_limit())
-        }),
-        power_limit_default_mw: fixed_field!(
-            power_limit_default_mw,
-            "nvmlDeviceGetPowerManagementDefaultLimit",
-            reading(d.power_management_limit_default())
-        ),
-        memory_total_bytes,
-        memory_used_bytes,
-        pcie_gen_current: tm.t("nvmlDeviceGetCurrPcieLinkGeneration", || {
-            reading(d.current_pcie_link_gen())
-        }),
-        pcie_gen_max: fixed_field!(
-            pcie_gen_max,
-            "nvmlDeviceGetMaxPcieLinkGeneration",
-            reading(d.max_pcie_link_gen())
-        ),
-        pcie_width_current: tm.t("nvmlDeviceGetCurrPcieLinkWidth", || {
-            reading(d.current_pcie_link_width())
-        }),
-        pcie_width_max: fixed_field!(
-            pcie_width_max,
-            "nvmlDeviceGetMaxPcieLinkWidth",
-            reading(d.max_pcie_link_width())
-        ),
-        persistence_mode: tm.t("nvmlDeviceGetPersistenceMode", || {
-            reading(d.is_in_persistent_mode())
-        }),
-        mig_mode: tm.t("nvmlDeviceGetMigMode", || {
-            reading(d.mig_mode().map(|m| MigMode {
-                current: m.current,
-                pending: m.pending,
-            }))
-        }),
-        nvlinks: tm.t("nvmlDeviceGetNvLinkState/ErrorCounter", || nvlinks(d)),
-        fabric: tm.t("nvmlDeviceGetGpuFabricInfoV", || fabric(nvml, d)),
-        architecture: fixed_field!(
-            architecture,
-            "nvmlDeviceGetArchitecture",
-            reading(d.architecture().map(|a| format!("{a:?}")))
-        ),
-        minor_number: fixed_field!(
-            minor_number,
-            "nvmlDeviceGetMinorNumber",
-            reading(d.minor_number())
-        ),
-        pcie_replay_counter: tm.t("nvmlDeviceGetPcieReplayCounter", || {
-            raw_reading(raw::pcie_replay_counter(lib, h))
-        }),
-        ecc_aggregate_corrected: tm.t("nvmlDeviceGetTotalEccErrors(COR, AGG)", || {
-            reading(d.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate))
-        }),
-        ecc_dram: tm.t("nvmlDeviceGetMemoryErrorCounter(DRAM) x4", || {
-            ecc_dram(lib, h)
-        }),
-        ecc_sram: tm.t(
-            "nvmlDeviceGetMemoryErrorCounter(SRAM) x4 [+SramEccErrorStatus]",
-            || ecc_sram(lib, h),
-        ),
-        inforom,
-        vbios_version: fixed_field!(
-            vbios_version,
-            "nvmlDeviceGetVbiosVersion",
-            raw_reading(raw::vbios_version(lib, h))
-        ),
-        gsp_firmware: fixed_field!(
-            gsp_firmware,
-            "nvmlDeviceGetGspFirmwareMode/Version",
-            raw_reading(raw::gsp_firmware_mode(lib, h)).map(|(enabled, default)| {
-                GspFirmware {
-                    enabled,
-                    default_enabled: default,
-                    version: raw::gsp_firmware_version(lib, h).ok(),
-                }
-            })
-        ),
-        uuid,
-        fixed_kept: fixed.is_some_and(|f| *f != GpuFixed::default()),
-        sweep_ms: 0.0,
-    };
-    g.sweep_ms = ms(t);
-    g
+    g.memory_total_bytes = memory_total_bytes;
+    g.memory_used_bytes = memory_used_bytes;
+    g.temperature_c = tm.t("nvmlDeviceGetTemperature", || {
+        reading(d.temperature(TemperatureSensor::Gpu))
+    });
+    g.clock_event_reasons = tm.t("nvmlDeviceGetCurrentClocksEventReasons", || {
+        reading(d.current_throttle_reasons().map(|r| r.bits()))
+    });
+    g.power_usage_mw = tm.t("nvmlDeviceGetPowerUsage", || reading(d.power_usage()));
+    g.power_limit_enforced_mw = tm.t("nvmlDeviceGetEnforcedPowerLimit", || {
+        reading(d.enforced_power_limit())
+    });
+    g.pcie_gen_current = tm.t("nvmlDeviceGetCurrPcieLinkGeneration", || {
+        reading(d.current_pcie_link_gen())
+    });
+    g.pcie_width_current = tm.t("nvmlDeviceGetCurrPcieLinkWidth", || {
+        reading(d.current_pcie_link_width())
+    });
+    g.persistence_mode = tm.t("nvmlDeviceGetPersistenceMode", || {
+        reading(d.is_in_persistent_mode())
+    });
+    g.mig_mode = tm.t("nvmlDeviceGetMigMode", || {
+        reading(d.mig_mode().map(|m| MigMode {
+            current: m.current,
+            pending: m.pending,
+        }))
+    });
+    g.nvlinks = tm.t("nvmlDeviceGetNvLinkState/ErrorCounter", || nvlinks(d));
+    g.fabric = tm.t("nvmlDeviceGetGpuFabricInfoV", || fabric(nvml, d));
 }
 
 /// `NVML_MEMORY_LOCATION_SRAM`.

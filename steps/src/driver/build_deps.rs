@@ -208,118 +208,10 @@ impl Step for BuildDeps {
             notes: w.notes.clone(),
             ..Check::default()
         };
-        let refs: Vec<&str> = w.packages.iter().map(String::as_str).collect();
-        let installed = ctx.installed(&refs)?;
-        let missing: Vec<String> = w
-            .packages
-            .iter()
-            .filter(|p| installed.get(*p).is_none_or(Vec::is_empty))
-            .cloned()
-            .collect();
-        if !missing.is_empty() {
-            let why = match &w.toolset {
-                Some((n, why)) if missing.contains(&format!("gcc-toolset-{n}-gcc")) => {
-                    format!("not installed; {why}, the system gcc is {system_major}")
-                }
-                _ => "not installed; DKMS needs them to build the NVIDIA module".to_string(),
-            };
-            check.changes.push(Change::install(missing, why));
-        }
-        // DKMS's compiler for every module of the UEK kernels that need it (see dkms_cc):
-        // dkms >= 3.3 reads the framework drop-in, older ones the per-module files.
-        let mut modules: Vec<String> = vec!["nvidia".into(), "nvidia-open".into()];
-        modules.extend(dkms_source_modules(ctx));
-        modules.sort();
-        modules.dedup();
-        let mut files: Vec<(String, String)> = Vec::new();
-        if !w.toolsets.is_empty() {
-            files.push((
-                crate::dkms_cc::FRAMEWORK_DROPIN.into(),
-                crate::dkms_cc::framework_dropin(),
-            ));
-            files.push((
-                crate::dkms_cc::ENV_SCRIPT.into(),
-                crate::dkms_cc::env_script(&w.toolsets),
-            ));
-            for m in &modules {
-                files.push((
-                    crate::dkms_cc::module_conf_path(m),
-                    crate::dkms_cc::module_conf(m, &w.toolsets),
-                ));
-            }
-        }
-        let why = w
-            .toolsets
-            .iter()
-            .map(|t| format!("{}: gcc-toolset-{}", t.why, t.major))
-            .collect::<Vec<_>>()
-            .join("; ");
-        let mut in_place = Vec::new();
-        for (path, text) in &files {
-            let current = ctx.host.read_opt(path)?;
-            if current.as_deref() == Some(text.as_str()) {
-                in_place.push(path.clone());
-                continue;
-            }
-            let was = if current.is_some() {
-                "has other content"
-            } else {
-                "absent"
-            };
-            check.changes.push(Change::new(
-                Work::Configure(FileWrite::new(path.clone(), text.clone(), 0o644)),
-                format!("DKMS builds every module for UEK with the kernel's compiler ({why}), the system gcc is {system_major}; the file is {was}"),
-            ));
-        }
-        if !in_place.is_empty() {
-            check.notes.push(format!(
-                "DKMS compiler for UEK: {why} ({})",
-                in_place.join(", ")
-            ));
-        }
-        // Secure Boot: the key DKMS signs every module it builds with (see signing).
-        let signing_file = ctx.host.read_opt(signing::DROPIN)?;
-        match ctx.profile.secure_boot.pair() {
-            Some((key, cert)) => {
-                let text = signing::dropin(key, cert);
-                if signing_file.as_deref() == Some(text.as_str()) {
-                    check.notes.push(signing::cert_note(ctx.host, cert)?);
-                } else {
-                    check.changes.push(Change::new(
-                        Work::Configure(FileWrite::new(signing::DROPIN, text, 0o644)),
-                        format!("DKMS signs the NVIDIA modules with secure_boot.key and {cert} (Secure Boot)"),
-                    ));
-                }
-            }
-            None if signing_file.is_some_and(|t| t.starts_with(signing::MARKER)) => {
-                check.changes.push(Change::new(
-                    Work::Unconfigure(signing::DROPIN.into()),
-                    "the profile names no secure_boot key any more",
-                ));
-            }
-            None => {}
-        }
-        // gpuhost's own files that are no longer wanted.
-        let mut ours: Vec<String> = vec![
-            crate::dkms_cc::FRAMEWORK_DROPIN.into(),
-            crate::dkms_cc::ENV_SCRIPT.into(),
-        ];
-        ours.extend(modules.iter().map(|m| crate::dkms_cc::module_conf_path(m)));
-        for path in ours {
-            if files.iter().any(|(p, _)| *p == path) {
-                continue;
-            }
-            if ctx
-                .host
-                .read_opt(&path)?
-                .is_some_and(|t| t.starts_with(MARKER))
-            {
-                check.changes.push(Change::new(
-                    Work::Unconfigure(path),
-                    format!("no served kernel needs a compiler newer than the system gcc {system_major}"),
-                ));
-            }
-        }
+        missing_packages(ctx, &w, system_major, &mut check)?;
+        let (modules, files) = compiler_files(ctx, &w, system_major, &mut check)?;
+        signing_dropin(ctx, &mut check)?;
+        unwanted_files(ctx, &modules, &files, system_major, &mut check)?;
         if check.changes.is_empty() {
             check
                 .notes
@@ -327,6 +219,149 @@ impl Step for BuildDeps {
         }
         Ok(check)
     }
+}
+
+/// The build packages DKMS needs (and the kernel's compiler when it is not the system one).
+fn missing_packages(ctx: &Ctx<'_>, w: &Wanted, system_major: u32, check: &mut Check) -> Result<()> {
+    let refs: Vec<&str> = w.packages.iter().map(String::as_str).collect();
+    let installed = ctx.installed(&refs)?;
+    let missing: Vec<String> = w
+        .packages
+        .iter()
+        .filter(|p| installed.get(*p).is_none_or(Vec::is_empty))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        let why = match &w.toolset {
+            Some((n, why)) if missing.contains(&format!("gcc-toolset-{n}-gcc")) => {
+                format!("not installed; {why}, the system gcc is {system_major}")
+            }
+            _ => "not installed; DKMS needs them to build the NVIDIA module".to_string(),
+        };
+        check.changes.push(Change::install(missing, why));
+    }
+    Ok(())
+}
+
+/// DKMS's compiler for every module of the UEK kernels that need it (see dkms_cc): the files
+/// wanted (in place, or the work that writes them). Returns the modules and the files.
+fn compiler_files(
+    ctx: &Ctx<'_>,
+    w: &Wanted,
+    system_major: u32,
+    check: &mut Check,
+) -> Result<(Vec<String>, Vec<(String, String)>)> {
+    // dkms >= 3.3 reads the framework drop-in, older ones the per-module files.
+    let mut modules: Vec<String> = vec!["nvidia".into(), "nvidia-open".into()];
+    modules.extend(dkms_source_modules(ctx));
+    modules.sort();
+    modules.dedup();
+    let mut files: Vec<(String, String)> = Vec::new();
+    if !w.toolsets.is_empty() {
+        files.push((
+            crate::dkms_cc::FRAMEWORK_DROPIN.into(),
+            crate::dkms_cc::framework_dropin(),
+        ));
+        files.push((
+            crate::dkms_cc::ENV_SCRIPT.into(),
+            crate::dkms_cc::env_script(&w.toolsets),
+        ));
+        for m in &modules {
+            files.push((
+                crate::dkms_cc::module_conf_path(m),
+                crate::dkms_cc::module_conf(m, &w.toolsets),
+            ));
+        }
+    }
+    let why = w
+        .toolsets
+        .iter()
+        .map(|t| format!("{}: gcc-toolset-{}", t.why, t.major))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut in_place = Vec::new();
+    for (path, text) in &files {
+        let current = ctx.host.read_opt(path)?;
+        if current.as_deref() == Some(text.as_str()) {
+            in_place.push(path.clone());
+            continue;
+        }
+        let was = if current.is_some() {
+            "has other content"
+        } else {
+            "absent"
+        };
+        check.changes.push(Change::new(
+                Work::Configure(FileWrite::new(path.clone(), text.clone(), 0o644)),
+                format!("DKMS builds every module for UEK with the kernel's compiler ({why}), the system gcc is {system_major}; the file is {was}"),
+            ));
+    }
+    if !in_place.is_empty() {
+        check.notes.push(format!(
+            "DKMS compiler for UEK: {why} ({})",
+            in_place.join(", ")
+        ));
+    }
+    Ok((modules, files))
+}
+
+/// Secure Boot: the key DKMS signs every module it builds with (see signing).
+fn signing_dropin(ctx: &Ctx<'_>, check: &mut Check) -> Result<()> {
+    let signing_file = ctx.host.read_opt(signing::DROPIN)?;
+    match ctx.profile.secure_boot.pair() {
+        Some((key, cert)) => {
+            let text = signing::dropin(key, cert);
+            if signing_file.as_deref() == Some(text.as_str()) {
+                check.notes.push(signing::cert_note(ctx.host, cert)?);
+            } else {
+                check.changes.push(Change::new(
+                        Work::Configure(FileWrite::new(signing::DROPIN, text, 0o644)),
+                        format!("DKMS signs the NVIDIA modules with secure_boot.key and {cert} (Secure Boot)"),
+                    ));
+            }
+        }
+        None if signing_file.is_some_and(|t| t.starts_with(signing::MARKER)) => {
+            check.changes.push(Change::new(
+                Work::Unconfigure(signing::DROPIN.into()),
+                "the profile names no secure_boot key any more",
+            ));
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+/// gpuhost's own compiler files that are no longer wanted.
+fn unwanted_files(
+    ctx: &Ctx<'_>,
+    modules: &[String],
+    files: &[(String, String)],
+    system_major: u32,
+    check: &mut Check,
+) -> Result<()> {
+    let mut ours: Vec<String> = vec![
+        crate::dkms_cc::FRAMEWORK_DROPIN.into(),
+        crate::dkms_cc::ENV_SCRIPT.into(),
+    ];
+    ours.extend(modules.iter().map(|m| crate::dkms_cc::module_conf_path(m)));
+    for path in ours {
+        if files.iter().any(|(p, _)| *p == path) {
+            continue;
+        }
+        if ctx
+            .host
+            .read_opt(&path)?
+            .is_some_and(|t| t.starts_with(MARKER))
+        {
+            check.changes.push(Change::new(
+                Work::Unconfigure(path),
+                format!(
+                    "no served kernel needs a compiler newer than the system gcc {system_major}"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

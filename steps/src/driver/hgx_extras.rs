@@ -38,6 +38,141 @@ pub fn modules_load_content() -> String {
     s
 }
 
+/// The extras at the driver's version: installed, or the work that installs them.
+fn packages(ctx: &Ctx<'_>, extras: &[Extra], check: &mut Check) -> Result<()> {
+    let drv = plan(ctx)?.repo.driver.clone();
+    let names: Vec<&str> = extras.iter().map(|e| e.name.as_str()).collect();
+    let installed = ctx.installed(&names)?;
+    let mut specs = Vec::new();
+    let mut why = Vec::new();
+    let mut have = Vec::new();
+    for e in extras {
+        let versions: Vec<String> = installed
+            .get(&e.name)
+            .map(|v| v.iter().map(|p| p.version.clone()).collect())
+            .unwrap_or_default();
+        let fits = match &e.version {
+            Some(v) => versions.contains(v),
+            None => !versions.is_empty(),
+        };
+        if fits {
+            have.push(format!(
+                "{} {}",
+                e.name,
+                e.version.clone().unwrap_or_else(|| versions.join(", "))
+            ));
+            continue;
+        }
+        let found = if versions.is_empty() {
+            "not installed".to_string()
+        } else {
+            format!("{} installed", versions.join(", "))
+        };
+        specs.push(e.spec());
+        why.push(format!("{} {found} ({})", e.name, e.why));
+    }
+    if !specs.is_empty() {
+        check.changes.push(Change::new(
+            Work::Install(Install {
+                specs,
+                // `install` of another version moves it; the lock must not hide it.
+                disable_excludes: locked(ctx)?,
+                ..Install::default()
+            }),
+            format!("{}; driver {drv}", why.join("; ")),
+        ));
+    }
+    if !have.is_empty() {
+        check.notes.push(have.join(", "));
+    }
+    Ok(())
+}
+
+/// The lock: every NVIDIA extra in dnf.conf's excludes, and no lock of a package that is gone.
+fn locks(ctx: &Ctx<'_>, extras: &[Extra], check: &mut Check) -> Result<()> {
+    let read = ctx.host.read_opt(DNF_CONF)?.unwrap_or_default();
+    // Locks of packages no longer installed (the pre-R580 names after an upgrade) go.
+    let stale = stale_locks(ctx, &read)?;
+    let conf = without_excludes(&read, &stale);
+    let excluded = main_excludes(&conf);
+    let to_lock: Vec<&Extra> = extras
+        .iter()
+        .filter(|e| e.lock && !excluded.contains(&e.name))
+        .collect();
+    if to_lock.is_empty() && !stale.is_empty() {
+        check.changes.push(Change::new(
+            Work::Write {
+                file: FileWrite::new(DNF_CONF, conf.clone(), 0o644),
+                owes: None,
+            },
+            format!("drop the locks of {} (not installed)", stale.join(", ")),
+        ));
+    }
+    if to_lock.is_empty() {
+        let locked: Vec<&str> = extras
+            .iter()
+            .filter(|e| e.lock)
+            .map(|e| e.name.as_str())
+            .collect();
+        if !locked.is_empty() {
+            check.notes.push(format!(
+                "locked: {} (excludepkgs in {DNF_CONF})",
+                locked.join(", ")
+            ));
+        }
+    } else {
+        let content = to_lock
+            .iter()
+            .fold(conf.clone(), |c, e| with_exclude(&c, &e.name));
+        let names: Vec<&str> = to_lock.iter().map(|e| e.name.as_str()).collect();
+        check.changes.push(Change::new(
+                Work::Write {
+                    file: FileWrite::new(DNF_CONF, content, 0o644),
+                    owes: None,
+                },
+                format!(
+                    "lock {}: excludepkgs, else dnf update could move them away from the driver's version",
+                    names.join(", ")
+                ),
+            ));
+    }
+    Ok(())
+}
+
+/// NVLink-5: ib_umad at every boot, and now on a live host.
+fn nvlink5(ctx: &Ctx<'_>, check: &mut Check) -> Result<()> {
+    let want = modules_load_content();
+    if ctx.host.read_opt(MODULES_LOAD)?.as_deref() == Some(want.as_str()) {
+        check.notes.push(format!(
+            "{} loaded at boot ({MODULES_LOAD})",
+            NVLINK5_MODULES.join(", ")
+        ));
+    } else {
+        check.changes.push(Change::new(
+            Work::Write {
+                file: FileWrite::new(MODULES_LOAD, want, 0o644),
+                owes: None,
+            },
+            format!(
+                "{}: Fabric Manager starts only once {} is loaded",
+                switches(ctx),
+                NVLINK5_MODULES.join(", ")
+            ),
+        ));
+    }
+    for m in NVLINK5_MODULES {
+        if !ctx.host.is_live() {
+            check.deferred.push(format!("modprobe {m}"));
+        } else if !ctx.host.exists(format!("/sys/module/{m}")) {
+            check.changes.push(Change::new(
+                Work::Run(vec!["modprobe".into(), (*m).to_string()]),
+                format!("{m} is not loaded"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Step for HgxExtras {
     fn id(&self) -> &'static str {
         "hgx-extras"
@@ -72,131 +207,12 @@ impl Step for HgxExtras {
         if super::installed::pending(ctx)? {
             return Ok(Check::in_sync(super::installed::IN_SWAP));
         }
-        let drv = plan(ctx)?.repo.driver.clone();
         let extras = wanted(ctx)?;
         let mut check = Check::default();
-        let names: Vec<&str> = extras.iter().map(|e| e.name.as_str()).collect();
-        let installed = ctx.installed(&names)?;
-        let mut specs = Vec::new();
-        let mut why = Vec::new();
-        let mut have = Vec::new();
-        for e in &extras {
-            let versions: Vec<String> = installed
-                .get(&e.name)
-                .map(|v| v.iter().map(|p| p.version.clone()).collect())
-                .unwrap_or_default();
-            let fits = match &e.version {
-                Some(v) => versions.contains(v),
-                None => !versions.is_empty(),
-            };
-            if fits {
-                have.push(format!(
-                    "{} {}",
-                    e.name,
-                    e.version.clone().unwrap_or_else(|| versions.join(", "))
-                ));
-                continue;
-            }
-            let found = if versions.is_empty() {
-                "not installed".to_string()
-            } else {
-                format!("{} installed", versions.join(", "))
-            };
-            specs.push(e.spec());
-            why.push(format!("{} {found} ({})", e.name, e.why));
-        }
-        if !specs.is_empty() {
-            check.changes.push(Change::new(
-                Work::Install(Install {
-                    specs,
-                    // `install` of another version moves it; the lock must not hide it.
-                    disable_excludes: locked(ctx)?,
-                    ..Install::default()
-                }),
-                format!("{}; driver {drv}", why.join("; ")),
-            ));
-        }
-        if !have.is_empty() {
-            check.notes.push(have.join(", "));
-        }
-        // The lock: every NVIDIA extra in dnf.conf's excludes.
-        let read = ctx.host.read_opt(DNF_CONF)?.unwrap_or_default();
-        // Locks of packages no longer installed (the pre-R580 names after an upgrade) go.
-        let stale = stale_locks(ctx, &read)?;
-        let conf = without_excludes(&read, &stale);
-        let excluded = main_excludes(&conf);
-        let to_lock: Vec<&Extra> = extras
-            .iter()
-            .filter(|e| e.lock && !excluded.contains(&e.name))
-            .collect();
-        if to_lock.is_empty() && !stale.is_empty() {
-            check.changes.push(Change::new(
-                Work::Write {
-                    file: FileWrite::new(DNF_CONF, conf.clone(), 0o644),
-                    owes: None,
-                },
-                format!("drop the locks of {} (not installed)", stale.join(", ")),
-            ));
-        }
-        if to_lock.is_empty() {
-            let locked: Vec<&str> = extras
-                .iter()
-                .filter(|e| e.lock)
-                .map(|e| e.name.as_str())
-                .collect();
-            if !locked.is_empty() {
-                check.notes.push(format!(
-                    "locked: {} (excludepkgs in {DNF_CONF})",
-                    locked.join(", ")
-                ));
-            }
-        } else {
-            let content = to_lock
-                .iter()
-                .fold(conf.clone(), |c, e| with_exclude(&c, &e.name));
-            let names: Vec<&str> = to_lock.iter().map(|e| e.name.as_str()).collect();
-            check.changes.push(Change::new(
-                Work::Write {
-                    file: FileWrite::new(DNF_CONF, content, 0o644),
-                    owes: None,
-                },
-                format!(
-                    "lock {}: excludepkgs, else dnf update could move them away from the driver's version",
-                    names.join(", ")
-                ),
-            ));
-        }
-        // NVLink-5: ib_umad at every boot, and now on a live host.
+        packages(ctx, &extras, &mut check)?;
+        locks(ctx, &extras, &mut check)?;
         if ctx.facts.topology().is_nvlink5() {
-            let want = modules_load_content();
-            if ctx.host.read_opt(MODULES_LOAD)?.as_deref() == Some(want.as_str()) {
-                check.notes.push(format!(
-                    "{} loaded at boot ({MODULES_LOAD})",
-                    NVLINK5_MODULES.join(", ")
-                ));
-            } else {
-                check.changes.push(Change::new(
-                    Work::Write {
-                        file: FileWrite::new(MODULES_LOAD, want, 0o644),
-                        owes: None,
-                    },
-                    format!(
-                        "{}: Fabric Manager starts only once {} is loaded",
-                        switches(ctx),
-                        NVLINK5_MODULES.join(", ")
-                    ),
-                ));
-            }
-            for m in NVLINK5_MODULES {
-                if !ctx.host.is_live() {
-                    check.deferred.push(format!("modprobe {m}"));
-                } else if !ctx.host.exists(format!("/sys/module/{m}")) {
-                    check.changes.push(Change::new(
-                        Work::Run(vec!["modprobe".into(), (*m).to_string()]),
-                        format!("{m} is not loaded"),
-                    ));
-                }
-            }
+            nvlink5(ctx, &mut check)?;
         }
         Ok(check)
     }

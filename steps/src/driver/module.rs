@@ -169,45 +169,29 @@ fn module_missing(text: &str) -> bool {
         || text.contains("No such module")
 }
 
-impl Step for Driver {
-    fn id(&self) -> &'static str {
-        "driver"
-    }
+/// What the `driver` step found: the plan's stream and set, dnf's module state, and which of
+/// the set's packages are missing or at another version.
+struct Found<'c> {
+    plan: &'c DriverPlan,
+    drv: String,
+    stream: String,
+    profile: &'static str,
+    /// `nvidia-driver:<stream>/<profile>` (module set) or `nvidia-driver:<stream>`.
+    spec: String,
+    state: ModuleState,
+    kmods: Vec<String>,
+    names: Vec<String>,
+    absent: Vec<String>,
+    stale: Vec<String>,
+}
 
-    fn summary(&self) -> &'static str {
-        "install the nvidia-driver module stream and profile from the local repo"
-    }
-
-    fn rpm_names(&self, ctx: &Ctx<'_>) -> Vec<String> {
-        plan(ctx).map_or_else(
-            |_| vec![],
-            |p| package_names(p, &kmod_packages(ctx, &p.repo.driver)),
-        )
-    }
-
-    fn needs_driver_package(&self) -> bool {
-        true
-    }
-
-    /// On the live system, the estimates for the driver packages and the DKMS builds.
-    fn space_needs(&self, ctx: &Ctx<'_>) -> Vec<gpuhost_host::hostinfo::Need> {
-        gpuhost_host::hostinfo::driver_needs(None, ctx.host.is_live())
-    }
-
-    fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
-        super::not_applicable(ctx)
-    }
-
-    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
-        if super::installed::pending(ctx)? {
-            return Ok(Check::in_sync(super::installed::IN_SWAP));
-        }
+impl<'c> Found<'c> {
+    fn read(ctx: &'c Ctx<'_>) -> Result<Found<'c>> {
         let plan = plan(ctx)?;
-        let repo = &plan.repo;
-        let drv = repo.driver.clone();
+        let drv = plan.repo.driver.clone();
         let stream = plan.stream().to_string();
-        let kind = plan.kind();
-        if kind == StreamKind::Precompiled && ctx.facts.target_flavour == Some(Flavour::Uek) {
+        if plan.kind() == StreamKind::Precompiled && ctx.facts.target_flavour == Some(Flavour::Uek)
+        {
             return Err(hinted(
                 format!("nvidia-driver:{stream} is a precompiled stream: NVIDIA builds those for RHCK kernels only, never for UEK"),
                 "use a DKMS stream (latest-dkms, <branch>-dkms, open-dkms)",
@@ -241,23 +225,30 @@ impl Step for Driver {
                 stale.push(format!("{n} {} installed", v.join(", ")));
             }
         }
-        let mut check = Check::default();
-        let mut why = Vec::new();
-        let verb = match state.enabled_stream() {
+        Ok(Found {
+            plan,
+            drv,
+            stream,
+            profile,
+            spec,
+            state,
+            kmods,
+            names,
+            absent,
+            stale,
+        })
+    }
+
+    /// How to get from dnf's module state to the plan's (`None`: in sync), and why.
+    fn verb(&self, ctx: &Ctx<'_>, why: &mut Vec<String>) -> Result<Option<Verb>> {
+        let (stream, profile) = (&self.stream, self.profile);
+        let set_ok = self.absent.is_empty() && self.stale.is_empty();
+        Ok(Some(match self.state.enabled_stream() {
             Some(s) if s == stream => {
-                let has_profile = plan.install != InstallSet::Module
-                    || state.profiles.iter().any(|p| p == profile);
-                if has_profile && absent.is_empty() && stale.is_empty() {
-                    let set = match plan.install {
-                        InstallSet::Module => String::new(),
-                        other => format!(" ({other})"),
-                    };
-                    check.notes.push(format!(
-                        "{spec} installed{set}: {}; {}",
-                        names.join(", "),
-                        plan.choice.explanation
-                    ));
-                    return Ok(check);
+                let has_profile = self.plan.install != InstallSet::Module
+                    || self.state.profiles.iter().any(|p| p == profile);
+                if has_profile && set_ok {
+                    return Ok(None);
                 }
                 if !has_profile {
                     let fm = if profile == "fm" {
@@ -267,16 +258,16 @@ impl Step for Driver {
                     };
                     why.push(format!("module profile {profile} not installed{fm}"));
                 }
-                if stale.is_empty() {
+                if self.stale.is_empty() {
                     Verb::Install
                 } else {
-                    why.push(format!("the local repo has {drv}"));
+                    why.push(format!("the local repo has {}", self.drv));
                     Verb::Switch
                 }
             }
             // The set is already the wanted stream's, at the driver's version (a driver change
             // was interrupted after its transaction): only dnf's module state moves.
-            Some(other) if absent.is_empty() && stale.is_empty() => {
+            Some(other) if set_ok => {
                 why.push(format!(
                     "nvidia-driver:{other} is enabled, but the installed set is {stream}'s: dnf's module state follows"
                 ));
@@ -285,8 +276,8 @@ impl Step for Driver {
             Some(other) => {
                 if !ctx.profile.driver.switch_stream {
                     return Err(hinted(
-                        format!("nvidia-driver:{other} is installed, but this run wants nvidia-driver:{stream} ({})", plan.choice.explanation),
-                        format!("set driver.switch_stream = true to switch (dnf module switch-to {spec} --allowerasing), or set driver.stream = \"{other}\""),
+                        format!("nvidia-driver:{other} is installed, but this run wants nvidia-driver:{stream} ({})", self.plan.choice.explanation),
+                        format!("set driver.switch_stream = true to switch (dnf module switch-to {} --allowerasing), or set driver.stream = \"{other}\"", self.spec),
                     ));
                 }
                 why.push(format!(
@@ -295,39 +286,31 @@ impl Step for Driver {
                 Verb::Switch
             }
             None => {
-                why.push(if state.state == "disabled" {
+                why.push(if self.state.state == "disabled" {
                     "the nvidia-driver module is disabled".to_string()
                 } else {
                     "no nvidia-driver stream enabled".to_string()
                 });
                 Verb::Install
             }
-        };
-        why.extend(absent);
-        why.extend(stale);
-        why.push(format!("driver {drv} from {}", repo.package));
-        why.push(plan.choice.explanation.clone());
-        // gpuhost's locks (excludes: Fabric Manager, NSCQ, …) must not hide them from their module.
-        let disable_excludes = super::locks::locked(ctx)?;
-        if state.state == "disabled" {
-            check.changes.push(Change::new(
-                Work::ResetModule("nvidia-driver".to_string()),
-                "the nvidia-driver module is disabled; a stream can be installed once it is reset",
-            ));
-        }
-        // The packages named on dnf's command line: the kmods, and the set's packages except
-        // for a module profile (which installs them itself).
-        let mut packages: Vec<String> = match plan.install {
+        }))
+    }
+
+    /// The work of `verb`: the packages named on dnf's command line are the kmods, and the
+    /// set's packages except for a module profile (which installs them itself).
+    fn work(&self, verb: Verb, disable_excludes: bool) -> Work {
+        let mut packages: Vec<String> = match self.plan.install {
             InstallSet::Module => Vec::new(),
             // `nvidia-open` / `cuda-drivers` bring nvidia-driver.
-            _ => set_packages(plan)
+            _ => set_packages(self.plan)
                 .into_iter()
                 .filter(|p| *p != "nvidia-driver")
                 .map(str::to_string)
                 .collect(),
         };
-        packages.extend(kmods);
-        let work = match (verb, plan.install) {
+        packages.extend(self.kmods.iter().cloned());
+        let spec = self.spec.clone();
+        match (verb, self.plan.install) {
             (Verb::Install, InstallSet::Module) => Work::Install(Install {
                 specs: packages,
                 module: Some(spec),
@@ -345,13 +328,76 @@ impl Step for Driver {
                 packages,
                 disable_excludes,
             },
+        }
+    }
+}
+
+impl Step for Driver {
+    fn id(&self) -> &'static str {
+        "driver"
+    }
+
+    fn summary(&self) -> &'static str {
+        "install the nvidia-driver module stream and profile from the local repo"
+    }
+
+    fn rpm_names(&self, ctx: &Ctx<'_>) -> Vec<String> {
+        plan(ctx).map_or_else(
+            |_| vec![],
+            |p| package_names(p, &kmod_packages(ctx, &p.repo.driver)),
+        )
+    }
+
+    fn needs_driver_package(&self) -> bool {
+        true
+    }
+
+    /// On the live system, the estimates for the driver packages and the DKMS builds.
+    fn space_needs(&self, ctx: &Ctx<'_>) -> Vec<gpuhost_host::hostinfo::Need> {
+        gpuhost_host::hostinfo::driver_needs(None, ctx.host.is_live())
+    }
+
+    fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
+        super::not_applicable(ctx)
+    }
+
+    fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
+        if super::installed::pending(ctx)? {
+            return Ok(Check::in_sync(super::installed::IN_SWAP));
+        }
+        let f = Found::read(ctx)?;
+        let mut why = Vec::new();
+        let Some(verb) = f.verb(ctx, &mut why)? else {
+            let set = match f.plan.install {
+                InstallSet::Module => String::new(),
+                other => format!(" ({other})"),
+            };
+            return Ok(Check::in_sync(format!(
+                "{} installed{set}: {}; {}",
+                f.spec,
+                f.names.join(", "),
+                f.plan.choice.explanation
+            )));
         };
+        why.extend(f.absent.iter().cloned());
+        why.extend(f.stale.iter().cloned());
+        why.push(format!("driver {} from {}", f.drv, f.plan.repo.package));
+        why.push(f.plan.choice.explanation.clone());
+        let mut check = Check::default();
+        if f.state.state == "disabled" {
+            check.changes.push(Change::new(
+                Work::ResetModule("nvidia-driver".to_string()),
+                "the nvidia-driver module is disabled; a stream can be installed once it is reset",
+            ));
+        }
+        // gpuhost's locks (excludes: Fabric Manager, NSCQ, …) must not hide them from their module.
+        let work = f.work(verb, super::locks::locked(ctx)?);
         check.changes.push(Change::new(work, why.join("; ")));
         // Say now, not in the middle of the transaction, when the stream does not exist.
-        if ctx.host.is_dir(repo.repo_dir()) {
+        if ctx.host.is_dir(f.plan.repo.repo_dir()) {
             let available = available_streams(ctx)?;
-            if !available.contains(&stream) {
-                return Err(not_in_repo(&stream, &available));
+            if !available.contains(&f.stream) {
+                return Err(not_in_repo(&f.stream, &available));
             }
         }
         Ok(check)

@@ -188,72 +188,11 @@ impl Step for DriverRepo {
             return Ok(Check::in_sync(NO_DRIVER));
         };
         let (path, name) = (&plan.path, &plan.repo);
-        let shown = path.display().to_string();
-        let major = ctx.profile.os.major;
-        if name.os_major != major {
-            return Err(as_invalid(hinted(
-                format!(
-                    "{shown} is for RHEL {} but this host runs Oracle Linux {major}",
-                    name.os_major
-                ),
-                match name.kind {
-                    RepoKind::Cuda => format!("use NVIDIA's cuda-repo-rhel{major}-…-local package"),
-                    RepoKind::DriverOnly => format!(
-                        "use NVIDIA's nvidia-driver-local-repo-rhel{major}-{}… package",
-                        name.driver
-                    ),
-                },
-            )));
-        }
-        if name.arch != host_arch() {
-            return Err(as_invalid(hinted(
-                format!(
-                    "{shown} is built for {}, but this host is {}",
-                    name.arch,
-                    host_arch()
-                ),
-                format!("use NVIDIA's {} local repo package", host_arch()),
-            )));
-        }
+        fits_host(path, name, ctx.profile.os.major)?;
         let (ours, others) = other_repos(ctx, name)?;
         if ours && others.is_empty() {
-            let found = ctx
-                .host
-                .files_with_prefix(name.repo_dir(), "nvidia-driver-");
-            if !nvidia_driver_versions(&found).contains(&name.driver) {
-                return Err(hinted(
-                    format!(
-                        "{} is installed but {} holds no nvidia-driver {}",
-                        name.package,
-                        name.repo_dir(),
-                        name.driver
-                    ),
-                    format!("reinstall it: dnf reinstall {shown}"),
-                ));
-            }
-            // A driver change killed inside its rpm transaction leaves two versions of some
-            // packages: the old ones go.
-            let stale = duplicates(ctx, name)?;
-            if !stale.is_empty() {
-                let mut check = Check::default();
-                check.changes.push(Change::new(
-                    Work::Remove(stale.clone()),
-                    format!(
-                        "an interrupted transaction left another version beside driver {}: {}",
-                        name.driver,
-                        stale.join(", ")
-                    ),
-                ));
-                return Ok(check);
-            }
-            return Ok(Check::in_sync(format!(
-                "{} installed: driver {}{}",
-                name.package,
-                name.driver,
-                serves_text(&name.driver)
-            )));
+            return installed_check(ctx, path, name);
         }
-        let mut check = Check::default();
         // The file is what the user gave: anything wrong with it is invalid input (exit 2),
         // found before any step changes anything.
         let files =
@@ -263,38 +202,16 @@ impl Step for DriverRepo {
         } else {
             "no driver.sha256 to verify"
         };
+        let mut check = Check::default();
         if !others.is_empty() {
-            let listed: Vec<String> = others
-                .iter()
-                .map(|(n, v)| format!("{n} {v} (driver {})", driver_of(n, v)))
-                .collect();
-            if !ctx.profile.driver.replace_local_repo {
-                return Err(hinted(
-                    format!(
-                        "another NVIDIA local repo is installed: {}; the profile asks for {} (driver {})",
-                        listed.join(", "),
-                        name.package,
-                        name.driver
-                    ),
-                    "set driver.replace_local_repo = true to replace it, or point driver.local_repo_rpm at the installed one",
-                ));
-            }
-            // One transaction replaces the driver: the old repo and set go, the new come.
-            let swap = plan_swap(ctx, plan, &others, &files)?;
-            check.changes.push(Change::new(
-                Work::SwapDriver(swap),
-                format!(
-                    "driver {}{} replaces {} (driver.replace_local_repo); {verified}",
-                    name.driver,
-                    serves_text(&name.driver),
-                    listed.join(", ")
-                ),
-            ));
+            check
+                .changes
+                .push(replace(ctx, plan, &others, &files, verified)?);
             return Ok(check);
         }
         check.changes.push(Change::new(
             Work::Install(Install {
-                specs: vec![shown],
+                specs: vec![path.display().to_string()],
                 brings_repo: true,
                 ..Install::default()
             }),
@@ -306,6 +223,113 @@ impl Step for DriverRepo {
         ));
         Ok(check)
     }
+}
+
+/// The package must be for this host's release and architecture (invalid input otherwise).
+fn fits_host(path: &Path, name: &LocalRepoFile, major: u32) -> Result<()> {
+    let shown = path.display();
+    if name.os_major != major {
+        return Err(as_invalid(hinted(
+            format!(
+                "{shown} is for RHEL {} but this host runs Oracle Linux {major}",
+                name.os_major
+            ),
+            match name.kind {
+                RepoKind::Cuda => format!("use NVIDIA's cuda-repo-rhel{major}-…-local package"),
+                RepoKind::DriverOnly => format!(
+                    "use NVIDIA's nvidia-driver-local-repo-rhel{major}-{}… package",
+                    name.driver
+                ),
+            },
+        )));
+    }
+    if name.arch != host_arch() {
+        return Err(as_invalid(hinted(
+            format!(
+                "{shown} is built for {}, but this host is {}",
+                name.arch,
+                host_arch()
+            ),
+            format!("use NVIDIA's {} local repo package", host_arch()),
+        )));
+    }
+    Ok(())
+}
+
+/// The profile's local repo package is the one installed: its repo must hold the driver, and
+/// the older versions a killed driver change left beside the new go.
+fn installed_check(ctx: &Ctx<'_>, path: &Path, name: &LocalRepoFile) -> Result<Check> {
+    let found = ctx
+        .host
+        .files_with_prefix(name.repo_dir(), "nvidia-driver-");
+    if !nvidia_driver_versions(&found).contains(&name.driver) {
+        return Err(hinted(
+            format!(
+                "{} is installed but {} holds no nvidia-driver {}",
+                name.package,
+                name.repo_dir(),
+                name.driver
+            ),
+            format!("reinstall it: dnf reinstall {}", path.display()),
+        ));
+    }
+    let stale = duplicates(ctx, name)?;
+    if !stale.is_empty() {
+        let mut check = Check::default();
+        check.changes.push(Change::new(
+            Work::Remove(stale.clone()),
+            format!(
+                "an interrupted transaction left another version beside driver {}: {}",
+                name.driver,
+                stale.join(", ")
+            ),
+        ));
+        return Ok(check);
+    }
+    Ok(Check::in_sync(format!(
+        "{} installed: driver {}{}",
+        name.package,
+        name.driver,
+        serves_text(&name.driver)
+    )))
+}
+
+/// Another driver's local repo is installed: replaced in one transaction when the profile says
+/// so, refused otherwise.
+fn replace(
+    ctx: &Ctx<'_>,
+    plan: &super::DriverPlan,
+    others: &[(String, String)],
+    files: &[String],
+    verified: &str,
+) -> Result<Change> {
+    let name = &plan.repo;
+    let listed: Vec<String> = others
+        .iter()
+        .map(|(n, v)| format!("{n} {v} (driver {})", driver_of(n, v)))
+        .collect();
+    if !ctx.profile.driver.replace_local_repo {
+        return Err(hinted(
+            format!(
+                "another NVIDIA local repo is installed: {}; the profile asks for {} (driver {})",
+                listed.join(", "),
+                name.package,
+                name.driver
+            ),
+            "set driver.replace_local_repo = true to replace it, or point driver.local_repo_rpm at the installed one",
+        ));
+    }
+    // One transaction replaces the driver: the old repo and set go, the new come.
+    let swap = plan_swap(ctx, plan, others, files)?;
+    Ok(Change::new(
+        Work::SwapDriver(swap),
+        format!(
+            "driver {}{} replaces {} (driver.replace_local_repo); {verified}",
+            name.driver,
+            serves_text(&name.driver),
+            listed.join(", ")
+        ),
+    ))
 }
 
 /// ` (serves CUDA ≤ 12.2 natively, …)`: which CUDA the driver runs, for the plan
