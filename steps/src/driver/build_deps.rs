@@ -243,6 +243,9 @@ fn missing_packages(ctx: &Ctx<'_>, w: &Wanted, system_major: u32, check: &mut Ch
     Ok(())
 }
 
+/// A file gpuhost writes: its path and content.
+type PathText = (String, String);
+
 /// DKMS's compiler for every module of the UEK kernels that need it (see dkms_cc): the files
 /// wanted (in place, or the work that writes them). Returns the modules and the files.
 fn compiler_files(
@@ -250,7 +253,7 @@ fn compiler_files(
     w: &Wanted,
     system_major: u32,
     check: &mut Check,
-) -> Result<(Vec<String>, Vec<(String, String)>)> {
+) -> Result<(Vec<String>, Vec<PathText>)> {
     // dkms >= 3.3 reads the framework drop-in, older ones the per-module files.
     let mut modules: Vec<String> = vec!["nvidia".into(), "nvidia-open".into()];
     modules.extend(dkms_source_modules(ctx));
@@ -335,7 +338,7 @@ fn signing_dropin(ctx: &Ctx<'_>, check: &mut Check) -> Result<()> {
 fn unwanted_files(
     ctx: &Ctx<'_>,
     modules: &[String],
-    files: &[(String, String)],
+    files: &[PathText],
     system_major: u32,
     check: &mut Check,
 ) -> Result<()> {
