@@ -22,7 +22,7 @@ pub mod kmsg;
 pub mod nvml;
 pub mod output;
 pub mod probe;
-pub mod profile;
+pub mod sweep_profile;
 pub mod served;
 pub mod slurm;
 pub mod snapshot;
@@ -151,7 +151,7 @@ pub fn run(args: &StatusArgs) -> i32 {
                 return 3;
             }
         };
-        return print_pretty("the profile", &profile::run(&host, &expectations(args), n));
+        return print_pretty("the profile", &sweep_profile::run(&host, &expectations(args), n));
     }
     if args.nvml_calls {
         return print_pretty("the NVML calls", &nvml::calls::report());
