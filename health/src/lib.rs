@@ -22,10 +22,10 @@ pub mod kmsg;
 pub mod nvml;
 pub mod output;
 pub mod probe;
-pub mod sweep_profile;
 pub mod served;
 pub mod slurm;
 pub mod snapshot;
+pub mod sweep_profile;
 pub mod verdict;
 
 use std::ffi::OsString;
@@ -151,7 +151,10 @@ pub fn run(args: &StatusArgs) -> i32 {
                 return 3;
             }
         };
-        return print_pretty("the profile", &sweep_profile::run(&host, &expectations(args), n));
+        return print_pretty(
+            "the profile",
+            &sweep_profile::run(&host, &expectations(args), n),
+        );
     }
     if args.nvml_calls {
         return print_pretty("the NVML calls", &nvml::calls::report());
