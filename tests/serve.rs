@@ -662,23 +662,27 @@ fn other_users_cannot_make_the_server_or_status_hang() {
     }
     // Another user is answered from the same socket (as root's /run/gpuhost/serve.sock is).
     std::fs::set_permissions(run.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let o = {
-        use std::os::unix::process::CommandExt;
-        gpuhost(run.path())
-            .args(["status", "--format", "json"])
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .unwrap()
-    };
-    let v = json(&String::from_utf8_lossy(&o.stdout));
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(v["snapshot"]["served_by"].is_object());
+    // Asked a few times, as above: one answer may miss the 100 ms deadline under load.
+    let mut served = false;
+    for _ in 0..10 {
+        let o = {
+            use std::os::unix::process::CommandExt;
+            gpuhost(run.path())
+                .args(["status", "--format", "json"])
+                .uid(65534)
+                .gid(65534)
+                .output()
+                .unwrap()
+        };
+        let v = json(&String::from_utf8_lossy(&o.stdout));
+        if o.status.code() == Some(0) && v["snapshot"]["served_by"].is_object() {
+            served = true;
+            break;
+        }
+        eprintln!("not served yet: {}", String::from_utf8_lossy(&o.stderr));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(served, "another user was never answered from the socket");
 
     // A socket owned by another user (neither root nor the caller) is never asked.
     std::os::unix::fs::chown(&sock, Some(65534), Some(65534)).unwrap();

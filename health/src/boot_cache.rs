@@ -9,7 +9,7 @@
 //!
 //! - the boot: `/proc/sys/kernel/random/boot_id`;
 //! - the loaded driver: the first line of `/proc/driver/nvidia/version` (version and build)
-//!   and the inode of `/sys/module/nvidia`, which a module reload renews (a new driver, a
+//!   and the inode and time of `/sys/module/nvidia`, which a module reload renews (a new driver, a
 //!   changed GSP setting or a reflashed VBIOS all come with one);
 //! - each GPU's UUID, which every run reads: a swapped GPU has no entry and is read whole.
 //!
@@ -48,6 +48,10 @@ pub struct Key {
     pub driver: String,
     /// Inode of `/sys/module/nvidia` (renewed when the module is reloaded).
     pub module_inode: Option<u64>,
+    /// Its modification time (s, ns): sysfs gives a reloaded module's directory its load time,
+    /// so a reload is seen even where a filesystem hands the freed inode number out again.
+    #[serde(default)]
+    pub module_time: Option<(i64, i64)>,
 }
 
 impl Key {
@@ -63,10 +67,12 @@ impl Key {
         if boot_id.is_empty() || driver.is_empty() {
             return None;
         }
+        let stamp = host.stamp("/sys/module/nvidia");
         Some(Key {
             boot_id,
             driver,
-            module_inode: host.stamp("/sys/module/nvidia").map(|s| s.3),
+            module_inode: stamp.as_ref().map(|s| s.3),
+            module_time: stamp.as_ref().map(|s| (s.1, s.2)),
         })
     }
 
@@ -402,6 +408,7 @@ mod tests {
             boot_id: boot.into(),
             driver: driver.into(),
             module_inode: Some(7),
+            module_time: None,
         })
     }
 
