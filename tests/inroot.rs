@@ -280,3 +280,102 @@ fn link_loops_and_dangling_links_fail_cleanly() {
     assert!(why.contains("daemon.json"), "{why}");
     assert!(!root.join("no").exists());
 }
+
+/// The directories rpm, dnf, `systemctl --root` and the driver swap write in the root. They
+/// resolve paths on the build host, not inside the root: each linked out of the root, absolute
+/// or by `..`, is refused before anything changes (exit 2, naming it), and the build host's
+/// tree is unchanged.
+const TOOL_DIRS: &[&str] = &[
+    "var/cache/dnf",
+    "var/log",
+    "var/lib/dnf",
+    "var/lib/rpm",
+    "etc/dnf/modules.d",
+    "etc/systemd/system",
+    "var/cache/gpuhost",
+];
+
+/// A snapshot without rpm's shared-memory file, which changes whenever the database is read.
+fn without_shm(snapshot: &str) -> String {
+    snapshot
+        .lines()
+        .filter(|l| !l.contains("rpmdb.sqlite-shm"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn package_tool_dirs_linked_out_of_the_root_are_refused_before_any_change() {
+    let mut checked = 0;
+    for dir in TOOL_DIRS {
+        for kind in ["absolute", "dotdot"] {
+            let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+            let out = Outside::new();
+            let target = out.path("state");
+            // What the root had there goes along, so that the tools would find it outside.
+            let inside = root.join(dir);
+            if inside.is_dir() {
+                for f in std::fs::read_dir(&inside).unwrap_or_else(|e| panic!("{e}")) {
+                    let f = f.unwrap_or_else(|e| panic!("{e}")).path();
+                    if f.is_file() {
+                        let name = f.file_name().map(PathBuf::from).unwrap_or_default();
+                        std::fs::copy(&f, target.join(name)).unwrap_or_else(|e| panic!("{e}"));
+                    }
+                }
+            }
+            let link = if kind == "absolute" {
+                target.clone()
+            } else {
+                PathBuf::from(format!(
+                    "{}{}",
+                    "../".repeat(30).trim_end_matches('/'),
+                    target.display()
+                ))
+            };
+            replace_with_link(&root, dir, &link);
+            let before_out = without_shm(&out.snapshot());
+            // (the tree snapshots hash the rpm database's files too)
+            let tree = || without_shm(&root.tree_snapshot());
+            let before_root = tree();
+            let o = root.gpuhost(&[
+                "apply",
+                "--format",
+                "json",
+                "--profile",
+                &world::profile("ol8-uek"),
+                "--only",
+                "docker,container-toolkit,services",
+            ]);
+            let err = stderr(&o);
+            assert_eq!(
+                without_shm(&out.snapshot()),
+                before_out,
+                "{dir} ({kind}): the build host's tree changed"
+            );
+            assert!(tree() == before_root, "{dir} ({kind}): the root changed");
+            assert_eq!(code(&o), 2, "{dir} ({kind}): {err}");
+            assert!(
+                err.contains(&root.join(dir).display().to_string())
+                    && err.contains("outside the install root"),
+                "{dir} ({kind}): {err}"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 2 * TOOL_DIRS.len());
+}
+
+#[test]
+fn a_package_tool_dir_linked_inside_the_root_is_fine() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    // /var/log → ../srv/log: a relative link that stays inside, the same from either side.
+    std::fs::create_dir_all(root.join("srv/log")).unwrap_or_else(|e| panic!("{e}"));
+    replace_with_link(&root, "var/log", Path::new("../srv/log"));
+    let (c, r, err) = apply(&root, "docker,container-toolkit");
+    assert_eq!(c, 0, "{err}\n{r:#}");
+    assert!(root.installed("docker-ce").is_some());
+    let logs = std::fs::read_dir(root.join("srv/log"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert!(logs > 0, "dnf's logs went elsewhere than srv/log");
+}

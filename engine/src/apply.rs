@@ -224,6 +224,8 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         None => Profile::resolve(&opts.profile, &opts.sets)?,
     };
     let mut host = Host::new(&opts.root)?;
+    // rpm, dnf and systemctl follow the root's symlinks on the build host: none may lead out.
+    host.check_tool_dirs()?;
     let facts = Facts::gather(
         &host,
         &KernelChoice {

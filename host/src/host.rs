@@ -360,6 +360,38 @@ impl Host {
         Ok(resolved)
     }
 
+    /// In an install root, refuse (exit 2) before any change when a directory that rpm, dnf,
+    /// `systemctl --root`, depmod or the driver swap write in ([`TOOL_DIRS`]) leads them out of
+    /// the root: they resolve symlinks on the build host, not inside the root. Links that
+    /// resolve to the same place both ways (relative links that stay inside) are fine.
+    pub fn check_tool_dirs(&self) -> Result<()> {
+        if self.live {
+            return Ok(());
+        }
+        for dir in TOOL_DIRS {
+            let found = self.fs.escaping_link(Path::new(dir)).map_err(|e| {
+                crate::invalid!(
+                    "{} cannot be checked: {e}; rpm, dnf and systemctl write there, so it must resolve inside the root {}",
+                    self.path(dir).display(),
+                    self.root.display()
+                )
+            })?;
+            if let Some((link, target, on_host)) = found {
+                let lands = match on_host {
+                    Some(h) => format!("to {}", h.display()),
+                    None => "to nothing".to_string(),
+                };
+                return Err(crate::invalid!(
+                    "{} is a symlink to {} that rpm, dnf and systemctl would follow on the build host, {lands}, outside the install root {} (they write {dir} there); make it a directory of the root, or a relative link that stays inside the root",
+                    self.path(&link).display(),
+                    target.display(),
+                    self.root.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// `rpm`, acting on this host's rpm database.
     pub fn rpm(&self) -> Cmd {
         let cmd = Cmd::new("rpm");
@@ -469,6 +501,22 @@ impl Host {
         Ok(out)
     }
 }
+
+/// The directories that the tools gpuhost runs against an install root write in: dnf's cache,
+/// logs, history and module state, the rpm database, `systemctl --root`'s unit links, depmod's
+/// module indexes, and the driver swap's scratch directory (`gpuhost_steps::swap::SCRATCH`).
+pub const TOOL_DIRS: &[&str] = &[
+    "/var/cache/dnf",
+    "/var/log",
+    "/var/lib/dnf",
+    "/var/lib/rpm",
+    "/etc/dnf/modules.d",
+    "/etc/dnf/modules.defaults.d",
+    "/etc/systemd/system",
+    "/lib/modules",
+    "/usr/lib/modules",
+    "/var/cache/gpuhost/driver-swap",
+];
 
 /// `(section, key, value)` triples of an INI-style `.repo` file.
 pub fn repo_entries(text: &str) -> Vec<(&str, &str, &str)> {

@@ -347,6 +347,42 @@ impl RootFs {
         std::fs::read_link(link)
     }
 
+    /// The first symlink on the way to `p` that an external command given [`Self::shown`]`(p)`
+    /// would follow somewhere else than this root resolves it: rpm, dnf and `systemctl --root`
+    /// resolve their paths on the build host, so an absolute link, or a `..` link that climbs
+    /// out, leads them outside the root. Returns the link (inside the root), its target as
+    /// written, and where the build host resolves it (`None`: nowhere). `Ok(None)` when every
+    /// link on the way resolves to the same place both ways (a relative link that stays inside)
+    /// or there is none; components that do not exist yet are created by the tool inside.
+    pub fn escaping_link(
+        &self,
+        p: &Path,
+    ) -> io::Result<Option<(PathBuf, PathBuf, Option<PathBuf>)>> {
+        let mut prefix = PathBuf::from("/");
+        for c in components(p) {
+            if c == ".." {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{}: `..` in a directory rpm or dnf writes", p.display()),
+                ));
+            }
+            prefix.push(&c);
+            match self.kind_nofollow(&prefix) {
+                None => return Ok(None),
+                Some(Kind::Symlink) => {
+                    let inside = self.real_path(&prefix).ok();
+                    let on_host = std::fs::canonicalize(self.shown(&prefix)).ok();
+                    if inside.is_none() || inside != on_host {
+                        let target = self.read_link(&prefix)?;
+                        return Ok(Some((prefix, target, on_host)));
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(None)
+    }
+
     /// `mkdir -p` inside the root; returns the directory. A component that is a symlink is
     /// followed inside the root; a dangling one is an error (as `mkdir -p` on `/` would be).
     pub(crate) fn mkdir_all(&self, p: &Path) -> io::Result<OwnedFd> {
@@ -737,6 +773,39 @@ mod tests {
         );
         assert_eq!(f.kind(Path::new("/usr/lib/x")), Some(Kind::File));
         assert!(f.remove_file(Path::new("/usr/lib/x"))?);
+        Ok(())
+    }
+
+    #[rstest]
+    fn links_that_lead_tools_out_of_the_root_are_found(
+        #[values(Resolver::Kernel, Resolver::UserSpace)] r: Resolver,
+    ) -> io::Result<()> {
+        let c = case()?;
+        std::fs::create_dir_all(c.root.join("var/lib"))?;
+        std::fs::create_dir_all(c.root.join("srv/log"))?;
+        let f = fs(&c, r)?;
+        assert_eq!(f.escaping_link(Path::new("/var/lib/rpm"))?, None);
+        // A relative link that stays inside resolves the same both ways.
+        symlink("../srv/log", c.root.join("var/log"))?;
+        assert_eq!(f.escaping_link(Path::new("/var/log"))?, None);
+        // Absolute, even when its target exists inside the root too: the build host's differs.
+        symlink("/srv/docker", c.root.join("var/lib/rpm"))?;
+        let found = f.escaping_link(Path::new("/var/lib/rpm"))?;
+        assert_eq!(
+            found.map(|(l, t, _)| (l, t)),
+            Some((PathBuf::from("/var/lib/rpm"), PathBuf::from("/srv/docker")))
+        );
+        // `..` links climbing out, on a parent of the path.
+        std::fs::remove_file(c.root.join("var/log"))?;
+        symlink("../../outside", c.root.join("var/log"))?;
+        let found = f.escaping_link(Path::new("/var/log/dnf"))?;
+        assert_eq!(
+            found.map(|(l, _, h)| (l, h)),
+            Some((
+                PathBuf::from("/var/log"),
+                std::fs::canonicalize(&c.outside).ok()
+            ))
+        );
         Ok(())
     }
 
