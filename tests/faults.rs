@@ -535,3 +535,128 @@ fn the_loser_of_a_simultaneous_start_always_names_the_holder() {
     }
     eprintln!("faults: {trials} simultaneous starts, the loser named the holder every time");
 }
+
+/// A directory with an `rpm` that sleeps `secs` before every query (`-q*`: the installed kernels
+/// in the facts, the driver file's `rpm -qp`, the steps' checks), then runs rpm.
+fn slow_rpm_q(secs: f32) -> SlowDnf {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let real = Command::new("sh")
+        .args(["-c", "command -v rpm"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    assert!(!real.is_empty(), "rpm is not installed");
+    let script =
+        format!("#!/bin/sh\ncase \" $* \" in *\" -q\"*) sleep {secs};; esac\nexec {real} \"$@\"\n");
+    let p = dir.path().join("rpm");
+    std::fs::write(&p, script).unwrap_or_else(|e| panic!("{e}"));
+    let mut perm = std::fs::metadata(&p)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&p, perm).unwrap_or_else(|e| panic!("{e}"));
+    SlowDnf { dir }
+}
+
+#[test]
+fn a_signal_during_the_first_checks_is_an_interruption_with_report_and_journal() {
+    for (sig, exit) in [("TERM", 143), ("INT", 130)] {
+        let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+        let site = site();
+        let slow = slow_rpm_q(1.0);
+        let before = root.rpmdb_snapshot();
+        let child = gpuhost(
+            &root,
+            &apply_args(&site, "driver-repo,docker"),
+            Some(&slow),
+            None,
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+        // Wait for the first rpm query: the facts, before the lock and any step.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !children(child.id()).iter().any(|(_, c)| c == "rpm") {
+            assert!(Instant::now() < deadline, "SIG{sig}: no rpm query started");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        signal(child.id(), sig);
+        let o = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(code(&o), exit, "SIG{sig}: {}", stderr(&o));
+        let r = report(&o);
+        let why = r["interrupted"].as_str().unwrap_or_default().to_string();
+        assert!(
+            why.starts_with("interrupted at step ") && why.contains(&format!("by SIG{sig}")),
+            "SIG{sig}: {r:#}"
+        );
+        assert_eq!(r["exit_code"], exit, "{r:#}");
+        assert_eq!(last_journal(&root)["interrupted"], r["interrupted"]);
+        assert_eq!(
+            root.rpmdb_snapshot(),
+            before,
+            "SIG{sig}: something was installed"
+        );
+    }
+}
+
+/// Every record file, corrupt, is refused with exit 2 naming it (state.json already was).
+#[test]
+fn corrupt_last_apply_and_resume_records_are_invalid_input() {
+    for (file, args) in [
+        ("last-apply.json", vec!["kernel-added", UEK8_NEW]),
+        ("resume.json", vec!["resume"]),
+        (
+            "kernel-guard.json",
+            vec!["apply", "--profile", "ol8-uek", "--only", "kernel"],
+        ),
+    ] {
+        let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+        root.write(&format!("/var/lib/gpuhost/{file}"), "{\"profile\": ");
+        let mut args = args.clone();
+        let profile = world::profile("ol8-uek");
+        if args[0] == "apply" {
+            args[2] = &profile;
+        }
+        let o = gpuhost(&root, &args, None, None)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = stderr(&o);
+        assert_eq!(code(&o), 2, "{file}: {err}");
+        assert!(
+            err.contains(file) && err.contains("corrupt"),
+            "{file}: {err}"
+        );
+    }
+}
+
+/// A FIFO (or another special file) where a regular file is expected is refused, never read:
+/// `facts` on a root whose `/etc/os-release` is a FIFO with no writer ends at once.
+#[test]
+fn a_fifo_where_a_file_is_expected_is_refused_not_read() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let p = root.join("etc/os-release");
+    std::fs::remove_file(&p).unwrap_or_else(|e| panic!("{e}"));
+    let made = Command::new("mkfifo")
+        .arg(&p)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(made, "mkfifo");
+    let mut child = gpuhost(&root, &["facts"], None, None)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("gpuhost facts hangs on a FIFO /etc/os-release");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    let err = stderr(&o);
+    assert_eq!(code(&o), 2, "{err}");
+    assert!(err.contains("os-release") && err.contains("FIFO"), "{err}");
+}

@@ -380,7 +380,15 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         // From here on a SIGTERM/SIGINT never kills a running package transaction.
         gpuhost_host::interrupt::install();
     }
-    let prepared = prepare(opts)?;
+    let prepared = match prepare(opts) {
+        Ok(p) => p,
+        // A signal during the checks before any change (the driver file's `rpm -qp`, facts):
+        // reported and journaled as an interruption (exit 128 + the signal), not as bad input.
+        Err(e) => match gpuhost_host::interrupt::received().filter(|_| !opts.dry_run) {
+            Some(sig) => return interrupted_before_start(opts, sig, &e, start, started_at),
+            None => return Err(e),
+        },
+    };
     let Prepared {
         host,
         profile,
@@ -417,6 +425,20 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         } else {
             guard(&ctx, opts, &steps)?
         };
+    // A signal after the last step's boundary (during the guard): still an interruption.
+    let interrupted = interrupted.or_else(|| {
+        gpuhost_host::interrupt::received()
+            .filter(|_| !opts.dry_run)
+            .map(|sig| {
+                (
+                    sig,
+                    format!(
+                        "interrupted after the last step by {}",
+                        gpuhost_host::interrupt::name(sig)
+                    ),
+                )
+            })
+    });
     let mut exit_code = exit_code_of(
         interrupted.as_ref().map(|(sig, _)| *sig),
         invalid_input && !opts.dry_run,
@@ -542,6 +564,67 @@ fn reboot_after(
         *exit_code = exit::REBOOT_SCHEDULED;
     }
     Ok(Some(r))
+}
+
+/// The report of a run that a SIGTERM/SIGINT stopped before its first step (`prepare` was
+/// refused its next command): every selected step not run, exit 128 + the signal, and the
+/// journal entry — under the apply lock, when it can be had at once.
+fn interrupted_before_start(
+    opts: &ApplyOptions,
+    sig: i32,
+    err: &anyhow::Error,
+    start: Instant,
+    started_at: String,
+) -> Result<Report> {
+    let registry = gpuhost_steps::registry();
+    let selected: Vec<&dyn gpuhost_steps::step::Step> = registry
+        .iter()
+        .copied()
+        .filter(|s| opts.selection.excludes(s.id()).is_none())
+        .collect();
+    let steps = runner::not_run_before_start(&selected, sig);
+    let first = steps.first().map_or("(none)", |s| s.id.as_str());
+    let why = format!(
+        "interrupted at step {first} by {} (during the checks before any change: {err:#})",
+        gpuhost_host::interrupt::name(sig)
+    );
+    let mut report = Report {
+        gpuhost_version: env!("CARGO_PKG_VERSION"),
+        driver: None,
+        command: "apply",
+        profile: opts.profile.clone(),
+        root: opts.root.display().to_string(),
+        live: opts.root == std::path::Path::new("/"),
+        dry_run: false,
+        target_kernel: opts.kernel_release.clone(),
+        started_at,
+        duration_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+        exit_code: gpuhost_host::interrupt::exit_code(sig),
+        reboot_required: Vec::new(),
+        reboot: None,
+        interrupted: Some(why),
+        summary: String::new(),
+        deferred: Vec::new(),
+        warnings: Vec::new(),
+        driver_managed: true,
+        bundle: None,
+        kernel_guard: None,
+        steps,
+    };
+    report.summary = report.summarize();
+    let journaled = Host::new(&opts.root).and_then(|host| {
+        let _lock = ApplyLock::acquire(&host, &opts.command_line)?;
+        let mut entry = serde_json::to_value(&report)?;
+        entry["command_line"] = serde_json::Value::String(opts.command_line.clone());
+        crate::journal::journal_append(&host, entry)
+    });
+    if let Err(e) = journaled {
+        let warning = format!("the interruption is not in the journal: {e:#}");
+        eprintln!("gpuhost: warning: {warning}");
+        report.warnings.push(warning);
+        report.summary = report.summarize();
+    }
+    Ok(report)
 }
 
 /// After the steps: keep the next boot on a kernel with the NVIDIA module ([`bootguard`]).

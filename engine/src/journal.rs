@@ -43,8 +43,9 @@ fn move_journal_aside(host: &Host, why: &str) -> Result<String> {
 }
 
 /// Before any step changes anything: the journal can be appended to (a corrupt one is moved
-/// aside with a warning) and the state files gpuhost depends on read (a corrupt one is invalid
-/// input, exit 2: it records actions owed across runs, which must not be dropped silently).
+/// aside with a warning) and the record files gpuhost depends on read — `state.json`,
+/// `resume.json`, `last-apply.json`, `kernel-guard.json` (a corrupt one is invalid input, exit
+/// 2, naming it: they record what is owed across runs, which must not be dropped silently).
 /// Returns the warnings for the report.
 pub fn preflight(host: &Host) -> Result<Vec<String>> {
     let mut warnings = Vec::new();
@@ -59,6 +60,10 @@ pub fn preflight(host: &Host) -> Result<Vec<String>> {
     if let Err(e) = crate::reboot::ResumeState::load(host) {
         return Err(gpuhost_host::invalid!("{e:#}"));
     }
+    // The kernel trigger's record and the kernel guard's: refused now, before any change,
+    // rather than after the steps.
+    crate::bootguard::load_last_apply(host)?;
+    gpuhost_host::guard_record::load(host)?;
     Ok(warnings)
 }
 

@@ -792,6 +792,23 @@ fn summarize(notes: &[String], deferred: &[String], reboot: Option<&str>) -> Str
     parts.join("; ")
 }
 
+/// Every step reported as not run because a signal came before the first one ran (during the
+/// checks before any change): the report and the journal still say where the run stopped.
+pub fn not_run_before_start(steps: &[&dyn Step], sig: i32) -> Vec<StepReport> {
+    steps
+        .iter()
+        .map(|step| {
+            let mut r = StepReport::new(
+                step.id(),
+                Outcome::Skipped,
+                format!("not run: {}", interrupted_by(sig)),
+            );
+            r.interrupted_by = Some(sig);
+            r
+        })
+        .collect()
+}
+
 /// Why a step did not run after a signal.
 fn interrupted_by(sig: i32) -> String {
     format!("interrupted by {}", gpuhost_host::interrupt::name(sig))

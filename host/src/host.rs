@@ -158,11 +158,12 @@ impl Host {
         fix: &str,
     ) -> Result<Option<T>> {
         let p = p.as_ref();
-        match self.read_opt(p)? {
+        match self.read_bytes_opt(p)? {
             None => Ok(None),
-            Some(t) => serde_json::from_str(&t)
+            // Refused, never guessed at: exit 2, like every record file gpuhost cannot read.
+            Some(b) => serde_json::from_slice(&b)
                 .map(Some)
-                .with_context(|| format!("{} is corrupt; {fix}", self.path(p).display())),
+                .map_err(|e| crate::invalid!("{} is corrupt ({e}); {fix}", self.path(p).display())),
         }
     }
 
@@ -186,9 +187,17 @@ impl Host {
     /// Read a file on the host; `Ok(None)` when it does not exist.
     pub fn read_bytes_opt(&self, p: impl AsRef<Path>) -> Result<Option<Vec<u8>>> {
         let p = p.as_ref();
-        self.fs
-            .read_opt(p)
-            .with_context(|| format!("reading {}", self.path(p).display()))
+        self.fs.read_opt(p).map_err(|e| self.read_error(p, e))
+    }
+
+    /// A read error: a special file where a regular one is expected is invalid input (exit 2),
+    /// anything else an error naming the file.
+    fn read_error(&self, p: &Path, e: std::io::Error) -> anyhow::Error {
+        if e.kind() == std::io::ErrorKind::InvalidInput {
+            crate::invalid!("{e}; replace it with a regular file")
+        } else {
+            anyhow::Error::new(e).context(format!("reading {}", self.path(p).display()))
+        }
     }
 
     /// At most the first `n` bytes of a file on the host; `Ok(None)` when it does not exist.
@@ -199,7 +208,7 @@ impl Host {
         let p = p.as_ref();
         self.fs
             .read_head_opt(p, n)
-            .with_context(|| format!("reading {}", self.path(p).display()))
+            .map_err(|e| self.read_error(p, e))
     }
 
     /// True when something exists at `p` (symlinks followed inside the root).
@@ -564,7 +573,14 @@ mod tests {
             .read_json_opt::<Vec<String>>(f, "remove it")
             .err()
             .map(|e| format!("{e:#}"));
-        assert!(err.is_some_and(|e| e.contains("x.json is corrupt; remove it")));
+        assert!(
+            err.is_some_and(|e| e.contains("x.json is corrupt (") && e.ends_with("; remove it"))
+        );
+        let err = host.read_json_opt::<Vec<String>>(f, "remove it").err();
+        assert!(
+            err.as_ref().is_some_and(crate::error::is_invalid),
+            "{err:?}"
+        );
         Ok(())
     }
 

@@ -238,12 +238,43 @@ impl RootFs {
         Ok((fd, name))
     }
 
-    /// Read a file; `None` when it does not exist (a dangling symlink does not exist).
-    pub fn read_opt(&self, p: &Path) -> io::Result<Option<Vec<u8>>> {
-        let fd = match self.open_in(p, OFlags::RDONLY) {
+    /// Open the regular file at `p` for reading; `None` when nothing is there. Opened
+    /// non-blocking and checked with `fstat` before any read: a FIFO, socket or device where a
+    /// file is expected (`/etc/os-release` a FIFO) is refused (`InvalidInput`), never read — a
+    /// FIFO without a writer would block the read forever. (`O_NONBLOCK` changes nothing for
+    /// regular files, sysfs and procfs files included.)
+    fn open_regular(&self, p: &Path) -> io::Result<Option<OwnedFd>> {
+        let fd = match self.open_in(p, OFlags::RDONLY | OFlags::NONBLOCK) {
             Ok(fd) => fd,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(errno_io)?;
+        let ft = FileType::from_raw_mode(st.st_mode);
+        if ft != FileType::RegularFile {
+            let what = match ft {
+                FileType::Fifo => "a FIFO",
+                FileType::Socket => "a socket",
+                FileType::CharacterDevice => "a character device",
+                FileType::BlockDevice => "a block device",
+                FileType::Directory => "a directory",
+                _ => "not a regular file",
+            };
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is {what}, not a regular file; gpuhost reads only regular files there",
+                    self.shown(p).display()
+                ),
+            ));
+        }
+        Ok(Some(fd))
+    }
+
+    /// Read a file; `None` when it does not exist (a dangling symlink does not exist).
+    pub fn read_opt(&self, p: &Path) -> io::Result<Option<Vec<u8>>> {
+        let Some(fd) = self.open_regular(p)? else {
+            return Ok(None);
         };
         let mut f = File::from(fd);
         let mut buf = Vec::new();
@@ -254,10 +285,8 @@ impl RootFs {
     /// At most the first `n` bytes of the file at `p` (fewer where it is shorter); `None`
     /// when it does not exist.
     pub fn read_head_opt(&self, p: &Path, n: usize) -> io::Result<Option<Vec<u8>>> {
-        let fd = match self.open_in(p, OFlags::RDONLY) {
-            Ok(fd) => fd,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
+        let Some(fd) = self.open_regular(p)? else {
+            return Ok(None);
         };
         let mut f = File::from(fd);
         let mut buf = vec![0u8; n];
@@ -773,6 +802,29 @@ mod tests {
         );
         assert_eq!(f.kind(Path::new("/usr/lib/x")), Some(Kind::File));
         assert!(f.remove_file(Path::new("/usr/lib/x"))?);
+        Ok(())
+    }
+
+    #[rstest]
+    fn special_files_are_refused_never_read(
+        #[values(Resolver::Kernel, Resolver::UserSpace)] r: Resolver,
+    ) -> io::Result<()> {
+        let c = case()?;
+        let fifo = c.root.join("etc/os-release");
+        rustix::fs::mknodat(CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o644), 0)
+            .map_err(errno_io)?;
+        let f = fs(&c, r)?;
+        // Without the type check, this read would block forever (no writer).
+        let e = f.read_opt(Path::new("/etc/os-release")).err();
+        assert!(
+            e.as_ref().is_some_and(
+                |e| e.kind() == io::ErrorKind::InvalidInput && e.to_string().contains("a FIFO")
+            ),
+            "{e:?}"
+        );
+        let e = f.read_head_opt(Path::new("/etc/os-release"), 4).err();
+        assert!(e.is_some_and(|e| e.kind() == io::ErrorKind::InvalidInput));
+        assert!(f.read_opt(Path::new("/etc")).is_err());
         Ok(())
     }
 
