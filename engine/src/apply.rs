@@ -384,10 +384,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         Ok(p) => p,
         // A signal during the checks before any change (the driver file's `rpm -qp`, facts):
         // reported and journaled as an interruption (exit 128 + the signal), not as bad input.
-        Err(e) => match gpuhost_host::interrupt::received().filter(|_| !opts.dry_run) {
-            Some(sig) => return interrupted_before_start(opts, sig, &e, start, started_at),
-            None => return Err(e),
-        },
+        Err(e) => return interrupted_before_start_or(opts, e, start, started_at),
     };
     let Prepared {
         host,
@@ -426,19 +423,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
             guard(&ctx, opts, &steps)?
         };
     // A signal after the last step's boundary (during the guard): still an interruption.
-    let interrupted = interrupted.or_else(|| {
-        gpuhost_host::interrupt::received()
-            .filter(|_| !opts.dry_run)
-            .map(|sig| {
-                (
-                    sig,
-                    format!(
-                        "interrupted after the last step by {}",
-                        gpuhost_host::interrupt::name(sig)
-                    ),
-                )
-            })
-    });
+    let interrupted = interrupted.or_else(|| interrupted_after(opts));
     let mut exit_code = exit_code_of(
         interrupted.as_ref().map(|(sig, _)| *sig),
         invalid_input && !opts.dry_run,
@@ -520,6 +505,18 @@ fn interrupted_at(steps: &[StepReport]) -> Option<(i32, String)> {
         })
 }
 
+/// A signal that came after the last step's boundary (during the kernel guard).
+fn interrupted_after(opts: &ApplyOptions) -> Option<(i32, String)> {
+    let sig = gpuhost_host::interrupt::received().filter(|_| !opts.dry_run)?;
+    Some((
+        sig,
+        format!(
+            "interrupted after the last step by {}",
+            gpuhost_host::interrupt::name(sig)
+        ),
+    ))
+}
+
 /// The run's exit code: a signal's, invalid input (2), a failed step (1), a reboot owed (3),
 /// or 0.
 fn exit_code_of(
@@ -564,6 +561,19 @@ fn reboot_after(
         *exit_code = exit::REBOOT_SCHEDULED;
     }
     Ok(Some(r))
+}
+
+/// `prepare` failed: an interruption when a signal came, else its error.
+fn interrupted_before_start_or(
+    opts: &ApplyOptions,
+    e: anyhow::Error,
+    start: Instant,
+    started_at: String,
+) -> Result<Report> {
+    match gpuhost_host::interrupt::received().filter(|_| !opts.dry_run) {
+        Some(sig) => interrupted_before_start(opts, sig, &e, start, started_at),
+        None => Err(e),
+    }
 }
 
 /// The report of a run that a SIGTERM/SIGINT stopped before its first step (`prepare` was
