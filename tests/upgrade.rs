@@ -668,3 +668,56 @@ fn toolkit_and_docker_upgrades_restart_docker_once(#[case] os: Os, #[case] kerne
         assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
     }
 }
+
+/// dnf's transaction test fails on a conflicting file (a site package ships its own copy of
+/// R580's NSCQ library): nothing has changed — rpm database, locks, the 570 driver and its
+/// module — and apply exits 1 quoting rpm's conflict. Once the site package is gone the same
+/// apply converges.
+#[test]
+fn a_conflicting_file_leaves_the_old_driver_as_it_was() {
+    let root = Root::new(Os::Ol9, &[RHCK9]).with_extra_rpm("site-nscq-copy");
+    for i in 0..2 {
+        root.add_pci_device(
+            &format!("0000:{:02x}:00.0", 0x19 + i),
+            0x10de,
+            0x2330,
+            0x030200,
+        );
+    }
+    root.add_pci_device("0000:05:00.0", 0x10de, 0x22a3, 0x068000);
+    let node = Node {
+        root,
+        profile: "ol9-rhck",
+        kernel: RHCK9,
+        hgx: true,
+    };
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let conf = node.root.read("/etc/dnf/dnf.conf");
+    let rpmdb = node.root.rpmdb_snapshot();
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 1, "{rep:#}");
+    let why = reason(&rep, "driver-repo");
+    assert!(
+        why.contains("conflicts")
+            && why.contains("site-nscq-copy")
+            && why.contains("nothing was changed"),
+        "rpm's conflict is quoted: {why}"
+    );
+    assert_eq!(
+        node.root.rpmdb_snapshot(),
+        rpmdb,
+        "the rpm database changed"
+    );
+    assert_eq!(
+        node.root.read("/etc/dnf/dnf.conf"),
+        conf,
+        "the locks changed"
+    );
+    node.assert_on("570.124.06", DRIVER_LOCAL_EL9_570);
+    let o = node.root.rpm(&["-e", "--nodeps", "site-nscq-copy"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
+}

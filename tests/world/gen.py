@@ -1017,6 +1017,12 @@ def main():
         repos[f"cuda-rhel{os_[-1]}-network"] = cuda_network_pkgs(d)
         for rid, pkgs in repos.items():
             if rid == "extra":
+                # A site package that ships its own copy of R580's NSCQ library: beside an R570
+                # driver it conflicts with nothing; with the R580 NSCQ package's file it does
+                # (tests/upgrade.rs injects a file conflict with it).
+                if os_ == "ol9":
+                    pkgs.append(Pkg("site-nscq-copy", "1.0", "1",
+                                    files={"/usr/lib64/libnvidia-nscq.so.580.82.07": "a site copy\n"}))
                 jobs.append((pkgs, f"{OUT}/rpms/extra", None))
                 continue
             rd = f"{OUT}/repos/{os_}/{rid}"
