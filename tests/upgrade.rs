@@ -401,7 +401,9 @@ fn a_refused_driver_change_leaves_the_old_driver_as_it_was() {
     node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
 }
 
-/// The open ↔ proprietary switch on a converged node, there and back.
+/// The open ↔ proprietary switch on a converged node, there and back: one transaction each way
+/// (the new flavour's kmod in, the other's out, from the installed local repo), first refused in
+/// the middle with nothing changed.
 #[test]
 fn a_flavour_switch_there_and_back_converges() {
     let node = Node::new(Os::Ol8, "ol8-rhck", RHCK8, true);
@@ -418,8 +420,35 @@ fn a_flavour_switch_there_and_back_converges() {
     ] {
         let set = format!("driver.flavour={flavour}");
         let extra = ["--set", set.as_str(), "--set", "driver.switch_stream=true"];
+        // First refused in the middle (the installed kmod protected): nothing changes.
+        let conf_path = node.root.join("/etc/dnf/dnf.conf");
+        let conf = std::fs::read_to_string(&conf_path).unwrap_or_default();
+        let protected = conf.replace("[main]\n", &format!("[main]\nprotected_packages={other}\n"));
+        std::fs::write(&conf_path, &protected).unwrap_or_else(|e| panic!("{e}"));
+        let rpmdb = node.root.rpmdb_snapshot();
+        let (rc, rep) = node.apply(DRIVER_LOCAL_EL8_580, &extra);
+        assert_eq!(rc, 1, "{flavour} with {other} protected: {rep:#}");
+        assert!(
+            reason(&rep, "driver").contains("nothing was changed"),
+            "{rep:#}"
+        );
+        assert_eq!(
+            node.root.rpmdb_snapshot(),
+            rpmdb,
+            "{flavour}: the rpm database changed"
+        );
+        assert!(
+            node.root.installed(other).is_some(),
+            "{other} is still the module's kmod"
+        );
+        std::fs::write(&conf_path, conf).unwrap_or_else(|e| panic!("{e}"));
         let (rc, rep) = node.apply(DRIVER_LOCAL_EL8_580, &extra);
         assert_eq!(rc, 0, "{flavour}: {rep:#}");
+        let changes = step(&rep, "driver")["changes"].to_string();
+        assert!(
+            changes.contains("one dnf transaction") && changes.contains(&format!("remove {other}")),
+            "the flavour switch is one transaction: {changes}"
+        );
         assert!(node
             .root
             .installed(kmod)

@@ -76,8 +76,12 @@ impl RepoPackage {
 /// or nothing; gpuhost then checks every package ([`swap_driver`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DriverSwap {
-    /// The new local repo package file (on the build host).
-    pub repo_rpm: String,
+    /// The new local repo package file (on the build host); `None` when the set changes within
+    /// the installed local repo (a flavour switch): its packages come from that repo.
+    pub repo_rpm: Option<String>,
+    /// The installed local repo's id, whose packages come in unfiltered by dnf's module state
+    /// when `repo_rpm` is `None`.
+    pub repo_id: String,
     /// Its inner repo directory (`/var/cuda-repo-rhel9-13-0-local`).
     pub repo_dir: String,
     /// Package names that go: the old local repo package(s), and old names the new set does
@@ -106,45 +110,24 @@ pub fn swap_driver(host: &Host, s: &DriverSwap) -> Result<()> {
 }
 
 fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
-    let payload = scratch.join("payload.cpio");
-    Cmd::new("rpm2cpio")
-        .arg(&s.repo_rpm)
-        .stdout_file(&payload)
-        .run()
-        .with_context(|| format!("reading the payload of {}", s.repo_rpm))?;
-    let tree = scratch.join("tree");
-    Cmd::new("cpio")
-        .args(["-idm", "--quiet", "--no-absolute-filenames"])
-        .arg(format!(".{}/*", s.repo_dir))
-        .arg("./etc/yum.repos.d/*")
-        .stdin_file(&payload)
-        .current_dir(&tree)
-        .run()
-        .with_context(|| format!("extracting {} from {}", s.repo_dir, s.repo_rpm))?;
-    host.remove_file(format!("{SCRATCH}/payload.cpio"))?;
-    let inner = format!("{SCRATCH}/tree{}", s.repo_dir);
-    let repo = tree.join(s.repo_dir.trim_start_matches('/'));
-    if host.kind(format!("{inner}/repodata/repomd.xml")) != Some(gpuhost_host::rootfs::Kind::File) {
-        return Err(anyhow::anyhow!(
-            "{} carries no repo under {} (no repodata/repomd.xml): nothing was changed",
-            s.repo_rpm,
-            s.repo_dir
-        ));
-    }
+    let script = scratch.join("swap.dnf");
     host.write_atomic(
         format!("{SCRATCH}/swap.dnf"),
         shell_script(s).as_bytes(),
         0o600,
     )?;
-    let script = scratch.join("swap.dnf");
-    let cmd = host
-        .dnf()?
-        .arg("--disableexcludes=main")
-        .arg(format!("--repofrompath={REPO_ID},{}", repo.display()))
-        .args(repo_options(host, &tree, &s.repo_dir)?)
-        .arg(format!("--setopt={REPO_ID}.module_hotfixes=true"))
-        .arg("shell")
-        .arg(&script);
+    let mut cmd = host.dnf()?.arg("--disableexcludes=main");
+    match &s.repo_rpm {
+        Some(rpm) => {
+            let (repo, options) = extract(host, s, rpm, scratch)?;
+            cmd = cmd
+                .arg(format!("--repofrompath={REPO_ID},{}", repo.display()))
+                .args(options)
+                .arg(format!("--setopt={REPO_ID}.module_hotfixes=true"));
+        }
+        None => cmd = cmd.arg(format!("--setopt={}.module_hotfixes=true", s.repo_id)),
+    }
+    let cmd = cmd.arg("shell").arg(&script);
     let out = cmd.output()?;
     let missing = not_swapped(host, s)?;
     if missing.is_empty() {
@@ -180,11 +163,55 @@ fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
     ))
 }
 
+/// The new package's inner repo and `.repo` file, extracted from its payload into the scratch
+/// directory: the repo's path and dnf's options for it.
+fn extract(
+    host: &Host,
+    s: &DriverSwap,
+    rpm: &str,
+    scratch: &Path,
+) -> Result<(std::path::PathBuf, Vec<String>)> {
+    let payload = scratch.join("payload.cpio");
+    Cmd::new("rpm2cpio")
+        .arg(rpm)
+        .stdout_file(&payload)
+        .run()
+        .with_context(|| format!("reading the payload of {rpm}"))?;
+    let tree = scratch.join("tree");
+    Cmd::new("cpio")
+        .args(["-idm", "--quiet", "--no-absolute-filenames"])
+        .arg(format!(".{}/*", s.repo_dir))
+        .arg("./etc/yum.repos.d/*")
+        .stdin_file(&payload)
+        .current_dir(&tree)
+        .run()
+        .with_context(|| format!("extracting {} from {rpm}", s.repo_dir))?;
+    host.remove_file(format!("{SCRATCH}/payload.cpio"))?;
+    let inner = format!("{SCRATCH}/tree{}", s.repo_dir);
+    let repo = tree.join(s.repo_dir.trim_start_matches('/'));
+    if host.kind(format!("{inner}/repodata/repomd.xml")) != Some(gpuhost_host::rootfs::Kind::File) {
+        return Err(anyhow::anyhow!(
+            "{rpm} carries no repo under {} (no repodata/repomd.xml): nothing was changed",
+            s.repo_dir
+        ));
+    }
+    host.write_atomic(
+        format!("{SCRATCH}/swap.dnf"),
+        shell_script(s).as_bytes(),
+        0o600,
+    )?;
+    let options = repo_options(host, &tree, &s.repo_dir)?;
+    Ok((repo, options))
+}
+
 /// The `dnf shell` script: the local package first (dnf takes it only before other jobs),
 /// then the new set, then the removals, then one `run`.
 pub fn shell_script(s: &DriverSwap) -> String {
     let specs: Vec<String> = s.install.iter().map(RepoPackage::spec).collect();
-    let mut out = format!("install {}\n", s.repo_rpm);
+    let mut out = String::new();
+    if let Some(rpm) = &s.repo_rpm {
+        out.push_str(&format!("install {rpm}\n"));
+    }
     if !specs.is_empty() {
         out.push_str(&format!("install {}\n", specs.join(" ")));
     }

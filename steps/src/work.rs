@@ -177,11 +177,15 @@ impl fmt::Display for Work {
             Work::Remove(p) => write!(f, "dnf remove {}", p.join(" ")),
             Work::SwapDriver(s) => {
                 let specs: Vec<String> = s.install.iter().map(RepoPackage::spec).collect();
+                let rpm = s
+                    .repo_rpm
+                    .as_deref()
+                    .map(|r| format!("{r} "))
+                    .unwrap_or_default();
                 write!(
                     f,
-                    "one dnf transaction: remove {}; install {} {}",
+                    "one dnf transaction: remove {}; install {rpm}{}",
                     s.remove.join(" "),
-                    s.repo_rpm,
                     specs.join(" ")
                 )?;
                 match &s.module {

@@ -11,8 +11,8 @@ use anyhow::Result;
 
 use super::installed::in_family;
 use super::locks::wanted;
-use super::module::{kmod_packages, set_packages, ModuleState, MODULE_FILE};
 use super::module_profile;
+use super::set::{kmod_packages, set_packages, ModuleState, MODULE_FILE};
 use super::DriverPlan;
 use crate::step::Ctx;
 use crate::swap::{DriverSwap, RepoPackage};
@@ -154,12 +154,29 @@ pub(crate) fn plan_swap(
         _ => Some(format!("nvidia-driver:{stream}")),
     };
     Ok(DriverSwap {
-        repo_rpm: plan.path.display().to_string(),
+        repo_rpm: Some(plan.path.display().to_string()),
+        repo_id: plan.repo.repo_id(),
         repo_dir,
         remove,
         install,
         module,
     })
+}
+
+/// A flavour switch within the installed local repo (open ↔ proprietary, `driver.switch_stream`):
+/// the same one transaction, its packages from that repo — the new flavour's kmod in, the
+/// other's out — and dnf's module state after.
+pub(crate) fn plan_flavour_swap(ctx: &Ctx<'_>, plan: &DriverPlan) -> Result<DriverSwap> {
+    let dir = plan.repo.repo_dir();
+    let files: Vec<String> = ctx
+        .host
+        .files_with_prefix(&dir, "")
+        .into_iter()
+        .map(|n| format!("{dir}/{n}"))
+        .collect();
+    let mut swap = plan_swap(ctx, plan, &[], &files)?;
+    swap.repo_rpm = None;
+    Ok(swap)
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ pub(crate) mod module;
 pub(crate) mod nouveau;
 pub(crate) mod persistenced;
 pub(crate) mod repo;
+pub(crate) mod set;
 pub use repo::local_repo_size;
 pub mod signing;
 

@@ -21,63 +21,13 @@ use super::{module_profile, plan, DriverPlan, InstallSet, StreamKind};
 use crate::step::{Change, Check, Ctx, DnfFailure, Install, Step, Work};
 use gpuhost_host::error::hinted;
 use gpuhost_host::kernel::Flavour;
-use gpuhost_nvidia::flavour::ModuleFlavour;
 
 pub struct Driver;
 
-pub const MODULE_FILE: &str = "/etc/dnf/modules.d/nvidia-driver.module";
-
-/// The state dnf keeps for a module in `/etc/dnf/modules.d/<name>.module`.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct ModuleState {
-    pub stream: String,
-    pub profiles: Vec<String>,
-    /// `enabled`, `disabled` or empty (reset).
-    pub state: String,
-}
-
-impl ModuleState {
-    pub fn parse(text: &str) -> ModuleState {
-        let mut m = ModuleState::default();
-        for line in text.lines() {
-            let Some((k, v)) = line.split_once('=') else {
-                continue;
-            };
-            let v = v.trim();
-            match k.trim() {
-                "stream" => m.stream = v.to_string(),
-                "state" => m.state = v.to_string(),
-                "profiles" => {
-                    m.profiles = v
-                        .split([',', ' '])
-                        .filter(|p| !p.is_empty())
-                        .map(str::to_string)
-                        .collect()
-                }
-                _ => {}
-            }
-        }
-        m
-    }
-
-    /// The enabled stream, if any.
-    pub fn enabled_stream(&self) -> Option<&str> {
-        (self.state == "enabled" && !self.stream.is_empty()).then_some(self.stream.as_str())
-    }
-}
-
-/// The streams of `module` in `dnf module list <module>` output.
-pub fn listed_streams(module: &str, stdout: &str) -> Vec<String> {
-    let mut out: Vec<String> = stdout
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next() == Some(module)).then(|| w.next().map(str::to_string))?
-        })
-        .collect();
-    out.dedup();
-    out
-}
+use super::set::package_names;
+pub use super::set::{
+    kmod_packages, listed_streams, precompiled_kmod, set_packages, ModuleState, MODULE_FILE,
+};
 
 /// The streams the enabled repos offer.
 fn available_streams(ctx: &Ctx<'_>) -> Result<Vec<String>> {
@@ -103,55 +53,6 @@ fn not_in_repo(stream: &str, available: &[String]) -> anyhow::Error {
     )
 }
 
-/// NVIDIA's precompiled kmod package for a kernel: `kmod-nvidia-535.104.05-4.18.0-553.16.1`
-/// for `4.18.0-553.16.1.el8_10.x86_64` (the kernel release without its dist tag and arch).
-pub fn precompiled_kmod(driver: &str, kver: &str) -> String {
-    let k = kver
-        .strip_suffix(&format!(".{}", super::host_arch()))
-        .unwrap_or(kver);
-    let (version, release) = k.split_once('-').unwrap_or((k, ""));
-    let short = release.rsplit_once('.').map_or(release, |(r, _dist)| r);
-    format!("kmod-nvidia-{driver}-{version}-{short}")
-}
-
-/// The packages that bring the kernel module for this stream: the DKMS package, or the
-/// precompiled package of every served kernel.
-pub fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
-    match StreamKind::of(super::stream(ctx)).dkms_package() {
-        Some(k) => vec![k.to_string()],
-        None => ctx
-            .facts
-            .kernels_to_serve()
-            .iter()
-            .map(|k| precompiled_kmod(driver, k))
-            .collect(),
-    }
-}
-
-/// The packages of the plan's package set besides the kmods, that must be at the driver's
-/// version: `nvidia-driver` (module, full), the meta package (full), `nvidia-driver-cuda`
-/// (compute-only).
-pub fn set_packages(plan: &DriverPlan) -> Vec<&'static str> {
-    match plan.install {
-        InstallSet::Module => vec!["nvidia-driver"],
-        InstallSet::Full => vec![
-            "nvidia-driver",
-            match plan.choice.flavour {
-                ModuleFlavour::Open => "nvidia-open",
-                ModuleFlavour::Proprietary => "cuda-drivers",
-            },
-        ],
-        InstallSet::ComputeOnly => vec!["nvidia-driver-cuda"],
-    }
-}
-
-/// Every package of the plan at the driver's version: the set's packages, then `kmods`.
-fn package_names(plan: &DriverPlan, kmods: &[String]) -> Vec<String> {
-    let mut names: Vec<String> = set_packages(plan).iter().map(|s| s.to_string()).collect();
-    names.extend(kmods.iter().cloned());
-    names
-}
-
 /// How to get from the host's module state to the profile's.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Verb {
@@ -159,6 +60,8 @@ enum Verb {
     Install,
     /// Switch from another stream (or another driver version of this one).
     Switch,
+    /// Swap the set for another stream's (a flavour switch) in one transaction.
+    Swap,
 }
 
 /// True when dnf's output says the module stream or profile does not exist.
@@ -281,9 +184,9 @@ impl<'c> Found<'c> {
                     ));
                 }
                 why.push(format!(
-                    "nvidia-driver:{other} is installed (driver.switch_stream)"
+                    "nvidia-driver:{other} is installed (driver.switch_stream): one transaction swaps the set"
                 ));
-                Verb::Switch
+                Verb::Swap
             }
             None => {
                 why.push(if self.state.state == "disabled" {
@@ -323,7 +226,7 @@ impl<'c> Found<'c> {
                 disable_excludes,
                 ..Install::default()
             }),
-            (Verb::Switch, _) => Work::SwitchStream {
+            (Verb::Switch | Verb::Swap, _) => Work::SwitchStream {
                 module: spec,
                 packages,
                 disable_excludes,
@@ -391,7 +294,10 @@ impl Step for Driver {
             ));
         }
         // gpuhost's locks (excludes: Fabric Manager, NSCQ, …) must not hide them from their module.
-        let work = f.work(verb, super::locks::locked(ctx)?);
+        let work = match verb {
+            Verb::Swap => Work::SwapDriver(super::change::plan_flavour_swap(ctx, f.plan)?),
+            _ => f.work(verb, super::locks::locked(ctx)?),
+        };
         check.changes.push(Change::new(work, why.join("; ")));
         // Say now, not in the middle of the transaction, when the stream does not exist.
         if ctx.host.is_dir(f.plan.repo.repo_dir()) {

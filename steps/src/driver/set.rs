@@ -1,0 +1,111 @@
+//! The driver's package set: what NVIDIA's `nvidia-driver` module state says (`ModuleState`),
+//! the packages of the plan's set (`set_packages`) and the kmods that bring the kernel module
+//! for its stream (`kmod_packages`). Read by `driver` and by the driver change
+//! (`driver::change`).
+
+use super::{DriverPlan, InstallSet, StreamKind};
+use crate::step::Ctx;
+use gpuhost_nvidia::flavour::ModuleFlavour;
+
+pub const MODULE_FILE: &str = "/etc/dnf/modules.d/nvidia-driver.module";
+
+/// The state dnf keeps for a module in `/etc/dnf/modules.d/<name>.module`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ModuleState {
+    pub stream: String,
+    pub profiles: Vec<String>,
+    /// `enabled`, `disabled` or empty (reset).
+    pub state: String,
+}
+
+impl ModuleState {
+    pub fn parse(text: &str) -> ModuleState {
+        let mut m = ModuleState::default();
+        for line in text.lines() {
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            let v = v.trim();
+            match k.trim() {
+                "stream" => m.stream = v.to_string(),
+                "state" => m.state = v.to_string(),
+                "profiles" => {
+                    m.profiles = v
+                        .split([',', ' '])
+                        .filter(|p| !p.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                }
+                _ => {}
+            }
+        }
+        m
+    }
+
+    /// The enabled stream, if any.
+    pub fn enabled_stream(&self) -> Option<&str> {
+        (self.state == "enabled" && !self.stream.is_empty()).then_some(self.stream.as_str())
+    }
+}
+
+/// The streams of `module` in `dnf module list <module>` output.
+pub fn listed_streams(module: &str, stdout: &str) -> Vec<String> {
+    let mut out: Vec<String> = stdout
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(module)).then(|| w.next().map(str::to_string))?
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
+/// NVIDIA's precompiled kmod package for a kernel: `kmod-nvidia-535.104.05-4.18.0-553.16.1`
+/// for `4.18.0-553.16.1.el8_10.x86_64` (the kernel release without its dist tag and arch).
+pub fn precompiled_kmod(driver: &str, kver: &str) -> String {
+    let k = kver
+        .strip_suffix(&format!(".{}", super::host_arch()))
+        .unwrap_or(kver);
+    let (version, release) = k.split_once('-').unwrap_or((k, ""));
+    let short = release.rsplit_once('.').map_or(release, |(r, _dist)| r);
+    format!("kmod-nvidia-{driver}-{version}-{short}")
+}
+
+/// The packages that bring the kernel module for this stream: the DKMS package, or the
+/// precompiled package of every served kernel.
+pub fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
+    match StreamKind::of(super::stream(ctx)).dkms_package() {
+        Some(k) => vec![k.to_string()],
+        None => ctx
+            .facts
+            .kernels_to_serve()
+            .iter()
+            .map(|k| precompiled_kmod(driver, k))
+            .collect(),
+    }
+}
+
+/// The packages of the plan's package set besides the kmods, that must be at the driver's
+/// version: `nvidia-driver` (module, full), the meta package (full), `nvidia-driver-cuda`
+/// (compute-only).
+pub fn set_packages(plan: &DriverPlan) -> Vec<&'static str> {
+    match plan.install {
+        InstallSet::Module => vec!["nvidia-driver"],
+        InstallSet::Full => vec![
+            "nvidia-driver",
+            match plan.choice.flavour {
+                ModuleFlavour::Open => "nvidia-open",
+                ModuleFlavour::Proprietary => "cuda-drivers",
+            },
+        ],
+        InstallSet::ComputeOnly => vec!["nvidia-driver-cuda"],
+    }
+}
+
+/// Every package of the plan at the driver's version: the set's packages, then `kmods`.
+pub(crate) fn package_names(plan: &DriverPlan, kmods: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = set_packages(plan).iter().map(|s| s.to_string()).collect();
+    names.extend(kmods.iter().cloned());
+    names
+}
