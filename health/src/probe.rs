@@ -434,7 +434,10 @@ pub fn boot_id() -> Option<String> {
 
 /// Record `pid` as a stuck probe in `run_dir`.
 pub fn record_stuck(run_dir: &Path, pid: u32) -> anyhow::Result<()> {
-    let start = start_time(pid).unwrap_or(0);
+    // Without its start time a pid says nothing (pids are reused): no record then.
+    let Some(start) = start_time(pid) else {
+        return Err(anyhow::anyhow!("/proc/{pid}/stat gives no start time"));
+    };
     gpuhost_host::fsutil::write_atomic(
         &run_dir.join(PID_FILE),
         format!("{pid} {start}\n").as_bytes(),
@@ -442,8 +445,8 @@ pub fn record_stuck(run_dir: &Path, pid: u32) -> anyhow::Result<()> {
     )
 }
 
-/// The pid of a recorded probe that is still alive (same start time, not a zombie); a stale
-/// record is removed.
+/// The pid of a recorded probe that is still alive (same pid and start time as /proc gives
+/// them, not a zombie); a stale, malformed or zero-time record is removed.
 pub fn stuck_probe(run_dir: &Path) -> Option<u32> {
     let file = run_dir.join(PID_FILE);
     let text = std::fs::read_to_string(&file).ok()?;
@@ -452,7 +455,9 @@ pub fn stuck_probe(run_dir: &Path) -> Option<u32> {
     let start: Option<u64> = it.next().and_then(|s| s.parse().ok());
     if let (Some(pid), Some(start)) = (pid, start) {
         if let Some((state, now_start)) = proc_stat(pid) {
-            if !matches!(state, 'Z' | 'X') && (start == 0 || start == now_start) {
+            // A pid is the recorded probe only with the start time /proc gives it: a zero (or
+            // any other time) is another process that got the pid, or a forged record.
+            if !matches!(state, 'Z' | 'X') && start != 0 && start == now_start {
                 return Some(pid);
             }
         }
@@ -483,6 +488,24 @@ mod tests {
 
     fn argv(cmd: &str) -> Vec<OsString> {
         vec!["/bin/sh".into(), "-c".into(), cmd.into()]
+    }
+
+    #[test]
+    fn a_record_matches_only_by_pid_and_start_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(PID_FILE);
+        // pid 1 is alive, but "0" is no start time: never a match, and the record goes.
+        std::fs::write(&file, "1 0\n").unwrap();
+        assert_eq!(stuck_probe(dir.path()), None);
+        assert!(!file.exists(), "a zero-time record is removed");
+        // Our own pid with another start time: a reused pid, not the probe.
+        let me = std::process::id();
+        let start = start_time(me).unwrap();
+        std::fs::write(&file, format!("{me} {}\n", start + 1)).unwrap();
+        assert_eq!(stuck_probe(dir.path()), None);
+        // Our own pid with its start time: a match.
+        record_stuck(dir.path(), me).unwrap();
+        assert_eq!(stuck_probe(dir.path()), Some(me));
     }
 
     #[test]
