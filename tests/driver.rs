@@ -202,6 +202,25 @@ fn a_failed_dkms_build_fails_kernel_module_with_the_make_log() {
         .is_some_and(|h| h.contains("build-deps")));
 }
 
+/// A root without `/proc` (an image builder that did not mount it): DKMS cannot run in it, and
+/// the error says so (the failed mount), not "check the headers" (issue 24, item 7).
+#[test]
+fn dkms_that_cannot_run_in_the_root_names_the_failed_mount() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    std::fs::remove_dir(root.join("/proc")).unwrap_or_else(|e| panic!("{e}"));
+    let (rc, rep) = apply(&root, "ol8-uek", CUDA_LOCAL_EL8_12_2, &[]);
+    assert_eq!(rc, 1, "{rep:#}");
+    let km = step(&rep, "kernel-module");
+    assert_eq!(km["outcome"], "failed", "{km:#}");
+    let why = reason(&rep, "kernel-module");
+    assert!(
+        why.contains("DKMS could not run in the root") && why.contains("unshare"),
+        "{why}"
+    );
+    assert!(!why.contains("check that the kernel headers"), "{why}");
+    assert!(km["hint"].as_str().is_some_and(|h| h.contains("/proc")));
+}
+
 #[rstest]
 #[case::ol8(Os::Ol8, "ol8-rhck", RHCK8, CUDA_LOCAL_EL8_12_2, "latest-dkms")]
 #[case::ol8_precompiled(Os::Ol8, "ol8-rhck", RHCK8, CUDA_LOCAL_EL8_12_2, "latest")]

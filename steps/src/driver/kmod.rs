@@ -292,11 +292,24 @@ impl Step for KernelModule {
             let signer = expected_signer(ctx, kind)?;
             for kver in kernels {
                 let mut said = String::new();
+                let mut setup_failed = None;
                 for cmd in crate::work::dkms_rebuild(ctx.host, module, version, kver, *resign) {
                     // Judged by the module modprobe would load, not by dkms's exit status.
-                    said.push_str(&cmd.output()?.stdout);
+                    let out = cmd.output()?;
+                    said.push_str(&out.stdout);
+                    // The chroot around dkms could not be set up (no /proc to mount, …): dkms
+                    // never ran, and that is the error to name, not the headers.
+                    if !out.success() && out.stderr.contains("unshare:") {
+                        setup_failed.get_or_insert_with(|| cmd.failure(&out));
+                    }
                 }
                 if !built(ctx, version, kver) {
+                    if let Some(e) = setup_failed {
+                        return Err(hinted(
+                            format!("no NVIDIA {version} module for kernel {kver}: DKMS could not run in the root: {e:#}"),
+                            "give the root a /proc directory (image builders bind-mount /dev and /proc), then apply again",
+                        ));
+                    }
                     return Err(Self::failure(
                         ctx,
                         kind,
