@@ -38,31 +38,9 @@ fn install_headerless_kernel(root: &Root) {
 }
 
 /// What the kernel's scriptlets do on a real host after `dnf install kernel-uek`
-/// (`kernel-install add` → a BLS entry; `UPDATEDEFAULT=yes` → grubby makes it the default).
-/// The world's kernel packages are scriptlet-free, so the test does it.
+/// ([`world::Root::kernel_install_add`]).
 fn kernel_install_add(root: &Root, kver: &str) {
-    let mid = root.read("/etc/machine-id").trim().to_string();
-    root.write(
-        &format!("/boot/loader/entries/{mid}-{kver}.conf"),
-        &format!(
-            "title Oracle Linux Server ({kver}) 8.10\nversion {kver}\nlinux /vmlinuz-{kver}\ninitrd /initramfs-{kver}.img $tuned_initrd\noptions $kernelopts $tuned_params\nid ol-20240612000000-{kver}\ngrub_users $grub_users\ngrub_arg --unrestricted\ngrub_class kernel\n"
-        ),
-    );
-    let env = root.read("/boot/grub2/grubenv");
-    let mut text: String = env
-        .lines()
-        .map(|l| {
-            if l.starts_with("saved_entry=") {
-                format!("saved_entry={mid}-{kver}\n")
-            } else if l.starts_with('#') && l.len() > 30 {
-                String::new()
-            } else {
-                format!("{l}\n")
-            }
-        })
-        .collect();
-    text.push_str(&"#".repeat(1024 - text.len()));
-    root.write("/boot/grub2/grubenv", &text);
+    root.kernel_install_add(kver);
 }
 
 fn saved_entry(root: &Root) -> String {
@@ -367,4 +345,83 @@ fn kernel_added_on_a_host_gpuhost_never_converged_does_nothing() {
     assert_eq!(code(&o), 0, "{}", world::stderr(&o));
     assert!(world::stderr(&o).contains("nothing to do"));
     assert_eq!(root.rpmdb_snapshot(), before);
+}
+
+fn journal_last(root: &Root) -> Value {
+    let j: Value = serde_json::from_str(&root.read("/var/lib/gpuhost/journal.json")).unwrap();
+    j.as_array().unwrap().last().unwrap().clone()
+}
+
+/// A root whose boot loader entries are not written yet (an image whose entries come at its
+/// first boot): the default is the newest kernel of DEFAULTKERNEL, the headerless new UEK. The
+/// trigger keeps the old kernel the default (grubenv's saved_entry, the id kernel-install will
+/// give its entry), records and reports it, and exits 1, as with entries (issue 24, item 5).
+#[test]
+fn without_boot_loader_entries_kernel_added_keeps_the_old_kernel_records_and_exits_1() {
+    let root = converged(&[UEK8_OLD]);
+    install_headerless_kernel(&root);
+    let _ = std::fs::remove_dir_all(root.join("/boot/loader/entries"));
+    std::fs::create_dir_all(root.join("/boot/loader/entries")).unwrap();
+    let env: String = root
+        .read("/boot/grub2/grubenv")
+        .lines()
+        .filter(|l| !l.starts_with("saved_entry="))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    root.write("/boot/grub2/grubenv", &env);
+    let (_, st) = status(&root);
+    let nb = check(&st, "driver.next_boot");
+    assert_eq!(nb["severity"], "CRITICAL", "{nb:#}");
+
+    let o = root.gpuhost(&["kernel-added", UEK8_NO_DEVEL, "--format", "json"]);
+    let rep = report(&o);
+    assert_eq!(code(&o), 1, "{rep:#}\n{}", world::stderr(&o));
+    assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["kept"], UEK8_OLD, "{rep:#}");
+    let mid = root.read("/etc/machine-id").trim().to_string();
+    assert_eq!(saved_entry(&root), format!("{mid}-{UEK8_OLD}"));
+    assert_eq!(root.read("/boot/grub2/grubenv").len(), 1024);
+    let rec: Value =
+        serde_json::from_str(&root.read("/var/lib/gpuhost/kernel-guard.json")).unwrap();
+    assert_eq!(rec["kernel"], UEK8_NO_DEVEL);
+    assert_eq!(rec["kept"], UEK8_OLD);
+    assert_eq!(journal_last(&root)["kernel_guard"]["action"], "kept");
+    // gpuhost reads the default back as the old kernel: the next boot keeps the GPUs.
+    let (_, st) = status(&root);
+    assert_eq!(check(&st, "driver.next_boot")["severity"], "OK", "{st:#}");
+}
+
+/// The guard's own error (here: grubenv has no room for the new saved_entry) ends in the
+/// report and the journal as a `failed` kernel guard, exit 1, not as a bare error (issue 24,
+/// item 7).
+#[test]
+fn a_guard_that_cannot_set_the_default_is_reported_and_journaled() {
+    let root = converged(&[UEK8_OLD]);
+    install_headerless_kernel(&root);
+    let head: String = root
+        .read("/boot/grub2/grubenv")
+        .lines()
+        .filter(|l| !l.starts_with('#') || l.len() < 30)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    // A full block: the kept kernel's longer entry id does not fit.
+    let fill = 1024 - head.len() - "kernelopts=\n".len();
+    root.write(
+        "/boot/grub2/grubenv",
+        &format!("{head}kernelopts={}\n", "x".repeat(fill)),
+    );
+    assert_eq!(root.read("/boot/grub2/grubenv").len(), 1024);
+
+    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    assert_eq!(rc, 1, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "failed", "{rep:#}");
+    let err = rep["kernel_guard"]["error"].as_str().unwrap_or_default();
+    assert!(err.contains("exceed 1024 bytes"), "{rep:#}");
+    assert!(
+        rep["summary"].as_str().unwrap().starts_with("failed"),
+        "{rep:#}"
+    );
+    let j = journal_last(&root);
+    assert_eq!(j["kernel_guard"]["action"], "failed", "{j:#}");
+    assert_eq!(j["exit_code"], 1, "{j:#}");
 }

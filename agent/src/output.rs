@@ -202,6 +202,7 @@ fn print_kernel_guard(g: &Decision) {
         Decision::NoFallback { kernel } => println!(
             "kernel guard: the default boot kernel {kernel} has no NVIDIA module and no installed kernel of its flavour has one: nothing to fall back to"
         ),
+        Decision::Failed { error } => println!("kernel guard: failed: {error}"),
     }
 }
 

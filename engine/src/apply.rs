@@ -137,6 +137,13 @@ impl Report {
                     .collect();
                 if let Some(why) = &self.interrupted {
                     why.clone()
+                } else if failed.is_empty()
+                    && self
+                        .kernel_guard
+                        .as_ref()
+                        .is_some_and(bootguard::Decision::is_trouble)
+                {
+                    "failed: kernel guard".to_string()
                 } else if failed.is_empty() {
                     "stopped".to_string()
                 } else {
@@ -184,6 +191,10 @@ pub struct Prepared {
     pub driver: Option<gpuhost_steps::driver_plan::DriverPlan>,
     /// What the preparation found worth a look without stopping (a pending MOK enrollment).
     pub warnings: Vec<String>,
+    /// Why the new default boot kernel is not served: the bundle carries no headers for it.
+    /// The run serves the kernels the bundle carries, and the kernel guard keeps the default
+    /// boot on one of them, with this as its reason (exit 1, as online without headers).
+    pub unserved: Option<String>,
 }
 
 /// A kernel release as `uname -r` prints it: `5.15.0-204.147.6.2.el8uek.x86_64`.
@@ -226,16 +237,17 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     let mut host = Host::new(&opts.root)?;
     // rpm, dnf and systemctl follow the root's symlinks on the build host: none may lead out.
     host.check_tool_dirs()?;
-    let facts = Facts::gather(
+    let mut facts = Facts::gather(
         &host,
         &KernelChoice {
             release: opts.kernel_release.as_deref(),
             flavour: Some(profile.kernel.flavour),
         },
     )?;
-    if let Some(b) = &bundle {
-        b.fits(&facts)?;
-    }
+    let unserved = match &bundle {
+        Some(b) => fit_bundle(b, &mut facts, &profile)?,
+        None => None,
+    };
     preflight(&host, &profile, &facts, opts.kernel_release.is_some())?;
     // The driver's flavour, stream and package set: refused now when they cannot work.
     let driver_plan = gpuhost_steps::driver::resolve(&profile, &facts)?;
@@ -247,7 +259,10 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     host.set_releasever(profile.os.major.to_string());
     let driver_steps = gpuhost_steps::steps_needing_package(&opts.selection);
     gpuhost_steps::driver::require_package(&profile, &driver_steps)?;
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = unserved
+        .iter()
+        .map(|why| format!("{why} (this run serves the kernels the bundle carries; the kernel guard keeps the default boot on one)"))
+        .collect();
     if let Some(plan) = &driver_plan {
         // GPUs whose device id gpuhost's table lacks: the branch was not checked against them.
         warnings.extend(plan.warnings());
@@ -271,7 +286,33 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         bundle,
         driver: driver_plan,
         warnings,
+        unserved,
     })
+}
+
+/// The bundle must carry headers for every kernel the host serves. One that carries the target
+/// kernel but not a newer default boot kernel (installed after the bundle was made, e.g. by a
+/// `dnf update` from a local mirror) serves the target only, when the kernel guard runs: the
+/// guard keeps the default boot on the target, with the bundle's refusal as its reason (what is
+/// returned). Anything else that does not fit is refused as before (exit 2).
+fn fit_bundle(b: &bundle::Opened, facts: &mut Facts, profile: &Profile) -> Result<Option<String>> {
+    let Err(e) = b.fits(facts) else {
+        return Ok(None);
+    };
+    let guarded = profile.kernel.guard && profile.driver.manage;
+    let target_carried = facts
+        .target_kernel
+        .as_ref()
+        .is_some_and(|t| b.manifest.kernels.contains(t));
+    if !guarded || !target_carried {
+        return Err(e);
+    }
+    let mut narrowed = facts.clone();
+    narrowed.default_boot_kernel = None;
+    // Another release, architecture or target kernel still refuses.
+    b.fits(&narrowed)?;
+    *facts = narrowed;
+    Ok(Some(format!("{e:#}")))
 }
 
 /// The host must be the Oracle Linux release and kernel flavour the profile is for.
@@ -393,6 +434,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         bundle,
         driver,
         warnings: prepared_warnings,
+        unserved,
     } = &prepared;
     let _lock = if opts.dry_run {
         None
@@ -415,19 +457,14 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         .filter_map(|s| s.reboot_required.as_ref().map(|r| format!("{}: {r}", s.id)))
         .collect();
     let interrupted = interrupted_at(&steps);
-    let kernel_guard =
-        if opts.dry_run || interrupted.is_some() || !profile.kernel.guard || !profile.driver.manage
-        {
-            None
-        } else {
-            guard(&ctx, opts, &steps)?
-        };
+    let kernel_guard = guard_after(&ctx, opts, &steps, interrupted.is_some(), unserved);
     // A signal after the last step's boundary (during the guard): still an interruption.
     let interrupted = interrupted.or_else(|| interrupted_after(opts));
     let mut exit_code = exit_code_of(
         interrupted.as_ref().map(|(sig, _)| *sig),
         invalid_input && !opts.dry_run,
         &steps,
+        guard_failed(kernel_guard.as_ref(), unserved.is_some()),
         &reboot_required,
     );
     if !opts.dry_run && (exit_code == exit::OK || exit_code == exit::REBOOT) {
@@ -517,19 +554,20 @@ fn interrupted_after(opts: &ApplyOptions) -> Option<(i32, String)> {
     ))
 }
 
-/// The run's exit code: a signal's, invalid input (2), a failed step (1), a reboot owed (3),
-/// or 0.
+/// The run's exit code: a signal's, invalid input (2), a failed step or kernel guard (1), a
+/// reboot owed (3), or 0.
 fn exit_code_of(
     signal: Option<i32>,
     invalid_input: bool,
     steps: &[StepReport],
+    guard_failed: bool,
     reboot_required: &[String],
 ) -> i32 {
     if let Some(sig) = signal {
         gpuhost_host::interrupt::exit_code(sig)
     } else if invalid_input {
         exit::INVALID
-    } else if steps.iter().any(|s| s.outcome == Outcome::Failed) {
+    } else if guard_failed || steps.iter().any(|s| s.outcome == Outcome::Failed) {
         exit::FAILED
     } else if !reboot_required.is_empty() {
         exit::REBOOT
@@ -637,12 +675,48 @@ fn interrupted_before_start(
     Ok(report)
 }
 
+/// The guard fails the run when it could not do its work, or when the new default boot kernel
+/// was not served because the bundle lacks its headers (as a failed step does online).
+fn guard_failed(decision: Option<&bootguard::Decision>, unserved: bool) -> bool {
+    match decision {
+        Some(bootguard::Decision::Failed { .. }) => true,
+        Some(d) => unserved && d.is_trouble(),
+        None => false,
+    }
+}
+
+/// The kernel guard after the steps, when it runs (not in plan, not after an interruption, not
+/// with `kernel.guard = false` or without a driver): its decision, or its error as a `failed`
+/// decision, reported and journaled like any other outcome. `unserved`: why the bundle could
+/// not serve the new default boot kernel.
+fn guard_after(
+    ctx: &Ctx<'_>,
+    opts: &ApplyOptions,
+    steps: &[StepReport],
+    interrupted: bool,
+    unserved: &Option<String>,
+) -> Option<bootguard::Decision> {
+    let p = ctx.profile;
+    if opts.dry_run || interrupted || !p.kernel.guard || !p.driver.manage {
+        return None;
+    }
+    match guard(ctx, opts, steps, unserved.as_deref()) {
+        Ok(d) => d,
+        Err(e) => Some(bootguard::Decision::Failed {
+            error: format!(
+                "{e:#}; the next boot may start a kernel without the NVIDIA module: see gpuhost status (driver.next_boot), fix the cause and run this apply again"
+            ),
+        }),
+    }
+}
+
 /// After the steps: keep the next boot on a kernel with the NVIDIA module ([`bootguard`]).
 /// Not for profiles without a driver.
 fn guard(
     ctx: &Ctx<'_>,
     opts: &ApplyOptions,
     steps: &[StepReport],
+    unserved: Option<&str>,
 ) -> Result<Option<bootguard::Decision>> {
     let Ok(name) = gpuhost_steps::driver::driver_version(ctx) else {
         return Ok(None);
@@ -651,10 +725,12 @@ fn guard(
     // Re-read: the steps may have installed kernels or moved the default.
     let installed = gpuhost_host::kernel::installed(ctx.host)?;
     let default_boot = gpuhost_host::kernel::default_boot(ctx.host, &installed)?;
-    let failure = steps
-        .iter()
-        .find(|s| s.outcome == Outcome::Failed)
-        .map(|s| format!("{} failed: {}", s.id, s.reason));
+    let failure = unserved.map(str::to_string).or_else(|| {
+        steps
+            .iter()
+            .find(|s| s.outcome == Outcome::Failed)
+            .map(|s| format!("{} failed: {}", s.id, s.reason))
+    });
     // The same apply as this one (profile or bundle, --sets, step selection), quoted for a shell.
     let mut argv = vec!["gpuhost".to_string()];
     argv.extend(opts.resume_args().argv());

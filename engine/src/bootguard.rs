@@ -47,6 +47,20 @@ pub enum Decision {
     /// The default kernel has no module and no installed kernel of its flavour has one either:
     /// nothing to fall back to.
     NoFallback { kernel: String },
+    /// The guard could not do its work (the boot loader or its record could not be read or
+    /// written): `error` says what, and what to do.
+    Failed { error: String },
+}
+
+impl Decision {
+    /// The next boot is not known to keep the GPUs: a new default kernel was kept back, has
+    /// nothing to fall back to, or the guard itself failed.
+    pub fn is_trouble(&self) -> bool {
+        matches!(
+            self,
+            Decision::Kept { .. } | Decision::NoFallback { .. } | Decision::Failed { .. }
+        )
+    }
 }
 
 /// The inputs of a guard decision.
@@ -162,11 +176,29 @@ pub(crate) fn set_default(host: &Host, kver: &str) -> Result<()> {
             .run()?;
         return Ok(());
     }
-    let entry = bls_entry(host, kver)?
-        .ok_or_else(|| anyhow!("no boot loader entry in {BLS_DIR} boots {kver}"))?;
+    let entry = match bls_entry(host, kver)? {
+        Some(e) => e,
+        None => future_entry(host, kver)?,
+    };
     let old = host.read_opt(GRUBENV)?.unwrap_or_default();
     let new = grubenv_set(&old, "saved_entry", &entry)?;
     host.write_atomic(GRUBENV, new.as_bytes(), 0o644)
+}
+
+/// The entry id that boots `kver` in a root without its boot loader entry (an image whose
+/// entries are written at its first boot): `<machine-id>-<kver>`, the id `kernel-install add`
+/// gives the entry it writes, else `<kver>`. [`gpuhost_host::kernel::default_boot`] reads
+/// either back as `kver` (an entry id naming an installed kernel).
+fn future_entry(host: &Host, kver: &str) -> Result<String> {
+    let mid = host.read_opt("/etc/machine-id")?.unwrap_or_default();
+    let mid = mid.trim();
+    Ok(
+        if mid.is_empty() || !mid.chars().all(|c| c.is_ascii_hexdigit()) {
+            kver.to_string()
+        } else {
+            format!("{mid}-{kver}")
+        },
+    )
 }
 
 /// `text` (a grubenv block) with `key=value` set, padded with `#` to 1024 bytes as

@@ -386,6 +386,34 @@ impl Root {
         self.path().join(rel.trim_start_matches('/'))
     }
 
+    /// What the kernel's scriptlets do on a real host after `dnf install kernel-uek`
+    /// (`kernel-install add` → a BLS entry; `UPDATEDEFAULT=yes` → grubby makes it the default).
+    /// The world's kernel packages are scriptlet-free, so the test does it.
+    pub fn kernel_install_add(&self, kver: &str) {
+        let mid = self.read("/etc/machine-id").trim().to_string();
+        self.write(
+            &format!("/boot/loader/entries/{mid}-{kver}.conf"),
+            &format!(
+                "title Oracle Linux Server ({kver}) 8.10\nversion {kver}\nlinux /vmlinuz-{kver}\ninitrd /initramfs-{kver}.img $tuned_initrd\noptions $kernelopts $tuned_params\nid ol-20240612000000-{kver}\ngrub_users $grub_users\ngrub_arg --unrestricted\ngrub_class kernel\n"
+            ),
+        );
+        let env = self.read("/boot/grub2/grubenv");
+        let mut text: String = env
+            .lines()
+            .map(|l| {
+                if l.starts_with("saved_entry=") {
+                    format!("saved_entry={mid}-{kver}\n")
+                } else if l.starts_with('#') && l.len() > 30 {
+                    String::new()
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        text.push_str(&"#".repeat(1024 - text.len()));
+        self.write("/boot/grub2/grubenv", &text);
+    }
+
     /// Reads `ROOT/<rel>` as text (panics when missing).
     pub fn read(&self, rel: &str) -> String {
         fs::read_to_string(self.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
