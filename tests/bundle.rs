@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use world::{
     code, report, stderr, stdout, Os, Root, World, CUDA_LOCAL_EL8_12_2, CUDA_LOCAL_EL9_12_2,
-    UEK8_NEW, UEK8_OLD, UEK9,
+    UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD, UEK9,
 };
 
 /// A site profile: the world's ol8-uek (Docker CE and the toolkit from the world's mirrors),
@@ -487,6 +487,85 @@ fn a_bundle_for_another_host_is_refused() {
         stderr(&o).contains("was made for profile"),
         "{}",
         stderr(&o)
+    );
+}
+
+/// Air-gapped (issue 24, item 5): after `apply --bundle` converged, a new UEK from a local
+/// mirror became the default boot kernel, and the bundle carries no headers for it. The
+/// trigger (`kernel-added`) serves the kernel the bundle carries and keeps it the default boot,
+/// records and reports why, and exits 1, exactly as online without headers.
+#[test]
+fn a_new_default_kernel_the_bundle_has_no_headers_for_is_kept_from_the_next_boot() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let out = ol8_bundle(tmp.path());
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    cut_off(&root);
+    let (c, r, err) = apply_bundle(&root, "apply", &out);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    let rpm = World::get().extra_rpm(&format!("kernel-uek-{UEK8_NO_DEVEL}.rpm"));
+    let copy = root.join("/tmp/kernel-uek.rpm");
+    fs::copy(rpm, &copy).unwrap_or_else(|e| panic!("{e}"));
+    let copy = copy.display().to_string();
+    root.dnf_ok(&["-y", "--disablerepo=*", "install", copy.as_str()]);
+    root.kernel_install_add(UEK8_NO_DEVEL);
+
+    // As on the host, where the running kernel is the target.
+    let b = out.display().to_string();
+    let o = root.gpuhost(&[
+        "apply",
+        "--bundle",
+        b.as_str(),
+        "--kernel-release",
+        UEK8_NEW,
+        "--format",
+        "json",
+    ]);
+    let r = report(&o);
+    assert_eq!(code(&o), 1, "{r:#}\n{}", stderr(&o));
+    assert_eq!(r["kernel_guard"]["kept"], UEK8_NEW, "{r:#}");
+    assert!(
+        r["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("failed: kernel guard"),
+        "{r:#}"
+    );
+    // Again, as the trigger runs it in an install root (the newest kernel, no --kernel-release).
+    root.kernel_install_add(UEK8_NO_DEVEL);
+    fs::remove_file(root.join("/var/lib/gpuhost/kernel-guard.json"))
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let o = root.gpuhost(&["kernel-added", UEK8_NO_DEVEL, "--format", "json"]);
+    let r = report(&o);
+    assert_eq!(code(&o), 1, "{r:#}\n{}", stderr(&o));
+    let g = &r["kernel_guard"];
+    assert_eq!(g["action"], "kept", "{r:#}");
+    assert_eq!(g["kernel"], UEK8_NO_DEVEL, "{r:#}");
+    assert_eq!(g["kept"], UEK8_NEW, "{r:#}");
+    let why = g["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains(&format!("carries headers for {UEK8_NEW} only")),
+        "{r:#}"
+    );
+    // The kernel the bundle carries is served: nothing failed, nothing changed.
+    assert_converged(&r);
+    let grubenv = root.read("/boot/grub2/grubenv");
+    assert!(
+        grubenv
+            .lines()
+            .any(|l| l.starts_with("saved_entry=") && l.ends_with(UEK8_NEW)),
+        "{grubenv}"
+    );
+    let rec: Value = serde_json::from_str(&root.read("/var/lib/gpuhost/kernel-guard.json"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rec["kernel"], UEK8_NO_DEVEL, "{rec:#}");
+    assert_eq!(rec["reason"], g["reason"], "{rec:#}");
+    assert!(
+        rec["fix"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("--kernel-release {UEK8_NO_DEVEL}")),
+        "{rec:#}"
     );
 }
 

@@ -245,7 +245,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         },
     )?;
     let unserved = match &bundle {
-        Some(b) => fit_bundle(b, &mut facts, &profile)?,
+        Some(b) => fit_bundle(b, &mut facts, &profile, opts.kernel_release.is_some())?,
         None => None,
     };
     preflight(&host, &profile, &facts, opts.kernel_release.is_some())?;
@@ -290,24 +290,43 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     })
 }
 
-/// The bundle must carry headers for every kernel the host serves. One that carries the target
-/// kernel but not a newer default boot kernel (installed after the bundle was made, e.g. by a
-/// `dnf update` from a local mirror) serves the target only, when the kernel guard runs: the
-/// guard keeps the default boot on the target, with the bundle's refusal as its reason (what is
-/// returned). Anything else that does not fit is refused as before (exit 2).
-fn fit_bundle(b: &bundle::Opened, facts: &mut Facts, profile: &Profile) -> Result<Option<String>> {
+/// The bundle must carry headers for every kernel the host serves. One that lacks a newer
+/// default boot kernel's (installed after the bundle was made, e.g. by a `dnf update` from a
+/// local mirror) serves the kernels it carries, when the kernel guard runs: the running kernel
+/// (`--kernel-release`; in an install root without it, the newest installed kernel the bundle
+/// carries), and the guard keeps the default boot on it, with the bundle's refusal as its
+/// reason (what is returned). Anything else that does not fit is refused as before (exit 2).
+fn fit_bundle(
+    b: &bundle::Opened,
+    facts: &mut Facts,
+    profile: &Profile,
+    release_given: bool,
+) -> Result<Option<String>> {
     let Err(e) = b.fits(facts) else {
         return Ok(None);
     };
+    let carried = &b.manifest.kernels;
+    let mut narrowed = facts.clone();
+    if !facts.live && !release_given {
+        // The target was only the newest kernel installed in the root.
+        let flavour = profile.kernel.flavour;
+        let installed = &facts.installed_kernels;
+        if let Some(k) = installed
+            .iter()
+            .rev()
+            .find(|k| Flavour::of(k) == flavour && carried.contains(k))
+        {
+            narrowed.target_kernel = Some(k.clone());
+        }
+    }
     let guarded = profile.kernel.guard && profile.driver.manage;
-    let target_carried = facts
-        .target_kernel
+    let default_lacking = narrowed
+        .default_boot_kernel
         .as_ref()
-        .is_some_and(|t| b.manifest.kernels.contains(t));
-    if !guarded || !target_carried {
+        .is_some_and(|d| !carried.contains(d));
+    if !guarded || !default_lacking {
         return Err(e);
     }
-    let mut narrowed = facts.clone();
     narrowed.default_boot_kernel = None;
     // Another release, architecture or target kernel still refuses.
     b.fits(&narrowed)?;
