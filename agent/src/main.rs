@@ -22,7 +22,8 @@ const EXIT_CODES: &str = "\
 Exit codes (apply, plan):
   0  converged
   1  a step failed: the report says which step, why, and what to do
-     (also: another apply holds the lock)
+     (also: another apply holds the lock; the kernel guard failed, or kept a new default
+     kernel that a --bundle has no headers for from the next boot: see kernel_guard)
   2  invalid input or unsupported host: nothing was changed
      (also: a --bundle with a changed, missing or extra file, or made for another host)
   3  converged except that a reboot is required
@@ -30,6 +31,16 @@ Exit codes (apply, plan):
      was asked for it (scontrol reboot ASAP): it drains the node, waits for its jobs, reboots it
   130, 143  stopped by SIGINT / SIGTERM at a step boundary (a running package transaction
      is let finish; a second signal stops waiting, the transaction keeps the lock)
+
+Exit codes (kernel-added): those of the apply it repeats (--reboot is never repeated: no 4);
+  0 also when no apply has converged on this host (nothing to do);
+  1 also when the kernel guard kept the old kernel as the default boot because the new one
+     cannot have the NVIDIA module (its headers in no repo, not in the bundle, the build
+     failed; recorded in /var/lib/gpuhost/kernel-guard.json, fix command in the report),
+     found nothing to fall back to, or could not set the default; and when an rpm
+     transaction still holds /var/lib/rpm/.rpm.lock after --wait seconds;
+  2 also for a corrupt /var/lib/gpuhost/last-apply.json, or a recorded --bundle that no longer
+     verifies or has no kernel this host runs: nothing was changed
 
 Exit codes (bundle): 0 written, 1 could not resolve or write it, 2 invalid input
 
