@@ -539,6 +539,11 @@ fn the_loser_of_a_simultaneous_start_always_names_the_holder() {
 /// A directory with an `rpm` that sleeps `secs` before every query (`-q*`: the installed kernels
 /// in the facts, the driver file's `rpm -qp`, the steps' checks), then runs rpm.
 fn slow_rpm_q(secs: f32) -> SlowDnf {
+    slow_rpm(secs, "-q")
+}
+
+/// An `rpm` that sleeps before a query whose arguments contain `flag` (`-q`, `-qp`).
+fn slow_rpm(secs: f32, flag: &str) -> SlowDnf {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let real = Command::new("sh")
         .args(["-c", "command -v rpm"])
@@ -546,8 +551,9 @@ fn slow_rpm_q(secs: f32) -> SlowDnf {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
     assert!(!real.is_empty(), "rpm is not installed");
-    let script =
-        format!("#!/bin/sh\ncase \" $* \" in *\" -q\"*) sleep {secs};; esac\nexec {real} \"$@\"\n");
+    let script = format!(
+        "#!/bin/sh\ncase \" $* \" in *\" {flag}\"*) sleep {secs};; esac\nexec {real} \"$@\"\n"
+    );
     let p = dir.path().join("rpm");
     std::fs::write(&p, script).unwrap_or_else(|e| panic!("{e}"));
     let mut perm = std::fs::metadata(&p)
@@ -591,6 +597,53 @@ fn a_signal_during_the_first_checks_is_an_interruption_with_report_and_journal()
             "SIG{sig}: {r:#}"
         );
         assert_eq!(r["exit_code"], exit, "{r:#}");
+        assert_eq!(last_journal(&root)["interrupted"], r["interrupted"]);
+        assert_eq!(
+            root.rpmdb_snapshot(),
+            before,
+            "SIG{sig}: something was installed"
+        );
+    }
+}
+
+/// A signal while the driver file's `rpm -qp` runs (driver-repo's check, before any change):
+/// an interruption (130/143) with the report and the journal entry, never "invalid input"
+/// (it was exit 2 every time: the file check marked whatever failed as bad input).
+#[test]
+fn a_signal_during_the_driver_files_check_is_an_interruption() {
+    for (sig, exit) in [("TERM", 143), ("INT", 130)] {
+        let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+        let site = site();
+        let slow = slow_rpm(1.5, "-qp");
+        let before = root.rpmdb_snapshot();
+        let child = gpuhost(&root, &apply_args(&site, "driver-repo"), Some(&slow), None)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let qp = |pid: u32| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("-qp"))
+        };
+        while !children(child.id())
+            .iter()
+            .any(|(p, c)| c == "rpm" && qp(*p))
+        {
+            assert!(Instant::now() < deadline, "SIG{sig}: no rpm -qp started");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        signal(child.id(), sig);
+        let o = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(code(&o), exit, "SIG{sig}: {}", stderr(&o));
+        let r = report(&o);
+        assert!(
+            r["interrupted"]
+                .as_str()
+                .is_some_and(|w| w.contains(&format!("by SIG{sig}"))),
+            "SIG{sig}: {r:#}"
+        );
+        assert!(!stderr(&o).contains("invalid input"), "{}", stderr(&o));
         assert_eq!(last_journal(&root)["interrupted"], r["interrupted"]);
         assert_eq!(
             root.rpmdb_snapshot(),

@@ -54,9 +54,11 @@ pub fn is_invalid(err: &anyhow::Error) -> bool {
 }
 
 /// Mark an error as invalid input (exit 2: nothing was changed), keeping its message and hint:
-/// what a check found wrong with what the user gave (the driver file, a mirror directory).
+/// what a check found wrong with what the user gave (the driver file, a mirror directory). An
+/// interruption (a command not started after SIGTERM/SIGINT) is left as it is.
 pub fn as_invalid(err: anyhow::Error) -> anyhow::Error {
-    if is_invalid(&err) {
+    // A signal is never bad input: an interrupted check stays an interruption (130/143).
+    if is_invalid(&err) || crate::interrupt::is_interrupted(&err) {
         err
     } else {
         err.context(Invalid("invalid input".to_string()))
@@ -68,4 +70,20 @@ pub fn hint_of(err: &anyhow::Error) -> Option<&str> {
     err.chain()
         .find_map(|e| e.downcast_ref::<Hint>())
         .map(|h| h.hint.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interruption_is_never_made_invalid_input() {
+        let e = anyhow::Error::new(crate::interrupt::Interrupted(
+            "interrupted by SIGTERM: `rpm` was not started".into(),
+        ));
+        let e = as_invalid(e.context("reading the driver file"));
+        assert!(!is_invalid(&e));
+        assert!(crate::interrupt::is_interrupted(&e));
+        assert!(is_invalid(&as_invalid(anyhow::anyhow!("not an RPM"))));
+    }
 }
