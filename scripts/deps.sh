@@ -13,7 +13,8 @@
 # (test keys; the roots' openssl), mokutil and sbsigntool (Secure Boot tests) and pci.ids (the
 # GPU table is checked against it), ansible-core (+ python3-venv, python3-pip: ansible-test sanity)
 # for the gpuhost.node collection, mmdebstrap and systemd-nspawn (a container booting systemd runs
-# the shipped units) and, on Debian, vagrant (validates the Vagrantfile).
+# the shipped units), monitoring-plugins' negate (runs `gpuhost status` as Nagios runs a plugin)
+# and, on Debian, vagrant (validates the Vagrantfile).
 # Debian/Ubuntu via apt-get, Oracle Linux/RHEL via dnf. Idempotent; needs root to install.
 #   --check   only say what is missing (exit 1 if anything is), install nothing.
 set -euo pipefail
@@ -30,6 +31,7 @@ done
 busybox=${GPUHOST_BUSYBOX:-/bin/busybox}
 if [ ! -x "$busybox" ] || ldd "$busybox" >/dev/null 2>&1; then need+=(busybox-static); fi
 [ -f /usr/share/misc/pci.ids ] || need+=(pci.ids)
+[ -x /usr/lib/nagios/plugins/negate ] || [ -x /usr/lib64/nagios/plugins/negate ] || need+=(negate)
 # the kernel's sign-file: Debian's linux-kbuild-6.1 (on Oracle Linux: kernel-devel)
 sign_file=0
 for f in /usr/lib/linux-kbuild-6.1/scripts/sign-file /usr/lib/linux-kbuild-*/scripts/sign-file /usr/src/kernels/*/scripts/sign-file; do
@@ -53,7 +55,8 @@ if command -v apt-get >/dev/null 2>&1; then
     munge slurmctld slurmd slurm-client umoci skopeo docker.io \
     dkms kmod make xz-utils binutils gcc util-linux pci.ids \
     linux-kbuild-6.1 mokutil openssl sbsigntool \
-    ansible-core python3-venv python3-pip mmdebstrap systemd-container >/dev/null
+    ansible-core python3-venv python3-pip mmdebstrap systemd-container \
+    monitoring-plugins-basic >/dev/null
 elif command -v dnf >/dev/null 2>&1; then
   # (vagrant is not in Oracle Linux's repos: its test is skipped there unless installed)
   # (promtool is not in Oracle Linux's repos either: install Prometheus's release by hand;
@@ -61,7 +64,8 @@ elif command -v dnf >/dev/null 2>&1; then
   # skip without it)
   "${sudo[@]}" dnf install -y -q rpm-build createrepo_c python3 strace systemd busybox cloud-init skopeo \
     kmod make xz binutils gcc util-linux hwdata openssl mokutil kernel-devel ansible-core systemd-container
-  # (dkms and sbsigntools come from EPEL there; kernel-devel brings scripts/sign-file)
+  # (dkms and sbsigntools come from EPEL there; kernel-devel brings scripts/sign-file; negate
+  # is EPEL's nagios-plugins-negate)
 else
   echo "deps.sh: no apt-get or dnf here; install ${need[*]} by hand" >&2
   exit 1

@@ -1045,3 +1045,100 @@ fn rustix_euid_is_root() -> bool {
         .map(|m| m.uid() == 0)
         .unwrap_or(false)
 }
+
+/// monitoring-plugins' `negate`, a real Nagios plugin wrapper (Debian's
+/// monitoring-plugins-basic), where installed.
+fn nagios_negate() -> Option<PathBuf> {
+    let found = [
+        "/usr/lib/nagios/plugins/negate",
+        "/usr/lib64/nagios/plugins/negate",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_none(),
+            "negate (monitoring-plugins-basic) is not installed: ./scripts/deps.sh"
+        );
+    }
+    found
+}
+
+/// A bad argument is UNKNOWN (3), never CRITICAL (2): a monitor would page for a typo. Read as
+/// Nagios reads a plugin — the exit code, the first line of output — both directly and through
+/// monitoring-plugins' `negate`, told to map UNKNOWN to WARNING and leave CRITICAL as it is.
+#[test]
+fn a_bad_argument_is_unknown_to_nagios() {
+    let run = tempfile::tempdir().unwrap();
+    let bad: [&[&str]; 4] = [
+        &["status", "--no-such-flag"],
+        &["status", "--format", "csv"],
+        &["status", "--expect-gpus", "eight"],
+        &["--log-level", "info", "status", "--timeout"],
+    ];
+    for args in bad {
+        let o = gpuhost(run.path()).args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.lines().next().unwrap_or("").starts_with("error:"),
+            "{err}"
+        );
+        let out = stdout(&o);
+        assert!(
+            out.starts_with("gpuhost status UNKNOWN: bad arguments: "),
+            "{args:?}: {out}"
+        );
+    }
+    // node-problem-detector's UNKNOWN is 2.
+    let o = gpuhost(run.path())
+        .args(["status", "--format", "npd", "--no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    // Other commands keep clap's 2 for a usage error.
+    let o = gpuhost(run.path())
+        .args(["facts", "--bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+
+    let Some(negate) = nagios_negate() else {
+        eprintln!("skipped the negate part: monitoring-plugins-basic is not installed");
+        return;
+    };
+    let o = Command::new(&negate)
+        .args([
+            "-s", "-t", "30", "-o", "OK", "-w", "WARNING", "-c", "CRITICAL", "-u", "WARNING",
+        ])
+        .arg(env!("CARGO_BIN_EXE_gpuhost"))
+        .args(["status", "--no-such-flag"])
+        .env("GPUHOST_RUN_DIR", run.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "UNKNOWN mapped to WARNING: {o:?}");
+    assert!(
+        stdout(&o).starts_with("gpuhost status WARNING: bad arguments: unexpected argument"),
+        "negate substitutes the state it mapped to: {}",
+        stdout(&o)
+    );
+    // And a real CRITICAL still reads as CRITICAL through it (the 8-GPU fixture, 16 expected).
+    let snap = fixtures().join("hgx-h200x8-snapshot.json");
+    let o = Command::new(&negate)
+        .args([
+            "-t", "30", "-o", "OK", "-w", "WARNING", "-c", "CRITICAL", "-u", "WARNING",
+        ])
+        .arg(env!("CARGO_BIN_EXE_gpuhost"))
+        .args(["status", "--expect-gpus", "16", "--from-snapshot"])
+        .arg(&snap)
+        .env("GPUHOST_RUN_DIR", run.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(
+        stdout(&o).starts_with("gpuhost status CRITICAL"),
+        "{}",
+        stdout(&o)
+    );
+}

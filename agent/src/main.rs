@@ -42,9 +42,10 @@ Exit codes (kernel-added): those of the apply it repeats (--reboot is never repe
   2 also for a corrupt /var/lib/gpuhost/last-apply.json, or a recorded --bundle that no longer
      verifies or has no kernel this host runs: nothing was changed
 
-Exit codes (bundle): 0 written, 1 could not resolve or write it, 2 invalid input
+Exit codes (bundle): 0 written, 1 could not resolve or write it, 2 invalid input,
+  130, 143 stopped by SIGINT / SIGTERM (nothing is left at --out, the scratch root is removed)
 
-Exit codes (status): Nagios: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN;
+Exit codes (status): Nagios: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (also a bad argument);
   --format npd: 0 OK or WARNING, 1 CRITICAL, 2 UNKNOWN (node-problem-detector);
   --wait-healthy: 0 healthy, 2 not healthy within --timeout";
 
@@ -302,7 +303,10 @@ fn main() -> ExitCode {
         let code = gpuhost_health::run_probe(None, std::path::Path::new("/"));
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(usage_error(&e)),
+    };
     output::init_logging(&cli.log_level);
     let code = match &cli.command {
         Command::Apply(a) => run_apply(&apply_options(a, a.dry_run), a.format),
@@ -315,7 +319,15 @@ fn main() -> ExitCode {
             Ok(opts) => run_apply(&opts, r.format),
             Err(e) => output::error(r.format == Format::Json, &e),
         },
-        Command::Bundle(b) => report(b.format, run_bundle(b)),
+        Command::Bundle(b) => {
+            // A signal stops the build at the next command, and its scratch root is removed.
+            gpuhost_host::interrupt::install();
+            let code = report(b.format, run_bundle(b));
+            match gpuhost_host::interrupt::received() {
+                Some(sig) if code != exit::OK => 128 + sig,
+                _ => code,
+            }
+        }
         Command::KernelAdded(k) => match kernel_added_options(k) {
             Ok(Some(opts)) => run_apply(&opts, k.format),
             Ok(None) => exit::OK,
@@ -339,6 +351,39 @@ fn main() -> ExitCode {
         Command::Serve(s) => gpuhost_serve::run(s),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Print a command-line error (or the help it asked for); its exit code: clap's 2, but 3
+/// (UNKNOWN) for `gpuhost status`, which monitors run as a Nagios plugin and would read 2 as
+/// CRITICAL (with `--format npd`, node-problem-detector's UNKNOWN, 2), with the UNKNOWN line a
+/// plugin owes on stdout.
+fn usage_error(e: &clap::Error) -> u8 {
+    let _ = e.print();
+    if !e.use_stderr() {
+        return 0; // --help, --version
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let names: Vec<String> = Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    let subcommand = args.iter().find(|a| names.contains(a));
+    let npd = args.windows(2).any(|w| w[0] == "--format" && w[1] == "npd")
+        || args.iter().any(|a| a == "--format=npd");
+    if subcommand.map(String::as_str) != Some("status") {
+        return 2;
+    }
+    // A plugin's first line of stdout is what the monitor shows (Nagios reports "no data
+    // returned" without one).
+    let first = e.to_string();
+    let first = first.lines().next().unwrap_or("bad arguments");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    println!("gpuhost status UNKNOWN: bad arguments: {first}; see gpuhost status --help");
+    if npd {
+        2
+    } else {
+        3
+    }
 }
 
 /// Exactly `gpuhost status --nvml-probe`: the probe child of a one-shot `gpuhost status`.

@@ -65,6 +65,8 @@ pub struct Cmd {
     stdin_file: Option<PathBuf>,
     /// Write stdout to this file (else captured).
     stdout_file: Option<PathBuf>,
+    /// Write stdout to this open file (created by gpuhost, never reopened by path).
+    stdout_fd: Option<std::sync::Arc<std::fs::File>>,
     /// Run in this directory (else gpuhost's own).
     dir: Option<PathBuf>,
 }
@@ -122,6 +124,7 @@ impl Cmd {
             binary: false,
             stdin_file: None,
             stdout_file: None,
+            stdout_fd: None,
             dir: None,
         }
     }
@@ -136,6 +139,13 @@ impl Cmd {
     /// large to hold in memory (`rpm2cpio` of a local repo package).
     pub fn stdout_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.stdout_file = Some(path.into());
+        self
+    }
+
+    /// Write stdout to this file, already open: a file gpuhost created itself (`O_EXCL`,
+    /// `O_NOFOLLOW`) is written without being opened again by its path.
+    pub fn stdout_to(mut self, file: std::fs::File) -> Self {
+        self.stdout_fd = Some(std::sync::Arc::new(file));
         self
     }
 
@@ -244,9 +254,13 @@ impl Cmd {
             Some(p) => expr.stdin_path(p),
             None => expr.stdin_null(),
         };
-        expr = match &self.stdout_file {
-            Some(p) => expr.stdout_path(p),
-            None => expr.stdout_capture(),
+        expr = match (&self.stdout_fd, &self.stdout_file) {
+            (Some(f), _) => expr.stdout_file(
+                f.try_clone()
+                    .with_context(|| format!("`{}`: its output file", Display(argv)))?,
+            ),
+            (None, Some(p)) => expr.stdout_path(p),
+            (None, None) => expr.stdout_capture(),
         };
         if let Some(d) = &self.dir {
             expr = expr.dir(d);

@@ -1,7 +1,7 @@
 //! Atomic file writes, SHA-256 digests and small time helpers (files of the build host).
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
@@ -9,25 +9,17 @@ use anyhow::{Context, Result};
 /// Write `data` to `path` atomically: a temp file in the same directory, fsync, rename, fsync
 /// the directory. Readers see the old content or the new, never a torn file. Parent
 /// directories are created. `mode` sets the permission bits of the new file.
+///
+/// The temp file is created with `O_CREAT|O_EXCL|O_NOFOLLOW` under a name nobody can predict:
+/// a link planted in a shared directory (node_exporter's textfile directory) is never
+/// followed, and never written through.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
     let dir = path
         .parent()
         .with_context(|| format!("{} has no parent directory", path.display()))?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let name = path
-        .file_name()
-        .with_context(|| format!("{} has no file name", path.display()))?
-        .to_string_lossy();
-    let tmp = dir.join(format!(".{name}.gpuhost-tmp.{}", std::process::id()));
+    let (mut f, tmp) = create_new_beside(path, "gpuhost-tmp", mode)?;
     let result = (|| -> Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&tmp)
-            .with_context(|| format!("creating {}", tmp.display()))?;
         f.write_all(data)
             .with_context(|| format!("writing {}", tmp.display()))?;
         f.sync_all()
@@ -43,6 +35,80 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// A new file next to `path`, `.NAME.TAG.<random>`, created with `O_CREAT|O_EXCL|O_NOFOLLOW`
+/// (never an existing file, never through a link), and its path.
+pub fn create_new_beside(path: &Path, tag: &str, mode: u32) -> Result<(std::fs::File, PathBuf)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path
+        .parent()
+        .with_context(|| format!("{} has no parent directory", path.display()))?;
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} has no file name", path.display()))?
+        .to_string_lossy();
+    let mut last = None;
+    for _ in 0..16 {
+        let tmp = dir.join(format!(".{name}.{tag}.{}", unpredictable()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(O_NOFOLLOW_CLOEXEC)
+            .mode(mode)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e).with_context(|| format!("creating {}", tmp.display())),
+        }
+    }
+    Err(anyhow::anyhow!(
+        "creating a temporary file next to {}: {}; remove the .{name}.{tag}.* files there",
+        path.display(),
+        last.map(|e| e.to_string()).unwrap_or_default()
+    ))
+}
+
+/// `O_NOFOLLOW | O_CLOEXEC` as `OpenOptionsExt::custom_flags` takes them.
+const O_NOFOLLOW_CLOEXEC: i32 =
+    (rustix::fs::OFlags::NOFOLLOW.bits() | rustix::fs::OFlags::CLOEXEC.bits()) as i32;
+
+/// Open a regular file for reading without following a link and without blocking: a FIFO or a
+/// device is refused (its open does not wait for a writer), the type checked on the descriptor.
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let f = std::fs::File::from(fd);
+    if !f.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    Ok(f)
+}
+
+/// 64 bits nobody outside this process can guess: the pid, the clock and a counter, hashed.
+fn unpredictable() -> String {
+    use sha2::{Digest, Sha256};
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let stack = 0u8;
+    let seed = format!(
+        "{}:{now}:{n}:{:p}",
+        std::process::id(),
+        std::ptr::addr_of!(stack)
+    );
+    hex(&Sha256::digest(seed.as_bytes())[..8])
 }
 
 /// Seconds since the Unix epoch.
@@ -88,13 +154,17 @@ pub fn sha256_hex(data: &[u8]) -> String {
 
 /// SHA-256 of a file (read in 1 MiB pieces), hex.
 pub fn sha256_file(path: &Path) -> Result<String> {
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    sha256_read(f, path)
+}
+
+/// SHA-256 of what `r` (read from `path`) holds, hex.
+pub fn sha256_read(mut r: impl std::io::Read, path: &Path) -> Result<String> {
     use sha2::{Digest, Sha256};
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f
+        let n = r
             .read(&mut buf)
             .with_context(|| format!("reading {}", path.display()))?;
         if n == 0 {
@@ -121,6 +191,49 @@ mod tests {
             .map(|e| e.file_name())
             .collect();
         assert_eq!(names.len(), 1, "{names:?}");
+        Ok(())
+    }
+
+    /// A link planted where the temp file used to be (`.NAME.gpuhost-tmp.<pid>`), or anything
+    /// else at a temp file's name, is never written through.
+    #[test]
+    fn a_planted_temp_link_is_not_followed() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let shared = dir.path().join("textfiles");
+        std::fs::create_dir_all(&shared)?;
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious")?;
+        let planted = shared.join(format!(".m.prom.gpuhost-tmp.{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted)?;
+        let p = shared.join("m.prom");
+        write_atomic(&p, b"metrics", 0o644)?;
+        assert_eq!(std::fs::read(&victim)?, b"precious");
+        assert_eq!(std::fs::read(&p)?, b"metrics");
+        assert!(std::fs::symlink_metadata(&planted)?
+            .file_type()
+            .is_symlink());
+        let (f, tmp) = create_new_beside(&p, "partial", 0o600)?;
+        drop(f);
+        assert!(tmp.starts_with(&shared), "{}", tmp.display());
+        let (_, other) = create_new_beside(&p, "partial", 0o600)?;
+        assert_ne!(tmp, other, "two temp files, one name");
+        Ok(())
+    }
+
+    #[test]
+    fn open_regular_refuses_links_and_fifos() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"x")?;
+        let link = dir.path().join("l");
+        std::os::unix::fs::symlink(&f, &link)?;
+        let fifo = dir.path().join("p");
+        let o = std::process::Command::new("mkfifo").arg(&fifo).output()?;
+        assert!(o.status.success());
+        assert!(open_regular(&f).is_ok());
+        assert!(open_regular(&link).is_err());
+        // Returns at once: no writer is waited for.
+        assert!(open_regular(&fifo).is_err());
         Ok(())
     }
 

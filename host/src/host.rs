@@ -46,7 +46,7 @@ impl BundleRepo {
         let id = BUNDLE_REPO_ID;
         let mut out = vec![
             "--disablerepo=*".to_string(),
-            format!("--repofrompath={id},file://{}", self.dir.display()),
+            format!("--repofrompath={id},{}", file_url(&self.dir)),
             format!("--enablerepo={id}"),
             format!("--setopt={id}.gpgcheck={}", u8::from(self.gpgcheck)),
             format!("--setopt={id}.repo_gpgcheck=0"),
@@ -54,15 +54,26 @@ impl BundleRepo {
             format!("--setopt={id}.metadata_expire=0"),
         ];
         if !self.gpgkeys.is_empty() {
-            let keys: Vec<String> = self
-                .gpgkeys
-                .iter()
-                .map(|k| format!("file://{}", k.display()))
-                .collect();
+            let keys: Vec<String> = self.gpgkeys.iter().map(|k| file_url(k)).collect();
             out.push(format!("--setopt={id}.gpgkey={}", keys.join(",")));
         }
         out
     }
+}
+
+/// A `file://` URL of a path, percent-encoded: dnf splits `baseurl` and `gpgkey` on commas and
+/// white space, so a bundle on a USB stick labelled `GPU BUNDLE` needs `%20`.
+pub fn file_url(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::from("file://");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 impl Host {

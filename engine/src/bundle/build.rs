@@ -214,6 +214,12 @@ fn check_request(opts: &BuildOptions, profile: &Profile) -> Result<Destination> 
             parent.display()
         ));
     }
+    if std::fs::symlink_metadata(&out).is_ok_and(|md| md.file_type().is_symlink()) {
+        return Err(invalid!(
+            "--out {} is a symbolic link; give the directory it points to, or a new path (a bundle is never written through a link)",
+            out.display()
+        ));
+    }
     match std::fs::read_dir(&out) {
         Ok(entries) => {
             if entries.count() > 0 {
@@ -228,7 +234,7 @@ fn check_request(opts: &BuildOptions, profile: &Profile) -> Result<Destination> 
     }
     let tarball = opts.tar.then(|| parent.join(format!("{name}.tar")));
     if let Some(t) = &tarball {
-        if t.exists() {
+        if std::fs::symlink_metadata(t).is_ok() {
             return Err(invalid!(
                 "{} exists; remove it or give another --out",
                 t.display()
@@ -417,6 +423,7 @@ fn publish(dest: &Destination, staging: &Path) -> Result<Option<u64>> {
         name,
         tarball,
     } = dest;
+    stop_if_interrupted()?;
     if out.exists() {
         std::fs::remove_dir(out).with_context(|| format!("replacing {}", out.display()))?;
     }
@@ -425,13 +432,15 @@ fn publish(dest: &Destination, staging: &Path) -> Result<Option<u64>> {
     let Some(t) = tarball else {
         return Ok(None);
     };
-    let partial = parent.join(format!(".{name}.tar.partial"));
+    // Created here, O_EXCL|O_NOFOLLOW under an unpredictable name, and handed to tar as its
+    // stdout: a link planted beside --out is never written through.
+    let (file, partial) = fsutil::create_new_beside(t, "partial", 0o644)?;
     let made = Cmd::new("tar")
-        .arg("-cf")
-        .arg(&partial)
-        .arg("-C")
+        .args(["-cf", "-", "-C"])
         .arg(parent)
+        .arg("--")
         .arg(name)
+        .stdout_to(file)
         .run()
         .and_then(|_| {
             std::fs::rename(&partial, t)
@@ -442,6 +451,20 @@ fn publish(dest: &Destination, staging: &Path) -> Result<Option<u64>> {
         return Err(e);
     }
     Ok(std::fs::metadata(t).ok().map(|md| md.len()))
+}
+
+/// After SIGTERM or SIGINT the build stops (its scratch root and staging are removed as the
+/// error unwinds); the commands already refuse to start.
+fn stop_if_interrupted() -> Result<()> {
+    match gpuhost_host::interrupt::received() {
+        Some(sig) => Err(anyhow::Error::new(gpuhost_host::interrupt::Interrupted(
+            format!(
+                "interrupted by {}: the bundle was not written",
+                gpuhost_host::interrupt::name(sig)
+            ),
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn tool_missing(e: anyhow::Error, tool: &str, package: &str) -> anyhow::Error {
@@ -493,6 +516,7 @@ fn settle(
         modules: Wanted::default(),
     };
     for pass in 0..MAX_PASSES {
+        stop_if_interrupted()?;
         let ctx = Ctx::new(scratch, profile, facts, driver.cloned())?;
         let work = pass_work(&ctx, &registry, &mut planned.plan)?;
         drop(ctx);

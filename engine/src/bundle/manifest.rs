@@ -8,7 +8,7 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use gpuhost_host::fsutil::sha256_file;
+use gpuhost_host::fsutil;
 use gpuhost_host::invalid;
 use gpuhost_host::kernel::Flavour;
 
@@ -95,8 +95,9 @@ fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
             out.push(rel);
         } else {
             return Err(invalid!(
-                "bundle {}: {rel} is not a regular file (a link or a device); a bundle holds only files: copy it again from where it was made",
-                base.display()
+                "bundle {}: {rel} is not a regular file ({}); a bundle holds only files: copy it again from where it was made",
+                base.display(),
+                kind_of(ft)
             ));
         }
     }
@@ -144,9 +145,11 @@ fn hash_all(dir: &Path, files: &[String]) -> Result<Vec<(u64, String)>> {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(rel) = files.get(i) else { break };
                 let p = dir.join(rel);
-                let r = std::fs::metadata(&p)
+                // Never through a link, never a FIFO: only the regular files listed.
+                let r = fsutil::open_regular(&p)
+                    .and_then(|f| Ok((f.metadata()?.len(), f)))
                     .with_context(|| format!("reading {}", p.display()))
-                    .and_then(|m| Ok((m.len(), sha256_file(&p)?)));
+                    .and_then(|(len, f)| Ok((len, fsutil::sha256_read(f, &p)?)));
                 if let Ok(mut all) = results.lock() {
                     all[i] = Some(r);
                 }
@@ -162,12 +165,69 @@ fn hash_all(dir: &Path, files: &[String]) -> Result<Vec<(u64, String)>> {
         .collect()
 }
 
-/// A path from a manifest must stay inside the bundle.
+/// A path from a manifest must stay inside the bundle: relative, normalised (`a/b`, never `a//b`,
+/// `./a` or `a/../b`), `/`-separated.
 fn safe(path: &str) -> bool {
-    let p = Path::new(path);
     !path.is_empty()
-        && p.components().all(|c| matches!(c, Component::Normal(_)))
-        && !path.contains('\\')
+        && !path.contains(['\\', '\0'])
+        && path
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
+        && Path::new(path)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// Read the manifest without following a link and without opening anything but a regular file:
+/// a FIFO (or a device) in its place would block the read for ever.
+fn read_manifest(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let md = std::fs::symlink_metadata(path)?;
+    if !md.file_type().is_file() {
+        return Err(std::io::Error::other(format!(
+            "it is {}, not a regular file",
+            kind_of(md.file_type())
+        )));
+    }
+    let mut text = String::new();
+    fsutil::open_regular(path)?.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// What a file type is, in words.
+pub fn kind_of(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_symlink() {
+        "a link"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_block_device() || ft.is_char_device() {
+        "a device"
+    } else if ft.is_dir() {
+        "a directory"
+    } else {
+        "a regular file"
+    }
+}
+
+/// Every path field of the manifest (`driver_repo_rpm`, `gpgkeys`) must name a file the
+/// manifest lists with its SHA-256: apply uses no byte the manifest does not hash.
+fn check_fields(shown: &str, m: &Manifest, listed: &BTreeMap<&str, &FileEntry>) -> Result<()> {
+    let fields = m
+        .driver_repo_rpm
+        .iter()
+        .map(|p| ("driver_repo_rpm", p))
+        .chain(m.gpgkeys.iter().map(|p| ("gpgkeys", p)));
+    for (field, p) in fields {
+        if !safe(p) || !listed.contains_key(p.as_str()) {
+            return Err(invalid!(
+                "bundle {shown}: {MANIFEST} field {field} names `{p}`, which is not a file of the bundle listed with its SHA-256; the manifest was tampered with: copy the bundle again from where it was made"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Read and verify the bundle at `dir`: the manifest is readable, every file it lists is there
@@ -176,7 +236,7 @@ fn safe(path: &str) -> bool {
 pub fn verify(dir: &Path) -> Result<(Manifest, String)> {
     let shown = dir.display();
     let path = dir.join(MANIFEST);
-    let text = match std::fs::read_to_string(&path) {
+    let text = match read_manifest(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(invalid!(
@@ -204,6 +264,7 @@ pub fn verify(dir: &Path) -> Result<(Manifest, String)> {
         }
         listed.insert(f.path.as_str(), f);
     }
+    check_fields(&shown.to_string(), &m, &listed)?;
     let present = list_files(dir)?;
     let again = "the bundle is damaged or was tampered with; copy it again from where it was made";
     if let Some(extra) = present.iter().find(|p| !listed.contains_key(p.as_str())) {
@@ -251,6 +312,7 @@ pub fn join(dir: &Path, rel: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpuhost_host::fsutil::sha256_file;
 
     fn sample(dir: &Path) -> Result<Manifest> {
         std::fs::create_dir_all(dir.join("repo/Packages"))?;
@@ -339,6 +401,70 @@ mod tests {
         m.files[0].path = "../outside".into();
         std::fs::write(d.path().join(MANIFEST), serde_json::to_vec(&m)?)?;
         refused(d.path(), "`../outside`");
+        Ok(())
+    }
+
+    /// Every path field names a file the manifest hashes: not one outside the bundle, not one
+    /// inside it but unlisted, not one written un-normalised.
+    #[test]
+    fn path_fields_name_only_hashed_files() -> Result<()> {
+        let outer = tempfile::tempdir()?;
+        let d = outer.path().join("b");
+        std::fs::create_dir_all(outer.path().join("evil"))?;
+        std::fs::write(outer.path().join("evil/a-1-1.x86_64.rpm"), b"evil")?;
+        let good = sample(&d)?;
+        let cases: [(&str, &dyn Fn(&mut Manifest)); 6] = [
+            ("driver_repo_rpm", &|m| {
+                m.driver_repo_rpm = Some("../evil/a-1-1.x86_64.rpm".into())
+            }),
+            ("driver_repo_rpm", &|m| {
+                m.driver_repo_rpm = Some("repo//Packages/a-1-1.x86_64.rpm".into())
+            }),
+            ("driver_repo_rpm", &|m| {
+                m.driver_repo_rpm = Some("/etc/hostname".into())
+            }),
+            ("gpgkeys", &|m| {
+                m.gpgkeys = vec!["../../../../etc/hostname".into()]
+            }),
+            ("gpgkeys", &|m| {
+                m.gpgkeys = vec!["keys/not-listed.asc".into()]
+            }),
+            ("gpgkeys", &|m| m.gpgkeys = vec!["./profile.toml".into()]),
+        ];
+        for (field, tamper) in cases {
+            let mut m = good.clone();
+            tamper(&mut m);
+            std::fs::write(d.join(MANIFEST), serde_json::to_vec(&m)?)?;
+            refused(&d, &format!("field {field} names"));
+        }
+        // A listed file is fine.
+        let mut m = good.clone();
+        m.driver_repo_rpm = Some("repo/Packages/a-1-1.x86_64.rpm".into());
+        m.gpgkeys = vec!["profile.toml".into()];
+        std::fs::write(d.join(MANIFEST), serde_json::to_vec(&m)?)?;
+        verify(&d)?;
+        Ok(())
+    }
+
+    fn mkfifo(p: &Path) -> Result<()> {
+        let o = std::process::Command::new("mkfifo").arg(p).output()?;
+        anyhow::ensure!(o.status.success(), "mkfifo {}", p.display());
+        Ok(())
+    }
+
+    /// A FIFO, as the manifest or as a file of the bundle, is refused at once (a read would
+    /// wait for a writer for ever).
+    #[test]
+    fn a_fifo_is_refused_without_being_read() -> Result<()> {
+        let d = tempfile::tempdir()?;
+        sample(d.path())?;
+        let fifo = d.path().join("repo/fifo");
+        mkfifo(&fifo)?;
+        refused(d.path(), "repo/fifo is not a regular file (a FIFO)");
+        std::fs::remove_file(&fifo)?;
+        std::fs::remove_file(d.path().join(MANIFEST))?;
+        mkfifo(&d.path().join(MANIFEST))?;
+        refused(d.path(), "it is a FIFO, not a regular file");
         Ok(())
     }
 

@@ -73,6 +73,13 @@ pub fn open(path: &Path) -> Result<Opened> {
     let md = std::fs::metadata(path).map_err(|e| {
         invalid!("bundle {shown} cannot be read: {e}; give the directory or the .tar gpuhost bundle made")
     })?;
+    if !md.is_dir() && !md.is_file() {
+        // A FIFO would block tar (and apply) until a writer comes: refused without opening it.
+        return Err(invalid!(
+            "bundle {shown} is {}, not a directory or a file; give the directory or the .tar gpuhost bundle made",
+            manifest::kind_of(md.file_type())
+        ));
+    }
     let (dir, extracted) = if md.is_dir() {
         (path.to_path_buf(), None)
     } else {
@@ -98,12 +105,6 @@ pub fn open(path: &Path) -> Result<Opened> {
     let dir = dir
         .canonicalize()
         .with_context(|| format!("resolving {}", dir.display()))?;
-    if dir.to_string_lossy().contains(',') {
-        return Err(invalid!(
-            "bundle {}: dnf cannot use a repo path with a comma in it; move the bundle",
-            dir.display()
-        ));
-    }
     let (manifest, manifest_sha256) = manifest::verify(&dir).map_err(|e| {
         if extracted.is_some() && gpuhost_host::error::is_invalid(&e) {
             invalid!("{e:#} (in {shown})")
