@@ -972,3 +972,209 @@ fn a_remote_repo_its_packages_modules_and_key_and_a_disabled_module_offline() {
     assert_eq!(c, 0, "{err}");
     assert_converged(&r);
 }
+
+/// A manifest edited to name `value` in `field`, written back.
+fn edit_manifest(bundle: &Path, field: &str, value: Value) {
+    let mut m = manifest_of(bundle);
+    m[field] = value;
+    fs::write(
+        bundle.join("manifest.json"),
+        serde_json::to_vec_pretty(&m).unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// `mkfifo PATH`.
+fn mkfifo(p: &Path) {
+    let o = std::process::Command::new("mkfifo")
+        .arg(p)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `gpuhost ARGS` that must end within `secs` (a FIFO must not block it): its output.
+fn within(root: &Root, args: &[&str], secs: u64) -> std::process::Output {
+    let mut child = root
+        .gpuhost_cmd(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap_or_else(|e| panic!("{e}")).is_none() {
+        if start.elapsed().as_secs() >= secs {
+            let _ = child.kill();
+            panic!("gpuhost {args:?} still runs after {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Issue 24, item 2 and 3: a bundle uses only bytes its manifest hashes, and its outputs are
+/// written without following links. Made on a USB stick whose label has a space, with a link
+/// planted where the tarball's temp file used to be; applied from there with a `$TMPDIR` that
+/// has a space too; then the manifest's path fields pointed outside the bundle, and FIFOs in
+/// place of the manifest and the tarball.
+#[test]
+fn a_bundle_uses_only_hashed_bytes_and_writes_through_no_link() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let profile = site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2);
+    let stick = tmp.path().join("GPU BUNDLE 'x'");
+    fs::create_dir_all(&stick).unwrap_or_else(|e| panic!("{e}"));
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    // dnf cannot build there (it splits reposdir on white space): refused before anything.
+    let s = stick.join("b").display().to_string();
+    let o = src.gpuhost(&["bundle", "--profile", &profile, "--out", &s]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("white space"), "{}", stderr(&o));
+    assert_eq!(names_in(&stick), Some(vec![]));
+
+    let made = tmp.path().join("made");
+    fs::create_dir_all(&made).unwrap_or_else(|e| panic!("{e}"));
+    let victim = tmp.path().join("victim");
+    fs::write(&victim, "precious").unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(&victim, made.join(".b.tar.partial"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = made.join("b");
+    // An --out that is a link is refused before anything is written.
+    let real = tmp.path().join("real");
+    fs::create_dir_all(&real).unwrap_or_else(|e| panic!("{e}"));
+    let link = made.join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap_or_else(|e| panic!("{e}"));
+    let l = link.display().to_string();
+    let o = src.gpuhost(&["bundle", "--profile", &profile, "--out", &l, "--tar"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("is a symbolic link"), "{}", stderr(&o));
+    assert_eq!(names_in(&real), Some(vec![]));
+    fs::remove_file(&link).unwrap_or_else(|e| panic!("{e}"));
+
+    let r = bundle(&src, &profile, &out, &["--tar"]);
+    assert_eq!(r["tarball"], made.join("b.tar").display().to_string());
+    assert_eq!(
+        fs::read_to_string(&victim).unwrap_or_default(),
+        "precious",
+        "the build wrote through the planted link"
+    );
+    let mut left = names_in(&made).unwrap_or_default();
+    left.sort();
+    assert_eq!(left, [".b.tar.partial", "b", "b.tar"], "{left:?}");
+    // Carried on the stick.
+    copy_dir(&out, &stick.join("b"));
+    fs::copy(made.join("b.tar"), stick.join("b.tar")).unwrap_or_else(|e| panic!("{e}"));
+    let tarball = stick.join("b.tar");
+    let out = stick.join("b");
+
+    // Applied from the stick, unpacked into a $TMPDIR with a space: converges.
+    let off = Root::new(Os::Ol8, &[UEK8_NEW]);
+    cut_off(&off);
+    let tmpdir = tmp.path().join("tmp dir");
+    fs::create_dir_all(&tmpdir).unwrap_or_else(|e| panic!("{e}"));
+    let t = tarball.display().to_string();
+    let o = off
+        .gpuhost_cmd(&["apply", "--bundle", &t, "--format", "json"])
+        .env("TMPDIR", &tmpdir)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(names_in(&tmpdir), Some(vec![]), "the extraction was left");
+    let (c, r, err) = apply_bundle(&off, "apply", &out);
+    assert_eq!(c, 0, "{err}");
+    assert_converged(&r);
+
+    // The path fields name files outside the bundle, or inside it but in no hash.
+    let fresh = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let evil = tmp.path().join("evil");
+    fs::create_dir_all(&evil).unwrap_or_else(|e| panic!("{e}"));
+    fs::copy(
+        World::get().cuda_local(CUDA_LOCAL_EL8_12_2),
+        evil.join(CUDA_LOCAL_EL8_12_2),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let cases: [(&str, Value); 4] = [
+        (
+            "driver_repo_rpm",
+            Value::from(format!("../evil/{CUDA_LOCAL_EL8_12_2}")),
+        ),
+        (
+            "driver_repo_rpm",
+            Value::from(format!("driver/./{CUDA_LOCAL_EL8_12_2}")),
+        ),
+        ("gpgkeys", serde_json::json!(["../../../../etc/hostname"])),
+        ("gpgkeys", serde_json::json!(["manifest.json"])),
+    ];
+    for (n, (field, value)) in cases.into_iter().enumerate() {
+        let b = tmp.path().join(format!("tampered-{n}"));
+        copy_dir(&out, &b);
+        edit_manifest(&b, field, value.clone());
+        let err = refused_offline(&fresh, &b);
+        assert!(
+            err.contains(&format!("field {field} names")),
+            "{field} = {value}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+
+    // A FIFO as the manifest, and as the tarball: refused at once, never opened.
+    let b = tmp.path().join("fifo-manifest");
+    copy_dir(&out, &b);
+    fs::remove_file(b.join("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    mkfifo(&b.join("manifest.json"));
+    let bs = b.display().to_string();
+    let o = within(&fresh, &["plan", "--bundle", &bs], 20);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("a FIFO"), "{}", stderr(&o));
+    let fifo = tmp.path().join("fifo.tar");
+    mkfifo(&fifo);
+    let fs_ = fifo.display().to_string();
+    let o = within(&fresh, &["apply", "--bundle", &fs_], 20);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("is a FIFO"), "{}", stderr(&o));
+}
+
+/// SIGTERM and SIGINT during a build: it stops, exit 143/130, and leaves nothing beside
+/// `--out` (no scratch root, no staging, no bundle).
+#[test]
+fn a_signal_during_a_build_removes_its_scratch() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let profile = site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2);
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    for (sig, code_) in [("TERM", 143), ("INT", 130)] {
+        let parent = tmp.path().join(format!("sig{sig}"));
+        fs::create_dir_all(&parent).unwrap_or_else(|e| panic!("{e}"));
+        let out = parent.join("b").display().to_string();
+        let mut child = src
+            .gpuhost_cmd(&["bundle", "--profile", &profile, "--out", &out, "--tar"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Once the scratch root holds an rpm database, the build is under way.
+        let start = std::time::Instant::now();
+        loop {
+            let scratch = names_in(&parent)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|n| n.starts_with(".b.gpuhost"));
+            if let Some(s) = scratch {
+                if names_in(&parent.join(s).join("root/var/lib/rpm")).is_some_and(|n| !n.is_empty())
+                {
+                    break;
+                }
+            }
+            assert!(start.elapsed().as_secs() < 120, "the build never started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let k = std::process::Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(child.id().to_string())
+            .status()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(k.success());
+        let o = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(code(&o), code_, "SIG{sig}: {}", stderr(&o));
+        assert!(stderr(&o).contains(&format!("SIG{sig}")), "{}", stderr(&o));
+        assert_eq!(names_in(&parent), Some(vec![]), "SIG{sig} left these");
+    }
+}

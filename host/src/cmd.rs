@@ -58,6 +58,8 @@ pub struct Cmd {
     program: String,
     args: Vec<OsString>,
     env: Vec<(String, OsString)>,
+    /// Variables of gpuhost's environment the command does not inherit.
+    env_removed: Vec<String>,
     timeout: Duration,
     /// Keep stdout as bytes ([`CmdOutput::stdout_bytes`]) instead of text.
     binary: bool,
@@ -125,6 +127,7 @@ impl Cmd {
             stdin_file: None,
             stdout_file: None,
             stdout_fd: None,
+            env_removed: Vec::new(),
             dir: None,
         }
     }
@@ -177,6 +180,12 @@ impl Cmd {
 
     pub fn env(mut self, key: impl Into<String>, val: impl Into<OsString>) -> Self {
         self.env.push((key.into(), val.into()));
+        self
+    }
+
+    /// Do not pass gpuhost's `key` on (a host path that means nothing inside an install root).
+    pub fn env_remove(mut self, key: impl Into<String>) -> Self {
+        self.env_removed.push(key.into());
         self
     }
 
@@ -274,6 +283,9 @@ impl Cmd {
                 std::os::unix::process::CommandExt::process_group(c, 0);
                 Ok(())
             });
+        for k in &self.env_removed {
+            expr = expr.env_remove(k);
+        }
         for (k, v) in &self.env {
             expr = expr.env(k, v);
         }
@@ -421,7 +433,11 @@ impl Cmd {
         use std::process::{Command, Stdio};
         let argv = self.argv();
         tracing::debug!(command = %Display(&argv), "starting in the background");
-        let mut child = Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        for k in &self.env_removed {
+            command.env_remove(k);
+        }
+        let mut child = command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -543,7 +559,11 @@ impl Cmd {
         use std::process::{Command, Stdio};
         let argv = self.argv();
         tracing::debug!(command = %Display(&argv), "starting a coprocess");
-        let mut child = Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        for k in &self.env_removed {
+            command.env_remove(k);
+        }
+        let mut child = command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())

@@ -37,6 +37,11 @@ pub struct BundleRepo {
     pub gpgkeys: Vec<PathBuf>,
 }
 
+/// gpuhost's `$TMPDIR` (where `apply --bundle` unpacks a tarball) is a directory of the build
+/// host: the scriptlets and DKMS that run chrooted in an install root would find it missing
+/// there, so commands acting in a root do not inherit it.
+const HOST_ONLY_ENV: &str = "TMPDIR";
+
 /// The repo id dnf knows the bundle's repo by.
 pub(crate) const BUNDLE_REPO_ID: &str = "gpuhost-bundle";
 
@@ -418,7 +423,7 @@ impl Host {
         if self.live {
             cmd
         } else {
-            cmd.arg("--root").arg(&self.root)
+            cmd.arg("--root").arg(&self.root).env_remove(HOST_ONLY_ENV)
         }
     }
 
@@ -432,6 +437,7 @@ impl Host {
             return Cmd::new(program);
         }
         Cmd::new("unshare")
+            .env_remove(HOST_ONLY_ENV)
             .args(["--fork", "--pid"])
             .arg(format!("--mount-proc={}", self.path("/proc").display()))
             .arg("chroot")
@@ -450,6 +456,7 @@ impl Host {
             return Ok(cmd);
         }
         cmd = cmd
+            .env_remove(HOST_ONLY_ENV)
             .arg(format!("--installroot={}", self.root.display()))
             .arg(format!(
                 "--setopt=reposdir={}",

@@ -214,6 +214,17 @@ fn check_request(opts: &BuildOptions, profile: &Profile) -> Result<Destination> 
             parent.display()
         ));
     }
+    if parent
+        .to_string_lossy()
+        .contains(|c: char| c.is_whitespace() || c == ',')
+    {
+        // The scratch root is made beside --out, and dnf splits `reposdir` on both.
+        return Err(invalid!(
+            "--out {}: dnf cannot build in a directory whose path has white space or a comma ({}); build under another directory, then copy the bundle or its .tar there (apply --bundle reads it from any path)",
+            out.display(),
+            parent.display()
+        ));
+    }
     if std::fs::symlink_metadata(&out).is_ok_and(|md| md.file_type().is_symlink()) {
         return Err(invalid!(
             "--out {} is a symbolic link; give the directory it points to, or a new path (a bundle is never written through a link)",
