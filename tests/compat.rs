@@ -348,6 +348,24 @@ fn bad_input_exits_2_and_names_the_thing() {
         ],
         "x.tar",
     );
+    // Versions have ranges: CUDA from 1.0, a driver branch from 1.
+    refused(
+        &["--cuda", "0.0", "--driver", "535.104.05"],
+        "--cuda \"0.0\"",
+    );
+    refused(
+        &["--cuda", "100.1", "--driver", "535.104.05"],
+        "--cuda \"100.1\"",
+    );
+    refused(&["--cuda", "12.4", "--driver", "0.0"], "--driver \"0.0\"");
+    refused(
+        &["--cuda", "12.4", "--driver", "99999.1"],
+        "--driver \"99999.1\"",
+    );
+    refused(
+        &["--require", "cuda>=12.4", "--driver", "0"],
+        "--driver \"0\"",
+    );
     // clap: one question is required.
     let o = gpuhost(&["--driver", "535.104.05"]);
     assert_eq!(code(&o), 2);

@@ -141,6 +141,27 @@ impl DriverPackage {
     }
 }
 
+/// The node's `apply` reads the driver version from the file name NVIDIA gave its local repo
+/// package and refuses any other name, or one for the other RHEL release (exit 2): refused
+/// here, before it is written into user-data that would fail at boot.
+fn check_driver_name(name: &str, given: &str, profile: &Profile) -> Result<()> {
+    use gpuhost_nvidia::localrepo::{LocalRepoFile, EXPECTED_NAMES};
+    let Some(file) = LocalRepoFile::parse(name) else {
+        return Err(invalid!(
+            "--driver-rpm {given}: `{name}` is not a name NVIDIA gives its local repo packages ({EXPECTED_NAMES}); the node's apply would refuse it: give the file under the name NVIDIA gave it"
+        ));
+    };
+    let major = profile.os.major;
+    if file.os_major != major {
+        return Err(invalid!(
+            "--driver-rpm {given}: `{name}` is for RHEL {}, but profile {} is for Oracle Linux {major}; give NVIDIA's rhel{major} package",
+            file.os_major,
+            profile.name
+        ));
+    }
+    Ok(())
+}
+
 /// The flags on their own, before anything is resolved.
 fn check_args(a: &CloudInitArgs) -> Result<()> {
     if let Some(sum) = &a.sha256 {
@@ -396,6 +417,13 @@ pub fn render(a: &CloudInitArgs) -> Result<String> {
     }
     let embedded = a.profile.contains('/') || a.profile.ends_with(".toml");
     let driver = DriverPackage::from_args(a)?;
+    if let Some(d) = &driver {
+        check_driver_name(
+            &d.name,
+            a.driver_rpm.as_deref().unwrap_or_default(),
+            &profile,
+        )?;
+    }
     let script = provision_script(a, embedded, driver.as_ref())?;
     user_data(a, &profile, embedded, script)
 }

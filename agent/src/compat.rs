@@ -106,6 +106,25 @@ pub fn run(a: &CompatArgs) -> i32 {
     }
 }
 
+/// CUDA versions exist from 1.0; `0.0` (or `12.4.99999`) is a typo, not a question.
+fn cuda_in_range(v: &CudaVersion) -> bool {
+    (1..=99).contains(&v.major) && v.minor <= 99 && v.patch <= 999
+}
+
+/// NVIDIA driver versions: a branch from 1, at most four parts of at most four digits
+/// (`535.104.05`). What is not a version at all is for the version parser to name.
+fn driver_in_range(d: &str) -> bool {
+    let Some(parts) = d
+        .trim()
+        .split('.')
+        .map(|p| p.parse::<u64>().ok())
+        .collect::<Option<Vec<u64>>>()
+    else {
+        return true;
+    };
+    parts.len() <= 4 && parts.first().is_some_and(|b| *b >= 1) && parts.iter().all(|p| *p <= 9999)
+}
+
 fn answer(a: &CompatArgs) -> Result<i32> {
     let cuda = check_flags(a)?;
     let profile = a
@@ -180,9 +199,19 @@ fn check_flags(a: &CompatArgs) -> Result<Option<CudaVersion>> {
         .as_deref()
         .map(|c| {
             CudaVersion::parse(c)
-                .ok_or_else(|| invalid!("--cuda {c:?}: give a CUDA version like 12.4 or 12.4.1"))
+                .filter(cuda_in_range)
+                .ok_or_else(|| {
+                    invalid!("--cuda {c:?}: give a CUDA version like 12.4 or 12.4.1 (from 1.0, the first CUDA, to 99.99.999)")
+                })
         })
         .transpose()?;
+    if let Some(d) = &a.driver {
+        if !driver_in_range(d) {
+            return Err(invalid!(
+                "--driver {d:?}: give an NVIDIA driver version like 535.104.05 (branch 1 to 9999, each part at most 9999)"
+            ));
+        }
+    }
     if let Some(b) = &a.brand {
         if !gpu::LIBNVC_BRANDS.iter().any(|x| x.eq_ignore_ascii_case(b)) {
             return Err(invalid!(

@@ -210,6 +210,51 @@ pub struct StatusSpec {
     pub min_free_dkms_gib: Option<f64>,
 }
 
+impl StatusSpec {
+    /// Thresholds and floors are numbers a check can compare with: not negative, not NaN or
+    /// infinite (TOML reads `nan` and `inf`), and not beyond what a node can have.
+    fn check_ranges(&self, name: &str) -> Result<()> {
+        let keys = [
+            (
+                "pcie_replays_per_minute_max",
+                self.pcie_replays_per_minute_max,
+                1e9,
+            ),
+            (
+                "nvlink_crc_errors_per_second_max",
+                self.nvlink_crc_errors_per_second_max,
+                1e9,
+            ),
+            (
+                "nvlink_replay_recovery_per_minute_max",
+                self.nvlink_replay_recovery_per_minute_max,
+                1e9,
+            ),
+            // GiB: a mebibyte-exabyte is no node's disk.
+            ("min_free_root_gib", self.min_free_root_gib, 1e9),
+            ("min_free_var_gib", self.min_free_var_gib, 1e9),
+            ("min_free_docker_gib", self.min_free_docker_gib, 1e9),
+            ("min_free_dkms_gib", self.min_free_dkms_gib, 1e9),
+        ];
+        for (key, value, max) in keys {
+            if let Some(v) = value {
+                if !v.is_finite() || !(0.0..=max).contains(&v) {
+                    return Err(invalid!(
+                        "profile {name}: key `status.{key}`: {v} is out of range; give a number from 0 to {max:e}"
+                    ));
+                }
+            }
+        }
+        if self.expect_gpus.is_some_and(|n| n > 4096) {
+            return Err(invalid!(
+                "profile {name}: key `status.expect_gpus`: {} is out of range; give 0 to 4096",
+                self.expect_gpus.unwrap_or_default()
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Profile {
     /// Resolve a profile by built-in name or path, apply `--set` overrides, check it.
     pub fn resolve(spec: &str, sets: &[String]) -> Result<Profile> {
@@ -260,6 +305,7 @@ impl Profile {
                 self.os.major
             ));
         }
+        self.status.check_ranges(name)?;
         if self.kernel.devel_packages.is_empty() {
             return Err(invalid!(
                 "profile {name}: key `kernel.devel_packages` is empty; name the header package, e.g. \"kernel-uek-devel-{{kver}}\""
@@ -576,6 +622,27 @@ mod tests {
     fn bad_sets_name_the_key(#[case] sets: &[&str], #[case] needle: &str) {
         let e = err_of("ol8-uek", sets);
         assert!(e.contains(needle), "{e}");
+    }
+
+    /// Numeric keys have ranges: no negative, no NaN, no infinity (TOML reads `nan`, `inf`).
+    #[rstest]
+    #[case(&["status.min_free_root_gib=-1"], "status.min_free_root_gib")]
+    #[case(&["status.min_free_root_gib=nan"], "status.min_free_root_gib")]
+    #[case(&["status.min_free_var_gib=inf"], "status.min_free_var_gib")]
+    #[case(&["status.min_free_docker_gib=-inf"], "status.min_free_docker_gib")]
+    #[case(&["status.min_free_dkms_gib=1e300"], "status.min_free_dkms_gib")]
+    #[case(&["status.pcie_replays_per_minute_max=-0.5"], "status.pcie_replays_per_minute_max")]
+    #[case(&["status.nvlink_crc_errors_per_second_max=nan"], "status.nvlink_crc_errors_per_second_max")]
+    #[case(&["status.nvlink_replay_recovery_per_minute_max=-1"], "status.nvlink_replay_recovery_per_minute_max")]
+    #[case(&["status.expect_gpus=-1"], "status.expect_gpus")]
+    #[case(&["status.expect_gpus=100000"], "status.expect_gpus")]
+    #[case(&["status.ecc_dram_max=-5"], "status.ecc_dram_max")]
+    fn numbers_out_of_range_are_refused_naming_the_key(#[case] sets: &[&str], #[case] key: &str) {
+        let e = err_of("ol8-uek", sets);
+        assert!(e.contains(key), "{sets:?}: {e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+        // In range: accepted.
+        assert_eq!(err_of("ol8-uek", &["status.min_free_root_gib=0.5"]), "");
     }
 
     #[rstest]
