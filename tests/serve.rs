@@ -26,7 +26,26 @@ struct Server {
 
 impl Server {
     fn start(run_dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Server {
-        let mut c = gpuhost(run_dir);
+        Server::start_cmd(gpuhost(run_dir), args, env)
+    }
+
+    /// `gpuhost serve` under a file limit of `nofile` (util-linux's prlimit).
+    fn start_with_nofile(run_dir: &Path, nofile: u32, args: &[&str]) -> Server {
+        let plain = gpuhost(run_dir);
+        let mut c = Command::new("prlimit");
+        c.arg(format!("--nofile={nofile}:{nofile}"))
+            .arg("--")
+            .arg(plain.get_program());
+        for (k, v) in plain.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        Server::start_cmd(c, args, &[])
+    }
+
+    fn start_cmd(mut c: Command, args: &[&str], env: &[(&str, &Path)]) -> Server {
         c.args(["serve", "--listen", "127.0.0.1:0"])
             .args(args)
             .stdout(Stdio::null())
@@ -697,4 +716,124 @@ fn is_root() -> bool {
     std::fs::metadata("/proc/self")
         .map(|m| m.uid() == 0)
         .unwrap_or(false)
+}
+
+/// Open `n` connections to `addr` that send `first` (perhaps nothing) and then wait.
+fn hold(addr: &str, n: usize, first: &[u8]) -> Vec<TcpStream> {
+    (0..n)
+        .filter_map(|_| {
+            let mut s = TcpStream::connect(addr).ok()?;
+            s.write_all(first).ok()?;
+            Some(s)
+        })
+        .collect()
+}
+
+/// Whether the server closed `s` within `within` (a read sees the end, or a reset).
+fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    let t = Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut b = [0u8; 512];
+    while t.elapsed() < within {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// `GET /healthz` on a new connection, timed: it must be answered while others hold the server.
+fn healthz_within(srv: &Server, within: Duration) -> u16 {
+    let t = Instant::now();
+    let (code, _) = srv.get("/healthz");
+    assert!(
+        t.elapsed() < within,
+        "/healthz took {:?} with the server held",
+        t.elapsed()
+    );
+    code
+}
+
+/// Issue 24, item 4: slow clients are cut off by the header timeout; with 600 idle connections
+/// open against a file limit of 256 (more than the server may hold), a newcomer's /healthz is
+/// answered (the oldest idle connections are shed for it); and SIGTERM with a half-sent request
+/// and the idle connections open ends the server within 5 s.
+#[test]
+fn slow_and_idle_clients_cannot_keep_the_server_from_answering_or_stopping() {
+    let run = tempfile::tempdir().unwrap();
+    let snap = hgx_with(run.path(), |_| {});
+    let mut srv = Server::start_with_nofile(
+        run.path(),
+        256,
+        &["--from-snapshot", snap.to_str().unwrap()],
+    );
+    assert_eq!(srv.get("/healthz").0, 200);
+
+    // A request that never completes, and one that trickles a byte a second.
+    let mut half = hold(&srv.addr, 1, b"GET /healthz HTTP/1.1\r\nHost: x\r\n");
+    let mut trickle = TcpStream::connect(&srv.addr).unwrap();
+    let t = Instant::now();
+    let trickler = std::thread::spawn(move || {
+        for b in b"GET /metrics HTTP/1.1\r\nHost: slow\r\n".iter() {
+            if trickle.write_all(&[*b]).is_err() {
+                return (t.elapsed(), true);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        (
+            t.elapsed(),
+            closed_within(&mut trickle, Duration::from_secs(30)),
+        )
+    });
+    assert_eq!(healthz_within(&srv, Duration::from_secs(2)), 200);
+    assert!(
+        closed_within(&mut half[0], Duration::from_secs(8)),
+        "a half-sent request was not cut off by the header timeout"
+    );
+    let (took, cut) = trickler.join().unwrap();
+    assert!(
+        cut && took < Duration::from_secs(20),
+        "trickling client: {took:?} {cut}"
+    );
+
+    // 600 idle connections, and a newcomer.
+    let mut idle = hold(&srv.addr, 600, b"");
+    assert!(idle.len() >= 500, "only {} connections opened", idle.len());
+    for _ in 0..3 {
+        assert_eq!(healthz_within(&srv, Duration::from_secs(3)), 200);
+    }
+    // The newest idle ones are still held; the oldest were shed.
+    assert!(
+        closed_within(&mut idle[0], Duration::from_secs(3)),
+        "the oldest was kept"
+    );
+
+    // SIGTERM with a half-sent request and the idle connections open.
+    let _half = hold(&srv.addr, 1, b"GET /status HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let k = Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(k.success());
+    let status = loop {
+        if let Some(s) = srv.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "still running {:?} after SIGTERM",
+            t.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    drop(idle);
 }

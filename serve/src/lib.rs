@@ -45,6 +45,8 @@ use gpuhost_health::verdict::{self, Expect, Severity};
 use gpuhost_health::{kmsg, output, probe, served};
 use gpuhost_host::host::Host;
 
+mod conns;
+
 /// Default listen address: loopback only. Port 19400: the Prometheus exporter range
 /// 9100–9999 is fully allocated (node_exporter 9100, dcgm-exporter 9400 among them), and the
 /// Prometheus docs recommend ports outside it for exporters not in its registry.
@@ -202,7 +204,10 @@ pub fn run(a: &ServeArgs) -> i32 {
             return exit::FAILED;
         }
     };
-    match rt.block_on(serve(s, sweeper)) {
+    let served = rt.block_on(serve(s, sweeper));
+    // Tasks still running (a connection past the drain, a sweep) are not waited for.
+    rt.shutdown_timeout(Duration::from_millis(500));
+    match served {
         Ok(()) => exit::OK,
         Err(e) => {
             eprintln!("gpuhost serve: {e:#}");
@@ -498,8 +503,13 @@ async fn serve(s: Settings, mut sweeper: Sweeper) -> Result<()> {
         s.max_age.as_secs_f64(),
         s.timeout.as_secs_f64()
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
+    let limits = conns::Limits::from_rlimit();
+    tracing::info!(
+        "at most {} HTTP connections at once (the oldest is closed for a newcomer); headers within {} s",
+        limits.connections,
+        conns::HEADER_READ_TIMEOUT.as_secs()
+    );
+    conns::serve(listener, app, limits, shutdown_signal())
         .await
         .context("serving HTTP")?;
     ticker.abort();
@@ -661,8 +671,8 @@ async fn shutdown_signal() {
     match (term, int) {
         (Ok(mut t), Ok(mut i)) => {
             tokio::select! {
-                _ = t.recv() => eprintln!("gpuhost serve: SIGTERM, finishing the requests in flight"),
-                _ = i.recv() => eprintln!("gpuhost serve: SIGINT, finishing the requests in flight"),
+                _ = t.recv() => eprintln!("gpuhost serve: SIGTERM, finishing the requests in flight (at most {} s)", conns::DRAIN.as_secs()),
+                _ = i.recv() => eprintln!("gpuhost serve: SIGINT, finishing the requests in flight (at most {} s)", conns::DRAIN.as_secs()),
             }
         }
         _ => {
