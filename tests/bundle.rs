@@ -1144,7 +1144,7 @@ fn a_signal_during_a_build_removes_its_scratch() {
         let parent = tmp.path().join(format!("sig{sig}"));
         fs::create_dir_all(&parent).unwrap_or_else(|e| panic!("{e}"));
         let out = parent.join("b").display().to_string();
-        let mut child = src
+        let child = src
             .gpuhost_cmd(&["bundle", "--profile", &profile, "--out", &out, "--tar"])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

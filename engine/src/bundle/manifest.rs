@@ -413,7 +413,8 @@ mod tests {
         std::fs::create_dir_all(outer.path().join("evil"))?;
         std::fs::write(outer.path().join("evil/a-1-1.x86_64.rpm"), b"evil")?;
         let good = sample(&d)?;
-        let cases: [(&str, &dyn Fn(&mut Manifest)); 6] = [
+        type Edit<'a> = &'a dyn Fn(&mut Manifest);
+        let cases: [(&str, Edit<'_>); 6] = [
             ("driver_repo_rpm", &|m| {
                 m.driver_repo_rpm = Some("../evil/a-1-1.x86_64.rpm".into())
             }),
