@@ -68,7 +68,7 @@ pub struct Cmd {
     /// Write stdout to this file (else captured).
     stdout_file: Option<PathBuf>,
     /// Write stdout to this open file (created by gpuhost, never reopened by path).
-    stdout_fd: Option<std::sync::Arc<std::fs::File>>,
+    stdout_fd: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
     /// Run in this directory (else gpuhost's own).
     dir: Option<PathBuf>,
 }
@@ -147,8 +147,8 @@ impl Cmd {
 
     /// Write stdout to this file, already open: a file gpuhost created itself (`O_EXCL`,
     /// `O_NOFOLLOW`) is written without being opened again by its path.
-    pub fn stdout_to(mut self, file: std::fs::File) -> Self {
-        self.stdout_fd = Some(std::sync::Arc::new(file));
+    pub fn stdout_to(mut self, file: impl Into<std::os::fd::OwnedFd>) -> Self {
+        self.stdout_fd = Some(std::sync::Arc::new(file.into()));
         self
     }
 
