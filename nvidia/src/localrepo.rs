@@ -61,7 +61,7 @@ fn rhel_major(s: &str) -> Option<(u32, &str)> {
 }
 
 /// The example file names error messages show.
-pub(crate) const EXPECTED_NAMES: &str = "cuda-repo-rhel<N>-<M>-<m>-local-<cuda>_<driver>-<rel>.<arch>.rpm or nvidia-driver-local-repo-rhel<N>-<driver>[-<ver>-<rel>].<arch>.rpm";
+pub const EXPECTED_NAMES: &str = "cuda-repo-rhel<N>-<M>-<m>-local-<cuda>_<driver>-<rel>.<arch>.rpm or nvidia-driver-local-repo-rhel<N>-<driver>[-<ver>-<rel>].<arch>.rpm";
 
 impl LocalRepoFile {
     /// What the file name of `driver.local_repo_rpm` says; a name NVIDIA does not give its local
