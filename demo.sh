@@ -42,9 +42,9 @@ fi
 world=$here/target/testworld
 echo "==> building the test world (synthetic OL8/OL9 repos, real rpmbuild + createrepo_c)" >&2
 "$here/tests/world/build-world.sh" "$world"
-# Debian's rpm keeps its database under ~/.rpmdb; this HOME's .rpmmacros points it at
-# /var/lib/rpm inside install roots, as on Oracle Linux.
-rpm_home=$world/home
+# (mkroot.sh, the test world's root maker, runs rpm and dnf itself with the world's HOME; gpuhost
+# needs none: it finds the root's rpm database at /var/lib/rpm, where Oracle Linux keeps it, and
+# tells rpm and dnf so.)
 
 if [ -n "$keep" ]; then
   mkdir -p "$keep"
@@ -59,7 +59,7 @@ uek_new=5.15.0-204.147.6.2.el8uek.x86_64
 if [ -d "$root/var/lib/rpm" ]; then
   echo "==> re-using the demo root $root" >&2
 else
-  HOME=$rpm_home "$here/tests/world/mkroot.sh" "$world" "$root" --os ol8 --kernel "$uek_old" --kernel "$uek_new"
+  "$here/tests/world/mkroot.sh" "$world" "$root" --os ol8 --kernel "$uek_old" --kernel "$uek_new"
 fi
 driver_rpm=$world/rpms/cuda-local/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm
 # The built-in ol8-uek profile with Docker CE and the toolkit from the world's repos (no
@@ -76,14 +76,11 @@ cat > "$dir/env" <<EOF
 #   gpuhost plan --profile "\$DEMO_PROFILE" --root "\$DEMO_ROOT"
 export DEMO_ROOT='$root'
 export DEMO_PROFILE='$dir/profile.toml'
-# Debian's rpm keeps its database under ~/.rpmdb; gpuhost (as on Oracle Linux) wants it at
-# /var/lib/rpm inside the root. This HOME says so, for gpuhost's rpm and dnf only.
-gpuhost() { HOME='$rpm_home' command '$gpuhost' "\$@"; }
 EOF
 
 args=(--profile "$dir/profile.toml" --root "$root")
 step() { printf '\n\033[1m$ gpuhost %s\033[0m\n' "$*"; }
-run() { step "$@"; HOME=$rpm_home "$gpuhost" "$@"; }
+run() { step "$@"; "$gpuhost" "$@"; }
 run facts --root "$root"
 run plan "${args[@]}"
 run apply "${args[@]}"

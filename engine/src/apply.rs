@@ -249,6 +249,10 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         None => None,
     };
     preflight(&host, &profile, &facts, opts.kernel_release.is_some())?;
+    // The profile's repositories and mirrors: each one there (or a well-formed URL) before any change.
+    if bundle.is_none() {
+        gpuhost_steps::containers::check_repos(&host, &profile, &opts.selection)?;
+    }
     // The driver's flavour, stream and package set: refused now when they cannot work.
     let driver_plan = gpuhost_steps::driver::resolve(&profile, &facts)?;
     if host.is_live() && !opts.dry_run && !is_root() {
@@ -408,7 +412,8 @@ pub(crate) fn preflight(
                 }
             ))
         }
-        Some(_) => Ok(()),
+        // The root's rpm database: where its OS keeps it, or refused (rpm and dnf are told).
+        Some(_) => host.rpm_dbpath().map(drop),
     }
 }
 

@@ -189,6 +189,15 @@ impl Cmd {
         self
     }
 
+    /// The value this command's environment gives `key`, when it sets one.
+    pub fn env_value(&self, key: &str) -> Option<&std::ffi::OsStr> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_os_str())
+    }
+
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
         self

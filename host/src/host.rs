@@ -13,6 +13,7 @@ use anyhow::{Context, Result};
 
 use crate::cmd::Cmd;
 use crate::rootfs::{Kind, Resolver, RootFs};
+use crate::rpmdb::{DbPath, MacroHome};
 
 #[derive(Clone, Debug)]
 pub struct Host {
@@ -23,6 +24,10 @@ pub struct Host {
     fs: Arc<RootFs>,
     /// `apply --bundle`: every dnf command uses the bundle's repo and no other.
     bundle: Option<BundleRepo>,
+    /// In an install root: where its rpm database is ([`crate::rpmdb`]).
+    rpmdb: DbPath,
+    /// dnf's `HOME` that tells it so, made on first use.
+    macro_home: Arc<MacroHome>,
 }
 
 /// The repo of a verified bundle (`gpuhost apply --bundle`), the only repo dnf may use.
@@ -103,13 +108,33 @@ impl Host {
                 root.display()
             )
         })?;
-        Ok(Host {
+        let mut host = Host {
             root: canonical,
             live,
             releasever: None,
             fs: Arc::new(fs),
             bundle: None,
-        })
+            rpmdb: DbPath::Known(crate::rpmdb::LOCATIONS[0].to_string()),
+            macro_home: Arc::new(MacroHome::default()),
+        };
+        if !live {
+            host.rpmdb = crate::rpmdb::locate(&host);
+        }
+        Ok(host)
+    }
+
+    /// In an install root, where its rpm database is, as a path inside the root (rpm's
+    /// `--dbpath`); invalid input (exit 2) when gpuhost cannot tell. `apply` and `plan` ask
+    /// before any change. The live system's is `/var/lib/rpm` (rpm is not told: its own
+    /// configuration is the system's).
+    pub fn rpm_dbpath(&self) -> Result<&str> {
+        match &self.rpmdb {
+            DbPath::Known(p) => Ok(p),
+            DbPath::Unknown(why) => Err(crate::error::as_invalid(crate::error::hinted(
+                why.clone(),
+                crate::rpmdb::unknown_hint(&self.root),
+            ))),
+        }
     }
 
     pub fn set_releasever(&mut self, v: impl Into<String>) {
@@ -417,14 +442,23 @@ impl Host {
         Ok(())
     }
 
-    /// `rpm`, acting on this host's rpm database.
+    /// `rpm`, acting on this host's rpm database: in an install root, the root's own
+    /// (`--dbpath`, whatever the build host's rpm believes; `/var/lib/rpm` when it cannot be
+    /// told, which `apply` refuses before any change).
     pub fn rpm(&self) -> Cmd {
         let cmd = Cmd::new("rpm");
         if self.live {
-            cmd
-        } else {
-            cmd.arg("--root").arg(&self.root).env_remove(HOST_ONLY_ENV)
+            return cmd;
         }
+        let dbpath = match &self.rpmdb {
+            DbPath::Known(p) => p.as_str(),
+            DbPath::Unknown(_) => crate::rpmdb::LOCATIONS[0],
+        };
+        cmd.arg("--root")
+            .arg(&self.root)
+            .arg("--dbpath")
+            .arg(dbpath)
+            .env_remove(HOST_ONLY_ENV)
     }
 
     /// `program` run on the host: as is on the live system; in an install root chrooted into it,
@@ -455,8 +489,11 @@ impl Host {
             }
             return Ok(cmd);
         }
+        // dnf has no option for the rpm database; it reads rpm's macros, ~/.rpmmacros last.
+        let home = self.macro_home.dir(self.rpm_dbpath()?)?;
         cmd = cmd
             .env_remove(HOST_ONLY_ENV)
+            .env("HOME", home)
             .arg(format!("--installroot={}", self.root.display()))
             .arg(format!(
                 "--setopt=reposdir={}",
@@ -620,6 +657,10 @@ mod tests {
             dir.path().join("etc/yum.repos.d/ol8.repo"),
             "[ol8_baseos_latest]\nname=x\nbaseurl=file:///srv/repos/ol8_baseos_latest\n\n[web]\nbaseurl=https://yum.oracle.com/x\n",
         )?;
+        std::fs::write(
+            dir.path().join("etc/os-release"),
+            "ID=ol\nVERSION_ID=8.10\n",
+        )?;
         let mut host = Host::new(dir.path())?;
         host.set_releasever("8");
         let argv = host.dnf()?.argv();
@@ -631,6 +672,42 @@ mod tests {
             "--setopt=ol8_baseos_latest.baseurl=file://{root}/srv/repos/ol8_baseos_latest"
         )));
         assert!(!argv.iter().any(|a| a.contains("web.baseurl")));
+        Ok(())
+    }
+
+    /// rpm and dnf are told where the root's database is, whatever the build host's rpm
+    /// believes (Debian's: `~/.rpmdb`); a root whose database cannot be placed refuses dnf.
+    #[test]
+    fn rpm_and_dnf_use_the_roots_own_rpm_database() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        std::fs::create_dir_all(dir.path().join("etc/yum.repos.d"))?;
+        std::fs::create_dir_all(dir.path().join("usr/lib/sysimage/rpm"))?;
+        std::fs::write(dir.path().join("usr/lib/sysimage/rpm/rpmdb.sqlite"), "")?;
+        let host = Host::new(dir.path())?;
+        let argv = host.rpm().argv();
+        assert!(
+            argv.windows(2)
+                .any(|w| w == ["--dbpath", "/usr/lib/sysimage/rpm"]),
+            "{argv:?}"
+        );
+        let dnf = host.dnf()?;
+        let home = dnf.env_value("HOME").map(PathBuf::from);
+        let macros = home
+            .map(|h| std::fs::read_to_string(h.join(".rpmmacros")))
+            .transpose()?;
+        assert!(
+            macros
+                .as_deref()
+                .is_some_and(|m| m.contains("%_dbpath /usr/lib/sysimage/rpm\n")),
+            "{macros:?}"
+        );
+        let bare = tempfile::tempdir()?;
+        let host = Host::new(bare.path())?;
+        let err = host.dnf().err();
+        assert!(
+            err.as_ref().is_some_and(crate::error::is_invalid),
+            "{err:?}"
+        );
         Ok(())
     }
 

@@ -7,7 +7,8 @@
 //! - [`interrupt`], [`progress`]: signals received, and progress lines on a terminal;
 //! - [`cmd`]: the one subprocess wrapper every external command goes through;
 //! - [`rootfs`], [`fsutil`]: file access resolved inside the root, atomic writes;
-//! - [`host`]: the host (or install root) and its rpm/dnf/systemctl commands;
+//! - [`host`]: the host (or install root) and its rpm/dnf/systemctl commands; [`rpmdb`]: where
+//!   an install root's rpm database is, told to rpm and dnf on every call;
 //! - [`osrelease`], [`rpm`], [`kernel`], [`kmods`], [`units`]: what the root has installed,
 //!   which kernels boot, which modules modprobe would load, which units are enabled;
 //! - [`facts`], [`gpu`], [`hostinfo`], [`secureboot`]: what gpuhost sees on the host (OS,
@@ -29,6 +30,7 @@ pub mod osrelease;
 pub mod progress;
 pub mod rootfs;
 pub mod rpm;
+pub mod rpmdb;
 pub mod secureboot;
 pub mod units;
 

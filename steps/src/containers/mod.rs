@@ -99,16 +99,89 @@ fn require_local_repo(ctx: &Ctx<'_>, key: &str, source: &str) -> Result<()> {
     if ctx.host.bundle().is_some() {
         return Ok(());
     }
-    if let Some(RepoSource::Dir(d)) = RepoSource::parse(source) {
-        let md = ctx.host.path(d).join("repodata/repomd.xml");
-        if !ctx.host.exists(d.join("repodata/repomd.xml")) {
-            return Err(gpuhost_host::error::as_invalid(gpuhost_host::error::hinted(
-                format!("{key} {} holds no repo ({} is missing)", d.display(), md.display()),
-                format!("copy the mirror there (with its repodata/), run createrepo_c on it, or point {key} at the right directory"),
-            )));
+    check_repo(ctx.host, key, source)
+}
+
+/// Every repository the selected steps take packages from, as the profile names it, checked
+/// before any change (`apply`, `plan`): a directory (or a `file://` URL, which dnf reads inside
+/// the root) must hold a repo (`repodata/repomd.xml`), any other URL must be well formed.
+/// Otherwise invalid input (exit 2) naming the key and the path. With a bundle the packages
+/// come from the bundle's repo only: nothing to check.
+pub fn check_repos(
+    host: &gpuhost_host::host::Host,
+    profile: &gpuhost_profile::Profile,
+    selection: &crate::step::Selection,
+) -> Result<()> {
+    if host.bundle().is_some() {
+        return Ok(());
+    }
+    for (step, key, source) in [
+        ("docker", "docker.repo", &profile.docker.repo),
+        (
+            "container-toolkit",
+            "container_toolkit.repo",
+            &profile.container_toolkit.repo,
+        ),
+    ] {
+        if selection.excludes(step).is_none() {
+            check_repo(host, key, source)?;
         }
     }
     Ok(())
+}
+
+/// One repository source (see [`check_repos`]).
+fn check_repo(host: &gpuhost_host::host::Host, key: &str, source: &str) -> Result<()> {
+    let dir = match RepoSource::parse(source) {
+        Some(RepoSource::Dir(d)) => d.to_path_buf(),
+        Some(RepoSource::Url(u)) => match u.strip_prefix("file://") {
+            Some(p) if p.starts_with('/') => std::path::PathBuf::from(p),
+            _ if url_is_well_formed(u) => return Ok(()),
+            _ => {
+                return Err(invalid!(
+                    "{key} {u:?} is not a well-formed repository URL; give http(s):// or ftp:// with a host name, file:// with an absolute path, or an absolute local directory"
+                ))
+            }
+        },
+        None => {
+            return Err(invalid!(
+                "{key} {source:?} is neither a URL nor an absolute directory"
+            ))
+        }
+    };
+    let shown = host.path(&dir);
+    let why = if !host.is_dir(&dir) {
+        "does not exist".to_string()
+    } else if !host.exists(dir.join("repodata/repomd.xml")) {
+        format!(
+            "holds no repo ({} is missing)",
+            shown.join("repodata/repomd.xml").display()
+        )
+    } else {
+        return Ok(());
+    };
+    let inside = if host.is_live() {
+        String::new()
+    } else {
+        format!(" (inside the install root {})", host.root().display())
+    };
+    Err(gpuhost_host::error::as_invalid(gpuhost_host::error::hinted(
+        format!("{key}: the repository directory {}{inside} {why}; nothing was changed", dir.display()),
+        format!("copy the mirror there (with its repodata/), run createrepo_c on it, or point {key} at the right directory or URL"),
+    )))
+}
+
+/// `scheme://host/...` with a known scheme, a host name and no blanks (dnf's `$releasever`,
+/// `$basearch` allowed).
+fn url_is_well_formed(u: &str) -> bool {
+    let Some((scheme, rest)) = u.split_once("://") else {
+        return false;
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    ["http", "https", "ftp"].contains(&scheme)
+        && !authority.is_empty()
+        && !authority.starts_with(['.', '-', ':', '@'])
+        && !u.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 /// A dnf failure because the repo from the profile cannot be read becomes an error that says
@@ -171,6 +244,57 @@ mod tests {
         );
         let t = repo_file("x", "x", "https://e.com/r", "https://e.com/gpg", &[])?;
         assert!(t.contains("gpgcheck=1\ngpgkey=https://e.com/gpg\n"), "{t}");
+        Ok(())
+    }
+
+    #[rstest]
+    #[case(
+        "https://download.docker.com/linux/rhel/$releasever/$basearch/stable",
+        true
+    )]
+    #[case("http://mirror.local:8080/docker", true)]
+    #[case("https:///docker", false)]
+    #[case("htps//x", false)]
+    #[case("gopher://x/y", false)]
+    #[case("https://e .com/x", false)]
+    fn repository_urls_must_be_well_formed(#[case] u: &str, #[case] ok: bool) {
+        assert_eq!(url_is_well_formed(u), ok, "{u}");
+    }
+
+    #[test]
+    fn a_mirror_directory_must_exist_and_hold_a_repo() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let host = gpuhost_host::host::Host::new(dir.path())?;
+        let msg = |r: Result<()>| match r {
+            Err(e) if gpuhost_host::error::is_invalid(&e) => format!("{e:#}"),
+            other => format!("not invalid input: {other:?}"),
+        };
+        let m = msg(check_repo(
+            &host,
+            "docker.repo",
+            "/srv/mirror/docker-ce-stable",
+        ));
+        assert!(m.starts_with("docker.repo: the repository directory /srv/mirror/docker-ce-stable (inside the install root"), "{m}");
+        assert!(m.contains("does not exist"), "{m}");
+        std::fs::create_dir_all(dir.path().join("srv/mirror/docker-ce-stable/repodata"))?;
+        let m = msg(check_repo(
+            &host,
+            "docker.repo",
+            "file:///srv/mirror/docker-ce-stable",
+        ));
+        assert!(m.contains("repodata/repomd.xml is missing"), "{m}");
+        std::fs::write(
+            dir.path()
+                .join("srv/mirror/docker-ce-stable/repodata/repomd.xml"),
+            "<repomd/>",
+        )?;
+        check_repo(&host, "docker.repo", "/srv/mirror/docker-ce-stable")?;
+        check_repo(&host, "docker.repo", "file:///srv/mirror/docker-ce-stable")?;
+        let m = msg(check_repo(&host, "container_toolkit.repo", "https:///x"));
+        assert!(
+            m.starts_with("container_toolkit.repo \"https:///x\" is not a well-formed"),
+            "{m}"
+        );
         Ok(())
     }
 

@@ -17,7 +17,6 @@ use super::change::plan_swap;
 use super::installed::{duplicates, family_in_repo, other_repos, present_local_repos};
 use super::{host_arch, LocalRepoFile, NO_DRIVER};
 use crate::step::{Change, Check, Ctx, Install, Step, Work};
-use gpuhost_host::cmd::Cmd;
 use gpuhost_host::error::{as_invalid, hinted};
 use gpuhost_nvidia::localrepo::{installed_driver, RepoKind};
 
@@ -51,7 +50,12 @@ fn nvidia_driver_versions(files: &[String]) -> Vec<String> {
 
 /// Check the file itself before anything is installed from it.
 /// Returns the package's file list (its payload: the inner repo's RPMs among them).
-fn verify_file(path: &Path, name: &LocalRepoFile, sha256: Option<&str>) -> Result<Vec<String>> {
+fn verify_file(
+    host: &gpuhost_host::host::Host,
+    path: &Path,
+    name: &LocalRepoFile,
+    sha256: Option<&str>,
+) -> Result<Vec<String>> {
     let shown = path.display();
     let mut f = match std::fs::File::open(path) {
         Ok(f) => f,
@@ -86,7 +90,10 @@ fn verify_file(path: &Path, name: &LocalRepoFile, sha256: Option<&str>) -> Resul
             ));
         }
     }
-    let out = Cmd::new("rpm")
+    // The root's rpm (its database, its keys), never the build host's `%_dbpath`: Debian's rpm
+    // would make a database in the user's HOME just to read the file.
+    let out = host
+        .rpm()
         .args([
             "-qp",
             "--qf",
@@ -195,8 +202,8 @@ impl Step for DriverRepo {
         }
         // The file is what the user gave: anything wrong with it is invalid input (exit 2),
         // found before any step changes anything.
-        let files =
-            verify_file(path, name, ctx.profile.driver.sha256.as_deref()).map_err(as_invalid)?;
+        let files = verify_file(ctx.host, path, name, ctx.profile.driver.sha256.as_deref())
+            .map_err(as_invalid)?;
         let verified = if ctx.profile.driver.sha256.is_some() {
             "SHA-256 verified"
         } else {
