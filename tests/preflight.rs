@@ -123,7 +123,10 @@ fn a_wrong_sha256_is_refused_before_the_headers_are_installed() {
 
 #[test]
 fn a_missing_mirror_directory_is_refused_before_anything_changes() {
-    refused_with_the_driver_and("docker.repo=/srv/no-such-mirror", "holds no repo");
+    refused_with_the_driver_and(
+        "docker.repo=/srv/no-such-mirror",
+        "docker.repo: the repository directory /srv/no-such-mirror",
+    );
 }
 
 #[test]
