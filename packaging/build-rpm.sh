@@ -1,48 +1,86 @@
 #!/usr/bin/env bash
-# Builds the gpuhost RPM from a built binary: generates the man page and shell completions
-# with the binary itself, then runs rpmbuild on packaging/gpuhost.spec.
+# Builds the gpuhost RPM: a binary linked against the target's glibc (cargo-zigbuild), the man
+# pages and shell completions generated with the binary itself, then rpmbuild on
+# packaging/gpuhost.spec. It never packages a binary that would not start on the target: the
+# newest GLIBC symbol version the binary needs (objdump -T) must be at most the target's glibc
+# (Oracle Linux 8: 2.28, Oracle Linux 9: 2.34), else it fails (exit 1) and packages nothing.
 # Usage: packaging/build-rpm.sh [BINARY] [OUTDIR] [DIST]
-#   BINARY  default: target/release/gpuhost (built if missing)
-#   OUTDIR  default: target/rpm      DIST  default: .el8
+#   BINARY  default: built here with cargo-zigbuild against the target's glibc; cargo-zigbuild
+#           (cargo install --locked cargo-zigbuild) and zig (the ziglang package from PyPI, in a
+#           venv under target/zig-venv) are installed when missing. Pass "" to keep the default
+#           and give OUTDIR or DIST.
+#   OUTDIR  default: target/rpm      DIST  default: .el8 (or .el9)
+# Environment: GPUHOST_RPM_PROFILE=release (default) or dev: the cargo profile of the built
+# binary (tests build a dev binary: quicker); GPUHOST_RPM_FAST=1: a faster, larger payload.
 # Prints the path of the built RPM.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${1:-}
 out=${2:-$here/target/rpm}
 dist=${3:-.el8}
+case $dist in
+  .el8) glibc=2.28; os="Oracle Linux 8" ;;
+  .el9) glibc=2.34; os="Oracle Linux 9" ;;
+  *) echo "build-rpm: DIST $dist: give .el8 or .el9" >&2; exit 2 ;;
+esac
+arch=$(uname -m)
+
+# cargo-zigbuild and zig, installed when missing.
+zig_tools() {
+  local cargo_bin=${CARGO_HOME:-$HOME/.cargo}/bin
+  export PATH="$cargo_bin:$PATH"
+  if ! command -v cargo-zigbuild >/dev/null 2>&1; then
+    echo "build-rpm: installing cargo-zigbuild (cargo install --locked cargo-zigbuild)" >&2
+    cargo install --quiet --locked cargo-zigbuild >&2
+  fi
+  if ! command -v zig >/dev/null 2>&1 && ! python3 -m ziglang version >/dev/null 2>&1; then
+    local venv=$here/target/zig-venv
+    if [ ! -x "$venv/bin/python3" ] || ! "$venv/bin/python3" -m ziglang version >/dev/null 2>&1; then
+      echo "build-rpm: installing zig (pip install ziglang, in $venv)" >&2
+      python3 -m venv "$venv" >&2 \
+        || { echo "build-rpm: python3 -m venv failed: install python3-venv (Debian) and run again" >&2; exit 1; }
+      "$venv/bin/pip" install --quiet ziglang >&2
+    fi
+    # cargo-zigbuild runs `python3 -m ziglang` when no zig is on the PATH.
+    export PATH="$venv/bin:$PATH"
+  fi
+}
+
 if [ -z "$bin" ]; then
-  # Oracle Linux 8 has glibc 2.28: link against that, not the build host's newer glibc.
-  # cargo-zigbuild does it (cargo install cargo-zigbuild; pip install ziglang).
-  if command -v cargo-zigbuild >/dev/null 2>&1; then
-    (cd "$here" && cargo zigbuild --quiet --release -p gpuhost --target x86_64-unknown-linux-gnu.2.28)
-    bin=$here/target/x86_64-unknown-linux-gnu/release/gpuhost
-  else
-    echo "build-rpm: cargo-zigbuild not found: the binary will need the build host's glibc" >&2
-    (cd "$here" && cargo build --quiet --release -p gpuhost)
-    bin=$here/target/release/gpuhost
-  fi
+  zig_tools
+  profile=${GPUHOST_RPM_PROFILE:-release}
+  case $profile in release) dir=release ;; dev) dir=debug ;; *) echo "build-rpm: GPUHOST_RPM_PROFILE=$profile: give release or dev" >&2; exit 2 ;; esac
+  echo "build-rpm: cargo zigbuild --profile $profile -p gpuhost --target $arch-unknown-linux-gnu.$glibc" >&2
+  (cd "$here" && cargo zigbuild --quiet --locked --profile "$profile" -p gpuhost --target "$arch-unknown-linux-gnu.$glibc" >&2)
+  bin=$here/target/$arch-unknown-linux-gnu/$dir/gpuhost
 fi
-# The newest glibc symbol version the binary needs must be one Oracle Linux 8 has.
-if command -v objdump >/dev/null 2>&1; then
-  need=$(objdump -T "$bin" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1)
-  if [ -n "$need" ] && [ "$(printf '%s\n2.28\n' "$need" | sort -V | tail -n1)" != 2.28 ]; then
-    echo "build-rpm: warning: $bin needs glibc $need; Oracle Linux 8 has 2.28 (build with cargo-zigbuild)" >&2
-  fi
+# The newest glibc symbol version the binary needs must be one the target has.
+command -v objdump >/dev/null 2>&1 \
+  || { echo "build-rpm: objdump not found: install binutils (it checks which glibc $bin needs)" >&2; exit 1; }
+need=$(objdump -T "$bin" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -Vu | tail -n1)
+if [ -z "$need" ]; then
+  echo "build-rpm: $bin has no GLIBC symbol versions: not a dynamically linked glibc binary" >&2; exit 1
 fi
+if [ "$(printf '%s\n%s\n' "$need" "$glibc" | sort -V | tail -n1)" != "$glibc" ]; then
+  echo "build-rpm: $bin needs glibc $need; $os has $glibc: it would not start there. Nothing was packaged. Run packaging/build-rpm.sh without BINARY (it builds with cargo-zigbuild against glibc $glibc), or pass a binary linked against glibc <= $glibc" >&2
+  exit 1
+fi
+echo "build-rpm: $bin needs glibc $need (<= $glibc, $os)" >&2
 version=$("$bin" --version | awk '{print $2}')
 top=$(mktemp -d)
 trap 'rm -rf "$top"' EXIT
 src=$top/SOURCES
 mkdir -p "$src" "$out"
 cp "$bin" "$src/gpuhost"
-"$bin" generate man > "$src/gpuhost.1"
+# One man page per command (gpuhost.1, gpuhost-apply.1, ...), as one tarball source.
+"$bin" generate man --dir "$top/man"
+tar -C "$top/man" -cf "$src/gpuhost-man.tar" .
 "$bin" generate completions bash > "$src/gpuhost.bash"
 "$bin" generate completions zsh > "$src/_gpuhost"
 "$bin" generate completions fish > "$src/gpuhost.fish"
 cp "$here/packaging/gpuhost-resume.service" "$here/packaging/gpuhost-status.service" \
    "$here/packaging/gpuhost-status.timer" "$here/packaging/gpuhost-serve.service" "$here/packaging/gpuhost-kernel@.service" \
    "$here/packaging/95-gpuhost.install" "$here/README.md" "$here"/profiles/*.toml "$src/"
-arch=$(uname -m)
 # gzip payloads: readable by every rpm on OL8/OL9 (Debian's rpm would default to zstd).
 # GPUHOST_RPM_FAST=1 (tests) trades size for speed.
 payload=w6.gzdio
@@ -52,6 +90,7 @@ HOME=$top rpmbuild -bb --quiet \
   --define "_topdir $top" \
   --define "gpuhost_version $version" \
   --define "dist $dist" \
+  --define "gpuhost_glibc $glibc" \
   --define "_unitdir /usr/lib/systemd/system" \
   --define "_sharedstatedir /var/lib" \
   --target "$arch" \

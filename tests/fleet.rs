@@ -227,7 +227,9 @@ fn bad_cloud_init_arguments_exit_2(#[case] args: Vec<&str>, #[case] needle: &str
     );
 }
 
-/// The RPM, built once per test run from the binary under test.
+/// The RPM, built once per test run as a user builds it: `packaging/build-rpm.sh` with no
+/// binary, which builds the release binary against glibc 2.28 with cargo-zigbuild (installing
+/// cargo-zigbuild and zig when missing) from the source under test.
 fn gpuhost_rpm() -> &'static Path {
     static RPM: OnceLock<PathBuf> = OnceLock::new();
     RPM.get_or_init(|| {
@@ -236,12 +238,100 @@ fn gpuhost_rpm() -> &'static Path {
             .join(std::process::id().to_string());
         let o = run(Command::new("bash")
             .arg(world::src_dir().join("../../packaging/build-rpm.sh"))
-            .arg(GPUHOST)
+            .arg("")
             .arg(&out)
             .env("GPUHOST_RPM_FAST", "1"));
         assert!(o.status.success(), "build-rpm.sh: {}", text(&o.stderr));
         PathBuf::from(text(&o.stdout).trim())
     })
+}
+
+/// The newest `GLIBC_x.y` symbol version a binary needs (`objdump -T`), as numbers.
+fn newest_glibc(bin: &Path) -> Vec<u32> {
+    let o = run(Command::new("objdump").arg("-T").arg(bin));
+    assert!(
+        o.status.success(),
+        "objdump -T {}: {}",
+        bin.display(),
+        text(&o.stderr)
+    );
+    text(&o.stdout)
+        .split("GLIBC_")
+        .skip(1)
+        .filter_map(|rest| {
+            let v: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            let parts: Vec<u32> = v.split('.').filter_map(|p| p.parse().ok()).collect();
+            (!parts.is_empty()).then_some(parts)
+        })
+        .max()
+        .unwrap_or_else(|| panic!("{} names no GLIBC symbol version", bin.display()))
+}
+
+/// The packaged binary starts on Oracle Linux 8: the newest glibc symbol version it needs is
+/// at most 2.28 (OL8's glibc), and the package says so (`Requires: glibc >= 2.28`).
+#[test]
+fn the_packaged_binary_needs_at_most_oracle_linux_8s_glibc() {
+    let rpm = gpuhost_rpm();
+    assert!(
+        rpm.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .ends_with(".el8.x86_64.rpm")
+            || rpm
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .ends_with(".el8.aarch64.rpm"),
+        "{}",
+        rpm.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(Command::new("bash")
+        .arg("-c")
+        .arg("rpm2cpio \"$1\" | cpio -idm --quiet ./usr/bin/gpuhost")
+        .arg("-")
+        .arg(rpm)
+        .current_dir(dir.path()));
+    assert!(o.status.success(), "rpm2cpio: {}", text(&o.stderr));
+    let bin = dir.path().join("usr/bin/gpuhost");
+    let need = newest_glibc(&bin);
+    assert!(
+        need <= vec![2, 28],
+        "the packaged binary needs glibc {need:?}"
+    );
+    let o = run(Command::new("rpm").args(["-qp", "--requires"]).arg(rpm));
+    assert!(
+        text(&o.stdout).contains("glibc >= 2.28"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+/// A binary that needs a newer glibc than Oracle Linux 8's is refused: build-rpm.sh exits 1,
+/// says why and how to build one that starts, and packages nothing. (The binary under test is
+/// linked against this machine's glibc: 2.36 on Debian 12.)
+#[test]
+fn build_rpm_refuses_a_binary_that_would_not_start_on_oracle_linux_8() {
+    if newest_glibc(Path::new(GPUHOST)) <= vec![2, 28] {
+        eprintln!("skipped: the binary under test needs no glibc newer than 2.28 here");
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let o = run(Command::new("bash")
+        .arg(world::src_dir().join("../../packaging/build-rpm.sh"))
+        .arg(GPUHOST)
+        .arg(out.path()));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("Oracle Linux 8 has 2.28: it would not start there. Nothing was packaged")
+            && err.contains("cargo-zigbuild"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
 }
 
 #[test]
@@ -290,11 +380,27 @@ fn the_rpm_installs_into_an_oracle_linux_root_with_dnf_and_runs() {
         "{}",
         text(&o.stdout)
     );
-    // Its man page documents the commands; completions know them.
+    // Its man pages: one per command, each with its options; completions know them.
     let man = root.read("usr/share/man/man1/gpuhost.1");
     assert!(man.contains("apply") && man.contains("status"), "{man}");
+    for page in [
+        "apply",
+        "plan",
+        "status",
+        "serve",
+        "bundle",
+        "compat",
+        "cloud-init",
+        "profiles-show",
+    ] {
+        let text = root.read(&format!("usr/share/man/man1/gpuhost-{page}.1"));
+        assert!(text.contains(".SH OPTIONS"), "gpuhost-{page}.1: {text}");
+    }
+    let apply = root.read("usr/share/man/man1/gpuhost-apply.1");
+    assert!(apply.contains("\\-\\-root"), "{apply}");
     let bash = root.read("usr/share/bash-completion/completions/gpuhost");
     assert!(bash.contains("cloud-init") && bash.contains("--profile"));
+    assert!(bash.contains("driver.local_repo_rpm=") && bash.contains("ol9-rhck"));
 }
 
 #[test]

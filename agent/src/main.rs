@@ -100,8 +100,7 @@ enum Command {
     /// Print #cloud-config user-data that provisions a node unattended: installs gpuhost,
     /// fetches and checks the driver package, runs `gpuhost apply --reboot`.
     CloudInit(cloud_init::CloudInitArgs),
-    /// Generate the man page or shell completions (for packaging).
-    #[command(hide = true)]
+    /// Generate the man pages or shell completions (packaging/build-rpm.sh ships them).
     Generate {
         #[command(subcommand)]
         what: Generate,
@@ -138,9 +137,15 @@ enum ProfilesAction {
 
 #[derive(Subcommand, Debug)]
 enum Generate {
-    /// The man page (roff) on stdout.
-    Man,
-    /// Shell completions on stdout.
+    /// The man page of gpuhost (roff) on stdout; with --dir, one page per command (gpuhost.1,
+    /// gpuhost-apply.1, gpuhost-profiles-show.1, ...) written into DIR.
+    Man {
+        /// Write every command's page into this directory (made when missing).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Shell completions on stdout: commands and options; bash and zsh also complete --set
+    /// with the profile keys and --profile with the built-in profiles.
     Completions { shell: clap_complete::Shell },
 }
 
@@ -535,15 +540,65 @@ fn run_apply(opts: &ApplyOptions, format: Format) -> i32 {
 }
 
 fn generate(what: &Generate) -> Result<()> {
-    let mut cmd = Cli::command();
     let mut out = std::io::stdout();
     match what {
-        Generate::Man => clap_mangen::Man::new(cmd).render(&mut out)?,
+        Generate::Man { dir: None } => clap_mangen::Man::new(Cli::command()).render(&mut out)?,
+        Generate::Man { dir: Some(dir) } => {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| anyhow::anyhow!("cannot make {}: {e}", dir.display()))?;
+            clap_mangen::generate_to(Cli::command(), dir).map_err(|e| {
+                anyhow::anyhow!("cannot write the man pages into {}: {e}", dir.display())
+            })?;
+        }
         Generate::Completions { shell } => {
+            let mut cmd = completion_command()?;
             clap_complete::generate(*shell, &mut cmd, "gpuhost", &mut out)
         }
     }
     Ok(())
+}
+
+/// The command line as the completion scripts know it: every `--set` offers the profile keys
+/// (`driver.stream=`, ...), every `--profile` the built-in profiles. Only the scripts see these
+/// values: parsing still takes any key (checked by the profile) and any profile file.
+fn completion_command() -> Result<clap::Command> {
+    let keys: Vec<String> = gpuhost_profile::doc::keys()?
+        .into_iter()
+        .map(|(k, _)| format!("{k}="))
+        .collect();
+    let profiles: Vec<String> = gpuhost_profile::builtin_list()
+        .into_iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
+    Ok(with_completion_values(Cli::command(), &keys, &profiles))
+}
+
+fn with_completion_values(
+    mut cmd: clap::Command,
+    keys: &[String],
+    profiles: &[String],
+) -> clap::Command {
+    let args: Vec<(clap::Id, Vec<String>)> = cmd
+        .get_arguments()
+        .filter_map(|a| match a.get_long() {
+            Some("set") => Some((a.get_id().clone(), keys.to_vec())),
+            Some("profile") => Some((a.get_id().clone(), profiles.to_vec())),
+            _ => None,
+        })
+        .collect();
+    for (id, values) in args {
+        cmd = cmd.mut_arg(id, move |a| {
+            a.value_parser(clap::builder::PossibleValuesParser::new(values))
+        });
+    }
+    let subcommands: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in subcommands {
+        cmd = cmd.mut_subcommand(name, |s| with_completion_values(s, keys, profiles));
+    }
+    cmd
 }
 
 fn run_bundle(b: &BundleArgs) -> Result<()> {
@@ -642,6 +697,73 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn generate_is_listed_in_help() {
+        let help = Cli::command().render_help().to_string();
+        assert!(help.contains("generate"), "{help}");
+    }
+
+    /// bash and zsh complete `--set` with the profile keys and `--profile` with the built-in
+    /// profiles, on every command that takes them.
+    #[test]
+    fn completions_offer_profile_keys_and_builtin_profiles() -> Result<()> {
+        for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh] {
+            let mut cmd = completion_command()?;
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "gpuhost", &mut out);
+            let script = String::from_utf8(out)?;
+            for needle in [
+                "driver.local_repo_rpm=",
+                "docker.repo=",
+                "ol8-uek",
+                "ol9-rhck",
+            ] {
+                assert!(script.contains(needle), "{shell}: {needle} missing");
+            }
+        }
+        let mut cmd = completion_command()?;
+        let mut out = Vec::new();
+        clap_complete::generate(clap_complete::Shell::Bash, &mut cmd, "gpuhost", &mut out);
+        let script = String::from_utf8(out)?;
+        // after `--set` on apply, the keys (not file names) are offered
+        let apply = script
+            .split("gpuhost__subcmd__apply)")
+            .nth(1)
+            .and_then(|s| s.split("\n        gpuhost__").next())
+            .unwrap_or_default();
+        let set = apply.split("--set)").nth(1).unwrap_or_default();
+        let set = set.split(";;").next().unwrap_or_default();
+        assert!(
+            set.contains("compgen -W") && set.contains("driver.stream="),
+            "{set}"
+        );
+        Ok(())
+    }
+
+    /// One man page per command, each documenting its options.
+    #[test]
+    fn man_pages_come_one_per_command() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        generate(&Generate::Man {
+            dir: Some(dir.path().to_path_buf()),
+        })?;
+        for page in [
+            "gpuhost.1",
+            "gpuhost-apply.1",
+            "gpuhost-status.1",
+            "gpuhost-profiles-show.1",
+            "gpuhost-generate.1",
+        ] {
+            assert!(dir.path().join(page).is_file(), "{page} missing");
+        }
+        let apply = std::fs::read_to_string(dir.path().join("gpuhost-apply.1"))?;
+        assert!(
+            apply.contains("\\-\\-root") && apply.contains("\\-\\-profile"),
+            "{apply}"
+        );
+        Ok(())
     }
 
     #[test]
