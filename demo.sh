@@ -29,9 +29,10 @@ esac
 if [ -n "${GPUHOST_BIN:-}" ]; then
   gpuhost=$GPUHOST_BIN
 else
-  # A debug build: quick to compile; packaging/build-rpm.sh builds the release RPM.
-  echo "==> cargo install --locked --debug --path agent (gpuhost on your PATH)" >&2
-  cargo install --quiet --locked --debug --force --path "$here/agent"
+  # The release build, as the RPM ships it: a few minutes more to compile the first time, but
+  # gpuhost runs about 15 times faster than a debug build (plan --bundle: 0.15 s against 2.3 s).
+  echo "==> cargo install --locked --path agent (the release build of gpuhost, on your PATH)" >&2
+  cargo install --quiet --locked --force --path "$here/agent"
   bindir=${CARGO_INSTALL_ROOT:-${CARGO_HOME:-$HOME/.cargo}}/bin
   gpuhost=$bindir/gpuhost
   if [ "$(command -v gpuhost || true)" != "$gpuhost" ]; then

@@ -1075,3 +1075,24 @@ fn brand_unknown_the_answer_lists_where_an_image_runs() {
     let s = r["summary"].as_str().unwrap();
     assert!(s.contains("runs on Tesla, GRID; runs on Unknown only if it is a data center GPU; does not run on Quadro, NVS, GeForce, TITAN"), "{s}");
 }
+
+/// On a machine without the NVIDIA driver (CI), `compat` says that the NVML library was not
+/// found, in its own words: no library error noise ("a libloading error occurred").
+#[test]
+fn without_a_driver_compat_says_the_nvml_library_was_not_found() {
+    if Path::new("/proc/driver/nvidia/version").exists() {
+        eprintln!("skipped: this machine has an NVIDIA driver");
+        return;
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuhost"))
+        .args(["compat", "--cuda", "12.2"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("NVML: library not found (libnvidia-ml.so.1"),
+        "{err}"
+    );
+    assert!(!err.contains("libloading"), "{err}");
+}

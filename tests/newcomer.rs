@@ -67,8 +67,8 @@ fn the_readme_quick_start_walks_in_order_on_a_fresh_root() {
     );
     let demo = std::fs::read_to_string(repo().join("demo.sh")).unwrap();
     assert!(
-        demo.contains("cargo install --quiet --locked --debug --force --path \"$here/agent\""),
-        "demo.sh must put gpuhost on the PATH"
+        demo.contains("cargo install --quiet --locked --force --path \"$here/agent\""),
+        "demo.sh must put gpuhost's release build on the PATH"
     );
     World::get(); // built (under its lock) before the demo looks for it
     let tmp = tempfile::tempdir().unwrap();

@@ -864,6 +864,16 @@ fn hgx_problem_lines_name_the_gpu_in_the_table() {
         .find(|l| l.starts_with("CRITICAL") && l.contains("nvlink"))
         .unwrap();
     assert!(line.contains("gpu3 61:00.0"), "{line}");
+    // The summary says what it counts (checks) and how many rows the table shows them in.
+    let rows = out
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with(' ') && !l.is_empty())
+        .count();
+    assert!(
+        first.contains(" checks: ") && first.ends_with(&format!(" (in {rows} rows)")),
+        "{first}\n{out}"
+    );
 }
 
 // Issue 27: what cannot change within a boot is kept in <run dir>/boot-cache.json, keyed by

@@ -570,6 +570,13 @@ fn nvml(timeout: Duration) -> std::result::Result<DriverHost, String> {
         Ok(r) => r.finish(),
         Err(p) => *p,
     };
+    if p.status == ProbeStatus::NoLibrary {
+        // "NVML: library not found (libnvidia-ml.so.1: cannot open shared object file: …)"
+        return Err(p
+            .error
+            .map(|e| e.trim_start_matches("NVML ").to_string())
+            .unwrap_or_else(|| "library not found".to_string()));
+    }
     if p.status != ProbeStatus::Ok {
         let status = serde_json::to_value(&p.status)
             .ok()

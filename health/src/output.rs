@@ -109,14 +109,16 @@ pub fn table(checks: &[Check]) -> String {
         })
         .map(|c| format!("{}; ", c.value))
         .unwrap_or_default();
+    // The counts are of checks; the table below folds them into one row per GPU and group.
     let mut s = format!(
-        "gpuhost status {}: {headline}{} critical, {} warning, {} unknown, {} ok, {} n/a\n",
+        "gpuhost status {}: {headline}checks: {} critical, {} warning, {} unknown, {} ok, {} n/a (in {} rows)\n",
         worst.label(),
         counts["critical"],
         counts["warning"],
         counts["unknown"],
         counts["ok"],
         counts["na"],
+        lines.len(),
     );
     let w_who = lines.iter().map(|l| l.who.len()).max().unwrap_or(4);
     let w_group = lines.iter().map(|l| l.group.len()).max().unwrap_or(5);

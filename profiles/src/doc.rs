@@ -508,6 +508,31 @@ mod tests {
         Ok(())
     }
 
+    /// What `profiles show --all` prints is for users: no Rust doc syntax (intra-doc links,
+    /// paths into gpuhost's crates) in any key's meaning.
+    #[test]
+    fn key_meanings_carry_no_rust_doc_syntax() -> Result<()> {
+        fn walk(keys: &[Key], bad: &mut Vec<String>) {
+            for k in keys {
+                if k.meaning.contains("[`")
+                    || k.meaning.contains("`]")
+                    || k.meaning.contains("crate::")
+                    || k.meaning.contains("gpuhost_")
+                {
+                    bad.push(format!("{}: {}", k.name, k.meaning));
+                }
+                match &k.kind {
+                    Kind::Table(sub) | Kind::Tables(sub) => walk(sub, bad),
+                    Kind::Value(_) => {}
+                }
+            }
+        }
+        let mut bad = Vec::new();
+        walk(&tree()?, &mut bad);
+        assert!(bad.is_empty(), "{bad:#?}");
+        Ok(())
+    }
+
     #[test]
     fn render_all_parses_back_to_the_same_profile_and_comments_unset_keys() -> Result<()> {
         for (name, _) in crate::BUILTIN {

@@ -68,7 +68,7 @@ pub struct Profile {
     /// What `gpuhost status --profile` expects of the node.
     #[serde(default)]
     pub status: StatusSpec,
-    /// The Machine Owner Key DKMS signs the NVIDIA modules with ([`gpuhost_host::secureboot`]).
+    /// The Machine Owner Key DKMS signs the NVIDIA modules with, when Secure Boot is on.
     #[serde(default)]
     pub secure_boot: SecureBootSpec,
     /// How `apply --reboot` reboots the node when a change needs it.
@@ -146,7 +146,7 @@ pub struct KernelSpec {
     #[serde(default)]
     pub extra_packages: Vec<String>,
     /// Keep the default boot entry on the last kernel with the NVIDIA module when a newer
-    /// kernel cannot get one ([`gpuhost_engine::bootguard`]); `false` lets the new kernel boot anyway.
+    /// kernel cannot get one (the kernel guard); `false` lets the new kernel boot anyway.
     #[serde(default = "yes")]
     pub guard: bool,
 }

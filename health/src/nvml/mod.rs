@@ -99,9 +99,14 @@ pub fn init(start: Instant) -> Result<Nvml, Box<NvmlProbe>> {
                 NvmlError::NoPermission => ProbeStatus::NoPermission,
                 _ => ProbeStatus::InitError,
             };
+            // The library's own words, not nvml-wrapper's ("a libloading error occurred").
+            let error = match &e {
+                NvmlError::LibloadingError(le) => format!("NVML library not found ({le})"),
+                other => format!("{other}"),
+            };
             Err(Box::new(NvmlProbe {
                 status,
-                error: Some(format!("{e}")),
+                error: Some(error),
                 duration_ms: Some(ms(start)),
                 ..NvmlProbe::default()
             }))
