@@ -112,6 +112,38 @@ fn unpredictable() -> String {
 }
 
 /// Seconds since the Unix epoch.
+/// A new directory in the temporary directory (`$TMPDIR`), named `PREFIX.<pid>.<n>`, readable
+/// by its owner only; never one that already exists. Remove it with [`remove_temp_dir`].
+pub fn private_temp_dir(prefix: &str) -> Result<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let tmp = std::env::temp_dir();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let mut last = None;
+    for _ in 0..16 {
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir = tmp.join(format!("{prefix}.{}.{nanos:x}.{n}", std::process::id()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(anyhow::anyhow!(
+        "cannot make a directory in {}: {}; set TMPDIR to a writable directory",
+        tmp.display(),
+        last.map_or_else(String::new, |e| e.to_string())
+    ))
+}
+
+/// Remove a directory [`private_temp_dir`] made, with what is in it (best effort).
+pub fn remove_temp_dir(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -118,9 +118,42 @@ impl Host {
             macro_home: Arc::new(MacroHome::default()),
         };
         if !live {
-            host.rpmdb = crate::rpmdb::locate(&host);
+            host.rpmdb = host.locate_rpmdb();
         }
         Ok(host)
+    }
+
+    /// Where the install root's rpm database is ([`crate::rpmdb`]): an existing one, else
+    /// where its OS keeps it.
+    fn locate_rpmdb(&self) -> DbPath {
+        let mut found: Vec<String> = Vec::new();
+        for dir in crate::rpmdb::LOCATIONS {
+            let has_db = crate::rpmdb::DB_FILES
+                .iter()
+                .any(|f| self.kind(format!("{dir}/{f}")) == Some(Kind::File));
+            if !has_db {
+                continue;
+            }
+            // `/var/lib/rpm` may be a link to `/usr/lib/sysimage/rpm` (one database, two names).
+            let inside = self
+                .real_path(dir)
+                .ok()
+                .and_then(|p| {
+                    p.strip_prefix(&self.root)
+                        .ok()
+                        .map(|r| Path::new("/").join(r))
+                })
+                .map_or_else(|| dir.to_string(), |p| p.display().to_string());
+            if !found.contains(&inside) {
+                found.push(inside);
+            }
+        }
+        let os = self
+            .read_opt("/etc/os-release")
+            .ok()
+            .flatten()
+            .map(|t| crate::osrelease::OsRelease::parse(&t));
+        crate::rpmdb::decide(&self.root, &found, os.as_ref())
     }
 
     /// In an install root, where its rpm database is, as a path inside the root (rpm's

@@ -15,16 +15,14 @@ use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 
-use crate::host::Host;
 use crate::osrelease::OsRelease;
-use crate::rootfs::Kind;
 
 /// Where rpm databases live, in the order rpm's distributions have used them.
 pub const LOCATIONS: [&str; 2] = ["/var/lib/rpm", "/usr/lib/sysimage/rpm"];
 
 /// The files that make a directory an rpm database: sqlite (rpm ≥ 4.16 default, OL9),
 /// Berkeley DB (OL8), ndb.
-const DB_FILES: [&str; 3] = ["rpmdb.sqlite", "Packages", "Packages.db"];
+pub(crate) const DB_FILES: [&str; 3] = ["rpmdb.sqlite", "Packages", "Packages.db"];
 
 /// The root's rpm database: its path inside the root, or why it cannot be told.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,32 +37,11 @@ fn keeps_it_in_var_lib_rpm(os: &OsRelease) -> bool {
         && matches!(os.major(), Some(8 | 9))
 }
 
-/// Find the root's database (see the module's documentation).
-pub(crate) fn locate(host: &Host) -> DbPath {
-    let mut found: Vec<String> = Vec::new();
-    for dir in LOCATIONS {
-        let has_db = DB_FILES
-            .iter()
-            .any(|f| host.kind(format!("{dir}/{f}")) == Some(Kind::File));
-        if !has_db {
-            continue;
-        }
-        // `/var/lib/rpm` may be a link to `/usr/lib/sysimage/rpm` (one database, two names).
-        let inside = host
-            .real_path(dir)
-            .ok()
-            .and_then(|p| {
-                p.strip_prefix(host.root())
-                    .ok()
-                    .map(|r| Path::new("/").join(r))
-            })
-            .map_or_else(|| dir.to_string(), |p| p.display().to_string());
-        if !found.contains(&inside) {
-            found.push(inside);
-        }
-    }
-    let root = host.root().display();
-    match found.as_slice() {
+/// Where the root's database is, from the database directories found in it (as paths inside
+/// the root, links resolved: one database may have two names) and its os-release.
+pub(crate) fn decide(root: &Path, found: &[String], os: Option<&OsRelease>) -> DbPath {
+    let root = root.display();
+    match found {
         [one] => return DbPath::Known(one.clone()),
         [a, b, ..] => {
             return DbPath::Unknown(format!(
@@ -73,13 +50,8 @@ pub(crate) fn locate(host: &Host) -> DbPath {
         }
         [] => {}
     }
-    let os = host
-        .read_opt("/etc/os-release")
-        .ok()
-        .flatten()
-        .map(|t| OsRelease::parse(&t));
     match os {
-        Some(os) if keeps_it_in_var_lib_rpm(&os) => DbPath::Known(LOCATIONS[0].to_string()),
+        Some(os) if keeps_it_in_var_lib_rpm(os) => DbPath::Known(LOCATIONS[0].to_string()),
         Some(os) => DbPath::Unknown(format!(
             "install root {root} has no rpm database ({} hold none) and runs {}, whose rpm database location gpuhost does not know",
             LOCATIONS.join(", "),
@@ -117,9 +89,9 @@ impl MacroHome {
         if let Some(d) = made.as_ref() {
             return Ok(d.clone());
         }
-        let dir = make_private_dir()?;
+        let dir = crate::fsutil::private_temp_dir("gpuhost-rpm")?;
         let file = dir.join(".rpmmacros");
-        std::fs::write(&file, macros(dbpath))
+        crate::fsutil::write_atomic(&file, macros(dbpath).as_bytes(), 0o600)
             .with_context(|| format!("writing {} (rpm's macros for dnf)", file.display()))?;
         *made = Some(dir.clone());
         Ok(dir)
@@ -130,7 +102,7 @@ impl Drop for MacroHome {
     fn drop(&mut self) {
         if let Ok(made) = self.0.get_mut() {
             if let Some(d) = made.take() {
-                let _ = std::fs::remove_dir_all(d);
+                crate::fsutil::remove_temp_dir(&d);
             }
         }
     }
@@ -143,35 +115,17 @@ fn macros(dbpath: &str) -> String {
     )
 }
 
-/// A new directory of the temporary directory, owner-only (never an existing one).
-fn make_private_dir() -> Result<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let tmp = std::env::temp_dir();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    let mut last = None;
-    for _ in 0..16 {
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let dir = tmp.join(format!("gpuhost-rpm.{}.{nanos:x}.{n}", std::process::id()));
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(anyhow::anyhow!(
-        "cannot make a directory in {} for rpm's macros: {}; set TMPDIR to a writable directory",
-        tmp.display(),
-        last.map_or_else(String::new, |e| e.to_string())
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::Host;
+
+    fn locate(h: &Host) -> DbPath {
+        match h.rpm_dbpath() {
+            Ok(p) => DbPath::Known(p.to_string()),
+            Err(e) => DbPath::Unknown(format!("{e:#}")),
+        }
+    }
 
     fn root_with(files: &[(&str, &str)]) -> Result<(tempfile::TempDir, Host)> {
         let t = tempfile::tempdir()?;
@@ -218,6 +172,7 @@ mod tests {
         assert!(matches!(locate(&h), DbPath::Unknown(m) if m.contains("two rpm databases")));
         std::fs::remove_dir_all(t.path().join("var/lib/rpm"))?;
         std::os::unix::fs::symlink("../../usr/lib/sysimage/rpm", t.path().join("var/lib/rpm"))?;
+        let h = Host::new(t.path())?;
         assert_eq!(locate(&h), DbPath::Known("/usr/lib/sysimage/rpm".into()));
         Ok(())
     }
