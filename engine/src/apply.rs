@@ -219,21 +219,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     opts.selection.validate(&gpuhost_steps::registry())?;
     // A bundle is verified before anything else is looked at.
     let bundle = opts.bundle.as_deref().map(bundle::open).transpose()?;
-    let profile = match &bundle {
-        Some(b) => {
-            if !opts.profile.is_empty() && opts.profile != b.manifest.profile {
-                return Err(invalid!(
-                    "--profile {}: bundle {} was made for profile {}; leave --profile out (the bundle carries its profile), or make a bundle for {}",
-                    opts.profile,
-                    b.source.display(),
-                    b.manifest.profile,
-                    opts.profile
-                ));
-            }
-            b.profile(&opts.sets)?
-        }
-        None => Profile::resolve(&opts.profile, &opts.sets)?,
-    };
+    let profile = profile_of(opts, bundle.as_ref())?;
     let mut host = Host::new(&opts.root)?;
     // rpm, dnf and systemctl follow the root's symlinks on the build host: none may lead out.
     host.check_tool_dirs()?;
@@ -292,6 +278,23 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         warnings,
         unserved,
     })
+}
+
+/// The run's profile: the bundle's (a `--profile` must name the same), else `--profile`'s.
+fn profile_of(opts: &ApplyOptions, bundle: Option<&bundle::Opened>) -> Result<Profile> {
+    let Some(b) = bundle else {
+        return Profile::resolve(&opts.profile, &opts.sets);
+    };
+    if !opts.profile.is_empty() && opts.profile != b.manifest.profile {
+        return Err(invalid!(
+            "--profile {}: bundle {} was made for profile {}; leave --profile out (the bundle carries its profile), or make a bundle for {}",
+            opts.profile,
+            b.source.display(),
+            b.manifest.profile,
+            opts.profile
+        ));
+    }
+    b.profile(&opts.sets)
 }
 
 /// The bundle must carry headers for every kernel the host serves. One that lacks a newer
