@@ -802,6 +802,28 @@ fn slow_and_idle_clients_cannot_keep_the_server_from_answering_or_stopping() {
         "trickling client: {took:?} {cut}"
     );
 
+    // A body announced and trickled (no endpoint takes one): answered 413 at once, closed.
+    let mut body = TcpStream::connect(&srv.addr).unwrap();
+    body.write_all(b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nab")
+        .unwrap();
+    body.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut got = Vec::new();
+    let t = Instant::now();
+    let mut buf = [0u8; 512];
+    loop {
+        match std::io::Read::read(&mut body, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("the body sender was not answered and cut off: {e}"),
+        }
+    }
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert!(
+        String::from_utf8_lossy(&got).starts_with("HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+
     // 600 idle connections, and a newcomer.
     let mut idle = hold(&srv.addr, 600, b"");
     assert!(idle.len() >= 500, "only {} connections opened", idle.len());

@@ -204,6 +204,28 @@ pub async fn serve(
     Ok(())
 }
 
+/// True when a request announces a body (`Content-Length` above 0, or `Transfer-Encoding`).
+fn carries_body(h: &hyper::HeaderMap) -> bool {
+    let length = h
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    length.is_some_and(|n| n > 0) || h.contains_key(hyper::header::TRANSFER_ENCODING)
+}
+
+/// 413 with `Connection: close`: serve's endpoints take no request body.
+fn no_body_taken() -> axum::response::Response {
+    let mut r = axum::response::Response::new(axum::body::Body::from(
+        "gpuhost serve takes no request body\n",
+    ));
+    *r.status_mut() = hyper::StatusCode::PAYLOAD_TOO_LARGE;
+    r.headers_mut().insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    r
+}
+
 /// One connection: HTTP/1 with the header timeout, until it ends or is asked to close; then an
 /// idle connection (or one still sending its headers) is closed at once, one with an answer
 /// under way finishes it first.
@@ -211,11 +233,17 @@ async fn connection(stream: tokio::net::TcpStream, app: Router, open: &Mutex<Ope
     let (id, bell, busy) = lock(open).add();
     let inner = TowerToHyperService::new(app);
     let counted = Arc::clone(&busy);
-    let service = hyper::service::service_fn(move |req| {
-        let answer = hyper::service::Service::call(&inner, req);
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        // No endpoint takes a body: one announced is answered at once and the connection
+        // closed, so a client trickling a body cannot hold it (the body read timeout).
+        let with_body = carries_body(req.headers());
+        let answer = (!with_body).then(|| hyper::service::Service::call(&inner, req));
         let busy = Busy::enter(&counted);
         async move {
-            let r = answer.await;
+            let r = match answer {
+                Some(a) => a.await,
+                None => Ok(no_body_taken()),
+            };
             drop(busy);
             r
         }
