@@ -52,7 +52,10 @@ if [ -z "$bin" ]; then
   case $profile in release) dir=release ;; dev) dir=debug ;; *) echo "build-rpm: GPUHOST_RPM_PROFILE=$profile: give release or dev" >&2; exit 2 ;; esac
   echo "build-rpm: cargo zigbuild --profile $profile -p gpuhost --target $arch-unknown-linux-gnu.$glibc" >&2
   (cd "$here" && cargo zigbuild --quiet --locked --profile "$profile" -p gpuhost --target "$arch-unknown-linux-gnu.$glibc" >&2)
-  bin=$here/target/$arch-unknown-linux-gnu/$dir/gpuhost
+  # Where cargo put it: $CARGO_TARGET_DIR when set (relative to the workspace), else target/.
+  target_dir=${CARGO_TARGET_DIR:-target}
+  case $target_dir in /*) ;; *) target_dir=$here/$target_dir ;; esac
+  bin=$target_dir/$arch-unknown-linux-gnu/$dir/gpuhost
 fi
 # The newest glibc symbol version the binary needs must be one the target has.
 command -v objdump >/dev/null 2>&1 \
