@@ -1,8 +1,8 @@
 //! The Ansible collection (`ansible_collections/gpuhost/node/`) driven by Debian's real
 //! ansible-core: install roots from the test world are inventory hosts with
-//! `ansible_connection=local`; the modules run the real gpuhost binary against them. The README's
-//! rolling-upgrade playbook runs through a real three-node Slurm. `ansible-test sanity` checks the
-//! collection.
+//! `ansible_connection=local`; the modules run the real gpuhost binary against them. The
+//! rolling-upgrade playbook of docs/fleets.md runs through a real three-node Slurm.
+//! `ansible-test sanity` checks the collection.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "world/mod.rs"]
@@ -392,12 +392,13 @@ fn status_and_compat_modules() {
     assert_eq!(result(&run, "gate", "healthy")["failed"], json!(null));
 }
 
-/// The rolling-upgrade playbook from the README (its first ```yaml block after the fleet heading).
+/// The rolling-upgrade playbook from docs/fleets.md (its first ```yaml block after the Ansible
+/// heading).
 fn readme_playbook() -> String {
-    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(workspace().join("docs/fleets.md")).unwrap();
     let start = readme
         .find("## Fleets with Ansible")
-        .expect("fleet section in the README");
+        .expect("Ansible section in docs/fleets.md");
     let body = &readme[start..];
     let body = &body[body.find("```yaml\n").expect("a yaml block") + 8..];
     body[..body.find("```").unwrap()].to_string()

@@ -501,7 +501,7 @@ fn kernel_install_plugin(
     (o.status.code(), calls)
 }
 
-/// README (Kernel updates, the trigger): the plugin only queues gpuhost-kernel@KVER.service
+/// docs/kernel-and-secure-boot.md (Kernel updates, the trigger): the plugin only queues gpuhost-kernel@KVER.service
 /// with `systemctl start --no-block`, does nothing without systemd as PID 1 or on a host where
 /// no apply has converged, and never fails the kernel install.
 #[test]

@@ -86,13 +86,14 @@ fn npd_custom_plugin_protocol() {
 }
 
 #[test]
-fn the_npd_sample_config_in_the_readme_is_valid_json_calling_npd_format() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
+fn the_npd_sample_config_in_the_docs_is_valid_json_calling_npd_format() {
+    let readme = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/status-and-serve.md"),
+    )
+    .unwrap();
     let start = readme
         .find("```json\n{\n  \"plugin\": \"custom\"")
-        .expect("NPD sample in README");
+        .expect("NPD sample in docs/status-and-serve.md");
     let body = &readme[start + 8..];
     let body = &body[..body.find("```").unwrap()];
     let v: serde_json::Value = serde_json::from_str(body).unwrap();
