@@ -8,6 +8,8 @@
 #[path = "world/mod.rs"]
 mod world;
 
+#[path = "support/docs.rs"]
+mod docs;
 #[path = "support/slurm.rs"]
 mod slurm;
 
@@ -394,7 +396,7 @@ fn status_and_compat_modules() {
 
 /// The rolling-upgrade playbook from docs/fleets.md (its first ```yaml block after the Ansible
 /// heading).
-fn readme_playbook() -> String {
+fn docs_playbook() -> String {
     let readme = std::fs::read_to_string(workspace().join("docs/fleets.md")).unwrap();
     let start = readme
         .find("## Fleets with Ansible")
@@ -405,7 +407,7 @@ fn readme_playbook() -> String {
 }
 
 #[test]
-fn readme_playbook_rolls_a_driver_upgrade_through_a_slurm_partition_in_batches() {
+fn docs_playbook_rolls_a_driver_upgrade_through_a_slurm_partition_in_batches() {
     if !have_ansible() {
         return;
     }
@@ -456,6 +458,51 @@ fn readme_playbook_rolls_a_driver_upgrade_through_a_slurm_partition_in_batches()
         "gpuhost_jobs_poll": 1,
         "gpuhost_slurm_environment": {"SLURM_CONF": slurm.conf},
     }, "hosts": hosts}});
+    // The commands of docs/fleets.md, in order: check mode first, then the real rollout (the
+    // inventory and playbook files are this test's; the arguments after them are the doc's).
+    let commands = docs::delegated(file!(), "docs/fleets.md", "rolling-upgrade").commands();
+    let args: Vec<Vec<String>> = commands
+        .iter()
+        .map(|c| {
+            let words = shlex::split(c.split(" #").next().unwrap()).unwrap();
+            assert_eq!(
+                words[..4],
+                [
+                    "ansible-playbook",
+                    "-i",
+                    "inventory.yml",
+                    "rolling-driver-upgrade.yml"
+                ],
+                "{c}"
+            );
+            words[4..].to_vec()
+        })
+        .collect();
+    assert_eq!(args.len(), 2, "{commands:?}");
+    assert!(args[0].iter().any(|a| a == "--check") && !args[1].iter().any(|a| a == "--check"));
+    let check_args: Vec<&str> = args[0].iter().map(String::as_str).collect();
+    let before: Vec<String> = roots.iter().map(files).collect();
+    let (_, check) = playbook_env(
+        dir.path(),
+        &inv,
+        &docs_playbook(),
+        &check_args,
+        &[("SLURM_CONF", slurm.conf.as_path())],
+    );
+    // Check mode changes nothing and drains nothing; it already finds gpunode1's corrupted
+    // driver file, and says that gpunode2 would change.
+    let after: Vec<String> = roots.iter().map(files).collect();
+    assert!(before == after, "check mode changed a root: {check:#}");
+    for n in nodes {
+        assert_eq!(slurm.state(n), "IDLE", "{n}: {check:#}");
+    }
+    assert_eq!(stats(&check, "gpunode1")["failures"], 1, "{check:#}");
+    assert_eq!(stats(&check, "gpunode2")["failures"], 0, "{check:#}");
+    assert!(
+        stats(&check, "gpunode2")["changed"].as_u64() >= Some(1),
+        "{check:#}"
+    );
+
     // A job on gpunode2: its apply must wait until the job has ended.
     let job_end = dir.path().join("job.end");
     let o = slurm
@@ -469,11 +516,12 @@ fn readme_playbook_rolls_a_driver_upgrade_through_a_slurm_partition_in_batches()
 
     let t = Instant::now();
     // sinfo on the controller (localhost) finds the partition's nodes through SLURM_CONF.
+    let real_args: Vec<&str> = args[1].iter().map(String::as_str).collect();
     let (o, run) = playbook_env(
         dir.path(),
         &inv,
-        &readme_playbook(),
-        &["-e", "partition=gpu"],
+        &docs_playbook(),
+        &real_args,
         &[("SLURM_CONF", slurm.conf.as_path())],
     );
     eprintln!("rollout: {:?}", t.elapsed());

@@ -3,6 +3,8 @@
 // Tests fail by panicking.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/docs.rs"]
+mod docs;
 #[path = "world/mod.rs"]
 mod world;
 
@@ -227,17 +229,25 @@ fn bad_cloud_init_arguments_exit_2(#[case] args: Vec<&str>, #[case] needle: &str
     );
 }
 
-/// The RPM, built once per test run as a user builds it: `packaging/build-rpm.sh` with no
-/// binary, which builds the release binary against glibc 2.28 with cargo-zigbuild (installing
-/// cargo-zigbuild and zig when missing) from the source under test.
+/// The RPM, built once per test run as a user builds it: the command of docs/packaging.md,
+/// `packaging/build-rpm.sh` with no binary, which builds the release binary against glibc 2.28
+/// with cargo-zigbuild (installing cargo-zigbuild and zig when missing) from the source under
+/// test — here with an output directory of this run's own (its second argument).
 fn gpuhost_rpm() -> &'static Path {
     static RPM: OnceLock<PathBuf> = OnceLock::new();
     RPM.get_or_init(|| {
+        let shown = docs::delegated(file!(), "docs/packaging.md", "build-rpm").commands();
+        let words: Vec<String> = shlex::split(shown[0].split(" #").next().unwrap()).unwrap();
+        assert_eq!(
+            (shown.len(), words.as_slice()),
+            (1, ["packaging/build-rpm.sh".to_string()].as_slice()),
+            "{shown:?}"
+        );
         let out = world::src_dir()
             .join("../../target/fleet-rpm")
             .join(std::process::id().to_string());
         let o = run(Command::new("bash")
-            .arg(world::src_dir().join("../../packaging/build-rpm.sh"))
+            .arg(docs::workspace().join(&words[0]))
             .arg("")
             .arg(&out)
             .env("GPUHOST_RPM_FAST", "1"));

@@ -39,8 +39,7 @@ pub fn documents() -> Vec<String> {
 }
 
 pub fn read(doc: &str) -> String {
-    std::fs::read_to_string(workspace().join(doc))
-        .unwrap_or_else(|e| panic!("{doc}: {e}"))
+    std::fs::read_to_string(workspace().join(doc)).unwrap_or_else(|e| panic!("{doc}: {e}"))
 }
 
 /// One fenced block.
@@ -85,11 +84,19 @@ pub fn blocks(doc: &str) -> Vec<Block> {
         i += 1;
         while i < lines.len() && lines[i].trim_start() != "```" {
             let b = lines[i];
-            body.push_str(b.get(indent..).filter(|_| b.len() >= indent).unwrap_or(b.trim_start()));
+            body.push_str(
+                b.get(indent..)
+                    .filter(|_| b.len() >= indent)
+                    .unwrap_or(b.trim_start()),
+            );
             body.push('\n');
             i += 1;
         }
-        assert!(i < lines.len(), "{doc}:{}: the block is never closed", start + 1);
+        assert!(
+            i < lines.len(),
+            "{doc}:{}: the block is never closed",
+            start + 1
+        );
         let marker = lines[..start]
             .iter()
             .rev()
@@ -163,7 +170,11 @@ impl Block {
                 }
                 continue;
             }
-            let cmd = if console { l.strip_prefix("$ ") } else { Some(l) };
+            let cmd = if console {
+                l.strip_prefix("$ ")
+            } else {
+                Some(l)
+            };
             match cmd {
                 Some(c) if c.trim().is_empty() || c.trim_start().starts_with('#') => {}
                 Some(c) if c.ends_with('\\') => cont = Some(c.to_string()),
@@ -177,7 +188,11 @@ impl Block {
                 }
             }
         }
-        assert!(cont.is_none(), "{}: the last command continues past the block", self.place());
+        assert!(
+            cont.is_none(),
+            "{}: the last command continues past the block",
+            self.place()
+        );
         out
     }
 }
@@ -194,7 +209,10 @@ pub fn delegated(caller: &str, doc: &str, key: &str) -> Block {
     match found.as_slice() {
         [b] => b.clone(),
         [] => panic!("{doc} has no block marked <!-- run by {me}: {key} -->"),
-        _ => panic!("{doc} has {} blocks marked <!-- run by {me}: {key} -->", found.len()),
+        _ => panic!(
+            "{doc} has {} blocks marked <!-- run by {me}: {key} -->",
+            found.len()
+        ),
     }
 }
 
