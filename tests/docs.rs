@@ -695,8 +695,11 @@ fn the_compat_examples_print_what_the_h200_printed() {
     }
     let table = field_table("docs/compat.md", "compat-json");
     let mut seen = BTreeSet::new();
-    for key in ["compat-cuda", "compat-forward", "compat-refused"] {
-        let b = docs::delegated(file!(), "docs/compat.md", key);
+    for b in [
+        docs::delegated(file!(), "docs/compat.md", "compat-cuda"),
+        docs::delegated(file!(), "docs/compat.md", "compat-forward"),
+        docs::delegated(file!(), "docs/compat.md", "compat-refused"),
+    ] {
         let mut sh = Shell::new();
         let snap = h200_compat_snapshot(sh.cwd());
         sh = sh.rewrite(
