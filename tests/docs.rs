@@ -383,6 +383,78 @@ fn check_fields(
 
 // ---- README.md ----------------------------------------------------------------------------
 
+/// The `--flags` of a text: each `--name` (letters, digits and `-`).
+fn flags(text: &str) -> BTreeSet<String> {
+    text.split("--")
+        .skip(1)
+        .map(|s| {
+            s.chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect::<String>()
+        })
+        .filter(|f| f.starts_with(|c: char| c.is_ascii_lowercase()))
+        .map(|f| format!("--{f}"))
+        .collect()
+}
+
+/// The README's synopsis of the commands: every command `gpuhost --help` lists is there, and
+/// every flag it shows for a command is one that command's `--help` lists.
+#[test]
+fn the_readme_synopsis_shows_every_command_and_only_flags_they_take() {
+    let b = docs::blocks("README.md")
+        .into_iter()
+        .find(|b| b.lang == "text" && b.heading == "Commands")
+        .expect("a ```text synopsis under ## Commands");
+    let mut shown: BTreeMap<Vec<String>, BTreeSet<String>> = BTreeMap::new();
+    let mut current: Vec<String> = Vec::new();
+    for l in b.text.lines() {
+        let code = l.split(" #").next().unwrap_or_default();
+        if let Some(rest) = code.strip_prefix("gpuhost ") {
+            current = rest
+                .split_whitespace()
+                .take_while(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                .take_while(|w| !w.starts_with('-'))
+                .map(str::to_string)
+                .collect();
+            assert!(!current.is_empty(), "{l}");
+        }
+        shown
+            .entry(current.clone())
+            .or_default()
+            .extend(flags(code));
+    }
+    let help = |words: &[String]| -> String {
+        let o = Command::new(GPUHOST)
+            .args(words)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 0, "gpuhost {words:?} --help: {}", stderr(&o));
+        stdout(&o)
+    };
+    for (words, fl) in &shown {
+        let takes = flags(&help(words));
+        let unknown: Vec<&String> = fl.iter().filter(|f| !takes.contains(*f)).collect();
+        assert!(
+            unknown.is_empty(),
+            "the README shows `gpuhost {}` with {unknown:?}, which it does not take",
+            words.join(" ")
+        );
+    }
+    let top = help(&[]);
+    let commands = top
+        .split("Commands:\n")
+        .nth(1)
+        .and_then(|s| s.split("\n\n").next())
+        .unwrap_or_default();
+    for c in commands.lines().filter_map(|l| l.split_whitespace().next()) {
+        assert!(
+            c == "help" || shown.keys().any(|w| w[0] == c),
+            "the README's synopsis does not show `gpuhost {c}`"
+        );
+    }
+}
+
 /// `gpuhost steps`, as the README shows it.
 #[test]
 fn the_readme_shows_the_steps_gpuhost_prints() {
