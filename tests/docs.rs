@@ -455,6 +455,53 @@ fn the_readme_synopsis_shows_every_command_and_only_flags_they_take() {
     }
 }
 
+/// The README's "Built with" names every crate the workspace depends on, and no other.
+#[test]
+fn the_readme_names_every_crate_gpuhost_is_built_with() {
+    let table = docs::checked(file!(), "README.md", "crates");
+    let named: BTreeSet<String> = table
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| crate "))
+        .filter_map(|l| l.split(" | ").next())
+        .flat_map(|c| {
+            c.trim_start_matches("| ")
+                .split([',', '(', ')', '+', ' '])
+                .filter(|w| !w.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut deps = BTreeSet::new();
+    let ws = docs::workspace();
+    let members = [
+        "host", "nvidia", "profiles", "steps", "engine", "health", "serve", "agent",
+    ];
+    for toml in std::iter::once(ws.join("Cargo.toml"))
+        .chain(members.iter().map(|m| ws.join(m).join("Cargo.toml")))
+    {
+        let text = std::fs::read_to_string(&toml).unwrap();
+        let mut in_deps = false;
+        for l in text.lines() {
+            if l.starts_with('[') {
+                in_deps = l.ends_with("dependencies]");
+                continue;
+            }
+            let name: String = l
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                .collect();
+            if in_deps && !name.is_empty() && !name.starts_with("gpuhost") {
+                deps.insert(name);
+            }
+        }
+    }
+    assert!(deps.contains("tokio") && deps.contains("duct"), "{deps:?}");
+    assert_eq!(
+        named, deps,
+        "README.md's Built with (left) against the Cargo.toml files (right)"
+    );
+}
+
 /// `gpuhost steps`, as the README shows it.
 #[test]
 fn the_readme_shows_the_steps_gpuhost_prints() {
