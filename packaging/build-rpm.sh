@@ -78,6 +78,8 @@ cp "$bin" "$src/gpuhost"
 # One man page per command (gpuhost.1, gpuhost-apply.1, ...), as one tarball source.
 "$bin" generate man --dir "$top/man"
 tar -C "$top/man" -cf "$src/gpuhost-man.tar" .
+# The documents the README links to (docs/*.md), beside it in the package's doc directory.
+tar -C "$here" -cf "$src/gpuhost-docs.tar" docs
 "$bin" generate completions bash > "$src/gpuhost.bash"
 "$bin" generate completions zsh > "$src/_gpuhost"
 "$bin" generate completions fish > "$src/gpuhost.fish"

@@ -1,13 +1,15 @@
 //! The Ansible collection (`ansible_collections/gpuhost/node/`) driven by Debian's real
 //! ansible-core: install roots from the test world are inventory hosts with
-//! `ansible_connection=local`; the modules run the real gpuhost binary against them. The README's
-//! rolling-upgrade playbook runs through a real three-node Slurm. `ansible-test sanity` checks the
-//! collection.
+//! `ansible_connection=local`; the modules run the real gpuhost binary against them. The
+//! rolling-upgrade playbook of docs/fleets.md runs through a real three-node Slurm.
+//! `ansible-test sanity` checks the collection.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "world/mod.rs"]
 mod world;
 
+#[path = "support/docs.rs"]
+mod docs;
 #[path = "support/slurm.rs"]
 mod slurm;
 
@@ -392,19 +394,20 @@ fn status_and_compat_modules() {
     assert_eq!(result(&run, "gate", "healthy")["failed"], json!(null));
 }
 
-/// The rolling-upgrade playbook from the README (its first ```yaml block after the fleet heading).
-fn readme_playbook() -> String {
-    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+/// The rolling-upgrade playbook from docs/fleets.md (its first ```yaml block after the Ansible
+/// heading).
+fn docs_playbook() -> String {
+    let readme = std::fs::read_to_string(workspace().join("docs/fleets.md")).unwrap();
     let start = readme
         .find("## Fleets with Ansible")
-        .expect("fleet section in the README");
+        .expect("Ansible section in docs/fleets.md");
     let body = &readme[start..];
     let body = &body[body.find("```yaml\n").expect("a yaml block") + 8..];
     body[..body.find("```").unwrap()].to_string()
 }
 
 #[test]
-fn readme_playbook_rolls_a_driver_upgrade_through_a_slurm_partition_in_batches() {
+fn docs_playbook_rolls_a_driver_upgrade_through_a_slurm_partition_in_batches() {
     if !have_ansible() {
         return;
     }
@@ -455,6 +458,50 @@ fn readme_playbook_rolls_a_driver_upgrade_through_a_slurm_partition_in_batches()
         "gpuhost_jobs_poll": 1,
         "gpuhost_slurm_environment": {"SLURM_CONF": slurm.conf},
     }, "hosts": hosts}});
+    // The commands of docs/fleets.md, in order: check mode first, then the real rollout (the
+    // inventory and playbook files are this test's; the arguments after them are the doc's).
+    let commands = docs::delegated(file!(), "docs/fleets.md", "rolling-upgrade").commands();
+    let args: Vec<Vec<String>> = commands
+        .iter()
+        .map(|c| {
+            let words = shlex::split(c.split(" #").next().unwrap()).unwrap();
+            assert_eq!(
+                words[..4],
+                [
+                    "ansible-playbook",
+                    "-i",
+                    "inventory.yml",
+                    "rolling-driver-upgrade.yml"
+                ],
+                "{c}"
+            );
+            words[4..].to_vec()
+        })
+        .collect();
+    assert_eq!(args.len(), 2, "{commands:?}");
+    assert!(args[0].iter().any(|a| a == "--check") && !args[1].iter().any(|a| a == "--check"));
+    let check_args: Vec<&str> = args[0].iter().map(String::as_str).collect();
+    let before: Vec<String> = roots.iter().map(files).collect();
+    let (_, check) = playbook_env(
+        dir.path(),
+        &inv,
+        &docs_playbook(),
+        &check_args,
+        &[("SLURM_CONF", slurm.conf.as_path())],
+    );
+    // Check mode changes nothing and drains nothing, and says that every node would change
+    // (gpunode1's flipped payload byte is rpm's to find, at install: plan does not read it).
+    let after: Vec<String> = roots.iter().map(files).collect();
+    assert!(before == after, "check mode changed a root: {check:#}");
+    for n in nodes {
+        assert_eq!(slurm.state(n), "IDLE", "{n}: {check:#}");
+        assert_eq!(stats(&check, n)["failures"], 0, "{n}: {check:#}");
+        assert!(
+            stats(&check, n)["changed"].as_u64() >= Some(1),
+            "{n}: {check:#}"
+        );
+    }
+
     // A job on gpunode2: its apply must wait until the job has ended.
     let job_end = dir.path().join("job.end");
     let o = slurm
@@ -468,11 +515,12 @@ fn readme_playbook_rolls_a_driver_upgrade_through_a_slurm_partition_in_batches()
 
     let t = Instant::now();
     // sinfo on the controller (localhost) finds the partition's nodes through SLURM_CONF.
+    let real_args: Vec<&str> = args[1].iter().map(String::as_str).collect();
     let (o, run) = playbook_env(
         dir.path(),
         &inv,
-        &readme_playbook(),
-        &["-e", "partition=gpu"],
+        &docs_playbook(),
+        &real_args,
         &[("SLURM_CONF", slurm.conf.as_path())],
     );
     eprintln!("rollout: {:?}", t.elapsed());

@@ -1,7 +1,7 @@
 //! An install root from any build host (issue 25): gpuhost finds the root's rpm database itself
 //! and tells rpm and dnf on every call — on this Debian machine, whose rpm keeps its database in
 //! `~/.rpmdb`, with a HOME that has no `.rpmmacros` and no wrapper; and every repository a
-//! profile names is checked before any change, with the README's own `site.toml`.
+//! profile names is checked before any change, with the `site.toml` of docs/profiles.md.
 
 // Test helpers fail the test by panicking, with what was printed in the message.
 #![allow(clippy::panic, clippy::unwrap_used)]
@@ -165,7 +165,7 @@ fn a_root_whose_rpm_database_cannot_be_told_is_refused_before_any_change() {
     assert_eq!(root.tree_snapshot(), before, "the root changed");
 }
 
-/// The README's `site.toml`, as printed there (its driver package and checksum swapped for the
+/// The `site.toml` of docs/profiles.md, as printed there (its driver package and checksum swapped for the
 /// world's, and the world's ol8-uek extended so that no network is needed): its Docker mirror
 /// directory does not exist, so `plan` and `apply` stop with exit 2 naming `docker.repo` and the
 /// path, and nothing is written; a mirror directory without `repodata/repomd.xml` is refused

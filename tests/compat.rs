@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/images.rs"]
+mod images;
 #[path = "world/mod.rs"]
 mod world;
 
@@ -16,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gpuhost_nvidia::compat::dsl::{self, DeviceFacts, DriverFacts, Outcome};
+use images::{image_tools, nvidia_env, nvidia_require, Layout};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/compat")
@@ -150,21 +153,6 @@ fn refused(args: &[&str], needle: &str) {
     let err = stderr(&o);
     assert!(err.contains(needle), "{args:?}: {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-}
-
-/// NVIDIA's `NVIDIA_REQUIRE_CUDA` for a CUDA release (first image of that version).
-fn nvidia_require(cuda_version: &str) -> String {
-    let v: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join("cuda-images.json")).unwrap(),
-    )
-    .unwrap();
-    v["images"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["cuda_version"] == cuda_version)
-        .map(|i| i["nvidia_require_cuda"].as_str().unwrap().to_string())
-        .unwrap()
 }
 
 #[test]
@@ -372,103 +360,6 @@ fn bad_input_exits_2_and_names_the_thing() {
 }
 
 // ---- images built with real tools ----------------------------------------------------------
-
-/// umoci (OCI layouts) and skopeo (docker save tarballs) are installed by scripts/deps.sh; CI
-/// requires them (GPUHOST_REQUIRE_ALL_TOOLS).
-fn image_tools() -> bool {
-    let ok = ["umoci", "skopeo"].iter().all(|t| {
-        Command::new(t)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if !ok && std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_some() {
-        panic!("umoci and skopeo are needed (apt-get install -y umoci skopeo)");
-    }
-    if !ok {
-        eprintln!("skipped: umoci or skopeo missing (scripts/deps.sh installs them)");
-    }
-    ok
-}
-
-fn run(cmd: &mut Command) -> String {
-    let o = cmd.output().unwrap();
-    assert!(
-        o.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// An OCI image layout made by umoci: images with no layers and the environment we give.
-struct Layout {
-    tmp: tempfile::TempDir,
-}
-
-impl Layout {
-    fn new() -> Layout {
-        let tmp = tempfile::tempdir().unwrap();
-        run(Command::new("umoci")
-            .args(["init", "--layout"])
-            .arg(tmp.path().join("oci")));
-        Layout { tmp }
-    }
-
-    fn path(&self) -> PathBuf {
-        self.tmp.path().join("oci")
-    }
-
-    fn spec(&self, tag: &str) -> String {
-        format!("{}:{tag}", self.path().display())
-    }
-
-    fn image(&self, tag: &str, arch: &str, env: &[String]) -> &Layout {
-        run(Command::new("umoci").args(["new", "--image", &self.spec(tag)]));
-        let mut cmd = Command::new("umoci");
-        cmd.args([
-            "config",
-            "--image",
-            &self.spec(tag),
-            "--os",
-            "linux",
-            "--architecture",
-            arch,
-        ]);
-        for e in env {
-            cmd.arg("--config.env").arg(e);
-        }
-        run(&mut cmd);
-        self
-    }
-
-    /// `skopeo copy oci:… docker-archive:…`: a `docker save` tarball of one image.
-    fn docker_archive(&self, tag: &str, reference: &str) -> PathBuf {
-        let out = self.tmp.path().join(format!("{tag}.tar"));
-        run(Command::new("skopeo").args([
-            "copy",
-            "-q",
-            &format!("oci:{}", self.spec(tag)),
-            &format!("docker-archive:{}:{reference}", out.display()),
-        ]));
-        out
-    }
-}
-
-/// The environment of NVIDIA's CUDA runtime image for `cuda` (rockylinux8, amd64 stage).
-fn nvidia_env(cuda: &str) -> Vec<String> {
-    vec![
-        "PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
-        "NVARCH=x86_64".into(),
-        format!("NVIDIA_REQUIRE_CUDA={}", nvidia_require(cuda)),
-        format!("NV_CUDA_CUDART_VERSION={cuda}-1"),
-        format!("CUDA_VERSION={cuda}"),
-        "NVIDIA_VISIBLE_DEVICES=all".into(),
-        "NVIDIA_DRIVER_CAPABILITIES=compute,utility".into(),
-        "NV_LIBNCCL_PACKAGE_VERSION=2.21.5-1".into(),
-        "NCCL_VERSION=2.21.5".into(),
-    ]
-}
 
 #[test]
 fn an_image_from_a_docker_save_tarball_or_an_oci_layout() {

@@ -374,7 +374,7 @@ fn bad_local_repo_files_are_one_line_errors(#[case] rpm: &str, #[case] needle: &
     assert!(s["hint"].as_str().is_some_and(|h| !h.is_empty()), "{s:#}");
     assert!(root.installed("cuda-repo-rhel8-12-2-local").is_none());
     assert!(root.installed("cuda-repo-rhel9-12-2-local").is_none());
-    // Found before any change (README, "bad input found before any change"): not even the
+    // Found before any change (docs/reliability.md, "bad input found before any change"): not even the
     // kernel headers that come before driver-repo were installed.
     assert_eq!(root.rpmdb_snapshot(), rpmdb, "the rpm database changed");
     assert_eq!(files(&root), before, "the root's files changed");

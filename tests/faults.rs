@@ -9,7 +9,7 @@
 //! transaction, so that the test can act while gpuhost waits for it.
 //!
 //! The default run covers the container steps' boundaries; `GPUHOST_FAULTS=all` adds the driver
-//! steps' (the figures in the README's reliability section come from that run).
+//! steps' (the figures in docs/reliability.md come from that run).
 
 // Test helpers fail the test by panicking, with the report in the message.
 #![allow(clippy::panic)]

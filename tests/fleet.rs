@@ -3,6 +3,8 @@
 // Tests fail by panicking.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/docs.rs"]
+mod docs;
 #[path = "world/mod.rs"]
 mod world;
 
@@ -227,17 +229,25 @@ fn bad_cloud_init_arguments_exit_2(#[case] args: Vec<&str>, #[case] needle: &str
     );
 }
 
-/// The RPM, built once per test run as a user builds it: `packaging/build-rpm.sh` with no
-/// binary, which builds the release binary against glibc 2.28 with cargo-zigbuild (installing
-/// cargo-zigbuild and zig when missing) from the source under test.
+/// The RPM, built once per test run as a user builds it: the command of docs/packaging.md,
+/// `packaging/build-rpm.sh` with no binary, which builds the release binary against glibc 2.28
+/// with cargo-zigbuild (installing cargo-zigbuild and zig when missing) from the source under
+/// test — here with an output directory of this run's own (its second argument).
 fn gpuhost_rpm() -> &'static Path {
     static RPM: OnceLock<PathBuf> = OnceLock::new();
     RPM.get_or_init(|| {
+        let shown = docs::delegated(file!(), "docs/packaging.md", "build-rpm").commands();
+        let words: Vec<String> = shlex::split(shown[0].split(" #").next().unwrap()).unwrap();
+        assert_eq!(
+            (shown.len(), words.as_slice()),
+            (1, ["packaging/build-rpm.sh".to_string()].as_slice()),
+            "{shown:?}"
+        );
         let out = world::src_dir()
             .join("../../target/fleet-rpm")
             .join(std::process::id().to_string());
         let o = run(Command::new("bash")
-            .arg(world::src_dir().join("../../packaging/build-rpm.sh"))
+            .arg(docs::workspace().join(&words[0]))
             .arg("")
             .arg(&out)
             .env("GPUHOST_RPM_FAST", "1"));
@@ -352,6 +362,10 @@ fn the_rpm_installs_into_an_oracle_linux_root_with_dnf_and_runs() {
         "usr/lib/systemd/system/gpuhost-serve.service",
         "usr/share/gpuhost/profiles/ol8-uek.toml",
         "usr/share/gpuhost/profiles/ol9-rhck.toml",
+        "usr/share/doc/gpuhost/README.md",
+        // the documents the README links to, where its links point
+        "usr/share/doc/gpuhost/docs/apply.md",
+        "usr/share/doc/gpuhost/docs/ARCHITECTURE.md",
     ] {
         assert!(root.join(f).exists(), "{f} not installed");
     }
@@ -501,7 +515,7 @@ fn kernel_install_plugin(
     (o.status.code(), calls)
 }
 
-/// README (Kernel updates, the trigger): the plugin only queues gpuhost-kernel@KVER.service
+/// docs/kernel-and-secure-boot.md (Kernel updates, the trigger): the plugin only queues gpuhost-kernel@KVER.service
 /// with `systemctl start --no-block`, does nothing without systemd as PID 1 or on a host where
 /// no apply has converged, and never fails the kernel install.
 #[test]

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "support/docs.rs"]
+mod docs;
 #[path = "support/status.rs"]
 mod support;
 use support::{gpuhost, hgx};
@@ -86,13 +88,14 @@ fn npd_custom_plugin_protocol() {
 }
 
 #[test]
-fn the_npd_sample_config_in_the_readme_is_valid_json_calling_npd_format() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
+fn the_npd_sample_config_in_the_docs_is_valid_json_calling_npd_format() {
+    let readme = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/status-and-serve.md"),
+    )
+    .unwrap();
     let start = readme
         .find("```json\n{\n  \"plugin\": \"custom\"")
-        .expect("NPD sample in README");
+        .expect("NPD sample in docs/status-and-serve.md");
     let body = &readme[start + 8..];
     let body = &body[..body.find("```").unwrap()];
     let v: serde_json::Value = serde_json::from_str(body).unwrap();
@@ -393,6 +396,31 @@ fn slurm_drains_on_critical_resumes_its_own_drain_and_leaves_an_admin_drain() {
     assert!(
         reason.starts_with("gpuhost: gpu.ecc.volatile_uncorrected gpu5: 3 uncorrectable ECC"),
         "{reason}"
+    );
+    // What docs/status-and-serve.md shows of such a node, as scontrol says it (but for the
+    // time of the drain, in the reason's `[user@time]`).
+    let shown = docs::delegated(file!(), "docs/status-and-serve.md", "scontrol").console();
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    let (cmd, want) = &shown[0];
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euo pipefail\n{cmd}"))
+        .env("SLURM_CONF", &slurm.conf)
+        .output()
+        .unwrap();
+    let untimed = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| match l.rfind(" [") {
+                Some(i) if l.ends_with(']') && l[i..].contains('@') => l[..i].to_string(),
+                _ => l.to_string(),
+            })
+            .collect()
+    };
+    assert_eq!(
+        untimed(&text(&o.stdout)),
+        untimed(want),
+        "$ {cmd}\n{}",
+        text(&o.stderr)
     );
 
     // Still CRITICAL: stays drained, reason kept. UNKNOWN changes nothing either.

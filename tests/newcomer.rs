@@ -6,17 +6,20 @@
 // Test helpers fail the test by panicking, with what was printed in the message.
 #![allow(clippy::panic, clippy::unwrap_used)]
 
+#[path = "support/docs.rs"]
+mod docs;
 #[path = "support/status.rs"]
 mod support;
 #[path = "world/mod.rs"]
 mod world;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
 use support::check;
-use world::{code, report, stderr, stdout, step, Os, Root, World, UEK8_NEW};
+use world::{code, report, stderr, stdout, step, Os, Root, World, UEK8_NEW, UEK8_OLD};
 
 const GPUHOST: &str = env!("CARGO_BIN_EXE_gpuhost");
 
@@ -29,20 +32,10 @@ fn repo() -> PathBuf {
 
 /// The commands of the README's quick start, in order, comments dropped.
 fn quick_start() -> Vec<String> {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let section = readme
-        .split("\n## Quick start\n")
-        .nth(1)
-        .unwrap_or_else(|| panic!("README.md has no \"## Quick start\" section"));
-    let block = section
-        .split("```sh\n")
-        .nth(1)
-        .and_then(|b| b.split("\n```").next())
-        .unwrap_or_else(|| panic!("the quick start has no ```sh block"));
-    block
-        .lines()
+    docs::delegated(file!(), "README.md", "quick-start")
+        .commands()
+        .iter()
         .map(|l| l.split(" #").next().unwrap_or_default().trim().to_string())
-        .filter(|l| !l.is_empty())
         .collect()
 }
 
@@ -65,6 +58,9 @@ fn the_readme_quick_start_walks_in_order_on_a_fresh_root() {
         commands[0].starts_with("./demo.sh"),
         "the first command must be the demo (it installs gpuhost): {commands:?}"
     );
+    // The README's first command is this walk's first, which it runs below.
+    let demo = docs::delegated(file!(), "README.md", "demo").commands();
+    assert_eq!(demo, [commands[0].clone()]);
     let demo = std::fs::read_to_string(repo().join("demo.sh")).unwrap();
     assert!(
         demo.contains("cargo install --quiet --locked --force --path \"$here/agent\""),
@@ -147,6 +143,35 @@ fn the_readme_quick_start_walks_in_order_on_a_fresh_root() {
         walked,
         ["demo", "env", "apply", "facts", "profiles"],
         "{commands:?}"
+    );
+
+    // The packages the README says the demo root gets are what its apply installed: the
+    // root's rpm database against that of a fresh root made as demo.sh makes it.
+    let names = |o: Output| -> BTreeSet<String> {
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o).lines().map(str::to_string).collect()
+    };
+    let query = ["--dbpath", "/var/lib/rpm", "-qa", "--qf", "%{NAME}\n"];
+    let demo_root = Command::new("rpm")
+        .arg("--root")
+        .arg(dir.join("root"))
+        .args(query)
+        .output()
+        .unwrap();
+    let fresh = Root::new(Os::Ol8, &[UEK8_OLD, UEK8_NEW]);
+    let base = names(fresh.rpm(&query));
+    let installed: BTreeSet<String> = names(demo_root).difference(&base).cloned().collect();
+    let listed: BTreeSet<String> =
+        docs::code_spans(&docs::checked(file!(), "README.md", "demo-packages"))
+            .into_iter()
+            .collect();
+    assert_eq!(
+        listed, installed,
+        "README.md's list of the demo root's packages (left) is not what the demo installed (right)"
+    );
+    assert!(
+        base.contains("kernel-uek") && base.contains("oraclelinux-release"),
+        "{base:?}"
     );
 }
 

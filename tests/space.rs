@@ -137,7 +137,7 @@ fn status_warns_under_the_free_space_floors_the_profile_sets() {
     assert_eq!(check(&v, "host.space.docker")["severity"], "OK", "{v}");
     assert_eq!(v["status"], "OK");
 
-    // The other default floors (README): / and /var 2 GiB, /var/lib/dkms 1 GiB — each just
+    // The other default floors (docs/apply.md): / and /var 2 GiB, /var/lib/dkms 1 GiB — each just
     // under and just over.
     let mib = 1u64 << 20;
     for (root, var, dkms, warned) in [

@@ -2,7 +2,7 @@
 //! (mmdebstrap + systemd-nspawn --boot), with the gpuhost binary and the units of packaging/
 //! installed. gpuhost-serve.service must start with all its hardening and answer; the resume and
 //! gate units must run in order after a reboot of the container; `systemd-analyze security`
-//! must rate the serve unit at most 2.0, the figure the README reports.
+//! must rate the serve unit at most 2.0, the figure docs/status-and-serve.md reports.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -388,16 +388,16 @@ fn serve_runs_hardened_under_systemd_and_resume_then_gate_run_after_a_reboot() {
     assert_eq!(checks(&served), checks(&oneshot));
     assert!(checks(&served).len() >= 10);
 
-    // systemd's own rating, as the README reports it.
+    // systemd's own rating, as docs/status-and-serve.md reports it.
     let e = exposure(&c, "gpuhost-serve.service");
     eprintln!("systemd-analyze security gpuhost-serve.service: {e}");
     assert!(e <= 2.0, "exposure {e}");
-    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(workspace().join("docs/status-and-serve.md")).unwrap();
     assert!(
         readme.contains(&format!(
             "`systemd-analyze security gpuhost-serve.service`: {e:.1}"
         )),
-        "README should report {e:.1}"
+        "docs/status-and-serve.md should report {e:.1}"
     );
 
     // An apply chain in progress (resume.json) and the provisioning gate that cloud-init writes

@@ -72,6 +72,11 @@ pub struct CompatArgs {
     /// Output format on stdout.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    /// Internal: the NVML probe answers the `nvml` part of this saved `gpuhost status` snapshot
+    /// instead of asking NVML (`gpuhost status --nvml-fixture`): tests replay a real GPU's
+    /// answers, e.g. the H200 capture behind the outputs in docs/compat.md.
+    #[arg(long, hide = true, value_name = "FILE")]
+    nvml_fixture: Option<PathBuf>,
 }
 
 /// What `--format json` prints.
@@ -437,7 +442,10 @@ fn gather_host(a: &CompatArgs, profile: Option<&Profile>) -> Result<DriverHost> 
         let mut h = DriverHost::new(d, DriverSource::Flag, "--driver")?;
         // "What if this host ran driver D": its GPUs still come from NVML when it answers.
         if profile.is_none() && a.brand.is_none() && Host::new(&a.root)?.is_live() {
-            match nvml(Duration::from_secs_f64(a.timeout)) {
+            match nvml(
+                Duration::from_secs_f64(a.timeout),
+                a.nvml_fixture.as_deref(),
+            ) {
                 Ok(n) => {
                     h.gpus = n.gpus;
                     h.gpus_from = n.gpus_from;
@@ -497,7 +505,10 @@ fn detect(a: &CompatArgs) -> Result<DriverHost> {
     let r = Host::new(&a.root)?;
     let mut notes = Vec::new();
     if r.is_live() {
-        match nvml(Duration::from_secs_f64(a.timeout)) {
+        match nvml(
+            Duration::from_secs_f64(a.timeout),
+            a.nvml_fixture.as_deref(),
+        ) {
             Ok(h) => return Ok(h),
             Err(why) => notes.push(format!("NVML: {why}")),
         }
@@ -562,10 +573,14 @@ fn detect(a: &CompatArgs) -> Result<DriverHost> {
 
 /// The driver, its CUDA version and the GPUs from NVML, through the health crate's probe (a
 /// child process under a deadline, as `gpuhost status` runs it). `Err`: why NVML gave nothing.
-fn nvml(timeout: Duration) -> std::result::Result<DriverHost, String> {
+fn nvml(timeout: Duration, fixture: Option<&Path>) -> std::result::Result<DriverHost, String> {
     use gpuhost_health::snapshot::ProbeStatus;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find gpuhost itself: {e}"))?;
-    let argv = vec![exe.into(), "status".into(), "--nvml-probe".into()];
+    let mut argv: Vec<std::ffi::OsString> =
+        vec![exe.into(), "status".into(), "--nvml-probe".into()];
+    if let Some(f) = fixture {
+        argv.extend(["--nvml-fixture".into(), f.as_os_str().to_owned()]);
+    }
     let p = match gpuhost_health::probe::start(&argv, timeout, &gpuhost_health::probe::run_dir()) {
         Ok(r) => r.finish(),
         Err(p) => *p,
