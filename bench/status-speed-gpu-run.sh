@@ -62,8 +62,14 @@ EOF
   speed 20 "$out/start.json" true=/bin/true version="gpuhost --version" \
     judge-only="gpuhost status --format json --from-snapshot $out/snapshot-warm.json"
 
+  # The floor: a minimal C program that loads NVML and asks the CSV line's questions
+  # (bench/nvml-floor.c: gcc -O2 -o bench/nvml-floor bench/nvml-floor.c -ldl), when built.
+  floor=(); [ -x "$here/nvml-floor" ] && { "$here/nvml-floor"; floor=(nvml-floor="$here/nvml-floor"); }
+  echo "== the one-shot's probe: its own peak RSS, and the report's wall time"
+  for i in 1 2 3; do gpuhost status --format json --fresh | python3 -c 'import json,sys; n=json.load(sys.stdin)["snapshot"]["nvml"]; print("probe peak_rss_kib", n.get("peak_rss_kib"), "duration_ms", n.get("duration_ms"))'; done
+
   echo "== A: one-shot (warm boot cache) against nvidia-smi, no server"
-  a=(oneshot="gpuhost status --format json --fresh" probe-program="gpuhost status --nvml-probe"
+  a=(oneshot="gpuhost status --format json --fresh" probe-program="gpuhost status --nvml-probe" "${floor[@]}"
      oneshot-with-nvmlShutdown="env GPUHOST_PROBE_SHUTDOWN=1 gpuhost status --format json --fresh")
   [ -n "$base" ] && a+=(oneshot-before="gpuhost-base status --format json")
   speed "$runs" "$out/A-oneshot.json" "${a[@]}" nvidia-smi-q="nvidia-smi -q" \

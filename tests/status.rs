@@ -941,6 +941,42 @@ fn one_shot(run: &Path, root: &Path, answer: &Path) -> (serde_json::Value, Strin
     )
 }
 
+/// The one-shot answers once the probe has answered: the probe's exit, where the driver
+/// releases NVML's objects (about 5 ms on an H200), is not waited for — here stood in for by
+/// a 3 s sleep after the answer — and the report carries the probe's own peak RSS.
+#[test]
+fn the_one_shot_answers_without_waiting_for_the_probes_exit() {
+    let run = tempfile::tempdir().unwrap();
+    let root = boot_root("boot-1", "580.159.04");
+    let answer = run.path().join("nvml.json");
+    nvml_answer(
+        &answer,
+        "GPU-ff7f0840-faaa-e67b-b46c-ec5ed1d4af27",
+        "96.00.A5.00.1A",
+        36,
+    );
+    let t = Instant::now();
+    let o = gpuhost(run.path())
+        .args(["status", "--format", "json", "--nvml-fixture"])
+        .arg(&answer)
+        .env("GPUHOST_STATUS_ROOT", root.path())
+        .env("GPUHOST_PROBE_EXIT_DELAY_MS", "3000")
+        .output()
+        .unwrap();
+    let took = t.elapsed();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    assert!(
+        took < Duration::from_millis(2500),
+        "waited for the probe's exit: {took:?}"
+    );
+    let nvml = &v["snapshot"]["nvml"];
+    assert_eq!(nvml["status"], "ok", "{nvml:#}");
+    assert_eq!(nvml["gpus"][0]["temperature_c"]["value"], 36, "{nvml:#}");
+    let rss = nvml["peak_rss_kib"].as_u64().unwrap_or(0);
+    assert!(rss > 100, "the probe's peak RSS: {nvml:#}");
+}
+
 fn kept(g: &serde_json::Value) -> bool {
     g["fixed_kept"] == true
 }

@@ -187,7 +187,8 @@ fn print_pretty(what: &str, v: &impl serde::Serialize) -> i32 {
 /// cache of `root`) → JSON on stdout. `GPUHOST_PROBE_DELAY_MS` makes it sleep first, to stand
 /// for a hung driver in tests and drills.
 pub fn run_probe(fixture: Option<&Path>, root: &Path) -> i32 {
-    let p = probe_answer(fixture.map(|f| (f, root)));
+    let mut p = probe_answer(fixture.map(|f| (f, root)));
+    p.peak_rss_kib = probe::peak_rss_kib();
     match serde_json::to_string(&p) {
         Ok(s) => {
             use std::io::Write;
@@ -462,7 +463,8 @@ fn start_one_shot(
     }
     let fixture = fixture.map(|(f, r)| (f.to_path_buf(), r.to_path_buf()));
     let work = move || {
-        let p = probe_answer(fixture.as_ref().map(|(f, r)| (f.as_path(), r.as_path())));
+        let mut p = probe_answer(fixture.as_ref().map(|(f, r)| (f.as_path(), r.as_path())));
+        p.peak_rss_kib = probe::peak_rss_kib();
         serde_json::to_string(&p).unwrap_or_default()
     };
     probe::fork(work, &argv, timeout, &probe::run_dir())

@@ -398,6 +398,9 @@ pub struct NvmlProbe {
     /// Pid of a stuck probe left behind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stuck_pid: Option<u32>,
+    /// The probe process's peak resident memory (`VmHWM`), KiB, when its work was done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_kib: Option<u64>,
     pub driver_version: Option<String>,
     pub nvml_version: Option<String>,
     /// `nvmlSystemGetCudaDriverVersion`, e.g. 13000 for CUDA 13.0.

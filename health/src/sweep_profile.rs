@@ -89,6 +89,12 @@ pub struct NvmlProfile {
     /// Per call in the first sweep of this process, µs (NVML's first answers, as a one-shot
     /// probe meets them).
     pub calls_first_us: BTreeMap<String, f64>,
+    /// How much each call of the first sweep raised the process's peak RSS, KiB (calls that
+    /// raised it only).
+    pub calls_first_peak_rss_kib: BTreeMap<String, u64>,
+    /// The process's peak RSS, KiB: before the library is loaded, after `nvmlInit`, after the
+    /// first sweep (this process is the whole of gpuhost, not the one-shot's forked probe).
+    pub peak_rss_kib: BTreeMap<String, u64>,
     /// `nvmlShutdown` at the end, ms.
     pub shutdown_ms: f64,
     /// The first sweep of a session: every field read, the CUDA check and InfoROM validation
@@ -167,6 +173,10 @@ fn per_sweep(timings: &[nvml::Timings], into: &mut BTreeMap<String, Vec<f64>>) {
 
 fn nvml_profile(n: usize) -> (NvmlProfile, NvmlProbe) {
     let mut p = NvmlProfile::default();
+    p.peak_rss_kib.insert(
+        "0-before-library".into(),
+        crate::probe::peak_rss_kib().unwrap_or(0),
+    );
     let t = Instant::now();
     // SAFETY: loading the NVIDIA management library, as NVML's init does just after.
     let loaded = unsafe { libloading::Library::new("libnvidia-ml.so.1") };
@@ -180,18 +190,31 @@ fn nvml_profile(n: usize) -> (NvmlProfile, NvmlProbe) {
         }
     };
     p.init_ms = round(since_ms(t));
+    p.peak_rss_kib.insert(
+        "1-after-init".into(),
+        crate::probe::peak_rss_kib().unwrap_or(0),
+    );
     p.status = "Ok".into();
     let mut session = nvml::Session::new(lib);
     session.profile = true;
     let t = Instant::now();
     let mut last = session.sweep(t);
     p.first_sweep_ms = round(since_ms(t));
+    p.peak_rss_kib.insert(
+        "2-after-first-sweep".into(),
+        crate::probe::peak_rss_kib().unwrap_or(0),
+    );
     drop(loaded);
     p.gpus = last.device_count.unwrap_or(0);
     p.first_sweep_boot_cache = last.gpus.iter().any(|g| g.fixed_kept);
     for tm in session.timings() {
         for (name, us) in &tm.calls {
             *p.calls_first_us.entry(name.to_string()).or_default() += us;
+        }
+        for (name, kib) in &tm.peak_rss_growth {
+            *p.calls_first_peak_rss_kib
+                .entry(name.to_string())
+                .or_default() += kib;
         }
     }
     let (mut kept_ms, mut kept_calls) = (Vec::new(), BTreeMap::new());

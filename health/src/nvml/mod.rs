@@ -261,30 +261,40 @@ impl Session {
     }
 }
 
-/// Wall times of one GPU's NVML calls in a sweep, µs, in call order (profiling only).
+/// Wall times of one GPU's NVML calls in a sweep, µs, in call order, and how much each raised
+/// the process's peak RSS, KiB (profiling only).
 #[derive(Clone, Debug, Default)]
 pub struct Timings {
     on: bool,
     pub calls: Vec<(&'static str, f64)>,
+    pub peak_rss_growth: Vec<(&'static str, u64)>,
 }
 
 impl Timings {
     fn new(on: bool) -> Timings {
         Timings {
             on,
-            calls: Vec::new(),
+            ..Timings::default()
         }
     }
 
-    /// Make the call `f`, recording its wall time under `name` when profiling.
+    /// Make the call `f`, recording its wall time under `name` (and the peak RSS it added)
+    /// when profiling.
     fn t<T>(&mut self, name: &'static str, f: impl FnOnce() -> T) -> T {
         if !self.on {
             return f();
         }
+        let before = crate::probe::peak_rss_kib().unwrap_or(0);
         let t = Instant::now();
         let v = f();
         self.calls
             .push((name, (t.elapsed().as_secs_f64() * 1e7).round() / 10.0));
+        let grew = crate::probe::peak_rss_kib()
+            .unwrap_or(0)
+            .saturating_sub(before);
+        if grew > 0 {
+            self.peak_rss_growth.push((name, grew));
+        }
         v
     }
 }
