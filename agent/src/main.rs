@@ -84,7 +84,7 @@ enum Command {
     Bundle(BundleArgs),
     /// Give a newly installed kernel headers and the NVIDIA module before its first boot: wait
     /// for the rpm transaction that installed it to end, then repeat the last converged apply
-    /// (run by gpuhost-kernel.service, which the kernel-install plugin starts).
+    /// (run by gpuhost-kernel@KVER.service, which the kernel-install plugin starts).
     #[command(after_help = EXIT_CODES)]
     KernelAdded(KernelAddedArgs),
     /// Show what gpuhost sees: OS, kernels, NVIDIA devices on PCI, Secure Boot, nouveau,

@@ -233,7 +233,7 @@ pub(crate) fn grubenv_set(text: &str, key: &str, value: &str) -> Result<String> 
 }
 
 /// The last apply that converged (profile, `--set`s, step selection): what the kernel trigger
-/// (`gpuhost kernel-added`, run by gpuhost-kernel.service) repeats for a new kernel.
+/// (`gpuhost kernel-added`, run by gpuhost-kernel@KVER.service) repeats for a new kernel.
 pub const LAST_APPLY_PATH: &str = "/var/lib/gpuhost/last-apply.json";
 
 pub(crate) fn save_last_apply(host: &Host, args: &crate::reboot::ResumeArgs) -> Result<()> {

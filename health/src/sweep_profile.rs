@@ -171,6 +171,21 @@ fn per_sweep(timings: &[nvml::Timings], into: &mut BTreeMap<String, Vec<f64>>) {
     }
 }
 
+/// Each call of the first sweep: its wall time and how much it raised the peak RSS, summed
+/// over the GPUs.
+fn first_calls(p: &mut NvmlProfile, timings: &[nvml::Timings]) {
+    for tm in timings {
+        for (name, us) in &tm.calls {
+            *p.calls_first_us.entry(name.to_string()).or_default() += us;
+        }
+        for (name, kib) in &tm.peak_rss_growth {
+            *p.calls_first_peak_rss_kib
+                .entry(name.to_string())
+                .or_default() += kib;
+        }
+    }
+}
+
 fn nvml_profile(n: usize) -> (NvmlProfile, NvmlProbe) {
     let mut p = NvmlProfile::default();
     p.peak_rss_kib.insert(
@@ -207,16 +222,7 @@ fn nvml_profile(n: usize) -> (NvmlProfile, NvmlProbe) {
     drop(loaded);
     p.gpus = last.device_count.unwrap_or(0);
     p.first_sweep_boot_cache = last.gpus.iter().any(|g| g.fixed_kept);
-    for tm in session.timings() {
-        for (name, us) in &tm.calls {
-            *p.calls_first_us.entry(name.to_string()).or_default() += us;
-        }
-        for (name, kib) in &tm.peak_rss_growth {
-            *p.calls_first_peak_rss_kib
-                .entry(name.to_string())
-                .or_default() += kib;
-        }
-    }
+    first_calls(&mut p, session.timings());
     let (mut kept_ms, mut kept_calls) = (Vec::new(), BTreeMap::new());
     let (mut enc, mut dec) = (Vec::new(), Vec::new());
     for _ in 0..n {
