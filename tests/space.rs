@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Command;
 
 use support::{check, gpuhost, hgx};
-use world::{code, stderr, Os, Root, World, CUDA_LOCAL_EL8_12_2, UEK8_NEW};
+use world::{code, stderr, Os, Root, World, CUDA_LOCAL_EL8_12_2, CUDA_LOCAL_EL8_12_4, UEK8_NEW};
 
 fn is_root() -> bool {
     String::from_utf8_lossy(&Command::new("id").arg("-u").output().unwrap().stdout).trim() == "0"
@@ -22,49 +22,27 @@ fn is_root() -> bool {
 
 #[test]
 fn a_driver_install_without_room_for_the_repo_package_is_refused_with_the_figures() {
-    if !is_root() || !Path::new("/usr/bin/unshare").exists() {
-        assert!(
-            std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_none(),
-            "needs root and unshare (util-linux)"
-        );
-        eprintln!("skipped: needs root and unshare");
+    if !can_mount() {
         return;
     }
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
     let var = root.join("var");
-    let keep = tempfile::tempdir().unwrap();
     let rpm = World::get().cuda_local(CUDA_LOCAL_EL8_12_2);
     let set = format!("driver.local_repo_rpm={}", rpm.display());
-    // In a private mount namespace: the root's /var moved onto a 4 MiB tmpfs, then filled to
-    // leave 64 KiB — less than the repo package, which unpacks under /var.
-    let script = r#"var=$0; keep=$1; shift
-cp -a "$var/." "$keep" && mount -t tmpfs -o size=4m gpuhost-test "$var" && cp -a "$keep/." "$var" &&
-avail=$(df -k --output=avail "$var" | tail -1) &&
-dd if=/dev/zero of="$var/.fill" bs=1k count=$((avail - 64)) status=none &&
-exec "$@""#;
-    let o = Command::new("unshare")
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ])
-        .arg(&var)
-        .arg(keep.path())
-        .arg(env!("CARGO_BIN_EXE_gpuhost"))
-        .args(["apply", "--profile", "ol8-uek", "--set", &set])
-        .args([
+    // Less than the repo package, which unpacks under /var.
+    let o = with_var_free(
+        &root,
+        64,
+        &[
+            "apply",
+            "--profile",
+            "ol8-uek",
+            "--set",
+            &set,
             "--only",
             "kernel,kernel-headers,driver-repo,build-deps,driver",
-        ])
-        .arg("--root")
-        .arg(root.path())
-        .env("HOME", World::get().home())
-        .output()
-        .unwrap();
+        ],
+    );
     let err = stderr(&o);
     assert_eq!(code(&o), 2, "{err}");
     assert!(err.contains("not enough free space to install: "), "{err}");
@@ -78,6 +56,107 @@ exec "$@""#;
     assert!(!err.contains("DKMS"), "{err}");
     // Refused before the first change: the repo package is not installed.
     assert_eq!(root.installed("cuda-repo-rhel8-12-2-local"), None);
+}
+
+/// gpuhost `args` on `root`, in a private mount namespace where the root's /var is a tmpfs
+/// holding a copy of what it held, filled to leave `free_kib` KiB.
+fn with_var_free(root: &Root, free_kib: u64, args: &[&str]) -> std::process::Output {
+    let keep = tempfile::tempdir().unwrap();
+    let script = r#"var=$0; keep=$1; free=$2; shift 2
+cp -a "$var/." "$keep" && mount -t tmpfs -o size=64m gpuhost-test "$var" && cp -a "$keep/." "$var" &&
+avail=$(df -k --output=avail "$var" | tail -1) &&
+dd if=/dev/zero of="$var/.fill" bs=1k count=$((avail - free)) status=none &&
+exec "$@""#;
+    Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .arg(root.join("var"))
+        .arg(keep.path())
+        .arg(free_kib.to_string())
+        .arg(env!("CARGO_BIN_EXE_gpuhost"))
+        .args(args)
+        .arg("--root")
+        .arg(root.path())
+        .env("HOME", World::get().home())
+        .output()
+        .unwrap()
+}
+
+fn can_mount() -> bool {
+    if is_root() && Path::new("/usr/bin/unshare").exists() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_none(),
+        "needs root and unshare (util-linux)"
+    );
+    eprintln!("skipped: needs root and unshare");
+    false
+}
+
+/// A driver upgrade swaps local repos in one transaction, after copying the new package's
+/// payload and repo into a scratch directory under /var/cache: with room for the new repo but
+/// not for that copy too, it is refused before anything changes, with the figures — the node
+/// keeps its driver (before, the swap ran out of space half-way through its extraction).
+#[test]
+fn a_driver_swap_without_room_for_its_scratch_copy_is_refused_before_any_change() {
+    if !can_mount() {
+        return;
+    }
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let only = "kernel,kernel-headers,driver-repo,build-deps,driver";
+    let old = World::get().cuda_local(CUDA_LOCAL_EL8_12_2);
+    let o = root.gpuhost(&[
+        "apply",
+        "--profile",
+        "ol8-uek",
+        "--set",
+        &format!("driver.local_repo_rpm={}", old.display()),
+        "--only",
+        only,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let new = World::get().cuda_local(CUDA_LOCAL_EL8_12_4);
+    let kib = std::fs::metadata(&new).unwrap().len() / 1024;
+    // Room for the new repo (its size) and half as much again: not for the scratch copy too.
+    let set = format!("driver.local_repo_rpm={}", new.display());
+    let o = with_var_free(
+        &root,
+        kib * 3 / 2,
+        &[
+            "apply",
+            "--profile",
+            "ol8-uek",
+            "--set",
+            &set,
+            "--set",
+            "driver.replace_local_repo=true",
+            "--only",
+            only,
+        ],
+    );
+    let err = stderr(&o);
+    assert_eq!(code(&o), 2, "{err}");
+    assert!(err.contains("not enough free space to install: "), "{err}");
+    assert!(
+        err.contains("the driver swap's scratch copy of the new local repo package in /var/cache/gpuhost/driver-swap"),
+        "{err}"
+    );
+    assert_eq!(
+        root.installed("cuda-repo-rhel8-12-2-local").as_deref(),
+        Some("12.2.2_535.104.05-1")
+    );
+    assert_eq!(root.installed("cuda-repo-rhel8-12-4-local"), None);
+    assert!(root
+        .installed("nvidia-driver")
+        .is_some_and(|v| v.starts_with("535.")));
 }
 
 fn status_json(dir: &Path, snap: &serde_json::Value, extra: &[&str]) -> serde_json::Value {

@@ -285,14 +285,14 @@ pub fn run_steps(
     Ok((reports, run.invalid_input))
 }
 
-/// Refuse (exit 2, nothing changed yet) to start a driver or Docker install on filesystems
+/// Refuse (exit 2, nothing changed yet) to start a driver or Docker install (or a driver swap) on filesystems
 /// without the space it needs ([`gpuhost_host::hostinfo::require`] states the figures). Only runs
 /// where a check planned such an install: a converged host reads no mount table.
 fn space_preflight(ctx: &Ctx<'_>, run: &Run<'_>) -> Result<()> {
     use gpuhost_host::hostinfo;
     let mut needs: Vec<hostinfo::Need> = Vec::new();
     for slot in &run.slots {
-        if slot.report.is_some() || !slot.first.as_ref().is_some_and(Check::installs) {
+        if slot.report.is_some() || !slot.first.as_ref().is_some_and(Check::brings_packages) {
             continue;
         }
         for n in slot.step.space_needs(ctx) {

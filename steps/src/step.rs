@@ -48,6 +48,14 @@ impl Check {
             .iter()
             .any(|c| matches!(c.work, Work::Install(_)))
     }
+
+    /// True when a change brings packages in: an install, or the driver swap's one transaction
+    /// (what the space check before the first change must make room for).
+    pub fn brings_packages(&self) -> bool {
+        self.changes
+            .iter()
+            .any(|c| matches!(c.work, Work::Install(_) | Work::SwapDriver(_)))
+    }
 }
 
 /// Everything a step may look at (and, in `apply`, act through).

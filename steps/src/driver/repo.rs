@@ -180,10 +180,24 @@ impl Step for DriverRepo {
 
     /// The local repo package's own size (measured), and on the live system the estimates for
     /// the driver packages it brings; in an install root (image builds, tests with synthetic
-    /// packages) only the measured figure.
+    /// packages) only the measured figure. A swap from another local repo also needs room for
+    /// its scratch copy ([`crate::swap::SCRATCH`]): the package's payload, then the repo
+    /// extracted from it beside the payload — twice the package's size at its peak.
     fn space_needs(&self, ctx: &Ctx<'_>) -> Vec<gpuhost_host::hostinfo::Need> {
-        let rpm = ctx.driver.as_ref().and_then(|p| local_repo_size(&p.path));
-        gpuhost_host::hostinfo::driver_needs(rpm, ctx.host.is_live())
+        let Some(plan) = &ctx.driver else {
+            return gpuhost_host::hostinfo::driver_needs(None, ctx.host.is_live());
+        };
+        let rpm = local_repo_size(&plan.path);
+        let mut needs = gpuhost_host::hostinfo::driver_needs(rpm, ctx.host.is_live());
+        let swaps = other_repos(ctx, &plan.repo).is_ok_and(|(_, others)| !others.is_empty());
+        if let (Some(bytes), true) = (rpm, swaps) {
+            needs.push(gpuhost_host::hostinfo::Need {
+                path: crate::swap::SCRATCH.into(),
+                bytes: bytes.saturating_mul(2),
+                what: "the driver swap's scratch copy of the new local repo package".into(),
+            });
+        }
+        needs
     }
 
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
