@@ -928,3 +928,102 @@ fn the_bundle_example_runs_in_order() {
     assert!(!last.contains(" changed,"), "{again}");
     sh.finish();
 }
+
+/// The keys a JSON schema block documents: a quoted name that is not a value (not after `:` or
+/// `|`), comments (`// …`) left out.
+fn schema_keys(block: &str) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    for line in block.lines() {
+        let line = line.split("//").next().unwrap_or_default();
+        let mut rest = line;
+        let mut before = String::new();
+        while let Some(open) = rest.find('"') {
+            before.push_str(&rest[..open]);
+            let Some(len) = rest[open + 1..].find('"') else {
+                break;
+            };
+            let word = &rest[open + 1..open + 1 + len];
+            let prev = before.trim_end().chars().last();
+            if !matches!(prev, Some(':') | Some('|')) {
+                keys.insert(word.to_string());
+            }
+            before.push_str(&rest[open..open + len + 2]);
+            rest = &rest[open + len + 2..];
+        }
+    }
+    keys
+}
+
+/// Every object key of `v` (map keys that are data — GPU UUIDs, link numbers — left out).
+fn json_keys(v: &Value, into: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let data = k.starts_with("GPU-") || k.chars().all(|c| c.is_ascii_digit());
+                if !data {
+                    into.insert(k.clone());
+                }
+                json_keys(x, into);
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| json_keys(x, into)),
+        _ => {}
+    }
+}
+
+/// `health/README.md` documents `gpuhost status --format json` (schema_version 1): every key
+/// the command prints — judged from the real H200's and the HGX snapshot, and collected by the
+/// one-shot probe from the H200's NVML answer over its sysfs tree — is named there.
+#[test]
+fn the_status_json_schema_names_every_field_status_prints() {
+    let doc = std::fs::read_to_string(docs::workspace().join("health/README.md")).unwrap();
+    let section = doc
+        .split("## JSON (`--format json`)")
+        .nth(1)
+        .expect("health/README.md has a JSON section");
+    let block = section
+        .split("```jsonc\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("a ```jsonc block in the JSON section");
+    let mut documented = schema_keys(block);
+    // The readings and the fixed fields are named in the prose under the block (`name`, …).
+    let prose = section.split("\n```\n").nth(1).unwrap_or_default();
+    for part in prose.split('`').skip(1).step_by(2) {
+        for word in part.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            documented.insert(word.to_string());
+        }
+    }
+    let run = tempfile::tempdir().unwrap();
+    let status = |args: &[&str]| -> Value {
+        let o = Command::new(GPUHOST)
+            .args(["status", "--format", "json"])
+            .args(args)
+            .env("GPUHOST_RUN_DIR", run.path())
+            .env("GPUHOST_STATUS_ROOT", fixture("status/h200-root"))
+            .output()
+            .unwrap();
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))
+    };
+    let mut printed = BTreeSet::new();
+    for snap in [
+        "status/h200-snapshot.json",
+        "status/hgx-h200x8-snapshot.json",
+    ] {
+        let f = fixture(snap);
+        json_keys(
+            &status(&["--from-snapshot", f.to_str().unwrap()]),
+            &mut printed,
+        );
+    }
+    let f = fixture("status/h200-snapshot.json");
+    let probed = status(&["--fresh", "--nvml-fixture", f.to_str().unwrap()]);
+    assert_eq!(probed["snapshot"]["nvml"]["status"], "ok", "{probed:#}");
+    json_keys(&probed, &mut printed);
+    let missing: Vec<&String> = printed.difference(&documented).collect();
+    assert!(
+        missing.is_empty(),
+        "gpuhost status --format json prints keys health/README.md does not document: {missing:?}"
+    );
+}
