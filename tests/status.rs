@@ -1188,3 +1188,52 @@ fn a_bad_argument_is_unknown_to_nagios() {
         stdout(&o)
     );
 }
+
+/// `gpuhost status …` is parsed by the status command's own arguments (no whole command-line
+/// tree: most of a served answer's 2 ms is gpuhost's start). It answers as the whole parser
+/// does: the same report and exit code with `--log-level` before or after `status`, and help,
+/// a mistake or an option before `status` still get the whole parser's help and messages.
+#[test]
+fn status_alone_parses_as_the_whole_command_line_does() {
+    let run = tempfile::tempdir().unwrap();
+    let snap = fixtures().join("h200-snapshot.json");
+    let snap = snap.to_str().unwrap();
+    let after = gpuhost(run.path())
+        .args(["status", "--log-level", "error", "--format", "json"])
+        .args(["--from-snapshot", snap, "--expect-gpus", "2"])
+        .output()
+        .unwrap();
+    let before = gpuhost(run.path())
+        .args(["--log-level", "error", "status", "--format", "json"])
+        .args(["--from-snapshot", snap, "--expect-gpus", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(after.status.code(), Some(2), "{}", stdout(&after));
+    assert_eq!(after.status.code(), before.status.code());
+    let strip = |o: &std::process::Output| {
+        let mut v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["snapshot"]["collected_at_ms"] = serde_json::Value::Null;
+        v
+    };
+    assert_eq!(strip(&after), strip(&before));
+    let help = gpuhost(run.path())
+        .args(["status", "--help"])
+        .output()
+        .unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    assert!(
+        stdout(&help).contains("Usage: gpuhost status [OPTIONS]"),
+        "{}",
+        stdout(&help)
+    );
+    let bad = gpuhost(run.path())
+        .args(["status", "--expect-gpus", "many"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(3), "{}", stdout(&bad));
+    assert!(
+        stdout(&bad).starts_with("gpuhost status UNKNOWN: bad arguments"),
+        "{}",
+        stdout(&bad)
+    );
+}
