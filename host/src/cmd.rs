@@ -298,15 +298,37 @@ impl Cmd {
         for (k, v) in &self.env {
             expr = expr.env(k, v);
         }
-        expr.start().map_err(|e| {
-            let hint = (e.kind() == std::io::ErrorKind::NotFound)
-                .then(|| format!("is `{}` installed and on PATH?", self.program));
-            anyhow::Error::new(SpawnFailed {
-                command: Display(argv).to_string(),
-                source: e,
-                hint,
-            })
+        expr.start().map_err(|e| self.spawn_failed(argv, e))
+    }
+
+    /// A command that could not be started, as a [`SpawnFailed`] (with a hint when the
+    /// program is not found).
+    fn spawn_failed(&self, argv: &[String], e: std::io::Error) -> anyhow::Error {
+        let hint = (e.kind() == std::io::ErrorKind::NotFound)
+            .then(|| format!("is `{}` installed and on PATH?", self.program));
+        anyhow::Error::new(SpawnFailed {
+            command: Display(argv).to_string(),
+            source: e,
+            hint,
         })
+    }
+
+    /// Start the command with `stdin`, its stdout and stderr piped to us, for the modes that
+    /// read it as it runs ([`Cmd::spawn`], [`Cmd::coprocess`]).
+    fn piped(&self, argv: &[String], stdin: std::process::Stdio) -> Result<std::process::Child> {
+        use std::process::{Command, Stdio};
+        let mut command = Command::new(&self.program);
+        for k in &self.env_removed {
+            command.env_remove(k);
+        }
+        command
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| self.spawn_failed(argv, e))
     }
 
     /// Wait for the command until its timeout (None: it ran past it), in short slices that
@@ -439,27 +461,10 @@ impl Cmd {
     /// is killed and *not waited for*: a process stuck in the kernel (a hung GPU driver)
     /// cannot be reaped, and gpuhost must not hang with it.
     pub fn spawn(&self) -> Result<Spawned> {
-        use std::process::{Command, Stdio};
+        use std::process::Stdio;
         let argv = self.argv();
         tracing::debug!(command = %Display(&argv), "starting in the background");
-        let mut command = Command::new(&self.program);
-        for k in &self.env_removed {
-            command.env_remove(k);
-        }
-        let mut child = command
-            .args(&self.args)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                anyhow::Error::new(SpawnFailed {
-                    command: Display(&argv).to_string(),
-                    source: e,
-                    hint: None,
-                })
-            })?;
+        let mut child = self.piped(&argv, Stdio::null())?;
         Ok(Spawned {
             stdout: drain(child.stdout.take()),
             stderr: drain(child.stderr.take()),
@@ -565,27 +570,10 @@ impl Cmd {
     /// lines; its stderr is logged at debug level and its tail kept for errors.
     pub fn coprocess(&self) -> Result<Coprocess> {
         use std::io::BufRead;
-        use std::process::{Command, Stdio};
+        use std::process::Stdio;
         let argv = self.argv();
         tracing::debug!(command = %Display(&argv), "starting a coprocess");
-        let mut command = Command::new(&self.program);
-        for k in &self.env_removed {
-            command.env_remove(k);
-        }
-        let mut child = command
-            .args(&self.args)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                anyhow::Error::new(SpawnFailed {
-                    command: Display(&argv).to_string(),
-                    source: e,
-                    hint: None,
-                })
-            })?;
+        let mut child = self.piped(&argv, Stdio::piped())?;
         let (tx, lines) = std::sync::mpsc::channel();
         if let Some(out) = child.stdout.take() {
             std::thread::spawn(move || {
