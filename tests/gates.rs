@@ -8,18 +8,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 #[path = "support/docs.rs"]
 mod docs;
+#[path = "support/slurm.rs"]
+mod slurm;
 #[path = "support/status.rs"]
 mod support;
+use slurm::{text, Slurm};
 use support::{gpuhost, hgx};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn healthy() -> serde_json::Value {
     hgx()
@@ -175,224 +174,43 @@ fn wait_healthy_gives_up_with_exit_2() {
     assert!(text(&o.stdout).starts_with("gpuhost status UNKNOWN"));
 }
 
-/// A one-node Slurm cluster (munged, slurmctld, slurmd) in a temp dir; stopped when dropped.
-struct Slurm {
-    dir: tempfile::TempDir,
-    procs: Vec<Child>,
-    conf: PathBuf,
-}
-
+/// The node of the one-node cluster ([`slurm::Slurm`]: munged, slurmctld and a slurmd, in a
+/// temp dir, stopped when dropped).
 const NODE: &str = "gpunode1";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
+/// gpuhost status --slurm on a snapshot, as slurmd's HealthCheckProgram would run it.
+fn check(slurm: &Slurm, run: &Path, snap: &serde_json::Value) -> Output {
+    let f = write(run, "slurm-snap.json", snap);
+    gpuhost(run)
+        .env("SLURM_CONF", &slurm.conf)
+        .env("SLURMD_NODENAME", NODE)
+        .args(["status", "--slurm", "--from-snapshot"])
+        .arg(&f)
+        .output()
         .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn have(tool: &str) -> bool {
-    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
-        .iter()
-        .any(|d| Path::new(d).join(tool).exists())
-}
-
-impl Slurm {
-    /// None (the test is skipped) when the daemons are not installed or we are not root,
-    /// unless GPUHOST_REQUIRE_ALL_TOOLS is set (CI), where that is a failure.
-    fn start() -> Option<Slurm> {
-        let missing: Vec<&str> = ["munged", "slurmctld", "slurmd", "scontrol"]
-            .into_iter()
-            .filter(|t| !have(t))
-            .collect();
-        let root = text(&Command::new("id").arg("-u").output().unwrap().stdout).trim() == "0";
-        if !missing.is_empty() || !root {
-            let why = format!("missing {missing:?}, root: {root} (apt-get install -y slurmctld slurmd slurm-client munge)");
-            assert!(
-                std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_none(),
-                "Slurm test cannot run: {why}"
-            );
-            eprintln!("skipped: {why}");
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        for sub in ["munge", "state", "spool", "log"] {
-            std::fs::create_dir_all(d.join(sub)).unwrap();
-        }
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(d.join("munge"), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let key: Vec<u8> = (0..1024u32)
-            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-            .collect();
-        std::fs::write(d.join("munge/munge.key"), key).unwrap();
-        std::fs::set_permissions(
-            d.join("munge/munge.key"),
-            std::fs::Permissions::from_mode(0o400),
-        )
-        .unwrap();
-        let sock = d.join("munge/sock");
-        let munged = Command::new("munged")
-            .arg("--foreground")
-            .arg(format!(
-                "--key-file={}",
-                d.join("munge/munge.key").display()
-            ))
-            .arg(format!("--socket={}", sock.display()))
-            .arg(format!("--pid-file={}", d.join("munge/pid").display()))
-            .arg(format!("--log-file={}", d.join("munge/log").display()))
-            .arg(format!("--seed-file={}", d.join("munge/seed").display()))
-            .arg("--force")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let conf = d.join("slurm.conf");
-        let (ctld_port, d_port) = (free_port(), free_port());
-        std::fs::write(
-            &conf,
-            format!(
-                "ClusterName=gpuhosttest
-SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort={ctld_port}
-SlurmdPort={d_port}
-AuthType=auth/munge
-AuthInfo=socket={sock}
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
-SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
-SlurmctldLogFile={d}/log/slurmctld.log
-SlurmdLogFile={d}/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SwitchType=switch/none
-MpiDefault=none
-SelectType=select/cons_tres
-ReturnToService=2
-NodeName={NODE} NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=1 RealMemory=100 State=UNKNOWN
-PartitionName=gpu Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
-",
-                sock = sock.display(),
-                d = d.display()
-            ),
-        )
-        .unwrap();
-        let mut s = Slurm {
-            procs: vec![munged],
-            conf,
-            dir,
-        };
-        let wait_for = |p: &Path| {
-            let until = Instant::now() + Duration::from_secs(10);
-            while !p.exists() {
-                assert!(Instant::now() < until, "{} never appeared", p.display());
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        };
-        wait_for(&sock);
-        for argv in [
-            vec!["slurmctld", "-D", "-i", "-f"],
-            vec!["slurmd", "-D", "-N", NODE, "-f"],
-        ] {
-            let c = Command::new(argv[0])
-                .args(&argv[1..])
-                .arg(&s.conf)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            s.procs.push(c);
-        }
-        // Up when the node has registered: IDLE.
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            let st = s.node();
-            if st.contains("State=IDLE") && !st.contains("NOT_RESPONDING") {
-                break;
-            }
-            assert!(
-                Instant::now() < until,
-                "slurm never came up: {st}\n{}",
-                std::fs::read_to_string(s.dir.path().join("log/slurmctld.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Some(s)
-    }
-
-    fn scontrol(&self, args: &[&str]) -> Output {
-        Command::new("scontrol")
-            .env("SLURM_CONF", &self.conf)
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
-    fn node(&self) -> String {
-        text(&self.scontrol(&["show", "node", NODE, "--oneliner"]).stdout)
-    }
-
-    fn state(&self) -> String {
-        let n = self.node();
-        n.split_whitespace()
-            .find_map(|f| f.strip_prefix("State="))
-            .unwrap_or("?")
-            .to_string()
-    }
-
-    fn reason(&self) -> Option<String> {
-        let n = self.node();
-        n.find(" Reason=").map(|i| n[i + 8..].trim().to_string())
-    }
-
-    /// gpuhost status --slurm on a snapshot, as slurmd's HealthCheckProgram would run it.
-    fn check(&self, run: &Path, snap: &serde_json::Value) -> Output {
-        let f = write(run, "slurm-snap.json", snap);
-        gpuhost(run)
-            .env("SLURM_CONF", &self.conf)
-            .env("SLURMD_NODENAME", NODE)
-            .args(["status", "--slurm", "--from-snapshot"])
-            .arg(&f)
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for Slurm {
-    fn drop(&mut self) {
-        for p in self.procs.iter_mut().rev() {
-            let _ = p.kill();
-            let _ = p.wait();
-        }
-    }
 }
 
 #[test]
 fn slurm_drains_on_critical_resumes_its_own_drain_and_leaves_an_admin_drain() {
-    let Some(slurm) = Slurm::start() else { return };
+    let Some(slurm) = Slurm::start(&[NODE]) else {
+        return;
+    };
     let run = tempfile::tempdir().unwrap();
-    assert_eq!(slurm.state(), "IDLE");
+    assert_eq!(slurm.state(NODE), "IDLE");
 
     // Healthy on an idle node: nothing to do.
-    let o = slurm.check(run.path(), &healthy());
+    let o = check(&slurm, run.path(), &healthy());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(text(&o.stdout).contains("gpuhost slurm: gpunode1: nothing to do"));
-    assert_eq!(slurm.state(), "IDLE");
+    assert_eq!(slurm.state(NODE), "IDLE");
 
     // A crafted CRITICAL drains the node with a reason naming the check.
-    let o = slurm.check(run.path(), &ecc_errors());
+    let o = check(&slurm, run.path(), &ecc_errors());
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(text(&o.stdout)
         .contains("gpuhost slurm: drained gpunode1: gpuhost: gpu.ecc.volatile_uncorrected gpu5: "));
-    assert_eq!(slurm.state(), "IDLE+DRAIN");
-    let reason = slurm.reason().unwrap();
+    assert_eq!(slurm.state(NODE), "IDLE+DRAIN");
+    let reason = slurm.reason(NODE).unwrap();
     assert!(
         reason.starts_with("gpuhost: gpu.ecc.volatile_uncorrected gpu5: 3 uncorrectable ECC"),
         "{reason}"
@@ -424,22 +242,22 @@ fn slurm_drains_on_critical_resumes_its_own_drain_and_leaves_an_admin_drain() {
     );
 
     // Still CRITICAL: stays drained, reason kept. UNKNOWN changes nothing either.
-    let o = slurm.check(run.path(), &ecc_errors());
+    let o = check(&slurm, run.path(), &ecc_errors());
     assert!(
         text(&o.stdout).contains("stays drained by gpuhost"),
         "{}",
         text(&o.stdout)
     );
-    let o = slurm.check(run.path(), &unknown());
+    let o = check(&slurm, run.path(), &unknown());
     assert!(
         text(&o.stdout).contains("nothing to do"),
         "{}",
         text(&o.stdout)
     );
-    assert_eq!(slurm.state(), "IDLE+DRAIN");
+    assert_eq!(slurm.state(NODE), "IDLE+DRAIN");
 
     // Healthy again (a WARNING is healthy): resumed, since gpuhost drained it.
-    let o = slurm.check(run.path(), &warning());
+    let o = check(&slurm, run.path(), &warning());
     assert_eq!(o.status.code(), Some(1));
     assert!(
         text(&o.stdout).contains("gpuhost slurm: resumed gpunode1"),
@@ -447,8 +265,8 @@ fn slurm_drains_on_critical_resumes_its_own_drain_and_leaves_an_admin_drain() {
         text(&o.stdout)
     );
     let until = Instant::now() + Duration::from_secs(10);
-    while slurm.state() != "IDLE" {
-        assert!(Instant::now() < until, "state {}", slurm.state());
+    while slurm.state(NODE) != "IDLE" {
+        assert!(Instant::now() < until, "state {}", slurm.state(NODE));
         std::thread::sleep(Duration::from_millis(100));
     }
 
@@ -461,14 +279,14 @@ fn slurm_drains_on_critical_resumes_its_own_drain_and_leaves_an_admin_drain() {
     ]);
     assert!(a.status.success(), "{}", text(&a.stderr));
     for snap in [healthy(), ecc_errors()] {
-        let o = slurm.check(run.path(), &snap);
+        let o = check(&slurm, run.path(), &snap);
         assert!(
             text(&o.stdout).contains("was drained by someone else (replacing a PSU); left alone"),
             "{}",
             text(&o.stdout)
         );
-        assert_eq!(slurm.state(), "IDLE+DRAIN");
-        assert!(slurm.reason().unwrap().starts_with("replacing a PSU"));
+        assert_eq!(slurm.state(NODE), "IDLE+DRAIN");
+        assert!(slurm.reason(NODE).unwrap().starts_with("replacing a PSU"));
     }
 }
 
