@@ -74,17 +74,24 @@ struct SlowDnf {
 }
 
 fn slow_dnf(secs: f32) -> SlowDnf {
+    slow_tool(
+        "dnf",
+        &format!("*\" install \"*|*\" switch-to \"*) sleep {secs};;"),
+    )
+}
+
+/// A directory with a `tool` that runs the shell `case` branch `branch` on its arguments
+/// (padded with spaces), then execs the real one.
+fn slow_tool(tool: &str, branch: &str) -> SlowDnf {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let real = Command::new("sh")
-        .args(["-c", "command -v dnf"])
+        .args(["-c", &format!("command -v {tool}")])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
-    assert!(!real.is_empty(), "dnf is not installed");
-    let script = format!(
-        "#!/bin/sh\ncase \" $* \" in *\" install \"*|*\" switch-to \"*) sleep {secs};; esac\nexec {real} \"$@\"\n"
-    );
-    let p = dir.path().join("dnf");
+    assert!(!real.is_empty(), "{tool} is not installed");
+    let script = format!("#!/bin/sh\ncase \" $* \" in {branch} esac\nexec {real} \"$@\"\n");
+    let p = dir.path().join(tool);
     std::fs::write(&p, script).unwrap_or_else(|e| panic!("{e}"));
     let mut perm = std::fs::metadata(&p)
         .unwrap_or_else(|e| panic!("{e}"))
@@ -544,24 +551,7 @@ fn slow_rpm_q(secs: f32) -> SlowDnf {
 
 /// An `rpm` that sleeps before a query whose arguments contain `flag` (`-q`, `-qp`).
 fn slow_rpm(secs: f32, flag: &str) -> SlowDnf {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let real = Command::new("sh")
-        .args(["-c", "command -v rpm"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    assert!(!real.is_empty(), "rpm is not installed");
-    let script = format!(
-        "#!/bin/sh\ncase \" $* \" in *\" {flag}\"*) sleep {secs};; esac\nexec {real} \"$@\"\n"
-    );
-    let p = dir.path().join("rpm");
-    std::fs::write(&p, script).unwrap_or_else(|e| panic!("{e}"));
-    let mut perm = std::fs::metadata(&p)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
-    std::fs::set_permissions(&p, perm).unwrap_or_else(|e| panic!("{e}"));
-    SlowDnf { dir }
+    slow_tool("rpm", &format!("*\" {flag}\"*) sleep {secs};;"))
 }
 
 #[test]
