@@ -103,6 +103,28 @@ impl Server {
     }
 
     /// The server's child processes (the NVML probe).
+    /// SIGTERM, then the server must exit 0 within `limit`.
+    fn sigterm_stops_within(&mut self, limit: Duration) {
+        let t = Instant::now();
+        let k = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(k.success());
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                t.elapsed() < limit,
+                "still running {:?} after SIGTERM",
+                t.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(0));
+    }
+
     fn children(&self) -> Vec<u32> {
         let pid = self.child.id();
         let mut out = Vec::new();
@@ -382,20 +404,7 @@ fn sigterm_stops_the_server_and_its_probe() {
     assert_eq!(srv.get("/healthz").0, 503);
     let probe = srv.children();
     assert_eq!(probe.len(), 1);
-    let t = Instant::now();
-    let k = Command::new("kill")
-        .args(["-TERM", &srv.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(k.success());
-    let status = loop {
-        if let Some(s) = srv.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(t.elapsed() < Duration::from_secs(5), "still running");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(status.code(), Some(0));
+    srv.sigterm_stops_within(Duration::from_secs(5));
     let mut rest = String::new();
     srv.stderr.read_to_string(&mut rest).unwrap();
     assert!(
@@ -839,23 +848,6 @@ fn slow_and_idle_clients_cannot_keep_the_server_from_answering_or_stopping() {
     // SIGTERM with a half-sent request and the idle connections open.
     let _half = hold(&srv.addr, 1, b"GET /status HTTP/1.1\r\nHost: x\r\nX-Slow: ");
     std::thread::sleep(Duration::from_millis(200));
-    let t = Instant::now();
-    let k = Command::new("kill")
-        .args(["-TERM", &srv.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(k.success());
-    let status = loop {
-        if let Some(s) = srv.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "still running {:?} after SIGTERM",
-            t.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(status.code(), Some(0));
+    srv.sigterm_stops_within(Duration::from_secs(5));
     drop(idle);
 }
