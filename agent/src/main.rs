@@ -53,12 +53,19 @@ Exit codes (status): Nagios: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (also a bad 
 #[derive(Parser, Debug)]
 #[command(name = "gpuhost", version, after_help = EXIT_CODES)]
 struct Cli {
-    /// Log level for messages on stderr (error, warn, info, debug, trace).
-    #[arg(long, global = true, default_value = "warn", env = "GPUHOST_LOG")]
-    log_level: String,
+    #[command(flatten)]
+    logging: Logging,
 
     #[command(subcommand)]
     command: Command,
+}
+
+/// The option every command takes (the whole parser's and `gpuhost status`'s own).
+#[derive(clap::Args, Debug)]
+struct Logging {
+    /// Log level for messages on stderr (error, warn, info, debug, trace).
+    #[arg(long, global = true, default_value = "warn", env = "GPUHOST_LOG")]
+    log_level: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -309,7 +316,7 @@ fn main() -> ExitCode {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     if let Some(s) = status_only() {
-        output::init_logging(&s.log_level);
+        output::init_logging(&s.logging.log_level);
         let code = gpuhost_health::run(&s.status);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
@@ -317,7 +324,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(usage_error(&e)),
     };
-    output::init_logging(&cli.log_level);
+    output::init_logging(&cli.logging.log_level);
     let code = match &cli.command {
         Command::Apply(a) => run_apply(&apply_options(a, a.dry_run), a.format),
         Command::Plan(a) => run_apply(&apply_options(a, true), a.format),
@@ -406,8 +413,8 @@ fn usage_error(e: &clap::Error) -> u8 {
     disable_version_flag = true
 )]
 struct StatusOnly {
-    #[arg(long, default_value = "warn", env = "GPUHOST_LOG")]
-    log_level: String,
+    #[command(flatten)]
+    logging: Logging,
     #[command(flatten)]
     status: gpuhost_health::StatusArgs,
 }
