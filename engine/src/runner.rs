@@ -292,10 +292,13 @@ fn space_preflight(ctx: &Ctx<'_>, run: &Run<'_>) -> Result<()> {
     use gpuhost_host::hostinfo;
     let mut needs: Vec<hostinfo::Need> = Vec::new();
     for slot in &run.slots {
-        if slot.report.is_some() || !slot.first.as_ref().is_some_and(Check::brings_packages) {
+        let Some(first) = slot.first.as_ref().filter(|c| c.brings_packages()) else {
+            continue;
+        };
+        if slot.report.is_some() {
             continue;
         }
-        for n in slot.step.space_needs(ctx) {
+        for n in slot.step.space_needs(ctx, first) {
             if !needs.iter().any(|m| m.path == n.path && m.what == n.what) {
                 needs.push(n);
             }

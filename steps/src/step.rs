@@ -217,10 +217,10 @@ pub trait Step: Sync {
         false
     }
     /// The free space this step's package installs need, and where; asked only when its check
-    /// installs packages. The runner adds up every installing step's needs (a need two steps
+    /// (`check`, the step's first) brings packages in (an install or the driver swap). The runner adds up every installing step's needs (a need two steps
     /// name — same path, same words — counts once) and refuses the run before any change when a
     /// filesystem lacks the space ([`gpuhost_host::hostinfo::require`]).
-    fn space_needs(&self, _ctx: &Ctx<'_>) -> Vec<gpuhost_host::hostinfo::Need> {
+    fn space_needs(&self, _ctx: &Ctx<'_>, _check: &Check) -> Vec<gpuhost_host::hostinfo::Need> {
         Vec::new()
     }
     /// `Some(reason)` when the step has nothing to do on this host (e.g. no NVSwitch).

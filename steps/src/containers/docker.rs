@@ -192,7 +192,7 @@ impl Step for Docker {
     }
 
     /// On the live system: Docker CE's packages and a first image under its data-root.
-    fn space_needs(&self, ctx: &Ctx<'_>) -> Vec<gpuhost_host::hostinfo::Need> {
+    fn space_needs(&self, ctx: &Ctx<'_>, _check: &Check) -> Vec<gpuhost_host::hostinfo::Need> {
         if ctx.host.is_live() {
             gpuhost_host::hostinfo::docker_needs(ctx.host)
         } else {

@@ -256,7 +256,7 @@ impl Step for Driver {
     }
 
     /// On the live system, the estimates for the driver packages and the DKMS builds.
-    fn space_needs(&self, ctx: &Ctx<'_>) -> Vec<gpuhost_host::hostinfo::Need> {
+    fn space_needs(&self, ctx: &Ctx<'_>, _check: &Check) -> Vec<gpuhost_host::hostinfo::Need> {
         gpuhost_host::hostinfo::driver_needs(None, ctx.host.is_live())
     }
 

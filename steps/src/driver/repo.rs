@@ -183,13 +183,17 @@ impl Step for DriverRepo {
     /// packages) only the measured figure. A swap from another local repo also needs room for
     /// its scratch copy ([`crate::swap::SCRATCH`]): the package's payload, then the repo
     /// extracted from it beside the payload — twice the package's size at its peak.
-    fn space_needs(&self, ctx: &Ctx<'_>) -> Vec<gpuhost_host::hostinfo::Need> {
+    fn space_needs(&self, ctx: &Ctx<'_>, check: &Check) -> Vec<gpuhost_host::hostinfo::Need> {
         let Some(plan) = &ctx.driver else {
             return gpuhost_host::hostinfo::driver_needs(None, ctx.host.is_live());
         };
         let rpm = local_repo_size(&plan.path);
         let mut needs = gpuhost_host::hostinfo::driver_needs(rpm, ctx.host.is_live());
-        let swaps = other_repos(ctx, &plan.repo).is_ok_and(|(_, others)| !others.is_empty());
+        // The check planned the swap: its scratch copy needs room too.
+        let swaps = check
+            .changes
+            .iter()
+            .any(|c| matches!(c.work, Work::SwapDriver(_)));
         if let (Some(bytes), true) = (rpm, swaps) {
             needs.push(gpuhost_host::hostinfo::Need {
                 path: crate::swap::SCRATCH.into(),
