@@ -4,6 +4,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 typedef int (*f0)(void);
 typedef int (*fh)(unsigned, void **);
 typedef int (*fs)(void *, char *, unsigned);
@@ -35,5 +36,10 @@ int main(int argc,char**argv){
   unsigned long long r;((fll)dlsym(l,"nvmlDeviceGetCurrentClocksEventReasons"))(d,&r);
   printf("queries rss %ld hwm %ld %.2f ms (%s temp %u power %u)\n",hwm("VmRSS"),hwm("VmHWM"),now()-t0,n,t,p);
   parts("end");
+  fflush(stdout);
+  /* NVML_FLOOR_PAUSE_MS: stay a while before the exit, so that /proc/PID/smaps can be read
+   * (bench/rss-anatomy-gpu-run.sh). */
+  const char *pause=getenv("NVML_FLOOR_PAUSE_MS");
+  if(pause) usleep((useconds_t)atoi(pause)*1000);
   return 0;
 }

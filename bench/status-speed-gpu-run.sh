@@ -13,6 +13,8 @@ runs=${RUNS:-25}
 here=$(dirname "$(realpath "$0")")
 mkdir -p "$out" /tmp/gh-bin
 cp "$bin" /tmp/gh-bin/gpuhost && chmod +x /tmp/gh-bin/gpuhost
+# The NVML probe helper, built beside gpuhost, where gpuhost looks for it.
+[ -x "$(dirname "$bin")/gpuhost-nvml-probe" ] && cp "$(dirname "$bin")/gpuhost-nvml-probe" /tmp/gh-bin/
 [ -n "$base" ] && cp "$base" /tmp/gh-bin/gpuhost-base && chmod +x /tmp/gh-bin/gpuhost-base
 export PATH=/tmp/gh-bin:$PATH
 export GPUHOST_RUN_DIR=/tmp/gh-run
@@ -71,6 +73,9 @@ EOF
   echo "== A: one-shot (warm boot cache) against nvidia-smi, no server"
   a=(oneshot="gpuhost status --format json --fresh" probe-program="gpuhost status --nvml-probe" "${floor[@]}"
      oneshot-with-nvmlShutdown="env GPUHOST_PROBE_SHUTDOWN=1 gpuhost status --format json --fresh")
+  # The helper alone, and the one-shot with the probe forked from gpuhost instead of it.
+  [ -x /tmp/gh-bin/gpuhost-nvml-probe ] && a+=(probe-helper="gpuhost-nvml-probe"
+     oneshot-forked="env GPUHOST_NVML_PROBE= gpuhost status --format json --fresh")
   [ -n "$base" ] && a+=(oneshot-before="gpuhost-base status --format json")
   speed "$runs" "$out/A-oneshot.json" "${a[@]}" nvidia-smi-q="nvidia-smi -q" \
     nvidia-smi-csv="nvidia-smi --query-gpu=$csv --format=csv"

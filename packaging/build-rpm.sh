@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the gpuhost RPM: a binary linked against the target's glibc (cargo-zigbuild), the man
+# Builds the gpuhost RPM: gpuhost and its NVML probe helper (gpuhost-nvml-probe, found beside
+# it) linked against the target's glibc (cargo-zigbuild), the man
 # pages and shell completions generated with the binary itself, then rpmbuild on
 # packaging/gpuhost.spec. It never packages a binary that would not start on the target: the
 # newest GLIBC symbol version the binary needs (objdump -T) must be at most the target's glibc
@@ -57,24 +58,30 @@ if [ -z "$bin" ]; then
   case $target_dir in /*) ;; *) target_dir=$here/$target_dir ;; esac
   bin=$target_dir/$arch-unknown-linux-gnu/$dir/gpuhost
 fi
-# The newest glibc symbol version the binary needs must be one the target has.
+# The NVML probe helper is built with gpuhost (the same package) and lies beside it.
+probe=$(dirname "$bin")/gpuhost-nvml-probe
+[ -x "$probe" ] || { echo "build-rpm: $probe not found: gpuhost's NVML probe helper is built beside it (cargo build -p gpuhost builds both); pass a BINARY whose directory holds it. Nothing was packaged." >&2; exit 1; }
+# The newest glibc symbol version each binary needs must be one the target has.
 command -v objdump >/dev/null 2>&1 \
   || { echo "build-rpm: objdump not found: install binutils (it checks which glibc $bin needs)" >&2; exit 1; }
-need=$(objdump -T "$bin" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -Vu | tail -n1)
-if [ -z "$need" ]; then
-  echo "build-rpm: $bin has no GLIBC symbol versions: not a dynamically linked glibc binary" >&2; exit 1
-fi
-if [ "$(printf '%s\n%s\n' "$need" "$glibc" | sort -V | tail -n1)" != "$glibc" ]; then
-  echo "build-rpm: $bin needs glibc $need; $os has $glibc: it would not start there. Nothing was packaged. Run packaging/build-rpm.sh without BINARY (it builds with cargo-zigbuild against glibc $glibc), or pass a binary linked against glibc <= $glibc" >&2
-  exit 1
-fi
-echo "build-rpm: $bin needs glibc $need (<= $glibc, $os)" >&2
+for b in "$bin" "$probe"; do
+  need=$(objdump -T "$b" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -Vu | tail -n1)
+  if [ -z "$need" ]; then
+    echo "build-rpm: $b has no GLIBC symbol versions: not a dynamically linked glibc binary" >&2; exit 1
+  fi
+  if [ "$(printf '%s\n%s\n' "$need" "$glibc" | sort -V | tail -n1)" != "$glibc" ]; then
+    echo "build-rpm: $b needs glibc $need; $os has $glibc: it would not start there. Nothing was packaged. Run packaging/build-rpm.sh without BINARY (it builds with cargo-zigbuild against glibc $glibc), or pass a binary linked against glibc <= $glibc" >&2
+    exit 1
+  fi
+  echo "build-rpm: $b needs glibc $need (<= $glibc, $os)" >&2
+done
 version=$("$bin" --version | awk '{print $2}')
 top=$(mktemp -d)
 trap 'rm -rf "$top"' EXIT
 src=$top/SOURCES
 mkdir -p "$src" "$out"
 cp "$bin" "$src/gpuhost"
+cp "$probe" "$src/gpuhost-nvml-probe"
 # One man page per command (gpuhost.1, gpuhost-apply.1, ...), as one tarball source.
 "$bin" generate man --dir "$top/man"
 tar -C "$top/man" -cf "$src/gpuhost-man.tar" .

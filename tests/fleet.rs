@@ -301,17 +301,18 @@ fn the_packaged_binary_needs_at_most_oracle_linux_8s_glibc() {
     let dir = tempfile::tempdir().unwrap();
     let o = run(Command::new("bash")
         .arg("-c")
-        .arg("rpm2cpio \"$1\" | cpio -idm --quiet ./usr/bin/gpuhost")
+        .arg("rpm2cpio \"$1\" | cpio -idm --quiet ./usr/bin/gpuhost ./usr/libexec/gpuhost/gpuhost-nvml-probe")
         .arg("-")
         .arg(rpm)
         .current_dir(dir.path()));
     assert!(o.status.success(), "rpm2cpio: {}", text(&o.stderr));
-    let bin = dir.path().join("usr/bin/gpuhost");
-    let need = newest_glibc(&bin);
-    assert!(
-        need <= vec![2, 28],
-        "the packaged binary needs glibc {need:?}"
-    );
+    for bin in ["usr/bin/gpuhost", "usr/libexec/gpuhost/gpuhost-nvml-probe"] {
+        let need = newest_glibc(&dir.path().join(bin));
+        assert!(
+            need <= vec![2, 28],
+            "the packaged {bin} needs glibc {need:?}"
+        );
+    }
     let o = run(Command::new("rpm").args(["-qp", "--requires"]).arg(rpm));
     assert!(
         text(&o.stdout).contains("glibc >= 2.28"),
@@ -344,6 +345,27 @@ fn build_rpm_refuses_a_binary_that_would_not_start_on_oracle_linux_8() {
     assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
 }
 
+/// A BINARY without the NVML probe helper beside it is refused: the RPM would lack the
+/// one-shot probe `gpuhost status` runs. Exit 1, the helper named, nothing packaged.
+#[test]
+fn build_rpm_refuses_a_binary_without_its_probe_helper() {
+    let alone = tempfile::tempdir().unwrap();
+    let bin = alone.path().join("gpuhost");
+    std::fs::copy(GPUHOST, &bin).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let o = run(Command::new("bash")
+        .arg(world::src_dir().join("../../packaging/build-rpm.sh"))
+        .arg(&bin)
+        .arg(out.path()));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("gpuhost-nvml-probe not found") && err.contains("Nothing was packaged"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
+}
+
 #[test]
 fn the_rpm_installs_into_an_oracle_linux_root_with_dnf_and_runs() {
     let rpm = gpuhost_rpm();
@@ -352,6 +374,7 @@ fn the_rpm_installs_into_an_oracle_linux_root_with_dnf_and_runs() {
     assert!(root.installed("gpuhost").is_some());
     for f in [
         "usr/bin/gpuhost",
+        "usr/libexec/gpuhost/gpuhost-nvml-probe",
         "usr/share/man/man1/gpuhost.1",
         "usr/share/bash-completion/completions/gpuhost",
         "usr/share/zsh/site-functions/_gpuhost",

@@ -851,3 +851,138 @@ fn slow_and_idle_clients_cannot_keep_the_server_from_answering_or_stopping() {
     srv.sigterm_stops_within(Duration::from_secs(5));
     drop(idle);
 }
+
+/// Ask the socket `sock` the question `q`: the answer's first line, and the rest.
+fn ask(sock: &Path, q: &str) -> (String, String) {
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    s.write_all(format!("{q}\n").as_bytes()).unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).unwrap();
+    let (head, rest) = all.split_once('\n').unwrap_or((&all, ""));
+    (head.to_string(), rest.to_string())
+}
+
+/// A client that wants nothing but the report asks for it rendered: a server that judges with
+/// the client's profile name and GPU count answers the exit code, then the report exactly as
+/// `gpuhost status` prints it (the client parses and judges nothing). Other options get the
+/// snapshot, judged by the client; a server that does not know the question (an older
+/// gpuhost) is asked again for the snapshot, and the report is the same.
+#[test]
+fn the_server_renders_the_report_for_a_client_with_its_options_and_not_for_others() {
+    let run = tempfile::tempdir().unwrap();
+    let snap = hgx_with(run.path(), |_| {});
+    let snap_s = snap.to_str().unwrap();
+    let sock = run.path().join("serve.sock");
+    let srv = Server::start(
+        run.path(),
+        &[
+            "--from-snapshot",
+            snap_s,
+            "--max-age",
+            "60",
+            "--expect-gpus",
+            "8",
+        ],
+        &[],
+    );
+
+    // The protocol: a rendered report for the server's own options, else the snapshot.
+    let (head, body) = ask(&sock, "report json expect-gpus=8");
+    let h = json(&head);
+    assert_eq!(h["code"], 0, "{head}");
+    assert!(h.get("snapshot").is_none(), "{head}");
+    let report = json(&body);
+    assert_eq!(report["status"], "OK");
+    assert_eq!(report["snapshot"]["served_by"]["pid"], srv.child.id());
+    assert_eq!(report["expect"]["gpus"], 8, "{body}");
+    let (head, body) = ask(&sock, "report json");
+    let h = json(&head);
+    assert!(
+        h["snapshot"].is_object() && h.get("code").is_none(),
+        "{head}"
+    );
+    assert!(body.is_empty(), "{body}");
+    for bad in [
+        "report json profile=../x.toml",
+        "report yaml",
+        "report json gpus=8",
+    ] {
+        let (head, _) = ask(&sock, bad);
+        assert_eq!(head, "error: unknown request", "{bad}");
+    }
+
+    // The client: the rendered report is what it would have printed itself, in every format,
+    // with the same exit code.
+    for format in ["table", "json", "prometheus", "npd"] {
+        let args = ["--format", format, "--expect-gpus", "8"];
+        let (code, out, err, _) = status(run.path(), &args);
+        assert!(
+            err.contains("the report, rendered there"),
+            "{format}: {err}"
+        );
+        let (rcode, rout, _, _) = status(
+            run.path(),
+            &[&args[..], &["--from-snapshot", snap_s]].concat(),
+        );
+        assert_eq!(code, rcode, "{format}");
+        let d = match format {
+            "json" => differing(&verdicts(&json(&out)), &verdicts(&json(&rout))),
+            "prometheus" => differing(&series(&out), &series(&rout)),
+            _ => differing(
+                &out.lines().map(no_ms).collect::<Vec<_>>(),
+                &rout.lines().map(no_ms).collect::<Vec<_>>(),
+            ),
+        };
+        assert!(d.is_empty(), "{format}: {d:#?}");
+    }
+    // Other options: the snapshot, judged here with them.
+    let (code, out, err, _) = status(run.path(), &["--expect-gpus", "9"]);
+    assert!(err.contains("its snapshot, judged here"), "{err}");
+    assert_eq!(code, Some(2), "{out}");
+    let textfile = run.path().join("gpu.prom");
+    let (code, _, err, _) = status(
+        run.path(),
+        &[
+            "--expect-gpus",
+            "8",
+            "--textfile",
+            textfile.to_str().unwrap(),
+        ],
+    );
+    assert!(err.contains("its snapshot, judged here"), "{err}");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(series(&std::fs::read_to_string(&textfile).unwrap()).len() > 10);
+
+    // An older server: `report` is an unknown question; the client asks for the snapshot.
+    let (snapshot_line, _) = ask(&sock, "snapshot");
+    let (_, expected, _, _) = status(run.path(), &["--format", "json", "--expect-gpus", "8"]);
+    drop(srv);
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = std::fs::remove_file(&sock);
+    let old = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let asked = std::thread::spawn(move || {
+        let mut questions = Vec::new();
+        for s in old.incoming().take(2) {
+            let mut s = s.unwrap();
+            let mut q = String::new();
+            BufReader::new(&s).read_line(&mut q).unwrap();
+            let a = if q == "snapshot\n" {
+                format!("{snapshot_line}\n")
+            } else {
+                "error: unknown request\n".to_string()
+            };
+            s.write_all(a.as_bytes()).unwrap();
+            questions.push(q.trim().to_string());
+        }
+        questions
+    });
+    let (code, out, err, _) = status(run.path(), &["--format", "json", "--expect-gpus", "8"]);
+    assert_eq!(
+        asked.join().unwrap(),
+        ["report json expect-gpus=8", "snapshot"]
+    );
+    assert!(err.contains("renders no report"), "{err}");
+    assert_eq!(code, Some(0), "{err}");
+    let d = differing(&verdicts(&json(&out)), &verdicts(&json(&expected)));
+    assert!(d.is_empty(), "{d:#?}");
+}

@@ -977,6 +977,140 @@ fn the_one_shot_answers_without_waiting_for_the_probes_exit() {
     assert!(rss > 100, "the probe's peak RSS: {nvml:#}");
 }
 
+/// The program of the process whose environment holds `GPUHOST_RUN_DIR=<run>` (a test's own
+/// run directory): the probe a one-shot left leaving.
+fn leaving_probe(run: &Path) -> Option<PathBuf> {
+    let marker = format!("GPUHOST_RUN_DIR={}\0", run.display());
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        e.file_name().to_str()?.parse::<u32>().ok()?;
+        let environ = std::fs::read(e.path().join("environ")).ok()?;
+        String::from_utf8_lossy(&environ)
+            .contains(&marker)
+            .then(|| std::fs::read_link(e.path().join("exe")).ok())?
+    })
+}
+
+/// A one-shot (`fixture`: answered from that NVML answer; else NVML itself, absent on CI)
+/// whose probe is left leaving for 3 s (`GPUHOST_PROBE_EXIT_DELAY_MS`), run by `command`:
+/// its NVML part, and the program of that probe.
+fn one_shot_probe(mut command: Command, run: &Path, fixture: bool) -> (serde_json::Value, PathBuf) {
+    let root = boot_root("boot-1", "580.159.04");
+    if fixture {
+        let answer = run.join("nvml.json");
+        nvml_answer(
+            &answer,
+            "GPU-ff7f0840-faaa-e67b-b46c-ec5ed1d4af27",
+            "96.00.A5.00.1A",
+            36,
+        );
+        command.arg("--nvml-fixture").arg(&answer);
+    }
+    let o = command
+        .env("GPUHOST_RUN_DIR", run)
+        .env("GPUHOST_STATUS_ROOT", root.path())
+        .env("GPUHOST_PROBE_EXIT_DELAY_MS", "3000")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    let nvml = v["snapshot"]["nvml"].clone();
+    // On CI, without an NVIDIA library, the probe answers just that; on a GPU machine it reads
+    // the GPUs. Either way it answered, with its own peak RSS.
+    assert!(
+        ["ok", "no_library"].contains(&nvml["status"].as_str().unwrap_or("")),
+        "{nvml:#}"
+    );
+    assert!(nvml["peak_rss_kib"].as_u64().unwrap_or(0) > 100, "{nvml:#}");
+    let probe = leaving_probe(run).expect("the probe, still leaving");
+    (nvml, probe)
+}
+
+/// The one-shot's probe is the small program `gpuhost-nvml-probe` found beside `gpuhost`
+/// (what keeps its peak RSS near NVML's own, bench/RESULTS-status.md); without it, or when it
+/// cannot start, a forked copy of `gpuhost` answers. A saved NVML answer (tests) is answered
+/// by a forked copy too: the helper's code is what a live probe runs, and no more.
+#[rstest::rstest]
+#[case::the_helper_beside_gpuhost(None, false, "gpuhost-nvml-probe")]
+#[case::no_helper_then_a_forked_copy(Some(""), false, "gpuhost")]
+#[case::a_helper_that_cannot_start_then_a_forked_copy(
+    Some("/nonexistent/gpuhost-nvml-probe"),
+    false,
+    "gpuhost"
+)]
+#[case::a_saved_answer_by_a_forked_copy(None, true, "gpuhost")]
+fn the_one_shot_probe_is_the_small_helper_else_a_forked_copy(
+    #[case] helper: Option<&str>,
+    #[case] fixture: bool,
+    #[case] program: &str,
+) {
+    let run = tempfile::tempdir().unwrap();
+    let mut c = gpuhost(run.path());
+    c.args(["status", "--fresh", "--format", "json"]);
+    if let Some(h) = helper {
+        c.env("GPUHOST_NVML_PROBE", h);
+    }
+    let t = Instant::now();
+    let (nvml, probe) = one_shot_probe(c, run.path(), fixture);
+    assert!(
+        t.elapsed() < Duration::from_millis(2500),
+        "waited for the probe's exit"
+    );
+    assert_eq!(
+        probe
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .trim_end_matches(" (deleted)"),
+        program,
+        "{probe:?}"
+    );
+    if fixture {
+        assert_eq!(nvml["gpus"][0]["temperature_c"]["value"], 36, "{nvml:#}");
+    }
+}
+
+/// Installed as the RPM lays it out: `/usr/bin/gpuhost` finds its probe in
+/// `/usr/libexec/gpuhost/`. The helper takes no argument: one that is given is refused in one
+/// line, exit 2.
+#[test]
+fn the_helper_is_found_in_libexec_as_the_rpm_installs_it() {
+    let prefix = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let bin = prefix.path().join("usr/bin");
+    let libexec = prefix.path().join("usr/libexec/gpuhost");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&libexec).unwrap();
+    let place = |from: &str, to: &Path| {
+        std::fs::hard_link(from, to)
+            .or_else(|_| std::fs::copy(from, to).map(drop))
+            .unwrap()
+    };
+    place(env!("CARGO_BIN_EXE_gpuhost"), &bin.join("gpuhost"));
+    let helper = libexec.join("gpuhost-nvml-probe");
+    place(env!("CARGO_BIN_EXE_gpuhost-nvml-probe"), &helper);
+    let run = tempfile::tempdir().unwrap();
+    let like = gpuhost(run.path());
+    let mut c = Command::new(bin.join("gpuhost"));
+    for (k, v) in like.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c.args(["status", "--fresh", "--format", "json"]);
+    let (_, probe) = one_shot_probe(c, run.path(), false);
+    assert_eq!(probe, helper);
+
+    let o = Command::new(&helper).arg("--bogus").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot take --bogus") && err.contains("gpuhost status"),
+        "{err}"
+    );
+}
+
 fn kept(g: &serde_json::Value) -> bool {
     g["fixed_kept"] == true
 }

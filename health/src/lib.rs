@@ -17,6 +17,7 @@ pub mod coprobe;
 pub mod counters;
 pub mod cuda;
 pub mod fleet;
+mod helper_log;
 pub mod host;
 pub mod kmsg;
 pub mod nvml;
@@ -208,15 +209,20 @@ pub fn run_probe(fixture: Option<&Path>, root: &Path) -> i32 {
 /// The one-shot probe's work (after `GPUHOST_PROBE_DELAY_MS`, a hung-driver drill): NVML, or
 /// a saved snapshot's NVML part through the boot cache of a root.
 fn probe_answer(fixture: Option<(&Path, &Path)>) -> NvmlProbe {
+    drill_delay();
+    match fixture {
+        Some((f, root)) => fixture_probe(f, root),
+        None => nvml::probe(),
+    }
+}
+
+/// `GPUHOST_PROBE_DELAY_MS`: the probe sleeps first, standing for a hung driver (tests, drills).
+fn drill_delay() {
     if let Some(ms) = std::env::var("GPUHOST_PROBE_DELAY_MS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
     {
         std::thread::sleep(Duration::from_millis(ms));
-    }
-    match fixture {
-        Some((f, root)) => fixture_probe(f, root),
-        None => nvml::probe(),
     }
 }
 
@@ -243,11 +249,6 @@ fn fixture_probe(path: &Path, root: &Path) -> NvmlProbe {
 }
 
 fn status(args: &StatusArgs) -> Result<i32> {
-    let expect = expectations(args);
-    // A profile that cannot be read is a mistake to report, not a check to skip quietly.
-    if let (Some(name), Some(err)) = (&args.profile, &expect.profile_error) {
-        anyhow::bail!("--profile {name}: {err}");
-    }
     if let Some(dir) = args.textfile.as_deref().and_then(Path::parent) {
         let dir = if dir.as_os_str().is_empty() {
             Path::new(".")
@@ -261,10 +262,26 @@ fn status(args: &StatusArgs) -> Result<i32> {
             );
         }
     }
+    let timeout = timeout(args.timeout)?;
     if args.wait_healthy {
-        return wait_healthy(args, &expect);
+        return wait_healthy(args, &checked_expectations(args)?);
     }
-    let snapshot = snapshot_once(args, &expect, timeout(args.timeout)?)?;
+    // A running `gpuhost serve` has a fresh sweep: ask it first. A report it renders is
+    // printed as it is (it judged with this profile name and GPU count).
+    let served = match asked_server(args, &request(args)) {
+        Some(served::Served::Report { code, text }) => {
+            use std::io::Write;
+            let _ = std::io::stdout().lock().write_all(&text);
+            return Ok(code);
+        }
+        Some(served::Served::Snapshot(s)) => Some(*s),
+        None => None,
+    };
+    let expect = checked_expectations(args)?;
+    let snapshot = match served {
+        Some(s) => s,
+        None => snapshot_once(args, &expect, timeout, false)?,
+    };
     if args.dump_snapshot {
         println!("{}", serde_json::to_string_pretty(&snapshot)?);
         return Ok(0);
@@ -273,37 +290,67 @@ fn status(args: &StatusArgs) -> Result<i32> {
     Ok(report(args, &snapshot, &expect, &checks))
 }
 
-/// One snapshot: read from `--from-snapshot` (each time: a test may rewrite it), or collected.
-fn snapshot_once(args: &StatusArgs, expect: &Expect, timeout: Duration) -> Result<Snapshot> {
-    match &args.from_snapshot {
-        Some(f) => {
-            let text =
-                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-            serde_json::from_str::<Snapshot>(&text)
-                .with_context(|| format!("parsing {}", f.display()))
-        }
-        None => {
-            // A running `gpuhost serve` has a fresh sweep: ask it first (unless told not to,
-            // or a fixture stands for NVML).
-            if !args.fresh && args.nvml_fixture.is_none() {
-                if let Some(s) = args
-                    .root
-                    .canonicalize()
-                    .ok()
-                    .and_then(|root| served::ask(&root))
-                {
-                    return Ok(s);
-                }
-            }
-            let host = Host::new(&args.root)?;
-            Ok(collect_with(
-                &host,
-                timeout,
-                expect,
-                args.nvml_fixture.as_deref(),
-            ))
+/// [`expectations`], or the error of a profile that cannot be read: a mistake to report, not
+/// a check to skip quietly.
+fn checked_expectations(args: &StatusArgs) -> Result<Expect> {
+    let expect = expectations(args);
+    if let (Some(name), Some(err)) = (&args.profile, &expect.profile_error) {
+        anyhow::bail!("--profile {name}: {err}");
+    }
+    Ok(expect)
+}
+
+/// What to ask a running `gpuhost serve`: the rendered report when nothing but the report is
+/// wanted (no `--textfile`, `--slurm` or `--dump-snapshot`; a built-in profile name if any),
+/// else the snapshot.
+fn request(args: &StatusArgs) -> served::Request {
+    let simple = args.profile.as_deref().is_none_or(served::simple_profile);
+    if args.textfile.is_some() || args.slurm || args.dump_snapshot || !simple {
+        return served::Request::Snapshot;
+    }
+    served::Request::Report {
+        format: args.format,
+        profile: args.profile.clone(),
+        expect_gpus: args.expect_gpus,
+    }
+}
+
+/// The answer of a `gpuhost serve` reading this root, unless told not to ask (`--fresh`), or a
+/// file stands for NVML or the snapshot.
+fn asked_server(args: &StatusArgs, request: &served::Request) -> Option<served::Served> {
+    if args.fresh || args.nvml_fixture.is_some() || args.from_snapshot.is_some() {
+        return None;
+    }
+    let root = args.root.canonicalize().ok()?;
+    served::ask(&root, request)
+}
+
+/// One snapshot: read from `--from-snapshot` (each time: a test may rewrite it), or asked of a
+/// running `gpuhost serve` (when `ask_server`), or collected.
+fn snapshot_once(
+    args: &StatusArgs,
+    expect: &Expect,
+    timeout: Duration,
+    ask_server: bool,
+) -> Result<Snapshot> {
+    if let Some(f) = &args.from_snapshot {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        return serde_json::from_str::<Snapshot>(&text)
+            .with_context(|| format!("parsing {}", f.display()));
+    }
+    if ask_server {
+        if let Some(served::Served::Snapshot(s)) = asked_server(args, &served::Request::Snapshot) {
+            return Ok(*s);
         }
     }
+    let host = Host::new(&args.root)?;
+    Ok(collect_with(
+        &host,
+        timeout,
+        expect,
+        args.nvml_fixture.as_deref(),
+    ))
 }
 
 /// Print the report in the asked format (and the textfile, and Slurm's action); the exit code.
@@ -314,17 +361,8 @@ fn report(
     checks: &[verdict::Check],
 ) -> i32 {
     let verdict = verdict::overall(checks);
-    let mut code = verdict.exit_code();
-    match args.format {
-        StatusFormat::Json => println!("{}", output::json(snapshot, expect, checks)),
-        StatusFormat::Prometheus => print!("{}", output::prometheus(snapshot, checks)),
-        StatusFormat::Npd => {
-            let (c, line) = fleet::npd(checks);
-            println!("{line}");
-            code = c;
-        }
-        StatusFormat::Table => print!("{}", output::table(checks)),
-    }
+    let (mut code, text) = render(args.format, snapshot, expect, checks);
+    print!("{text}");
     if let Some(path) = &args.textfile {
         let text = output::prometheus(snapshot, checks);
         if let Err(e) = gpuhost_host::fsutil::write_atomic(path, text.as_bytes(), 0o644) {
@@ -348,6 +386,30 @@ fn report(
     code
 }
 
+/// The report in `format` as `gpuhost status` prints it, and its exit code (before
+/// `--textfile` and `--slurm`): the one-shot run and `gpuhost serve`'s socket both render
+/// with this.
+pub fn render(
+    format: StatusFormat,
+    snapshot: &Snapshot,
+    expect: &Expect,
+    checks: &[verdict::Check],
+) -> (i32, String) {
+    let code = verdict::overall(checks).exit_code();
+    match format {
+        StatusFormat::Json => (
+            code,
+            format!("{}\n", output::json(snapshot, expect, checks)),
+        ),
+        StatusFormat::Prometheus => (code, output::prometheus(snapshot, checks)),
+        StatusFormat::Npd => {
+            let (c, line) = fleet::npd(checks);
+            (c, format!("{line}\n"))
+        }
+        StatusFormat::Table => (code, output::table(checks)),
+    }
+}
+
 /// `--wait-healthy`: look until healthy or `--timeout`; 0 healthy, 2 not in time.
 fn wait_healthy(args: &StatusArgs, expect: &Expect) -> Result<i32> {
     let total = timeout(args.timeout)?;
@@ -358,13 +420,15 @@ fn wait_healthy(args: &StatusArgs, expect: &Expect) -> Result<i32> {
         );
     }
     let every = Duration::from_secs_f64(args.poll);
-    let w = fleet::wait_healthy(total, every, |t| match snapshot_once(args, expect, t) {
-        Ok(snap) => {
-            let checks = verdict::evaluate(&snap, expect);
-            let sev = verdict::overall(&checks);
-            (sev, fleet::one_line(&checks), Some((snap, checks)))
+    let w = fleet::wait_healthy(total, every, |t| {
+        match snapshot_once(args, expect, t, true) {
+            Ok(snap) => {
+                let checks = verdict::evaluate(&snap, expect);
+                let sev = verdict::overall(&checks);
+                (sev, fleet::one_line(&checks), Some((snap, checks)))
+            }
+            Err(e) => (Severity::Unknown, format!("UNKNOWN: {e:#}"), None),
         }
-        Err(e) => (Severity::Unknown, format!("UNKNOWN: {e:#}"), None),
     });
     if let Some((snap, checks)) = &w.last {
         let _ = report(args, snap, expect, checks);
@@ -444,30 +508,75 @@ fn collect_with(
     })
 }
 
-/// Start the one-shot NVML probe: a forked copy of this process under a deadline
-/// ([`probe::fork`]; the program `gpuhost status --nvml-probe` where no fork can be made);
-/// with a fixture (and the root whose boot cache it goes through), answered from that file.
+/// Start the one-shot NVML probe: the helper `gpuhost-nvml-probe` ([`probe::exec`]), else a
+/// forked copy of this process ([`probe::fork`]; the program `gpuhost status --nvml-probe`
+/// where no fork can be made), all under a deadline; with a fixture (and the root whose boot
+/// cache it goes through), answered from that file.
 fn start_one_shot(
     timeout: Duration,
     fixture: Option<(&Path, &Path)>,
 ) -> Result<probe::Running, Box<NvmlProbe>> {
-    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
-    let mut argv: Vec<OsString> = vec![exe.into(), "status".into(), "--nvml-probe".into()];
+    let mut args: Vec<OsString> = Vec::new();
     if let Some((f, root)) = fixture {
-        argv.extend([
+        args.extend([
             "--nvml-fixture".into(),
             f.as_os_str().to_owned(),
             "--root".into(),
             root.as_os_str().to_owned(),
         ]);
     }
+    let run_dir = probe::run_dir();
+    // The helper asks NVML only: a fixture is answered by a forked copy (the helper's code
+    // stays what a live probe runs, and small).
+    if let Some(helper) = probe::helper().filter(|_| fixture.is_none()) {
+        match probe::exec(&helper, &[], timeout, &run_dir) {
+            Err(p) if p.status != ProbeStatus::StuckEarlier => tracing::debug!(
+                "the NVML probe helper {} did not start ({}): forking the probe instead",
+                helper.display(),
+                p.error.as_deref().unwrap_or("")
+            ),
+            started => return started,
+        }
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+    let mut argv: Vec<OsString> = vec![exe.into(), "status".into(), "--nvml-probe".into()];
+    argv.extend(args);
     let fixture = fixture.map(|(f, r)| (f.to_path_buf(), r.to_path_buf()));
-    let work = move || {
-        let mut p = probe_answer(fixture.as_ref().map(|(f, r)| (f.as_path(), r.as_path())));
-        p.peak_rss_kib = probe::peak_rss_kib();
-        serde_json::to_string(&p).unwrap_or_default()
-    };
-    probe::fork(work, &argv, timeout, &probe::run_dir())
+    let work = move || probe_line(fixture.as_ref().map(|(f, r)| (f.as_path(), r.as_path())));
+    probe::fork(work, &argv, timeout, &run_dir)
+}
+
+/// The probe's answer as one line of JSON, its peak RSS in it (empty when it cannot be
+/// serialised: the caller reports no readable answer).
+fn probe_line(fixture: Option<(&Path, &Path)>) -> String {
+    answer_line(probe_answer(fixture))
+}
+
+/// `p` as one line of JSON, with this process's peak RSS.
+fn answer_line(mut p: NvmlProbe) -> String {
+    p.peak_rss_kib = probe::peak_rss_kib();
+    serde_json::to_string(&p).unwrap_or_default()
+}
+
+/// The NVML probe helper, `gpuhost-nvml-probe` (no arguments), run by `gpuhost status`
+/// ([`probe::exec`]): its answer on stdout, then it leaves without waiting for NVML's
+/// release. Exit 2 with a one-line error on any argument.
+pub fn helper_main() -> i32 {
+    probe::close_inherited(None);
+    helper_log::init();
+    if let Some(a) = std::env::args_os().nth(1) {
+        eprintln!(
+            "{}: cannot take {}: this helper takes no arguments; `gpuhost status` runs it",
+            probe::HELPER,
+            a.to_string_lossy()
+        );
+        return 2;
+    }
+    drill_delay();
+    let out = answer_line(nvml::probe());
+    // SAFETY: fd 1 is this process's stdout, owned by nothing else here; the File closes it.
+    let stdout = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(1) };
+    probe::answer_and_leave(&out, stdout)
 }
 
 /// Collect a snapshot whose NVML part comes from `nvml`, run on another thread while the

@@ -9,21 +9,27 @@
 //! the same without starting another probe, so stuck probes never pile up (a cron job or a
 //! textfile timer would otherwise add one per minute).
 //!
-//! The one-shot probe is a forked copy of `gpuhost status` ([`fork`]), not a new program:
-//! no exec, no dynamic loading and no start-up of a 9 MB binary (about 0.7 ms), and none of
-//! its pages but those the probe touches (an exec'd `gpuhost status --nvml-probe` held 5.6 MB
-//! before NVML: the probe's peak RSS was above `nvidia-smi`'s). The copy gets /dev/null for
-//! stdin and stdout, a pipe for its answer and one for its stderr, and no other descriptor of
-//! the parent's, so that one stuck in the driver holds nothing of the caller's. Where a fork
-//! cannot be made (or the process runs more than one thread), the probe is the program
-//! `gpuhost status --nvml-probe`, run through `gpuhost_host::cmd::Cmd::spawn`, the
-//! subprocess wrapper's background mode, which kills a command past its deadline without
-//! waiting for it.
+//! The one-shot probe is the helper program `gpuhost-nvml-probe` ([`helper`], [`exec`]): a
+//! small executable (about 0.7 MB, built for size) installed beside `gpuhost`, or in
+//! `<prefix>/libexec/gpuhost/` (the RPM: `/usr/libexec/gpuhost/gpuhost-nvml-probe`). NVML's
+//! own state is about 21 MiB in any client; what a client adds on top is its own code pages
+//! (the kernel maps 64 KiB around each page a program runs). A forked copy of the 10 MB
+//! `gpuhost` ran its probe code spread over that binary and peaked at 24.4 MiB, above
+//! `nvidia-smi` (22.7 MiB); the helper peaks at about 22.5 MiB (`bench/RESULTS-status.md`).
+//! Where the helper is missing (a `gpuhost` binary copied alone) or cannot start, the probe
+//! is a forked copy of `gpuhost status` ([`fork`]): no exec, none of its pages but those the
+//! probe touches. Either way the probe gets /dev/null for stdin, a pipe for its answer and
+//! one for its stderr, and no other descriptor of the parent's, so that one stuck in the
+//! driver holds nothing of the caller's; once its answer is written it closes both pipes and
+//! the caller does not wait for its exit. Where a fork cannot be made (or the process runs
+//! more than one thread), the probe is the program `gpuhost status --nvml-probe`, run
+//! through `gpuhost_host::cmd::Cmd::spawn`, the subprocess wrapper's background mode, which
+//! kills a command past its deadline without waiting for it.
 
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -72,8 +78,9 @@ pub struct Running {
 enum Child {
     /// `gpuhost status --nvml-probe`, through the subprocess wrapper.
     Spawned(Spawned),
-    /// A forked copy: its pid, its answer's pipe and its stderr's.
-    Forked {
+    /// The helper program or a forked copy: its pid, its answer's pipe and its stderr's,
+    /// read here.
+    Direct {
         pid: libc::pid_t,
         answer: File,
         stderr: File,
@@ -172,30 +179,10 @@ pub fn fork(
             }
             let out =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_default();
-            let mut f = File::from(answer_w);
-            let ok = !out.is_empty() && f.write_all(out.as_bytes()).is_ok();
-            // Its stderr, then its answer, closed before it leaves: the parent has the whole
-            // answer now and need not wait for the exit, where the driver releases NVML's
-            // objects (about 5 ms on an H200).
-            // SAFETY: closes this copy's stderr; nothing writes to it after this.
-            unsafe {
-                libc::close(2);
-            }
-            drop(f);
-            // `GPUHOST_PROBE_EXIT_DELAY_MS` stands for a slow release of NVML's objects at
-            // the exit (tests, drills): the caller must not wait for it.
-            if let Some(ms) = std::env::var("GPUHOST_PROBE_EXIT_DELAY_MS")
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-            {
-                std::thread::sleep(Duration::from_millis(ms));
-            }
-            // SAFETY: leaves the copy at once: no destructor, atexit handler or buffered
-            // output of the parent's runs twice.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+            answer_and_leave(&out, File::from(answer_w))
         }
         pid => Ok(Running {
-            child: Child::Forked {
+            child: Child::Direct {
                 pid,
                 answer: File::from(answer_r),
                 stderr: File::from(err_r),
@@ -211,7 +198,6 @@ pub fn fork(
 /// In the forked copy: stdin and stdout from/to /dev/null, stderr into its pipe, and every
 /// other descriptor of the parent's closed but the answer's pipe.
 fn child_setup(answer: &OwnedFd, err: &OwnedFd) {
-    let keep = answer.as_raw_fd();
     if let Ok(null) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -227,7 +213,13 @@ fn child_setup(answer: &OwnedFd, err: &OwnedFd) {
     unsafe {
         libc::dup2(err.as_raw_fd(), 2);
     }
-    let fds: Vec<libc::c_int> = std::fs::read_dir("/proc/self/fd")
+    close_inherited(Some(answer.as_raw_fd()));
+}
+
+/// Close every descriptor above stderr but `keep`: a probe stuck in the driver holds nothing
+/// of its caller's (the helper inherits what its caller's caller left open).
+pub fn close_inherited(keep: Option<RawFd>) {
+    let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
         .map(|d| {
             d.flatten()
                 .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
@@ -235,14 +227,101 @@ fn child_setup(answer: &OwnedFd, err: &OwnedFd) {
         })
         .unwrap_or_default();
     for fd in fds {
-        if fd > 2 && fd != keep {
-            // SAFETY: closing descriptors this copy inherited and does not use (the one the
-            // directory listing used is already closed: EBADF, harmless).
+        if fd > 2 && Some(fd) != keep {
+            // SAFETY: closing descriptors this process inherited and does not use (the one
+            // the directory listing used is already closed: EBADF, harmless).
             unsafe {
                 libc::close(fd);
             }
         }
     }
+}
+
+/// The probe's last act, in the helper and in a forked copy: write the answer (one line of
+/// JSON) on `answer`, close stderr, then the answer — the caller has the whole answer now and
+/// need not wait for the exit, where the driver releases NVML's objects (about 5 ms on an
+/// H200) — and leave with `_exit`: no destructor, atexit handler or buffered output runs
+/// (in a forked copy: none of the parent's runs twice). 0 when the answer was written.
+pub fn answer_and_leave(out: &str, mut answer: File) -> ! {
+    let ok = !out.is_empty() && answer.write_all(out.as_bytes()).is_ok();
+    // SAFETY: closes this process's stderr; nothing writes to it after this.
+    unsafe {
+        libc::close(2);
+    }
+    drop(answer);
+    // `GPUHOST_PROBE_EXIT_DELAY_MS` stands for a slow release of NVML's objects at the exit
+    // (tests, drills, bench/rss-anatomy-gpu-run.sh): the caller must not wait for it.
+    if let Some(ms) = std::env::var("GPUHOST_PROBE_EXIT_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    // SAFETY: leaves at once, as said above.
+    unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+}
+
+/// The NVML probe helper's file name.
+pub const HELPER: &str = "gpuhost-nvml-probe";
+
+/// The NVML probe helper: `$GPUHOST_NVML_PROBE` when set (empty: none, the probe is forked),
+/// else `gpuhost-nvml-probe` beside this executable (cargo's target directory, a tarball),
+/// else in `../libexec/gpuhost/` from it (the RPM). None: not found.
+pub fn helper() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("GPUHOST_NVML_PROBE") {
+        return (!p.is_empty()).then(|| PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [
+        dir.join(HELPER),
+        dir.join("../libexec/gpuhost").join(HELPER),
+    ]
+    .into_iter()
+    .find(|p| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+/// Start the NVML probe helper `program` with `args` unless a probe from an earlier run is
+/// still stuck: its stdout is its answer, read like a forked copy's. `Err` carries the
+/// finished result (stuck earlier, or the helper could not be started).
+pub fn exec(
+    program: &Path,
+    args: &[OsString],
+    timeout: Duration,
+    run_dir: &Path,
+) -> Result<Running, Box<NvmlProbe>> {
+    if let Some(p) = stuck_earlier(run_dir) {
+        return Err(p);
+    }
+    let started = Instant::now();
+    let mut cmd = Cmd::new(program.to_string_lossy()).args(args);
+    if let Some(level) = crate::helper_log::caller_level() {
+        cmd = cmd.env(crate::helper_log::ENV, level);
+    }
+    let mut child = cmd
+        .start_piped()
+        .map_err(|e| Box::new(failed(format!("cannot start the NVML probe: {e:#}"))))?;
+    let pid = libc::pid_t::try_from(child.id()).unwrap_or(0);
+    let (Some(answer), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(Box::new(failed("the NVML probe has no pipes".into())));
+    };
+    // The std handle is dropped without a wait: finish_direct reaps the pid itself (or
+    // leaves it to a later probe, or to init).
+    drop(child);
+    Ok(Running {
+        child: Child::Direct {
+            pid,
+            answer: File::from(OwnedFd::from(answer)),
+            stderr: File::from(OwnedFd::from(stderr)),
+            started,
+        },
+        deadline: started + timeout,
+        timeout,
+        run_dir: run_dir.to_path_buf(),
+    })
 }
 
 /// Start the probe `argv` unless a probe from an earlier run is still stuck. `Err` carries
@@ -284,13 +363,13 @@ impl Running {
     pub fn finish(self) -> NvmlProbe {
         let spawned = match self.child {
             Child::Spawned(s) => s,
-            Child::Forked {
+            Child::Direct {
                 pid,
                 answer,
                 stderr,
                 started,
             } => {
-                return finish_forked(
+                return finish_direct(
                     pid,
                     answer,
                     stderr,
@@ -321,9 +400,10 @@ impl Running {
     }
 }
 
-/// Wait for a forked probe: its answer to the end, then its exit, both by the deadline; past
-/// it, SIGKILL, recorded, not waited for. Its stderr is passed on to ours.
-fn finish_forked(
+/// Wait for the helper or a forked probe: its answer to the end, by the deadline (its exit is
+/// waited for only when no readable answer came); past it, SIGKILL, recorded, not waited
+/// for. Its stderr is passed on to ours.
+fn finish_direct(
     pid: libc::pid_t,
     mut answer: File,
     mut stderr: File,
@@ -451,7 +531,7 @@ fn read_until(from: &mut File, into: &mut Vec<u8>, deadline: Instant) -> std::io
     }
 }
 
-/// Forked probes that answered and were still leaving: reaped at the next probe of this
+/// Probes (the helper, forked copies) that answered and were still leaving: reaped at the next probe of this
 /// process (`status --wait-healthy` runs one per round), or by init once it has left.
 static LEFT: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
 

@@ -6,8 +6,17 @@
 //! and format: the same report and exit code as a one-shot run, without NVML's init (12 ms)
 //! and first sweep.
 //!
-//! The protocol is one line each way: the client writes `snapshot`, the server answers one
-//! line of JSON ([`Answer`]: the last sweep's snapshot, its root and pid) and closes.
+//! The protocol is one line each way. The client writes its question:
+//! - `snapshot`: the server answers one line of JSON ([`Answer`]: the last sweep's snapshot,
+//!   its root and pid) and closes; the client judges it.
+//! - `report FORMAT[ profile=NAME][ expect-gpus=N]` ([`Request::Report`]), asked when the
+//!   client's options need nothing but the report (no `--textfile`, `--slurm`,
+//!   `--wait-healthy`, and a built-in profile name if any): when the server judges with the
+//!   same profile and GPU count, it answers a line of JSON with the exit code ([`Answer`]
+//!   without its snapshot), then the report exactly as `gpuhost status` prints it, rendered
+//!   by [`crate::render`] — the client copies bytes, parses and judges nothing. Otherwise it
+//!   answers as to `snapshot`. A server that does not know the question (an older one)
+//!   answers `error: …`, and the client asks again with `snapshot`.
 //!
 //! Who may ask, and why that is safe: the socket is mode 0666, so every local user's `status`
 //! (Slurm's HealthCheckProgram as root, node-problem-detector, an operator at a shell) is
@@ -28,6 +37,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot::{ServedBy, Snapshot};
+use crate::StatusFormat;
 
 /// The socket's file name in the run directory.
 pub const SOCKET: &str = "serve.sock";
@@ -35,14 +45,16 @@ pub const SOCKET: &str = "serve.sock";
 pub const SYSTEM_SOCKET: &str = "/run/gpuhost/serve.sock";
 /// The question.
 pub const REQUEST: &str = "snapshot";
+/// The question for a rendered report ([`Request::Report`]).
+pub const REPORT: &str = "report";
 /// The longest request line the server reads.
-pub const MAX_REQUEST: usize = 64;
+pub const MAX_REQUEST: usize = 160;
 /// Connections the server serves at once; more are closed at once.
 pub const MAX_CLIENTS: usize = 64;
 /// How long `status` gives the server: connect, ask, read the answer.
 pub const ASK_WITHIN: Duration = Duration::from_millis(100);
 
-/// The server's answer.
+/// The server's answer (its first line).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Answer {
     /// The server's pid.
@@ -51,7 +63,13 @@ pub struct Answer {
     pub root: PathBuf,
     /// Its `--max-age`, s.
     pub max_age_s: f64,
-    pub snapshot: Snapshot,
+    /// The sweep, for the client to judge (`snapshot`, or a report the server does not
+    /// render for these options).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<Snapshot>,
+    /// A rendered report's exit code; the report follows this line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
 }
 
 /// The server's answer as it writes it (the same JSON as [`Answer`]).
@@ -60,7 +78,115 @@ pub struct AnswerRef<'a> {
     pub pid: u32,
     pub root: &'a Path,
     pub max_age_s: f64,
-    pub snapshot: &'a Snapshot,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<&'a Snapshot>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+}
+
+/// A client's question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// The last sweep's snapshot.
+    Snapshot,
+    /// The report in `format`, judged with `profile` (a built-in name) and `expect_gpus`.
+    Report {
+        format: StatusFormat,
+        profile: Option<String>,
+        expect_gpus: Option<u32>,
+    },
+}
+
+impl Request {
+    /// The question as written on the socket (without its newline).
+    pub fn line(&self) -> String {
+        match self {
+            Request::Snapshot => REQUEST.to_string(),
+            Request::Report {
+                format,
+                profile,
+                expect_gpus,
+            } => {
+                let mut l = format!("{REPORT} {}", format_name(*format));
+                if let Some(p) = profile {
+                    l.push_str(&format!(" profile={p}"));
+                }
+                if let Some(n) = expect_gpus {
+                    l.push_str(&format!(" expect-gpus={n}"));
+                }
+                l
+            }
+        }
+    }
+
+    /// A question as read (without its newline); None when it is not one.
+    pub fn parse(line: &[u8]) -> Option<Request> {
+        let line = std::str::from_utf8(line).ok()?;
+        if line == REQUEST {
+            return Some(Request::Snapshot);
+        }
+        let mut words = line.split(' ');
+        if words.next() != Some(REPORT) {
+            return None;
+        }
+        let format = words.next().and_then(format_from_name)?;
+        let (mut profile, mut expect_gpus) = (None, None);
+        for w in words {
+            match w.split_once('=') {
+                Some(("profile", p)) if profile.is_none() && simple_profile(p) => {
+                    profile = Some(p.to_string());
+                }
+                Some(("expect-gpus", n)) if expect_gpus.is_none() => {
+                    expect_gpus = Some(n.parse().ok()?);
+                }
+                _ => return None,
+            }
+        }
+        Some(Request::Report {
+            format,
+            profile,
+            expect_gpus,
+        })
+    }
+}
+
+/// A profile given by a built-in name (letters, digits, `.`, `_`, `-`; not a `.toml` path),
+/// which means the same to the server and the client.
+pub fn simple_profile(p: &str) -> bool {
+    !p.is_empty()
+        && p.len() <= 64
+        && !p.ends_with(".toml")
+        && p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn format_name(f: StatusFormat) -> &'static str {
+    match f {
+        StatusFormat::Table => "table",
+        StatusFormat::Json => "json",
+        StatusFormat::Prometheus => "prometheus",
+        StatusFormat::Npd => "npd",
+    }
+}
+
+fn format_from_name(n: &str) -> Option<StatusFormat> {
+    [
+        StatusFormat::Table,
+        StatusFormat::Json,
+        StatusFormat::Prometheus,
+        StatusFormat::Npd,
+    ]
+    .into_iter()
+    .find(|f| format_name(*f) == n)
+}
+
+/// What a server answered.
+#[derive(Debug)]
+pub enum Served {
+    /// The report, rendered, and its exit code: print it as it is.
+    Report { code: i32, text: Vec<u8> },
+    /// The snapshot, to judge here.
+    Snapshot(Box<Snapshot>),
 }
 
 /// Whether a server answers connections on `path` (a non-blocking connect: a full backlog
@@ -124,8 +250,8 @@ fn connect(path: &Path) -> std::io::Result<UnixStream> {
     Ok(s)
 }
 
-/// Ask one socket; the answer within `deadline`.
-fn ask_one(path: &Path, deadline: Instant) -> Result<Answer, String> {
+/// Ask one socket; the answer within `deadline`: its first line, and what follows it.
+fn ask_one(path: &Path, request: &Request, deadline: Instant) -> Result<(Answer, Vec<u8>), String> {
     trusted(path)?;
     let mut s = connect(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock => "its backlog is full".to_string(),
@@ -144,10 +270,12 @@ fn ask_one(path: &Path, deadline: Instant) -> Result<Answer, String> {
     };
     s.set_write_timeout(Some(left("writing")?))
         .map_err(|e| e.to_string())?;
-    s.write_all(format!("{REQUEST}\n").as_bytes())
+    s.write_all(format!("{}\n", request.line()).as_bytes())
         .map_err(|e| format!("writing: {e}"))?;
-    let mut buf = Vec::with_capacity(64 * 1024);
-    let mut chunk = [0u8; 64 * 1024];
+    // A report is about 18 KB: an 8 KiB chunk, not a large one whose fresh stack pages would
+    // be most of what this short process touches here.
+    let mut buf = Vec::with_capacity(32 * 1024);
+    let mut chunk = [0u8; 8 * 1024];
     loop {
         s.set_read_timeout(Some(left("reading")?))
             .map_err(|e| e.to_string())?;
@@ -165,43 +293,72 @@ fn ask_one(path: &Path, deadline: Instant) -> Result<Answer, String> {
             }
         }
     }
-    serde_json::from_slice::<Answer>(&buf).map_err(|e| format!("unreadable answer: {e}"))
+    let (head, rest) = match buf.iter().position(|&b| b == b'\n') {
+        Some(i) => (&buf[..i], buf[i + 1..].to_vec()),
+        None => (&buf[..], Vec::new()),
+    };
+    if head.starts_with(b"error:") {
+        return Err(format!(
+            "it answered: {}",
+            String::from_utf8_lossy(head)
+                .trim_start_matches("error:")
+                .trim()
+        ));
+    }
+    let a =
+        serde_json::from_slice::<Answer>(head).map_err(|e| format!("unreadable answer: {e}"))?;
+    Ok((a, rest))
 }
 
-/// The snapshot of a `gpuhost serve` reading `root` (canonical), from the first socket that
-/// answers within [`ASK_WITHIN`]; None (with a debug message saying why) when none does.
-pub fn ask(root: &Path) -> Option<Snapshot> {
+/// The answer of a `gpuhost serve` reading `root` (canonical) to `request`, from the first
+/// socket that answers within [`ASK_WITHIN`] (a server that does not know a report question
+/// is asked for the snapshot); None (with a debug message saying why) when none does.
+pub fn ask(root: &Path, request: &Request) -> Option<Served> {
     let deadline = Instant::now() + ASK_WITHIN;
     for path in sockets() {
         if !path.exists() {
             continue;
         }
-        match ask_one(&path, deadline) {
-            Ok(a) if a.root == root => {
-                let mut snap = a.snapshot;
-                let now_ms = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-                    .unwrap_or(0);
-                snap.served_by = Some(ServedBy {
-                    socket: path.display().to_string(),
-                    pid: a.pid,
-                    age_ms: now_ms.saturating_sub(snap.collected_at_ms),
-                    max_age_s: a.max_age_s,
-                });
+        let mut answer = ask_one(&path, request, deadline);
+        if let (Err(why), Request::Report { .. }) = (&answer, request) {
+            if why.starts_with("it answered") {
                 tracing::debug!(
-                    "answered by gpuhost serve (pid {}) on {}",
-                    a.pid,
+                    "gpuhost serve on {} renders no report ({why}): asking for the snapshot",
                     path.display()
                 );
-                return Some(snap);
+                answer = ask_one(&path, &Request::Snapshot, deadline);
             }
-            Ok(a) => tracing::debug!(
+        }
+        match answer {
+            Ok((a, _)) if a.root != root => tracing::debug!(
                 "gpuhost serve on {} reads {}, not {}: probing here",
                 path.display(),
                 a.root.display(),
                 root.display()
             ),
+            Ok((a, text)) => {
+                tracing::debug!(
+                    "answered by gpuhost serve (pid {}) on {}: {}",
+                    a.pid,
+                    path.display(),
+                    if a.code.is_some() {
+                        "the report, rendered there"
+                    } else {
+                        "its snapshot, judged here"
+                    }
+                );
+                match (a.code, a.snapshot) {
+                    (Some(code), _) => return Some(Served::Report { code, text }),
+                    (None, Some(mut snap)) => {
+                        snap.served_by = Some(served_by(&path, a.pid, a.max_age_s, &snap));
+                        return Some(Served::Snapshot(Box::new(snap)));
+                    }
+                    (None, None) => tracing::debug!(
+                        "gpuhost serve on {} answered neither a report nor a snapshot: probing here",
+                        path.display()
+                    ),
+                }
+            }
             Err(why) => tracing::debug!(
                 "gpuhost serve on {} not asked: {why}; probing here",
                 path.display()
@@ -209,6 +366,20 @@ pub fn ask(root: &Path) -> Option<Snapshot> {
         }
     }
     None
+}
+
+/// Which server answered on `socket`, and how old its sweep is now.
+pub fn served_by(socket: &Path, pid: u32, max_age_s: f64, snap: &Snapshot) -> ServedBy {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0);
+    ServedBy {
+        socket: socket.display().to_string(),
+        pid,
+        age_ms: now_ms.saturating_sub(snap.collected_at_ms),
+        max_age_s,
+    }
 }
 
 #[cfg(test)]
@@ -233,6 +404,52 @@ mod tests {
     use std::os::fd::OwnedFd;
 
     #[test]
+    fn questions_are_written_and_read_back_and_nothing_else_is_one() {
+        let asked = [
+            Request::Snapshot,
+            Request::Report {
+                format: StatusFormat::Json,
+                profile: None,
+                expect_gpus: None,
+            },
+            Request::Report {
+                format: StatusFormat::Npd,
+                profile: Some("ol8-uek-hgx".into()),
+                expect_gpus: Some(8),
+            },
+        ];
+        for r in asked {
+            let line = r.line();
+            assert!(line.len() <= MAX_REQUEST, "{line}");
+            assert_eq!(Request::parse(line.as_bytes()), Some(r), "{line}");
+        }
+        assert_eq!(
+            Request::Report {
+                format: StatusFormat::Table,
+                profile: Some("ol9-rhck".into()),
+                expect_gpus: Some(4),
+            }
+            .line(),
+            "report table profile=ol9-rhck expect-gpus=4"
+        );
+        for bad in [
+            "",
+            "snapshot ",
+            "report",
+            "report yaml",
+            "report json profile=/etc/gpuhost/site.toml",
+            "report json profile=site.toml",
+            "report json profile=a profile=b",
+            "report json expect-gpus=eight",
+            "report json expect-gpus=-1",
+            "report json root=/",
+            "REPORT json",
+        ] {
+            assert_eq!(Request::parse(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn a_server_with_a_full_backlog_costs_no_wait() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(SOCKET);
@@ -250,7 +467,7 @@ mod tests {
             assert!(filler.len() < 64, "the backlog never filled");
         }
         let t = Instant::now();
-        let e = ask_one(&path, Instant::now() + ASK_WITHIN).unwrap_err();
+        let e = ask_one(&path, &Request::Snapshot, Instant::now() + ASK_WITHIN).unwrap_err();
         assert!(t.elapsed() < Duration::from_millis(50), "{:?}", t.elapsed());
         assert!(e.contains("backlog is full"), "{e}");
         assert!(answering(&path), "a full backlog is a server that is there");
@@ -262,7 +479,7 @@ mod tests {
         let path = dir.path().join(SOCKET);
         let _l = listener(&path);
         let t = Instant::now();
-        let e = ask_one(&path, Instant::now() + ASK_WITHIN).unwrap_err();
+        let e = ask_one(&path, &Request::Snapshot, Instant::now() + ASK_WITHIN).unwrap_err();
         let took = t.elapsed();
         assert!(took >= ASK_WITHIN && took < ASK_WITHIN * 3, "{took:?}");
         assert!(e.contains("no answer within 100 ms"), "{e}");

@@ -475,6 +475,18 @@ impl Cmd {
     }
 }
 
+impl Cmd {
+    /// Start the command with stdin from /dev/null and its stdout and stderr piped to the
+    /// caller, who reads them and keeps the deadline itself (SIGKILL past it, not waited
+    /// for): the NVML probe helper, whose answer is read as soon as its stdout closes and
+    /// whose exit — the driver releasing NVML's objects — is not waited for.
+    pub fn start_piped(&self) -> Result<std::process::Child> {
+        let argv = self.argv();
+        tracing::debug!(command = %Display(&argv), "starting; its pipes are read by the caller");
+        self.piped(&argv, std::process::Stdio::null())
+    }
+}
+
 /// Read a pipe to its end on a thread; the text arrives on the channel.
 fn drain<R: std::io::Read + Send + 'static>(pipe: Option<R>) -> std::sync::mpsc::Receiver<String> {
     let (tx, rx) = std::sync::mpsc::channel();

@@ -42,7 +42,7 @@ use tokio::sync::watch;
 use gpuhost_health::coprobe::CoProbe;
 use gpuhost_health::snapshot::Snapshot;
 use gpuhost_health::verdict::{self, Expect, Severity};
-use gpuhost_health::{kmsg, output, probe, served};
+use gpuhost_health::{kmsg, output, probe, served, StatusFormat};
 use gpuhost_host::host::Host;
 
 mod conns;
@@ -190,6 +190,11 @@ pub fn run(a: &ServeArgs) -> i32 {
         fixture,
         kernel: kmsg::Follower::default(),
         max_age_s: s.max_age.as_secs_f64(),
+        report_key: a
+            .profile
+            .as_deref()
+            .is_none_or(served::simple_profile)
+            .then(|| (a.profile.clone(), a.expect_gpus)),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -230,7 +235,13 @@ struct Sweeper {
     fixture: Option<Snapshot>,
     kernel: kmsg::Follower,
     max_age_s: f64,
+    /// The profile name and GPU count this server judges with, when a client's
+    /// [`served::Request::Report`] can name them (no profile, or a built-in name).
+    report_key: Option<ReportKey>,
 }
+
+/// A `report` question's profile name and GPU count.
+type ReportKey = (Option<String>, Option<u32>);
 
 impl Sweeper {
     fn sweep(&mut self) -> Rendered {
@@ -242,6 +253,7 @@ impl Sweeper {
             fixture,
             kernel,
             max_age_s,
+            report_key: _,
         } = self;
         let snapshot = match fixture {
             Some(f) => {
@@ -261,17 +273,19 @@ impl Sweeper {
         // must not let them pile up.
         drop(gpuhost_host::cmd::take_records());
         let collected = started.elapsed();
-        let rendered = Rendered::new(&snapshot, expect, started, host.root(), *max_age_s);
+        let rendered = Rendered::new(snapshot, expect, started, host.root(), *max_age_s);
         tracing::debug!(
             "sweep: {} in {:.2} ms: collected in {:.2} ms (NVML probe {} ms round trip, its GPU sweep {} ms), rendered in {:.2} ms",
             rendered.health_line,
             started.elapsed().as_secs_f64() * 1e3,
             collected.as_secs_f64() * 1e3,
-            snapshot
+            rendered
+                .snapshot
                 .nvml
                 .duration_ms
                 .map_or_else(|| "-".to_string(), |v| format!("{v:.2}")),
-            snapshot
+            rendered
+                .snapshot
                 .nvml
                 .sweep_wall_ms
                 .map_or_else(|| "-".to_string(), |v| format!("{v:.2}")),
@@ -281,7 +295,7 @@ impl Sweeper {
     }
 }
 
-/// One sweep's answers, rendered once.
+/// One sweep's answers, rendered once (and what a socket client's report is rendered from).
 struct Rendered {
     /// When the sweep started.
     at: Instant,
@@ -290,13 +304,18 @@ struct Rendered {
     /// Shared by every answer of this sweep (a clone is a reference count, not a copy).
     metrics: Bytes,
     status_json: Bytes,
-    /// The answer to `gpuhost status` on the socket: the snapshot, one line of JSON.
+    /// The answer to a `snapshot` question on the socket: one line of JSON.
     served: Bytes,
+    snapshot: Snapshot,
+    expect: Expect,
+    checks: Vec<verdict::Check>,
+    root: PathBuf,
+    max_age_s: f64,
 }
 
 impl Rendered {
-    fn new(s: &Snapshot, expect: &Expect, at: Instant, root: &Path, max_age_s: f64) -> Rendered {
-        let checks = verdict::evaluate(s, expect);
+    fn new(s: Snapshot, expect: &Expect, at: Instant, root: &Path, max_age_s: f64) -> Rendered {
+        let checks = verdict::evaluate(&s, expect);
         let worst = verdict::overall(&checks);
         let table = output::table(&checks);
         let health_line = table
@@ -309,9 +328,55 @@ impl Rendered {
             at,
             healthy: matches!(worst, Severity::Ok | Severity::Warning),
             health_line,
-            metrics: Bytes::from(output::prometheus(s, &checks)),
-            status_json: Bytes::from(output::json(s, expect, &checks)),
-            served: served_line(s, root, max_age_s),
+            metrics: Bytes::from(output::prometheus(&s, &checks)),
+            status_json: Bytes::from(output::json(&s, expect, &checks)),
+            served: served_line(&s, root, max_age_s),
+            snapshot: s,
+            expect: expect.clone(),
+            checks,
+            root: root.to_path_buf(),
+            max_age_s,
+        }
+    }
+
+    /// The answer to a socket client's question `req`, asked on `socket`: a report rendered
+    /// here when this server judges with the profile and GPU count the client names, else
+    /// the snapshot line.
+    fn answer(&self, req: &served::Request, key: Option<&ReportKey>, socket: &Path) -> Bytes {
+        let served::Request::Report {
+            format,
+            profile,
+            expect_gpus,
+        } = req
+        else {
+            return self.served.clone();
+        };
+        if key != Some(&(profile.clone(), *expect_gpus)) {
+            return self.served.clone();
+        }
+        let pid = std::process::id();
+        let (code, text) = if *format == StatusFormat::Json {
+            // The report says who answered and how old the sweep is now.
+            let mut snap = self.snapshot.clone();
+            snap.served_by = Some(served::served_by(socket, pid, self.max_age_s, &snap));
+            gpuhost_health::render(*format, &snap, &self.expect, &self.checks)
+        } else {
+            gpuhost_health::render(*format, &self.snapshot, &self.expect, &self.checks)
+        };
+        let head = served::AnswerRef {
+            pid,
+            root: &self.root,
+            max_age_s: self.max_age_s,
+            snapshot: None,
+            code: Some(code),
+        };
+        match serde_json::to_vec(&head) {
+            Ok(mut v) => {
+                v.push(b'\n');
+                v.extend_from_slice(text.as_bytes());
+                Bytes::from(v)
+            }
+            Err(_) => self.served.clone(),
         }
     }
 }
@@ -322,7 +387,8 @@ fn served_line(s: &Snapshot, root: &Path, max_age_s: f64) -> Bytes {
         pid: std::process::id(),
         root,
         max_age_s,
-        snapshot: s,
+        snapshot: Some(s),
+        code: None,
     };
     match serde_json::to_vec(&a) {
         Ok(mut v) => {
@@ -345,6 +411,7 @@ struct Shared {
     sweeps: AtomicU64,
     max_age: Duration,
     answer_within: Duration,
+    report_key: Option<ReportKey>,
 }
 
 impl Shared {
@@ -446,6 +513,7 @@ async fn serve(s: Settings, mut sweeper: Sweeper) -> Result<()> {
     .await
     .context("the first sweep failed")?;
     let (sweeper, rendered) = first;
+    let report_key = sweeper.report_key.clone();
     let (generation, _) = watch::channel(1);
     let shared = Arc::new(Shared {
         current: RwLock::new(Arc::new(rendered)),
@@ -455,6 +523,7 @@ async fn serve(s: Settings, mut sweeper: Sweeper) -> Result<()> {
         sweeps: AtomicU64::new(1),
         max_age: s.max_age,
         answer_within: s.timeout + Duration::from_secs(1),
+        report_key,
     });
     let ticker = {
         let shared = Arc::clone(&shared);
@@ -473,7 +542,11 @@ async fn serve(s: Settings, mut sweeper: Sweeper) -> Result<()> {
     let socket = match &s.socket {
         Some(path) => match bind_socket(path) {
             Ok(Some((l, ino))) => {
-                tokio::spawn(serve_socket(l, Arc::clone(&shared)));
+                tokio::spawn(serve_socket(
+                    l,
+                    Arc::clone(&shared),
+                    Arc::from(path.as_path()),
+                ));
                 Some((path.clone(), ino))
             }
             Ok(None) => None,
@@ -560,7 +633,7 @@ fn bind_socket(path: &Path) -> Result<Option<(tokio::net::UnixListener, u64)>> {
 
 /// Answer `gpuhost status` on the socket: at most [`served::MAX_CLIENTS`] at once (more are
 /// closed at once), each bounded in time ([`answer_socket`]).
-async fn serve_socket(listener: tokio::net::UnixListener, shared: Arc<Shared>) {
+async fn serve_socket(listener: tokio::net::UnixListener, shared: Arc<Shared>, path: Arc<Path>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(served::MAX_CLIENTS));
     loop {
         let stream = match listener.accept().await {
@@ -574,7 +647,7 @@ async fn serve_socket(listener: tokio::net::UnixListener, shared: Arc<Shared>) {
         };
         // The usual case answered here, without a task: the question is already there and
         // the last sweep is fresh (a hop to another worker costs a wake-up, dear in a VM).
-        let Some((stream, line, rest)) = answer_at_once(stream, &shared) else {
+        let Some((stream, line, rest)) = answer_at_once(stream, &shared, &path) else {
             continue;
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
@@ -582,8 +655,9 @@ async fn serve_socket(listener: tokio::net::UnixListener, shared: Arc<Shared>) {
             continue;
         };
         let shared = Arc::clone(&shared);
+        let path = Arc::clone(&path);
         tokio::spawn(async move {
-            answer_socket(stream, &shared, line, rest).await;
+            answer_socket(stream, &shared, &path, line, rest).await;
             drop(slot);
         });
     }
@@ -595,6 +669,7 @@ async fn serve_socket(listener: tokio::net::UnixListener, shared: Arc<Shared>) {
 fn answer_at_once(
     stream: tokio::net::UnixStream,
     shared: &Arc<Shared>,
+    socket: &Path,
 ) -> Option<(tokio::net::UnixStream, Vec<u8>, Option<Bytes>)> {
     use std::io::{Read, Write};
     // Non-blocking, as tokio left it.
@@ -605,13 +680,14 @@ fn answer_at_once(
         Err(_) => Vec::new(),
     };
     let mut rest = None;
-    if got.strip_suffix(b"\n") == Some(served::REQUEST.as_bytes()) {
+    if let Some(req) = got.strip_suffix(b"\n").and_then(served::Request::parse) {
         let cur = shared.current();
         if cur.at.elapsed() <= shared.max_age {
-            match (&s).write(&cur.served) {
-                Ok(k) if k == cur.served.len() => return None,
-                Ok(k) => rest = Some(cur.served.slice(k..)),
-                Err(_) => rest = Some(cur.served.clone()),
+            let answer = cur.answer(&req, shared.report_key.as_ref(), socket);
+            match (&s).write(&answer) {
+                Ok(k) if k == answer.len() => return None,
+                Ok(k) => rest = Some(answer.slice(k..)),
+                Err(_) => rest = Some(answer),
             }
         }
     }
@@ -623,11 +699,12 @@ fn answer_at_once(
 const SOCKET_IO_WITHIN: Duration = Duration::from_secs(1);
 
 /// One socket client: a request line of at most [`served::MAX_REQUEST`] bytes within a second
-/// (`line`: what was read of it already), then the answer of a sweep at most `--max-age` old
+/// (`line`: what was read of it already), then the answer from a sweep at most `--max-age` old
 /// (`rest`: what is left of one begun), written within a second.
 async fn answer_socket(
     mut stream: tokio::net::UnixStream,
     shared: &Arc<Shared>,
+    socket: &Path,
     mut line: Vec<u8>,
     rest: Option<Bytes>,
 ) {
@@ -650,10 +727,12 @@ async fn answer_socket(
                 return;
             }
             let asked = line.split(|c| *c == b'\n').next().unwrap_or_default();
-            if asked == served::REQUEST.as_bytes() {
-                shared.fresh().await.served.clone()
-            } else {
-                Bytes::from_static(b"error: unknown request\n")
+            match served::Request::parse(asked) {
+                Some(req) => shared
+                    .fresh()
+                    .await
+                    .answer(&req, shared.report_key.as_ref(), socket),
+                None => Bytes::from_static(b"error: unknown request\n"),
             }
         }
     };

@@ -30,6 +30,7 @@ pub fn gpuhost(run_dir: &Path) -> Command {
         .env_remove("GPUHOST_STATUS_ROOT")
         .env_remove("GPUHOST_PROBE_DELAY_MS")
         .env_remove("GPUHOST_PROBE_HANG_FILE")
+        .env_remove("GPUHOST_NVML_PROBE")
         .env_remove("SLURMD_NODENAME");
     c
 }
