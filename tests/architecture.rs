@@ -373,15 +373,14 @@ const KNOWN_OVER_MAX: &[(&str, &str)] = &[];
 
 /// The functions over [`LONG`] (at most [`MAX_LONG`]), each one decision that reads best
 /// whole: a step's check against the host, the runner's phase 3, apply's report, the driver
-/// swap's plan, the probe child's reaping, the server's start, an NVML sweep and the fixed
-/// fields, the driver file's verification. A new one must be split or listed with why.
+/// swap's plan, the server's start, an NVML sweep and the fixed fields, the driver file's
+/// verification. A new one must be split or listed with why.
 const KNOWN_LONG: &[(&str, &str)] = &[
     ("steps/src/driver/kmod.rs", "check"),
     ("steps/src/driver/repo.rs", "verify_file"),
     ("steps/src/driver/change.rs", "plan_swap"),
     ("engine/src/runner.rs", "finish"),
     ("engine/src/apply.rs", "apply"),
-    ("health/src/probe.rs", "finish_forked"),
     ("health/src/nvml/mod.rs", "sweep"),
     ("health/src/nvml/mod.rs", "read_fixed"),
     ("serve/src/lib.rs", "serve"),

@@ -405,21 +405,64 @@ impl Running {
 /// for. Its stderr is passed on to ours.
 fn finish_direct(
     pid: libc::pid_t,
-    mut answer: File,
-    mut stderr: File,
+    answer: File,
+    stderr: File,
     started: Instant,
     deadline: Instant,
     timeout: Duration,
     run_dir: &Path,
 ) -> NvmlProbe {
-    let pid_u = u32::try_from(pid).unwrap_or(0);
-    let give_up = |run_dir: &Path| {
+    let give_up = || {
         // SAFETY: kill takes a pid and a signal; the pid is our own child, not yet reaped.
         unsafe {
             libc::kill(pid, libc::SIGKILL);
         }
-        abandoned(run_dir, pid_u, started.elapsed(), timeout)
+        abandoned(
+            run_dir,
+            u32::try_from(pid).unwrap_or(0),
+            started.elapsed(),
+            timeout,
+        )
     };
+    let Some((buf, err)) = read_answer(answer, stderr, deadline) else {
+        return give_up();
+    };
+    let err = String::from_utf8_lossy(&err);
+    if !err.is_empty() {
+        eprint!("{err}");
+    }
+    let text = String::from_utf8_lossy(&buf);
+    let answer = serde_json::from_str::<NvmlProbe>(text.trim());
+    reap_left();
+    // A readable answer is all this run needs: the copy's exit (NVML's objects released by
+    // the driver) is not waited for; it is reaped by a later probe of this process or, once
+    // this process has left, by init. Without one, its exit status says what happened.
+    let Some(status) = exit_unless_answered(pid, answer.is_ok(), deadline) else {
+        return give_up();
+    };
+    let mut probe = match answer {
+        Ok(p) => p,
+        Err(e) => failed(format!(
+            "the NVML probe (pid {pid}) ended with {} without a readable answer ({e}): {}",
+            if libc::WIFSIGNALED(status) {
+                format!("signal {}", libc::WTERMSIG(status))
+            } else {
+                format!("exit status {}", libc::WEXITSTATUS(status))
+            },
+            gpuhost_host::cmd::tail_lines(&err, 5).trim()
+        )),
+    };
+    probe.duration_ms = Some(round_ms(started.elapsed()));
+    probe
+}
+
+/// The probe's answer to its end and its stderr (to its end too, by the deadline), or `None`
+/// when the deadline passed before the answer ended.
+fn read_answer(
+    mut answer: File,
+    mut stderr: File,
+    deadline: Instant,
+) -> Option<(Vec<u8>, Vec<u8>)> {
     let mut buf = Vec::with_capacity(8 * 1024);
     let mut err = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
@@ -427,7 +470,7 @@ fn finish_direct(
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return give_up(run_dir);
+            return None;
         }
         // Its stderr is read as it comes, so that a chatty probe never fills that pipe.
         let mut p = [
@@ -467,46 +510,32 @@ fn finish_direct(
     if err_open {
         let _ = read_until(&mut stderr, &mut err, deadline);
     }
-    let err = String::from_utf8_lossy(&err);
-    if !err.is_empty() {
-        eprint!("{err}");
-    }
-    let text = String::from_utf8_lossy(&buf);
-    let answer = serde_json::from_str::<NvmlProbe>(text.trim());
-    reap_left();
-    // A readable answer is all this run needs: the copy's exit (NVML's objects released by
-    // the driver) is not waited for; it is reaped by a later probe of this process or, once
-    // this process has left, by init. Without one, its exit status says what happened.
+    Some((buf, err))
+}
+
+/// The probe's wait status once it has exited; with an answer in hand, a probe still leaving
+/// is left to be reaped later (status 0). `None`: no answer and still running at the deadline.
+fn exit_unless_answered(
+    pid: libc::pid_t,
+    answered: bool,
+    deadline: Instant,
+) -> Option<libc::c_int> {
     let mut status: libc::c_int = 0;
     loop {
         // SAFETY: waitpid on our own child, with an out pointer to a local.
         let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         if r == pid || r < 0 {
-            break;
+            return Some(status);
         }
-        if answer.is_ok() {
+        if answered {
             left_behind(pid);
-            break;
+            return Some(status);
         }
         if Instant::now() >= deadline {
-            return give_up(run_dir);
+            return None;
         }
         std::thread::sleep(Duration::from_micros(100));
     }
-    let mut probe = match answer {
-        Ok(p) => p,
-        Err(e) => failed(format!(
-            "the NVML probe (pid {pid}) ended with {} without a readable answer ({e}): {}",
-            if libc::WIFSIGNALED(status) {
-                format!("signal {}", libc::WTERMSIG(status))
-            } else {
-                format!("exit status {}", libc::WEXITSTATUS(status))
-            },
-            gpuhost_host::cmd::tail_lines(&err, 5).trim()
-        )),
-    };
-    probe.duration_ms = Some(round_ms(started.elapsed()));
-    probe
 }
 
 /// Read `from` to its end, or until the deadline (a descendant of the copy could hold it).
