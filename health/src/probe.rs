@@ -15,7 +15,8 @@
 //! own state is about 21 MiB in any client; what a client adds on top is its own code pages
 //! (the kernel maps 64 KiB around each page a program runs). A forked copy of the 10 MB
 //! `gpuhost` ran its probe code spread over that binary and peaked at 24.4 MiB, above
-//! `nvidia-smi` (22.7 MiB); the helper peaks at about 22.5 MiB (`bench/RESULTS-status.md`).
+//! `nvidia-smi -q` (22 712 KiB); the helper peaks at about 22 350 KiB
+//! (`bench/RESULTS-status.md`).
 //! Where the helper is missing (a `gpuhost` binary copied alone) or cannot start, the probe
 //! is a forked copy of `gpuhost status` ([`fork`]): no exec, none of its pages but those the
 //! probe touches. Either way the probe gets /dev/null for stdin, a pipe for its answer and
@@ -560,8 +561,10 @@ fn read_until(from: &mut File, into: &mut Vec<u8>, deadline: Instant) -> std::io
     }
 }
 
-/// Probes (the helper, forked copies) that answered and were still leaving: reaped at the next probe of this
-/// process (`status --wait-healthy` runs one per round), or by init once it has left.
+/// Probes (the helper, forked copies) that answered and were still leaving: reaped at the next
+/// probe of this process (`status --wait-healthy` runs one per round:
+/// `tests/status.rs::a_long_wait_healthy_reaps_the_probes_it_left_leaving`), or by init once
+/// it has left.
 static LEFT: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
 
 fn left_behind(pid: libc::pid_t) {
