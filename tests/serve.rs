@@ -712,12 +712,74 @@ fn other_users_cannot_make_the_server_or_status_hang() {
     }
     assert!(served, "another user was never answered from the socket");
 
+    // The same flood from another user's process (uid 65534): 100 connections held open, one
+    // with half a question, one pouring garbage. The caller's status still returns in time,
+    // and once the server has cut them off it is answered by the server again.
+    let flood = {
+        use std::os::unix::process::CommandExt;
+        Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import socket,sys,time\n\
+                 ss=[]\n\
+                 for i in range(100):\n\
+                 \ts=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1]);ss.append(s)\n\
+                 ss[0].send(b'snap')\n\
+                 ss[1].setblocking(False)\n\
+                 try: ss[1].send(b'x'*100000)\n\
+                 except OSError: pass\n\
+                 print('held',flush=True)\n\
+                 time.sleep(30)\n",
+            )
+            .arg(&sock)
+            .uid(65534)
+            .gid(65534)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut flood = Killed(flood);
+    let mut line = String::new();
+    BufReader::new(flood.0.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "held", "the other user's flood did not start");
+    let (code, out, err, took) = status(run.path(), &["--format", "json"]);
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(matches!(code, Some(0..=3)), "{err}");
+    json(&out);
+    std::thread::sleep(Duration::from_millis(1300));
+    let mut again = false;
+    for _ in 0..10 {
+        let (code, out, _, _) = status(run.path(), &["--format", "json"]);
+        if code == Some(0) && json(&out)["snapshot"]["served_by"].is_object() {
+            again = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        again,
+        "the server never answered again while another user's connections were held"
+    );
+    drop(flood);
+
     // A socket owned by another user (neither root nor the caller) is never asked.
     std::os::unix::fs::chown(&sock, Some(65534), Some(65534)).unwrap();
     let (_, out, err, _) = status(run.path(), &["--format", "json"]);
     assert!(json(&out)["snapshot"].get("served_by").is_none(), "{err}");
     assert!(err.contains("neither root nor this user"), "{err}");
     drop(srv);
+}
+
+/// A child killed (and reaped) when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn is_root() -> bool {
