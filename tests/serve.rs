@@ -102,7 +102,6 @@ impl Server {
         (code, body.to_string())
     }
 
-    /// The server's child processes (the NVML probe).
     /// SIGTERM, then the server must exit 0 within `limit`.
     fn sigterm_stops_within(&mut self, limit: Duration) {
         let t = Instant::now();
@@ -125,23 +124,13 @@ impl Server {
         assert_eq!(status.code(), Some(0));
     }
 
+    /// The server's live child processes (the NVML probe).
     fn children(&self) -> Vec<u32> {
-        let pid = self.child.id();
-        let mut out = Vec::new();
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
-                continue;
-            };
-            let after = &stat[stat.rfind(')').unwrap() + 1..];
-            let f: Vec<&str> = after.split_whitespace().collect();
-            if f[1].parse::<u32>() == Ok(pid) && f[0] != "Z" {
-                out.push(p);
-            }
-        }
-        out
+        support::children_of(self.child.id())
+            .into_iter()
+            .filter(|&(_, state)| state != 'Z')
+            .map(|(p, _)| p)
+            .collect()
     }
 }
 

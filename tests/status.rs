@@ -977,22 +977,6 @@ fn the_one_shot_answers_without_waiting_for_the_probes_exit() {
     assert!(rss > 100, "the probe's peak RSS: {nvml:#}");
 }
 
-/// The children of `pid` that have exited and are not reaped yet (state Z).
-fn zombies_of(pid: u32) -> usize {
-    let Ok(d) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    d.flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        .filter(|stat| {
-            // pid (comm) state ppid …: comm may hold spaces, so read after its last ')'.
-            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-            let mut f = rest.split_whitespace();
-            f.next() == Some("Z") && f.next() == Some(pid.to_string().as_str())
-        })
-        .count()
-}
-
 /// `status --wait-healthy` looks again and again in one process; each look's probe answers and
 /// is left leaving (not waited for), and is reaped at a later look: however many looks, the
 /// waiting process never holds more than the last few exited probes as zombies (without the
@@ -1028,7 +1012,11 @@ fn a_long_wait_healthy_reaps_the_probes_it_left_leaving() {
         .unwrap();
     let mut most = 0;
     while child.try_wait().unwrap().is_none() {
-        most = most.max(zombies_of(child.id()));
+        let zombies = support::children_of(child.id())
+            .iter()
+            .filter(|&&(_, state)| state == 'Z')
+            .count();
+        most = most.max(zombies);
         std::thread::sleep(Duration::from_millis(20));
     }
     let o = child.wait_with_output().unwrap();

@@ -42,3 +42,25 @@ pub fn check<'a>(v: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
         .and_then(|cs| cs.iter().find(|c| c["id"] == id))
         .unwrap_or_else(|| panic!("no check {id} in {v:#}"))
 }
+
+/// The children of `pid`, each with its state letter from `/proc/PID/stat` (`Z`: exited, not
+/// reaped yet).
+pub fn children_of(pid: u32) -> Vec<(u32, char)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid …: comm may hold spaces and parentheses, so read after the
+        // last ')'.
+        let after = &stat[stat.rfind(')').unwrap() + 1..];
+        let f: Vec<&str> = after.split_whitespace().collect();
+        if f[1].parse::<u32>() == Ok(pid) {
+            out.push((p, f[0].chars().next().unwrap_or('?')));
+        }
+    }
+    out
+}
