@@ -923,6 +923,18 @@ fn nvml_answer(f: &Path, uuid: &str, vbios: &str, temp: u32) {
     std::fs::rename(&tmp, f).unwrap();
 }
 
+/// The real H200's NVML answer as captured (its UUID and VBIOS, 36 °C), in `run/nvml.json`.
+fn h200_answer(run: &Path) -> PathBuf {
+    let answer = run.join("nvml.json");
+    nvml_answer(
+        &answer,
+        "GPU-ff7f0840-faaa-e67b-b46c-ec5ed1d4af27",
+        "96.00.A5.00.1A",
+        36,
+    );
+    answer
+}
+
 /// One-shot `status --format json` under `root`, NVML answered by `answer`: GPU 0 and stderr.
 fn one_shot(run: &Path, root: &Path, answer: &Path) -> (serde_json::Value, String) {
     let o = gpuhost(run)
@@ -948,13 +960,7 @@ fn one_shot(run: &Path, root: &Path, answer: &Path) -> (serde_json::Value, Strin
 fn the_one_shot_answers_without_waiting_for_the_probes_exit() {
     let run = tempfile::tempdir().unwrap();
     let root = boot_root("boot-1", "580.159.04");
-    let answer = run.path().join("nvml.json");
-    nvml_answer(
-        &answer,
-        "GPU-ff7f0840-faaa-e67b-b46c-ec5ed1d4af27",
-        "96.00.A5.00.1A",
-        36,
-    );
+    let answer = h200_answer(run.path());
     let t = Instant::now();
     let o = gpuhost(run.path())
         .args(["status", "--format", "json", "--nvml-fixture"])
@@ -985,13 +991,7 @@ fn the_one_shot_answers_without_waiting_for_the_probes_exit() {
 fn a_long_wait_healthy_reaps_the_probes_it_left_leaving() {
     let run = tempfile::tempdir().unwrap();
     let root = boot_root("boot-1", "580.159.04");
-    let answer = run.path().join("nvml.json");
-    nvml_answer(
-        &answer,
-        "GPU-ff7f0840-faaa-e67b-b46c-ec5ed1d4af27",
-        "96.00.A5.00.1A",
-        36,
-    );
+    let answer = h200_answer(run.path());
     // The crafted root has no systemd and no Docker: never healthy, so it looks to the end.
     let mut child = gpuhost(run.path())
         .args([
@@ -1056,14 +1056,7 @@ fn leaving_probe(run: &Path) -> Option<PathBuf> {
 fn one_shot_probe(mut command: Command, run: &Path, fixture: bool) -> (serde_json::Value, PathBuf) {
     let root = boot_root("boot-1", "580.159.04");
     if fixture {
-        let answer = run.join("nvml.json");
-        nvml_answer(
-            &answer,
-            "GPU-ff7f0840-faaa-e67b-b46c-ec5ed1d4af27",
-            "96.00.A5.00.1A",
-            36,
-        );
-        command.arg("--nvml-fixture").arg(&answer);
+        command.arg("--nvml-fixture").arg(h200_answer(run));
     }
     let o = command
         .env("GPUHOST_RUN_DIR", run)
