@@ -452,20 +452,9 @@ fn live_without_an_nvidia_library_says_so_on_healthz() {
 
 // Issue 27: `gpuhost status` asks a running `gpuhost serve` on `<run dir>/serve.sock`.
 
+/// `gpuhost status ARGS` logging gpuhost_health's debug lines: exit code, stdout, stderr, time.
 fn status(run_dir: &Path, args: &[&str]) -> (Option<i32>, String, String, Duration) {
-    let t = Instant::now();
-    let o = gpuhost(run_dir)
-        .arg("status")
-        .args(args)
-        .env("GPUHOST_LOG", "gpuhost_health=debug")
-        .output()
-        .unwrap();
-    (
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-        t.elapsed(),
-    )
+    status_env(run_dir, args, ("GPUHOST_LOG", "gpuhost_health=debug"))
 }
 
 fn json(out: &str) -> serde_json::Value {
