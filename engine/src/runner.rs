@@ -455,6 +455,8 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> 
         }
         work => {
             let r = slot.step.apply(ctx, work);
+            // Any change (a module reset, a repo file) may change the driver's transition.
+            ctx.forget_transition();
             if matches!(
                 work,
                 Work::Remove(_)

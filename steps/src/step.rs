@@ -15,6 +15,7 @@ use gpuhost_host::host::Host;
 use gpuhost_host::rpm::{self, Installed};
 use gpuhost_profile::Profile;
 
+use crate::driver::transition::Transition;
 use crate::state::State;
 pub use crate::work::{Change, FileWrite, Install, Owed, Phase, Work};
 
@@ -67,6 +68,8 @@ pub struct Ctx<'a> {
     pub driver: Option<crate::driver_plan::DriverPlan>,
     pub state: State,
     rpm_cache: RefCell<BTreeMap<String, Vec<Installed>>>,
+    /// The driver transition decided on the last look at the host (forgotten when it changes).
+    transition: RefCell<Option<Transition>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -85,6 +88,7 @@ impl<'a> Ctx<'a> {
             driver,
             state: State::load(host)?,
             rpm_cache: RefCell::new(BTreeMap::new()),
+            transition: RefCell::new(None),
         })
     }
 
@@ -115,9 +119,29 @@ impl<'a> Ctx<'a> {
         Ok(self.installed(&[name])?.remove(name).unwrap_or_default())
     }
 
-    /// Forget cached rpm answers (after a transaction).
+    /// Forget cached rpm answers (after a transaction), and the driver transition read from them.
     pub fn invalidate_rpm(&self) {
         self.rpm_cache.borrow_mut().clear();
+        self.forget_transition();
+    }
+
+    /// Forget the driver transition (after any change: module state and repo files count too).
+    pub fn forget_transition(&self) {
+        self.transition.borrow_mut().take();
+    }
+
+    /// The driver transition of this look at the host: `decide`d on the first ask, kept until
+    /// the host changes.
+    pub(crate) fn transition_or(
+        &self,
+        decide: impl FnOnce(&Self) -> Result<Transition>,
+    ) -> Result<Transition> {
+        if let Some(t) = self.transition.borrow().as_ref() {
+            return Ok(t.clone());
+        }
+        let t = decide(self)?;
+        *self.transition.borrow_mut() = Some(t.clone());
+        Ok(t)
     }
 
     /// The error for a package spec that no enabled repo carries.

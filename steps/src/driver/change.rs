@@ -2,8 +2,9 @@
 //! branch, the other kind of local repo) and the profile says to replace it. The whole change
 //! is one [`DriverSwap`] (one dnf transaction, all or nothing), planned here from what the host
 //! has and what the new local repo package carries (its file list, read before anything
-//! changes). `driver-repo` plans it; `driver`, `fabric-manager` and `hgx-extras` leave their
-//! packages to it ([`super::installed::pending`]) and check again once it has run.
+//! changes). `driver-repo` plans it when the run's [`super::Transition`] is a swap; `driver`
+//! plans the flavour switch; `fabric-manager` and `hgx-extras` leave their packages to the
+//! swap and check again once it has run.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,6 +14,7 @@ use super::installed::in_family;
 use super::locks::wanted;
 use super::module_profile;
 use super::set::{kmod_packages, set_packages, ModuleState, MODULE_FILE};
+use super::transition::InstalledRepo;
 use super::DriverPlan;
 use crate::step::Ctx;
 use crate::swap::{DriverSwap, RepoPackage};
@@ -66,7 +68,7 @@ fn names_in_installed_repo(ctx: &Ctx<'_>, package: &str) -> Result<Vec<String>> 
 pub(crate) fn plan_swap(
     ctx: &Ctx<'_>,
     plan: &DriverPlan,
-    others: &[(String, String)],
+    others: &[InstalledRepo],
     new_files: &[String],
 ) -> Result<DriverSwap> {
     let drv = &plan.repo.driver;
@@ -101,8 +103,8 @@ pub(crate) fn plan_swap(
     }
     // Everything of the family installed now, from either repo.
     let mut old_names: BTreeSet<String> = BTreeSet::new();
-    for (name, _) in others {
-        old_names.extend(names_in_installed_repo(ctx, name)?);
+    for repo in others {
+        old_names.extend(names_in_installed_repo(ctx, &repo.name)?);
     }
     let mut candidates: Vec<String> = old_names.iter().cloned().collect();
     candidates.extend(new.iter().map(|p| p.name.clone()));
@@ -125,7 +127,7 @@ pub(crate) fn plan_swap(
         .filter(|p| needed.contains(&p.name) || installed.contains(&p.name))
         .cloned()
         .collect();
-    let mut remove: Vec<String> = others.iter().map(|(n, _)| n.clone()).collect();
+    let mut remove: Vec<String> = others.iter().map(|r| r.name.clone()).collect();
     remove.extend(
         installed
             .iter()

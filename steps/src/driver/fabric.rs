@@ -51,8 +51,9 @@ impl Step for FabricManager {
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
-        if super::installed::pending(ctx)? {
-            return Ok(Check::in_sync(super::installed::IN_SWAP));
+        let transition = super::installed::transition(ctx)?;
+        if transition.driver_repo_first() {
+            return Ok(Check::in_sync(transition.deferred_reason()));
         }
         let drv = driver_version(ctx)?.driver;
         let pkg = package_for(&drv);

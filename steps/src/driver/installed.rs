@@ -1,10 +1,12 @@
-//! What the host has of NVIDIA's local repos: which local repo packages are installed besides
-//! the profile's (another driver), whether this run replaces the driver ([`pending`]), and the
-//! duplicates a killed rpm transaction leaves. Read by `driver-repo` and by the driver steps
-//! that leave their packages to the driver change (`driver::change`).
+//! What the host has of NVIDIA's local repos — which local repo packages are installed besides
+//! the profile's (another driver), and the duplicates a killed rpm transaction leaves — and
+//! the one decision made from it and from the installed set: the run's driver
+//! [`Transition`] ([`transition`]), read by every driver step.
 
 use anyhow::Result;
 
+use super::set::SetStatus;
+use super::transition::{InstalledRepo, Transition};
 use crate::step::Ctx;
 use crate::swap::RepoPackage;
 use gpuhost_host::rpm::vercmp;
@@ -40,11 +42,8 @@ fn is_ours(name: &LocalRepoFile, p_name: &str, p_version: &str) -> bool {
 }
 
 /// Whether the profile's local repo package is installed, and the other NVIDIA local repo
-/// packages installed (name, version): another driver.
-pub(crate) fn other_repos(
-    ctx: &Ctx<'_>,
-    name: &LocalRepoFile,
-) -> Result<(bool, Vec<(String, String)>)> {
+/// packages installed: another driver.
+fn other_repos(ctx: &Ctx<'_>, name: &LocalRepoFile) -> Result<(bool, Vec<InstalledRepo>)> {
     let mut names = present_local_repos(ctx);
     names.push(name.package.clone());
     names.sort();
@@ -58,26 +57,60 @@ pub(crate) fn other_repos(
         .values()
         .flatten()
         .filter(|p| !is_ours(name, &p.name, &p.version))
-        .map(|p| (p.name.clone(), p.version.clone()))
+        .map(|p| InstalledRepo {
+            name: p.name.clone(),
+            version: p.version.clone(),
+        })
         .collect();
     Ok((ours, others))
 }
 
-/// What `driver`, `fabric-manager` and `hgx-extras` say before the swap: their packages are in
-/// `driver-repo`'s transaction, and they check again once it has run.
-pub(crate) const IN_SWAP: &str =
-    "the driver changes in driver-repo's one transaction; checked again once it has run";
+/// What happens to the driver in this run ([`Transition`]): decided here, once per look at the
+/// host (the step context keeps it until the host changes), and read by every driver step.
+pub(crate) fn transition(ctx: &Ctx<'_>) -> Result<Transition> {
+    ctx.transition_or(decide)
+}
 
-/// True when this run replaces the driver ([`plan_swap`]): another local repo is installed and
-/// the profile says to replace it. The driver steps then leave their packages to the swap.
-pub(crate) fn pending(ctx: &Ctx<'_>) -> Result<bool> {
+/// The one place the driver transition is decided, in this order: no driver; another driver's
+/// local repo (swapped, or refused); what a killed transaction left beside the profile's repo;
+/// the installed set of another stream; a first install; in place.
+fn decide(ctx: &Ctx<'_>) -> Result<Transition> {
     let Some(plan) = &ctx.driver else {
-        return Ok(false);
+        return Ok(Transition::Unmanaged);
     };
-    if !ctx.profile.driver.replace_local_repo {
-        return Ok(false);
+    let (ours, others) = other_repos(ctx, &plan.repo)?;
+    if !others.is_empty() {
+        return Ok(if ctx.profile.driver.replace_local_repo {
+            Transition::Swap {
+                from: others,
+                to: plan.repo.package.clone(),
+            }
+        } else {
+            Transition::Refused { others }
+        });
     }
-    Ok(!other_repos(ctx, &plan.repo)?.1.is_empty())
+    if ours {
+        let duplicates = duplicates(ctx, &plan.repo)?;
+        if !duplicates.is_empty() {
+            return Ok(Transition::Repair { duplicates });
+        }
+    }
+    let set = SetStatus::read(ctx, plan)?;
+    if let Some(other) = set.state.enabled_stream() {
+        if other != plan.stream() && !set.complete() {
+            return Ok(Transition::FlavourSwitch {
+                from: other.to_string(),
+                to: plan.stream().to_string(),
+                allowed: ctx.profile.driver.switch_stream,
+                repo_installed: ours,
+            });
+        }
+    }
+    Ok(if ours {
+        Transition::InPlace
+    } else {
+        Transition::Install
+    })
 }
 
 /// The driver family's package names in the installed local repo (its directory): what
@@ -99,7 +132,7 @@ pub(crate) fn family_in_repo(ctx: &Ctx<'_>, name: &LocalRepoFile) -> Vec<String>
 /// Packages of the driver family installed twice or more (an rpm transaction killed between
 /// installing the new versions and erasing the old): every version but the driver's (or, for a
 /// package not at the driver's version, the newest), as `name-version-release.arch`.
-pub(crate) fn duplicates(ctx: &Ctx<'_>, name: &LocalRepoFile) -> Result<Vec<String>> {
+fn duplicates(ctx: &Ctx<'_>, name: &LocalRepoFile) -> Result<Vec<String>> {
     let names = family_in_repo(ctx, name);
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut out = Vec::new();

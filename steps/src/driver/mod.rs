@@ -34,6 +34,7 @@ pub(crate) mod nouveau;
 pub(crate) mod persistenced;
 pub(crate) mod repo;
 pub(crate) mod set;
+pub mod transition;
 pub use repo::local_repo_size;
 pub mod signing;
 
@@ -41,6 +42,7 @@ pub use crate::driver_plan::{require_package, resolve, DriverPlan};
 /// Fabric Manager's package rule, shared with `gpuhost status`.
 pub use fabric::{package_for as fabric_manager_package, PACKAGES as FABRIC_MANAGER_PACKAGES};
 pub use gpuhost_nvidia::localrepo::{branch_of, LocalRepoFile};
+pub use transition::{InstalledRepo, Transition};
 
 use anyhow::Result;
 

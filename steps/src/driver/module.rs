@@ -17,7 +17,8 @@
 
 use anyhow::Result;
 
-use super::{module_profile, plan, DriverPlan, InstallSet, StreamKind};
+use super::set::SetStatus;
+use super::{module_profile, plan, DriverPlan, InstallSet, StreamKind, Transition};
 use crate::step::{Change, Check, Ctx, DnfFailure, Install, Step, Work};
 use gpuhost_host::error::hinted;
 use gpuhost_host::kernel::Flavour;
@@ -25,9 +26,7 @@ use gpuhost_host::kernel::Flavour;
 pub struct Driver;
 
 use super::set::package_names;
-pub use super::set::{
-    kmod_packages, listed_streams, precompiled_kmod, set_packages, ModuleState, MODULE_FILE,
-};
+pub use super::set::{kmod_packages, listed_streams, precompiled_kmod, set_packages, ModuleState};
 
 /// The streams the enabled repos offer.
 fn available_streams(ctx: &Ctx<'_>) -> Result<Vec<String>> {
@@ -106,45 +105,37 @@ impl<'c> Found<'c> {
             InstallSet::Module => format!("nvidia-driver:{stream}/{profile}"),
             _ => format!("nvidia-driver:{stream}"),
         };
-        let state = ctx
-            .host
-            .read_opt(MODULE_FILE)?
-            .map(|t| ModuleState::parse(&t))
-            .unwrap_or_default();
-        let kmods = kmod_packages(ctx, &drv);
-        let names = package_names(plan, &kmods);
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let installed = ctx.installed(&refs)?;
-        // What is missing, and what is installed at another version than the repo's.
-        let (mut absent, mut stale) = (Vec::new(), Vec::new());
-        for n in &names {
-            let v: Vec<String> = installed
-                .get(n)
-                .map(|v| v.iter().map(|p| p.version.clone()).collect())
-                .unwrap_or_default();
-            if v.is_empty() {
-                absent.push(format!("{n} not installed"));
-            } else if !v.contains(&drv) {
-                stale.push(format!("{n} {} installed", v.join(", ")));
-            }
-        }
+        let set = SetStatus::read(ctx, plan)?;
         Ok(Found {
             plan,
             drv,
             stream,
             profile,
             spec,
-            state,
-            kmods,
-            names,
-            absent,
-            stale,
+            state: set.state,
+            kmods: set.kmods,
+            names: set.names,
+            absent: set.absent,
+            stale: set.stale,
         })
     }
 
-    /// How to get from dnf's module state to the plan's (`None`: in sync), and why.
-    fn verb(&self, ctx: &Ctx<'_>, why: &mut Vec<String>) -> Result<Option<Verb>> {
+    /// How to get from dnf's module state to the plan's (`None`: in sync), and why. A flavour
+    /// switch is the run's [`Transition`], decided before; the rest is this step's own.
+    fn verb(&self, transition: &Transition, why: &mut Vec<String>) -> Result<Option<Verb>> {
         let (stream, profile) = (&self.stream, self.profile);
+        if let Transition::FlavourSwitch { from, allowed, .. } = transition {
+            if !allowed {
+                return Err(hinted(
+                    format!("nvidia-driver:{from} is installed, but this run wants nvidia-driver:{stream} ({})", self.plan.choice.explanation),
+                    format!("set driver.switch_stream = true to switch (dnf module switch-to {} --allowerasing), or set driver.stream = \"{from}\"", self.spec),
+                ));
+            }
+            why.push(format!(
+                "nvidia-driver:{from} is installed (driver.switch_stream): one transaction swaps the set"
+            ));
+            return Ok(Some(Verb::Swap));
+        }
         let set_ok = self.absent.is_empty() && self.stale.is_empty();
         Ok(Some(match self.state.enabled_stream() {
             Some(s) if s == stream => {
@@ -169,24 +160,13 @@ impl<'c> Found<'c> {
                 }
             }
             // The set is already the wanted stream's, at the driver's version (a driver change
-            // was interrupted after its transaction): only dnf's module state moves.
-            Some(other) if set_ok => {
+            // was interrupted after its transaction): only dnf's module state moves. (With the
+            // set incomplete this is a flavour switch, above.)
+            Some(other) => {
                 why.push(format!(
                     "nvidia-driver:{other} is enabled, but the installed set is {stream}'s: dnf's module state follows"
                 ));
                 Verb::Switch
-            }
-            Some(other) => {
-                if !ctx.profile.driver.switch_stream {
-                    return Err(hinted(
-                        format!("nvidia-driver:{other} is installed, but this run wants nvidia-driver:{stream} ({})", self.plan.choice.explanation),
-                        format!("set driver.switch_stream = true to switch (dnf module switch-to {} --allowerasing), or set driver.stream = \"{other}\"", self.spec),
-                    ));
-                }
-                why.push(format!(
-                    "nvidia-driver:{other} is installed (driver.switch_stream): one transaction swaps the set"
-                ));
-                Verb::Swap
             }
             None => {
                 why.push(if self.state.state == "disabled" {
@@ -265,12 +245,13 @@ impl Step for Driver {
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
-        if super::installed::pending(ctx)? {
-            return Ok(Check::in_sync(super::installed::IN_SWAP));
+        let transition = super::installed::transition(ctx)?;
+        if transition.driver_repo_first() {
+            return Ok(Check::in_sync(transition.deferred_reason()));
         }
         let f = Found::read(ctx)?;
         let mut why = Vec::new();
-        let Some(verb) = f.verb(ctx, &mut why)? else {
+        let Some(verb) = f.verb(&transition, &mut why)? else {
             let set = match f.plan.install {
                 InstallSet::Module => String::new(),
                 other => format!(" ({other})"),

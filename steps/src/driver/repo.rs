@@ -14,7 +14,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::change::plan_swap;
-use super::installed::{duplicates, family_in_repo, other_repos, present_local_repos};
+use super::installed::{family_in_repo, present_local_repos, transition};
+use super::transition::{InstalledRepo, Transition};
 use super::{host_arch, LocalRepoFile, NO_DRIVER};
 use crate::step::{Change, Check, Ctx, Install, Step, Work};
 use gpuhost_host::error::{as_invalid, hinted};
@@ -214,9 +215,9 @@ impl Step for DriverRepo {
         };
         let (path, name) = (&plan.path, &plan.repo);
         fits_host(path, name, ctx.profile.os.major)?;
-        let (ours, others) = other_repos(ctx, name)?;
-        if ours && others.is_empty() {
-            return installed_check(ctx, path, name);
+        let transition = transition(ctx)?;
+        if transition.repo_installed() {
+            return installed_check(ctx, path, name, &transition);
         }
         // The file is what the user gave: anything wrong with it is invalid input (exit 2),
         // found before any step changes anything.
@@ -228,11 +229,14 @@ impl Step for DriverRepo {
             "no driver.sha256 to verify"
         };
         let mut check = Check::default();
-        if !others.is_empty() {
-            check
-                .changes
-                .push(replace(ctx, plan, &others, &files, verified)?);
-            return Ok(check);
+        match &transition {
+            Transition::Swap { from, .. } => {
+                let swap = plan_swap(ctx, plan, from, &files)?;
+                check.changes.push(swap_change(plan, from, swap, verified));
+                return Ok(check);
+            }
+            Transition::Refused { others } => return Err(refused(plan, others)),
+            _ => {}
         }
         check.changes.push(Change::new(
             Work::Install(Install {
@@ -283,7 +287,12 @@ fn fits_host(path: &Path, name: &LocalRepoFile, major: u32) -> Result<()> {
 
 /// The profile's local repo package is the one installed: its repo must hold the driver, and
 /// the older versions a killed driver change left beside the new go.
-fn installed_check(ctx: &Ctx<'_>, path: &Path, name: &LocalRepoFile) -> Result<Check> {
+fn installed_check(
+    ctx: &Ctx<'_>,
+    path: &Path,
+    name: &LocalRepoFile,
+    transition: &Transition,
+) -> Result<Check> {
     let found = ctx
         .host
         .files_with_prefix(name.repo_dir(), "nvidia-driver-");
@@ -298,8 +307,7 @@ fn installed_check(ctx: &Ctx<'_>, path: &Path, name: &LocalRepoFile) -> Result<C
             format!("reinstall it: dnf reinstall {}", path.display()),
         ));
     }
-    let stale = duplicates(ctx, name)?;
-    if !stale.is_empty() {
+    if let Transition::Repair { duplicates: stale } = transition {
         let mut check = Check::default();
         check.changes.push(Change::new(
             Work::Remove(stale.clone()),
@@ -319,42 +327,46 @@ fn installed_check(ctx: &Ctx<'_>, path: &Path, name: &LocalRepoFile) -> Result<C
     )))
 }
 
-/// Another driver's local repo is installed: replaced in one transaction when the profile says
-/// so, refused otherwise.
-fn replace(
-    ctx: &Ctx<'_>,
-    plan: &super::DriverPlan,
-    others: &[(String, String)],
-    files: &[String],
-    verified: &str,
-) -> Result<Change> {
-    let name = &plan.repo;
-    let listed: Vec<String> = others
+/// The installed NVIDIA local repos, as the plan shows them.
+fn listed(others: &[InstalledRepo]) -> String {
+    others
         .iter()
-        .map(|(n, v)| format!("{n} {v} (driver {})", driver_of(n, v)))
-        .collect();
-    if !ctx.profile.driver.replace_local_repo {
-        return Err(hinted(
-            format!(
-                "another NVIDIA local repo is installed: {}; the profile asks for {} (driver {})",
-                listed.join(", "),
-                name.package,
-                name.driver
-            ),
-            "set driver.replace_local_repo = true to replace it, or point driver.local_repo_rpm at the installed one",
-        ));
-    }
-    // One transaction replaces the driver: the old repo and set go, the new come.
-    let swap = plan_swap(ctx, plan, others, files)?;
-    Ok(Change::new(
+        .map(|r| format!("{r} (driver {})", driver_of(&r.name, &r.version)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Another driver's local repo is installed and the profile does not allow replacing it.
+fn refused(plan: &super::DriverPlan, others: &[InstalledRepo]) -> anyhow::Error {
+    hinted(
+        format!(
+            "another NVIDIA local repo is installed: {}; the profile asks for {} (driver {})",
+            listed(others),
+            plan.repo.package,
+            plan.repo.driver
+        ),
+        "set driver.replace_local_repo = true to replace it, or point driver.local_repo_rpm at the installed one",
+    )
+}
+
+/// Another driver's local repo is installed and the profile says to replace it: one
+/// transaction replaces the driver (the old repo and set go, the new come).
+fn swap_change(
+    plan: &super::DriverPlan,
+    from: &[InstalledRepo],
+    swap: crate::swap::DriverSwap,
+    verified: &str,
+) -> Change {
+    let name = &plan.repo;
+    Change::new(
         Work::SwapDriver(swap),
         format!(
             "driver {}{} replaces {} (driver.replace_local_repo); {verified}",
             name.driver,
             serves_text(&name.driver),
-            listed.join(", ")
+            listed(from)
         ),
-    ))
+    )
 }
 
 /// ` (serves CUDA ≤ 12.2 natively, …)`: which CUDA the driver runs, for the plan

@@ -103,6 +103,58 @@ pub fn set_packages(plan: &DriverPlan) -> Vec<&'static str> {
     }
 }
 
+/// The plan's package set as the host has it: dnf's module state, the set's packages (the kmods
+/// last) and which of them are missing or at another version than the driver's. Read once per
+/// look at the host by the driver transition ([`super::installed::transition`]) and by `driver`.
+pub(crate) struct SetStatus {
+    pub state: ModuleState,
+    pub kmods: Vec<String>,
+    pub names: Vec<String>,
+    /// `<name> not installed`, one per missing package.
+    pub absent: Vec<String>,
+    /// `<name> <versions> installed`, one per package at another version only.
+    pub stale: Vec<String>,
+}
+
+impl SetStatus {
+    pub(crate) fn read(ctx: &Ctx<'_>, plan: &DriverPlan) -> anyhow::Result<SetStatus> {
+        let drv = &plan.repo.driver;
+        let state = ctx
+            .host
+            .read_opt(MODULE_FILE)?
+            .map(|t| ModuleState::parse(&t))
+            .unwrap_or_default();
+        let kmods = kmod_packages(ctx, drv);
+        let names = package_names(plan, &kmods);
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let installed = ctx.installed(&refs)?;
+        let (mut absent, mut stale) = (Vec::new(), Vec::new());
+        for n in &names {
+            let v: Vec<String> = installed
+                .get(n)
+                .map(|v| v.iter().map(|p| p.version.clone()).collect())
+                .unwrap_or_default();
+            if v.is_empty() {
+                absent.push(format!("{n} not installed"));
+            } else if !v.contains(drv) {
+                stale.push(format!("{n} {} installed", v.join(", ")));
+            }
+        }
+        Ok(SetStatus {
+            state,
+            kmods,
+            names,
+            absent,
+            stale,
+        })
+    }
+
+    /// Every package of the set is installed at the driver's version.
+    pub(crate) fn complete(&self) -> bool {
+        self.absent.is_empty() && self.stale.is_empty()
+    }
+}
+
 /// Every package of the plan at the driver's version: the set's packages, then `kmods`.
 pub(crate) fn package_names(plan: &DriverPlan, kmods: &[String]) -> Vec<String> {
     let mut names: Vec<String> = set_packages(plan).iter().map(|s| s.to_string()).collect();
