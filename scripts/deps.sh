@@ -32,6 +32,8 @@ busybox=${GPUHOST_BUSYBOX:-/bin/busybox}
 if [ ! -x "$busybox" ] || ldd "$busybox" >/dev/null 2>&1; then need+=(busybox-static); fi
 [ -f /usr/share/misc/pci.ids ] || need+=(pci.ids)
 [ -x /usr/lib/nagios/plugins/negate ] || [ -x /usr/lib64/nagios/plugins/negate ] || need+=(negate)
+# dnf's versionlock plugin (dnf-plugins-core): the OL10 branch lock is checked against it.
+[ -f /usr/lib/python3/dist-packages/dnf-plugins/versionlock.py ] || [ -f /usr/lib/python3.*/site-packages/dnf-plugins/versionlock.py ] || need+=(dnf-plugins-core)
 # the kernel's sign-file: Debian's linux-kbuild-6.1 (on Oracle Linux: kernel-devel)
 sign_file=0
 for f in /usr/lib/linux-kbuild-6.1/scripts/sign-file /usr/lib/linux-kbuild-*/scripts/sign-file /usr/src/kernels/*/scripts/sign-file; do
@@ -56,14 +58,15 @@ if command -v apt-get >/dev/null 2>&1; then
     dkms kmod make xz-utils binutils gcc util-linux pci.ids \
     linux-kbuild-6.1 mokutil openssl sbsigntool \
     ansible-core python3-venv python3-pip mmdebstrap systemd-container \
-    monitoring-plugins-basic >/dev/null
+    monitoring-plugins-basic dnf-plugins-core >/dev/null
 elif command -v dnf >/dev/null 2>&1; then
   # (vagrant is not in Oracle Linux's repos: its test is skipped there unless installed)
   # (promtool is not in Oracle Linux's repos either: install Prometheus's release by hand;
   # Slurm and munge come from EPEL there; umoci is not packaged: the gpuhost compat image tests
   # skip without it)
   "${sudo[@]}" dnf install -y -q rpm-build createrepo_c python3 strace systemd busybox cloud-init skopeo \
-    kmod make xz binutils gcc util-linux hwdata openssl mokutil kernel-devel ansible-core systemd-container
+    kmod make xz binutils gcc util-linux hwdata openssl mokutil kernel-devel ansible-core systemd-container \
+    python3-dnf-plugin-versionlock
   # (dkms and sbsigntools come from EPEL there; kernel-devel brings scripts/sign-file; negate
   # is EPEL's nagios-plugins-negate)
 else

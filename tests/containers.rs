@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use rstest::rstest;
 use serde_json::Value;
-use world::{code, report, stderr, stdout, step, Os, Root, World, UEK8_NEW, UEK9};
+use world::{code, report, stderr, stdout, step, Os, Root, World, UEK10, UEK8_NEW, UEK9};
 
 /// The container steps, for `--only`: the other steps have their own tests.
 const MINE: &str = "docker,container-toolkit,daemon-json,services,prefix-links,container-smoke";
@@ -37,6 +37,7 @@ fn site(os: Os, extra: &str) -> Site {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let base = match os {
         Os::Ol9 => "ol9-uek",
+        Os::Ol10 => "ol10-uek",
         _ => "ol8-uek",
     };
     // The world's profile already points Docker and the toolkit at the world's repos.
@@ -52,6 +53,7 @@ fn site(os: Os, extra: &str) -> Site {
 fn root_for(os: Os) -> Root {
     match os {
         Os::Ol9 => Root::new(Os::Ol9, &[UEK9]),
+        Os::Ol10 => Root::new(Os::Ol10, &[UEK10]),
         _ => Root::new(Os::Ol8, &[UEK8_NEW]),
     }
 }
@@ -193,6 +195,7 @@ fn containerd_filtered_out_by_container_tools_is_installed_anyway(#[case] how: &
 #[rstest]
 #[case::ol8(Os::Ol8)]
 #[case::ol9(Os::Ol9)]
+#[case::ol10(Os::Ol10)]
 fn a_converged_root_stays_unchanged_with_no_dnf_and_no_restart(#[case] os: Os) {
     let root = root_for(os);
     let s = site(

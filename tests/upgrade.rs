@@ -17,23 +17,26 @@ use rstest::rstest;
 use serde_json::Value;
 use world::{
     code, report, stderr, step, Os, Root, World, CUDA_LOCAL_EL8_12_2, CUDA_LOCAL_EL8_12_4,
-    CUDA_LOCAL_EL9_12_2, CUDA_LOCAL_EL9_12_4, CUDA_LOCAL_EL9_13_0, DRIVER_LOCAL_EL8_570,
-    DRIVER_LOCAL_EL8_580, DRIVER_LOCAL_EL9_570, RHCK8, RHCK9, UEK8_NEW, UEK9,
+    CUDA_LOCAL_EL9_12_2, CUDA_LOCAL_EL9_12_4, CUDA_LOCAL_EL9_13_0, DRIVER_LOCAL_EL10_580,
+    DRIVER_LOCAL_EL10_590, DRIVER_LOCAL_EL8_570, DRIVER_LOCAL_EL8_580, DRIVER_LOCAL_EL9_570,
+    RHCK10, RHCK8, RHCK9, UEK10, UEK8_NEW, UEK9,
 };
 
 const ONLY: &str = "kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module,fabric-manager,hgx-extras,persistenced";
 
 /// The branch chain of each release: 535 (CUDA 12.2), 550 (CUDA 12.4), 570 (driver-only),
-/// 580 (driver-only on el8, CUDA 13.0 on el9): a CUDA ↔ driver-only change on the way.
-fn chain(os: Os) -> [&'static str; 4] {
+/// 580 (driver-only on el8, CUDA 13.0 on el9): a CUDA ↔ driver-only change on the way. On
+/// el10 (not modular), NVIDIA's driver-only local repos of 580 and 590.
+fn chain(os: Os) -> Vec<&'static str> {
     match os {
-        Os::Ol8 => [
+        Os::Ol10 => vec![DRIVER_LOCAL_EL10_580, DRIVER_LOCAL_EL10_590],
+        Os::Ol8 => vec![
             CUDA_LOCAL_EL8_12_2,
             CUDA_LOCAL_EL8_12_4,
             DRIVER_LOCAL_EL8_570,
             DRIVER_LOCAL_EL8_580,
         ],
-        _ => [
+        _ => vec![
             CUDA_LOCAL_EL9_12_2,
             CUDA_LOCAL_EL9_12_4,
             DRIVER_LOCAL_EL9_570,
@@ -44,10 +47,17 @@ fn chain(os: Os) -> [&'static str; 4] {
 
 /// The driver a local repo file carries.
 fn driver_of(rpm: &str) -> &'static str {
-    ["535.104.05", "550.54.15", "570.124.06", "580.82.07"]
-        .into_iter()
-        .find(|d| rpm.contains(d))
-        .unwrap_or_else(|| panic!("no driver in {rpm}"))
+    [
+        "535.104.05",
+        "550.54.15",
+        "570.124.06",
+        "580.82.07",
+        "580.126.09",
+        "590.48.01",
+    ]
+    .into_iter()
+    .find(|d| rpm.contains(d))
+    .unwrap_or_else(|| panic!("no driver in {rpm}"))
 }
 
 fn local(name: &str) -> String {
@@ -86,6 +96,7 @@ fn run(root: &Root, cmd: &str, profile: &str, rpm: &str, extra: &[&str]) -> (i32
 /// but not the H200: NVIDIA lists the H200 from R550), and on HGX an NVSwitch on PCI.
 struct Node {
     root: Root,
+    os: Os,
     profile: &'static str,
     kernel: &'static str,
     hgx: bool,
@@ -107,6 +118,7 @@ impl Node {
         }
         Node {
             root,
+            os,
             profile,
             kernel,
             hgx,
@@ -179,6 +191,7 @@ impl Node {
             "the nvidia module modprobe would load for {}",
             self.kernel
         );
+        self.assert_branch_held(drv);
         let locks = self.locks();
         for l in &locks {
             assert!(
@@ -213,6 +226,37 @@ impl Node {
         } else {
             assert!(locks.is_empty(), "no NVSwitch, no locks: {locks:?}");
         }
+    }
+
+    /// On el10 (not modular), NVIDIA's branch hold: the versionlock list locks the installed
+    /// driver's packages at `drv` and nothing of another version; elsewhere no list at all (and
+    /// on every release no dnf module state written for a release without modules).
+    fn assert_branch_held(&self, drv: &str) {
+        let list = std::fs::read_to_string(self.root.join("/etc/dnf/plugins/versionlock.list"));
+        if self.os != Os::Ol10 {
+            assert!(list.is_err(), "a versionlock list on a modular release");
+            return;
+        }
+        let modules = self.root.join("/etc/dnf/modules.d/nvidia-driver.module");
+        assert!(!modules.exists(), "dnf module state written on el10");
+        let list = list.unwrap_or_else(|e| panic!("no versionlock list on el10: {e}"));
+        let held: Vec<&str> = list
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .collect();
+        for name in [
+            "nvidia-driver",
+            "kmod-nvidia-open-dkms",
+            "nvidia-kmod-common",
+        ] {
+            assert!(
+                held.iter()
+                    .any(|l| l.starts_with(&format!("{name}-3:{drv}-"))),
+                "{name} not held at {drv}: {list}"
+            );
+        }
+        let other: Vec<&&str> = held.iter().filter(|l| !l.contains(drv)).collect();
+        assert!(other.is_empty(), "locks of another version: {other:?}");
     }
 
     /// With dnf told to protect the installed local repo package (an administrator's
@@ -285,6 +329,8 @@ fn reason(rep: &Value, id: &str) -> String {
 #[case::ol8_rhck_hgx(Os::Ol8, "ol8-rhck", RHCK8, true)]
 #[case::ol9_uek_hgx(Os::Ol9, "ol9-uek", UEK9, true)]
 #[case::ol9_rhck(Os::Ol9, "ol9-rhck", RHCK9, false)]
+#[case::ol10_uek_hgx(Os::Ol10, "ol10-uek", UEK10, true)]
+#[case::ol10_rhck(Os::Ol10, "ol10-rhck", RHCK10, false)]
 fn the_branch_chain_up_and_down_converges_at_each_step(
     #[case] os: Os,
     #[case] profile: &'static str,
@@ -716,6 +762,7 @@ fn a_conflicting_file_leaves_the_old_driver_as_it_was() {
     root.add_pci_device("0000:05:00.0", 0x10de, 0x22a3, 0x068000);
     let node = Node {
         root,
+        os: Os::Ol9,
         profile: "ol9-rhck",
         kernel: RHCK9,
         hgx: true,

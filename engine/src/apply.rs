@@ -247,6 +247,15 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         ));
     }
     host.set_releasever(profile.os.major.to_string());
+    // An image of another architecture (an aarch64 Grace image built on x86_64): dnf resolves
+    // for the root's, not the build machine's.
+    if let Some(arch) = facts
+        .arch
+        .as_deref()
+        .filter(|a| *a != gpuhost_host::arch::machine())
+    {
+        host.set_forcearch(arch);
+    }
     let driver_steps = gpuhost_steps::steps_needing_package(&opts.selection);
     gpuhost_steps::driver::require_package(&profile, &driver_steps)?;
     let mut warnings: Vec<String> = unserved
@@ -357,23 +366,28 @@ pub(crate) fn preflight(
     };
     let Some(os) = &facts.os else {
         return Err(invalid!(
-            "{root} has no /etc/os-release: not an Oracle Linux system; gpuhost supports Oracle Linux 8 and 9{image_hint}"
+            "{root} has no /etc/os-release: not an Oracle Linux system; gpuhost supports {}{image_hint}",
+            gpuhost_host::platform::supported_text()
         ));
     };
     if !os.is_oracle_linux() {
         return Err(invalid!(
-            "{root} runs {}, not Oracle Linux; gpuhost supports Oracle Linux 8 and 9{image_hint}",
+            "{root} runs {}, not Oracle Linux; gpuhost supports {}{image_hint}",
+            gpuhost_host::platform::supported_text(),
             os.pretty_name
         ));
     }
     let major = os.major();
     if major != Some(profile.os.major) {
         let suggestion = match major {
-            Some(m @ (8 | 9)) => format!(
+            Some(m) if gpuhost_host::platform::release(m).is_some() => format!(
                 "; use --profile ol{m}-{}",
                 flavour_suffix(profile.kernel.flavour)
             ),
-            _ => "; gpuhost supports Oracle Linux 8 and 9".to_string(),
+            _ => format!(
+                "; gpuhost supports {}",
+                gpuhost_host::platform::supported_text()
+            ),
         };
         return Err(invalid!(
             "{root} runs {} but profile {} is for Oracle Linux {}{suggestion}",
@@ -381,6 +395,9 @@ pub(crate) fn preflight(
             profile.name,
             profile.os.major
         ));
+    }
+    if let Some(mixed) = &facts.mixed_arch {
+        return Err(invalid!("{mixed}"));
     }
     let want = profile.kernel.flavour;
     let other = match want {

@@ -21,6 +21,12 @@ pub struct Facts {
     pub root: String,
     pub live: bool,
     pub os: Option<OsRelease>,
+    /// The machine architecture: the machine's own, or in an install root its rpm database's
+    /// (never the build machine's); none for a root without architecture-specific packages.
+    pub arch: Option<String>,
+    /// Set when an install root holds packages of two machine architectures: what they are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mixed_arch: Option<String>,
     /// Set when gpuhost does not provision this OS: why, and what `apply` and `plan` would do.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unsupported: Option<String>,
@@ -94,7 +100,24 @@ impl Facts {
         let (gpus, nvswitches) = nvidia_pci(host)?;
         let nvlink5_switch_ports = nvlink5_switch_ports(host);
         let unsupported = unsupported(os.as_ref(), host);
+        let (arch, mixed_arch) = match crate::arch::of_host(host)? {
+            crate::arch::Arch::One(a) => (Some(a), None),
+            crate::arch::Arch::Unknown => (None, None),
+            crate::arch::Arch::Mixed(seen) => {
+                let list: Vec<String> = seen.iter().map(|(a, p)| format!("{a} ({p})")).collect();
+                (
+                    None,
+                    Some(format!(
+                        "install root {} holds packages of two machine architectures: {}; build one root per architecture",
+                        host.root().display(),
+                        list.join(" and ")
+                    )),
+                )
+            }
+        };
         Ok(Facts {
+            arch,
+            mixed_arch,
             root: host.root().display().to_string(),
             live: host.is_live(),
             // UEK and RHCK are Oracle Linux's kernels: another OS's kernel is neither.
@@ -167,13 +190,13 @@ pub fn nvlink5_switch_ports(host: &Host) -> Vec<String> {
     out
 }
 
-/// Why gpuhost does not provision this OS and what it would do, or `None` for Oracle Linux 8
-/// and 9.
+/// Why gpuhost does not provision this OS and what it would do, or `None` for a release of
+/// [`crate::platform::RELEASES`].
 fn unsupported(os: Option<&OsRelease>, host: &Host) -> Option<String> {
     let what = match os {
         None => "no /etc/os-release: not an Oracle Linux system".to_string(),
         Some(o) if !o.is_oracle_linux() => format!("{} is not Oracle Linux", o.pretty_name),
-        Some(o) if matches!(o.major(), Some(8 | 9)) => return None,
+        Some(o) if o.major().and_then(crate::platform::release).is_some() => return None,
         Some(o) => format!("{} is not a supported release", o.pretty_name),
     };
     let next = if host.is_live() {
@@ -182,7 +205,8 @@ fn unsupported(os: Option<&OsRelease>, host: &Host) -> Option<String> {
         ""
     };
     Some(format!(
-        "{what}; gpuhost provisions Oracle Linux 8 and 9: apply and plan stop here (exit 2) and change nothing; `gpuhost status` checks GPUs on any Linux{next}"
+        "{what}; gpuhost provisions {}: apply and plan stop here (exit 2) and change nothing; `gpuhost status` checks GPUs on any Linux{next}",
+        crate::platform::supported_text()
     ))
 }
 

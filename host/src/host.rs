@@ -21,6 +21,8 @@ pub struct Host {
     live: bool,
     /// `--releasever` for dnf in an install root (the OS major version).
     releasever: Option<String>,
+    /// `--forcearch` for dnf in an install root of another architecture than this machine's.
+    forcearch: Option<String>,
     fs: Arc<RootFs>,
     /// `apply --bundle`: every dnf command uses the bundle's repo and no other.
     bundle: Option<BundleRepo>,
@@ -112,6 +114,7 @@ impl Host {
             root: canonical,
             live,
             releasever: None,
+            forcearch: None,
             fs: Arc::new(fs),
             bundle: None,
             rpmdb: DbPath::Known(crate::rpmdb::LOCATIONS[0].to_string()),
@@ -172,6 +175,11 @@ impl Host {
 
     pub fn set_releasever(&mut self, v: impl Into<String>) {
         self.releasever = Some(v.into());
+    }
+
+    /// dnf resolves for `arch` (an install root of another architecture: `--forcearch`).
+    pub fn set_forcearch(&mut self, arch: impl Into<String>) {
+        self.forcearch = Some(arch.into());
     }
 
     /// From now on dnf uses only the bundle's repo.
@@ -517,6 +525,9 @@ impl Host {
     pub fn dnf(&self) -> Result<Cmd> {
         let mut cmd = Cmd::new("dnf").args(["-y", "--quiet"]);
         if self.live {
+            // gpuhost's own transactions install exact versions and move the NVIDIA branch
+            // lock themselves (EL10, `driver::versionlock`): the plugin must not hide them.
+            cmd = cmd.arg("--disableplugin=versionlock");
             if let Some(b) = &self.bundle {
                 cmd = cmd.args(b.dnf_options());
             }
@@ -539,6 +550,9 @@ impl Host {
             .arg("--noplugins");
         if let Some(v) = &self.releasever {
             cmd = cmd.arg(format!("--releasever={v}"));
+        }
+        if let Some(a) = &self.forcearch {
+            cmd = cmd.arg(format!("--forcearch={a}"));
         }
         if let Some(b) = &self.bundle {
             // Every repo of the root is disabled: its file:// URLs are not resolved.

@@ -15,6 +15,7 @@
 //!   kernels, PCI devices and GPU architectures, memory and space, Secure Boot keys);
 //! - [`guard_record`]: the kernel guard's record, written by the engine and read by status.
 
+pub mod arch;
 pub mod cmd;
 pub mod error;
 pub mod facts;
@@ -27,6 +28,7 @@ pub mod interrupt;
 pub mod kernel;
 pub mod kmods;
 pub mod osrelease;
+pub mod platform;
 pub mod progress;
 pub mod rootfs;
 pub mod rpm;

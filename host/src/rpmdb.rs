@@ -5,7 +5,7 @@
 //! and `dnf --installroot R` would read, and create, a second database at `R/root/.rpmdb` and
 //! ignore the root's real one. So gpuhost finds the root's own database — an existing one at
 //! `/var/lib/rpm` or `/usr/lib/sysimage/rpm`, else where the root's OS keeps it (Oracle Linux
-//! 8 and 9: `/var/lib/rpm`) — and says so on every call: `--dbpath` to rpm, and to dnf (which
+//! 8 and 9: `/var/lib/rpm`; 10: `/usr/lib/sysimage/rpm`) — and says so on every call: `--dbpath` to rpm, and to dnf (which
 //! has no such option, but reads rpm's macros) a private `HOME` of gpuhost's whose
 //! `.rpmmacros` defines `%_dbpath`. When it cannot tell, the root is refused (exit 2) before
 //! any change. On the live system rpm's own configuration is the system's: nothing is passed.
@@ -31,10 +31,15 @@ pub enum DbPath {
     Unknown(String),
 }
 
-/// OS ids whose release 8 and 9 keep the rpm database at `/var/lib/rpm`.
-fn keeps_it_in_var_lib_rpm(os: &OsRelease) -> bool {
-    ["ol", "rhel", "centos", "rocky", "almalinux"].contains(&os.id.as_str())
-        && matches!(os.major(), Some(8 | 9))
+/// Where an Enterprise Linux release keeps its rpm database (the platform table: 8 and 9 at
+/// `/var/lib/rpm`, 10 at `/usr/lib/sysimage/rpm`).
+fn where_it_keeps_it(os: &OsRelease) -> Option<&'static str> {
+    if !["ol", "rhel", "centos", "rocky", "almalinux"].contains(&os.id.as_str()) {
+        return None;
+    }
+    os.major()
+        .and_then(crate::platform::release)
+        .map(|r| r.rpmdb)
 }
 
 /// Where the root's database is, from the database directories found in it (as paths inside
@@ -51,12 +56,14 @@ pub(crate) fn decide(root: &Path, found: &[String], os: Option<&OsRelease>) -> D
         [] => {}
     }
     match os {
-        Some(os) if keeps_it_in_var_lib_rpm(os) => DbPath::Known(LOCATIONS[0].to_string()),
-        Some(os) => DbPath::Unknown(format!(
+        Some(os) => match where_it_keeps_it(os) {
+            Some(path) => DbPath::Known(path.to_string()),
+            None => DbPath::Unknown(format!(
             "install root {root} has no rpm database ({} hold none) and runs {}, whose rpm database location gpuhost does not know",
             LOCATIONS.join(", "),
             os.pretty_name
         )),
+        },
         None => DbPath::Unknown(format!(
             "install root {root} has no rpm database ({} hold none) and no /etc/os-release to tell where its OS keeps one",
             LOCATIONS.join(", ")
@@ -67,7 +74,7 @@ pub(crate) fn decide(root: &Path, found: &[String], os: Option<&OsRelease>) -> D
 /// What to do when the database's place is unknown.
 pub(crate) fn unknown_hint(root: &Path) -> String {
     format!(
-        "initialise the root's rpm database where its OS keeps it (Oracle Linux 8 and 9: rpm --root {} --dbpath /var/lib/rpm --initdb), or install the OS's release package into it first",
+        "initialise the root's rpm database where its OS keeps it (Oracle Linux 8 and 9: rpm --root {} --dbpath /var/lib/rpm --initdb; 10: --dbpath /usr/lib/sysimage/rpm), or install the OS's release package into it first",
         root.display()
     )
 }

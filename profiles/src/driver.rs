@@ -120,11 +120,16 @@ impl DriverSpec {
         Ok(())
     }
 
-    /// [`DriverSpec::validate`], plus what depends on the kernel flavour: NVIDIA builds its
-    /// precompiled streams for RHCK kernels only, so a precompiled stream on UEK is refused
-    /// before anything is changed.
-    pub(crate) fn validate_for(&self, profile: &str, flavour: Flavour) -> Result<()> {
+    /// [`DriverSpec::validate`], plus what depends on the release and the kernel flavour:
+    /// NVIDIA's EL10 packages are not modular (no stream to pick, no module package set), and
+    /// NVIDIA builds its precompiled streams for RHCK kernels only, so a precompiled stream on
+    /// UEK is refused before anything is changed.
+    pub(crate) fn validate_for(&self, profile: &str, major: u32, flavour: Flavour) -> Result<()> {
         self.validate(profile)?;
+        let modular = gpuhost_host::platform::release(major).is_none_or(|r| r.modular());
+        if !modular {
+            self.validate_plain(profile, major)?;
+        }
         let Some(stream) = &self.stream else {
             return Ok(());
         };
@@ -132,6 +137,24 @@ impl DriverSpec {
             return Err(invalid!(
                 "profile {profile}: key `driver.stream`: \"{stream}\" is a precompiled stream, and NVIDIA builds precompiled modules for RHCK kernels only, never for UEK; use a DKMS stream: {}-dkms, latest-dkms or open-dkms",
                 if stream == "latest" { "<branch>" } else { stream }
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl DriverSpec {
+    /// On a release whose NVIDIA packages are not modular (EL10): no `driver.stream` (it names
+    /// a module stream) and no `module` package set.
+    fn validate_plain(&self, profile: &str, major: u32) -> Result<()> {
+        if let Some(stream) = &self.stream {
+            return Err(invalid!(
+                "profile {profile}: key `driver.stream`: \"{stream}\" names an nvidia-driver module stream, but NVIDIA's packages for Oracle Linux {major} are not modular; remove driver.stream and set driver.flavour = \"open\" or \"proprietary\" (the branch is the local repo package's, held with dnf versionlock)"
+            ));
+        }
+        if self.install == InstallSet::Module {
+            return Err(invalid!(
+                "profile {profile}: key `driver.install`: \"module\" installs an nvidia-driver module profile, but NVIDIA's packages for Oracle Linux {major} are not modular; set driver.install = \"full\" (nvidia-open or cuda-drivers) or \"compute-only\""
             ));
         }
         Ok(())
@@ -192,12 +215,12 @@ mod tests {
             stream: Some("latest".into()),
             ..DriverSpec::default()
         };
-        let err = spec.validate_for("p", Flavour::Uek).err();
+        let err = spec.validate_for("p", 9, Flavour::Uek).err();
         assert!(
             err.as_ref().is_some_and(gpuhost_host::error::is_invalid),
             "{err:?}"
         );
         assert!(format!("{err:?}").contains("UEK"));
-        assert!(spec.validate_for("p", Flavour::Rhck).is_ok());
+        assert!(spec.validate_for("p", 9, Flavour::Rhck).is_ok());
     }
 }

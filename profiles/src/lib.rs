@@ -31,6 +31,8 @@ pub(crate) const BUILTIN: &[(&str, &str)] = &[
     ("ol8-rhck", include_str!("../ol8-rhck.toml")),
     ("ol9-uek", include_str!("../ol9-uek.toml")),
     ("ol9-rhck", include_str!("../ol9-rhck.toml")),
+    ("ol10-uek", include_str!("../ol10-uek.toml")),
+    ("ol10-rhck", include_str!("../ol10-rhck.toml")),
 ];
 
 /// How deep `extends` may nest.
@@ -299,10 +301,11 @@ impl Profile {
     /// Checks beyond types.
     fn validate(&self) -> Result<()> {
         let name = &self.name;
-        if !matches!(self.os.major, 8 | 9) {
+        if gpuhost_host::platform::release(self.os.major).is_none() {
             return Err(invalid!(
-                "profile {name}: key `os.major`: {} is not a supported Oracle Linux release (8 or 9)",
-                self.os.major
+                "profile {name}: key `os.major`: {} is not a supported Oracle Linux release (gpuhost provisions {})",
+                self.os.major,
+                gpuhost_host::platform::supported_text()
             ));
         }
         self.status.check_ranges(name)?;
@@ -330,7 +333,8 @@ impl Profile {
                 ));
             }
         }
-        self.driver.validate_for(name, self.kernel.flavour)?;
+        self.driver
+            .validate_for(name, self.os.major, self.kernel.flavour)?;
         let sb = &self.secure_boot;
         for (k, v) in [("key", &sb.key), ("cert", &sb.cert)] {
             if let Some(p) = v {
@@ -567,6 +571,8 @@ mod tests {
     #[case("ol8-rhck", Flavour::Rhck, 8)]
     #[case("ol9-uek", Flavour::Uek, 9)]
     #[case("ol9-rhck", Flavour::Rhck, 9)]
+    #[case("ol10-uek", Flavour::Uek, 10)]
+    #[case("ol10-rhck", Flavour::Rhck, 10)]
     fn every_builtin_profile_loads(
         #[case] name: &str,
         #[case] f: Flavour,

@@ -9,6 +9,7 @@ use anyhow::Result;
 
 use gpuhost_host::facts::Facts;
 use gpuhost_host::invalid;
+use gpuhost_host::platform::DriverPackaging;
 use gpuhost_nvidia::flavour::{self, Choice, ModuleFlavour};
 use gpuhost_nvidia::localrepo::LocalRepoFile;
 use gpuhost_nvidia::support::{self, Unchecked};
@@ -25,6 +26,9 @@ pub struct DriverPlan {
     /// The kernel module flavour, the stream, and why (one line, for `plan`).
     pub choice: Choice,
     pub install: InstallSet,
+    /// How NVIDIA packages the driver for the host's release: module streams (EL8, EL9) or
+    /// plain packages held with versionlock (EL10).
+    pub packaging: DriverPackaging,
     /// GPUs on PCI whose device id gpuhost's table lacks: whether the branch drives them was
     /// not checked (a warning in the report).
     pub unchecked: Vec<Unchecked>,
@@ -38,6 +42,11 @@ impl DriverPlan {
 
     pub fn kind(&self) -> StreamKind {
         StreamKind::of(&self.choice.stream)
+    }
+
+    /// True when NVIDIA's packages for the host's release are module streams.
+    pub fn modular(&self) -> bool {
+        self.packaging == DriverPackaging::Modular
     }
 
     /// What the plan found worth a look without stopping, one line each.
@@ -59,12 +68,24 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
     };
     let repo = LocalRepoFile::of_path(path)?;
     let file = path.file_name().unwrap_or_default().to_string_lossy();
-    let choice = flavour::choose(
+    let packaging = gpuhost_host::platform::release(profile.os.major)
+        .map_or(DriverPackaging::Modular, |r| r.packaging);
+    let mut choice = flavour::choose(
         spec.flavour,
         spec.stream.as_deref(),
         &facts.pci_gpus(),
         repo.branch(),
     )?;
+    if packaging == DriverPackaging::Plain {
+        // No module streams on EL10: the stream only names the kmod the flavour brings.
+        let kmod = StreamKind::of(&choice.stream)
+            .dkms_package()
+            .unwrap_or("kmod-nvidia-open-dkms");
+        choice.explanation = choice.explanation.replace(
+            &format!("nvidia-driver:{}", choice.stream),
+            &format!("{kmod}; EL10 has no module streams"),
+        );
+    }
     let branch = repo.branch();
     // A branch is accepted only if it drives every GPU on PCI (NVIDIA's lists, `support`).
     let unchecked = support::check(
@@ -96,6 +117,7 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
         repo,
         choice,
         install: spec.install,
+        packaging,
         unchecked,
     }))
 }

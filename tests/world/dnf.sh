@@ -16,6 +16,9 @@ for f in "$root"/etc/yum.repos.d/*.repo; do
     esac
   done < "$f"
 done
+# DNF_PLUGINCONF: a plugin configuration folder; then the versionlock plugin alone runs.
+plugins=(--noplugins)
+[ -n "${DNF_PLUGINCONF:-}" ] && plugins=("--setopt=pluginconfpath=$DNF_PLUGINCONF" "--disableplugin=*" --enableplugin=versionlock)
 exec dnf --installroot="$root" --releasever="$major" --setopt=reposdir="$root/etc/yum.repos.d" \
-  --config="$root/etc/dnf/dnf.conf" --noplugins --setopt=cachedir="$root/var/cache/dnf" \
+  --config="$root/etc/dnf/dnf.conf" "${plugins[@]}" --setopt=cachedir="$root/var/cache/dnf" \
   --setopt=logdir="$root/var/log" "${opts[@]}" "$@"

@@ -203,6 +203,10 @@ OSES = {
                 sysgcc_rel="22.0.1.el8_10", sysgcc_text="gcc (GCC) 8.5.0 20210514 (Red Hat 8.5.0-22.0.1)"),
     "ol9": dict(major="9", minor="4", dist="el9", codename="", sysgcc="11.4.1",
                 sysgcc_rel="3.0.1.el9", sysgcc_text="gcc (GCC) 11.4.1 20231218 (Red Hat 11.4.1-3.0.1)"),
+    # Oracle Linux 10: the system compiler is gcc 14 (RHEL 10.0 ships gcc 14.2.1-7.el10), and
+    # UEK8 on OL10 is built with it (no gcc-toolset: FIDELITY.md).
+    "ol10": dict(major="10", minor="0", dist="el10", codename="", sysgcc="14.2.1",
+                 sysgcc_rel="7.0.1.el10", sysgcc_text="gcc (GCC) 14.2.1 20250110 (Red Hat 14.2.1-7.0.1)"),
 }
 
 # kernel releases: (package, version, release, gcc text of the compiler that built it)
@@ -223,6 +227,13 @@ KERNELS = {
         ("kernel-uek", "5.15.0", "206.153.7.el9uek", UEK9_GCC, "ol9_UEKR7", True),
         ("kernel-uek", "6.12.0", "100.28.2.2.el9uek", UEKR8_GCC, "ol9_UEKR8", True),
         ("kernel", "5.14.0", "427.13.1.el9_4", OSES["ol9"]["sysgcc_text"], "ol9_baseos_latest", True),
+    ],
+    # OL10: UEK8 only (ol10_UEKR8), and RHCK 6.12.0-55 (ol10_baseos_latest); an older UEK8
+    # too, for the kernel-added and guard cases.
+    "ol10": [
+        ("kernel-uek", "6.12.0", "100.28.2.2.el10uek", OSES["ol10"]["sysgcc_text"], "ol10_UEKR8", True),
+        ("kernel-uek", "6.12.0", "103.40.4.3.el10uek", OSES["ol10"]["sysgcc_text"], "ol10_UEKR8", True),
+        ("kernel", "6.12.0", "55.9.1.el10_0", OSES["ol10"]["sysgcc_text"], "ol10_baseos_latest", True),
     ],
 }
 
@@ -332,7 +343,7 @@ def kernel_pkgs(os_, name, ver, rel, gcc_text, with_devel):
         out.append(Pkg(name, ver, rel, files=core_files, links=core_links, provides=provides))
     if with_devel:
         req = []
-        if split:
+        if split and name == "kernel-uek" and gcc_text != OSES[os_]["sysgcc_text"]:
             req = [f"gcc-toolset-{gmaj}-gcc"]   # kernel-uek-devel pulls the toolset in (NVIDIA's OL page)
         out.append(Pkg(f"{name}-devel", ver, rel,
                        files={f"/usr/src/kernels/{uname}/Makefile": kbuild_makefile(uname, gmaj),
@@ -524,12 +535,14 @@ def base_pkgs(os_):
     o = OSES[os_]
     d = o["dist"]
     m = o["major"]
-    relmap = {"ol8": ("8.10", "1.0.6.el8"), "ol9": ("9.4", "1.0.2.el9")}
+    relmap = {"ol8": ("8.10", "1.0.6.el8"), "ol9": ("9.4", "1.0.2.el9"), "ol10": ("10.0", "1.0.2.el10")}
     rv, rr = relmap[os_]
-    repos = {f"{os_}_baseos_latest": [], f"{os_}_appstream": [], f"{os_}_UEKR7": [],
+    repos = {f"{os_}_baseos_latest": [], f"{os_}_appstream": [],
              f"{os_}_developer_EPEL": [], "extra": []}
-    if m == "9":
-        repos["ol9_UEKR8"] = []
+    if m != "10":
+        repos[f"{os_}_UEKR7"] = []
+    if m != "8":
+        repos[f"{os_}_UEKR8"] = []
     base, app = repos[f"{os_}_baseos_latest"], repos[f"{os_}_appstream"]
     base.append(Pkg("oraclelinux-release", rv, rr, **os_release_files(os_)))
     libs = host_libs()
@@ -539,6 +552,12 @@ def base_pkgs(os_):
                 "libzstd": ("1.4.4" if m == "8" else "1.5.1", f"1.{d}" if m == "8" else f"2.{d}"),
                 "openssl-libs": ("1.1.1k" if m == "8" else "3.0.7", f"12.{d}_9" if m == "8" else f"27.0.1.{d}"),
                 "zlib": ("1.2.11", f"25.{d}" if m == "8" else f"40.{d}")}
+    if m == "10":
+        # RHEL/OL 10.0's versions.
+        lib_pkgs.update({"glibc": ("2.39", f"37.0.1.{d}"), "ncurses-libs": ("6.4", f"14.20240127.{d}"),
+                         "xz-libs": ("5.6.2", f"3.{d}"), "libzstd": ("1.5.5", f"9.{d}"),
+                         "openssl-libs": ("3.2.2", f"16.0.1.{d}"), "zlib-ng-compat": ("2.2.3", f"1.{d}")})
+        del lib_pkgs["zlib"]
     for pkg, (v, r) in lib_pkgs.items():
         extra = {"/etc/ld.so.conf": "include ld.so.conf.d/*.conf\n"} if pkg == "glibc" else {}
         links = {}
@@ -548,8 +567,9 @@ def base_pkgs(os_):
             extra = {"/etc/pki/tls/openssl.cnf": open(OPENSSL_CNF).read()}
             links = {f"{OPENSSLDIR}/openssl.cnf": "/etc/pki/tls/openssl.cnf"}
         base.append(Pkg(pkg, v, r, epoch=1 if pkg == "openssl-libs" else None,
-                        copies=libs.get(pkg, {}), files=extra, links=links,
-                        modes={p: 0o755 for p in libs.get(pkg, {})},
+                        copies=libs.get("zlib" if pkg == "zlib-ng-compat" else pkg, {}), files=extra,
+                        links=links, modes={p: 0o755 for p in libs.get("zlib" if pkg == "zlib-ng-compat" else pkg, {})},
+                        provides=["zlib"] if pkg == "zlib-ng-compat" else [],
                         requires=[] if pkg == "glibc" else ["glibc"]))
     # openssl (BaseOS): the real openssl binary (DKMS 3.x runs `openssl req` to make its MOK key
     # pair; NVIDIA's precompiled-kmod spec BuildRequires it).
@@ -557,18 +577,18 @@ def base_pkgs(os_):
     base.append(Pkg("openssl", ov, orel, epoch=1, copies={"/usr/bin/openssl": "/usr/bin/openssl"},
                     requires=[f"openssl-libs = 1:{ov}-{orel}", "glibc"]))
     # bash: the real (Debian) bash, and a static busybox for /bin/sh and the small tools.
-    base.append(Pkg("bash", "4.4.20" if m == "8" else "5.1.8", f"5.{d}" if m == "8" else f"9.{d}",
+    base.append(Pkg("bash", {"8": "4.4.20", "9": "5.1.8", "10": "5.2.26"}[m], {"8": f"5.{d}", "9": f"9.{d}", "10": f"6.{d}"}[m],
                     copies={"/bin/busybox": BUSYBOX, "/bin/bash": "/bin/bash"},
                     links={f"/bin/{a}": "busybox" for a in BUSYBOX_APPLETS},
                     provides=["/bin/sh", "/bin/bash"], requires=["glibc", "ncurses-libs"]))
     # systemd: the targets every unit hangs off (systemd-analyze verify --root needs them).
-    base.append(Pkg("systemd", "239" if m == "8" else "252", f"82.0.1.{d}" if m == "8" else f"32.0.1.{d}",
+    base.append(Pkg("systemd", {"8": "239", "9": "252", "10": "257"}[m], {"8": f"82.0.1.{d}", "9": f"32.0.1.{d}", "10": f"9.0.1.{d}"}[m],
                     files={f"/usr/lib/systemd/system/{t}.target": f"[Unit]\nDescription={t} (synthetic)\n"
                            for t in ("sysinit", "basic", "multi-user", "timers", "network-online",
                                      "shutdown", "default")}))
-    base.append(Pkg("make", "4.2.1" if m == "8" else "4.3", f"11.{d}" if m == "8" else f"8.{d}", epoch=1,
+    base.append(Pkg("make", {"8": "4.2.1", "9": "4.3", "10": "4.4.1"}[m], {"8": f"11.{d}", "9": f"8.{d}", "10": f"9.{d}"}[m], epoch=1,
                     copies={"/usr/bin/make": "/usr/bin/make"}, requires=["glibc"]))
-    base.append(Pkg("kmod", "25" if m == "8" else "28", f"20.{d}" if m == "8" else f"9.{d}",
+    base.append(Pkg("kmod", {"8": "25", "9": "28", "10": "31"}[m], {"8": f"20.{d}", "9": f"9.{d}", "10": f"8.{d}"}[m],
                     copies={"/usr/bin/kmod": "/usr/bin/kmod"},
                     links={f"/usr/sbin/{t}": "../bin/kmod" for t in ("depmod", "modinfo", "modprobe", "insmod",
                                                                      "rmmod", "lsmod")},
@@ -576,7 +596,7 @@ def base_pkgs(os_):
     base.append(Pkg("xz", "5.2.4" if m == "8" else "5.2.5", f"4.{d}" if m == "8" else f"8.{d}",
                     copies={"/usr/bin/xz": "/usr/bin/xz"}, requires=["xz-libs"]))
     (base if m == "8" else app).append(
-        Pkg("binutils", "2.30" if m == "8" else "2.35.2", f"123.0.1.{d}" if m == "8" else f"43.0.1.{d}",
+        Pkg("binutils", {"8": "2.30", "9": "2.35.2", "10": "2.41"}[m], {"8": f"123.0.1.{d}", "9": f"43.0.1.{d}", "10": f"53.0.1.{d}"}[m],
             copies={"/usr/bin/strip": os.path.realpath("/usr/bin/strip"), **libs.get("binutils", {})},
             modes={p: 0o755 for p in libs.get("binutils", {})}, requires=["glibc", "zlib", "libzstd"]))
     base.append(Pkg("infiniband-diags", "48.0" if m == "8" else "51.0", f"1.{d}",
@@ -591,7 +611,7 @@ def base_pkgs(os_):
                    requires=[f"gcc = {gv}-{gr}"]))
     toolsets = ((("11", "11.2.1", "9.1.0.2.el8", "gcc (GCC) 11.2.1 20220127 (Red Hat 11.2.1-9.1.0.2)"),
                  ("13", "13.2.1", "6.0.1.el8", "gcc (GCC) 13.2.1 20231205 (Red Hat 13.2.1-6.0.1)")) if m == "8"
-                else (("14", "14.2.1", "7.el9", UEKR8_GCC),))
+                else (("14", "14.2.1", "7.el9", UEKR8_GCC),) if m == "9" else ())
     for n, v, r, txt in toolsets:
         # gcc-toolset-N-runtime ships the `enable` script that puts the toolset first on PATH.
         app.append(Pkg(f"gcc-toolset-{n}-runtime", n, f"1.{d}",
@@ -607,7 +627,7 @@ def base_pkgs(os_):
         repos[repo] += pk
         if name == "kernel":
             newest_rhck = (ver, rel)
-            if m == "9":
+            if m != "8":
                 repos[repo].append(Pkg("kernel-devel-matched", ver, rel,
                                        requires=[f"kernel-devel = {ver}-{rel}", f"kernel-core = {ver}-{rel}"]))
     hv, hr = newest_rhck
@@ -626,6 +646,13 @@ def base_pkgs(os_):
             requires=["bash", "/bin/sh", "gcc", "make", "kmod", "xz", "binutils", "kernel-devel-uname-r"],
             # Fedora/EPEL dkms.spec since 3.0.10-2: "Recommend OpenSSL for MOK key management."
             recommends=["openssl"]))
+    if m == "10":
+        # dnf-plugins-core's versionlock plugin (BaseOS): NVIDIA's EL10 instructions hold a branch
+        # with it. Its lock list is gpuhost's to write (the real package also ships an empty
+        # %config(noreplace) versionlock.list; the world's builder has no %config).
+        base.append(Pkg("python3-dnf-plugin-versionlock", "4.7.0", f"8.{d}", arch="noarch",
+                        files={"/etc/dnf/plugins/versionlock.conf":
+                               "[main]\nenabled = 1\nlocklist = /etc/dnf/plugins/versionlock.list\n"}))
     # container tools
     ct = []
     if m == "8":
@@ -871,8 +898,9 @@ def nvidia_inner(os_, drv):
     dkms = dkms_pkg(drv, rel, "proprietary", E)
     opend = dkms_pkg(drv, rel, "open", E)
     pre = []
+    modular = os_ != "ol10"   # EL10: NVIDIA's packages are not modular (FIDELITY.md)
     for (name, kv, kr, _g, _repo, _dev) in KERNELS[os_]:
-        if name != "kernel":
+        if name != "kernel" or not modular:
             continue
         kshort = kr.rsplit(".", 1)[0]  # 553.16.1
         uname = f"{kv}-{kr}.x86_64"
@@ -908,7 +936,9 @@ def nvidia_inner(os_, drv):
     metas = [cuda_drivers]
     if branch >= 560:
         # NVIDIA's meta package for the open flavour: `dnf install nvidia-open` (Kernel Modules chapter).
-        metas.append(Pkg("nvidia-open", drv, "1",
+        # (EL10: epoch 3 and the dist tag, as NVIDIA's version-locking page lists it:
+        # "nvidia-open-3:575.51-1.fc41.*".)
+        metas.append(Pkg("nvidia-open", drv, rel if os_ == "ol10" else "1", epoch=E if os_ == "ol10" else None,
                          requires=[f"nvidia-driver = {E}:{drv}", f"nvidia-driver-cuda = {E}:{drv}",
                                    f"nvidia-settings = {E}:{drv}", f"kmod-nvidia-open-dkms = {E}:{drv}"]))
     streams = [(str(branch), pre), ("latest", pre), (f"{branch}-dkms", [dkms]), ("latest-dkms", [dkms]),
@@ -976,7 +1006,7 @@ data:
 ...
 """)
     pkgs = common + [dkms, opend] + pre + metas
-    return pkgs, "".join(docs)
+    return pkgs, ("".join(docs) if modular else None)
 
 
 # NVIDIA's local repo packages: (os, kind, rhel, name part, cuda version, driver).
@@ -989,7 +1019,11 @@ LOCAL_REPOS = [("ol8", "cuda", "rhel8", "12-2", "12.2.2", "535.104.05"),
                ("ol8", "driver", "rhel8", None, None, "580.82.07"),
                # day 2 (issue 23): the branch chain 535 → 550 → 570 → 580 on both releases
                ("ol9", "cuda", "rhel9", "12-4", "12.4.1", "550.54.15"),
-               ("ol8", "driver", "rhel8", None, None, "570.124.06")]
+               ("ol8", "driver", "rhel8", None, None, "570.124.06"),
+               # Oracle Linux 10 (issue 32): NVIDIA's EL10 driver-only local repos, not modular;
+               # 580.126.09 is the download page's example, 590.48.01 R590's first GA release.
+               ("ol10", "driver", "rhel10", None, None, "580.126.09"),
+               ("ol10", "driver", "rhel10", None, None, "590.48.01")]
 
 
 def local_repo_names(kind, rh, mm, cuda, drv):
@@ -1009,12 +1043,12 @@ def main():
     nvidia_test_key()
     jobs = []
     repo_dirs = {}   # dir -> modules yaml or None
-    for os_ in ("ol8", "ol9"):
+    for os_ in ("ol8", "ol9", "ol10"):
         repos, ct = base_pkgs(os_)
         d = OSES[os_]["dist"]
         repos["docker-ce-stable"] = docker_pkgs(d)
         repos["nvidia-container-toolkit"] = nct_pkgs()
-        repos[f"cuda-rhel{os_[-1]}-network"] = cuda_network_pkgs(d)
+        repos[f"cuda-rhel{OSES[os_]['major']}-network"] = cuda_network_pkgs(d)
         for rid, pkgs in repos.items():
             if rid == "extra":
                 # A site package that ships its own copy of R580's NSCQ library: beside an R570
@@ -1055,6 +1089,12 @@ def main():
     for root, _dirs, files in os.walk(f"{WORK}/aarch64"):
         for f in files:
             shutil.move(os.path.join(root, f), cl)
+    # NVIDIA's download page hands the EL10 driver-only local repos out without the package's
+    # version-release in the file name (nvidia-driver-local-repo-rhel10-580.126.09.x86_64.rpm).
+    for (os_, kind, rh, mm, cuda, drv) in LOCAL_REPOS:
+        if os_ == "ol10":
+            pkg, ver, rel, _d, _i = local_repo_names(kind, rh, mm, cuda, drv)
+            shutil.copy(f"{cl}/{pkg}-{ver}-{rel}.x86_64.rpm", f"{cl}/{pkg}.x86_64.rpm")
     good = f"cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm"
     os.makedirs(f"{cl}/tampered")
     os.makedirs(f"{cl}/not-an-rpm")

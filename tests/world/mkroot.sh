@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Makes a fresh install root from the test world (see README.md).
-# Usage: mkroot.sh WORLD ROOT --os ol8|ol9|ubuntu [--kernel KVER]... [--default-kernel KVER]
+# Usage: mkroot.sh WORLD ROOT --os ol8|ol9|ol10|ubuntu [--kernel KVER]... [--default-kernel KVER]
 #                  [--extra-rpm NAME]... [--no-repos]
 # KVER is a kernel release as `uname -r` prints it (5.15.0-200.131.27.el8uek.x86_64); the form
 # without the arch suffix is accepted too. ROOT must not exist or be empty.
 set -euo pipefail
 
-usage() { echo "usage: $0 WORLD ROOT --os ol8|ol9|ubuntu [--kernel KVER]... [--default-kernel KVER] [--extra-rpm NAME]... [--no-repos]" >&2; exit 2; }
+usage() { echo "usage: $0 WORLD ROOT --os ol8|ol9|ol10|ubuntu [--kernel KVER]... [--default-kernel KVER] [--extra-rpm NAME]... [--no-repos]" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 world=$(cd "$1" && pwd); root=$2; shift 2
 os=""; kernels=(); default=""; extras=(); repos=1
@@ -20,14 +20,22 @@ while [ $# -gt 0 ]; do
     *) usage;;
   esac
 done
-case $os in ol8|ol9|ubuntu) ;; *) usage;; esac
+case $os in ol8|ol9|ol10|ubuntu) ;; *) usage;; esac
 [ -f "$world/home/.rpmmacros" ] || { echo "mkroot: $world is not a built world" >&2; exit 1; }
 export HOME=$world/home
 mkdir -p "$root"
 root=$(cd "$root" && pwd)
 if [ -n "$(ls -A "$root")" ]; then echo "mkroot: $root is not empty" >&2; exit 1; fi
 
-mkdir -p "$root/etc" "$root/var/lib/rpm" "$root/var/log" "$root/var/cache" "$root/var/tmp" "$root/tmp" "$root/run"
+mkdir -p "$root/etc" "$root/var/lib" "$root/var/log" "$root/var/cache" "$root/var/tmp" "$root/tmp" "$root/run"
+if [ "$os" = ol10 ]; then
+  # EL10 keeps the rpm database in /usr/lib/sysimage/rpm; /var/lib/rpm is a link to it (as on
+  # RHEL 10 and Fedora).
+  mkdir -p "$root/usr/lib/sysimage/rpm"
+  ln -s ../../usr/lib/sysimage/rpm "$root/var/lib/rpm"
+else
+  mkdir -p "$root/var/lib/rpm"
+fi
 rpm --root "$root" --initdb
 # Image builders bind-mount /dev into the root; scriptlets and DKMS need at least /dev/null.
 # DKMS (a bash script) also wants /proc (mounted by whoever runs it: `unshare --mount-proc`) and
@@ -88,8 +96,8 @@ if [ $repos = 1 ]; then
   }
   repo oracle-linux-$os.repo ${os}_baseos_latest "Oracle Linux $major BaseOS Latest (\$basearch)"
   repo oracle-linux-$os.repo ${os}_appstream "Oracle Linux $major Application Stream (\$basearch)"
-  repo uek-$os.repo ${os}_UEKR7 "Latest Unbreakable Enterprise Kernel Release 7 for Oracle Linux $major (\$basearch)"
-  [ "$major" = 9 ] && repo uek-$os.repo ol9_UEKR8 "Latest Unbreakable Enterprise Kernel Release 8 for Oracle Linux 9 (\$basearch)"
+  [ "$major" != 10 ] && repo uek-$os.repo ${os}_UEKR7 "Latest Unbreakable Enterprise Kernel Release 7 for Oracle Linux $major (\$basearch)"
+  [ "$major" != 8 ] && repo uek-$os.repo ${os}_UEKR8 "Latest Unbreakable Enterprise Kernel Release 8 for Oracle Linux $major (\$basearch)"
   repo oracle-epel-$os.repo ${os}_developer_EPEL "Oracle Linux $major EPEL Packages for Development (\$basearch)"
   repo docker-ce.repo docker-ce-stable "Docker CE Stable - \$basearch"
   repo nvidia-container-toolkit.repo nvidia-container-toolkit "nvidia-container-toolkit"

@@ -39,6 +39,12 @@ pub const RHCK9: &str = "5.14.0-427.13.1.el9_4.x86_64";
 /// OL9 UEK8 (6.12, ol9_UEKR8): built with gcc 14.2.1 (gcc-toolset-14, which kernel-uek-devel
 /// requires); the kernel split into kernel-uek (meta), -core, -modules-core, -modules.
 pub const UEK9_8: &str = "6.12.0-100.28.2.2.el9uek.x86_64";
+/// OL10 UEK8 (6.12, ol10_UEKR8), older and newest: built with OL10's system gcc 14 (no
+/// toolset); split like OL9's UEK8.
+pub const UEK10_OLD: &str = "6.12.0-100.28.2.2.el10uek.x86_64";
+pub const UEK10: &str = "6.12.0-103.40.4.3.el10uek.x86_64";
+/// OL10 RHCK (ol10_baseos_latest; kernel-devel, kernel-devel-matched, kernel-headers).
+pub const RHCK10: &str = "6.12.0-55.9.1.el10_0.x86_64";
 
 /// File names of the NVIDIA CUDA local repo packages in `rpms/cuda-local/`.
 pub const CUDA_LOCAL_EL8_12_2: &str = "cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm";
@@ -53,6 +59,10 @@ pub const DRIVER_LOCAL_EL8_580: &str = "nvidia-driver-local-repo-rhel8-580.82.07
 /// The rest of the day-2 branch chain (issue 23): 550 on el9, 570 on el8.
 pub const CUDA_LOCAL_EL9_12_4: &str = "cuda-repo-rhel9-12-4-local-12.4.1_550.54.15-1.x86_64.rpm";
 pub const DRIVER_LOCAL_EL8_570: &str = "nvidia-driver-local-repo-rhel8-570.124.06-1.0-1.x86_64.rpm";
+/// NVIDIA's EL10 driver-only local repos, under the names NVIDIA's download page gives them
+/// (no version-release); not modular.
+pub const DRIVER_LOCAL_EL10_580: &str = "nvidia-driver-local-repo-rhel10-580.126.09.x86_64.rpm";
+pub const DRIVER_LOCAL_EL10_590: &str = "nvidia-driver-local-repo-rhel10-590.48.01.x86_64.rpm";
 pub const CUDA_LOCAL_EL8_12_2_AARCH64: &str =
     "cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.aarch64.rpm";
 
@@ -271,6 +281,7 @@ pub fn modinfo(path: &Path, field: &str) -> Option<String> {
 pub enum Os {
     Ol8,
     Ol9,
+    Ol10,
     Ubuntu,
 }
 
@@ -280,6 +291,7 @@ impl Os {
         match self {
             Os::Ol8 => "ol8",
             Os::Ol9 => "ol9",
+            Os::Ol10 => "ol10",
             Os::Ubuntu => "ubuntu",
         }
     }

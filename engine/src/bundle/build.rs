@@ -129,7 +129,10 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         created_at: fsutil::rfc3339(fsutil::unix_now()),
         profile: profile.name.clone(),
         os_major: major,
-        arch: gpuhost_steps::driver::host_arch().to_string(),
+        arch: facts
+            .arch
+            .clone()
+            .unwrap_or_else(|| gpuhost_host::arch::machine().to_string()),
         flavour: profile.kernel.flavour,
         kernels,
         fabric_manager: !facts.nvswitches.is_empty(),

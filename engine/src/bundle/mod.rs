@@ -186,7 +186,10 @@ impl Opened {
                 ));
             }
         }
-        let arch = gpuhost_steps::driver::host_arch();
+        let arch = facts
+            .arch
+            .clone()
+            .unwrap_or_else(|| gpuhost_host::arch::machine().to_string());
         if m.arch != arch {
             return Err(invalid!(
                 "bundle {shown} was made for {}, but this host is {arch}; {}",

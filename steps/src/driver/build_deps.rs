@@ -56,12 +56,10 @@ fn major_of(version: &str) -> Option<u32> {
     version.split('.').next()?.parse().ok()
 }
 
-/// The system gcc of an Oracle Linux release, for when gcc is not installed yet.
+/// The system gcc of an Oracle Linux release, for when gcc is not installed yet (the platform
+/// table: 8 on OL8, 11 on OL9, 14 on OL10).
 fn system_gcc_major(os_major: u32) -> u32 {
-    match os_major {
-        8 => 8,
-        _ => 11,
-    }
+    gpuhost_host::platform::release(os_major).map_or(11, |r| r.system_gcc)
 }
 
 /// What the step wants, worked out from the profile and the files of the served kernels.

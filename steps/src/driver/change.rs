@@ -145,6 +145,8 @@ pub(crate) fn plan_swap(
         .unwrap_or_default();
     let profile = module_profile(ctx);
     let module = match plan.install {
+        // EL10: no module streams.
+        _ if !plan.modular() => None,
         InstallSet::Module
             if state.enabled_stream() == Some(stream)
                 && state.profiles.iter().any(|p| p == profile) =>

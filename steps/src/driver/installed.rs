@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use super::set::SetStatus;
 use super::transition::{InstalledRepo, Transition};
+use super::DriverPlan;
 use crate::step::Ctx;
 use crate::swap::RepoPackage;
 use gpuhost_host::rpm::vercmp;
@@ -96,11 +97,11 @@ fn decide(ctx: &Ctx<'_>) -> Result<Transition> {
         }
     }
     let set = SetStatus::read(ctx, plan)?;
-    if let Some(other) = set.state.enabled_stream() {
-        if other != plan.stream() && !set.complete() {
+    if !set.complete() {
+        if let Some((from, to)) = other_flavour(ctx, plan, &set)? {
             return Ok(Transition::FlavourSwitch {
-                from: other.to_string(),
-                to: plan.stream().to_string(),
+                from,
+                to,
                 allowed: ctx.profile.driver.switch_stream,
                 repo_installed: ours,
             });
@@ -112,6 +113,36 @@ fn decide(ctx: &Ctx<'_>) -> Result<Transition> {
         Transition::Install
     })
 }
+
+/// The other flavour installed, and the wanted one: with module streams (EL8, EL9) the enabled
+/// `nvidia-driver` stream when it is another; without (EL10) the other flavour's DKMS kmod
+/// when it is installed.
+fn other_flavour(
+    ctx: &Ctx<'_>,
+    plan: &DriverPlan,
+    set: &SetStatus,
+) -> Result<Option<(String, String)>> {
+    if plan.modular() {
+        return Ok(set
+            .state
+            .enabled_stream()
+            .filter(|s| *s != plan.stream())
+            .map(|s| (s.to_string(), plan.stream().to_string())));
+    }
+    let others: Vec<&str> = DKMS_KMODS
+        .iter()
+        .copied()
+        .filter(|k| !set.kmods.iter().any(|w| w == k))
+        .collect();
+    let installed = ctx.installed(&others)?;
+    Ok(others
+        .into_iter()
+        .find(|k| installed.get(*k).is_some_and(|v| !v.is_empty()))
+        .map(|k| (k.to_string(), set.kmods.join(", "))))
+}
+
+/// NVIDIA's two DKMS kmod packages (proprietary, open).
+const DKMS_KMODS: [&str; 2] = ["kmod-nvidia-latest-dkms", "kmod-nvidia-open-dkms"];
 
 /// The driver family's package names in the installed local repo (its directory): what
 /// [`duplicates`] asks rpm about (in the run's one batched query).

@@ -52,7 +52,7 @@ fn make_log(ctx: &Ctx<'_>, kind: StreamKind, drv: &str, kver: &str) -> Option<(S
     [
         format!(
             "/var/lib/dkms/{name}/{drv}/{kver}/{}/log/make.log",
-            host_arch()
+            host_arch(ctx)
         ),
         format!("/var/lib/dkms/{name}/{drv}/build/make.log"),
     ]

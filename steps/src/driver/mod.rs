@@ -32,9 +32,11 @@ pub(crate) mod locks;
 pub(crate) mod module;
 pub(crate) mod nouveau;
 pub(crate) mod persistenced;
+pub(crate) mod plain;
 pub(crate) mod repo;
 pub(crate) mod set;
 pub mod transition;
+pub mod versionlock;
 pub use repo::local_repo_size;
 pub mod signing;
 
@@ -92,7 +94,11 @@ pub fn module_profile(ctx: &Ctx<'_>) -> &'static str {
     }
 }
 
-/// The machine architecture as rpm names it.
-pub fn host_arch() -> &'static str {
-    std::env::consts::ARCH
+/// The architecture of the host gpuhost provisions, as rpm names it: the machine's, or an
+/// install root's own (its rpm database's), never the build machine's.
+pub fn host_arch(ctx: &Ctx<'_>) -> String {
+    ctx.facts
+        .arch
+        .clone()
+        .unwrap_or_else(|| gpuhost_host::arch::machine().to_string())
 }

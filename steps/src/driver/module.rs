@@ -249,6 +249,9 @@ impl Step for Driver {
         if transition.driver_repo_first() {
             return Ok(Check::in_sync(transition.deferred_reason()));
         }
+        if !plan(ctx)?.modular() {
+            return super::plain::check(ctx, plan(ctx)?, &transition);
+        }
         let f = Found::read(ctx)?;
         let mut why = Vec::new();
         let Some(verb) = f.verb(&transition, &mut why)? else {

@@ -52,11 +52,12 @@ fn nvidia_driver_versions(files: &[String]) -> Vec<String> {
 /// Check the file itself before anything is installed from it.
 /// Returns the package's file list (its payload: the inner repo's RPMs among them).
 fn verify_file(
-    host: &gpuhost_host::host::Host,
+    ctx: &Ctx<'_>,
     path: &Path,
     name: &LocalRepoFile,
     sha256: Option<&str>,
 ) -> Result<Vec<String>> {
+    let (host, arch) = (ctx.host, host_arch(ctx));
     let shown = path.display();
     let mut f = match std::fs::File::open(path) {
         Ok(f) => f,
@@ -111,13 +112,10 @@ fn verify_file(
             out.stdout
         ));
     };
-    if *h_arch != host_arch() {
+    if *h_arch != arch {
         return Err(hinted(
-            format!(
-                "{shown} is built for {h_arch}, but this host is {}",
-                host_arch()
-            ),
-            format!("use NVIDIA's {} local repo package", host_arch()),
+            format!("{shown} is built for {h_arch}, but this host is {arch}"),
+            format!("use NVIDIA's {arch} local repo package"),
         ));
     }
     if *h_name != name.package
@@ -214,14 +212,14 @@ impl Step for DriverRepo {
             return Ok(Check::in_sync(NO_DRIVER));
         };
         let (path, name) = (&plan.path, &plan.repo);
-        fits_host(path, name, ctx.profile.os.major)?;
+        fits_host(path, name, ctx.profile.os.major, &host_arch(ctx))?;
         let transition = transition(ctx)?;
         if transition.repo_installed() {
             return installed_check(ctx, path, name, &transition);
         }
         // The file is what the user gave: anything wrong with it is invalid input (exit 2),
         // found before any step changes anything.
-        let files = verify_file(ctx.host, path, name, ctx.profile.driver.sha256.as_deref())
+        let files = verify_file(ctx, path, name, ctx.profile.driver.sha256.as_deref())
             .map_err(as_invalid)?;
         let verified = if ctx.profile.driver.sha256.is_some() {
             "SHA-256 verified"
@@ -255,7 +253,7 @@ impl Step for DriverRepo {
 }
 
 /// The package must be for this host's release and architecture (invalid input otherwise).
-fn fits_host(path: &Path, name: &LocalRepoFile, major: u32) -> Result<()> {
+fn fits_host(path: &Path, name: &LocalRepoFile, major: u32, arch: &str) -> Result<()> {
     let shown = path.display();
     if name.os_major != major {
         return Err(as_invalid(hinted(
@@ -272,14 +270,13 @@ fn fits_host(path: &Path, name: &LocalRepoFile, major: u32) -> Result<()> {
             },
         )));
     }
-    if name.arch != host_arch() {
+    if name.arch != arch {
         return Err(as_invalid(hinted(
             format!(
-                "{shown} is built for {}, but this host is {}",
-                name.arch,
-                host_arch()
+                "{shown} is built for {}, but this host is {arch}",
+                name.arch
             ),
-            format!("use NVIDIA's {} local repo package", host_arch()),
+            format!("use NVIDIA's {arch} local repo package"),
         )));
     }
     Ok(())

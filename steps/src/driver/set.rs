@@ -64,8 +64,9 @@ pub fn listed_streams(module: &str, stdout: &str) -> Vec<String> {
 /// NVIDIA's precompiled kmod package for a kernel: `kmod-nvidia-535.104.05-4.18.0-553.16.1`
 /// for `4.18.0-553.16.1.el8_10.x86_64` (the kernel release without its dist tag and arch).
 pub fn precompiled_kmod(driver: &str, kver: &str) -> String {
-    let k = kver
-        .strip_suffix(&format!(".{}", super::host_arch()))
+    let k = ["x86_64", "aarch64"]
+        .iter()
+        .find_map(|a| kver.strip_suffix(&format!(".{a}")))
         .unwrap_or(kver);
     let (version, release) = k.split_once('-').unwrap_or((k, ""));
     let short = release.rsplit_once('.').map_or(release, |(r, _dist)| r);

@@ -1,0 +1,128 @@
+//! `driver` on a release whose NVIDIA packages are not modular (EL10): NVIDIA's Driver
+//! Installation Guide (615, 620) installs `nvidia-open` (open modules) or `cuda-drivers`
+//! (proprietary), or `nvidia-driver-cuda` for a compute-only node, from the enabled repos, and
+//! holds the branch with the versionlock plugin ([`super::versionlock`]). Nothing
+//! module-related is run or written: no `dnf module`, no `/etc/dnf/modules.d`.
+//!
+//! The set is installed at the local repo's driver version; once it is, the branch lock is
+//! written (its lines name the installed packages' exact versions, so it follows the
+//! transaction). A flavour switch is the run's [`Transition::FlavourSwitch`]: one transaction.
+
+use anyhow::Result;
+
+use super::set::{set_packages, SetStatus};
+use super::versionlock::{self, PLUGIN};
+use super::{DriverPlan, InstallSet, Transition};
+use crate::step::{Change, Check, Ctx, FileWrite, Install, Work};
+use gpuhost_host::error::hinted;
+
+/// The packages named on dnf's command line: the set's (the meta package brings
+/// `nvidia-driver`), the kmod, and the versionlock plugin.
+fn specs(plan: &DriverPlan, set: &SetStatus) -> Vec<String> {
+    let mut out: Vec<String> = set_packages(plan)
+        .into_iter()
+        .filter(|p| plan.install == InstallSet::ComputeOnly || *p != "nvidia-driver")
+        .map(|p| format!("{p}-{}", plan.repo.driver))
+        .collect();
+    out.extend(
+        set.kmods
+            .iter()
+            .map(|k| format!("{k}-{}", plan.repo.driver)),
+    );
+    out.push(PLUGIN.to_string());
+    out
+}
+
+/// A check with one change.
+fn one(change: Change) -> Check {
+    Check {
+        changes: vec![change],
+        ..Check::default()
+    }
+}
+
+/// The `driver` step's check on EL10.
+pub(crate) fn check(ctx: &Ctx<'_>, plan: &DriverPlan, transition: &Transition) -> Result<Check> {
+    let set = SetStatus::read(ctx, plan)?;
+    let branch = plan.repo.branch();
+    let hold = format!("dnf versionlock '{}'", versionlock::pattern(branch));
+    if let Transition::FlavourSwitch {
+        from, to, allowed, ..
+    } = transition
+    {
+        if !allowed {
+            return Err(hinted(
+                format!(
+                    "{from} is installed, but this run wants {to} ({})",
+                    plan.choice.explanation
+                ),
+                "set driver.switch_stream = true to swap the set for the other flavour's in one transaction, or set driver.flavour to the installed one",
+            ));
+        }
+        let swap = super::change::plan_flavour_swap(ctx, plan)?;
+        return Ok(one(Change::new(
+            Work::SwapDriver(swap),
+            format!("{from} is installed (driver.switch_stream): one transaction swaps the set for {to}'s; then {hold}"),
+        )));
+    }
+    let plugin = !ctx.installed_one(PLUGIN)?.is_empty();
+    if !set.complete() || !plugin {
+        let mut why: Vec<String> = set.absent.iter().chain(&set.stale).cloned().collect();
+        if !plugin {
+            why.push(format!("{PLUGIN} not installed (it holds the branch)"));
+        }
+        why.push(format!(
+            "driver {} from {}",
+            plan.repo.driver, plan.repo.package
+        ));
+        why.push(plan.choice.explanation.clone());
+        why.push(format!("then {hold}"));
+        return Ok(one(Change::new(
+            Work::Install(Install {
+                specs: specs(plan, &set),
+                disable_excludes: super::locks::locked(ctx)?,
+                ..Install::default()
+            }),
+            why.join("; "),
+        )));
+    }
+    if let Some(change) = lock(ctx, plan, &set, &hold)? {
+        return Ok(one(change));
+    }
+    Ok(Check::in_sync(format!(
+        "{} installed ({}): {}; branch {branch} held ({hold}); {}",
+        set_packages(plan).join(", "),
+        plan.install,
+        set.names.join(", "),
+        plan.choice.explanation
+    )))
+}
+
+/// The branch lock, when the list does not hold exactly the installed set's lines.
+fn lock(ctx: &Ctx<'_>, plan: &DriverPlan, set: &SetStatus, hold: &str) -> Result<Option<Change>> {
+    let branch = plan.repo.branch();
+    let mut names = super::installed::family_in_repo(ctx, &plan.repo);
+    names.extend(set.names.iter().cloned());
+    names.sort();
+    names.dedup();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let installed: Vec<gpuhost_host::rpm::Installed> =
+        ctx.installed(&refs)?.into_values().flatten().collect();
+    let want = versionlock::lines(&installed, branch);
+    let existing = ctx.host.read_opt(versionlock::LIST)?.unwrap_or_default();
+    if versionlock::held(&existing) == want {
+        return Ok(None);
+    }
+    let content = versionlock::with_lock(&existing, &names, branch, &want);
+    Ok(Some(Change::new(
+        Work::Write {
+            file: FileWrite::new(versionlock::LIST, content, 0o644),
+            owes: None,
+        },
+        format!(
+            "branch {branch} not held: {hold} ({} packages at {})",
+            want.len(),
+            plan.repo.driver
+        ),
+    )))
+}

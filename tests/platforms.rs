@@ -1,0 +1,318 @@
+//! The platforms of issue 32 at the door and on day 1: Oracle Linux 10 (NVIDIA's packages not
+//! modular, the branch held with the versionlock plugin), minor releases of known majors
+//! accepted, unknown majors refused. Real rpm, dnf and DKMS against OL10 install roots of the
+//! test world; the lock list checked against the real dnf versionlock plugin
+//! (dnf-plugins-core).
+
+#![allow(clippy::panic)] // a test fails by panicking
+
+#[path = "world/mod.rs"]
+mod world;
+
+use std::process::Command;
+
+use rstest::rstest;
+use serde_json::Value;
+use world::{
+    code, report, stderr, step, Os, Root, World, CUDA_LOCAL_EL9_13_0, DRIVER_LOCAL_EL10_580,
+    DRIVER_LOCAL_EL10_590, RHCK10, UEK10, UEK9,
+};
+
+const LIST: &str = "/etc/dnf/plugins/versionlock.list";
+
+fn local(name: &str) -> String {
+    World::get().cuda_local(name).display().to_string()
+}
+
+/// The root without gpuhost's own lock and sqlite's shared-memory files (EL10 keeps the
+/// database under /usr/lib/sysimage/rpm).
+fn tree(root: &Root) -> String {
+    root.tree_snapshot()
+        .lines()
+        // gpuhost's own records (its lock, the journal of the refused run)
+        .filter(|l| !l.starts_with("var/lib/gpuhost"))
+        .filter(|l| !l.contains("rpmdb.sqlite-"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `gpuhost CMD --format json --profile P --set driver.local_repo_rpm=RPM EXTRA`.
+fn run(root: &Root, cmd: &str, profile: &str, rpm: &str, extra: &[&str]) -> (i32, Value, String) {
+    let set = format!("driver.local_repo_rpm={}", local(rpm));
+    let mut args = vec![cmd, "--format", "json", "--profile", profile, "--set", &set];
+    args.extend_from_slice(extra);
+    let o = root.gpuhost(&args);
+    (code(&o), report(&o), stderr(&o))
+}
+
+/// `args` on `root` exits 2 with `needle` in its one-line error (on stderr, or a failed step's
+/// reason in the JSON report) and changes nothing.
+fn refused(root: &Root, args: &[&str], needle: &str) {
+    let before = tree(root);
+    let rpmdb = root.rpmdb_snapshot();
+    let o = root.gpuhost(args);
+    let rep: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    let failed: Vec<String> = rep["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["outcome"] == "failed")
+        .map(|s| s["reason"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let err = format!("{}{}", stderr(&o), failed.join("\n"));
+    assert!(!err.trim().contains('\n'), "{args:?}: not one line: {err}");
+    assert_eq!(code(&o), 2, "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+    assert_eq!(
+        root.rpmdb_snapshot(),
+        rpmdb,
+        "{args:?}: rpm database changed"
+    );
+    assert_eq!(tree(root), before, "{args:?}: files changed");
+}
+
+/// The root's os-release with another VERSION_ID (and PLATFORM_ID's major).
+fn set_release(root: &Root, version: &str) {
+    let major = version.split('.').next().unwrap_or(version);
+    let osr: String = root
+        .read("/etc/os-release")
+        .lines()
+        .map(|l| {
+            if l.starts_with("VERSION_ID=") {
+                format!("VERSION_ID=\"{version}\"")
+            } else if l.starts_with("PLATFORM_ID=") {
+                format!("PLATFORM_ID=\"platform:el{major}\"")
+            } else if l.starts_with("PRETTY_NAME=") {
+                format!("PRETTY_NAME=\"Oracle Linux Server {version}\"")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    root.write("/etc/os-release", &format!("{osr}\n"));
+}
+
+/// A whole OL10 node on day 1, UEK8 and RHCK: the driver from NVIDIA's EL10 local repo
+/// (`nvidia-open`, the DKMS-built open module for the kernel, no module stream run or
+/// written), the branch held as NVIDIA's guide holds it, Docker CE and the toolkit from their
+/// EL10 repos; the second apply changes nothing and starts no dnf.
+#[rstest]
+#[case::uek(UEK10, "ol10-uek", "kernel-uek-devel")]
+#[case::rhck(RHCK10, "ol10-rhck", "kernel-devel-matched")]
+fn an_ol10_node_converges_without_module_streams(
+    #[case] kernel: &str,
+    #[case] base: &str,
+    #[case] headers: &str,
+) {
+    let root = Root::new(Os::Ol10, &[kernel]);
+    let profile = world::profile(base);
+    let (rc, rep, err) = run(&root, "apply", &profile, DRIVER_LOCAL_EL10_580, &[]);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    for s in rep["steps"].as_array().into_iter().flatten() {
+        assert_ne!(s["outcome"], "failed", "{s:#}");
+    }
+    assert!(root.installed(headers).is_some(), "{headers}");
+    assert!(root
+        .installed("nvidia-open")
+        .is_some_and(|v| v.starts_with("580.126.09")));
+    assert!(root.installed("kmod-nvidia-open-dkms").is_some());
+    assert!(root.installed("python3-dnf-plugin-versionlock").is_some());
+    assert!(root.installed("docker-ce").is_some());
+    assert!(root.installed("nvidia-container-toolkit").is_some());
+    assert_eq!(
+        root.nvidia_module_version(kernel).as_deref(),
+        Some("580.126.09"),
+        "the open module DKMS built for {kernel}"
+    );
+    // Nothing module-related: no dnf module command, no module state.
+    let commands = rep.to_string();
+    assert!(!commands.contains("dnf module") && !commands.contains("@nvidia-driver"));
+    assert!(!root
+        .join("/etc/dnf/modules.d/nvidia-driver.module")
+        .exists());
+    assert!(step(&rep, "driver")["reason"]
+        .as_str()
+        .is_some_and(|r| r.contains("versionlock '*nvidia*580*'")));
+    let list = root.read(LIST);
+    assert!(
+        list.contains("nvidia-open-3:580.126.09-1.el10.*")
+            && list.contains("kmod-nvidia-open-dkms-3:580.126.09-1.el10.*"),
+        "{list}"
+    );
+    // The second apply: nothing to do, no dnf.
+    let set = format!("driver.local_repo_rpm={}", local(DRIVER_LOCAL_EL10_580));
+    let (o, execs) = root.gpuhost_traced(&[
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        &profile,
+        "--set",
+        &set,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let rep = report(&o);
+    for s in rep["steps"].as_array().into_iter().flatten() {
+        assert_ne!(s["outcome"], "changed", "{s:#}");
+    }
+    if let Some(execs) = execs {
+        assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
+    }
+}
+
+/// What NVIDIA's EL10 packaging cannot do is refused at the door: a module stream, the module
+/// package set, an EL9 local repo package; each exits 2 with one line and changes nothing.
+#[rstest]
+#[case::stream(&["--set", "driver.stream=580-open"], DRIVER_LOCAL_EL10_580, "driver.flavour")]
+#[case::module_set(&["--set", "driver.install=module"], DRIVER_LOCAL_EL10_580, "driver.install = \"full\"")]
+#[case::el9_package(&["--format", "json"], CUDA_LOCAL_EL9_13_0, "is for RHEL 9 but this host runs Oracle Linux 10")]
+fn what_el10_packaging_cannot_do_is_refused(
+    #[case] extra: &[&str],
+    #[case] rpm: &str,
+    #[case] needle: &str,
+) {
+    let root = Root::new(Os::Ol10, &[UEK10]);
+    let set = format!("driver.local_repo_rpm={}", local(rpm));
+    let mut args = vec!["apply", "--profile", "ol10-uek", "--set", &set];
+    args.extend_from_slice(extra);
+    refused(&root, &args, needle);
+}
+
+/// A new minor release of a known major is not refused (OL 9.7, OL 10.1); a major gpuhost
+/// does not know (OL 11) is, with one line naming it, nothing changed.
+#[rstest]
+#[case::ol9_7(Os::Ol9, UEK9, "9.7", "ol9-uek", None)]
+#[case::ol10_1(Os::Ol10, UEK10, "10.1", "ol10-uek", None)]
+#[case::ol11(Os::Ol10, UEK10, "11.0", "ol10-uek", Some("runs Oracle Linux Server 11.0 but profile ol10-uek is for Oracle Linux 10; gpuhost supports Oracle Linux 8, 9 and 10"))]
+fn minor_releases_pass_and_unknown_majors_stop_at_the_door(
+    #[case] os: Os,
+    #[case] kernel: &str,
+    #[case] version: &str,
+    #[case] profile: &str,
+    #[case] refusal: Option<&str>,
+) {
+    let root = Root::new(os, &[kernel]);
+    set_release(&root, version);
+    let args = ["plan", "--profile", profile, "--set", "driver.manage=false"];
+    match refusal {
+        Some(needle) => refused(&root, &args, needle),
+        None => {
+            let o = root.gpuhost(&args);
+            assert_eq!(code(&o), 0, "{version}: {}", stderr(&o));
+        }
+    }
+}
+
+/// The real versionlock plugin (Debian's dnf-plugins-core), run by dnf against the root with a
+/// plugin configuration whose `locklist` is `list`: (output, success); None without the
+/// plugin (outside CI).
+fn plugin_dnf(root: &Root, list: &std::path::Path, args: &[&str]) -> Option<(String, bool)> {
+    let plugin = std::path::Path::new("/usr/lib/python3/dist-packages/dnf-plugins/versionlock.py");
+    if !plugin.exists() {
+        if std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_some() {
+            panic!("the dnf versionlock plugin is needed (apt-get install -y dnf-plugins-core)");
+        }
+        return None;
+    }
+    let conf = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        conf.path().join("versionlock.conf"),
+        format!("[main]\nenabled = 1\nlocklist = {}\n", list.display()),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut cmd = Command::new("bash");
+    cmd.arg(world::src_dir().join("dnf.sh"))
+        .arg(World::get().dir())
+        .arg(root.path())
+        .env("DNF_PLUGINCONF", conf.path());
+    let o = cmd
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("dnf: {e}"));
+    Some((
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        o.status.success(),
+    ))
+}
+
+/// gpuhost's lock lines are the plugin's own: for each package gpuhost locks, the real plugin's
+/// `dnf versionlock add NAME` writes the same line. And the list holds: with the 590 local
+/// repo's packages available, the plugin keeps dnf from moving the driver off 580 (without the
+/// list the same upgrade would take every driver package to 590).
+#[test]
+fn the_branch_lock_is_the_plugins_own_and_holds() {
+    let root = Root::new(Os::Ol10, &[UEK10]);
+    let (rc, rep, err) = run(
+        &root,
+        "apply",
+        "ol10-uek",
+        DRIVER_LOCAL_EL10_580,
+        &[
+            "--only",
+            "kernel,kernel-headers,driver-repo,build-deps,driver,kernel-module",
+        ],
+    );
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    let ours: Vec<String> = root
+        .read(LIST)
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(str::to_string)
+        .collect();
+    assert!(ours.len() >= 8, "{ours:?}");
+    let scratch = tempfile::NamedTempFile::new().unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<&str> = ours
+        .iter()
+        .filter_map(|l| l.split_once(':').and_then(|(ne, _)| ne.rsplit_once('-')))
+        .map(|(n, _)| n)
+        .collect();
+    let mut add = vec!["versionlock", "add"];
+    add.extend(names.iter().copied());
+    let Some((out, ok)) = plugin_dnf(&root, scratch.path(), &add) else {
+        return;
+    };
+    assert!(ok, "{out}");
+    let mut theirs: Vec<String> = std::fs::read_to_string(scratch.path())
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(str::to_string)
+        .collect();
+    theirs.sort();
+    let mut ours_sorted = ours.clone();
+    ours_sorted.sort();
+    assert_eq!(
+        ours_sorted, theirs,
+        "the plugin's lines for the same packages"
+    );
+    // The 590 packages become available: its local repo package installed beside the 580 one.
+    let o = root.rpm(&[
+        "-i",
+        "--nodeps",
+        "--force-debian",
+        &local(DRIVER_LOCAL_EL10_590),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let list = root.join(LIST);
+    let Some((held, ok)) = plugin_dnf(&root, &list, &["upgrade", "--assumeno", "nvidia-*"]) else {
+        return;
+    };
+    assert!(
+        ok && held.contains("Nothing to do"),
+        "the lock let 590 through: {held}"
+    );
+    let empty = tempfile::NamedTempFile::new().unwrap_or_else(|e| panic!("{e}"));
+    let Some((free, _)) = plugin_dnf(&root, empty.path(), &["upgrade", "--assumeno", "nvidia-*"])
+    else {
+        return;
+    };
+    assert!(
+        free.contains("Upgrading:") && free.contains("590.48.01-1.el10"),
+        "without the lock dnf would upgrade: {free}"
+    );
+}
