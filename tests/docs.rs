@@ -1027,3 +1027,43 @@ fn the_status_json_schema_names_every_field_status_prints() {
         "gpuhost status --format json prints keys health/README.md does not document: {missing:?}"
     );
 }
+
+/// docs/support-matrix.md is what `gpuhost generate support-matrix` makes from the code's own
+/// tables, and its "supported" rows are what the test world runs: the branches each release's
+/// table says are tested are exactly the drivers of the world's local repo packages for it
+/// (tests/world/gen.py, LOCAL_REPOS).
+#[test]
+fn the_support_matrix_is_generated_and_its_supported_rows_are_run() {
+    let o = Command::new(GPUHOST)
+        .args(["generate", "support-matrix"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let path = docs::workspace().join("docs/support-matrix.md");
+    let committed = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        committed,
+        stdout(&o),
+        "docs/support-matrix.md is stale: gpuhost generate support-matrix > docs/support-matrix.md"
+    );
+    let gen = std::fs::read_to_string(world::src_dir().join("gen.py")).unwrap();
+    let start = gen.find("LOCAL_REPOS = [").unwrap();
+    let list = &gen[start..start + gen[start..].find("]\n").unwrap()];
+    let mut world: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    for line in list.lines().filter(|l| l.contains("(\"ol")) {
+        let fields: Vec<&str> = line.split('"').collect();
+        let major: u32 = fields[1].trim_start_matches("ol").parse().unwrap();
+        let driver = fields.iter().rev().find(|f| f.contains('.')).unwrap();
+        let branch: u32 = driver.split('.').next().unwrap().parse().unwrap();
+        world.entry(major).or_default().insert(branch);
+    }
+    for r in gpuhost_host::platform::RELEASES {
+        let claimed: BTreeSet<u32> = r.tested_branches.iter().copied().collect();
+        assert_eq!(
+            world.get(&r.major),
+            Some(&claimed),
+            "Oracle Linux {}: the branches the matrix calls supported are the world's",
+            r.major
+        );
+    }
+}

@@ -316,3 +316,60 @@ fn the_branch_lock_is_the_plugins_own_and_holds() {
         "without the lock dnf would upgrade: {free}"
     );
 }
+
+/// Bad input about the machine stays at the door: a Grace superchip on an x86_64 root, a root
+/// holding packages of two architectures, the proprietary flavour of a branch without
+/// proprietary modules (R620; the file name is hypothetical: no R620 release is named in
+/// gpuhost's sources). Each exits 2 with one line naming it, nothing changed.
+#[test]
+fn machine_mismatches_stop_at_the_door() {
+    let grace = Root::new(Os::Ol10, &[UEK10]);
+    grace.add_pci_device("0000:01:00.0", 0x10de, 0x2941, 0x030200);
+    refused(
+        &grace,
+        &[
+            "plan",
+            "--profile",
+            "ol10-uek",
+            "--set",
+            "driver.manage=false",
+        ],
+        "GB200 (Grace Blackwell superchip), whose nodes are aarch64, but",
+    );
+    // An aarch64 kernel beside the x86_64 one (its files only: the world builds no aarch64
+    // kernel package).
+    let mixed = Root::new(Os::Ol10, &[UEK10]);
+    mixed.write(
+        "/lib/modules/6.12.0-103.40.4.3.el10uek.aarch64/vmlinuz",
+        "synthetic aarch64 kernel\n",
+    );
+    refused(
+        &mixed,
+        &[
+            "plan",
+            "--profile",
+            "ol10-uek",
+            "--set",
+            "driver.manage=false",
+        ],
+        "holds packages of two machine architectures: ",
+    );
+    let r620 = Root::new(Os::Ol9, &[UEK9]);
+    let set =
+        "driver.local_repo_rpm=/srv/nvidia-driver-local-repo-rhel9-620.10.01-1.0-1.x86_64.rpm";
+    for flavour in ["driver.flavour=proprietary", "driver.stream=620-dkms"] {
+        refused(
+            &r620,
+            &[
+                "plan",
+                "--profile",
+                "ol9-uek",
+                "--set",
+                set,
+                "--set",
+                flavour,
+            ],
+            "NVIDIA removed them in R620; set driver.flavour = \"open\"",
+        );
+    }
+}

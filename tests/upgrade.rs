@@ -450,10 +450,18 @@ fn a_refused_driver_change_leaves_the_old_driver_as_it_was() {
 /// The open ↔ proprietary switch on a converged node, there and back: one transaction each way
 /// (the new flavour's kmod in, the other's out, from the installed local repo), first refused in
 /// the middle with nothing changed.
-#[test]
-fn a_flavour_switch_there_and_back_converges() {
-    let node = Node::new(Os::Ol8, "ol8-rhck", RHCK8, true);
-    let (rc, rep) = node.apply(DRIVER_LOCAL_EL8_580, &[]);
+#[rstest]
+#[case::ol8_rhck_hgx(Os::Ol8, "ol8-rhck", RHCK8, DRIVER_LOCAL_EL8_580)]
+#[case::ol10_uek_hgx(Os::Ol10, "ol10-uek", UEK10, DRIVER_LOCAL_EL10_580)]
+fn a_flavour_switch_there_and_back_converges(
+    #[case] os: Os,
+    #[case] profile: &'static str,
+    #[case] kernel: &'static str,
+    #[case] rpm: &'static str,
+) {
+    let drv = driver_of(rpm);
+    let node = Node::new(os, profile, kernel, true);
+    let (rc, rep) = node.apply(rpm, &[]);
     assert_eq!(rc, 0, "{rep:#}");
     assert!(node.root.installed("kmod-nvidia-open-dkms").is_some());
     for (flavour, kmod, other) in [
@@ -472,7 +480,7 @@ fn a_flavour_switch_there_and_back_converges() {
         let protected = conf.replace("[main]\n", &format!("[main]\nprotected_packages={other}\n"));
         std::fs::write(&conf_path, &protected).unwrap_or_else(|e| panic!("{e}"));
         let rpmdb = node.root.rpmdb_snapshot();
-        let (rc, rep) = node.apply(DRIVER_LOCAL_EL8_580, &extra);
+        let (rc, rep) = node.apply(rpm, &extra);
         assert_eq!(rc, 1, "{flavour} with {other} protected: {rep:#}");
         assert!(
             reason(&rep, "driver").contains("nothing was changed"),
@@ -488,7 +496,7 @@ fn a_flavour_switch_there_and_back_converges() {
             "{other} is still the module's kmod"
         );
         std::fs::write(&conf_path, conf).unwrap_or_else(|e| panic!("{e}"));
-        let (rc, rep) = node.apply(DRIVER_LOCAL_EL8_580, &extra);
+        let (rc, rep) = node.apply(rpm, &extra);
         assert_eq!(rc, 0, "{flavour}: {rep:#}");
         let changes = step(&rep, "driver")["changes"].to_string();
         assert!(
@@ -498,10 +506,10 @@ fn a_flavour_switch_there_and_back_converges() {
         assert!(node
             .root
             .installed(kmod)
-            .is_some_and(|v| v.starts_with("580.82.07")));
+            .is_some_and(|v| v.starts_with(drv)));
         assert!(node.root.installed(other).is_none(), "{other} stays");
-        node.assert_on("580.82.07", DRIVER_LOCAL_EL8_580);
-        let a = args("apply", node.profile, DRIVER_LOCAL_EL8_580, &extra);
+        node.assert_on(drv, rpm);
+        let a = args("apply", node.profile, rpm, &extra);
         let refs: Vec<&str> = a.iter().map(String::as_str).collect();
         let (o, execs) = node.root.gpuhost_traced(&refs);
         assert_eq!(code(&o), 0, "{}", stderr(&o));

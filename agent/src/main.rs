@@ -3,6 +3,7 @@
 
 mod cloud_init;
 mod compat;
+mod matrix;
 mod output;
 
 use std::path::PathBuf;
@@ -154,6 +155,9 @@ enum Generate {
     /// Shell completions on stdout: commands and options; bash and zsh also complete --set
     /// with the profile keys and --profile with the built-in profiles.
     Completions { shell: clap_complete::Shell },
+    /// The support matrix (docs/support-matrix.md) on stdout, from gpuhost's own tables:
+    /// release × arch × kernel × module flavour × driver branch → supported, untested, refused.
+    SupportMatrix,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -164,7 +168,7 @@ enum Format {
 
 #[derive(clap::Args, Debug)]
 struct ApplyArgs {
-    /// A built-in profile (ol8-uek, ol8-rhck, ol9-uek, ol9-rhck) or a path to a .toml file
+    /// A built-in profile (ol8-uek, ol8-rhck, ol9-uek, ol9-rhck, ol10-uek, ol10-rhck) or a path to a .toml file
     /// (with --bundle: the bundle's own profile, which this may only name).
     #[arg(long, required_unless_present = "bundle")]
     profile: Option<String>,
@@ -247,7 +251,7 @@ struct RollbackArgs {
 
 #[derive(clap::Args, Debug)]
 struct BundleArgs {
-    /// A built-in profile (ol8-uek, ol8-rhck, ol9-uek, ol9-rhck) or a path to a .toml file.
+    /// A built-in profile (ol8-uek, ol8-rhck, ol9-uek, ol9-rhck, ol10-uek, ol10-rhck) or a path to a .toml file.
     #[arg(long)]
     profile: String,
     /// Override one profile key (repeatable), e.g. --set driver.stream=535-dkms
@@ -596,6 +600,10 @@ fn generate(what: &Generate) -> Result<()> {
         Generate::Completions { shell } => {
             let mut cmd = completion_command()?;
             clap_complete::generate(*shell, &mut cmd, "gpuhost", &mut out)
+        }
+        Generate::SupportMatrix => {
+            use std::io::Write as _;
+            out.write_all(matrix::markdown().as_bytes())?;
         }
     }
     Ok(())

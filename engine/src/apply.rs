@@ -241,6 +241,8 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     }
     // The driver's flavour, stream and package set: refused now when they cannot work.
     let driver_plan = gpuhost_steps::driver::resolve(&profile, &facts)?;
+    // After the driver's own checks (a branch that cannot drive the GPU says so first).
+    grace_fits(&facts, &host.root().display().to_string())?;
     if host.is_live() && !opts.dry_run && !is_root() {
         return Err(invalid!(
             "gpuhost apply changes the system and must run as root (gpuhost plan needs no root)"
@@ -350,14 +352,52 @@ fn fit_bundle(
     Ok(Some(format!("{e:#}")))
 }
 
-/// The host must be the Oracle Linux release and kernel flavour the profile is for.
-pub(crate) fn preflight(
-    host: &Host,
-    profile: &Profile,
-    facts: &Facts,
-    release_given: bool,
-) -> Result<()> {
+/// The machine fits the profile: one architecture in the root, an RHCK profile only where
+/// Oracle ships an RHCK for the architecture.
+fn machine_fits(facts: &Facts, profile: &Profile, root: &str) -> Result<()> {
+    if let Some(mixed) = &facts.mixed_arch {
+        return Err(invalid!("{mixed}"));
+    }
+    let Some(arch) = facts.arch.as_deref() else {
+        return Ok(());
+    };
+    if profile.kernel.flavour == Flavour::Rhck
+        && !gpuhost_host::platform::has_rhck(profile.os.major, arch)
+    {
+        return Err(invalid!(
+            "{root} is {arch}, and Oracle Linux {} ships no RHCK for {arch} (the UEK only); use --profile ol{}-uek",
+            profile.os.major,
+            profile.os.major
+        ));
+    }
+    Ok(())
+}
+
+/// A Grace superchip (GH200, GB200, GB300) sits in an aarch64 node: on a host of another
+/// architecture it is bad input (a root built for the wrong machine).
+fn grace_fits(facts: &Facts, root: &str) -> Result<()> {
+    let Some(arch) = facts.arch.as_deref().filter(|a| *a != "aarch64") else {
+        return Ok(());
+    };
+    let grace = facts
+        .gpus
+        .iter()
+        .find(|g| g.kind.as_ref().is_some_and(|k| k.grace));
+    match grace {
+        Some(g) => Err(invalid!(
+            "{} [10de:{}] is a {}, whose nodes are aarch64, but {root} is {arch}; build the image for aarch64 (an aarch64 root, dnf --forcearch=aarch64)",
+            g.address,
+            g.device_id,
+            g.kind.as_ref().map(|k| k.describe()).unwrap_or_default()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The host runs the Oracle Linux release the profile is for.
+fn os_fits(host: &Host, profile: &Profile, facts: &Facts) -> Result<()> {
     let root = host.root().display();
+    let supported = gpuhost_host::platform::supported_text();
     // On the machine itself (not an install root): image builds go through --root.
     let image_hint = if host.is_live() {
         "; to build an Oracle Linux image from this machine, run gpuhost on its install root with --root DIR"
@@ -366,14 +406,12 @@ pub(crate) fn preflight(
     };
     let Some(os) = &facts.os else {
         return Err(invalid!(
-            "{root} has no /etc/os-release: not an Oracle Linux system; gpuhost supports {}{image_hint}",
-            gpuhost_host::platform::supported_text()
+            "{root} has no /etc/os-release: not an Oracle Linux system; gpuhost supports {supported}{image_hint}"
         ));
     };
     if !os.is_oracle_linux() {
         return Err(invalid!(
-            "{root} runs {}, not Oracle Linux; gpuhost supports {}{image_hint}",
-            gpuhost_host::platform::supported_text(),
+            "{root} runs {}, not Oracle Linux; gpuhost supports {supported}{image_hint}",
             os.pretty_name
         ));
     }
@@ -384,10 +422,7 @@ pub(crate) fn preflight(
                 "; use --profile ol{m}-{}",
                 flavour_suffix(profile.kernel.flavour)
             ),
-            _ => format!(
-                "; gpuhost supports {}",
-                gpuhost_host::platform::supported_text()
-            ),
+            _ => format!("; gpuhost supports {supported}"),
         };
         return Err(invalid!(
             "{root} runs {} but profile {} is for Oracle Linux {}{suggestion}",
@@ -396,9 +431,19 @@ pub(crate) fn preflight(
             profile.os.major
         ));
     }
-    if let Some(mixed) = &facts.mixed_arch {
-        return Err(invalid!("{mixed}"));
-    }
+    Ok(())
+}
+
+/// The host must be the Oracle Linux release and kernel flavour the profile is for.
+pub(crate) fn preflight(
+    host: &Host,
+    profile: &Profile,
+    facts: &Facts,
+    release_given: bool,
+) -> Result<()> {
+    let root = host.root().display();
+    os_fits(host, profile, facts)?;
+    machine_fits(facts, profile, &root.to_string())?;
     let want = profile.kernel.flavour;
     let other = match want {
         Flavour::Uek => Flavour::Rhck,

@@ -1,7 +1,9 @@
 //! The machine architecture of the host gpuhost provisions: a fact of the host, never of the
-//! build machine. On the live system it is the machine's own; in an install root it is read
-//! from the root's rpm database (the architecture its packages are built for), so an aarch64
-//! image (a Grace node's) can be built from an x86_64 machine, with `dnf --forcearch`.
+//! build machine. On the live system it is the machine's own; in an install root it is what
+//! the root's packages are built for: the arch its installed kernels carry in their release
+//! (`….el10uek.aarch64`, as their packages installed them; no process needed, so a converged
+//! run still makes one rpm query), else the rpm database's packages. An aarch64 image (a Grace
+//! node's) can so be built from an x86_64 machine, with `dnf --forcearch`.
 
 use anyhow::Result;
 
@@ -62,10 +64,46 @@ pub fn of_rpm_list(text: &str) -> Arch {
     }
 }
 
-/// The host's architecture: the machine's on the live system, the rpm database's in a root.
-pub fn of_host(host: &Host) -> Result<Arch> {
+/// The arch a kernel release carries: `x86_64` of `6.12.0-103.40.4.3.el10uek.x86_64`,
+/// `aarch64` of `….el9uek.aarch64.64k` or RHEL's `….el9.aarch64+64k` (the 64k-page kernels).
+pub fn of_kernel(kver: &str) -> Option<&'static str> {
+    let k = kver
+        .strip_suffix(".64k")
+        .or_else(|| kver.strip_suffix("+64k"))
+        .unwrap_or(kver);
+    family(k.rsplit('.').next()?)
+}
+
+/// From the installed kernels: one arch, several (a mixed root), or none (no kernel).
+pub fn of_kernels(kernels: &[String]) -> Arch {
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for k in kernels {
+        if let Some(a) = of_kernel(k) {
+            if !seen.iter().any(|(s, _)| s == a) {
+                seen.push((a.to_string(), format!("kernel {k}")));
+            }
+        }
+    }
+    match seen.len() {
+        0 => Arch::Unknown,
+        1 => Arch::One(seen.remove(0).0),
+        _ => Arch::Mixed(seen),
+    }
+}
+
+/// The host's architecture: the machine's on the live system; in a root its kernels', else
+/// its rpm database's.
+pub fn of_host(host: &Host, kernels: &[String]) -> Result<Arch> {
     if host.is_live() {
         return Ok(Arch::One(machine().to_string()));
+    }
+    let by_kernels = of_kernels(kernels);
+    if by_kernels != Arch::Unknown {
+        return Ok(by_kernels);
+    }
+    // A root whose database cannot be told is refused elsewhere; rpm must not make one here.
+    if host.rpm_dbpath().is_err() || !host.exists(host.rpm_dbpath().unwrap_or_default()) {
+        return Ok(Arch::Unknown);
     }
     let out = host
         .rpm()
@@ -77,6 +115,28 @@ pub fn of_host(host: &Host) -> Result<Arch> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernels_carry_their_arch_64k_ones_too() {
+        assert_eq!(
+            of_kernel("6.12.0-103.40.4.3.el10uek.x86_64"),
+            Some("x86_64")
+        );
+        assert_eq!(
+            of_kernel("5.15.0-300.163.18.el9uek.aarch64.64k"),
+            Some("aarch64")
+        );
+        assert_eq!(
+            of_kernel("5.14.0-427.13.1.el9_4.aarch64+64k"),
+            Some("aarch64")
+        );
+        let both = vec![
+            "6.12.0-1.el10uek.x86_64".to_string(),
+            "6.12.0-1.el10uek.aarch64".to_string(),
+        ];
+        assert!(matches!(of_kernels(&both), Arch::Mixed(_)));
+        assert_eq!(of_kernels(&[]), Arch::Unknown);
+    }
 
     #[test]
     fn multilib_is_x86_64_and_two_machines_are_mixed() {

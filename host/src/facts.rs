@@ -100,7 +100,7 @@ impl Facts {
         let (gpus, nvswitches) = nvidia_pci(host)?;
         let nvlink5_switch_ports = nvlink5_switch_ports(host);
         let unsupported = unsupported(os.as_ref(), host);
-        let (arch, mixed_arch) = match crate::arch::of_host(host)? {
+        let (arch, mixed_arch) = match crate::arch::of_host(host, &installed)? {
             crate::arch::Arch::One(a) => (Some(a), None),
             crate::arch::Arch::Unknown => (None, None),
             crate::arch::Arch::Mixed(seen) => {

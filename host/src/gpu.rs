@@ -119,6 +119,8 @@ pub const PRODUCTS: &[(u16, &str, bool)] = &[
     (0x2335, "H200 SXM 141GB", false),
     (0x233b, "H200 NVL", false),
     (0x2342, "GH200 480GB", true),
+    // NVIDIA/open-gpu-kernel-modules README.md @565.57.01: "NVIDIA GH200 144G HBM3e".
+    (0x2348, "GH200 144G HBM3e", true),
     (0x2901, "B200", false),
     (0x29bc, "B100", false),
     (0x2941, "GB200", true),

@@ -35,6 +35,12 @@ pub struct Release {
     pub uek_compiler: &'static str,
     /// The machine architectures Oracle ships it for.
     pub arches: &'static [&'static str],
+    /// The architectures Oracle ships its RHCK for: Oracle Linux on aarch64 ships the UEK only
+    /// (Oracle Linux 8, 9 and 10 release notes: "ships with the UEK kernel only").
+    pub rhck_arches: &'static [&'static str],
+    /// The driver branches the test world runs on it (x86_64; tests/docs.rs checks them
+    /// against the world's local repo packages): the support matrix's "supported".
+    pub tested_branches: &'static [u32],
 }
 
 impl Release {
@@ -56,6 +62,8 @@ pub const RELEASES: [Release; 3] = [
         rhck: "4.18.0",
         uek_compiler: "gcc-toolset-11",
         arches: &["x86_64", "aarch64"],
+        rhck_arches: &["x86_64"],
+        tested_branches: &[535, 550, 560, 570, 580],
     },
     Release {
         major: 9,
@@ -67,6 +75,8 @@ pub const RELEASES: [Release; 3] = [
         rhck: "5.14.0",
         uek_compiler: "gcc-toolset-14 (UEK8), system gcc 11 (UEK7)",
         arches: &["x86_64", "aarch64"],
+        rhck_arches: &["x86_64"],
+        tested_branches: &[535, 550, 570, 580],
     },
     Release {
         major: 10,
@@ -78,12 +88,19 @@ pub const RELEASES: [Release; 3] = [
         rhck: "6.12.0",
         uek_compiler: "system gcc 14",
         arches: &["x86_64", "aarch64"],
+        rhck_arches: &["x86_64"],
+        tested_branches: &[580, 590],
     },
 ];
 
 /// The release of a major version, if gpuhost provisions it.
 pub fn release(major: u32) -> Option<&'static Release> {
     RELEASES.iter().find(|r| r.major == major)
+}
+
+/// True when Oracle ships its RHCK for `arch` on release `major`.
+pub fn has_rhck(major: u32, arch: &str) -> bool {
+    release(major).is_some_and(|r| r.rhck_arches.contains(&arch))
 }
 
 /// "Oracle Linux 8, 9 and 10": for messages.

@@ -156,6 +156,16 @@ pub fn choose(
     if let Some((g, k)) = misfit {
         return Err(misfit_error(flavour, g, k, &chosen_stream, &why));
     }
+    if flavour == ModuleFlavour::Proprietary
+        && branch > 0
+        && !crate::branches::has_proprietary(branch)
+    {
+        return Err(no_proprietary(
+            branch,
+            needs_proprietary.first().copied(),
+            &why,
+        ));
+    }
     if flavour == ModuleFlavour::Open && branch > 0 && branch < OPEN_SINCE_BRANCH {
         return Err(invalid!(
             "driver branch {branch} has no open kernel modules (they start with R{OPEN_SINCE_BRANCH}); use driver.stream = \"{}\" or a newer driver",
@@ -179,6 +189,23 @@ pub fn choose(
         stream: chosen_stream,
         explanation,
     })
+}
+
+/// The proprietary flavour asked of a branch that has none (R620 and later): bad input, naming
+/// the open flavour — or, when a GPU needs the proprietary modules, the last branch for it.
+fn no_proprietary(branch: u32, gpu: Option<&(&PciGpu, GpuKind)>, why: &str) -> anyhow::Error {
+    let removed = crate::branches::proprietary_removed_in();
+    match gpu {
+        Some((g, k)) => invalid!(
+            "{} [10de:{}] {} needs the proprietary kernel modules, and driver branch R{branch} has none (NVIDIA removed them in R{removed}); R580 is the last branch for Maxwell, Pascal and Volta: use a local repo package of driver branch 580",
+            g.address,
+            g.device_id,
+            k.describe()
+        ),
+        None => invalid!(
+            "the proprietary kernel modules ({why}) are not in driver branch R{branch}: NVIDIA removed them in R{removed}; set driver.flavour = \"open\" (and no proprietary driver.stream), or use a local repo package of a branch before R{removed}"
+        ),
+    }
 }
 
 /// The profile's explicit choice (`driver.flavour`, or the flavour `driver.stream` carries),
@@ -281,6 +308,23 @@ fn misfit_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn r620_refuses_the_proprietary_flavour_naming_the_open_one() {
+        let err = choose(FlavourSetting::Proprietary, None, &[], 620)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("R620") && err.contains("driver.flavour = \"open\""),
+            "{err}"
+        );
+        // A proprietary stream says the same; R615 still has them; R630 follows R620.
+        assert!(choose(FlavourSetting::Auto, Some("620-dkms"), &[], 620).is_err());
+        assert!(choose(FlavourSetting::Proprietary, None, &[], 615).is_ok());
+        assert!(choose(FlavourSetting::Proprietary, None, &[], 630).is_err());
+        assert!(choose(FlavourSetting::Open, None, &[], 630).is_ok());
+    }
     use gpuhost_host::error::is_invalid;
     use rstest::rstest;
 

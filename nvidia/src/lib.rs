@@ -5,6 +5,7 @@
 //! runs: CUDA versions, images, requirements ([`compat`]).
 //! Each rule cites the NVIDIA document or code it comes from.
 
+pub mod branches;
 pub mod compat;
 pub mod flavour;
 pub mod hgx;

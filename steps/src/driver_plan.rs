@@ -32,6 +32,8 @@ pub struct DriverPlan {
     /// GPUs on PCI whose device id gpuhost's table lacks: whether the branch drives them was
     /// not checked (a warning in the report).
     pub unchecked: Vec<Unchecked>,
+    /// A branch newer than gpuhost's branch table: the rule it was checked by (a warning).
+    pub newer_branch: Option<String>,
 }
 
 impl DriverPlan {
@@ -51,7 +53,11 @@ impl DriverPlan {
 
     /// What the plan found worth a look without stopping, one line each.
     pub fn warnings(&self) -> Vec<String> {
-        self.unchecked.iter().map(ToString::to_string).collect()
+        self.unchecked
+            .iter()
+            .map(ToString::to_string)
+            .chain(self.newer_branch.clone())
+            .collect()
     }
 }
 
@@ -119,6 +125,7 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
         install: spec.install,
         packaging,
         unchecked,
+        newer_branch: gpuhost_nvidia::branches::newer_than_table(branch),
     }))
 }
 

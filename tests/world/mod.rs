@@ -531,10 +531,13 @@ impl Root {
 
     /// Every path under the root, sorted, with its type, mode, size and a content hash
     /// (symlinks with their target; not followed). Compare two snapshots to prove a run left
-    /// the root untouched.
+    /// the root untouched. The rpm database's sqlite sidecar files (`rpmdb.sqlite-shm`,
+    /// `-wal`) are left out: any `rpm -q` touches them (gpuhost reads the root's architecture
+    /// from its database); the database itself is compared by [`Root::rpmdb_snapshot`].
     pub fn tree_snapshot(&self) -> String {
         let mut lines = Vec::new();
         walk(self.path(), self.path(), &mut lines);
+        lines.retain(|l| !l.contains("/rpmdb.sqlite-"));
         lines.sort();
         lines.join("\n")
     }
