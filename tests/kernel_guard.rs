@@ -12,29 +12,85 @@ mod support;
 #[path = "world/mod.rs"]
 mod world;
 
+use rstest::rstest;
 use serde_json::Value;
 use support::check;
 use world::{
-    code, report, Os, Root, World, CUDA_LOCAL_EL8_12_2, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD,
+    code, report, Os, Root, World, CUDA_LOCAL_EL8_12_2, DRIVER_LOCAL_EL10_580, UEK10,
+    UEK10_NO_DEVEL, UEK10_OLD, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD,
 };
 
 const DRIVER: &str = "535.104.05";
 const ONLY: &str = "kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module";
 
+/// One release's kernels and driver for the guard: a converged node on `old`, a newer UEK
+/// `new` whose headers the repos carry, and one (`no_devel`) whose headers no repo carries.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    os: Os,
+    profile: &'static str,
+    rpm: &'static str,
+    driver: &'static str,
+    old: &'static str,
+    new: &'static str,
+    no_devel: &'static str,
+}
+
+/// Oracle Linux 8, UEK7, a CUDA 12.2 local repo (modular).
+const OL8: Case = Case {
+    os: Os::Ol8,
+    profile: "ol8-uek",
+    rpm: CUDA_LOCAL_EL8_12_2,
+    driver: DRIVER,
+    old: UEK8_OLD,
+    new: UEK8_NEW,
+    no_devel: UEK8_NO_DEVEL,
+};
+
+/// Oracle Linux 10, UEK8, NVIDIA's EL10 driver-only local repo (not modular).
+const OL10: Case = Case {
+    os: Os::Ol10,
+    profile: "ol10-uek",
+    rpm: DRIVER_LOCAL_EL10_580,
+    driver: "580.126.09",
+    old: UEK10_OLD,
+    new: UEK10,
+    no_devel: UEK10_NO_DEVEL,
+};
+
 fn apply(root: &Root, extra: &[&str]) -> (i32, Value) {
-    let args = world::apply_args("ol8-uek", CUDA_LOCAL_EL8_12_2, ONLY, extra);
+    apply_case(&OL8, root, extra)
+}
+
+fn apply_case(c: &Case, root: &Root, extra: &[&str]) -> (i32, Value) {
+    let args = world::apply_args(c.profile, c.rpm, ONLY, extra);
     let o = root.gpuhost(&args.iter().map(String::as_str).collect::<Vec<_>>());
     (code(&o), report(&o))
 }
 
-/// `dnf install` of the UEK whose headers no repo carries, from its package file (as an admin
-/// would), and what the kernel's scriptlets then do ([`kernel_install_add`]).
+/// `dnf install` of the UEK whose headers no repo carries, from its package files (as an admin
+/// would; UEK8's meta package comes with its -core and -modules packages), and what the
+/// kernel's scriptlets then do ([`kernel_install_add`]).
 fn install_headerless_kernel(root: &Root) {
-    let rpm = World::get().extra_rpm(&format!("kernel-uek-{UEK8_NO_DEVEL}.rpm"));
-    let copy = root.join("/tmp/kernel-uek.rpm");
-    std::fs::copy(rpm, &copy).unwrap();
-    root.dnf_ok(&["-y", "install", &copy.display().to_string()]);
-    kernel_install_add(root, UEK8_NO_DEVEL);
+    install_headerless(&OL8, root);
+}
+
+fn install_headerless(c: &Case, root: &Root) {
+    let evr = world::evr(c.no_devel);
+    let mut files = Vec::new();
+    for part in ["", "-core", "-modules-core", "-modules"] {
+        let rpm = World::get().extra_rpm(&format!("kernel-uek{part}-{evr}.x86_64.rpm"));
+        if rpm.exists() {
+            let copy = root.join(&format!("/tmp/kernel-uek{part}.rpm"));
+            std::fs::copy(rpm, &copy).unwrap();
+            files.push(copy.display().to_string());
+        }
+    }
+    assert!(!files.is_empty(), "no kernel-uek {evr} in rpms/extra");
+    let mut args = vec!["-y", "install"];
+    args.extend(files.iter().map(String::as_str));
+    root.dnf_ok(&args);
+    kernel_install_add(root, c.no_devel);
 }
 
 /// What the kernel's scriptlets do on a real host after `dnf install kernel-uek`
@@ -65,28 +121,31 @@ fn status(root: &Root) -> (i32, Value) {
 }
 
 fn converged(kernels: &[&str]) -> Root {
-    let root = Root::new(Os::Ol8, kernels);
-    let (rc, rep) = apply(&root, &[]);
+    converged_case(&OL8, kernels)
+}
+
+fn converged_case(c: &Case, kernels: &[&str]) -> Root {
+    let root = Root::new(c.os, kernels);
+    let (rc, rep) = apply_case(c, &root, &[]);
     assert_eq!(rc, 0, "{rep:#}");
-    assert_eq!(
-        root.nvidia_module_version(UEK8_OLD).as_deref(),
-        Some(DRIVER)
-    );
+    assert_eq!(root.nvidia_module_version(c.old).as_deref(), Some(c.driver));
     root
 }
 
-#[test]
-fn a_newer_uek_from_plain_dnf_gets_headers_and_module_before_its_first_boot() {
-    let root = converged(&[UEK8_OLD]);
+#[rstest]
+#[case::ol8(OL8)]
+#[case::ol10(OL10)]
+fn a_newer_uek_from_plain_dnf_gets_headers_and_module_before_its_first_boot(#[case] c: Case) {
+    let root = converged_case(&c, &[c.old]);
     root.dnf_ok(&[
         "-y",
         "install",
-        &format!("kernel-uek-{}", world::evr(UEK8_NEW)),
+        &format!("kernel-uek-{}", world::evr(c.new)),
     ]);
-    kernel_install_add(&root, UEK8_NEW);
+    kernel_install_add(&root, c.new);
     assert_eq!(
         root.installed("kernel-uek-devel").as_deref(),
-        Some(world::evr(UEK8_OLD))
+        Some(world::evr(c.old))
     );
     // The next boot would lose the GPUs: status says so before the trigger runs.
     let (rc, st) = status(&root);
@@ -94,25 +153,22 @@ fn a_newer_uek_from_plain_dnf_gets_headers_and_module_before_its_first_boot() {
     let nb = check(&st, "driver.next_boot");
     assert_eq!(nb["severity"], "CRITICAL", "{nb:#}");
     assert!(
-        nb["value"].as_str().unwrap_or_default().contains(UEK8_NEW),
+        nb["value"].as_str().unwrap_or_default().contains(c.new),
         "{nb:#}"
     );
 
     // The trigger: the same apply, with the running (old) kernel as the target.
-    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    let (rc, rep) = apply_case(&c, &root, &["--kernel-release", c.old]);
     assert_eq!(rc, 0, "{rep:#}");
     assert!(
         root.installed_all("kernel-uek-devel")
             .iter()
-            .any(|v| v == world::evr(UEK8_NEW)),
+            .any(|v| v == world::evr(c.new)),
         "headers for the new kernel"
     );
-    assert_eq!(
-        root.nvidia_module_version(UEK8_NEW).as_deref(),
-        Some(DRIVER)
-    );
+    assert_eq!(root.nvidia_module_version(c.new).as_deref(), Some(c.driver));
     assert!(
-        saved_entry(&root).ends_with(UEK8_NEW),
+        saved_entry(&root).ends_with(c.new),
         "the new kernel stays the default"
     );
     assert_eq!(rep["kernel_guard"]["action"], "fine", "{rep:#}");
@@ -122,23 +178,27 @@ fn a_newer_uek_from_plain_dnf_gets_headers_and_module_before_its_first_boot() {
     assert_eq!(nb["severity"], "OK", "{nb:#}");
 }
 
-#[test]
-fn without_headers_in_any_repo_the_default_stays_on_the_old_kernel_and_status_says_why() {
-    let root = converged(&[UEK8_OLD]);
-    install_headerless_kernel(&root);
+#[rstest]
+#[case::ol8(OL8)]
+#[case::ol10(OL10)]
+fn without_headers_in_any_repo_the_default_stays_on_the_old_kernel_and_status_says_why(
+    #[case] c: Case,
+) {
+    let root = converged_case(&c, &[c.old]);
+    install_headerless(&c, &root);
 
-    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    let (rc, rep) = apply_case(&c, &root, &["--kernel-release", c.old]);
     assert_eq!(rc, 1, "{rep:#}");
     assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
     assert!(
-        saved_entry(&root).ends_with(UEK8_OLD),
+        saved_entry(&root).ends_with(c.old),
         "{}",
         saved_entry(&root)
     );
     let rec: Value =
         serde_json::from_str(&root.read("/var/lib/gpuhost/kernel-guard.json")).unwrap();
-    assert_eq!(rec["kernel"], UEK8_NO_DEVEL);
-    assert_eq!(rec["kept"], UEK8_OLD);
+    assert_eq!(rec["kernel"], c.no_devel);
+    assert_eq!(rec["kept"], c.old);
     assert!(
         rec["reason"]
             .as_str()
@@ -150,7 +210,7 @@ fn without_headers_in_any_repo_the_default_stays_on_the_old_kernel_and_status_sa
         rec["fix"]
             .as_str()
             .unwrap_or_default()
-            .contains(&format!("--kernel-release {UEK8_NO_DEVEL}")),
+            .contains(&format!("--kernel-release {}", c.no_devel)),
         "{rec:#}"
     );
     // The report carries the record's reason and fix.
@@ -162,10 +222,7 @@ fn without_headers_in_any_repo_the_default_stays_on_the_old_kernel_and_status_sa
     let g = check(&st, "driver.kernel_guard");
     assert_eq!(g["severity"], "CRITICAL");
     assert!(
-        g["value"]
-            .as_str()
-            .unwrap_or_default()
-            .contains(UEK8_NO_DEVEL),
+        g["value"].as_str().unwrap_or_default().contains(c.no_devel),
         "{g:#}"
     );
     assert!(
@@ -179,7 +236,7 @@ fn without_headers_in_any_repo_the_default_stays_on_the_old_kernel_and_status_sa
     assert_eq!(check(&st, "driver.next_boot")["severity"], "OK");
 
     // A second apply changes nothing and keeps the record.
-    let (_, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    let (_, rep) = apply_case(&c, &root, &["--kernel-release", c.old]);
     assert_eq!(rep["kernel_guard"]["action"], "fine", "{rep:#}");
     assert!(root.join("/var/lib/gpuhost/kernel-guard.json").exists());
 }
@@ -289,18 +346,19 @@ fn kernel_guard_false_lets_the_new_kernel_boot_and_status_is_critical() {
 /// The trigger as the host runs it: kernel-install's plugin queued `gpuhost kernel-added KVER`
 /// while the kernel's rpm transaction still held rpm's lock; it waits for the lock, then
 /// repeats the last converged apply (recorded by that apply), which serves the new default.
-#[test]
-#[allow(clippy::zombie_processes)] // the holder exits by itself after 2 s
-fn kernel_added_waits_for_the_rpm_transaction_then_repeats_the_last_apply() {
-    let root = converged(&[UEK8_OLD]);
+#[rstest]
+#[case::ol8(OL8)]
+#[case::ol10(OL10)]
+fn kernel_added_waits_for_the_rpm_transaction_then_repeats_the_last_apply(#[case] c: Case) {
+    let root = converged_case(&c, &[c.old]);
     let last: Value = serde_json::from_str(&root.read("/var/lib/gpuhost/last-apply.json")).unwrap();
-    assert_eq!(last["profile"], "ol8-uek", "{last:#}");
+    assert_eq!(last["profile"], c.profile, "{last:#}");
     root.dnf_ok(&[
         "-y",
         "install",
-        &format!("kernel-uek-{}", world::evr(UEK8_NEW)),
+        &format!("kernel-uek-{}", world::evr(c.new)),
     ]);
-    kernel_install_add(&root, UEK8_NEW);
+    kernel_install_add(&root, c.new);
     // A transaction still running: a process holds rpm's write lock for 2 s.
     let lock = root.join("/var/lib/rpm/.rpm.lock");
     let mut holder = std::process::Command::new("python3")
@@ -316,7 +374,7 @@ fn kernel_added_waits_for_the_rpm_transaction_then_repeats_the_last_apply() {
     let mut buf = [0u8; 5];
     std::io::Read::read_exact(&mut out, &mut buf).unwrap();
     let start = std::time::Instant::now();
-    let o = root.gpuhost(&["kernel-added", UEK8_NEW, "--format", "json"]);
+    let o = root.gpuhost(&["kernel-added", c.new, "--format", "json"]);
     let waited = start.elapsed();
     let rep = report(&o);
     assert_eq!(code(&o), 0, "{rep:#}");
@@ -327,14 +385,12 @@ fn kernel_added_waits_for_the_rpm_transaction_then_repeats_the_last_apply() {
     assert!(
         root.installed_all("kernel-uek-devel")
             .iter()
-            .any(|v| v == world::evr(UEK8_NEW)),
+            .any(|v| v == world::evr(c.new)),
         "headers for the new kernel"
     );
-    assert_eq!(
-        root.nvidia_module_version(UEK8_NEW).as_deref(),
-        Some(DRIVER)
-    );
-    assert!(saved_entry(&root).ends_with(UEK8_NEW));
+    assert_eq!(root.nvidia_module_version(c.new).as_deref(), Some(c.driver));
+    assert!(saved_entry(&root).ends_with(c.new));
+    let _ = holder.wait();
 }
 
 #[test]

@@ -233,6 +233,8 @@ KERNELS = {
     "ol10": [
         ("kernel-uek", "6.12.0", "100.28.2.2.el10uek", OSES["ol10"]["sysgcc_text"], "ol10_UEKR8", True),
         ("kernel-uek", "6.12.0", "103.40.4.3.el10uek", OSES["ol10"]["sysgcc_text"], "ol10_UEKR8", True),
+        # OL 10.1's UEK8, only in rpms/extra/ and without headers anywhere (the kernel guard).
+        ("kernel-uek", "6.12.0", "105.51.5.el10uek", OSES["ol10"]["sysgcc_text"], "extra", False),
         ("kernel", "6.12.0", "55.9.1.el10_0", OSES["ol10"]["sysgcc_text"], "ol10_baseos_latest", True),
     ],
 }

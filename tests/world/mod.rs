@@ -43,6 +43,8 @@ pub const UEK9_8: &str = "6.12.0-100.28.2.2.el9uek.x86_64";
 /// toolset); split like OL9's UEK8.
 pub const UEK10_OLD: &str = "6.12.0-100.28.2.2.el10uek.x86_64";
 pub const UEK10: &str = "6.12.0-103.40.4.3.el10uek.x86_64";
+/// OL10 UEK8 whose kernel RPMs exist only in `rpms/extra/` and whose headers exist nowhere.
+pub const UEK10_NO_DEVEL: &str = "6.12.0-105.51.5.el10uek.x86_64";
 /// OL10 RHCK (ol10_baseos_latest; kernel-devel, kernel-devel-matched, kernel-headers).
 pub const RHCK10: &str = "6.12.0-55.9.1.el10_0.x86_64";
 
