@@ -205,12 +205,14 @@ fn extract(
 }
 
 /// The `dnf shell` script: the local package first (dnf takes it only before other jobs),
-/// then the new set, then the removals, then one `run`.
+/// then the new set, then the removals, then one `run`. dnf splits each line as a POSIX shell
+/// would (`shlex`), so the package's path is quoted: a folder named `GPU BUNDLE 'x'` is one
+/// word.
 pub fn shell_script(s: &DriverSwap) -> String {
     let specs: Vec<String> = s.install.iter().map(RepoPackage::spec).collect();
     let mut out = String::new();
     if let Some(rpm) = &s.repo_rpm {
-        out.push_str(&format!("install {rpm}\n"));
+        out.push_str(&format!("install {}\n", shell_quoted(rpm)));
     }
     if !specs.is_empty() {
         out.push_str(&format!("install {}\n", specs.join(" ")));
@@ -220,6 +222,11 @@ pub fn shell_script(s: &DriverSwap) -> String {
     }
     out.push_str("run\n");
     out
+}
+
+/// `word` in single quotes, each `'` in it closed, escaped and reopened (`'\''`).
+fn shell_quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
 }
 
 /// `gpgcheck`/`gpgkey` for the scratch repo, as the new package's own `.repo` file says (its
