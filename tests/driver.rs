@@ -317,14 +317,7 @@ fn a_checksum_mismatch_installs_nothing() {
     );
     assert_eq!(rc, 0, "{rep:#}");
     let before = root.rpmdb_snapshot();
-    let sums = std::fs::read_to_string(World::get().cuda_local("SHA256SUMS")).unwrap_or_default();
-    let good = sums
-        .lines()
-        .find(|l| l.ends_with(CUDA_LOCAL_EL8_12_2))
-        .and_then(|l| l.split_whitespace().next())
-        .unwrap_or_default()
-        .to_string();
-    assert_eq!(good.len(), 64);
+    let good = World::get().sha256(CUDA_LOCAL_EL8_12_2);
     let tampered = format!("tampered/{CUDA_LOCAL_EL8_12_2}");
     let sha = format!("driver.sha256={good}");
     let (rc, rep) = apply(&root, "ol8-uek", &tampered, &["--set", &sha]);

@@ -157,14 +157,16 @@ fn unpredictable() -> String {
     hex(&Sha256::digest(seed.as_bytes())[..8])
 }
 
-/// Seconds since the Unix epoch.
 /// A new directory in the temporary directory (`$TMPDIR`), named `PREFIX.<pid>.<n>`, readable
-/// by its owner only; never one that already exists. Remove it with [`remove_temp_dir`].
+/// by its owner only; never one that already exists. Remove it with [`remove_temp_dir`]. Those
+/// of `prefix` that a killed gpuhost left (`kill -9` skips every cleanup) go first
+/// ([`remove_stale_temp_dirs`]).
 pub fn private_temp_dir(prefix: &str) -> Result<std::path::PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
     let tmp = std::env::temp_dir();
+    remove_stale_temp_dirs(&tmp, prefix);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -190,6 +192,37 @@ pub fn remove_temp_dir(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Remove the directories [`private_temp_dir`] made in `tmp` for `prefix` whose process is
+/// gone: this user's own directories (never a link, never another user's), named for a pid
+/// that no longer runs (best effort).
+pub fn remove_stale_temp_dirs(tmp: &Path, prefix: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix)?.strip_prefix('.'))
+            .and_then(|rest| rest.split('.').next()?.parse::<u32>().ok());
+        let Some(pid) = pid else { continue };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let path = e.path();
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me) {
+            tracing::debug!(
+                "removing {} (left by gpuhost pid {pid}, gone)",
+                path.display()
+            );
+            remove_temp_dir(&path);
+        }
+    }
+}
+
+/// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

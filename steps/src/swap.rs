@@ -109,6 +109,16 @@ pub fn swap_driver(host: &Host, s: &DriverSwap) -> Result<()> {
     result
 }
 
+/// Remove the scratch directory a swap killed mid-way (`kill -9`, a power cut) left behind:
+/// the new package's payload and its extracted repo, gigabytes on a real node. Every apply
+/// does, under its lock, whether or not it swaps.
+pub fn remove_left_scratch(host: &Host) -> Result<()> {
+    if host.remove_tree(SCRATCH)? {
+        tracing::info!("removed {SCRATCH}, left by a driver swap that was killed");
+    }
+    Ok(())
+}
+
 fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
     let script = scratch.join("swap.dnf");
     host.write_atomic(
