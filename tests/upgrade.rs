@@ -638,8 +638,14 @@ fn rollback_returns_to_the_previous_converged_driver() {
     let (rc, rep, err) = rollback(&[]);
     assert_eq!(rc, 0, "{err}\n{rep:#}");
     node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
-    std::fs::remove_file(&copy).unwrap_or_else(|e| panic!("{e}"));
+    // The journal's file is now another version's package under the 570 name: refused before
+    // any change (issue 34, item 5), not "580 → 570" keeping 580.
     let rpmdb = node.root.rpmdb_snapshot();
+    std::fs::copy(local(CUDA_LOCAL_EL9_13_0), &copy).unwrap_or_else(|e| panic!("{e}"));
+    let (rc, _, err) = rollback(&[]);
+    assert_eq!(rc, 2, "{err}");
+    assert_eq!(node.root.rpmdb_snapshot(), rpmdb);
+    std::fs::remove_file(&copy).unwrap_or_else(|e| panic!("{e}"));
     let (rc, _, err) = rollback(&[]);
     assert_eq!(rc, 2, "{err}");
     assert!(
