@@ -41,19 +41,27 @@ use crate::snapshot::{NvmlProbe, ProbeStatus};
 /// File recording a stuck probe: `<pid> <start time in clock ticks>`.
 pub const PID_FILE: &str = "nvml-probe.pid";
 
-/// Where the pid file lives: `$GPUHOST_RUN_DIR`, else `/run/gpuhost` as root, else
-/// `$XDG_RUNTIME_DIR/gpuhost`, else `/tmp/gpuhost-<uid>`; made when missing (`/run/gpuhost`
-/// 0755, for `gpuhost serve`'s socket; the others 0700, whatever the umask). A directory
-/// another user owns, a link, or one others may write in is refused: its records could make
-/// a healthy node CRITICAL or hang the caller. One of the caller's own with a wider mode is
-/// narrowed (`/tmp/gpuhost-<uid>` and `$XDG_RUNTIME_DIR/gpuhost` to 0700).
+/// The run directory, where the pid file and the other records live: `$GPUHOST_RUN_DIR`,
+/// else `/run/gpuhost` as root (where it can be made), else `$XDG_RUNTIME_DIR/gpuhost`, else
+/// `/tmp/gpuhost-<uid>`. Made when missing (`/run/gpuhost` 0755, for `gpuhost serve`'s
+/// socket; the others 0700), whatever the umask. A link, or a directory another user owns,
+/// is refused: its records could make a healthy node CRITICAL or hang the caller. One of the
+/// caller's own that others may write in is narrowed (`/tmp/gpuhost-<uid>` and
+/// `$XDG_RUNTIME_DIR/gpuhost` to 0700).
 pub fn run_dir() -> anyhow::Result<PathBuf> {
     let me = rustix::process::geteuid().as_raw();
     if let Some(d) = std::env::var_os("GPUHOST_RUN_DIR") {
         return own_dir(&PathBuf::from(d), 0o700, 0o022, me);
     }
+    let run = Path::new("/run/gpuhost");
     if me == 0 {
-        return own_dir(Path::new("/run/gpuhost"), 0o755, 0o022, me);
+        match own_dir(run, 0o755, 0o022, me) {
+            Ok(d) => return Ok(d),
+            // One that is there and refused stays refused; one that cannot be made (a
+            // read-only /run) leaves root the directories below, checked the same way.
+            Err(e) if run.symlink_metadata().is_ok() => return Err(e),
+            Err(e) => tracing::debug!("{e:#}: using the next run directory"),
+        }
     }
     if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
         return own_dir(&PathBuf::from(x).join("gpuhost"), 0o700, 0o077, me);
