@@ -284,6 +284,28 @@ fn a_probe_record_naming_another_program_is_not_a_stuck_probe() {
     assert!(!record.exists(), "the record naming pid 1 was kept");
 }
 
+/// FIFOs where the run directory's records are (`counters.json`, `nvml-probe.pid`,
+/// `boot-cache.json`), as root's `/run/gpuhost` could hold them: each is opened without
+/// blocking and passed over, and `status` answers at once (issue 34, item 6). (`counters.json`
+/// as a link to `/dev/zero` is the unit test of `read_own_file`: reading it unbounded, as
+/// before, would fill the memory of the machine that runs the test.)
+#[test]
+fn fifos_in_the_run_directory_are_not_read() {
+    let run = tempfile::tempdir().unwrap();
+    for f in ["counters.json", "nvml-probe.pid", "boot-cache.json"] {
+        assert!(Command::new("mkfifo")
+            .arg(run.path().join(f))
+            .status()
+            .unwrap()
+            .success());
+    }
+    let mut c = gpuhost(run.path());
+    c.args(["status", "--format", "json"]);
+    let o = support::output_within(c, 20);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_ne!(v["snapshot"]["nvml"]["status"], "stuck_earlier", "{v:#}");
+}
+
 /// A non-root `status` without `$XDG_RUNTIME_DIR` keeps its records in `/tmp/gpuhost-<uid>`.
 /// Another user who made that directory first, open to all, with a FIFO as `counters.json`
 /// and a record naming pid 1, neither hangs the caller nor makes it CRITICAL: the directory is
