@@ -20,9 +20,11 @@
 //! validation is reused for [`INFOROM_MAX_AGE_S`] (the InfoROM is written while the driver
 //! runs: the validation is repeated hourly); a corrupt one is never kept, nor a failed cuInit.
 //!
-//! The file is trusted only when it is a regular file owned by this user that nobody else can
-//! write, parses, and has this [`SCHEMA`]; anything else (a corrupt or foreign file) is
-//! ignored with a debug message and replaced at the next store.
+//! The file is trusted only when it is a regular file (not a link, opened without blocking)
+//! owned by this user that nobody else can write, of at most [`crate::probe::KEPT_MAX_BYTES`],
+//! parses, and has this [`SCHEMA`] (`gpuhost_host::fsutil::read_own_file`); anything else (a
+//! corrupt or foreign file, a FIFO) is ignored with a debug message and replaced at the next
+//! store.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
