@@ -45,17 +45,18 @@ pub const PID_FILE: &str = "nvml-probe.pid";
 /// else `/run/gpuhost` as root (where it can be made), else `$XDG_RUNTIME_DIR/gpuhost`, else
 /// `/tmp/gpuhost-<uid>`. Made when missing (`/run/gpuhost` 0755, for `gpuhost serve`'s
 /// socket; the others 0700), whatever the umask. A link, or a directory another user owns,
-/// is refused: its records could make a healthy node CRITICAL or hang the caller. One of the
-/// caller's own that others may write in is narrowed (`/tmp/gpuhost-<uid>` and
-/// `$XDG_RUNTIME_DIR/gpuhost` to 0700).
+/// is refused: its records could make a healthy node CRITICAL or hang the caller. One of
+/// gpuhost's own naming that others may write in is narrowed (`/tmp/gpuhost-<uid>` and
+/// `$XDG_RUNTIME_DIR/gpuhost` to 0700, `/run/gpuhost` to no write but its owner's);
+/// `$GPUHOST_RUN_DIR`, the operator's choice, may be root's too and keeps its mode.
 pub fn run_dir() -> anyhow::Result<PathBuf> {
     let me = rustix::process::geteuid().as_raw();
     if let Some(d) = std::env::var_os("GPUHOST_RUN_DIR") {
-        return own_dir(&PathBuf::from(d), 0o700, 0o022, me);
+        return own_dir(&PathBuf::from(d), 0o700, None, me);
     }
     let run = Path::new("/run/gpuhost");
     if me == 0 {
-        match own_dir(run, 0o755, 0o022, me) {
+        match own_dir(run, 0o755, Some(0o022), me) {
             Ok(d) => return Ok(d),
             // One that is there and refused stays refused; one that cannot be made (a
             // read-only /run) leaves root the directories below, checked the same way.
@@ -64,19 +65,22 @@ pub fn run_dir() -> anyhow::Result<PathBuf> {
         }
     }
     if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
-        return own_dir(&PathBuf::from(x).join("gpuhost"), 0o700, 0o077, me);
+        return own_dir(&PathBuf::from(x).join("gpuhost"), 0o700, Some(0o077), me);
     }
     own_dir(
         &PathBuf::from(format!("/tmp/gpuhost-{me}")),
         0o700,
-        0o077,
+        Some(0o077),
         me,
     )
 }
 
 /// `dir`, made with `mode` when missing (its parents as needed, 0700), else checked: a
-/// directory, not a link, owned by `me`; the `forbidden` bits of its mode taken away.
-fn own_dir(dir: &Path, mode: u32, forbidden: u32, me: u32) -> anyhow::Result<PathBuf> {
+/// directory, not a link, owned by `me`. One of gpuhost's own naming (`forbidden`: the bits
+/// others must not have) has those bits taken away. One the operator named
+/// (`$GPUHOST_RUN_DIR`, `forbidden` None) may be root's too, and its mode is left as it is (it
+/// may be `/tmp`): the files in it are read only when they are the caller's own.
+fn own_dir(dir: &Path, mode: u32, forbidden: Option<u32>, me: u32) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     if let Some(parent) = dir.parent().filter(|p| !p.exists()) {
         std::fs::DirBuilder::new()
@@ -103,14 +107,14 @@ fn own_dir(dir: &Path, mode: u32, forbidden: u32, me: u32) -> anyhow::Result<Pat
             gpuhost_host::fsutil::kind_of(m.file_type()).to_string(),
         ));
     }
-    if m.uid() != me {
+    if m.uid() != me && (forbidden.is_some() || m.uid() != 0) {
         return Err(refused(format!(
             "owned by uid {}, not by uid {me}",
             m.uid()
         )));
     }
     let now = m.mode() & 0o7777;
-    if now & forbidden != 0 {
+    if let Some(forbidden) = forbidden.filter(|f| now & f != 0) {
         // Ours (made under a umask of 000, or by hand), and no one else can replace it.
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(now & !forbidden))
             .map_err(|e| anyhow::anyhow!("cannot narrow the mode of {}: {e}", dir.display()))?;
@@ -773,6 +777,30 @@ pub(crate) mod tests {
 
     fn argv(cmd: &str) -> Vec<OsString> {
         vec!["/bin/sh".into(), "-c".into(), cmd.into()]
+    }
+
+    /// The operator's `$GPUHOST_RUN_DIR` keeps its mode (it may be `/tmp`, 1777: narrowing it
+    /// would lock every other user out of it); one of gpuhost's own naming is narrowed; a link
+    /// is refused.
+    #[test]
+    fn only_gpuhosts_own_run_directories_are_narrowed() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let me = rustix::process::geteuid().as_raw();
+        let mode = |d: &Path| std::fs::metadata(d).unwrap().permissions().mode() & 0o7777;
+        let shared = t.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        own_dir(&shared, 0o700, None, me).unwrap();
+        assert_eq!(mode(&shared), 0o1777);
+        own_dir(&shared, 0o700, Some(0o077), me).unwrap();
+        assert_eq!(mode(&shared), 0o1700);
+        let made = t.path().join("a/b/gpuhost-1");
+        own_dir(&made, 0o700, Some(0o077), me).unwrap();
+        assert_eq!(mode(&made), 0o700);
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&made, &link).unwrap();
+        assert!(own_dir(&link, 0o700, None, me).is_err());
     }
 
     /// Stands for a probe stuck in the driver: a process of this user's whose program is named
