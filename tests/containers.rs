@@ -631,3 +631,93 @@ fn an_unreachable_upstream_repo_says_to_use_a_local_mirror() {
     assert!(text(&d["hint"]).contains("local mirror directory"), "{d:#}");
     assert!(root.installed("docker-ce").is_none());
 }
+
+/// Every step, for `--only` (the world's site profile, a fresh root): the driver steps, then
+/// [`MINE`].
+fn every_step() -> String {
+    format!("kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module,fabric-manager,hgx-extras,persistenced,{MINE}")
+}
+
+/// A fresh OL8 root applied with every step, `site`'s profile and the world's 535 local repo
+/// package, after `spoil` did something to the root: exit 1, and the ids of the failed steps.
+fn fails_on(site: &Site, spoil: impl Fn(&Root)) -> (Root, Value, Vec<String>) {
+    let root = root_for(Os::Ol8);
+    spoil(&root);
+    let rpm = World::get().cuda_local(world::CUDA_LOCAL_EL8_12_2);
+    let set = format!("driver.local_repo_rpm={}", rpm.display());
+    let (rc, rep) = run(
+        &root,
+        "apply",
+        site,
+        &["--only", &every_step(), "--set", &set],
+    );
+    assert_eq!(rc, 1, "{rep:#}");
+    let failed = rep["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["outcome"] == "failed")
+        .map(|s| text(&s["id"]))
+        .collect();
+    (root, rep, failed)
+}
+
+/// An unreachable `docker.repo` URL on a fresh node, every step selected: dnf cannot read it
+/// in the first transaction (the local repo package's), which holds none of docker's packages.
+/// The failure is docker's, naming the repo and its key with the mirror hint, not
+/// `driver-repo`'s with dnf's raw text; driver-repo did not run (issue 34, item 8).
+#[test]
+fn an_unreachable_docker_repo_is_dockers_failure_with_the_mirror_hint() {
+    let site = site(Os::Ol8, "[docker]\nrepo = \"http://127.0.0.1:9/docker\"\n");
+    let (root, rep, failed) = fails_on(&site, |_| {});
+    assert_eq!(failed, ["docker"], "{rep:#}");
+    let d = step(&rep, "docker");
+    assert!(
+        text(&d["reason"]).contains(
+            "docker-ce-stable repo (http://127.0.0.1:9/docker, from docker.repo) cannot be read"
+        ),
+        "{d:#}"
+    );
+    assert!(text(&d["hint"]).contains("local mirror directory"), "{d:#}");
+    let r = step(&rep, "driver-repo");
+    assert!(
+        text(&r["reason"]).starts_with("not run: the package transaction failed on docker"),
+        "{r:#}"
+    );
+    assert!(root.installed("cuda-repo-rhel8-12-2-local").is_none());
+}
+
+/// The batched transaction (the kernel headers, the driver and docker's packages) fails on
+/// docker's (a package its mirror lists but no longer holds): docker fails; the steps the
+/// transaction kept from running are "not run", not failed (before: kernel-module failed with a
+/// DKMS hint, for want of the driver the transaction did not install) (issue 34, item 8).
+#[test]
+fn the_steps_a_failed_transaction_blocked_are_not_run() {
+    let site = site(Os::Ol8, "");
+    let (_root, rep, failed) = fails_on(&site, |root| {
+        let mirror = root.join("srv/repos/docker-ce-stable/Packages");
+        for e in std::fs::read_dir(mirror).into_iter().flatten().flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with("docker-ce-cli-")
+            {
+                std::fs::remove_file(e.path()).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    });
+    assert_eq!(failed, ["docker"], "{rep:#}");
+    for id in [
+        "nouveau",
+        "kernel-module",
+        "persistenced",
+        "daemon-json",
+        "services",
+    ] {
+        let s = step(&rep, id);
+        assert!(
+            s["outcome"] == "skipped"
+                && text(&s["reason"]).starts_with("not run: step docker failed"),
+            "{s:#}"
+        );
+    }
+}

@@ -317,14 +317,7 @@ fn a_checksum_mismatch_installs_nothing() {
     );
     assert_eq!(rc, 0, "{rep:#}");
     let before = root.rpmdb_snapshot();
-    let sums = std::fs::read_to_string(World::get().cuda_local("SHA256SUMS")).unwrap_or_default();
-    let good = sums
-        .lines()
-        .find(|l| l.ends_with(CUDA_LOCAL_EL8_12_2))
-        .and_then(|l| l.split_whitespace().next())
-        .unwrap_or_default()
-        .to_string();
-    assert_eq!(good.len(), 64);
+    let good = World::get().sha256(CUDA_LOCAL_EL8_12_2);
     let tampered = format!("tampered/{CUDA_LOCAL_EL8_12_2}");
     let sha = format!("driver.sha256={good}");
     let (rc, rep) = apply(&root, "ol8-uek", &tampered, &["--set", &sha]);
@@ -354,30 +347,105 @@ fn a_checksum_mismatch_installs_nothing() {
 #[case::wrong_os(CUDA_LOCAL_EL9_12_2, "RHEL 9")]
 fn bad_local_repo_files_are_one_line_errors(#[case] rpm: &str, #[case] needle: &str) {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
-    // The root's files but gpuhost's own (its lock) and rpm's sqlite files (the rpmdb is
-    // compared by content).
-    let files = |r: &Root| -> Vec<String> {
-        r.tree_snapshot()
-            .lines()
-            .filter(|l| !l.starts_with("var/lib/rpm/") && !l.starts_with("var/lib/gpuhost"))
-            .map(str::to_string)
-            .collect()
-    };
-    let (before, rpmdb) = (files(&root), root.rpmdb_snapshot());
-    let (rc, rep) = apply(&root, "ol8-uek", rpm, &[]);
-    // The driver file is the user's input, checked before any change: exit 2.
+    refused_before_any_change(&root, rpm, &[], needle);
+    assert!(root.installed("cuda-repo-rhel8-12-2-local").is_none());
+    assert!(root.installed("cuda-repo-rhel9-12-2-local").is_none());
+}
+
+/// The root's files but gpuhost's own (its lock) and rpm's sqlite files (the rpmdb is compared
+/// by content).
+fn root_files(r: &Root) -> Vec<String> {
+    r.tree_snapshot()
+        .lines()
+        .filter(|l| !l.starts_with("var/lib/rpm/") && !l.starts_with("var/lib/gpuhost"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// An apply with `rpm` is refused as invalid input (exit 2) by `driver-repo`, with a one-line
+/// reason holding `needle` and a hint, before any change: found before any change
+/// (docs/reliability.md, "bad input found before any change"), not even the kernel headers
+/// that come before driver-repo were installed, and no file of the root changed.
+fn refused_before_any_change(root: &Root, rpm: &str, extra: &[&str], needle: &str) -> String {
+    let (before, rpmdb) = (root_files(root), root.rpmdb_snapshot());
+    let (rc, rep) = apply(root, "ol8-uek", rpm, extra);
     assert_eq!(rc, 2, "{rep:#}");
     let s = step(&rep, "driver-repo");
     assert_eq!(s["outcome"], "failed", "{s:#}");
     let why = reason(&rep, "driver-repo");
     assert!(why.contains(needle) && !why.contains('\n'), "{why}");
     assert!(s["hint"].as_str().is_some_and(|h| !h.is_empty()), "{s:#}");
-    assert!(root.installed("cuda-repo-rhel8-12-2-local").is_none());
-    assert!(root.installed("cuda-repo-rhel9-12-2-local").is_none());
-    // Found before any change (docs/reliability.md, "bad input found before any change"): not even the
-    // kernel headers that come before driver-repo were installed.
     assert_eq!(root.rpmdb_snapshot(), rpmdb, "the rpm database changed");
-    assert_eq!(files(&root), before, "the root's files changed");
+    assert_eq!(root_files(root), before, "the root's files changed");
+    why
+}
+
+/// A copy of the world's local repo package `name` under its own name in `dir`, with
+/// `damage` done to its bytes (none: `|_| {}`).
+fn damaged_copy(dir: &std::path::Path, name: &str, damage: fn(&mut Vec<u8>)) -> String {
+    let mut bytes = std::fs::read(local(name)).unwrap_or_else(|e| panic!("{e}"));
+    damage(&mut bytes);
+    let copy = dir.join(name);
+    std::fs::write(&copy, bytes).unwrap_or_else(|e| panic!("{e}"));
+    copy.display().to_string()
+}
+
+/// A package in a folder whose name holds a quote and spaces (the documented bundle stick
+/// `GPU BUNDLE 'x'`) is read by no tool as a pattern: installed, then swapped for another
+/// driver's from there (issue 34, item 8).
+#[test]
+fn a_package_in_a_folder_named_with_a_quote_installs_and_swaps() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let stick = dir.path().join("GPU BUNDLE 'x'");
+    std::fs::create_dir_all(&stick).unwrap_or_else(|e| panic!("{e}"));
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let only = ["--only", "driver-repo"];
+    let first = damaged_copy(&stick, CUDA_LOCAL_EL8_12_4, |_| {});
+    let (rc, rep) = apply(&root, "ol8-uek", &first, &only);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(root.installed("cuda-repo-rhel8-12-4-local").is_some());
+    let next = damaged_copy(&stick, CUDA_LOCAL_EL8_12_2, |_| {});
+    let extra = [&only[..], &["--set", "driver.replace_local_repo=true"]].concat();
+    let (rc, rep) = apply(&root, "ol8-uek", &next, &extra);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(root.installed("cuda-repo-rhel8-12-4-local").is_none());
+    assert!(root.installed("cuda-repo-rhel8-12-2-local").is_some());
+}
+
+/// A local repo package cut short (a download interrupted: the payload truncated behind an
+/// intact header) or with bytes of its payload changed (a disk error) is bad input: exit 2,
+/// naming the file and what `rpm -K` found bad, before any change (issue 34, items 4 and 8).
+#[rstest]
+#[case::truncated(|b: &mut Vec<u8>| b.truncate(b.len() - 300))]
+#[case::corrupted(|b: &mut Vec<u8>| {
+    let at = b.len() - 2000;
+    b[at..at + 4].copy_from_slice(b"XXXX");
+})]
+fn a_damaged_local_repo_package_is_bad_input_naming_the_damage(#[case] damage: fn(&mut Vec<u8>)) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let copy = damaged_copy(dir.path(), CUDA_LOCAL_EL8_12_2, damage);
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let why = refused_before_any_change(&root, &copy, &[], "rpm -K");
+    assert!(why.contains(&copy) && why.contains("digest: BAD"), "{why}");
+}
+
+/// The same damage in the package of a driver swap is found before the swap makes its scratch
+/// copy under /var/cache/gpuhost (issue 34, item 8): exit 2, the installed driver as it was.
+#[test]
+fn a_truncated_package_for_a_driver_swap_is_refused_before_the_scratch_copy() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let only = ["--only", "driver-repo"];
+    let (rc, rep) = apply(&root, "ol8-uek", CUDA_LOCAL_EL8_12_4, &only);
+    assert_eq!(rc, 0, "{rep:#}");
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let copy = damaged_copy(dir.path(), CUDA_LOCAL_EL8_12_2, |b| {
+        b.truncate(b.len() - 300)
+    });
+    let extra = [&only[..], &["--set", "driver.replace_local_repo=true"]].concat();
+    let why = refused_before_any_change(&root, &copy, &extra, "rpm -K");
+    assert!(why.contains(&copy), "{why}");
+    assert!(!root.join("var/cache/gpuhost").exists());
+    assert!(root.installed("cuda-repo-rhel8-12-4-local").is_some());
 }
 
 #[test]

@@ -219,17 +219,17 @@ fn hung_probe_is_driver_unresponsive_and_not_piled_up() {
 #[test]
 fn a_probe_still_stuck_from_an_earlier_run_blocks_a_new_one() {
     let run = tempfile::tempdir().unwrap();
-    // Stands for an earlier run's probe stuck in the driver.
-    let mut stuck = Command::new("sleep").arg("30").spawn().unwrap();
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", stuck.id())).unwrap();
-    let start = stat[stat.rfind(')').unwrap() + 1..]
-        .split_whitespace()
-        .nth(19)
-        .unwrap()
-        .to_string();
+    // Stands for an earlier run's probe stuck in the driver: a real probe, held 30 s by the
+    // hung-driver drill.
+    let mut stuck = gpuhost(run.path())
+        .args(["status", "--nvml-probe"])
+        .env("GPUHOST_PROBE_DELAY_MS", "30000")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     std::fs::write(
         run.path().join("nvml-probe.pid"),
-        format!("{} {start}\n", stuck.id()),
+        format!("{} {}\n", stuck.id(), start_time(stuck.id())),
     )
     .unwrap();
     let t = Instant::now();
@@ -255,6 +255,108 @@ fn a_probe_still_stuck_from_an_earlier_run_blocks_a_new_one() {
         .unwrap()
         .starts_with("driver unresponsive"));
     assert!(took < Duration::from_secs(5));
+}
+
+/// The start time of process `pid` (clock ticks after boot, field 22 of /proc/PID/stat): what
+/// a stuck-probe record holds beside the pid.
+fn start_time(pid: u32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_string()
+}
+
+/// A stuck-probe record naming a live process that is no gpuhost probe (pid 1, with its true
+/// start time) is stale: no "driver unresponsive", and the record goes (issue 34, item 6).
+#[test]
+fn a_probe_record_naming_another_program_is_not_a_stuck_probe() {
+    let run = tempfile::tempdir().unwrap();
+    let record = run.path().join("nvml-probe.pid");
+    std::fs::write(&record, format!("1 {}\n", start_time(1))).unwrap();
+    let o = gpuhost(run.path())
+        .args(["status", "--format", "json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_ne!(v["snapshot"]["nvml"]["status"], "stuck_earlier", "{v:#}");
+    assert!(!record.exists(), "the record naming pid 1 was kept");
+}
+
+/// FIFOs where the run directory's records are (`counters.json`, `nvml-probe.pid`,
+/// `boot-cache.json`), as root's `/run/gpuhost` could hold them: each is opened without
+/// blocking and passed over, and `status` answers at once (issue 34, item 6). (`counters.json`
+/// as a link to `/dev/zero` is the unit test of `read_own_file`: reading it unbounded, as
+/// before, would fill the memory of the machine that runs the test.)
+#[test]
+fn fifos_in_the_run_directory_are_not_read() {
+    let run = tempfile::tempdir().unwrap();
+    for f in ["counters.json", "nvml-probe.pid", "boot-cache.json"] {
+        assert!(Command::new("mkfifo")
+            .arg(run.path().join(f))
+            .status()
+            .unwrap()
+            .success());
+    }
+    let mut c = gpuhost(run.path());
+    c.args(["status", "--format", "json"]);
+    let o = support::output_within(c, 20);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_ne!(v["snapshot"]["nvml"]["status"], "stuck_earlier", "{v:#}");
+}
+
+/// A non-root `status` without `$XDG_RUNTIME_DIR` keeps its records in `/tmp/gpuhost-<uid>`.
+/// Another user who made that directory first, open to all, with a FIFO as `counters.json`
+/// and a record naming pid 1, neither hangs the caller nor makes it CRITICAL: the directory is
+/// refused at once (exit 3, one UNKNOWN line naming it). Once it is gone, the caller makes
+/// its own, 0700 even under umask 000 (issue 34, item 6).
+#[test]
+fn a_run_directory_another_user_made_is_refused_and_ours_is_private() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    // A uid of no one else's (the test runs as root, which plays the other user).
+    let uid = 61_034;
+    let dir = PathBuf::from(format!("/tmp/gpuhost-{uid}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(dir.join("counters.json"))
+        .status()
+        .unwrap()
+        .success());
+    std::fs::write(dir.join("nvml-probe.pid"), format!("1 {}\n", start_time(1))).unwrap();
+    let caller = || {
+        let mut c = Command::new("sh");
+        c.args(["-c", "umask 000; exec \"$0\" status"])
+            .arg(env!("CARGO_BIN_EXE_gpuhost"))
+            .env_remove("GPUHOST_RUN_DIR")
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("GPUHOST_STATUS_ROOT")
+            .env_remove("GPUHOST_PROBE_DELAY_MS")
+            .current_dir("/")
+            .uid(uid)
+            .gid(uid);
+        c
+    };
+    let o = support::output_within(caller(), 20);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(3), "{out}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(
+        out.starts_with(&format!(
+            "gpuhost status UNKNOWN: the run directory {} is owned by uid 0",
+            dir.display()
+        )),
+        "{out}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    let o = support::output_within(caller(), 20);
+    let m = std::fs::symlink_metadata(&dir).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(m.is_dir(), "{o:?}");
+    assert_eq!((m.uid(), m.mode() & 0o7777), (uid, 0o700), "{o:?}");
 }
 
 #[test]
@@ -300,6 +402,48 @@ fn a_textfile_in_a_missing_directory_is_refused_and_nothing_is_created() {
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(err.contains("does not exist"), "{err}");
     assert!(!run.path().join("no").exists(), "the directory was created");
+}
+
+/// `--textfile` naming a link (`/dev/stdout` is one, to `/proc/self/fd/1`) or a FIFO is refused
+/// (exit 3, one UNKNOWN line) and the link or FIFO stays what it was: the text is written
+/// beside the path and renamed over it, which would turn `/dev/stdout` into a regular file
+/// for the whole host (issue 34, item 7).
+#[test]
+fn a_textfile_that_is_a_link_or_a_fifo_is_refused_and_left_as_it_was() {
+    use std::os::unix::fs::FileTypeExt;
+    let run = tempfile::tempdir().unwrap();
+    let link = run.path().join("stdout");
+    std::os::unix::fs::symlink("/proc/self/fd/1", &link).unwrap();
+    let fifo = run.path().join("fifo.prom");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for (path, what) in [(&link, "a link"), (&fifo, "a FIFO")] {
+        let o = gpuhost(run.path())
+            .args(["status", "--textfile"])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(3), "{o:?}");
+        let out = stdout(&o);
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert!(
+            out.starts_with("gpuhost status UNKNOWN: --textfile") && out.contains(what),
+            "{out}"
+        );
+    }
+    let l = std::fs::symlink_metadata(&link).unwrap();
+    assert!(l.file_type().is_symlink(), "the link became {l:?}");
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        Path::new("/proc/self/fd/1")
+    );
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -598,6 +598,7 @@ fn kill_9_inside_the_driver_change_then_apply_converges() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let dnf = dnf.unwrap_or_else(|| panic!("no driver-change transaction seen"));
+    let gpuhost = child.id();
     let _ = Command::new("kill")
         .args(["-KILL", &dnf.to_string()])
         .status();
@@ -621,7 +622,26 @@ fn kill_9_inside_the_driver_change_then_apply_converges() {
     }
     assert!(rc == 0, "after kill -9: {rep:#}");
     node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
+    // Nothing the killed run made is left once the next run has ended (issue 34, item 5): not
+    // the swap's scratch copy (gigabytes on a real node), not its private dnf HOME in /tmp.
+    let scratch = node.root.join("var/cache/gpuhost/driver-swap");
+    assert!(!scratch.exists());
+    let homes: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with(&format!("gpuhost-rpm.{gpuhost}.")))
+        .collect();
+    assert!(homes.is_empty(), "left by the killed gpuhost: {homes:?}");
+    // Here the next apply swapped again, which starts by clearing the scratch. A kill that
+    // lands after the rpm transaction leaves a converged node whose next apply swaps nothing:
+    // that apply (no dnf at all) removes the scratch all the same.
+    let repo = scratch.join("tree/var/nvidia-driver-local-repo-rhel9-580.82.07/repodata");
+    std::fs::create_dir_all(&repo).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(scratch.join("payload.cpio"), b"left by kill -9")
+        .unwrap_or_else(|e| panic!("{e}"));
     node.assert_stays(CUDA_LOCAL_EL9_13_0);
+    assert!(!scratch.exists(), "the scratch of a killed swap was left");
 }
 
 /// `gpuhost rollback` goes back to the driver of the converged apply before the last one, in
@@ -672,8 +692,14 @@ fn rollback_returns_to_the_previous_converged_driver() {
     let (rc, rep, err) = rollback(&[]);
     assert_eq!(rc, 0, "{err}\n{rep:#}");
     node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
-    std::fs::remove_file(&copy).unwrap_or_else(|e| panic!("{e}"));
+    // The journal's file is now another version's package under the 570 name: refused before
+    // any change (issue 34, item 5), not "580 → 570" keeping 580.
     let rpmdb = node.root.rpmdb_snapshot();
+    std::fs::copy(local(CUDA_LOCAL_EL9_13_0), &copy).unwrap_or_else(|e| panic!("{e}"));
+    let (rc, _, err) = rollback(&[]);
+    assert_eq!(rc, 2, "{err}");
+    assert_eq!(node.root.rpmdb_snapshot(), rpmdb);
+    std::fs::remove_file(&copy).unwrap_or_else(|e| panic!("{e}"));
     let (rc, _, err) = rollback(&[]);
     assert_eq!(rc, 2, "{err}");
     assert!(
@@ -682,6 +708,45 @@ fn rollback_returns_to_the_previous_converged_driver() {
     );
     assert_eq!(node.root.rpmdb_snapshot(), rpmdb);
     node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
+}
+
+/// The last run in the root's journal.
+fn last_run(root: &Root) -> Value {
+    let text = std::fs::read_to_string(root.join("var/lib/gpuhost/journal.json"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let runs: Vec<Value> = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    runs.last()
+        .cloned()
+        .unwrap_or_else(|| panic!("an empty journal"))
+}
+
+/// Rollback that cannot lie (issue 34, item 5): both applies pinned `driver.sha256` (as
+/// cloud-init always does), and the last apply was limited with `--skip driver-repo`. That
+/// apply records no driver; the rollback still acts on the driver, checks the older file
+/// against its own checksum, and the node is on the older driver after it, as the journal
+/// then says.
+#[test]
+fn rollback_after_a_step_limited_apply_with_pinned_checksums_changes_the_driver() {
+    let node = Node::new(Os::Ol9, "ol9-uek", UEK9, false);
+    let pin = |rpm: &str| format!("driver.sha256={}", World::get().sha256(rpm));
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &["--set", &pin(DRIVER_LOCAL_EL9_570)]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let sum580 = pin(CUDA_LOCAL_EL9_13_0);
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &["--set", &sum580]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let limited = ["--set", &sum580, "--skip", "driver-repo"];
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &limited);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(
+        last_run(&node.root).get("driver").is_none(),
+        "a step-limited apply recorded a driver"
+    );
+    let o = node.root.gpuhost(&["rollback", "--format", "json"]);
+    let (rc, rep, err) = (code(&o), report(&o), stderr(&o));
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    assert!(err.contains("580.82.07 → 570.124.06"), "{err}");
+    node.assert_on("570.124.06", DRIVER_LOCAL_EL9_570);
+    assert_eq!(last_run(&node.root)["driver"]["version"], "570.124.06");
 }
 
 /// Docker CE and the Container Toolkit upgraded together on a converged node: both change in

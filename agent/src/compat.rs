@@ -581,7 +581,8 @@ fn nvml(timeout: Duration, fixture: Option<&Path>) -> std::result::Result<Driver
     if let Some(f) = fixture {
         argv.extend(["--nvml-fixture".into(), f.as_os_str().to_owned()]);
     }
-    let p = match gpuhost_health::probe::start(&argv, timeout, &gpuhost_health::probe::run_dir()) {
+    let run_dir = gpuhost_health::probe::run_dir().map_err(|e| format!("{e:#}"))?;
+    let p = match gpuhost_health::probe::start(&argv, timeout, &run_dir) {
         Ok(r) => r.finish(),
         Err(p) => *p,
     };

@@ -46,7 +46,8 @@ Exit codes (kernel-added): those of the apply it repeats (--reboot is never repe
 Exit codes (bundle): 0 written, 1 could not resolve or write it, 2 invalid input,
   130, 143 stopped by SIGINT / SIGTERM (nothing is left at --out, the scratch root is removed)
 
-Exit codes (status): Nagios: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (also a bad argument);
+Exit codes (status): Nagios: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (also a bad argument,
+  a run directory another user owns, a --textfile that is a link, device or FIFO);
   --format npd: 0 OK or WARNING, 1 CRITICAL, 2 UNKNOWN (node-problem-detector);
   --wait-healthy: 0 healthy, 2 not healthy within --timeout";
 
@@ -121,7 +122,7 @@ enum Command {
     Status(gpuhost_health::StatusArgs),
     /// Serve node health over HTTP: /metrics (Prometheus), /healthz, /status (JSON); NVML stays
     /// initialised between sweeps. Exit codes: 0 stopped by SIGTERM/SIGINT, 1 could not
-    /// listen or failed, 2 bad arguments.
+    /// listen or failed, 2 bad arguments or a run directory another user owns.
     Serve(gpuhost_serve::ServeArgs),
 }
 

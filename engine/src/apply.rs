@@ -534,6 +534,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     let mut warnings = if opts.dry_run {
         Vec::new()
     } else {
+        gpuhost_steps::swap::remove_left_scratch(host)?;
         crate::journal::preflight(host)?
     };
     warnings.extend(prepared_warnings.iter().cloned());
@@ -579,10 +580,11 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     }
     let mut report = Report {
         gpuhost_version: env!("CARGO_PKG_VERSION"),
-        driver: driver.as_ref().map(|d| crate::rollback::DriverRecord {
-            local_repo_rpm: d.path.display().to_string(),
-            version: d.repo.driver.clone(),
-        }),
+        driver: crate::rollback::record(
+            &opts.selection,
+            driver.as_ref(),
+            profile.driver.sha256.as_deref(),
+        ),
         command: if opts.dry_run { "plan" } else { "apply" },
         profile: profile.name.clone(),
         root: host.root().display().to_string(),

@@ -1,19 +1,24 @@
 //! `gpuhost rollback`: back to the driver of the converged apply before the last one.
 //!
-//! Every apply records in the journal (`/var/lib/gpuhost/journal.json`, the last 20 runs) the
-//! driver it managed: the local repo package and the driver version. A rollback finds the last
-//! converged apply (exit 0 or 3) and, before it, the newest converged apply of another driver;
-//! it repeats the last apply (`last-apply.json`: profile, `--set`s, step selection) with that
-//! apply's local repo package, replacing the installed one. That is an ordinary driver change:
-//! one dnf transaction, all or nothing (`gpuhost_steps::swap`). What each of those applies
-//! installed is in dnf's history (`dnf history`); the package file must still be where the
-//! journal says, or the rollback is refused before anything changes.
+//! Every apply that managed the driver records in the journal (`/var/lib/gpuhost/journal.json`,
+//! the last 20 runs) the driver it managed: the local repo package, the driver version and the
+//! `driver.sha256` it was checked against. An apply limited to some steps (`--only docker`,
+//! `--skip driver-repo`) did not manage the driver and records none. A rollback finds the last
+//! converged apply (exit 0 or 3) that managed a driver and, before it, the newest converged
+//! apply of another driver; it repeats the last apply (`last-apply.json`: profile, `--set`s,
+//! step selection) with that apply's local repo package and checksum, replacing the installed
+//! one, and with every driver step selected, whatever the last apply selected. That is an
+//! ordinary driver change: one dnf transaction, all or nothing (`gpuhost_steps::swap`). What
+//! each of those applies installed is in dnf's history (`dnf history`); the package file must
+//! still be where the journal says, under its driver's name, or the rollback is refused before
+//! anything changes.
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use gpuhost_host::host::Host;
 use gpuhost_host::invalid;
+use gpuhost_steps::step::Selection;
 
 use crate::reboot::ResumeArgs;
 
@@ -24,6 +29,26 @@ pub struct DriverRecord {
     pub local_repo_rpm: String,
     /// The driver version its file name gives.
     pub version: String,
+    /// `driver.sha256`, when the apply pinned it (the file was checked against it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// The driver record of an apply with this step `selection`: none unless every step that
+/// needs the driver package was selected (a step-limited apply did not manage the driver).
+pub(crate) fn record(
+    selection: &Selection,
+    plan: Option<&gpuhost_steps::driver_plan::DriverPlan>,
+    sha256: Option<&str>,
+) -> Option<DriverRecord> {
+    let all = gpuhost_steps::steps_needing_package(&Selection::default());
+    let selected = gpuhost_steps::steps_needing_package(selection);
+    let plan = plan.filter(|_| selected.len() == all.len())?;
+    Some(DriverRecord {
+        local_repo_rpm: plan.path.display().to_string(),
+        version: plan.repo.driver.clone(),
+        sha256: sha256.map(str::to_string),
+    })
 }
 
 /// Where a rollback goes, and the apply that takes it there.
@@ -31,7 +56,8 @@ pub struct DriverRecord {
 pub struct Rollback {
     pub from: DriverRecord,
     pub to: DriverRecord,
-    /// The last apply's arguments, with the earlier local repo package replacing the current.
+    /// The last apply's arguments, with the earlier local repo package (and its checksum)
+    /// replacing the current, and every driver step selected.
     pub args: ResumeArgs,
 }
 
@@ -63,11 +89,61 @@ pub fn from_runs(runs: &[serde_json::Value], last: ResumeArgs) -> Result<Rollbac
             from.version
         ));
     };
+    named_for(&to)?;
+    Ok(Rollback {
+        args: rollback_args(last, &to),
+        from,
+        to,
+    })
+}
+
+/// The record's file must be its driver's package by name (the content is checked by the
+/// apply, against the name and the recorded checksum): another version's package would
+/// install, or keep, another driver than the rollback says.
+fn named_for(to: &DriverRecord) -> Result<()> {
+    let file = std::path::Path::new(&to.local_repo_rpm);
+    let named = file
+        .file_name()
+        .and_then(|n| gpuhost_nvidia::localrepo::LocalRepoFile::parse(&n.to_string_lossy()))
+        .map(|f| f.driver);
+    if named.as_deref() == Some(to.version.as_str()) {
+        return Ok(());
+    }
+    Err(invalid!(
+        "the journal says driver {} came from {}, but that is {}; nothing was changed: run gpuhost apply with driver.local_repo_rpm set to NVIDIA's {} package",
+        to.version,
+        to.local_repo_rpm,
+        named.map_or_else(
+            || "no NVIDIA local repo package name".to_string(),
+            |d| format!("the package of driver {d}")
+        ),
+        to.version
+    ))
+}
+
+/// The last apply's arguments for going to `to`: its local repo package, its checksum
+/// (`driver.sha256=""` unpins one the last apply pinned), and every step that needs the driver
+/// package selected (taken out of `--skip`, added to `--only`).
+fn rollback_args(last: ResumeArgs, to: &DriverRecord) -> ResumeArgs {
     let mut args = last;
+    args.sets.retain(|s| !s.starts_with("driver.sha256="));
     args.sets
         .push(format!("driver.local_repo_rpm={}", to.local_repo_rpm));
     args.sets.push("driver.replace_local_repo=true".to_string());
-    Ok(Rollback { from, to, args })
+    args.sets.push(format!(
+        "driver.sha256={}",
+        to.sha256.as_deref().unwrap_or("\"\"")
+    ));
+    let driver_steps = gpuhost_steps::steps_needing_package(&Selection::default());
+    args.skip.retain(|s| !driver_steps.contains(&s.as_str()));
+    if !args.only.is_empty() {
+        for id in driver_steps {
+            if !args.only.iter().any(|o| o == id) {
+                args.only.push(id.to_string());
+            }
+        }
+    }
+    args
 }
 
 /// The rollback of this host: its journal and its last converged apply. Refused (exit 2)
@@ -100,10 +176,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn file(d: &str) -> String {
+        format!("/srv/nvidia-driver-local-repo-rhel9-{d}-1.0-1.x86_64.rpm")
+    }
+
     fn run(command: &str, exit: i64, drv: Option<&str>) -> serde_json::Value {
         let mut r = json!({"command": command, "dry_run": command == "plan", "exit_code": exit});
         if let Some(d) = drv {
-            r["driver"] = json!({"local_repo_rpm": format!("/srv/{d}.rpm"), "version": d});
+            r["driver"] = json!({"local_repo_rpm": file(d), "version": d});
         }
         r
     }
@@ -124,10 +204,60 @@ mod tests {
         assert_eq!(
             r.args.sets,
             vec![
-                "driver.local_repo_rpm=/srv/550.54.15.rpm",
-                "driver.replace_local_repo=true"
+                format!("driver.local_repo_rpm={}", file("550.54.15")),
+                "driver.replace_local_repo=true".to_string(),
+                "driver.sha256=\"\"".to_string(),
             ]
         );
+    }
+
+    /// The last apply was step-limited (`--only docker`, `--skip driver-repo`) and pinned the
+    /// newer package's checksum: the rollback selects every driver step and checks the older
+    /// file against its own recorded checksum (issue 34, item 5).
+    #[test]
+    fn the_rollback_selects_the_driver_steps_and_the_older_checksum() {
+        let mut runs = vec![
+            run("apply", 0, Some("570.124.06")),
+            run("apply", 0, Some("580.82.07")),
+        ];
+        runs[0]["driver"]["sha256"] = json!("a".repeat(64));
+        let last = ResumeArgs {
+            sets: vec![format!("driver.sha256={}", "b".repeat(64))],
+            only: vec!["docker".into()],
+            skip: vec!["driver-repo".into(), "persistenced".into()],
+            ..ResumeArgs::default()
+        };
+        let r = from_runs(&runs, last).unwrap_or_else(|e| panic!("{e:#}"));
+        let sums: Vec<&String> = r
+            .args
+            .sets
+            .iter()
+            .filter(|s| s.contains("sha256"))
+            .collect();
+        assert_eq!(sums, [&format!("driver.sha256={}", "a".repeat(64))]);
+        assert!(r.args.skip.is_empty(), "{:?}", r.args.skip);
+        for id in gpuhost_steps::steps_needing_package(&Selection::default()) {
+            assert!(
+                r.args.only.iter().any(|o| o == id),
+                "{id}: {:?}",
+                r.args.only
+            );
+        }
+        assert!(r.args.only.contains(&"docker".to_string()));
+    }
+
+    /// A journal record whose file is another version's package (by name) is refused: the
+    /// rollback would say "580 → 570" and keep 580.
+    #[test]
+    fn a_record_whose_file_is_another_drivers_is_invalid_input() {
+        let mut runs = vec![
+            run("apply", 0, Some("570.124.06")),
+            run("apply", 0, Some("580.82.07")),
+        ];
+        runs[0]["driver"]["local_repo_rpm"] = json!(file("580.82.07"));
+        let e = from_runs(&runs, ResumeArgs::default()).err();
+        assert!(e.is_some_and(|e| gpuhost_host::error::is_invalid(&e)
+            && e.to_string().contains("the package of driver 580.82.07")));
     }
 
     #[test]

@@ -200,6 +200,12 @@ impl Run<'_> {
 
     fn failed(&mut self, index: usize) {
         let id = self.slots[index].id().to_string();
+        self.stop_at(index, id);
+    }
+
+    /// The steps after `index` do not run, because step `id` failed (`id` may come later:
+    /// a failed package transaction stops what follows its first member).
+    fn stop_at(&mut self, index: usize, id: String) {
         if self.stop.as_ref().is_none_or(|(at, _)| index < *at) {
             self.stop = Some((index, id));
         }
@@ -608,6 +614,10 @@ fn label_of(run: &Run<'_>, ids: &[usize]) -> String {
 
 /// dnf refused the transaction: the steps it names fail (each explains, from dnf's output);
 /// the others of the transaction, and those whose packages were to come later, do not run.
+/// When it names none of its members but a repo another open step's packages come from (a
+/// `docker.repo` that cannot be read fails every transaction, the first one included), that
+/// step fails with its own explanation. Every step after the transaction's first member does
+/// not run: the failed transaction's packages were what they would have worked on.
 fn dnf_failed(
     ctx: &mut Ctx<'_>,
     run: &mut Run<'_>,
@@ -616,20 +626,25 @@ fn dnf_failed(
     failure: &DnfFailure,
 ) {
     let text = failure.text();
-    let mut blamed: Vec<usize> = members
+    let implicated = |c: &Change| matches!(&c.work, Work::Install(inst) if gpuhost_steps::work::implicated(&text, inst));
+    let mut blamed: Vec<(usize, Change)> = members
         .iter()
-        .filter(|(_, c)| matches!(&c.work, Work::Install(inst) if gpuhost_steps::work::implicated(&text, inst)))
-        .map(|(i, _)| *i)
+        .filter(|(_, c)| implicated(c))
+        .cloned()
         .collect();
-    blamed.dedup();
     if blamed.is_empty() {
-        // dnf named none of them: the transaction as a whole failed for each.
-        blamed = ids.to_vec();
+        // dnf named none of them: a repo of another step's, else the transaction as a whole.
+        blamed = members_of(run, false)
+            .into_iter()
+            .filter(|(i, c)| !ids.contains(i) && implicated(c))
+            .collect();
     }
-    for (i, c) in members {
-        if !blamed.contains(i) {
-            continue;
-        }
+    if blamed.is_empty() {
+        blamed = members.to_vec();
+    }
+    let mut named: Vec<usize> = blamed.iter().map(|(i, _)| *i).collect();
+    named.dedup();
+    for (i, c) in &blamed {
         let Work::Install(inst) = &c.work else {
             continue;
         };
@@ -641,9 +656,9 @@ fn dnf_failed(
         }
         slot.account(start);
     }
-    let names: Vec<&str> = blamed.iter().map(|i| run.slots[*i].id()).collect();
+    let names: Vec<&str> = named.iter().map(|i| run.slots[*i].id()).collect();
     let why = format!("the package transaction failed on {}", names.join(", "));
-    for i in ids.iter().filter(|i| !blamed.contains(i)) {
+    for i in ids.iter().filter(|i| !named.contains(i)) {
         run.slots[*i].not_run(&why, None);
     }
     // Steps whose packages were to come in a later transaction do not run either.
@@ -652,8 +667,9 @@ fn dnf_failed(
             slot.not_run(&why, None);
         }
     }
-    if let Some(first) = blamed.iter().min() {
-        run.failed(*first);
+    if let (Some(first), Some(&culprit)) = (ids.iter().chain(&named).min(), named.first()) {
+        let id = run.slots[culprit].id().to_string();
+        run.stop_at(*first, id);
     }
 }
 

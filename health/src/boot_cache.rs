@@ -20,9 +20,11 @@
 //! validation is reused for [`INFOROM_MAX_AGE_S`] (the InfoROM is written while the driver
 //! runs: the validation is repeated hourly); a corrupt one is never kept, nor a failed cuInit.
 //!
-//! The file is trusted only when it is a regular file owned by this user that nobody else can
-//! write, parses, and has this [`SCHEMA`]; anything else (a corrupt or foreign file) is
-//! ignored with a debug message and replaced at the next store.
+//! The file is trusted only when it is a regular file (not a link, opened without blocking)
+//! owned by this user that nobody else can write, of at most [`crate::probe::KEPT_MAX_BYTES`],
+//! parses, and has this [`SCHEMA`] (`gpuhost_host::fsutil::read_own_file`); anything else (a
+//! corrupt or foreign file, a FIFO) is ignored with a debug message and replaced at the next
+//! store.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -126,50 +128,33 @@ pub struct Store {
     dirty: bool,
 }
 
-/// Why a file on disk was not used (for the debug message).
-fn trusted(path: &Path) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::symlink_metadata(path).map_err(|e| format!("{e}"))?;
-    if !m.file_type().is_file() {
-        return Err("not a regular file".into());
-    }
-    let me = rustix::process::geteuid().as_raw();
-    if m.uid() != me {
-        return Err(format!("owned by uid {}, not by this user ({me})", m.uid()));
-    }
-    if m.mode() & 0o022 != 0 {
-        return Err(format!("writable by others (mode {:o})", m.mode() & 0o7777));
-    }
-    Ok(())
-}
-
 impl Store {
     /// What `run_dir` keeps for `key` (nothing when `key` is None: nothing is kept then).
-    pub fn load(run_dir: &Path, key: Option<Key>) -> Store {
+    /// (None: the run directory was refused; nothing is kept then either.)
+    pub fn load(run_dir: Option<&Path>, key: Option<Key>) -> Store {
         let mut s = Store {
-            dir: Some(run_dir.to_path_buf()),
+            dir: run_dir.map(Path::to_path_buf),
             key,
             ..Store::default()
         };
-        let Some(key) = s.key.clone() else {
-            tracing::debug!("boot cache not used: no boot id or no loaded NVIDIA driver");
+        let (Some(key), Some(run_dir)) = (s.key.clone(), run_dir) else {
+            tracing::debug!(
+                "boot cache not used: no boot id, no loaded NVIDIA driver or no run directory"
+            );
             return s;
         };
         let path = run_dir.join(FILE);
-        if !path.exists() {
-            return s;
-        }
-        if let Err(why) = trusted(&path) {
-            tracing::debug!("boot cache {} ignored: {why}", path.display());
-            return s;
-        }
-        let f = match std::fs::read_to_string(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|t| serde_json::from_str::<File>(&t).map_err(|e| e.to_string()))
-        {
+        // No link, no FIFO, this user's and writable by no one else, small.
+        let f = match gpuhost_host::fsutil::read_own_file(&path, crate::probe::KEPT_MAX_BYTES)
+            .map_err(|e| (e.kind(), e.to_string()))
+            .and_then(|t| {
+                serde_json::from_slice::<File>(&t)
+                    .map_err(|e| (std::io::ErrorKind::InvalidData, format!("unreadable ({e})")))
+            }) {
             Ok(f) => f,
-            Err(e) => {
-                tracing::debug!("boot cache {} ignored: unreadable ({e})", path.display());
+            Err((std::io::ErrorKind::NotFound, _)) => return s,
+            Err((_, e)) => {
+                tracing::debug!("boot cache {} ignored: {e}", path.display());
                 return s;
             }
         };
@@ -431,7 +416,7 @@ mod tests {
     }
 
     fn stored(dir: &Path, k: Option<Key>, g: &GpuSnapshot) {
-        let mut s = Store::load(dir, k);
+        let mut s = Store::load(Some(dir), k);
         s.keep_gpu(g);
         s.save();
     }
@@ -440,30 +425,32 @@ mod tests {
     fn kept_fields_are_found_by_uuid_under_the_same_key_only() {
         let dir = tempfile::tempdir().unwrap();
         stored(dir.path(), key("b1", "d1"), &gpu("GPU-a", "96.00"));
-        let s = Store::load(dir.path(), key("b1", "d1"));
+        let s = Store::load(Some(dir.path()), key("b1", "d1"));
         let f = s.gpu("GPU-a").unwrap();
         assert_eq!(f.vbios_version, Some(Reading::Value("96.00".into())));
         assert!(s.inforom("GPU-a").unwrap().cached);
         // A swapped GPU: no entry for its UUID.
         assert!(s.gpu("GPU-b").is_none());
         // A new boot, a new driver, a reloaded module: nothing.
-        assert!(Store::load(dir.path(), key("b2", "d1"))
+        assert!(Store::load(Some(dir.path()), key("b2", "d1"))
             .gpu("GPU-a")
             .is_none());
-        assert!(Store::load(dir.path(), key("b1", "d2"))
+        assert!(Store::load(Some(dir.path()), key("b1", "d2"))
             .gpu("GPU-a")
             .is_none());
         let mut reloaded = key("b1", "d1");
         if let Some(k) = reloaded.as_mut() {
             k.module_inode = Some(8);
         }
-        assert!(Store::load(dir.path(), reloaded).gpu("GPU-a").is_none());
+        assert!(Store::load(Some(dir.path()), reloaded)
+            .gpu("GPU-a")
+            .is_none());
         // No key (no driver loaded): nothing is kept or stored.
-        let mut none = Store::load(dir.path(), None);
+        let mut none = Store::load(Some(dir.path()), None);
         assert!(none.gpu("GPU-a").is_none());
         none.keep_gpu(&gpu("GPU-c", "x"));
         none.save();
-        assert!(Store::load(dir.path(), key("b1", "d1"))
+        assert!(Store::load(Some(dir.path()), key("b1", "d1"))
             .gpu("GPU-c")
             .is_none());
     }
@@ -474,24 +461,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(FILE);
         std::fs::write(&path, "{ not json").unwrap();
-        assert!(Store::load(dir.path(), key("b", "d"))
+        assert!(Store::load(Some(dir.path()), key("b", "d"))
             .gpu("GPU-a")
             .is_none());
         // Replaced at the next store.
         stored(dir.path(), key("b", "d"), &gpu("GPU-a", "1"));
-        assert!(Store::load(dir.path(), key("b", "d"))
+        assert!(Store::load(Some(dir.path()), key("b", "d"))
             .gpu("GPU-a")
             .is_some());
         // Writable by others: never trusted.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
-        assert!(Store::load(dir.path(), key("b", "d"))
+        assert!(Store::load(Some(dir.path()), key("b", "d"))
             .gpu("GPU-a")
             .is_none());
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         // Another schema.
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, text.replace("\"schema\":1", "\"schema\":99")).unwrap();
-        assert!(Store::load(dir.path(), key("b", "d"))
+        assert!(Store::load(Some(dir.path()), key("b", "d"))
             .gpu("GPU-a")
             .is_none());
         // A symlink to a file is not the file.
@@ -499,7 +486,7 @@ mod tests {
         std::fs::write(&elsewhere, text).unwrap();
         std::fs::remove_file(&path).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
-        assert!(Store::load(dir.path(), key("b", "d"))
+        assert!(Store::load(Some(dir.path()), key("b", "d"))
             .gpu("GPU-a")
             .is_none());
     }
@@ -507,7 +494,7 @@ mod tests {
     #[test]
     fn a_valid_inforom_validation_is_kept_for_an_hour_a_corrupt_one_never() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Store::load(dir.path(), key("b", "d"));
+        let mut s = Store::load(Some(dir.path()), key("b", "d"));
         let mut bad = gpu("GPU-bad", "1");
         bad.inforom = Reading::Value(checked(false, 0));
         let mut old = gpu("GPU-old", "1");
@@ -516,7 +503,7 @@ mod tests {
         s.keep_gpu(&old);
         s.keep_gpu(&gpu("GPU-new", "1"));
         s.save();
-        let s = Store::load(dir.path(), key("b", "d"));
+        let s = Store::load(Some(dir.path()), key("b", "d"));
         assert!(s.inforom("GPU-new").is_some());
         assert_eq!(s.inforom("GPU-old"), None, "an hour old");
         assert_eq!(s.inforom("GPU-bad"), None, "corrupt");
@@ -535,7 +522,7 @@ mod tests {
             init_ms: Some(250.0),
             ..CudaCheck::default()
         };
-        let mut s = Store::load(dir.path(), key("b", "d"));
+        let mut s = Store::load(Some(dir.path()), key("b", "d"));
         s.keep_cuda(
             nodes.clone(),
             &CudaCheck {
@@ -546,7 +533,7 @@ mod tests {
         assert!(s.cuda(&nodes).is_none(), "a failure was kept");
         s.keep_cuda(nodes.clone(), &ok);
         s.save();
-        let s = Store::load(dir.path(), key("b", "d"));
+        let s = Store::load(Some(dir.path()), key("b", "d"));
         let c = s.cuda(&nodes).unwrap();
         assert!(c.cached);
         assert_eq!((c.init_rc, c.init_ms), (Some(0), Some(0.0)));
@@ -559,7 +546,7 @@ mod tests {
     fn nothing_new_is_not_written_again() {
         let dir = tempfile::tempdir().unwrap();
         stored(dir.path(), key("b", "d"), &gpu("GPU-a", "1"));
-        let mut s = Store::load(dir.path(), key("b", "d"));
+        let mut s = Store::load(Some(dir.path()), key("b", "d"));
         let mut again = gpu("GPU-a", "1");
         again.inforom = Reading::Value(s.inforom("GPU-a").unwrap());
         s.keep_gpu(&again);

@@ -343,10 +343,7 @@ mod tests {
     fn a_child_still_stuck_blocks_a_new_one() {
         let dir = tempfile::tempdir().unwrap();
         // Stands for a probe stuck in the driver: alive, recorded, and not ours to kill.
-        let mut stuck = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
+        let mut stuck = crate::probe::tests::stuck_gpuhost(dir.path());
         probe::record_stuck(dir.path(), stuck.id()).unwrap();
         let mut p = CoProbe::new(
             sh_child(dir.path(), &format!("{OK}\n")),

@@ -163,6 +163,8 @@ pub fn run(args: &StatusArgs) -> i32 {
     match status(args) {
         Ok(code) => code,
         Err(e) => {
+            // One UNKNOWN line for the monitor, the whole chain on stderr.
+            println!("gpuhost status UNKNOWN: {e:#}");
             eprintln!("gpuhost status: {e:#}");
             3
         }
@@ -242,28 +244,19 @@ fn fixture_probe(path: &Path, root: &Path) -> NvmlProbe {
         }
     };
     let key = Host::new(root).ok().and_then(|h| boot_cache::Key::read(&h));
-    let mut store = boot_cache::Store::load(&probe::run_dir(), key);
+    let mut store = boot_cache::Store::load(probe::run_dir().ok().as_deref(), key);
     store.apply_or_keep(&mut p);
     p.duration_ms = Some((start.elapsed().as_secs_f64() * 1e5).round() / 100.0);
     p
 }
 
 fn status(args: &StatusArgs) -> Result<i32> {
-    if let Some(dir) = args.textfile.as_deref().and_then(Path::parent) {
-        let dir = if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        };
-        if !dir.is_dir() {
-            anyhow::bail!(
-                "--textfile: the directory {} does not exist; create it (node_exporter's textfile collector directory) or give another path",
-                dir.display()
-            );
-        }
+    if let Some(path) = args.textfile.as_deref() {
+        check_textfile(path)?;
     }
     let timeout = timeout(args.timeout)?;
     if args.wait_healthy {
+        probe::run_dir()?;
         return wait_healthy(args, &checked_expectations(args)?);
     }
     // A running `gpuhost serve` has a fresh sweep: ask it first. A report it renders is
@@ -280,7 +273,12 @@ fn status(args: &StatusArgs) -> Result<i32> {
     let expect = checked_expectations(args)?;
     let snapshot = match served {
         Some(s) => s,
-        None => snapshot_once(args, &expect, timeout, false)?,
+        None => {
+            // The records of earlier runs (a stuck probe, the counters' baseline) are trusted
+            // only in a run directory of the caller's own: refused before any is read.
+            probe::run_dir()?;
+            snapshot_once(args, &expect, timeout, false)?
+        }
     };
     if args.dump_snapshot {
         println!("{}", serde_json::to_string_pretty(&snapshot)?);
@@ -288,6 +286,31 @@ fn status(args: &StatusArgs) -> Result<i32> {
     }
     let checks = verdict::evaluate(&snapshot, &expect);
     Ok(report(args, &snapshot, &expect, &checks))
+}
+
+/// `--textfile PATH` must be a regular file in an existing directory, or not yet there: the
+/// text is written beside it and renamed over it, which would turn a device node or a link
+/// (`/dev/stdout`, `/proc/self/fd/1`, a FIFO) into a regular file for the whole host.
+fn check_textfile(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if d.as_os_str().is_empty() => Path::new("."),
+        Some(d) => d,
+        None => Path::new("/"),
+    };
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "--textfile: the directory {} does not exist; create it (node_exporter's textfile collector directory) or give another path",
+            dir.display()
+        );
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_file() => anyhow::bail!(
+            "--textfile {} is {}, not a regular file; nothing was written: give a file in node_exporter's textfile collector directory",
+            path.display(),
+            gpuhost_host::fsutil::kind_of(m.file_type())
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// [`expectations`], or the error of a profile that cannot be read: a mistake to report, not
@@ -525,7 +548,13 @@ fn start_one_shot(
             root.as_os_str().to_owned(),
         ]);
     }
-    let run_dir = probe::run_dir();
+    let run_dir = probe::run_dir().map_err(|e| {
+        Box::new(NvmlProbe {
+            status: ProbeStatus::ProbeFailed,
+            error: Some(format!("{e:#}")),
+            ..NvmlProbe::default()
+        })
+    })?;
     // The helper asks NVML only: a fixture is answered by a forked copy (the helper's code
     // stays what a live probe runs, and small).
     if let Some(helper) = probe::helper().filter(|_| fixture.is_none()) {
@@ -604,7 +633,9 @@ where
             error: Some("the NVML probe thread panicked".into()),
             ..NvmlProbe::default()
         });
-        let previous = counters::load(&probe::run_dir(), host_snap.boot_id.as_deref());
+        let previous = probe::run_dir()
+            .ok()
+            .and_then(|d| counters::load(&d, host_snap.boot_id.as_deref()));
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -629,7 +660,8 @@ where
 /// failure only costs the next run its rates.
 pub fn keep_counters(s: &Snapshot) {
     let now = counters::of(s, s.host.boot_id.clone());
-    if let Err(e) = counters::store(&probe::run_dir(), s.previous.as_ref(), &now) {
+    let stored = probe::run_dir().and_then(|d| counters::store(&d, s.previous.as_ref(), &now));
+    if let Err(e) = stored {
         tracing::warn!("cannot keep the counters for rates: {e:#}");
     }
 }

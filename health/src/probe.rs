@@ -41,31 +41,85 @@ use crate::snapshot::{NvmlProbe, ProbeStatus};
 /// File recording a stuck probe: `<pid> <start time in clock ticks>`.
 pub const PID_FILE: &str = "nvml-probe.pid";
 
-/// Where the pid file lives: `$GPUHOST_RUN_DIR`, else `/run/gpuhost` when writable (root),
-/// else `$XDG_RUNTIME_DIR/gpuhost`, else `/tmp/gpuhost-<uid>`.
-pub fn run_dir() -> PathBuf {
+/// The run directory, where the pid file and the other records live: `$GPUHOST_RUN_DIR`,
+/// else `/run/gpuhost` as root (where it can be made), else `$XDG_RUNTIME_DIR/gpuhost`, else
+/// `/tmp/gpuhost-<uid>`. Made when missing (`/run/gpuhost` 0755, for `gpuhost serve`'s
+/// socket; the others 0700), whatever the umask. A link, or a directory another user owns,
+/// is refused: its records could make a healthy node CRITICAL or hang the caller. One of
+/// gpuhost's own naming that others may write in is narrowed (`/tmp/gpuhost-<uid>` and
+/// `$XDG_RUNTIME_DIR/gpuhost` to 0700, `/run/gpuhost` to no write but its owner's);
+/// `$GPUHOST_RUN_DIR`, the operator's choice, may be root's too and keeps its mode.
+pub fn run_dir() -> anyhow::Result<PathBuf> {
+    let me = rustix::process::geteuid().as_raw();
     if let Some(d) = std::env::var_os("GPUHOST_RUN_DIR") {
-        return PathBuf::from(d);
+        return own_dir(&PathBuf::from(d), 0o700, None, me);
     }
-    let run = PathBuf::from("/run/gpuhost");
-    if std::fs::create_dir_all(&run).is_ok() && writable(&run) {
-        return run;
+    let run = Path::new("/run/gpuhost");
+    if me == 0 {
+        match own_dir(run, 0o755, Some(0o022), me) {
+            Ok(d) => return Ok(d),
+            // One that is there and refused stays refused; one that cannot be made (a
+            // read-only /run) leaves root the directories below, checked the same way.
+            Err(e) if run.symlink_metadata().is_ok() => return Err(e),
+            Err(e) => tracing::debug!("{e:#}: using the next run directory"),
+        }
     }
     if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
-        return PathBuf::from(x).join("gpuhost");
+        return own_dir(&PathBuf::from(x).join("gpuhost"), 0o700, Some(0o077), me);
     }
-    use std::os::unix::fs::MetadataExt;
-    let uid = std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .unwrap_or(0);
-    PathBuf::from(format!("/tmp/gpuhost-{uid}"))
+    own_dir(
+        &PathBuf::from(format!("/tmp/gpuhost-{me}")),
+        0o700,
+        Some(0o077),
+        me,
+    )
 }
 
-fn writable(dir: &Path) -> bool {
-    let t = dir.join(format!(".w{}", std::process::id()));
-    let ok = std::fs::write(&t, b"").is_ok();
-    let _ = std::fs::remove_file(&t);
-    ok
+/// `dir`, made with `mode` when missing (its parents as needed, 0700), else checked: a
+/// directory, not a link, owned by `me`. One of gpuhost's own naming (`forbidden`: the bits
+/// others must not have) has those bits taken away. One the operator named
+/// (`$GPUHOST_RUN_DIR`, `forbidden` None) may be root's too, and its mode is left as it is (it
+/// may be `/tmp`): the files in it are read only when they are the caller's own.
+fn own_dir(dir: &Path, mode: u32, forbidden: Option<u32>, me: u32) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if let Some(parent) = dir.parent().filter(|p| !p.exists()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|e| anyhow::anyhow!("cannot make {}: {e}", parent.display()))?;
+    }
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(anyhow::anyhow!("cannot make {}: {e}", dir.display())),
+    }
+    let m = std::fs::symlink_metadata(dir)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.display()))?;
+    let refused = |what: String| {
+        anyhow::anyhow!(
+            "the run directory {} is {what}; gpuhost keeps its probe records only in a directory of its own: remove it, or set XDG_RUNTIME_DIR (or GPUHOST_RUN_DIR) to a directory you own",
+            dir.display()
+        )
+    };
+    if !m.file_type().is_dir() {
+        return Err(refused(
+            gpuhost_host::fsutil::kind_of(m.file_type()).to_string(),
+        ));
+    }
+    if m.uid() != me && (forbidden.is_some() || m.uid() != 0) {
+        return Err(refused(format!(
+            "owned by uid {}, not by uid {me}",
+            m.uid()
+        )));
+    }
+    let now = m.mode() & 0o7777;
+    if let Some(forbidden) = forbidden.filter(|f| now & f != 0) {
+        // Ours (made under a umask of 000, or by hand), and no one else can replace it.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(now & !forbidden))
+            .map_err(|e| anyhow::anyhow!("cannot narrow the mode of {}: {e}", dir.display()))?;
+    }
+    Ok(dir.to_path_buf())
 }
 
 /// A probe that is running.
@@ -611,14 +665,25 @@ fn round_ms(d: Duration) -> f64 {
 /// validations, the CUDA check); None when it is absent or unreadable: the caller starts
 /// afresh.
 pub fn load_kept<T: serde::de::DeserializeOwned>(run_dir: &Path, file: &str) -> Option<T> {
-    let text = std::fs::read_to_string(run_dir.join(file)).ok()?;
-    serde_json::from_str(&text).ok()
+    let path = run_dir.join(file);
+    match gpuhost_host::fsutil::read_own_file(&path, KEPT_MAX_BYTES) {
+        Ok(bytes) => serde_json::from_slice(&bytes).ok(),
+        Err(e) => {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::debug!("{} ignored: {e}", path.display());
+            }
+            None
+        }
+    }
 }
+
+/// The most a file of the run directory may hold (the largest, the boot cache of an 8-GPU
+/// node, is about 20 KiB): a bigger one is not gpuhost's.
+pub const KEPT_MAX_BYTES: u64 = 1 << 20;
 
 /// Keep `v` as `file` in `run_dir` for the next runs (atomically; the directory is created).
 pub fn store_kept<T: serde::Serialize>(run_dir: &Path, file: &str, v: &T) -> anyhow::Result<()> {
     let text = serde_json::to_string(v)?;
-    std::fs::create_dir_all(run_dir)?;
     gpuhost_host::fsutil::write_atomic(&run_dir.join(file), text.as_bytes(), 0o644)
 }
 
@@ -644,10 +709,19 @@ pub fn record_stuck(run_dir: &Path, pid: u32) -> anyhow::Result<()> {
 }
 
 /// The pid of a recorded probe that is still alive (same pid and start time as /proc gives
-/// them, not a zombie); a stale, malformed or zero-time record is removed.
+/// them, not a zombie) and is a gpuhost probe of this user's; a stale, malformed or
+/// zero-time record, or one naming another program, is removed. The record is read as the
+/// run directory's other files are: no link, no FIFO, this user's, small.
 pub fn stuck_probe(run_dir: &Path) -> Option<u32> {
     let file = run_dir.join(PID_FILE);
-    let text = std::fs::read_to_string(&file).ok()?;
+    let text = match gpuhost_host::fsutil::read_own_file(&file, KEPT_MAX_BYTES) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::debug!("{} ignored: {e}", file.display());
+            String::new()
+        }
+    };
     let mut it = text.split_whitespace();
     let pid: Option<u32> = it.next().and_then(|p| p.parse().ok());
     let start: Option<u64> = it.next().and_then(|s| s.parse().ok());
@@ -655,13 +729,30 @@ pub fn stuck_probe(run_dir: &Path) -> Option<u32> {
         if let Some((state, now_start)) = proc_stat(pid) {
             // A pid is the recorded probe only with the start time /proc gives it: a zero (or
             // any other time) is another process that got the pid, or a forged record.
-            if !matches!(state, 'Z' | 'X') && start != 0 && start == now_start {
+            if !matches!(state, 'Z' | 'X') && start != 0 && start == now_start && is_probe(pid) {
                 return Some(pid);
             }
         }
     }
     let _ = std::fs::remove_file(&file);
     None
+}
+
+/// Whether process `pid` is a gpuhost probe of this user's: its program (`/proc/PID/exe`) is
+/// `gpuhost` (a forked copy, or `gpuhost status --nvml-probe`) or the helper
+/// `gpuhost-nvml-probe`, and it runs as this user. pid 1, a shell, another user's process are
+/// not probes, whatever a record says.
+fn is_probe(pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let ours = std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == me);
+    let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
+        return false;
+    };
+    let name = exe.file_name().map(|n| n.to_string_lossy().into_owned());
+    // A binary replaced by an upgrade reads `gpuhost (deleted)`.
+    let name = name.as_deref().map(|n| n.trim_end_matches(" (deleted)"));
+    ours && matches!(name, Some("gpuhost" | "gpuhost-nvml-probe"))
 }
 
 fn start_time(pid: u32) -> Option<u64> {
@@ -681,11 +772,43 @@ fn proc_stat(pid: u32) -> Option<(char, u64)> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn argv(cmd: &str) -> Vec<OsString> {
         vec!["/bin/sh".into(), "-c".into(), cmd.into()]
+    }
+
+    /// The operator's `$GPUHOST_RUN_DIR` keeps its mode (it may be `/tmp`, 1777: narrowing it
+    /// would lock every other user out of it); one of gpuhost's own naming is narrowed; a link
+    /// is refused.
+    #[test]
+    fn only_gpuhosts_own_run_directories_are_narrowed() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let me = rustix::process::geteuid().as_raw();
+        let mode = |d: &Path| std::fs::metadata(d).unwrap().permissions().mode() & 0o7777;
+        let shared = t.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        own_dir(&shared, 0o700, None, me).unwrap();
+        assert_eq!(mode(&shared), 0o1777);
+        own_dir(&shared, 0o700, Some(0o077), me).unwrap();
+        assert_eq!(mode(&shared), 0o1700);
+        let made = t.path().join("a/b/gpuhost-1");
+        own_dir(&made, 0o700, Some(0o077), me).unwrap();
+        assert_eq!(mode(&made), 0o700);
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&made, &link).unwrap();
+        assert!(own_dir(&link, 0o700, None, me).is_err());
+    }
+
+    /// Stands for a probe stuck in the driver: a process of this user's whose program is named
+    /// `gpuhost` (a copy of `sleep`, in `dir`), alive for 30 s and ours to end.
+    pub(crate) fn stuck_gpuhost(dir: &Path) -> std::process::Child {
+        let exe = dir.join("gpuhost");
+        std::fs::copy("/bin/sleep", &exe).unwrap();
+        std::process::Command::new(exe).arg("30").spawn().unwrap()
     }
 
     #[test]
@@ -701,9 +824,15 @@ mod tests {
         let start = start_time(me).unwrap();
         std::fs::write(&file, format!("{me} {}\n", start + 1)).unwrap();
         assert_eq!(stuck_probe(dir.path()), None);
-        // Our own pid with its start time: a match.
+        // Our own pid with its start time, but this test is no gpuhost probe: no match.
         record_stuck(dir.path(), me).unwrap();
-        assert_eq!(stuck_probe(dir.path()), Some(me));
+        assert_eq!(stuck_probe(dir.path()), None);
+        // A gpuhost process of ours with its start time: a match.
+        let mut probe = stuck_gpuhost(dir.path());
+        record_stuck(dir.path(), probe.id()).unwrap();
+        assert_eq!(stuck_probe(dir.path()), Some(probe.id()));
+        probe.kill().unwrap();
+        probe.wait().unwrap();
     }
 
     #[test]
@@ -746,11 +875,7 @@ mod tests {
     #[test]
     fn a_live_stuck_probe_blocks_a_new_one() {
         let dir = tempfile::tempdir().unwrap();
-        // Stands for a probe stuck in the driver: alive, and ours to end.
-        let mut stuck = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
+        let mut stuck = stuck_gpuhost(dir.path());
         record_stuck(dir.path(), stuck.id()).unwrap();
         let marker = dir.path().join("new-probe-ran");
         let r = start(

@@ -308,7 +308,9 @@ pub fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
             snap.services = time_ms(&mut sv, host::services);
         }
         snap.previous = time_ms(&mut cl, || {
-            counters::load(&probe::run_dir(), snap.host.boot_id.as_deref())
+            probe::run_dir()
+                .ok()
+                .and_then(|d| counters::load(&d, snap.host.boot_id.as_deref()))
         });
     }
     hp.host_collect_ms = stats(&hc);

@@ -93,6 +93,52 @@ pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
     Ok(f)
 }
 
+/// The bytes of a file gpuhost kept for itself (its run directory's records): opened as
+/// [`open_regular`] opens (no link followed, a FIFO or device refused without waiting), and
+/// refused unless owned by this user, writable by no one else, and at most `max` bytes (a
+/// record another user planted, or `/dev/zero`, is never read). `NotFound` when absent.
+pub fn read_own_file(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let f = open_regular(path)?;
+    let m = f.metadata()?;
+    let me = rustix::process::geteuid().as_raw();
+    let refuse = std::io::Error::other;
+    if m.uid() != me {
+        return Err(refuse(format!("owned by uid {}, not by uid {me}", m.uid())));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(refuse(format!(
+            "writable by others (mode {:o})",
+            m.mode() & 0o7777
+        )));
+    }
+    if m.len() > max {
+        return Err(refuse(format!("{} bytes, more than {max}", m.len())));
+    }
+    let mut bytes = Vec::new();
+    f.take(max).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// What a file type is, in words.
+pub fn kind_of(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_symlink() {
+        "a link"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_block_device() || ft.is_char_device() {
+        "a device"
+    } else if ft.is_dir() {
+        "a directory"
+    } else {
+        "a regular file"
+    }
+}
+
 /// 64 bits nobody outside this process can guess: the pid, the clock and a counter, hashed.
 fn unpredictable() -> String {
     use sha2::{Digest, Sha256};
@@ -111,14 +157,16 @@ fn unpredictable() -> String {
     hex(&Sha256::digest(seed.as_bytes())[..8])
 }
 
-/// Seconds since the Unix epoch.
 /// A new directory in the temporary directory (`$TMPDIR`), named `PREFIX.<pid>.<n>`, readable
-/// by its owner only; never one that already exists. Remove it with [`remove_temp_dir`].
+/// by its owner only; never one that already exists. Remove it with [`remove_temp_dir`]. Those
+/// of `prefix` that a killed gpuhost left (`kill -9` skips every cleanup) go first
+/// ([`remove_stale_temp_dirs`]).
 pub fn private_temp_dir(prefix: &str) -> Result<std::path::PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
     let tmp = std::env::temp_dir();
+    remove_stale_temp_dirs(&tmp, prefix);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -144,6 +192,37 @@ pub fn remove_temp_dir(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Remove the directories [`private_temp_dir`] made in `tmp` for `prefix` whose process is
+/// gone: this user's own directories (never a link, never another user's), named for a pid
+/// that no longer runs (best effort).
+pub fn remove_stale_temp_dirs(tmp: &Path, prefix: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix)?.strip_prefix('.'))
+            .and_then(|rest| rest.split('.').next()?.parse::<u32>().ok());
+        let Some(pid) = pid else { continue };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let path = e.path();
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me) {
+            tracing::debug!(
+                "removing {} (left by gpuhost pid {pid}, gone)",
+                path.display()
+            );
+            remove_temp_dir(&path);
+        }
+    }
+}
+
+/// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -210,6 +289,39 @@ pub fn sha256_read(mut r: impl std::io::Read, path: &Path) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a run directory's records are read through: `/dev/zero` behind a link, a FIFO, a
+    /// file others may write, one too big, one of another user's: each refused at once.
+    #[test]
+    fn read_own_file_reads_only_small_files_of_this_users() -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir()?;
+        let ok = dir.path().join("counters.json");
+        std::fs::write(&ok, "{}")?;
+        assert_eq!(read_own_file(&ok, 16)?, b"{}");
+        let zero = dir.path().join("zero.json");
+        std::os::unix::fs::symlink("/dev/zero", &zero)?;
+        assert!(read_own_file(&zero, 1 << 20).is_err());
+        let fifo = dir.path().join("nvml-probe.pid");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status()?;
+        assert!(made.success());
+        let t = std::time::Instant::now();
+        assert!(read_own_file(&fifo, 16).is_err());
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+        let err = read_own_file(&ok, 1).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("more than 1")));
+        std::fs::set_permissions(&ok, std::fs::Permissions::from_mode(0o666))?;
+        assert!(read_own_file(&ok, 16).is_err());
+        std::fs::set_permissions(&ok, std::fs::Permissions::from_mode(0o644))?;
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&ok, Some(65534), None)?;
+            let err = read_own_file(&ok, 16).err().map(|e| e.to_string());
+            assert!(err.is_some_and(|e| e.contains("owned by uid 65534")));
+        }
+        let missing = read_own_file(&dir.path().join("none"), 16).err();
+        assert!(missing.is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound));
+        Ok(())
+    }
 
     #[test]
     fn atomic_write_replaces_and_leaves_no_temp() -> Result<()> {

@@ -173,10 +173,77 @@ pub fn package_name_of(spec: &str) -> &str {
     }
 }
 
+/// What `rpm -Kv FILE` found wrong with a package file: each digest or signature that is not
+/// OK, as `payload SHA256 digest: BAD`, or rpm's own error when it could not read the file at
+/// all (a file cut inside its header). A signature whose key the root lacks (`NOKEY`) is not
+/// a fault: the key is not configured, so nothing can be said about it. Empty when the file is
+/// intact. `ok` is rpm's exit status.
+pub fn checksig_faults(stdout: &str, stderr: &str, ok: bool) -> Vec<String> {
+    let verdicts: Vec<(&str, &str)> = stdout
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let (what, result) = l.trim().rsplit_once(": ")?;
+            Some((what, result.split_whitespace().next().unwrap_or_default()))
+        })
+        .collect();
+    let mut faults: Vec<String> = verdicts
+        .iter()
+        .filter(|&&(_, verdict)| verdict != "OK" && verdict != "NOKEY")
+        .map(|&(what, verdict)| {
+            // `Header SHA256 digest` → `header SHA256 digest`, as a sentence says it.
+            let what = match what.split_once(' ') {
+                Some((w @ ("Header" | "Payload"), rest)) => format!("{} {rest}", w.to_lowercase()),
+                _ => what.to_string(),
+            };
+            format!("{what}: {verdict}")
+        })
+        .collect();
+    if verdicts.is_empty() && !ok {
+        let said = stderr
+            .lines()
+            .map(|l| l.trim().trim_start_matches("error: "))
+            .find(|l| !l.is_empty())
+            .unwrap_or("rpm could not read it");
+        faults.push(said.to_string());
+    }
+    faults.dedup();
+    faults
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use rstest::rstest;
+
+    /// `rpm -Kv` (rpm 4.18) of the test world's CUDA local repo package: intact, cut short
+    /// (its last 300 bytes gone), cut inside its header, and signed by a key the root lacks.
+    #[test]
+    fn checksig_faults_name_each_bad_digest_and_accept_a_missing_key() {
+        let intact = "/w/cuda.rpm:\n    Header SHA256 digest: OK\n    Header SHA1 digest: OK\n    Payload SHA256 ALT digest: OK\n    Payload SHA256 digest: OK\n    MD5 digest: OK\n";
+        assert!(checksig_faults(intact, "", true).is_empty());
+        let cut = "/w/cuda.rpm:\n    Header SHA256 digest: OK\n    Header SHA1 digest: OK\n    Payload SHA256 ALT digest: BAD (Expected 2c84 != 0f98)\n    Payload SHA256 digest: BAD (Expected 2c84 != 0f98)\n    MD5 digest: BAD (Expected 08a7 != 37e8)\n";
+        assert_eq!(
+            checksig_faults(cut, "", false),
+            vec![
+                "payload SHA256 ALT digest: BAD",
+                "payload SHA256 digest: BAD",
+                "MD5 digest: BAD"
+            ]
+        );
+        let header = "error: /w/cuda.rpm: signature hdr blob(4388): BAD, read returned 0\n";
+        assert_eq!(
+            checksig_faults("/w/cuda.rpm:\n", header, false),
+            vec!["/w/cuda.rpm: signature hdr blob(4388): BAD, read returned 0"]
+        );
+        let nokey = "/w/cuda.rpm:\n    Header V4 RSA/SHA256 Signature, key ID 7fa2af80: NOKEY\n    Header SHA256 digest: OK\n    V4 RSA/SHA256 Signature, key ID 7fa2af80: NOKEY\n    MD5 digest: OK\n";
+        assert!(checksig_faults(nokey, "", false).is_empty());
+        let forged = "/w/cuda.rpm:\n    Header V4 RSA/SHA256 Signature, key ID 7fa2af80: BAD\n    Header SHA256 digest: OK\n";
+        assert_eq!(
+            checksig_faults(forged, "", false),
+            vec!["header V4 RSA/SHA256 Signature, key ID 7fa2af80: BAD"]
+        );
+    }
 
     #[rstest]
     #[case("1.0", "1.0", Ordering::Equal)]

@@ -55,7 +55,7 @@ pub struct DriverSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_repo_rpm: Option<PathBuf>,
     /// The SHA-256 of `local_repo_rpm` (64 hex digits), checked before anything is installed
-    /// from it.
+    /// from it; `""`: none (unpins what an extended profile or an earlier `--set` pins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
     /// Kernel module flavour: `auto` (from the GPUs on PCI), `open` or `proprietary`.

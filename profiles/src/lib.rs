@@ -276,6 +276,8 @@ impl Profile {
             {
                 Ok(mut profile) => {
                     profile.name = spec.to_string();
+                    // `driver.sha256 = ""` unpins what a profile it extends pins.
+                    profile.driver.sha256 = profile.driver.sha256.take().filter(|s| !s.is_empty());
                     profile.validate()?;
                     return Ok(profile);
                 }

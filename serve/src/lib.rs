@@ -142,15 +142,16 @@ fn settings(a: &ServeArgs) -> Result<Settings> {
 
 /// Run `gpuhost serve` until SIGTERM or SIGINT; returns the exit code.
 pub fn run(a: &ServeArgs) -> i32 {
-    let mut s = match settings(a) {
-        Ok(s) => s,
+    // A run directory refused (another user's) is bad input too.
+    let (mut s, run_dir) = match settings(a).and_then(|s| Ok((s, probe::run_dir()?))) {
+        Ok(v) => v,
         Err(e) => {
             eprintln!("gpuhost serve: {e:#}");
             return exit::INVALID;
         }
     };
     if !a.no_socket && s.socket.is_none() {
-        s.socket = Some(probe::run_dir().join(served::SOCKET));
+        s.socket = Some(run_dir.join(served::SOCKET));
     }
     let expect = gpuhost_health::expectations_for(a.profile.as_deref(), a.expect_gpus);
     if let Some(err) = &expect.profile_error {
@@ -184,7 +185,7 @@ pub fn run(a: &ServeArgs) -> i32 {
         }
     };
     let sweeper = Sweeper {
-        probe: CoProbe::new(argv, s.timeout, &probe::run_dir()),
+        probe: CoProbe::new(argv, s.timeout, &run_dir),
         host,
         expect,
         fixture,

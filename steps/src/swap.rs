@@ -109,6 +109,16 @@ pub fn swap_driver(host: &Host, s: &DriverSwap) -> Result<()> {
     result
 }
 
+/// Remove the scratch directory a swap killed mid-way (`kill -9`, a power cut) left behind:
+/// the new package's payload and its extracted repo, gigabytes on a real node. Every apply
+/// does, under its lock, whether or not it swaps.
+pub fn remove_left_scratch(host: &Host) -> Result<()> {
+    if host.remove_tree(SCRATCH)? {
+        tracing::info!("removed {SCRATCH}, left by a driver swap that was killed");
+    }
+    Ok(())
+}
+
 fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
     let script = scratch.join("swap.dnf");
     host.write_atomic(
@@ -205,12 +215,14 @@ fn extract(
 }
 
 /// The `dnf shell` script: the local package first (dnf takes it only before other jobs),
-/// then the new set, then the removals, then one `run`.
+/// then the new set, then the removals, then one `run`. dnf splits each line as a POSIX shell
+/// would (`shlex`), so the package's path is quoted: a folder named `GPU BUNDLE 'x'` is one
+/// word.
 pub fn shell_script(s: &DriverSwap) -> String {
     let specs: Vec<String> = s.install.iter().map(RepoPackage::spec).collect();
     let mut out = String::new();
     if let Some(rpm) = &s.repo_rpm {
-        out.push_str(&format!("install {rpm}\n"));
+        out.push_str(&format!("install {}\n", shell_quoted(rpm)));
     }
     if !specs.is_empty() {
         out.push_str(&format!("install {}\n", specs.join(" ")));
@@ -220,6 +232,11 @@ pub fn shell_script(s: &DriverSwap) -> String {
     }
     out.push_str("run\n");
     out
+}
+
+/// `word` in single quotes, each `'` in it closed, escaped and reopened (`'\''`).
+fn shell_quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
 }
 
 /// `gpgcheck`/`gpgkey` for the scratch repo, as the new package's own `.repo` file says (its

@@ -145,6 +145,20 @@ impl World {
         self.dir.join("rpms").join("cuda-local").join(name)
     }
 
+    /// The SHA-256 of the local repo package `name` in `rpms/cuda-local/`, as its
+    /// `SHA256SUMS` lists it (what NVIDIA publishes beside its packages).
+    pub fn sha256(&self, name: &str) -> String {
+        let sums = fs::read_to_string(self.cuda_local("SHA256SUMS")).unwrap_or_default();
+        let sum = sums
+            .lines()
+            .find(|l| l.ends_with(name))
+            .and_then(|l| l.split_whitespace().next())
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(sum.len(), 64, "no SHA-256 of {name} in SHA256SUMS");
+        sum
+    }
+
     /// A file in `rpms/extra/`, e.g. `kernel-uek-5.15.0-206.153.7.el8uek.x86_64.rpm`.
     pub fn extra_rpm(&self, name: &str) -> PathBuf {
         self.dir.join("rpms").join("extra").join(name)

@@ -971,6 +971,7 @@ fn nevras_of(files: &[PathBuf]) -> Result<Vec<String>> {
         let o = Cmd::new("rpm")
             .args([
                 "-qp",
+                "--noglob",
                 "--nosignature",
                 "--nodigest",
                 "--qf",

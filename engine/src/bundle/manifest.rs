@@ -2,6 +2,7 @@
 //! size and SHA-256. `apply --bundle` verifies it before anything else: a file changed, missing
 //! or not listed is refused (exit 2), naming the file.
 
+pub use gpuhost_host::fsutil::kind_of;
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
@@ -192,24 +193,6 @@ fn read_manifest(path: &Path) -> std::io::Result<String> {
     let mut text = String::new();
     fsutil::open_regular(path)?.read_to_string(&mut text)?;
     Ok(text)
-}
-
-/// What a file type is, in words.
-pub fn kind_of(ft: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_symlink() {
-        "a link"
-    } else if ft.is_fifo() {
-        "a FIFO"
-    } else if ft.is_socket() {
-        "a socket"
-    } else if ft.is_block_device() || ft.is_char_device() {
-        "a device"
-    } else if ft.is_dir() {
-        "a directory"
-    } else {
-        "a regular file"
-    }
 }
 
 /// Every path field of the manifest (`driver_repo_rpm`, `gpgkeys`) must name a file the

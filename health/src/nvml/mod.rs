@@ -145,7 +145,7 @@ impl Session {
             nvml,
             system: None,
             fixed: KeptFixed::default(),
-            boot: boot_cache::Store::load(&crate::probe::run_dir(), key),
+            boot: boot_cache::Store::load(crate::probe::run_dir().ok().as_deref(), key),
             cuda: crate::cuda::Memo::default(),
             profile: false,
             timings: Vec::new(),

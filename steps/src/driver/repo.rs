@@ -92,12 +92,15 @@ fn verify_file(
             ));
         }
     }
+    intact(host, path)?;
     // The root's rpm (its database, its keys), never the build host's `%_dbpath`: Debian's rpm
-    // would make a database in the user's HOME just to read the file.
+    // would make a database in the user's HOME just to read the file. `--noglob`: the path is
+    // a path, not a pattern (a bundle directory may hold quotes or spaces).
     let out = host
         .rpm()
         .args([
             "-qp",
+            "--noglob",
             "--qf",
             "%{NAME}\\t%{VERSION}\\t%{RELEASE}\\t%{ARCH}\\n[%{FILENAMES}\\n]",
         ])
@@ -145,6 +148,25 @@ fn verify_file(
         ));
     }
     Ok(files)
+}
+
+/// The file's digests, and its signature where the root has the key (`rpm -K`): a file cut
+/// short or damaged (a download interrupted, a disk error, a payload truncated behind an intact
+/// header) is refused before any change, naming what rpm found bad.
+fn intact(host: &gpuhost_host::host::Host, path: &Path) -> Result<()> {
+    let out = host.rpm().arg("-Kv").arg(path).output()?;
+    let faults = gpuhost_host::rpm::checksig_faults(&out.stdout, &out.stderr, out.success());
+    if faults.is_empty() {
+        return Ok(());
+    }
+    Err(hinted(
+        format!(
+            "{} is damaged or cut short: rpm -K: {}; nothing was installed",
+            path.display(),
+            faults.join(", ")
+        ),
+        "download NVIDIA's local repo package again and compare its SHA-256 with NVIDIA's published checksum",
+    ))
 }
 
 /// The size of the local repo package (a file on the build host, as `driver.local_repo_rpm`
