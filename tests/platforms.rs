@@ -373,3 +373,154 @@ fn machine_mismatches_stop_at_the_door() {
         );
     }
 }
+
+/// The versionlock list's lock lines, sorted.
+fn held(root: &Root) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_to_string(root.join(LIST))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+/// OL10 offline: a bundle made from a fresh OL10 root (no module metadata: EL10 has none)
+/// converges a root cut off from every repo, the branch held as online; the second apply of the
+/// bundle changes nothing.
+#[test]
+fn an_ol10_bundle_converges_an_offline_root() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let profile = tmp.path().join("site.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "extends = {:?}\n\n[driver]\nlocal_repo_rpm = {:?}\n",
+            world::profile("ol10-uek"),
+            local(DRIVER_LOCAL_EL10_580)
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let profile = profile.display().to_string();
+    let out = tmp.path().join("b");
+    let out_s = out.display().to_string();
+    let src = Root::new(Os::Ol10, &[UEK10]);
+    let o = src.gpuhost(&[
+        "bundle",
+        "--profile",
+        &profile,
+        "--out",
+        &out_s,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let made = report(&o);
+    assert_eq!(made["modules"], serde_json::json!([]), "{made:#}");
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("manifest.json")).unwrap_or_default(),
+    )
+    .unwrap_or(Value::Null);
+    let packages = manifest["packages"].to_string();
+    for want in [
+        "nvidia-open-3:580.126.09",
+        "kmod-nvidia-open-dkms-3:580.126.09",
+        "python3-dnf-plugin-versionlock-",
+        "kernel-uek-devel-0:6.12.0-103.40.4.3.el10uek",
+        "docker-ce-3:",
+    ] {
+        assert!(packages.contains(want), "{want} not in {packages}");
+    }
+    // A root that reaches no repo.
+    let node = Root::new(Os::Ol10, &[UEK10]);
+    let _ = std::fs::remove_dir_all(node.join("srv/repos"));
+    for e in std::fs::read_dir(node.join("etc/yum.repos.d")).unwrap_or_else(|e| panic!("{e}")) {
+        let p = e.unwrap_or_else(|e| panic!("{e}")).path();
+        let cut: String = std::fs::read_to_string(&p)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                if l.starts_with("baseurl=") {
+                    "baseurl=file:///nonexistent/gpuhost-offline/\n".to_string()
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        std::fs::write(&p, cut).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let o = node.gpuhost(&["apply", "--bundle", &out_s, "--format", "json"]);
+    assert_eq!(
+        code(&o),
+        0,
+        "{}\n{}",
+        stderr(&o),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(
+        node.nvidia_module_version(UEK10).as_deref(),
+        Some("580.126.09")
+    );
+    assert!(
+        held(&node)
+            .iter()
+            .any(|l| l.starts_with("nvidia-open-3:580.126.09-")),
+        "{:?}",
+        held(&node)
+    );
+    let o = node.gpuhost(&["apply", "--bundle", &out_s, "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for s in report(&o)["steps"].as_array().into_iter().flatten() {
+        assert_ne!(s["outcome"], "changed", "{s:#}");
+    }
+}
+
+/// OL10 rollback: 580 → 590, then `gpuhost rollback` returns to 580 in one transaction, and
+/// the branch lock follows the driver each way (it never holds the other version).
+#[test]
+fn an_ol10_rollback_moves_the_branch_lock_with_the_driver() {
+    // The whole profile (a step-limited apply records no driver to roll back to).
+    let root = Root::new(Os::Ol10, &[UEK10]);
+    let profile = world::profile("ol10-uek");
+    let step = |rpm: &str| {
+        let (rc, rep, err) = run(
+            &root,
+            "apply",
+            &profile,
+            rpm,
+            &["--set", "driver.replace_local_repo=true"],
+        );
+        assert_eq!(rc, 0, "{rpm}: {err}\n{rep:#}");
+    };
+    step(DRIVER_LOCAL_EL10_580);
+    step(DRIVER_LOCAL_EL10_590);
+    assert!(
+        held(&root).iter().all(|l| l.contains("590.48.01")),
+        "{:?}",
+        held(&root)
+    );
+    assert_eq!(
+        root.nvidia_module_version(UEK10).as_deref(),
+        Some("590.48.01")
+    );
+    let o = root.gpuhost(&["rollback", "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("590.48.01 → 580.126.09"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        root.nvidia_module_version(UEK10).as_deref(),
+        Some("580.126.09")
+    );
+    let locks = held(&root);
+    assert!(
+        !locks.is_empty() && locks.iter().all(|l| l.contains("580.126.09")),
+        "{locks:?}"
+    );
+    assert!(root
+        .installed("nvidia-open")
+        .is_some_and(|v| v.starts_with("580.126.09")));
+}

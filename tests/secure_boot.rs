@@ -12,9 +12,13 @@ mod support;
 mod world;
 
 use gpuhost_host::secureboot::{efi_signature_list, efivar_path};
+use rstest::rstest;
 use serde_json::Value;
 use support::check;
-use world::{code, stderr, Os, Root, World, CUDA_LOCAL_EL8_12_2, RHCK8, UEK8_NEW, UEK8_OLD};
+use world::{
+    code, stderr, Os, Root, World, CUDA_LOCAL_EL8_12_2, DRIVER_LOCAL_EL10_580, RHCK8, UEK10,
+    UEK8_NEW, UEK8_OLD,
+};
 
 const ONLY: &str = "kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module";
 const KEY: &str = "/etc/pki/gpuhost/mok.priv";
@@ -128,18 +132,31 @@ fn an_unusable_key_stops_before_the_driver() {
     assert_eq!(root.rpmdb_snapshot(), before, "nothing installed");
 }
 
-#[test]
-fn dkms_signs_with_the_enrolled_profile_key_and_status_checks_the_signer() {
-    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+/// On Oracle Linux 8 (modular, UEK7) and 10 (plain EL10 packages, UEK8 built with gcc 14).
+#[rstest]
+#[case::ol8(Os::Ol8, UEK8_OLD, "ol8-uek", CUDA_LOCAL_EL8_12_2)]
+#[case::ol10(Os::Ol10, UEK10, "ol10-uek", DRIVER_LOCAL_EL10_580)]
+fn dkms_signs_with_the_enrolled_profile_key_and_status_checks_the_signer(
+    #[case] os: Os,
+    #[case] kernel: &str,
+    #[case] profile: &str,
+    #[case] rpm: &str,
+) {
+    let root = Root::new(os, &[kernel]);
     secure_boot_on(&root);
     let cert = make_key(&root, "/etc/pki/gpuhost", "mok", "gpuhost test MOK");
     efivar(&root, "MokListRT", &[&cert]);
+    let with_key = |root: &Root, extra: &[&str]| {
+        let mut args = WITH_KEY.to_vec();
+        args.extend_from_slice(extra);
+        apply(root, profile, rpm, &args)
+    };
     let (rc, rep, err) = with_key(&root, &[]);
     assert_eq!(rc, 0, "{err}\n{rep:#}");
     assert!(root
         .read("/etc/dkms/framework.conf.d/gpuhost-secure-boot.conf")
         .contains(&format!("mok_signing_key=\"{KEY}\"")),);
-    let modules = root.nvidia_module_files(UEK8_OLD);
+    let modules = root.nvidia_module_files(kernel);
     assert!(modules.len() >= 4, "{modules:?}");
     for m in &modules {
         assert_eq!(signer(&root, m), "gpuhost test MOK", "{m}");

@@ -19,6 +19,7 @@ use gpuhost_host::fsutil;
 use gpuhost_host::host::{repo_entries, Host};
 use gpuhost_host::invalid;
 use gpuhost_host::kernel::Flavour;
+use gpuhost_nvidia::flavour::{FlavourSetting, ModuleFlavour};
 use gpuhost_profile::Profile;
 use gpuhost_steps;
 use gpuhost_steps::containers::RepoSource;
@@ -167,12 +168,20 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
 
 /// The kernel module flavour is chosen here, for the target's GPUs (none on a clean OS: the
 /// open modules, or the profile's driver.flavour), and pinned in the bundle's profile: the
-/// bundle carries that stream only, so a host whose GPUs it cannot drive is refused at
-/// apply (exit 2, naming the GPU), not failed in the middle of a transaction.
+/// bundle carries that stream only (on EL10, which has no streams, that flavour's packages),
+/// so a host whose GPUs it cannot drive is refused at apply (exit 2, naming the GPU), not
+/// failed in the middle of a transaction.
 fn pin_driver(profile: &mut Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
     let driver = gpuhost_steps::driver::resolve(profile, facts)?;
     if let Some(d) = &driver {
-        profile.driver.stream = Some(d.choice.stream.clone());
+        if d.modular() {
+            profile.driver.stream = Some(d.choice.stream.clone());
+        } else {
+            profile.driver.flavour = match d.choice.flavour {
+                ModuleFlavour::Open => FlavourSetting::Open,
+                ModuleFlavour::Proprietary => FlavourSetting::Proprietary,
+            };
+        }
     }
     Ok(driver)
 }

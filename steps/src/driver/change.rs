@@ -20,6 +20,7 @@ use crate::step::Ctx;
 use crate::swap::{DriverSwap, RepoPackage};
 use gpuhost_host::error::hinted;
 use gpuhost_host::rpm::vercmp;
+use gpuhost_nvidia::flavour::ModuleFlavour;
 use gpuhost_profile::InstallSet;
 
 /// The packages of a repo's files (`/var/<repo>/…/<nvr>.<arch>.rpm`), one per name: the one
@@ -120,7 +121,17 @@ pub(crate) fn plan_swap(
         .collect();
     // A kmod the set does not want (the other flavour's, another driver's precompiled ones)
     // goes; every other installed family package the new repo has moves with the driver.
-    let unwanted_kmod = |n: &str| n.starts_with("kmod-nvidia") && !kmods.iter().any(|k| k == n);
+    // The other flavour's meta package goes too: `nvidia-open` requires the open kmod (NVIDIA's
+    // EL10 switch to proprietary is `dnf install --allowerasing cuda-drivers`, which erases
+    // it), and gpuhost's `full` set carries one meta package, the flavour's own.
+    let other_meta = match plan.choice.flavour {
+        ModuleFlavour::Proprietary => Some("nvidia-open"),
+        ModuleFlavour::Open if plan.install == InstallSet::Full => Some("cuda-drivers"),
+        ModuleFlavour::Open => None,
+    };
+    let unwanted_kmod = |n: &str| {
+        (n.starts_with("kmod-nvidia") && !kmods.iter().any(|k| k == n)) || Some(n) == other_meta
+    };
     let install: Vec<RepoPackage> = new
         .iter()
         .filter(|p| in_family(&p.name) && !unwanted_kmod(&p.name))
