@@ -295,14 +295,15 @@ fn apply_module_failures_name_the_step_and_hint_and_exit_2_is_invalid_input() {
     let r = result(&run, "apply", "bad");
     assert_eq!(r["failed"], true, "{r:#}");
     assert_eq!(r["failed_step"], "driver-repo", "{r:#}");
-    assert_eq!(r["invalid_input"], false);
+    // A damaged driver file is bad input, found by rpm -K before any change (issue 34).
+    assert_eq!(r["invalid_input"], true, "{r:#}");
     let msg = r["msg"].as_str().unwrap();
     assert!(
-        msg.starts_with("gpuhost apply: step driver-repo failed: ")
-            && msg.contains("does not verify"),
+        msg.starts_with("invalid input (gpuhost exit 2, nothing was changed): gpuhost apply: step driver-repo failed")
+            && msg.contains("is damaged or cut short: rpm -K"),
         "{msg}"
     );
-    assert_eq!(r["exit_code"], 1);
+    assert_eq!(r["exit_code"], 2);
 
     let (o, run) = playbook(dir.path(), &inv, APPLY_PLAY, &["--limit", "notrpm"]);
     assert!(!o.status.success());
@@ -443,8 +444,8 @@ fn docs_playbook_rolls_a_driver_upgrade_through_a_slurm_partition_in_batches() {
     for (n, r) in nodes.iter().zip(&roots) {
         hosts.insert(n.to_string(), json!({"gpuhost_root": r.path()}));
     }
-    // gpunode1 gets a corrupted driver file.
-    hosts["gpunode1"]["driver_rpm"] = json!(bad);
+    // gpunode3 (the second batch) gets a corrupted driver file.
+    hosts["gpunode3"]["driver_rpm"] = json!(bad);
     let inv = json!({"all": {"vars": {
         "ansible_connection": "local",
         "ansible_python_interpreter": "/usr/bin/python3",
@@ -489,18 +490,22 @@ fn docs_playbook_rolls_a_driver_upgrade_through_a_slurm_partition_in_batches() {
         &check_args,
         &[("SLURM_CONF", slurm.conf.as_path())],
     );
-    // Check mode changes nothing and drains nothing, and says that every node would change
-    // (gpunode1's flipped payload byte is rpm's to find, at install: plan does not read it).
+    // Check mode changes nothing and drains nothing, says that the first batch would change,
+    // and already finds gpunode3's flipped payload byte (gpuhost plan verifies the file with
+    // rpm -K before anything: exit 2).
     let after: Vec<String> = roots.iter().map(files).collect();
     assert!(before == after, "check mode changed a root: {check:#}");
     for n in nodes {
         assert_eq!(slurm.state(n), "IDLE", "{n}: {check:#}");
+    }
+    for n in ["gpunode1", "gpunode2"] {
         assert_eq!(stats(&check, n)["failures"], 0, "{n}: {check:#}");
         assert!(
             stats(&check, n)["changed"].as_u64() >= Some(1),
             "{n}: {check:#}"
         );
     }
+    assert_eq!(stats(&check, "gpunode3")["failures"], 1, "{check:#}");
 
     // A job on gpunode2: its apply must wait until the job has ended.
     let job_end = dir.path().join("job.end");
@@ -526,20 +531,13 @@ fn docs_playbook_rolls_a_driver_upgrade_through_a_slurm_partition_in_batches() {
     eprintln!("rollout: {:?}", t.elapsed());
     assert!(!o.status.success(), "the rollout must stop: {run:#}");
 
-    // Batch 1 (gpunode1, gpunode2): gpunode1 failed, and stays drained saying why.
-    assert_eq!(stats(&run, "gpunode1")["failures"], 1, "{run:#}");
-    assert_eq!(slurm.state("gpunode1"), "IDLE+DRAIN");
-    let reason = slurm.reason("gpunode1").unwrap();
-    assert!(
-        reason.starts_with("gpuhost: Apply failed: gpuhost apply: step driver-repo failed"),
-        "{reason}"
-    );
-    // Its driver stays (535). (Its old local repo package is gone: driver-repo removes it before
-    // installing the replacement, which rpm then refuses. Noted, not fixed here.)
+    // Batch 1 (gpunode1, gpunode2): both upgraded and resumed.
+    assert_eq!(stats(&run, "gpunode1")["failures"], 0, "{run:#}");
     assert!(roots[0]
         .installed("nvidia-driver")
         .unwrap()
-        .starts_with("535.104.05"));
+        .starts_with("550.54.15"));
+    slurm.wait_state("gpunode1", |s| s == "IDLE", 10);
     // gpunode2: drained while its job ran, applied after the job ended, upgraded, resumed.
     assert_eq!(stats(&run, "gpunode2")["failures"], 0, "{run:#}");
     assert!(roots[1]
@@ -568,10 +566,12 @@ fn docs_playbook_rolls_a_driver_upgrade_through_a_slurm_partition_in_batches() {
     );
     slurm.wait_state("gpunode2", |s| s == "IDLE", 10);
     assert!(slurm.reason("gpunode2").is_none());
-    // max_fail_percentage: 25 — 1 of 2 failed: gpunode3 was never touched.
-    assert!(stats(&run, "gpunode3").is_null(), "{run:#}");
+    // Batch 2: gpunode3 failed at its plan — the damaged file is bad input found before any
+    // change — so it was never drained and nothing of it changed; the rollout stops failed.
+    assert_eq!(stats(&run, "gpunode3")["failures"], 1, "{run:#}");
     assert_eq!(files(&roots[2]), before3);
     assert_eq!(slurm.state("gpunode3"), "IDLE");
+    assert!(slurm.reason("gpunode3").is_none());
 }
 
 #[test]

@@ -524,3 +524,47 @@ fn an_ol10_rollback_moves_the_branch_lock_with_the_driver() {
         .installed("nvidia-open")
         .is_some_and(|v| v.starts_with("580.126.09")));
 }
+
+/// The architecture is the root's, never the build machine's: a root whose kernel is an
+/// aarch64 UEK (its files only: the world builds no aarch64 packages) is aarch64, so NVIDIA's
+/// x86_64 local repo package is refused there naming both arches, an RHCK profile is refused
+/// (Oracle ships no RHCK for aarch64), and nothing changes.
+#[test]
+fn an_aarch64_root_is_aarch64_whatever_builds_it() {
+    let root = Root::new(Os::Ol9, &[]);
+    root.write(
+        "/lib/modules/5.15.0-300.163.18.el9uek.aarch64/vmlinuz",
+        "synthetic aarch64 kernel\n",
+    );
+    let facts = root.gpuhost(&["facts", "--format", "json"]);
+    let facts: Value = serde_json::from_slice(&facts.stdout).unwrap_or(Value::Null);
+    assert_eq!(facts["arch"], "aarch64", "{facts:#}");
+    let set = format!(
+        "driver.local_repo_rpm={}",
+        local(world::DRIVER_LOCAL_EL9_570)
+    );
+    refused(
+        &root,
+        &[
+            "apply",
+            "--profile",
+            "ol9-uek",
+            "--format",
+            "json",
+            "--set",
+            &set,
+        ],
+        "is built for x86_64, but this host is aarch64",
+    );
+    refused(
+        &root,
+        &[
+            "plan",
+            "--profile",
+            "ol9-rhck",
+            "--set",
+            "driver.manage=false",
+        ],
+        "ships no RHCK for aarch64 (the UEK only); use --profile ol9-uek",
+    );
+}
