@@ -68,9 +68,11 @@ pub struct DriverSpec {
     /// The package set: `module`, `full` or `compute-only`.
     #[serde(default)]
     pub install: InstallSet,
-    /// IMEX (memory export across nodes, multi-node NVLink) at the driver's version, locked.
-    #[serde(default)]
-    pub imex: bool,
+    /// IMEX (memory export across nodes, multi-node NVLink) at the driver's version, locked;
+    /// unset: on when a Grace Blackwell superchip (GB200, GB300: an NVL72 compute tray) is on
+    /// PCI, off otherwise (GH200 and HGX systems run no IMEX unless asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imex: Option<bool>,
     /// Replace another NVIDIA local repo package (another driver version) when one is installed.
     #[serde(default)]
     pub replace_local_repo: bool,
@@ -89,7 +91,7 @@ impl Default for DriverSpec {
             flavour: FlavourSetting::Auto,
             stream: None,
             install: InstallSet::Module,
-            imex: false,
+            imex: None,
             replace_local_repo: false,
             switch_stream: false,
         }

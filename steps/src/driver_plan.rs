@@ -34,6 +34,8 @@ pub struct DriverPlan {
     pub unchecked: Vec<Unchecked>,
     /// A branch newer than gpuhost's branch table: the rule it was checked by (a warning).
     pub newer_branch: Option<String>,
+    /// IMEX wanted, and why (the profile's `driver.imex`, or the GPUs on PCI).
+    pub imex: (bool, String),
 }
 
 impl DriverPlan {
@@ -114,7 +116,8 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
             ));
         }
     }
-    if spec.imex {
+    let imex = imex_choice(spec.imex, &facts.gpus);
+    if imex.0 {
         // Refuses a driver without IMEX.
         gpuhost_nvidia::hgx::extras(gpuhost_nvidia::hgx::Topology::default(), &repo.driver, true)?;
     }
@@ -126,7 +129,35 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
         packaging,
         unchecked,
         newer_branch: gpuhost_nvidia::branches::newer_than_table(branch),
+        imex,
     }))
+}
+
+/// Whether IMEX is wanted, and why. Unset in the profile: on for a Grace Blackwell superchip
+/// (GB200, GB300) on PCI — an NVL72 compute tray, whose GPUs share memory across trays over
+/// NVLink through the IMEX daemon (NVIDIA IMEX guide; NVIDIA's GB200 node images and the
+/// clouds' run `nvidia-imex.service` and no Fabric Manager there, which runs on the NVLink
+/// switch trays) — off otherwise (a GH200 is one node: neither).
+fn imex_choice(setting: Option<bool>, gpus: &[gpuhost_host::facts::PciDevice]) -> (bool, String) {
+    if let Some(on) = setting {
+        return (on, format!("driver.imex = {on}"));
+    }
+    let tray = gpus.iter().find_map(|g| {
+        g.kind
+            .as_ref()
+            .filter(|k| k.grace && k.arch == gpuhost_host::gpu::Arch::Blackwell)
+            .map(|k| format!("{} at {}", k.describe(), g.address))
+    });
+    match tray {
+        Some(gpu) => (
+            true,
+            format!("{gpu}: an NVL72 compute tray runs IMEX for multi-node NVLink (set driver.imex = false to leave it out)"),
+        ),
+        None => (
+            false,
+            "no Grace Blackwell superchip on PCI: IMEX only when driver.imex = true".to_string(),
+        ),
+    }
 }
 
 /// What a profile says about the driver before anything runs: `Err` (invalid input) when it
@@ -143,4 +174,33 @@ pub fn require_package(profile: &Profile, selected: &[&str]) -> Result<()> {
         profile.os.major,
         profile.os.major
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuhost_host::facts::PciDevice;
+
+    fn facts_with(device: &str) -> Vec<PciDevice> {
+        vec![PciDevice {
+            address: "0000:01:00.0".to_string(),
+            device_id: device.to_string(),
+            class: "0x030200".to_string(),
+            kind: gpuhost_host::gpu::kind_of_hex(device),
+        }]
+    }
+
+    #[test]
+    fn imex_is_on_for_grace_blackwell_trays_only_unless_the_profile_says() {
+        let gb200 = facts_with("2941");
+        let (on, why) = imex_choice(None, &gb200);
+        assert!(
+            on && why.contains("GB200") && why.contains("NVL72"),
+            "{why}"
+        );
+        assert!(!imex_choice(Some(false), &gb200).0, "the profile decides");
+        assert!(!imex_choice(None, &facts_with("2342")).0, "GH200: no IMEX");
+        assert!(!imex_choice(None, &facts_with("2335")).0, "H200: no IMEX");
+        assert!(imex_choice(Some(true), &facts_with("2335")).0);
+    }
 }

@@ -69,7 +69,13 @@ fn packages(ctx: &Ctx<'_>, extras: &[Extra], check: &mut Check) -> Result<()> {
             format!("{} installed", versions.join(", "))
         };
         specs.push(e.spec());
-        why.push(format!("{} {found} ({})", e.name, e.why));
+        // IMEX: the choice and its source (the profile, or the GPUs on PCI).
+        let because = if e.name.starts_with("nvidia-imex") {
+            plan(ctx)?.imex.1.clone()
+        } else {
+            e.why.to_string()
+        };
+        why.push(format!("{} {found} ({because})", e.name));
     }
     if !specs.is_empty() {
         check.changes.push(Change::new(
@@ -196,9 +202,16 @@ impl Step for HgxExtras {
 
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
         super::not_applicable(ctx).or_else(|| {
-            (!ctx.facts.topology().has_nvswitches() && !ctx.profile.driver.imex).then(|| {
-                "no NVSwitch on this host and driver.imex = false: nothing beyond the driver"
-                    .to_string()
+            let imex = ctx
+                .driver
+                .as_ref()
+                .map(|p| p.imex.clone())
+                .unwrap_or_default();
+            (!ctx.facts.topology().has_nvswitches() && !imex.0).then(|| {
+                format!(
+                    "no NVSwitch on this host, no IMEX ({}): nothing beyond the driver",
+                    imex.1
+                )
             })
         })
     }
