@@ -16,8 +16,8 @@ use rstest::rstest;
 use serde_json::Value;
 use support::check;
 use world::{
-    code, report, Os, Root, World, CUDA_LOCAL_EL8_12_2, DRIVER_LOCAL_EL10_580, UEK10,
-    UEK10_NO_DEVEL, UEK10_OLD, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD,
+    code, report, Os, Root, World, CUDA_LOCAL_EL8_12_2, CUDA_LOCAL_EL8_12_4, CUDA_LOCAL_EL9_12_2,
+    DRIVER_LOCAL_EL10_580, UEK10, UEK10_NO_DEVEL, UEK10_OLD, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD,
 };
 
 const DRIVER: &str = "535.104.05";
@@ -480,4 +480,71 @@ fn a_guard_that_cannot_set_the_default_is_reported_and_journaled() {
     let j = journal_last(&root);
     assert_eq!(j["kernel_guard"]["action"], "failed", "{j:#}");
     assert_eq!(j["exit_code"], 1, "{j:#}");
+}
+
+/// The guard judges the NVIDIA modules the host has, not the driver a refused run asked for
+/// (issue 34, item 2): a node converged on 550 keeps its 550 module for the default kernel when
+/// an apply with another driver's file is refused (another driver not to be replaced, exit 1;
+/// a file for another OS or one that does not exist, exit 2). The guard says the next boot is
+/// fine, not "no NVIDIA module … nothing to fall back to".
+#[rstest]
+#[case::another_driver_not_replaced(CUDA_LOCAL_EL8_12_2, 1)]
+#[case::wrong_os(CUDA_LOCAL_EL9_12_2, 2)]
+#[case::missing_file(
+    "no-such-dir/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm",
+    2
+)]
+fn after_a_refused_apply_the_guard_judges_the_installed_drivers_module(
+    #[case] rpm: &'static str,
+    #[case] exit: i32,
+) {
+    let c = Case {
+        rpm: CUDA_LOCAL_EL8_12_4,
+        driver: "550.54.15",
+        ..OL8
+    };
+    let root = converged_case(&c, &[c.old]);
+    let before = root.rpmdb_snapshot();
+    let refused = Case { rpm, ..c };
+    let args: Vec<String> = world::apply_args(c.profile, rpm, ONLY, &[])
+        .into_iter()
+        .filter(|a| a != "--format" && a != "json")
+        .collect();
+    let o = root.gpuhost(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(code(&o), exit, "{text}");
+    assert!(!text.contains("nothing to fall back to"), "{text}");
+    let (rc, rep) = apply_case(&refused, &root, &[]);
+    assert_eq!(rc, exit, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "fine", "{rep:#}");
+    assert_eq!(
+        root.rpmdb_snapshot(),
+        before,
+        "the refused runs changed the rpm database"
+    );
+    assert_eq!(root.nvidia_module_version(c.old).as_deref(), Some(c.driver));
+    assert!(!root.join("/var/lib/gpuhost/kernel-guard.json").exists());
+}
+
+/// On a host with no NVIDIA driver, a refused apply (a file for another OS) changed nothing:
+/// there is no module for the guard to keep, and it claims nothing about the next boot.
+#[test]
+fn on_a_host_without_a_driver_a_refused_apply_makes_the_guard_claim_nothing() {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    let refused = Case {
+        rpm: CUDA_LOCAL_EL9_12_2,
+        ..OL8
+    };
+    let args: Vec<String> = world::apply_args(OL8.profile, refused.rpm, ONLY, &[])
+        .into_iter()
+        .filter(|a| a != "--format" && a != "json")
+        .collect();
+    let o = root.gpuhost(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(code(&o), 2, "{text}");
+    assert!(!text.contains("kernel guard"), "{text}");
+    let (rc, rep) = apply_case(&refused, &root, &[]);
+    assert_eq!(rc, 2, "{rep:#}");
+    assert!(rep.get("kernel_guard").is_none(), "{rep:#}");
+    assert!(root.installed("nvidia-kmod-common").is_none());
 }
