@@ -70,6 +70,9 @@ pub struct Ctx<'a> {
     rpm_cache: RefCell<BTreeMap<String, Vec<Installed>>>,
     /// The driver transition decided on the last look at the host (forgotten when it changes).
     transition: RefCell<Option<Transition>>,
+    /// How the one refresh of the repos' metadata in this run went ([`Ctx::refresh_metadata`]):
+    /// `None` until it was made.
+    metadata: RefCell<Option<std::result::Result<(), String>>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -89,6 +92,7 @@ impl<'a> Ctx<'a> {
             state: State::load(host)?,
             rpm_cache: RefCell::new(BTreeMap::new()),
             transition: RefCell::new(None),
+            metadata: RefCell::new(None),
         })
     }
 
@@ -144,7 +148,42 @@ impl<'a> Ctx<'a> {
         Ok(t)
     }
 
-    /// The error for a package spec that no enabled repo carries.
+    /// Refresh the enabled repos' metadata (`dnf makecache --refresh`), once in this run. dnf
+    /// answers from the metadata it cached in the root, which it keeps for `metadata_expire`
+    /// (48 h by default): a mirror that has received a package since (the headers of a new
+    /// kernel) is not seen without this. Asked before anything is reported as in no enabled
+    /// repo. True when this call refreshed it (an answer from the old metadata is worth asking
+    /// again); false when it was refreshed already in this run, when it could not be (kept for
+    /// the message, [`Ctx::not_in_repos`]), or with a bundle (whose metadata dnf never keeps).
+    pub fn refresh_metadata(&self) -> bool {
+        if self.host.bundle().is_some() || self.metadata.borrow().is_some() {
+            return false;
+        }
+        let done = self
+            .host
+            .dnf()
+            .and_then(|c| c.args(["makecache", "--refresh"]).run())
+            .map(|_| ())
+            .map_err(|e| format!("{e:#}"));
+        let fresh = done.is_ok();
+        *self.metadata.borrow_mut() = Some(done);
+        fresh
+    }
+
+    /// One dnf transaction for these parts ([`crate::work::transaction`]); when dnf found no
+    /// package for an argument, made once more on metadata refreshed in this run
+    /// ([`Ctx::refresh_metadata`]), so that what the mirror has now decides.
+    pub fn transaction(&self, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
+        let (cmd, out) = crate::work::transaction(self.host, parts)?;
+        let failure = DnfFailure { cmd, out };
+        if failure.out.success() || !failure.finds_nothing() || !self.refresh_metadata() {
+            return Ok((failure.cmd, failure.out));
+        }
+        crate::work::transaction(self.host, parts)
+    }
+
+    /// The error for a package spec that no enabled repo carries (on metadata refreshed in this
+    /// run, or saying that it could not be).
     pub(crate) fn not_in_repos(&self, spec: &str) -> anyhow::Error {
         let name = package_name_of(spec);
         let available = self.available_versions(name).unwrap_or_default();
@@ -153,14 +192,22 @@ impl<'a> Ctx<'a> {
         } else {
             format!("available: {}", available.join(", "))
         };
+        let stale = match &*self.metadata.borrow() {
+            Some(Err(e)) => format!(
+                "; the repos' metadata could not be refreshed, so this is dnf's cached answer: {e}"
+            ),
+            _ => String::new(),
+        };
         hinted(
-            format!("{spec} is not in any enabled repo ({listed})"),
+            format!("{spec} is not in any enabled repo ({listed}){stale}"),
             format!("enable the repo that carries {spec}, or boot a kernel whose packages are available"),
         )
     }
 
-    /// `version-release.arch` of every available package of this name, oldest first.
+    /// `version-release.arch` of every available package of this name, oldest first, on
+    /// metadata refreshed in this run ([`Ctx::refresh_metadata`]).
     pub(crate) fn available_versions(&self, name: &str) -> Result<Vec<String>> {
+        self.refresh_metadata();
         let out = self
             .host
             .dnf()?
@@ -206,6 +253,17 @@ impl DnfFailure {
     /// The plain error: the command and the tail of what it printed.
     pub fn error(&self) -> anyhow::Error {
         self.cmd.failure(&self.out)
+    }
+
+    /// True when dnf found no package (or module stream) for an argument: what metadata older
+    /// than the mirror says of a package the mirror has received since.
+    pub(crate) fn finds_nothing(&self) -> bool {
+        let text = self.text();
+        text.lines().any(|l| {
+            l.contains("No match for argument")
+                || l.contains("Unable to find a match")
+                || (l.contains("Module or Group") && l.contains("is not available"))
+        })
     }
 
     /// Specs dnf found no package for.
