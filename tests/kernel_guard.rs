@@ -548,3 +548,122 @@ fn on_a_host_without_a_driver_a_refused_apply_makes_the_guard_claim_nothing() {
     assert!(rep.get("kernel_guard").is_none(), "{rep:#}");
     assert!(root.installed("nvidia-kmod-common").is_none());
 }
+
+/// The root's mirror of the UEK repo (`/srv/repos/ol8_UEKR7`, the same path throughout) with or
+/// without the headers of [`UEK8_NEW`], as a mirror sync leaves it: the package file there or
+/// not, the metadata made again by createrepo_c. dnf's cache in the root still holds what it
+/// read before (dnf keeps a repo's metadata for 48 h).
+fn mirror_has_new_headers(root: &Root, has: bool) {
+    let repo = root.join("/srv/repos/ol8_UEKR7");
+    let name = format!("kernel-uek-devel-{}.x86_64.rpm", world::evr(UEK8_NEW));
+    let file = repo.join("Packages").join(&name);
+    if has {
+        let from = World::get()
+            .repo(Os::Ol8, "ol8_UEKR7")
+            .join("Packages")
+            .join(&name);
+        std::fs::copy(from, &file).unwrap();
+    } else {
+        std::fs::remove_file(&file).unwrap();
+    }
+    // The old metadata's files are links into the world: unlinked, never rewritten.
+    std::fs::remove_dir_all(repo.join("repodata")).unwrap();
+    let o = std::process::Command::new("createrepo_c")
+        .arg("--quiet")
+        .arg(&repo)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", world::stderr(&o));
+}
+
+/// How many commands of a report ran `dnf makecache`.
+fn refreshes(rep: &Value) -> usize {
+    rep["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["commands"].as_array().into_iter().flatten())
+        .filter(|c| {
+            c["argv"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|w| w == "makecache"))
+        })
+        .count()
+}
+
+/// Fresh metadata before "absent" (issue 34, item 3): a new kernel arrives before the mirror
+/// has its headers, so the guard keeps the old default; the mirror then catches up at the same
+/// path while dnf's cached metadata (younger than 48 h) still lacks the headers. The next run —
+/// the trigger's apply, or the guard's fix command as printed — refreshes the metadata before it
+/// would call the headers absent, installs them, builds the module and makes the new kernel the
+/// default again. A converged run after that refreshes nothing.
+#[rstest]
+#[case::the_next_apply(false)]
+#[case::the_guards_fix_command(true)]
+fn once_the_mirror_catches_up_the_next_run_sees_the_headers_and_restores_the_new_kernel(
+    #[case] fix: bool,
+) {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    mirror_has_new_headers(&root, false);
+    let (rc, rep) = apply(&root, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    root.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-{}", world::evr(UEK8_NEW)),
+    ]);
+    kernel_install_add(&root, UEK8_NEW);
+
+    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    assert_eq!(rc, 1, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
+    let reason = rep["kernel_guard"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(&format!(
+            "kernel-uek-devel-{UEK8_NEW} is not in any enabled repo"
+        )),
+        "{rep:#}"
+    );
+    assert!(refreshes(&rep) >= 1, "absent without a refresh: {rep:#}");
+    assert!(saved_entry(&root).ends_with(UEK8_OLD));
+
+    mirror_has_new_headers(&root, true);
+    let (rc, rep) = if fix {
+        let rec: Value =
+            serde_json::from_str(&root.read("/var/lib/gpuhost/kernel-guard.json")).unwrap();
+        let words = shlex::split(rec["fix"].as_str().unwrap()).unwrap();
+        assert!(
+            words
+                .windows(2)
+                .any(|w| w == ["--root", root.path().to_str().unwrap()]),
+            "{words:?}"
+        );
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gpuhost"));
+        cmd.env("HOME", World::get().home()).args(&words[1..]);
+        if !words.iter().any(|w| w == "--format") {
+            cmd.args(["--format", "json"]);
+        }
+        let o = cmd.output().unwrap();
+        (code(&o), report(&o))
+    } else {
+        apply(&root, &["--kernel-release", UEK8_OLD])
+    };
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "restored", "{rep:#}");
+    assert!(
+        root.installed_all("kernel-uek-devel")
+            .iter()
+            .any(|v| v == world::evr(UEK8_NEW)),
+        "headers for the new kernel"
+    );
+    assert_eq!(
+        root.nvidia_module_version(UEK8_NEW).as_deref(),
+        Some(DRIVER)
+    );
+    assert!(saved_entry(&root).ends_with(UEK8_NEW));
+    assert!(!root.join("/var/lib/gpuhost/kernel-guard.json").exists());
+
+    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(refreshes(&rep), 0, "a converged run refreshed: {rep:#}");
+}

@@ -339,14 +339,21 @@ fn fit_bundle(
         }
     }
     let guarded = profile.kernel.guard && profile.driver.manage;
-    let default_lacking = narrowed
-        .default_boot_kernel
-        .as_ref()
-        .is_some_and(|d| !carried.contains(d));
-    if !guarded || !default_lacking {
+    let lacking = |k: &Option<String>| k.as_ref().is_some_and(|d| !carried.contains(d));
+    let (default_lacking, held_lacking) = (
+        lacking(&narrowed.default_boot_kernel),
+        lacking(&narrowed.held_back_kernel),
+    );
+    if !guarded || !(default_lacking || held_lacking) {
         return Err(e);
     }
-    narrowed.default_boot_kernel = None;
+    if default_lacking {
+        narrowed.default_boot_kernel = None;
+    }
+    if held_lacking {
+        // The kernel the guard holds back stays held back until a bundle carries it.
+        narrowed.held_back_kernel = None;
+    }
     // Another release, architecture or target kernel still refuses.
     b.fits(&narrowed)?;
     *facts = narrowed;
