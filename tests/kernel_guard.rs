@@ -17,7 +17,8 @@ use serde_json::Value;
 use support::check;
 use world::{
     code, report, Os, Root, World, CUDA_LOCAL_EL8_12_2, CUDA_LOCAL_EL8_12_4, CUDA_LOCAL_EL9_12_2,
-    DRIVER_LOCAL_EL10_580, UEK10, UEK10_NO_DEVEL, UEK10_OLD, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD,
+    CUDA_LOCAL_EL9_13_0, DRIVER_LOCAL_EL10_580, DRIVER_LOCAL_EL9_570, RHCK9, UEK10, UEK10_NO_DEVEL,
+    UEK10_OLD, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD,
 };
 
 const DRIVER: &str = "535.104.05";
@@ -524,6 +525,49 @@ fn after_a_refused_apply_the_guard_judges_the_installed_drivers_module(
     );
     assert_eq!(root.nvidia_module_version(c.old).as_deref(), Some(c.driver));
     assert!(!root.join("/var/lib/gpuhost/kernel-guard.json").exists());
+}
+
+/// A driver swap that dnf refused (a site package holds a file of R580's NSCQ: the transaction
+/// test fails, nothing changes) leaves the 570 driver and its module in place: the guard judges
+/// that module, not the 580 one the run asked for.
+#[test]
+fn after_a_failed_driver_swap_the_guard_judges_the_driver_left_in_place() {
+    let root = Root::new(Os::Ol9, &[RHCK9]).with_extra_rpm("site-nscq-copy");
+    for i in 0..2 {
+        root.add_pci_device(
+            &format!("0000:{:02x}:00.0", 0x19 + i),
+            0x10de,
+            0x2330,
+            0x030200,
+        );
+    }
+    root.add_pci_device("0000:05:00.0", 0x10de, 0x22a3, 0x068000);
+    let only = format!("{ONLY},fabric-manager,hgx-extras,persistenced");
+    let run = |rpm: &str| {
+        let args = world::apply_args(
+            "ol9-rhck",
+            rpm,
+            &only,
+            &["--set", "driver.replace_local_repo=true"],
+        );
+        let o = root.gpuhost(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        (code(&o), report(&o))
+    };
+    let (rc, rep) = run(DRIVER_LOCAL_EL9_570);
+    assert_eq!(rc, 0, "{rep:#}");
+    let before = root.rpmdb_snapshot();
+    let (rc, rep) = run(CUDA_LOCAL_EL9_13_0);
+    assert_eq!(rc, 1, "{rep:#}");
+    assert_eq!(
+        root.rpmdb_snapshot(),
+        before,
+        "the refused swap changed rpm"
+    );
+    assert_eq!(
+        root.nvidia_module_version(RHCK9).as_deref(),
+        Some("570.124.06")
+    );
+    assert_eq!(rep["kernel_guard"]["action"], "fine", "{rep:#}");
 }
 
 /// On a host with no NVIDIA driver, a refused apply (a file for another OS) changed nothing:
