@@ -711,3 +711,30 @@ fn once_the_mirror_catches_up_the_next_run_sees_the_headers_and_restores_the_new
     assert_eq!(rc, 0, "{rep:#}");
     assert_eq!(refreshes(&rep), 0, "a converged run refreshed: {rep:#}");
 }
+
+/// A refresh that cannot be made (the mirror of another enabled repo is gone) is said: "not in
+/// any enabled repo" is then dnf's cached answer, and the message (the guard's reason) says so.
+#[test]
+fn a_refresh_that_fails_is_named_where_a_package_is_called_absent() {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    mirror_has_new_headers(&root, false);
+    let (rc, rep) = apply(&root, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    root.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-{}", world::evr(UEK8_NEW)),
+    ]);
+    kernel_install_add(&root, UEK8_NEW);
+    std::fs::remove_dir_all(root.join("/srv/repos/cuda-rhel8-network")).unwrap();
+    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    assert_eq!(rc, 1, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
+    let reason = rep["kernel_guard"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("not in any enabled repo")
+            && reason.contains("the repos' metadata could not be refreshed")
+            && reason.contains("cuda-rhel8-network"),
+        "{rep:#}"
+    );
+}

@@ -164,7 +164,7 @@ impl<'a> Ctx<'a> {
             .dnf()
             .and_then(|c| c.args(["makecache", "--refresh"]).run())
             .map(|_| ())
-            .map_err(|e| format!("{e:#}"));
+            .map_err(|e| refresh_failure(&e));
         let fresh = done.is_ok();
         *self.metadata.borrow_mut() = Some(done);
         fresh
@@ -194,7 +194,7 @@ impl<'a> Ctx<'a> {
         };
         let stale = match &*self.metadata.borrow() {
             Some(Err(e)) => format!(
-                "; the repos' metadata could not be refreshed, so this is dnf's cached answer: {e}"
+                "; the repos' metadata could not be refreshed ({e}), so this is dnf's cached answer"
             ),
             _ => String::new(),
         };
@@ -237,6 +237,26 @@ impl<'a> Ctx<'a> {
 }
 
 pub use gpuhost_host::rpm::package_name_of;
+
+/// Why `dnf makecache --refresh` failed, in one line: dnf's `Error:` lines (which repo it could
+/// not read), without the long command line; else the whole error.
+fn refresh_failure(e: &anyhow::Error) -> String {
+    let Some(f) = gpuhost_host::cmd::Failed::of(e) else {
+        return format!("{e:#}");
+    };
+    let text = f.output();
+    let errors: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("Error:"))
+        .map(|l| l.trim_start_matches("Error:").trim())
+        .collect();
+    if errors.is_empty() {
+        format!("{e:#}")
+    } else {
+        format!("dnf makecache --refresh: {}", errors.join("; "))
+    }
+}
 
 /// A dnf command that failed.
 pub struct DnfFailure {
