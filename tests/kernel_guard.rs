@@ -694,6 +694,18 @@ fn once_the_mirror_catches_up_the_next_run_sees_the_headers_and_restores_the_new
     };
     assert_eq!(rc, 0, "{rep:#}");
     assert_eq!(rep["kernel_guard"]["action"], "restored", "{rep:#}");
+    if !fix {
+        // The same apply as before: it served the held-back kernel because the guard holds it.
+        let kernel = world::step(&rep, "kernel")["reason"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            kernel.contains(&format!(
+                "{UEK8_NEW} held back from the default boot by the kernel guard"
+            )),
+            "{kernel}"
+        );
+    }
     assert!(
         root.installed_all("kernel-uek-devel")
             .iter()

@@ -155,7 +155,7 @@ impl<'a> Ctx<'a> {
     /// repo. True when this call refreshed it (an answer from the old metadata is worth asking
     /// again); false when it was refreshed already in this run, when it could not be (kept for
     /// the message, [`Ctx::not_in_repos`]), or with a bundle (whose metadata dnf never keeps).
-    pub fn refresh_metadata(&self) -> bool {
+    pub(crate) fn refresh_metadata(&self) -> bool {
         if self.host.bundle().is_some() || self.metadata.borrow().is_some() {
             return false;
         }
