@@ -409,4 +409,54 @@ mod tests {
     fn package_names_from_specs(#[case] spec: &str, #[case] name: &str) {
         assert_eq!(package_name_of(spec), name);
     }
+
+    fn failure(stdout: &str, stderr: &str) -> DnfFailure {
+        DnfFailure {
+            cmd: Cmd::new("dnf"),
+            out: CmdOutput {
+                code: Some(1),
+                stdout: stdout.to_string(),
+                stdout_bytes: Vec::new(),
+                stderr: stderr.to_string(),
+                duration: std::time::Duration::ZERO,
+            },
+        }
+    }
+
+    /// What dnf 4.14 printed (the test world's roots): a package no repo's metadata has, and a
+    /// module stream none has, ask for fresh metadata; a conflict does not.
+    #[rstest]
+    #[case(
+        "No match for argument: kernel-uek-devel-5.15.0-204.147.6.2.el8uek.x86_64\nError: Unable to find a match: kernel-uek-devel-5.15.0-204.147.6.2.el8uek.x86_64",
+        true
+    )]
+    #[case(
+        "Error: Problem: Module or Group 'nvidia-driver:550-dkms' is not available.",
+        true
+    )]
+    #[case(
+        "Error: Transaction test error:\n  file /usr/lib64/libnvidia-nscq.so.2.0 conflicts between attempted installs",
+        false
+    )]
+    fn only_an_argument_dnf_found_nothing_for_asks_for_fresh_metadata(
+        #[case] stderr: &str,
+        #[case] nothing: bool,
+    ) {
+        assert_eq!(failure("", stderr).finds_nothing(), nothing);
+    }
+
+    #[test]
+    fn a_failed_refresh_is_said_by_dnfs_error_lines() {
+        let f = gpuhost_host::cmd::Failed {
+            command: "dnf -y --quiet --installroot=/r --setopt=a.baseurl=file:///r/a makecache --refresh".into(),
+            code: Some(1),
+            stdout: String::new(),
+            stderr: "Errors during downloading metadata for repository 'cuda-rhel8-network':\n  - Curl error (37): Couldn't read a file:// file\nError: Failed to download metadata for repo 'cuda-rhel8-network': Cannot download repomd.xml\n".into(),
+        };
+        assert_eq!(
+            refresh_failure(&anyhow::Error::new(f)),
+            "dnf makecache --refresh: Failed to download metadata for repo 'cuda-rhel8-network': Cannot download repomd.xml"
+        );
+        assert_eq!(refresh_failure(&anyhow::anyhow!("no dnf")), "no dnf");
+    }
 }
