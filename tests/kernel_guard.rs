@@ -16,8 +16,9 @@ use rstest::rstest;
 use serde_json::Value;
 use support::check;
 use world::{
-    code, report, Os, Root, World, CUDA_LOCAL_EL8_12_2, DRIVER_LOCAL_EL10_580, UEK10,
-    UEK10_NO_DEVEL, UEK10_OLD, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD,
+    code, report, Os, Root, World, CUDA_LOCAL_EL8_12_2, CUDA_LOCAL_EL8_12_4, CUDA_LOCAL_EL9_12_2,
+    CUDA_LOCAL_EL9_13_0, DRIVER_LOCAL_EL10_580, DRIVER_LOCAL_EL9_570, RHCK9, UEK10, UEK10_NO_DEVEL,
+    UEK10_OLD, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD,
 };
 
 const DRIVER: &str = "535.104.05";
@@ -480,4 +481,272 @@ fn a_guard_that_cannot_set_the_default_is_reported_and_journaled() {
     let j = journal_last(&root);
     assert_eq!(j["kernel_guard"]["action"], "failed", "{j:#}");
     assert_eq!(j["exit_code"], 1, "{j:#}");
+}
+
+/// The guard judges the NVIDIA modules the host has, not the driver a refused run asked for
+/// (issue 34, item 2): a node converged on 550 keeps its 550 module for the default kernel when
+/// an apply with another driver's file is refused (another driver not to be replaced, exit 1;
+/// a file for another OS or one that does not exist, exit 2). The guard says the next boot is
+/// fine, not "no NVIDIA module … nothing to fall back to".
+#[rstest]
+#[case::another_driver_not_replaced(CUDA_LOCAL_EL8_12_2, 1)]
+#[case::wrong_os(CUDA_LOCAL_EL9_12_2, 2)]
+#[case::missing_file(
+    "no-such-dir/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm",
+    2
+)]
+fn after_a_refused_apply_the_guard_judges_the_installed_drivers_module(
+    #[case] rpm: &'static str,
+    #[case] exit: i32,
+) {
+    let c = Case {
+        rpm: CUDA_LOCAL_EL8_12_4,
+        driver: "550.54.15",
+        ..OL8
+    };
+    let root = converged_case(&c, &[c.old]);
+    let before = root.rpmdb_snapshot();
+    let refused = Case { rpm, ..c };
+    let args: Vec<String> = world::apply_args(c.profile, rpm, ONLY, &[])
+        .into_iter()
+        .filter(|a| a != "--format" && a != "json")
+        .collect();
+    let o = root.gpuhost(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(code(&o), exit, "{text}");
+    assert!(!text.contains("nothing to fall back to"), "{text}");
+    let (rc, rep) = apply_case(&refused, &root, &[]);
+    assert_eq!(rc, exit, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "fine", "{rep:#}");
+    assert_eq!(
+        root.rpmdb_snapshot(),
+        before,
+        "the refused runs changed the rpm database"
+    );
+    assert_eq!(root.nvidia_module_version(c.old).as_deref(), Some(c.driver));
+    assert!(!root.join("/var/lib/gpuhost/kernel-guard.json").exists());
+}
+
+/// A driver swap that dnf refused (a site package holds a file of R580's NSCQ: the transaction
+/// test fails, nothing changes) leaves the 570 driver and its module in place: the guard judges
+/// that module, not the 580 one the run asked for.
+#[test]
+fn after_a_failed_driver_swap_the_guard_judges_the_driver_left_in_place() {
+    let root = Root::new(Os::Ol9, &[RHCK9]).with_extra_rpm("site-nscq-copy");
+    for i in 0..2 {
+        root.add_pci_device(
+            &format!("0000:{:02x}:00.0", 0x19 + i),
+            0x10de,
+            0x2330,
+            0x030200,
+        );
+    }
+    root.add_pci_device("0000:05:00.0", 0x10de, 0x22a3, 0x068000);
+    let only = format!("{ONLY},fabric-manager,hgx-extras,persistenced");
+    let run = |rpm: &str| {
+        let args = world::apply_args(
+            "ol9-rhck",
+            rpm,
+            &only,
+            &["--set", "driver.replace_local_repo=true"],
+        );
+        let o = root.gpuhost(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        (code(&o), report(&o))
+    };
+    let (rc, rep) = run(DRIVER_LOCAL_EL9_570);
+    assert_eq!(rc, 0, "{rep:#}");
+    let before = root.rpmdb_snapshot();
+    let (rc, rep) = run(CUDA_LOCAL_EL9_13_0);
+    assert_eq!(rc, 1, "{rep:#}");
+    assert_eq!(
+        root.rpmdb_snapshot(),
+        before,
+        "the refused swap changed rpm"
+    );
+    assert_eq!(
+        root.nvidia_module_version(RHCK9).as_deref(),
+        Some("570.124.06")
+    );
+    assert_eq!(rep["kernel_guard"]["action"], "fine", "{rep:#}");
+}
+
+/// On a host with no NVIDIA driver, a refused apply (a file for another OS) changed nothing:
+/// there is no module for the guard to keep, and it claims nothing about the next boot.
+#[test]
+fn on_a_host_without_a_driver_a_refused_apply_makes_the_guard_claim_nothing() {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    let refused = Case {
+        rpm: CUDA_LOCAL_EL9_12_2,
+        ..OL8
+    };
+    let args: Vec<String> = world::apply_args(OL8.profile, refused.rpm, ONLY, &[])
+        .into_iter()
+        .filter(|a| a != "--format" && a != "json")
+        .collect();
+    let o = root.gpuhost(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(code(&o), 2, "{text}");
+    assert!(!text.contains("kernel guard"), "{text}");
+    let (rc, rep) = apply_case(&refused, &root, &[]);
+    assert_eq!(rc, 2, "{rep:#}");
+    assert!(rep.get("kernel_guard").is_none(), "{rep:#}");
+    assert!(root.installed("nvidia-kmod-common").is_none());
+}
+
+/// The root's mirror of the UEK repo (`/srv/repos/ol8_UEKR7`, the same path throughout) with or
+/// without the headers of [`UEK8_NEW`], as a mirror sync leaves it: the package file there or
+/// not, the metadata made again by createrepo_c. dnf's cache in the root still holds what it
+/// read before (dnf keeps a repo's metadata for 48 h).
+fn mirror_has_new_headers(root: &Root, has: bool) {
+    let repo = root.join("/srv/repos/ol8_UEKR7");
+    let name = format!("kernel-uek-devel-{}.x86_64.rpm", world::evr(UEK8_NEW));
+    let file = repo.join("Packages").join(&name);
+    if has {
+        let from = World::get()
+            .repo(Os::Ol8, "ol8_UEKR7")
+            .join("Packages")
+            .join(&name);
+        std::fs::copy(from, &file).unwrap();
+    } else {
+        std::fs::remove_file(&file).unwrap();
+    }
+    // The old metadata's files are links into the world: unlinked, never rewritten.
+    std::fs::remove_dir_all(repo.join("repodata")).unwrap();
+    let o = std::process::Command::new("createrepo_c")
+        .arg("--quiet")
+        .arg(&repo)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", world::stderr(&o));
+}
+
+/// How many commands of a report ran `dnf makecache`.
+fn refreshes(rep: &Value) -> usize {
+    rep["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["commands"].as_array().into_iter().flatten())
+        .filter(|c| {
+            c["argv"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|w| w == "makecache"))
+        })
+        .count()
+}
+
+/// Fresh metadata before "absent" (issue 34, item 3): a new kernel arrives before the mirror
+/// has its headers, so the guard keeps the old default; the mirror then catches up at the same
+/// path while dnf's cached metadata (younger than 48 h) still lacks the headers. The next run —
+/// the trigger's apply, or the guard's fix command as printed — refreshes the metadata before it
+/// would call the headers absent, installs them, builds the module and makes the new kernel the
+/// default again. A converged run after that refreshes nothing.
+#[rstest]
+#[case::the_next_apply(false)]
+#[case::the_guards_fix_command(true)]
+fn once_the_mirror_catches_up_the_next_run_sees_the_headers_and_restores_the_new_kernel(
+    #[case] fix: bool,
+) {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    mirror_has_new_headers(&root, false);
+    let (rc, rep) = apply(&root, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    root.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-{}", world::evr(UEK8_NEW)),
+    ]);
+    kernel_install_add(&root, UEK8_NEW);
+
+    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    assert_eq!(rc, 1, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
+    let reason = rep["kernel_guard"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(&format!(
+            "kernel-uek-devel-{UEK8_NEW} is not in any enabled repo"
+        )),
+        "{rep:#}"
+    );
+    assert!(refreshes(&rep) >= 1, "absent without a refresh: {rep:#}");
+    assert!(saved_entry(&root).ends_with(UEK8_OLD));
+
+    mirror_has_new_headers(&root, true);
+    let (rc, rep) = if fix {
+        let rec: Value =
+            serde_json::from_str(&root.read("/var/lib/gpuhost/kernel-guard.json")).unwrap();
+        let words = shlex::split(rec["fix"].as_str().unwrap()).unwrap();
+        assert!(
+            words
+                .windows(2)
+                .any(|w| w == ["--root", root.path().to_str().unwrap()]),
+            "{words:?}"
+        );
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gpuhost"));
+        cmd.env("HOME", World::get().home()).args(&words[1..]);
+        if !words.iter().any(|w| w == "--format") {
+            cmd.args(["--format", "json"]);
+        }
+        let o = cmd.output().unwrap();
+        (code(&o), report(&o))
+    } else {
+        apply(&root, &["--kernel-release", UEK8_OLD])
+    };
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "restored", "{rep:#}");
+    if !fix {
+        // The same apply as before: it served the held-back kernel because the guard holds it.
+        let kernel = world::step(&rep, "kernel")["reason"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            kernel.contains(&format!(
+                "{UEK8_NEW} held back from the default boot by the kernel guard"
+            )),
+            "{kernel}"
+        );
+    }
+    assert!(
+        root.installed_all("kernel-uek-devel")
+            .iter()
+            .any(|v| v == world::evr(UEK8_NEW)),
+        "headers for the new kernel"
+    );
+    assert_eq!(
+        root.nvidia_module_version(UEK8_NEW).as_deref(),
+        Some(DRIVER)
+    );
+    assert!(saved_entry(&root).ends_with(UEK8_NEW));
+    assert!(!root.join("/var/lib/gpuhost/kernel-guard.json").exists());
+
+    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(refreshes(&rep), 0, "a converged run refreshed: {rep:#}");
+}
+
+/// A refresh that cannot be made (the mirror of another enabled repo is gone) is said: "not in
+/// any enabled repo" is then dnf's cached answer, and the message (the guard's reason) says so.
+#[test]
+fn a_refresh_that_fails_is_named_where_a_package_is_called_absent() {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    mirror_has_new_headers(&root, false);
+    let (rc, rep) = apply(&root, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    root.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-{}", world::evr(UEK8_NEW)),
+    ]);
+    kernel_install_add(&root, UEK8_NEW);
+    std::fs::remove_dir_all(root.join("/srv/repos/cuda-rhel8-network")).unwrap();
+    let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);
+    assert_eq!(rc, 1, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
+    let reason = rep["kernel_guard"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("not in any enabled repo")
+            && reason.contains("the repos' metadata could not be refreshed")
+            && reason.contains("cuda-rhel8-network"),
+        "{rep:#}"
+    );
 }

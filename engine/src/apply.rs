@@ -13,6 +13,7 @@ use crate::reboot::{self, RebootReport, ResumeArgs};
 use crate::runner::{self, Ctx, Outcome, Selection, StepReport};
 use gpuhost_host::facts::{Facts, KernelChoice};
 use gpuhost_host::fsutil;
+use gpuhost_host::guard_record::KMOD_COMMON;
 use gpuhost_host::host::Host;
 use gpuhost_host::invalid;
 use gpuhost_host::kernel::Flavour;
@@ -338,14 +339,21 @@ fn fit_bundle(
         }
     }
     let guarded = profile.kernel.guard && profile.driver.manage;
-    let default_lacking = narrowed
-        .default_boot_kernel
-        .as_ref()
-        .is_some_and(|d| !carried.contains(d));
-    if !guarded || !default_lacking {
+    let lacking = |k: &Option<String>| k.as_ref().is_some_and(|d| !carried.contains(d));
+    let (default_lacking, held_lacking) = (
+        lacking(&narrowed.default_boot_kernel),
+        lacking(&narrowed.held_back_kernel),
+    );
+    if !guarded || !(default_lacking || held_lacking) {
         return Err(e);
     }
-    narrowed.default_boot_kernel = None;
+    if default_lacking {
+        narrowed.default_boot_kernel = None;
+    }
+    if held_lacking {
+        // The kernel the guard holds back stays held back until a bundle carries it.
+        narrowed.held_back_kernel = None;
+    }
     // Another release, architecture or target kernel still refuses.
     b.fits(&narrowed)?;
     *facts = narrowed;
@@ -809,9 +817,21 @@ fn guard(
     steps: &[StepReport],
     unserved: Option<&str>,
 ) -> Result<Option<bootguard::Decision>> {
-    let Ok(name) = gpuhost_steps::driver::driver_version(ctx) else {
+    // The drivers whose modules the host has, as rpm says after the steps (not the version
+    // this run asked for: a refused or failed run left the host's driver as it was). None
+    // installed: no module to keep, nothing to guard.
+    let mut drivers: Vec<String> = ctx
+        .installed(&[KMOD_COMMON])?
+        .remove(KMOD_COMMON)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| p.version)
+        .collect();
+    drivers.sort();
+    drivers.dedup();
+    if drivers.is_empty() {
         return Ok(None);
-    };
+    }
     let facts = ctx.facts;
     // Re-read: the steps may have installed kernels or moved the default.
     let installed = gpuhost_host::kernel::installed(ctx.host)?;
@@ -831,7 +851,7 @@ fn guard(
     let cmd = gpuhost_host::cmd::Display(&argv).to_string();
     let decision = bootguard::Guard {
         host: ctx.host,
-        driver: &name.driver,
+        drivers: &drivers,
         flavour: ctx.profile.kernel.flavour,
         installed: &installed,
         default_boot: default_boot.as_deref(),

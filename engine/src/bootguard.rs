@@ -3,11 +3,16 @@
 //! A `dnf update` that brings a new kernel makes it the default boot entry (`UPDATEDEFAULT=yes`
 //! in `/etc/sysconfig/kernel`). When `apply` cannot give that kernel the NVIDIA module (its
 //! headers are in no repo, the DKMS build fails), the guard keeps the default boot entry on the
-//! newest kernel that has the driver's module, records why in
+//! newest kernel that has the module of the driver installed, records why in
 //! `/var/lib/gpuhost/kernel-guard.json` (which `gpuhost status` reports as CRITICAL with the
 //! command that fixes it), and, once a later apply has built the module for the held-back
 //! kernel, makes that kernel the default again and clears the record. A profile opts out with
 //! `kernel.guard = false`.
+//!
+//! The guard judges what the host has, never what a run asked for: the driver is the one rpm
+//! holds (the installed versions of `nvidia-kmod-common`), so a refused or failed run that left
+//! the old driver in place is judged by the old driver's modules, and a host with no NVIDIA
+//! driver at all has nothing to guard.
 //!
 //! The default is changed the way EL does it: `grubby --set-default /boot/vmlinuz-<kver>` on a
 //! live host (grubby writes `saved_entry` through `grub2-editenv`, wherever the grubenv really
@@ -66,7 +71,10 @@ impl Decision {
 /// The inputs of a guard decision.
 pub(crate) struct Guard<'a> {
     pub host: &'a Host,
-    pub driver: &'a str,
+    /// The driver versions whose modules the host has ([`gpuhost_host::guard_record::KMOD_COMMON`]
+    /// as rpm lists it after the steps; two while an interrupted swap left both): a kernel has
+    /// the module when modprobe would load an `nvidia` module of one of them.
+    pub drivers: &'a [String],
     pub flavour: Flavour,
     pub installed: &'a [String],
     pub default_boot: Option<&'a str>,
@@ -84,9 +92,7 @@ impl Guard<'_> {
         let record = load(self.host)?;
         // A held-back kernel whose module now exists becomes the default again.
         if let Some(r) = &record {
-            if r.driver == self.driver
-                && self.installed.contains(&r.kernel)
-                && has_module(self.host, &r.kernel, self.driver)
+            if self.installed.contains(&r.kernel) && has_module(self.host, &r.kernel, self.drivers)
             {
                 set_default(self.host, &r.kernel)?;
                 self.host.remove_file(GUARD_PATH)?;
@@ -102,20 +108,20 @@ impl Guard<'_> {
         let Some(d) = self.default_boot else {
             return Ok(Decision::Fine);
         };
-        if Flavour::of(d) != self.flavour || has_module(self.host, d, self.driver) {
+        if Flavour::of(d) != self.flavour || has_module(self.host, d, self.drivers) {
             return Ok(Decision::Fine);
         }
         // The newest kernel of the flavour with the module: the target first (it served).
         let fallback = self
             .target
-            .filter(|t| *t != d && has_module(self.host, t, self.driver))
+            .filter(|t| *t != d && has_module(self.host, t, self.drivers))
             .map(str::to_string)
             .or_else(|| {
                 self.installed
                     .iter()
                     .rev()
                     .filter(|k| k.as_str() != d && Flavour::of(k) == self.flavour)
-                    .find(|k| has_module(self.host, k, self.driver))
+                    .find(|k| has_module(self.host, k, self.drivers))
                     .cloned()
             });
         let Some(kept) = fallback else {
@@ -127,9 +133,10 @@ impl Guard<'_> {
         let state = kmods::state(self.host, d, "nvidia")
             .map(|s| s.describe())
             .unwrap_or_else(|e| format!("{e:#}"));
+        let driver = self.drivers.join(" or ");
         let reason = match &self.failure {
             Some(f) => format!("{f} (module for {d}: {state})"),
-            None => format!("no NVIDIA {} module for {d}: {state}", self.driver),
+            None => format!("no NVIDIA {driver} module for {d}: {state}"),
         };
         let fix = format!("{} --kernel-release {d}", self.apply_command);
         save(
@@ -137,7 +144,7 @@ impl Guard<'_> {
             &Record {
                 kernel: d.to_string(),
                 kept: kept.clone(),
-                driver: self.driver.to_string(),
+                driver,
                 reason: reason.clone(),
                 fix: fix.clone(),
                 at: gpuhost_host::fsutil::rfc3339(gpuhost_host::fsutil::unix_now()),

@@ -445,7 +445,7 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> 
     }
     let result = match &change.work {
         Work::Install(i) => {
-            let (cmd, out) = gpuhost_steps::work::transaction(ctx.host, &[i])?;
+            let (cmd, out) = ctx.transaction(&[i])?;
             ctx.invalidate_rpm();
             if out.success() {
                 Ok(())
@@ -542,7 +542,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
         }
         let which = if brings_repo { "first" } else { "second" };
         failpoint(&format!("transaction-{which}:before"));
-        let (cmd, out) = gpuhost_steps::work::transaction(ctx.host, &installs)?;
+        let (cmd, out) = ctx.transaction(&installs)?;
         failpoint(&format!("transaction-{which}:after"));
         Ok((!out.success()).then_some(DnfFailure { cmd, out }))
     })();

@@ -37,6 +37,12 @@ pub struct Facts {
     pub target_kernel: Option<String>,
     pub target_flavour: Option<Flavour>,
     pub default_boot_kernel: Option<String>,
+    /// The new kernel the kernel guard kept from the default boot (its record,
+    /// `/var/lib/gpuhost/kernel-guard.json`), while it is installed: served too, so that the
+    /// apply that can give it its module (its headers have reached the mirror) makes it the
+    /// default again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_back_kernel: Option<String>,
     pub installed_kernels: Vec<String>,
     pub gpus: Vec<PciDevice>,
     pub nvswitches: Vec<PciDevice>,
@@ -89,6 +95,12 @@ impl Facts {
             None
         };
         let default_boot_kernel = kernel::default_boot(host, &installed)?;
+        // A record that cannot be read is the guard's to report (it fails the apply with it).
+        let held_back_kernel = crate::guard_record::load(host)
+            .ok()
+            .flatten()
+            .map(|r| r.kernel)
+            .filter(|k| installed.contains(k));
         let target_kernel = match (choice.release, &running_kernel) {
             (Some(k), _) => Some(k.to_string()),
             (None, Some(r)) => Some(r.clone()),
@@ -130,6 +142,7 @@ impl Facts {
             running_kernel,
             target_kernel,
             default_boot_kernel,
+            held_back_kernel,
             installed_kernels: installed,
             gpus,
             nvswitches,
@@ -139,13 +152,20 @@ impl Facts {
         })
     }
 
-    /// The kernels that need headers and modules: the target, and the default boot kernel when
-    /// it is another kernel of the same flavour (the next boot runs it).
+    /// The kernels that need headers and modules: the target, and the default boot kernel and
+    /// the kernel the guard held back from it when they are other kernels of the same flavour
+    /// (the next boot runs the one, and would run the other once it has its module).
     pub fn kernels_to_serve(&self) -> Vec<String> {
         let mut out: Vec<String> = self.target_kernel.iter().cloned().collect();
-        if let (Some(t), Some(d)) = (&self.target_kernel, &self.default_boot_kernel) {
-            if d != t && Flavour::of(d) == Flavour::of(t) {
-                out.push(d.clone());
+        let Some(t) = &self.target_kernel else {
+            return out;
+        };
+        for k in [&self.default_boot_kernel, &self.held_back_kernel]
+            .into_iter()
+            .flatten()
+        {
+            if !out.contains(k) && Flavour::of(k) == Flavour::of(t) {
+                out.push(k.clone());
             }
         }
         out

@@ -51,6 +51,11 @@ impl Step for Kernel {
             }
             note.push_str(&format!(", default boot kernel {d}"));
         }
+        if let Some(h) = &f.held_back_kernel {
+            note.push_str(&format!(
+                ", {h} held back from the default boot by the kernel guard (served too)"
+            ));
+        }
         Ok(Check::in_sync(note))
     }
 }

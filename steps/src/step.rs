@@ -70,6 +70,9 @@ pub struct Ctx<'a> {
     rpm_cache: RefCell<BTreeMap<String, Vec<Installed>>>,
     /// The driver transition decided on the last look at the host (forgotten when it changes).
     transition: RefCell<Option<Transition>>,
+    /// How the one refresh of the repos' metadata in this run went ([`Ctx::refresh_metadata`]):
+    /// `None` until it was made.
+    metadata: RefCell<Option<std::result::Result<(), String>>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -89,6 +92,7 @@ impl<'a> Ctx<'a> {
             state: State::load(host)?,
             rpm_cache: RefCell::new(BTreeMap::new()),
             transition: RefCell::new(None),
+            metadata: RefCell::new(None),
         })
     }
 
@@ -144,7 +148,42 @@ impl<'a> Ctx<'a> {
         Ok(t)
     }
 
-    /// The error for a package spec that no enabled repo carries.
+    /// Refresh the enabled repos' metadata (`dnf makecache --refresh`), once in this run. dnf
+    /// answers from the metadata it cached in the root, which it keeps for `metadata_expire`
+    /// (48 h by default): a mirror that has received a package since (the headers of a new
+    /// kernel) is not seen without this. Asked before anything is reported as in no enabled
+    /// repo. True when this call refreshed it (an answer from the old metadata is worth asking
+    /// again); false when it was refreshed already in this run, when it could not be (kept for
+    /// the message, [`Ctx::not_in_repos`]), or with a bundle (whose metadata dnf never keeps).
+    pub(crate) fn refresh_metadata(&self) -> bool {
+        if self.host.bundle().is_some() || self.metadata.borrow().is_some() {
+            return false;
+        }
+        let done = self
+            .host
+            .dnf()
+            .and_then(|c| c.args(["makecache", "--refresh"]).run())
+            .map(|_| ())
+            .map_err(|e| refresh_failure(&e));
+        let fresh = done.is_ok();
+        *self.metadata.borrow_mut() = Some(done);
+        fresh
+    }
+
+    /// One dnf transaction for these parts ([`crate::work::transaction`]); when dnf found no
+    /// package for an argument, made once more on metadata refreshed in this run
+    /// ([`Ctx::refresh_metadata`]), so that what the mirror has now decides.
+    pub fn transaction(&self, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
+        let (cmd, out) = crate::work::transaction(self.host, parts)?;
+        let failure = DnfFailure { cmd, out };
+        if failure.out.success() || !failure.finds_nothing() || !self.refresh_metadata() {
+            return Ok((failure.cmd, failure.out));
+        }
+        crate::work::transaction(self.host, parts)
+    }
+
+    /// The error for a package spec that no enabled repo carries (on metadata refreshed in this
+    /// run, or saying that it could not be).
     pub(crate) fn not_in_repos(&self, spec: &str) -> anyhow::Error {
         let name = package_name_of(spec);
         let available = self.available_versions(name).unwrap_or_default();
@@ -153,14 +192,22 @@ impl<'a> Ctx<'a> {
         } else {
             format!("available: {}", available.join(", "))
         };
+        let stale = match &*self.metadata.borrow() {
+            Some(Err(e)) => format!(
+                "; the repos' metadata could not be refreshed ({e}), so this is dnf's cached answer"
+            ),
+            _ => String::new(),
+        };
         hinted(
-            format!("{spec} is not in any enabled repo ({listed})"),
+            format!("{spec} is not in any enabled repo ({listed}){stale}"),
             format!("enable the repo that carries {spec}, or boot a kernel whose packages are available"),
         )
     }
 
-    /// `version-release.arch` of every available package of this name, oldest first.
+    /// `version-release.arch` of every available package of this name, oldest first, on
+    /// metadata refreshed in this run ([`Ctx::refresh_metadata`]).
     pub(crate) fn available_versions(&self, name: &str) -> Result<Vec<String>> {
+        self.refresh_metadata();
         let out = self
             .host
             .dnf()?
@@ -191,6 +238,26 @@ impl<'a> Ctx<'a> {
 
 pub use gpuhost_host::rpm::package_name_of;
 
+/// Why `dnf makecache --refresh` failed, in one line: dnf's `Error:` lines (which repo it could
+/// not read), without the long command line; else the whole error.
+fn refresh_failure(e: &anyhow::Error) -> String {
+    let Some(f) = gpuhost_host::cmd::Failed::of(e) else {
+        return format!("{e:#}");
+    };
+    let text = f.output();
+    let errors: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("Error:"))
+        .map(|l| l.trim_start_matches("Error:").trim())
+        .collect();
+    if errors.is_empty() {
+        format!("{e:#}")
+    } else {
+        format!("dnf makecache --refresh: {}", errors.join("; "))
+    }
+}
+
 /// A dnf command that failed.
 pub struct DnfFailure {
     pub cmd: Cmd,
@@ -206,6 +273,17 @@ impl DnfFailure {
     /// The plain error: the command and the tail of what it printed.
     pub fn error(&self) -> anyhow::Error {
         self.cmd.failure(&self.out)
+    }
+
+    /// True when dnf found no package (or module stream) for an argument: what metadata older
+    /// than the mirror says of a package the mirror has received since.
+    pub(crate) fn finds_nothing(&self) -> bool {
+        let text = self.text();
+        text.lines().any(|l| {
+            l.contains("No match for argument")
+                || l.contains("Unable to find a match")
+                || (l.contains("Module or Group") && l.contains("is not available"))
+        })
     }
 
     /// Specs dnf found no package for.
@@ -330,5 +408,55 @@ mod tests {
     #[case("nvidia-container-toolkit-1.17.8-1", "nvidia-container-toolkit")]
     fn package_names_from_specs(#[case] spec: &str, #[case] name: &str) {
         assert_eq!(package_name_of(spec), name);
+    }
+
+    fn failure(stdout: &str, stderr: &str) -> DnfFailure {
+        DnfFailure {
+            cmd: Cmd::new("dnf"),
+            out: CmdOutput {
+                code: Some(1),
+                stdout: stdout.to_string(),
+                stdout_bytes: Vec::new(),
+                stderr: stderr.to_string(),
+                duration: std::time::Duration::ZERO,
+            },
+        }
+    }
+
+    /// What dnf 4.14 printed (the test world's roots): a package no repo's metadata has, and a
+    /// module stream none has, ask for fresh metadata; a conflict does not.
+    #[rstest]
+    #[case(
+        "No match for argument: kernel-uek-devel-5.15.0-204.147.6.2.el8uek.x86_64\nError: Unable to find a match: kernel-uek-devel-5.15.0-204.147.6.2.el8uek.x86_64",
+        true
+    )]
+    #[case(
+        "Error: Problem: Module or Group 'nvidia-driver:550-dkms' is not available.",
+        true
+    )]
+    #[case(
+        "Error: Transaction test error:\n  file /usr/lib64/libnvidia-nscq.so.2.0 conflicts between attempted installs",
+        false
+    )]
+    fn only_an_argument_dnf_found_nothing_for_asks_for_fresh_metadata(
+        #[case] stderr: &str,
+        #[case] nothing: bool,
+    ) {
+        assert_eq!(failure("", stderr).finds_nothing(), nothing);
+    }
+
+    #[test]
+    fn a_failed_refresh_is_said_by_dnfs_error_lines() {
+        let f = gpuhost_host::cmd::Failed {
+            command: "dnf -y --quiet --installroot=/r --setopt=a.baseurl=file:///r/a makecache --refresh".into(),
+            code: Some(1),
+            stdout: String::new(),
+            stderr: "Errors during downloading metadata for repository 'cuda-rhel8-network':\n  - Curl error (37): Couldn't read a file:// file\nError: Failed to download metadata for repo 'cuda-rhel8-network': Cannot download repomd.xml\n".into(),
+        };
+        assert_eq!(
+            refresh_failure(&anyhow::Error::new(f)),
+            "dnf makecache --refresh: Failed to download metadata for repo 'cuda-rhel8-network': Cannot download repomd.xml"
+        );
+        assert_eq!(refresh_failure(&anyhow::anyhow!("no dnf")), "no dnf");
     }
 }

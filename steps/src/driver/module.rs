@@ -285,7 +285,11 @@ impl Step for Driver {
         check.changes.push(Change::new(work, why.join("; ")));
         // Say now, not in the middle of the transaction, when the stream does not exist.
         if ctx.host.is_dir(f.plan.repo.repo_dir()) {
-            let available = available_streams(ctx)?;
+            let mut available = available_streams(ctx)?;
+            // Absent on the cached metadata: ask again on fresh metadata before saying so.
+            if !available.contains(&f.stream) && ctx.refresh_metadata() {
+                available = available_streams(ctx)?;
+            }
             if !available.contains(&f.stream) {
                 return Err(not_in_repo(&f.stream, &available));
             }
