@@ -875,3 +875,72 @@ fn a_conflicting_file_leaves_the_old_driver_as_it_was() {
     assert_eq!(rc, 0, "{rep:#}");
     node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
 }
+
+/// A driver change that stops part-way — the new `nvidia-persistenced`'s `%pre` fails (world
+/// marker), so rpm installs the rest of the transaction — is reported as the rpm database shows
+/// it: outcome `partial`, every package added and removed (each really is), the command that
+/// repairs it, never "nothing was changed". The next apply finishes the change.
+#[test]
+fn a_driver_change_stopped_part_way_is_reported_as_rpm_shows_it_and_the_next_apply_finishes_it() {
+    let node = Node::new(Os::Ol9, "ol9-rhck", RHCK9, false);
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    node.root.write("/etc/gpuhost-world/fail-pre", "");
+    let before = node.root.rpmdb_snapshot();
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 1, "{rep:#}");
+    let s = step(&rep, "driver-repo");
+    assert_eq!(s["outcome"], "partial", "{s:#}");
+    let why = s["reason"].as_str().unwrap_or_default();
+    assert!(!why.contains("nothing was changed"), "{why}");
+    assert!(
+        s["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("gpuhost apply")),
+        "{s:#}"
+    );
+    let after = node.root.rpmdb_snapshot();
+    assert_ne!(after, before, "the transaction changed nothing after all");
+    // The report claims neither more nor less than rpm shows.
+    let listed: Vec<String> = s["changes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.as_str().map(str::to_string))
+        .collect();
+    let plain = |nevra: &str| -> String {
+        // name-epoch:version-release.arch → name-version-release.arch (rpm -qa's form)
+        match nevra.split_once(':') {
+            Some((ne, vra)) => format!("{}-{vra}", ne.rsplit_once('-').map_or(ne, |(n, _)| n)),
+            None => nevra.to_string(),
+        }
+    };
+    let added: Vec<String> = after
+        .lines()
+        .filter(|l| !before.lines().any(|b| b == *l))
+        .map(str::to_string)
+        .collect();
+    let removed: Vec<String> = before
+        .lines()
+        .filter(|l| !after.lines().any(|a| a == *l))
+        .map(str::to_string)
+        .collect();
+    let mut said_added: Vec<String> = listed
+        .iter()
+        .filter_map(|c| c.strip_prefix("added ").map(plain))
+        .collect();
+    let mut said_removed: Vec<String> = listed
+        .iter()
+        .filter_map(|c| c.strip_prefix("removed ").map(plain))
+        .collect();
+    said_added.sort();
+    said_removed.sort();
+    assert_eq!(said_added, added, "{s:#}");
+    assert_eq!(said_removed, removed, "{s:#}");
+    assert!(!added.is_empty(), "{s:#}");
+    std::fs::remove_file(node.root.join("/etc/gpuhost-world/fail-pre"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
+}

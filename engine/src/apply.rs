@@ -133,7 +133,7 @@ impl Report {
                 let failed: Vec<&str> = self
                     .steps
                     .iter()
-                    .filter(|s| s.outcome == Outcome::Failed)
+                    .filter(|s| s.outcome.is_failure())
                     .map(|s| s.id.as_str())
                     .collect();
                 if let Some(why) = &self.interrupted {
@@ -158,6 +158,7 @@ impl Report {
             Outcome::Unchanged,
             Outcome::Deferred,
             Outcome::Failed,
+            Outcome::Partial,
             Outcome::Skipped,
         ];
         let steps: Vec<String> = outcomes
@@ -666,7 +667,7 @@ fn exit_code_of(
         gpuhost_host::interrupt::exit_code(sig)
     } else if invalid_input {
         exit::INVALID
-    } else if guard_failed || steps.iter().any(|s| s.outcome == Outcome::Failed) {
+    } else if guard_failed || steps.iter().any(|s| s.outcome.is_failure()) {
         exit::FAILED
     } else if !reboot_required.is_empty() {
         exit::REBOOT
@@ -839,7 +840,7 @@ fn guard(
     let failure = unserved.map(str::to_string).or_else(|| {
         steps
             .iter()
-            .find(|s| s.outcome == Outcome::Failed)
+            .find(|s| s.outcome.is_failure())
             .map(|s| format!("{} failed: {}", s.id, s.reason))
     });
     // The same apply as this one (profile or bundle, --sets, step selection), quoted for a shell.

@@ -36,8 +36,18 @@ pub enum Outcome {
     Changed,
     WouldChange,
     Failed,
+    /// A package transaction stopped part-way: the rpm database holds part of it (the report
+    /// lists what rpm shows, and the hint the command that repairs it). A failure.
+    Partial,
     Deferred,
     Skipped,
+}
+
+impl Outcome {
+    /// The step did not get where it should: failed, or stopped part-way.
+    pub fn is_failure(self) -> bool {
+        matches!(self, Outcome::Failed | Outcome::Partial)
+    }
 }
 
 impl fmt::Display for Outcome {
@@ -47,6 +57,7 @@ impl fmt::Display for Outcome {
             Outcome::Changed => "changed",
             Outcome::WouldChange => "would-change",
             Outcome::Failed => "failed",
+            Outcome::Partial => "partial",
             Outcome::Deferred => "deferred",
             Outcome::Skipped => "skipped",
         })
@@ -136,6 +147,27 @@ impl Slot<'_> {
             Some(h) => h.message.clone(),
             None => format!("{e:#}"),
         };
+        if let Some(p) = gpuhost_host::rpm::partial_of(&e) {
+            // What the rpm database shows, never "nothing was changed".
+            r.outcome = Outcome::Partial;
+            r.reason = p.to_string();
+            r.hint = Some(p.repair.clone());
+            r.changes = p
+                .diff
+                .added
+                .iter()
+                .map(|a| format!("added {a}"))
+                .chain(p.diff.removed.iter().map(|a| format!("removed {a}")))
+                .chain(
+                    p.diff
+                        .duplicated
+                        .iter()
+                        .map(|a| format!("installed twice: {a}")),
+                )
+                .collect();
+            self.report = Some(r);
+            return;
+        }
         let mut changes: Vec<String> = self.done.iter().map(ToString::to_string).collect();
         if changes.is_empty() {
             if let Some(first) = &self.first {

@@ -808,6 +808,16 @@ pub(crate) mod tests {
     pub(crate) fn stuck_gpuhost(dir: &Path) -> std::process::Child {
         let exe = dir.join("gpuhost");
         std::fs::copy("/bin/sleep", &exe).unwrap();
+        // Another test thread's fork may still hold the copy open for writing for a moment
+        // (ETXTBSY): try again briefly.
+        for _ in 0..50 {
+            match std::process::Command::new(&exe).arg("30").spawn() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => return other.unwrap(),
+            }
+        }
         std::process::Command::new(exe).arg("30").spawn().unwrap()
     }
 

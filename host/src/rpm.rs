@@ -60,6 +60,112 @@ pub fn query(host: &Host, names: &[&str]) -> Result<BTreeMap<String, Vec<Install
     Ok(found)
 }
 
+/// Every installed package, `name-epoch:version-release.arch`, in one `rpm -qa`: what a
+/// transaction is judged by ([`Diff`]).
+pub fn snapshot(host: &Host) -> Result<std::collections::BTreeSet<String>> {
+    let out = host.rpm().args(["-qa", "--qf", QUERY_FORMAT]).run()?;
+    Ok(parse_query(&out.stdout)
+        .iter()
+        .map(|p| {
+            format!(
+                "{}-{}:{}-{}.{}",
+                p.name, p.epoch, p.version, p.release, p.arch
+            )
+        })
+        .collect())
+}
+
+/// What a transaction changed in the rpm database: packages added, packages removed, and
+/// package names now installed more than once where they were not (a transaction stopped
+/// between installing the new versions and erasing the old).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Diff {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub duplicated: Vec<String>,
+}
+
+impl Diff {
+    /// The difference from `before` to `after` ([`snapshot`]s).
+    pub fn of(
+        before: &std::collections::BTreeSet<String>,
+        after: &std::collections::BTreeSet<String>,
+    ) -> Diff {
+        let name = |nevra: &str| -> String {
+            nevra
+                .split_once(':')
+                .and_then(|(ne, _)| ne.rsplit_once('-'))
+                .map_or(nevra.to_string(), |(n, _)| n.to_string())
+        };
+        let count = |set: &std::collections::BTreeSet<String>, n: &str| {
+            set.iter().filter(|p| name(p) == n).count()
+        };
+        let mut duplicated: Vec<String> = after
+            .iter()
+            .map(|p| name(p))
+            .filter(|n| count(after, n) > 1 && count(before, n) <= 1)
+            .collect();
+        duplicated.dedup();
+        Diff {
+            added: after.difference(before).cloned().collect(),
+            removed: before.difference(after).cloned().collect(),
+            duplicated,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty()
+    }
+
+    /// One line: `added a, b; removed c; now installed twice: d`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.added.is_empty() {
+            parts.push(format!("added {}", self.added.join(", ")));
+        }
+        if !self.removed.is_empty() {
+            parts.push(format!("removed {}", self.removed.join(", ")));
+        }
+        if !self.duplicated.is_empty() {
+            parts.push(format!(
+                "now installed twice: {}",
+                self.duplicated.join(", ")
+            ));
+        }
+        parts.join("; ")
+    }
+}
+
+/// A package transaction that stopped part-way: the rpm database holds some of its changes.
+/// Not "nothing was changed" and not "changed": its own outcome, with what rpm shows and the
+/// command that finishes or repairs it.
+#[derive(Debug)]
+pub struct Partial {
+    /// What stopped it (dnf's own lines).
+    pub cause: String,
+    pub diff: Diff,
+    /// The command that repairs it.
+    pub repair: String,
+}
+
+impl std::fmt::Display for Partial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the transaction stopped part-way ({}); the rpm database shows it: {}",
+            self.cause,
+            self.diff.describe()
+        )
+    }
+}
+
+impl std::error::Error for Partial {}
+
+/// The partial transaction carried by the error, if any.
+pub fn partial_of(err: &anyhow::Error) -> Option<&Partial> {
+    err.chain().find_map(|e| e.downcast_ref::<Partial>())
+}
+
 /// Parse the output of `rpm -q --qf QUERY_FORMAT`; "package X is not installed" lines are skipped.
 pub fn parse_query(stdout: &str) -> Vec<Installed> {
     stdout

@@ -138,6 +138,8 @@ fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
         None => cmd = cmd.arg(format!("--setopt={}.module_hotfixes=true", s.repo_id)),
     }
     let cmd = cmd.arg("shell").arg(&script);
+    // The rpm database before: what a stopped transaction is judged by.
+    let before = gpuhost_host::rpm::snapshot(host)?;
     let out = cmd.output()?;
     let missing = not_swapped(host, s)?;
     if missing.is_empty() {
@@ -162,14 +164,22 @@ fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
                 || l.starts_with("file ")
         })
         .collect();
+    let cause = if reason.is_empty() {
+        gpuhost_host::cmd::tail_lines(&text, 5)
+    } else {
+        reason.join(" | ")
+    };
+    let diff = gpuhost_host::rpm::Diff::of(&before, &gpuhost_host::rpm::snapshot(host)?);
+    if !diff.is_empty() {
+        return Err(anyhow::Error::new(gpuhost_host::rpm::Partial {
+            cause: format!("dnf did not replace the driver ({}): {cause}", missing.join(", ")),
+            diff,
+            repair: "run the same gpuhost apply again: it finishes the driver change and removes what the stopped transaction left beside the new driver".to_string(),
+        }));
+    }
     Err(anyhow::anyhow!(
-        "dnf did not replace the driver, so nothing was changed ({}): {}",
-        missing.join(", "),
-        if reason.is_empty() {
-            gpuhost_host::cmd::tail_lines(&text, 5)
-        } else {
-            reason.join(" | ")
-        }
+        "dnf did not replace the driver, and the rpm database is as it was, so nothing was changed ({}): {cause}",
+        missing.join(", ")
     ))
 }
 

@@ -878,7 +878,10 @@ def nvidia_inner(os_, drv):
                    'omit_drivers+=" nvidia nvidia-drm nvidia-modeset nvidia-uvm nvidia-peermem "\n'},
             requires=kmod_common_req),
         Pkg("nvidia-modprobe", drv, rel, epoch=E, files={"/usr/bin/nvidia-modprobe": "#!/bin/sh\n"}),
+        # %pre fails while /etc/gpuhost-world/fail-pre exists: a transaction that stops
+        # part-way (rpm installs the rest), injected by tests/upgrade.rs.
         Pkg("nvidia-persistenced", drv, rel, epoch=E,
+            scripts={"pre": "[ ! -e /etc/gpuhost-world/fail-pre ] || { echo 'world: %pre of nvidia-persistenced fails (test)' >&2; exit 1; }\n"},
             files={"/usr/bin/nvidia-persistenced": "#!/bin/sh\n",
                    "/usr/lib/systemd/system/nvidia-persistenced.service":
                    unit("NVIDIA Persistence Daemon", "/usr/bin/nvidia-persistenced --verbose", "syslog.target")}),

@@ -92,8 +92,9 @@ fn decide(ctx: &Ctx<'_>) -> Result<Transition> {
     }
     if ours {
         let duplicates = duplicates(ctx, &plan.repo)?;
-        if !duplicates.is_empty() {
-            return Ok(Transition::Repair { duplicates });
+        let behind = behind(ctx, plan)?;
+        if !duplicates.is_empty() || !behind.is_empty() {
+            return Ok(Transition::Repair { duplicates, behind });
         }
     }
     let set = SetStatus::read(ctx, plan)?;
@@ -158,6 +159,34 @@ pub(crate) fn family_in_repo(ctx: &Ctx<'_>, name: &LocalRepoFile) -> Vec<String>
     names.sort();
     names.dedup();
     names
+}
+
+/// Packages of the driver family that the installed local repo has at the driver's version but
+/// that are installed at another version only (a transaction stopped part-way left them
+/// behind): `name-<driver>` specs to install. The kmods and the meta packages are the `driver`
+/// step's (a flavour's), left out.
+fn behind(ctx: &Ctx<'_>, plan: &DriverPlan) -> Result<Vec<String>> {
+    let drv = &plan.repo.driver;
+    let in_repo: Vec<String> = ctx
+        .host
+        .files_with_prefix(plan.repo.repo_dir(), "")
+        .iter()
+        .filter_map(|f| RepoPackage::from_file_name(f))
+        .filter(|p| &p.version == drv && in_family(&p.name))
+        .filter(|p| !p.name.starts_with("kmod-nvidia"))
+        .filter(|p| !["nvidia-open", "cuda-drivers"].contains(&p.name.as_str()))
+        .map(|p| p.name)
+        .collect();
+    let refs: Vec<&str> = in_repo.iter().map(String::as_str).collect();
+    let mut out: Vec<String> = ctx
+        .installed(&refs)?
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty() && !v.iter().any(|p| &p.version == drv))
+        .map(|(n, _)| format!("{n}-{drv}"))
+        .collect();
+    out.sort();
+    out.dedup();
+    Ok(out)
 }
 
 /// Packages of the driver family installed twice or more (an rpm transaction killed between

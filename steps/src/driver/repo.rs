@@ -326,16 +326,33 @@ fn installed_check(
             format!("reinstall it: dnf reinstall {}", path.display()),
         ));
     }
-    if let Transition::Repair { duplicates: stale } = transition {
+    if let Transition::Repair { duplicates, behind } = transition {
         let mut check = Check::default();
-        check.changes.push(Change::new(
-            Work::Remove(stale.clone()),
-            format!(
-                "an interrupted transaction left another version beside driver {}: {}",
-                name.driver,
-                stale.join(", ")
-            ),
-        ));
+        if !duplicates.is_empty() {
+            check.changes.push(Change::new(
+                Work::Remove(duplicates.clone()),
+                format!(
+                    "an interrupted transaction left another version beside driver {}: {}",
+                    name.driver,
+                    duplicates.join(", ")
+                ),
+            ));
+        }
+        if !behind.is_empty() {
+            check.changes.push(Change::new(
+                Work::Install(Install {
+                    specs: behind.clone(),
+                    // gpuhost's own locks must not hide the driver's version from it.
+                    disable_excludes: super::locks::locked(ctx)?,
+                    ..Install::default()
+                }),
+                format!(
+                    "a transaction stopped part-way left these at another version than driver {}: {}",
+                    name.driver,
+                    behind.join(", ")
+                ),
+            ));
+        }
         return Ok(check);
     }
     Ok(Check::in_sync(format!(

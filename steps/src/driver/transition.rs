@@ -50,9 +50,14 @@ pub enum Transition {
         allowed: bool,
         repo_installed: bool,
     },
-    /// The profile's local repo is installed, but a killed transaction left other versions of
-    /// the driver's packages beside it (`name-version-release.arch`): they go first.
-    Repair { duplicates: Vec<String> },
+    /// The profile's local repo is installed, but a killed or stopped transaction left other
+    /// versions of the driver's packages beside it (`duplicates`,
+    /// `name-version-release.arch`: they go) or instead of it (`behind`: package names the
+    /// repo has at the driver's version, installed at another only: they move to it).
+    Repair {
+        duplicates: Vec<String>,
+        behind: Vec<String>,
+    },
 }
 
 impl Transition {
@@ -118,7 +123,16 @@ impl fmt::Display for Transition {
                 };
                 write!(f, "flavour switch nvidia-driver:{from} → {to}{how}")
             }
-            Transition::Repair { duplicates } => write!(f, "repair: {}", duplicates.join(", ")),
+            Transition::Repair { duplicates, behind } => write!(
+                f,
+                "repair: {}",
+                duplicates
+                    .iter()
+                    .chain(behind)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         }
     }
 }
@@ -138,7 +152,11 @@ mod tests {
             to: "cuda-repo-rhel8-12-2-local".into(),
         };
         assert!(swap.driver_repo_first());
-        assert!(Transition::Repair { duplicates: vec![] }.driver_repo_first());
+        assert!(Transition::Repair {
+            duplicates: vec![],
+            behind: vec![]
+        }
+        .driver_repo_first());
         for t in [
             Transition::Install,
             Transition::InPlace,

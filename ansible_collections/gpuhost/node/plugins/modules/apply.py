@@ -317,7 +317,7 @@ def main():
     if rc in (EXIT_OK, EXIT_REBOOT_REQUIRED, EXIT_REBOOT_SCHEDULED):
         module.exit_json(**result)
 
-    failed = [s for s in steps if s.get('outcome') == 'failed']
+    failed = [s for s in steps if s.get('outcome') in ('failed', 'partial')]
     if failed:
         first = failed[0]
         result['failed_step'] = first['id']
