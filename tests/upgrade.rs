@@ -944,3 +944,39 @@ fn a_driver_change_stopped_part_way_is_reported_as_rpm_shows_it_and_the_next_app
     assert_eq!(rc, 0, "{rep:#}");
     node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
 }
+
+/// The first converge stopped part-way (the same `%pre` failure): the steps of the failed
+/// transaction say what the rpm database shows (`partial`, what was added), not that nothing
+/// changed; the next apply converges.
+#[test]
+fn a_first_converge_stopped_part_way_is_reported_as_rpm_shows_it_and_the_next_apply_finishes_it() {
+    let node = Node::new(Os::Ol9, "ol9-rhck", RHCK9, false);
+    node.root.write("/etc/gpuhost-world/fail-pre", "");
+    let before = node.root.rpmdb_snapshot();
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &[]);
+    assert_eq!(rc, 1, "{rep:#}");
+    let partial: Vec<&Value> = rep["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["outcome"] == "partial")
+        .collect();
+    assert!(!partial.is_empty(), "{rep:#}");
+    for s in &partial {
+        let why = s["reason"].as_str().unwrap_or_default();
+        assert!(!why.contains("nothing was changed"), "{why}");
+        assert!(
+            s["changes"]
+                .to_string()
+                .contains("added kmod-nvidia-open-dkms"),
+            "{s:#}"
+        );
+    }
+    assert!(node.root.installed("kmod-nvidia-open-dkms").is_some());
+    assert_ne!(node.root.rpmdb_snapshot(), before);
+    std::fs::remove_file(node.root.join("/etc/gpuhost-world/fail-pre"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    node.assert_on("570.124.06", DRIVER_LOCAL_EL9_570);
+}

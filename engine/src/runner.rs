@@ -568,6 +568,8 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
     let what: Vec<String> = members.iter().map(|(_, c)| c.work.to_string()).collect();
     gpuhost_host::progress::step_changing(&label, &what.join("; "));
     run.changed_something = true;
+    // The rpm database before: a failed transaction is reported as what it left ([`partial`]).
+    let before = gpuhost_host::rpm::snapshot(ctx.host).ok();
     let result = (|| -> Result<Option<DnfFailure>> {
         for o in installs.iter().filter_map(|i| i.owes.as_ref()) {
             ctx.owe(o)?;
@@ -592,7 +594,10 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
                 run.slots[i].done.push(c);
             }
         }
-        Ok(Some(failure)) => dnf_failed(ctx, run, &members, &ids, &failure),
+        Ok(Some(failure)) => {
+            let left = partial(ctx, before.as_ref());
+            dnf_failed(ctx, run, &members, &ids, &failure, left.as_ref());
+        }
         Err(e) if gpuhost_host::interrupt::is_interrupted(&e) => {
             for i in &ids {
                 run.slots[*i].not_run(&format!("{e:#}"), gpuhost_host::interrupt::received());
@@ -650,12 +655,23 @@ fn label_of(run: &Run<'_>, ids: &[usize]) -> String {
 /// `docker.repo` that cannot be read fails every transaction, the first one included), that
 /// step fails with its own explanation. Every step after the transaction's first member does
 /// not run: the failed transaction's packages were what they would have worked on.
+/// What a failed transaction left in the rpm database, when it left anything.
+fn partial(
+    ctx: &Ctx<'_>,
+    before: Option<&std::collections::BTreeSet<String>>,
+) -> Option<gpuhost_host::rpm::Diff> {
+    let after = gpuhost_host::rpm::snapshot(ctx.host).ok()?;
+    let diff = gpuhost_host::rpm::Diff::of(before?, &after);
+    (!diff.is_empty()).then_some(diff)
+}
+
 fn dnf_failed(
     ctx: &mut Ctx<'_>,
     run: &mut Run<'_>,
     members: &[(usize, Change)],
     ids: &[usize],
     failure: &DnfFailure,
+    left: Option<&gpuhost_host::rpm::Diff>,
 ) {
     let text = failure.text();
     let implicated = |c: &Change| matches!(&c.work, Work::Install(inst) if gpuhost_steps::work::implicated(&text, inst));
@@ -681,7 +697,16 @@ fn dnf_failed(
             continue;
         };
         let start = Instant::now();
-        let e = run.slots[*i].step.explain(ctx, inst, failure);
+        let mut e = run.slots[*i].step.explain(ctx, inst, failure);
+        if let Some(diff) = left {
+            // Part of it is in: say what rpm shows, never that nothing changed.
+            e = anyhow::Error::new(gpuhost_host::rpm::Partial {
+                cause: format!("{e:#}"),
+                diff: diff.clone(),
+                repair: "run the same gpuhost apply again: it finishes what the transaction left"
+                    .to_string(),
+            });
+        }
         let slot = &mut run.slots[*i];
         if slot.report.is_none() {
             slot.fail(e);

@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 
-use crate::step::{Check, Ctx, Step};
+use crate::step::{Change, Check, Ctx, Install, Step, Work};
 use crate::units;
 
 pub struct Persistenced;
@@ -35,9 +35,22 @@ impl Step for Persistenced {
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let mut check = Check::default();
-        // Not installed yet: it comes with the driver's transaction; enabling it then fails,
-        // naming the package, if that transaction did not bring it.
+        // Not installed: it comes in the driver's transaction, at the driver's version (named
+        // here too, so a transaction stopped before it — its %pre failed, a mirror went away —
+        // is finished by the next run); enabling it fails, naming the package, if no
+        // transaction brought it.
         let installed = !ctx.installed_one(PACKAGE)?.is_empty();
+        if !installed {
+            let drv = super::driver_version(ctx)?.driver;
+            check.changes.push(Change::new(
+                Work::Install(Install {
+                    specs: vec![format!("{PACKAGE}-{drv}")],
+                    disable_excludes: super::locks::locked(ctx)?,
+                    ..Install::default()
+                }),
+                format!("{PACKAGE} not installed (driver {drv})"),
+            ));
+        }
         units::check_enabled(ctx.host, &mut check, UNIT, PACKAGE, installed)?;
         Ok(check)
     }
