@@ -385,6 +385,8 @@ fn the_rpm_installs_into_an_oracle_linux_root_with_dnf_and_runs() {
         "usr/lib/systemd/system/gpuhost-serve.service",
         "usr/share/gpuhost/profiles/ol8-uek.toml",
         "usr/share/gpuhost/profiles/ol9-rhck.toml",
+        "usr/share/gpuhost/prometheus/gpuhost-alerts.yml",
+        "usr/share/gpuhost/grafana/gpuhost-dashboard.json",
         "usr/share/doc/gpuhost/README.md",
         // the documents the README links to, where its links point
         "usr/share/doc/gpuhost/docs/apply.md",
