@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# gpuhost in a minute, on a machine that is not an Oracle Linux GPU host (a laptop, CI):
-# installs the tools it needs (rpm, dnf, createrepo_c, ...), installs gpuhost on your PATH
+# gpuhost on a machine that is not an Oracle Linux GPU host (a laptop, CI): installs the tools
+# the demo needs when missing (`scripts/deps.sh demo`: rpm, dnf, createrepo_c, dkms, ...; no
+# server, nothing left running; a line per package while apt-get works), installs gpuhost on your PATH
 # (`cargo install --path agent`), builds the synthetic Oracle Linux 8 package universe of the
 # test world, makes an install root from it and runs the real thing against it: facts, plan,
 # apply, and a second apply that changes nothing. On a real node the same binary runs
@@ -25,7 +26,7 @@ case "${1:-}" in
   *) echo "usage: $0 [--keep DIR]" >&2; exit 2 ;;
 esac
 
-"$here/scripts/deps.sh"
+"$here/scripts/deps.sh" demo
 if [ -n "${GPUHOST_BIN:-}" ]; then
   gpuhost=$GPUHOST_BIN
 else
