@@ -295,6 +295,13 @@ fn deps_sh_wants_a_static_busybox() {
     }
 }
 
+/// An executable bash script at `path` running `body`.
+fn bash_script(path: &std::path::Path, body: &str) {
+    std::fs::write(path, format!("#!/bin/bash\n{body}")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// `scripts/deps.sh demo|test` on a Debian machine that has none of the tools, with a stand-in
 /// apt-get and systemctl that record what they are asked: `--no-install-recommends` in both
 /// sets, no server in the demo set, a policy-rc.d answering 101 (no service starts) for the
@@ -318,12 +325,7 @@ fn deps_sh_installs_the_demo_or_the_test_set_without_recommends_or_running_servi
                 .unwrap();
             std::os::unix::fs::symlink(real, bin.join(t)).unwrap();
         }
-        let fake = |name: &str, body: &str| {
-            let f = bin.join(name);
-            std::fs::write(&f, format!("#!/bin/bash\n{body}")).unwrap();
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
-        };
+        let fake = |name: &str, body: &str| bash_script(&bin.join(name), body);
         fake("sudo", "exec \"$@\"\n");
         fake(
             "apt-get",
@@ -426,13 +428,8 @@ fn the_suite_ends_with_its_grand_total() {
         scripts.join("test.sh"),
     )
     .unwrap();
-    let script = |path: &std::path::Path, body: &str| {
-        std::fs::write(path, format!("#!/bin/bash\n{body}")).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    };
-    script(&scripts.join("deps.sh"), "exit 0\n");
-    script(
+    bash_script(&scripts.join("deps.sh"), "exit 0\n");
+    bash_script(
         &dir.path().join("cargo"),
         "echo 'test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.10s'\n\
          echo 'test result: FAILED. 30 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out; finished in 3.00s'\n\
