@@ -15,8 +15,9 @@
 # slurmctld, slurmd, scontrol: status --slurm drains and resumes a real node), umoci, skopeo and
 # docker.io (build the OCI layouts, docker save tarballs and the private dockerd that gpuhost
 # compat reads), mokutil and sbsigntool (Secure Boot tests), pci.ids (the GPU table is checked
-# against it), ansible-core (+ python3-venv, python3-pip: ansible-test sanity, ansible-lint) for
-# the gpuhost.node collection, mmdebstrap and systemd-nspawn (a container booting systemd runs the
+# against it), ansible-core (+ python3-venv, python3-pip: ansible-test sanity) for the gpuhost.node
+# collection and ansible-lint (PyPI, with pip into target/ansible-lint: the collection is
+# linted with its production profile), mmdebstrap and systemd-nspawn (a container booting systemd runs the
 # shipped units), monitoring-plugins' negate (runs `gpuhost status` as Nagios runs a plugin) and,
 # on Debian, vagrant (validates the Vagrantfile).
 #
@@ -68,13 +69,30 @@ for f in /usr/lib/linux-kbuild-6.1/scripts/sign-file /usr/lib/linux-kbuild-*/scr
   [ -x "$f" ] && sign_file=1
 done
 [ $sign_file = 1 ] || need+=(sign-file)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+lint_venv=$here/target/ansible-lint
+need_lint=0
 if [ "$set_name" = test ]; then
+  command -v ansible-lint >/dev/null 2>&1 || [ -x "$lint_venv/bin/ansible-lint" ] || need_lint=1
   [ -f /usr/share/misc/pci.ids ] || need+=(pci.ids)
   [ -x /usr/lib/nagios/plugins/negate ] || [ -x /usr/lib64/nagios/plugins/negate ] || need+=(negate)
   if command -v apt-get >/dev/null 2>&1 && ! command -v vagrant >/dev/null 2>&1; then need+=(vagrant); fi
 fi
-[ ${#need[@]} -eq 0 ] && exit 0
-if [ $check_only = 1 ]; then echo "deps.sh: missing ($set_name set): ${need[*]}"; exit 1; fi
+if [ $check_only = 1 ]; then
+  [ $need_lint = 1 ] && need+=(ansible-lint)
+  [ ${#need[@]} -eq 0 ] && exit 0
+  echo "deps.sh: missing ($set_name set): ${need[*]}"
+  exit 1
+fi
+
+# ansible-lint is not in Debian 12 (nor Oracle Linux): PyPI's, in a venv of the checkout's own.
+install_lint() {
+  [ $need_lint = 1 ] || return 0
+  echo "deps.sh: installing ansible-lint (pip install ansible-lint, into $lint_venv)" >&2
+  python3 -m venv "$lint_venv" && "$lint_venv/bin/pip" install --quiet ansible-lint \
+    || echo "deps.sh: ansible-lint could not be installed; its test is skipped (failed in CI)" >&2
+}
+if [ ${#need[@]} -eq 0 ]; then install_lint; exit 0; fi
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then
@@ -141,3 +159,4 @@ else
   echo "deps.sh: no apt-get or dnf here; install ${need[*]} by hand" >&2
   exit 1
 fi
+install_lint
