@@ -121,6 +121,57 @@ fn a_wrong_sha256_is_refused_before_the_headers_are_installed() {
     assert!(root.installed("kernel-uek-devel").is_none());
 }
 
+/// `driver.sha256` (cloud-init's `--sha256`) is verified whenever it is given: also when the
+/// package is installed already and nothing else would be done.
+#[test]
+fn a_wrong_sha256_is_refused_when_the_driver_is_installed_already() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let profile = world::profile("ol8-uek");
+    let driver = driver_set();
+    let args = ["apply", "--profile", &profile, "--set", &driver];
+    let o = root.gpuhost(&args);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let sha = format!("driver.sha256={}", "0".repeat(64));
+    let mut wrong = args.to_vec();
+    wrong.extend(["--set", &sha]);
+    refused_changing_nothing(&root, &wrong, "SHA-256 is");
+    // The right one passes.
+    let right = World::get().cuda_local(CUDA_LOCAL_EL8_12_2);
+    let sum = std::process::Command::new("sha256sum")
+        .arg(&right)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let sum = String::from_utf8_lossy(&sum.stdout);
+    let sha = format!(
+        "driver.sha256={}",
+        sum.split_whitespace().next().unwrap_or_default()
+    );
+    let mut good = args.to_vec();
+    good.extend(["--set", &sha]);
+    assert_eq!(code(&root.gpuhost(&good)), 0);
+}
+
+/// `--root` naming nothing: the hint says what a root must be, not "create it" (an empty
+/// directory is then refused as not Oracle Linux).
+#[test]
+fn a_missing_root_is_refused_with_what_a_root_must_be() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let missing = dir.path().join("nonexistent");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpuhost"))
+        .args(["plan", "--profile", "ol8-uek", "--root"])
+        .arg(&missing)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("an existing Oracle Linux install root"),
+        "{err}"
+    );
+    assert!(!err.contains("create it"), "{err}");
+    assert!(!missing.exists());
+}
+
 #[test]
 fn a_missing_mirror_directory_is_refused_before_anything_changes() {
     refused_with_the_driver_and(

@@ -48,6 +48,21 @@ fn nvidia_driver_versions(files: &[String]) -> Vec<String> {
     v
 }
 
+/// The file's SHA-256 is `want` (`driver.sha256`, cloud-init's `--sha256`).
+fn sha256_matches(path: &Path, want: &str) -> Result<()> {
+    let got = gpuhost_host::fsutil::sha256_file(path)?;
+    if !got.eq_ignore_ascii_case(want) {
+        return Err(hinted(
+            format!(
+                "{}: SHA-256 is {got}, but the profile expects {want}; nothing was installed",
+                path.display()
+            ),
+            "download the file again (or fix driver.sha256) and compare with NVIDIA's published checksum",
+        ));
+    }
+    Ok(())
+}
+
 /// Check the file itself before anything is installed from it.
 /// Returns the package's file list (its payload: the inner repo's RPMs among them).
 fn verify_file(
@@ -82,13 +97,7 @@ fn verify_file(
         ));
     }
     if let Some(want) = sha256 {
-        let got = gpuhost_host::fsutil::sha256_file(path)?;
-        if !got.eq_ignore_ascii_case(want) {
-            return Err(hinted(
-                format!("{shown}: SHA-256 is {got}, but the profile expects {want}; nothing was installed"),
-                "download the file again (or fix driver.sha256) and compare with NVIDIA's published checksum",
-            ));
-        }
+        sha256_matches(path, want)?;
     }
     // The root's rpm (its database, its keys), never the build host's `%_dbpath`: Debian's rpm
     // would make a database in the user's HOME just to read the file.
@@ -216,6 +225,11 @@ impl Step for DriverRepo {
         fits_host(path, name, ctx.profile.os.major)?;
         let (ours, others) = other_repos(ctx, name)?;
         if ours && others.is_empty() {
+            // Installed already: a checksum given is still the file's to match (a wrong one is
+            // a mistake to report, not to pass over because nothing needs installing).
+            if let Some(want) = ctx.profile.driver.sha256.as_deref() {
+                sha256_matches(path, want).map_err(as_invalid)?;
+            }
             return installed_check(ctx, path, name);
         }
         // The file is what the user gave: anything wrong with it is invalid input (exit 2),
