@@ -537,3 +537,84 @@ fn status_hints_fit_the_host() {
         "{v:#}"
     );
 }
+
+/// The `Exit codes (…)` headings of a help text.
+fn exit_code_headings(args: &[&str]) -> Vec<String> {
+    let o = gpuhost(args);
+    assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+    stdout(&o)
+        .lines()
+        .filter(|l| l.starts_with("Exit codes ("))
+        .map(|l| l[..=l.find(')').unwrap()].to_string())
+        .collect()
+}
+
+/// Each command's `--help` lists its own exit codes, not every command's; `gpuhost --help`
+/// lists them all.
+#[test]
+fn each_commands_help_lists_only_its_own_exit_codes() {
+    let apply = "Exit codes (apply, plan, resume, rollback)";
+    for cmd in ["apply", "plan", "resume", "rollback"] {
+        assert_eq!(exit_code_headings(&[cmd, "--help"]), [apply], "{cmd}");
+    }
+    assert_eq!(
+        exit_code_headings(&["kernel-added", "--help"]),
+        [apply, "Exit codes (kernel-added)"]
+    );
+    for cmd in ["bundle", "status", "compat"] {
+        assert_eq!(
+            exit_code_headings(&[cmd, "--help"]),
+            [format!("Exit codes ({cmd})")],
+            "{cmd}"
+        );
+    }
+    assert_eq!(
+        exit_code_headings(&["--help"]),
+        [
+            apply,
+            "Exit codes (kernel-added)",
+            "Exit codes (bundle)",
+            "Exit codes (status)"
+        ]
+    );
+}
+
+/// The completion scripts offer what `--help` shows: no hidden option (the NVML probe's
+/// internals, the test-only snapshot replay and status's crafted root), while apply's `--root`
+/// and status's own options stay; bash reads its script.
+#[test]
+fn completions_offer_no_hidden_option() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let o = gpuhost(&["generate", "completions", shell]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        let script = stdout(&o);
+        for hidden in [
+            "nvml-probe",
+            "nvml-serve",
+            "nvml-fixture",
+            "nvml-calls",
+            "sweep-profile",
+            "dump-snapshot",
+            "from-snapshot",
+        ] {
+            assert!(!script.contains(hidden), "{shell} offers --{hidden}");
+        }
+        assert!(
+            script.contains("textfile") && script.contains("root"),
+            "{shell}"
+        );
+    }
+    let bash = stdout(&gpuhost(&["generate", "completions", "bash"]));
+    let status = bash
+        .lines()
+        .find(|l| l.contains("opts=") && l.contains("--textfile"))
+        .unwrap();
+    assert!(!status.contains("--root"), "{status}");
+    let o = Command::new("bash")
+        .arg("-n")
+        .arg("-c")
+        .arg(&bash)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
