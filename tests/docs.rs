@@ -573,6 +573,18 @@ fn the_readme_real_node_commands_run_and_the_json_report_is_as_documented() {
         let v: Value = serde_json::from_slice(&o.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", said(&run, &run, &o)));
         check_fields(&table, "", &v, &mut seen);
+        // `command` is what the table says it is for this command.
+        let command = if run.contains("gpuhost plan") {
+            "plan"
+        } else {
+            "apply"
+        };
+        assert_eq!(v["command"], command, "{run}");
+        assert!(
+            docs::checked(file!(), "docs/apply.md", "apply-json").contains(
+                "| `command` | always | `plan` for `plan` and `apply --dry-run`; `apply` otherwise"
+            )
+        );
     }
     eprintln!("fields seen: {seen:?}");
     for f in [

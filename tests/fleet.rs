@@ -806,7 +806,7 @@ fn on_a_terminal_a_live_line_names_the_step_and_the_command_it_waits_for() {
     let tty = text(&o.stdout);
     // The line is rewritten in place (carriage return, erase line), never scrolled …
     assert!(
-        tty.contains("\r\x1b[2K[2/16] kernel-headers: install kernel-uek-devel-"),
+        tty.contains("\r\x1b[2K[dnf] kernel-headers: install kernel-uek-devel-"),
         "{tty:?}"
     );
     assert!(
