@@ -460,6 +460,27 @@ fn a_bundle_for_another_host_is_refused() {
         "{err}"
     );
 
+    // Not Oracle Linux (running its own kernel): the answer it gets without --bundle, not a
+    // kernel the bundle lacks.
+    let ubuntu = Root::new(Os::Ubuntu, &[]);
+    let debian_kernel = ["--kernel-release", "6.1.0-28-amd64"];
+    let mut args = vec!["apply", "--profile", "ol8-uek"];
+    args.extend(debian_kernel);
+    let without = ubuntu.gpuhost(&args);
+    let before = tree(&ubuntu);
+    let b = out.display().to_string();
+    let mut args = vec!["apply", "--bundle", b.as_str()];
+    args.extend(debian_kernel);
+    let with = ubuntu.gpuhost(&args);
+    let err = stderr(&with);
+    assert_eq!((code(&with), code(&without)), (2, 2), "{err}");
+    assert_eq!(tree(&ubuntu), before);
+    assert!(
+        err.contains("not Oracle Linux") && err.contains("Ubuntu") && !err.contains("headers"),
+        "{err}"
+    );
+    assert_eq!(err, stderr(&without));
+
     // Another kernel: the bundle has no headers for it.
     let other = Root::new(Os::Ol8, &[UEK8_OLD]);
     let err = refused_offline(&other, &out);

@@ -230,6 +230,10 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
             flavour: Some(profile.kernel.flavour),
         },
     )?;
+    // Not Oracle Linux: the same answer with a bundle as without (not a kernel the bundle lacks).
+    if bundle.is_some() && !facts.os.as_ref().is_some_and(|o| o.is_oracle_linux()) {
+        preflight(&host, &profile, &facts, opts.kernel_release.is_some())?;
+    }
     let unserved = match &bundle {
         Some(b) => fit_bundle(b, &mut facts, &profile, opts.kernel_release.is_some())?,
         None => None,
