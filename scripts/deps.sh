@@ -7,7 +7,8 @@
 # runs (kmod, make, xz, strip, gcc: the test world ships them into roots, where DKMS builds the
 # NVIDIA modules; unshare mounts /proc for it), the kernel's sign-file (Debian's linux-kbuild-6.1:
 # kernel-devel ships it in roots, the world signs NVIDIA's precompiled modules with it) and
-# openssl (test keys; the roots' openssl). No server among them.
+# openssl (test keys; the roots' openssl), and the C library's headers and start files (libc6-dev:
+# cargo links gpuhost with gcc, which only recommends them). No server among them.
 #
 # The test set (./scripts/test.sh): the demo set, and strace (tests prove that a converged apply
 # starts no dnf), cloud-init (validates generated user-data), promtool (from prometheus: checks
@@ -47,7 +48,7 @@ done
 demo_tools=(rpm dnf createrepo_c modifyrepo_c rpmbuild python3 systemctl dkms modinfo depmod make xz strip gcc unshare openssl)
 test_tools=(strace cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd mokutil sbverify ansible-playbook ansible-test mmdebstrap systemd-nspawn)
 # Debian's packages of each set.
-demo_debs=(rpm dnf createrepo-c python3 systemd busybox-static dkms kmod make xz-utils binutils gcc util-linux linux-kbuild-6.1 openssl)
+demo_debs=(rpm dnf createrepo-c python3 systemd busybox-static dkms kmod make xz-utils binutils gcc libc6-dev util-linux linux-kbuild-6.1 openssl)
 test_debs=(strace cloud-init vagrant prometheus munge slurmctld slurmd slurm-client umoci skopeo docker.io
   pci.ids mokutil sbsigntool ansible-core python3-venv python3-pip mmdebstrap systemd-container monitoring-plugins-basic)
 # The units of the servers those packages bring: left disabled.
@@ -69,6 +70,8 @@ for f in /usr/lib/linux-kbuild-6.1/scripts/sign-file /usr/lib/linux-kbuild-*/scr
   [ -x "$f" ] && sign_file=1
 done
 [ $sign_file = 1 ] || need+=(sign-file)
+# gcc finds the C start files only with libc6-dev (Debian's gcc merely recommends it).
+[ -e "$(gcc -print-file-name=Scrt1.o 2>/dev/null)" ] || need+=(libc6-dev)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 lint_venv=$here/target/ansible-lint
 need_lint=0

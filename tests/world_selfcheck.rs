@@ -377,7 +377,15 @@ esac
     };
     let (install, log, err) = run("demo");
     assert!(install.contains(" --no-install-recommends "), "{install}");
-    for pkg in ["rpm", "dnf", "createrepo-c", "dkms", "busybox-static"] {
+    // (libc6-dev: without it, and without gcc's recommendations, cargo cannot link gpuhost)
+    for pkg in [
+        "rpm",
+        "dnf",
+        "createrepo-c",
+        "dkms",
+        "busybox-static",
+        "libc6-dev",
+    ] {
         assert!(install.split(' ').any(|w| w == pkg), "{pkg}: {install}");
     }
     for server in [
