@@ -92,7 +92,8 @@ tar -C "$here" -cf "$src/gpuhost-docs.tar" docs
 "$bin" generate completions fish > "$src/gpuhost.fish"
 cp "$here/packaging/gpuhost-resume.service" "$here/packaging/gpuhost-status.service" \
    "$here/packaging/gpuhost-status.timer" "$here/packaging/gpuhost-serve.service" "$here/packaging/gpuhost-kernel@.service" \
-   "$here/packaging/95-gpuhost.install" "$here/README.md" "$here"/profiles/*.toml "$src/"
+   "$here/packaging/95-gpuhost.install" "$here/packaging/gpuhost-alerts.yml" "$here/packaging/gpuhost-dashboard.json" \
+   "$here/README.md" "$here"/profiles/*.toml "$src/"
 # gzip payloads: readable by every rpm on OL8/OL9 (Debian's rpm would default to zstd).
 # GPUHOST_RPM_FAST=1 (tests) trades size for speed.
 payload=w6.gzdio

@@ -1,75 +1,173 @@
 #!/usr/bin/env bash
-# Installs what the demo and the tests need, when it is missing: the real rpm, dnf,
-# createrepo_c and rpmbuild (the test world is built with them), python3 (the world's
-# generator), strace (tests prove that a converged apply starts no dnf), systemctl (offline
-# unit enabling in install roots), a static busybox (the /bin/sh of synthetic roots),
-# cloud-init (validates generated user-data), promtool (from prometheus: checks gpuhost serve's
-# /metrics), a one-node Slurm (munged, slurmctld, slurmd, scontrol: status --slurm drains and
-# resumes a real node), umoci, skopeo and docker.io (build the OCI layouts, docker save tarballs
-# and the private dockerd that gpuhost compat reads), the real upstream dkms with what it runs
-# (kmod, make, xz, strip, gcc: the test world ships them into roots, where DKMS builds the NVIDIA
-# modules; unshare mounts /proc for it), the kernel's sign-file (Debian's linux-kbuild-6.1:
-# kernel-devel ships it in roots, the world signs NVIDIA's precompiled modules with it), openssl
-# (test keys; the roots' openssl), mokutil and sbsigntool (Secure Boot tests) and pci.ids (the
-# GPU table is checked against it), ansible-core (+ python3-venv, python3-pip: ansible-test sanity)
-# for the gpuhost.node collection, mmdebstrap and systemd-nspawn (a container booting systemd runs
-# the shipped units), monitoring-plugins' negate (runs `gpuhost status` as Nagios runs a plugin)
-# and, on Debian, vagrant (validates the Vagrantfile).
+# Installs what the demo or the tests need, when it is missing.
+#
+# The demo set (./demo.sh): the real rpm, dnf, createrepo_c and rpmbuild (the test world is
+# built with them), python3 (the world's generator), systemctl (offline unit enabling in install
+# roots), a static busybox (the /bin/sh of synthetic roots), the real upstream dkms with what it
+# runs (kmod, make, xz, strip, gcc: the test world ships them into roots, where DKMS builds the
+# NVIDIA modules; unshare mounts /proc for it), the kernel's sign-file (Debian's linux-kbuild-6.1:
+# kernel-devel ships it in roots, the world signs NVIDIA's precompiled modules with it) and
+# openssl (test keys; the roots' openssl), and the C library's headers and start files (libc6-dev:
+# cargo links gpuhost with gcc, which only recommends them). No server among them.
+#
+# The test set (./scripts/test.sh): the demo set, and strace (tests prove that a converged apply
+# starts no dnf), cloud-init (validates generated user-data), promtool (from prometheus: checks
+# gpuhost serve's /metrics and tests the shipped alert rules), a one-node Slurm (munged,
+# slurmctld, slurmd, scontrol: status --slurm drains and resumes a real node), umoci, skopeo and
+# docker.io (build the OCI layouts, docker save tarballs and the private dockerd that gpuhost
+# compat reads), mokutil and sbsigntool (Secure Boot tests), pci.ids (the GPU table is checked
+# against it), ansible-core (+ python3-venv, python3-pip: ansible-test sanity) for the gpuhost.node
+# collection and ansible-lint (PyPI, with pip into target/ansible-lint: the collection is
+# linted with its production profile), mmdebstrap and systemd-nspawn (a container booting systemd runs the
+# shipped units), monitoring-plugins' negate (runs `gpuhost status` as Nagios runs a plugin) and,
+# on Debian, vagrant (validates the Vagrantfile), and dnf's versionlock plugin (dnf-plugins-core:
+# the OL10 branch lock is checked against the real plugin).
+#
+# Servers stay off: the tests start their own munged, slurmctld, slurmd and dockerd, on their
+# own sockets and ports, and stop them. On Debian both sets are installed with
+# --no-install-recommends, under a policy-rc.d that forbids starting a service (exit 101), and
+# the daemons' units the install enabled are disabled afterwards (a unit enabled before is left
+# as it was). While apt-get works, one line per package says where it is.
+#
 # Debian/Ubuntu via apt-get, Oracle Linux/RHEL via dnf. Idempotent; needs root to install.
+# Usage: scripts/deps.sh [demo|test] [--check]
+#   demo      the demo set           test   the test set (the default)
 #   --check   only say what is missing (exit 1 if anything is), install nothing.
+# Environment (tests): GPUHOST_BUSYBOX names another busybox to check; GPUHOST_POLICY_RC_D
+# another policy-rc.d path (default /usr/sbin/policy-rc.d).
 set -euo pipefail
 check_only=0
-[ "${1:-}" = "--check" ] && check_only=1
+set_name=test
+for arg in "$@"; do
+  case $arg in
+    --check) check_only=1 ;;
+    demo | test) set_name=$arg ;;
+    *) echo "usage: $0 [demo|test] [--check]" >&2; exit 2 ;;
+  esac
+done
 
+demo_tools=(rpm dnf createrepo_c modifyrepo_c rpmbuild python3 systemctl dkms modinfo depmod make xz strip gcc unshare openssl)
+test_tools=(strace cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd mokutil sbverify ansible-playbook ansible-test mmdebstrap systemd-nspawn)
+# Debian's packages of each set.
+demo_debs=(rpm dnf createrepo-c python3 systemd busybox-static dkms kmod make xz-utils binutils gcc libc6-dev util-linux linux-kbuild-6.1 openssl)
+test_debs=(strace cloud-init vagrant prometheus munge slurmctld slurmd slurm-client umoci skopeo docker.io
+  pci.ids mokutil sbsigntool ansible-core python3-venv python3-pip mmdebstrap systemd-container monitoring-plugins-basic
+  dnf-plugins-core)
+# The units of the servers those packages bring: left disabled.
+daemon_units=(munge.service slurmctld.service slurmd.service docker.service docker.socket containerd.service prometheus.service)
+
+tools=("${demo_tools[@]}")
+[ "$set_name" = test ] && tools+=("${test_tools[@]}")
 need=()
-for tool in rpm dnf createrepo_c modifyrepo_c rpmbuild python3 strace systemctl cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd dkms modinfo depmod make xz strip gcc unshare openssl mokutil sbverify ansible-playbook ansible-test mmdebstrap systemd-nspawn; do
+for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
 # The world copies it into roots as their /bin/sh: it must be *static* (Debian's busybox-static;
 # the busybox package's is dynamic and cannot run inside a root without its libc).
-# GPUHOST_BUSYBOX names another one to check (tests).
 busybox=${GPUHOST_BUSYBOX:-/bin/busybox}
 if [ ! -x "$busybox" ] || ldd "$busybox" >/dev/null 2>&1; then need+=(busybox-static); fi
-[ -f /usr/share/misc/pci.ids ] || need+=(pci.ids)
-[ -x /usr/lib/nagios/plugins/negate ] || [ -x /usr/lib64/nagios/plugins/negate ] || need+=(negate)
-# dnf's versionlock plugin (dnf-plugins-core): the OL10 branch lock is checked against it.
-[ -f /usr/lib/python3/dist-packages/dnf-plugins/versionlock.py ] || [ -f /usr/lib/python3.*/site-packages/dnf-plugins/versionlock.py ] || need+=(dnf-plugins-core)
 # the kernel's sign-file: Debian's linux-kbuild-6.1 (on Oracle Linux: kernel-devel)
 sign_file=0
 for f in /usr/lib/linux-kbuild-6.1/scripts/sign-file /usr/lib/linux-kbuild-*/scripts/sign-file /usr/src/kernels/*/scripts/sign-file; do
   [ -x "$f" ] && sign_file=1
 done
 [ $sign_file = 1 ] || need+=(sign-file)
-if command -v apt-get >/dev/null 2>&1 && ! command -v vagrant >/dev/null 2>&1; then need+=(vagrant); fi
-[ ${#need[@]} -eq 0 ] && exit 0
-if [ $check_only = 1 ]; then echo "deps.sh: missing: ${need[*]}"; exit 1; fi
+# gcc finds the C start files only with libc6-dev (Debian's gcc merely recommends it).
+[ -e "$(gcc -print-file-name=Scrt1.o 2>/dev/null)" ] || need+=(libc6-dev)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+lint_venv=$here/target/ansible-lint
+need_lint=0
+if [ "$set_name" = test ]; then
+  command -v ansible-lint >/dev/null 2>&1 || [ -x "$lint_venv/bin/ansible-lint" ] || need_lint=1
+  [ -f /usr/share/misc/pci.ids ] || need+=(pci.ids)
+  [ -x /usr/lib/nagios/plugins/negate ] || [ -x /usr/lib64/nagios/plugins/negate ] || need+=(negate)
+  # dnf's versionlock plugin (dnf-plugins-core): the OL10 branch lock is checked against it.
+  vl=0
+  for f in /usr/lib/python3/dist-packages/dnf-plugins/versionlock.py /usr/lib/python3*/site-packages/dnf-plugins/versionlock.py; do
+    [ -f "$f" ] && vl=1
+  done
+  [ $vl = 1 ] || need+=(dnf-plugins-core)
+  if command -v apt-get >/dev/null 2>&1 && ! command -v vagrant >/dev/null 2>&1; then need+=(vagrant); fi
+fi
+if [ $check_only = 1 ]; then
+  [ $need_lint = 1 ] && need+=(ansible-lint)
+  [ ${#need[@]} -eq 0 ] && exit 0
+  echo "deps.sh: missing ($set_name set): ${need[*]}"
+  exit 1
+fi
+
+# ansible-lint is not in Debian 12 (nor Oracle Linux): PyPI's, in a venv of the checkout's own.
+install_lint() {
+  [ $need_lint = 1 ] || return 0
+  echo "deps.sh: installing ansible-lint (pip install ansible-lint, into $lint_venv)" >&2
+  python3 -m venv "$lint_venv" && "$lint_venv/bin/pip" install --quiet ansible-lint \
+    || echo "deps.sh: ansible-lint could not be installed; its test is skipped (failed in CI)" >&2
+}
+if [ ${#need[@]} -eq 0 ]; then install_lint; exit 0; fi
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null 2>&1 || { echo "deps.sh: missing ${need[*]}; run as root to install them" >&2; exit 1; }
   sudo=(sudo)
 fi
-echo "deps.sh: installing what is missing: ${need[*]}" >&2
-if command -v apt-get >/dev/null 2>&1; then
+
+# apt-get's output as one line per package: what it fetches, then what it sets up.
+progress() {
+  awk -v total="$1" '
+    /^Get:/ { got++; printf "deps.sh: [%d/%d] downloaded %s\n", got, total, $5; fflush(); next }
+    /^Setting up / { done++; printf "deps.sh: [%d/%d] set up %s\n", done, total, $3; fflush(); next }
+    /^(E|W):/ { print; fflush() }'
+}
+
+# Installs the Debian packages $@ with no recommended ones and no service started, then disables
+# the daemons' units it enabled.
+policy=${GPUHOST_POLICY_RC_D:-/usr/sbin/policy-rc.d}
+saved=""
+restore_policy() {
+  if [ -n "$saved" ]; then "${sudo[@]}" cp -p "$saved" "$policy"; rm -f "$saved"; else "${sudo[@]}" rm -f "$policy"; fi
+}
+apt_install() {
+  local unit before=()
+  for unit in "${daemon_units[@]}"; do
+    if systemctl is-enabled --quiet "$unit" 2>/dev/null; then before+=("$unit"); fi
+  done
+  if [ -e "$policy" ]; then saved=$(mktemp); "${sudo[@]}" cp -p "$policy" "$saved"; fi
+  trap restore_policy EXIT
+  printf '#!/bin/sh\n# scripts/deps.sh: no service starts while it installs\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+  "${sudo[@]}" chmod 0755 "$policy"
   "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
-    rpm dnf createrepo-c python3 strace systemd busybox-static cloud-init vagrant prometheus \
-    munge slurmctld slurmd slurm-client umoci skopeo docker.io \
-    dkms kmod make xz-utils binutils gcc util-linux pci.ids \
-    linux-kbuild-6.1 mokutil openssl sbsigntool \
-    ansible-core python3-venv python3-pip mmdebstrap systemd-container \
-    monitoring-plugins-basic dnf-plugins-core >/dev/null
+  local total
+  total=$(DEBIAN_FRONTEND=noninteractive apt-get install -s --no-install-recommends "$@" 2>/dev/null | grep -c '^Inst ' || true)
+  echo "deps.sh: installing $total Debian package(s) of the $set_name set (no recommended ones; no service is started)" >&2
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "$@" | progress "$total" >&2
+  restore_policy
+  trap - EXIT
+  for unit in "${daemon_units[@]}"; do
+    if [[ " ${before[*]} " == *" $unit "* ]]; then continue; fi
+    if systemctl is-enabled --quiet "$unit" 2>/dev/null; then
+      "${sudo[@]}" systemctl disable --quiet "$unit" 2>/dev/null || "${sudo[@]}" systemctl disable --no-reload --quiet "$unit"
+      echo "deps.sh: left $unit disabled (the tests start their own)" >&2
+    fi
+  done
+}
+
+echo "deps.sh: installing what the $set_name set is missing: ${need[*]}" >&2
+if command -v apt-get >/dev/null 2>&1; then
+  debs=("${demo_debs[@]}")
+  [ "$set_name" = test ] && debs+=("${test_debs[@]}")
+  apt_install "${debs[@]}"
 elif command -v dnf >/dev/null 2>&1; then
   # (vagrant is not in Oracle Linux's repos: its test is skipped there unless installed)
   # (promtool is not in Oracle Linux's repos either: install Prometheus's release by hand;
   # Slurm and munge come from EPEL there; umoci is not packaged: the gpuhost compat image tests
   # skip without it)
-  "${sudo[@]}" dnf install -y -q rpm-build createrepo_c python3 strace systemd busybox cloud-init skopeo \
-    kmod make xz binutils gcc util-linux hwdata openssl mokutil kernel-devel ansible-core systemd-container \
-    python3-dnf-plugin-versionlock
+  rpms=(rpm-build createrepo_c python3 systemd busybox kmod make xz binutils gcc util-linux openssl kernel-devel)
+  [ "$set_name" = test ] && rpms+=(strace cloud-init skopeo hwdata mokutil ansible-core systemd-container python3-dnf-plugin-versionlock)
+  "${sudo[@]}" dnf install -y -q --setopt=install_weak_deps=False "${rpms[@]}"
   # (dkms and sbsigntools come from EPEL there; kernel-devel brings scripts/sign-file; negate
   # is EPEL's nagios-plugins-negate)
 else
   echo "deps.sh: no apt-get or dnf here; install ${need[*]} by hand" >&2
   exit 1
 fi
+install_lint

@@ -2,7 +2,9 @@
 //! ansible-core: install roots from the test world are inventory hosts with
 //! `ansible_connection=local`; the modules run the real gpuhost binary against them. The
 //! rolling-upgrade playbook of docs/fleets.md runs through a real three-node Slurm.
-//! `ansible-test sanity` checks the collection.
+//! `ansible-test sanity` and ansible-lint's production profile check the collection;
+//! `ansible-galaxy` builds and installs it; the local recipe of docs/fleets.md runs on an install
+//! root without Slurm.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "world/mod.rs"]
@@ -62,8 +64,25 @@ fn playbook_env(
     extra: &[&str],
     env: &[(&str, &Path)],
 ) -> (Output, Value) {
+    playbook_text(
+        dir,
+        &serde_json::to_string_pretty(inventory).unwrap(),
+        play,
+        extra,
+        env,
+    )
+}
+
+/// A playbook run with the inventory as text (YAML or JSON).
+fn playbook_text(
+    dir: &Path,
+    inventory: &str,
+    play: &str,
+    extra: &[&str],
+    env: &[(&str, &Path)],
+) -> (Output, Value) {
     let inv = dir.join("inventory.yml");
-    std::fs::write(&inv, serde_json::to_string_pretty(inventory).unwrap()).unwrap();
+    std::fs::write(&inv, inventory).unwrap();
     let pb = dir.join("play.yml");
     std::fs::write(&pb, play).unwrap();
     let mut cmd = Command::new("ansible-playbook");
@@ -610,4 +629,232 @@ fn ansible_test_sanity_passes_on_the_collection() {
             .unwrap();
         assert!(o.status.success(), "{}", text(&o.stderr));
     }
+}
+
+/// The `yaml` block of docs/fleets.md whose first line is `# NAME: …`.
+fn docs_yaml(name: &str) -> String {
+    let found: Vec<docs::Block> = docs::blocks("docs/fleets.md")
+        .into_iter()
+        .filter(|b| b.lang == "yaml" && b.text.starts_with(&format!("# {name}:")))
+        .collect();
+    assert_eq!(found.len(), 1, "docs/fleets.md: one yaml block `# {name}:`");
+    found[0].text.clone()
+}
+
+/// The arguments after `ansible-playbook -i FILE PLAYBOOK` of each command of a docs/fleets.md
+/// block.
+fn docs_playbook_args(block: &docs::Block, inventory: &str, play: &str) -> Vec<Vec<String>> {
+    block
+        .commands()
+        .iter()
+        .map(|c| {
+            let words = shlex::split(c.split(" #").next().unwrap()).unwrap();
+            assert_eq!(
+                words[..4],
+                ["ansible-playbook", "-i", inventory, play],
+                "{c}"
+            );
+            words[4..].to_vec()
+        })
+        .collect()
+}
+
+/// How ansible-playbook names the role's tasks.
+const ROLE: &str = "gpuhost.node.rolling_upgrade";
+
+/// The local recipe of docs/fleets.md, its two files as the page shows them (the demo's root and
+/// profile made here as `./demo.sh` makes them): check mode changes nothing; the run converges
+/// the root without Slurm (no `scontrol`) and skips the health gate, saying why, instead of
+/// gating on the build machine for 900 s; a second run changes nothing.
+#[test]
+fn the_local_recipe_converges_an_install_root_without_slurm_and_says_the_gate_is_skipped() {
+    if !have_ansible() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = Root::new(Os::Ol8, &[world::UEK8_OLD, world::UEK8_NEW]);
+    let profile = dir.path().join("profile.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "extends = \"{}\"\n\n[driver]\nlocal_repo_rpm = \"{}\"\n",
+            world::profile("ol8-uek"),
+            World::get().cuda_local(CUDA_LOCAL_EL8_12_2).display()
+        ),
+    )
+    .unwrap();
+    let inventory = docs_yaml("local-inventory.yml")
+        .replace("target/demo/root", &root.path().display().to_string())
+        .replace("target/demo/profile.toml", &profile.display().to_string());
+    assert!(
+        inventory.contains(&profile.display().to_string()),
+        "{inventory}"
+    );
+    // The binary under test stands in for the gpuhost on the PATH.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(GPUHOST, bin.join("gpuhost")).unwrap();
+    let path = std::ffi::OsString::from(format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap()
+    ));
+    let env = [("PATH", Path::new(&path))];
+    let play = docs_yaml("local.yml");
+    let args = docs_playbook_args(
+        &docs::delegated(file!(), "docs/fleets.md", "local"),
+        "local-inventory.yml",
+        "local.yml",
+    );
+    assert_eq!(args.len(), 2, "{args:?}");
+    assert!(args[0].iter().any(|a| a == "--check"));
+    let before = files(&root);
+    let check: Vec<&str> = args[0].iter().map(String::as_str).collect();
+    let (o, run) = playbook_text(dir.path(), &inventory, &play, &check, &env);
+    assert!(o.status.success(), "{run:#}\n{}", text(&o.stderr));
+    assert!(
+        before == files(&root),
+        "check mode changed the root: {run:#}"
+    );
+    assert!(
+        stats(&run, "demo")["changed"].as_u64() >= Some(1),
+        "{run:#}"
+    );
+
+    let real: Vec<&str> = args[1].iter().map(String::as_str).collect();
+    let t = Instant::now();
+    let (o, run) = playbook_text(dir.path(), &inventory, &play, &real, &env);
+    assert!(o.status.success(), "{run:#}\n{}", text(&o.stderr));
+    assert!(t.elapsed().as_secs() < 300, "{:?}", t.elapsed());
+    assert_eq!(stats(&run, "demo")["failures"], 0, "{run:#}");
+    assert!(root.installed("nvidia-driver").is_some(), "{run:#}");
+    assert_eq!(
+        result(&run, &format!("{ROLE} : Is this a Slurm node?"), "demo")["skipped"],
+        true
+    );
+    let said = &result(
+        &run,
+        &format!("{ROLE} : Health gate skipped (an install root is not the running host)"),
+        "demo",
+    )["msg"];
+    assert!(
+        said.as_str()
+            .unwrap()
+            .contains("health gate skipped: gpuhost_root is"),
+        "{said}"
+    );
+    assert_eq!(
+        result(
+            &run,
+            &format!("{ROLE} : Gate on health (gpuhost status --wait-healthy)"),
+            "demo"
+        )["skipped"],
+        true
+    );
+    let (o, again) = playbook_text(dir.path(), &inventory, &play, &real, &env);
+    assert!(o.status.success(), "{again:#}");
+    assert_eq!(stats(&again, "demo")["changed"], 0, "{again:#}");
+}
+
+/// galaxy.yml names a README that is there; the commands of docs/fleets.md build the collection
+/// in its folder and install it (into a HOME of this test's), and the installed collection is
+/// what ansible-doc then reads, README and role included.
+#[test]
+fn the_collection_builds_and_installs_as_docs_fleets_md_says() {
+    if !have_ansible() {
+        return;
+    }
+    let coll = workspace().join("ansible_collections/gpuhost/node");
+    let galaxy = std::fs::read_to_string(coll.join("galaxy.yml")).unwrap();
+    let readme = galaxy
+        .lines()
+        .find_map(|l| l.strip_prefix("readme: "))
+        .expect("galaxy.yml names its readme");
+    assert!(coll.join(readme.trim()).is_file(), "{readme} is missing");
+    let home = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let mut cwd = workspace();
+    for c in docs::delegated(file!(), "docs/fleets.md", "galaxy").commands() {
+        let c = c
+            .split(" #")
+            .next()
+            .unwrap()
+            .replace("/tmp", &out.path().display().to_string());
+        let words = shlex::split(&c).unwrap();
+        if words[0] == "cd" {
+            cwd = cwd.join(&words[1]);
+            continue;
+        }
+        let o = Command::new(&words[0])
+            .args(&words[1..])
+            .current_dir(&cwd)
+            .env("HOME", home.path())
+            .env_remove("ANSIBLE_COLLECTIONS_PATH")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{c}: {}{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+    }
+    assert_eq!(cwd, coll);
+    let installed = home
+        .path()
+        .join(".ansible/collections/ansible_collections/gpuhost/node");
+    for f in [
+        "README.md",
+        "MANIFEST.json",
+        "plugins/modules/apply.py",
+        "roles/rolling_upgrade/tasks/main.yml",
+    ] {
+        assert!(installed.join(f).is_file(), "{f} not installed");
+    }
+}
+
+/// ansible-lint, the PyPI package, with the production profile (the collection's
+/// `.ansible-lint`): found on the PATH or in target/ansible-lint (where scripts/deps.sh puts it),
+/// else installed there with pip; where PyPI cannot be reached the test is skipped, except in CI.
+#[test]
+fn ansible_lint_production_profile_is_clean() {
+    if !have_ansible() {
+        return;
+    }
+    let venv = workspace().join("target/ansible-lint");
+    let lint = match Command::new("ansible-lint").arg("--version").output() {
+        Ok(o) if o.status.success() => PathBuf::from("ansible-lint"),
+        _ => venv.join("bin/ansible-lint"),
+    };
+    if !lint.exists() && lint == venv.join("bin/ansible-lint") {
+        let ok = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success())
+            && Command::new(venv.join("bin/pip"))
+                .args(["install", "--quiet", "ansible-lint"])
+                .status()
+                .is_ok_and(|s| s.success());
+        if !ok {
+            assert!(
+                std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_none(),
+                "ansible-lint could not be installed (pip install ansible-lint)"
+            );
+            eprintln!("skipped: ansible-lint could not be installed from PyPI");
+            return;
+        }
+    }
+    let o = Command::new(&lint)
+        .args(["--nocolor", "-f", "pep8"])
+        .current_dir(workspace().join("ansible_collections/gpuhost/node"))
+        .env("ANSIBLE_COLLECTIONS_PATH", workspace())
+        .output()
+        .unwrap();
+    let out = format!("{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("Profile 'production' was required, and it passed"),
+        "{out}"
+    );
 }

@@ -460,6 +460,27 @@ fn a_bundle_for_another_host_is_refused() {
         "{err}"
     );
 
+    // Not Oracle Linux (running its own kernel): the answer it gets without --bundle, not a
+    // kernel the bundle lacks.
+    let ubuntu = Root::new(Os::Ubuntu, &[]);
+    let debian_kernel = ["--kernel-release", "6.1.0-28-amd64"];
+    let mut args = vec!["apply", "--profile", "ol8-uek"];
+    args.extend(debian_kernel);
+    let without = ubuntu.gpuhost(&args);
+    let before = tree(&ubuntu);
+    let b = out.display().to_string();
+    let mut args = vec!["apply", "--bundle", b.as_str()];
+    args.extend(debian_kernel);
+    let with = ubuntu.gpuhost(&args);
+    let err = stderr(&with);
+    assert_eq!((code(&with), code(&without)), (2, 2), "{err}");
+    assert_eq!(tree(&ubuntu), before);
+    assert!(
+        err.contains("not Oracle Linux") && err.contains("Ubuntu") && !err.contains("headers"),
+        "{err}"
+    );
+    assert_eq!(err, stderr(&without));
+
     // Another kernel: the bundle has no headers for it.
     let other = Root::new(Os::Ol8, &[UEK8_OLD]);
     let err = refused_offline(&other, &out);
@@ -633,6 +654,55 @@ fn bad_bundle_arguments_are_refused_before_anything_is_written() {
         .filter(|n| !n.ends_with(".toml") && n != "busy")
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// `--os ol8` whose repos cannot be read (offline: here a proxy that refuses every connection;
+/// or a --repos file naming a closed port): the error says what to give instead, --repos or
+/// --root, and quotes dnf.
+#[test]
+fn a_bundle_for_a_clean_os_whose_repos_cannot_be_read_says_to_give_repos_or_root() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let profile = site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2);
+    let repos = tmp.path().join("repos.d");
+    fs::create_dir_all(&repos).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(
+        repos.join("mirror.repo"),
+        "[mirror]\nname=mirror\nbaseurl=http://127.0.0.1:9/ol8/\ngpgcheck=0\nenabled=1\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let repos_s = repos.display().to_string();
+    for (extra, needle) in [
+        (vec![], "give --repos DIR"),
+        (
+            vec!["--repos", repos_s.as_str()],
+            "check the .repo files in --repos",
+        ),
+    ] {
+        let out = tmp.path().join("b").display().to_string();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpuhost"))
+            .env("HOME", World::get().home())
+            .env("https_proxy", "http://127.0.0.1:9")
+            .env("http_proxy", "http://127.0.0.1:9")
+            .args([
+                "bundle",
+                "--profile",
+                &profile,
+                "--os",
+                "ol8",
+                "--out",
+                &out,
+            ])
+            .args(&extra)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = stderr(&o);
+        assert_ne!(code(&o), 0, "{extra:?}: {err}");
+        assert!(
+            err.contains(needle) && err.contains("--root ROOT"),
+            "{extra:?}: {err}"
+        );
+        assert!(err.contains("dnf"), "{extra:?}: {err}");
+    }
 }
 
 /// `--os ol9` with the site's own repo files and an NVSwitch system: the bundle carries Fabric

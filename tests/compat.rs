@@ -311,6 +311,18 @@ fn bad_input_exits_2_and_names_the_thing() {
         ],
         "/nonexistent/image.tar",
     );
+    // A file name (a docker save tarball's) that is not there: not an image to pull.
+    refused(
+        &["--image", "missing.tar", "--driver", "535.104.05"],
+        "--image missing.tar: no such file or directory",
+    );
+    assert!(!stderr(&gpuhost(&[
+        "--image",
+        "missing.tar",
+        "--driver",
+        "535.104.05"
+    ]))
+    .contains("docker pull"));
     let empty = tempfile::tempdir().unwrap();
     refused(
         &["--cuda", "12.4", "--root", empty.path().to_str().unwrap()],

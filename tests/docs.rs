@@ -299,27 +299,27 @@ fn links_between_the_documents_resolve() {
 
 // ---- lists the code decides ---------------------------------------------------------------
 
-/// The Debian packages README.md says `./demo.sh` installs are the ones `scripts/deps.sh`
-/// installs.
+/// The Debian packages README.md says `./demo.sh` and `./scripts/test.sh` install are the demo
+/// and test sets of `scripts/deps.sh`.
 #[test]
 fn the_debian_packages_the_readme_lists_are_what_deps_sh_installs() {
-    let listed: BTreeSet<String> =
-        docs::code_spans(&docs::checked(file!(), "README.md", "debian-packages"))
+    let deps = std::fs::read_to_string(docs::workspace().join("scripts/deps.sh")).unwrap();
+    for (key, array) in [
+        ("debian-packages", "demo_debs=("),
+        ("debian-test-packages", "test_debs=("),
+    ] {
+        let listed: BTreeSet<String> = docs::code_spans(&docs::checked(file!(), "README.md", key))
             .into_iter()
             .collect();
-    let deps = std::fs::read_to_string(docs::workspace().join("scripts/deps.sh")).unwrap();
-    let start = deps
-        .find("apt-get install -y -qq \\")
-        .expect("deps.sh installs with apt-get");
-    let end = start + deps[start..].find(">/dev/null").unwrap();
-    let installed: BTreeSet<String> = deps[start..end]
-        .split_whitespace()
-        .skip(4)
-        .filter(|w| *w != "\\")
-        .map(str::to_string)
-        .collect();
-    assert!(installed.len() > 20, "{installed:?}");
-    assert_eq!(listed, installed);
+        let start = deps.find(array).expect("deps.sh names its Debian packages") + array.len();
+        let end = start + deps[start..].find(')').unwrap();
+        let installed: BTreeSet<String> = deps[start..end]
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        assert!(installed.len() > 10, "{installed:?}");
+        assert_eq!(listed, installed, "{key}");
+    }
 }
 
 /// A table of fields (`| \`path\` | present | what |`): each path and whether it is always
@@ -573,6 +573,18 @@ fn the_readme_real_node_commands_run_and_the_json_report_is_as_documented() {
         let v: Value = serde_json::from_slice(&o.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", said(&run, &run, &o)));
         check_fields(&table, "", &v, &mut seen);
+        // `command` is what the table says it is for this command.
+        let command = if run.contains("gpuhost plan") {
+            "plan"
+        } else {
+            "apply"
+        };
+        assert_eq!(v["command"], command, "{run}");
+        assert!(
+            docs::checked(file!(), "docs/apply.md", "apply-json").contains(
+                "| `command` | always | `plan` for `plan` and `apply --dry-run`; `apply` otherwise"
+            )
+        );
     }
     eprintln!("fields seen: {seen:?}");
     for f in [

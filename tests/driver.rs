@@ -468,23 +468,37 @@ fn a_precompiled_stream_on_uek_is_refused_before_anything_changes() {
     assert_eq!(root.rpmdb_snapshot(), before);
 }
 
+/// A stream of another branch than the driver package's is not in its repo: `plan` and `apply`
+/// refuse it before any change (exit 2), naming the streams to use, in one round trip rather
+/// than a failed dnf transaction after the headers are in.
 #[test]
 fn a_stream_the_repo_lacks_is_named_with_the_streams_it_has() {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
-    let (rc, rep) = apply(
-        &root,
-        "ol8-uek",
-        CUDA_LOCAL_EL8_12_2,
-        &["--set", "driver.stream=550-dkms"],
+    let before = root.rpmdb_snapshot();
+    let driver = format!(
+        "driver.local_repo_rpm={}",
+        World::get().cuda_local(CUDA_LOCAL_EL8_12_2).display()
     );
-    assert_eq!(rc, 1, "{rep:#}");
-    assert_eq!(step(&rep, "driver")["outcome"], "failed");
-    let why = reason(&rep, "driver");
-    assert!(
-        why.contains("550-dkms") && why.contains("535-dkms") && why.contains("latest-dkms"),
-        "{why}"
-    );
-    assert!(root.installed("nvidia-driver").is_none());
+    let profile = world::profile("ol8-uek");
+    for cmd in ["plan", "apply"] {
+        let o = root.gpuhost(&[
+            cmd,
+            "--profile",
+            &profile,
+            "--set",
+            &driver,
+            "--set",
+            "driver.stream=550-dkms",
+        ]);
+        let why = stderr(&o);
+        assert_eq!(code(&o), 2, "{cmd}: {why}");
+        assert!(
+            why.contains("driver.stream = \"550-dkms\" is a stream of driver branch 550")
+                && why.contains("use driver.stream = \"535-dkms\" (or \"latest-dkms\")"),
+            "{cmd}: {why}"
+        );
+    }
+    assert_eq!(root.rpmdb_snapshot(), before);
 }
 
 /// A profile that manages the driver (the default) but names no package stops before any

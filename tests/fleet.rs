@@ -385,6 +385,8 @@ fn the_rpm_installs_into_an_oracle_linux_root_with_dnf_and_runs() {
         "usr/lib/systemd/system/gpuhost-serve.service",
         "usr/share/gpuhost/profiles/ol8-uek.toml",
         "usr/share/gpuhost/profiles/ol9-rhck.toml",
+        "usr/share/gpuhost/prometheus/gpuhost-alerts.yml",
+        "usr/share/gpuhost/grafana/gpuhost-dashboard.json",
         "usr/share/doc/gpuhost/README.md",
         // the documents the README links to, where its links point
         "usr/share/doc/gpuhost/docs/apply.md",
@@ -804,7 +806,7 @@ fn on_a_terminal_a_live_line_names_the_step_and_the_command_it_waits_for() {
     let tty = text(&o.stdout);
     // The line is rewritten in place (carriage return, erase line), never scrolled …
     assert!(
-        tty.contains("\r\x1b[2K[2/16] kernel-headers: install kernel-uek-devel-"),
+        tty.contains("\r\x1b[2K[dnf] kernel-headers: install kernel-uek-devel-"),
         "{tty:?}"
     );
     assert!(

@@ -250,6 +250,26 @@ fn converged_runs_are_quiet_and_the_summary_counts_what_the_steps_say() {
     );
     assert!(!err.contains("] kernel: "), "{err}");
     assert!(!err.contains(": unchanged in "), "{err}");
+    // Progress comes in step order: the repo files and the transaction that come before the
+    // steps' own lines say so (`[prepare]`, `[dnf]`), and the numbered lines never go back.
+    assert!(
+        err.contains("gpuhost: [prepare] docker: write /etc/yum.repos.d/docker-ce.repo"),
+        "{err}"
+    );
+    assert!(
+        err.contains("gpuhost: [dnf] kernel-headers + docker + container-toolkit: install"),
+        "{err}"
+    );
+    let numbers: Vec<u32> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("gpuhost: ["))
+        .filter_map(|l| l.split('/').next()?.parse().ok())
+        .collect();
+    assert!(numbers.len() > 3, "{err}");
+    assert!(
+        numbers.windows(2).all(|w| w[0] <= w[1]),
+        "out of step order: {err}"
+    );
 
     let o = root.gpuhost(&["apply", "--profile", &profile]);
     let (out, err) = (stdout(&o), stderr(&o));
@@ -536,4 +556,127 @@ fn status_hints_fit_the_host() {
             .contains("booted with systemd"),
         "{v:#}"
     );
+}
+
+/// The `Exit codes (…)` headings of a help text.
+fn exit_code_headings(args: &[&str]) -> Vec<String> {
+    let o = gpuhost(args);
+    assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+    stdout(&o)
+        .lines()
+        .filter(|l| l.starts_with("Exit codes ("))
+        .map(|l| l[..=l.find(')').unwrap()].to_string())
+        .collect()
+}
+
+/// Each command's `--help` lists its own exit codes, not every command's; `gpuhost --help`
+/// lists them all.
+#[test]
+fn each_commands_help_lists_only_its_own_exit_codes() {
+    let apply = "Exit codes (apply, plan, resume, rollback)";
+    for cmd in ["apply", "plan", "resume", "rollback"] {
+        assert_eq!(exit_code_headings(&[cmd, "--help"]), [apply], "{cmd}");
+    }
+    assert_eq!(
+        exit_code_headings(&["kernel-added", "--help"]),
+        [apply, "Exit codes (kernel-added)"]
+    );
+    for cmd in ["bundle", "status", "compat"] {
+        assert_eq!(
+            exit_code_headings(&[cmd, "--help"]),
+            [format!("Exit codes ({cmd})")],
+            "{cmd}"
+        );
+    }
+    assert_eq!(
+        exit_code_headings(&["--help"]),
+        [
+            apply,
+            "Exit codes (kernel-added)",
+            "Exit codes (bundle)",
+            "Exit codes (status)"
+        ]
+    );
+}
+
+/// The completion scripts offer what `--help` shows: no hidden option (the NVML probe's
+/// internals, the test-only snapshot replay and status's crafted root), while apply's `--root`
+/// and status's own options stay; bash reads its script.
+#[test]
+fn completions_offer_no_hidden_option() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let o = gpuhost(&["generate", "completions", shell]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        let script = stdout(&o);
+        for hidden in [
+            "nvml-probe",
+            "nvml-serve",
+            "nvml-fixture",
+            "nvml-calls",
+            "sweep-profile",
+            "dump-snapshot",
+            "from-snapshot",
+        ] {
+            assert!(!script.contains(hidden), "{shell} offers --{hidden}");
+        }
+        assert!(
+            script.contains("textfile") && script.contains("root"),
+            "{shell}"
+        );
+    }
+    let bash = stdout(&gpuhost(&["generate", "completions", "bash"]));
+    let status = bash
+        .lines()
+        .find(|l| l.contains("opts=") && l.contains("--textfile"))
+        .unwrap();
+    assert!(!status.contains("--root"), "{status}");
+    let o = Command::new("bash")
+        .arg("-n")
+        .arg("-c")
+        .arg(&bash)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// A plan line gives a reason once for the changes that share it: build-deps' four DKMS files
+/// on UEK are one list with one reason, not four copies of it; the JSON keeps each change.
+#[test]
+fn a_reason_shared_by_several_changes_is_said_once() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let driver = format!(
+        "driver.local_repo_rpm={}",
+        World::get()
+            .cuda_local(world::CUDA_LOCAL_EL8_12_2)
+            .display()
+    );
+    let profile = world::profile("ol8-uek");
+    let o = root.gpuhost(&["plan", "--profile", &profile, "--set", &driver]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("build-deps "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(
+        line.matches("DKMS builds every module for UEK").count(),
+        1,
+        "{line}"
+    );
+    assert!(
+        line.contains("write /etc/dkms/framework.conf.d/gpuhost-uek-compiler.conf, write /etc/dkms/gpuhost-uek-compiler.sh, write /etc/dkms/nvidia.conf, write /etc/dkms/nvidia-open.conf (DKMS builds"),
+        "{line}"
+    );
+    let o = root.gpuhost(&[
+        "plan",
+        "--profile",
+        &profile,
+        "--set",
+        &driver,
+        "--format",
+        "json",
+    ]);
+    let rep = report(&o);
+    let changes = &step(&rep, "build-deps")["changes"];
+    assert_eq!(changes.as_array().map(Vec::len), Some(5), "{changes:#}");
 }

@@ -7,6 +7,7 @@
 //! its sweep. `/metrics` is checked with the real `promtool`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -83,6 +84,25 @@ impl Server {
             ],
             &[],
         )
+    }
+
+    /// A server replaying `snap` whose NVML probe hangs while the file it returns exists
+    /// (deadline 0.5 s, answers cached for 0.1 s).
+    fn hangable(run_dir: &Path, snap: &Path) -> (Server, PathBuf) {
+        let hang = run_dir.join("hang");
+        let srv = Server::start(
+            run_dir,
+            &[
+                "--from-snapshot",
+                snap.to_str().unwrap(),
+                "--timeout",
+                "0.5",
+                "--max-age",
+                "0.1",
+            ],
+            &[("GPUHOST_PROBE_HANG_FILE", &hang)],
+        );
+        (srv, hang)
     }
 
     /// GET `path`: status code and body.
@@ -324,19 +344,7 @@ fn a_critical_node_is_503_with_the_reason() {
 fn a_hung_driver_is_critical_while_every_endpoint_keeps_answering() {
     let run = tempfile::tempdir().unwrap();
     let snap = hgx_with(run.path(), |_| {});
-    let hang = run.path().join("hang");
-    let srv = Server::start(
-        run.path(),
-        &[
-            "--from-snapshot",
-            snap.to_str().unwrap(),
-            "--timeout",
-            "0.5",
-            "--max-age",
-            "0.1",
-        ],
-        &[("GPUHOST_PROBE_HANG_FILE", &hang)],
-    );
+    let (srv, hang) = Server::hangable(run.path(), &snap);
     assert_eq!(srv.get("/healthz").0, 200);
     let first = srv.children();
     assert_eq!(first.len(), 1);
@@ -1016,4 +1024,431 @@ fn the_server_renders_the_report_for_a_client_with_its_options_and_not_for_other
     assert_eq!(code, Some(0), "{err}");
     let d = differing(&verdicts(&json(&out)), &verdicts(&json(&expected)));
     assert!(d.is_empty(), "{d:#?}");
+}
+
+/// A file of packaging/ (the alert rules and the dashboard the RPM ships).
+fn packaging(file: &str) -> PathBuf {
+    fixtures().join("../../../packaging").join(file)
+}
+
+/// `/metrics` of a server replaying `snap`; with `hang`, of one whose NVML probe hangs (its
+/// deadline 0.5 s).
+fn scrape(run_dir: &Path, snap: &Path, hang: bool) -> String {
+    let (srv, hang_file) = Server::hangable(run_dir, snap);
+    if hang {
+        std::fs::write(&hang_file, "").unwrap();
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let (code, metrics) = srv.get("/metrics");
+    assert_eq!(code, 200, "{metrics}");
+    metrics
+}
+
+/// XID 79 (fallen off the bus: the catalog says restart the machine) on GPU 0 of the HGX
+/// fixture, in its kernel log.
+fn xid79(v: &mut serde_json::Value) {
+    v["kernel_log"]["xids"] = serde_json::json!([{
+        "xid": 79, "pci": "0000:1b:00", "uptime_s": 812.5, "order": 5,
+        "message": "NVRM: Xid (PCI:0000:1b:00): 79, pid=0, GPU has fallen off the bus."
+    }]);
+}
+
+/// The series of a scrape as Prometheus stores them after scraping node `gpunode1`: each with
+/// the target's `instance` and `job` labels, and its value.
+fn scraped_series(metrics: &str) -> Vec<(String, String)> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').unwrap();
+            let target = "instance=\"gpunode1:19400\",job=\"gpuhost\"";
+            let series = match series.split_once('{') {
+                Some((name, labels)) => format!("{name}{{{target},{labels}"),
+                None => format!("{series}{{{target}}}"),
+            };
+            (series, value.to_string())
+        })
+        .collect()
+}
+
+/// An alert that must fire: its name, its severity, the labels of the series it fired on.
+type Firing = (&'static str, &'static str, Vec<(&'static str, String)>);
+
+/// One case of the alert rules' test: a scrape of a real `gpuhost serve`, whether its sweeps
+/// have stopped, and the alerts that must fire (name, severity, the series' own labels).
+struct AlertCase {
+    name: &'static str,
+    metrics: String,
+    stale: bool,
+    fire: Vec<Firing>,
+}
+
+impl AlertCase {
+    /// The case as a `promtool test rules` test: the scrape's series held for 30 minutes (one
+    /// sample a minute; the sweep's timestamp keeps up with the clock unless `stale`), and
+    /// exactly the expected alerts firing at 10 minutes.
+    fn promtool_test(&self) -> String {
+        let mut t = format!("  # {}\n  - interval: 1m\n    input_series:\n", self.name);
+        for (series, value) in scraped_series(&self.metrics) {
+            let values = match (
+                series.starts_with("gpuhost_sweep_timestamp_seconds{"),
+                self.stale,
+            ) {
+                (true, false) => "0+60x30".to_string(),
+                (true, true) => "0+0x30".to_string(),
+                (false, _) => format!("{value}+0x30"),
+            };
+            t += &format!(
+                "      - series: '{}'\n        values: '{values}'\n",
+                series.replace('\'', "''")
+            );
+        }
+        t += "    promql_expr_test:\n      - expr: ALERTS{alertstate=\"firing\"}\n        eval_time: 10m\n        exp_samples:\n";
+        for (alert, severity, labels) in &self.fire {
+            let mut ls = vec![
+                format!("alertname=\"{alert}\""),
+                "alertstate=\"firing\"".to_string(),
+                "instance=\"gpunode1:19400\"".to_string(),
+                "job=\"gpuhost\"".to_string(),
+                format!("severity=\"{severity}\""),
+            ];
+            ls.extend(labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")));
+            t += &format!(
+                "          - labels: '{}'\n            value: 1\n",
+                format!("ALERTS{{{}}}", ls.join(",")).replace('\'', "''")
+            );
+        }
+        if self.fire.is_empty() {
+            t += "          []\n";
+        }
+        t
+    }
+}
+
+/// The labels `uuid` and `pci_bus_id` of GPU `i` of the HGX fixture.
+fn hgx_gpu(i: usize) -> Vec<(&'static str, String)> {
+    let g = &hgx()["nvml"]["gpus"][i];
+    vec![
+        ("uuid", g["uuid"]["value"].as_str().unwrap().to_string()),
+        (
+            "pci_bus_id",
+            g["pci_bus_id"]["value"].as_str().unwrap().to_string(),
+        ),
+    ]
+}
+
+fn with(
+    mut ls: Vec<(&'static str, String)>,
+    more: &[(&'static str, &str)],
+) -> Vec<(&'static str, String)> {
+    ls.extend(more.iter().map(|(k, v)| (*k, v.to_string())));
+    ls
+}
+
+/// packaging/gpuhost-alerts.yml, run by `promtool test rules` on what a real `gpuhost serve`
+/// emits: the healthy HGX H200 x8 and the captured H200 fire nothing; each alert fires, with
+/// the labels that say where, from a scrape of the fault it is for (and the node's CRITICAL
+/// where the fault makes it so).
+#[test]
+fn the_shipped_alert_rules_fire_on_what_serve_emits_and_only_then() {
+    let rules = packaging("gpuhost-alerts.yml");
+    let check = Command::new("promtool")
+        .arg("check")
+        .arg("rules")
+        .arg(&rules)
+        .output()
+        .expect("promtool (Debian package prometheus) is needed: apt-get install -y prometheus");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let node = ("GpuhostNodeUnhealthy", "critical", vec![]);
+    let case = |name, edit: &dyn Fn(&mut serde_json::Value), hang, stale, fire| {
+        let run = tempfile::tempdir().unwrap();
+        let snap = hgx_with(run.path(), edit);
+        AlertCase {
+            name,
+            metrics: scrape(run.path(), &snap, hang),
+            stale,
+            fire,
+        }
+    };
+    let h200 = {
+        let run = tempfile::tempdir().unwrap();
+        scrape(run.path(), &fixtures().join("h200-snapshot.json"), false)
+    };
+    let cases = vec![
+        case("healthy HGX", &|_| {}, false, false, vec![]),
+        AlertCase {
+            name: "the captured H200 (UNKNOWN: no systemd in that VM)",
+            metrics: h200,
+            stale: false,
+            fire: vec![],
+        },
+        case(
+            "uncorrectable ECC errors on GPU 3",
+            &|v| v["nvml"]["gpus"][3]["ecc_volatile_uncorrected"] = serde_json::json!({"value": 2}),
+            false,
+            false,
+            vec![
+                node.clone(),
+                (
+                    "GpuhostGpuEccErrors",
+                    "critical",
+                    with(hgx_gpu(3), &[("check", "gpu.ecc.volatile_uncorrected")]),
+                ),
+            ],
+        ),
+        case(
+            "a row remap pending on GPU 2",
+            &|v| {
+                v["nvml"]["gpus"][2]["remapped_rows"]["value"]["pending"] = serde_json::json!(true)
+            },
+            false,
+            false,
+            vec![(
+                "GpuhostGpuRowRemapping",
+                "warning",
+                with(hgx_gpu(2), &[("check", "gpu.remap.pending")]),
+            )],
+        ),
+        case(
+            "XID 79 on GPU 0",
+            &|v| xid79(v),
+            false,
+            false,
+            vec![
+                node.clone(),
+                (
+                    "GpuhostXidResetOrReboot",
+                    "critical",
+                    with(hgx_gpu(0), &[("action", "RESTART_BM")]),
+                ),
+            ],
+        ),
+        case(
+            "recovery action: node reboot, on GPU 4",
+            &|v| v["nvml"]["gpus"][4]["recovery_action"] = serde_json::json!({"value": 2}),
+            false,
+            false,
+            vec![
+                node.clone(),
+                ("GpuhostGpuRecoveryAction", "critical", hgx_gpu(4)),
+            ],
+        ),
+        case(
+            "NVLink 3 of GPU 5 down",
+            &|v| v["nvml"]["gpus"][5]["nvlinks"]["value"][3]["active"] = serde_json::json!(false),
+            false,
+            false,
+            vec![
+                node.clone(),
+                (
+                    "GpuhostNvlinkDown",
+                    "critical",
+                    with(hgx_gpu(5), &[("link", "3")]),
+                ),
+            ],
+        ),
+        case(
+            "a hung driver",
+            &|_| {},
+            true,
+            false,
+            vec![
+                node.clone(),
+                ("GpuhostDriverUnresponsive", "critical", vec![]),
+            ],
+        ),
+        case(
+            "sweeps stopped",
+            &|_| {},
+            false,
+            true,
+            vec![("GpuhostSweepStale", "warning", vec![])],
+        ),
+    ];
+    // Every alert of the file is fired by some case.
+    let text = std::fs::read_to_string(&rules).unwrap();
+    let alerts: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    let fired: std::collections::BTreeSet<&str> = cases
+        .iter()
+        .flat_map(|c| c.fire.iter().map(|f| f.0))
+        .collect();
+    assert_eq!(alerts, fired);
+    let dir = tempfile::tempdir().unwrap();
+    let mut test = format!(
+        "rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n",
+        rules.display()
+    );
+    for c in &cases {
+        test += &c.promtool_test();
+    }
+    let file = dir.path().join("gpuhost-alerts.test.yml");
+    std::fs::write(&file, &test).unwrap();
+    let o = Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A scrape's series by metric name, each as its labels.
+fn by_metric(metrics: &str) -> BTreeMap<String, Vec<BTreeMap<String, String>>> {
+    let mut out: BTreeMap<String, Vec<BTreeMap<String, String>>> = BTreeMap::new();
+    for l in metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let series = l.rsplit_once(' ').unwrap().0;
+        let (name, mut rest) = series.split_once('{').unwrap_or((series, ""));
+        let mut labels = BTreeMap::new();
+        while let Some((k, after)) = rest.split_once("=\"") {
+            let end = after
+                .char_indices()
+                .find(|&(i, c)| c == '"' && !after[..i].ends_with('\\'))
+                .unwrap()
+                .0;
+            labels.insert(
+                k.trim_start_matches(',').to_string(),
+                after[..end].to_string(),
+            );
+            rest = &after[end + 1..];
+        }
+        out.entry(name.to_string()).or_default().push(labels);
+    }
+    out
+}
+
+/// What a PromQL query names: each `gpuhost_` metric with its label matchers (label, operator,
+/// value), and the labels of its `by (…)` clauses.
+#[allow(clippy::type_complexity)]
+fn query_names(expr: &str) -> (Vec<(String, Vec<(String, String, String)>)>, Vec<String>) {
+    let mut metrics = Vec::new();
+    let mut by = Vec::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("gpuhost_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let mut matchers = Vec::new();
+        let after = &tail[end..];
+        if let Some(inner) = after.strip_prefix('{') {
+            let close = inner.find('}').unwrap();
+            for m in inner[..close].split(',').filter(|m| !m.trim().is_empty()) {
+                let op_at = m.find(['=', '!']).unwrap();
+                let op_len = if m[op_at + 1..].starts_with(['=', '~']) {
+                    2
+                } else {
+                    1
+                };
+                matchers.push((
+                    m[..op_at].trim().to_string(),
+                    m[op_at..op_at + op_len].to_string(),
+                    m[op_at + op_len..].trim().trim_matches('"').to_string(),
+                ));
+            }
+        }
+        metrics.push((tail[..end].to_string(), matchers));
+        rest = &tail[end..];
+    }
+    for part in expr.split("by (").skip(1) {
+        let list = part.split(')').next().unwrap();
+        by.extend(list.split(',').map(|l| l.trim().to_string()));
+    }
+    (metrics, by)
+}
+
+/// packaging/gpuhost-dashboard.json asks only for what serve emits: every panel's query (and
+/// the node variable's) names metrics of a real `/metrics` scrape of the captured H200 or the
+/// HGX H200 x8 fixture (with an XID logged), its matchers labels those metrics carry (values too, where literal),
+/// its `by` and legend labels ones the queried metrics carry; `instance` and `job` are the
+/// scrape's own.
+#[test]
+fn every_dashboard_query_names_series_and_labels_that_serve_emits() {
+    let run = tempfile::tempdir().unwrap();
+    let mut scraped = scrape(run.path(), &fixtures().join("h200-snapshot.json"), false);
+    let run = tempfile::tempdir().unwrap();
+    // (per-GPU XID series exist once a GPU has XIDs: the HGX fixture with XID 79 logged)
+    scraped += &scrape(run.path(), &hgx_with(run.path(), xid79), false);
+    let series = by_metric(&scraped);
+    let text = std::fs::read_to_string(packaging("gpuhost-dashboard.json")).unwrap();
+    let dash: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut queries: Vec<(String, String, String)> = Vec::new();
+    let mut panels: Vec<&serde_json::Value> = dash["panels"].as_array().unwrap().iter().collect();
+    while let Some(p) = panels.pop() {
+        panels.extend(p["panels"].as_array().into_iter().flatten());
+        for t in p["targets"].as_array().into_iter().flatten() {
+            queries.push((
+                p["title"].as_str().unwrap().to_string(),
+                t["expr"].as_str().unwrap().to_string(),
+                t["legendFormat"].as_str().unwrap_or("").to_string(),
+            ));
+        }
+    }
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = v["query"]["query"].as_str() {
+            queries.push((
+                format!("variable {}", v["name"]),
+                q.to_string(),
+                String::new(),
+            ));
+        }
+    }
+    assert!(queries.len() > 10, "{queries:?}");
+    let target = |l: &str| l == "instance" || l == "job";
+    for (title, expr, legend) in &queries {
+        let (metrics, by) = query_names(expr);
+        assert!(
+            !metrics.is_empty(),
+            "{title}: {expr} names no gpuhost_ metric"
+        );
+        let carried = |l: &str| {
+            target(l)
+                || metrics
+                    .iter()
+                    .any(|(m, _)| series[m].iter().any(|s| s.contains_key(l)))
+        };
+        for (m, matchers) in &metrics {
+            let Some(ss) = series.get(m) else {
+                panic!("{title}: {expr}: {m} is not in serve's /metrics");
+            };
+            for (label, op, value) in matchers {
+                if target(label) {
+                    continue;
+                }
+                assert!(
+                    ss.iter().any(|s| s.contains_key(label)),
+                    "{title}: {expr}: {m} has no label {label}"
+                );
+                if op == "=" {
+                    assert!(
+                        ss.iter().any(|s| s.get(label) == Some(value)),
+                        "{title}: {expr}: {m} has no series with {label}=\"{value}\""
+                    );
+                }
+            }
+        }
+        let legend_labels = legend
+            .split("{{")
+            .skip(1)
+            .map(|l| l.split("}}").next().unwrap().trim());
+        for l in by.iter().map(String::as_str).chain(legend_labels) {
+            assert!(
+                carried(l),
+                "{title}: {expr}: no queried metric has the label {l}"
+            );
+        }
+    }
 }

@@ -402,6 +402,25 @@ fn a_textfile_in_a_missing_directory_is_refused_and_nothing_is_created() {
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(err.contains("does not exist"), "{err}");
     assert!(!run.path().join("no").exists(), "the directory was created");
+    // A monitor reading stdout (Nagios, a cron mail) still gets its UNKNOWN line, and
+    // node-problem-detector its one line of at most 80 bytes and its UNKNOWN code, 2.
+    assert!(
+        stdout(&o).starts_with("gpuhost status UNKNOWN: --textfile: the directory"),
+        "{}",
+        stdout(&o)
+    );
+    let o = gpuhost(run.path())
+        .args(["status", "--format", "npd", "--textfile"])
+        .arg(missing.join("gpu.prom"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let line = stdout(&o);
+    assert!(
+        line.starts_with("UNKNOWN --textfile: the directory"),
+        "{line}"
+    );
+    assert!(line.trim_end().len() <= 80, "{line}");
 }
 
 /// `--textfile` naming a link (`/dev/stdout` is one, to `/proc/self/fd/1`) or a FIFO is refused

@@ -295,6 +295,169 @@ fn deps_sh_wants_a_static_busybox() {
     }
 }
 
+/// An executable bash script at `path` running `body`.
+fn bash_script(path: &std::path::Path, body: &str) {
+    std::fs::write(path, format!("#!/bin/bash\n{body}")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// `scripts/deps.sh demo|test` on a Debian machine that has none of the tools, with a stand-in
+/// apt-get and systemctl that record what they are asked: `--no-install-recommends` in both
+/// sets, no server in the demo set, a policy-rc.d answering 101 (no service starts) for the
+/// whole install and removed after it, a progress line per package, and afterwards the daemons'
+/// units the install enabled disabled, while one enabled before is left alone.
+#[test]
+fn deps_sh_installs_the_demo_or_the_test_set_without_recommends_or_running_services() {
+    let deps = world::src_dir().join("../../scripts/deps.sh");
+    let run = |set: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        // Only what deps.sh (and the stand-ins) run besides the tools it looks for.
+        for t in [
+            "id", "awk", "grep", "mktemp", "cp", "rm", "tee", "chmod", "cat", "touch",
+        ] {
+            let real = ["/usr/bin", "/bin"]
+                .iter()
+                .map(|d| std::path::Path::new(d).join(t))
+                .find(|p| p.exists())
+                .unwrap();
+            std::os::unix::fs::symlink(real, bin.join(t)).unwrap();
+        }
+        let fake = |name: &str, body: &str| bash_script(&bin.join(name), body);
+        fake("sudo", "exec \"$@\"\n");
+        fake(
+            "apt-get",
+            r#"echo "apt-get $*" >> "$STATE/log"
+pkgs=(); for a in "$@"; do case $a in -*|install|update) ;; *) pkgs+=("$a") ;; esac; done
+case " $* " in
+  *" -s "*) for p in "${pkgs[@]}"; do echo "Inst $p (1.0 Debian:12)"; done ;;
+  *" install "*)
+    if [ -x "$GPUHOST_POLICY_RC_D" ]; then "$GPUHOST_POLICY_RC_D" docker.service start; echo "policy-rc.d: $?" >> "$STATE/log"; fi
+    for p in "${pkgs[@]}"; do echo "Get:1 http://deb.debian.org/debian bookworm/main amd64 $p amd64 1.0 [1 kB]"; done
+    for p in "${pkgs[@]}"; do echo "Setting up $p (1.0) ..."; done
+    touch "$STATE/installed" ;;
+esac
+"#,
+        );
+        fake(
+            "systemctl",
+            r#"echo "systemctl $*" >> "$STATE/log"
+unit=${@: -1}
+case $1 in
+  is-enabled) [ -e "$STATE/enabled-$unit" ] || { [ -e "$STATE/installed" ] && [ ! -e "$STATE/disabled-$unit" ]; } ;;
+  disable) touch "$STATE/disabled-$unit" ;;
+esac
+"#,
+        );
+        // munge was enabled before (by its admin): deps.sh must leave it so.
+        std::fs::write(dir.path().join("enabled-munge.service"), "").unwrap();
+        let policy = dir.path().join("policy-rc.d");
+        let o = Command::new("/bin/bash")
+            .arg(&deps)
+            .arg(set)
+            .env_clear()
+            .env("PATH", &bin)
+            .env("STATE", dir.path())
+            .env("GPUHOST_POLICY_RC_D", &policy)
+            .env("GPUHOST_BUSYBOX", "/no/such/busybox")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "deps.sh {set}: {err}");
+        assert!(!policy.exists(), "deps.sh {set} left its policy-rc.d");
+        let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+        let install = log
+            .lines()
+            .find(|l| l.starts_with("apt-get install -y"))
+            .unwrap_or_else(|| panic!("{log}"))
+            .to_string();
+        (install, log, err)
+    };
+    let (install, log, err) = run("demo");
+    assert!(install.contains(" --no-install-recommends "), "{install}");
+    // (libc6-dev: without it, and without gcc's recommendations, cargo cannot link gpuhost)
+    for pkg in [
+        "rpm",
+        "dnf",
+        "createrepo-c",
+        "dkms",
+        "busybox-static",
+        "libc6-dev",
+    ] {
+        assert!(install.split(' ').any(|w| w == pkg), "{pkg}: {install}");
+    }
+    for server in [
+        "docker.io",
+        "munge",
+        "slurmd",
+        "slurmctld",
+        "prometheus",
+        "vagrant",
+    ] {
+        assert!(
+            !install.split(' ').any(|w| w == server),
+            "{server}: {install}"
+        );
+    }
+    assert!(log.contains("policy-rc.d: 101"), "{log}");
+    assert!(
+        err.contains("deps.sh: [1/") && err.contains("] set up rpm"),
+        "{err}"
+    );
+
+    let (install, log, err) = run("test");
+    assert!(install.contains(" --no-install-recommends "), "{install}");
+    for pkg in ["rpm", "docker.io", "munge", "slurmd", "prometheus"] {
+        assert!(install.split(' ').any(|w| w == pkg), "{pkg}: {install}");
+    }
+    assert!(log.contains("policy-rc.d: 101"), "{log}");
+    for unit in ["docker.service", "slurmd.service", "containerd.service"] {
+        assert!(
+            log.contains(&format!("systemctl disable --quiet {unit}")),
+            "{unit}: {log}"
+        );
+    }
+    assert!(!log.contains("disable --quiet munge.service"), "{log}");
+    assert!(err.contains("left docker.service disabled"), "{err}");
+}
+
+/// `scripts/test.sh` ends with the sum of cargo's `test result:` lines, `N passed, N failed`,
+/// and keeps cargo's exit status (run with a stand-in cargo, and a deps.sh that has nothing to
+/// install).
+#[test]
+fn the_suite_ends_with_its_grand_total() {
+    let dir = tempfile::tempdir().unwrap();
+    let scripts = dir.path().join("scripts");
+    std::fs::create_dir_all(&scripts).unwrap();
+    std::fs::copy(
+        world::src_dir().join("../../scripts/test.sh"),
+        scripts.join("test.sh"),
+    )
+    .unwrap();
+    bash_script(&scripts.join("deps.sh"), "exit 0\n");
+    bash_script(
+        &dir.path().join("cargo"),
+        "echo 'test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.10s'\n\
+         echo 'test result: FAILED. 30 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out; finished in 3.00s'\n\
+         echo 'error: test failed' >&2\nexit 101\n",
+    );
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let o = Command::new("bash")
+        .arg(scripts.join("test.sh"))
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.lines().last(), Some("42 passed, 2 failed"), "{out}");
+    assert_eq!(o.status.code(), Some(101));
+}
+
 /// kernel-devel ships the kernel's real `scripts/sign-file` (runnable inside the root: its
 /// libcrypto comes with openssl-libs), reachable where DKMS 3.x looks on non-Debian systems
 /// (`/lib/modules/<kver>/build/scripts/sign-file`); each kernel's `.config` names the signing

@@ -410,7 +410,12 @@ fn read_image(spec: &str, root: &Path) -> Result<ImageConfig> {
             return as_path(Path::new(path), Some(tag));
         }
     }
-    if spec.starts_with('/') || spec.starts_with("./") || spec.starts_with("../") {
+    // A path, or a file name of an image archive (missing.tar), is not an image to pull.
+    let untagged = spec.rsplit_once(':').map_or(spec, |(path, _)| path);
+    let archive = [".tar", ".tar.gz", ".tgz"]
+        .iter()
+        .any(|x| spec.ends_with(x) || untagged.ends_with(x));
+    if spec.starts_with('/') || spec.starts_with("./") || spec.starts_with("../") || archive {
         return Err(invalid!(
             "--image {spec}: no such file or directory (a docker save tarball or an OCI layout directory)"
         ));

@@ -19,8 +19,11 @@ use gpuhost_host::host::Host;
 use gpuhost_profile::Profile;
 use gpuhost_steps::step::Selection;
 
-const EXIT_CODES: &str = "\
-Exit codes (apply, plan):
+// Each command's --help lists its own exit codes; `gpuhost --help` lists them all.
+macro_rules! apply_exit_codes {
+    () => {
+        "\
+Exit codes (apply, plan, resume, rollback):
   0  converged
   1  a step failed: the report says which step, why, and what to do
      (also: another apply holds the lock; the kernel guard failed, or kept a new default
@@ -31,8 +34,12 @@ Exit codes (apply, plan):
   4  --reboot with reboot.via = slurm (or --reboot-via slurm): a reboot is required and Slurm
      was asked for it (scontrol reboot ASAP): it drains the node, waits for its jobs, reboots it
   130, 143  stopped by SIGINT / SIGTERM at a step boundary (a running package transaction
-     is let finish; a second signal stops waiting, the transaction keeps the lock)
-
+     is let finish; a second signal stops waiting, the transaction keeps the lock)"
+    };
+}
+macro_rules! kernel_added_exit_codes {
+    () => {
+        "\
 Exit codes (kernel-added): those of the apply it repeats (--reboot is never repeated: no 4);
   0 also when no apply has converged on this host (nothing to do);
   1 also when the kernel guard kept the old kernel as the default boot because the new one
@@ -41,15 +48,39 @@ Exit codes (kernel-added): those of the apply it repeats (--reboot is never repe
      found nothing to fall back to, or could not set the default; and when an rpm
      transaction still holds /var/lib/rpm/.rpm.lock after --wait seconds;
   2 also for a corrupt /var/lib/gpuhost/last-apply.json, or a recorded --bundle that no longer
-     verifies or has no kernel this host runs: nothing was changed
-
+     verifies or has no kernel this host runs: nothing was changed"
+    };
+}
+macro_rules! bundle_exit_codes {
+    () => {
+        "\
 Exit codes (bundle): 0 written, 1 could not resolve or write it, 2 invalid input,
-  130, 143 stopped by SIGINT / SIGTERM (nothing is left at --out, the scratch root is removed)
-
+  130, 143 stopped by SIGINT / SIGTERM (nothing is left at --out, the scratch root is removed)"
+    };
+}
+macro_rules! status_exit_codes {
+    () => {
+        "\
 Exit codes (status): Nagios: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (also a bad argument,
   a run directory another user owns, a --textfile that is a link, device or FIFO);
   --format npd: 0 OK or WARNING, 1 CRITICAL, 2 UNKNOWN (node-problem-detector);
-  --wait-healthy: 0 healthy, 2 not healthy within --timeout";
+  --wait-healthy: 0 healthy, 2 not healthy within --timeout"
+    };
+}
+
+/// Every command's exit codes, for `gpuhost --help`.
+const EXIT_CODES: &str = concat!(
+    apply_exit_codes!(),
+    "\n\n",
+    kernel_added_exit_codes!(),
+    "\n\n",
+    bundle_exit_codes!(),
+    "\n\n",
+    status_exit_codes!()
+);
+/// `kernel-added` repeats an apply: apply's codes and its own.
+const KERNEL_ADDED_EXIT_CODES: &str =
+    concat!(apply_exit_codes!(), "\n\n", kernel_added_exit_codes!());
 
 /// Turns an Oracle Linux 8/9 machine with NVIDIA GPUs into a working GPU container host.
 #[derive(Parser, Debug)]
@@ -73,28 +104,28 @@ struct Logging {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Converge the host to a profile: check each step, change only what differs, check again.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = apply_exit_codes!())]
     Apply(ApplyArgs),
     /// Show what `apply` would change and why, changing nothing (same as `apply --dry-run`).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = apply_exit_codes!())]
     Plan(ApplyArgs),
     /// Repeat the apply that `apply --reboot` recorded before rebooting (run by
     /// gpuhost-resume.service after boot).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = apply_exit_codes!())]
     Resume(ResumeCommandArgs),
     /// Go back to the driver of the converged apply before the last one (from the journal):
     /// the last apply again, with that apply's local repo package replacing the installed one,
     /// in one all-or-nothing dnf transaction.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = apply_exit_codes!())]
     Rollback(RollbackArgs),
     /// Write every package a profile installs, with all dependencies resolved against a clean
     /// target, as one verified offline repo (for `apply --bundle` on air-gapped hosts).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = bundle_exit_codes!())]
     Bundle(BundleArgs),
     /// Give a newly installed kernel headers and the NVIDIA module before its first boot: wait
     /// for the rpm transaction that installed it to end, then repeat the last converged apply
     /// (run by gpuhost-kernel@KVER.service, which the kernel-install plugin starts).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = KERNEL_ADDED_EXIT_CODES)]
     KernelAdded(KernelAddedArgs),
     /// Show what gpuhost sees: OS, kernels, NVIDIA devices on PCI, Secure Boot, nouveau,
     /// memory, CPUs, uptime and free space.
@@ -119,6 +150,7 @@ enum Command {
     #[command(after_help = compat::EXIT_CODES)]
     Compat(compat::CompatArgs),
     /// Node health through NVML, sysfs, the kernel log and services (Nagios exit codes).
+    #[command(after_help = status_exit_codes!())]
     Status(gpuhost_health::StatusArgs),
     /// Serve node health over HTTP: /metrics (Prometheus), /healthz, /status (JSON); NVML stays
     /// initialised between sweeps. Exit codes: 0 stopped by SIGTERM/SIGINT, 1 could not
@@ -622,7 +654,31 @@ fn completion_command() -> Result<clap::Command> {
         .into_iter()
         .map(|(n, _)| n.to_string())
         .collect();
-    Ok(with_completion_values(Cli::command(), &keys, &profiles))
+    Ok(with_completion_values(
+        without_hidden(&Cli::command()),
+        &keys,
+        &profiles,
+    ))
+}
+
+/// `cmd` as the completion scripts should know it: its name, version, about text, visible
+/// arguments and visible subcommands (clap_complete offers hidden ones too). Argument groups
+/// are left out: they only matter to parsing.
+fn without_hidden(cmd: &clap::Command) -> clap::Command {
+    let mut out = clap::Command::new(cmd.get_name().to_string())
+        .args(cmd.get_arguments().filter(|a| !a.is_hide_set()).cloned())
+        .subcommands(
+            cmd.get_subcommands()
+                .filter(|s| !s.is_hide_set())
+                .map(without_hidden),
+        );
+    if let Some(v) = cmd.get_version() {
+        out = out.version(v.to_string());
+    }
+    if let Some(a) = cmd.get_about() {
+        out = out.about(a.clone());
+    }
+    out
 }
 
 fn with_completion_values(

@@ -232,6 +232,10 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
             flavour: Some(profile.kernel.flavour),
         },
     )?;
+    // Not Oracle Linux: the same answer with a bundle as without (not a kernel the bundle lacks).
+    if bundle.is_some() && !facts.os.as_ref().is_some_and(|o| o.is_oracle_linux()) {
+        preflight(&host, &profile, &facts, opts.kernel_release.is_some())?;
+    }
     let unserved = match &bundle {
         Some(b) => fit_bundle(b, &mut facts, &profile, opts.kernel_release.is_some())?,
         None => None,
@@ -556,12 +560,20 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         .filter_map(|s| s.reboot_required.as_ref().map(|r| format!("{}: {r}", s.id)))
         .collect();
     let interrupted = interrupted_at(&steps);
-    let kernel_guard = guard_after(&ctx, opts, &steps, interrupted.is_some(), unserved);
+    // Invalid input changed nothing: the guard has nothing new to judge (and the profile's
+    // driver, which it would look for, is the input in question).
+    let kernel_guard = guard_after(
+        &ctx,
+        opts,
+        &steps,
+        interrupted.is_some() || invalid_input,
+        unserved,
+    );
     // A signal after the last step's boundary (during the guard): still an interruption.
     let interrupted = interrupted.or_else(|| interrupted_after(opts));
     let mut exit_code = exit_code_of(
         interrupted.as_ref().map(|(sig, _)| *sig),
-        invalid_input && !opts.dry_run,
+        invalid_input,
         &steps,
         guard_failed(kernel_guard.as_ref(), unserved.is_some()),
         &reboot_required,
@@ -785,19 +797,20 @@ fn guard_failed(decision: Option<&bootguard::Decision>, unserved: bool) -> bool 
     }
 }
 
-/// The kernel guard after the steps, when it runs (not in plan, not after an interruption, not
-/// with `kernel.guard = false` or without a driver): its decision, or its error as a `failed`
+/// The kernel guard after the steps, when it runs (not in plan, not after an interruption or
+/// invalid input — `stopped`: nothing was changed then — not with `kernel.guard = false` or
+/// without a driver): its decision, or its error as a `failed`
 /// decision, reported and journaled like any other outcome. `unserved`: why the bundle could
 /// not serve the new default boot kernel.
 fn guard_after(
     ctx: &Ctx<'_>,
     opts: &ApplyOptions,
     steps: &[StepReport],
-    interrupted: bool,
+    stopped: bool,
     unserved: &Option<String>,
 ) -> Option<bootguard::Decision> {
     let p = ctx.profile;
-    if opts.dry_run || interrupted || !p.kernel.guard || !p.driver.manage {
+    if opts.dry_run || stopped || !p.kernel.guard || !p.driver.manage {
         return None;
     }
     match guard(ctx, opts, steps, unserved.as_deref()) {

@@ -458,15 +458,32 @@ fn planned(slot: &Slot<'_>) -> StepReport {
         r.reason = summarize(&first.notes, &first.deferred, first.reboot.as_deref());
     } else {
         r.outcome = Outcome::WouldChange;
-        r.reason = r.changes.join("; ");
+        r.reason = reason_of(&first.changes);
     }
     r
 }
 
-/// Carry out one change of a step (not a merged transaction), recording what it owes first.
-fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change) -> Result<()> {
+/// A step's changes as one line: each change's work, and its reason once for a run of changes
+/// that share it (`write a, write b (why)`, not the same why after each).
+fn reason_of(changes: &[Change]) -> String {
+    let mut runs: Vec<(Vec<String>, &str)> = Vec::new();
+    for c in changes {
+        match runs.last_mut() {
+            Some((works, why)) if *why == c.reason => works.push(c.work.to_string()),
+            _ => runs.push((vec![c.work.to_string()], &c.reason)),
+        }
+    }
+    runs.iter()
+        .map(|(works, why)| format!("{} ({why})", works.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Carry out one change of a step (not a merged transaction), recording what it owes first;
+/// `label` names it in the progress lines.
+fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change, label: &str) -> Result<()> {
     failpoint(&format!("{}:before-change", slot.id()));
-    gpuhost_host::progress::step_changing(&slot.label, &change.work.to_string());
+    gpuhost_host::progress::step_changing(label, &change.work.to_string());
     let owes = match &change.work {
         Work::Install(i) => i.owes.as_ref(),
         Work::Write { owes, .. } => owes.as_ref(),
@@ -536,7 +553,8 @@ fn prepare(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
             let start = Instant::now();
             let slot = &mut run.slots[i];
             run.changed_something = true;
-            let r = carry(ctx, slot, &change);
+            let label = format!("{PREPARE} {}", slot.id());
+            let r = carry(ctx, slot, &change, &label);
             slot.account(start);
             if let Err(e) = r {
                 slot.fail(e);
@@ -633,20 +651,16 @@ fn members_of(run: &Run<'_>, brings_repo: bool) -> Vec<(usize, Change)> {
     members
 }
 
-/// The progress label of a transaction: its one step's, or `[n/N] a + b`.
+/// Progress lines of phase 1 and 2 name the phase, not a step's number: they carry out work of
+/// later steps before earlier ones (a repo file before the transaction that reads it), and
+/// the numbered lines (`[n/N] step`, phase 3) come in step order.
+const PREPARE: &str = "[prepare]";
+const TRANSACTION: &str = "[dnf]";
+
+/// The progress label of a transaction: `[dnf] a + b`, the steps it serves.
 fn label_of(run: &Run<'_>, ids: &[usize]) -> String {
-    match ids {
-        [one] => run.slots[*one].label.clone(),
-        many => format!(
-            "[{}/{}] {}",
-            many[0] + 1,
-            run.slots.len(),
-            many.iter()
-                .map(|i| run.slots[*i].id())
-                .collect::<Vec<_>>()
-                .join(" + ")
-        ),
-    }
+    let ids: Vec<&str> = ids.iter().map(|i| run.slots[*i].id()).collect();
+    format!("{TRANSACTION} {}", ids.join(" + "))
 }
 
 /// dnf refused the transaction: the steps it names fail (each explains, from dnf's output);
@@ -768,7 +782,8 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
     if !left.is_empty() {
         run.changed_something = true;
         for change in &left {
-            if let Err(e) = carry(ctx, slot, change) {
+            let label = slot.label.clone();
+            if let Err(e) = carry(ctx, slot, change, &label) {
                 slot.fail(e);
                 slot.account(start);
                 run.failed(i);
@@ -824,7 +839,7 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
     } else {
         r.outcome = Outcome::Changed;
         r.changes = slot.done.iter().map(ToString::to_string).collect();
-        r.reason = r.changes.join("; ");
+        r.reason = reason_of(&slot.done);
         if r.reboot_required.is_none() {
             r.reboot_required = slot.first.as_ref().and_then(|c| c.reboot.clone());
         }

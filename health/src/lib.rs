@@ -166,8 +166,28 @@ pub fn run(args: &StatusArgs) -> i32 {
             // One UNKNOWN line for the monitor, the whole chain on stderr.
             println!("gpuhost status UNKNOWN: {e:#}");
             eprintln!("gpuhost status: {e:#}");
-            3
+            unknown_line(args.format, &format!("{e:#}"))
         }
+    }
+}
+
+/// A run that could not judge the node still answers UNKNOWN on stdout where a monitor reads
+/// one line (the table's first line, node-problem-detector's line; a JSON or Prometheus
+/// reader gets nothing rather than a broken document); the exit code of UNKNOWN in that format.
+fn unknown_line(format: StatusFormat, error: &str) -> i32 {
+    match format {
+        StatusFormat::Table => {
+            println!("gpuhost status UNKNOWN: {error}");
+            Severity::Unknown.exit_code()
+        }
+        StatusFormat::Npd => {
+            println!(
+                "{}",
+                fleet::truncate(&format!("UNKNOWN {error}"), fleet::NPD_MAX_OUTPUT)
+            );
+            2
+        }
+        StatusFormat::Json | StatusFormat::Prometheus => Severity::Unknown.exit_code(),
     }
 }
 

@@ -279,6 +279,7 @@ pub fn prometheus(s: &Snapshot, checks: &[Check]) -> String {
         order: Vec::new(),
     };
     check_metrics(&mut p, checks);
+    probe_metrics(&mut p, s);
     seen_metrics(&mut p, s);
     kernel_log_metrics(&mut p, s);
     if let Some(c) = &s.nvml.cuda {
@@ -325,8 +326,8 @@ fn check_metrics(p: &mut Prom, checks: &[Check]) {
     }
 }
 
-/// What the probe saw: NVML up and how long it took, the GPUs by source, the NVSwitches.
-fn seen_metrics(p: &mut Prom, s: &Snapshot) {
+/// The probe itself: NVML up or hung, how long it took, when the answers were collected.
+fn probe_metrics(p: &mut Prom, s: &Snapshot) {
     let up = if s.nvml.status == ProbeStatus::Ok {
         1.0
     } else {
@@ -339,6 +340,29 @@ fn seen_metrics(p: &mut Prom, s: &Snapshot) {
         &[],
         up,
     );
+    let hung = matches!(
+        s.nvml.status,
+        ProbeStatus::Unresponsive | ProbeStatus::StuckEarlier
+    );
+    p.add(
+        "gpuhost_nvml_unresponsive",
+        "gauge",
+        "1 when the NVML probe did not answer within its deadline (a hung driver), or an earlier one is still stuck.",
+        &[],
+        flag(hung),
+    );
+    let at_ms = if s.collected_at_ms > 0 {
+        s.collected_at_ms as f64
+    } else {
+        s.collected_at as f64 * 1000.0
+    };
+    p.add(
+        "gpuhost_sweep_timestamp_seconds",
+        "gauge",
+        "Unix time at which these answers were collected (serve's sweep, status's run).",
+        &[],
+        at_ms / 1000.0,
+    );
     if let Some(ms) = s.nvml.duration_ms {
         p.add(
             "gpuhost_nvml_probe_seconds",
@@ -348,6 +372,10 @@ fn seen_metrics(p: &mut Prom, s: &Snapshot) {
             ms / 1000.0,
         );
     }
+}
+
+/// What the probe saw: the GPUs by source, the NVSwitches.
+fn seen_metrics(p: &mut Prom, s: &Snapshot) {
     if let Some(n) = s.nvml.device_count {
         p.add(
             "gpuhost_gpus",
@@ -751,8 +779,15 @@ fn fabric_metrics(p: &mut Prom, g: &GpuSnapshot, base: &[(&'static str, String)]
     }
 }
 
-/// XID events for this GPU since boot (when the kernel log was read).
-fn xid_metrics(p: &mut Prom, s: &Snapshot, bus: &str, base: &[(&'static str, String)]) {
+/// XID events for this GPU since boot (when the kernel log was read), in all and by the action
+/// they ask for.
+fn xid_metrics(
+    p: &mut Prom,
+    s: &Snapshot,
+    g: &GpuSnapshot,
+    bus: &str,
+    base: &[(&'static str, String)],
+) {
     if s.kernel_log.source.is_none() {
         return;
     }
@@ -767,6 +802,17 @@ fn xid_metrics(p: &mut Prom, s: &Snapshot, bus: &str, base: &[(&'static str, Str
         base,
         now.len() as f64,
     );
+    for (action, n) in crate::verdict::xid::actions(s, g, &k) {
+        let mut ls = base.to_vec();
+        ls.push(("action", action));
+        p.add(
+            "gpuhost_gpu_xid_action_events",
+            "gauge",
+            "XID events for this GPU since boot or its last reset, by the immediate action NVIDIA's Xid catalog gives them (RESET_GPU, RESTART_BM, …).",
+            &ls,
+            n as f64,
+        );
+    }
 }
 
 /// One GPU's metrics: identity, then [`GPU_GAUGES`], [`GPU_FAMILIES`], NVLink errors, fabric
@@ -799,5 +845,5 @@ fn gpu_metrics(p: &mut Prom, s: &Snapshot, g: &GpuSnapshot) {
     }
     nvlink_errors(p, g, &base);
     fabric_metrics(p, g, &base);
-    xid_metrics(p, s, &bus, &base);
+    xid_metrics(p, s, g, &bus, &base);
 }

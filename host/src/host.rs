@@ -93,7 +93,7 @@ impl Host {
     pub fn new(root: &Path) -> Result<Self> {
         let canonical = root.canonicalize().map_err(|e| {
             crate::invalid!(
-                "install root {} cannot be used: {e}; create it or pass an existing directory to --root",
+                "install root {} cannot be used: {e}; --root takes an existing Oracle Linux install root (a tree with etc/os-release and an rpm database, such as an image being built), not an empty directory to fill",
                 root.display()
             )
         })?;

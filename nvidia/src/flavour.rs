@@ -77,6 +77,13 @@ pub(crate) fn stream_for(stream: &str, want: ModuleFlavour) -> String {
     }
 }
 
+/// The driver branch a stream names (`535-dkms`, `535-open`, precompiled `535`): None for the
+/// branch-less ones (`latest`, `latest-dkms`, `open-dkms`).
+fn stream_branch(stream: &str) -> Option<u32> {
+    let head = stream.split('-').next().unwrap_or(stream);
+    head.parse().ok()
+}
+
 /// The stream a flavour gets when the profile names none (the local repos' default streams).
 pub(crate) fn default_stream(f: ModuleFlavour) -> &'static str {
     match f {
@@ -173,6 +180,13 @@ pub fn choose(
         ));
     }
 
+    if let Some(named) = stream_branch(&chosen_stream).filter(|b| branch > 0 && *b != branch) {
+        return Err(invalid!(
+            "driver.stream = \"{chosen_stream}\" is a stream of driver branch {named}, but the local repo package carries driver branch {branch}, whose repo has no such stream; use driver.stream = \"{}\" (or \"{}\"), or a local repo package of branch {named}",
+            stream_for(&format!("{branch}-dkms"), flavour),
+            stream_for("latest-dkms", flavour)
+        ));
+    }
     let mut explanation = format!("{flavour} kernel modules (nvidia-driver:{chosen_stream})");
     if !known.is_empty() {
         explanation.push_str(&format!(" for {}", count_kinds(&known)));

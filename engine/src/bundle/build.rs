@@ -331,7 +331,13 @@ fn target_facts(
 ) -> Result<Facts> {
     let mut facts = match root_facts {
         Some(f) => f,
-        None => clean_facts(scratch, profile, opts.kernel_release.as_deref())?,
+        None => {
+            let repos = match &opts.target {
+                Target::Os { repos, .. } => repos.as_deref(),
+                Target::Root(_) => None,
+            };
+            clean_facts(scratch, profile, opts.kernel_release.as_deref(), repos)?
+        }
     };
     if opts.fabric_manager && facts.nvswitches.is_empty() {
         facts.nvswitches.push(PciDevice {
@@ -848,9 +854,26 @@ pub(crate) fn oracle_repos(major: u32) -> String {
     .concat()
 }
 
+/// What to do when a clean target's repos cannot be read: where the repo files come from, or
+/// an install root instead.
+fn unread_repos(repos: Option<&Path>) -> String {
+    match repos {
+        Some(dir) => format!(
+            "the target's repos could not be read: check the .repo files in --repos {} (their baseurls must be reachable from here), or give --root ROOT, an install root",
+            dir.display()
+        ),
+        None => "Oracle's public repos could not be read (offline?): give --repos DIR, the .repo files of a mirror this machine reaches, or --root ROOT, an install root whose repos it reaches".to_string(),
+    }
+}
+
 /// Facts of a clean target: its OS release, the kernel (given, or the newest of the profile's
 /// flavour in the repos), no devices.
-fn clean_facts(scratch: &Host, profile: &Profile, release: Option<&str>) -> Result<Facts> {
+fn clean_facts(
+    scratch: &Host,
+    profile: &Profile,
+    release: Option<&str>,
+    repos: Option<&Path>,
+) -> Result<Facts> {
     let flavour = profile.kernel.flavour;
     let kver = match release {
         Some(k) => k.to_string(),
@@ -864,7 +887,8 @@ fn clean_facts(scratch: &Host, profile: &Profile, release: Option<&str>) -> Resu
                     "%{version}-%{release}.%{arch}",
                     flavour.kernel_package(),
                 ])
-                .run()?;
+                .run()
+                .with_context(|| unread_repos(repos))?;
             out.stdout
                 .lines()
                 .map(str::trim)

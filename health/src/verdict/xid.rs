@@ -478,14 +478,7 @@ pub(super) fn xids(out: &mut Out, s: &Snapshot, gpu_refs: &[GpuRef], pci_refs: &
             refs.push(r);
         }
     }
-    let nvswitch = s.host.pci.iter().any(|d| d.kind == PciKind::NvSwitch);
-    let driver_branch = s
-        .nvml
-        .driver_version
-        .as_deref()
-        .or(s.host.kernel_module_version.as_deref())
-        .and_then(gpuhost_nvidia::compat::DriverVersion::parse)
-        .and_then(|d| u32::try_from(d.branch()).ok());
+    let (driver_branch, nvswitch) = branch_and_nvswitch(s);
     for r in &refs {
         gpu_xids(out, s, r, driver_branch, nvswitch);
     }
@@ -514,6 +507,43 @@ pub(super) fn xids(out: &mut Out, s: &Snapshot, gpu_refs: &[GpuRef], pci_refs: &
         );
     }
     sxids(out, s);
+}
+
+/// What judging an XID needs of the host: the driver's branch and whether NVSwitches are on PCI.
+fn branch_and_nvswitch(s: &Snapshot) -> (Option<u32>, bool) {
+    let nvswitch = s.host.pci.iter().any(|d| d.kind == PciKind::NvSwitch);
+    let driver_branch = s
+        .nvml
+        .driver_version
+        .as_deref()
+        .or(s.host.kernel_module_version.as_deref())
+        .and_then(gpuhost_nvidia::compat::DriverVersion::parse)
+        .and_then(|d| u32::try_from(d.branch()).ok());
+    (driver_branch, nvswitch)
+}
+
+/// The XIDs of a GPU's current initialisation counted by the immediate action they were judged
+/// to ask for (`RESET_GPU`, `RESTART_BM`, …): what `gpuhost_gpu_xid_action_events` exports, so
+/// that an alert can pick the XIDs that want a GPU reset or a reboot.
+pub(crate) fn actions(s: &Snapshot, gpu: &GpuSnapshot, pci_key: &str) -> Vec<(String, usize)> {
+    let (driver_branch, nvswitch) = branch_and_nvswitch(s);
+    let (now, _) = current_and_earlier(s, pci_key);
+    let cx = XidContext {
+        generation: generation(Some(gpu)),
+        driver_branch,
+        others: &now,
+        nvswitch,
+    };
+    let mut counted: Vec<(String, usize)> = Vec::new();
+    for e in &now {
+        let action = judge(e, &cx).immediate;
+        match counted.iter_mut().find(|(a, _)| *a == action) {
+            Some(c) => c.1 += 1,
+            None => counted.push((action, 1)),
+        }
+    }
+    counted.sort();
+    counted
 }
 
 /// `gpu.xid` of one GPU: the XIDs of its current initialisation judged, the earlier ones

@@ -49,6 +49,21 @@ fn nvidia_driver_versions(files: &[String]) -> Vec<String> {
     v
 }
 
+/// The file's SHA-256 is `want` (`driver.sha256`, cloud-init's `--sha256`).
+fn sha256_matches(path: &Path, want: &str) -> Result<()> {
+    let got = gpuhost_host::fsutil::sha256_file(path)?;
+    if !got.eq_ignore_ascii_case(want) {
+        return Err(hinted(
+            format!(
+                "{}: SHA-256 is {got}, but the profile expects {want}; nothing was installed",
+                path.display()
+            ),
+            "download the file again (or fix driver.sha256) and compare with NVIDIA's published checksum",
+        ));
+    }
+    Ok(())
+}
+
 /// Check the file itself before anything is installed from it.
 /// Returns the package's file list (its payload: the inner repo's RPMs among them).
 fn verify_file(
@@ -84,13 +99,7 @@ fn verify_file(
         ));
     }
     if let Some(want) = sha256 {
-        let got = gpuhost_host::fsutil::sha256_file(path)?;
-        if !got.eq_ignore_ascii_case(want) {
-            return Err(hinted(
-                format!("{shown}: SHA-256 is {got}, but the profile expects {want}; nothing was installed"),
-                "download the file again (or fix driver.sha256) and compare with NVIDIA's published checksum",
-            ));
-        }
+        sha256_matches(path, want)?;
     }
     intact(host, path)?;
     // The root's rpm (its database, its keys), never the build host's `%_dbpath`: Debian's rpm
@@ -237,6 +246,11 @@ impl Step for DriverRepo {
         fits_host(path, name, ctx.profile.os.major, &host_arch(ctx))?;
         let transition = transition(ctx)?;
         if transition.repo_installed() {
+            // Installed already: a checksum given is still the file's to match (a wrong one is
+            // a mistake to report, not to pass over because nothing needs installing).
+            if let Some(want) = ctx.profile.driver.sha256.as_deref() {
+                sha256_matches(path, want).map_err(as_invalid)?;
+            }
             return installed_check(ctx, path, name, &transition);
         }
         // The file is what the user gave: anything wrong with it is invalid input (exit 2),
