@@ -254,16 +254,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
             "gpuhost apply changes the system and must run as root (gpuhost plan needs no root)"
         ));
     }
-    host.set_releasever(profile.os.major.to_string());
-    // An image of another architecture (an aarch64 Grace image built on x86_64): dnf resolves
-    // for the root's, not the build machine's.
-    if let Some(arch) = facts
-        .arch
-        .as_deref()
-        .filter(|a| *a != gpuhost_host::arch::machine())
-    {
-        host.set_forcearch(arch);
-    }
+    point_dnf(&mut host, &profile, &facts);
     let driver_steps = gpuhost_steps::steps_needing_package(&opts.selection);
     gpuhost_steps::driver::require_package(&profile, &driver_steps)?;
     let mut warnings: Vec<String> = unserved
@@ -295,6 +286,19 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         warnings,
         unserved,
     })
+}
+
+/// dnf resolves for the profile's release and the host's architecture: an image of another
+/// architecture (an aarch64 Grace image built on x86_64) gets `--forcearch`.
+fn point_dnf(host: &mut Host, profile: &Profile, facts: &Facts) {
+    host.set_releasever(profile.os.major.to_string());
+    if let Some(arch) = facts
+        .arch
+        .as_deref()
+        .filter(|a| *a != gpuhost_host::arch::machine())
+    {
+        host.set_forcearch(arch);
+    }
 }
 
 /// The run's profile: the bundle's (a `--profile` must name the same), else `--profile`'s.
