@@ -706,13 +706,14 @@ fn the_steps_a_failed_transaction_blocked_are_not_run() {
         }
     });
     assert_eq!(failed, ["docker"], "{rep:#}");
-    for id in [
-        "nouveau",
-        "kernel-module",
-        "persistenced",
-        "daemon-json",
-        "services",
-    ] {
+    // persistenced's package was in the failed transaction itself.
+    let p = step(&rep, "persistenced");
+    assert!(
+        p["outcome"] == "skipped"
+            && text(&p["reason"]).starts_with("not run: the package transaction failed on docker"),
+        "{p:#}"
+    );
+    for id in ["nouveau", "kernel-module", "daemon-json", "services"] {
         let s = step(&rep, id);
         assert!(
             s["outcome"] == "skipped"
