@@ -163,8 +163,8 @@ pub fn run(args: &StatusArgs) -> i32 {
     match status(args) {
         Ok(code) => code,
         Err(e) => {
-            // One UNKNOWN line for the monitor, the whole chain on stderr.
-            println!("gpuhost status UNKNOWN: {e:#}");
+            // One UNKNOWN line for the monitor (in the formats a monitor reads a line of), the
+            // whole chain on stderr.
             eprintln!("gpuhost status: {e:#}");
             unknown_line(args.format, &format!("{e:#}"))
         }
