@@ -16,7 +16,9 @@
 # slurmctld, slurmd, scontrol: status --slurm drains and resumes a real node), umoci, skopeo and
 # docker.io (build the OCI layouts, docker save tarballs and the private dockerd that gpuhost
 # compat reads), mokutil and sbsigntool (Secure Boot tests), pci.ids (the GPU table is checked
-# against it), ansible-core (+ python3-venv, python3-pip: ansible-test sanity) for the gpuhost.node
+# against it), ansible-core and ansible (its collections bring the json stdout callback the
+# tests read playbook results with; ansible-core only recommends it) (+ python3-venv,
+# python3-pip: ansible-test sanity) for the gpuhost.node
 # collection and ansible-lint (PyPI, with pip into target/ansible-lint: the collection is
 # linted with its production profile), mmdebstrap and systemd-nspawn (a container booting systemd runs the
 # shipped units), monitoring-plugins' negate (runs `gpuhost status` as Nagios runs a plugin) and,
@@ -51,7 +53,7 @@ test_tools=(strace cloud-init promtool munged slurmctld slurmd scontrol umoci sk
 # Debian's packages of each set.
 demo_debs=(rpm dnf createrepo-c python3 systemd busybox-static dkms kmod make xz-utils binutils gcc libc6-dev util-linux linux-kbuild-6.1 openssl)
 test_debs=(strace cloud-init vagrant prometheus munge slurmctld slurmd slurm-client umoci skopeo docker.io
-  pci.ids mokutil sbsigntool ansible-core python3-venv python3-pip mmdebstrap systemd-container monitoring-plugins-basic
+  pci.ids mokutil sbsigntool ansible-core ansible python3-venv python3-pip mmdebstrap systemd-container monitoring-plugins-basic
   dnf-plugins-core)
 # The units of the servers those packages bring: left disabled.
 daemon_units=(munge.service slurmctld.service slurmd.service docker.service docker.socket containerd.service prometheus.service)
@@ -87,6 +89,8 @@ if [ "$set_name" = test ]; then
     [ -f "$f" ] && vl=1
   done
   [ $vl = 1 ] || need+=(dnf-plugins-core)
+  # ansible's json stdout callback (the ansible.posix collection of Debian's ansible package)
+  if command -v apt-get >/dev/null 2>&1 && [ ! -f /usr/lib/python3/dist-packages/ansible_collections/ansible/posix/plugins/callback/json.py ]; then need+=(ansible); fi
   if command -v apt-get >/dev/null 2>&1 && ! command -v vagrant >/dev/null 2>&1; then need+=(vagrant); fi
 fi
 if [ $check_only = 1 ]; then
