@@ -8,7 +8,9 @@
 # NVIDIA modules; unshare mounts /proc for it), the kernel's sign-file (Debian's linux-kbuild-6.1:
 # kernel-devel ships it in roots, the world signs NVIDIA's precompiled modules with it) and
 # openssl (test keys; the roots' openssl), and the C library's headers and start files (libc6-dev:
-# cargo links gpuhost with gcc, which only recommends them). No server among them.
+# cargo links gpuhost with gcc, which only recommends them), and cpio (a driver swap extracts the
+# new local repo package's repo with rpm2cpio and cpio; Debian's minbase has no cpio). No server
+# among them.
 #
 # The test set (./scripts/test.sh): the demo set, and strace (tests prove that a converged apply
 # starts no dnf), cloud-init (validates generated user-data), promtool (from prometheus: checks
@@ -48,10 +50,10 @@ for arg in "$@"; do
   esac
 done
 
-demo_tools=(rpm dnf createrepo_c modifyrepo_c rpmbuild python3 systemctl dkms modinfo depmod make xz strip gcc unshare openssl)
+demo_tools=(rpm dnf createrepo_c modifyrepo_c rpmbuild python3 systemctl dkms modinfo depmod make xz strip gcc unshare openssl cpio)
 test_tools=(strace cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd mokutil sbverify ansible-playbook ansible-test mmdebstrap systemd-nspawn)
 # Debian's packages of each set.
-demo_debs=(rpm dnf createrepo-c python3 systemd busybox-static dkms kmod make xz-utils binutils gcc libc6-dev util-linux linux-kbuild-6.1 openssl)
+demo_debs=(rpm dnf createrepo-c python3 systemd busybox-static dkms kmod make xz-utils binutils gcc libc6-dev util-linux linux-kbuild-6.1 openssl cpio)
 test_debs=(strace cloud-init vagrant prometheus munge slurmctld slurmd slurm-client umoci skopeo docker.io
   pci.ids mokutil sbsigntool ansible-core ansible python3-venv python3-pip mmdebstrap systemd-container monitoring-plugins-basic
   dnf-plugins-core)
@@ -165,7 +167,7 @@ elif command -v dnf >/dev/null 2>&1; then
   # (promtool is not in Oracle Linux's repos either: install Prometheus's release by hand;
   # Slurm and munge come from EPEL there; umoci is not packaged: the gpuhost compat image tests
   # skip without it)
-  rpms=(rpm-build createrepo_c python3 systemd busybox kmod make xz binutils gcc util-linux openssl kernel-devel)
+  rpms=(rpm-build createrepo_c python3 systemd busybox kmod make xz binutils gcc util-linux openssl kernel-devel cpio)
   [ "$set_name" = test ] && rpms+=(strace cloud-init skopeo hwdata mokutil ansible-core systemd-container python3-dnf-plugin-versionlock)
   "${sudo[@]}" dnf install -y -q --setopt=install_weak_deps=False "${rpms[@]}"
   # (dkms and sbsigntools come from EPEL there; kernel-devel brings scripts/sign-file; negate
