@@ -24,7 +24,8 @@
 # collection and ansible-lint (PyPI, with pip into target/ansible-lint: the collection is
 # linted with its production profile), mmdebstrap and systemd-nspawn (a container booting systemd runs the
 # shipped units), monitoring-plugins' negate (runs `gpuhost status` as Nagios runs a plugin) and,
-# on Debian, vagrant (validates the Vagrantfile), and dnf's versionlock plugin (dnf-plugins-core:
+# on Debian, vagrant with its libvirt provider (vagrant validate wants a usable provider), curl
+# and jq (docs/status-and-serve.md's commands are run as shown), and dnf's versionlock plugin (dnf-plugins-core:
 # the OL10 branch lock is checked against the real plugin).
 #
 # Servers stay off: the tests start their own munged, slurmctld, slurmd and dockerd, on their
@@ -51,14 +52,14 @@ for arg in "$@"; do
 done
 
 demo_tools=(rpm dnf createrepo_c modifyrepo_c rpmbuild python3 systemctl dkms modinfo depmod make xz strip gcc unshare openssl cpio)
-test_tools=(strace cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd mokutil sbverify ansible-playbook ansible-test mmdebstrap systemd-nspawn)
+test_tools=(curl jq strace cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd mokutil sbverify ansible-playbook ansible-test mmdebstrap systemd-nspawn)
 # Debian's packages of each set.
 demo_debs=(rpm dnf createrepo-c python3 systemd busybox-static dkms kmod make xz-utils binutils gcc libc6-dev util-linux linux-kbuild-6.1 openssl cpio)
-test_debs=(strace cloud-init vagrant prometheus munge slurmctld slurmd slurm-client umoci skopeo docker.io
+test_debs=(strace cloud-init vagrant vagrant-libvirt curl jq prometheus munge slurmctld slurmd slurm-client umoci skopeo docker.io
   pci.ids mokutil sbsigntool ansible-core ansible python3-venv python3-pip mmdebstrap systemd-container monitoring-plugins-basic
   dnf-plugins-core)
 # The units of the servers those packages bring: left disabled.
-daemon_units=(munge.service slurmctld.service slurmd.service docker.service docker.socket containerd.service prometheus.service)
+daemon_units=(munge.service slurmctld.service slurmd.service docker.service docker.socket containerd.service prometheus.service libvirtd.service libvirtd.socket)
 
 tools=("${demo_tools[@]}")
 [ "$set_name" = test ] && tools+=("${test_tools[@]}")
