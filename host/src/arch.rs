@@ -101,9 +101,11 @@ pub fn of_host(host: &Host, kernels: &[String]) -> Result<Arch> {
     if by_kernels != Arch::Unknown {
         return Ok(by_kernels);
     }
-    // A root whose database cannot be told is refused elsewhere; rpm must not make one here.
-    if host.rpm_dbpath().is_err() || !host.exists(host.rpm_dbpath().unwrap_or_default()) {
-        return Ok(Arch::Unknown);
+    // A root whose database cannot be told, or has none yet, is refused or made elsewhere:
+    // rpm must not make one here.
+    match host.rpm_dbpath() {
+        Ok(db) if host.exists(db) => {}
+        _ => return Ok(Arch::Unknown),
     }
     let out = host
         .rpm()

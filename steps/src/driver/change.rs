@@ -13,7 +13,7 @@ use anyhow::Result;
 use super::installed::in_family;
 use super::locks::wanted;
 use super::module_profile;
-use super::set::{kmod_packages, set_packages, ModuleState, MODULE_FILE};
+use super::set::{kmod_packages, meta_package, set_packages, ModuleState, MODULE_FILE};
 use super::transition::InstalledRepo;
 use super::DriverPlan;
 use crate::step::Ctx;
@@ -125,8 +125,10 @@ pub(crate) fn plan_swap(
     // EL10 switch to proprietary is `dnf install --allowerasing cuda-drivers`, which erases
     // it), and gpuhost's `full` set carries one meta package, the flavour's own.
     let other_meta = match plan.choice.flavour {
-        ModuleFlavour::Proprietary => Some("nvidia-open"),
-        ModuleFlavour::Open if plan.install == InstallSet::Full => Some("cuda-drivers"),
+        ModuleFlavour::Proprietary => Some(meta_package(ModuleFlavour::Open)),
+        ModuleFlavour::Open if plan.install == InstallSet::Full => {
+            Some(meta_package(ModuleFlavour::Proprietary))
+        }
         ModuleFlavour::Open => None,
     };
     let unwanted_kmod = |n: &str| {

@@ -5,12 +5,13 @@
 
 use anyhow::Result;
 
-use super::set::SetStatus;
+use super::set::{dkms_kmods, meta_package, SetStatus};
 use super::transition::{InstalledRepo, Transition};
 use super::DriverPlan;
 use crate::step::Ctx;
 use crate::swap::RepoPackage;
 use gpuhost_host::rpm::vercmp;
+use gpuhost_nvidia::flavour::ModuleFlavour;
 use gpuhost_nvidia::localrepo::{present_packages, LocalRepoFile};
 
 /// Packages of the NVIDIA driver family: what a driver change may remove when the new set does
@@ -130,9 +131,7 @@ fn other_flavour(
             .filter(|s| *s != plan.stream())
             .map(|s| (s.to_string(), plan.stream().to_string())));
     }
-    let others: Vec<&str> = DKMS_KMODS
-        .iter()
-        .copied()
+    let others: Vec<&str> = dkms_kmods()
         .filter(|k| !set.kmods.iter().any(|w| w == k))
         .collect();
     let installed = ctx.installed(&others)?;
@@ -141,9 +140,6 @@ fn other_flavour(
         .find(|k| installed.get(*k).is_some_and(|v| !v.is_empty()))
         .map(|k| (k.to_string(), set.kmods.join(", "))))
 }
-
-/// NVIDIA's two DKMS kmod packages (proprietary, open).
-const DKMS_KMODS: [&str; 2] = ["kmod-nvidia-latest-dkms", "kmod-nvidia-open-dkms"];
 
 /// The driver family's package names in the installed local repo (its directory): what
 /// [`duplicates`] asks rpm about (in the run's one batched query).
@@ -174,7 +170,11 @@ fn behind(ctx: &Ctx<'_>, plan: &DriverPlan) -> Result<Vec<String>> {
         .filter_map(|f| RepoPackage::from_file_name(f))
         .filter(|p| &p.version == drv && in_family(&p.name))
         .filter(|p| !p.name.starts_with("kmod-nvidia"))
-        .filter(|p| !["nvidia-open", "cuda-drivers"].contains(&p.name.as_str()))
+        .filter(|p| {
+            ![ModuleFlavour::Open, ModuleFlavour::Proprietary]
+                .iter()
+                .any(|f| meta_package(*f) == p.name)
+        })
         .map(|p| p.name)
         .collect();
     let refs: Vec<&str> = in_repo.iter().map(String::as_str).collect();

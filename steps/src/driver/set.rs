@@ -87,19 +87,29 @@ pub fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
     }
 }
 
+/// NVIDIA's meta package of a kernel module flavour (the `full` set): `nvidia-open` (it
+/// requires the open kmod) or `cuda-drivers`.
+pub(crate) fn meta_package(flavour: ModuleFlavour) -> &'static str {
+    match flavour {
+        ModuleFlavour::Open => "nvidia-open",
+        ModuleFlavour::Proprietary => "cuda-drivers",
+    }
+}
+
+/// NVIDIA's DKMS kmod packages, of both flavours.
+pub(crate) fn dkms_kmods() -> impl Iterator<Item = &'static str> {
+    [StreamKind::Dkms, StreamKind::Open]
+        .into_iter()
+        .filter_map(StreamKind::dkms_package)
+}
+
 /// The packages of the plan's package set besides the kmods, that must be at the driver's
 /// version: `nvidia-driver` (module, full), the meta package (full), `nvidia-driver-cuda`
 /// (compute-only).
 pub fn set_packages(plan: &DriverPlan) -> Vec<&'static str> {
     match plan.install {
         InstallSet::Module => vec!["nvidia-driver"],
-        InstallSet::Full => vec![
-            "nvidia-driver",
-            match plan.choice.flavour {
-                ModuleFlavour::Open => "nvidia-open",
-                ModuleFlavour::Proprietary => "cuda-drivers",
-            },
-        ],
+        InstallSet::Full => vec!["nvidia-driver", meta_package(plan.choice.flavour)],
         InstallSet::ComputeOnly => vec!["nvidia-driver-cuda"],
     }
 }
