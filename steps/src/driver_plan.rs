@@ -35,7 +35,7 @@ pub struct DriverPlan {
     /// A branch newer than gpuhost's branch table: the rule it was checked by (a warning).
     pub newer_branch: Option<String>,
     /// IMEX wanted, and why (the profile's `driver.imex`, or the GPUs on PCI).
-    pub imex: (bool, String),
+    pub imex: ImexChoice,
 }
 
 impl DriverPlan {
@@ -117,7 +117,7 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
         }
     }
     let imex = imex_choice(spec.imex, &facts.gpus);
-    if imex.0 {
+    if imex.on {
         // Refuses a driver without IMEX.
         gpuhost_nvidia::hgx::extras(gpuhost_nvidia::hgx::Topology::default(), &repo.driver, true)?;
     }
@@ -133,14 +133,24 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
     }))
 }
 
+/// IMEX wanted or not, and why (for `plan`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImexChoice {
+    pub on: bool,
+    pub why: String,
+}
+
 /// Whether IMEX is wanted, and why. Unset in the profile: on for a Grace Blackwell superchip
 /// (GB200, GB300) on PCI — an NVL72 compute tray, whose GPUs share memory across trays over
 /// NVLink through the IMEX daemon (NVIDIA IMEX guide; NVIDIA's GB200 node images and the
 /// clouds' run `nvidia-imex.service` and no Fabric Manager there, which runs on the NVLink
 /// switch trays) — off otherwise (a GH200 is one node: neither).
-fn imex_choice(setting: Option<bool>, gpus: &[gpuhost_host::facts::PciDevice]) -> (bool, String) {
+fn imex_choice(setting: Option<bool>, gpus: &[gpuhost_host::facts::PciDevice]) -> ImexChoice {
     if let Some(on) = setting {
-        return (on, format!("driver.imex = {on}"));
+        return ImexChoice {
+            on,
+            why: format!("driver.imex = {on}"),
+        };
     }
     let tray = gpus.iter().find_map(|g| {
         g.kind
@@ -149,14 +159,15 @@ fn imex_choice(setting: Option<bool>, gpus: &[gpuhost_host::facts::PciDevice]) -
             .map(|k| format!("{} at {}", k.describe(), g.address))
     });
     match tray {
-        Some(gpu) => (
-            true,
-            format!("{gpu}: an NVL72 compute tray runs IMEX for multi-node NVLink (set driver.imex = false to leave it out)"),
-        ),
-        None => (
-            false,
-            "no Grace Blackwell superchip on PCI: IMEX only when driver.imex = true".to_string(),
-        ),
+        Some(gpu) => ImexChoice {
+            on: true,
+            why: format!("{gpu}: an NVL72 compute tray runs IMEX for multi-node NVLink (set driver.imex = false to leave it out)"),
+        },
+        None => ImexChoice {
+            on: false,
+            why: "no Grace Blackwell superchip on PCI: IMEX only when driver.imex = true"
+                .to_string(),
+        },
     }
 }
 
@@ -193,14 +204,14 @@ mod tests {
     #[test]
     fn imex_is_on_for_grace_blackwell_trays_only_unless_the_profile_says() {
         let gb200 = facts_with("2941");
-        let (on, why) = imex_choice(None, &gb200);
+        let ImexChoice { on, why } = imex_choice(None, &gb200);
         assert!(
             on && why.contains("GB200") && why.contains("NVL72"),
             "{why}"
         );
-        assert!(!imex_choice(Some(false), &gb200).0, "the profile decides");
-        assert!(!imex_choice(None, &facts_with("2342")).0, "GH200: no IMEX");
-        assert!(!imex_choice(None, &facts_with("2335")).0, "H200: no IMEX");
-        assert!(imex_choice(Some(true), &facts_with("2335")).0);
+        assert!(!imex_choice(Some(false), &gb200).on, "the profile decides");
+        assert!(!imex_choice(None, &facts_with("2342")).on, "GH200: no IMEX");
+        assert!(!imex_choice(None, &facts_with("2335")).on, "H200: no IMEX");
+        assert!(imex_choice(Some(true), &facts_with("2335")).on);
     }
 }

@@ -5,7 +5,7 @@
 //! - on NVLink-5 systems (HGX B200, GB200: an InfiniBand device whose VPD says `SW_MNG`), the
 //!   NVLink subnet manager `nvlsm` with `infiniband-diags`, and `ib_umad` loaded at every boot
 //!   (`/etc/modules-load.d/`): Fabric Manager's start waits for it;
-//! - with `driver.imex = true`, IMEX (`nvidia-imex`, `nvidia-imex-<branch>` in R550–R579) at
+//! - when the plan wants it (`driver.imex`, unset: on for a Grace Blackwell tray), IMEX (`nvidia-imex`, `nvidia-imex-<branch>` in R550–R579) at
 //!   the driver's version.
 //!
 //! Every NVIDIA package of these is locked like Fabric Manager: an `excludepkgs` entry in
@@ -71,7 +71,7 @@ fn packages(ctx: &Ctx<'_>, extras: &[Extra], check: &mut Check) -> Result<()> {
         specs.push(e.spec());
         // IMEX: the choice and its source (the profile, or the GPUs on PCI).
         let because = if e.name.starts_with("nvidia-imex") {
-            plan(ctx)?.imex.1.clone()
+            plan(ctx)?.imex.why.clone()
         } else {
             e.why.to_string()
         };
@@ -207,10 +207,10 @@ impl Step for HgxExtras {
                 .as_ref()
                 .map(|p| p.imex.clone())
                 .unwrap_or_default();
-            (!ctx.facts.topology().has_nvswitches() && !imex.0).then(|| {
+            (!ctx.facts.topology().has_nvswitches() && !imex.on).then(|| {
                 format!(
                     "no NVSwitch on this host, no IMEX ({}): nothing beyond the driver",
-                    imex.1
+                    imex.why
                 )
             })
         })

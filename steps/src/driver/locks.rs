@@ -17,7 +17,7 @@ pub fn wanted(ctx: &Ctx<'_>) -> Result<Vec<Extra>> {
     let Ok(p) = plan(ctx) else {
         return Ok(Vec::new());
     };
-    hgx::extras(ctx.facts.topology(), &p.repo.driver, p.imex.0)
+    hgx::extras(ctx.facts.topology(), &p.repo.driver, p.imex.on)
 }
 
 /// True when dnf.conf locks a package gpuhost locks for this driver (Fabric Manager, NSCQ,
