@@ -288,6 +288,9 @@ pub fn run_steps(
         space_preflight(ctx, &run)?;
         prepare(ctx, &mut run);
         if !run.interrupt() {
+            download_ahead(ctx, &mut run);
+        }
+        if !run.interrupt() {
             transact(ctx, &mut run, true);
         }
         if !run.interrupt() {
@@ -627,6 +630,81 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
             }
             if let Some(first) = ids.first() {
                 run.failed(*first);
+            }
+        }
+    }
+}
+
+/// Before the first of two transactions, the second's packages downloaded
+/// ([`gpuhost_steps::ahead`]): when they cannot all be had, every step of both fails with that
+/// error and nothing is installed.
+fn download_ahead(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
+    let (first, second) = (members_of(run, true), members_of(run, false));
+    if first.is_empty() || second.is_empty() {
+        return;
+    }
+    let installs = |m: &[(usize, Change)]| -> Vec<Install> {
+        m.iter()
+            .filter_map(|(_, c)| match &c.work {
+                Work::Install(i) => Some(i.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let (a, b) = (installs(&first), installs(&second));
+    let start = Instant::now();
+    let result = gpuhost_steps::ahead::download(
+        ctx.host,
+        &a.iter().collect::<Vec<_>>(),
+        &b.iter().collect::<Vec<_>>(),
+    );
+    let records = cmd::take_records();
+    let mut ids: Vec<usize> = first.iter().chain(second.iter()).map(|(i, _)| *i).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if let Some(lead) = first.first().map(|(i, _)| *i) {
+        let slot = &mut run.slots[lead];
+        slot.commands.extend(records);
+        slot.elapsed += start.elapsed();
+    }
+    match result {
+        Ok(()) => {}
+        Err(e) if gpuhost_host::interrupt::is_interrupted(&e) => {
+            for i in &ids {
+                run.slots[*i].not_run(&format!("{e:#}"), gpuhost_host::interrupt::received());
+            }
+        }
+        Err(e) => {
+            // The steps whose packages dnf named fail with its words (all of them when it named
+            // none); the rest do not run.
+            let text = format!("{e:#}");
+            let mut blamed: Vec<usize> = first
+                .iter()
+                .chain(second.iter())
+                .filter(|(_, c)| matches!(&c.work, Work::Install(inst) if gpuhost_steps::work::implicated(&text, inst)))
+                .map(|(i, _)| *i)
+                .collect();
+            blamed.sort_unstable();
+            blamed.dedup();
+            if blamed.is_empty() {
+                blamed.clone_from(&ids);
+            }
+            let names: Vec<&str> = blamed.iter().map(|i| run.slots[*i].id()).collect();
+            let why = format!(
+                "the packages of this converge could not all be downloaded before its first change (see {}); nothing was installed",
+                names.join(", ")
+            );
+            for i in &ids {
+                if blamed.contains(i) {
+                    run.slots[*i].fail(anyhow!("{e:#}"));
+                } else {
+                    run.slots[*i].not_run(&why, None);
+                }
+            }
+            // Nothing after the first member runs: the packages were what it would work on.
+            if let (Some(&at), Some(&culprit)) = (ids.first(), blamed.first()) {
+                let id = run.slots[culprit].id().to_string();
+                run.stop_at(at, id);
             }
         }
     }

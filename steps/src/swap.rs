@@ -120,6 +120,18 @@ pub fn remove_left_scratch(host: &Host) -> Result<()> {
 }
 
 fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
+    // The new local repo package is read from a copy on the root's disk: the file can be on a
+    // mirror that goes away while the transaction runs ([`gpuhost_host::stage`]).
+    let staged = s
+        .repo_rpm
+        .as_deref()
+        .map(|rpm| gpuhost_host::stage::copy_in(host, Path::new(rpm)))
+        .transpose()?;
+    let copied = DriverSwap {
+        repo_rpm: staged.as_ref().map(|c| c.path().display().to_string()),
+        ..s.clone()
+    };
+    let s = &copied;
     let script = scratch.join("swap.dnf");
     host.write_atomic(
         format!("{SCRATCH}/swap.dnf"),
