@@ -821,11 +821,46 @@ mod tests {
         assert!(argv.contains(&format!("--installroot={root}")));
         assert!(argv.contains(&format!("--setopt=reposdir={root}/etc/yum.repos.d")));
         assert!(argv.contains(&"--releasever=8".to_string()));
+        // A file:// mirror is read through a mirror list of the same URL, in the root: dnf
+        // copies and checks its packages before the rpm transaction.
+        let list = format!("{root}/var/cache/gpuhost/mirrors/ol8_baseos_latest.list");
+        assert!(argv.contains(&"--setopt=ol8_baseos_latest.baseurl=".to_string()));
         assert!(argv.contains(&format!(
-            "--setopt=ol8_baseos_latest.baseurl=file://{root}/srv/repos/ol8_baseos_latest"
+            "--setopt=ol8_baseos_latest.mirrorlist=file://{list}"
         )));
+        assert_eq!(
+            std::fs::read_to_string(&list)?,
+            format!("file://{root}/srv/repos/ol8_baseos_latest\n")
+        );
         assert!(!argv.iter().any(|a| a.contains("web.baseurl")));
+        assert!(!argv.iter().any(|a| a.contains("web.mirrorlist")));
+        // NVIDIA's local repo, unpacked on the root's disk by its package, stays as it is.
+        std::fs::write(
+            dir.path()
+                .join("etc/yum.repos.d/cuda-rhel8-12-2-local.repo"),
+            "[cuda-rhel8-12-2-local]\nbaseurl=file:///var/cuda-repo-rhel8-12-2-local\n",
+        )?;
+        let argv = host.dnf()?.argv();
+        assert!(argv.contains(&format!(
+            "--setopt=cuda-rhel8-12-2-local.baseurl=file://{root}/var/cuda-repo-rhel8-12-2-local"
+        )));
+        assert!(!argv
+            .iter()
+            .any(|a| a.contains("cuda-rhel8-12-2-local.mirrorlist")));
         Ok(())
+    }
+
+    #[test]
+    fn file_mirrors_are_the_file_baseurls_without_a_list_and_not_nvidias_local_repo() {
+        let text = "[a]\nbaseurl=file:///m/a\n[b]\nbaseurl=file:///m/b\nmirrorlist=http://x/list\n[c]\nbaseurl=https://x/c\n[d]\nbaseurl=file:///m/d1 file:///m/d2\n[e]\nbaseurl=file:///var/nvidia-driver-local-repo-rhel10-580.126.09\n[f]\nbaseurl=file:///m/f, https://x/f\n";
+        assert_eq!(
+            file_mirrors(text),
+            vec![("a", vec!["/m/a"]), ("d", vec!["/m/d1", "/m/d2"])]
+        );
+        assert!(local_repo_dir("/var/cuda-repo-rhel9-13-0-local/"));
+        assert!(!local_repo_dir("/var/cuda-repo-rhel9-13-0-local/sub"));
+        assert!(!local_repo_dir("/srv/cuda-repo-rhel9-13-0-local"));
+        assert!(!local_repo_dir("/var/cuda-repo-rhel9-13-0"));
     }
 
     /// rpm and dnf are told where the root's database is, whatever the build host's rpm

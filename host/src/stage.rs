@@ -43,6 +43,10 @@ impl Drop for Staged {
         if let Err(e) = self.host.remove_file(&self.inside) {
             tracing::warn!("could not remove the copy {}: {e:#}", self.real.display());
         }
+        // The folder goes with the last copy: a run leaves the root as it found it.
+        if self.host.list_dir(PACKAGES).is_ok_and(|l| l.is_empty()) {
+            let _ = self.host.remove_tree(PACKAGES);
+        }
     }
 }
 
@@ -56,7 +60,7 @@ pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
         .ok_or_else(|| anyhow::anyhow!("{} is not a package file name", file.display()))?;
     host.create_dir_all(PACKAGES)?;
     let inside = format!("{PACKAGES}/{name}");
-    let part = format!("{PACKAGES}/.{name}.part");
+    // Made before the copy: whatever goes wrong from here, dropping it removes what was copied.
     let staged = Staged {
         host: host.clone(),
         real: host.real_path(PACKAGES)?.join(name),
@@ -73,7 +77,7 @@ pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
     };
     let mut src = std::fs::File::open(file).map_err(|e| lost(&e))?;
     let size = src.metadata().map_err(|e| lost(&e))?.len();
-    let mut out = host.open_rw_create(&part, 0o600)?;
+    let mut out = host.open_rw_create(&staged.inside, 0o600)?;
     out.set_len(0)?;
     let mut buf = vec![0u8; 1 << 20];
     let mut copied = 0u64;
@@ -83,18 +87,14 @@ pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
             break;
         }
         out.write_all(&buf[..n])
-            .with_context(|| format!("writing {}", host.path(&part).display()))?;
+            .with_context(|| format!("writing {}", staged.real.display()))?;
         copied += n as u64;
     }
     out.sync_all()?;
     drop(out);
-    let real_part = host.real_path(&part)?;
     if copied != size {
-        let _ = host.remove_file(&part);
         return Err(lost(&format!("{copied} of its {size} bytes could be read")));
     }
-    std::fs::rename(&real_part, &staged.real)
-        .with_context(|| format!("renaming {}", real_part.display()))?;
     let out = host.rpm().arg("-Kv").arg(&staged.real).output()?;
     let faults = crate::rpm::checksig_faults(&out.stdout, &out.stderr, out.success());
     if !faults.is_empty() {

@@ -129,7 +129,8 @@ fn repo_options(host: &Host, tree: &Path) -> Result<Vec<String>> {
         let mut flush = |repo: &mut Option<(String, String)>, extra: &mut Vec<String>| {
             if let Some((id, path)) = repo.take() {
                 let inner = tree.join(path.trim_start_matches('/'));
-                if inner.join("repodata/repomd.xml").is_file() {
+                let repomd = format!("{SCRATCH}/tree{path}/repodata/repomd.xml");
+                if host.kind(repomd) == Some(gpuhost_host::rootfs::Kind::File) {
                     out.push(format!("--repofrompath={id},{}", file_url(&inner)));
                     out.append(extra);
                 }
