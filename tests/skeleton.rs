@@ -627,16 +627,33 @@ fn a_fresh_host_takes_two_dnf_transactions() {
     let (o, execs) = root.gpuhost_traced(&args);
     let rep = report(&o);
     assert_eq!(code(&o), 0, "{rep:#}");
+    // Two transactions, and before the first one the second one's packages downloaded
+    // (`--downloadonly shell`, which writes nothing: issue 34, item 1).
     let dnf = dnf_commands(&rep);
-    assert_eq!(dnf.len(), 2, "{dnf:#?}");
-    let local = vec!["install".to_string(), rpm.display().to_string()];
+    assert_eq!(dnf.len(), 3, "{dnf:#?}");
+    assert_eq!(
+        dnf[0].first().map(String::as_str),
+        Some("shell"),
+        "{dnf:#?}"
+    );
+    assert!(
+        rep.to_string().contains("--downloadonly"),
+        "the download before the first transaction: {dnf:#?}"
+    );
+    // The local repo package from its checked copy on the root's disk.
+    let copy = root.join(&format!(
+        "/var/cache/gpuhost/packages/{}",
+        world::CUDA_LOCAL_EL8_12_2
+    ));
+    let local = vec!["install".to_string(), copy.display().to_string()];
     assert!(
         dnf.contains(&local),
         "the local repo package in a transaction of its own: {dnf:#?}"
     );
+    assert!(!copy.exists(), "the copy is removed after the transaction");
     let second = dnf
         .iter()
-        .find(|c| **c != local)
+        .find(|c| **c != local && c.first().map(String::as_str) == Some("install"))
         .map(|c| c.join(" "))
         .unwrap_or_default();
     for needle in [
@@ -654,7 +671,7 @@ fn a_fresh_host_takes_two_dnf_transactions() {
     }
     if let Some(execs) = execs {
         let n = execs.iter().filter(|p| p.starts_with("dnf")).count();
-        assert_eq!(n, 2, "dnf processes: {execs:?}");
+        assert_eq!(n, 3, "dnf processes: {execs:?}");
     }
     // Outcomes per step as before: each step that had work says what it changed.
     for id in [

@@ -560,6 +560,11 @@ fn prepare(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
             let r = carry(ctx, slot, &change, &label);
             slot.account(start);
             if let Err(e) = r {
+                // Refused before it changed anything (a swap that would erase a package the
+                // profile does not name): invalid input, as a check's refusal is.
+                if gpuhost_host::error::is_invalid(&e) {
+                    run.invalid_input = true;
+                }
                 slot.fail(e);
                 run.failed(i);
                 break;
@@ -659,55 +664,78 @@ fn download_ahead(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
         &b.iter().collect::<Vec<_>>(),
     );
     let records = cmd::take_records();
-    let mut ids: Vec<usize> = first.iter().chain(second.iter()).map(|(i, _)| *i).collect();
+    let members: Vec<(usize, Change)> = first.into_iter().chain(second).collect();
+    let mut ids: Vec<usize> = members.iter().map(|(i, _)| *i).collect();
     ids.sort_unstable();
     ids.dedup();
-    if let Some(lead) = first.first().map(|(i, _)| *i) {
+    if let Some(&lead) = ids.first() {
         let slot = &mut run.slots[lead];
         slot.commands.extend(records);
         slot.elapsed += start.elapsed();
     }
     match result {
-        Ok(()) => {}
+        Ok(None) => {}
+        // dnf could not have every package before the first write: as a failed transaction,
+        // with nothing installed.
+        Ok(Some(failure)) => {
+            let text = failure.text();
+            let named = members.iter().any(|(_, c)| {
+                matches!(&c.work, Work::Install(i) if gpuhost_steps::work::implicated(&text, i))
+            });
+            if named {
+                dnf_failed(ctx, run, &members, &ids, &failure, None);
+            } else {
+                not_downloaded(run, &ids, &failure);
+            }
+        }
         Err(e) if gpuhost_host::interrupt::is_interrupted(&e) => {
             for i in &ids {
                 run.slots[*i].not_run(&format!("{e:#}"), gpuhost_host::interrupt::received());
             }
         }
         Err(e) => {
-            // The steps whose packages dnf named fail with its words (all of them when it named
-            // none); the rest do not run.
-            let text = format!("{e:#}");
-            let mut blamed: Vec<usize> = first
-                .iter()
-                .chain(second.iter())
-                .filter(|(_, c)| matches!(&c.work, Work::Install(inst) if gpuhost_steps::work::implicated(&text, inst)))
-                .map(|(i, _)| *i)
-                .collect();
-            blamed.sort_unstable();
-            blamed.dedup();
-            if blamed.is_empty() {
-                blamed.clone_from(&ids);
-            }
-            let names: Vec<&str> = blamed.iter().map(|i| run.slots[*i].id()).collect();
-            let why = format!(
-                "the packages of this converge could not all be downloaded before its first change (see {}); nothing was installed",
-                names.join(", ")
-            );
             for i in &ids {
-                if blamed.contains(i) {
-                    run.slots[*i].fail(anyhow!("{e:#}"));
-                } else {
-                    run.slots[*i].not_run(&why, None);
-                }
+                run.slots[*i].fail(anyhow!("{e:#}"));
             }
-            // Nothing after the first member runs: the packages were what it would work on.
-            if let (Some(&at), Some(&culprit)) = (ids.first(), blamed.first()) {
-                let id = run.slots[culprit].id().to_string();
-                run.stop_at(at, id);
+            if let Some(&first) = ids.first() {
+                run.failed(first);
             }
         }
     }
+}
+
+/// The download before the first transaction failed on none of its packages in particular (a
+/// mirror whose metadata cannot be read): the first of the steps fails, saying so in dnf's
+/// words, and the others do not run; nothing was installed.
+fn not_downloaded(run: &mut Run<'_>, ids: &[usize], failure: &DnfFailure) {
+    let Some(&lead) = ids.first() else {
+        return;
+    };
+    let mut said: Vec<&str> = failure
+        .out
+        .stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    said.dedup();
+    said.truncate(6);
+    run.slots[lead].fail(gpuhost_host::error::hinted(
+        format!(
+            "the packages of this converge could not all be downloaded before its first change, so nothing was installed: {}",
+            said.join(" | ")
+        ),
+        "check that every enabled repo's mirror is reachable (an NFS export mounted, a sync finished), then run gpuhost again",
+    ));
+    let why = format!(
+        "the packages of this converge could not all be downloaded (see {})",
+        run.slots[lead].id()
+    );
+    for i in ids.iter().filter(|i| **i != lead) {
+        run.slots[*i].not_run(&why, None);
+    }
+    let id = run.slots[lead].id().to_string();
+    run.stop_at(lead, id);
 }
 
 /// The package work of one kind (the packages that bring a repo, or the rest) of every open

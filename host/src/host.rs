@@ -576,9 +576,9 @@ impl Host {
     /// inside the transaction (an NFS hiccup, an unmount, a sync that swaps the directory)
     /// stops it half-way; a repo given by a mirror list is not local to dnf, whatever the
     /// list's URLs are. So each such repo's `baseurl` becomes a mirror list of the same URLs,
-    /// kept in [`MIRROR_LISTS`] in the root (a fixed path: dnf names its cache by it), and its
-    /// metadata is checked on every run as a local repo's is (`metadata_expire=0`: the
-    /// mirror's `repomd.xml` is compared, nothing else is read when it is unchanged).
+    /// kept in [`MIRROR_LISTS`] in the root (a fixed path: dnf names its cache by it). Its
+    /// metadata is then cached as an http mirror's is (`metadata_expire`), and refreshed
+    /// before a package is called absent, as for any repo (`Ctx::refresh_metadata`).
     ///
     /// The repo of NVIDIA's local repo package ([`local_repo_dir`]) is already on the root's
     /// own disk, unpacked by that package: it is left as it is.
@@ -618,7 +618,6 @@ impl Host {
                     "--setopt={id}.mirrorlist={}",
                     file_url(&self.real_path(&list)?)
                 ));
-                out.push(format!("--setopt={id}.metadata_expire=0"));
             }
         }
         Ok(out)
@@ -690,7 +689,7 @@ pub const TOOL_DIRS: &[&str] = &[
     "/var/cache/gpuhost/driver-swap",
     "/var/cache/gpuhost/download",
     MIRROR_LISTS,
-    crate::stage::PACKAGES,
+    "/var/cache/gpuhost/packages",
 ];
 
 /// Where the mirror lists of `file://` repos are kept, in the root ([`Host::dnf`]).

@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 use crate::error::hinted;
 use crate::host::Host;
 
-/// Where the copies are made, in the root.
+/// Where the copies are made, in the root (one of `host::TOOL_DIRS`).
 pub const PACKAGES: &str = "/var/cache/gpuhost/packages";
 
 /// A package file copied into [`PACKAGES`]; removed when dropped.

@@ -20,14 +20,20 @@ use gpuhost_host::cmd::Cmd;
 use gpuhost_host::error::hinted;
 use gpuhost_host::host::{file_url, local_repo_dir, repo_entries, Host};
 
+use crate::step::DnfFailure;
 use crate::work::Install;
 
 /// The scratch directory inside the root (removed when done, and by every apply's start).
 pub const SCRATCH: &str = "/var/cache/gpuhost/download";
 
-/// Download the packages of `second` before `first` runs (see the module doc). An error says
-/// what could not be had; nothing was installed then.
-pub fn download(host: &Host, first: &[&Install], second: &[&Install]) -> Result<()> {
+/// Download the packages of `second` before `first` runs (see the module doc). `Some` when dnf
+/// could not have them all: its command and what it said, as a failed transaction's (nothing
+/// was installed then); an error when the local repo package could not be read.
+pub fn download(
+    host: &Host,
+    first: &[&Install],
+    second: &[&Install],
+) -> Result<Option<DnfFailure>> {
     let files: Vec<&str> = first
         .iter()
         .flat_map(|i| i.specs.iter())
@@ -35,7 +41,7 @@ pub fn download(host: &Host, first: &[&Install], second: &[&Install]) -> Result<
         .filter(|s| crate::work::is_package_file(s))
         .collect();
     if files.is_empty() || second.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     host.remove_tree(SCRATCH)?;
     host.create_dir_all(format!("{SCRATCH}/tree"))?;
@@ -51,7 +57,7 @@ pub fn remove_left(host: &Host) -> Result<()> {
     host.remove_tree(SCRATCH).map(drop)
 }
 
-fn download_in(host: &Host, files: &[&str], second: &[&Install]) -> Result<()> {
+fn download_in(host: &Host, files: &[&str], second: &[&Install]) -> Result<Option<DnfFailure>> {
     let scratch = host.real_path(SCRATCH)?;
     let tree = scratch.join("tree");
     for f in files {
@@ -68,26 +74,20 @@ fn download_in(host: &Host, files: &[&str], second: &[&Install]) -> Result<()> {
         cmd = cmd.arg("--disableexcludes=main");
     }
     let cmd = cmd.arg("shell").arg(scratch.join("download.dnf"));
-    let out = cmd.output()?;
-    // `dnf shell` goes on after an error and exits 0; with `--quiet` it prints nothing else
-    // than what went wrong.
-    let mut said: Vec<&str> = out
+    let mut out = cmd.output()?;
+    // `dnf shell` goes on after an error and exits 0: its `Error` lines say.
+    let failed = out
         .stderr
         .lines()
         .chain(out.stdout.lines())
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    said.dedup();
-    if out.success() && !said.iter().any(|l| l.starts_with("Error")) {
-        return Ok(());
+        .any(|l| l.trim_start().starts_with("Error"));
+    if out.success() && !failed {
+        return Ok(None);
     }
-    said.truncate(8);
-    let said = said.join(" | ");
-    Err(hinted(
-        format!("the packages of this converge could not all be downloaded before its first change, so nothing was installed: {said}"),
-        "check that every enabled repo's mirror is reachable (an NFS export mounted, a sync finished), then run gpuhost again",
-    ))
+    if out.success() {
+        out.code = Some(1);
+    }
+    Ok(Some(DnfFailure { cmd, out }))
 }
 
 /// `rpm2cpio FILE | cpio` of the package's repo files and `/var` (where NVIDIA's local repo

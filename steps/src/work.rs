@@ -188,6 +188,9 @@ impl fmt::Display for Work {
                     s.remove.join(" "),
                     specs.join(" ")
                 )?;
+                if !s.erases.is_empty() {
+                    write!(f, "; erasing {} (driver.allow_erase)", s.erases.join(", "))?;
+                }
                 match &s.module {
                     Some(m) => write!(f, "; then dnf module switch-to {m}"),
                     None => Ok(()),
