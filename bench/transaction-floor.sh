@@ -111,7 +111,15 @@ def typed(rep, a, b, rpm):
                     continue
                 new.append(x.replace(a, b))
             out.append(new)
-    return out
+    # In the order a person types them (the report lists a merged transaction under each of
+    # its steps): the local repo package, dnf's module state, the rest, DKMS, the units.
+    def rank(argv):
+        if argv[0] == "dnf":
+            if any(x.endswith(".rpm") for x in argv):
+                return 0
+            return 1 if "module" in argv else 2
+        return 3 if argv[0] == "unshare" else 4
+    return sorted(out, key=rank)
 
 def repos(b):
     """dnf's defaults: the root's file:// mirrors read in place (its repo files' baseurls,
@@ -145,9 +153,11 @@ def run_typed(cmds, b, rpm):
 def floor(rep, a, rpm):
     b = fresh("B")
     # What gpuhost's prepare phase wrote (repo files, DKMS's compiler override), untimed.
-    for d in ["etc/yum.repos.d", "etc/dkms"]:
-        if os.path.isdir(f"{a}/{d}"):
-            subprocess.run(["cp", "-a", f"{a}/{d}/.", f"{b}/{d}/"], check=True)
+    for f in ["etc/yum.repos.d/docker-ce.repo", "etc/yum.repos.d/nvidia-container-toolkit.repo"]:
+        if os.path.isfile(f"{a}/{f}"):
+            shutil.copy2(f"{a}/{f}", f"{b}/{f}")
+    if os.path.isdir(f"{a}/etc/dkms"):
+        subprocess.run(["cp", "-a", f"{a}/etc/dkms/.", f"{b}/etc/dkms/"], check=True)
     cmds = typed(rep, a, b, rpm)
     peak = Peak(b)
     total = run_typed(cmds, b, rpm)

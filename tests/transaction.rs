@@ -133,14 +133,18 @@ fn a_first_converge_loses_its_mirror(#[case] loss: Loss) {
                 before,
                 "something was installed: {rep:#}"
             );
-            // One step fails, naming what dnf could not have; the others do not run.
+            // The steps dnf names fail in its words (every step of the transaction when it
+            // names a repo none of them is from); the others do not run.
             let failed = failed_steps(&rep);
-            assert_eq!(failed.len(), 1, "{rep:#}");
             let want = match loss {
                 Loss::BeforeDownload => "ol9_appstream",
                 _ => "gcc-11",
             };
-            assert!(failed[0].contains(want), "{failed:#?}");
+            assert!(!failed.is_empty(), "{rep:#}");
+            assert!(failed.iter().all(|f| f.contains(want)), "{failed:#?}");
+            if let Loss::DuringDownload = loss {
+                assert_eq!(failed.len(), 1, "{failed:#?}");
+            }
             for s in rep["steps"].as_array().into_iter().flatten() {
                 assert!(
                     !["changed", "partial"].contains(&s["outcome"].as_str().unwrap_or_default()),

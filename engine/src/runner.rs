@@ -287,14 +287,25 @@ pub fn run_steps(
         // Before the first change: room for the driver and Docker installs the checks planned.
         space_preflight(ctx, &run)?;
         prepare(ctx, &mut run);
-        if !run.interrupt() {
-            download_ahead(ctx, &mut run);
-        }
-        if !run.interrupt() {
-            transact(ctx, &mut run, true);
-        }
-        if !run.interrupt() {
-            transact(ctx, &mut run, false);
+        // A first converge (the local repo package and the rest) is one transaction
+        // ([`gpuhost_steps::ahead`]); otherwise the package that brings a repo goes first.
+        let all: Vec<Install> = members_of(&run, None)
+            .into_iter()
+            .filter_map(|(_, c)| match c.work {
+                Work::Install(i) => Some(i),
+                _ => None,
+            })
+            .collect();
+        let merged = gpuhost_steps::ahead::merges(&all.iter().collect::<Vec<_>>());
+        let kinds: &[Option<bool>] = if merged {
+            &[None]
+        } else {
+            &[Some(true), Some(false)]
+        };
+        for kind in kinds {
+            if !run.interrupt() {
+                transact(ctx, &mut run, *kind);
+            }
         }
         if run.changed_something && !run.interrupt() {
             ctx.invalidate_rpm();
@@ -575,7 +586,7 @@ fn prepare(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
 
 /// Phase 2: one dnf transaction for every open step's package work of one kind (the packages
 /// that bring a repo first, then the rest).
-fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
+fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: Option<bool>) {
     let members = members_of(run, brings_repo);
     if members.is_empty() {
         return;
@@ -600,7 +611,11 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
         for o in installs.iter().filter_map(|i| i.owes.as_ref()) {
             ctx.owe(o)?;
         }
-        let which = if brings_repo { "first" } else { "second" };
+        let which = if brings_repo == Some(false) {
+            "second"
+        } else {
+            "first"
+        };
         failpoint(&format!("transaction-{which}:before"));
         let (cmd, out) = ctx.transaction(&installs)?;
         failpoint(&format!("transaction-{which}:after"));
@@ -640,107 +655,9 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
     }
 }
 
-/// Before the first of two transactions, the second's packages downloaded
-/// ([`gpuhost_steps::ahead`]): when they cannot all be had, every step of both fails with that
-/// error and nothing is installed.
-fn download_ahead(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
-    let (first, second) = (members_of(run, true), members_of(run, false));
-    if first.is_empty() || second.is_empty() {
-        return;
-    }
-    let installs = |m: &[(usize, Change)]| -> Vec<Install> {
-        m.iter()
-            .filter_map(|(_, c)| match &c.work {
-                Work::Install(i) => Some(i.clone()),
-                _ => None,
-            })
-            .collect()
-    };
-    let (a, b) = (installs(&first), installs(&second));
-    let start = Instant::now();
-    let result = gpuhost_steps::ahead::download(
-        ctx.host,
-        &a.iter().collect::<Vec<_>>(),
-        &b.iter().collect::<Vec<_>>(),
-    );
-    let records = cmd::take_records();
-    let members: Vec<(usize, Change)> = first.into_iter().chain(second).collect();
-    let mut ids: Vec<usize> = members.iter().map(|(i, _)| *i).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    if let Some(&lead) = ids.first() {
-        let slot = &mut run.slots[lead];
-        slot.commands.extend(records);
-        slot.elapsed += start.elapsed();
-    }
-    match result {
-        Ok(None) => {}
-        // dnf could not have every package before the first write: as a failed transaction,
-        // with nothing installed.
-        Ok(Some(failure)) => {
-            let text = failure.text();
-            let named = members.iter().any(|(_, c)| {
-                matches!(&c.work, Work::Install(i) if gpuhost_steps::work::implicated(&text, i))
-            });
-            if named {
-                dnf_failed(ctx, run, &members, &ids, &failure, None);
-            } else {
-                not_downloaded(run, &ids, &failure);
-            }
-        }
-        Err(e) if gpuhost_host::interrupt::is_interrupted(&e) => {
-            for i in &ids {
-                run.slots[*i].not_run(&format!("{e:#}"), gpuhost_host::interrupt::received());
-            }
-        }
-        Err(e) => {
-            for i in &ids {
-                run.slots[*i].fail(anyhow!("{e:#}"));
-            }
-            if let Some(&first) = ids.first() {
-                run.failed(first);
-            }
-        }
-    }
-}
-
-/// The download before the first transaction failed on none of its packages in particular (a
-/// mirror whose metadata cannot be read): the first of the steps fails, saying so in dnf's
-/// words, and the others do not run; nothing was installed.
-fn not_downloaded(run: &mut Run<'_>, ids: &[usize], failure: &DnfFailure) {
-    let Some(&lead) = ids.first() else {
-        return;
-    };
-    let mut said: Vec<&str> = failure
-        .out
-        .stderr
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    said.dedup();
-    said.truncate(6);
-    run.slots[lead].fail(gpuhost_host::error::hinted(
-        format!(
-            "the packages of this converge could not all be downloaded before its first change, so nothing was installed: {}",
-            said.join(" | ")
-        ),
-        "check that every enabled repo's mirror is reachable (an NFS export mounted, a sync finished), then run gpuhost again",
-    ));
-    let why = format!(
-        "the packages of this converge could not all be downloaded (see {})",
-        run.slots[lead].id()
-    );
-    for i in ids.iter().filter(|i| **i != lead) {
-        run.slots[*i].not_run(&why, None);
-    }
-    let id = run.slots[lead].id().to_string();
-    run.stop_at(lead, id);
-}
-
-/// The package work of one kind (the packages that bring a repo, or the rest) of every open
-/// step: (slot index, change).
-fn members_of(run: &Run<'_>, brings_repo: bool) -> Vec<(usize, Change)> {
+/// The package work of one kind (the packages that bring a repo, or the rest; `None`: all) of
+/// every open step: (slot index, change).
+fn members_of(run: &Run<'_>, brings_repo: Option<bool>) -> Vec<(usize, Change)> {
     let mut members = Vec::new();
     for (i, slot) in run.slots.iter().enumerate() {
         if !slot.open() || run.stopped_before(i).is_some() {
@@ -748,7 +665,7 @@ fn members_of(run: &Run<'_>, brings_repo: bool) -> Vec<(usize, Change)> {
         }
         for c in slot.first.iter().flat_map(|c| c.changes.iter()) {
             if let Work::Install(inst) = &c.work {
-                if inst.brings_repo == brings_repo {
+                if brings_repo.is_none_or(|b| inst.brings_repo == b) {
                     members.push((i, c.clone()));
                 }
             }
@@ -802,7 +719,7 @@ fn dnf_failed(
         .collect();
     if blamed.is_empty() {
         // dnf named none of them: a repo of another step's, else the transaction as a whole.
-        blamed = members_of(run, false)
+        blamed = members_of(run, Some(false))
             .into_iter()
             .filter(|(i, c)| !ids.contains(i) && implicated(c))
             .collect();

@@ -1,54 +1,64 @@
-//! A first converge's packages on local disk before its first write.
+//! A first converge in one transaction, every package on the root's disk before its first
+//! write.
 //!
-//! A first converge is two dnf transactions: NVIDIA's local repo package (which brings the repo
-//! the driver comes from), then everything else. dnf downloads and checks a transaction's
-//! packages before that transaction writes anything (for `file://` mirrors too:
-//! [`Host::dnf`]), but the second transaction's downloads would come after the first
-//! transaction's write: a mirror lost in between would leave the local repo package installed
-//! and nothing else. So before the first transaction, the second is resolved against the local
-//! repo as the package file carries it (its payload, extracted into [`SCRATCH`]) and its
-//! packages are downloaded into dnf's cache in the root (`dnf --downloadonly shell`, which
-//! writes nothing else: no package, no module state). The second transaction then takes them
-//! from there; the local repo's own packages are read from the root's disk, where the first
-//! transaction unpacks them.
+//! A first converge installs NVIDIA's local repo package, which brings the repo the driver comes
+//! from, and the packages that come from that repo and from the mirrors (headers, compiler,
+//! Docker, the toolkit). Two dnf transactions (the repo package, then the rest) would let a
+//! mirror lost between them leave the repo package installed and nothing else, and they load
+//! every repo's metadata twice. So it is one `dnf shell` transaction, as a driver swap is: the
+//! local repo package is copied onto the root's disk and checked ([`gpuhost_host::stage`]), its
+//! repo is read from the copy itself (its payload, unpacked into [`SCRATCH`]) under the repo id
+//! its `.repo` file gives, and the transaction installs the package and the rest together. dnf
+//! downloads and checks every package from the mirrors before the rpm transaction writes
+//! anything ([`Host::dnf`]); the local repo's own packages are read from the scratch copy, on
+//! the root's disk. `dnf shell` reports an error in a command and exits 0: its `Error` lines
+//! make it a failure.
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use gpuhost_host::cmd::Cmd;
+use gpuhost_host::cmd::{Cmd, CmdOutput};
 use gpuhost_host::error::hinted;
 use gpuhost_host::host::{file_url, local_repo_dir, repo_entries, Host};
 
-use crate::step::DnfFailure;
 use crate::work::Install;
 
 /// The scratch directory inside the root (removed when done, and by every apply's start).
 pub const SCRATCH: &str = "/var/cache/gpuhost/download";
 
-/// Download the packages of `second` before `first` runs (see the module doc). `Some` when dnf
-/// could not have them all: its command and what it said, as a failed transaction's (nothing
-/// was installed then); an error when the local repo package could not be read.
-pub fn download(
-    host: &Host,
-    first: &[&Install],
-    second: &[&Install],
-) -> Result<Option<DnfFailure>> {
-    let files: Vec<&str> = first
+/// True when `parts` are a first converge's two transactions' worth: a package file that brings
+/// a repo (NVIDIA's local repo package) and packages besides.
+pub fn merges(parts: &[&Install]) -> bool {
+    let brings = parts
         .iter()
+        .any(|i| i.brings_repo && i.specs.iter().any(|s| crate::work::is_package_file(s)));
+    brings && parts.iter().any(|i| !i.brings_repo)
+}
+
+/// The one transaction of `parts` ([`merges`]): its command and what dnf printed (see the module
+/// doc). An error when the local repo package cannot be copied or read, before any change.
+pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
+    let mut staged = Vec::new();
+    let mut files = Vec::new();
+    for spec in parts
+        .iter()
+        .filter(|i| i.brings_repo)
         .flat_map(|i| i.specs.iter())
-        .map(String::as_str)
-        .filter(|s| crate::work::is_package_file(s))
-        .collect();
-    if files.is_empty() || second.is_empty() {
-        return Ok(None);
+    {
+        if crate::work::is_package_file(spec) {
+            let copy = gpuhost_host::stage::copy_in(host, Path::new(spec))?;
+            files.push(copy.path().display().to_string());
+            staged.push(copy);
+        }
     }
     host.remove_tree(SCRATCH)?;
     host.create_dir_all(format!("{SCRATCH}/tree"))?;
-    let result = download_in(host, &files, second);
+    let result = transaction_in(host, &files, parts);
     if let Err(e) = host.remove_tree(SCRATCH) {
         tracing::warn!("could not remove {SCRATCH}: {e:#}");
     }
+    drop(staged);
     result
 }
 
@@ -57,37 +67,33 @@ pub fn remove_left(host: &Host) -> Result<()> {
     host.remove_tree(SCRATCH).map(drop)
 }
 
-fn download_in(host: &Host, files: &[&str], second: &[&Install]) -> Result<Option<DnfFailure>> {
+fn transaction_in(host: &Host, files: &[String], parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
     let scratch = host.real_path(SCRATCH)?;
     let tree = scratch.join("tree");
     for f in files {
         unpack(host, f, &scratch, &tree)?;
     }
     let options = repo_options(host, &tree)?;
-    let script = shell_script(second);
-    host.write_atomic(format!("{SCRATCH}/download.dnf"), script.as_bytes(), 0o600)?;
-    let mut cmd = host.dnf()?.arg("--downloadonly").args(options);
-    if second.iter().any(|i| i.allowerasing) {
+    let script = shell_script(files, parts);
+    host.write_atomic(format!("{SCRATCH}/converge.dnf"), script.as_bytes(), 0o600)?;
+    let mut cmd = host.dnf()?.args(options);
+    if parts.iter().any(|i| i.allowerasing) {
         cmd = cmd.arg("--allowerasing");
     }
-    if second.iter().any(|i| i.disable_excludes) {
+    if parts.iter().any(|i| i.disable_excludes) {
         cmd = cmd.arg("--disableexcludes=main");
     }
-    let cmd = cmd.arg("shell").arg(scratch.join("download.dnf"));
+    let cmd = cmd.arg("shell").arg(scratch.join("converge.dnf"));
     let mut out = cmd.output()?;
-    // `dnf shell` goes on after an error and exits 0: its `Error` lines say.
     let failed = out
         .stderr
         .lines()
         .chain(out.stdout.lines())
         .any(|l| l.trim_start().starts_with("Error"));
-    if out.success() && !failed {
-        return Ok(None);
-    }
-    if out.success() {
+    if failed && out.success() {
         out.code = Some(1);
     }
-    Ok(Some(DnfFailure { cmd, out }))
+    Ok((cmd, out))
 }
 
 /// `rpm2cpio FILE | cpio` of the package's repo files and `/var` (where NVIDIA's local repo
@@ -169,24 +175,29 @@ fn repo_options(host: &Host, tree: &Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// The `dnf shell` script: the streams enabled, the packages installed, one `run` (which only
-/// downloads: `--downloadonly`).
-fn shell_script(second: &[&Install]) -> String {
+/// The `dnf shell` script: the local repo package first (dnf takes a file only before other
+/// jobs; quoted: dnf splits lines as a shell does), the streams enabled, the packages and module
+/// profiles installed, one `run`.
+fn shell_script(files: &[String], parts: &[&Install]) -> String {
     let mut out = String::new();
-    let mut streams: Vec<&str> = second.iter().filter_map(|i| i.enable.as_deref()).collect();
+    for f in files {
+        out.push_str(&format!("install '{}'\n", f.replace('\'', r"'\''")));
+    }
+    let rest: Vec<&&Install> = parts.iter().filter(|i| !i.brings_repo).collect();
+    let mut streams: Vec<&str> = rest.iter().filter_map(|i| i.enable.as_deref()).collect();
     streams.sort_unstable();
     streams.dedup();
     for s in streams {
         out.push_str(&format!("module enable {s}\n"));
     }
     let mut words: Vec<String> = Vec::new();
-    for m in second.iter().filter_map(|i| i.module.as_ref()) {
+    for m in rest.iter().filter_map(|i| i.module.as_ref()) {
         let w = format!("@{m}");
         if !words.contains(&w) {
             words.push(w);
         }
     }
-    for s in second.iter().flat_map(|i| i.specs.iter()) {
+    for s in rest.iter().flat_map(|i| i.specs.iter()) {
         if !words.contains(s) {
             words.push(s.clone());
         }
