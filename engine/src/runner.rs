@@ -287,26 +287,7 @@ pub fn run_steps(
         // Before the first change: room for the driver and Docker installs the checks planned.
         space_preflight(ctx, &run)?;
         prepare(ctx, &mut run);
-        // A first converge (the local repo package and the rest) is one transaction
-        // ([`gpuhost_steps::ahead`]); otherwise the package that brings a repo goes first.
-        let all: Vec<Install> = members_of(&run, None)
-            .into_iter()
-            .filter_map(|(_, c)| match c.work {
-                Work::Install(i) => Some(i),
-                _ => None,
-            })
-            .collect();
-        let merged = gpuhost_steps::ahead::merges(&all.iter().collect::<Vec<_>>());
-        let kinds: &[Option<bool>] = if merged {
-            &[None]
-        } else {
-            &[Some(true), Some(false)]
-        };
-        for kind in kinds {
-            if !run.interrupt() {
-                transact(ctx, &mut run, *kind);
-            }
-        }
+        transactions(ctx, &mut run);
         if run.changed_something && !run.interrupt() {
             ctx.invalidate_rpm();
             prefetch(ctx, &run.slots, sel);
@@ -651,6 +632,29 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: Option<bool>) {
             if let Some(first) = ids.first() {
                 run.failed(*first);
             }
+        }
+    }
+}
+
+/// The package transactions: a first converge (NVIDIA's local repo package and the rest) is one
+/// ([`gpuhost_steps::ahead`]); otherwise the package that brings a repo goes first.
+fn transactions(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
+    let all: Vec<Install> = members_of(run, None)
+        .into_iter()
+        .filter_map(|(_, c)| match c.work {
+            Work::Install(i) => Some(i),
+            _ => None,
+        })
+        .collect();
+    let merged = gpuhost_steps::ahead::merges(&all.iter().collect::<Vec<_>>());
+    let kinds: &[Option<bool>] = if merged {
+        &[None]
+    } else {
+        &[Some(true), Some(false)]
+    };
+    for kind in kinds {
+        if !run.interrupt() {
+            transact(ctx, run, *kind);
         }
     }
 }

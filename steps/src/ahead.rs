@@ -125,6 +125,16 @@ fn unpack(host: &Host, file: &str, scratch: &Path, tree: &Path) -> Result<()> {
 /// `gpgcheck`/`gpgkey` as their `.repo` files say, keys read from the tree).
 fn repo_options(host: &Host, tree: &Path) -> Result<Vec<String>> {
     let dir = format!("{SCRATCH}/tree/etc/yum.repos.d");
+    let mut defined: Vec<String> = Vec::new();
+    for name in host.files_with_prefix("/etc/yum.repos.d", "") {
+        if let Some(text) = host.read_opt(format!("/etc/yum.repos.d/{name}"))? {
+            defined.extend(
+                repo_entries(&text)
+                    .into_iter()
+                    .map(|(id, _, _)| id.to_string()),
+            );
+        }
+    }
     let mut out = Vec::new();
     for name in host.list_dir(&dir).unwrap_or_default() {
         let Some(text) = host.read_opt(format!("{dir}/{name}"))? else {
@@ -137,7 +147,13 @@ fn repo_options(host: &Host, tree: &Path) -> Result<Vec<String>> {
                 let inner = tree.join(path.trim_start_matches('/'));
                 let repomd = format!("{SCRATCH}/tree{path}/repodata/repomd.xml");
                 if host.kind(repomd) == Some(gpuhost_host::rootfs::Kind::File) {
-                    out.push(format!("--repofrompath={id},{}", file_url(&inner)));
+                    // A repo of that id the root defines already (its `.repo` file left by a
+                    // run stopped mid-way) is pointed at the copy; dnf refuses a second one.
+                    if defined.contains(&id) {
+                        out.push(format!("--setopt={id}.baseurl={}", file_url(&inner)));
+                    } else {
+                        out.push(format!("--repofrompath={id},{}", file_url(&inner)));
+                    }
                     out.append(extra);
                 }
             }

@@ -173,13 +173,22 @@ impl<'a> Ctx<'a> {
     /// One dnf transaction for these parts ([`crate::work::transaction`]); when dnf found no
     /// package for an argument, made once more on metadata refreshed in this run
     /// ([`Ctx::refresh_metadata`]), so that what the mirror has now decides.
+    /// A first converge (NVIDIA's local repo package and packages besides) is one transaction
+    /// ([`crate::ahead`]).
     pub fn transaction(&self, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
-        let (cmd, out) = crate::work::transaction(self.host, parts)?;
+        let once = || {
+            if crate::ahead::merges(parts) {
+                crate::ahead::transaction(self.host, parts)
+            } else {
+                crate::work::transaction(self.host, parts)
+            }
+        };
+        let (cmd, out) = once()?;
         let failure = DnfFailure { cmd, out };
         if failure.out.success() || !failure.finds_nothing() || !self.refresh_metadata() {
             return Ok((failure.cmd, failure.out));
         }
-        crate::work::transaction(self.host, parts)
+        once()
     }
 
     /// The error for a package spec that no enabled repo carries (on metadata refreshed in this

@@ -312,13 +312,8 @@ pub(crate) fn enable_command(host: &Host, parts: &[&Install]) -> Result<Option<C
 /// Every package file the parts name by path (NVIDIA's local repo package) is copied onto the
 /// root's disk and checked first ([`gpuhost_host::stage`]), and the transaction installs the
 /// copy; packages from repos are copied and checked by dnf before its first write
-/// ([`Host::dnf`]). A file that cannot be copied whole is an error before any change. The
-/// local repo package with packages besides is one transaction ([`crate::ahead`]).
+/// ([`Host::dnf`]). A file that cannot be copied whole is an error before any change.
 pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
-    // A first converge: the local repo package and the rest in one transaction.
-    if crate::ahead::merges(parts) {
-        return crate::ahead::transaction(host, parts);
-    }
     let mut staged = Vec::new();
     let mut local: Vec<Install> = Vec::new();
     for part in parts {
