@@ -954,14 +954,9 @@ fn fabric_where(nvswitch: bool) -> &'static str {
     }
 }
 
+/// The registration's state: completed (judged by [`fabric_completed`]), not started, in
+/// progress.
 fn fabric_registration(f: &Fabric, index: u32, nvswitch: bool) -> Verdict {
-    let FabricHealth {
-        degraded,
-        route_recovery,
-        route_unhealthy,
-        timeout_recovery,
-        config,
-    } = FabricHealth::of(f.health_mask);
     let fm_log = fabric_where(nvswitch);
     let start = if nvswitch {
         "start it (`systemctl enable --now nvidia-fabricmanager`)"
@@ -969,57 +964,7 @@ fn fabric_registration(f: &Fabric, index: u32, nvswitch: bool) -> Verdict {
         "the switch trays must add this GPU to an NVLink partition"
     };
     match f.state {
-        3 if f.status != 0 => {
-            let name = match nvml_wrapper::error::nvml_try(f.status) {
-                Ok(()) => String::new(),
-                Err(e) => format!(": {}", error_name(&e)),
-            };
-            (
-                Severity::Critical,
-                format!(
-                    "fabric registration completed with a failure (NVML status {}{name})",
-                    f.status
-                ),
-                Some(format!(
-                    "{fm_log}; restart it, then reset GPU {index} (`nvidia-smi -r -i {index}`) or reboot"
-                )),
-            )
-        }
-        3 if route_unhealthy || config.is_some() => (
-            Severity::Critical,
-            format!(
-                "fabric registered but {}",
-                config.unwrap_or("its route is unhealthy")
-            ),
-            Some(format!(
-                "{fm_log}; see the NVSwitch links; drain and reboot"
-            )),
-        ),
-        3 if degraded || route_recovery || timeout_recovery => {
-            let mut what = Vec::new();
-            if degraded {
-                what.push("bandwidth degraded");
-            }
-            if route_recovery {
-                what.push("route recovery in progress");
-            }
-            if timeout_recovery {
-                what.push("access-timeout recovery in progress");
-            }
-            (
-                Severity::Warning,
-                format!("fabric registered; {}", what.join(", ")),
-                Some(format!("check the NVSwitch links; {fm_log}")),
-            )
-        }
-        3 => (
-            Severity::Ok,
-            format!(
-                "fabric registered (state completed, status success, clique {})",
-                f.clique_id
-            ),
-            None,
-        ),
+        3 => fabric_completed(f, index, fm_log),
         1 => (
             Severity::Critical,
             "fabric registration not started".into(),
@@ -1036,6 +981,68 @@ fn fabric_registration(f: &Fabric, index: u32, nvswitch: bool) -> Verdict {
         ),
         x => (Severity::Unknown, format!("fabric state {x}"), None),
     }
+}
+
+/// A completed registration: its status, then its health mask.
+fn fabric_completed(f: &Fabric, index: u32, fm_log: &str) -> Verdict {
+    let FabricHealth {
+        degraded,
+        route_recovery,
+        route_unhealthy,
+        timeout_recovery,
+        config,
+    } = FabricHealth::of(f.health_mask);
+    if f.status != 0 {
+        let name = match nvml_wrapper::error::nvml_try(f.status) {
+            Ok(()) => String::new(),
+            Err(e) => format!(": {}", error_name(&e)),
+        };
+        return (
+            Severity::Critical,
+            format!(
+                "fabric registration completed with a failure (NVML status {}{name})",
+                f.status
+            ),
+            Some(format!(
+                "{fm_log}; restart it, then reset GPU {index} (`nvidia-smi -r -i {index}`) or reboot"
+            )),
+        );
+    }
+    if route_unhealthy || config.is_some() {
+        return (
+            Severity::Critical,
+            format!(
+                "fabric registered but {}",
+                config.unwrap_or("its route is unhealthy")
+            ),
+            Some(format!(
+                "{fm_log}; see the NVSwitch links; drain and reboot"
+            )),
+        );
+    }
+    let what: Vec<&str> = [
+        (degraded, "bandwidth degraded"),
+        (route_recovery, "route recovery in progress"),
+        (timeout_recovery, "access-timeout recovery in progress"),
+    ]
+    .into_iter()
+    .filter_map(|(on, w)| on.then_some(w))
+    .collect();
+    if !what.is_empty() {
+        return (
+            Severity::Warning,
+            format!("fabric registered; {}", what.join(", ")),
+            Some(format!("check the NVSwitch links; {fm_log}")),
+        );
+    }
+    (
+        Severity::Ok,
+        format!(
+            "fabric registered (state completed, status success, clique {})",
+            f.clique_id
+        ),
+        None,
+    )
 }
 
 /// NVML's error as a short name (`NotSupported`, `InsufficientResources`).
