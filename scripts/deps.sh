@@ -20,7 +20,7 @@
 # compat reads), mokutil and sbsigntool (Secure Boot tests), pci.ids (the GPU table is checked
 # against it), ansible-core and ansible (its collections bring the json stdout callback the
 # tests read playbook results with; ansible-core only recommends it) (+ python3-venv,
-# python3-pip: ansible-test sanity) for the gpuhost.node
+# python3-pip, git: ansible-test sanity) for the gpuhost.node
 # collection and ansible-lint (PyPI, with pip into target/ansible-lint: the collection is
 # linted with its production profile), mmdebstrap and systemd-nspawn (a container booting systemd runs the
 # shipped units), monitoring-plugins' negate (runs `gpuhost status` as Nagios runs a plugin) and,
@@ -56,10 +56,10 @@ for arg in "$@"; do
 done
 
 demo_tools=(rpm dnf createrepo_c modifyrepo_c rpmbuild python3 systemctl dkms modinfo depmod make xz strip gcc unshare openssl cpio)
-test_tools=(curl jq strace cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd mokutil sbverify ansible-playbook ansible-test mmdebstrap systemd-nspawn qemu-aarch64-static aarch64-linux-gnu-as)
+test_tools=(git curl jq strace cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd mokutil sbverify ansible-playbook ansible-test mmdebstrap systemd-nspawn qemu-aarch64-static aarch64-linux-gnu-as)
 # Debian's packages of each set.
 demo_debs=(rpm dnf createrepo-c python3 systemd busybox-static dkms kmod make xz-utils binutils gcc libc6-dev util-linux linux-kbuild-6.1 openssl cpio)
-test_debs=(strace cloud-init vagrant vagrant-libvirt curl jq prometheus munge slurmctld slurmd slurm-client umoci skopeo docker.io
+test_debs=(git strace cloud-init vagrant vagrant-libvirt curl jq prometheus munge slurmctld slurmd slurm-client umoci skopeo docker.io
   pci.ids mokutil sbsigntool ansible-core ansible python3-venv python3-pip mmdebstrap systemd-container monitoring-plugins-basic
   dnf-plugins-core qemu-user-static binutils-aarch64-linux-gnu)
 # The units of the servers those packages bring: left disabled.

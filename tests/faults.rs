@@ -76,7 +76,7 @@ struct SlowDnf {
 fn slow_dnf(secs: f32) -> SlowDnf {
     slow_tool(
         "dnf",
-        &format!("*\" install \"*|*\" switch-to \"*) sleep {secs};;"),
+        &format!("*\" install \"*|*\" switch-to \"*|*\" shell \"*) sleep {secs};;"),
     )
 }
 
@@ -491,13 +491,14 @@ fn wait_for_nth_transaction(child: &Child, n: usize) -> u32 {
 
 #[test]
 fn kill_9_inside_each_package_transaction_then_apply_converges() {
-    // The driver path has two transactions: NVIDIA's local repo package, then the rest.
+    // On a fresh root the driver path is one transaction (NVIDIA's local repo package and the
+    // rest); the container steps alone are one too.
     let site = site();
     let slow = slow_dnf(2.0);
-    let only = DRIVER_STEPS.join(",");
-    for n in [1, 2] {
+    for (n, only) in [(1, DRIVER_STEPS.join(",")), (1, CONTAINERS.to_string())] {
+        let only = only.as_str();
         let root = Root::new(Os::Ol8, &[UEK8_NEW]);
-        let mut child = gpuhost(&root, &apply_args(&site, &only), Some(&slow), None)
+        let mut child = gpuhost(&root, &apply_args(&site, only), Some(&slow), None)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -508,9 +509,16 @@ fn kill_9_inside_each_package_transaction_then_apply_converges() {
         // The transaction goes on and holds the lock until it ends; then apply converges.
         wait_gone(dnf, 300);
         wait_lock_free(&root);
-        converges_after(&root, &site, &only, &format!("kill -9 in transaction {n}"));
+        converges_after(
+            &root,
+            &site,
+            only,
+            &format!("kill -9 in the transaction of {only}"),
+        );
     }
-    eprintln!("faults: kill -9 inside each of the 2 package transactions, both converged");
+    eprintln!(
+        "faults: kill -9 inside the driver path's and the containers' transaction, both converged"
+    );
 }
 
 #[test]

@@ -605,12 +605,12 @@ fn dnf_commands(rep: &Value) -> Vec<Vec<String>> {
     out
 }
 
-/// A fresh host: every step's package work goes into two dnf transactions — NVIDIA's local
-/// repo package first (it brings the repo the driver comes from), then everything else, the
-/// module stream included — and the DKMS build in the second one already has the kernel's
-/// compiler and the override (no rebuild, no third transaction).
+/// A fresh host: every step's package work goes into one dnf transaction — NVIDIA's local repo
+/// package (its repo read from the package's checked copy) and everything else, the module
+/// stream included — and the DKMS build in it already has the kernel's compiler and the
+/// override (no rebuild, no second transaction).
 #[test]
-fn a_fresh_host_takes_two_dnf_transactions() {
+fn a_fresh_host_takes_one_dnf_transaction() {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
     let rpm = world::World::get().cuda_local(world::CUDA_LOCAL_EL8_12_2);
     let set = format!("driver.local_repo_rpm={}", rpm.display());
@@ -627,18 +627,28 @@ fn a_fresh_host_takes_two_dnf_transactions() {
     let (o, execs) = root.gpuhost_traced(&args);
     let rep = report(&o);
     assert_eq!(code(&o), 0, "{rep:#}");
+    // One transaction: the local repo package, from its checked copy on the root's disk, and
+    // everything else (issue 34, item 1: all or nothing, every package on local disk first).
     let dnf = dnf_commands(&rep);
-    assert_eq!(dnf.len(), 2, "{dnf:#?}");
-    let local = vec!["install".to_string(), rpm.display().to_string()];
-    assert!(
-        dnf.contains(&local),
-        "the local repo package in a transaction of its own: {dnf:#?}"
+    assert_eq!(dnf.len(), 1, "{dnf:#?}");
+    assert_eq!(
+        dnf[0].first().map(String::as_str),
+        Some("shell"),
+        "{dnf:#?}"
     );
-    let second = dnf
-        .iter()
-        .find(|c| **c != local)
-        .map(|c| c.join(" "))
-        .unwrap_or_default();
+    let copy = root.join(&format!(
+        "/var/cache/gpuhost/packages/{}",
+        world::CUDA_LOCAL_EL8_12_2
+    ));
+    assert!(!copy.exists(), "the copy is removed after the transaction");
+    // What it installed, as the steps' changes say it.
+    let second: String = rep["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| s["reason"].as_str().unwrap_or_default().to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
     for needle in [
         "install",
         // no GPU on PCI, flavour "auto": the open modules
@@ -654,7 +664,7 @@ fn a_fresh_host_takes_two_dnf_transactions() {
     }
     if let Some(execs) = execs {
         let n = execs.iter().filter(|p| p.starts_with("dnf")).count();
-        assert_eq!(n, 2, "dnf processes: {execs:?}");
+        assert_eq!(n, 1, "dnf processes: {execs:?}");
     }
     // Outcomes per step as before: each step that had work says what it changed.
     for id in [

@@ -51,6 +51,11 @@ fn a_driver_install_without_room_for_the_repo_package_is_refused_with_the_figure
             && err.contains("the NVIDIA local repo package's contents in /var"),
         "{err}"
     );
+    // The package is installed from a copy on the root's disk: counted too (issue 34, item 1).
+    assert!(
+        err.contains("the copy of the local repo package the transaction installs"),
+        "{err}"
+    );
     // In an install root only the measured figure applies (the fixed estimates for NVIDIA's
     // real packages are for the live system).
     assert!(!err.contains("DKMS"), "{err}");

@@ -980,3 +980,89 @@ fn a_first_converge_stopped_part_way_is_reported_as_rpm_shows_it_and_the_next_ap
     assert_eq!(rc, 0, "{rep:#}");
     node.assert_on("570.124.06", DRIVER_LOCAL_EL9_570);
 }
+
+/// A site package built for the test, installed with rpm: `site-keep-r570-<tag>`, requiring
+/// `requires` (a package that pins the node to R570, as a site's "keep R570" package does).
+fn site_package(root: &Root, tag: &str, requires: &str) -> String {
+    let name = format!("site-keep-r570-{tag}");
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let spec = dir.path().join("site.spec");
+    std::fs::write(
+        &spec,
+        format!("Name: {name}\nVersion: 1\nRelease: 1\nSummary: keeps R570\nLicense: MIT\nBuildArch: noarch\nRequires: {requires}\n%description\nA site's pin.\n%files\n"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let o = Command::new("rpmbuild")
+        .arg("-bb")
+        .arg("--define")
+        .arg(format!("_topdir {}", dir.path().display()))
+        .arg(&spec)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rpm = dir
+        .path()
+        .join(format!("RPMS/noarch/{name}-1-1.noarch.rpm"));
+    let o = root.rpm(&["-i", "--nodeps", &rpm.display().to_string()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(root.installed(&name).is_some());
+    name
+}
+
+/// A swap removes only what it names (issue 34, item 2): a site package that needs the old
+/// driver — by name, by its arch-qualified name, or by a file of the old local repo package,
+/// which only dnf's own resolution sees — would go with it as a dependent. `plan` names it
+/// (exit 2) or `apply` refuses it before the transaction; nothing changes; named in
+/// `driver.allow_erase`, plan lists it and the swap erases it and converges.
+#[rstest]
+#[case::by_name("name", "nvidia-driver = 3:570.124.06", true)]
+#[case::by_arch_name("arch", "nvidia-driver(x86-64) = 3:570.124.06", true)]
+#[case::by_a_file_of_the_old_repo(
+    "file",
+    "/var/nvidia-driver-local-repo-rhel9-570.124.06/repodata/repomd.xml",
+    false
+)]
+fn a_swap_erases_no_package_outside_the_set_unless_the_profile_allows_it(
+    #[case] tag: &str,
+    #[case] requires: &str,
+    #[case] plan_sees_it: bool,
+) {
+    let node = Node::new(Os::Ol9, "ol9-rhck", RHCK9, false);
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let site = site_package(&node.root, tag, requires);
+    let before = node.root.rpmdb_snapshot();
+    let (rc, rep) = node.plan(CUDA_LOCAL_EL9_13_0);
+    if plan_sees_it {
+        assert_eq!(rc, 2, "{rep:#}");
+        assert!(reason(&rep, "driver-repo").contains(&site), "{rep:#}");
+    }
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 2, "{rep:#}");
+    let why = reason(&rep, "driver-repo");
+    assert!(
+        why.contains(&format!("would also erase {site}")) && why.contains("nothing was changed"),
+        "{why}"
+    );
+    assert_eq!(node.root.rpmdb_snapshot(), before, "{rep:#}");
+    let allow = format!("driver.allow_erase=[\"{site}\"]");
+    let extra = ["--set", allow.as_str()];
+    if plan_sees_it {
+        let (rc, rep) = run(
+            &node.root,
+            "plan",
+            node.profile,
+            CUDA_LOCAL_EL9_13_0,
+            &extra,
+        );
+        assert_eq!(rc, 0, "{rep:#}");
+        assert!(
+            reason(&rep, "driver-repo").contains(&format!("erasing {site}")),
+            "{rep:#}"
+        );
+    }
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &extra);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node.root.installed(&site).is_none(), "{rep:#}");
+    node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
+}

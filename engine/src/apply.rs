@@ -552,6 +552,8 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         Vec::new()
     } else {
         gpuhost_steps::swap::remove_left_scratch(host)?;
+        gpuhost_host::stage::remove_left(host)?;
+        gpuhost_steps::ahead::remove_left(host)?;
         crate::journal::preflight(host)?
     };
     warnings.extend(prepared_warnings.iter().cloned());

@@ -287,11 +287,25 @@ pub fn run_steps(
         // Before the first change: room for the driver and Docker installs the checks planned.
         space_preflight(ctx, &run)?;
         prepare(ctx, &mut run);
-        if !run.interrupt() {
-            transact(ctx, &mut run, true);
-        }
-        if !run.interrupt() {
-            transact(ctx, &mut run, false);
+        // A first converge (the local repo package and the rest) is one transaction
+        // ([`gpuhost_steps::ahead`]); otherwise the package that brings a repo goes first.
+        let all: Vec<Install> = members_of(&run, None)
+            .into_iter()
+            .filter_map(|(_, c)| match c.work {
+                Work::Install(i) => Some(i),
+                _ => None,
+            })
+            .collect();
+        let merged = gpuhost_steps::ahead::merges(&all.iter().collect::<Vec<_>>());
+        let kinds: &[Option<bool>] = if merged {
+            &[None]
+        } else {
+            &[Some(true), Some(false)]
+        };
+        for kind in kinds {
+            if !run.interrupt() {
+                transact(ctx, &mut run, *kind);
+            }
         }
         if run.changed_something && !run.interrupt() {
             ctx.invalidate_rpm();
@@ -557,6 +571,11 @@ fn prepare(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
             let r = carry(ctx, slot, &change, &label);
             slot.account(start);
             if let Err(e) = r {
+                // Refused before it changed anything (a swap that would erase a package the
+                // profile does not name): invalid input, as a check's refusal is.
+                if gpuhost_host::error::is_invalid(&e) {
+                    run.invalid_input = true;
+                }
                 slot.fail(e);
                 run.failed(i);
                 break;
@@ -567,7 +586,7 @@ fn prepare(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
 
 /// Phase 2: one dnf transaction for every open step's package work of one kind (the packages
 /// that bring a repo first, then the rest).
-fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
+fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: Option<bool>) {
     let members = members_of(run, brings_repo);
     if members.is_empty() {
         return;
@@ -592,7 +611,11 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
         for o in installs.iter().filter_map(|i| i.owes.as_ref()) {
             ctx.owe(o)?;
         }
-        let which = if brings_repo { "first" } else { "second" };
+        let which = if brings_repo == Some(false) {
+            "second"
+        } else {
+            "first"
+        };
         failpoint(&format!("transaction-{which}:before"));
         let (cmd, out) = ctx.transaction(&installs)?;
         failpoint(&format!("transaction-{which}:after"));
@@ -632,9 +655,9 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: bool) {
     }
 }
 
-/// The package work of one kind (the packages that bring a repo, or the rest) of every open
-/// step: (slot index, change).
-fn members_of(run: &Run<'_>, brings_repo: bool) -> Vec<(usize, Change)> {
+/// The package work of one kind (the packages that bring a repo, or the rest; `None`: all) of
+/// every open step: (slot index, change).
+fn members_of(run: &Run<'_>, brings_repo: Option<bool>) -> Vec<(usize, Change)> {
     let mut members = Vec::new();
     for (i, slot) in run.slots.iter().enumerate() {
         if !slot.open() || run.stopped_before(i).is_some() {
@@ -642,7 +665,7 @@ fn members_of(run: &Run<'_>, brings_repo: bool) -> Vec<(usize, Change)> {
         }
         for c in slot.first.iter().flat_map(|c| c.changes.iter()) {
             if let Work::Install(inst) = &c.work {
-                if inst.brings_repo == brings_repo {
+                if brings_repo.is_none_or(|b| inst.brings_repo == b) {
                     members.push((i, c.clone()));
                 }
             }
@@ -696,7 +719,7 @@ fn dnf_failed(
         .collect();
     if blamed.is_empty() {
         // dnf named none of them: a repo of another step's, else the transaction as a whole.
-        blamed = members_of(run, false)
+        blamed = members_of(run, Some(false))
             .into_iter()
             .filter(|(i, c)| !ids.contains(i) && implicated(c))
             .collect();

@@ -169,6 +169,13 @@ impl Cmd {
         self
     }
 
+    /// The same command without any argument equal to `a` (`dnf` without `--quiet`, when its
+    /// transaction table is to be read).
+    pub fn without_arg(mut self, a: &str) -> Self {
+        self.args.retain(|x| x != a);
+        self
+    }
+
     pub fn args<I, S>(mut self, args: I) -> Self
     where
         I: IntoIterator<Item = S>,

@@ -529,9 +529,9 @@ impl Host {
             // lock themselves (EL10, `driver::versionlock`): the plugin must not hide them.
             cmd = cmd.arg("--disableplugin=versionlock");
             if let Some(b) = &self.bundle {
-                cmd = cmd.args(b.dnf_options());
+                return Ok(cmd.args(b.dnf_options()));
             }
-            return Ok(cmd);
+            return Ok(cmd.args(self.mirror_options()?));
         }
         // dnf has no option for the rpm database; it reads rpm's macros, ~/.rpmmacros last.
         let home = self.macro_home.dir(self.rpm_dbpath()?)?;
@@ -558,10 +558,69 @@ impl Host {
             // Every repo of the root is disabled: its file:// URLs are not resolved.
             return Ok(cmd.args(b.dnf_options()));
         }
+        let mirrored = self.mirror_options()?;
         for (id, key, url) in self.file_urls()? {
+            let copied = format!("--setopt={id}.baseurl=");
+            if key == "baseurl" && mirrored.contains(&copied) {
+                continue;
+            }
             cmd = cmd.arg(format!("--setopt={id}.{key}={url}"));
         }
-        Ok(cmd)
+        Ok(cmd.args(mirrored))
+    }
+
+    /// dnf's options that make it copy every package it installs from a `file://` mirror (an
+    /// NFS export, a synced directory, a USB stick) into its cache in the root, checked against
+    /// the repo's metadata, before the rpm transaction's first write — as it does for http
+    /// mirrors. dnf reads a `file://` repo's packages in place, so a mirror that goes away
+    /// inside the transaction (an NFS hiccup, an unmount, a sync that swaps the directory)
+    /// stops it half-way; a repo given by a mirror list is not local to dnf, whatever the
+    /// list's URLs are. So each such repo's `baseurl` becomes a mirror list of the same URLs,
+    /// kept in [`MIRROR_LISTS`] in the root (a fixed path: dnf names its cache by it). Its
+    /// metadata is then cached as an http mirror's is (`metadata_expire`), and refreshed
+    /// before a package is called absent, as for any repo (`Ctx::refresh_metadata`).
+    ///
+    /// The repo of NVIDIA's local repo package ([`local_repo_dir`]) is already on the root's
+    /// own disk, unpacked by that package: it is left as it is.
+    fn mirror_options(&self) -> Result<Vec<String>> {
+        let dir = Path::new("/etc/yum.repos.d");
+        let mut out = Vec::new();
+        let mut names: Vec<String> = self
+            .list_dir(dir)?
+            .into_iter()
+            .filter(|n| n.ends_with(".repo"))
+            .collect();
+        names.sort();
+        for f in names {
+            let Some(text) = self.read_opt(dir.join(&f))? else {
+                continue;
+            };
+            for (id, urls) in file_mirrors(&text) {
+                let urls = urls
+                    .into_iter()
+                    .map(|p| {
+                        let p = if self.live {
+                            PathBuf::from(p)
+                        } else {
+                            self.real_path(p)?
+                        };
+                        // dnf's variables (`$basearch`) stay for dnf to expand.
+                        Ok(file_url(&p).replace("%24", "$"))
+                    })
+                    .collect::<Result<Vec<String>>>()?;
+                let list = format!("{MIRROR_LISTS}/{id}.list");
+                let content = format!("{}\n", urls.join("\n"));
+                if self.read_opt(&list)?.as_deref() != Some(content.as_str()) {
+                    self.write_atomic(&list, content.as_bytes(), 0o644)?;
+                }
+                out.push(format!("--setopt={id}.baseurl="));
+                out.push(format!(
+                    "--setopt={id}.mirrorlist={}",
+                    file_url(&self.real_path(&list)?)
+                ));
+            }
+        }
+        Ok(out)
     }
 
     /// `systemctl`, offline against the root when not live.
@@ -615,7 +674,8 @@ impl Host {
 
 /// The directories that the tools gpuhost runs against an install root write in: dnf's cache,
 /// logs, history and module state, the rpm database, `systemctl --root`'s unit links, depmod's
-/// module indexes, and the driver swap's scratch directory (`gpuhost_steps::swap::SCRATCH`).
+/// module indexes, the driver swap's scratch directory (`gpuhost_steps::swap::SCRATCH`), the
+/// first converge's (`gpuhost_steps::ahead::SCRATCH`), the mirror lists and the package copies.
 pub const TOOL_DIRS: &[&str] = &[
     "/var/cache/dnf",
     "/var/log",
@@ -627,7 +687,52 @@ pub const TOOL_DIRS: &[&str] = &[
     "/lib/modules",
     "/usr/lib/modules",
     "/var/cache/gpuhost/driver-swap",
+    "/var/cache/gpuhost/download",
+    MIRROR_LISTS,
+    "/var/cache/gpuhost/packages",
 ];
+
+/// Where the mirror lists of `file://` repos are kept, in the root ([`Host::dnf`]).
+pub const MIRROR_LISTS: &str = "/var/cache/gpuhost/mirrors";
+
+/// True for the directory NVIDIA's local repo package unpacks its repo into, on the root's own
+/// disk: `/var/cuda-repo-rhel9-13-0-local`, `/var/nvidia-driver-local-repo-rhel10-580.126.09`
+/// (the package's name; see `gpuhost_nvidia::localrepo`).
+pub fn local_repo_dir(path: &str) -> bool {
+    let Some(name) = path.trim_end_matches('/').strip_prefix("/var/") else {
+        return false;
+    };
+    !name.contains('/')
+        && (name.starts_with("nvidia-driver-local-repo-")
+            || (name.starts_with("cuda-repo-") && name.contains("-local")))
+}
+
+/// The repos of a `.repo` file whose packages dnf would read in place: enabled or not, a
+/// `baseurl` of `file://` URLs only, no mirror list or metalink, not NVIDIA's local repo
+/// ([`local_repo_dir`]). Their ids and the URLs' paths.
+fn file_mirrors(text: &str) -> Vec<(&str, Vec<&str>)> {
+    let mut repos: Vec<(&str, Vec<&str>, bool)> = Vec::new();
+    for (id, key, value) in repo_entries(text) {
+        if repos.last().is_none_or(|r| r.0 != id) {
+            repos.push((id, Vec::new(), false));
+        }
+        let Some(r) = repos.last_mut() else { continue };
+        match key {
+            "baseurl" => r.1 = value.split([' ', ',']).filter(|u| !u.is_empty()).collect(),
+            "mirrorlist" | "metalink" if !value.is_empty() => r.2 = true,
+            _ => {}
+        }
+    }
+    repos
+        .into_iter()
+        .filter(|(_, urls, listed)| !listed && !urls.is_empty())
+        .filter_map(|(id, urls, _)| {
+            let paths: Option<Vec<&str>> = urls.iter().map(|u| u.strip_prefix("file://")).collect();
+            let paths = paths?;
+            (!paths.iter().any(|p| local_repo_dir(p))).then_some((id, paths))
+        })
+        .collect()
+}
 
 /// `(section, key, value)` triples of an INI-style `.repo` file.
 pub fn repo_entries(text: &str) -> Vec<(&str, &str, &str)> {
@@ -715,11 +820,46 @@ mod tests {
         assert!(argv.contains(&format!("--installroot={root}")));
         assert!(argv.contains(&format!("--setopt=reposdir={root}/etc/yum.repos.d")));
         assert!(argv.contains(&"--releasever=8".to_string()));
+        // A file:// mirror is read through a mirror list of the same URL, in the root: dnf
+        // copies and checks its packages before the rpm transaction.
+        let list = format!("{root}/var/cache/gpuhost/mirrors/ol8_baseos_latest.list");
+        assert!(argv.contains(&"--setopt=ol8_baseos_latest.baseurl=".to_string()));
         assert!(argv.contains(&format!(
-            "--setopt=ol8_baseos_latest.baseurl=file://{root}/srv/repos/ol8_baseos_latest"
+            "--setopt=ol8_baseos_latest.mirrorlist=file://{list}"
         )));
+        assert_eq!(
+            std::fs::read_to_string(&list)?,
+            format!("file://{root}/srv/repos/ol8_baseos_latest\n")
+        );
         assert!(!argv.iter().any(|a| a.contains("web.baseurl")));
+        assert!(!argv.iter().any(|a| a.contains("web.mirrorlist")));
+        // NVIDIA's local repo, unpacked on the root's disk by its package, stays as it is.
+        std::fs::write(
+            dir.path()
+                .join("etc/yum.repos.d/cuda-rhel8-12-2-local.repo"),
+            "[cuda-rhel8-12-2-local]\nbaseurl=file:///var/cuda-repo-rhel8-12-2-local\n",
+        )?;
+        let argv = host.dnf()?.argv();
+        assert!(argv.contains(&format!(
+            "--setopt=cuda-rhel8-12-2-local.baseurl=file://{root}/var/cuda-repo-rhel8-12-2-local"
+        )));
+        assert!(!argv
+            .iter()
+            .any(|a| a.contains("cuda-rhel8-12-2-local.mirrorlist")));
         Ok(())
+    }
+
+    #[test]
+    fn file_mirrors_are_the_file_baseurls_without_a_list_and_not_nvidias_local_repo() {
+        let text = "[a]\nbaseurl=file:///m/a\n[b]\nbaseurl=file:///m/b\nmirrorlist=http://x/list\n[c]\nbaseurl=https://x/c\n[d]\nbaseurl=file:///m/d1 file:///m/d2\n[e]\nbaseurl=file:///var/nvidia-driver-local-repo-rhel10-580.126.09\n[f]\nbaseurl=file:///m/f, https://x/f\n";
+        assert_eq!(
+            file_mirrors(text),
+            vec![("a", vec!["/m/a"]), ("d", vec!["/m/d1", "/m/d2"])]
+        );
+        assert!(local_repo_dir("/var/cuda-repo-rhel9-13-0-local/"));
+        assert!(!local_repo_dir("/var/cuda-repo-rhel9-13-0-local/sub"));
+        assert!(!local_repo_dir("/srv/cuda-repo-rhel9-13-0-local"));
+        assert!(!local_repo_dir("/var/cuda-repo-rhel9-13-0"));
     }
 
     /// rpm and dnf are told where the root's database is, whatever the build host's rpm

@@ -13,7 +13,8 @@
 //!   which kernels boot, which modules modprobe would load, which units are enabled;
 //! - [`facts`], [`gpu`], [`hostinfo`], [`secureboot`]: what gpuhost sees on the host (OS,
 //!   kernels, PCI devices and GPU architectures, memory and space, Secure Boot keys);
-//! - [`guard_record`]: the kernel guard's record, written by the engine and read by status.
+//! - [`guard_record`]: the kernel guard's record, written by the engine and read by status;
+//! - [`stage`]: package files copied onto the root's disk before a transaction installs them.
 
 pub mod arch;
 pub mod cmd;
@@ -34,6 +35,7 @@ pub mod rootfs;
 pub mod rpm;
 pub mod rpmdb;
 pub mod secureboot;
+pub mod stage;
 pub mod units;
 
 pub use error::{Hint, Invalid};

@@ -874,6 +874,8 @@ mod tests {
             ("lib.rs", "std::fs::read_to_string(&path)"), // profile files (profiles/src/lib.rs)
             ("driver/repo.rs", "File::open(path)"), // the driver RPM on the build host
             ("driver/repo.rs", "f.metadata()"),
+            // the same file, copied into the root before the transaction installs it
+            ("stage.rs", "File::open(file)"),
             // gpuhost rollback: the earlier local repo package, a build-host file like any
             // driver.local_repo_rpm
             ("rollback.rs", "path.is_file()"),

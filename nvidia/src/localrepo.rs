@@ -216,6 +216,16 @@ pub fn present_packages<'a>(
     out
 }
 
+/// True for a package of NVIDIA's driver family: what a driver change installs, replaces or
+/// removes (`nvidia-*`, `libnvidia-*`, `kmod-nvidia*`, `cuda-drivers*`), as opposed to a site's
+/// or the distribution's packages.
+pub fn in_driver_family(name: &str) -> bool {
+    name.starts_with("nvidia-")
+        || name.starts_with("libnvidia-")
+        || name.starts_with("kmod-nvidia")
+        || name.starts_with("cuda-drivers")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -80,6 +80,11 @@ pub struct DriverSpec {
     /// (`dnf module switch-to --allowerasing`).
     #[serde(default)]
     pub switch_stream: bool,
+    /// Packages outside NVIDIA's driver set that a driver change may erase (a site package that
+    /// pins the old branch, one that needs the old local repo package). `plan` lists every such
+    /// package; a change that would erase one not named here is refused before anything changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_erase: Vec<String>,
 }
 
 impl Default for DriverSpec {
@@ -94,6 +99,7 @@ impl Default for DriverSpec {
             imex: None,
             replace_local_repo: false,
             switch_stream: false,
+            allow_erase: Vec::new(),
         }
     }
 }

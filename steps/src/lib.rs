@@ -9,6 +9,7 @@
 //! The engine (`gpuhost-engine`) drives these steps through the registry; nothing here knows
 //! the engine.
 
+pub mod ahead;
 pub mod containers;
 pub mod dkms_cc;
 pub mod driver;

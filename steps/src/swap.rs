@@ -20,6 +20,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use gpuhost_host::cmd::Cmd;
+use gpuhost_host::error::hinted;
 use gpuhost_host::host::{repo_entries, Host};
 
 /// The scratch directory inside the root.
@@ -93,6 +94,13 @@ pub struct DriverSwap {
     /// another: switched once the packages are in (`dnf module switch-to`, which then changes
     /// no package: the new set is the stream's).
     pub module: Option<String>,
+    /// Packages outside NVIDIA's set the swap may erase (`driver.allow_erase`): before the
+    /// transaction, dnf resolves it without running it, and a swap that would erase any other
+    /// package outside the set is refused ([`outside_the_set`]).
+    pub allow_erase: Vec<String>,
+    /// Packages outside the set that the swap will erase, as the check found them (each
+    /// allowed by `driver.allow_erase`), with why: shown in `plan` and the report.
+    pub erases: Vec<String>,
 }
 
 /// Carry out the swap (see the module doc).
@@ -120,6 +128,18 @@ pub fn remove_left_scratch(host: &Host) -> Result<()> {
 }
 
 fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
+    // The new local repo package is read from a copy on the root's disk: the file can be on a
+    // mirror that goes away while the transaction runs ([`gpuhost_host::stage`]).
+    let staged = s
+        .repo_rpm
+        .as_deref()
+        .map(|rpm| gpuhost_host::stage::copy_in(host, Path::new(rpm)))
+        .transpose()?;
+    let copied = DriverSwap {
+        repo_rpm: staged.as_ref().map(|c| c.path().display().to_string()),
+        ..s.clone()
+    };
+    let s = &copied;
     let script = scratch.join("swap.dnf");
     host.write_atomic(
         format!("{SCRATCH}/swap.dnf"),
@@ -137,6 +157,7 @@ fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
         }
         None => cmd = cmd.arg(format!("--setopt={}.module_hotfixes=true", s.repo_id)),
     }
+    refuse_erasing(&cmd, &script, s)?;
     let cmd = cmd.arg("shell").arg(&script);
     // The rpm database before: what a stopped transaction is judged by.
     let before = gpuhost_host::rpm::snapshot(host)?;
@@ -181,6 +202,71 @@ fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
         "dnf did not replace the driver, and the rpm database is as it was, so nothing was changed ({}): {cause}",
         missing.join(", ")
     ))
+}
+
+/// dnf's own answer, before anything changes: the transaction resolved and not run
+/// (`--assumeno`, its table read); a package outside the set it would erase beyond what the
+/// swap names (a site package that needs a file of the old local repo package goes with it, as
+/// a dependent) and the profile does not allow is refused, nothing changed (exit 2).
+fn refuse_erasing(cmd: &Cmd, script: &Path, s: &DriverSwap) -> Result<()> {
+    let dry = cmd
+        .clone()
+        .arg("--assumeno")
+        .arg("shell")
+        .arg(script)
+        .without_arg("--quiet")
+        .output()?;
+    let erased = outside_the_set(&removals(&dry.stdout), s);
+    if erased.is_empty() {
+        return Ok(());
+    }
+    Err(gpuhost_host::error::as_invalid(hinted(
+        format!(
+            "the driver change would also erase {}, which {} not NVIDIA's driver set; nothing was changed",
+            erased.join(", "),
+            if erased.len() == 1 { "is" } else { "are" }
+        ),
+        format!(
+            "remove {} first if it is no longer wanted, or name it in driver.allow_erase",
+            erased.join(" ")
+        ),
+    )))
+}
+
+/// The package names in the removal sections of dnf's transaction table (`Removing:`,
+/// `Removing dependent packages:`, `Removing unused dependencies:`).
+pub fn removals(table: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut removing = false;
+    for line in table.lines() {
+        if !line.starts_with(' ') {
+            removing = line.trim_end().ends_with(':') && line.starts_with("Removing");
+            continue;
+        }
+        // An entry starts one space in; a name too long for its column wraps the rest of the
+        // entry onto the next line, indented further.
+        if removing && !line.starts_with("  ") {
+            if let Some(name) = line.split_whitespace().next() {
+                out.push(name.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// The names of `removed` that are neither NVIDIA's (the swap's own removals, the family, the
+/// local repo packages) nor allowed by the profile.
+pub fn outside_the_set(removed: &[String], s: &DriverSwap) -> Vec<String> {
+    removed
+        .iter()
+        .filter(|n| {
+            !s.remove.contains(n)
+                && !gpuhost_nvidia::localrepo::in_driver_family(n)
+                && !n.starts_with("cuda-repo-")
+                && !s.allow_erase.contains(n)
+        })
+        .cloned()
+        .collect()
 }
 
 /// The new package's inner repo and `.repo` file, extracted from its payload into the scratch

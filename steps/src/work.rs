@@ -188,6 +188,9 @@ impl fmt::Display for Work {
                     s.remove.join(" "),
                     specs.join(" ")
                 )?;
+                if !s.erases.is_empty() {
+                    write!(f, "; erasing {} (driver.allow_erase)", s.erases.join(", "))?;
+                }
                 match &s.module {
                     Some(m) => write!(f, "; then dnf module switch-to {m}"),
                     None => Ok(()),
@@ -305,16 +308,46 @@ pub(crate) fn enable_command(host: &Host, parts: &[&Install]) -> Result<Option<C
 /// One merged transaction: the module streams its packages come from enabled first (when any
 /// part asks), then `dnf install`. The command and output of the first that failed, or of the
 /// install.
+///
+/// Every package file the parts name by path (NVIDIA's local repo package) is copied onto the
+/// root's disk and checked first ([`gpuhost_host::stage`]), and the transaction installs the
+/// copy; packages from repos are copied and checked by dnf before its first write
+/// ([`Host::dnf`]). A file that cannot be copied whole is an error before any change. The
+/// local repo package with packages besides is one transaction ([`crate::ahead`]).
 pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
-    if let Some(enable) = enable_command(host, parts)? {
+    // A first converge: the local repo package and the rest in one transaction.
+    if crate::ahead::merges(parts) {
+        return crate::ahead::transaction(host, parts);
+    }
+    let mut staged = Vec::new();
+    let mut local: Vec<Install> = Vec::new();
+    for part in parts {
+        let mut part = (*part).clone();
+        for spec in &mut part.specs {
+            if is_package_file(spec) {
+                let copy = gpuhost_host::stage::copy_in(host, std::path::Path::new(spec))?;
+                *spec = copy.path().display().to_string();
+                staged.push(copy);
+            }
+        }
+        local.push(part);
+    }
+    let parts: Vec<&Install> = local.iter().collect();
+    if let Some(enable) = enable_command(host, &parts)? {
         let out = enable.output()?;
         if !out.success() {
             return Ok((enable, out));
         }
     }
-    let cmd = install_command(host, parts)?;
+    let cmd = install_command(host, &parts)?;
     let out = cmd.output()?;
+    drop(staged);
     Ok((cmd, out))
+}
+
+/// A spec that names a package file by its path (`/srv/cuda-repo-….rpm`), not a package.
+pub(crate) fn is_package_file(spec: &str) -> bool {
+    spec.starts_with('/') && spec.ends_with(".rpm")
 }
 
 /// True when a dnf failure's output names something of `install`: one of its specs or their

@@ -536,6 +536,15 @@ def fm_pkg(v, dist, name="nvidia-fabric-manager"):
                       unit("NVIDIA fabric manager service", "/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg")})
 
 
+# A mirror that goes away inside the rpm transaction (an NFS export unmounted, a sync that swaps
+# the directory), injected by tests/transaction.rs: while /etc/gpuhost-world/lose-mirror exists,
+# bash's %post (early in a fresh root's transaction) and nvidia-kmod-common's %pre (in a driver
+# swap) move the root's mirrors (/srv/repos) and its folder of driver packages (/srv/drivers)
+# away; rpm then opens the packages it installs later from where they no longer are.
+LOSE_MIRROR = ("[ ! -e /etc/gpuhost-world/lose-mirror ] || for d in /srv/repos /srv/drivers; do "
+               "[ ! -d $d ] || mv $d $d.lost; done\n")
+
+
 # /bin/<applet> -> busybox. In a chroot busybox cannot re-exec itself via /proc/self/exe, so
 # the applets the scriptlets use in $(...) must exist as real commands on PATH.
 BUSYBOX_APPLETS = ["sh", "sed", "head", "tail", "cat", "cp", "mv", "rm", "mkdir", "rmdir", "ls",
@@ -687,7 +696,10 @@ def base_pkgs(os_):
     base.append(Pkg("bash", {"8": "4.4.20", "9": "5.1.8", "10": "5.2.26"}[m], {"8": f"5.{d}", "9": f"9.{d}", "10": f"6.{d}"}[m],
                     copies={"/bin/busybox": tool("busybox"), "/bin/bash": tool("/bin/bash")},
                     links={f"/bin/{a}": "busybox" for a in BUSYBOX_APPLETS},
-                    provides=["/bin/sh", "/bin/bash"], requires=["glibc", "ncurses-libs"]))
+                    provides=["/bin/sh", "/bin/bash"], requires=["glibc", "ncurses-libs"],
+                    # The first scriptlet a fresh root's transaction can run (every other one
+                    # needs /bin/sh): the mirror lost early in a first converge.
+                    scripts={"post": LOSE_MIRROR}))
     # systemd: the targets every unit hangs off (systemd-analyze verify --root needs them).
     base.append(Pkg("systemd", {"8": "239", "9": "252", "10": "257"}[m], {"8": f"82.0.1.{d}", "9": f"32.0.1.{d}", "10": f"9.0.1.{d}"}[m],
                     files={f"/usr/lib/systemd/system/{t}.target": f"[Unit]\nDescription={t} (synthetic)\n"
@@ -994,6 +1006,7 @@ def nvidia_inner(os_, drv):
                    "blacklist nouveau\n\nsoftdep nvidia post: nvidia-uvm nvidia-drm\n",
                    "/usr/lib/dracut/dracut.conf.d/99-nvidia.conf":
                    'omit_drivers+=" nvidia nvidia-drm nvidia-modeset nvidia-uvm nvidia-peermem "\n'},
+            scripts={"pre": LOSE_MIRROR},
             requires=kmod_common_req),
         Pkg("nvidia-modprobe", drv, rel, epoch=E, files={"/usr/bin/nvidia-modprobe": "#!/bin/sh\n"}),
         # %pre fails while /etc/gpuhost-world/fail-pre exists: a transaction that stops

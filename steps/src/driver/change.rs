@@ -170,6 +170,8 @@ pub(crate) fn plan_swap(
         _ if state.enabled_stream() == Some(stream) => None,
         _ => Some(format!("nvidia-driver:{stream}")),
     };
+    let allow = &ctx.profile.driver.allow_erase;
+    let erases = allowed_erasures(ctx, &remove, &install, allow)?;
     Ok(DriverSwap {
         repo_rpm: Some(plan.path.display().to_string()),
         repo_id: plan.repo.repo_id(),
@@ -177,7 +179,117 @@ pub(crate) fn plan_swap(
         remove,
         install,
         module,
+        allow_erase: allow.clone(),
+        erases,
     })
+}
+
+/// What the swap will erase outside NVIDIA's set, each allowed by `allow`
+/// (`driver.allow_erase`), shown as `name (requires …)`; any other such package is refused
+/// here, in the check, before anything changes (exit 2).
+fn allowed_erasures(
+    ctx: &Ctx<'_>,
+    remove: &[String],
+    install: &[RepoPackage],
+    allow: &[String],
+) -> Result<Vec<String>> {
+    let erased = erased_with(ctx, remove, install)?;
+    let (ok, refused): (Vec<_>, Vec<_>) = erased.into_iter().partition(|(n, _)| allow.contains(n));
+    if !refused.is_empty() {
+        let names: Vec<&str> = refused.iter().map(|(n, _)| n.as_str()).collect();
+        let whys: Vec<&str> = refused.iter().map(|(_, w)| w.as_str()).collect();
+        return Err(gpuhost_host::error::as_invalid(hinted(
+            format!(
+                "the driver change would also erase {}, which {} not NVIDIA's driver set; nothing was changed",
+                whys.join(", "),
+                if names.len() == 1 { "is" } else { "are" }
+            ),
+            format!(
+                "remove {} first if it is no longer wanted, or name it in driver.allow_erase",
+                names.join(" ")
+            ),
+        )));
+    }
+    Ok(ok.into_iter().map(|(_, why)| why).collect())
+}
+
+/// Installed packages outside NVIDIA's set that a swap removing `remove` and moving the set to
+/// `install` would erase, as dnf would (a dependent of a removed package goes with it): each
+/// package whose requirement names a removed package, or pins a version of a package of the set
+/// that the new one does not satisfy. `(name, "name (requires …)")`, from one `rpm -qa`. (A
+/// requirement on a provided capability, a library's soname, is dnf's to see: the swap asks it
+/// before its transaction, [`crate::swap::outside_the_set`].)
+fn erased_with(
+    ctx: &Ctx<'_>,
+    remove: &[String],
+    install: &[RepoPackage],
+) -> Result<Vec<(String, String)>> {
+    let out = ctx
+        .host
+        .rpm()
+        .args([
+            "-qa",
+            "--qf",
+            "[%{=NAME}\t%{REQUIRENAME}\t%{REQUIREFLAGS:depflags}\t%{REQUIREVERSION}\n]",
+        ])
+        .run()?;
+    Ok(erased_by(&out.stdout, remove, install))
+}
+
+/// [`erased_with`] over `rpm -qa`'s requirement lines (`name<TAB>requires<TAB>flags<TAB>version`).
+fn erased_by(lines: &str, remove: &[String], install: &[RepoPackage]) -> Vec<(String, String)> {
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    for line in lines.lines() {
+        let mut f = line.split('\t');
+        let (Some(name), Some(req), flags, version) = (f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        if in_family(name) || name.starts_with("cuda-repo-") || remove.iter().any(|r| r == name) {
+            continue;
+        }
+        let flags = flags.unwrap_or_default().trim();
+        let version = version.unwrap_or_default().trim();
+        // `nvidia-driver(x86-64)` names the package as `nvidia-driver` does.
+        let req = req.split_once('(').map_or(req, |(n, _)| n);
+        let breaks = if remove.iter().any(|r| r == req) {
+            true
+        } else if let Some(new) = install.iter().find(|p| p.name == req) {
+            !flags.is_empty() && !satisfies(&new.version, &new.release, flags, version)
+        } else {
+            false
+        };
+        if breaks {
+            let shown = if flags.is_empty() {
+                req.to_string()
+            } else {
+                format!("{req} {flags} {version}")
+            };
+            out.entry(name.to_string())
+                .or_insert_with(|| format!("{name} (requires {shown})"));
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// Whether `version-release` meets `flags` (`=`, `<`, `<=`, `>`, `>=`) `want` (`[E:]V[-R]`;
+/// the epoch is not compared: NVIDIA's set carries one epoch).
+fn satisfies(version: &str, release: &str, flags: &str, want: &str) -> bool {
+    let want = want.split_once(':').map_or(want, |(_, v)| v);
+    let have = if want.contains('-') {
+        format!("{version}-{release}")
+    } else {
+        version.to_string()
+    };
+    let ord = vercmp(&have, want);
+    match flags {
+        "=" | "==" => ord.is_eq(),
+        "<" => ord.is_lt(),
+        "<=" => ord.is_le(),
+        ">" => ord.is_gt(),
+        ">=" => ord.is_ge(),
+        _ => true,
+    }
 }
 
 /// A flavour switch within the installed local repo (open ↔ proprietary, `driver.switch_stream`):
@@ -198,6 +310,48 @@ pub(crate) fn plan_flavour_swap(ctx: &Ctx<'_>, plan: &DriverPlan) -> Result<Driv
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_site_package_that_needs_the_old_driver_is_found_with_its_requirement() {
+        let new = |name: &str| super::RepoPackage {
+            name: name.into(),
+            version: "580.82.07".into(),
+            release: "1.el9".into(),
+            arch: "x86_64".into(),
+        };
+        let lines = "site-keep-r570\tnvidia-driver\t=\t3:570.124.06\n\
+                     site-any\tnvidia-driver\t>=\t3:535\n\
+                     site-repo\tnvidia-driver-local-repo-rhel9-570.124.06\t\t\n\
+                     nvidia-settings\tnvidia-driver\t=\t3:570.124.06\n\
+                     bash\tglibc\t\t\n";
+        let remove = vec!["nvidia-driver-local-repo-rhel9-570.124.06".to_string()];
+        let got = super::erased_by(lines, &remove, &[new("nvidia-driver")]);
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "site-keep-r570".to_string(),
+                    "site-keep-r570 (requires nvidia-driver = 3:570.124.06)".to_string()
+                ),
+                (
+                    "site-repo".to_string(),
+                    "site-repo (requires nvidia-driver-local-repo-rhel9-570.124.06)".to_string()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn dnfs_removal_sections_are_read_from_its_table() {
+        let table = "Installing:\n cuda-repo-rhel9-13-0-local  x86_64  13.0.1-1  @commandline  177 k\nUpgrading:\n nvidia-driver  x86_64  3:580.82.07-1.el9  gpuhost-next  6.3 k\nRemoving:\n nvidia-driver-local-repo-rhel9-570.124.06\n                     x86_64  1.0-1  @@commandline  163 k\nRemoving dependent packages:\n site-keep-r570-requires  noarch  1-1  @System  0\n\nTransaction Summary\n";
+        assert_eq!(
+            crate::swap::removals(table),
+            vec![
+                "nvidia-driver-local-repo-rhel9-570.124.06".to_string(),
+                "site-keep-r570-requires".to_string()
+            ]
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -19,10 +19,7 @@ use gpuhost_nvidia::localrepo::{present_packages, LocalRepoFile};
 /// flavour's kmod). Anything else installed from the old repo (a CUDA toolkit) is left to dnf:
 /// if it cannot live with the new driver, the transaction fails and nothing changes.
 pub(crate) fn in_family(name: &str) -> bool {
-    name.starts_with("nvidia-")
-        || name.starts_with("libnvidia-")
-        || name.starts_with("kmod-nvidia")
-        || name.starts_with("cuda-drivers")
+    gpuhost_nvidia::localrepo::in_driver_family(name)
 }
 
 /// Package names of the NVIDIA local repos present on the host, of either kind (from their

@@ -210,15 +210,29 @@ impl Step for DriverRepo {
 
     /// The local repo package's own size (measured), and on the live system the estimates for
     /// the driver packages it brings; in an install root (image builds, tests with synthetic
-    /// packages) only the measured figure. A swap from another local repo also needs room for
-    /// its scratch copy ([`crate::swap::SCRATCH`]): the package's payload, then the repo
-    /// extracted from it beside the payload — twice the package's size at its peak.
+    /// packages) only the measured figure. The package is installed from a copy on the root's
+    /// disk ([`gpuhost_host::stage::PACKAGES`]): its size again. A swap from another local repo
+    /// also needs room for its scratch copy ([`crate::swap::SCRATCH`]): the package's payload,
+    /// then the repo extracted from it beside the payload — twice the package's size at its
+    /// peak.
     fn space_needs(&self, ctx: &Ctx<'_>, check: &Check) -> Vec<gpuhost_host::hostinfo::Need> {
         let Some(plan) = &ctx.driver else {
             return gpuhost_host::hostinfo::driver_needs(None, ctx.host.is_live());
         };
         let rpm = local_repo_size(&plan.path);
         let mut needs = gpuhost_host::hostinfo::driver_needs(rpm, ctx.host.is_live());
+        let installs = check.changes.iter().any(|c| {
+            matches!(c.work, Work::SwapDriver(_))
+                || matches!(&c.work, Work::Install(i) if i.brings_repo)
+        });
+        if let (Some(bytes), true) = (rpm, installs) {
+            // The package is installed from a copy on the root's disk (gpuhost_host::stage).
+            needs.push(gpuhost_host::hostinfo::Need {
+                path: gpuhost_host::stage::PACKAGES.into(),
+                bytes,
+                what: "the copy of the local repo package the transaction installs".into(),
+            });
+        }
         // The check planned the swap: its scratch copy needs room too.
         let swaps = check
             .changes

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""A test-world NVIDIA local repo package of real size, for bench/transaction-floor.sh --big.
+
+Usage: big-local-repo.py SRC.rpm OUTDIR SIZE_GB
+
+Repacks SRC (a world `cuda-repo-…-local` package) with the same name, version, release, arch
+and files, plus SIZE_GB of incompressible data beside its repo (`<repo dir>/filler.bin`, not in
+the repo's metadata: dnf never reads it), stored without payload compression, as NVIDIA's 4 GB
+CUDA local repo packages hold about that much of already-compressed RPMs. The filler is made
+once per OUTDIR and shared by every package made there.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def q(rpm, tag):
+    return subprocess.run(["rpm", "-qp", "--qf", f"%{{{tag}}}", rpm], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def main():
+    src, out, size_gb = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    os.makedirs(out, exist_ok=True)
+    dest = os.path.join(out, os.path.basename(src))
+    if os.path.exists(dest):
+        return
+    filler = os.path.join(out, "filler.bin")
+    want = int(size_gb * 2**30)
+    if not os.path.exists(filler) or os.path.getsize(filler) != want:
+        with open("/dev/urandom", "rb") as r, open(filler + ".part", "wb") as w:
+            left = want
+            while left:
+                chunk = r.read(min(left, 1 << 24))
+                w.write(chunk)
+                left -= len(chunk)
+        os.rename(filler + ".part", filler)
+    name, version, release, arch = (q(src, t) for t in ("NAME", "VERSION", "RELEASE", "ARCH"))
+    files = subprocess.run(["rpm", "-qlp", src], check=True, capture_output=True,
+                           text=True).stdout.split()
+    repo_dir = next(f for f in files if f.startswith("/var/") and f.count("/") == 2)
+    with tempfile.TemporaryDirectory(dir=out) as work:
+        root = os.path.join(work, "root")
+        os.makedirs(root)
+        p1 = subprocess.Popen(["rpm2cpio", src], stdout=subprocess.PIPE)
+        subprocess.run(["cpio", "-idm", "--quiet"], stdin=p1.stdout, cwd=root, check=True)
+        p1.wait()
+        os.link(filler, os.path.join(root, repo_dir.lstrip("/"), "filler.bin"))
+        spec = os.path.join(work, "big.spec")
+        with open(spec, "w") as f:
+            f.write(f"""Name: {name}
+Version: {version}
+Release: {release}
+Summary: {name} with {size_gb:g} GiB of payload (gpuhost bench)
+License: NVIDIA
+AutoReqProv: no
+%define _binary_payload w0.ufdio
+%define __os_install_post %{{nil}}
+%define _build_id_links none
+%description
+bench/big-local-repo.py
+%install
+cp -a {root}/. %{{buildroot}}/
+%files
+{os.linesep.join(f'"{p}"' for p in files)}
+{repo_dir}/filler.bin
+""")
+        subprocess.run(["rpmbuild", "-bb", "--target", arch, "--define", f"_topdir {work}",
+                        "--define", f"_rpmdir {work}/out", spec], check=True,
+                       stdout=subprocess.DEVNULL)
+        built = os.path.join(work, "out", arch, os.path.basename(src))
+        os.rename(built, dest)
+    print(f"{dest}: {os.path.getsize(dest) / 2**30:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()

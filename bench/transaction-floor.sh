@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# Benchmark (issue 34, item 1): what it costs that every package of a transaction is on the
+# root's disk and checked before the first write, against the hand-typed floor.
+#
+# Each run makes two fresh Oracle Linux 8 UEK roots of the test world:
+# - A: `gpuhost apply` of tests/world/profiles/ol8-uek.toml (the whole registry), timed whole;
+# - B: the floor — what a person types for the same node: the same dnf transactions (module
+#   enable/disable, installs, a swap's one transaction), `dkms install` for the image's kernel
+#   and the `systemctl enable`s, replayed from A's report with dnf's defaults (file:// mirrors
+#   read in place, NVIDIA's local repo package installed from where it lies, no download ahead,
+#   no copy, no check); the repo and DKMS files gpuhost writes are copied from A first
+#   (untimed). Timed: only those commands.
+# The ratio is A's wall over B's. Target: <= 1.10 on the test world.
+#
+# --big: the same, and a driver swap, with NVIDIA local repo packages of real size: the world's
+# CUDA 12.2 and 12.4 local repo packages repacked with SIZE_GB (default 4) of incompressible
+# payload beside their repo (bench/big-local-repo.py); prints wall times and the peak of the
+# root filesystem's used space for gpuhost and for the floor.
+#
+# Usage: bench/transaction-floor.sh [N] [--big [SIZE_GB]]
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$here"
+n=${1:-5}
+big=0; size_gb=4
+if [ "${2:-}" = --big ]; then big=1; size_gb=${3:-4}; fi
+
+"$here/scripts/deps.sh" >/dev/null
+cargo build --quiet --release -p gpuhost
+gpuhost=$here/target/release/gpuhost
+world=$here/target/testworld
+"$here/tests/world/build-world.sh" "$world" >/dev/null
+export HOME=$world/home
+kver=5.15.0-204.147.6.2.el8uek.x86_64
+profile=$here/tests/world/profiles/ol8-uek.toml
+rpm_a=$world/rpms/cuda-local/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm
+rpm_b=$world/rpms/cuda-local/cuda-repo-rhel8-12-4-local-12.4.1_550.54.15-1.x86_64.rpm
+tmp=$(mktemp -d /var/tmp/gpuhost-floor.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+if [ $big = 1 ]; then
+  python3 "$here/bench/big-local-repo.py" "$rpm_a" "$tmp/big" "$size_gb"
+  python3 "$here/bench/big-local-repo.py" "$rpm_b" "$tmp/big" "$size_gb"
+  rpm_a=$tmp/big/$(basename "$rpm_a"); rpm_b=$tmp/big/$(basename "$rpm_b")
+fi
+
+python3 - "$gpuhost" "$n" "$tmp" "$here/tests/world/mkroot.sh" "$world" "$kver" "$profile" \
+  "$rpm_a" "$rpm_b" "$big" <<'PY'
+import json, os, re, shutil, statistics, subprocess, sys, threading, time
+gpuhost, n, tmp, mkroot, world, kver, profile, rpm_a, rpm_b, big = sys.argv[1:11]
+n, big = int(n), big == "1"
+QUERIES = {"repoquery", "makecache", "list", "info", "check-update"}
+
+def fresh(name):
+    root = f"{tmp}/{name}"
+    subprocess.run(["rm", "-rf", root], check=True)
+    subprocess.run([mkroot, world, root, "--os", "ol8", "--kernel", kver], check=True,
+                   stdout=subprocess.DEVNULL)
+    return root
+
+class Peak:
+    """The peak of used space on the filesystem of `path`, sampled every 50 ms."""
+    def __init__(self, path):
+        self.path, self.peak, self.stop = path, 0, False
+        s = os.statvfs(path); self.base = (s.f_blocks - s.f_bfree) * s.f_frsize
+        self.t = threading.Thread(target=self.run); self.t.start()
+    def run(self):
+        while not self.stop:
+            s = os.statvfs(self.path)
+            self.peak = max(self.peak, (s.f_blocks - s.f_bfree) * s.f_frsize - self.base)
+            time.sleep(0.05)
+    def end(self):
+        self.stop = True; self.t.join(); return self.peak
+
+def gpuhost_apply(root, rpm):
+    args = [gpuhost, "apply", "--profile", profile, "--root", root, "--set",
+            f"driver.local_repo_rpm={rpm}", "--set", "driver.replace_local_repo=true",
+            "--format", "json"]
+    peak = Peak(root)
+    t0 = time.perf_counter()
+    p = subprocess.run(args, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    used = peak.end()
+    if p.returncode != 0:
+        sys.exit(f"apply failed ({p.returncode}): {p.stdout[-3000:]}{p.stderr[-2000:]}")
+    return wall, used, json.loads(p.stdout)
+
+def typed(rep, a, b, rpm):
+    """The commands a person types, from A's report, for root B."""
+    seen, out = set(), []
+    for s in rep["steps"]:
+        for c in s["commands"]:
+            key = json.dumps(c["argv"])
+            if key in seen:
+                continue
+            seen.add(key)
+            argv = c["argv"]
+            prog = argv[0]
+            if prog == "dnf":
+                verb = next((x for x in argv[1:] if not x.startswith("-")), "")
+                if verb in QUERIES or "--downloadonly" in argv:
+                    continue
+            elif prog == "unshare" and "dkms" in argv:
+                pass
+            elif prog == "systemctl" and any(x in ("enable", "disable") for x in argv):
+                pass
+            else:
+                continue
+            new = []
+            for x in argv:
+                if re.match(r"--setopt=[^=]+\.(mirrorlist=.*|baseurl=)$", x):
+                    continue
+                new.append(x.replace(a, b))
+            out.append(new)
+    # In the order a person types them (the report lists a merged transaction under each of
+    # its steps): the local repo package, dnf's module state, the rest, DKMS, the units.
+    def rank(argv):
+        if argv[0] == "dnf":
+            if any(x.endswith(".rpm") for x in argv):
+                return 0
+            return 1 if "module" in argv else 2
+        return 3 if argv[0] == "unshare" else 4
+    return sorted(out, key=rank)
+
+def repos(b):
+    """dnf's defaults: the root's file:// mirrors read in place (its repo files' baseurls,
+    rewritten into the root as gpuhost does), as the root has them now."""
+    out = []
+    for f in sorted(os.listdir(f"{b}/etc/yum.repos.d")):
+        sec = None
+        for line in open(f"{b}/etc/yum.repos.d/{f}"):
+            line = line.strip()
+            if line.startswith("["):
+                sec = line.strip("[]")
+            elif line.startswith("baseurl=file://") and sec:
+                out.append(f"--setopt={sec}.baseurl=file://{b}{line[len('baseurl=file://'):]}")
+    return out
+
+def run_typed(cmds, b, rpm):
+    total = 0.0
+    for argv in cmds:
+        if argv[0] == "dnf":
+            argv = [x for x in argv if not re.match(r"--setopt=[^=]+\.baseurl=file://", x)]
+            argv = argv[:1] + repos(b) + argv[1:]
+            # The local repo package from where it lies, not from gpuhost's copy.
+            argv = [rpm if "/var/cache/gpuhost/packages/" in x else x for x in argv]
+        t0 = time.perf_counter()
+        p = subprocess.run(argv, capture_output=True, text=True)
+        total += time.perf_counter() - t0
+        if p.returncode != 0:
+            sys.exit(f"floor command failed: {argv}\n{p.stdout[-1000:]}{p.stderr[-2000:]}")
+    return total
+
+def floor(rep, a, rpm):
+    b = fresh("B")
+    # What gpuhost's prepare phase wrote (repo files, DKMS's compiler override), untimed.
+    for f in ["etc/yum.repos.d/docker-ce.repo", "etc/yum.repos.d/nvidia-container-toolkit.repo"]:
+        if os.path.isfile(f"{a}/{f}"):
+            shutil.copy2(f"{a}/{f}", f"{b}/{f}")
+    if os.path.isdir(f"{a}/etc/dkms"):
+        subprocess.run(["cp", "-a", f"{a}/etc/dkms/.", f"{b}/etc/dkms/"], check=True)
+    cmds = typed(rep, a, b, rpm)
+    peak = Peak(b)
+    total = run_typed(cmds, b, rpm)
+    used = peak.end()
+    return total, used, len(cmds), b
+
+results = {"converge": [], "swap": []}
+for i in range(n):
+    a = fresh("A")
+    w, used, rep = gpuhost_apply(a, rpm_a)
+    f, fused, k, b = floor(rep, a, rpm_a)
+    results["converge"].append((w, f, used, fused, k))
+    if big:
+        w2, used2, rep2 = gpuhost_apply(a, rpm_b)
+        # The floor's swap, as a person types it (three transactions, not one): the new local
+        # repo package, the new set (erasing what conflicts), the old names away; and the
+        # module stream switched when gpuhost switched it.
+        text = json.dumps(rep2)
+        m = re.search(r"one dnf transaction: remove ([^;]*); install (\S+) ([^;\"(]*)", text)
+        if not m:
+            sys.exit(f"no swap in the report: {text[:3000]}")
+        removes, specs = m.group(1).split(), m.group(3).split()
+        base = next(c["argv"] for s in rep2["steps"] for c in s["commands"]
+                    if c["argv"][0] == "dnf")
+        verb = next(i for i, x in enumerate(base) if i > 0 and not x.startswith("-"))
+        base = [x.replace(a, b) for x in base[:verb]
+                if not re.match(r"--setopt=[^=]+\.(mirrorlist=.*|baseurl=)$", x)]
+        cmds = [base + ["install", rpm_b], base + ["install", "--allowerasing"] + specs,
+                base + ["remove"] + removes]
+        sw = re.search(r"then dnf module switch-to (\S+)", text)
+        if sw:
+            cmds.append(base + ["module", "switch-to", sw.group(1).rstrip('";)')])
+        peak = Peak(b)
+        f2 = run_typed(cmds, b, rpm_b)
+        fused2 = peak.end()
+        results["swap"].append((w2, f2, used2, fused2, len(cmds)))
+    for r in (a, b):
+        shutil.rmtree(r, ignore_errors=True)
+
+for what, r in results.items():
+    if not r:
+        continue
+    g = statistics.median(x[0] for x in r); f = statistics.median(x[1] for x in r)
+    gu = max(x[2] for x in r) / 2**20; fu = max(x[3] for x in r) / 2**20
+    print(f"{what}: {len(r)} runs; gpuhost median {g:.2f} s (min {min(x[0] for x in r):.2f}), "
+          f"hand-typed floor median {f:.2f} s (min {min(x[1] for x in r):.2f}, {r[0][4]} commands); "
+          f"ratio {g/f:.2f}; peak extra disk gpuhost {gu:.0f} MiB, floor {fu:.0f} MiB")
+print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
+      f"({os.cpu_count()} CPUs)")
+PY

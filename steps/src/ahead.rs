@@ -1,0 +1,207 @@
+//! A first converge in one transaction, every package on the root's disk before its first
+//! write.
+//!
+//! A first converge installs NVIDIA's local repo package, which brings the repo the driver comes
+//! from, and the packages that come from that repo and from the mirrors (headers, compiler,
+//! Docker, the toolkit). Two dnf transactions (the repo package, then the rest) would let a
+//! mirror lost between them leave the repo package installed and nothing else, and they load
+//! every repo's metadata twice. So it is one `dnf shell` transaction, as a driver swap is: the
+//! local repo package is copied onto the root's disk and checked ([`gpuhost_host::stage`]), its
+//! repo is read from the copy itself (its payload, unpacked into [`SCRATCH`]) under the repo id
+//! its `.repo` file gives, and the transaction installs the package and the rest together. dnf
+//! downloads and checks every package from the mirrors before the rpm transaction writes
+//! anything ([`Host::dnf`]); the local repo's own packages are read from the scratch copy, on
+//! the root's disk. `dnf shell` reports an error in a command and exits 0: its `Error` lines
+//! make it a failure.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use gpuhost_host::cmd::{Cmd, CmdOutput};
+use gpuhost_host::error::hinted;
+use gpuhost_host::host::{file_url, local_repo_dir, repo_entries, Host};
+
+use crate::work::Install;
+
+/// The scratch directory inside the root (removed when done, and by every apply's start).
+pub const SCRATCH: &str = "/var/cache/gpuhost/download";
+
+/// True when `parts` are a first converge's two transactions' worth: a package file that brings
+/// a repo (NVIDIA's local repo package) and packages besides.
+pub fn merges(parts: &[&Install]) -> bool {
+    let brings = parts
+        .iter()
+        .any(|i| i.brings_repo && i.specs.iter().any(|s| crate::work::is_package_file(s)));
+    brings && parts.iter().any(|i| !i.brings_repo)
+}
+
+/// The one transaction of `parts` ([`merges`]): its command and what dnf printed (see the module
+/// doc). An error when the local repo package cannot be copied or read, before any change.
+pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
+    let mut staged = Vec::new();
+    let mut files = Vec::new();
+    for spec in parts
+        .iter()
+        .filter(|i| i.brings_repo)
+        .flat_map(|i| i.specs.iter())
+    {
+        if crate::work::is_package_file(spec) {
+            let copy = gpuhost_host::stage::copy_in(host, Path::new(spec))?;
+            files.push(copy.path().display().to_string());
+            staged.push(copy);
+        }
+    }
+    host.remove_tree(SCRATCH)?;
+    host.create_dir_all(format!("{SCRATCH}/tree"))?;
+    let result = transaction_in(host, &files, parts);
+    if let Err(e) = host.remove_tree(SCRATCH) {
+        tracing::warn!("could not remove {SCRATCH}: {e:#}");
+    }
+    drop(staged);
+    result
+}
+
+/// Remove the scratch directory a killed run left behind.
+pub fn remove_left(host: &Host) -> Result<()> {
+    host.remove_tree(SCRATCH).map(drop)
+}
+
+fn transaction_in(host: &Host, files: &[String], parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
+    let scratch = host.real_path(SCRATCH)?;
+    let tree = scratch.join("tree");
+    for f in files {
+        unpack(host, f, &scratch, &tree)?;
+    }
+    let options = repo_options(host, &tree)?;
+    let script = shell_script(files, parts);
+    host.write_atomic(format!("{SCRATCH}/converge.dnf"), script.as_bytes(), 0o600)?;
+    let mut cmd = host.dnf()?.args(options);
+    if parts.iter().any(|i| i.allowerasing) {
+        cmd = cmd.arg("--allowerasing");
+    }
+    if parts.iter().any(|i| i.disable_excludes) {
+        cmd = cmd.arg("--disableexcludes=main");
+    }
+    let cmd = cmd.arg("shell").arg(scratch.join("converge.dnf"));
+    let mut out = cmd.output()?;
+    let failed = out
+        .stderr
+        .lines()
+        .chain(out.stdout.lines())
+        .any(|l| l.trim_start().starts_with("Error"));
+    if failed && out.success() {
+        out.code = Some(1);
+    }
+    Ok((cmd, out))
+}
+
+/// `rpm2cpio FILE | cpio` of the package's repo files and `/var` (where NVIDIA's local repo
+/// package keeps its repo) into `tree`. A file that cannot be read whole is an error.
+fn unpack(host: &Host, file: &str, scratch: &Path, tree: &Path) -> Result<()> {
+    let payload = scratch.join("payload.cpio");
+    Cmd::new("rpm2cpio")
+        .arg(file)
+        .stdout_file(&payload)
+        .run()
+        .map_err(|e| {
+            hinted(
+                format!("{file} could not be read before the first change ({e:#}); nothing was installed"),
+                "check that the file's filesystem (an NFS export, a USB stick) is mounted and readable, then run gpuhost again",
+            )
+        })?;
+    Cmd::new("cpio")
+        .args(["-idm", "--quiet", "--no-absolute-filenames"])
+        .args(["./etc/yum.repos.d/*", "./var/*"])
+        .stdin_file(&payload)
+        .current_dir(tree)
+        .run()
+        .with_context(|| format!("extracting the repo of {file}"))?;
+    host.remove_file(format!("{SCRATCH}/payload.cpio"))?;
+    Ok(())
+}
+
+/// dnf's options for each repo the unpacked packages carry (`--repofrompath`, and
+/// `gpgcheck`/`gpgkey` as their `.repo` files say, keys read from the tree).
+fn repo_options(host: &Host, tree: &Path) -> Result<Vec<String>> {
+    let dir = format!("{SCRATCH}/tree/etc/yum.repos.d");
+    let mut out = Vec::new();
+    for name in host.list_dir(&dir).unwrap_or_default() {
+        let Some(text) = host.read_opt(format!("{dir}/{name}"))? else {
+            continue;
+        };
+        let mut repo: Option<(String, String)> = None;
+        let mut extra: Vec<String> = Vec::new();
+        let mut flush = |repo: &mut Option<(String, String)>, extra: &mut Vec<String>| {
+            if let Some((id, path)) = repo.take() {
+                let inner = tree.join(path.trim_start_matches('/'));
+                let repomd = format!("{SCRATCH}/tree{path}/repodata/repomd.xml");
+                if host.kind(repomd) == Some(gpuhost_host::rootfs::Kind::File) {
+                    out.push(format!("--repofrompath={id},{}", file_url(&inner)));
+                    out.append(extra);
+                }
+            }
+            extra.clear();
+        };
+        let mut section = String::new();
+        for (id, key, value) in repo_entries(&text) {
+            if id != section {
+                flush(&mut repo, &mut extra);
+                section = id.to_string();
+            }
+            match key {
+                "baseurl" => {
+                    if let Some(p) = value.strip_prefix("file://").filter(|p| local_repo_dir(p)) {
+                        repo = Some((id.to_string(), p.to_string()));
+                    }
+                }
+                "gpgcheck" => extra.push(format!("--setopt={id}.gpgcheck={value}")),
+                "gpgkey" => {
+                    let keys: Vec<String> = value
+                        .split([',', ' '])
+                        .filter(|k| !k.is_empty())
+                        .map(|k| match k.strip_prefix("file:///var/") {
+                            Some(p) => file_url(&tree.join("var").join(p)),
+                            None => k.to_string(),
+                        })
+                        .collect();
+                    extra.push(format!("--setopt={id}.gpgkey={}", keys.join(",")));
+                }
+                _ => {}
+            }
+        }
+        flush(&mut repo, &mut extra);
+    }
+    Ok(out)
+}
+
+/// The `dnf shell` script: the local repo package first (dnf takes a file only before other
+/// jobs; quoted: dnf splits lines as a shell does), the streams enabled, the packages and module
+/// profiles installed, one `run`.
+fn shell_script(files: &[String], parts: &[&Install]) -> String {
+    let mut out = String::new();
+    for f in files {
+        out.push_str(&format!("install '{}'\n", f.replace('\'', r"'\''")));
+    }
+    let rest: Vec<&&Install> = parts.iter().filter(|i| !i.brings_repo).collect();
+    let mut streams: Vec<&str> = rest.iter().filter_map(|i| i.enable.as_deref()).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    for s in streams {
+        out.push_str(&format!("module enable {s}\n"));
+    }
+    let mut words: Vec<String> = Vec::new();
+    for m in rest.iter().filter_map(|i| i.module.as_ref()) {
+        let w = format!("@{m}");
+        if !words.contains(&w) {
+            words.push(w);
+        }
+    }
+    for s in rest.iter().flat_map(|i| i.specs.iter()) {
+        if !words.contains(s) {
+            words.push(s.clone());
+        }
+    }
+    out.push_str(&format!("install {}\nrun\n", words.join(" ")));
+    out
+}

@@ -1,0 +1,240 @@
+//! Issue 34, item 1: every package of a transaction is on the root's own disk and checked before
+//! the transaction's first write. A `file://` mirror (an NFS export, a synced directory, a USB
+//! stick) is lost at each phase — before the downloads, during them (the metadata read, a package
+//! gone), inside the rpm transaction (a scriptlet of the test world moves the mirrors away while
+//! rpm installs) — on a first converge and on a driver swap. Before the first write: exit 1 and
+//! the rpm database as it was. After it: the transaction completes. Then, with the mirror back,
+//! the next apply converges.
+
+#![allow(clippy::panic)] // a test fails by panicking
+
+#[path = "world/mod.rs"]
+mod world;
+
+use rstest::rstest;
+use serde_json::Value;
+use world::{
+    code, profile, report, step, Os, Root, World, CUDA_LOCAL_EL9_13_0, DRIVER_LOCAL_EL9_570, RHCK9,
+};
+
+/// Where a loss is injected.
+#[derive(Clone, Copy, Debug)]
+enum Loss {
+    /// The mirror is gone when the run starts (its repo cannot be read at all).
+    BeforeDownload,
+    /// The mirror's metadata is there, a package the transaction needs is not.
+    DuringDownload,
+    /// The mirrors go away inside the rpm transaction (the world's `lose-mirror` scriptlets).
+    DuringTransaction,
+}
+
+/// The mirror whose packages a first converge on OL9 takes (gcc, dkms's dependencies, headers).
+const MIRROR: &str = "/srv/repos/ol9_appstream";
+
+fn apply(root: &Root, rpm_path: &str) -> (i32, Value) {
+    let o = root.gpuhost(&[
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        &profile("ol9-rhck"),
+        "--set",
+        &format!("driver.local_repo_rpm={rpm_path}"),
+        "--set",
+        "driver.replace_local_repo=true",
+    ]);
+    (code(&o), report(&o))
+}
+
+/// The local repo package as a file of the root's own "mirror" folder `/srv/drivers` (which the
+/// world's scriptlets move away with the repos); its path on this machine.
+fn on_the_mirror(root: &Root, name: &str) -> String {
+    let dir = root.join("/srv/drivers");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let to = dir.join(name);
+    std::fs::copy(World::get().cuda_local(name), &to).unwrap_or_else(|e| panic!("{e}"));
+    to.display().to_string()
+}
+
+fn lose(root: &Root, loss: Loss, swap: bool) {
+    match loss {
+        Loss::BeforeDownload if swap => {
+            std::fs::rename(root.join("/srv/drivers"), root.join("/srv/drivers.lost"))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        Loss::BeforeDownload => {
+            std::fs::rename(root.join(MIRROR), root.join(&format!("{MIRROR}.lost")))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        Loss::DuringDownload => {
+            // gcc comes from AppStream in every first converge (DKMS builds with it).
+            let dir = root.join(&format!("{MIRROR}/Packages"));
+            let gone: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("gcc-1"))
+                .collect();
+            assert!(!gone.is_empty(), "no gcc package in {}", dir.display());
+            for e in gone {
+                std::fs::remove_file(e.path()).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        Loss::DuringTransaction => root.write("/etc/gpuhost-world/lose-mirror", ""),
+    }
+}
+
+/// Undo the loss: the mirror is back (as a sync or a remount would bring it).
+fn restore(root: &Root) {
+    let _ = std::fs::remove_file(root.join("/etc/gpuhost-world/lose-mirror"));
+    for d in ["/srv/repos", "/srv/drivers", MIRROR] {
+        let lost = root.join(&format!("{d}.lost"));
+        if lost.exists() {
+            let _ = std::fs::remove_dir_all(root.join(d));
+            std::fs::rename(&lost, root.join(d)).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+    // A package deleted from the mirror comes back with the mirror's next sync.
+    let world = World::get().repo(Os::Ol9, "ol9_appstream");
+    let status = std::process::Command::new("cp")
+        .args(["-a", "--no-clobber"])
+        .arg(world.join("Packages/."))
+        .arg(root.join(&format!("{MIRROR}/Packages")))
+        .status()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(status.success());
+}
+
+/// Every step whose report says it failed or did not run mentions no change it did not make.
+fn failed_steps(rep: &Value) -> Vec<String> {
+    rep["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["outcome"] == "failed")
+        .map(|s| format!("{}: {}", s["id"], s["reason"]))
+        .collect()
+}
+
+#[rstest]
+#[case::before_download(Loss::BeforeDownload)]
+#[case::during_download(Loss::DuringDownload)]
+#[case::during_the_rpm_transaction(Loss::DuringTransaction)]
+fn a_first_converge_loses_its_mirror(#[case] loss: Loss) {
+    let root = Root::new(Os::Ol9, &[RHCK9]);
+    let rpm = on_the_mirror(&root, DRIVER_LOCAL_EL9_570);
+    let before = root.rpmdb_snapshot();
+    lose(&root, loss, false);
+    let (rc, rep) = apply(&root, &rpm);
+    match loss {
+        Loss::BeforeDownload | Loss::DuringDownload => {
+            assert_eq!(rc, 1, "{rep:#}");
+            assert_eq!(
+                root.rpmdb_snapshot(),
+                before,
+                "something was installed: {rep:#}"
+            );
+            // The steps dnf names fail in its words (every step of the transaction when it
+            // names a repo none of them is from); the others do not run.
+            let failed = failed_steps(&rep);
+            let want = match loss {
+                Loss::BeforeDownload => "ol9_appstream",
+                _ => "gcc-11",
+            };
+            assert!(!failed.is_empty(), "{rep:#}");
+            assert!(failed.iter().all(|f| f.contains(want)), "{failed:#?}");
+            if let Loss::DuringDownload = loss {
+                assert_eq!(failed.len(), 1, "{failed:#?}");
+            }
+            for s in rep["steps"].as_array().into_iter().flatten() {
+                assert!(
+                    !["changed", "partial"].contains(&s["outcome"].as_str().unwrap_or_default()),
+                    "{s:#}"
+                );
+            }
+        }
+        Loss::DuringTransaction => {
+            assert_eq!(rc, 0, "{rep:#}");
+            assert!(
+                root.join("/srv/repos.lost").exists(),
+                "the world's scriptlet did not take the mirrors away"
+            );
+            assert!(root.installed("kmod-nvidia-open-dkms").is_some(), "{rep:#}");
+            assert!(root.installed("gcc").is_some(), "{rep:#}");
+            assert!(root.installed("docker-ce").is_some(), "{rep:#}");
+            // No copy is left behind.
+            let left = root.join("/var/cache/gpuhost/packages");
+            assert!(
+                std::fs::read_dir(&left).map_or(true, |mut d| d.next().is_none()),
+                "copies left in {}",
+                left.display()
+            );
+        }
+    }
+    restore(&root);
+    let (rc, rep) = apply(&root, &rpm);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(root.installed("kmod-nvidia-open-dkms").is_some(), "{rep:#}");
+    let (rc, rep) = apply(&root, &rpm);
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+}
+
+#[rstest]
+#[case::before_download(Loss::BeforeDownload)]
+#[case::during_the_rpm_transaction(Loss::DuringTransaction)]
+fn a_driver_swap_loses_its_mirror(#[case] loss: Loss) {
+    let root = Root::new(Os::Ol9, &[RHCK9]);
+    let (rc, rep) = apply(
+        &root,
+        &World::get()
+            .cuda_local(DRIVER_LOCAL_EL9_570)
+            .display()
+            .to_string(),
+    );
+    assert_eq!(rc, 0, "{rep:#}");
+    let rpm = on_the_mirror(&root, CUDA_LOCAL_EL9_13_0);
+    let before = root.rpmdb_snapshot();
+    lose(&root, loss, true);
+    let (rc, rep) = apply(&root, &rpm);
+    match loss {
+        Loss::BeforeDownload => {
+            // The swap's only download is the new local repo package: gone when the run
+            // starts, it is a missing file (exit 2), found by the check.
+            assert_eq!(rc, 2, "{rep:#}");
+            let after = root.rpmdb_snapshot();
+            assert_eq!(after, before, "the swap changed something: {rep:#}");
+            let repo = step(&rep, "driver-repo");
+            assert_eq!(repo["outcome"], "failed", "{repo:#}");
+            assert!(
+                repo["reason"].to_string().contains("does not exist"),
+                "{repo:#}"
+            );
+        }
+        _ => {
+            assert_eq!(rc, 0, "{rep:#}");
+            assert!(
+                root.join("/srv/drivers.lost").exists(),
+                "the world's scriptlet did not take the driver folder away"
+            );
+            assert!(
+                root.installed("kmod-nvidia-open-dkms")
+                    .is_some_and(|v| v.contains("580.82.07")),
+                "{rep:#}"
+            );
+            assert_eq!(
+                root.installed_all("kmod-nvidia-open-dkms").len(),
+                1,
+                "{rep:#}"
+            );
+        }
+    }
+    restore(&root);
+    let (rc, rep) = apply(&root, &rpm);
+    assert_eq!(rc, 0, "{rep:#}");
+    let (rc, rep) = apply(&root, &rpm);
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+    assert!(root
+        .installed("kmod-nvidia-open-dkms")
+        .is_some_and(|v| v.contains("580.82.07")));
+}
