@@ -26,7 +26,11 @@
 # shipped units), monitoring-plugins' negate (runs `gpuhost status` as Nagios runs a plugin) and,
 # on Debian, vagrant with its libvirt provider (vagrant validate wants a usable provider), curl
 # and jq (docs/status-and-serve.md's commands are run as shown), and dnf's versionlock plugin (dnf-plugins-core:
-# the OL10 branch lock is checked against the real plugin).
+# the OL10 branch lock is checked against the real plugin), qemu-user-static and
+# binutils-aarch64-linux-gnu (the test world's aarch64 roots: their programs run through qemu,
+# their NVIDIA module objects are assembled with aarch64 `as`) and, on Debian, the arm64 .debs
+# of tests/world/arm64-debs.txt, downloaded (not installed: `dpkg --add-architecture arm64`,
+# `apt-get download`) into /var/cache/gpuhost-world/arm64, whose binaries those roots ship.
 #
 # Servers stay off: the tests start their own munged, slurmctld, slurmd and dockerd, on their
 # own sockets and ports, and stop them. On Debian both sets are installed with
@@ -52,12 +56,12 @@ for arg in "$@"; do
 done
 
 demo_tools=(rpm dnf createrepo_c modifyrepo_c rpmbuild python3 systemctl dkms modinfo depmod make xz strip gcc unshare openssl cpio)
-test_tools=(git curl jq strace cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd mokutil sbverify ansible-playbook ansible-test mmdebstrap systemd-nspawn)
+test_tools=(git curl jq strace cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd mokutil sbverify ansible-playbook ansible-test mmdebstrap systemd-nspawn qemu-aarch64-static aarch64-linux-gnu-as)
 # Debian's packages of each set.
 demo_debs=(rpm dnf createrepo-c python3 systemd busybox-static dkms kmod make xz-utils binutils gcc libc6-dev util-linux linux-kbuild-6.1 openssl cpio)
 test_debs=(git strace cloud-init vagrant vagrant-libvirt curl jq prometheus munge slurmctld slurmd slurm-client umoci skopeo docker.io
   pci.ids mokutil sbsigntool ansible-core ansible python3-venv python3-pip mmdebstrap systemd-container monitoring-plugins-basic
-  dnf-plugins-core)
+  dnf-plugins-core qemu-user-static binutils-aarch64-linux-gnu)
 # The units of the servers those packages bring: left disabled.
 daemon_units=(munge.service slurmctld.service slurmd.service docker.service docker.socket containerd.service prometheus.service libvirtd.service libvirtd.socket)
 
@@ -79,8 +83,12 @@ done
 [ $sign_file = 1 ] || need+=(sign-file)
 # gcc finds the C start files only with libc6-dev (Debian's gcc merely recommends it).
 [ -e "$(gcc -print-file-name=Scrt1.o 2>/dev/null)" ] || need+=(libc6-dev)
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# (the checkout: no dirname, which a bare machine may lack)
+case ${BASH_SOURCE[0]} in */*) here=${BASH_SOURCE[0]%/*}/.. ;; *) here=.. ;; esac
+here=$(cd "$here" && pwd)
 lint_venv=$here/target/ansible-lint
+arm64_dir=${GPUHOST_WORLD_ARM64_DEBS:-/var/cache/gpuhost-world/arm64}
+mapfile -t arm64_debs < <(grep -v '^#' "$here/tests/world/arm64-debs.txt")
 need_lint=0
 if [ "$set_name" = test ]; then
   command -v ansible-lint >/dev/null 2>&1 || [ -x "$lint_venv/bin/ansible-lint" ] || need_lint=1
@@ -95,6 +103,12 @@ if [ "$set_name" = test ]; then
   # ansible's json stdout callback (the ansible.posix collection of Debian's ansible package)
   if command -v apt-get >/dev/null 2>&1 && [ ! -f /usr/lib/python3/dist-packages/ansible_collections/ansible/posix/plugins/callback/json.py ]; then need+=(ansible); fi
   if command -v apt-get >/dev/null 2>&1 && ! command -v vagrant >/dev/null 2>&1; then need+=(vagrant); fi
+  # Debian's arm64 userspace for the world's aarch64 roots (.debs, not installed)
+  if command -v apt-get >/dev/null 2>&1; then
+    for p in "${arm64_debs[@]}"; do
+      compgen -G "$arm64_dir/${p}_*_arm64.deb" >/dev/null || { need+=(arm64-debs); break; }
+    done
+  fi
 fi
 if [ $check_only = 1 ]; then
   [ $need_lint = 1 ] && need+=(ansible-lint)
@@ -109,6 +123,23 @@ install_lint() {
   echo "deps.sh: installing ansible-lint (pip install ansible-lint, into $lint_venv)" >&2
   python3 -m venv "$lint_venv" && "$lint_venv/bin/pip" install --quiet ansible-lint \
     || echo "deps.sh: ansible-lint could not be installed; its test is skipped (failed in CI)" >&2
+}
+# The arm64 .debs of the world's aarch64 roots: downloaded, not installed (their binaries
+# would replace this machine's).
+download_arm64() {
+  [ "$set_name" = test ] && command -v apt-get >/dev/null 2>&1 || return 0
+  local p missing=()
+  for p in "${arm64_debs[@]}"; do
+    compgen -G "$arm64_dir/${p}_*_arm64.deb" >/dev/null || missing+=("$p:arm64")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "deps.sh: downloading ${#missing[@]} arm64 .deb(s) into $arm64_dir (the test world's aarch64 roots; not installed)" >&2
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    "${sudo[@]}" dpkg --add-architecture arm64
+    "${sudo[@]}" apt-get update -qq
+  fi
+  "${sudo[@]}" mkdir -p "$arm64_dir"
+  (cd "$arm64_dir" && "${sudo[@]}" apt-get download -q "${missing[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2) || true
 }
 if [ ${#need[@]} -eq 0 ]; then install_lint; exit 0; fi
 
@@ -163,6 +194,7 @@ if command -v apt-get >/dev/null 2>&1; then
   debs=("${demo_debs[@]}")
   [ "$set_name" = test ] && debs+=("${test_debs[@]}")
   apt_install "${debs[@]}"
+  download_arm64
 elif command -v dnf >/dev/null 2>&1; then
   # (vagrant is not in Oracle Linux's repos: its test is skipped there unless installed)
   # (promtool is not in Oracle Linux's repos either: install Prometheus's release by hand;

@@ -1069,12 +1069,34 @@ fn the_support_matrix_is_generated_and_its_supported_rows_are_run() {
         let branch: u32 = driver.split('.').next().unwrap().parse().unwrap();
         world.entry(major).or_default().insert(branch);
     }
+    // The aarch64 releases' local repos (`LOCAL_REPOS += [("ol9-aarch64", …`).
+    let start = gen.find("LOCAL_REPOS += [").unwrap();
+    let list = &gen[start..start + gen[start..].find(")]\n").unwrap()];
+    let mut arm: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    for line in list.lines().filter(|l| l.contains("-aarch64\"")) {
+        let fields: Vec<&str> = line.split('"').collect();
+        let major: u32 = fields[1]
+            .trim_start_matches("ol")
+            .trim_end_matches("-aarch64")
+            .parse()
+            .unwrap();
+        let driver = fields.iter().rev().find(|f| f.contains('.')).unwrap();
+        let branch: u32 = driver.split('.').next().unwrap().parse().unwrap();
+        arm.entry(major).or_default().insert(branch);
+    }
     for r in gpuhost_host::platform::RELEASES {
         let claimed: BTreeSet<u32> = r.tested_branches.iter().copied().collect();
         assert_eq!(
             world.get(&r.major),
             Some(&claimed),
             "Oracle Linux {}: the branches the matrix calls supported are the world's",
+            r.major
+        );
+        let claimed: BTreeSet<u32> = r.tested_aarch64.iter().copied().collect();
+        assert_eq!(
+            arm.get(&r.major).cloned().unwrap_or_default(),
+            claimed,
+            "Oracle Linux {} aarch64: the branches the matrix calls supported are the world's",
             r.major
         );
     }

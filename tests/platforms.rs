@@ -14,8 +14,11 @@ use std::process::Command;
 use rstest::rstest;
 use serde_json::Value;
 use world::{
-    code, report, stderr, step, Os, Root, World, CUDA_LOCAL_EL9_13_0, DRIVER_LOCAL_EL10_580,
-    DRIVER_LOCAL_EL10_590, RHCK10, UEK10, UEK9,
+    aarch64_ready, assert_converged, code, report, stderr, step, Os, Root, World,
+    CUDA_LOCAL_EL9_13_0, CUDA_LOCAL_EL9_13_0_AARCH64, DRIVER_LOCAL_EL10_580,
+    DRIVER_LOCAL_EL10_580_AARCH64, DRIVER_LOCAL_EL10_590, DRIVER_LOCAL_EL9_570,
+    DRIVER_LOCAL_EL9_580_AARCH64, RHCK10, UEK10, UEK10_ARM, UEK10_ARM_64K, UEK9, UEK9_ARM,
+    UEK9_ARM_64K,
 };
 
 const LIST: &str = "/etc/dnf/plugins/versionlock.list";
@@ -566,5 +569,177 @@ fn an_aarch64_root_is_aarch64_whatever_builds_it() {
             "driver.manage=false",
         ],
         "ships no RHCK for aarch64 (the UEK only); use --profile ol9-uek",
+    );
+}
+
+/// Every package of the root, as `NAME.ARCH`.
+fn arches(root: &Root) -> Vec<String> {
+    let o = root.rpm(&["-qa", "--qf", "%{NAME}.%{ARCH}\\n"]);
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A Grace node's image built on this x86_64 machine: an aarch64 OL9 or OL10 root (UEK 64k the
+/// default kernel, the 4k UEK beside it) converges from NVIDIA's aarch64 local repo package.
+/// gpuhost reads the architecture from the root and runs dnf with `--forcearch=aarch64`
+/// (without it dnf on x86_64 would find none of the aarch64 packages), installs each kernel's
+/// exact headers (the 64k kernel's are `kernel-uek64k-devel`), and the open module is built by
+/// the real DKMS, bash, make, strip and xz of the root, aarch64 programs run through
+/// qemu-user-static, signed with the root's own openssl and sign-file. The second apply changes
+/// nothing.
+#[rstest]
+#[case::ol9(Os::Ol9Aarch64, &[UEK9_ARM, UEK9_ARM_64K], "ol9-uek", DRIVER_LOCAL_EL9_580_AARCH64, "580.82.07")]
+#[case::ol10(Os::Ol10Aarch64, &[UEK10_ARM, UEK10_ARM_64K], "ol10-uek", DRIVER_LOCAL_EL10_580_AARCH64, "580.126.09")]
+fn an_aarch64_image_converges_from_nvidias_aarch64_local_repo(
+    #[case] os: Os,
+    #[case] kernels: &[&str],
+    #[case] base: &str,
+    #[case] rpm: &str,
+    #[case] driver: &str,
+) {
+    if !aarch64_ready() {
+        return;
+    }
+    let (k4, k64) = (kernels[0], kernels[1]);
+    let root = Root::new(os, kernels).with_default_kernel(k64);
+    let profile = world::profile(base);
+    let (rc, rep, err) = run(&root, "apply", &profile, rpm, &[]);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    assert!(
+        step(&rep, "kernel-headers")["reason"].as_str().is_some_and(
+            |r| r.contains(&format!("kernel-uek64k-devel-{}.aarch64", world::evr(k64)))
+        ),
+        "{rep:#}"
+    );
+    assert_eq!(
+        root.installed("kernel-uek64k-devel").as_deref(),
+        Some(world::evr(k64))
+    );
+    assert!(root
+        .join(&format!("/usr/src/kernels/{k64}/Makefile"))
+        .exists());
+    // Only aarch64 (and noarch) packages: dnf resolved for the root's architecture.
+    let all = arches(&root);
+    assert!(
+        all.iter()
+            .all(|p| p.ends_with(".aarch64") || p.ends_with(".noarch")),
+        "{all:?}"
+    );
+    assert!(
+        all.iter().any(|p| p == "kmod-nvidia-open-dkms.aarch64"),
+        "{all:?}"
+    );
+    // The module the root's DKMS built for the default (64k) kernel: an aarch64 object whose
+    // modinfo says the driver's version, signed by DKMS's key.
+    assert_eq!(root.nvidia_module_version(k64).as_deref(), Some(driver));
+    let files = root.nvidia_module_files(k64);
+    let nv = files
+        .iter()
+        .find(|f| f.ends_with("/nvidia.ko.xz"))
+        .unwrap_or_else(|| panic!("{files:?}"));
+    let elf = world::module_bytes(&root.join(nv));
+    assert_eq!(&elf[18..20], &[0xb7, 0x00], "e_machine EM_AARCH64");
+    assert!(world::has_appended_signature(&root.join(nv)));
+    // The 4k kernel is not served (the default boots the 64k one): no headers for it.
+    assert!(root.installed("kernel-uek-devel").is_none(), "{k4}");
+    // The second apply: nothing to do.
+    let (rc, rep, err) = run(&root, "apply", &profile, rpm, &[]);
+    assert_eq!(rc, 0, "{err}");
+    assert_converged(&rep);
+}
+
+/// GB200/GB300 NVL72 compute trays get IMEX (on by default, its source in plan: the GPU),
+/// `nvidia-imex` at the driver's version, locked like Fabric Manager, and no Fabric Manager;
+/// a GH200 gets neither. On OL9 aarch64 with the CUDA 13.0 sbsa local repo (modular).
+#[rstest]
+#[case::gb200(0x2941, true)]
+#[case::gh200(0x2342, false)]
+fn grace_trays_get_imex_and_no_fabric_manager(#[case] device: u16, #[case] imex: bool) {
+    if !aarch64_ready() {
+        return;
+    }
+    let root = Root::new(Os::Ol9Aarch64, &[UEK9_ARM]);
+    root.add_pci_device("0009:01:00.0", 0x10de, device, 0x030200);
+    let profile = world::profile("ol9-uek");
+    let (rc, plan, err) = run(&root, "plan", &profile, CUDA_LOCAL_EL9_13_0_AARCH64, &[]);
+    assert_eq!(rc, 0, "{err}\n{plan:#}");
+    let extras = step(&plan, "hgx-extras")["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if imex {
+        assert!(
+            extras.contains("install nvidia-imex-580.82.07")
+                && extras.contains("GB200 (Grace Blackwell superchip) at 0009:01:00.0: an NVL72 compute tray runs IMEX"),
+            "{extras}"
+        );
+    } else {
+        assert!(extras.contains("no IMEX"), "{extras}");
+    }
+    let (rc, rep, err) = run(&root, "apply", &profile, CUDA_LOCAL_EL9_13_0_AARCH64, &[]);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    assert_eq!(
+        root.installed("nvidia-imex").as_deref(),
+        imex.then_some("580.82.07-1")
+    );
+    for fm in [
+        "nvidia-fabricmanager",
+        "nvidia-fabric-manager",
+        "libnvidia-nscq",
+    ] {
+        assert!(root.installed(fm).is_none(), "{fm} on a Grace node");
+    }
+    let conf = root.read("/etc/dnf/dnf.conf");
+    assert_eq!(
+        conf.lines()
+            .any(|l| l.starts_with("excludepkgs") && l.contains("nvidia-imex")),
+        imex,
+        "{conf}"
+    );
+    let (rc, rep, err) = run(&root, "apply", &profile, CUDA_LOCAL_EL9_13_0_AARCH64, &[]);
+    assert_eq!(rc, 0, "{err}");
+    assert_converged(&rep);
+}
+
+/// A local repo package of the other architecture exits 2 naming both, nothing changed: the
+/// x86_64 one on an aarch64 root, NVIDIA's aarch64 one (its inner packages aarch64) on an
+/// x86_64 root.
+#[test]
+fn a_local_repo_of_the_other_arch_is_refused_naming_both() {
+    if !aarch64_ready() {
+        return;
+    }
+    let x86 = Root::new(Os::Ol9, &[UEK9]);
+    refused(
+        &x86,
+        &[
+            "apply",
+            "--profile",
+            "ol9-uek",
+            "--format",
+            "json",
+            "--set",
+            &format!(
+                "driver.local_repo_rpm={}",
+                local(DRIVER_LOCAL_EL9_580_AARCH64)
+            ),
+        ],
+        "is built for aarch64, but this host is x86_64",
+    );
+    let arm = Root::new(Os::Ol9Aarch64, &[UEK9_ARM]);
+    refused(
+        &arm,
+        &[
+            "apply",
+            "--profile",
+            "ol9-uek",
+            "--format",
+            "json",
+            "--set",
+            &format!("driver.local_repo_rpm={}", local(DRIVER_LOCAL_EL9_570)),
+        ],
+        "is built for x86_64, but this host is aarch64",
     );
 }

@@ -1587,3 +1587,254 @@ fn status_alone_parses_as_the_whole_command_line_does() {
         stdout(&bad)
     );
 }
+
+// ---- Grace: GB200 NVL72 compute tray, GH200 ------------------------------------------------
+// No Grace machine could be had: these snapshots are the real H200 capture with the fields a
+// Grace node answers differently set to NVIDIA's documented outputs (tests/fixtures/status/
+// README.md names each source). They show what gpuhost makes of such answers; they are not
+// captures of a Grace node.
+
+/// A GB200 NVL72 compute tray (4 GB200 GPUs, `10de:2941`, no NVSwitch on its PCI) or a GH200
+/// (1 GPU, `10de:2342`), derived from the real capture `real`.
+fn grace_from_real(real: &serde_json::Value, gb200: bool) -> serde_json::Value {
+    use serde_json::json;
+    let mut s = real.clone();
+    let (n, device, name, arch) = if gb200 {
+        (4, "0x2941", "NVIDIA GB200", "Blackwell")
+    } else {
+        (1, "0x2342", "NVIDIA GH200 480GB", "Hopper")
+    };
+    // (PCI addresses illustrative: Grace nodes put each GPU in its own PCI domain.)
+    let buses: Vec<String> = (0..n).map(|i| format!("000{}:01:00.0", 8 + i)).collect();
+    let pci0 = real["host"]["pci"][0].clone();
+    s["host"]["pci"] = json!(buses
+        .iter()
+        .map(|b| {
+            let mut d = pci0.clone();
+            d["address"] = json!(b);
+            d["device_id"] = json!(device);
+            d["config_head"] = json!(format!("de10{}{}", &device[4..6], &device[2..4]));
+            d
+        })
+        .collect::<Vec<_>>());
+    s["host"]["docker_daemon_json"] =
+        json!({"present": true, "nvidia_runtime": true, "default_runtime": null});
+    // GB200: nvidia-imex runs (no Fabric Manager: the switch trays manage the fabric), and
+    // `nvidia-imex-ctl -N` reports an 18-tray domain UP, every node READY (the guide's output
+    // format; an NVL72 rack has 18 compute trays). GH200: no IMEX.
+    s["services"] = if gb200 {
+        let nodes: Vec<serde_json::Value> = (0..18)
+            .map(|i| json!({"index": i, "address": format!("10.136.206.{}", 48 + i), "state": "READY"}))
+            .collect();
+        json!({"docker": "active", "nvidia_persistenced": "active",
+               "nvidia_fabricmanager": "inactive", "nvidia_imex": "active",
+               "imex_domain": {"domain_state": "UP", "nodes": nodes}})
+    } else {
+        json!({"docker": "active", "nvidia_persistenced": "active",
+               "nvidia_fabricmanager": "inactive", "nvidia_imex": "inactive"})
+    };
+    let g0 = real["nvml"]["gpus"][0].clone();
+    let uuid0 = g0["uuid"]["value"].as_str().unwrap().to_string();
+    let (stem, last) = uuid0.split_at(uuid0.len() - 2);
+    let last = u8::from_str_radix(last, 16).unwrap();
+    // C2C: GH200 10 links × 44.712 GB/s (`nvidia-smi c2c -s`); GB200 5 links (a GB200 test
+    // fixture's count, not NVIDIA's document) at the same speed.
+    let c2c_links: Vec<serde_json::Value> = (0..if gb200 { 5 } else { 10 })
+        .map(|l| json!({"link": l, "active": true, "max_bandwidth_mbps": 44712}))
+        .collect();
+    let nvlinks: Vec<serde_json::Value> = (0..18)
+        .map(|l| {
+            json!({"link": l, "active": true, "replay_errors": 0, "recovery_errors": 0,
+                   "crc_flit_errors": 0, "crc_data_errors": 0})
+        })
+        .collect();
+    let gpus: Vec<serde_json::Value> = buses
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let mut g = g0.clone();
+            g["index"] = json!(i);
+            g["name"] = json!({"value": name});
+            g["architecture"] = json!({"value": arch});
+            g["uuid"] = json!({"value": format!("{stem}{:02x}", last.wrapping_add(i as u8))});
+            let (dom, rest) = b.split_at(4);
+            g["pci_bus_id"] = json!({"value": format!("0000{dom}{}", rest.to_uppercase())});
+            g["minor_number"] = json!({"value": i});
+            g["c2c"] = json!({"value": {"enabled": true, "links": c2c_links}});
+            if gb200 {
+                // 18 NVLink 5 links to the switch trays; the fabric as `nvidia-smi -q` shows a
+                // registered GB200: Completed, Success, CliqueId 32766, a ClusterUUID, Healthy.
+                g["nvlinks"] = json!({"value": nvlinks});
+                g["fabric"] = json!({"value": {"state": 3, "status": 0, "clique_id": 32766,
+                    "cluster_uuid": "3482beb4a3cd48a49b6ca6ba43bc59a4",
+                    "health_mask": HGX_HEALTH_MASK, "health_summary": 1}});
+            }
+            g
+        })
+        .collect();
+    s["nvml"]["device_count"] = json!(n);
+    s["nvml"]["gpus"] = json!(gpus);
+    let node0 = real["host"]["dev_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["path"] == "/dev/nvidia0")
+        .unwrap()
+        .clone();
+    let mut nodes: Vec<serde_json::Value> = real["host"]["dev_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["path"] != "/dev/nvidia0")
+        .cloned()
+        .collect();
+    for i in 0..n {
+        let mut d = node0.clone();
+        d["path"] = json!(format!("/dev/nvidia{i}"));
+        nodes.push(d);
+    }
+    s["host"]["dev_nodes"] = json!(nodes);
+    s
+}
+
+fn grace(gb200: bool) -> serde_json::Value {
+    let file = if gb200 {
+        "gb200-nvl72-tray-snapshot.json"
+    } else {
+        "gh200-snapshot.json"
+    };
+    serde_json::from_str(&std::fs::read_to_string(fixtures().join(file)).unwrap()).unwrap()
+}
+
+#[test]
+fn grace_fixtures_are_derived_from_the_real_h200_capture() {
+    let real: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("h200-snapshot.json")).unwrap(),
+    )
+    .unwrap();
+    for (gb200, file) in [
+        (true, "gb200-nvl72-tray-snapshot.json"),
+        (false, "gh200-snapshot.json"),
+    ] {
+        let want = grace_from_real(&real, gb200);
+        if std::env::var_os("GPUHOST_UPDATE_FIXTURES").is_some() {
+            std::fs::write(
+                fixtures().join(file),
+                serde_json::to_string_pretty(&want).unwrap() + "\n",
+            )
+            .unwrap();
+        }
+        assert_eq!(
+            grace(gb200),
+            want,
+            "regenerate with GPUHOST_UPDATE_FIXTURES=1 cargo test -p gpuhost --test status"
+        );
+    }
+}
+
+fn checks<'a>(v: &'a serde_json::Value, id: &str) -> Vec<&'a serde_json::Value> {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["id"] == id)
+        .collect()
+}
+
+/// A healthy GB200 NVL72 compute tray: every check OK or n/a; C2C up on each GPU, the fabric
+/// registered with its clique, cluster and health summary, IMEX running and its domain UP, and
+/// Fabric Manager not asked for (no NVSwitch on the tray's PCI).
+#[test]
+fn a_healthy_gb200_tray_is_ok_with_c2c_fabric_and_imex() {
+    let (code, v, prom) = judge_snapshot(&grace(true), &["--expect-gpus", "4"]);
+    let bad: Vec<&serde_json::Value> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["severity"] != "OK" && c["severity"] != "N/A")
+        .collect();
+    assert_eq!(code, 0, "{bad:#?}");
+    let c2c = checks(&v, "gpu.c2c");
+    assert_eq!(c2c.len(), 4);
+    for c in c2c {
+        assert_eq!(c["severity"], "OK");
+        assert_eq!(c["value"], "C2C enabled, 5/5 links active, 44712 MB/s each");
+    }
+    for c in checks(&v, "gpu.fabric") {
+        assert_eq!(
+            c["value"],
+            "fabric registered (state completed, status success, clique 32766, cluster 3482beb4a3cd48a49b6ca6ba43bc59a4, health summary healthy)"
+        );
+    }
+    assert_eq!(
+        checks(&v, "services.imex")[0]["value"],
+        "nvidia-imex active (GB200 (Grace Blackwell superchip) at 0008:01:00.0: an NVL72 compute tray)"
+    );
+    assert_eq!(
+        checks(&v, "services.imex_domain")[0]["value"],
+        "domain UP, 18/18 node(s) READY"
+    );
+    assert_eq!(checks(&v, "services.fabricmanager")[0]["severity"], "N/A");
+    assert!(
+        prom.contains("gpuhost_check_status{check=\"services.imex_domain\"} 0"),
+        "{prom}"
+    );
+}
+
+/// A GH200 (one node): C2C judged, the fabric and IMEX n/a.
+#[test]
+fn a_gh200_has_c2c_and_no_fabric_or_imex() {
+    let (code, v, _) = judge_snapshot(&grace(false), &[]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(
+        checks(&v, "gpu.c2c")[0]["value"],
+        "C2C enabled, 10/10 links active, 44712 MB/s each"
+    );
+    for id in ["gpu.fabric", "gpu.nvlink", "services.imex"] {
+        assert_eq!(checks(&v, id)[0]["severity"], "N/A", "{id}");
+    }
+    assert!(checks(&v, "services.imex_domain").is_empty());
+}
+
+/// A single H200 (the real capture): no C2C, n/a.
+#[test]
+fn an_h200_has_no_c2c() {
+    let real: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("h200-snapshot.json")).unwrap(),
+    )
+    .unwrap();
+    let (_, v, _) = judge_snapshot(&real, &[]);
+    assert_eq!(checks(&v, "gpu.c2c")[0]["severity"], "N/A");
+}
+
+/// What a Grace tray can get wrong, one at a time, each the only problem: a C2C link down, C2C
+/// off, the fabric's health summary unhealthy (advice pointing at the switch trays, not a Fabric
+/// Manager the tray does not run), IMEX stopped, the IMEX domain down or not readable.
+#[rstest::rstest]
+#[case::c2c_link_down("/nvml/gpus/1/c2c/value/links/2/active", serde_json::json!(false), "gpu.c2c", "CRITICAL", "down: link 2")]
+#[case::c2c_off("/nvml/gpus/1/c2c/value", serde_json::json!({"enabled": false, "links": []}), "gpu.c2c", "CRITICAL", "C2C disabled on a Grace superchip")]
+#[case::fabric_unhealthy("/nvml/gpus/0/fabric/value/health_summary", serde_json::json!(2), "gpu.fabric", "CRITICAL", "health summary unhealthy")]
+#[case::imex_stopped("/services/nvidia_imex", serde_json::json!("failed"), "services.imex", "CRITICAL", "nvidia-imex failed on GB200")]
+#[case::domain_down("/services/imex_domain", serde_json::json!({"domain_state": "DOWN", "nodes": [{"index": 0, "address": "10.136.206.48", "state": "READY"}, {"index": 1, "address": "10.136.206.49", "state": "UNAVAILABLE"}]}), "services.imex_domain", "CRITICAL", "domain DOWN, 1/2 node(s) READY; not ready: #1 10.136.206.49 UNAVAILABLE")]
+#[case::domain_unread("/services/imex_domain", serde_json::json!({"domain_state": null, "nodes": [], "error": "connection refused"}), "services.imex_domain", "UNKNOWN", "IMEX domain not read")]
+fn a_gb200_tray_problem_is_the_one_problem(
+    #[case] pointer: &str,
+    #[case] value: serde_json::Value,
+    #[case] id: &str,
+    #[case] severity: &str,
+    #[case] needle: &str,
+) {
+    let mut s = grace(true);
+    *s.pointer_mut(pointer).unwrap() = value;
+    let (code, v, _) = judge_snapshot(&s, &["--expect-gpus", "4"]);
+    assert_ne!(code, 0);
+    let c = only_problem(&v, id);
+    assert_eq!(c["severity"], severity, "{c:#}");
+    assert!(c["value"].as_str().unwrap().contains(needle), "{c:#}");
+    let hint = c["hint"].as_str().unwrap_or_default();
+    assert!(!hint.is_empty(), "{c:#}");
+    assert!(
+        !hint.contains("systemctl enable --now nvidia-fabricmanager"),
+        "{hint}"
+    );
+}

@@ -5,7 +5,10 @@
 mod world;
 
 use std::process::Command;
-use world::{Os, Root, World, RHCK8, RHCK9, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD, UEK9};
+use world::{
+    Os, Root, World, RHCK8, RHCK9, UEK10_ARM, UEK10_ARM_64K, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD,
+    UEK9,
+};
 
 #[test]
 fn world_builds_and_has_rpmmacros() {
@@ -316,7 +319,7 @@ fn deps_sh_installs_the_demo_or_the_test_set_without_recommends_or_running_servi
         std::fs::create_dir(&bin).unwrap();
         // Only what deps.sh (and the stand-ins) run besides the tools it looks for.
         for t in [
-            "id", "awk", "grep", "mktemp", "cp", "rm", "tee", "chmod", "cat", "touch",
+            "id", "awk", "grep", "mktemp", "cp", "rm", "tee", "chmod", "cat", "touch", "mkdir",
         ] {
             let real = ["/usr/bin", "/bin"]
                 .iter()
@@ -327,6 +330,10 @@ fn deps_sh_installs_the_demo_or_the_test_set_without_recommends_or_running_servi
         }
         let fake = |name: &str, body: &str| bash_script(&bin.join(name), body);
         fake("sudo", "exec \"$@\"\n");
+        fake(
+            "dpkg",
+            "echo \"dpkg $*\" >> \"$STATE/log\"\n[ \"$1\" = --print-foreign-architectures ] || true\n",
+        );
         fake(
             "apt-get",
             r#"echo "apt-get $*" >> "$STATE/log"
@@ -362,6 +369,7 @@ esac
             .env("STATE", dir.path())
             .env("GPUHOST_POLICY_RC_D", &policy)
             .env("GPUHOST_BUSYBOX", "/no/such/busybox")
+            .env("GPUHOST_WORLD_ARM64_DEBS", dir.path().join("arm64"))
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&o.stderr).to_string();
@@ -406,6 +414,7 @@ esac
         err.contains("deps.sh: [1/") && err.contains("] set up rpm"),
         "{err}"
     );
+    assert!(!log.contains("apt-get download"), "{log}");
 
     let (install, log, err) = run("test");
     assert!(install.contains(" --no-install-recommends "), "{install}");
@@ -421,6 +430,21 @@ esac
     }
     assert!(!log.contains("disable --quiet munge.service"), "{log}");
     assert!(err.contains("left docker.service disabled"), "{err}");
+    // The aarch64 roots' arm64 userspace: downloaded as .debs (never installed over this
+    // machine's), after arm64 is added to dpkg's architectures.
+    let download = log
+        .lines()
+        .find(|l| l.starts_with("apt-get download"))
+        .unwrap_or_else(|| panic!("{log}"));
+    for pkg in [
+        "busybox-static:arm64",
+        "bash:arm64",
+        "linux-kbuild-6.1:arm64",
+    ] {
+        assert!(download.split(' ').any(|w| w == pkg), "{pkg}: {download}");
+    }
+    assert!(log.contains("dpkg --add-architecture arm64"), "{log}");
+    assert!(!install.contains(":arm64"), "{install}");
 }
 
 /// `scripts/test.sh` ends with the sum of cargo's `test result:` lines, `N passed, N failed`,
@@ -608,4 +632,65 @@ fn dkms_signs_with_the_configured_key_or_its_own() {
         &ko,
         &r.join("/var/lib/dkms/mok.pub")
     ));
+}
+
+/// The aarch64 releases: an OL10 aarch64 root's packages are built for aarch64 (its kernels,
+/// 4k and 64k, carry `.aarch64` / `.aarch64.64k` releases), dnf installs into it only with
+/// `--forcearch=aarch64`, and its programs are real aarch64 ones run through qemu-user-static
+/// (a scriptlet's `/bin/sh`, bash, make), reporting `uname -m` aarch64.
+#[test]
+fn aarch64_roots_hold_and_run_aarch64_programs() {
+    if !world::aarch64_ready() {
+        return;
+    }
+    let root = Root::new(Os::Ol10Aarch64, &[UEK10_ARM, UEK10_ARM_64K]);
+    for k in [UEK10_ARM, UEK10_ARM_64K] {
+        assert!(
+            root.join(&format!("/lib/modules/{k}/vmlinuz")).exists(),
+            "{k}"
+        );
+    }
+    let arches = root.rpm(&["-qa", "--qf", "%{ARCH}\\n"]);
+    let arches = String::from_utf8_lossy(&arches.stdout).to_string();
+    assert!(arches.lines().all(|a| a == "aarch64"), "{arches}");
+    // Without --forcearch, dnf on x86_64 sees no package it could install.
+    let plain = root.dnf(&["-y", "install", "make"]);
+    assert!(
+        !plain.status.success(),
+        "dnf installed aarch64 packages without --forcearch"
+    );
+    root.dnf_ok(&[
+        "--forcearch=aarch64",
+        "-y",
+        "install",
+        "bash",
+        "make",
+        "kernel-uek64k-devel",
+    ]);
+    let ran = Command::new("chroot")
+        .arg(root.path())
+        .args([
+            "/bin/bash",
+            "-c",
+            "echo $(uname -m) $(make --version | head -n1)",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stdout).trim(),
+        "aarch64 GNU Make 4.3",
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let sh = std::fs::read(root.join("/bin/busybox")).unwrap();
+    assert_eq!(
+        &sh[18..20],
+        &[0xb7, 0x00],
+        "/bin/busybox is not an aarch64 ELF"
+    );
+    assert!(root
+        .join(&format!(
+            "/usr/src/kernels/{UEK10_ARM_64K}/scripts/sign-file"
+        ))
+        .exists());
 }

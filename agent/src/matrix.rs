@@ -36,7 +36,13 @@ fn verdict(
         return Verdict::Refused("no proprietary kernel modules from R620");
     }
     if arch != "x86_64" {
-        return Verdict::Untested("no aarch64 test world yet");
+        return match (modules, r.tested_aarch64.contains(&branch)) {
+            (ModuleFlavour::Open, true) => Verdict::Supported,
+            _ if r.tested_aarch64.is_empty() => {
+                Verdict::Untested("accepted; no aarch64 test world for this release")
+            }
+            _ => Verdict::Untested("accepted; no aarch64 test world case"),
+        };
     }
     if !r.tested_branches.contains(&branch) {
         return Verdict::Untested("accepted; no test world case");
@@ -101,6 +107,10 @@ pub fn markdown() -> String {
            (`dnf install nvidia-open`, the branch held with `dnf versionlock '*nvidia*<branch>*'`).\n\
          - Precompiled kernel modules: NVIDIA's precompiled streams, for RHCK on Oracle Linux 8\n  \
            and 9 only; never for UEK; none in NVIDIA's EL10 repos.\n\
+         - aarch64 (Grace): the UEK in its 4k and 64k-page builds (`kernel-uek64k`, headers\n  \
+           `kernel-uek64k-devel`); an image is built from an x86_64 machine with `--root` (dnf runs\n  \
+           with `--forcearch=aarch64`); IMEX on by default on GB200/GB300 NVL72 compute trays, no\n  \
+           Fabric Manager on Grace nodes; the RPM: `packaging/build-rpm.sh --target aarch64`.\n\
          - A branch newer than R{} is checked as R{} (open kernel modules only), with a warning.\n\
          - GPUs per branch (which branch drives which GPU, per flavour): `nvidia/src/support.rs`.\n",
         platform::supported_text(),
@@ -144,6 +154,11 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("| Oracle Linux 9 | aarch64 | RHCK | open | R535–R620 | refused, exit 2 (Oracle ships no RHCK for aarch64 (UEK only)) |"), "{m}");
+        assert!(
+            m.contains("| Oracle Linux 10 | aarch64 | UEK | open | R580 | supported |"),
+            "{m}"
+        );
+        assert!(m.contains("| Oracle Linux 8 | aarch64 | UEK | open | R535–R620 | untested (accepted; no aarch64 test world for this release) |"), "{m}");
         assert!(m.contains("| Oracle Linux 8 | x86_64 | RHCK | proprietary | R620 | refused, exit 2 (no proprietary kernel modules from R620) |"), "{m}");
         assert_eq!(ranges(&[535, 550, 560, 580]), "R535–R560, R580");
     }

@@ -18,8 +18,9 @@ use gpuhost_host::rootfs::Kind;
 use gpuhost_nvidia::hgx::FABRIC_MANAGER_PACKAGES;
 
 use crate::snapshot::{
-    AerCounters, DaemonJson, DevNode, FabricManagerVersion, HostSnapshot, KernelModule,
-    ModuleSignature, NextBoot, NvmlLibrary, PciDevice, PciKind, SecureBootState, Services,
+    AerCounters, DaemonJson, DevNode, FabricManagerVersion, HostSnapshot, ImexDomain, ImexNode,
+    KernelModule, ModuleSignature, NextBoot, NvmlLibrary, PciDevice, PciKind, SecureBootState,
+    Services,
 };
 
 /// Directories where libnvidia-ml.so.1 lives on the distributions gpuhost meets.
@@ -372,7 +373,12 @@ pub fn services() -> Services {
             ..Services::default()
         };
     }
-    let units = ["docker", "nvidia-persistenced", "nvidia-fabricmanager"];
+    let units = [
+        "docker",
+        "nvidia-persistenced",
+        "nvidia-fabricmanager",
+        "nvidia-imex",
+    ];
     let out = Cmd::new("systemctl")
         .arg("is-active")
         .args(units)
@@ -463,11 +469,12 @@ pub(crate) fn parse_fabricmanager_version(stdout: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Three lines of `systemctl is-active docker nvidia-persistenced nvidia-fabricmanager`
-/// (read by the library's [`gpuhost_host::units::parse_active_states`], as `apply` reads them).
+/// Four lines of `systemctl is-active docker nvidia-persistenced nvidia-fabricmanager
+/// nvidia-imex` (read by the library's [`gpuhost_host::units::parse_active_states`], as `apply`
+/// reads them).
 pub(crate) fn parse_is_active(stdout: &str) -> Option<Services> {
-    let states = gpuhost_host::units::parse_active_states(stdout, 3)?;
-    let [docker, persistenced, fabricmanager] = <[String; 3]>::try_from(states).ok()?;
+    let states = gpuhost_host::units::parse_active_states(stdout, 4)?;
+    let [docker, persistenced, fabricmanager, imex] = <[String; 4]>::try_from(states).ok()?;
     Some(Services {
         error: None,
         docker: Some(docker),
@@ -475,13 +482,89 @@ pub(crate) fn parse_is_active(stdout: &str) -> Option<Services> {
         nvidia_fabricmanager: Some(fabricmanager),
         fabricmanager_version: None,
         no_systemd: false,
+        nvidia_imex: Some(imex),
+        imex_domain: None,
     })
+}
+
+/// The IMEX domain through `nvidia-imex-ctl -N` (it reads /etc/nvidia-imex/config.cfg and asks
+/// the local daemon's command service, which `IMEX_CMD_ENABLED=1` turns on). Bounded: a daemon
+/// that does not answer is an error, not a hang.
+pub fn imex_domain() -> ImexDomain {
+    match Cmd::new("nvidia-imex-ctl")
+        .arg("-N")
+        .timeout(Duration::from_secs(10))
+        .output()
+    {
+        Ok(o) => {
+            let d = parse_imex_domain(&o.stdout);
+            if d.domain_state.is_none() && d.nodes.is_empty() {
+                ImexDomain {
+                    error: Some(format!(
+                        "`nvidia-imex-ctl -N` gave no domain status: {}",
+                        gpuhost_host::cmd::tail_lines(&format!("{}{}", o.stdout, o.stderr), 2)
+                    )),
+                    ..ImexDomain::default()
+                }
+            } else {
+                d
+            }
+        }
+        Err(e) => ImexDomain {
+            error: Some(format!("{e:#}")),
+            ..ImexDomain::default()
+        },
+    }
+}
+
+/// `nvidia-imex-ctl -N`'s text: `Node #0   - 10.136.206.48   - READY` lines and
+/// `Domain State: UP` (the output NVIDIA's IMEX guide documents; sample in
+/// tests/fixtures/status/README.md).
+pub(crate) fn parse_imex_domain(stdout: &str) -> ImexDomain {
+    let mut d = ImexDomain::default();
+    for line in stdout.lines().map(str::trim) {
+        if let Some(state) = line.strip_prefix("Domain State:") {
+            d.domain_state = Some(state.trim().to_string());
+        } else if let Some(rest) = line.strip_prefix("Node #") {
+            let parts: Vec<&str> = rest.split(" - ").map(str::trim).collect();
+            if let [index, address, state] = parts.as_slice() {
+                if let Ok(index) = index.parse() {
+                    d.nodes.push(ImexNode {
+                        index,
+                        address: address.to_string(),
+                        state: state.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    d
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    /// The output NVIDIA's IMEX guide documents for `nvidia-imex-ctl -N` (a one-node domain, as
+    /// captured in a public Kubernetes DRA reproduction).
+    const IMEX_CTL_N: &str = "READY\nConnectivity Table Legend:\nI - Invalid - Node wasn't reachable, no connection status available\nN - Never Connected\nR - Recovering - Connection was lost, but clean up has not yet been triggered.\nD - Disconnected - Connection was lost, and clean up has been triggreed.\nA - Authenticating - If GSSAPI enabled, client has initiated mutual authentication.\nC - Connected - Ready for operation\n\n3/25/2025 10:39:43.659\nNodes:\nNode #0   - 10.136.206.48   - READY\n\n Nodes From\\To  0\n       0        C\nDomain State: UP\n";
+
+    #[test]
+    fn imex_domain_from_nvidia_imex_ctl() {
+        let d = parse_imex_domain(IMEX_CTL_N);
+        assert_eq!(d.domain_state.as_deref(), Some("UP"));
+        assert_eq!(
+            d.nodes,
+            vec![ImexNode {
+                index: 0,
+                address: "10.136.206.48".into(),
+                state: "READY".into()
+            }]
+        );
+        let none = parse_imex_domain("connection refused\n");
+        assert!(none.domain_state.is_none() && none.nodes.is_empty());
+    }
 
     #[test]
     fn fabric_manager_version_from_rpm_or_the_binary() {
@@ -531,10 +614,14 @@ mod tests {
 
     #[test]
     fn is_active_lines() {
-        let s = parse_is_active("active\ninactive\ninactive\n");
+        let s = parse_is_active("active\ninactive\ninactive\nactive\n");
         assert_eq!(
-            s.and_then(|s| s.nvidia_persistenced).as_deref(),
+            s.as_ref().and_then(|s| s.nvidia_persistenced.as_deref()),
             Some("inactive")
+        );
+        assert_eq!(
+            s.as_ref().and_then(|s| s.nvidia_imex.as_deref()),
+            Some("active")
         );
         assert!(parse_is_active("").is_none());
     }

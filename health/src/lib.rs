@@ -707,6 +707,9 @@ fn collect_host(
         std::thread::scope(|s| {
             let fm = want_fm.then(|| s.spawn(host::fabricmanager_version));
             let mut sv = host::services();
+            if sv.nvidia_imex.as_deref() == Some("active") {
+                sv.imex_domain = Some(host::imex_domain());
+            }
             sv.fabricmanager_version = fm.map(|h| {
                 h.join().unwrap_or_else(|_| FabricManagerVersion {
                     error: Some("the rpm query failed".into()),

@@ -289,6 +289,33 @@ pub struct Services {
     /// rpm), asked only when NVSwitches are on PCI. None when not asked or not installed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fabricmanager_version: Option<FabricManagerVersion>,
+    /// `nvidia-imex` (multi-node NVLink memory export: GB200/GB300 NVL72 compute trays).
+    /// Absent from older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvidia_imex: Option<String>,
+    /// The IMEX domain as `nvidia-imex-ctl -N` reports it, asked only while nvidia-imex runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imex_domain: Option<ImexDomain>,
+}
+
+/// `nvidia-imex-ctl -N` (NVIDIA IMEX guide, "IMEX Service Command Service"): every node of the
+/// domain with its state (`READY`), and the domain's (`Domain State: UP`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ImexDomain {
+    /// `UP`, `DEGRADED`, `DOWN`: the `Domain State:` line; None when there was none.
+    pub domain_state: Option<String>,
+    pub nodes: Vec<ImexNode>,
+    /// Why it could not be read (the command service is off: `IMEX_CMD_ENABLED=1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `Node #0   - 10.136.206.48   - READY`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ImexNode {
+    pub index: u32,
+    pub address: String,
+    pub state: String,
 }
 
 /// The Fabric Manager package found, and its version (`580.159.04`).
@@ -472,6 +499,29 @@ pub struct Fabric {
     pub cluster_uuid: String,
     /// Raw health mask (degraded bandwidth, route recovery, route unhealthy, access timeout).
     pub health_mask: u32,
+    /// Version 3's health summary: 0 not supported, 1 healthy, 2 unhealthy, 3 limited capacity
+    /// (`NVML_GPU_FABRIC_HEALTH_SUMMARY_*`); None from a version-2 answer or an older snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_summary: Option<u8>,
+}
+
+/// NVLink-C2C, the chip-to-chip link between the Grace CPU and the GPU of a superchip (GH200,
+/// GB200, GB300): `nvmlDeviceGetC2cModeInfoV` (enabled) and the field values
+/// `NVML_FI_DEV_C2C_LINK_COUNT` (170), `…_GET_STATUS` (171, per link: 1 active) and
+/// `…_GET_MAX_BW` (172, per link, MB/s). A GPU without C2C answers NOT_SUPPORTED (n/a).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct C2c {
+    pub enabled: bool,
+    /// The links the count field gave (empty when it was not answered).
+    pub links: Vec<C2cLink>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct C2cLink {
+    pub link: u32,
+    pub active: bool,
+    /// Its maximum bandwidth, MB/s (`nvidia-smi c2c -s` shows 44.712 GB/s a link on a GH200).
+    pub max_bandwidth_mbps: Option<u64>,
 }
 
 fn not_collected<T>() -> Reading<T> {
@@ -562,6 +612,9 @@ pub struct GpuSnapshot {
     /// Links that answered; NotSupported when link 0 is not supported.
     pub nvlinks: Reading<Vec<NvLink>>,
     pub fabric: Reading<Fabric>,
+    /// The Grace CPU's chip-to-chip link (superchips); n/a elsewhere and in older snapshots.
+    #[serde(default = "not_read")]
+    pub c2c: Reading<C2c>,
     /// `nvmlDeviceGetArchitecture`: `Hopper`, `Ampere`, `Volta`, ….
     #[serde(default = "not_read")]
     pub architecture: Reading<String>,

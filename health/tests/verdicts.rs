@@ -652,6 +652,7 @@ fn nvlink_down_without_nvswitch_is_a_warning_and_fabric_mask_bits_decode() {
         clique_id: 0,
         cluster_uuid: "00".repeat(16),
         health_mask,
+        health_summary: None,
     };
     let healthy = 2 | (2 << 2) | (2 << 4) | (2 << 6) | (1 << 8);
     assert_eq!(verdict::fabric_verdict(&f(healthy), 0).0, Severity::Ok);

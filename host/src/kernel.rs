@@ -49,6 +49,55 @@ impl fmt::Display for Flavour {
     }
 }
 
+/// The 64k-page build of a kernel release: Oracle's UEK 64k (`kernel-uek64k`, aarch64 only)
+/// names it `<version>-<release>.<arch>.64k` (kernel-uek.spec: `KernelVer=%{version}-%{release}.
+/// %{_target_cpu}${Flavour:+.${Flavour}}`), with a dot where RHEL's `kernel-64k` writes `+64k`.
+/// Returns the release without that suffix (`….el9uek.aarch64`), the one its packages carry.
+pub fn uek64k_base(kver: &str) -> Option<&str> {
+    kver.strip_suffix(".64k").filter(|k| k.contains("uek"))
+}
+
+/// A header package that exactly matches one kernel, from a profile's `devel_packages`
+/// template (`kernel-uek-devel-{kver}`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DevelPackage {
+    /// The rpm name (`kernel-uek-devel`; `kernel-uek64k-devel` for a UEK 64k kernel).
+    pub name: String,
+    /// What dnf installs: the exact package (`kernel-uek-devel-6.12.0-103.40.4.3.el10uek.aarch64`).
+    pub spec: String,
+    /// The kernel release an installed package of `name` must carry (its version-release, with
+    /// or without its arch): the kernel's, without a 64k suffix.
+    pub kver: String,
+}
+
+impl DevelPackage {
+    /// `tmpl` with `{kver}` put in. A UEK 64k kernel's headers are its own variant's package:
+    /// `kernel-uek64k-devel-<version>-<release>.<arch>` (the UEK spec's `kernel%{variant}64k-devel`
+    /// subpackage), not `kernel-uek-devel-<…>.64k`, which names no package.
+    pub fn for_kernel(tmpl: &str, kver: &str) -> DevelPackage {
+        let name_of = |t: &str| {
+            t.strip_suffix("-{kver}")
+                .map(str::to_string)
+                .unwrap_or_else(|| t.to_string())
+        };
+        if let Some(base) = uek64k_base(kver) {
+            if let Some(rest) = tmpl.strip_prefix("kernel-uek-") {
+                let t = format!("kernel-uek64k-{rest}");
+                return DevelPackage {
+                    name: name_of(&t),
+                    spec: t.replace("{kver}", base),
+                    kver: base.to_string(),
+                };
+            }
+        }
+        DevelPackage {
+            name: name_of(tmpl),
+            spec: tmpl.replace("{kver}", kver),
+            kver: kver.to_string(),
+        }
+    }
+}
+
 /// Installed kernel releases (those with `/lib/modules/<kver>/vmlinuz`), oldest first.
 pub fn installed(host: &Host) -> Result<Vec<String>> {
     let mut out = Vec::new();
@@ -149,8 +198,46 @@ mod tests {
     #[case("5.4.17-2136.300.7.el8uek.x86_64", Flavour::Uek)]
     #[case("4.18.0-513.5.1.el8_9.x86_64", Flavour::Rhck)]
     #[case("5.14.0-427.13.1.el9_4.x86_64", Flavour::Rhck)]
+    #[case("6.12.0-103.40.4.3.el10uek.aarch64.64k", Flavour::Uek)]
+    #[case("5.15.0-306.177.4.1.el9uek.aarch64", Flavour::Uek)]
     fn flavour_from_release(#[case] kver: &str, #[case] want: Flavour) {
         assert_eq!(Flavour::of(kver), want);
+    }
+
+    #[rstest]
+    #[case(
+        "kernel-uek-devel-{kver}",
+        "6.12.0-103.40.4.3.el10uek.aarch64.64k",
+        "kernel-uek64k-devel",
+        "kernel-uek64k-devel-6.12.0-103.40.4.3.el10uek.aarch64"
+    )]
+    #[case(
+        "kernel-uek-devel-{kver}",
+        "6.12.0-103.40.4.3.el10uek.aarch64",
+        "kernel-uek-devel",
+        "kernel-uek-devel-6.12.0-103.40.4.3.el10uek.aarch64"
+    )]
+    #[case(
+        "kernel-uek-devel-{kver}",
+        "5.15.0-206.153.7.el9uek.x86_64",
+        "kernel-uek-devel",
+        "kernel-uek-devel-5.15.0-206.153.7.el9uek.x86_64"
+    )]
+    #[case(
+        "kernel-devel-matched-{kver}",
+        "5.14.0-427.13.1.el9_4.x86_64",
+        "kernel-devel-matched",
+        "kernel-devel-matched-5.14.0-427.13.1.el9_4.x86_64"
+    )]
+    fn headers_match_the_kernel_64k_builds_their_own(
+        #[case] tmpl: &str,
+        #[case] kver: &str,
+        #[case] name: &str,
+        #[case] spec: &str,
+    ) {
+        let d = DevelPackage::for_kernel(tmpl, kver);
+        assert_eq!((d.name.as_str(), d.spec.as_str()), (name, spec));
+        assert_eq!(d.kver, kver.strip_suffix(".64k").unwrap_or(kver));
     }
 
     #[test]

@@ -41,6 +41,10 @@ pub struct Release {
     /// The driver branches the test world runs on it (x86_64; tests/docs.rs checks them
     /// against the world's local repo packages): the support matrix's "supported".
     pub tested_branches: &'static [u32],
+    /// The driver branches the test world runs on its aarch64 (Grace) build, open kernel
+    /// modules, UEK and UEK 64k (tests/docs.rs checks them against the world's aarch64 local
+    /// repo packages).
+    pub tested_aarch64: &'static [u32],
 }
 
 impl Release {
@@ -64,6 +68,7 @@ pub const RELEASES: [Release; 3] = [
         arches: &["x86_64", "aarch64"],
         rhck_arches: &["x86_64"],
         tested_branches: &[535, 550, 560, 570, 580],
+        tested_aarch64: &[],
     },
     Release {
         major: 9,
@@ -77,6 +82,7 @@ pub const RELEASES: [Release; 3] = [
         arches: &["x86_64", "aarch64"],
         rhck_arches: &["x86_64"],
         tested_branches: &[535, 550, 570, 580],
+        tested_aarch64: &[580],
     },
     Release {
         major: 10,
@@ -90,6 +96,7 @@ pub const RELEASES: [Release; 3] = [
         arches: &["x86_64", "aarch64"],
         rhck_arches: &["x86_64"],
         tested_branches: &[580, 590],
+        tested_aarch64: &[580],
     },
 ];
 

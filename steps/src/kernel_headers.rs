@@ -2,23 +2,24 @@
 //! kernel and the default boot kernel when the next boot runs another one.
 
 use anyhow::Result;
+use gpuhost_host::kernel::DevelPackage;
 
 use crate::step::{package_name_of, Change, Check, Ctx, Step};
 
 pub(crate) struct KernelHeaders;
 
 impl KernelHeaders {
-    /// `(package name, spec, kver)` for every devel package of every served kernel.
-    fn wanted(ctx: &Ctx<'_>) -> Vec<(String, String, String)> {
+    /// `(devel package, kver)` for every devel package of every served kernel (a UEK 64k
+    /// kernel's are its own variant's: `kernel-uek64k-devel`).
+    fn wanted(ctx: &Ctx<'_>) -> Vec<(DevelPackage, String)> {
         let mut out = Vec::new();
         for kver in ctx.facts.kernels_to_serve() {
             for tmpl in &ctx.profile.kernel.devel_packages {
-                let spec = tmpl.replace("{kver}", &kver);
-                let name = tmpl
-                    .strip_suffix("-{kver}")
-                    .map(str::to_string)
-                    .unwrap_or_else(|| package_name_of(&spec).to_string());
-                out.push((name, spec, kver.clone()));
+                let mut d = DevelPackage::for_kernel(tmpl, &kver);
+                if !tmpl.ends_with("-{kver}") {
+                    d.name = package_name_of(&d.spec).to_string();
+                }
+                out.push((d, kver.clone()));
             }
         }
         out
@@ -37,7 +38,7 @@ impl Step for KernelHeaders {
     fn rpm_names(&self, ctx: &Ctx<'_>) -> Vec<String> {
         Self::wanted(ctx)
             .into_iter()
-            .map(|(name, _, _)| name)
+            .map(|(d, _)| d.name)
             .chain(ctx.profile.kernel.extra_packages.iter().cloned())
             .collect()
     }
@@ -46,10 +47,10 @@ impl Step for KernelHeaders {
         let mut check = Check::default();
         let target = ctx.facts.target_kernel.clone();
         let mut have = Vec::new();
-        for (name, spec, kver) in Self::wanted(ctx) {
-            let installed = ctx.installed_one(&name)?;
-            if installed.iter().any(|p| p.matches_kver(&kver)) {
-                have.push(spec);
+        for (d, kver) in Self::wanted(ctx) {
+            let installed = ctx.installed_one(&d.name)?;
+            if installed.iter().any(|p| p.matches_kver(&d.kver)) {
+                have.push(d.spec);
                 continue;
             }
             let role = if Some(&kver) == target.as_ref() {
@@ -64,7 +65,7 @@ impl Step for KernelHeaders {
                 format!("installed: {}", v.join(", "))
             };
             check.changes.push(Change::install(
-                vec![spec],
+                vec![d.spec],
                 format!("headers for the {role} kernel {kver}; {found}"),
             ));
         }

@@ -20,6 +20,11 @@ DKMS_VERSION = subprocess.run(["/usr/sbin/dkms", "--version"], stdout=subprocess
                               text=True).stdout.strip().removeprefix("dkms-") or "0"
 BUSYBOX = sys.argv[2]
 WORK = os.path.join(OUT, ".work")
+# Debian's arm64 userspace, unpacked from its .debs by build-world.sh (busybox-static, bash,
+# make, kmod, xz-utils, binutils-aarch64-linux-gnu, openssl, linux-kbuild-6.1 and their
+# libraries): the real aarch64 binaries of the OL9/OL10 aarch64 roots, run through
+# qemu-user-static. Unset: the world has no aarch64 releases.
+ARM64 = os.environ.get("GPUHOST_WORLD_ARM64_ROOT") or None
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,6 +214,28 @@ OSES = {
                  sysgcc_rel="7.0.1.el10", sysgcc_text="gcc (GCC) 14.2.1 20250110 (Red Hat 14.2.1-7.0.1)"),
 }
 
+# The world's releases: an Oracle Linux major, and with `-aarch64` its aarch64 (Grace) build:
+# the same repo ids (Oracle's yum server keys them by $basearch), packages built for aarch64.
+WORLD_OSES = ["ol8", "ol9", "ol10"] + (["ol9-aarch64", "ol10-aarch64"] if ARM64 else [])
+
+
+def base_of(os_):
+    """`ol9` of `ol9-aarch64`: the release (repo ids, dist tag, versions)."""
+    return os_.split("-")[0]
+
+
+def arch_of(os_):
+    return "aarch64" if os_.endswith("-aarch64") else "x86_64"
+
+
+def retarget(pkgs, arch):
+    """Packages of an aarch64 release are built for it (noarch ones stay noarch)."""
+    for p in pkgs:
+        if p.arch != "noarch":
+            p.arch = arch
+    return pkgs
+
+
 # kernel releases: (package, version, release, gcc text of the compiler that built it)
 UEK8_GCC = "gcc (GCC) 11.2.1 20220127 (Red Hat 11.2.1-9.0.1)"
 UEK9_GCC = "gcc (GCC) 11.4.1 20231218 (Red Hat 11.4.1-3.0.1)"
@@ -236,6 +263,17 @@ KERNELS = {
         # OL 10.1's UEK8, only in rpms/extra/ and without headers anywhere (the kernel guard).
         ("kernel-uek", "6.12.0", "105.51.5.el10uek", OSES["ol10"]["sysgcc_text"], "extra", False),
         ("kernel", "6.12.0", "55.9.1.el10_0", OSES["ol10"]["sysgcc_text"], "ol10_baseos_latest", True),
+    ],
+    # aarch64: the UEK only (Oracle ships no RHCK for aarch64), in its 4k build and its 64k-page
+    # build kernel-uek64k (`uname -r` `<ver>-<rel>.el9uek.aarch64.64k`; OL9 from UEK R7U3, OL10's
+    # UEK8): FIDELITY.md. UEK R7U3 on OL9 is built with the system gcc 11.
+    "ol9-aarch64": [
+        ("kernel-uek", "5.15.0", "306.177.4.1.el9uek", UEK9_GCC, "ol9_UEKR7", True),
+        ("kernel-uek64k", "5.15.0", "306.177.4.1.el9uek", UEK9_GCC, "ol9_UEKR7", True),
+    ],
+    "ol10-aarch64": [
+        ("kernel-uek", "6.12.0", "103.40.4.3.el10uek", OSES["ol10"]["sysgcc_text"], "ol10_UEKR8", True),
+        ("kernel-uek64k", "6.12.0", "103.40.4.3.el10uek", OSES["ol10"]["sysgcc_text"], "ol10_UEKR8", True),
     ],
 }
 
@@ -302,15 +340,21 @@ SIGN_FILE = next((f for f in ["/usr/lib/linux-kbuild-6.1/scripts/sign-file",
 
 
 def kernel_pkgs(os_, name, ver, rel, gcc_text, with_devel):
-    uname = f"{ver}-{rel}.x86_64"
+    arch = arch_of(os_)
+    # UEK 64k (kernel-uek.spec: KernelVer=%{version}-%{release}.%{_target_cpu}.64k)
+    page64k = name.endswith("64k")
+    uname = f"{ver}-{rel}.{arch}" + (".64k" if page64k else "")
     evr_ = f"{ver}-{rel}"
     split = ver.startswith("6.12")   # UEK8: modules in kernel-uek-modules-* (UEK8 release notes)
     gmaj = gcc_version_num(gcc_text) // 10000
+    pages = ""
+    if arch == "aarch64":
+        pages = "CONFIG_ARM64_64K_PAGES=y\n" if page64k else "CONFIG_ARM64_4K_PAGES=y\n"
     cfg = (f"# Automatically generated file; DO NOT EDIT.\n"
-           f"# Linux/x86_64 {uname} Kernel Configuration\n"
+           f"# Linux/{'arm64' if arch == 'aarch64' else arch} {uname} Kernel Configuration\n"
            f'CONFIG_CC_VERSION_TEXT="{gcc_text}"\n'
            f"CONFIG_CC_IS_GCC=y\nCONFIG_GCC_VERSION={gcc_version_num(gcc_text)}\n"
-           f"CONFIG_MODULES=y\n" + module_sig_config(module_sig_hash(name, rel)) +
+           f"CONFIG_MODULES=y\n" + pages + module_sig_config(module_sig_hash(name, rel)) +
            "CONFIG_MODULE_COMPRESS_XZ=y\n")
     # Like the real kernel packages (kernel.spec / kernel-uek.spec %files), the kernel itself
     # ships its configuration as /boot/config-<kver>, so the compiler that built it is known
@@ -325,6 +369,9 @@ def kernel_pkgs(os_, name, ver, rel, gcc_text, with_devel):
     core_links = {f"/lib/modules/{uname}/build": f"/usr/src/kernels/{uname}"}
     provides = [f"kernel-uname-r = {uname}", "installonlypkg(kernel)",
                 f"kernel-core = {evr_}", f"kernel-modules = {evr_}"]
+    if arch == "aarch64":
+        # kernel-uek.spec %kernel_reqprovconf: on aarch64 the UEK also provides the RHCK names.
+        provides.append(f"kernel = {evr_}")
     out = []
     if split:
         core_files[f"/lib/modules/{uname}/modules.packages"] = (
@@ -345,17 +392,23 @@ def kernel_pkgs(os_, name, ver, rel, gcc_text, with_devel):
         out.append(Pkg(name, ver, rel, files=core_files, links=core_links, provides=provides))
     if with_devel:
         req = []
-        if split and name == "kernel-uek" and gcc_text != OSES[os_]["sysgcc_text"]:
+        if split and name == "kernel-uek" and gcc_text != OSES[base_of(os_)]["sysgcc_text"]:
             req = [f"gcc-toolset-{gmaj}-gcc"]   # kernel-uek-devel pulls the toolset in (NVIDIA's OL page)
+        dprov = [f"kernel-devel-uname-r = {uname}", "installonlypkg(kernel)"]
+        if arch == "aarch64":
+            # kernel-uek.spec %kernel_devel_package: kernel%{?variant}-devel-uname-r = %{KVERREL}
+            # %{?1:.%{1}} (the 64k build's too: kernel-uek-devel-uname-r = ….aarch64.64k), and on
+            # aarch64 the RHCK name kernel-devel.
+            dprov += [f"kernel-uek-devel-uname-r = {uname}", f"kernel-devel = {evr_}"]
         out.append(Pkg(f"{name}-devel", ver, rel,
                        files={f"/usr/src/kernels/{uname}/Makefile": kbuild_makefile(uname, gmaj),
                               f"/usr/src/kernels/{uname}/.config": cfg,
                               f"/usr/src/kernels/{uname}/include/generated/utsrelease.h":
                               f'#define UTS_RELEASE "{uname}"\n'},
-                       copies={f"/usr/src/kernels/{uname}/scripts/sign-file": SIGN_FILE},
+                       copies={f"/usr/src/kernels/{uname}/scripts/sign-file": tool_path(arch, "sign-file")},
                        modes={f"/usr/src/kernels/{uname}/scripts/sign-file": 0o755},
                        requires=req,  # like kernel.spec: AutoReqProv: no (sign-file's libcrypto is not required)
-                       provides=[f"kernel-devel-uname-r = {uname}", "installonlypkg(kernel)"]))
+                       provides=dprov))
     return out
 
 
@@ -522,11 +575,58 @@ LIB_PACKAGES = [("libc.so", "glibc"), ("ld-linux", "glibc"), ("libdl.so", "glibc
                 ("libsframe", "binutils")]
 
 
-def host_libs():
-    """{package: {root path: host path}} for the libraries HOST_TOOLS need (from ldd)."""
+# The same tools in Debian's arm64 userspace (ARM64, unpacked .debs): (path there) per tool.
+ARM64_TOOLS = {"/usr/bin/make": "/usr/bin/make", "/usr/bin/kmod": "/bin/kmod", "/usr/bin/xz": "/usr/bin/xz",
+               "/usr/bin/strip": "/usr/bin/aarch64-linux-gnu-strip", "/bin/bash": "/bin/bash",
+               "/usr/bin/openssl": "/usr/bin/openssl",
+               "sign-file": "/usr/lib/linux-kbuild-6.1/scripts/sign-file", "busybox": "/bin/busybox"}
+
+
+def tool_path(arch, tool):
+    """The file a root of `arch` gets for `tool` (a path in the root, or sign-file, busybox)."""
+    if arch == "x86_64":
+        return {"sign-file": SIGN_FILE, "busybox": BUSYBOX}.get(tool, os.path.realpath(tool))
+    return os.path.realpath(ARM64 + ARM64_TOOLS[tool])
+
+
+def lib_dest(arch, name):
+    if name.startswith("ld-linux"):
+        return ("/lib64/" if arch == "x86_64" else "/lib/") + name
+    return f"/lib/{arch}-linux-gnu/{name}"
+
+
+def needed_arm64(path, seen):
+    """The shared libraries an aarch64 ELF file needs, found in ARM64 (readelf's NEEDED,
+    recursively; no aarch64 loader runs at world build)."""
+    r = subprocess.run(["readelf", "-d", path], stdout=subprocess.PIPE, text=True, check=True)
+    for line in r.stdout.splitlines():
+        if "(NEEDED)" not in line:
+            continue
+        name = line.split("[", 1)[1].rstrip("]")
+        if name in seen:
+            continue
+        for d in ("/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib"):
+            f = ARM64 + d + "/" + name
+            if os.path.exists(f):
+                seen[name] = os.path.realpath(f)
+                needed_arm64(seen[name], seen)
+                break
+        else:
+            raise SystemExit(f"gen.py: {name} (needed by {path}) is not in {ARM64}")
+    return seen
+
+
+def host_libs(arch="x86_64"):
+    """{package: {root path: host path}} for the libraries HOST_TOOLS need (x86_64: from ldd;
+    aarch64: from readelf in Debian's arm64 userspace)."""
     out = {}
+    found = {}
     for tools in HOST_TOOLS.values():
-        for _, host in tools:
+        for root_path, host in tools:
+            if arch != "x86_64":
+                key = "sign-file" if root_path.endswith("/sign-file") else root_path
+                needed_arm64(tool_path(arch, key), found)
+                continue
             r = subprocess.run(["ldd", os.path.realpath(host)], stdout=subprocess.PIPE, text=True, check=True)
             for line in r.stdout.splitlines():
                 parts = line.split()
@@ -536,27 +636,32 @@ def host_libs():
                     name, path = os.path.basename(parts[0]), parts[0]
                 else:
                     continue
-                pkg = next((p for pre, p in LIB_PACKAGES if name.startswith(pre)), "glibc")
-                dest = "/lib64/" + name if name.startswith("ld-linux") else "/lib/x86_64-linux-gnu/" + name
-                out.setdefault(pkg, {})[dest] = os.path.realpath(path)
+                found[name] = os.path.realpath(path)
+    for name, path in found.items():
+        pkg = next((p for pre, p in LIB_PACKAGES if name.startswith(pre)), "glibc")
+        out.setdefault(pkg, {})[lib_dest(arch, name)] = path
     return out
 
 
 def base_pkgs(os_):
-    o = OSES[os_]
+    """The release's repos (by repo id). `os_` is a world release (`ol9`, `ol9-aarch64`)."""
+    arch = arch_of(os_)
+    oid = base_of(os_)
+    o = OSES[oid]
     d = o["dist"]
     m = o["major"]
     relmap = {"ol8": ("8.10", "1.0.6.el8"), "ol9": ("9.4", "1.0.2.el9"), "ol10": ("10.0", "1.0.2.el10")}
-    rv, rr = relmap[os_]
-    repos = {f"{os_}_baseos_latest": [], f"{os_}_appstream": [],
-             f"{os_}_developer_EPEL": [], "extra": []}
+    rv, rr = relmap[oid]
+    repos = {f"{oid}_baseos_latest": [], f"{oid}_appstream": [],
+             f"{oid}_developer_EPEL": [], "extra": []}
     if m != "10":
-        repos[f"{os_}_UEKR7"] = []
+        repos[f"{oid}_UEKR7"] = []
     if m != "8":
-        repos[f"{os_}_UEKR8"] = []
-    base, app = repos[f"{os_}_baseos_latest"], repos[f"{os_}_appstream"]
-    base.append(Pkg("oraclelinux-release", rv, rr, **os_release_files(os_)))
-    libs = host_libs()
+        repos[f"{oid}_UEKR8"] = []
+    base, app = repos[f"{oid}_baseos_latest"], repos[f"{oid}_appstream"]
+    base.append(Pkg("oraclelinux-release", rv, rr, **os_release_files(oid)))
+    libs = host_libs(arch)
+    tool = lambda t: tool_path(arch, t)
     lib_pkgs = {"glibc": ("2.28" if m == "8" else "2.34", f"251.0.1.{d}" if m == "8" else f"100.0.1.{d}"),
                 "ncurses-libs": ("6.1", f"10.20180224.{d}" if m == "8" else f"10.20210508.{d}"),
                 "xz-libs": ("5.2.4" if m == "8" else "5.2.5", f"4.{d}" if m == "8" else f"8.{d}"),
@@ -585,11 +690,11 @@ def base_pkgs(os_):
     # openssl (BaseOS): the real openssl binary (DKMS 3.x runs `openssl req` to make its MOK key
     # pair; NVIDIA's precompiled-kmod spec BuildRequires it).
     ov, orel = lib_pkgs["openssl-libs"]
-    base.append(Pkg("openssl", ov, orel, epoch=1, copies={"/usr/bin/openssl": "/usr/bin/openssl"},
+    base.append(Pkg("openssl", ov, orel, epoch=1, copies={"/usr/bin/openssl": tool("/usr/bin/openssl")},
                     requires=[f"openssl-libs = 1:{ov}-{orel}", "glibc"]))
     # bash: the real (Debian) bash, and a static busybox for /bin/sh and the small tools.
     base.append(Pkg("bash", {"8": "4.4.20", "9": "5.1.8", "10": "5.2.26"}[m], {"8": f"5.{d}", "9": f"9.{d}", "10": f"6.{d}"}[m],
-                    copies={"/bin/busybox": BUSYBOX, "/bin/bash": "/bin/bash"},
+                    copies={"/bin/busybox": tool("busybox"), "/bin/bash": tool("/bin/bash")},
                     links={f"/bin/{a}": "busybox" for a in BUSYBOX_APPLETS},
                     provides=["/bin/sh", "/bin/bash"], requires=["glibc", "ncurses-libs"],
                     # The first scriptlet a fresh root's transaction can run (every other one
@@ -601,17 +706,17 @@ def base_pkgs(os_):
                            for t in ("sysinit", "basic", "multi-user", "timers", "network-online",
                                      "shutdown", "default")}))
     base.append(Pkg("make", {"8": "4.2.1", "9": "4.3", "10": "4.4.1"}[m], {"8": f"11.{d}", "9": f"8.{d}", "10": f"9.{d}"}[m], epoch=1,
-                    copies={"/usr/bin/make": "/usr/bin/make"}, requires=["glibc"]))
+                    copies={"/usr/bin/make": tool("/usr/bin/make")}, requires=["glibc"]))
     base.append(Pkg("kmod", {"8": "25", "9": "28", "10": "31"}[m], {"8": f"20.{d}", "9": f"9.{d}", "10": f"8.{d}"}[m],
-                    copies={"/usr/bin/kmod": "/usr/bin/kmod"},
+                    copies={"/usr/bin/kmod": tool("/usr/bin/kmod")},
                     links={f"/usr/sbin/{t}": "../bin/kmod" for t in ("depmod", "modinfo", "modprobe", "insmod",
                                                                      "rmmod", "lsmod")},
                     requires=["glibc", "xz-libs", "libzstd", "openssl-libs"]))
     base.append(Pkg("xz", "5.2.4" if m == "8" else "5.2.5", f"4.{d}" if m == "8" else f"8.{d}",
-                    copies={"/usr/bin/xz": "/usr/bin/xz"}, requires=["xz-libs"]))
+                    copies={"/usr/bin/xz": tool("/usr/bin/xz")}, requires=["xz-libs"]))
     (base if m == "8" else app).append(
         Pkg("binutils", {"8": "2.30", "9": "2.35.2", "10": "2.41"}[m], {"8": f"123.0.1.{d}", "9": f"43.0.1.{d}", "10": f"53.0.1.{d}"}[m],
-            copies={"/usr/bin/strip": os.path.realpath("/usr/bin/strip"), **libs.get("binutils", {})},
+            copies={"/usr/bin/strip": tool("/usr/bin/strip"), **libs.get("binutils", {})},
             modes={p: 0o755 for p in libs.get("binutils", {})}, requires=["glibc", "zlib", "libzstd"]))
     base.append(Pkg("infiniband-diags", "48.0" if m == "8" else "51.0", f"1.{d}",
                     files={"/usr/sbin/ibstat": "#!/bin/sh\necho 'CA mlx5_0'\n"}))
@@ -644,14 +749,17 @@ def base_pkgs(os_):
             if m != "8":
                 repos[repo].append(Pkg("kernel-devel-matched", ver, rel,
                                        requires=[f"kernel-devel = {ver}-{rel}", f"kernel-core = {ver}-{rel}"]))
-    hv, hr = newest_rhck
-    base.append(Pkg("kernel-headers", hv, hr,
-                    files={"/usr/include/linux/version.h": "#define LINUX_VERSION_CODE 1\n",
-                           "/usr/include/linux/types.h": "/* synthetic */\n"},
-                    provides=[f"glibc-kernheaders = 3:{hv}-{hr}"]))
+    # kernel-headers (the userspace API headers) come from RHCK's source; aarch64 has no RHCK:
+    # the world's aarch64 releases have none (nothing of gpuhost's installs it there).
+    if newest_rhck:
+        hv, hr = newest_rhck
+        base.append(Pkg("kernel-headers", hv, hr,
+                        files={"/usr/include/linux/version.h": "#define LINUX_VERSION_CODE 1\n",
+                               "/usr/include/linux/types.h": "/* synthetic */\n"},
+                        provides=[f"glibc-kernheaders = 3:{hv}-{hr}"]))
     # dkms (EPEL): the real upstream script (Debian's dkms package, version DKMS_VERSION), so
     # version and release say what it is.
-    repos[f"{os_}_developer_EPEL"].append(
+    repos[f"{oid}_developer_EPEL"].append(
         Pkg("dkms", DKMS_VERSION, f"1.{d}", arch="noarch",
             copies={"/usr/sbin/dkms": "/usr/sbin/dkms"},
             files={"/etc/dkms/framework.conf": "# DKMS framework configuration (all defaults)\n",
@@ -756,22 +864,31 @@ NV_MODULES = ["nvidia", "nvidia-modeset", "nvidia-drm", "nvidia-uvm", "nvidia-pe
 KO_CACHE = {}
 
 
-def ko_object(module, drv, flavour):
+def ko_object(module, drv, flavour, arch="x86_64"):
     """A real ELF relocatable object whose .modinfo carries version=<drv>, built with the host's
-    gcc: the module "linked" by the world's kbuild (modinfo and depmod read it for real)."""
-    key = (module, drv, flavour)
+    gcc (aarch64: assembled with binutils-aarch64-linux-gnu's as): the module "linked" by the
+    world's kbuild (modinfo and depmod read it for real)."""
+    key = (module, drv, flavour, arch)
     if key in KO_CACHE:
         return KO_CACHE[key]
-    d = os.path.join(WORK, "ko", flavour, drv)
+    d = os.path.join(WORK, "ko", arch, flavour, drv)
     os.makedirs(d, exist_ok=True)
     lic = "Dual MIT/GPL" if flavour == "open" else "NVIDIA"
     info = f"version={drv}\\0license={lic}\\0description=NVIDIA {module} kernel module (gpuhost test world)\\0name={module.replace('-', '_')}\\0"
-    src = os.path.join(d, f"{module}.c")
-    with open(src, "w") as f:
-        f.write(f'static const char modinfo[] __attribute__((section(".modinfo"), used, aligned(1))) = "{info}";\n'
-                f"int init_module(void) {{ return 0; }}\nvoid cleanup_module(void) {{ }}\n")
     obj = os.path.join(d, f"{module}.o")
-    subprocess.run(["gcc", "-c", "-O0", "-o", obj, src], check=True)
+    if arch == "aarch64":
+        src = os.path.join(d, f"{module}.s")
+        with open(src, "w") as f:
+            f.write(f'\t.section .modinfo,"a"\n\t.ascii "{info}"\n\t.text\n'
+                    "\t.globl init_module\ninit_module:\n\tmov w0, #0\n\tret\n"
+                    "\t.globl cleanup_module\ncleanup_module:\n\tret\n")
+        subprocess.run(["aarch64-linux-gnu-as", "-o", obj, src], check=True)
+    else:
+        src = os.path.join(d, f"{module}.c")
+        with open(src, "w") as f:
+            f.write(f'static const char modinfo[] __attribute__((section(".modinfo"), used, aligned(1))) = "{info}";\n'
+                    f"int init_module(void) {{ return 0; }}\nvoid cleanup_module(void) {{ }}\n")
+        subprocess.run(["gcc", "-c", "-O0", "-o", obj, src], check=True)
     KO_CACHE[key] = obj
     return obj
 
@@ -830,7 +947,7 @@ def nv_source_makefile(flavour):
             "clean:\n\trm -f *.o *.ko\n")
 
 
-def dkms_pkg(drv, rel, flavour, E):
+def dkms_pkg(drv, rel, flavour, E, arch="x86_64"):
     """kmod-nvidia-latest-dkms (DKMS name `nvidia`) or kmod-nvidia-open-dkms (`nvidia-open`)."""
     dname = "nvidia-open" if flavour == "open" else "nvidia"
     src = f"/usr/src/{dname}-{drv}"
@@ -839,7 +956,7 @@ def dkms_pkg(drv, rel, flavour, E):
     copies = {}
     for m in NV_MODULES:
         files[f"{src}/{m}.c"] = f"/* {m}: kernel interface (gpuhost test world) */\n"
-        copies[f"{src}/{m}.o_binary"] = ko_object(m, drv, flavour)
+        copies[f"{src}/{m}.o_binary"] = ko_object(m, drv, flavour, arch)
     other = "kmod-nvidia-latest-dkms" if flavour == "open" else "kmod-nvidia-open-dkms"
     post = (f"dkms add -m {dname} -v {drv} -q || :\n"
             "# Rebuild and make available for the currently running kernel\n"
@@ -856,8 +973,9 @@ def dkms_pkg(drv, rel, flavour, E):
 
 def nvidia_inner(os_, drv):
     """Packages + modules.yaml of one local repo (driver version drv), by NVIDIA's packaging of
-    that branch."""
-    d = OSES[os_]["dist"]
+    that branch, built for the release's arch."""
+    arch = arch_of(os_)
+    d = OSES[base_of(os_)]["dist"]
     branch = int(drv.split(".")[0])
     rel = f"1.{d}"
     E = 3
@@ -913,10 +1031,10 @@ def nvidia_inner(os_, drv):
                           files={"/opt/nvidia/nvlsm/sbin/nvlsm": "#!/bin/sh\n",
                                  "/usr/share/nvidia/nvlsm/nvlsm.conf": "# nvlsm\n"},
                           requires=["infiniband-diags"]))
-    dkms = dkms_pkg(drv, rel, "proprietary", E)
-    opend = dkms_pkg(drv, rel, "open", E)
+    dkms = dkms_pkg(drv, rel, "proprietary", E, arch)
+    opend = dkms_pkg(drv, rel, "open", E, arch)
     pre = []
-    modular = os_ != "ol10"   # EL10: NVIDIA's packages are not modular (FIDELITY.md)
+    modular = base_of(os_) != "ol10"   # EL10: NVIDIA's packages are not modular (FIDELITY.md)
     for (name, kv, kr, _g, _repo, _dev) in KERNELS[os_]:
         if name != "kernel" or not modular:
             continue
@@ -956,9 +1074,11 @@ def nvidia_inner(os_, drv):
         # NVIDIA's meta package for the open flavour: `dnf install nvidia-open` (Kernel Modules chapter).
         # (EL10: epoch 3 and the dist tag, as NVIDIA's version-locking page lists it:
         # "nvidia-open-3:575.51-1.fc41.*".)
-        metas.append(Pkg("nvidia-open", drv, rel if os_ == "ol10" else "1", epoch=E if os_ == "ol10" else None,
+        el10 = base_of(os_) == "ol10"
+        metas.append(Pkg("nvidia-open", drv, rel if el10 else "1", epoch=E if el10 else None,
                          requires=[f"nvidia-driver = {E}:{drv}", f"nvidia-driver-cuda = {E}:{drv}",
                                    f"nvidia-settings = {E}:{drv}", f"kmod-nvidia-open-dkms = {E}:{drv}"]))
+    retarget(common + [dkms, opend] + pre + metas, arch)
     streams = [(str(branch), pre), ("latest", pre), (f"{branch}-dkms", [dkms]), ("latest-dkms", [dkms]),
                (f"{branch}-open", [opend]), ("open-dkms", [opend])]
     default_stream = "open-dkms" if branch >= 560 else "latest-dkms"
@@ -975,7 +1095,7 @@ data:
   stream: "{stream}"
   version: {20230815000000 + i}
   context: "{hashlib.sha1(stream.encode()).hexdigest()[:8]}"
-  arch: x86_64
+  arch: {arch}
   summary: Nvidia driver for {stream} branch
   description: >-
     This package provides the most recent NVIDIA display driver which allows for
@@ -1042,6 +1162,14 @@ LOCAL_REPOS = [("ol8", "cuda", "rhel8", "12-2", "12.2.2", "535.104.05"),
                # 580.126.09 is the download page's example, 590.48.01 R590's first GA release.
                ("ol10", "driver", "rhel10", None, None, "580.126.09"),
                ("ol10", "driver", "rhel10", None, None, "590.48.01")]
+# aarch64 (Grace, issue 32): NVIDIA's aarch64 local repo packages keep `uname -m` in the file
+# name (nvidia-driver-local-repo-rhel9-<ver>-1.0-1.aarch64.rpm; CUDA's sbsa local repo
+# cuda-repo-rhel9-13-0-local-13.0.1_580.82.07-1.aarch64.rpm), their inner packages built for
+# aarch64. R580: GB200 (from 570.123.01) and GB300 (from 580.82.07) are driven by it.
+if ARM64:
+    LOCAL_REPOS += [("ol9-aarch64", "driver", "rhel9", None, None, "580.82.07"),
+                    ("ol9-aarch64", "cuda", "rhel9", "13-0", "13.0.1", "580.82.07"),
+                    ("ol10-aarch64", "driver", "rhel10", None, None, "580.126.09")]
 
 
 def local_repo_names(kind, rh, mm, cuda, drv):
@@ -1061,14 +1189,18 @@ def main():
     nvidia_test_key()
     jobs = []
     repo_dirs = {}   # dir -> modules yaml or None
-    for os_ in ("ol8", "ol9", "ol10"):
+    for os_ in WORLD_OSES:
+        arch = arch_of(os_)
         repos, ct = base_pkgs(os_)
-        d = OSES[os_]["dist"]
+        d = OSES[base_of(os_)]["dist"]
         repos["docker-ce-stable"] = docker_pkgs(d)
         repos["nvidia-container-toolkit"] = nct_pkgs()
-        repos[f"cuda-rhel{OSES[os_]['major']}-network"] = cuda_network_pkgs(d)
+        repos[f"cuda-rhel{OSES[base_of(os_)]['major']}-network"] = cuda_network_pkgs(d)
         for rid, pkgs in repos.items():
+            retarget(pkgs, arch)
             if rid == "extra":
+                if arch != "x86_64":
+                    continue
                 # A site package that ships its own copy of R580's NSCQ library: beside an R570
                 # driver it conflicts with nothing; with the R580 NSCQ package's file it does
                 # (tests/upgrade.rs injects a file conflict with it).
@@ -1078,30 +1210,40 @@ def main():
                 jobs.append((pkgs, f"{OUT}/rpms/extra", None))
                 continue
             rd = f"{OUT}/repos/{os_}/{rid}"
-            jobs.append((pkgs, f"{rd}/Packages", None))
+            jobs.append((pkgs, f"{rd}/Packages", None if arch == "x86_64" else arch))
             repo_dirs[rd] = modules_container_tools(ct) if rid == "ol8_appstream" else None
     inner = []
+    built = {}   # (os, driver) -> the inner repo's packages dir, built once
     for (os_, kind, rh, mm, cuda, drv) in LOCAL_REPOS:
         pkgs, yaml = nvidia_inner(os_, drv)
         pkg, _v, _r, rdir, _rid = local_repo_names(kind, rh, mm, cuda, drv)
-        idir = f"{WORK}/inner/{pkg}{rdir}"
-        jobs.append((pkgs, idir, None))
-        inner.append((os_, kind, rh, mm, cuda, drv, idir, yaml))
+        idir = f"{WORK}/inner/{os_}/{pkg}{rdir}"
+        same = built.setdefault((os_, drv), idir)
+        if same == idir:
+            arch = arch_of(os_)
+            jobs.append((pkgs, idir, None if arch == "x86_64" else arch))
+        inner.append((os_, kind, rh, mm, cuda, drv, idir, yaml, same))
     build_all(jobs)
     for rd, y in repo_dirs.items():
         createrepo(rd, y)
     # the local repo packages: the inner repo shipped as files, and its .repo file
     jobs2 = []
-    for (os_, kind, rh, mm, cuda, drv, idir, yaml) in inner:
+    for (os_, kind, rh, mm, cuda, drv, idir, yaml, same) in inner:
+        if same != idir:
+            shutil.copytree(same, idir, ignore=shutil.ignore_patterns("repodata"))
         # rpmbuild puts rpms in <idir>/<arch>/: fine for createrepo (it recurses)
         createrepo(idir, yaml)
         pkg, ver, rel, rdir, rid = local_repo_names(kind, rh, mm, cuda, drv)
         repo_file = f"[{rid}]\nname={rid}\nbaseurl=file://{rdir}\nenabled=1\ngpgcheck=0\n"
         mk = lambda: Pkg(pkg, ver, rel, trees=[(rdir, idir)],
                          files={f"/etc/yum.repos.d/{rid}.repo": repo_file})
+        if arch_of(os_) != "x86_64":
+            jobs2.append((retarget([mk()], arch_of(os_)), f"{WORK}/aarch64", "aarch64"))
+            continue
         jobs2.append(([mk()], f"{OUT}/rpms/cuda-local", None))
         if (pkg, kind) == ("cuda-repo-rhel8-12-2-local", "cuda"):
-            jobs2.append(([mk()], f"{WORK}/aarch64", "aarch64"))
+            # the wrong-arch package: an aarch64 package holding the x86_64 inner repo
+            jobs2.append((retarget([mk()], "aarch64"), f"{WORK}/aarch64", "aarch64"))
     build_all(jobs2)
     cl = f"{OUT}/rpms/cuda-local"
     for root, _dirs, files in os.walk(f"{WORK}/aarch64"):

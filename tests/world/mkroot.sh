@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Makes a fresh install root from the test world (see README.md).
-# Usage: mkroot.sh WORLD ROOT --os ol8|ol9|ol10|ubuntu [--kernel KVER]... [--default-kernel KVER]
-#                  [--extra-rpm NAME]... [--no-repos]
-# KVER is a kernel release as `uname -r` prints it (5.15.0-200.131.27.el8uek.x86_64); the form
-# without the arch suffix is accepted too. ROOT must not exist or be empty.
+# Usage: mkroot.sh WORLD ROOT --os ol8|ol9|ol10|ol9-aarch64|ol10-aarch64|ubuntu [--kernel KVER]...
+#                  [--default-kernel KVER] [--extra-rpm NAME]... [--no-repos]
+# KVER is a kernel release as `uname -r` prints it (5.15.0-200.131.27.el8uek.x86_64, UEK 64k:
+# 6.12.0-103.40.4.3.el10uek.aarch64.64k); the form without the arch suffix is accepted too.
+# ROOT must not exist or be empty. An -aarch64 root holds the world's aarch64 packages (nothing
+# of them runs here: rpm -i --noscripts).
 set -euo pipefail
 
-usage() { echo "usage: $0 WORLD ROOT --os ol8|ol9|ol10|ubuntu [--kernel KVER]... [--default-kernel KVER] [--extra-rpm NAME]... [--no-repos]" >&2; exit 2; }
+usage() { echo "usage: $0 WORLD ROOT --os ol8|ol9|ol10|ol9-aarch64|ol10-aarch64|ubuntu [--kernel KVER]... [--default-kernel KVER] [--extra-rpm NAME]... [--no-repos]" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 world=$(cd "$1" && pwd); root=$2; shift 2
 os=""; kernels=(); default=""; extras=(); repos=1
@@ -20,7 +22,11 @@ while [ $# -gt 0 ]; do
     *) usage;;
   esac
 done
-case $os in ol8|ol9|ol10|ubuntu) ;; *) usage;; esac
+case $os in ol8|ol9|ol10|ol9-aarch64|ol10-aarch64|ubuntu) ;; *) usage;; esac
+[ "$os" = ubuntu ] || [ -d "$world/repos/$os" ] || [ ! -f "$world/aarch64.missing" ] || { echo "mkroot: the world has no $os: $(cat "$world/aarch64.missing")" >&2; exit 1; }
+# ol9-aarch64: release ol9, arch aarch64
+rel=${os%-aarch64}
+arch=x86_64; [ "$rel" != "$os" ] && arch=aarch64
 [ -f "$world/home/.rpmmacros" ] || { echo "mkroot: $world is not a built world" >&2; exit 1; }
 export HOME=$world/home
 mkdir -p "$root"
@@ -28,7 +34,7 @@ root=$(cd "$root" && pwd)
 if [ -n "$(ls -A "$root")" ]; then echo "mkroot: $root is not empty" >&2; exit 1; fi
 
 mkdir -p "$root/etc" "$root/var/lib" "$root/var/log" "$root/var/cache" "$root/var/tmp" "$root/tmp" "$root/run"
-if [ "$os" = ol10 ]; then
+if [ "$rel" = ol10 ]; then
   # EL10 keeps the rpm database in /usr/lib/sysimage/rpm; /var/lib/rpm is a link to it (as on
   # RHEL 10 and Fedora).
   mkdir -p "$root/usr/lib/sysimage/rpm"
@@ -57,16 +63,17 @@ OSR
   exit 0
 fi
 
-major=${os#ol}
+major=${rel#ol}
 rdir=$world/repos/$os
-strip() { local k=${1%.x86_64}; echo "$k"; }
-uname_r() { echo "$(strip "$1").x86_64"; }
-pkg_of() { case $1 in *uek*) echo kernel-uek;; *) echo kernel;; esac; }
+# version-release of a kernel release (UEK 64k: <ver>-<rel>.el9uek.aarch64.64k)
+strip() { local k=${1%.64k}; k=${k%.$arch}; echo "$k"; }
+uname_r() { case $1 in *.64k) echo "$(strip "$1").$arch.64k";; *) echo "$(strip "$1").$arch";; esac; }
+pkg_of() { case $1 in *uek*.64k) echo kernel-uek64k;; *uek*) echo kernel-uek;; *) echo kernel;; esac; }
 find_rpm() { # NAME-VER-REL file name (without .arch.rpm) or package name; prints a path
   local n=$1 f
-  for f in "$rdir"/*/Packages/"$n".x86_64.rpm "$rdir"/*/Packages/"$n".noarch.rpm \
-           "$world"/rpms/extra/"$n".x86_64.rpm "$world"/rpms/extra/"$n"-[0-9]*.x86_64.rpm \
-           "$world"/rpms/cuda-local/"$n" "$world"/rpms/cuda-local/"$n"-[0-9]*.x86_64.rpm; do
+  for f in "$rdir"/*/Packages/"$n".$arch.rpm "$rdir"/*/Packages/"$n".noarch.rpm \
+           "$world"/rpms/extra/"$n".$arch.rpm "$world"/rpms/extra/"$n"-[0-9]*.$arch.rpm \
+           "$world"/rpms/cuda-local/"$n" "$world"/rpms/cuda-local/"$n"-[0-9]*.$arch.rpm; do
     [ -f "$f" ] && { echo "$f"; return 0; }
   done
   echo "mkroot: no RPM for $n in $world" >&2; return 1
@@ -82,7 +89,8 @@ for k in "${kernels[@]}"; do
   done
 done
 for e in "${extras[@]}"; do files+=("$(find_rpm "$e")"); done
-rpm --root "$root" -i --nodeps --force-debian --noscripts --nosignature "${files[@]}"
+ignorearch=(); [ $arch = x86_64 ] || ignorearch=(--ignorearch)
+rpm --root "$root" -i --nodeps --force-debian --noscripts --nosignature ${ignorearch[@]+"${ignorearch[@]}"} "${files[@]}"
 
 # repos
 if [ $repos = 1 ]; then
@@ -94,14 +102,14 @@ if [ $repos = 1 ]; then
   repo() { # file id name
     printf '[%s]\nname=%s\nbaseurl=file:///srv/repos/%s\ngpgcheck=0\nenabled=1\n\n' "$2" "$3" "$2" >> "$root/etc/yum.repos.d/$1"
   }
-  repo oracle-linux-$os.repo ${os}_baseos_latest "Oracle Linux $major BaseOS Latest (\$basearch)"
-  repo oracle-linux-$os.repo ${os}_appstream "Oracle Linux $major Application Stream (\$basearch)"
-  [ "$major" != 10 ] && repo uek-$os.repo ${os}_UEKR7 "Latest Unbreakable Enterprise Kernel Release 7 for Oracle Linux $major (\$basearch)"
-  [ "$major" != 8 ] && repo uek-$os.repo ${os}_UEKR8 "Latest Unbreakable Enterprise Kernel Release 8 for Oracle Linux $major (\$basearch)"
-  repo oracle-epel-$os.repo ${os}_developer_EPEL "Oracle Linux $major EPEL Packages for Development (\$basearch)"
+  repo oracle-linux-$rel.repo ${rel}_baseos_latest "Oracle Linux $major BaseOS Latest (\$basearch)"
+  repo oracle-linux-$rel.repo ${rel}_appstream "Oracle Linux $major Application Stream (\$basearch)"
+  [ "$major" != 10 ] && repo uek-$rel.repo ${rel}_UEKR7 "Latest Unbreakable Enterprise Kernel Release 7 for Oracle Linux $major (\$basearch)"
+  [ "$major" != 8 ] && repo uek-$rel.repo ${rel}_UEKR8 "Latest Unbreakable Enterprise Kernel Release 8 for Oracle Linux $major (\$basearch)"
+  repo oracle-epel-$rel.repo ${rel}_developer_EPEL "Oracle Linux $major EPEL Packages for Development (\$basearch)"
   repo docker-ce.repo docker-ce-stable "Docker CE Stable - \$basearch"
   repo nvidia-container-toolkit.repo nvidia-container-toolkit "nvidia-container-toolkit"
-  repo cuda-rhel$major.repo cuda-rhel$major-network "cuda-rhel$major-x86_64"
+  repo cuda-rhel$major.repo cuda-rhel$major-network "cuda-rhel$major-$( [ $arch = aarch64 ] && echo sbsa || echo x86_64)"
 fi
 mkdir -p "$root/etc/dnf"
 printf '[main]\ngpgcheck=0\ninstallonly_limit=3\nclean_requirements_on_remove=True\nbest=True\nskip_if_unavailable=False\n' > "$root/etc/dnf/dnf.conf"

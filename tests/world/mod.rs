@@ -47,6 +47,14 @@ pub const UEK10: &str = "6.12.0-103.40.4.3.el10uek.x86_64";
 pub const UEK10_NO_DEVEL: &str = "6.12.0-105.51.5.el10uek.x86_64";
 /// OL10 RHCK (ol10_baseos_latest; kernel-devel, kernel-devel-matched, kernel-headers).
 pub const RHCK10: &str = "6.12.0-55.9.1.el10_0.x86_64";
+/// aarch64 (Grace) roots ([`Os::Ol9Aarch64`], [`Os::Ol10Aarch64`]): the UEK only, in its 4k
+/// build (`kernel-uek`) and its 64k-page build (`kernel-uek64k`, `uname -r` ending `.64k`), each
+/// with its devel package (`kernel-uek-devel`, `kernel-uek64k-devel`). OL9: UEK R7U3 (ol9_UEKR7).
+pub const UEK9_ARM: &str = "5.15.0-306.177.4.1.el9uek.aarch64";
+pub const UEK9_ARM_64K: &str = "5.15.0-306.177.4.1.el9uek.aarch64.64k";
+/// OL10 aarch64: UEK8 (ol10_UEKR8), split like the x86_64 one.
+pub const UEK10_ARM: &str = "6.12.0-103.40.4.3.el10uek.aarch64";
+pub const UEK10_ARM_64K: &str = "6.12.0-103.40.4.3.el10uek.aarch64.64k";
 
 /// File names of the NVIDIA CUDA local repo packages in `rpms/cuda-local/`.
 pub const CUDA_LOCAL_EL8_12_2: &str = "cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm";
@@ -65,12 +73,58 @@ pub const DRIVER_LOCAL_EL8_570: &str = "nvidia-driver-local-repo-rhel8-570.124.0
 /// (no version-release); not modular.
 pub const DRIVER_LOCAL_EL10_580: &str = "nvidia-driver-local-repo-rhel10-580.126.09.x86_64.rpm";
 pub const DRIVER_LOCAL_EL10_590: &str = "nvidia-driver-local-repo-rhel10-590.48.01.x86_64.rpm";
+/// An aarch64 package holding the x86_64 inner repo (the wrong-arch case).
 pub const CUDA_LOCAL_EL8_12_2_AARCH64: &str =
     "cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.aarch64.rpm";
+/// NVIDIA's aarch64 local repo packages, inner packages built for aarch64 (R580).
+pub const DRIVER_LOCAL_EL9_580_AARCH64: &str =
+    "nvidia-driver-local-repo-rhel9-580.82.07-1.0-1.aarch64.rpm";
+pub const CUDA_LOCAL_EL9_13_0_AARCH64: &str =
+    "cuda-repo-rhel9-13-0-local-13.0.1_580.82.07-1.aarch64.rpm";
+pub const DRIVER_LOCAL_EL10_580_AARCH64: &str =
+    "nvidia-driver-local-repo-rhel10-580.126.09-1.0-1.aarch64.rpm";
 
-/// The package version-release of a kernel release (`uname -r` without `.x86_64`).
+/// The package version-release of a kernel release (`uname -r` without `.x86_64`, `.aarch64`,
+/// `.aarch64.64k`).
 pub fn evr(kver: &str) -> &str {
-    kver.strip_suffix(".x86_64").unwrap_or(kver)
+    let k = kver.strip_suffix(".64k").unwrap_or(kver);
+    k.strip_suffix(".x86_64")
+        .or_else(|| k.strip_suffix(".aarch64"))
+        .unwrap_or(k)
+}
+
+/// Whether this machine can make and run the world's aarch64 roots: the world has its aarch64
+/// releases (Debian's arm64 .debs were there at its build: `scripts/deps.sh test`) and the
+/// kernel hands aarch64 programs to qemu-user-static (tests/world/binfmt.sh registers it).
+/// When not, an aarch64 test is skipped with the reason, except in CI
+/// (GPUHOST_REQUIRE_ALL_TOOLS), where it fails.
+pub fn aarch64_ready() -> bool {
+    static READY: OnceLock<Result<(), String>> = OnceLock::new();
+    let ready = READY.get_or_init(|| {
+        let world = World::get();
+        if let Ok(why) = fs::read_to_string(world.dir().join("aarch64.missing")) {
+            return Err(why.trim().to_string());
+        }
+        let out = Command::new("bash")
+            .arg(src_dir().join("binfmt.sh"))
+            .output()
+            .map_err(|e| format!("binfmt.sh: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        }
+    });
+    match ready {
+        Ok(()) => true,
+        Err(why) if std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_some() => {
+            panic!("the aarch64 test world is needed: {why}")
+        }
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            false
+        }
+    }
 }
 
 /// The source folder of the test world (tests/world).
@@ -298,16 +352,23 @@ pub enum Os {
     Ol8,
     Ol9,
     Ol10,
+    /// Oracle Linux 9 and 10 for aarch64 (Grace): packages built for aarch64, whose programs
+    /// run through qemu-user-static; check [`aarch64_ready`] first.
+    Ol9Aarch64,
+    Ol10Aarch64,
     Ubuntu,
 }
 
 impl Os {
-    /// `ol8`, `ol9`, `ubuntu` (the mkroot.sh --os value and the folder under `repos/`).
+    /// `ol8`, `ol9`, `ol9-aarch64`, `ubuntu` (the mkroot.sh --os value and the folder under
+    /// `repos/`).
     pub fn name(self) -> &'static str {
         match self {
             Os::Ol8 => "ol8",
             Os::Ol9 => "ol9",
             Os::Ol10 => "ol10",
+            Os::Ol9Aarch64 => "ol9-aarch64",
+            Os::Ol10Aarch64 => "ol10-aarch64",
             Os::Ubuntu => "ubuntu",
         }
     }

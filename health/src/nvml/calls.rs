@@ -244,6 +244,24 @@ const DEVICE_CALLS: &[DeviceCall] = &[
     },
     |lib, h| {
         call(
+            "nvmlDeviceGetC2cModeInfoV".into(),
+            raw::c2c_mode(lib, h),
+            |on| format!("isC2cEnabled {}", u8::from(on)),
+        )
+    },
+    |lib, h| {
+        call(
+            "nvmlDeviceGetFieldValues(C2C_LINK_COUNT)".into(),
+            raw::field_values(lib, h, &[(170, 0)]).and_then(|v| {
+                v.into_iter()
+                    .next()
+                    .unwrap_or(Err(raw::RawErr::Rc(raw::RC_UNKNOWN)))
+            }),
+            |n| n.to_string(),
+        )
+    },
+    |lib, h| {
+        call(
             "nvmlDeviceGetGpuFabricInfo".into(),
             raw::fabric_info_v1(lib, h),
             |(state, status, clique)| format!("state {state} status {status} clique {clique}"),

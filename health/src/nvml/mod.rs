@@ -24,8 +24,8 @@ use nvml_wrapper_sys::bindings::{nvmlDevice_t, NvmlLib};
 
 use crate::boot_cache::{self, SystemFixed};
 use crate::snapshot::{
-    EccCounts, EccMode, Fabric, GpuSnapshot, GspFirmware, InfoRom, MigMode, NvLink, NvmlProbe,
-    ProbeStatus, Reading, RemappedRows, SramEcc,
+    C2c, C2cLink, EccCounts, EccMode, Fabric, GpuSnapshot, GspFirmware, InfoRom, MigMode, NvLink,
+    NvmlProbe, ProbeStatus, Reading, RemappedRows, SramEcc,
 };
 
 /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`.
@@ -441,6 +441,7 @@ pub(crate) fn lost_gpu_kind(index: u32, k: &str, t: Instant) -> GpuSnapshot {
         mig_mode: err(&k),
         nvlinks: err(&k),
         fabric: err(&k),
+        c2c: err(&k),
         architecture: err(&k),
         minor_number: err(&k),
         pcie_replay_counter: err(&k),
@@ -666,6 +667,60 @@ fn read_state(g: &mut GpuSnapshot, nvml: &Nvml, d: &Device<'_>, tm: &mut Timings
     });
     g.nvlinks = tm.t("nvmlDeviceGetNvLinkState/ErrorCounter", || nvlinks(d));
     g.fabric = tm.t("nvmlDeviceGetGpuFabricInfoV", || fabric(nvml, d));
+    g.c2c = tm.t("nvmlDeviceGetC2cModeInfoV/FieldValues(C2C)", || {
+        c2c(nvml, d)
+    });
+}
+
+/// NVML's C2C field ids (nvml.h): link count, per-link status (1 active), per-link MB/s.
+const FI_C2C_LINK_COUNT: u32 = 170;
+const FI_C2C_LINK_GET_STATUS: u32 = 171;
+const FI_C2C_LINK_GET_MAX_BW: u32 = 172;
+
+/// NVLink-C2C: `nvmlDeviceGetC2cModeInfoV`, then, when enabled, the link count and each link's
+/// status and bandwidth in one `nvmlDeviceGetFieldValues` (scope = link). n/a where NVML does
+/// not support it (a GPU without a Grace CPU) or this libnvidia-ml has no such call.
+fn c2c(nvml: &Nvml, d: &Device<'_>) -> Reading<C2c> {
+    let (lib, h) = (nvml.lib(), raw::handle(d));
+    let enabled = match raw::c2c_mode(lib, h) {
+        Err(raw::RawErr::Missing) => return Reading::NotSupported,
+        other => match raw_reading(other) {
+            Reading::Value(on) => on,
+            Reading::NotSupported => return Reading::NotSupported,
+            Reading::Error(e) => return Reading::Error(e),
+        },
+    };
+    if !enabled {
+        return Reading::Value(C2c::default());
+    }
+    let count = match raw::field_values(lib, h, &[(FI_C2C_LINK_COUNT, 0)]) {
+        Ok(v) => v.into_iter().next().and_then(Result::ok).unwrap_or(0),
+        Err(_) => 0,
+    };
+    let count = u32::try_from(count).unwrap_or(0).min(NVLINK_MAX_LINKS);
+    let ids: Vec<(u32, u32)> = (0..count)
+        .flat_map(|l| [(FI_C2C_LINK_GET_STATUS, l), (FI_C2C_LINK_GET_MAX_BW, l)])
+        .collect();
+    let values = if ids.is_empty() {
+        Vec::new()
+    } else {
+        raw::field_values(lib, h, &ids).unwrap_or_default()
+    };
+    let links = (0..count)
+        .map(|l| {
+            let at = |i: usize| values.get(i).and_then(|v| v.ok());
+            let i = usize::try_from(l).unwrap_or(0) * 2;
+            C2cLink {
+                link: l,
+                active: at(i) == Some(1),
+                max_bandwidth_mbps: at(i + 1),
+            }
+        })
+        .collect();
+    Reading::Value(C2c {
+        enabled: true,
+        links,
+    })
 }
 
 /// `NVML_MEMORY_LOCATION_SRAM`.
@@ -789,9 +844,9 @@ fn nvlinks(d: &Device<'_>) -> Reading<Vec<NvLink>> {
 /// drivers; its layout is v3's prefix); n/a where unsupported (or state NOT_SUPPORTED).
 fn fabric(nvml: &Nvml, d: &Device<'_>) -> Reading<Fabric> {
     let (lib, h) = (nvml.lib(), raw::handle(d));
-    let answer = match raw::fabric_info_v(lib, h, 3) {
-        Err(raw::RawErr::Rc(raw::RC_VERSION_MISMATCH)) => raw::fabric_info_v(lib, h, 2),
-        other => other,
+    let (answer, v3) = match raw::fabric_info_v(lib, h, 3) {
+        Err(raw::RawErr::Rc(raw::RC_VERSION_MISMATCH)) => (raw::fabric_info_v(lib, h, 2), false),
+        other => (other, true),
     };
     match answer {
         Err(raw::RawErr::Missing) => Reading::NotSupported,
@@ -806,6 +861,7 @@ fn fabric(nvml: &Nvml, d: &Device<'_>) -> Reading<Fabric> {
                 .map(|b| format!("{b:02x}"))
                 .collect(),
             health_mask: info.healthMask,
+            health_summary: v3.then_some(info.healthSummary),
         }),
     }
 }

@@ -7,8 +7,9 @@ use std::os::raw::c_char;
 
 use nvml_wrapper::Device;
 use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlEccSramErrorStatus_t, nvmlGpuFabricInfo_t, nvmlGpuFabricInfo_v2_t,
-    nvmlGpuFabricInfo_v3_t, nvmlPciInfo_t, NvmlLib, NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE,
+    nvmlC2cModeInfo_v1_t, nvmlDevice_t, nvmlEccSramErrorStatus_t, nvmlFieldValue_t,
+    nvmlGpuFabricInfo_t, nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfo_v3_t, nvmlPciInfo_t,
+    nvmlValue_t, NvmlLib, NVML_DEVICE_INFOROM_VERSION_BUFFER_SIZE,
     NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE, NVML_GSP_FIRMWARE_VERSION_BUF_SIZE,
 };
 
@@ -138,6 +139,68 @@ pub fn fabric_info_v(lib: &NvmlLib, h: nvmlDevice_t, ver: u32) -> Raw<nvmlGpuFab
     let rc = unsafe { f(h, &mut info) };
     ok(rc, || info)
 }
+
+/// `nvmlDeviceGetC2cModeInfoV`: whether the GPU's chip-to-chip link (NVLink-C2C, the Grace
+/// CPU's coherent link on a GH200/GB200/GB300 superchip) is enabled. Its v1 struct carries no
+/// version field (nvml.h: `typedef struct { unsigned int isC2cEnabled; } nvmlC2cModeInfo_v1_t`).
+/// NOT_SUPPORTED on a GPU without C2C (an H200 on PCIe).
+pub fn c2c_mode(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<bool> {
+    let f = lib
+        .nvmlDeviceGetC2cModeInfoV
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut info = nvmlC2cModeInfo_v1_t { isC2cEnabled: 0 };
+    let rc = unsafe { f(h, &mut info) };
+    ok(rc, || info.isC2cEnabled != 0)
+}
+
+/// `nvmlDeviceGetFieldValues` for `(field id, scope id)` pairs (the scope is the link of a
+/// per-link field), each with its own return code; the value as an integer whatever its type.
+pub fn field_values(lib: &NvmlLib, h: nvmlDevice_t, ids: &[(u32, u32)]) -> Raw<Vec<Raw<u64>>> {
+    let f = lib
+        .nvmlDeviceGetFieldValues
+        .as_ref()
+        .map_err(|_| RawErr::Missing)?;
+    let mut values: Vec<nvmlFieldValue_t> = ids
+        .iter()
+        .map(|&(field, scope)| nvmlFieldValue_t {
+            fieldId: field,
+            scopeId: scope,
+            timestamp: 0,
+            latencyUsec: 0,
+            valueType: 0,
+            nvmlReturn: 0,
+            value: nvmlValue_t { ullVal: 0 },
+        })
+        .collect();
+    let count = i32::try_from(values.len()).map_err(|_| RawErr::Rc(2))?;
+    let rc = unsafe { f(h, count, values.as_mut_ptr()) };
+    ok(rc, || values.iter().map(field_value).collect())
+}
+
+/// One field's answer as an integer (NVML's `nvmlValueType_t` says which union member it set).
+fn field_value(v: &nvmlFieldValue_t) -> Raw<u64> {
+    if v.nvmlReturn != 0 {
+        return Err(RawErr::Rc(v.nvmlReturn));
+    }
+    // SAFETY: NVML set the union member named by valueType.
+    let x = unsafe {
+        match v.valueType {
+            0 => v.value.dVal as u64,
+            1 => u64::from(v.value.uiVal),
+            2 => v.value.ulVal,
+            3 => v.value.ullVal,
+            4 => u64::try_from(v.value.sllVal).unwrap_or(0),
+            5 => u64::try_from(v.value.siVal).unwrap_or(0),
+            6 => u64::from(v.value.usVal),
+            _ => return Err(RawErr::Rc(RC_UNKNOWN)),
+        }
+    };
+    Ok(x)
+}
+
+/// `NVML_ERROR_UNKNOWN`.
+pub const RC_UNKNOWN: u32 = 999;
 
 /// `nvmlDeviceGetGpuFabricInfo` (v1): state, status, clique.
 pub fn fabric_info_v1(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<(u8, u32, u32)> {

@@ -4,7 +4,7 @@
 
 use super::{GpuRef, Out, Severity, Thresholds, MAX_UNCORRECTABLE_REMAPPED_ROWS, TEMP_MARGIN_C};
 use crate::counters::{rate, GpuCounters};
-use crate::snapshot::{reasons, EccCounts, Fabric, GpuSnapshot, NvLink, Reading, SramEcc};
+use crate::snapshot::{reasons, C2c, EccCounts, Fabric, GpuSnapshot, NvLink, Reading, SramEcc};
 
 /// A verdict: severity, the value seen (for people), and what to do when not OK.
 pub type Verdict = (Severity, String, Option<String>);
@@ -149,6 +149,11 @@ pub const GPU_CHECKS: &[GpuCheck] = &[
         id: "gpu.fabric",
         group: "fabric",
         judge: fabric,
+    },
+    GpuCheck {
+        id: "gpu.c2c",
+        group: "c2c",
+        judge: c2c,
     },
     GpuCheck {
         id: "gpu.inforom",
@@ -671,7 +676,69 @@ fn nvlink(c: &GpuCtx<'_>) -> Judged {
 }
 
 fn fabric(c: &GpuCtx<'_>) -> Judged {
-    on(&c.g.fabric, |f| fabric_verdict(f, c.g.index))
+    on(&c.g.fabric, |f| fabric_verdict_on(f, c.g.index, c.nvswitch))
+}
+
+fn c2c(c: &GpuCtx<'_>) -> Judged {
+    let superchip =
+        c.g.name
+            .value()
+            .is_some_and(|n| ["GH200", "GB200", "GB300"].iter().any(|s| n.contains(s)));
+    on(&c.g.c2c, |x| c2c_verdict(x, c.g.index, superchip))
+}
+
+/// NVLink-C2C, the Grace CPU's coherent link to the GPU of a superchip: enabled, every link
+/// active. A link down is CRITICAL (the GPU's memory coherence and its host bandwidth go over
+/// it); C2C off is CRITICAL on a superchip (by its name: GH200, GB200, GB300), else n/a.
+pub fn c2c_verdict(c: &C2c, index: u32, superchip: bool) -> Verdict {
+    if !c.enabled {
+        return if superchip {
+            (
+                Severity::Critical,
+                "C2C disabled on a Grace superchip".into(),
+                Some(format!(
+                    "the Grace CPU–GPU link is off: `nvidia-smi c2c -s -i {index}`; check the driver's NVreg options and the firmware; drain and reboot; service if it stays off"
+                )),
+            )
+        } else {
+            (Severity::NotApplicable, "C2C not enabled".into(), None)
+        };
+    }
+    let down: Vec<String> = c
+        .links
+        .iter()
+        .filter(|l| !l.active)
+        .map(|l| l.link.to_string())
+        .collect();
+    let active = c.links.len() - down.len();
+    let mut v = if c.links.is_empty() {
+        "C2C enabled (link count not reported)".to_string()
+    } else {
+        format!("C2C enabled, {active}/{} links active", c.links.len())
+    };
+    let mut bws: Vec<u64> = c
+        .links
+        .iter()
+        .filter(|l| l.active)
+        .filter_map(|l| l.max_bandwidth_mbps)
+        .collect();
+    bws.sort_unstable();
+    bws.dedup();
+    if let [bw] = bws.as_slice() {
+        v.push_str(&format!(", {bw} MB/s each"));
+    }
+    if down.is_empty() {
+        (Severity::Ok, v, None)
+    } else {
+        v.push_str(&format!("; down: link {}", down.join(",")));
+        (
+            Severity::Critical,
+            v,
+            Some(format!(
+                "a C2C link is down: `nvidia-smi c2c -s -i {index}` and `nvidia-smi c2c -e -i {index}` (error counters); drain the node, reset the GPU or reboot; service if it stays down"
+            )),
+        )
+    }
 }
 
 /// NVLink: every link up, error counters judged as rates. A link down is CRITICAL on an
@@ -830,6 +897,94 @@ impl FabricHealth {
 
 /// Fabric registration (NVSwitch systems): state completed with status success is OK.
 pub fn fabric_verdict(f: &Fabric, index: u32) -> (Severity, String, Option<String>) {
+    fabric_verdict_on(f, index, true)
+}
+
+/// [`fabric_verdict`], its advice for where the fabric is managed: on a node with NVSwitches
+/// on PCI (HGX) by its Fabric Manager; on a node without (a GB200/GB300 NVL72 compute tray,
+/// whose NVSwitches are in the rack's NVLink switch trays) by the switch trays' NMX-Controller.
+/// Version 3's health summary is judged too: unhealthy CRITICAL, limited capacity WARNING.
+pub fn fabric_verdict_on(f: &Fabric, index: u32, nvswitch: bool) -> Verdict {
+    let (sev, mut value, hint) = fabric_registration(f, index, nvswitch);
+    if f.state != 3 || f.status != 0 {
+        return (sev, value, hint);
+    }
+    match f.health_summary {
+        Some(2) if sev < Severity::Critical => (
+            Severity::Critical,
+            format!("{value}; health summary unhealthy"),
+            Some(fabric_where(nvswitch).into()),
+        ),
+        Some(3) if sev < Severity::Warning => (
+            Severity::Warning,
+            format!("{value}; health summary limited capacity"),
+            Some(fabric_where(nvswitch).into()),
+        ),
+        _ => {
+            if sev == Severity::Ok {
+                value = fabric_ok_value(f);
+            }
+            (sev, value, hint)
+        }
+    }
+}
+
+/// What an OK registration shows: clique, cluster and health summary where NVML gave them.
+fn fabric_ok_value(f: &Fabric) -> String {
+    let mut v = format!(
+        "fabric registered (state completed, status success, clique {}",
+        f.clique_id
+    );
+    if !f.cluster_uuid.is_empty() && f.cluster_uuid.chars().any(|c| c != '0') {
+        v.push_str(&format!(", cluster {}", f.cluster_uuid));
+    }
+    if f.health_summary == Some(1) {
+        v.push_str(", health summary healthy");
+    }
+    v.push(')');
+    v
+}
+
+/// Where the fabric is managed, to look when it is not healthy.
+fn fabric_where(nvswitch: bool) -> &'static str {
+    if nvswitch {
+        "check nvidia-fabricmanager (`systemctl status nvidia-fabricmanager`, /var/log/fabricmanager.log): it must run at the driver's exact version"
+    } else {
+        "no NVSwitch is on this node's PCI (an NVL72 compute tray): the rack's NVLink switch trays manage the fabric; check their NMX-Controller and this tray's NVLink cabling (`nvidia-smi nvlink -s`), and IMEX (`nvidia-imex-ctl -N`)"
+    }
+}
+
+/// The registration's state: completed (judged by [`fabric_completed`]), not started, in
+/// progress.
+fn fabric_registration(f: &Fabric, index: u32, nvswitch: bool) -> Verdict {
+    let fm_log = fabric_where(nvswitch);
+    let start = if nvswitch {
+        "start it (`systemctl enable --now nvidia-fabricmanager`)"
+    } else {
+        "the switch trays must add this GPU to an NVLink partition"
+    };
+    match f.state {
+        3 => fabric_completed(f, index, fm_log),
+        1 => (
+            Severity::Critical,
+            "fabric registration not started".into(),
+            Some(format!(
+                "{fm_log}; {start}; CUDA fails on this GPU until the fabric registers"
+            )),
+        ),
+        2 => (
+            Severity::Warning,
+            "fabric registration in progress".into(),
+            Some(format!(
+                "normal for a minute after boot or a fabric manager start; if it stays: {fm_log}"
+            )),
+        ),
+        x => (Severity::Unknown, format!("fabric state {x}"), None),
+    }
+}
+
+/// A completed registration: its status, then its health mask.
+fn fabric_completed(f: &Fabric, index: u32, fm_log: &str) -> Verdict {
     let FabricHealth {
         degraded,
         route_recovery,
@@ -837,73 +992,57 @@ pub fn fabric_verdict(f: &Fabric, index: u32) -> (Severity, String, Option<Strin
         timeout_recovery,
         config,
     } = FabricHealth::of(f.health_mask);
-    let fm_log = "check nvidia-fabricmanager (`systemctl status nvidia-fabricmanager`, /var/log/fabricmanager.log): it must run at the driver's exact version";
-    match f.state {
-        3 if f.status != 0 => {
-            let name = match nvml_wrapper::error::nvml_try(f.status) {
-                Ok(()) => String::new(),
-                Err(e) => format!(": {}", error_name(&e)),
-            };
-            (
-                Severity::Critical,
-                format!(
-                    "fabric registration completed with a failure (NVML status {}{name})",
-                    f.status
-                ),
-                Some(format!(
-                    "{fm_log}; restart it, then reset GPU {index} (`nvidia-smi -r -i {index}`) or reboot"
-                )),
-            )
-        }
-        3 if route_unhealthy || config.is_some() => (
+    if f.status != 0 {
+        let name = match nvml_wrapper::error::nvml_try(f.status) {
+            Ok(()) => String::new(),
+            Err(e) => format!(": {}", error_name(&e)),
+        };
+        return (
+            Severity::Critical,
+            format!(
+                "fabric registration completed with a failure (NVML status {}{name})",
+                f.status
+            ),
+            Some(format!(
+                "{fm_log}; restart it, then reset GPU {index} (`nvidia-smi -r -i {index}`) or reboot"
+            )),
+        );
+    }
+    if route_unhealthy || config.is_some() {
+        return (
             Severity::Critical,
             format!(
                 "fabric registered but {}",
                 config.unwrap_or("its route is unhealthy")
             ),
-            Some(format!("{fm_log}; see the NVSwitch links; drain and reboot")),
-        ),
-        3 if degraded || route_recovery || timeout_recovery => {
-            let mut what = Vec::new();
-            if degraded {
-                what.push("bandwidth degraded");
-            }
-            if route_recovery {
-                what.push("route recovery in progress");
-            }
-            if timeout_recovery {
-                what.push("access-timeout recovery in progress");
-            }
-            (
-                Severity::Warning,
-                format!("fabric registered; {}", what.join(", ")),
-                Some("check the NVSwitch links and the fabric manager's log".into()),
-            )
-        }
-        3 => (
-            Severity::Ok,
-            format!(
-                "fabric registered (state completed, status success, clique {})",
-                f.clique_id
-            ),
-            None,
-        ),
-        1 => (
-            Severity::Critical,
-            "fabric registration not started".into(),
             Some(format!(
-                "{fm_log}; start it (`systemctl enable --now nvidia-fabricmanager`); CUDA fails on this GPU until the fabric registers"
+                "{fm_log}; see the NVSwitch links; drain and reboot"
             )),
-        ),
-        2 => (
-            Severity::Warning,
-            "fabric registration in progress".into(),
-            Some(format!(
-                "normal for a minute after boot or a fabric manager start; if it stays, {fm_log}"
-            )),
-        ),
-        x => (Severity::Unknown, format!("fabric state {x}"), None),
+        );
     }
+    let what: Vec<&str> = [
+        (degraded, "bandwidth degraded"),
+        (route_recovery, "route recovery in progress"),
+        (timeout_recovery, "access-timeout recovery in progress"),
+    ]
+    .into_iter()
+    .filter_map(|(on, w)| on.then_some(w))
+    .collect();
+    if !what.is_empty() {
+        return (
+            Severity::Warning,
+            format!("fabric registered; {}", what.join(", ")),
+            Some(format!("check the NVSwitch links; {fm_log}")),
+        );
+    }
+    (
+        Severity::Ok,
+        format!(
+            "fabric registered (state completed, status success, clique {})",
+            f.clique_id
+        ),
+        None,
+    )
 }
 
 /// NVML's error as a short name (`NotSupported`, `InsufficientResources`).

@@ -16,12 +16,15 @@ mod space;
 pub mod xid;
 pub mod xid_catalog;
 
-pub use gpu::{fabric_verdict, nvlink_verdict, GpuCheck, GpuCtx, Judged, Verdict, GPU_CHECKS};
+pub use gpu::{
+    c2c_verdict, fabric_verdict, fabric_verdict_on, nvlink_verdict, GpuCheck, GpuCtx, Judged,
+    Verdict, GPU_CHECKS,
+};
 
 use crate::kmsg::normalise_pci;
 use crate::snapshot::{
-    DaemonJson, FabricManagerVersion, GpuSnapshot, PciDevice, PciKind, ProbeStatus, Reading,
-    Snapshot,
+    DaemonJson, FabricManagerVersion, GpuSnapshot, ImexDomain, PciDevice, PciKind, ProbeStatus,
+    Reading, Snapshot,
 };
 
 /// Rows past this many uncorrectable remaps mean the GPU should be replaced (Azure, OCI).
@@ -748,6 +751,86 @@ fn services(out: &mut Out, s: &Snapshot, switches: usize, expect: &Expect) {
     }
     persistenced(out, s);
     fabric_manager(out, s, switches, expect);
+    imex(out, s);
+}
+
+/// A Grace Blackwell superchip (GB200, GB300) on PCI: an NVL72 compute tray, which runs IMEX
+/// for multi-node NVLink (what `apply` decides too: driver.imex unset).
+fn grace_blackwell_on_pci(s: &Snapshot) -> Option<String> {
+    s.host.pci.iter().find_map(|d| {
+        gpuhost_host::gpu::kind_of_hex(&d.device_id)
+            .filter(|k| k.grace && k.arch == gpuhost_host::gpu::Arch::Blackwell)
+            .map(|k| format!("{} at {}", k.describe(), d.address))
+    })
+}
+
+/// `services.imex` (nvidia-imex runs where it is wanted: on a Grace Blackwell NVL72 compute
+/// tray, or wherever it is running) and `services.imex_domain` (`nvidia-imex-ctl -N`: the
+/// domain is UP and every node READY).
+fn imex(out: &mut Out, s: &Snapshot) {
+    let sv = &s.services;
+    let Some(state) = &sv.nvidia_imex else {
+        // Unit states not read (`services.state` says so), or a snapshot from before.
+        return;
+    };
+    let tray = grace_blackwell_on_pci(s);
+    let verdict = match (&tray, state.as_str()) {
+        (None, "active") => ok("nvidia-imex active"),
+        (None, other) => na(format!(
+            "no Grace Blackwell superchip on PCI (nvidia-imex {other})"
+        )),
+        (Some(gpu), "active") => ok(format!("nvidia-imex active ({gpu}: an NVL72 compute tray)")),
+        (Some(gpu), other) => advise(
+            Severity::Critical,
+            format!("nvidia-imex {other} on {gpu} (an NVL72 compute tray)"),
+            "multi-node NVLink memory sharing needs IMEX: list the domain's compute trays in /etc/nvidia-imex/nodes_config.cfg, then `systemctl enable --now nvidia-imex` (`gpuhost apply` installs and locks nvidia-imex at the driver's version)",
+        ),
+    };
+    out.say("services.imex", "services", None, verdict);
+    if let Some(d) = &sv.imex_domain {
+        out.say("services.imex_domain", "services", None, imex_domain(d));
+    }
+}
+
+/// The IMEX domain as `nvidia-imex-ctl -N` gave it.
+fn imex_domain(d: &ImexDomain) -> Verdict {
+    if let Some(e) = &d.error {
+        return advise(
+            Severity::Unknown,
+            format!("IMEX domain not read: {e}"),
+            "`nvidia-imex-ctl -N` needs the daemon's command service: IMEX_CMD_ENABLED=1 and IMEX_CMD_PORT in /etc/nvidia-imex/config.cfg, then `systemctl restart nvidia-imex`",
+        );
+    }
+    let not_ready: Vec<String> = d
+        .nodes
+        .iter()
+        .filter(|n| n.state != "READY")
+        .map(|n| format!("#{} {} {}", n.index, n.address, n.state))
+        .collect();
+    let state = d.domain_state.as_deref().unwrap_or("not reported");
+    let value = format!(
+        "domain {state}, {}/{} node(s) READY",
+        d.nodes.len() - not_ready.len(),
+        d.nodes.len()
+    );
+    let check = "`nvidia-imex-ctl -N` on each tray; every tray's nodes_config.cfg must list the same addresses; /var/log/nvidia-imex.log";
+    match (state, not_ready.is_empty()) {
+        ("UP", true) => ok(value),
+        ("UP", false) => advise(
+            Severity::Warning,
+            format!("{value}; not ready: {}", not_ready.join(", ")),
+            check,
+        ),
+        _ => advise(
+            Severity::Critical,
+            if not_ready.is_empty() {
+                value
+            } else {
+                format!("{value}; not ready: {}", not_ready.join(", "))
+            },
+            format!("CUDA cannot share memory across trays until the domain is UP: {check}"),
+        ),
+    }
 }
 
 fn docker(out: &mut Out, s: &Snapshot) {
