@@ -82,7 +82,10 @@ def gpuhost_apply(root, rpm):
     used = peak.end()
     if p.returncode != 0:
         sys.exit(f"apply failed ({p.returncode}): {p.stdout[-3000:]}{p.stderr[-2000:]}")
-    return wall, used, json.loads(p.stdout)
+    rep = json.loads(p.stdout)
+    # What the merged transaction installs, as its progress line lists it.
+    rep["_dnf_line"] = next((l for l in p.stderr.splitlines() if l.startswith("gpuhost: [dnf] ")), "")
+    return wall, used, rep
 
 def typed(rep, a, b, rpm):
     """The commands a person types, from A's report, for root B."""
@@ -97,7 +100,8 @@ def typed(rep, a, b, rpm):
             prog = argv[0]
             if prog == "dnf":
                 verb = next((x for x in argv[1:] if not x.startswith("-")), "")
-                if verb in QUERIES or "--downloadonly" in argv:
+                # gpuhost's one `dnf shell` transaction is typed below as a person would.
+                if verb in QUERIES or verb in ("shell", "install") or "--downloadonly" in argv:
                     continue
             elif prog == "unshare" and "dkms" in argv:
                 pass
@@ -111,8 +115,36 @@ def typed(rep, a, b, rpm):
                     continue
                 new.append(x.replace(a, b))
             out.append(new)
-    # In the order a person types them (the report lists a merged transaction under each of
-    # its steps): the local repo package, dnf's module state, the rest, DKMS, the units.
+    # The package work, as a person types it: the local repo package, the stream enabled,
+    # then one `dnf install` of the rest, from the transaction's progress line
+    # (`[dnf] a + b: install X; dnf install @m Y; dnf module enable m, then install Z`).
+    base = next(c["argv"] for s in rep["steps"] for c in s["commands"] if c["argv"][0] == "dnf")
+    verb = next(i for i, x in enumerate(base) if i > 0 and not x.startswith("-"))
+    base = [x.replace(a, b) for x in base[:verb]
+            if not re.match(r"--setopt=[^=]+\.(mirrorlist=.*|baseurl=.*|gpgcheck=.*)$", x)
+            and not x.startswith("--repofrompath")]
+    line = rep.get("_dnf_line", "")
+    line = line.removeprefix("gpuhost: [dnf] ")
+    works = line.split(": ", 1)[1].split("; ") if ": " in line else []
+    first, enable, rest, erasing = [], [], [], False
+    for w in works:
+        w = w.strip()
+        if w.endswith(" --allowerasing"):
+            erasing, w = True, w[: -len(" --allowerasing")]
+        m = re.match(r"dnf module enable (\S+), then install (.*)", w)
+        if m:
+            enable.append(m.group(1)); rest += m.group(2).split(); continue
+        words = w.split()[2:] if w.startswith("dnf install ") else w.split()[1:]
+        for x in words:
+            (first if x.endswith(".rpm") else rest).append(x)
+    if first:
+        out.append(base + ["install"] + first)
+    for e in enable:
+        out.append(base + ["module", "enable", e])
+    if rest:
+        out.append(base + ["install"] + (["--allowerasing"] if erasing else []) + rest)
+    # In the order a person types them: the local repo package, dnf's module state, the rest,
+    # DKMS, the units.
     def rank(argv):
         if argv[0] == "dnf":
             if any(x.endswith(".rpm") for x in argv):
