@@ -4,10 +4,11 @@
 Usage: big-local-repo.py SRC.rpm OUTDIR SIZE_GB
 
 Repacks SRC (a world `cuda-repo-…-local` package) with the same name, version, release, arch
-and files, plus SIZE_GB of incompressible data beside its repo (`<repo dir>/filler.bin`, not in
-the repo's metadata: dnf never reads it), stored without payload compression, as NVIDIA's 4 GB
-CUDA local repo packages hold about that much of already-compressed RPMs. The filler is made
-once per OUTDIR and shared by every package made there.
+and files, plus SIZE_GB of incompressible data beside its repo (`<repo dir>/filler-N.bin`, 1 GiB
+each, not in the repo's metadata: dnf never reads them), stored without payload compression, as
+NVIDIA's 4 GB CUDA local repo packages hold about that much of already-compressed RPMs, each
+under 4 GiB (cpio, which rpm2cpio writes, cannot hold a larger file). The filler is made once
+per OUTDIR and shared by every package made there.
 """
 import os
 import subprocess
@@ -26,16 +27,22 @@ def main():
     dest = os.path.join(out, os.path.basename(src))
     if os.path.exists(dest):
         return
-    filler = os.path.join(out, "filler.bin")
-    want = int(size_gb * 2**30)
-    if not os.path.exists(filler) or os.path.getsize(filler) != want:
-        with open("/dev/urandom", "rb") as r, open(filler + ".part", "wb") as w:
-            left = want
-            while left:
-                chunk = r.read(min(left, 1 << 24))
-                w.write(chunk)
-                left -= len(chunk)
-        os.rename(filler + ".part", filler)
+    gib = 2**30
+    parts = []
+    left = int(size_gb * gib)
+    while left > 0:
+        n = min(left, gib)
+        part = os.path.join(out, f"filler-{len(parts)}.bin")
+        if not os.path.exists(part) or os.path.getsize(part) != n:
+            with open("/dev/urandom", "rb") as r, open(part + ".part", "wb") as w:
+                todo = n
+                while todo:
+                    chunk = r.read(min(todo, 1 << 24))
+                    w.write(chunk)
+                    todo -= len(chunk)
+            os.rename(part + ".part", part)
+        parts.append(part)
+        left -= n
     name, version, release, arch = (q(src, t) for t in ("NAME", "VERSION", "RELEASE", "ARCH"))
     files = subprocess.run(["rpm", "-qlp", src], check=True, capture_output=True,
                            text=True).stdout.split()
@@ -46,7 +53,8 @@ def main():
         p1 = subprocess.Popen(["rpm2cpio", src], stdout=subprocess.PIPE)
         subprocess.run(["cpio", "-idm", "--quiet"], stdin=p1.stdout, cwd=root, check=True)
         p1.wait()
-        os.link(filler, os.path.join(root, repo_dir.lstrip("/"), "filler.bin"))
+        for part in parts:
+            os.link(part, os.path.join(root, repo_dir.lstrip("/"), os.path.basename(part)))
         spec = os.path.join(work, "big.spec")
         with open(spec, "w") as f:
             f.write(f"""Name: {name}
@@ -63,12 +71,13 @@ bench/big-local-repo.py
 %install
 cp -a {root}/. %{{buildroot}}/
 %files
-{os.linesep.join(f'"{p}"' for p in files)}
-{repo_dir}/filler.bin
+{os.linesep.join(f'"{p}"' for p in files if p != repo_dir and not p.startswith(repo_dir + "/repodata"))}
+{repo_dir}/repodata
+{os.linesep.join(f"{repo_dir}/{os.path.basename(p)}" for p in parts)}
 """)
         subprocess.run(["rpmbuild", "-bb", "--target", arch, "--define", f"_topdir {work}",
                         "--define", f"_rpmdir {work}/out", spec], check=True,
-                       stdout=subprocess.DEVNULL)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         built = os.path.join(work, "out", arch, os.path.basename(src))
         os.rename(built, dest)
     print(f"{dest}: {os.path.getsize(dest) / 2**30:.2f} GiB")

@@ -211,7 +211,8 @@ impl Step for DriverRepo {
     /// The local repo package's own size (measured), and on the live system the estimates for
     /// the driver packages it brings; in an install root (image builds, tests with synthetic
     /// packages) only the measured figure. The package is installed from a copy on the root's
-    /// disk ([`gpuhost_host::stage::PACKAGES`]): its size again. A swap from another local repo
+    /// disk ([`gpuhost_host::stage::PACKAGES`]): its size again; a first install unpacks that
+    /// copy for its one transaction ([`crate::ahead::SCRATCH`]): twice. A swap from another local repo
     /// also needs room for its scratch copy ([`crate::swap::SCRATCH`]): the package's payload,
     /// then the repo extracted from it beside the payload — twice the package's size at its
     /// peak.
@@ -231,6 +232,19 @@ impl Step for DriverRepo {
                 path: gpuhost_host::stage::PACKAGES.into(),
                 bytes,
                 what: "the copy of the local repo package the transaction installs".into(),
+            });
+        }
+        let first = check
+            .changes
+            .iter()
+            .any(|c| matches!(&c.work, Work::Install(i) if i.brings_repo));
+        if let (Some(bytes), true) = (rpm, first) {
+            // A first converge reads the repo from the copy, unpacked (crate::ahead): the
+            // payload, then the repo extracted beside it.
+            needs.push(gpuhost_host::hostinfo::Need {
+                path: crate::ahead::SCRATCH.into(),
+                bytes: bytes.saturating_mul(2),
+                what: "the local repo package unpacked for the one transaction".into(),
             });
         }
         // The check planned the swap: its scratch copy needs room too.
