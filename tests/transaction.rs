@@ -32,7 +32,12 @@ enum Loss {
 const MIRROR: &str = "/srv/repos/ol9_appstream";
 
 fn apply(root: &Root, rpm_path: &str) -> (i32, Value) {
-    let o = root.gpuhost(&[
+    apply_with(root, rpm_path, None)
+}
+
+/// `apply`, with `path` first on PATH when given (a wrapper of a tool gpuhost runs).
+fn apply_with(root: &Root, rpm_path: &str, path: Option<&std::path::Path>) -> (i32, Value) {
+    let args = [
         "apply",
         "--format",
         "json",
@@ -42,8 +47,39 @@ fn apply(root: &Root, rpm_path: &str) -> (i32, Value) {
         &format!("driver.local_repo_rpm={rpm_path}"),
         "--set",
         "driver.replace_local_repo=true",
-    ]);
+    ];
+    let mut cmd = root.gpuhost_cmd(&args);
+    if let Some(dir) = path {
+        let old = std::env::var("PATH").unwrap_or_default();
+        cmd.env("PATH", format!("{}:{old}", dir.display()));
+    }
+    let o = cmd.output().unwrap_or_else(|e| panic!("{e}"));
     (code(&o), report(&o))
+}
+
+/// A directory with an `rpm` that runs the real one, then, once it has read (`-qp`) a
+/// package of `/srv/drivers`, moves that folder away: the mirror lost after gpuhost's check,
+/// while the package is being fetched for the transaction.
+fn rpm_that_loses_the_mirror(root: &Root) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let real = std::process::Command::new("sh")
+        .args(["-c", "command -v rpm"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let drivers = root.join("/srv/drivers");
+    let script = format!(
+        "#!/bin/sh\n{real} \"$@\"; rc=$?\ncase \" $* \" in *\" -qp \"*{d}/*) mv {d} {d}.lost;; esac\nexit $rc\n",
+        d = drivers.display()
+    );
+    let p = dir.path().join("rpm");
+    std::fs::write(&p, script).unwrap_or_else(|e| panic!("{e}"));
+    let mut perm = std::fs::metadata(&p)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&p, perm).unwrap_or_else(|e| panic!("{e}"));
+    dir
 }
 
 /// The local repo package as a file of the root's own "mirror" folder `/srv/drivers` (which the
@@ -58,6 +94,9 @@ fn on_the_mirror(root: &Root, name: &str) -> String {
 
 fn lose(root: &Root, loss: Loss, swap: bool) {
     match loss {
+        // A swap's only download is its local repo package: lost while gpuhost fetches it
+        // (rpm_that_loses_the_mirror).
+        Loss::DuringDownload if swap => {}
         Loss::BeforeDownload if swap => {
             std::fs::rename(root.join("/srv/drivers"), root.join("/srv/drivers.lost"))
                 .unwrap_or_else(|e| panic!("{e}"));
@@ -181,6 +220,7 @@ fn a_first_converge_loses_its_mirror(#[case] loss: Loss) {
 
 #[rstest]
 #[case::before_download(Loss::BeforeDownload)]
+#[case::during_download(Loss::DuringDownload)]
 #[case::during_the_rpm_transaction(Loss::DuringTransaction)]
 fn a_driver_swap_loses_its_mirror(#[case] loss: Loss) {
     let root = Root::new(Os::Ol9, &[RHCK9]);
@@ -195,8 +235,24 @@ fn a_driver_swap_loses_its_mirror(#[case] loss: Loss) {
     let rpm = on_the_mirror(&root, CUDA_LOCAL_EL9_13_0);
     let before = root.rpmdb_snapshot();
     lose(&root, loss, true);
-    let (rc, rep) = apply(&root, &rpm);
+    let wrapper = rpm_that_loses_the_mirror(&root);
+    let path = matches!(loss, Loss::DuringDownload).then(|| wrapper.path());
+    let (rc, rep) = apply_with(&root, &rpm, path);
     match loss {
+        Loss::DuringDownload => {
+            // Checked, then gone before it was copied onto the root's disk: exit 1, nothing
+            // changed.
+            assert_eq!(rc, 1, "{rep:#}");
+            assert!(root.join("/srv/drivers.lost").exists(), "{rep:#}");
+            let after = root.rpmdb_snapshot();
+            assert_eq!(after, before, "the swap changed something: {rep:#}");
+            let why = step(&rep, "driver-repo")["reason"].to_string();
+            assert!(
+                why.contains("could not be copied onto the root's disk")
+                    && why.contains("nothing was installed"),
+                "{rep:#}"
+            );
+        }
         Loss::BeforeDownload => {
             // The swap's only download is the new local repo package: gone when the run
             // starts, it is a missing file (exit 2), found by the check.
