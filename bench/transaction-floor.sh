@@ -216,7 +216,8 @@ for i in range(n):
                     if c["argv"][0] == "dnf")
         verb = next(i for i, x in enumerate(base) if i > 0 and not x.startswith("-"))
         base = [x.replace(a, b) for x in base[:verb]
-                if not re.match(r"--setopt=[^=]+\.(mirrorlist=.*|baseurl=)$", x)]
+                if not re.match(r"--setopt=[^=]+\.(mirrorlist=.*|baseurl=.*)$", x)
+                and not x.startswith("--repofrompath") and "gpuhost-next" not in x]
         cmds = [base + ["install", rpm_b], base + ["install", "--allowerasing"] + specs,
                 base + ["remove"] + removes]
         sw = re.search(r"then dnf module switch-to (\S+)", text)
