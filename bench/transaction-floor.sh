@@ -62,7 +62,7 @@ class Peak:
     def __init__(self, path):
         self.path, self.peak, self.stop = path, 0, False
         s = os.statvfs(path); self.base = (s.f_blocks - s.f_bfree) * s.f_frsize
-        self.t = threading.Thread(target=self.run); self.t.start()
+        self.t = threading.Thread(target=self.run, daemon=True); self.t.start()
     def run(self):
         while not self.stop:
             s = os.statvfs(self.path)
@@ -202,6 +202,8 @@ for i in range(n):
     w, used, rep = gpuhost_apply(a, rpm_a)
     f, fused, k, b = floor(rep, a, rpm_a)
     results["converge"].append((w, f, used, fused, k))
+    print(f"run {i}: converge gpuhost {w:.2f} s, floor {f:.2f} s, peak extra disk "
+          f"{used / 2**20:.0f} / {fused / 2**20:.0f} MiB", flush=True)
     if big:
         w2, used2, rep2 = gpuhost_apply(a, rpm_b)
         # The floor's swap, as a person types it (three transactions, not one): the new local
@@ -217,7 +219,8 @@ for i in range(n):
         verb = next(i for i, x in enumerate(base) if i > 0 and not x.startswith("-"))
         base = [x.replace(a, b) for x in base[:verb]
                 if not re.match(r"--setopt=[^=]+\.(mirrorlist=.*|baseurl=.*)$", x)
-                and not x.startswith("--repofrompath") and "gpuhost-next" not in x]
+                and not x.startswith("--repofrompath") and "gpuhost-next" not in x
+                and x != "--assumeno"]
         cmds = [base + ["install", rpm_b], base + ["install", "--allowerasing"] + specs,
                 base + ["remove"] + removes]
         sw = re.search(r"then dnf module switch-to (\S+)", text)
@@ -227,6 +230,8 @@ for i in range(n):
         f2 = run_typed(cmds, b, rpm_b)
         fused2 = peak.end()
         results["swap"].append((w2, f2, used2, fused2, len(cmds)))
+        print(f"run {i}: swap gpuhost {w2:.2f} s, floor {f2:.2f} s, peak extra disk "
+              f"{used2 / 2**20:.0f} / {fused2 / 2**20:.0f} MiB", flush=True)
     for r in (a, b):
         shutil.rmtree(r, ignore_errors=True)
 
