@@ -83,21 +83,9 @@ fn slow_dnf(secs: f32) -> SlowDnf {
 /// A directory with a `tool` that runs the shell `case` branch `branch` on its arguments
 /// (padded with spaces), then execs the real one.
 fn slow_tool(tool: &str, branch: &str) -> SlowDnf {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let real = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    assert!(!real.is_empty(), "{tool} is not installed");
-    let script = format!("#!/bin/sh\ncase \" $* \" in {branch} esac\nexec {real} \"$@\"\n");
-    let p = dir.path().join(tool);
-    std::fs::write(&p, script).unwrap_or_else(|e| panic!("{e}"));
-    let mut perm = std::fs::metadata(&p)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
-    std::fs::set_permissions(&p, perm).unwrap_or_else(|e| panic!("{e}"));
+    let dir = world::wrap_tool(tool, |real| {
+        format!("#!/bin/sh\ncase \" $* \" in {branch} esac\nexec {real} \"$@\"\n")
+    });
     SlowDnf { dir }
 }
 

@@ -61,25 +61,12 @@ fn apply_with(root: &Root, rpm_path: &str, path: Option<&std::path::Path>) -> (i
 /// package of `/srv/drivers`, moves that folder away: the mirror lost after gpuhost's check,
 /// while the package is being fetched for the transaction.
 fn rpm_that_loses_the_mirror(root: &Root) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let real = std::process::Command::new("sh")
-        .args(["-c", "command -v rpm"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    let drivers = root.join("/srv/drivers");
-    let script = format!(
-        "#!/bin/sh\n{real} \"$@\"; rc=$?\ncase \" $* \" in *\" -qp \"*{d}/*) mv {d} {d}.lost;; esac\nexit $rc\n",
-        d = drivers.display()
-    );
-    let p = dir.path().join("rpm");
-    std::fs::write(&p, script).unwrap_or_else(|e| panic!("{e}"));
-    let mut perm = std::fs::metadata(&p)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
-    std::fs::set_permissions(&p, perm).unwrap_or_else(|e| panic!("{e}"));
-    dir
+    let d = root.join("/srv/drivers").display().to_string();
+    world::wrap_tool("rpm", |real| {
+        format!(
+            "#!/bin/sh\n{real} \"$@\"; rc=$?\ncase \" $* \" in *\" -qp \"*{d}/*) mv {d} {d}.lost;; esac\nexit $rc\n"
+        )
+    })
 }
 
 /// The local repo package as a file of the root's own "mirror" folder `/srv/drivers` (which the

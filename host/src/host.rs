@@ -531,7 +531,7 @@ impl Host {
             if let Some(b) = &self.bundle {
                 return Ok(cmd.args(b.dnf_options()));
             }
-            return Ok(cmd.args(self.mirror_options()?));
+            return Ok(cmd.args(self.mirror_options(&self.repo_texts()?)?));
         }
         // dnf has no option for the rpm database; it reads rpm's macros, ~/.rpmmacros last.
         let home = self.macro_home.dir(self.rpm_dbpath()?)?;
@@ -558,8 +558,9 @@ impl Host {
             // Every repo of the root is disabled: its file:// URLs are not resolved.
             return Ok(cmd.args(b.dnf_options()));
         }
-        let mirrored = self.mirror_options()?;
-        for (id, key, url) in self.file_urls()? {
+        let texts = self.repo_texts()?;
+        let mirrored = self.mirror_options(&texts)?;
+        for (id, key, url) in self.file_urls(&texts)? {
             let copied = format!("--setopt={id}.baseurl=");
             if key == "baseurl" && mirrored.contains(&copied) {
                 continue;
@@ -582,20 +583,10 @@ impl Host {
     ///
     /// The repo of NVIDIA's local repo package ([`local_repo_dir`]) is already on the root's
     /// own disk, unpacked by that package: it is left as it is.
-    fn mirror_options(&self) -> Result<Vec<String>> {
-        let dir = Path::new("/etc/yum.repos.d");
+    fn mirror_options(&self, texts: &[String]) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        let mut names: Vec<String> = self
-            .list_dir(dir)?
-            .into_iter()
-            .filter(|n| n.ends_with(".repo"))
-            .collect();
-        names.sort();
-        for f in names {
-            let Some(text) = self.read_opt(dir.join(&f))? else {
-                continue;
-            };
-            for (id, urls) in file_mirrors(&text) {
+        for text in texts {
+            for (id, urls) in file_mirrors(text) {
                 let urls = urls
                     .into_iter()
                     .map(|p| {
@@ -633,20 +624,30 @@ impl Host {
         }
     }
 
-    /// `file://` URLs in the root's repo files, rewritten to point inside the root.
-    fn file_urls(&self) -> Result<Vec<(String, &'static str, String)>> {
+    /// The texts of the root's repo files (`/etc/yum.repos.d/*.repo`), in name order: read once
+    /// per dnf command, for its `file://` rewrites and its mirror lists.
+    fn repo_texts(&self) -> Result<Vec<String>> {
         let dir = Path::new("/etc/yum.repos.d");
-        let mut out = Vec::new();
-        let files: Vec<String> = self
+        let mut names: Vec<String> = self
             .list_dir(dir)?
             .into_iter()
             .filter(|n| n.ends_with(".repo"))
             .collect();
-        for f in files {
-            let Some(text) = self.read_opt(dir.join(&f))? else {
-                continue;
-            };
-            for (id, key, value) in repo_entries(&text) {
+        names.sort();
+        let mut out = Vec::new();
+        for name in names {
+            if let Some(text) = self.read_opt(dir.join(&name))? {
+                out.push(text);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `file://` URLs in the root's repo files, rewritten to point inside the root.
+    fn file_urls(&self, texts: &[String]) -> Result<Vec<(String, &'static str, String)>> {
+        let mut out = Vec::new();
+        for text in texts {
+            for (id, key, value) in repo_entries(text) {
                 if key != "baseurl" && key != "gpgkey" {
                     continue;
                 }

@@ -216,6 +216,13 @@ pub fn present_packages<'a>(
     out
 }
 
+/// True for a package a driver change may move without asking: the driver family
+/// ([`in_driver_family`]) and NVIDIA's local repo packages (`cuda-repo-…`,
+/// `nvidia-driver-local-repo-…`).
+pub fn in_driver_set(name: &str) -> bool {
+    in_driver_family(name) || name.starts_with("cuda-repo-")
+}
+
 /// True for a package of NVIDIA's driver family: what a driver change installs, replaces or
 /// removes (`nvidia-*`, `libnvidia-*`, `kmod-nvidia*`, `cuda-drivers*`), as opposed to a site's
 /// or the distribution's packages.

@@ -220,17 +220,24 @@ fn refuse_erasing(cmd: &Cmd, script: &Path, s: &DriverSwap) -> Result<()> {
     if erased.is_empty() {
         return Ok(());
     }
-    Err(gpuhost_host::error::as_invalid(hinted(
+    Err(erase_refused(&erased, &erased))
+}
+
+/// The refusal of a driver change that would erase packages outside NVIDIA's set (invalid
+/// input, nothing changed): `shown` as the message names them (with why, when known), `names`
+/// as the hint's command takes them.
+pub(crate) fn erase_refused(shown: &[String], names: &[String]) -> anyhow::Error {
+    gpuhost_host::error::as_invalid(hinted(
         format!(
             "the driver change would also erase {}, which {} not NVIDIA's driver set; nothing was changed",
-            erased.join(", "),
-            if erased.len() == 1 { "is" } else { "are" }
+            shown.join(", "),
+            if names.len() == 1 { "is" } else { "are" }
         ),
         format!(
             "remove {} first if it is no longer wanted, or name it in driver.allow_erase",
-            erased.join(" ")
+            names.join(" ")
         ),
-    )))
+    ))
 }
 
 /// The package names in the removal sections of dnf's transaction table (`Removing:`,
@@ -261,8 +268,7 @@ pub fn outside_the_set(removed: &[String], s: &DriverSwap) -> Vec<String> {
         .iter()
         .filter(|n| {
             !s.remove.contains(n)
-                && !gpuhost_nvidia::localrepo::in_driver_family(n)
-                && !n.starts_with("cuda-repo-")
+                && !gpuhost_nvidia::localrepo::in_driver_set(n)
                 && !s.allow_erase.contains(n)
         })
         .cloned()

@@ -762,6 +762,22 @@ fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
 /// rpm's version comparison (rpmvercmp) applied to whole VERSION-RELEASE strings: the agent's own.
 pub use gpuhost_host::rpm::vercmp as rpmvercmp;
 
+/// A directory holding a wrapper named `tool`, to put first on gpuhost's PATH: a `/bin/sh`
+/// script that `script` writes, given the path of the real `tool` (which it usually runs).
+pub fn wrap_tool(tool: &str, script: impl Fn(&str) -> String) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let real = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    assert!(!real.is_empty(), "{tool} is not installed");
+    let p = dir.path().join(tool);
+    fs::write(&p, script(&real)).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
 /// A profile for world roots: the built-in `name` (e.g. `ol8-uek`) with Docker CE and the
 /// NVIDIA Container Toolkit taken from the world's repos inside the root.
 pub fn profile(name: &str) -> String {

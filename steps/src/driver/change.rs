@@ -196,19 +196,8 @@ fn allowed_erasures(
     let erased = erased_with(ctx, remove, install)?;
     let (ok, refused): (Vec<_>, Vec<_>) = erased.into_iter().partition(|(n, _)| allow.contains(n));
     if !refused.is_empty() {
-        let names: Vec<&str> = refused.iter().map(|(n, _)| n.as_str()).collect();
-        let whys: Vec<&str> = refused.iter().map(|(_, w)| w.as_str()).collect();
-        return Err(gpuhost_host::error::as_invalid(hinted(
-            format!(
-                "the driver change would also erase {}, which {} not NVIDIA's driver set; nothing was changed",
-                whys.join(", "),
-                if names.len() == 1 { "is" } else { "are" }
-            ),
-            format!(
-                "remove {} first if it is no longer wanted, or name it in driver.allow_erase",
-                names.join(" ")
-            ),
-        )));
+        let (names, whys): (Vec<String>, Vec<String>) = refused.into_iter().unzip();
+        return Err(crate::swap::erase_refused(&whys, &names));
     }
     Ok(ok.into_iter().map(|(_, why)| why).collect())
 }
@@ -245,7 +234,7 @@ fn erased_by(lines: &str, remove: &[String], install: &[RepoPackage]) -> Vec<(St
         else {
             continue;
         };
-        if in_family(name) || name.starts_with("cuda-repo-") || remove.iter().any(|r| r == name) {
+        if gpuhost_nvidia::localrepo::in_driver_set(name) || remove.iter().any(|r| r == name) {
             continue;
         }
         let flags = flags.unwrap_or_default().trim();
