@@ -1,11 +1,14 @@
 //! The house stays as `docs/ARCHITECTURE.md` draws it: each crate imports only the crates
-//! below it, inside each crate the module import graph has no circle, and no production
-//! function is long (over 120 lines none, over 80 at most 12; the known exceptions listed).
+//! below it, inside each crate the module graph has no circle but the back-edges listed in
+//! [`BACK_EDGES`] (at most two), and no production function is long (over 120 lines none, over
+//! 80 at most 12; the known exceptions listed).
 //!
 //! The module graph is read from the sources: a file's shipped code (up to its first
-//! `#[cfg(test)]`) importing `crate::a::b…`, `super::…` or `self::…` is an edge to the deepest
-//! module file that path names. A module declaring or re-exporting its own children is not an
-//! edge (it owns them); a child importing its parent is.
+//! `#[cfg(test)]`) naming `crate::a::b…`, `super::…`, `self::…` or one of its own child modules
+//! (`child::…`) is an edge to the deepest module that path names; a path to an item of the crate
+//! root (`crate::Item`) is an edge to the root. So a parent that re-exports or calls into a
+//! child has an edge to it, and a child that imports its parent has one back: a circle. Only
+//! declaring a child (`mod child;`) is no edge.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -163,8 +166,9 @@ fn join(a: &str, b: &str) -> String {
     }
 }
 
-/// The module paths one file's shipped code imports, resolved to absolute module paths.
-fn imports(module: &str, text: &str) -> Vec<String> {
+/// The module paths one file's shipped code names, as absolute module paths: through
+/// `crate::`, `super::`, `self::`, or the name of one of its `children` (`child::…`).
+fn imports(module: &str, children: &[&str], text: &str) -> Vec<String> {
     let shipped = text.split("#[cfg(test)]").next().unwrap_or_default();
     let code: String = shipped
         .lines()
@@ -173,7 +177,16 @@ fn imports(module: &str, text: &str) -> Vec<String> {
         .join("\n");
     let parent = module.rsplit_once("::").map(|(p, _)| p).unwrap_or("");
     let mut out = Vec::new();
-    for (anchor, base) in [("crate::", ""), ("super::", parent), ("self::", module)] {
+    let mut anchors: Vec<(String, String)> = vec![
+        ("crate::".into(), String::new()),
+        ("super::".into(), parent.to_string()),
+        ("self::".into(), module.to_string()),
+    ];
+    for c in children {
+        anchors.push((format!("{c}::"), join(module, c)));
+    }
+    for (anchor, base) in &anchors {
+        let (anchor, base) = (anchor.as_str(), base.as_str());
         let mut rest = code.as_str();
         while let Some(i) = rest.find(anchor) {
             let before = rest[..i].chars().last();
@@ -217,33 +230,52 @@ fn path_then_group(s: &str) -> bool {
     s[end..].starts_with('{') && s[..end].ends_with("::")
 }
 
-/// The deepest module of `mods` that `path` names.
+/// The deepest module of `mods` that `path` names; an item of the crate root names the root
+/// (`""`).
 fn resolve<'m>(mods: &'m BTreeMap<String, PathBuf>, path: &str) -> Option<&'m str> {
     let parts: Vec<&str> = path.split("::").collect();
-    (1..=parts.len())
+    (0..=parts.len())
         .rev()
         .map(|n| parts[..n].join("::"))
         .find_map(|p| mods.get_key_value(&p).map(|(k, _)| k.as_str()))
 }
 
-/// The import graph of one crate: module → modules it imports (descendants excluded).
+/// The direct children of module `m` (their last path segment).
+fn children<'m>(mods: &'m BTreeMap<String, PathBuf>, m: &str) -> Vec<&'m str> {
+    mods.keys()
+        .filter_map(|k| match m {
+            "" => Some(k.as_str()).filter(|k| !k.is_empty() && !k.contains("::")),
+            _ => k
+                .strip_prefix(m)
+                .and_then(|r| r.strip_prefix("::"))
+                .filter(|r| !r.contains("::")),
+        })
+        .collect()
+}
+
+/// The module graph of one crate: module → the modules it names (children included).
 fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mods = modules(src);
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (m, file) in &mods {
         let text = std::fs::read_to_string(file).unwrap_or_default();
         let edges = g.entry(m.clone()).or_default();
-        for path in imports(m, &text) {
-            let Some(to) = resolve(&mods, &path) else {
-                continue;
-            };
-            let owned = m.is_empty() || to.starts_with(&format!("{m}::"));
-            if to != m && !owned && !to.is_empty() {
+        for path in imports(m, &children(&mods, m), &text) {
+            if let Some(to) = resolve(&mods, &path).filter(|to| to != m) {
                 edges.insert(to.to_string());
             }
         }
     }
     g
+}
+
+/// The name a module has in messages: the crate root is `lib.rs`/`main.rs`, `(root)` here.
+fn shown(m: &str) -> &str {
+    if m.is_empty() {
+        "(root)"
+    } else {
+        m
+    }
 }
 
 /// The circles of a graph: its strongly connected components of more than one module.
@@ -311,21 +343,82 @@ fn circles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
     t.out
 }
 
+/// The crates' source folders.
+const CRATES: &[&str] = &[
+    "host", "nvidia", "profiles", "steps", "engine", "health", "serve", "agent",
+];
+
+/// The back-edges allowed across every crate (crate folder, from, to; `""` is the crate root),
+/// at most two, each with why (docs/ARCHITECTURE.md, "Back-edges"). Every other edge of a
+/// module graph points down: the graph without these has no circle.
+const BACK_EDGES: &[(&str, &str, &str)] = &[];
+
+/// Back-edges found when the analysis began to count a parent's edges to its children (issue
+/// 33), each awaiting its split: what parent and children share moves into a leaf module. An
+/// entry that is gone must be removed; the list must end empty.
+const AWAITING_SPLIT: &[(&str, &str, &str)] = &[
+    ("nvidia", "compat::components", "compat"),
+    ("profiles", "driver", ""),
+    ("steps", "containers::daemon_json", "containers"),
+    ("steps", "driver::change", "driver"),
+    ("steps", "driver::fabric", "driver"),
+    ("steps", "driver::installed", "driver"),
+    ("steps", "driver::locks", "driver"),
+    ("steps", "driver::repo", "driver"),
+    ("steps", "driver::set", "driver"),
+    ("engine", "bundle::build", "apply"),
+    ("engine", "bundle::build", "bundle"),
+    ("health", "verdict::gpu", "verdict"),
+    ("health", "verdict::software", "verdict"),
+    ("health", "verdict::space", "verdict"),
+    ("health", "verdict::xid", "verdict"),
+    ("health", "served", ""),
+    ("agent", "compat", ""),
+];
+
+/// The edges of `g` inside a circle, as `from → to` lines.
+fn circle_edges(g: &BTreeMap<String, BTreeSet<String>>, circle: &[String]) -> Vec<String> {
+    let inside: BTreeSet<&str> = circle.iter().map(String::as_str).collect();
+    let mut out = Vec::new();
+    for m in circle {
+        for to in g.get(m).into_iter().flatten() {
+            if inside.contains(to.as_str()) {
+                out.push(format!("{} → {}", shown(m), shown(to)));
+            }
+        }
+    }
+    out
+}
+
 #[test]
-fn no_crate_has_an_import_circle() {
+fn no_crate_has_a_circle_but_the_listed_back_edges() {
+    assert!(BACK_EDGES.len() <= 2, "at most two back-edges (issue 33)");
     let mut found = Vec::new();
-    for dir in [
-        "host", "nvidia", "profiles", "steps", "engine", "health", "serve", "agent",
-    ] {
-        let g = graph(&top().join(dir).join("src"));
+    for dir in CRATES {
+        let mut g = graph(&top().join(dir).join("src"));
         assert!(!g.is_empty(), "{dir}/src has no modules: moved?");
+        let listed = BACK_EDGES.iter().chain(AWAITING_SPLIT);
+        for (_, from, to) in listed.filter(|(d, _, _)| d == dir) {
+            let had = g.get_mut(*from).is_some_and(|e| e.remove(*to));
+            assert!(
+                had,
+                "{dir}: the listed back-edge {} → {} is gone: remove it from its list",
+                shown(from),
+                shown(to)
+            );
+        }
         for c in circles(&g) {
-            found.push(format!("{dir}: {}", c.join(" ↔ ")));
+            let names: Vec<&str> = c.iter().map(|m| shown(m)).collect();
+            found.push(format!(
+                "{dir}: {}\n    {}",
+                names.join(" ↔ "),
+                circle_edges(&g, &c).join("\n    ")
+            ));
         }
     }
     assert!(
         found.is_empty(),
-        "import circles (docs/ARCHITECTURE.md):\n{}",
+        "module circles (docs/ARCHITECTURE.md, \"Back-edges\"):\n{}",
         found.join("\n")
     );
 }
@@ -340,7 +433,8 @@ fn the_analysis_finds_a_circle_and_resolves_groups() {
     assert_eq!(circles(&g), vec![vec!["a", "b", "c"]]);
     let got = imports(
         "driver::fabric",
-        "use crate::{cmd::{self, Cmd}, runner::Ctx as C};\nuse super::{branch_of, repo::X};\nfn f() { crate::units::state(); }\n#[cfg(test)]\nuse crate::hidden;",
+        &["pins"],
+        "use crate::{cmd::{self, Cmd}, runner::Ctx as C};\nuse super::{branch_of, repo::X};\nfn f() { crate::units::state(); pins::hold(); x::pins::no(); }\npub use pins::Pin;\n#[cfg(test)]\nuse crate::hidden;",
     );
     assert_eq!(
         got,
@@ -350,9 +444,21 @@ fn the_analysis_finds_a_circle_and_resolves_groups() {
             "runner::Ctx",
             "units::state",
             "driver::branch_of",
-            "driver::repo::X"
+            "driver::repo::X",
+            "driver::fabric::pins::hold",
+            "driver::fabric::pins::Pin",
         ]
     );
+    // A parent naming its child and the child importing the parent's item is a circle.
+    let mods: BTreeMap<String, PathBuf> = ["", "a", "a::b", "c"]
+        .iter()
+        .map(|m| (m.to_string(), PathBuf::new()))
+        .collect();
+    assert_eq!(resolve(&mods, "a::b::f"), Some("a::b"));
+    assert_eq!(resolve(&mods, "a::Item"), Some("a"));
+    assert_eq!(resolve(&mods, "Item"), Some(""));
+    assert_eq!(children(&mods, ""), vec!["a", "c"]);
+    assert_eq!(children(&mods, "a"), vec!["b"]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -515,9 +621,7 @@ fn function_lengths(text: &str) -> Vec<(String, usize, usize)> {
 /// Every production function of the workspace: (`crate/src/file.rs`, name, first line, lines).
 fn production_functions() -> Vec<(String, String, usize, usize)> {
     let mut out = Vec::new();
-    for dir in [
-        "host", "nvidia", "profiles", "steps", "engine", "health", "serve", "agent",
-    ] {
+    for dir in CRATES {
         let mut stack = vec![top().join(dir).join("src")];
         while let Some(p) = stack.pop() {
             if p.is_dir() {
