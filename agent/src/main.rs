@@ -5,6 +5,8 @@ mod cloud_init;
 mod compat;
 mod matrix;
 mod output;
+mod serve;
+mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -151,11 +153,11 @@ enum Command {
     Compat(compat::CompatArgs),
     /// Node health through NVML, sysfs, the kernel log and services (Nagios exit codes).
     #[command(after_help = status_exit_codes!())]
-    Status(gpuhost_health::StatusArgs),
+    Status(status::StatusArgs),
     /// Serve node health over HTTP: /metrics (Prometheus), /healthz, /status (JSON); NVML stays
     /// initialised between sweeps. Exit codes: 0 stopped by SIGTERM/SIGINT, 1 could not
     /// listen or failed, 2 bad arguments or a run directory another user owns.
-    Serve(gpuhost_serve::ServeArgs),
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -354,7 +356,7 @@ fn main() -> ExitCode {
     }
     if let Some(s) = status_only() {
         output::init_logging(&s.logging.log_level);
-        let code = gpuhost_health::run(&s.status);
+        let code = gpuhost_health::run(&s.status.options());
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     let cli = match Cli::try_parse() {
@@ -400,9 +402,9 @@ fn main() -> ExitCode {
             cloud_init::render(c).map(|text| print!("{text}")),
         ),
         Command::Generate { what } => report(Format::Text, generate(what)),
-        Command::Status(s) => gpuhost_health::run(s),
+        Command::Status(s) => gpuhost_health::run(&s.options()),
         Command::Compat(c) => compat::run(c),
-        Command::Serve(s) => gpuhost_serve::run(s),
+        Command::Serve(s) => gpuhost_serve::run(&s.options()),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
@@ -453,7 +455,7 @@ struct StatusOnly {
     #[command(flatten)]
     logging: Logging,
     #[command(flatten)]
-    status: gpuhost_health::StatusArgs,
+    status: status::StatusArgs,
 }
 
 /// `gpuhost status …` parsed by the status command's own arguments alone, without building the

@@ -34,7 +34,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::Args;
 
 use gpuhost_host::host::Host;
 use gpuhost_profile::Profile;
@@ -44,7 +43,7 @@ use snapshot::{
 use verdict::{Expect, Severity};
 
 /// What `gpuhost status` prints on stdout.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum StatusFormat {
     /// One row per check, for people.
     #[default]
@@ -57,87 +56,52 @@ pub enum StatusFormat {
     Npd,
 }
 
-/// `gpuhost status` options. (`Default` is for code that builds them: it is not the
-/// command line's defaults.)
-#[derive(Args, Debug, Clone, Default)]
-pub struct StatusArgs {
-    /// Output format on stdout. `npd`: Kubernetes node-problem-detector's custom-plugin
-    /// protocol: one line of at most 80 bytes, exit 0 OK or WARNING, 1 CRITICAL, 2 UNKNOWN.
-    #[arg(long, value_enum, default_value_t = StatusFormat::Table)]
+/// What `gpuhost status` is asked to do (the command line's `gpuhost status` options, as the
+/// agent parsed them). `Default` is for code that builds them: it is not the command line's
+/// defaults.
+#[derive(Debug, Clone, Default)]
+pub struct StatusOptions {
+    /// Output format on stdout.
     pub format: StatusFormat,
-    /// Also write the Prometheus text to this file, atomically (node_exporter's textfile
-    /// collector: a `*.prom` file in its directory).
-    #[arg(long, value_name = "PATH")]
+    /// Also write the Prometheus text to this file, atomically.
     pub textfile: Option<PathBuf>,
     /// GPUs this node must have (overrides the profile's `status.expect_gpus`).
-    #[arg(long, value_name = "N")]
     pub expect_gpus: Option<u32>,
     /// A profile (built-in name or .toml path) giving the expected GPU count and driver version.
-    #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
-    /// Deadline for the NVML probe, in seconds; past it the driver is reported unresponsive.
-    /// With --wait-healthy: the whole wait.
-    #[arg(long, value_name = "SECONDS", default_value = "10")]
+    /// Deadline for the NVML probe, in seconds; with `wait_healthy`, the whole wait.
     pub timeout: f64,
-    /// Look again and again until the node is healthy (OK or WARNING): exit 0, or exit 2 when
-    /// --timeout seconds pass first; progress on stderr, the last report on stdout (a gate for
-    /// provisioning: `gpuhost cloud-init --wait-healthy`).
-    #[arg(long, conflicts_with = "slurm")]
+    /// Look again and again until the node is healthy (OK or WARNING).
     pub wait_healthy: bool,
-    /// With --wait-healthy: seconds between looks.
-    #[arg(long, value_name = "SECONDS", default_value = "5")]
+    /// With `wait_healthy`: seconds between looks.
     pub poll: f64,
-    /// Slurm HealthCheckProgram mode (as LBNL NHC): on CRITICAL drain this node with the reason
-    /// "gpuhost: <check> …"; when healthy again resume it, but only if gpuhost drained it.
-    #[arg(long)]
+    /// Slurm HealthCheckProgram mode: drain on CRITICAL, resume what gpuhost drained.
     pub slurm: bool,
-    /// With --slurm: the Slurm node name (default: $SLURMD_NODENAME, else the short host name).
-    #[arg(long, value_name = "NAME", requires = "slurm")]
+    /// With `slurm`: the Slurm node name.
     pub slurm_node: Option<String>,
-    /// Internal: be the NVML probe (print its answer as JSON).
-    #[arg(long, hide = true)]
+    /// Be the NVML probe (print its answer as JSON).
     pub nvml_probe: bool,
-    /// Internal: be `gpuhost serve`'s long-lived NVML probe (answer each `sweep` line on stdin
-    /// with one JSON line; NVML stays initialised).
-    #[arg(long, hide = true)]
+    /// Be `gpuhost serve`'s long-lived NVML probe.
     pub nvml_serve: bool,
-    /// Internal: the NVML probe child (one-shot, or --nvml-serve) answers the `nvml` part of
-    /// this saved snapshot instead of asking NVML, through the same pipe, deadline and boot
-    /// cache (tests, benchmarks).
-    #[arg(long, hide = true, value_name = "FILE")]
+    /// The NVML probe child answers the `nvml` part of this saved snapshot instead of asking
+    /// NVML (tests, benchmarks).
     pub nvml_fixture: Option<PathBuf>,
     /// Probe here even when a `gpuhost serve` answers on this node's socket.
-    #[arg(long)]
     pub fresh: bool,
-    /// Internal: print every NVLink and fabric NVML call's raw return code, per GPU, as JSON
-    /// (evidence for what a machine supports; see bench/MULTI-GPU.md).
-    #[arg(long, hide = true)]
+    /// Print every NVLink and fabric NVML call's raw return code, per GPU, as JSON.
     pub nvml_calls: bool,
-    /// Internal: time N sweeps part by part (each NVML call, with the fixed fields kept and
-    /// with every field read; the driver-free reads; the rendering) and print that as JSON
-    /// (benchmarks: bench/serve-gpu-run.sh).
-    #[arg(long, hide = true, value_name = "N")]
+    /// Time N sweeps part by part and print that as JSON.
     pub sweep_profile: Option<usize>,
-    /// Print the collected snapshot as JSON (for test fixtures) instead of a report.
-    #[arg(long, hide = true)]
+    /// Print the collected snapshot as JSON instead of a report.
     pub dump_snapshot: bool,
-    /// Judge a snapshot saved by --dump-snapshot instead of collecting one.
-    #[arg(long, hide = true, value_name = "FILE")]
+    /// Judge a snapshot saved by `dump_snapshot` instead of collecting one.
     pub from_snapshot: Option<PathBuf>,
-    /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests); systemctl and the journal
-    /// are not asked then.
-    #[arg(
-        long,
-        hide = true,
-        value_name = "DIR",
-        env = "GPUHOST_STATUS_ROOT",
-        default_value = "/"
-    )]
+    /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests).
     pub root: PathBuf,
 }
 
 /// Run `gpuhost status`; returns the Nagios exit code (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
-pub fn run(args: &StatusArgs) -> i32 {
+pub fn run(args: &StatusOptions) -> i32 {
     if args.nvml_probe {
         return run_probe(args.nvml_fixture.as_deref(), &args.root);
     }
@@ -270,7 +234,7 @@ fn fixture_probe(path: &Path, root: &Path) -> NvmlProbe {
     p
 }
 
-fn status(args: &StatusArgs) -> Result<i32> {
+fn status(args: &StatusOptions) -> Result<i32> {
     if let Some(path) = args.textfile.as_deref() {
         check_textfile(path)?;
     }
@@ -335,7 +299,7 @@ fn check_textfile(path: &Path) -> Result<()> {
 
 /// [`expectations`], or the error of a profile that cannot be read: a mistake to report, not
 /// a check to skip quietly.
-fn checked_expectations(args: &StatusArgs) -> Result<Expect> {
+fn checked_expectations(args: &StatusOptions) -> Result<Expect> {
     let expect = expectations(args);
     if let (Some(name), Some(err)) = (&args.profile, &expect.profile_error) {
         anyhow::bail!("--profile {name}: {err}");
@@ -346,7 +310,7 @@ fn checked_expectations(args: &StatusArgs) -> Result<Expect> {
 /// What to ask a running `gpuhost serve`: the rendered report when nothing but the report is
 /// wanted (no `--textfile`, `--slurm` or `--dump-snapshot`; a built-in profile name if any),
 /// else the snapshot.
-fn request(args: &StatusArgs) -> served::Request {
+fn request(args: &StatusOptions) -> served::Request {
     let simple = args.profile.as_deref().is_none_or(served::simple_profile);
     if args.textfile.is_some() || args.slurm || args.dump_snapshot || !simple {
         return served::Request::Snapshot;
@@ -360,7 +324,7 @@ fn request(args: &StatusArgs) -> served::Request {
 
 /// The answer of a `gpuhost serve` reading this root, unless told not to ask (`--fresh`), or a
 /// file stands for NVML or the snapshot.
-fn asked_server(args: &StatusArgs, request: &served::Request) -> Option<served::Served> {
+fn asked_server(args: &StatusOptions, request: &served::Request) -> Option<served::Served> {
     if args.fresh || args.nvml_fixture.is_some() || args.from_snapshot.is_some() {
         return None;
     }
@@ -371,7 +335,7 @@ fn asked_server(args: &StatusArgs, request: &served::Request) -> Option<served::
 /// One snapshot: read from `--from-snapshot` (each time: a test may rewrite it), or asked of a
 /// running `gpuhost serve` (when `ask_server`), or collected.
 fn snapshot_once(
-    args: &StatusArgs,
+    args: &StatusOptions,
     expect: &Expect,
     timeout: Duration,
     ask_server: bool,
@@ -398,7 +362,7 @@ fn snapshot_once(
 
 /// Print the report in the asked format (and the textfile, and Slurm's action); the exit code.
 fn report(
-    args: &StatusArgs,
+    args: &StatusOptions,
     snapshot: &Snapshot,
     expect: &Expect,
     checks: &[verdict::Check],
@@ -454,7 +418,7 @@ pub fn render(
 }
 
 /// `--wait-healthy`: look until healthy or `--timeout`; 0 healthy, 2 not in time.
-fn wait_healthy(args: &StatusArgs, expect: &Expect) -> Result<i32> {
+fn wait_healthy(args: &StatusOptions, expect: &Expect) -> Result<i32> {
     let total = timeout(args.timeout)?;
     if !(args.poll.is_finite() && args.poll > 0.0 && args.poll <= 3600.0) {
         anyhow::bail!(
@@ -489,7 +453,7 @@ fn timeout(secs: f64) -> Result<Duration> {
 /// What the node should have: `--expect-gpus` over the profile's `status.expect_gpus`; the
 /// driver version from the profile's `status.expect_driver_version`, else its local repo RPM
 /// name; `status.require_docker` and `status.require_fabric_manager`.
-pub fn expectations(args: &StatusArgs) -> Expect {
+pub fn expectations(args: &StatusOptions) -> Expect {
     expectations_for(args.profile.as_deref(), args.expect_gpus)
 }
 

@@ -592,7 +592,7 @@ fn textfile_is_written_atomically() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gpuhost.prom");
     std::fs::write(&path, "old\n").unwrap();
-    let args = gpuhost_health::StatusArgs {
+    let args = gpuhost_health::StatusOptions {
         format: gpuhost_health::StatusFormat::Json,
         textfile: Some(path.clone()),
         expect_gpus: None,

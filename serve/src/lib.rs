@@ -36,7 +36,6 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use clap::Args;
 use tokio::sync::watch;
 
 use gpuhost_health::coprobe::CoProbe;
@@ -62,48 +61,30 @@ pub mod exit {
     pub const INVALID: i32 = 2;
 }
 
-/// `gpuhost serve` options.
-#[derive(Args, Debug, Clone)]
-pub struct ServeArgs {
-    /// Address and port to listen on (use 0.0.0.0:PORT or [::]:PORT to be scraped from other
-    /// machines).
-    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
+/// What `gpuhost serve` is asked to do (the command line's `gpuhost serve` options, as the
+/// agent parsed them).
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address and port to listen on.
     pub listen: String,
-    /// Sweep (NVML, sysfs, kernel log, services) every this many seconds.
-    #[arg(long, value_name = "SECONDS", default_value = "10")]
+    /// Sweep every this many seconds.
     pub interval: f64,
     /// A request served from a sweep older than this starts a new one and waits for it.
-    #[arg(long, value_name = "SECONDS", default_value = "1")]
     pub max_age: f64,
-    /// Deadline for each NVML sweep; past it the driver is reported unresponsive and the
-    /// probe replaced.
-    #[arg(long, value_name = "SECONDS", default_value = "5")]
+    /// Deadline for each NVML sweep.
     pub timeout: f64,
     /// GPUs this node must have (overrides the profile's `status.expect_gpus`).
-    #[arg(long, value_name = "N")]
     pub expect_gpus: Option<u32>,
     /// A profile (built-in name or .toml path) giving the expected GPU count and driver version.
-    #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
-    /// Serve a snapshot saved by `gpuhost status --dump-snapshot`: its host part as saved,
-    /// its NVML part answered by the probe child from the file (tests, benchmarks).
-    #[arg(long, hide = true, value_name = "FILE")]
+    /// Serve a snapshot saved by `gpuhost status --dump-snapshot` (tests, benchmarks).
     pub from_snapshot: Option<PathBuf>,
     /// Answer `gpuhost status` on this local socket (default: `serve.sock` in the run
-    /// directory, `/run/gpuhost` as root).
-    #[arg(long, value_name = "PATH", conflicts_with = "no_socket")]
+    /// directory).
     pub socket: Option<PathBuf>,
     /// Do not answer `gpuhost status` on a local socket.
-    #[arg(long)]
     pub no_socket: bool,
     /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests).
-    #[arg(
-        long,
-        hide = true,
-        value_name = "DIR",
-        env = "GPUHOST_STATUS_ROOT",
-        default_value = "/"
-    )]
     pub root: PathBuf,
 }
 
@@ -124,7 +105,7 @@ fn seconds(flag: &str, v: f64, max: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
-fn settings(a: &ServeArgs) -> Result<Settings> {
+fn settings(a: &ServeOptions) -> Result<Settings> {
     let listen: SocketAddr = a.listen.parse().map_err(|_| {
         anyhow::anyhow!(
             "--listen {}: give an address and a port, e.g. 127.0.0.1:19400 or [::]:19400",
@@ -141,7 +122,7 @@ fn settings(a: &ServeArgs) -> Result<Settings> {
 }
 
 /// Run `gpuhost serve` until SIGTERM or SIGINT; returns the exit code.
-pub fn run(a: &ServeArgs) -> i32 {
+pub fn run(a: &ServeOptions) -> i32 {
     // A run directory refused (another user's) is bad input too.
     let (mut s, run_dir) = match settings(a).and_then(|s| Ok((s, probe::run_dir()?))) {
         Ok(v) => v,
@@ -808,8 +789,8 @@ async fn status(State(s): State<Arc<Shared>>) -> Response {
 mod tests {
     use super::*;
 
-    fn args(listen: &str) -> ServeArgs {
-        ServeArgs {
+    fn args(listen: &str) -> ServeOptions {
+        ServeOptions {
             listen: listen.into(),
             interval: 10.0,
             max_age: 1.0,

@@ -1,0 +1,137 @@
+//! `gpuhost status`'s command line: its options as clap parses them, and the typed
+//! [`StatusOptions`] the health crate runs with.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use gpuhost_health::{StatusFormat, StatusOptions};
+
+/// What `gpuhost status` prints on stdout (clap's names for [`StatusFormat`]).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FormatArg {
+    /// One row per check, for people.
+    #[default]
+    Table,
+    /// The whole report, for programs.
+    Json,
+    /// Prometheus text exposition (node_exporter's textfile collector).
+    Prometheus,
+    /// Kubernetes node-problem-detector's custom-plugin protocol.
+    Npd,
+}
+
+impl From<FormatArg> for StatusFormat {
+    fn from(f: FormatArg) -> Self {
+        match f {
+            FormatArg::Table => StatusFormat::Table,
+            FormatArg::Json => StatusFormat::Json,
+            FormatArg::Prometheus => StatusFormat::Prometheus,
+            FormatArg::Npd => StatusFormat::Npd,
+        }
+    }
+}
+
+/// `gpuhost status` options.
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// Output format on stdout. `npd`: Kubernetes node-problem-detector's custom-plugin
+    /// protocol: one line of at most 80 bytes, exit 0 OK or WARNING, 1 CRITICAL, 2 UNKNOWN.
+    #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+    pub format: FormatArg,
+    /// Also write the Prometheus text to this file, atomically (node_exporter's textfile
+    /// collector: a `*.prom` file in its directory).
+    #[arg(long, value_name = "PATH")]
+    pub textfile: Option<PathBuf>,
+    /// GPUs this node must have (overrides the profile's `status.expect_gpus`).
+    #[arg(long, value_name = "N")]
+    pub expect_gpus: Option<u32>,
+    /// A profile (built-in name or .toml path) giving the expected GPU count and driver version.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Deadline for the NVML probe, in seconds; past it the driver is reported unresponsive.
+    /// With --wait-healthy: the whole wait.
+    #[arg(long, value_name = "SECONDS", default_value = "10")]
+    pub timeout: f64,
+    /// Look again and again until the node is healthy (OK or WARNING): exit 0, or exit 2 when
+    /// --timeout seconds pass first; progress on stderr, the last report on stdout (a gate for
+    /// provisioning: `gpuhost cloud-init --wait-healthy`).
+    #[arg(long, conflicts_with = "slurm")]
+    pub wait_healthy: bool,
+    /// With --wait-healthy: seconds between looks.
+    #[arg(long, value_name = "SECONDS", default_value = "5")]
+    pub poll: f64,
+    /// Slurm HealthCheckProgram mode (as LBNL NHC): on CRITICAL drain this node with the reason
+    /// "gpuhost: <check> …"; when healthy again resume it, but only if gpuhost drained it.
+    #[arg(long)]
+    pub slurm: bool,
+    /// With --slurm: the Slurm node name (default: $SLURMD_NODENAME, else the short host name).
+    #[arg(long, value_name = "NAME", requires = "slurm")]
+    pub slurm_node: Option<String>,
+    /// Internal: be the NVML probe (print its answer as JSON).
+    #[arg(long, hide = true)]
+    pub nvml_probe: bool,
+    /// Internal: be `gpuhost serve`'s long-lived NVML probe (answer each `sweep` line on stdin
+    /// with one JSON line; NVML stays initialised).
+    #[arg(long, hide = true)]
+    pub nvml_serve: bool,
+    /// Internal: the NVML probe child (one-shot, or --nvml-serve) answers the `nvml` part of
+    /// this saved snapshot instead of asking NVML, through the same pipe, deadline and boot
+    /// cache (tests, benchmarks).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub nvml_fixture: Option<PathBuf>,
+    /// Probe here even when a `gpuhost serve` answers on this node's socket.
+    #[arg(long)]
+    pub fresh: bool,
+    /// Internal: print every NVLink and fabric NVML call's raw return code, per GPU, as JSON
+    /// (evidence for what a machine supports; see bench/MULTI-GPU.md).
+    #[arg(long, hide = true)]
+    pub nvml_calls: bool,
+    /// Internal: time N sweeps part by part (each NVML call, with the fixed fields kept and
+    /// with every field read; the driver-free reads; the rendering) and print that as JSON
+    /// (benchmarks: bench/serve-gpu-run.sh).
+    #[arg(long, hide = true, value_name = "N")]
+    pub sweep_profile: Option<usize>,
+    /// Print the collected snapshot as JSON (for test fixtures) instead of a report.
+    #[arg(long, hide = true)]
+    pub dump_snapshot: bool,
+    /// Judge a snapshot saved by --dump-snapshot instead of collecting one.
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub from_snapshot: Option<PathBuf>,
+    /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests); systemctl and the journal
+    /// are not asked then.
+    #[arg(
+        long,
+        hide = true,
+        value_name = "DIR",
+        env = "GPUHOST_STATUS_ROOT",
+        default_value = "/"
+    )]
+    pub root: PathBuf,
+}
+
+impl StatusArgs {
+    /// The options the health crate runs `gpuhost status` with.
+    pub fn options(&self) -> StatusOptions {
+        StatusOptions {
+            format: self.format.into(),
+            textfile: self.textfile.clone(),
+            expect_gpus: self.expect_gpus,
+            profile: self.profile.clone(),
+            timeout: self.timeout,
+            wait_healthy: self.wait_healthy,
+            poll: self.poll,
+            slurm: self.slurm,
+            slurm_node: self.slurm_node.clone(),
+            nvml_probe: self.nvml_probe,
+            nvml_serve: self.nvml_serve,
+            nvml_fixture: self.nvml_fixture.clone(),
+            fresh: self.fresh,
+            nvml_calls: self.nvml_calls,
+            sweep_profile: self.sweep_profile,
+            dump_snapshot: self.dump_snapshot,
+            from_snapshot: self.from_snapshot.clone(),
+            root: self.root.clone(),
+        }
+    }
+}
