@@ -73,7 +73,7 @@ pub struct CompatArgs {
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
     /// Internal: the NVML probe answers the `nvml` part of this saved `gpuhost status` snapshot
-    /// instead of asking NVML (`gpuhost status --nvml-fixture`): tests replay a real GPU's
+    /// instead of asking NVML (`gpuhost nvml-probe --nvml-fixture`): tests replay a real GPU's
     /// answers, e.g. the H200 capture behind the outputs in docs/compat.md.
     #[arg(long, hide = true, value_name = "FILE")]
     nvml_fixture: Option<PathBuf>,
@@ -580,12 +580,7 @@ fn detect(a: &CompatArgs) -> Result<DriverHost> {
 /// child process under a deadline, as `gpuhost status` runs it). `Err`: why NVML gave nothing.
 fn nvml(timeout: Duration, fixture: Option<&Path>) -> std::result::Result<DriverHost, String> {
     use gpuhost_health::snapshot::ProbeStatus;
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find gpuhost itself: {e}"))?;
-    let mut argv: Vec<std::ffi::OsString> =
-        vec![exe.into(), "status".into(), "--nvml-probe".into()];
-    if let Some(f) = fixture {
-        argv.extend(["--nvml-fixture".into(), f.as_os_str().to_owned()]);
-    }
+    let argv = crate::internal::nvml_probe_argv(fixture, None);
     let run_dir = gpuhost_health::probe::run_dir().map_err(|e| format!("{e:#}"))?;
     let p = match gpuhost_health::probe::start(&argv, timeout, &run_dir) {
         Ok(r) => r.finish(),
@@ -611,7 +606,7 @@ fn nvml(timeout: Duration, fixture: Option<&Path>) -> std::result::Result<Driver
     host_from_probe(&p)
 }
 
-/// The host NVML described (the probe's answer, `gpuhost status --nvml-probe`).
+/// The host NVML described (the probe's answer, `gpuhost nvml-probe`).
 fn host_from_probe(
     p: &gpuhost_health::snapshot::NvmlProbe,
 ) -> std::result::Result<DriverHost, String> {
@@ -651,7 +646,7 @@ mod tests {
 
     #[test]
     fn a_real_h200_probe_is_a_data_center_gpu_the_runtime_calls_unknown() {
-        // `gpuhost status --nvml-probe` on a real H200 (driver 580.159.04).
+        // `gpuhost nvml-probe` on a real H200 (driver 580.159.04).
         let text = include_str!("../../tests/fixtures/compat/h200-nvml-probe.json");
         let p: gpuhost_health::snapshot::NvmlProbe = serde_json::from_str(text).unwrap();
         let h = host_from_probe(&p).unwrap();

@@ -1,11 +1,14 @@
 //! `gpuhost serve`'s command line: its options as clap parses them, and the typed
 //! [`ServeOptions`] the serve crate runs with.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::Args;
 
 use gpuhost_serve::{ServeOptions, DEFAULT_LISTEN};
+
+use crate::internal;
 
 /// `gpuhost serve` options.
 #[derive(Args, Debug, Clone)]
@@ -53,8 +56,9 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// The options the serve crate runs `gpuhost serve` with.
-    pub fn options(&self) -> ServeOptions {
+    /// The options the serve crate runs `gpuhost serve` with; `probe_program` is its NVML
+    /// probe child (`gpuhost nvml-serve`).
+    fn options(&self, probe_program: Vec<OsString>) -> ServeOptions {
         ServeOptions {
             listen: self.listen.clone(),
             interval: self.interval,
@@ -66,6 +70,19 @@ impl ServeArgs {
             socket: self.socket.clone(),
             no_socket: self.no_socket,
             root: self.root.clone(),
+            probe_program,
         }
     }
+}
+
+/// Run `gpuhost serve`; its exit code.
+pub fn run(a: &ServeArgs) -> i32 {
+    let program = match internal::nvml_serve_argv(a.from_snapshot.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("gpuhost serve: cannot find gpuhost's own executable: {e}");
+            return gpuhost_serve::exit::FAILED;
+        }
+    };
+    gpuhost_serve::run(&a.options(program))
 }

@@ -7,6 +7,8 @@ use clap::Args;
 
 use gpuhost_health::{StatusFormat, StatusOptions};
 
+use crate::internal::{self, Internal, NvmlProbeArgs, NvmlServeArgs, SweepProfileArgs};
+
 /// What `gpuhost status` prints on stdout (clap's names for [`StatusFormat`]).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum FormatArg {
@@ -68,11 +70,10 @@ pub struct StatusArgs {
     /// With --slurm: the Slurm node name (default: $SLURMD_NODENAME, else the short host name).
     #[arg(long, value_name = "NAME", requires = "slurm")]
     pub slurm_node: Option<String>,
-    /// Internal: be the NVML probe (print its answer as JSON).
+    /// Internal: `gpuhost nvml-probe` by its older name.
     #[arg(long, hide = true)]
     pub nvml_probe: bool,
-    /// Internal: be `gpuhost serve`'s long-lived NVML probe (answer each `sweep` line on stdin
-    /// with one JSON line; NVML stays initialised).
+    /// Internal: `gpuhost nvml-serve` by its older name.
     #[arg(long, hide = true)]
     pub nvml_serve: bool,
     /// Internal: the NVML probe child (one-shot, or --nvml-serve) answers the `nvml` part of
@@ -83,13 +84,10 @@ pub struct StatusArgs {
     /// Probe here even when a `gpuhost serve` answers on this node's socket.
     #[arg(long)]
     pub fresh: bool,
-    /// Internal: print every NVLink and fabric NVML call's raw return code, per GPU, as JSON
-    /// (evidence for what a machine supports; see bench/MULTI-GPU.md).
+    /// Internal: `gpuhost nvml-calls` by its older name.
     #[arg(long, hide = true)]
     pub nvml_calls: bool,
-    /// Internal: time N sweeps part by part (each NVML call, with the fixed fields kept and
-    /// with every field read; the driver-free reads; the rendering) and print that as JSON
-    /// (benchmarks: bench/serve-gpu-run.sh).
+    /// Internal: `gpuhost sweep-profile N` by its older name.
     #[arg(long, hide = true, value_name = "N")]
     pub sweep_profile: Option<usize>,
     /// Print the collected snapshot as JSON (for test fixtures) instead of a report.
@@ -111,8 +109,33 @@ pub struct StatusArgs {
 }
 
 impl StatusArgs {
+    /// The hidden subcommand these options name by its older spelling (`--nvml-probe`,
+    /// `--nvml-serve`, `--nvml-calls`, `--sweep-profile N`), if any.
+    pub(crate) fn internal(&self) -> Option<Internal> {
+        if self.nvml_probe {
+            return Some(Internal::NvmlProbe(NvmlProbeArgs {
+                nvml_fixture: self.nvml_fixture.clone(),
+                root: self.root.clone(),
+            }));
+        }
+        if self.nvml_serve {
+            return Some(Internal::NvmlServe(NvmlServeArgs {
+                nvml_fixture: self.nvml_fixture.clone(),
+            }));
+        }
+        if let Some(sweeps) = self.sweep_profile {
+            return Some(Internal::SweepProfile(SweepProfileArgs {
+                sweeps,
+                expect_gpus: self.expect_gpus,
+                profile: self.profile.clone(),
+                root: self.root.clone(),
+            }));
+        }
+        self.nvml_calls.then_some(Internal::NvmlCalls)
+    }
+
     /// The options the health crate runs `gpuhost status` with.
-    pub fn options(&self) -> StatusOptions {
+    fn options(&self) -> StatusOptions {
         StatusOptions {
             format: self.format.into(),
             textfile: self.textfile.clone(),
@@ -123,15 +146,23 @@ impl StatusArgs {
             poll: self.poll,
             slurm: self.slurm,
             slurm_node: self.slurm_node.clone(),
-            nvml_probe: self.nvml_probe,
-            nvml_serve: self.nvml_serve,
             nvml_fixture: self.nvml_fixture.clone(),
+            probe_program: internal::nvml_probe_argv(
+                self.nvml_fixture.as_deref(),
+                Some(&self.root),
+            ),
             fresh: self.fresh,
-            nvml_calls: self.nvml_calls,
-            sweep_profile: self.sweep_profile,
             dump_snapshot: self.dump_snapshot,
             from_snapshot: self.from_snapshot.clone(),
             root: self.root.clone(),
         }
+    }
+}
+
+/// Run `gpuhost status` (or the hidden subcommand an older option names); its exit code.
+pub fn run(a: &StatusArgs) -> i32 {
+    match a.internal() {
+        Some(i) => internal::run(&i),
+        None => gpuhost_health::run(&a.options()),
     }
 }

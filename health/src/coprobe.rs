@@ -12,7 +12,7 @@
 //! unresponsive".
 //!
 //! The protocol is one line each way: the parent writes `sweep`, the child answers an
-//! [`NvmlProbe`] as one line of JSON (`gpuhost status --nvml-serve`). With `--nvml-fixture
+//! [`NvmlProbe`] as one line of JSON (`gpuhost nvml-serve`). With `--nvml-fixture
 //! FILE` the child answers the `nvml` part of a saved snapshot instead of asking NVML (tests
 //! and benchmarks on machines without a GPU); the pipe, the deadline and the replacement are
 //! the same.
@@ -45,7 +45,7 @@ pub struct CoProbe {
 }
 
 impl CoProbe {
-    /// `argv` starts the child (`gpuhost status --nvml-serve …`); `timeout` bounds each sweep.
+    /// `argv` starts the child (`gpuhost nvml-serve …`); `timeout` bounds each sweep.
     pub fn new(argv: Vec<OsString>, timeout: Duration, run_dir: &Path) -> Self {
         CoProbe {
             argv,
@@ -180,7 +180,7 @@ fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e5).round() / 100.0
 }
 
-/// The child's side (`gpuhost status --nvml-serve [--nvml-fixture FILE]`): answer each
+/// The child's side (`gpuhost nvml-serve [--nvml-fixture FILE]`): answer each
 /// `sweep` line on stdin with one JSON line on stdout, until stdin closes. NVML is initialised
 /// at the first sweep and kept, with what cannot change while it is ([`nvml::Session`]: each
 /// GPU's name, UUID, VBIOS, … read once; everything that can change read at every sweep); a
@@ -191,7 +191,7 @@ fn round_ms(d: Duration) -> f64 {
 /// does.
 pub fn serve_child(fixture: Option<&Path>) -> i32 {
     if let Some(Err(e)) = fixture.map(load_fixture) {
-        eprintln!("gpuhost status --nvml-serve: {e:#}");
+        eprintln!("gpuhost nvml-serve: {e:#}");
         return 2;
     }
     let delay = std::env::var("GPUHOST_PROBE_DELAY_MS")
@@ -206,7 +206,7 @@ pub fn serve_child(fixture: Option<&Path>) -> i32 {
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };
         if line.trim() != SWEEP {
-            eprintln!("gpuhost status --nvml-serve: unknown request {line:?}");
+            eprintln!("gpuhost nvml-serve: unknown request {line:?}");
             continue;
         }
         if let Some(d) = delay {

@@ -79,19 +79,14 @@ pub struct StatusOptions {
     pub slurm: bool,
     /// With `slurm`: the Slurm node name.
     pub slurm_node: Option<String>,
-    /// Be the NVML probe (print its answer as JSON).
-    pub nvml_probe: bool,
-    /// Be `gpuhost serve`'s long-lived NVML probe.
-    pub nvml_serve: bool,
     /// The NVML probe child answers the `nvml` part of this saved snapshot instead of asking
     /// NVML (tests, benchmarks).
     pub nvml_fixture: Option<PathBuf>,
+    /// The one-shot NVML probe as a program (`gpuhost nvml-probe …`, the fixture included),
+    /// run where neither the helper nor a fork can be.
+    pub probe_program: Vec<OsString>,
     /// Probe here even when a `gpuhost serve` answers on this node's socket.
     pub fresh: bool,
-    /// Print every NVLink and fabric NVML call's raw return code, per GPU, as JSON.
-    pub nvml_calls: bool,
-    /// Time N sweeps part by part and print that as JSON.
-    pub sweep_profile: Option<usize>,
     /// Print the collected snapshot as JSON instead of a report.
     pub dump_snapshot: bool,
     /// Judge a snapshot saved by `dump_snapshot` instead of collecting one.
@@ -102,28 +97,6 @@ pub struct StatusOptions {
 
 /// Run `gpuhost status`; returns the Nagios exit code (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
 pub fn run(args: &StatusOptions) -> i32 {
-    if args.nvml_probe {
-        return run_probe(args.nvml_fixture.as_deref(), &args.root);
-    }
-    if args.nvml_serve {
-        return coprobe::serve_child(args.nvml_fixture.as_deref());
-    }
-    if let Some(n) = args.sweep_profile {
-        let host = match Host::new(&args.root) {
-            Ok(h) => h,
-            Err(e) => {
-                eprintln!("gpuhost status: {e:#}");
-                return 3;
-            }
-        };
-        return print_pretty(
-            "the profile",
-            &sweep_profile::run(&host, &expectations(args), n),
-        );
-    }
-    if args.nvml_calls {
-        return print_pretty("the NVML calls", &nvml::calls::report());
-    }
     match status(args) {
         Ok(code) => code,
         Err(e) => {
@@ -155,7 +128,37 @@ fn unknown_line(format: StatusFormat, error: &str) -> i32 {
     }
 }
 
-/// An internal report (`--sweep-profile`, `--nvml-calls`) as pretty JSON on stdout: 0, or 3
+/// `gpuhost sweep-profile N`: time `n` sweeps of the node under `root` part by part, judged
+/// with `profile` and `expect_gpus`, and print that as pretty JSON; 0, or 3.
+pub fn sweep_profile(
+    root: &Path,
+    profile: Option<&str>,
+    expect_gpus: Option<u32>,
+    n: usize,
+) -> i32 {
+    let host = match Host::new(root) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("gpuhost sweep-profile: {e:#}");
+            return 3;
+        }
+    };
+    let expect = expectations_for(profile, expect_gpus);
+    print_pretty("the profile", &sweep_profile::run(&host, &expect, n))
+}
+
+/// `gpuhost nvml-calls`: every NVLink and fabric NVML call's raw return code, per GPU, as
+/// pretty JSON; 0, or 3.
+pub fn nvml_calls() -> i32 {
+    print_pretty("the NVML calls", &nvml::calls::report())
+}
+
+/// `gpuhost nvml-serve`: be `gpuhost serve`'s long-lived NVML probe ([`coprobe::serve_child`]).
+pub fn serve_probe(fixture: Option<&Path>) -> i32 {
+    coprobe::serve_child(fixture)
+}
+
+/// An internal report (`sweep-profile`, `nvml-calls`) as pretty JSON on stdout: 0, or 3
 /// when `what` cannot be serialised.
 fn print_pretty(what: &str, v: &impl serde::Serialize) -> i32 {
     match serde_json::to_string_pretty(v) {
@@ -357,6 +360,7 @@ fn snapshot_once(
         timeout,
         expect,
         args.nvml_fixture.as_deref(),
+        &args.probe_program,
     ))
 }
 
@@ -496,8 +500,10 @@ pub fn expectations_for(profile: Option<&str>, expect_gpus: Option<u32>) -> Expe
 /// Collect a snapshot: the NVML probe runs in a child process while the driver-free reads
 /// happen here. Fabric Manager's version is asked (rpm) only where NVSwitches are on PCI or
 /// `expect` requires Fabric Manager, beside the `systemctl` call.
-pub fn collect(host: &Host, timeout: Duration, expect: &Expect) -> Snapshot {
-    collect_with(host, timeout, expect, None)
+/// `program` is the probe as a program (`gpuhost nvml-probe`), run where neither the helper
+/// nor a fork can be.
+pub fn collect(host: &Host, timeout: Duration, expect: &Expect, program: &[OsString]) -> Snapshot {
+    collect_with(host, timeout, expect, None, program)
 }
 
 /// [`collect`] with the probe answering from a saved snapshot (`--nvml-fixture`).
@@ -506,9 +512,10 @@ fn collect_with(
     timeout: Duration,
     expect: &Expect,
     fixture: Option<&Path>,
+    program: &[OsString],
 ) -> Snapshot {
     // Started first, while this process has one thread: the probe is a forked copy of it.
-    let running = start_one_shot(timeout, fixture.map(|f| (f, host.root())));
+    let running = start_one_shot(timeout, fixture.map(|f| (f, host.root())), program);
     collect_around(host, expect, None, move || match running {
         Ok(r) => r.finish(),
         Err(p) => *p,
@@ -516,22 +523,14 @@ fn collect_with(
 }
 
 /// Start the one-shot NVML probe: the helper `gpuhost-nvml-probe` ([`probe::exec`]), else a
-/// forked copy of this process ([`probe::fork`]; the program `gpuhost status --nvml-probe`
-/// where no fork can be made), all under a deadline; with a fixture (and the root whose boot
-/// cache it goes through), answered from that file.
+/// forked copy of this process ([`probe::fork`]; `program`, `gpuhost nvml-probe`, where no
+/// fork can be made), all under a deadline; with a fixture (and the root whose boot cache it
+/// goes through), answered from that file.
 fn start_one_shot(
     timeout: Duration,
     fixture: Option<(&Path, &Path)>,
+    program: &[OsString],
 ) -> Result<probe::Running, Box<NvmlProbe>> {
-    let mut args: Vec<OsString> = Vec::new();
-    if let Some((f, root)) = fixture {
-        args.extend([
-            "--nvml-fixture".into(),
-            f.as_os_str().to_owned(),
-            "--root".into(),
-            root.as_os_str().to_owned(),
-        ]);
-    }
     let run_dir = probe::run_dir().map_err(|e| {
         Box::new(NvmlProbe {
             status: ProbeStatus::ProbeFailed,
@@ -551,12 +550,9 @@ fn start_one_shot(
             started => return started,
         }
     }
-    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
-    let mut argv: Vec<OsString> = vec![exe.into(), "status".into(), "--nvml-probe".into()];
-    argv.extend(args);
     let fixture = fixture.map(|(f, r)| (f.to_path_buf(), r.to_path_buf()));
     let work = move || probe_line(fixture.as_ref().map(|(f, r)| (f.as_path(), r.as_path())));
-    probe::fork(work, &argv, timeout, &run_dir)
+    probe::fork(work, program, timeout, &run_dir)
 }
 
 /// The probe's answer as one line of JSON, its peak RSS in it (empty when it cannot be

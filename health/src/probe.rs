@@ -2,7 +2,7 @@
 //!
 //! A GPU that fell off the bus, or a wedged driver, can block NVML calls for minutes, in an
 //! uninterruptible sleep that no signal ends. So the probe runs in a child process
-//! (`gpuhost status --nvml-probe`, which prints an [`NvmlProbe`] as JSON). When it does not
+//! (`gpuhost nvml-probe`, which prints an [`NvmlProbe`] as JSON). When it does not
 //! answer within the deadline, the parent reports "driver unresponsive", sends it SIGKILL
 //! (delivered once the driver lets go), does not wait for it, and records its pid and start
 //! time in `<run dir>/nvml-probe.pid`. A later run that finds that process still alive reports
@@ -23,7 +23,7 @@
 //! one for its stderr, and no other descriptor of the parent's, so that one stuck in the
 //! driver holds nothing of the caller's; once its answer is written it closes both pipes and
 //! the caller does not wait for its exit. Where a fork cannot be made (or the process runs
-//! more than one thread), the probe is the program `gpuhost status --nvml-probe`, run
+//! more than one thread), the probe is the program `gpuhost nvml-probe`, run
 //! through `gpuhost_host::cmd::Cmd::spawn`, the subprocess wrapper's background mode, which
 //! kills a command past its deadline without waiting for it.
 
@@ -131,7 +131,7 @@ pub struct Running {
 }
 
 enum Child {
-    /// `gpuhost status --nvml-probe`, through the subprocess wrapper.
+    /// `gpuhost nvml-probe`, through the subprocess wrapper.
     Spawned(Spawned),
     /// The helper program or a forked copy: its pid, its answer's pipe and its stderr's,
     /// read here.
@@ -188,7 +188,7 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Start the probe as a forked copy of this process, which runs `work` (its answer: one line
-/// of JSON) and exits; `argv` (the program `gpuhost status --nvml-probe …`) is run instead
+/// of JSON) and exits; `argv` (the program `gpuhost nvml-probe …`) is run instead
 /// where no fork can be made or this process runs more than one thread (a lock another thread
 /// holds at the fork would stay held in the copy). `Err` carries the finished result (an
 /// earlier probe still stuck, or no probe could be started).
@@ -739,7 +739,7 @@ pub fn stuck_probe(run_dir: &Path) -> Option<u32> {
 }
 
 /// Whether process `pid` is a gpuhost probe of this user's: its program (`/proc/PID/exe`) is
-/// `gpuhost` (a forked copy, or `gpuhost status --nvml-probe`) or the helper
+/// `gpuhost` (a forked copy, or `gpuhost nvml-probe`) or the helper
 /// `gpuhost-nvml-probe`, and it runs as this user. pid 1, a shell, another user's process are
 /// not probes, whatever a record says.
 fn is_probe(pid: u32) -> bool {

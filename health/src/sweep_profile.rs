@@ -1,4 +1,4 @@
-//! `gpuhost status --sweep-profile N`: where a sweep's time goes on this machine, as JSON —
+//! `gpuhost sweep-profile N`: where a sweep's time goes on this machine, as JSON —
 //! each NVML call of the probe (per GPU, median over N sweeps), with the fixed fields kept
 //! (as `gpuhost serve`'s probe child does) and with every field read at every sweep (a new
 //! [`nvml::Session`] per sweep, as that child did before it kept them); the answer's JSON

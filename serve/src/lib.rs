@@ -86,6 +86,9 @@ pub struct ServeOptions {
     pub no_socket: bool,
     /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests).
     pub root: PathBuf,
+    /// The long-lived NVML probe as a program (`gpuhost nvml-serve …`, the fixture of
+    /// `from_snapshot` included).
+    pub probe_program: Vec<OsString>,
 }
 
 /// Validated settings.
@@ -146,18 +149,6 @@ pub fn run(a: &ServeOptions) -> i32 {
             return exit::INVALID;
         }
     };
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("gpuhost serve: cannot find gpuhost's own executable: {e}");
-            return exit::FAILED;
-        }
-    };
-    let mut argv: Vec<OsString> = vec![exe.into(), "status".into(), "--nvml-serve".into()];
-    if let Some(f) = &a.from_snapshot {
-        argv.push("--nvml-fixture".into());
-        argv.push(f.clone().into());
-    }
     let host = match Host::new(&a.root) {
         Ok(h) => h,
         Err(e) => {
@@ -166,7 +157,7 @@ pub fn run(a: &ServeOptions) -> i32 {
         }
     };
     let sweeper = Sweeper {
-        probe: CoProbe::new(argv, s.timeout, &run_dir),
+        probe: CoProbe::new(a.probe_program.clone(), s.timeout, &run_dir),
         host,
         expect,
         fixture,
@@ -801,6 +792,7 @@ mod tests {
             socket: None,
             no_socket: false,
             root: "/".into(),
+            probe_program: Vec::new(),
         }
     }
 

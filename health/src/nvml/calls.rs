@@ -1,4 +1,4 @@
-//! `gpuhost status --nvml-calls`: every raw NVML call the probe depends on (and the NVLink and
+//! `gpuhost nvml-calls`: every raw NVML call the probe depends on (and the NVLink and
 //! fabric calls it tries), with NVML's raw return code per GPU, as JSON. It is the evidence of
 //! what a machine supports (NOT_SUPPORTED reads n/a) and the source of test fixtures.
 
@@ -348,7 +348,7 @@ pub fn link_call_names() -> Vec<&'static str> {
     LINK_CALLS.iter().map(|c| c.name).collect()
 }
 
-/// `gpuhost status --nvml-calls`.
+/// `gpuhost nvml-calls`.
 pub fn report() -> CallsReport {
     let cuda = crate::cuda::check();
     let nvml = match Nvml::init() {

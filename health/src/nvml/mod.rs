@@ -1,6 +1,6 @@
 //! The NVML probe: initialise NVML, read every GPU, return plain data.
 //!
-//! This runs in a child process (`gpuhost status --nvml-probe`, see [`crate::probe`]): a GPU
+//! This runs in a child process (`gpuhost nvml-probe`, see [`crate::probe`]): a GPU
 //! that fell off the bus can block NVML calls for minutes, and a thread stuck in the driver
 //! cannot be killed. Calls that the crate does not wrap (remapped rows, fabric info) go
 //! through `nvml.lib()` with the device's own handle, never a null one.
@@ -127,7 +127,7 @@ pub struct Session {
     fixed: KeptFixed,
     boot: boot_cache::Store,
     cuda: crate::cuda::Memo,
-    /// Record each call's wall time ([`Session::timings`]); `gpuhost status --sweep-profile`.
+    /// Record each call's wall time ([`Session::timings`]); `gpuhost sweep-profile`.
     pub profile: bool,
     timings: Vec<Timings>,
 }

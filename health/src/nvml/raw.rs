@@ -1,6 +1,6 @@
 //! NVML calls that nvml-wrapper does not wrap (or whose raw return code we want), each a small
 //! safe function over `nvml.lib()` and a live device handle. The probe turns their answers into
-//! readings; `gpuhost status --nvml-calls` prints their raw return codes as evidence of what a
+//! readings; `gpuhost nvml-calls` prints their raw return codes as evidence of what a
 //! machine supports. Never called with a null handle: libnvidia-ml segfaults on one.
 
 use std::os::raw::c_char;
