@@ -2,11 +2,13 @@
 //! [`ServeOptions`] the serve crate runs with.
 
 use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 
-use gpuhost_serve::{ServeOptions, DEFAULT_LISTEN};
+use gpuhost_serve::{ServeOptions, Socket, DEFAULT_LISTEN};
 
 use crate::internal;
 
@@ -56,26 +58,45 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// The options the serve crate runs `gpuhost serve` with; `probe_program` is its NVML
-    /// probe child (`gpuhost nvml-serve`).
-    fn options(&self, probe_program: Vec<OsString>) -> ServeOptions {
-        ServeOptions {
-            listen: self.listen.clone(),
-            interval: self.interval,
-            max_age: self.max_age,
-            timeout: self.timeout,
+    /// The options the serve crate runs `gpuhost serve` with (`probe_program`: its NVML probe
+    /// child, `gpuhost nvml-serve`); Err: why an argument is refused.
+    fn options(&self, probe_program: Vec<OsString>) -> Result<ServeOptions, String> {
+        let listen: SocketAddr = self.listen.parse().map_err(|_| {
+            format!(
+                "--listen {}: give an address and a port, e.g. 127.0.0.1:19400 or [::]:19400",
+                self.listen
+            )
+        })?;
+        Ok(ServeOptions {
+            listen,
+            interval: seconds("interval", self.interval, 86400.0)?,
+            max_age: seconds("max-age", self.max_age, 86400.0)?,
+            timeout: seconds("timeout", self.timeout, 60.0)?,
             expect_gpus: self.expect_gpus,
             profile: self.profile.clone(),
             from_snapshot: self.from_snapshot.clone(),
-            socket: self.socket.clone(),
-            no_socket: self.no_socket,
+            socket: match (&self.socket, self.no_socket) {
+                (_, true) => Socket::Off,
+                (Some(p), false) => Socket::At(p.clone()),
+                (None, false) => Socket::InRunDir,
+            },
             root: self.root.clone(),
             probe_program,
-        }
+        })
     }
 }
 
-/// Run `gpuhost serve`; its exit code.
+/// `--FLAG SECONDS` as a duration: above 0 and at most `max`.
+fn seconds(flag: &str, v: f64, max: f64) -> Result<Duration, String> {
+    if !(v.is_finite() && v > 0.0 && v <= max) {
+        return Err(format!(
+            "--{flag} {v}: give seconds above 0 and at most {max}"
+        ));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Run `gpuhost serve`; its exit code (2 for an argument refused).
 pub fn run(a: &ServeArgs) -> i32 {
     let program = match internal::nvml_serve_argv(a.from_snapshot.as_deref()) {
         Ok(p) => p,
@@ -84,5 +105,58 @@ pub fn run(a: &ServeArgs) -> i32 {
             return gpuhost_serve::exit::FAILED;
         }
     };
-    gpuhost_serve::run(&a.options(program))
+    match a.options(program) {
+        Ok(o) => gpuhost_serve::run(&o),
+        Err(e) => {
+            eprintln!("gpuhost serve: {e}");
+            gpuhost_serve::exit::INVALID
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn args(listen: &str) -> ServeArgs {
+        Cli::try_parse_from(["serve", "--listen", listen])
+            .unwrap()
+            .serve
+    }
+
+    #[test]
+    fn listen_addresses_and_durations_are_checked() {
+        assert!(args("127.0.0.1:19400").options(Vec::new()).is_ok());
+        assert!(args("[::]:0").options(Vec::new()).is_ok());
+        let e = args("localhost").options(Vec::new()).unwrap_err();
+        assert!(e.contains("--listen localhost"), "{e}");
+        let mut a = args("127.0.0.1:1");
+        a.timeout = 0.0;
+        let e = a.options(Vec::new()).unwrap_err();
+        assert!(e.contains("--timeout 0"), "{e}");
+    }
+
+    #[test]
+    fn the_socket_is_the_run_directory_s_unless_given_or_refused() {
+        let sock = |extra: &[&str]| {
+            let argv = ["serve"].iter().chain(extra);
+            Cli::try_parse_from(argv)
+                .unwrap()
+                .serve
+                .options(Vec::new())
+                .unwrap()
+                .socket
+        };
+        assert_eq!(sock(&[]), Socket::InRunDir);
+        assert_eq!(sock(&["--socket", "/s"]), Socket::At("/s".into()));
+        assert_eq!(sock(&["--no-socket"]), Socket::Off);
+    }
 }

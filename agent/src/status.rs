@@ -2,6 +2,7 @@
 //! [`StatusOptions`] the health crate runs with.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 
@@ -134,16 +135,22 @@ impl StatusArgs {
         self.nvml_calls.then_some(Internal::NvmlCalls)
     }
 
-    /// The options the health crate runs `gpuhost status` with.
-    fn options(&self) -> StatusOptions {
-        StatusOptions {
+    /// The options the health crate runs `gpuhost status` with; Err: why an argument is
+    /// refused (`--timeout`, and `--poll` with `--wait-healthy`: seconds, more than 0 and at most
+    /// an hour).
+    fn options(&self) -> Result<StatusOptions, String> {
+        let timeout = seconds("timeout", self.timeout)?;
+        let wait_healthy = match self.wait_healthy {
+            true => Some(seconds("poll", self.poll)?),
+            false => None,
+        };
+        Ok(StatusOptions {
             format: self.format.into(),
             textfile: self.textfile.clone(),
             expect_gpus: self.expect_gpus,
             profile: self.profile.clone(),
-            timeout: self.timeout,
-            wait_healthy: self.wait_healthy,
-            poll: self.poll,
+            timeout,
+            wait_healthy,
             slurm: self.slurm,
             slurm_node: self.slurm_node.clone(),
             nvml_fixture: self.nvml_fixture.clone(),
@@ -155,14 +162,46 @@ impl StatusArgs {
             dump_snapshot: self.dump_snapshot,
             from_snapshot: self.from_snapshot.clone(),
             root: self.root.clone(),
-        }
+        })
     }
 }
 
-/// Run `gpuhost status` (or the hidden subcommand an older option names); its exit code.
+/// `--FLAG SECONDS` as a duration: more than 0 and at most an hour.
+fn seconds(flag: &str, secs: f64) -> Result<Duration, String> {
+    if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
+        return Err(format!(
+            "--{flag} {secs}: give seconds, more than 0 and at most 3600"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Run `gpuhost status` (or the hidden subcommand an older option names); its exit code. An
+/// argument refused is UNKNOWN, as any run that cannot judge the node.
 pub fn run(a: &StatusArgs) -> i32 {
-    match a.internal() {
-        Some(i) => internal::run(&i),
-        None => gpuhost_health::run(&a.options()),
+    if let Some(i) = a.internal() {
+        return internal::run(&i);
+    }
+    match a.options() {
+        Ok(o) => gpuhost_health::run(&o),
+        Err(e) => gpuhost_health::unknown(a.format.into(), &e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_seconds_above_0_and_at_most_an_hour() {
+        assert_eq!(seconds("poll", 0.5), Ok(Duration::from_millis(500)));
+        assert_eq!(seconds("timeout", 3600.0), Ok(Duration::from_secs(3600)));
+        for bad in [0.0, -1.0, 3600.5, f64::NAN, f64::INFINITY] {
+            let e = seconds("timeout", bad).err().unwrap_or_default();
+            assert!(
+                e.starts_with(&format!("--timeout {bad}: give seconds, more than 0")),
+                "{e}"
+            );
+        }
     }
 }

@@ -69,12 +69,11 @@ pub struct StatusOptions {
     pub expect_gpus: Option<u32>,
     /// A profile (built-in name or .toml path) giving the expected GPU count and driver version.
     pub profile: Option<String>,
-    /// Deadline for the NVML probe, in seconds; with `wait_healthy`, the whole wait.
-    pub timeout: f64,
-    /// Look again and again until the node is healthy (OK or WARNING).
-    pub wait_healthy: bool,
-    /// With `wait_healthy`: seconds between looks.
-    pub poll: f64,
+    /// Deadline for the NVML probe; with `wait_healthy`, the whole wait.
+    pub timeout: Duration,
+    /// Look again and again, this long apart, until the node is healthy (OK or WARNING) or
+    /// `timeout` has passed (`--wait-healthy --poll SECONDS`); None: look once.
+    pub wait_healthy: Option<Duration>,
     /// Slurm HealthCheckProgram mode: drain on CRITICAL, resume what gpuhost drained.
     pub slurm: bool,
     /// With `slurm`: the Slurm node name.
@@ -99,13 +98,16 @@ pub struct StatusOptions {
 pub fn run(args: &StatusOptions) -> i32 {
     match status(args) {
         Ok(code) => code,
-        Err(e) => {
-            // One UNKNOWN line for the monitor (in the formats a monitor reads a line of), the
-            // whole chain on stderr.
-            eprintln!("gpuhost status: {e:#}");
-            unknown_line(args.format, &format!("{e:#}"))
-        }
+        Err(e) => unknown(args.format, &format!("{e:#}")),
     }
+}
+
+/// A run that could not judge the node (`error`: why, a bad argument or the whole error
+/// chain): `error` on stderr, and one UNKNOWN line for the monitor on stdout (in the formats a
+/// monitor reads a line of); the exit code of UNKNOWN in `format`.
+pub fn unknown(format: StatusFormat, error: &str) -> i32 {
+    eprintln!("gpuhost status: {error}");
+    unknown_line(format, error)
 }
 
 /// A run that could not judge the node still answers UNKNOWN on stdout where a monitor reads
@@ -241,10 +243,10 @@ fn status(args: &StatusOptions) -> Result<i32> {
     if let Some(path) = args.textfile.as_deref() {
         check_textfile(path)?;
     }
-    let timeout = timeout(args.timeout)?;
-    if args.wait_healthy {
+    let timeout = args.timeout;
+    if let Some(every) = args.wait_healthy {
         probe::run_dir()?;
-        return wait_healthy(args, &checked_expectations(args)?);
+        return Ok(wait_healthy(args, &checked_expectations(args)?, every));
     }
     // A running `gpuhost serve` has a fresh sweep: ask it first. A report it renders is
     // printed as it is (it judged with this profile name and GPU count).
@@ -421,17 +423,10 @@ pub fn render(
     }
 }
 
-/// `--wait-healthy`: look until healthy or `--timeout`; 0 healthy, 2 not in time.
-fn wait_healthy(args: &StatusOptions, expect: &Expect) -> Result<i32> {
-    let total = timeout(args.timeout)?;
-    if !(args.poll.is_finite() && args.poll > 0.0 && args.poll <= 3600.0) {
-        anyhow::bail!(
-            "--poll {}: give seconds, more than 0 and at most 3600",
-            args.poll
-        );
-    }
-    let every = Duration::from_secs_f64(args.poll);
-    let w = fleet::wait_healthy(total, every, |t| {
+/// `--wait-healthy`: look, `every` apart, until healthy or `--timeout`; 0 healthy, 2 not in
+/// time.
+fn wait_healthy(args: &StatusOptions, expect: &Expect, every: Duration) -> i32 {
+    let w = fleet::wait_healthy(args.timeout, every, |t| {
         match snapshot_once(args, expect, t, true) {
             Ok(snap) => {
                 let checks = verdict::evaluate(&snap, expect);
@@ -444,14 +439,11 @@ fn wait_healthy(args: &StatusOptions, expect: &Expect) -> Result<i32> {
     if let Some((snap, checks)) = &w.last {
         let _ = report(args, snap, expect, checks);
     }
-    Ok(if w.healthy { 0 } else { 2 })
-}
-
-fn timeout(secs: f64) -> Result<Duration> {
-    if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
-        anyhow::bail!("--timeout {secs}: give seconds, more than 0 and at most 3600");
+    if w.healthy {
+        0
+    } else {
+        2
     }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 /// What the node should have: `--expect-gpus` over the profile's `status.expect_gpus`; the

@@ -597,7 +597,7 @@ fn textfile_is_written_atomically() {
         textfile: Some(path.clone()),
         expect_gpus: None,
         profile: None,
-        timeout: 10.0,
+        timeout: std::time::Duration::from_secs(10),
         from_snapshot: Some(fixtures().join("h200-snapshot.json")),
         root: "/".into(),
         ..Default::default()

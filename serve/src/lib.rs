@@ -62,33 +62,41 @@ pub mod exit {
 }
 
 /// What `gpuhost serve` is asked to do (the command line's `gpuhost serve` options, as the
-/// agent parsed them).
+/// agent parsed and checked them).
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// Address and port to listen on.
-    pub listen: String,
-    /// Sweep every this many seconds.
-    pub interval: f64,
+    pub listen: SocketAddr,
+    /// Sweep this often.
+    pub interval: Duration,
     /// A request served from a sweep older than this starts a new one and waits for it.
-    pub max_age: f64,
+    pub max_age: Duration,
     /// Deadline for each NVML sweep.
-    pub timeout: f64,
+    pub timeout: Duration,
     /// GPUs this node must have (overrides the profile's `status.expect_gpus`).
     pub expect_gpus: Option<u32>,
     /// A profile (built-in name or .toml path) giving the expected GPU count and driver version.
     pub profile: Option<String>,
     /// Serve a snapshot saved by `gpuhost status --dump-snapshot` (tests, benchmarks).
     pub from_snapshot: Option<PathBuf>,
-    /// Answer `gpuhost status` on this local socket (default: `serve.sock` in the run
-    /// directory).
-    pub socket: Option<PathBuf>,
-    /// Do not answer `gpuhost status` on a local socket.
-    pub no_socket: bool,
+    /// Where `gpuhost status` is answered.
+    pub socket: Socket,
     /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests).
     pub root: PathBuf,
     /// The long-lived NVML probe as a program (`gpuhost nvml-serve …`, the fixture of
     /// `from_snapshot` included).
     pub probe_program: Vec<OsString>,
+}
+
+/// Where `gpuhost status` is answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Socket {
+    /// `serve.sock` in the run directory (`/run/gpuhost` as root).
+    InRunDir,
+    /// This path (`--socket PATH`).
+    At(PathBuf),
+    /// Nowhere (`--no-socket`).
+    Off,
 }
 
 /// Validated settings.
@@ -101,42 +109,27 @@ struct Settings {
     socket: Option<PathBuf>,
 }
 
-fn seconds(flag: &str, v: f64, max: f64) -> Result<Duration> {
-    if !(v.is_finite() && v > 0.0 && v <= max) {
-        anyhow::bail!("--{flag} {v}: give seconds above 0 and at most {max}");
-    }
-    Ok(Duration::from_secs_f64(v))
-}
-
-fn settings(a: &ServeOptions) -> Result<Settings> {
-    let listen: SocketAddr = a.listen.parse().map_err(|_| {
-        anyhow::anyhow!(
-            "--listen {}: give an address and a port, e.g. 127.0.0.1:19400 or [::]:19400",
-            a.listen
-        )
-    })?;
-    Ok(Settings {
-        listen,
-        interval: seconds("interval", a.interval, 86400.0)?,
-        max_age: seconds("max-age", a.max_age, 86400.0)?,
-        timeout: seconds("timeout", a.timeout, 60.0)?,
-        socket: if a.no_socket { None } else { a.socket.clone() },
-    })
-}
-
 /// Run `gpuhost serve` until SIGTERM or SIGINT; returns the exit code.
 pub fn run(a: &ServeOptions) -> i32 {
     // A run directory refused (another user's) is bad input too.
-    let (mut s, run_dir) = match settings(a).and_then(|s| Ok((s, probe::run_dir()?))) {
-        Ok(v) => v,
+    let run_dir = match probe::run_dir() {
+        Ok(d) => d,
         Err(e) => {
             eprintln!("gpuhost serve: {e:#}");
             return exit::INVALID;
         }
     };
-    if !a.no_socket && s.socket.is_none() {
-        s.socket = Some(run_dir.join(served::SOCKET));
-    }
+    let s = Settings {
+        listen: a.listen,
+        interval: a.interval,
+        max_age: a.max_age,
+        timeout: a.timeout,
+        socket: match &a.socket {
+            Socket::InRunDir => Some(run_dir.join(served::SOCKET)),
+            Socket::At(p) => Some(p.clone()),
+            Socket::Off => None,
+        },
+    };
     let expect = gpuhost_health::expectations_for(a.profile.as_deref(), a.expect_gpus);
     if let Some(err) = &expect.profile_error {
         eprintln!("gpuhost serve: --profile: {err}");
@@ -779,34 +772,6 @@ async fn status(State(s): State<Arc<Shared>>) -> Response {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-
-    fn args(listen: &str) -> ServeOptions {
-        ServeOptions {
-            listen: listen.into(),
-            interval: 10.0,
-            max_age: 1.0,
-            timeout: 5.0,
-            expect_gpus: None,
-            profile: None,
-            from_snapshot: None,
-            socket: None,
-            no_socket: false,
-            root: "/".into(),
-            probe_program: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn listen_addresses_and_durations_are_checked() {
-        assert!(settings(&args("127.0.0.1:19400")).is_ok());
-        assert!(settings(&args("[::]:0")).is_ok());
-        let e = settings(&args("localhost")).unwrap_err().to_string();
-        assert!(e.contains("--listen localhost"), "{e}");
-        let mut a = args("127.0.0.1:1");
-        a.timeout = 0.0;
-        let e = settings(&a).unwrap_err().to_string();
-        assert!(e.contains("--timeout 0"), "{e}");
-    }
 
     #[test]
     fn the_default_port_is_neither_node_exporter_nor_dcgm_exporter() {
