@@ -216,19 +216,53 @@ pub fn sockets() -> Vec<PathBuf> {
     v
 }
 
-/// Why a socket file is not to be asked.
-fn trusted(path: &Path) -> Result<(), String> {
+/// Why a socket was not asked, or gave no answer to use: the client then probes by itself
+/// (or, for [`AskError::Refused`] to a report question, asks for the snapshot).
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    /// The socket file cannot be read.
+    #[error("{0}")]
+    Unreadable(std::io::Error),
+    /// The path is no socket.
+    #[error("not a socket")]
+    NotASocket,
+    /// The socket is owned by neither root nor this user: another user may have planted it.
+    #[error("owned by uid {0}, neither root nor this user")]
+    Untrusted(u32),
+    /// The server's backlog is full (a non-blocking connect answered EAGAIN).
+    #[error("its backlog is full")]
+    BacklogFull,
+    #[error("connect: {0}")]
+    Connect(std::io::Error),
+    /// The whole exchange took longer than [`ASK_WITHIN`] (`during`: what was left to do).
+    #[error("no answer within {} ms{}", ASK_WITHIN.as_millis(), during.map(|w| format!(" ({w})")).unwrap_or_default())]
+    Late { during: Option<&'static str> },
+    /// Setting the socket's deadline failed.
+    #[error("{0}")]
+    Deadline(std::io::Error),
+    #[error("writing: {0}")]
+    Writing(std::io::Error),
+    #[error("reading: {0}")]
+    Reading(std::io::Error),
+    /// The server answered `error: …`: it does not know the question (an older server asked
+    /// for a report).
+    #[error("it answered: {0}")]
+    Refused(String),
+    /// The answer's first line is not an [`Answer`].
+    #[error("unreadable answer: {0}")]
+    Garbled(serde_json::Error),
+}
+
+/// Whether a socket file may be asked: a socket owned by root or this user.
+fn trusted(path: &Path) -> Result<(), AskError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let m = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    let m = std::fs::symlink_metadata(path).map_err(AskError::Unreadable)?;
     if !m.file_type().is_socket() {
-        return Err("not a socket".into());
+        return Err(AskError::NotASocket);
     }
     let me = rustix::process::geteuid().as_raw();
     if m.uid() != 0 && m.uid() != me {
-        return Err(format!(
-            "owned by uid {}, neither root nor this user",
-            m.uid()
-        ));
+        return Err(AskError::Untrusted(m.uid()));
     }
     Ok(())
 }
@@ -251,34 +285,35 @@ fn connect(path: &Path) -> std::io::Result<UnixStream> {
 }
 
 /// Ask one socket; the answer within `deadline`: its first line, and what follows it.
-fn ask_one(path: &Path, request: &Request, deadline: Instant) -> Result<(Answer, Vec<u8>), String> {
+fn ask_one(
+    path: &Path,
+    request: &Request,
+    deadline: Instant,
+) -> Result<(Answer, Vec<u8>), AskError> {
     trusted(path)?;
     let mut s = connect(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock => "its backlog is full".to_string(),
-        _ => format!("connect: {e}"),
+        std::io::ErrorKind::WouldBlock => AskError::BacklogFull,
+        _ => AskError::Connect(e),
     })?;
-    let left = |what: &str| {
+    let left = |what: &'static str| {
         let d = deadline.saturating_duration_since(Instant::now());
         if d.is_zero() {
-            Err(format!(
-                "no answer within {} ms ({what})",
-                ASK_WITHIN.as_millis()
-            ))
+            Err(AskError::Late { during: Some(what) })
         } else {
             Ok(d)
         }
     };
     s.set_write_timeout(Some(left("writing")?))
-        .map_err(|e| e.to_string())?;
+        .map_err(AskError::Deadline)?;
     s.write_all(format!("{}\n", request.line()).as_bytes())
-        .map_err(|e| format!("writing: {e}"))?;
+        .map_err(AskError::Writing)?;
     // A report is about 18 KB: an 8 KiB chunk, not a large one whose fresh stack pages would
     // be most of what this short process touches here.
     let mut buf = Vec::with_capacity(32 * 1024);
     let mut chunk = [0u8; 8 * 1024];
     loop {
         s.set_read_timeout(Some(left("reading")?))
-            .map_err(|e| e.to_string())?;
+            .map_err(AskError::Deadline)?;
         match s.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
@@ -286,9 +321,9 @@ fn ask_one(path: &Path, request: &Request, deadline: Instant) -> Result<(Answer,
             Err(e) => {
                 return Err(match e.kind() {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                        format!("no answer within {} ms", ASK_WITHIN.as_millis())
+                        AskError::Late { during: None }
                     }
-                    _ => format!("reading: {e}"),
+                    _ => AskError::Reading(e),
                 })
             }
         }
@@ -298,15 +333,14 @@ fn ask_one(path: &Path, request: &Request, deadline: Instant) -> Result<(Answer,
         None => (&buf[..], Vec::new()),
     };
     if head.starts_with(b"error:") {
-        return Err(format!(
-            "it answered: {}",
+        return Err(AskError::Refused(
             String::from_utf8_lossy(head)
                 .trim_start_matches("error:")
                 .trim()
+                .to_string(),
         ));
     }
-    let a =
-        serde_json::from_slice::<Answer>(head).map_err(|e| format!("unreadable answer: {e}"))?;
+    let a = serde_json::from_slice::<Answer>(head).map_err(AskError::Garbled)?;
     Ok((a, rest))
 }
 
@@ -320,14 +354,12 @@ pub fn ask(root: &Path, request: &Request) -> Option<Served> {
             continue;
         }
         let mut answer = ask_one(&path, request, deadline);
-        if let (Err(why), Request::Report { .. }) = (&answer, request) {
-            if why.starts_with("it answered") {
-                tracing::debug!(
-                    "gpuhost serve on {} renders no report ({why}): asking for the snapshot",
-                    path.display()
-                );
-                answer = ask_one(&path, &Request::Snapshot, deadline);
-            }
+        if let (Err(why @ AskError::Refused(_)), Request::Report { .. }) = (&answer, request) {
+            tracing::debug!(
+                "gpuhost serve on {} renders no report ({why}): asking for the snapshot",
+                path.display()
+            );
+            answer = ask_one(&path, &Request::Snapshot, deadline);
         }
         match answer {
             Ok((a, _)) if a.root != root => tracing::debug!(
@@ -469,7 +501,8 @@ mod tests {
         let t = Instant::now();
         let e = ask_one(&path, &Request::Snapshot, Instant::now() + ASK_WITHIN).unwrap_err();
         assert!(t.elapsed() < Duration::from_millis(50), "{:?}", t.elapsed());
-        assert!(e.contains("backlog is full"), "{e}");
+        assert!(matches!(e, AskError::BacklogFull), "{e}");
+        assert_eq!(e.to_string(), "its backlog is full");
         assert!(answering(&path), "a full backlog is a server that is there");
     }
 
@@ -482,6 +515,7 @@ mod tests {
         let e = ask_one(&path, &Request::Snapshot, Instant::now() + ASK_WITHIN).unwrap_err();
         let took = t.elapsed();
         assert!(took >= ASK_WITHIN && took < ASK_WITHIN * 3, "{took:?}");
-        assert!(e.contains("no answer within 100 ms"), "{e}");
+        assert!(matches!(e, AskError::Late { .. }), "{e}");
+        assert!(e.to_string().contains("no answer within 100 ms"), "{e}");
     }
 }
