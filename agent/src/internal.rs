@@ -90,12 +90,17 @@ pub struct SweepProfileArgs {
 /// Run a hidden subcommand; its exit code.
 pub fn run(i: &Internal) -> i32 {
     match i {
-        Internal::NvmlProbe(a) => gpuhost_health::run_probe(a.nvml_fixture.as_deref(), &a.root),
-        Internal::NvmlServe(a) => gpuhost_health::serve_probe(a.nvml_fixture.as_deref()),
-        Internal::NvmlCalls => gpuhost_health::nvml_calls(),
-        Internal::SweepProfile(a) => {
-            gpuhost_health::sweep_profile(&a.root, a.profile.as_deref(), a.expect_gpus, a.sweeps)
+        Internal::NvmlProbe(a) => {
+            gpuhost_health::run_nvml_probe(a.nvml_fixture.as_deref(), &a.root)
         }
+        Internal::NvmlServe(a) => gpuhost_health::run_nvml_serve(a.nvml_fixture.as_deref()),
+        Internal::NvmlCalls => gpuhost_health::run_nvml_calls(),
+        Internal::SweepProfile(a) => gpuhost_health::run_sweep_profile(
+            &a.root,
+            a.profile.as_deref(),
+            a.expect_gpus,
+            a.sweeps,
+        ),
     }
 }
 

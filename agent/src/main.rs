@@ -355,7 +355,7 @@ fn main() -> ExitCode {
     // build.
     if probe_child() {
         output::init_logging(std::env::var("GPUHOST_LOG").as_deref().unwrap_or("warn"));
-        let code = gpuhost_health::run_probe(None, std::path::Path::new("/"));
+        let code = gpuhost_health::run_nvml_probe(None, std::path::Path::new("/"));
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     if let Some(s) = status_only() {

@@ -14,7 +14,7 @@
 //!   `--wait-healthy`, and a built-in profile name if any): when the server judges with the
 //!   same profile and GPU count, it answers a line of JSON with the exit code ([`Answer`]
 //!   without its snapshot), then the report exactly as `gpuhost status` prints it, rendered
-//!   by [`crate::render`] — the client copies bytes, parses and judges nothing. Otherwise it
+//!   by [`crate::render::render`] — the client copies bytes, parses and judges nothing. Otherwise it
 //!   answers as to `snapshot`. A server that does not know the question (an older one)
 //!   answers `error: …`, and the client asks again with `snapshot`.
 //!
@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::render::StatusFormat;
 use crate::snapshot::{ServedBy, Snapshot};
-use crate::StatusFormat;
 
 /// The socket's file name in the run directory.
 pub const SOCKET: &str = "serve.sock";

@@ -18,7 +18,7 @@ use anyhow::{anyhow, Result};
 
 use gpuhost_host::cmd::Cmd;
 
-use crate::fleet;
+use crate::summary;
 use crate::verdict::{Check, Severity};
 
 /// Reasons gpuhost sets start with this; only such drains are gpuhost's to resume.
@@ -111,8 +111,13 @@ pub(crate) fn node_name(flag: Option<&str>) -> Result<String> {
 
 /// The drain reason for a verdict: `gpuhost: <check> <where>: <what>`.
 pub fn reason(checks: &[Check]) -> String {
-    let text = match fleet::worst(checks) {
-        Some(c) => format!("{REASON_PREFIX} {} {}: {}", c.id, fleet::place(c), c.value),
+    let text = match summary::worst(checks) {
+        Some(c) => format!(
+            "{REASON_PREFIX} {} {}: {}",
+            c.id,
+            summary::place(c),
+            c.value
+        ),
         None => format!("{REASON_PREFIX} unhealthy"),
     };
     // Slurm keeps the reason as given; quotes and newlines would only confuse readers.
@@ -120,7 +125,7 @@ pub fn reason(checks: &[Check]) -> String {
         .chars()
         .map(|c| if c == '"' || c.is_control() { ' ' } else { c })
         .collect();
-    fleet::truncate(&clean, REASON_MAX)
+    summary::truncate(&clean, REASON_MAX)
 }
 
 /// What gpuhost did (or did not do) to the node.
@@ -156,10 +161,10 @@ pub fn decide(verdict: Severity, checks: &[Check], node: &NodeState) -> Action {
         Severity::Critical if node.down_by_gpuhost() => Action::Drained(reason(checks)),
         Severity::Critical if node.drained() => Action::LeftAdminDrain(r),
         Severity::Critical => Action::Drained(reason(checks)),
-        s if fleet::healthy(s) && (node.drained_by_gpuhost() || node.down_by_gpuhost()) => {
+        s if summary::healthy(s) && (node.drained_by_gpuhost() || node.down_by_gpuhost()) => {
             Action::Resumed
         }
-        s if fleet::healthy(s) && node.drained() => Action::LeftAdminDrain(r),
+        s if summary::healthy(s) && node.drained() => Action::LeftAdminDrain(r),
         _ => Action::Nothing,
     }
 }
