@@ -2,12 +2,16 @@
 //! (or a few) of a [`GpuSnapshot`] into a verdict. NOT_SUPPORTED is n/a; any other NVML error
 //! on a reading is UNKNOWN, except `GpuLost`, which is CRITICAL.
 
-use super::{GpuRef, Out, Severity, Thresholds, MAX_UNCORRECTABLE_REMAPPED_ROWS, TEMP_MARGIN_C};
+use super::model::{GpuRef, Severity, Thresholds};
+use super::out::{Out, Verdict};
 use crate::counters::{rate, GpuCounters};
 use crate::snapshot::{reasons, C2c, EccCounts, Fabric, GpuSnapshot, NvLink, Reading, SramEcc};
 
-/// A verdict: severity, the value seen (for people), and what to do when not OK.
-pub type Verdict = (Severity, String, Option<String>);
+/// Rows past this many uncorrectable remaps mean the GPU should be replaced (Azure, OCI).
+const MAX_UNCORRECTABLE_REMAPPED_ROWS: u32 = 512;
+
+/// WARNING this many °C below the slowdown threshold.
+const TEMP_MARGIN_C: u32 = 5;
 
 /// What one judge made of a GPU's reading(s).
 pub enum Judged {

@@ -11,8 +11,9 @@
 //! are outside the catalog: NVIDIA's older Xid page names them, and DCGM's health-watch XIDs
 //! are CRITICAL there, application faults OK, the rest a WARNING.
 
+use super::model::{GpuRef, Severity};
+use super::out::{key, nvml_bus_id, Out};
 use super::xid_catalog::{self as catalog, XidEntry};
-use super::{key, GpuRef, Out, Severity};
 use crate::snapshot::{GpuSnapshot, PciDevice, PciKind, Snapshot, SxidEvent, XidEvent};
 
 /// Volta and older: XIDs that DCGM's health watches treat as failures.
@@ -619,7 +620,7 @@ fn sxids(out: &mut Out, s: &Snapshot) {
         let r = GpuRef {
             index: None,
             uuid: None,
-            pci_bus_id: super::nvml_bus_id(&sw.address),
+            pci_bus_id: nvml_bus_id(&sw.address),
         };
         let (sev, value, hint) = sxid_summary(&evs);
         out.push("nvswitch.sxid", "xid", Some(&r), sev, value, hint);
