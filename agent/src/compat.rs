@@ -24,7 +24,7 @@ use gpuhost_nvidia::compat::{
 use gpuhost_nvidia::localrepo::LocalRepoFile;
 use gpuhost_profile::Profile;
 
-use crate::{output, Format};
+use crate::output::{self, Format};
 
 pub const EXIT_CODES: &str = "\
 Exit codes (compat):

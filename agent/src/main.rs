@@ -22,6 +22,8 @@ use gpuhost_host::host::Host;
 use gpuhost_profile::Profile;
 use gpuhost_steps::step::Selection;
 
+use output::Format;
+
 // Each command's --help lists its own exit codes; `gpuhost --help` lists them all.
 macro_rules! apply_exit_codes {
     () => {
@@ -196,12 +198,6 @@ enum Generate {
     /// The support matrix (docs/support-matrix.md) on stdout, from gpuhost's own tables:
     /// release × arch × kernel × module flavour × driver branch → supported, untested, refused.
     SupportMatrix,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-enum Format {
-    Text,
-    Json,
 }
 
 #[derive(clap::Args, Debug)]
