@@ -357,17 +357,6 @@ const BACK_EDGES: &[(&str, &str, &str)] = &[];
 /// 33), each awaiting its split: what parent and children share moves into a leaf module. An
 /// entry that is gone must be removed; the list must end empty.
 const AWAITING_SPLIT: &[(&str, &str, &str)] = &[
-    ("nvidia", "compat::components", "compat"),
-    ("profiles", "driver", ""),
-    ("steps", "containers::daemon_json", "containers"),
-    ("steps", "driver::change", "driver"),
-    ("steps", "driver::fabric", "driver"),
-    ("steps", "driver::installed", "driver"),
-    ("steps", "driver::locks", "driver"),
-    ("steps", "driver::repo", "driver"),
-    ("steps", "driver::set", "driver"),
-    ("engine", "bundle::build", "apply"),
-    ("engine", "bundle::build", "bundle"),
     ("health", "verdict::gpu", "verdict"),
     ("health", "verdict::software", "verdict"),
     ("health", "verdict::space", "verdict"),

@@ -23,6 +23,7 @@ pub use containers::{
     toolkit_denied, toolkit_refused, ConflictPolicy, DaemonSpec, DockerSpec, ModuleFiltering,
     PrefixLink, RepoSource, SmokeSpec, ToolkitSpec, TOOLKIT_CVES, TOOLKIT_DENY, TOOLKIT_FLOOR,
 };
+use driver::yes;
 pub use driver::{DriverSpec, InstallSet, StreamKind, SPLIT_PACKAGES_SINCE};
 
 /// The built-in profiles: (name, TOML text).
@@ -154,10 +155,6 @@ pub struct KernelSpec {
 }
 
 /// serde's default for the keys that are on unless a profile turns them off.
-fn yes() -> bool {
-    true
-}
-
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusSpec {
