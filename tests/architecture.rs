@@ -767,7 +767,10 @@ fn every_declared_dependency_is_used() {
         let root = top().join(dir);
         let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap_or_default();
         let deps = declared(&manifest, "[dependencies]");
-        assert!(!deps.is_empty(), "{dir}/Cargo.toml declares no dependency: moved?");
+        assert!(
+            !deps.is_empty(),
+            "{dir}/Cargo.toml declares no dependency: moved?"
+        );
         let src = rust_text(&[root.join("src"), root.join("build.rs")]);
         let mut dev_dirs = vec![root.join("src"), root.join("tests"), root.join("benches")];
         if *dir == "agent" {

@@ -243,11 +243,11 @@ pub(crate) fn grubenv_set(text: &str, key: &str, value: &str) -> Result<String> 
 /// (`gpuhost kernel-added`, run by gpuhost-kernel@KVER.service) repeats for a new kernel.
 pub const LAST_APPLY_PATH: &str = "/var/lib/gpuhost/last-apply.json";
 
-pub(crate) fn save_last_apply(host: &Host, args: &crate::reboot::ResumeArgs) -> Result<()> {
+pub(crate) fn save_last_apply(host: &Host, args: &crate::recorded::ResumeArgs) -> Result<()> {
     host.write_json(LAST_APPLY_PATH, args, 0o644)
 }
 
-pub fn load_last_apply(host: &Host) -> Result<Option<crate::reboot::ResumeArgs>> {
+pub fn load_last_apply(host: &Host) -> Result<Option<crate::recorded::ResumeArgs>> {
     host.read_json_opt(
         LAST_APPLY_PATH,
         "run gpuhost apply --profile P once to rewrite it",

@@ -18,5 +18,7 @@ pub mod journal;
 pub mod lock;
 pub(crate) mod preflight;
 pub mod reboot;
+pub mod recorded;
+pub mod report;
 pub mod rollback;
 pub mod runner;

@@ -14,25 +14,12 @@
 //! anything changes.
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 
 use gpuhost_host::host::Host;
 use gpuhost_host::invalid;
 use gpuhost_steps::step::Selection;
 
-use crate::reboot::ResumeArgs;
-
-/// The driver of one apply, as the journal keeps it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DriverRecord {
-    /// `driver.local_repo_rpm`.
-    pub local_repo_rpm: String,
-    /// The driver version its file name gives.
-    pub version: String,
-    /// `driver.sha256`, when the apply pinned it (the file was checked against it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
-}
+use crate::recorded::{DriverRecord, ResumeArgs};
 
 /// The driver record of an apply with this step `selection`: none unless every step that
 /// needs the driver package was selected (a step-limited apply did not manage the driver).
