@@ -10,7 +10,7 @@ use crate::bundle;
 use crate::lock::ApplyLock;
 use crate::preflight::{check_kernel_release, grace_fits, is_root, preflight};
 use crate::reboot;
-use crate::recorded::ResumeArgs;
+use crate::recorded::{DriverRecord, ResumeArgs};
 pub use crate::report::{exit, Report};
 use crate::runner::{self, Ctx, Selection, StepReport};
 use gpuhost_host::facts::{Facts, KernelChoice};
@@ -40,6 +40,8 @@ pub struct ApplyOptions {
     pub reboot_via: Option<gpuhost_profile::RebootVia>,
     /// `--bundle DIR|TARBALL`: the profile and every package come from a verified bundle.
     pub bundle: Option<PathBuf>,
+    /// The driver `gpuhost rollback` goes back to, over the profile's and the `--set`s'.
+    pub driver: Option<DriverRecord>,
 }
 
 impl ApplyOptions {
@@ -54,6 +56,7 @@ impl ApplyOptions {
             max_reboots: self.max_reboots,
             bundle: self.bundle.as_ref().map(|b| b.display().to_string()),
             reboot_via: self.reboot_via,
+            driver: self.driver.clone(),
         }
     }
 }
@@ -162,8 +165,18 @@ fn point_dnf(host: &mut Host, profile: &Profile, facts: &Facts) {
     }
 }
 
-/// The run's profile: the bundle's (a `--profile` must name the same), else `--profile`'s.
+/// The run's profile: the bundle's (a `--profile` must name the same), else `--profile`'s;
+/// with a rollback's driver pinned.
 fn profile_of(opts: &ApplyOptions, bundle: Option<&bundle::Opened>) -> Result<Profile> {
+    let mut profile = profile_with_sets(opts, bundle)?;
+    if let Some(d) = &opts.driver {
+        profile.pin_driver(PathBuf::from(&d.local_repo_rpm), d.sha256.clone())?;
+    }
+    Ok(profile)
+}
+
+/// The bundle's profile or `--profile`'s, with the `--set`s.
+fn profile_with_sets(opts: &ApplyOptions, bundle: Option<&bundle::Opened>) -> Result<Profile> {
     let Some(b) = bundle else {
         return Profile::resolve(&opts.profile, &opts.sets);
     };
@@ -296,7 +309,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         guard_failed(kernel_guard.as_ref(), unserved.is_some()),
         &reboot_required,
     );
-    if !opts.dry_run && (exit_code == exit::OK || exit_code == exit::REBOOT) {
+    if crate::report::converged(opts.dry_run, exit_code) {
         // What the kernel trigger repeats when a new kernel is installed.
         bootguard::save_last_apply(host, &opts.resume_args())?;
     }
@@ -318,13 +331,17 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         }
     }
     let mut report = Report {
-        gpuhost_version: env!("CARGO_PKG_VERSION"),
+        gpuhost_version: env!("CARGO_PKG_VERSION").to_string(),
         driver: crate::rollback::record(
             &opts.selection,
             driver.as_ref(),
             profile.driver.sha256.as_deref(),
         ),
-        command: if opts.dry_run { "plan" } else { "apply" },
+        command: if opts.dry_run {
+            crate::report::Command::Plan
+        } else {
+            crate::report::Command::Apply
+        },
         profile: profile.name.clone(),
         root: host.root().display().to_string(),
         live: host.is_live(),
@@ -346,9 +363,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     };
     report.summary = report.summarize();
     if !opts.dry_run {
-        let mut entry = serde_json::to_value(&report)?;
-        entry["command_line"] = serde_json::Value::String(opts.command_line.clone());
-        crate::journal::journal_append(host, entry)?;
+        crate::journal::journal_append(host, &report, &opts.command_line)?;
     }
     Ok(report)
 }
@@ -467,9 +482,9 @@ fn interrupted_before_start(
         gpuhost_host::interrupt::name(sig)
     );
     let mut report = Report {
-        gpuhost_version: env!("CARGO_PKG_VERSION"),
+        gpuhost_version: env!("CARGO_PKG_VERSION").to_string(),
         driver: None,
-        command: "apply",
+        command: crate::report::Command::Apply,
         profile: opts.profile.clone(),
         root: opts.root.display().to_string(),
         live: opts.root == std::path::Path::new("/"),
@@ -492,9 +507,7 @@ fn interrupted_before_start(
     report.summary = report.summarize();
     let journaled = Host::new(&opts.root).and_then(|host| {
         let _lock = ApplyLock::acquire(&host, &opts.command_line)?;
-        let mut entry = serde_json::to_value(&report)?;
-        entry["command_line"] = serde_json::Value::String(opts.command_line.clone());
-        crate::journal::journal_append(&host, entry)
+        crate::journal::journal_append(&host, &report, &opts.command_line)
     });
     if let Err(e) = journaled {
         let warning = format!("the interruption is not in the journal: {e:#}");

@@ -21,7 +21,7 @@
 //! it). [`gpuhost_host::kernel::default_boot`] reads it back the same way in both.
 
 use anyhow::{anyhow, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use gpuhost_host::cmd::Cmd;
 use gpuhost_host::host::Host;
@@ -34,7 +34,7 @@ pub use gpuhost_host::guard_record::{has_module, load, Record, GUARD_PATH};
 const GRUBENV_SIZE: usize = 1024;
 
 /// What the guard did after an apply.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Decision {
     /// The default boot kernel has the module: nothing to guard.

@@ -44,7 +44,7 @@ impl ResumeState {
 }
 
 /// What gpuhost did about a reboot.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum RebootAction {
     /// The resume unit is enabled and the caller reboots once the report is out.
@@ -60,7 +60,7 @@ pub enum RebootAction {
 }
 
 /// What happened about a reboot, for the report.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RebootReport {
     pub action: RebootAction,
     pub reboots: u32,

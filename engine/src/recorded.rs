@@ -26,6 +26,10 @@ pub struct ResumeArgs {
     /// `--reboot-via`: who reboots (else the profile's `reboot.via`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reboot_via: Option<RebootVia>,
+    /// The driver `gpuhost rollback` went back to: its local repo package and checksum, over
+    /// the profile's and the `--set`s' (kept, so that a resume or a new kernel stays on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<DriverRecord>,
 }
 
 impl ResumeArgs {
@@ -47,6 +51,11 @@ impl ResumeArgs {
         }
         for s in &self.sets {
             flag("set", s);
+        }
+        if let Some(d) = &self.driver {
+            for s in d.sets() {
+                flag("set", &s);
+            }
         }
         if !self.only.is_empty() {
             flag("only", &self.only.join(","));
@@ -72,4 +81,16 @@ pub struct DriverRecord {
     /// `driver.sha256`, when the apply pinned it (the file was checked against it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+}
+
+impl DriverRecord {
+    /// The `--set`s that pin this driver, as a person repeats the apply: its package (replacing
+    /// the installed local repo) and its checksum (`""` unpins one the profile pins).
+    pub fn sets(&self) -> [String; 3] {
+        [
+            format!("driver.local_repo_rpm={}", self.local_repo_rpm),
+            "driver.replace_local_repo=true".to_string(),
+            format!("driver.sha256={}", self.sha256.as_deref().unwrap_or("\"\"")),
+        ]
+    }
 }

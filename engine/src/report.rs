@@ -1,6 +1,6 @@
 //! What a run of `apply` (or `plan`) says: its report, its exit code, and whether it converged.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::bootguard;
 use crate::bundle;
@@ -22,14 +22,27 @@ pub mod exit {
     pub const REBOOT_SCHEDULED: i32 = 4;
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// The command a report is of. Every run the journal keeps is an apply (`plan` is not
+/// journaled; `resume`, `rollback` and `kernel-added` run an apply).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Command {
+    #[default]
+    Apply,
+    Plan,
+}
+
+/// What an `apply` or `plan` run says (stdout with `--format json`, and the journal). Read
+/// back from the journal of earlier versions too: what they may lack has a default.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Report {
-    pub gpuhost_version: &'static str,
+    pub gpuhost_version: String,
     /// The driver this run manages: its local repo package and version (what `gpuhost
     /// rollback` goes back to, from the journal).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub driver: Option<crate::recorded::DriverRecord>,
-    pub command: &'static str,
+    pub command: Command,
     pub profile: String,
     pub root: String,
     pub live: bool,
@@ -56,6 +69,7 @@ pub struct Report {
     /// What did not stop the run but deserves a look.
     pub warnings: Vec<String>,
     /// False when the profile opts out of the NVIDIA driver (`driver.manage = false`).
+    #[serde(default = "managed")]
     pub driver_managed: bool,
     /// The bundle the packages came from (`--bundle`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -67,7 +81,24 @@ pub struct Report {
     pub steps: Vec<StepReport>,
 }
 
+/// A run converged: not a plan, and exit 0 or 3 ([`Report::converged`]).
+pub(crate) fn converged(dry_run: bool, exit_code: i32) -> bool {
+    !dry_run && (exit_code == exit::OK || exit_code == exit::REBOOT)
+}
+
+/// A report of an earlier version, which had no `driver_managed`, managed the driver.
+fn managed() -> bool {
+    true
+}
+
 impl Report {
+    /// The run converged (exit 0, or 3: converged but a reboot is required) and changed the
+    /// host (not a plan): what the kernel trigger repeats (`last-apply.json`) and what a
+    /// rollback goes back to.
+    pub fn converged(&self) -> bool {
+        converged(self.dry_run, self.exit_code)
+    }
+
     /// The summary line: `converged — steps: 2 changed, 10 unchanged, 3 skipped; 1 deferred
     /// action; 0 warnings`.
     pub fn summarize(&self) -> String {
@@ -131,4 +162,14 @@ impl Report {
         }
         line
     }
+}
+
+/// One run as the journal keeps it: the report, and the command line that ran it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunRecord {
+    #[serde(flatten)]
+    pub report: Report,
+    /// The command line, as the lock file records it.
+    #[serde(default)]
+    pub command_line: String,
 }

@@ -22,14 +22,14 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use gpuhost_host::cmd::{self, CmdRecord};
 use gpuhost_host::error::hint_of;
 pub use gpuhost_steps::step::{Change, FileWrite, Install, Owed, Phase, Work};
 pub use gpuhost_steps::step::{Check, Ctx, DnfFailure, Selection, Step};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Outcome {
     Unchanged,
@@ -64,22 +64,28 @@ impl fmt::Display for Outcome {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// One step in a report (and in the journal, which reads reports of earlier versions: what
+/// they may lack has a default).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StepReport {
     pub id: String,
     pub outcome: Outcome,
     /// Why: what was found, what changed, or why it failed.
     pub reason: String,
     /// What the user should do, when the step failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
     /// The changes made (or, in a dry run, that would be made).
+    #[serde(default)]
     pub changes: Vec<String>,
     /// Live-only actions owed (install-root mode).
+    #[serde(default)]
     pub deferred: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reboot_required: Option<String>,
+    #[serde(default)]
     pub commands: Vec<CmdRecord>,
+    #[serde(default)]
     pub duration_ms: u64,
     /// The signal (SIGTERM, SIGINT) that kept this step from running, if one did.
     #[serde(skip)]

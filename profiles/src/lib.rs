@@ -297,6 +297,16 @@ impl Profile {
         }
     }
 
+    /// Pin the driver to this local repo package, replacing the installed one, checked against
+    /// `sha256` (or against none: `None` unpins what the profile pins): `gpuhost rollback`'s
+    /// driver, over the profile's and the `--set`s'. Checked again as a resolved profile is.
+    pub fn pin_driver(&mut self, local_repo_rpm: PathBuf, sha256: Option<String>) -> Result<()> {
+        self.driver.local_repo_rpm = Some(local_repo_rpm);
+        self.driver.replace_local_repo = true;
+        self.driver.sha256 = sha256.filter(|s| !s.is_empty());
+        self.validate()
+    }
+
     /// Checks beyond types.
     fn validate(&self) -> Result<()> {
         let name = &self.name;

@@ -31,7 +31,7 @@ pub use build::{build, BuildOptions, BuildReport, Target};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use gpuhost_host::cmd::Cmd;
 use gpuhost_host::facts::Facts;
@@ -56,7 +56,7 @@ pub struct Opened {
 }
 
 /// What a report says of the bundle it used.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Info {
     pub source: String,
     pub profile: String,
