@@ -337,11 +337,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
             driver.as_ref(),
             profile.driver.sha256.as_deref(),
         ),
-        command: if opts.dry_run {
-            crate::report::Command::Plan
-        } else {
-            crate::report::Command::Apply
-        },
+        command: crate::report::Command::of(opts.dry_run),
         profile: profile.name.clone(),
         root: host.root().display().to_string(),
         live: host.is_live(),

@@ -32,6 +32,17 @@ pub enum Command {
     Plan,
 }
 
+impl Command {
+    /// `plan` for a dry run, else `apply`.
+    pub fn of(dry_run: bool) -> Command {
+        if dry_run {
+            Command::Plan
+        } else {
+            Command::Apply
+        }
+    }
+}
+
 /// What an `apply` or `plan` run says (stdout with `--format json`, and the journal). Read
 /// back from the journal of earlier versions too: what they may lack has a default.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
