@@ -357,17 +357,6 @@ const BACK_EDGES: &[(&str, &str, &str)] = &[];
 /// 33), each awaiting its split: what parent and children share moves into a leaf module. An
 /// entry that is gone must be removed; the list must end empty.
 const AWAITING_SPLIT: &[(&str, &str, &str)] = &[
-    ("nvidia", "compat::components", "compat"),
-    ("profiles", "driver", ""),
-    ("steps", "containers::daemon_json", "containers"),
-    ("steps", "driver::change", "driver"),
-    ("steps", "driver::fabric", "driver"),
-    ("steps", "driver::installed", "driver"),
-    ("steps", "driver::locks", "driver"),
-    ("steps", "driver::repo", "driver"),
-    ("steps", "driver::set", "driver"),
-    ("engine", "bundle::build", "apply"),
-    ("engine", "bundle::build", "bundle"),
     ("health", "verdict::gpu", "verdict"),
     ("health", "verdict::software", "verdict"),
     ("health", "verdict::space", "verdict"),
@@ -710,4 +699,112 @@ fn the_measure_skips_literals_comments_and_tests() {
     assert_eq!(fn_name("    pub fn x("), Some("x".to_string()));
     assert_eq!(fn_name("    // fn x("), None);
     assert_eq!(fn_name("    let fnord = 1;"), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unused dependencies (issue 33, item 4): what `cargo machete` checks, without installing it.
+// Every crate a Cargo.toml declares is named in the code that builds with it: a
+// `[dependencies]` entry in the crate's src/, a `[dev-dependencies]` entry in its src/, tests/
+// or benches/ (the agent's integration tests live in the top-level tests/). A dev-dependency
+// that is also a dependency only turns features on (the failpoints of the tests' binary).
+
+/// The dependency names of one `[section]` of a Cargo.toml.
+fn declared(manifest: &str, section: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in manifest.lines() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            inside = l == section;
+            continue;
+        }
+        if inside && !l.is_empty() && !l.starts_with('#') {
+            if let Some(name) = l.split(['.', ' ', '=']).next() {
+                out.push(name.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// The Rust text under these folders (files and folders that do not exist are skipped).
+fn rust_text(dirs: &[PathBuf]) -> String {
+    let mut text = String::new();
+    let mut stack: Vec<PathBuf> = dirs.to_vec();
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+                stack.push(e.path());
+            }
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            text.push_str(&std::fs::read_to_string(&p).unwrap_or_default());
+            text.push('\n');
+        }
+    }
+    text
+}
+
+/// True when the code names the crate `ident`: a path (`ident::`), a `use ident`, a macro
+/// (`ident!`) or an `extern crate`, not as part of a longer name.
+fn names_crate(text: &str, ident: &str) -> bool {
+    text.match_indices(ident).any(|(i, _)| {
+        let before = text[..i].chars().last();
+        let after = &text[i + ident.len()..];
+        let starts = !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
+        starts
+            && (after.starts_with("::")
+                || after.starts_with('!')
+                || after.starts_with(';')
+                || text[..i].trim_end().ends_with("use")
+                || text[..i].trim_end().ends_with("extern crate"))
+    })
+}
+
+#[test]
+fn every_declared_dependency_is_used() {
+    let mut unused = Vec::new();
+    for dir in CRATES {
+        let root = top().join(dir);
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap_or_default();
+        let deps = declared(&manifest, "[dependencies]");
+        assert!(
+            !deps.is_empty(),
+            "{dir}/Cargo.toml declares no dependency: moved?"
+        );
+        let src = rust_text(&[root.join("src"), root.join("build.rs")]);
+        let mut dev_dirs = vec![root.join("src"), root.join("tests"), root.join("benches")];
+        if *dir == "agent" {
+            dev_dirs.push(top().join("tests"));
+        }
+        let dev_src = rust_text(&dev_dirs);
+        for name in &deps {
+            if !names_crate(&src, &name.replace('-', "_")) {
+                unused.push(format!("{dir}: [dependencies] {name}"));
+            }
+        }
+        for name in declared(&manifest, "[dev-dependencies]") {
+            if !deps.contains(&name) && !names_crate(&dev_src, &name.replace('-', "_")) {
+                unused.push(format!("{dir}: [dev-dependencies] {name}"));
+            }
+        }
+    }
+    assert!(
+        unused.is_empty(),
+        "declared but never named in the code (remove them from Cargo.toml):\n{}",
+        unused.join("\n")
+    );
+}
+
+#[test]
+fn the_dependency_check_reads_names_not_parts() {
+    assert!(names_crate("use serde::Serialize;", "serde"));
+    assert!(names_crate("let v = serde_json::json!({});", "serde_json"));
+    assert!(!names_crate("let v = serde_json::json!({});", "serde"));
+    assert!(names_crate("tracing::info!(\"x\");", "tracing"));
+    assert!(!names_crate("my_tracing::info!(\"x\");", "tracing"));
+    assert!(!names_crate("gpuhost_host::cmd::Cmd", "host"));
+    assert!(names_crate("use libc;", "libc"));
+    let manifest = "[dependencies]\nanyhow.workspace = true\n# note\nlibc = \"0.2\"\n\n[dev-dependencies]\nrstest.workspace = true\n";
+    assert_eq!(declared(manifest, "[dependencies]"), vec!["anyhow", "libc"]);
+    assert_eq!(declared(manifest, "[dev-dependencies]"), vec!["rstest"]);
 }

@@ -693,6 +693,11 @@ fn rollback_returns_to_the_previous_converged_driver() {
     let (rc, rep, err) = rollback(&[]);
     assert_eq!(rc, 0, "{err}\n{rep:#}");
     node.assert_on("570.124.06", DRIVER_LOCAL_EL9_570);
+    // What the kernel trigger repeats stays on the driver rolled back to (typed, not --sets).
+    let last: Value = serde_json::from_str(&node.root.read("/var/lib/gpuhost/last-apply.json"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(last["driver"]["version"], "570.124.06", "{last:#}");
+    assert_eq!(last_run(&node.root)["driver"]["version"], "570.124.06");
     // Back again (the journal's last two drivers), then the earlier file is gone: refused.
     let (rc, rep, err) = rollback(&[]);
     assert_eq!(rc, 0, "{err}\n{rep:#}");

@@ -513,6 +513,7 @@ fn apply_options(a: &ApplyArgs, dry_run: bool) -> ApplyOptions {
         command_line: command_line(),
         bundle: a.bundle.clone(),
         reboot_via: a.reboot_via.map(Into::into),
+        driver: None,
     }
 }
 
@@ -577,6 +578,7 @@ fn recorded_options(
         command_line: command_line(),
         bundle: a.bundle.map(PathBuf::from),
         reboot_via: a.reboot_via,
+        driver: a.driver,
     }
 }
 

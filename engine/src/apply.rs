@@ -4,13 +4,15 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Result;
-use serde::Serialize;
 
 use crate::bootguard;
 use crate::bundle;
 use crate::lock::ApplyLock;
-use crate::reboot::{self, RebootReport, ResumeArgs};
-use crate::runner::{self, Ctx, Outcome, Selection, StepReport};
+use crate::preflight::{check_kernel_release, grace_fits, is_root, preflight};
+use crate::reboot;
+use crate::recorded::{DriverRecord, ResumeArgs};
+pub use crate::report::{exit, Report};
+use crate::runner::{self, Ctx, Selection, StepReport};
 use gpuhost_host::facts::{Facts, KernelChoice};
 use gpuhost_host::fsutil;
 use gpuhost_host::guard_record::KMOD_COMMON;
@@ -19,21 +21,6 @@ use gpuhost_host::invalid;
 use gpuhost_host::kernel::Flavour;
 use gpuhost_profile::Profile;
 use gpuhost_steps;
-
-/// Exit codes, part of the interface.
-pub mod exit {
-    /// Converged.
-    pub const OK: i32 = 0;
-    /// A step failed; the report says which, why and what to do.
-    pub const FAILED: i32 = 1;
-    /// Invalid input or unsupported host; nothing was changed.
-    pub const INVALID: i32 = 2;
-    /// Converged except that a reboot is required.
-    pub const REBOOT: i32 = 3;
-    /// A reboot is required and Slurm was asked for it (`reboot.via = "slurm"`): it reboots the
-    /// node once its jobs have ended.
-    pub const REBOOT_SCHEDULED: i32 = 4;
-}
 
 #[derive(Clone, Debug)]
 pub struct ApplyOptions {
@@ -53,6 +40,8 @@ pub struct ApplyOptions {
     pub reboot_via: Option<gpuhost_profile::RebootVia>,
     /// `--bundle DIR|TARBALL`: the profile and every package come from a verified bundle.
     pub bundle: Option<PathBuf>,
+    /// The driver `gpuhost rollback` goes back to, over the profile's and the `--set`s'.
+    pub driver: Option<DriverRecord>,
 }
 
 impl ApplyOptions {
@@ -67,118 +56,8 @@ impl ApplyOptions {
             max_reboots: self.max_reboots,
             bundle: self.bundle.as_ref().map(|b| b.display().to_string()),
             reboot_via: self.reboot_via,
+            driver: self.driver.clone(),
         }
-    }
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Report {
-    pub gpuhost_version: &'static str,
-    /// The driver this run manages: its local repo package and version (what `gpuhost
-    /// rollback` goes back to, from the journal).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub driver: Option<crate::rollback::DriverRecord>,
-    pub command: &'static str,
-    pub profile: String,
-    pub root: String,
-    pub live: bool,
-    pub dry_run: bool,
-    pub target_kernel: Option<String>,
-    pub started_at: String,
-    pub duration_ms: u64,
-    pub exit_code: i32,
-    /// Why a reboot is required, when one is.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub reboot_required: Vec<String>,
-    /// What gpuhost did about a reboot (`--reboot`, resume chains).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reboot: Option<RebootReport>,
-    /// `interrupted at step X by SIGTERM`: a signal stopped the run (exit 128 + the signal).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub interrupted: Option<String>,
-    /// The run in one line: the verdict, steps per outcome, deferred actions and warnings
-    /// counted (the text report's last line says the same).
-    pub summary: String,
-    /// Every step's deferred actions, as `step: action`: what only a live run can do (in an
-    /// install root, what its first boot owes).
-    pub deferred: Vec<String>,
-    /// What did not stop the run but deserves a look.
-    pub warnings: Vec<String>,
-    /// False when the profile opts out of the NVIDIA driver (`driver.manage = false`).
-    pub driver_managed: bool,
-    /// The bundle the packages came from (`--bundle`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bundle: Option<bundle::Info>,
-    /// What the kernel guard did about the default boot entry ([`crate::bootguard`]); absent
-    /// when it did not run (plan, `kernel.guard = false`, no driver in the profile).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kernel_guard: Option<bootguard::Decision>,
-    pub steps: Vec<StepReport>,
-}
-
-impl Report {
-    /// The summary line: `converged — steps: 2 changed, 10 unchanged, 3 skipped; 1 deferred
-    /// action; 0 warnings`.
-    pub fn summarize(&self) -> String {
-        let count = |o: Outcome| self.steps.iter().filter(|s| s.outcome == o).count();
-        let verdict = match self.exit_code {
-            exit::OK if self.dry_run && count(Outcome::WouldChange) > 0 => "plan".to_string(),
-            exit::OK if self.dry_run => "nothing to change".to_string(),
-            exit::OK => "converged".to_string(),
-            exit::REBOOT => "converged, but a reboot is required".to_string(),
-            exit::REBOOT_SCHEDULED => {
-                "converged, but a reboot is required: Slurm reboots the node".to_string()
-            }
-            _ => {
-                let failed: Vec<&str> = self
-                    .steps
-                    .iter()
-                    .filter(|s| s.outcome.is_failure())
-                    .map(|s| s.id.as_str())
-                    .collect();
-                if let Some(why) = &self.interrupted {
-                    why.clone()
-                } else if failed.is_empty()
-                    && self
-                        .kernel_guard
-                        .as_ref()
-                        .is_some_and(bootguard::Decision::is_trouble)
-                {
-                    "failed: kernel guard".to_string()
-                } else if failed.is_empty() {
-                    "stopped".to_string()
-                } else {
-                    format!("failed: {}", failed.join(", "))
-                }
-            }
-        };
-        let outcomes = [
-            Outcome::Changed,
-            Outcome::WouldChange,
-            Outcome::Unchanged,
-            Outcome::Deferred,
-            Outcome::Failed,
-            Outcome::Partial,
-            Outcome::Skipped,
-        ];
-        let steps: Vec<String> = outcomes
-            .iter()
-            .map(|o| (count(*o), o))
-            .filter(|(n, _)| *n > 0)
-            .map(|(n, o)| format!("{n} {o}"))
-            .collect();
-        let plural =
-            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-        let mut line = format!(
-            "{verdict} — steps: {}; {}; {}",
-            steps.join(", "),
-            plural(self.deferred.len(), "deferred action", "deferred actions"),
-            plural(self.warnings.len(), "warning", "warnings"),
-        );
-        if !self.driver_managed {
-            line.push_str("; NVIDIA driver not managed (driver.manage = false)");
-        }
-        line
     }
 }
 
@@ -197,21 +76,6 @@ pub struct Prepared {
     /// The run serves the kernels the bundle carries, and the kernel guard keeps the default
     /// boot on one of them, with this as its reason (exit 1, as online without headers).
     pub unserved: Option<String>,
-}
-
-/// A kernel release as `uname -r` prints it: `5.15.0-204.147.6.2.el8uek.x86_64`.
-pub(crate) fn check_kernel_release(k: &str) -> Result<()> {
-    let ok = k.starts_with(|c: char| c.is_ascii_digit())
-        && k.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._+-~".contains(c))
-        && !k.contains("..");
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid!(
-            "--kernel-release {k:?} is not a kernel release; give it as `uname -r` prints it, e.g. 5.15.0-204.147.6.2.el8uek.x86_64"
-        ))
-    }
 }
 
 pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
@@ -301,8 +165,18 @@ fn point_dnf(host: &mut Host, profile: &Profile, facts: &Facts) {
     }
 }
 
-/// The run's profile: the bundle's (a `--profile` must name the same), else `--profile`'s.
+/// The run's profile: the bundle's (a `--profile` must name the same), else `--profile`'s;
+/// with a rollback's driver pinned.
 fn profile_of(opts: &ApplyOptions, bundle: Option<&bundle::Opened>) -> Result<Profile> {
+    let mut profile = profile_with_sets(opts, bundle)?;
+    if let Some(d) = &opts.driver {
+        profile.pin_driver(PathBuf::from(&d.local_repo_rpm), d.sha256.clone())?;
+    }
+    Ok(profile)
+}
+
+/// The bundle's profile or `--profile`'s, with the `--set`s.
+fn profile_with_sets(opts: &ApplyOptions, bundle: Option<&bundle::Opened>) -> Result<Profile> {
     let Some(b) = bundle else {
         return Profile::resolve(&opts.profile, &opts.sets);
     };
@@ -367,155 +241,6 @@ fn fit_bundle(
     b.fits(&narrowed)?;
     *facts = narrowed;
     Ok(Some(format!("{e:#}")))
-}
-
-/// The machine fits the profile: one architecture in the root, an RHCK profile only where
-/// Oracle ships an RHCK for the architecture.
-fn machine_fits(facts: &Facts, profile: &Profile, root: &str) -> Result<()> {
-    if let Some(mixed) = &facts.mixed_arch {
-        return Err(invalid!("{mixed}"));
-    }
-    let Some(arch) = facts.arch.as_deref() else {
-        return Ok(());
-    };
-    if profile.kernel.flavour == Flavour::Rhck
-        && !gpuhost_host::platform::has_rhck(profile.os.major, arch)
-    {
-        return Err(invalid!(
-            "{root} is {arch}, and Oracle Linux {} ships no RHCK for {arch} (the UEK only); use --profile ol{}-uek",
-            profile.os.major,
-            profile.os.major
-        ));
-    }
-    Ok(())
-}
-
-/// A Grace superchip (GH200, GB200, GB300) sits in an aarch64 node: on a host of another
-/// architecture it is bad input (a root built for the wrong machine).
-fn grace_fits(facts: &Facts, root: &str) -> Result<()> {
-    let Some(arch) = facts.arch.as_deref().filter(|a| *a != "aarch64") else {
-        return Ok(());
-    };
-    let grace = facts
-        .gpus
-        .iter()
-        .find(|g| g.kind.as_ref().is_some_and(|k| k.grace));
-    match grace {
-        Some(g) => Err(invalid!(
-            "{} [10de:{}] is a {}, whose nodes are aarch64, but {root} is {arch}; build the image for aarch64 (an aarch64 root, dnf --forcearch=aarch64)",
-            g.address,
-            g.device_id,
-            g.kind.as_ref().map(|k| k.describe()).unwrap_or_default()
-        )),
-        None => Ok(()),
-    }
-}
-
-/// The host runs the Oracle Linux release the profile is for.
-fn os_fits(host: &Host, profile: &Profile, facts: &Facts) -> Result<()> {
-    let root = host.root().display();
-    let supported = gpuhost_host::platform::supported_text();
-    // On the machine itself (not an install root): image builds go through --root.
-    let image_hint = if host.is_live() {
-        "; to build an Oracle Linux image from this machine, run gpuhost on its install root with --root DIR"
-    } else {
-        ""
-    };
-    let Some(os) = &facts.os else {
-        return Err(invalid!(
-            "{root} has no /etc/os-release: not an Oracle Linux system; gpuhost supports {supported}{image_hint}"
-        ));
-    };
-    if !os.is_oracle_linux() {
-        return Err(invalid!(
-            "{root} runs {}, not Oracle Linux; gpuhost supports {supported}{image_hint}",
-            os.pretty_name
-        ));
-    }
-    let major = os.major();
-    if major != Some(profile.os.major) {
-        let suggestion = match major {
-            Some(m) if gpuhost_host::platform::release(m).is_some() => format!(
-                "; use --profile ol{m}-{}",
-                flavour_suffix(profile.kernel.flavour)
-            ),
-            _ => format!("; gpuhost supports {supported}"),
-        };
-        return Err(invalid!(
-            "{root} runs {} but profile {} is for Oracle Linux {}{suggestion}",
-            os.pretty_name,
-            profile.name,
-            profile.os.major
-        ));
-    }
-    Ok(())
-}
-
-/// The host must be the Oracle Linux release and kernel flavour the profile is for.
-pub(crate) fn preflight(
-    host: &Host,
-    profile: &Profile,
-    facts: &Facts,
-    release_given: bool,
-) -> Result<()> {
-    let root = host.root().display();
-    os_fits(host, profile, facts)?;
-    machine_fits(facts, profile, &root.to_string())?;
-    let want = profile.kernel.flavour;
-    let other = match want {
-        Flavour::Uek => Flavour::Rhck,
-        Flavour::Rhck => Flavour::Uek,
-    };
-    let right_profile = format!("ol{}-{}", profile.os.major, flavour_suffix(other));
-    match &facts.target_kernel {
-        None => {
-            let hint = if facts.installed_kernels.is_empty() {
-                format!("install {} first", want.kernel_package())
-            } else {
-                format!(
-                    "it has only {other} kernels ({}): use --profile {right_profile}, or install {}",
-                    facts.installed_kernels.join(", "),
-                    want.kernel_package()
-                )
-            };
-            Err(invalid!("no {want} kernel is installed in {root}; {hint}"))
-        }
-        Some(k) if Flavour::of(k) != want => Err(invalid!(
-            "kernel {k} is {other}, but profile {} is for {want}; use --profile {right_profile}",
-            profile.name
-        )),
-        Some(k) if release_given && !host.exists(format!("/lib/modules/{k}/vmlinuz")) => {
-            Err(invalid!(
-                "--kernel-release {k}: no such kernel is installed in {root} (installed: {})",
-                if facts.installed_kernels.is_empty() {
-                    "none".to_string()
-                } else {
-                    facts.installed_kernels.join(", ")
-                }
-            ))
-        }
-        // The root's rpm database: where its OS keeps it, or refused (rpm and dnf are told).
-        Some(_) => host.rpm_dbpath().map(drop),
-    }
-}
-
-/// Effective uid 0, from /proc (no libc call needed).
-pub(crate) fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
-        })
-        .unwrap_or(false)
-}
-
-fn flavour_suffix(f: Flavour) -> &'static str {
-    match f {
-        Flavour::Uek => "uek",
-        Flavour::Rhck => "rhck",
-    }
 }
 
 /// Run `apply` (or `plan` when `opts.dry_run`). Errors are for runs that could not start
@@ -584,7 +309,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         guard_failed(kernel_guard.as_ref(), unserved.is_some()),
         &reboot_required,
     );
-    if !opts.dry_run && (exit_code == exit::OK || exit_code == exit::REBOOT) {
+    if crate::report::converged(opts.dry_run, exit_code) {
         // What the kernel trigger repeats when a new kernel is installed.
         bootguard::save_last_apply(host, &opts.resume_args())?;
     }
@@ -606,13 +331,13 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         }
     }
     let mut report = Report {
-        gpuhost_version: env!("CARGO_PKG_VERSION"),
+        gpuhost_version: env!("CARGO_PKG_VERSION").to_string(),
         driver: crate::rollback::record(
             &opts.selection,
             driver.as_ref(),
             profile.driver.sha256.as_deref(),
         ),
-        command: if opts.dry_run { "plan" } else { "apply" },
+        command: crate::report::Command::of(opts.dry_run),
         profile: profile.name.clone(),
         root: host.root().display().to_string(),
         live: host.is_live(),
@@ -634,9 +359,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     };
     report.summary = report.summarize();
     if !opts.dry_run {
-        let mut entry = serde_json::to_value(&report)?;
-        entry["command_line"] = serde_json::Value::String(opts.command_line.clone());
-        crate::journal::journal_append(host, entry)?;
+        crate::journal::journal_append(host, &report, &opts.command_line)?;
     }
     Ok(report)
 }
@@ -755,9 +478,9 @@ fn interrupted_before_start(
         gpuhost_host::interrupt::name(sig)
     );
     let mut report = Report {
-        gpuhost_version: env!("CARGO_PKG_VERSION"),
+        gpuhost_version: env!("CARGO_PKG_VERSION").to_string(),
         driver: None,
-        command: "apply",
+        command: crate::report::Command::Apply,
         profile: opts.profile.clone(),
         root: opts.root.display().to_string(),
         live: opts.root == std::path::Path::new("/"),
@@ -780,9 +503,7 @@ fn interrupted_before_start(
     report.summary = report.summarize();
     let journaled = Host::new(&opts.root).and_then(|host| {
         let _lock = ApplyLock::acquire(&host, &opts.command_line)?;
-        let mut entry = serde_json::to_value(&report)?;
-        entry["command_line"] = serde_json::Value::String(opts.command_line.clone());
-        crate::journal::journal_append(&host, entry)
+        crate::journal::journal_append(&host, &report, &opts.command_line)
     });
     if let Err(e) = journaled {
         let warning = format!("the interruption is not in the journal: {e:#}");

@@ -21,7 +21,7 @@
 //! it). [`gpuhost_host::kernel::default_boot`] reads it back the same way in both.
 
 use anyhow::{anyhow, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use gpuhost_host::cmd::Cmd;
 use gpuhost_host::host::Host;
@@ -34,7 +34,7 @@ pub use gpuhost_host::guard_record::{has_module, load, Record, GUARD_PATH};
 const GRUBENV_SIZE: usize = 1024;
 
 /// What the guard did after an apply.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Decision {
     /// The default boot kernel has the module: nothing to guard.
@@ -243,11 +243,11 @@ pub(crate) fn grubenv_set(text: &str, key: &str, value: &str) -> Result<String> 
 /// (`gpuhost kernel-added`, run by gpuhost-kernel@KVER.service) repeats for a new kernel.
 pub const LAST_APPLY_PATH: &str = "/var/lib/gpuhost/last-apply.json";
 
-pub(crate) fn save_last_apply(host: &Host, args: &crate::reboot::ResumeArgs) -> Result<()> {
+pub(crate) fn save_last_apply(host: &Host, args: &crate::recorded::ResumeArgs) -> Result<()> {
     host.write_json(LAST_APPLY_PATH, args, 0o644)
 }
 
-pub fn load_last_apply(host: &Host) -> Result<Option<crate::reboot::ResumeArgs>> {
+pub fn load_last_apply(host: &Host) -> Result<Option<crate::recorded::ResumeArgs>> {
     host.read_json_opt(
         LAST_APPLY_PATH,
         "run gpuhost apply --profile P once to rewrite it",

@@ -6,12 +6,15 @@ use anyhow::Result;
 use gpuhost_host::host::Host;
 use gpuhost_steps::state::State;
 
+use crate::report::{Report, RunRecord};
+
 pub(crate) const JOURNAL_PATH: &str = "/var/lib/gpuhost/journal.json";
 /// How many runs the journal keeps.
 const JOURNAL_RUNS: usize = 20;
 
-/// The journal's runs; `Err` with why when the file is there but not a journal.
-fn read_journal(host: &Host) -> Result<Vec<serde_json::Value>, String> {
+/// The journal's runs; `Err` with why when the file is there but not a journal (a journal of an
+/// earlier version is one: what its runs lack has a default).
+fn read_journal(host: &Host) -> Result<Vec<RunRecord>, String> {
     let Some(bytes) = host
         .read_bytes_opt(JOURNAL_PATH)
         .map_err(|e| format!("{e:#}"))?
@@ -68,7 +71,7 @@ pub fn preflight(host: &Host) -> Result<Vec<String>> {
 }
 
 /// The journal's runs, oldest first; an error (exit 2) naming the file when it is not a journal.
-pub fn runs(host: &Host) -> Result<Vec<serde_json::Value>> {
+pub fn runs(host: &Host) -> Result<Vec<RunRecord>> {
     read_journal(host).map_err(|why| {
         gpuhost_host::invalid!(
             "{JOURNAL_PATH} is not gpuhost's journal: {why}; move it aside (the next apply starts a new one)"
@@ -76,8 +79,9 @@ pub fn runs(host: &Host) -> Result<Vec<serde_json::Value>> {
     })
 }
 
-/// Append a run's report to the journal (the last runs, newest last), atomically.
-pub(crate) fn journal_append(host: &Host, run: serde_json::Value) -> Result<()> {
+/// Append a run's report, with the command line that ran it, to the journal (the last runs,
+/// newest last), atomically.
+pub(crate) fn journal_append(host: &Host, report: &Report, command_line: &str) -> Result<()> {
     let mut runs = match read_journal(host) {
         Ok(runs) => runs,
         Err(why) => {
@@ -85,7 +89,10 @@ pub(crate) fn journal_append(host: &Host, run: serde_json::Value) -> Result<()> 
             Vec::new()
         }
     };
-    runs.push(run);
+    runs.push(RunRecord {
+        report: report.clone(),
+        command_line: command_line.to_string(),
+    });
     let excess = runs.len().saturating_sub(JOURNAL_RUNS);
     runs.drain(..excess);
     host.write_json(JOURNAL_PATH, &runs, 0o644)
@@ -100,12 +107,54 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let host = Host::new(dir.path())?;
         for i in 0..25 {
-            journal_append(&host, serde_json::json!({ "run": i }))?;
+            let report = Report {
+                duration_ms: i,
+                ..Report::default()
+            };
+            journal_append(&host, &report, &format!("gpuhost apply #{i}"))?;
         }
-        let runs: Vec<serde_json::Value> =
-            serde_json::from_str(&host.read_opt(JOURNAL_PATH)?.unwrap_or_default())?;
+        let runs = runs(&host)?;
         assert_eq!(runs.len(), 20);
-        assert_eq!(runs[19]["run"], 24);
+        assert_eq!(runs[19].report.duration_ms, 24);
+        assert_eq!(runs[19].command_line, "gpuhost apply #24");
+        assert_eq!(runs[0].report.duration_ms, 5);
+        Ok(())
+    }
+
+    /// A journal an earlier gpuhost wrote (no `driver`, `driver_managed`, `bundle`,
+    /// `kernel_guard`; a field since dropped) is read, and kept when a run is appended.
+    #[test]
+    fn a_journal_of_an_earlier_version_is_read() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let host = Host::new(dir.path())?;
+        let old = r#"[{"gpuhost_version":"0.0.9","command":"apply","profile":"ol9-uek","root":"/","live":true,"dry_run":false,"target_kernel":"5.15.0-1.el9uek.x86_64","started_at":"2026-01-02T03:04:05Z","duration_ms":7,"exit_code":3,"summary":"converged, but a reboot is required","deferred":[],"warnings":[],"old_field":1,"steps":[{"id":"kernel","outcome":"unchanged","reason":"ok","changes":[],"deferred":[],"commands":[{"argv":["rpm","-q","kernel-uek"],"exit_code":0,"duration_ms":2}],"duration_ms":3}],"command_line":"gpuhost apply --profile ol9-uek"}]"#;
+        host.write_atomic(JOURNAL_PATH, old.as_bytes(), 0o644)?;
+        assert!(
+            preflight(&host)?.is_empty(),
+            "an old journal was moved aside"
+        );
+        let runs1 = runs(&host)?;
+        let r = &runs1[0].report;
+        assert!(r.converged(), "exit 3 of an apply is converged");
+        assert!(r.driver_managed && r.driver.is_none() && r.kernel_guard.is_none());
+        assert_eq!(r.steps[0].commands[0].argv, ["rpm", "-q", "kernel-uek"]);
+        journal_append(&host, &Report::default(), "gpuhost apply")?;
+        let runs2 = runs(&host)?;
+        assert_eq!(runs2.len(), 2);
+        assert_eq!(runs2[0].command_line, "gpuhost apply --profile ol9-uek");
+        Ok(())
+    }
+
+    /// What is not a journal (a list of something else) is moved aside with a warning.
+    #[test]
+    fn what_is_not_a_journal_is_moved_aside() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let host = Host::new(dir.path())?;
+        host.write_atomic(JOURNAL_PATH, br#"[{"command": 7}]"#, 0o644)?;
+        assert!(runs(&host).is_err());
+        let warnings = preflight(&host)?;
+        assert!(warnings[0].contains("moved aside"), "{warnings:?}");
+        assert!(runs(&host)?.is_empty());
         Ok(())
     }
 }

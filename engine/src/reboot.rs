@@ -13,67 +13,14 @@ use gpuhost_host::fsutil;
 use gpuhost_host::host::Host;
 use gpuhost_profile::{RebootSpec, RebootVia};
 
+pub use crate::recorded::{ResumeArgs, DEFAULT_MAX_REBOOTS};
+
 pub const RESUME_PATH: &str = "/var/lib/gpuhost/resume.json";
 pub const UNIT: &str = "gpuhost-resume.service";
 /// The unit as the RPM ships it; written to /etc when the package's copy is absent.
 pub(crate) const UNIT_TEXT: &str = include_str!("../../packaging/gpuhost-resume.service");
 const PACKAGED_UNIT: &str = "/usr/lib/systemd/system/gpuhost-resume.service";
 const LOCAL_UNIT: &str = "/etc/systemd/system/gpuhost-resume.service";
-pub const DEFAULT_MAX_REBOOTS: u32 = 3;
-
-/// The apply arguments a resumed run repeats.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ResumeArgs {
-    pub profile: String,
-    #[serde(default)]
-    pub sets: Vec<String>,
-    #[serde(default)]
-    pub only: Vec<String>,
-    #[serde(default)]
-    pub skip: Vec<String>,
-    #[serde(default = "default_max")]
-    pub max_reboots: u32,
-    /// `--bundle`: the bundle directory or tarball, verified again after the reboot.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bundle: Option<String>,
-    /// `--reboot-via`: who reboots (else the profile's `reboot.via`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reboot_via: Option<RebootVia>,
-}
-
-impl ResumeArgs {
-    /// The `gpuhost` arguments that repeat this apply (after `gpuhost`): `apply`, then
-    /// `--bundle B` or `--profile P`, each `--set`, `--only`/`--skip`. What a person runs to
-    /// repeat it, e.g. the kernel guard's fix command.
-    pub fn argv(&self) -> Vec<String> {
-        let mut argv = vec!["apply".to_string()];
-        let mut flag = |name: &str, value: &str| {
-            argv.push(format!("--{name}"));
-            argv.push(value.to_string());
-        };
-        match &self.bundle {
-            Some(b) => flag("bundle", b),
-            None => flag("profile", &self.profile),
-        }
-        if !self.profile.is_empty() && self.bundle.is_some() {
-            flag("profile", &self.profile);
-        }
-        for s in &self.sets {
-            flag("set", s);
-        }
-        if !self.only.is_empty() {
-            flag("only", &self.only.join(","));
-        }
-        if !self.skip.is_empty() {
-            flag("skip", &self.skip.join(","));
-        }
-        argv
-    }
-}
-
-fn default_max() -> u32 {
-    DEFAULT_MAX_REBOOTS
-}
 
 /// `/var/lib/gpuhost/resume.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -97,7 +44,7 @@ impl ResumeState {
 }
 
 /// What gpuhost did about a reboot.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum RebootAction {
     /// The resume unit is enabled and the caller reboots once the report is out.
@@ -113,7 +60,7 @@ pub enum RebootAction {
 }
 
 /// What happened about a reboot, for the report.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RebootReport {
     pub action: RebootAction,
     pub reboots: u32,

@@ -14,25 +14,13 @@
 //! anything changes.
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 
 use gpuhost_host::host::Host;
 use gpuhost_host::invalid;
 use gpuhost_steps::step::Selection;
 
-use crate::reboot::ResumeArgs;
-
-/// The driver of one apply, as the journal keeps it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DriverRecord {
-    /// `driver.local_repo_rpm`.
-    pub local_repo_rpm: String,
-    /// The driver version its file name gives.
-    pub version: String,
-    /// `driver.sha256`, when the apply pinned it (the file was checked against it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
-}
+use crate::recorded::{DriverRecord, ResumeArgs};
+use crate::report::{Command, RunRecord};
 
 /// The driver record of an apply with this step `selection`: none unless every step that
 /// needs the driver package was selected (a step-limited apply did not manage the driver).
@@ -62,16 +50,16 @@ pub struct Rollback {
 }
 
 /// The converged applies of a journal (oldest first) that managed a driver.
-fn converged(runs: &[serde_json::Value]) -> Vec<DriverRecord> {
+fn converged(runs: &[RunRecord]) -> Vec<DriverRecord> {
     runs.iter()
-        .filter(|r| r["command"] == "apply" && r["dry_run"] == false)
-        .filter(|r| matches!(r["exit_code"].as_i64(), Some(0 | 3)))
-        .filter_map(|r| serde_json::from_value(r["driver"].clone()).ok())
+        .map(|r| &r.report)
+        .filter(|r| r.command == Command::Apply && r.converged())
+        .filter_map(|r| r.driver.clone())
         .collect()
 }
 
 /// The rollback from the journal's runs (oldest first) and the last apply's arguments.
-pub fn from_runs(runs: &[serde_json::Value], last: ResumeArgs) -> Result<Rollback> {
+pub fn from_runs(runs: &[RunRecord], last: ResumeArgs) -> Result<Rollback> {
     let applies = converged(runs);
     let Some(from) = applies.last().cloned() else {
         return Err(invalid!(
@@ -121,19 +109,12 @@ fn named_for(to: &DriverRecord) -> Result<()> {
     ))
 }
 
-/// The last apply's arguments for going to `to`: its local repo package, its checksum
-/// (`driver.sha256=""` unpins one the last apply pinned), and every step that needs the driver
-/// package selected (taken out of `--skip`, added to `--only`).
+/// The last apply's arguments for going to `to`: the driver pinned to `to` (its local repo
+/// package replacing the installed one, checked against its own checksum, or none), and every
+/// step that needs the driver package selected (taken out of `--skip`, added to `--only`).
 fn rollback_args(last: ResumeArgs, to: &DriverRecord) -> ResumeArgs {
     let mut args = last;
-    args.sets.retain(|s| !s.starts_with("driver.sha256="));
-    args.sets
-        .push(format!("driver.local_repo_rpm={}", to.local_repo_rpm));
-    args.sets.push("driver.replace_local_repo=true".to_string());
-    args.sets.push(format!(
-        "driver.sha256={}",
-        to.sha256.as_deref().unwrap_or("\"\"")
-    ));
+    args.driver = Some(to.clone());
     let driver_steps = gpuhost_steps::steps_needing_package(&Selection::default());
     args.skip.retain(|s| !driver_steps.contains(&s.as_str()));
     if !args.only.is_empty() {
@@ -174,39 +155,60 @@ mod tests {
     #![allow(clippy::panic)] // a test fails by panicking
 
     use super::*;
-    use serde_json::json;
+    use crate::report::Report;
 
     fn file(d: &str) -> String {
         format!("/srv/nvidia-driver-local-repo-rhel9-{d}-1.0-1.x86_64.rpm")
     }
 
-    fn run(command: &str, exit: i64, drv: Option<&str>) -> serde_json::Value {
-        let mut r = json!({"command": command, "dry_run": command == "plan", "exit_code": exit});
-        if let Some(d) = drv {
-            r["driver"] = json!({"local_repo_rpm": file(d), "version": d});
+    fn run(command: Command, exit: i32, drv: Option<&str>) -> RunRecord {
+        RunRecord {
+            report: Report {
+                command,
+                dry_run: command == Command::Plan,
+                exit_code: exit,
+                driver: drv.map(|d| DriverRecord {
+                    local_repo_rpm: file(d),
+                    version: d.to_string(),
+                    sha256: None,
+                }),
+                ..Report::default()
+            },
+            command_line: String::new(),
         }
-        r
+    }
+
+    fn apply(exit: i32, drv: Option<&str>) -> RunRecord {
+        run(Command::Apply, exit, drv)
     }
 
     #[test]
     fn goes_back_to_the_last_converged_apply_of_another_driver() {
         let runs = vec![
-            run("apply", 0, Some("535.104.05")),
-            run("apply", 0, Some("550.54.15")),
-            run("apply", 1, Some("570.124.06")),
-            run("plan", 0, Some("580.82.07")),
-            run("apply", 3, Some("580.82.07")),
-            run("apply", 0, Some("580.82.07")),
+            apply(0, Some("535.104.05")),
+            apply(0, Some("550.54.15")),
+            apply(1, Some("570.124.06")),
+            run(Command::Plan, 0, Some("580.82.07")),
+            apply(3, Some("580.82.07")),
+            apply(0, Some("580.82.07")),
         ];
         let r = from_runs(&runs, ResumeArgs::default()).unwrap_or_else(|e| panic!("{e:#}"));
         assert_eq!(r.from.version, "580.82.07");
         assert_eq!(r.to.version, "550.54.15");
+        assert_eq!(r.args.driver.as_ref(), Some(&r.to));
+        assert!(r.args.sets.is_empty(), "{:?}", r.args.sets);
+        // What a person runs to repeat it: the pin as --sets, after the apply's own.
+        let argv = r.args.argv();
+        let tail: Vec<&str> = argv[argv.len() - 6..].iter().map(String::as_str).collect();
         assert_eq!(
-            r.args.sets,
-            vec![
-                format!("driver.local_repo_rpm={}", file("550.54.15")),
-                "driver.replace_local_repo=true".to_string(),
-                "driver.sha256=\"\"".to_string(),
+            tail,
+            [
+                "--set",
+                &format!("driver.local_repo_rpm={}", file("550.54.15")),
+                "--set",
+                "driver.replace_local_repo=true",
+                "--set",
+                "driver.sha256=\"\"",
             ]
         );
     }
@@ -216,11 +218,10 @@ mod tests {
     /// file against its own recorded checksum (issue 34, item 5).
     #[test]
     fn the_rollback_selects_the_driver_steps_and_the_older_checksum() {
-        let mut runs = vec![
-            run("apply", 0, Some("570.124.06")),
-            run("apply", 0, Some("580.82.07")),
-        ];
-        runs[0]["driver"]["sha256"] = json!("a".repeat(64));
+        let mut runs = vec![apply(0, Some("570.124.06")), apply(0, Some("580.82.07"))];
+        if let Some(d) = runs[0].report.driver.as_mut() {
+            d.sha256 = Some("a".repeat(64));
+        }
         let last = ResumeArgs {
             sets: vec![format!("driver.sha256={}", "b".repeat(64))],
             only: vec!["docker".into()],
@@ -228,13 +229,15 @@ mod tests {
             ..ResumeArgs::default()
         };
         let r = from_runs(&runs, last).unwrap_or_else(|e| panic!("{e:#}"));
-        let sums: Vec<&String> = r
-            .args
-            .sets
-            .iter()
-            .filter(|s| s.contains("sha256"))
-            .collect();
-        assert_eq!(sums, [&format!("driver.sha256={}", "a".repeat(64))]);
+        let pinned = r.args.driver.as_ref().and_then(|d| d.sha256.clone());
+        assert_eq!(pinned, Some("a".repeat(64)));
+        // The pin goes after the apply's own --set (the last one of a key wins).
+        let argv = r.args.argv();
+        let sums: Vec<&String> = argv.iter().filter(|s| s.contains("sha256")).collect();
+        assert_eq!(
+            sums.last(),
+            Some(&&format!("driver.sha256={}", "a".repeat(64)))
+        );
         assert!(r.args.skip.is_empty(), "{:?}", r.args.skip);
         for id in gpuhost_steps::steps_needing_package(&Selection::default()) {
             assert!(
@@ -250,11 +253,10 @@ mod tests {
     /// rollback would say "580 → 570" and keep 580.
     #[test]
     fn a_record_whose_file_is_another_drivers_is_invalid_input() {
-        let mut runs = vec![
-            run("apply", 0, Some("570.124.06")),
-            run("apply", 0, Some("580.82.07")),
-        ];
-        runs[0]["driver"]["local_repo_rpm"] = json!(file("580.82.07"));
+        let mut runs = vec![apply(0, Some("570.124.06")), apply(0, Some("580.82.07"))];
+        if let Some(d) = runs[0].report.driver.as_mut() {
+            d.local_repo_rpm = file("580.82.07");
+        }
         let e = from_runs(&runs, ResumeArgs::default()).err();
         assert!(e.is_some_and(|e| gpuhost_host::error::is_invalid(&e)
             && e.to_string().contains("the package of driver 580.82.07")));
@@ -262,13 +264,10 @@ mod tests {
 
     #[test]
     fn nothing_to_go_back_to_is_invalid_input() {
-        let one = vec![
-            run("apply", 0, Some("580.82.07")),
-            run("apply", 0, Some("580.82.07")),
-        ];
+        let one = vec![apply(0, Some("580.82.07")), apply(0, Some("580.82.07"))];
         let e = from_runs(&one, ResumeArgs::default()).err();
         assert!(e.is_some_and(|e| gpuhost_host::error::is_invalid(&e)));
-        let none = vec![run("apply", 0, None)];
+        let none = vec![apply(0, None)];
         assert!(from_runs(&none, ResumeArgs::default()).is_err());
     }
 }

@@ -22,14 +22,14 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use gpuhost_host::cmd::{self, CmdRecord};
 use gpuhost_host::error::hint_of;
 pub use gpuhost_steps::step::{Change, FileWrite, Install, Owed, Phase, Work};
 pub use gpuhost_steps::step::{Check, Ctx, DnfFailure, Selection, Step};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Outcome {
     Unchanged,
@@ -64,22 +64,28 @@ impl fmt::Display for Outcome {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// One step in a report (and in the journal, which reads reports of earlier versions: what
+/// they may lack has a default).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StepReport {
     pub id: String,
     pub outcome: Outcome,
     /// Why: what was found, what changed, or why it failed.
     pub reason: String,
     /// What the user should do, when the step failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
     /// The changes made (or, in a dry run, that would be made).
+    #[serde(default)]
     pub changes: Vec<String>,
     /// Live-only actions owed (install-root mode).
+    #[serde(default)]
     pub deferred: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reboot_required: Option<String>,
+    #[serde(default)]
     pub commands: Vec<CmdRecord>,
+    #[serde(default)]
     pub duration_ms: u64,
     /// The signal (SIGTERM, SIGINT) that kept this step from running, if one did.
     #[serde(skip)]
@@ -103,23 +109,67 @@ impl StepReport {
     }
 }
 
+/// Where a step stands in the run (zincati's `UpdateAgentState` is the model): each state
+/// holds what is known in it, and a step only moves forward — `Unchecked` → `Checked` →
+/// `Reported`, or straight to `Reported` when it is not selected, not applicable, stopped, or
+/// its check failed.
+#[derive(Debug, Default)]
+enum StepState {
+    /// Not checked yet.
+    #[default]
+    Unchecked,
+    /// Checked against the host before anything changed (`first`); `done`: its changes carried
+    /// out so far (prepare, the package transaction, finish).
+    Checked { first: Check, done: Vec<Change> },
+    /// Its outcome is known.
+    Reported(StepReport),
+}
+
 /// A step on its way through the run.
 struct Slot<'s> {
     step: &'s dyn Step,
     label: String,
-    /// The check before anything was changed.
-    first: Option<Check>,
-    /// Changes carried out so far.
-    done: Vec<Change>,
+    state: StepState,
     commands: Vec<CmdRecord>,
     elapsed: Duration,
-    /// Set once the step's outcome is known.
-    report: Option<StepReport>,
 }
 
 impl Slot<'_> {
+    /// Checked, its outcome not yet known: its work may still be carried out.
     fn open(&self) -> bool {
-        self.report.is_none() && self.first.is_some()
+        matches!(self.state, StepState::Checked { .. })
+    }
+
+    fn reported(&self) -> bool {
+        matches!(self.state, StepState::Reported(_))
+    }
+
+    /// The check before anything was changed, while the step is open.
+    fn first(&self) -> Option<&Check> {
+        match &self.state {
+            StepState::Checked { first, .. } => Some(first),
+            _ => None,
+        }
+    }
+
+    /// The changes carried out so far (none unless open).
+    fn done(&self) -> &[Change] {
+        match &self.state {
+            StepState::Checked { done, .. } => done,
+            _ => &[],
+        }
+    }
+
+    /// A change of an open step was carried out.
+    fn carried(&mut self, change: Change) {
+        if let StepState::Checked { done, .. } = &mut self.state {
+            done.push(change);
+        }
+    }
+
+    /// The outcome is known: the last state.
+    fn report(&mut self, r: StepReport) {
+        self.state = StepState::Reported(r);
     }
 
     fn id(&self) -> &'static str {
@@ -165,35 +215,35 @@ impl Slot<'_> {
                         .map(|a| format!("installed twice: {a}")),
                 )
                 .collect();
-            self.report = Some(r);
+            self.report(r);
             return;
         }
-        let mut changes: Vec<String> = self.done.iter().map(ToString::to_string).collect();
+        let mut changes: Vec<String> = self.done().iter().map(ToString::to_string).collect();
         if changes.is_empty() {
-            if let Some(first) = &self.first {
+            if let Some(first) = self.first() {
                 changes = first.changes.iter().map(ToString::to_string).collect();
             }
         }
         r.changes = changes;
-        if let Some(first) = &self.first {
+        if let Some(first) = self.first() {
             r.deferred = first.deferred.clone();
             r.reboot_required = first.reboot.clone();
         }
-        self.report = Some(r);
+        self.report(r);
     }
 
     /// Not run because another step failed, or because `signal` arrived; what this step
     /// already had done is listed.
     fn not_run(&mut self, why: &str, signal: Option<i32>) {
         let mut reason = format!("not run: {why}");
-        if !self.done.is_empty() {
-            let done: Vec<String> = self.done.iter().map(|c| c.work.to_string()).collect();
+        if !self.done().is_empty() {
+            let done: Vec<String> = self.done().iter().map(|c| c.work.to_string()).collect();
             reason.push_str(&format!("; done before that: {}", done.join("; ")));
         }
         let mut r = StepReport::new(self.id(), Outcome::Skipped, reason);
-        r.changes = self.done.iter().map(ToString::to_string).collect();
+        r.changes = self.done().iter().map(ToString::to_string).collect();
         r.interrupted_by = signal;
-        self.report = Some(r);
+        self.report(r);
     }
 }
 
@@ -261,11 +311,9 @@ pub fn run_steps(
             .map(|(index, step)| Slot {
                 step: *step,
                 label: format!("[{}/{n}] {}", index + 1, step.id()),
-                first: None,
-                done: Vec::new(),
+                state: StepState::Unchecked,
                 commands: Vec::new(),
                 elapsed: Duration::ZERO,
-                report: None,
             })
             .collect(),
         stop: None,
@@ -279,7 +327,7 @@ pub fn run_steps(
     // wrong driver file, a missing mirror, a host that cannot be read), nothing is changed.
     if let (false, Some((_, id))) = (dry_run, run.stop.clone()) {
         let why = format!("step {id} failed its check; nothing was changed");
-        for slot in run.slots.iter_mut().filter(|s| s.report.is_none()) {
+        for slot in run.slots.iter_mut().filter(|s| !s.reported()) {
             slot.not_run(&why, None);
         }
     }
@@ -298,7 +346,7 @@ pub fn run_steps(
         }
     }
     if let Some(sig) = run.interrupted {
-        for slot in run.slots.iter_mut().filter(|s| s.report.is_none()) {
+        for slot in run.slots.iter_mut().filter(|s| !s.reported()) {
             slot.not_run(&interrupted_by(sig), Some(sig));
         }
     }
@@ -306,9 +354,9 @@ pub fn run_steps(
         .slots
         .into_iter()
         .map(|mut s| {
-            let mut r = match s.report.take() {
-                Some(r) => r,
-                None => planned(&s),
+            let mut r = match std::mem::take(&mut s.state) {
+                StepState::Reported(r) => r,
+                state => planned(s.id(), &state),
             };
             r.commands = std::mem::take(&mut s.commands);
             r.duration_ms = u64::try_from(s.elapsed.as_millis()).unwrap_or(u64::MAX);
@@ -325,12 +373,9 @@ fn space_preflight(ctx: &Ctx<'_>, run: &Run<'_>) -> Result<()> {
     use gpuhost_host::hostinfo;
     let mut needs: Vec<hostinfo::Need> = Vec::new();
     for slot in &run.slots {
-        let Some(first) = slot.first.as_ref().filter(|c| c.brings_packages()) else {
+        let Some(first) = slot.first().filter(|c| c.brings_packages()) else {
             continue;
         };
-        if slot.report.is_some() {
-            continue;
-        }
         for n in slot.step.space_needs(ctx, first) {
             if !needs.iter().any(|m| m.path == n.path && m.what == n.what) {
                 needs.push(n);
@@ -376,7 +421,7 @@ fn prefetch(ctx: &Ctx<'_>, slots: &[Slot<'_>], sel: &Selection) {
         ctx,
         slots
             .iter()
-            .filter(|s| sel.excludes(s.id()).is_none() && s.report.is_none())
+            .filter(|s| sel.excludes(s.id()).is_none() && !s.reported())
             .map(|s| s.step),
     );
 }
@@ -397,7 +442,7 @@ fn check_all(ctx: &Ctx<'_>, run: &mut Run<'_>, sel: &Selection, dry_run: bool) {
         let slot = &mut run.slots[i];
         let id = slot.id();
         if let Some(why) = sel.excludes(id) {
-            slot.report = Some(StepReport::new(id, Outcome::Skipped, why.to_string()));
+            slot.report(StepReport::new(id, Outcome::Skipped, why.to_string()));
             continue;
         }
         if !dry_run {
@@ -409,13 +454,18 @@ fn check_all(ctx: &Ctx<'_>, run: &mut Run<'_>, sel: &Selection, dry_run: bool) {
         }
         let slot = &mut run.slots[i];
         if let Some(why) = slot.step.not_applicable(ctx) {
-            slot.report = Some(StepReport::new(id, Outcome::Skipped, why));
+            slot.report(StepReport::new(id, Outcome::Skipped, why));
             slot.account(start);
             continue;
         }
         tracing::info!(step = id, "checking");
         match slot.step.check(ctx) {
-            Ok(c) => slot.first = Some(c),
+            Ok(first) => {
+                slot.state = StepState::Checked {
+                    first,
+                    done: Vec::new(),
+                }
+            }
             Err(e) => {
                 if gpuhost_host::error::is_invalid(&e) {
                     run.invalid_input = true;
@@ -427,7 +477,7 @@ fn check_all(ctx: &Ctx<'_>, run: &mut Run<'_>, sel: &Selection, dry_run: bool) {
         run.slots[i].account(start);
         if dry_run {
             let s = &run.slots[i];
-            if let Some(r) = &s.report {
+            if let StepState::Reported(r) = &s.state {
                 tracing::info!(step = id, outcome = %r.outcome, "{}", r.reason);
             }
         }
@@ -436,9 +486,9 @@ fn check_all(ctx: &Ctx<'_>, run: &mut Run<'_>, sel: &Selection, dry_run: bool) {
 
 /// A plan's report of a checked step (also what an apply reports of a step it had no
 /// reason to touch).
-fn planned(slot: &Slot<'_>) -> StepReport {
-    let mut r = StepReport::new(slot.id(), Outcome::Unchanged, String::new());
-    let Some(first) = &slot.first else {
+fn planned(id: &str, state: &StepState) -> StepReport {
+    let mut r = StepReport::new(id, Outcome::Unchanged, String::new());
+    let StepState::Checked { first, .. } = state else {
         return r;
     };
     r.changes = first.changes.iter().map(ToString::to_string).collect();
@@ -524,7 +574,7 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change, label: &str) -
         failpoint(&format!("{}:after-write", slot.id()));
     }
     failpoint(&format!("{}:after-change", slot.id()));
-    slot.done.push(change.clone());
+    slot.carried(change.clone());
     Ok(())
 }
 
@@ -538,8 +588,8 @@ fn prepare(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
             continue;
         }
         let changes: Vec<Change> = run.slots[i]
-            .first
-            .iter()
+            .first()
+            .into_iter()
             .flat_map(|c| c.changes.iter())
             .filter(|c| c.work.phase() == Phase::Prepare)
             .cloned()
@@ -613,7 +663,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: Option<bool>) {
     match result {
         Ok(None) => {
             for (i, c) in members {
-                run.slots[i].done.push(c);
+                run.slots[i].carried(c);
             }
         }
         Ok(Some(failure)) => {
@@ -667,7 +717,7 @@ fn members_of(run: &Run<'_>, brings_repo: Option<bool>) -> Vec<(usize, Change)> 
         if !slot.open() || run.stopped_before(i).is_some() {
             continue;
         }
-        for c in slot.first.iter().flat_map(|c| c.changes.iter()) {
+        for c in slot.first().into_iter().flat_map(|c| c.changes.iter()) {
             if let Work::Install(inst) = &c.work {
                 if brings_repo.is_none_or(|b| inst.brings_repo == b) {
                     members.push((i, c.clone()));
@@ -749,7 +799,7 @@ fn dnf_failed(
             });
         }
         let slot = &mut run.slots[*i];
-        if slot.report.is_none() {
+        if !slot.reported() {
             slot.fail(e);
         }
         slot.account(start);
@@ -761,7 +811,7 @@ fn dnf_failed(
     }
     // Steps whose packages were to come in a later transaction do not run either.
     for slot in run.slots.iter_mut() {
-        if slot.open() && slot.first.as_ref().is_some_and(Check::installs) {
+        if slot.first().is_some_and(Check::installs) {
             slot.not_run(&why, None);
         }
     }
@@ -774,7 +824,7 @@ fn dnf_failed(
 /// Phase 3, for one step: check again against the host the transactions left, carry out what
 /// is still left, check once more.
 fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
-    if run.slots[i].report.is_some() || run.slots[i].first.is_none() {
+    if !run.slots[i].open() {
         return;
     }
     if let Some(why) = run.stopped_before(i) {
@@ -783,10 +833,7 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
         return;
     }
     let start = Instant::now();
-    let had_changes = run.slots[i]
-        .first
-        .as_ref()
-        .is_some_and(|c| !c.changes.is_empty());
+    let had_changes = run.slots[i].first().is_some_and(|c| !c.changes.is_empty());
     let slot = &mut run.slots[i];
     let step = slot.step;
     // A step nothing touched, on a host nothing changed, stands by its first check.
@@ -801,7 +848,7 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
             }
         }
     } else {
-        slot.first.clone().unwrap_or_default()
+        slot.first().cloned().unwrap_or_default()
     };
     let mut left = again.changes.clone();
     left.sort_by_key(|c| c.work.phase());
@@ -856,7 +903,7 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
     let mut r = StepReport::new(step.id(), Outcome::Unchanged, String::new());
     r.deferred = last.deferred.clone();
     r.reboot_required = last.reboot.clone();
-    if slot.done.is_empty() {
+    if slot.done().is_empty() {
         r.outcome = if last.deferred.is_empty() {
             Outcome::Unchanged
         } else {
@@ -865,10 +912,10 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
         r.reason = summarize(&notes, &last.deferred, last.reboot.as_deref());
     } else {
         r.outcome = Outcome::Changed;
-        r.changes = slot.done.iter().map(ToString::to_string).collect();
-        r.reason = reason_of(&slot.done);
+        r.changes = slot.done().iter().map(ToString::to_string).collect();
+        r.reason = reason_of(slot.done());
         if r.reboot_required.is_none() {
-            r.reboot_required = slot.first.as_ref().and_then(|c| c.reboot.clone());
+            r.reboot_required = slot.first().and_then(|c| c.reboot.clone());
         }
         if !last.deferred.is_empty() {
             r.reason
@@ -878,10 +925,10 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
     slot.account(start);
     tracing::info!(step = step.id(), outcome = %r.outcome, "{}", r.reason);
     // Progress lines only for steps that changed something: a converged run is quiet.
-    if !slot.done.is_empty() {
+    if !slot.done().is_empty() {
         gpuhost_host::progress::step_done(&slot.label, &r.outcome.to_string(), slot.elapsed);
     }
-    slot.report = Some(r);
+    slot.report(r);
 }
 
 /// A failure point for crash tests: when `GPUHOST_FAILPOINT` names this point, the process

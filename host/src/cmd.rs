@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Default timeout: long enough for a dnf transaction or a DKMS build on a slow node.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -92,7 +92,7 @@ impl CmdOutput {
 }
 
 /// A record of a command that ran, for reports.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CmdRecord {
     pub argv: Vec<String>,
     pub exit_code: Option<i32>,

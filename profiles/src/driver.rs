@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::yes;
 use gpuhost_host::invalid;
 use gpuhost_host::kernel::Flavour;
 use gpuhost_nvidia::flavour::FlavourSetting;
@@ -199,6 +198,11 @@ impl StreamKind {
             StreamKind::Open => Some("kmod-nvidia-open-dkms"),
         }
     }
+}
+
+/// serde's default for the keys that are on unless turned off.
+pub(crate) fn yes() -> bool {
+    true
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ pub use containers::{
     toolkit_denied, toolkit_refused, ConflictPolicy, DaemonSpec, DockerSpec, ModuleFiltering,
     PrefixLink, RepoSource, SmokeSpec, ToolkitSpec, TOOLKIT_CVES, TOOLKIT_DENY, TOOLKIT_FLOOR,
 };
+use driver::yes;
 pub use driver::{DriverSpec, InstallSet, StreamKind, SPLIT_PACKAGES_SINCE};
 
 /// The built-in profiles: (name, TOML text).
@@ -154,10 +155,6 @@ pub struct KernelSpec {
 }
 
 /// serde's default for the keys that are on unless a profile turns them off.
-fn yes() -> bool {
-    true
-}
-
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusSpec {
@@ -298,6 +295,16 @@ impl Profile {
                 }
             }
         }
+    }
+
+    /// Pin the driver to this local repo package, replacing the installed one, checked against
+    /// `sha256` (or against none: `None` unpins what the profile pins): `gpuhost rollback`'s
+    /// driver, over the profile's and the `--set`s'. Checked again as a resolved profile is.
+    pub fn pin_driver(&mut self, local_repo_rpm: PathBuf, sha256: Option<String>) -> Result<()> {
+        self.driver.local_repo_rpm = Some(local_repo_rpm);
+        self.driver.replace_local_repo = true;
+        self.driver.sha256 = sha256.filter(|s| !s.is_empty());
+        self.validate()
     }
 
     /// Checks beyond types.

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::manifest::{self, Manifest, FORMAT, MANIFEST};
 use super::modulemd::{self, Wanted};
-use super::TempDir;
+use super::tempdir::TempDir;
 use crate::runner::{self, Ctx, Install, Phase, Selection, Work};
 use gpuhost_host::cmd::Cmd;
 use gpuhost_host::error::hinted;
@@ -203,11 +203,11 @@ fn write_manifest(staging: &Path, profile: &Profile, m: &mut Manifest) -> Result
 /// against the profile's OS.
 fn check_request(opts: &BuildOptions, profile: &Profile) -> Result<Destination> {
     if let Some(k) = &opts.kernel_release {
-        crate::apply::check_kernel_release(k)?;
+        crate::preflight::check_kernel_release(k)?;
     }
     let driver_steps = gpuhost_steps::steps_needing_package(&Selection::default());
     gpuhost_steps::driver::require_package(profile, &driver_steps)?;
-    if !crate::apply::is_root() {
+    if !crate::preflight::is_root() {
         return Err(invalid!(
             "gpuhost bundle resolves the packages with dnf in a scratch install root and must run as root"
         ));
@@ -309,7 +309,7 @@ fn seed_scratch(
                     flavour: Some(profile.kernel.flavour),
                 },
             )?;
-            crate::apply::preflight(&source, profile, &facts, opts.kernel_release.is_some())?;
+            crate::preflight::preflight(&source, profile, &facts, opts.kernel_release.is_some())?;
             seed_from_root(&source, scratch_dir)?;
             Ok((source, Some(facts)))
         }

@@ -24,13 +24,14 @@
 mod build;
 pub mod manifest;
 pub(crate) mod modulemd;
+mod tempdir;
 
 pub use build::{build, BuildOptions, BuildReport, Target};
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use gpuhost_host::cmd::Cmd;
 use gpuhost_host::facts::Facts;
@@ -38,6 +39,7 @@ use gpuhost_host::host::BundleRepo;
 use gpuhost_host::invalid;
 use gpuhost_profile::Profile;
 use manifest::Manifest;
+use tempdir::TempDir;
 
 /// A verified bundle, ready for `apply` and `plan`.
 #[derive(Debug)]
@@ -54,7 +56,7 @@ pub struct Opened {
 }
 
 /// What a report says of the bundle it used.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Info {
     pub source: String,
     pub profile: String,
@@ -230,42 +232,5 @@ impl Opened {
             bytes: self.manifest.bytes(),
             manifest_sha256: self.manifest_sha256.clone(),
         }
-    }
-}
-
-/// A directory removed (with what it holds) when dropped: a tarball's extraction, the
-/// scratch root of a build.
-#[derive(Debug)]
-pub(crate) struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    /// A new directory under `$TMPDIR`, else `/var/tmp` (bundles are large; /tmp may be RAM).
-    fn new(prefix: &str) -> Result<TempDir> {
-        let base = std::env::var_os("TMPDIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/var/tmp"));
-        TempDir::under(&base, prefix)
-    }
-
-    pub(crate) fn under(base: &Path, prefix: &str) -> Result<TempDir> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let path = base.join(format!("{prefix}-{}-{nanos:08x}", std::process::id()));
-        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(TempDir { path })
-    }
-
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
     }
 }

@@ -9,10 +9,9 @@
 //! One owner per component: a library either comes with the image or is mounted from the host,
 //! never both, or the loader picks whichever comes first on the library path.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::require::Env;
-use super::PrefixLink;
 
 /// `(component, image variables in order of preference, host package name prefixes)`.
 const COMPONENTS: &[(&str, &[&str], &[&str])] = &[
@@ -93,6 +92,17 @@ pub fn shipped(env: &Env, links: &[PrefixLink]) -> Vec<Shipped> {
             })
         })
         .collect()
+}
+
+/// One `[[prefix_links]]` entry in a profile: every file the packages own is symlinked under
+/// `prefix` (`/usr/` stripped, `lib64` folded into `lib`). Missing packages are installed.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrefixLink {
+    /// Packages whose files are linked (installed from the enabled repos when missing).
+    pub packages: Vec<String>,
+    /// The directory the links go under, e.g. `/opt/nvidia/nccl`.
+    pub prefix: std::path::PathBuf,
 }
 
 #[cfg(test)]

@@ -24,8 +24,9 @@ pub mod table;
 pub mod version;
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+pub use components::PrefixLink;
 use dsl::{DeviceFacts, DriverFacts};
 use gpu::{ForwardCompat, Gpu};
 pub use version::{CudaVersion, DriverVersion};
@@ -1104,17 +1105,6 @@ fn lowercase_first(s: &str) -> String {
         Some(f) => f.to_lowercase().collect::<String>() + c.as_str(),
         None => String::new(),
     }
-}
-
-/// One `[[prefix_links]]` entry in a profile: every file the packages own is symlinked under
-/// `prefix` (`/usr/` stripped, `lib64` folded into `lib`). Missing packages are installed.
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PrefixLink {
-    /// Packages whose files are linked (installed from the enabled repos when missing).
-    pub packages: Vec<String>,
-    /// The directory the links go under, e.g. `/opt/nvidia/nccl`.
-    pub prefix: std::path::PathBuf,
 }
 
 #[cfg(test)]

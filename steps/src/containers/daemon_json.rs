@@ -7,9 +7,10 @@
 use anyhow::Result;
 use serde_json::{json, Map, Value};
 
-use super::{docker_restart, DaemonSpec};
+use super::services::docker_restart;
 use crate::step::{Change, Check, Ctx, FileWrite, Step, Work};
 use gpuhost_host::error::hinted;
+use gpuhost_profile::DaemonSpec;
 
 pub struct DaemonJson;
 

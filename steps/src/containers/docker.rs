@@ -9,9 +9,10 @@
 
 use anyhow::Result;
 
+use super::services::docker_restart;
 use super::{
-    docker_restart, explain_repo_failure, pin, repo_differs, repo_file, require_local_repo,
-    version_matches, ConflictPolicy, ModuleFiltering,
+    explain_repo_failure, pin, repo_differs, repo_file, require_local_repo, version_matches,
+    ConflictPolicy, ModuleFiltering,
 };
 use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 use gpuhost_host::error::hinted;

@@ -28,9 +28,6 @@ pub use daemon_json::{merge as merge_daemon_json, NVIDIA_RUNTIME_PATH};
 pub use prefix_links::link_path;
 pub use smoke::{parse_nvcc_release, parse_smi_header, parse_smi_list, SmiGpu};
 
-/// The state key of the owed docker restart.
-pub(crate) const RESTART_DOCKER: &str = "restart:docker.service";
-
 /// The text of a `.repo` file with one repo; `extra` lines go last (e.g. `module_hotfixes=true`).
 /// Every value must be one line of printable text: a newline would start a section or key of
 /// its own, a line starting with whitespace would continue the previous value (the profile
@@ -203,14 +200,6 @@ fn explain_repo_failure(
                 format!("check the network or proxy, or point {key} at a local mirror directory (air-gapped sites)"),
             )
         })
-}
-
-/// The owed docker restart, recorded before a change that makes it owed.
-fn docker_restart(reason: &str) -> crate::step::Owed {
-    crate::step::Owed {
-        key: RESTART_DOCKER,
-        reason: reason.to_string(),
-    }
 }
 
 /// A version pin; `""` means none (so that a profile can unpin what it extends).

@@ -8,9 +8,19 @@
 
 use anyhow::Result;
 
-use super::RESTART_DOCKER;
 use crate::step::{Change, Check, Ctx, Step, Work};
 use gpuhost_host::units::{self, UnitState};
+
+/// The state key of the owed docker restart.
+pub(crate) const RESTART_DOCKER: &str = "restart:docker.service";
+
+/// The owed docker restart, recorded before a change that makes it owed.
+pub(crate) fn docker_restart(reason: &str) -> crate::step::Owed {
+    crate::step::Owed {
+        key: RESTART_DOCKER,
+        reason: reason.to_string(),
+    }
+}
 
 pub struct Services;
 

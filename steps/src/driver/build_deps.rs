@@ -16,9 +16,10 @@
 
 use anyhow::Result;
 
-use super::{signing, StreamKind};
+use super::signing;
 use crate::step::{Change, Check, Ctx, FileWrite, Step, Work};
 use gpuhost_host::rpm::vercmp;
+use gpuhost_profile::StreamKind;
 
 pub struct BuildDeps;
 
@@ -77,7 +78,7 @@ fn wanted(ctx: &Ctx<'_>, system_major: u32) -> Wanted {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    if StreamKind::of(super::stream(ctx)) == StreamKind::Open {
+    if StreamKind::of(super::context::stream(ctx)) == StreamKind::Open {
         packages.push("gcc-c++".to_string());
     }
     let mut notes = Vec::new();
@@ -189,11 +190,11 @@ impl Step for BuildDeps {
     }
 
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
-        super::not_applicable(ctx).or_else(|| {
-            (StreamKind::of(super::stream(ctx)) == StreamKind::Precompiled).then(|| {
+        super::context::not_applicable(ctx).or_else(|| {
+            (StreamKind::of(super::context::stream(ctx)) == StreamKind::Precompiled).then(|| {
                 format!(
                     "nvidia-driver:{} is a precompiled stream: nothing is built on this host",
-                    super::stream(ctx)
+                    super::context::stream(ctx)
                 )
             })
         })

@@ -10,12 +10,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Result;
 
+use super::context::module_profile;
 use super::installed::in_family;
 use super::locks::wanted;
-use super::module_profile;
 use super::set::{kmod_packages, meta_package, set_packages, ModuleState, MODULE_FILE};
 use super::transition::InstalledRepo;
-use super::DriverPlan;
+use crate::driver_plan::DriverPlan;
 use crate::step::Ctx;
 use crate::swap::{DriverSwap, RepoPackage};
 use gpuhost_host::error::hinted;

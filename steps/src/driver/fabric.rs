@@ -6,7 +6,7 @@
 
 use anyhow::Result;
 
-use super::driver_version;
+use super::context::driver_version;
 use super::locks::{
     locked, main_excludes, stale_locks, switches, with_exclude, without_excludes, DNF_CONF,
 };
@@ -44,7 +44,7 @@ impl Step for FabricManager {
     }
 
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
-        super::not_applicable(ctx).or_else(|| {
+        super::context::not_applicable(ctx).or_else(|| {
             (!ctx.facts.topology().has_nvswitches())
                 .then(|| "no NVSwitch on this host: Fabric Manager is not needed".to_string())
         })

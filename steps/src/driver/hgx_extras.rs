@@ -14,10 +14,10 @@
 
 use anyhow::Result;
 
+use super::context::plan;
 use super::locks::{
     locked, main_excludes, stale_locks, switches, wanted, with_exclude, without_excludes, DNF_CONF,
 };
-use super::plan;
 use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 use gpuhost_nvidia::hgx::{Extra, NVLINK5_MODULES};
 
@@ -201,7 +201,7 @@ impl Step for HgxExtras {
     }
 
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
-        super::not_applicable(ctx).or_else(|| {
+        super::context::not_applicable(ctx).or_else(|| {
             let imex = ctx
                 .driver
                 .as_ref()

@@ -7,7 +7,7 @@ use anyhow::Result;
 
 use super::set::{dkms_kmods, meta_package, SetStatus};
 use super::transition::{InstalledRepo, Transition};
-use super::DriverPlan;
+use crate::driver_plan::DriverPlan;
 use crate::step::Ctx;
 use crate::swap::RepoPackage;
 use gpuhost_host::rpm::vercmp;

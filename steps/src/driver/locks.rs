@@ -6,7 +6,7 @@
 
 use anyhow::Result;
 
-use super::{driver_version, plan};
+use super::context::{driver_version, plan};
 use crate::step::Ctx;
 use gpuhost_nvidia::hgx::{self, fabric_manager_package_of as package_for, Extra};
 

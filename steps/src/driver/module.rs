@@ -17,11 +17,14 @@
 
 use anyhow::Result;
 
+use super::context::{module_profile, plan};
 use super::set::SetStatus;
-use super::{module_profile, plan, DriverPlan, InstallSet, StreamKind, Transition};
+use super::transition::Transition;
+use crate::driver_plan::DriverPlan;
 use crate::step::{Change, Check, Ctx, DnfFailure, Install, Step, Work};
 use gpuhost_host::error::hinted;
 use gpuhost_host::kernel::Flavour;
+use gpuhost_profile::{InstallSet, StreamKind};
 
 pub struct Driver;
 
@@ -241,7 +244,7 @@ impl Step for Driver {
     }
 
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
-        super::not_applicable(ctx)
+        super::context::not_applicable(ctx)
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
@@ -303,7 +306,7 @@ impl Step for Driver {
                 gpuhost_host::cmd::Failed::of(&e).is_some_and(|f| module_missing(&f.output()));
             if missing {
                 let available = available_streams(ctx).unwrap_or_default();
-                not_in_repo(super::stream(ctx), &available)
+                not_in_repo(super::context::stream(ctx), &available)
             } else {
                 e
             }
@@ -313,7 +316,7 @@ impl Step for Driver {
     fn explain(&self, ctx: &Ctx<'_>, install: &Install, failure: &DnfFailure) -> anyhow::Error {
         if module_missing(&failure.text()) {
             let available = available_streams(ctx).unwrap_or_default();
-            return not_in_repo(super::stream(ctx), &available);
+            return not_in_repo(super::context::stream(ctx), &available);
         }
         match failure.unmatched(&install.specs).first() {
             Some(spec) => ctx.not_in_repos(spec),

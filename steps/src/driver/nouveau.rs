@@ -124,7 +124,7 @@ impl Step for Nouveau {
     }
 
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
-        super::not_applicable(ctx)
+        super::context::not_applicable(ctx)
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {

@@ -30,7 +30,7 @@ impl Step for Persistenced {
     }
 
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
-        super::not_applicable(ctx)
+        super::context::not_applicable(ctx)
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
@@ -41,7 +41,7 @@ impl Step for Persistenced {
         // transaction brought it.
         let installed = !ctx.installed_one(PACKAGE)?.is_empty();
         if !installed {
-            let drv = super::driver_version(ctx)?.driver;
+            let drv = super::context::driver_version(ctx)?.driver;
             check.changes.push(Change::new(
                 Work::Install(Install {
                     specs: vec![format!("{PACKAGE}-{drv}")],

@@ -11,10 +11,12 @@
 use anyhow::Result;
 
 use super::set::{set_packages, SetStatus};
+use super::transition::Transition;
 use super::versionlock::{self, PLUGIN};
-use super::{DriverPlan, InstallSet, Transition};
+use crate::driver_plan::DriverPlan;
 use crate::step::{Change, Check, Ctx, FileWrite, Install, Work};
 use gpuhost_host::error::hinted;
+use gpuhost_profile::InstallSet;
 
 /// The packages named on dnf's command line: the set's (the meta package brings
 /// `nvidia-driver`), the kmod, and the versionlock plugin.

@@ -14,11 +14,12 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::change::plan_swap;
+use super::context::{host_arch, NO_DRIVER};
 use super::installed::{family_in_repo, present_local_repos, transition};
 use super::transition::{InstalledRepo, Transition};
-use super::{host_arch, LocalRepoFile, NO_DRIVER};
 use crate::step::{Change, Check, Ctx, Install, Step, Work};
 use gpuhost_host::error::{as_invalid, hinted};
+use gpuhost_nvidia::localrepo::LocalRepoFile;
 use gpuhost_nvidia::localrepo::{installed_driver, RepoKind};
 
 pub struct DriverRepo;
@@ -263,7 +264,7 @@ impl Step for DriverRepo {
     }
 
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
-        super::not_applicable(ctx)
+        super::context::not_applicable(ctx)
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
@@ -415,7 +416,7 @@ fn listed(others: &[InstalledRepo]) -> String {
 }
 
 /// Another driver's local repo is installed and the profile does not allow replacing it.
-fn refused(plan: &super::DriverPlan, others: &[InstalledRepo]) -> anyhow::Error {
+fn refused(plan: &crate::driver_plan::DriverPlan, others: &[InstalledRepo]) -> anyhow::Error {
     hinted(
         format!(
             "another NVIDIA local repo is installed: {}; the profile asks for {} (driver {})",
@@ -430,7 +431,7 @@ fn refused(plan: &super::DriverPlan, others: &[InstalledRepo]) -> anyhow::Error 
 /// Another driver's local repo is installed and the profile says to replace it: one
 /// transaction replaces the driver (the old repo and set go, the new come).
 fn swap_change(
-    plan: &super::DriverPlan,
+    plan: &crate::driver_plan::DriverPlan,
     from: &[InstalledRepo],
     swap: crate::swap::DriverSwap,
     verified: &str,

@@ -3,9 +3,10 @@
 //! for its stream (`kmod_packages`). Read by `driver` and by the driver change
 //! (`driver::change`).
 
-use super::{DriverPlan, InstallSet, StreamKind};
+use crate::driver_plan::DriverPlan;
 use crate::step::Ctx;
 use gpuhost_nvidia::flavour::ModuleFlavour;
+use gpuhost_profile::{InstallSet, StreamKind};
 
 pub const MODULE_FILE: &str = "/etc/dnf/modules.d/nvidia-driver.module";
 
@@ -76,7 +77,7 @@ pub fn precompiled_kmod(driver: &str, kver: &str) -> String {
 /// The packages that bring the kernel module for this stream: the DKMS package, or the
 /// precompiled package of every served kernel.
 pub fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
-    match StreamKind::of(super::stream(ctx)).dkms_package() {
+    match StreamKind::of(super::context::stream(ctx)).dkms_package() {
         Some(k) => vec![k.to_string()],
         None => ctx
             .facts

@@ -17,12 +17,13 @@
 
 use anyhow::Result;
 
-use super::{DriverPlan, StreamKind};
+use crate::driver_plan::DriverPlan;
 use gpuhost_host::facts::{Facts, SecureBoot};
 use gpuhost_host::host::Host;
 use gpuhost_host::invalid;
 use gpuhost_host::secureboot::{self, Cert, Keys, TestKey, Trust};
 use gpuhost_profile::Profile;
+use gpuhost_profile::StreamKind;
 
 /// The DKMS framework drop-in gpuhost writes.
 pub const DROPIN: &str = "/etc/dkms/framework.conf.d/gpuhost-secure-boot.conf";
