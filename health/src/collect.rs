@@ -15,25 +15,29 @@ use crate::snapshot::{
 use crate::verdict::Expect;
 use crate::{counters, host, kmsg, probe};
 
+/// How the one-shot NVML probe of [`collect`] runs.
+#[derive(Debug, Clone, Copy)]
+pub struct OneShot<'a> {
+    /// Past this, the driver is reported unresponsive.
+    pub timeout: Duration,
+    /// The probe as a program (`gpuhost nvml-probe …`), run where neither the helper nor a
+    /// fork can be.
+    pub program: &'a [OsString],
+    /// A saved snapshot whose NVML part the probe answers instead of asking NVML
+    /// (`--nvml-fixture`: tests, benchmarks).
+    pub fixture: Option<&'a Path>,
+}
+
 /// Collect a snapshot: the NVML probe runs in a child process while the driver-free reads
 /// happen here. Fabric Manager's version is asked (rpm) only where NVSwitches are on PCI or
 /// `expect` requires Fabric Manager, beside the `systemctl` call.
-/// `program` is the probe as a program (`gpuhost nvml-probe`), run where neither the helper
-/// nor a fork can be.
-pub fn collect(host: &Host, timeout: Duration, expect: &Expect, program: &[OsString]) -> Snapshot {
-    collect_with(host, timeout, expect, None, program)
-}
-
-/// [`collect`] with the probe answering from a saved snapshot (`--nvml-fixture`).
-pub(crate) fn collect_with(
-    host: &Host,
-    timeout: Duration,
-    expect: &Expect,
-    fixture: Option<&Path>,
-    program: &[OsString],
-) -> Snapshot {
+pub fn collect(host: &Host, expect: &Expect, probe: &OneShot) -> Snapshot {
     // Started first, while this process has one thread: the probe is a forked copy of it.
-    let running = start_one_shot(timeout, fixture.map(|f| (f, host.root())), program);
+    let running = start_one_shot(
+        probe.timeout,
+        probe.fixture.map(|f| (f, host.root())),
+        probe.program,
+    );
     collect_around(host, expect, None, move || match running {
         Ok(r) => r.finish(),
         Err(p) => *p,

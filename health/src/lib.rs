@@ -35,7 +35,7 @@ pub mod sweep_profile;
 mod tools;
 pub mod verdict;
 
-pub use collect::{collect, collect_around, keep_counters};
+pub use collect::{collect, collect_around, keep_counters, OneShot};
 pub use coprobe::serve_child as run_nvml_serve;
 pub use expect::expectations_for;
 pub use probe_child::{helper_main, run_probe as run_nvml_probe};

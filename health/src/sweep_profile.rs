@@ -328,7 +328,7 @@ pub fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
     let mut r = RenderProfile::default();
     let (mut ev, mut tb, mut pr, mut js) = (vec![], vec![], vec![], vec![]);
     for _ in 0..n {
-        let checks = time_us(&mut ev, || verdict::evaluate(&snap, expect));
+        let checks = time_us(&mut ev, || verdict::judge(&snap, expect));
         time_us(&mut tb, || output::table(&checks));
         time_us(&mut pr, || output::prometheus(&snap, &checks));
         time_us(&mut js, || output::json(&snap, expect, &checks));

@@ -13,7 +13,7 @@ use gpuhost_health::snapshot::{
     SramEcc,
 };
 use gpuhost_health::verdict::xid::{parse_nvlink5, Generation};
-use gpuhost_health::verdict::{evaluate, Check, Expect, Severity, Thresholds};
+use gpuhost_health::verdict::{judge, Check, Expect, Severity, Thresholds};
 
 fn h200() -> Snapshot {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -22,7 +22,7 @@ fn h200() -> Snapshot {
 }
 
 fn checks_of(s: &Snapshot) -> Vec<Check> {
-    evaluate(s, &Expect::default())
+    judge(s, &Expect::default())
 }
 
 fn one<'a>(checks: &'a [Check], id: &str) -> &'a Check {
@@ -341,10 +341,7 @@ fn sram_and_dram_ecc_against_azure_thresholds_named_in_the_message() {
         },
         ..Expect::default()
     };
-    assert_eq!(
-        one(&evaluate(&s, &e), "gpu.ecc.sram").severity,
-        Severity::Ok
-    );
+    assert_eq!(one(&judge(&s, &e), "gpu.ecc.sram").severity, Severity::Ok);
     // Any SRAM uncorrectable error, and NVIDIA's threshold flag.
     s.nvml.gpus[0].ecc_sram = Reading::Value(SramEcc {
         aggregate_uncorrected: 1,

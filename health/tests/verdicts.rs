@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use gpuhost_health::snapshot::{PciDevice, ProbeStatus, Reading, RemappedRows, Snapshot};
-use gpuhost_health::verdict::{self, evaluate, overall, Check, Expect, Severity};
+use gpuhost_health::verdict::{self, judge, overall, Check, Expect, Severity};
 use gpuhost_health::{host, kmsg, output};
 use gpuhost_host::host::Host;
 
@@ -59,7 +59,7 @@ const GPU0: &str = "sys/bus/pci/devices/0000:00:06.0";
 fn real_h200_gpu_checks_are_ok_or_na() {
     let s = h200();
     assert_eq!(s.nvml.status, ProbeStatus::Ok);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     for c in &checks {
         let host_service = c.id.starts_with("services.");
         if !host_service {
@@ -101,7 +101,7 @@ fn not_supported_is_never_a_warning() {
     g.pcie_gen_current = Reading::NotSupported;
     g.persistence_mode = Reading::NotSupported;
     g.mig_mode = Reading::NotSupported;
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     for c in checks.iter().filter(|c| c.id.starts_with("gpu.")) {
         assert!(
             matches!(c.severity, Severity::Ok | Severity::NotApplicable),
@@ -127,7 +127,7 @@ fn volatile_uncorrectable_ecc_is_critical() {
     let mut s = h200();
     s.nvml.gpus[0].ecc_volatile_uncorrected = Reading::Value(2);
     s.nvml.gpus[0].ecc_aggregate_uncorrected = Reading::Value(2);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "gpu.ecc.volatile_uncorrected");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.contains('2'));
@@ -153,7 +153,7 @@ fn remap(s: &mut Snapshot, unc: u32, pending: bool, failure: bool) {
 fn pending_row_remap_wants_a_reset() {
     let mut s = h200();
     remap(&mut s, 1, true, false);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "gpu.remap.pending");
     assert_eq!(c.severity, Severity::Warning);
     assert!(c.hint.as_deref().unwrap().contains("reset"));
@@ -164,7 +164,7 @@ fn pending_row_remap_wants_a_reset() {
 fn row_remap_failure_is_critical() {
     let mut s = h200();
     remap(&mut s, 3, false, true);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "gpu.remap.failure");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.hint.as_deref().unwrap().contains("RMA"));
@@ -174,13 +174,13 @@ fn row_remap_failure_is_critical() {
 fn more_than_512_uncorrectable_rows_is_critical() {
     let mut s = h200();
     remap(&mut s, 512, false, false);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     assert_eq!(
         check(&checks, "gpu.remap.uncorrectable").severity,
         Severity::Ok
     );
     remap(&mut s, 513, false, false);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "gpu.remap.uncorrectable");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.contains("513"), "{}", c.value);
@@ -190,7 +190,7 @@ fn more_than_512_uncorrectable_rows_is_critical() {
 fn recovery_action_other_than_none_is_critical() {
     let mut s = h200();
     s.nvml.gpus[0].recovery_action = Reading::Value(2);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "gpu.recovery_action");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.contains("reboot"));
@@ -209,7 +209,7 @@ fn driver_library_mismatch_shows_both_versions() {
         path: "/usr/lib64/libnvidia-ml.so.1".into(),
         version: Some("580.201.01".into()),
     });
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "nvml.init");
     assert_eq!(c.severity, Severity::Critical);
     assert!(
@@ -239,7 +239,7 @@ fn fallen_off_gpu_in_sysfs_is_critical() {
     // …and NVML no longer counts it.
     s.nvml.device_count = Some(0);
     s.nvml.gpus.clear();
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "pci.config");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.contains("fell off the bus"), "{}", c.value);
@@ -270,7 +270,7 @@ fn pci_link_narrower_than_max_and_aer_counters() {
     std::fs::write(d.join("aer_dev_correctable"), "RxErr 3\nTOTAL_ERR_COR 3\n").unwrap();
     let mut s = h200();
     s.host = host::collect(&Host::new(root.path()).unwrap());
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     assert_eq!(check(&checks, "pci.link").severity, Severity::Warning);
     let aer = check(&checks, "pci.aer");
     assert_eq!(aer.severity, Severity::Critical);
@@ -284,7 +284,7 @@ fn gpu_count_below_pci_or_expected_is_critical() {
     let mut other: PciDevice = s.host.pci[0].clone();
     other.address = "0000:00:07.0".into();
     s.host.pci.push(other);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "gpu.count");
     assert_eq!(c.severity, Severity::Critical);
     assert_eq!(c.value, "NVML 1, PCI 2; not seen by NVML: 00000000:00:07.0");
@@ -296,7 +296,7 @@ fn gpu_count_below_pci_or_expected_is_critical() {
         gpus_source: Some("profile hgx".into()),
         ..Expect::default()
     };
-    let c = check(&evaluate(&s, &expect), "gpu.count").clone();
+    let c = check(&judge(&s, &expect), "gpu.count").clone();
     assert_eq!(c.severity, Severity::Critical);
     assert_eq!(c.value, "NVML 1, PCI 1, expected 8 (profile hgx)");
 
@@ -305,7 +305,7 @@ fn gpu_count_below_pci_or_expected_is_critical() {
         ..Expect::default()
     };
     assert_eq!(
-        check(&evaluate(&s, &expect), "gpu.count").severity,
+        check(&judge(&s, &expect), "gpu.count").severity,
         Severity::Ok
     );
 }
@@ -333,16 +333,16 @@ fn driver_version_against_the_profile() {
         driver_source: Some("profile ol8-uek".into()),
         ..Expect::default()
     };
-    let c = check(&evaluate(&s, &expect), "driver.version").clone();
+    let c = check(&judge(&s, &expect), "driver.version").clone();
     assert_eq!(c.severity, Severity::Warning);
     assert!(c.value.contains("580.159.04") && c.value.contains("535.104.05"));
     expect.driver_version = Some("580.159.04".into());
     assert_eq!(
-        check(&evaluate(&s, &expect), "driver.version").severity,
+        check(&judge(&s, &expect), "driver.version").severity,
         Severity::Ok
     );
     assert_eq!(
-        check(&evaluate(&s, &expect), "driver.cuda").value,
+        check(&judge(&s, &expect), "driver.cuda").value,
         "serves CUDA ≤ 13.0 natively, the rest of 13.x through minor-version compatibility"
     );
 }
@@ -360,7 +360,7 @@ fn xid_79_in_kmsg_is_mapped_to_its_gpu() {
     s.kernel_log = kmsg::collect(&Host::new(root.path()).unwrap());
     assert_eq!(s.kernel_log.source.as_deref(), Some("kmsg"));
     assert_eq!(s.kernel_log.xids.len(), 3);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = checks
         .iter()
         .find(|c| c.id == "gpu.xid" && c.gpu.as_ref().and_then(|g| g.index) == Some(0))
@@ -388,7 +388,7 @@ fn unreadable_kernel_log_is_unknown_with_the_reason() {
     let root = tempfile::tempdir().unwrap();
     let mut s = h200();
     s.kernel_log = kmsg::collect(&Host::new(root.path()).unwrap());
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "xid.log");
     assert_eq!(c.severity, Severity::Unknown);
     assert!(c.value.contains("dev/kmsg"), "{}", c.value);
@@ -403,7 +403,7 @@ fn hung_driver_is_critical_driver_unresponsive() {
         stuck_pid: Some(4242),
         ..Default::default()
     };
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "nvml.init");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.starts_with("driver unresponsive"), "{}", c.value);
@@ -417,11 +417,11 @@ fn no_library_without_gpus_is_unknown_with_gpus_critical() {
         error: Some("libnvidia-ml.so.1: cannot open shared object file".into()),
         ..Default::default()
     };
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     assert_eq!(check(&checks, "nvml.init").severity, Severity::Critical);
     s.host.pci.clear();
     s.host.kernel_module_version = None;
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "nvml.init");
     assert_eq!(c.severity, Severity::Unknown);
     assert!(c.value.contains("no NVIDIA userspace library"));
@@ -432,7 +432,7 @@ fn no_library_without_gpus_is_unknown_with_gpus_critical() {
 fn table_puts_problems_first() {
     let mut s = h200();
     s.nvml.gpus[0].ecc_volatile_uncorrected = Reading::Value(1);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let t = output::table(&checks);
     let mut lines = t.lines();
     let head = lines.next().unwrap();
@@ -524,7 +524,7 @@ fn parse_prom(text: &str) -> Vec<Sample> {
 #[test]
 fn prometheus_output_is_well_formed() {
     let s = h200();
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let text = output::prometheus(&s, &checks);
     let samples = parse_prom(&text);
     assert!(samples.len() > 30);
@@ -559,7 +559,7 @@ fn prometheus_output_is_well_formed() {
 #[test]
 fn json_report_has_the_documented_fields() {
     let s = h200();
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let v: serde_json::Value =
         serde_json::from_str(&output::json(&s, &no_expect(), &checks)).unwrap();
     assert_eq!(v["schema_version"], 1);
@@ -605,7 +605,7 @@ fn textfile_is_written_atomically() {
     let code = gpuhost_health::run(&args);
     assert_eq!(code, 3);
     let s = h200();
-    let want = output::prometheus(&s, &evaluate(&s, &no_expect()));
+    let want = output::prometheus(&s, &judge(&s, &no_expect()));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), want);
     // Only the final file is left: the temp file was renamed over it.
     let names: Vec<String> = std::fs::read_dir(dir.path())

@@ -281,7 +281,7 @@ struct Rendered {
 
 impl Rendered {
     fn new(s: Snapshot, expect: &Expect, at: Instant, root: &Path, max_age_s: f64) -> Rendered {
-        let checks = verdict::evaluate(&s, expect);
+        let checks = verdict::judge(&s, expect);
         let worst = verdict::overall(&checks);
         let table = output::table(&checks);
         let health_line = table

@@ -10,7 +10,7 @@ use gpuhost_host::host::Host;
 
 use super::options::StatusOptions;
 use super::{gate, slurm};
-use crate::collect::collect_with;
+use crate::collect::{collect, OneShot};
 use crate::expect::expectations_for;
 use crate::render::{render, unknown_line, StatusFormat};
 use crate::snapshot::Snapshot;
@@ -67,7 +67,7 @@ fn status(args: &StatusOptions) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&snapshot)?);
         return Ok(0);
     }
-    let checks = verdict::evaluate(&snapshot, &expect);
+    let checks = verdict::judge(&snapshot, &expect);
     Ok(report(args, &snapshot, &expect, &checks))
 }
 
@@ -151,13 +151,12 @@ fn snapshot_once(
         }
     }
     let host = Host::new(&args.root)?;
-    Ok(collect_with(
-        &host,
+    let probe = OneShot {
         timeout,
-        expect,
-        args.nvml_fixture.as_deref(),
-        &args.probe_program,
-    ))
+        program: &args.probe_program,
+        fixture: args.nvml_fixture.as_deref(),
+    };
+    Ok(collect(&host, expect, &probe))
 }
 
 /// Print the report in the asked format (and the textfile, and Slurm's action); the exit code.
@@ -199,7 +198,7 @@ fn wait_healthy(args: &StatusOptions, expect: &Expect, every: Duration) -> i32 {
     let w = gate::wait_healthy(args.timeout, every, |t| {
         match snapshot_once(args, expect, t, true) {
             Ok(snap) => {
-                let checks = verdict::evaluate(&snap, expect);
+                let checks = verdict::judge(&snap, expect);
                 let sev = verdict::overall(&checks);
                 (sev, summary::one_line(&checks), Some((snap, checks)))
             }

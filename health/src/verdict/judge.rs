@@ -15,7 +15,7 @@ use crate::snapshot::{
 };
 
 /// All checks for a snapshot.
-pub fn evaluate(s: &Snapshot, expect: &Expect) -> Vec<Check> {
+pub fn judge(s: &Snapshot, expect: &Expect) -> Vec<Check> {
     let mut out = Out { checks: Vec::new() };
     let nvml_ok = s.nvml.status == ProbeStatus::Ok;
     let gpu_refs: Vec<GpuRef> = s.nvml.gpus.iter().map(gpu_ref).collect();

@@ -19,7 +19,7 @@ pub use gpu::{
     c2c_verdict, fabric_verdict, fabric_verdict_on, nvlink_verdict, GpuCheck, GpuCtx, Judged,
     GPU_CHECKS,
 };
-pub use judge::evaluate;
+pub use judge::judge;
 pub use model::{
     driver_version_from_rpm, overall, Check, Expect, GpuRef, MinFree, Severity, Thresholds,
 };
