@@ -526,7 +526,7 @@ fn detect(a: &CompatArgs) -> Result<DriverHost> {
             match text
                 .lines()
                 .next()
-                .and_then(gpuhost_health::host::parse_proc_version)
+                .and_then(gpuhost_health::parse_proc_version)
             {
                 Some(v) => {
                     let mut h = DriverHost::new(
@@ -581,11 +581,7 @@ fn detect(a: &CompatArgs) -> Result<DriverHost> {
 fn nvml(timeout: Duration, fixture: Option<&Path>) -> std::result::Result<DriverHost, String> {
     use gpuhost_health::snapshot::ProbeStatus;
     let argv = crate::internal::nvml_probe_argv(fixture, None);
-    let run_dir = gpuhost_health::probe::run_dir().map_err(|e| format!("{e:#}"))?;
-    let p = match gpuhost_health::probe::start(&argv, timeout, &run_dir) {
-        Ok(r) => r.finish(),
-        Err(p) => *p,
-    };
+    let p = gpuhost_health::probe_once(&argv, timeout).map_err(|e| format!("{e:#}"))?;
     if p.status == ProbeStatus::NoLibrary {
         // "NVML: library not found (libnvidia-ml.so.1: cannot open shared object file: …)"
         return Err(p

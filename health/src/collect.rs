@@ -127,7 +127,7 @@ where
 
 /// Keep this run's counters as the next runs' baseline when due ([`counters::store`]); a
 /// failure only costs the next run its rates.
-pub fn keep_counters(s: &Snapshot) {
+pub(crate) fn keep_counters(s: &Snapshot) {
     let now = counters::of(s, s.host.boot_id.clone());
     let stored = probe::run_dir().and_then(|d| counters::store(&d, s.previous.as_ref(), &now));
     if let Err(e) = stored {

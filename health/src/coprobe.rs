@@ -28,11 +28,11 @@ use crate::snapshot::{NvmlProbe, ProbeStatus, Snapshot};
 use crate::{nvml, probe};
 
 /// The question the parent asks.
-pub const SWEEP: &str = "sweep";
+pub(crate) const SWEEP: &str = "sweep";
 
 /// Test hook: while this file exists, the child hangs in its next sweep (stands for a driver
 /// that stopped answering; the parent must kill and replace it).
-pub const HANG_FILE_ENV: &str = "GPUHOST_PROBE_HANG_FILE";
+pub(crate) const HANG_FILE_ENV: &str = "GPUHOST_PROBE_HANG_FILE";
 
 /// The parent's side: starts, asks, and replaces the probe child.
 pub struct CoProbe {
@@ -55,16 +55,6 @@ impl CoProbe {
             stuck: None,
             started: 0,
         }
-    }
-
-    /// How many probe children were started so far (1 while NVML stays initialised).
-    pub fn children_started(&self) -> u64 {
-        self.started
-    }
-
-    /// The pid of the child that answers now, if one runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.current.as_ref().map(Coprocess::pid)
     }
 
     /// One sweep, answered within the deadline whatever the driver does.
@@ -256,7 +246,7 @@ fn fixture_sweep(path: &Path, kept: &mut nvml::KeptFixed, start: Instant) -> Nvm
 }
 
 /// The `nvml` part of a snapshot saved by `gpuhost status --dump-snapshot`.
-pub fn load_fixture(path: &Path) -> anyhow::Result<NvmlProbe> {
+pub(crate) fn load_fixture(path: &Path) -> anyhow::Result<NvmlProbe> {
     use anyhow::Context;
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -269,6 +259,18 @@ pub fn load_fixture(path: &Path) -> anyhow::Result<NvmlProbe> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    impl CoProbe {
+        /// How many probe children were started so far (1 while NVML stays initialised).
+        fn children_started(&self) -> u64 {
+            self.started
+        }
+
+        /// The pid of the child that answers now, if one runs.
+        fn pid(&self) -> Option<u32> {
+            self.current.as_ref().map(Coprocess::pid)
+        }
+    }
 
     /// A probe child written in sh: answers each line with the next line of `answers`
     /// (a file), or hangs while `hang` exists.

@@ -42,34 +42,34 @@ use crate::snapshot::{ServedBy, Snapshot};
 /// The socket's file name in the run directory.
 pub const SOCKET: &str = "serve.sock";
 /// Where a server running as root listens, whatever the client's own run directory.
-pub const SYSTEM_SOCKET: &str = "/run/gpuhost/serve.sock";
+pub(crate) const SYSTEM_SOCKET: &str = "/run/gpuhost/serve.sock";
 /// The question.
-pub const REQUEST: &str = "snapshot";
+pub(crate) const REQUEST: &str = "snapshot";
 /// The question for a rendered report ([`Request::Report`]).
-pub const REPORT: &str = "report";
+pub(crate) const REPORT: &str = "report";
 /// The longest request line the server reads.
 pub const MAX_REQUEST: usize = 160;
 /// Connections the server serves at once; more are closed at once.
 pub const MAX_CLIENTS: usize = 64;
 /// How long `status` gives the server: connect, ask, read the answer.
-pub const ASK_WITHIN: Duration = Duration::from_millis(100);
+pub(crate) const ASK_WITHIN: Duration = Duration::from_millis(100);
 
 /// The server's answer (its first line).
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The server's pid.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// The root the server reads (`/` on a node; tests serve others).
-    pub root: PathBuf,
+    pub(crate) root: PathBuf,
     /// Its `--max-age`, s.
-    pub max_age_s: f64,
+    pub(crate) max_age_s: f64,
     /// The sweep, for the client to judge (`snapshot`, or a report the server does not
     /// render for these options).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub snapshot: Option<Snapshot>,
+    pub(crate) snapshot: Option<Snapshot>,
     /// A rendered report's exit code; the report follows this line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<i32>,
+    pub(crate) code: Option<i32>,
 }
 
 /// The server's answer as it writes it (the same JSON as [`Answer`]).
@@ -99,7 +99,7 @@ pub enum Request {
 
 impl Request {
     /// The question as written on the socket (without its newline).
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         match self {
             Request::Snapshot => REQUEST.to_string(),
             Request::Report {
@@ -182,7 +182,7 @@ fn format_from_name(n: &str) -> Option<StatusFormat> {
 
 /// What a server answered.
 #[derive(Debug)]
-pub enum Served {
+pub(crate) enum Served {
     /// The report, rendered, and its exit code: print it as it is.
     Report { code: i32, text: Vec<u8> },
     /// The snapshot, to judge here.
@@ -203,7 +203,7 @@ pub fn answering(path: &Path) -> bool {
 /// (`$XDG_RUNTIME_DIR/gpuhost`, `/tmp/gpuhost-<uid>`).
 /// (Without creating or writing in any run directory: asking must cost nothing when no server
 /// runs.)
-pub fn sockets() -> Vec<PathBuf> {
+pub(crate) fn sockets() -> Vec<PathBuf> {
     if let Some(d) = std::env::var_os("GPUHOST_RUN_DIR") {
         return vec![PathBuf::from(d).join(SOCKET)];
     }
@@ -219,7 +219,7 @@ pub fn sockets() -> Vec<PathBuf> {
 /// Why a socket was not asked, or gave no answer to use: the client then probes by itself
 /// (or, for [`AskError::Refused`] to a report question, asks for the snapshot).
 #[derive(Debug, thiserror::Error)]
-pub enum AskError {
+pub(crate) enum AskError {
     /// The socket file cannot be read.
     #[error("{0}")]
     Unreadable(std::io::Error),
@@ -347,7 +347,7 @@ fn ask_one(
 /// The answer of a `gpuhost serve` reading `root` (canonical) to `request`, from the first
 /// socket that answers within [`ASK_WITHIN`] (a server that does not know a report question
 /// is asked for the snapshot); None (with a debug message saying why) when none does.
-pub fn ask(root: &Path, request: &Request) -> Option<Served> {
+pub(crate) fn ask(root: &Path, request: &Request) -> Option<Served> {
     let deadline = Instant::now() + ASK_WITHIN;
     for path in sockets() {
         if !path.exists() {

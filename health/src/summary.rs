@@ -6,7 +6,7 @@ use crate::verdict::{Check, Severity};
 
 /// The check that decides the verdict: the first of the worst severity (None when every
 /// check is OK or n/a).
-pub fn worst(checks: &[Check]) -> Option<&Check> {
+pub(crate) fn worst(checks: &[Check]) -> Option<&Check> {
     let top = checks.iter().map(|c| c.severity).max()?;
     if top <= Severity::Ok {
         return None;
@@ -15,7 +15,7 @@ pub fn worst(checks: &[Check]) -> Option<&Check> {
 }
 
 /// `gpu3` or `host`: where a check was made.
-pub fn place(c: &Check) -> String {
+pub(crate) fn place(c: &Check) -> String {
     match &c.gpu {
         Some(g) => match g.index {
             Some(i) => format!("gpu{i}"),
@@ -27,7 +27,7 @@ pub fn place(c: &Check) -> String {
 
 /// One line naming the verdict and the check behind it: `CRITICAL gpu3
 /// gpu.ecc.volatile_uncorrected: 2 uncorrectable ECC error(s) since the driver loaded`.
-pub fn one_line(checks: &[Check]) -> String {
+pub(crate) fn one_line(checks: &[Check]) -> String {
     let verdict = crate::verdict::overall(checks);
     match worst(checks) {
         Some(c) => format!("{} {} {}: {}", verdict.label(), place(c), c.id, c.value),
@@ -42,7 +42,7 @@ pub(crate) const NPD_MAX_OUTPUT: usize = 80;
 /// NPD's custom-plugin protocol: exit 0 OK, 1 a problem, 2 unknown, and a short message.
 /// OK and WARNING are 0 (a WARNING does not make the node unfit: it is in the message);
 /// CRITICAL is 1; UNKNOWN (a check that could not be made) is 2.
-pub fn npd(checks: &[Check]) -> (i32, String) {
+pub(crate) fn npd(checks: &[Check]) -> (i32, String) {
     let verdict = crate::verdict::overall(checks);
     let code = match verdict {
         Severity::Ok | Severity::NotApplicable | Severity::Warning => 0,
@@ -53,7 +53,7 @@ pub fn npd(checks: &[Check]) -> (i32, String) {
 }
 
 /// At most `max` bytes, cut at a character boundary, "…" marking a cut.
-pub fn truncate(s: &str, max: usize) -> String {
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
@@ -65,7 +65,7 @@ pub fn truncate(s: &str, max: usize) -> String {
 }
 
 /// Whether a verdict lets the node take work: OK or WARNING (as `/healthz` says 200).
-pub fn healthy(s: Severity) -> bool {
+pub(crate) fn healthy(s: Severity) -> bool {
     matches!(
         s,
         Severity::Ok | Severity::NotApplicable | Severity::Warning

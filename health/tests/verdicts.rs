@@ -6,8 +6,10 @@
 use std::path::{Path, PathBuf};
 
 use gpuhost_health::snapshot::{PciDevice, ProbeStatus, Reading, RemappedRows, Snapshot};
-use gpuhost_health::verdict::{self, judge, overall, Check, Expect, Severity};
-use gpuhost_health::{host, kmsg, output};
+use gpuhost_health::{
+    collect_host, collect_kernel_log, judge, overall, render_json, render_prometheus, render_table,
+    Check, Expect, Severity,
+};
 use gpuhost_host::host::Host;
 
 fn fixtures() -> PathBuf {
@@ -109,7 +111,7 @@ fn not_supported_is_never_a_warning() {
         );
     }
     // And n/a values are omitted from the metrics, not written as 0.
-    let prom = output::prometheus(&s, &checks);
+    let prom = render_prometheus(&s, &checks);
     for m in [
         "gpuhost_gpu_ecc_enabled",
         "gpuhost_gpu_remapped_rows",
@@ -234,7 +236,7 @@ fn fallen_off_gpu_in_sysfs_is_critical() {
     cfg[..4].copy_from_slice(&[0xff; 4]);
     std::fs::write(root.path().join(GPU0).join("config"), cfg).unwrap();
     let mut s = h200();
-    s.host = host::collect(&Host::new(root.path()).unwrap());
+    s.host = collect_host(&Host::new(root.path()).unwrap());
     assert!(s.host.pci[0].fell_off());
     // …and NVML no longer counts it.
     s.nvml.device_count = Some(0);
@@ -251,7 +253,7 @@ fn fallen_off_gpu_in_sysfs_is_critical() {
 #[test]
 fn captured_sysfs_tree_reads_like_the_live_machine() {
     let root = h200_root();
-    let h = host::collect(&Host::new(root.path()).unwrap());
+    let h = collect_host(&Host::new(root.path()).unwrap());
     let live = h200().host;
     assert_eq!(h.pci, live.pci);
     assert_eq!(h.kernel_module_version.as_deref(), Some("580.159.04"));
@@ -269,7 +271,7 @@ fn pci_link_narrower_than_max_and_aer_counters() {
     .unwrap();
     std::fs::write(d.join("aer_dev_correctable"), "RxErr 3\nTOTAL_ERR_COR 3\n").unwrap();
     let mut s = h200();
-    s.host = host::collect(&Host::new(root.path()).unwrap());
+    s.host = collect_host(&Host::new(root.path()).unwrap());
     let checks = judge(&s, &no_expect());
     assert_eq!(check(&checks, "pci.link").severity, Severity::Warning);
     let aer = check(&checks, "pci.aer");
@@ -313,20 +315,20 @@ fn gpu_count_below_pci_or_expected_is_critical() {
 #[test]
 fn driver_version_against_the_profile() {
     assert_eq!(
-        verdict::driver_version_from_rpm(
+        gpuhost_health::driver_version_from_rpm(
             "cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm"
         )
         .as_deref(),
         Some("535.104.05")
     );
     assert_eq!(
-        verdict::driver_version_from_rpm(
+        gpuhost_health::driver_version_from_rpm(
             "nvidia-driver-local-repo-rhel9-570.124.06-1.0-1.x86_64.rpm"
         )
         .as_deref(),
         Some("570.124.06")
     );
-    assert_eq!(verdict::driver_version_from_rpm("driver.rpm"), None);
+    assert_eq!(gpuhost_health::driver_version_from_rpm("driver.rpm"), None);
     let s = h200();
     let mut expect = Expect {
         driver_version: Some("535.104.05".into()),
@@ -357,7 +359,7 @@ fn xid_79_in_kmsg_is_mapped_to_its_gpu() {
     )
     .unwrap();
     let mut s = h200();
-    s.kernel_log = kmsg::collect(&Host::new(root.path()).unwrap());
+    s.kernel_log = collect_kernel_log(&Host::new(root.path()).unwrap());
     assert_eq!(s.kernel_log.source.as_deref(), Some("kmsg"));
     assert_eq!(s.kernel_log.xids.len(), 3);
     let checks = judge(&s, &no_expect());
@@ -387,7 +389,7 @@ fn xid_79_in_kmsg_is_mapped_to_its_gpu() {
 fn unreadable_kernel_log_is_unknown_with_the_reason() {
     let root = tempfile::tempdir().unwrap();
     let mut s = h200();
-    s.kernel_log = kmsg::collect(&Host::new(root.path()).unwrap());
+    s.kernel_log = collect_kernel_log(&Host::new(root.path()).unwrap());
     let checks = judge(&s, &no_expect());
     let c = check(&checks, "xid.log");
     assert_eq!(c.severity, Severity::Unknown);
@@ -433,7 +435,7 @@ fn table_puts_problems_first() {
     let mut s = h200();
     s.nvml.gpus[0].ecc_volatile_uncorrected = Reading::Value(1);
     let checks = judge(&s, &no_expect());
-    let t = output::table(&checks);
+    let t = render_table(&checks);
     let mut lines = t.lines();
     let head = lines.next().unwrap();
     assert!(
@@ -525,7 +527,7 @@ fn parse_prom(text: &str) -> Vec<Sample> {
 fn prometheus_output_is_well_formed() {
     let s = h200();
     let checks = judge(&s, &no_expect());
-    let text = output::prometheus(&s, &checks);
+    let text = render_prometheus(&s, &checks);
     let samples = parse_prom(&text);
     assert!(samples.len() > 30);
     for (name, labels, _) in &samples {
@@ -561,7 +563,7 @@ fn json_report_has_the_documented_fields() {
     let s = h200();
     let checks = judge(&s, &no_expect());
     let v: serde_json::Value =
-        serde_json::from_str(&output::json(&s, &no_expect(), &checks)).unwrap();
+        serde_json::from_str(&render_json(&s, &no_expect(), &checks)).unwrap();
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["status"], "UNKNOWN");
     assert_eq!(v["exit_code"], 3);
@@ -605,7 +607,7 @@ fn textfile_is_written_atomically() {
     let code = gpuhost_health::run(&args);
     assert_eq!(code, 3);
     let s = h200();
-    let want = output::prometheus(&s, &judge(&s, &no_expect()));
+    let want = render_prometheus(&s, &judge(&s, &no_expect()));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), want);
     // Only the final file is left: the temp file was renamed over it.
     let names: Vec<String> = std::fs::read_dir(dir.path())
@@ -633,16 +635,17 @@ fn nvlink_down_without_nvswitch_is_a_warning_and_fabric_mask_bits_decode() {
             crc_data_errors: None,
         })
         .collect();
-    let (sev, value, hint) = verdict::nvlink_verdict(&links, 1, false, None, &Default::default());
+    let (sev, value, hint) =
+        gpuhost_health::nvlink_verdict(&links, 1, false, None, &Default::default());
     assert_eq!(sev, Severity::Warning);
     assert!(value.contains("; down: link 2"), "{value}");
     assert!(hint.unwrap().contains("-i 1"));
     assert_eq!(
-        verdict::nvlink_verdict(&links, 1, true, None, &Default::default()).0,
+        gpuhost_health::nvlink_verdict(&links, 1, true, None, &Default::default()).0,
         Severity::Critical
     );
     assert_eq!(
-        verdict::nvlink_verdict(&[], 1, true, None, &Default::default()).0,
+        gpuhost_health::nvlink_verdict(&[], 1, true, None, &Default::default()).0,
         Severity::NotApplicable
     );
 
@@ -655,14 +658,17 @@ fn nvlink_down_without_nvswitch_is_a_warning_and_fabric_mask_bits_decode() {
         health_summary: None,
     };
     let healthy = 2 | (2 << 2) | (2 << 4) | (2 << 6) | (1 << 8);
-    assert_eq!(verdict::fabric_verdict(&f(healthy), 0).0, Severity::Ok);
-    assert_eq!(verdict::fabric_verdict(&f(0), 0).0, Severity::Ok);
-    let (sev, value, _) = verdict::fabric_verdict(&f((healthy & !0x3) | 1), 0);
+    assert_eq!(
+        gpuhost_health::fabric_verdict(&f(healthy), 0).0,
+        Severity::Ok
+    );
+    assert_eq!(gpuhost_health::fabric_verdict(&f(0), 0).0, Severity::Ok);
+    let (sev, value, _) = gpuhost_health::fabric_verdict(&f((healthy & !0x3) | 1), 0);
     assert_eq!(
         (sev, value.as_str()),
         (Severity::Warning, "fabric registered; bandwidth degraded")
     );
-    let (sev, value, _) = verdict::fabric_verdict(&f((healthy & !(0x3 << 4)) | (1 << 4)), 0);
+    let (sev, value, _) = gpuhost_health::fabric_verdict(&f((healthy & !(0x3 << 4)) | (1 << 4)), 0);
     assert_eq!(
         (sev, value.as_str()),
         (
@@ -670,7 +676,7 @@ fn nvlink_down_without_nvswitch_is_a_warning_and_fabric_mask_bits_decode() {
             "fabric registered but its route is unhealthy"
         )
     );
-    let (sev, value, _) = verdict::fabric_verdict(&f((healthy & !(0xf << 8)) | (5 << 8)), 0);
+    let (sev, value, _) = gpuhost_health::fabric_verdict(&f((healthy & !(0xf << 8)) | (5 << 8)), 0);
     assert_eq!(
         (sev, value.as_str()),
         (

@@ -9,7 +9,7 @@
 //! Which part does what: tokio runs the server (a small multi-threaded runtime, signals,
 //! timers), axum (on hyper) is the HTTP stack, and the sweep itself is the synchronous code of
 //! `gpuhost status` run on tokio's blocking pool. NVML stays initialised between sweeps in a
-//! long-lived probe child ([`gpuhost_health::coprobe`]) that is killed and replaced when it
+//! long-lived probe child ([`gpuhost_health::CoProbe`]) that is killed and replaced when it
 //! misses its deadline, so a hung driver makes the verdict CRITICAL "driver unresponsive"
 //! while every endpoint keeps answering.
 //!
@@ -38,10 +38,11 @@ use axum::routing::get;
 use axum::Router;
 use tokio::sync::watch;
 
-use gpuhost_health::coprobe::CoProbe;
 use gpuhost_health::snapshot::Snapshot;
-use gpuhost_health::verdict::{self, Expect, Severity};
-use gpuhost_health::{kmsg, output, probe, served, StatusFormat};
+use gpuhost_health::{
+    judge, overall, render, render_json, render_prometheus, render_table, run_dir, served, Check,
+    CoProbe, Expect, KernelLogFollower, Severity, StatusFormat,
+};
 use gpuhost_host::host::Host;
 
 mod conns;
@@ -112,7 +113,7 @@ struct Settings {
 /// Run `gpuhost serve` until SIGTERM or SIGINT; returns the exit code.
 pub fn run(a: &ServeOptions) -> i32 {
     // A run directory refused (another user's) is bad input too.
-    let run_dir = match probe::run_dir() {
+    let run_dir = match run_dir() {
         Ok(d) => d,
         Err(e) => {
             eprintln!("gpuhost serve: {e:#}");
@@ -154,7 +155,7 @@ pub fn run(a: &ServeOptions) -> i32 {
         host,
         expect,
         fixture,
-        kernel: kmsg::Follower::default(),
+        kernel: KernelLogFollower::default(),
         max_age_s: s.max_age.as_secs_f64(),
         report_key: a
             .profile
@@ -199,7 +200,7 @@ struct Sweeper {
     host: Host,
     expect: Expect,
     fixture: Option<Snapshot>,
-    kernel: kmsg::Follower,
+    kernel: KernelLogFollower,
     max_age_s: f64,
     /// The profile name and GPU count this server judges with, when a client's
     /// [`served::Request::Report`] can name them (no profile, or a built-in name).
@@ -274,16 +275,16 @@ struct Rendered {
     served: Bytes,
     snapshot: Snapshot,
     expect: Expect,
-    checks: Vec<verdict::Check>,
+    checks: Vec<Check>,
     root: PathBuf,
     max_age_s: f64,
 }
 
 impl Rendered {
     fn new(s: Snapshot, expect: &Expect, at: Instant, root: &Path, max_age_s: f64) -> Rendered {
-        let checks = verdict::judge(&s, expect);
-        let worst = verdict::overall(&checks);
-        let table = output::table(&checks);
+        let checks = judge(&s, expect);
+        let worst = overall(&checks);
+        let table = render_table(&checks);
         let health_line = table
             .lines()
             .next()
@@ -294,8 +295,8 @@ impl Rendered {
             at,
             healthy: matches!(worst, Severity::Ok | Severity::Warning),
             health_line,
-            metrics: Bytes::from(output::prometheus(&s, &checks)),
-            status_json: Bytes::from(output::json(&s, expect, &checks)),
+            metrics: Bytes::from(render_prometheus(&s, &checks)),
+            status_json: Bytes::from(render_json(&s, expect, &checks)),
             served: served_line(&s, root, max_age_s),
             snapshot: s,
             expect: expect.clone(),
@@ -325,9 +326,9 @@ impl Rendered {
             // The report says who answered and how old the sweep is now.
             let mut snap = self.snapshot.clone();
             snap.served_by = Some(served::served_by(socket, pid, self.max_age_s, &snap));
-            gpuhost_health::render(*format, &snap, &self.expect, &self.checks)
+            render(*format, &snap, &self.expect, &self.checks)
         } else {
-            gpuhost_health::render(*format, &self.snapshot, &self.expect, &self.checks)
+            render(*format, &self.snapshot, &self.expect, &self.checks)
         };
         let head = served::AnswerRef {
             pid,

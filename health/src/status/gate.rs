@@ -9,11 +9,11 @@ use crate::verdict::Severity;
 /// The outcome of [`wait_healthy`].
 pub(crate) struct Waited<T> {
     /// The last look's result.
-    pub last: T,
-    pub healthy: bool,
+    pub(crate) last: T,
+    pub(crate) healthy: bool,
     /// How many looks were taken (what the progress lines say; the tests count them).
     #[cfg_attr(not(test), allow(dead_code))]
-    pub looks: u32,
+    pub(crate) looks: u32,
 }
 
 /// Look (`look` gets the time it may take and answers the verdict and whatever the caller

@@ -12,15 +12,12 @@ mod model;
 mod out;
 mod software;
 mod space;
-pub mod xid;
-pub mod xid_catalog;
+pub(crate) mod xid;
+pub(crate) mod xid_catalog;
 
-pub use gpu::{
-    c2c_verdict, fabric_verdict, fabric_verdict_on, nvlink_verdict, GpuCheck, GpuCtx, Judged,
-    GPU_CHECKS,
-};
+pub use gpu::{fabric_verdict, nvlink_verdict};
 pub use judge::judge;
 pub use model::{
     driver_version_from_rpm, overall, Check, Expect, GpuRef, MinFree, Severity, Thresholds,
 };
-pub use out::Verdict;
+pub use xid::{parse_nvlink5, Generation as XidGeneration};

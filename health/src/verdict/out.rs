@@ -5,7 +5,7 @@ use super::model::{Check, GpuRef, Severity};
 use crate::kmsg::normalise_pci;
 
 /// A verdict: severity, the value seen (for people), and what to do when not OK.
-pub type Verdict = (Severity, String, Option<String>);
+pub(crate) type Verdict = (Severity, String, Option<String>);
 
 pub(super) struct Out {
     pub(super) checks: Vec<Check>,

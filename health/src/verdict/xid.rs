@@ -99,29 +99,29 @@ fn bucket(b: &str) -> (Severity, &'static str) {
 
 /// One XID as judged: severity, its label, the immediate action and what to do.
 #[derive(Clone, Debug, PartialEq)]
-pub struct XidVerdict {
-    pub severity: Severity,
+pub(crate) struct XidVerdict {
+    pub(crate) severity: Severity,
     /// `XID 79 ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS`
-    pub label: String,
+    pub(crate) label: String,
     /// The catalog's immediate action (`RESTART_BM`), or what stands for it.
-    pub immediate: String,
+    pub(crate) immediate: String,
     /// What that means, and the investigatory action if it recurs.
-    pub todo: String,
+    pub(crate) todo: String,
 }
 
 /// What judging one XID needs to know beside the event.
-pub struct XidContext<'a> {
-    pub generation: Generation,
+pub(crate) struct XidContext<'a> {
+    pub(crate) generation: Generation,
     /// The driver's branch (575 for 575.57.08), for the 144–150 decode; None unknown.
-    pub driver_branch: Option<u32>,
+    pub(crate) driver_branch: Option<u32>,
     /// The other XIDs of the same GPU in the same initialisation.
-    pub others: &'a [&'a XidEvent],
+    pub(crate) others: &'a [&'a XidEvent],
     /// NVSwitches are on PCI (Fabric Manager matters).
-    pub nvswitch: bool,
+    pub(crate) nvswitch: bool,
 }
 
 /// Judge one XID.
-pub fn judge(e: &XidEvent, cx: &XidContext<'_>) -> XidVerdict {
+pub(crate) fn judge(e: &XidEvent, cx: &XidContext<'_>) -> XidVerdict {
     let Some(entry) = catalog::entry(e.xid) else {
         return XidVerdict {
             severity: Severity::Warning,
