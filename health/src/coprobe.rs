@@ -172,7 +172,7 @@ fn round_ms(d: Duration) -> f64 {
 
 /// The child's side (`gpuhost nvml-serve [--nvml-fixture FILE]`): answer each
 /// `sweep` line on stdin with one JSON line on stdout, until stdin closes. NVML is initialised
-/// at the first sweep and kept, with what cannot change while it is ([`nvml::Session`]: each
+/// at the first sweep and kept, with what cannot change while it is (`nvml::Session`: each
 /// GPU's name, UUID, VBIOS, … read once; everything that can change read at every sweep); a
 /// failed init is tried again at the next sweep (a driver loaded later is then found).
 ///

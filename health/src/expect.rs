@@ -4,7 +4,11 @@ use gpuhost_profile::Profile;
 
 use crate::verdict::{self, Expect};
 
-/// [`expectations`] from a profile name or path and an `--expect-gpus` count.
+/// What the node should have, from a profile name or path and an `--expect-gpus` count:
+/// `--expect-gpus` over the profile's `status.expect_gpus`; the driver version from the
+/// profile's `status.expect_driver_version`, else its local repo RPM name;
+/// `status.require_docker` and `status.require_fabric_manager`; the thresholds and free-space
+/// floors. A profile that cannot be read is `Expect::profile_error`.
 pub fn expectations_for(profile: Option<&str>, expect_gpus: Option<u32>) -> Expect {
     let mut e = Expect::default();
     if let Some(name) = profile {

@@ -87,7 +87,7 @@ fn answer_line(mut p: NvmlProbe) -> String {
 }
 
 /// The NVML probe helper, `gpuhost-nvml-probe` (no arguments), run by `gpuhost status`
-/// ([`probe::exec`]): its answer on stdout, then it leaves without waiting for NVML's
+/// (`probe::exec`): its answer on stdout, then it leaves without waiting for NVML's
 /// release. Exit 2 with a one-line error on any argument.
 pub fn helper_main() -> i32 {
     probe::close_inherited(None);

@@ -7,12 +7,12 @@
 //! and first sweep.
 //!
 //! The protocol is one line each way. The client writes its question:
-//! - `snapshot`: the server answers one line of JSON ([`Answer`]: the last sweep's snapshot,
+//! - `snapshot`: the server answers one line of JSON (`Answer`: the last sweep's snapshot,
 //!   its root and pid) and closes; the client judges it.
 //! - `report FORMAT[ profile=NAME][ expect-gpus=N]` ([`Request::Report`]), asked when the
 //!   client's options need nothing but the report (no `--textfile`, `--slurm`,
 //!   `--wait-healthy`, and a built-in profile name if any): when the server judges with the
-//!   same profile and GPU count, it answers a line of JSON with the exit code ([`Answer`]
+//!   same profile and GPU count, it answers a line of JSON with the exit code (`Answer`
 //!   without its snapshot), then the report exactly as `gpuhost status` prints it, rendered
 //!   by [`crate::render::render`] — the client copies bytes, parses and judges nothing. Otherwise it
 //!   answers as to `snapshot`. A server that does not know the question (an older one)
@@ -25,7 +25,7 @@
 //! client can hold: a request line of at most [`MAX_REQUEST`] bytes within one second, the
 //! answer written within one second, at most [`MAX_CLIENTS`] connections at once (more are
 //! closed at once). The client trusts only a socket owned by root or by its own user (another
-//! user cannot plant one in its run directory), and gives the whole exchange [`ASK_WITHIN`]:
+//! user cannot plant one in its run directory), and gives the whole exchange `ASK_WITHIN`:
 //! a server that is busy, stalled or gone costs at most that, then `status` probes itself as
 //! before. `--fresh` skips the server.
 
@@ -72,7 +72,7 @@ pub(crate) struct Answer {
     pub(crate) code: Option<i32>,
 }
 
-/// The server's answer as it writes it (the same JSON as [`Answer`]).
+/// The server's answer as it writes it (the same JSON as `Answer`).
 #[derive(Debug, Serialize)]
 pub struct AnswerRef<'a> {
     pub pid: u32,
