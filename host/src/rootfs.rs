@@ -880,7 +880,7 @@ mod tests {
             // driver.local_repo_rpm
             ("rollback.rs", "path.is_file()"),
             ("kernel.rs", "\"/proc/sys/kernel/osrelease\""),
-            ("apply.rs", "\"/proc/self/status\""),
+            ("preflight.rs", "\"/proc/self/status\""), // is_root: the caller, not the root
             ("lock.rs", "use std::fs::{File, TryLockError};"),
             // the live process table, to name who holds the lock
             ("lock.rs", "\"/proc/\""),
@@ -893,6 +893,7 @@ mod tests {
             // tarball (read like a profile, written like --out), a tarball's extraction, and the
             // scratch root it makes and removes; the target root is read through Host.
             ("bundle/mod.rs", ""),
+            ("bundle/tempdir.rs", ""),
             ("bundle/manifest.rs", ""),
             ("bundle/build.rs", ""),
         ];
