@@ -24,7 +24,7 @@ use gpuhost_nvidia::compat::{
 use gpuhost_nvidia::localrepo::LocalRepoFile;
 use gpuhost_profile::Profile;
 
-use crate::{output, Format};
+use crate::output::{self, Format};
 
 pub const EXIT_CODES: &str = "\
 Exit codes (compat):
@@ -73,7 +73,7 @@ pub struct CompatArgs {
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
     /// Internal: the NVML probe answers the `nvml` part of this saved `gpuhost status` snapshot
-    /// instead of asking NVML (`gpuhost status --nvml-fixture`): tests replay a real GPU's
+    /// instead of asking NVML (`gpuhost nvml-probe --nvml-fixture`): tests replay a real GPU's
     /// answers, e.g. the H200 capture behind the outputs in docs/compat.md.
     #[arg(long, hide = true, value_name = "FILE")]
     nvml_fixture: Option<PathBuf>,
@@ -526,7 +526,7 @@ fn detect(a: &CompatArgs) -> Result<DriverHost> {
             match text
                 .lines()
                 .next()
-                .and_then(gpuhost_health::host::parse_proc_version)
+                .and_then(gpuhost_health::parse_proc_version)
             {
                 Some(v) => {
                     let mut h = DriverHost::new(
@@ -580,17 +580,8 @@ fn detect(a: &CompatArgs) -> Result<DriverHost> {
 /// child process under a deadline, as `gpuhost status` runs it). `Err`: why NVML gave nothing.
 fn nvml(timeout: Duration, fixture: Option<&Path>) -> std::result::Result<DriverHost, String> {
     use gpuhost_health::snapshot::ProbeStatus;
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find gpuhost itself: {e}"))?;
-    let mut argv: Vec<std::ffi::OsString> =
-        vec![exe.into(), "status".into(), "--nvml-probe".into()];
-    if let Some(f) = fixture {
-        argv.extend(["--nvml-fixture".into(), f.as_os_str().to_owned()]);
-    }
-    let run_dir = gpuhost_health::probe::run_dir().map_err(|e| format!("{e:#}"))?;
-    let p = match gpuhost_health::probe::start(&argv, timeout, &run_dir) {
-        Ok(r) => r.finish(),
-        Err(p) => *p,
-    };
+    let argv = crate::internal::nvml_probe_argv(fixture, None);
+    let p = gpuhost_health::probe_once(&argv, timeout).map_err(|e| format!("{e:#}"))?;
     if p.status == ProbeStatus::NoLibrary {
         // "NVML: library not found (libnvidia-ml.so.1: cannot open shared object file: …)"
         return Err(p
@@ -611,7 +602,7 @@ fn nvml(timeout: Duration, fixture: Option<&Path>) -> std::result::Result<Driver
     host_from_probe(&p)
 }
 
-/// The host NVML described (the probe's answer, `gpuhost status --nvml-probe`).
+/// The host NVML described (the probe's answer, `gpuhost nvml-probe`).
 fn host_from_probe(
     p: &gpuhost_health::snapshot::NvmlProbe,
 ) -> std::result::Result<DriverHost, String> {
@@ -651,7 +642,7 @@ mod tests {
 
     #[test]
     fn a_real_h200_probe_is_a_data_center_gpu_the_runtime_calls_unknown() {
-        // `gpuhost status --nvml-probe` on a real H200 (driver 580.159.04).
+        // `gpuhost nvml-probe` on a real H200 (driver 580.159.04).
         let text = include_str!("../../tests/fixtures/compat/h200-nvml-probe.json");
         let p: gpuhost_health::snapshot::NvmlProbe = serde_json::from_str(text).unwrap();
         let h = host_from_probe(&p).unwrap();

@@ -3,8 +3,11 @@
 
 mod cloud_init;
 mod compat;
+mod internal;
 mod matrix;
 mod output;
+mod serve;
+mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,6 +21,8 @@ use gpuhost_host::facts::{Facts, KernelChoice};
 use gpuhost_host::host::Host;
 use gpuhost_profile::Profile;
 use gpuhost_steps::step::Selection;
+
+use output::Format;
 
 // Each command's --help lists its own exit codes; `gpuhost --help` lists them all.
 macro_rules! apply_exit_codes {
@@ -151,11 +156,13 @@ enum Command {
     Compat(compat::CompatArgs),
     /// Node health through NVML, sysfs, the kernel log and services (Nagios exit codes).
     #[command(after_help = status_exit_codes!())]
-    Status(gpuhost_health::StatusArgs),
+    Status(status::StatusArgs),
     /// Serve node health over HTTP: /metrics (Prometheus), /healthz, /status (JSON); NVML stays
     /// initialised between sweeps. Exit codes: 0 stopped by SIGTERM/SIGINT, 1 could not
     /// listen or failed, 2 bad arguments or a run directory another user owns.
-    Serve(gpuhost_serve::ServeArgs),
+    Serve(serve::ServeArgs),
+    #[command(flatten)]
+    Internal(internal::Internal),
 }
 
 #[derive(Subcommand, Debug)]
@@ -191,12 +198,6 @@ enum Generate {
     /// The support matrix (docs/support-matrix.md) on stdout, from gpuhost's own tables:
     /// release × arch × kernel × module flavour × driver branch → supported, untested, refused.
     SupportMatrix,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-enum Format {
-    Text,
-    Json,
 }
 
 #[derive(clap::Args, Debug)]
@@ -345,16 +346,17 @@ struct FactsArgs {
 }
 
 fn main() -> ExitCode {
-    // The one-shot NVML probe child (`gpuhost status --nvml-probe`, started by every
-    // `gpuhost status`) goes straight to its work: no command-line tree to build.
+    // The one-shot NVML probe child (`gpuhost nvml-probe`, started by a `gpuhost status` that
+    // can neither run the helper nor fork) goes straight to its work: no command-line tree to
+    // build.
     if probe_child() {
         output::init_logging(std::env::var("GPUHOST_LOG").as_deref().unwrap_or("warn"));
-        let code = gpuhost_health::run_probe(None, std::path::Path::new("/"));
+        let code = gpuhost_health::run_nvml_probe(None, std::path::Path::new("/"));
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     if let Some(s) = status_only() {
         output::init_logging(&s.logging.log_level);
-        let code = gpuhost_health::run(&s.status);
+        let code = status::run(&s.status);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     let cli = match Cli::try_parse() {
@@ -400,9 +402,10 @@ fn main() -> ExitCode {
             cloud_init::render(c).map(|text| print!("{text}")),
         ),
         Command::Generate { what } => report(Format::Text, generate(what)),
-        Command::Status(s) => gpuhost_health::run(s),
+        Command::Status(s) => status::run(s),
         Command::Compat(c) => compat::run(c),
-        Command::Serve(s) => gpuhost_serve::run(s),
+        Command::Serve(s) => serve::run(s),
+        Command::Internal(i) => internal::run(i),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
@@ -453,7 +456,7 @@ struct StatusOnly {
     #[command(flatten)]
     logging: Logging,
     #[command(flatten)]
-    status: gpuhost_health::StatusArgs,
+    status: status::StatusArgs,
 }
 
 /// `gpuhost status …` parsed by the status command's own arguments alone, without building the
@@ -471,13 +474,15 @@ fn status_only() -> Option<StatusOnly> {
     .ok()
 }
 
-/// Exactly `gpuhost status --nvml-probe`: the probe child of a one-shot `gpuhost status`.
+/// Exactly `gpuhost nvml-probe` (or its older spelling, `gpuhost status --nvml-probe`): the
+/// probe child of a one-shot `gpuhost status`.
 fn probe_child() -> bool {
     let mut a = std::env::args_os().skip(1);
-    matches!(
-        (a.next(), a.next(), a.next()),
-        (Some(s), Some(p), None) if s == "status" && p == "--nvml-probe"
-    )
+    match (a.next(), a.next(), a.next()) {
+        (Some(p), None, None) => p == "nvml-probe",
+        (Some(s), Some(p), None) => s == "status" && p == "--nvml-probe",
+        _ => false,
+    }
 }
 
 /// Print an error (one line) and map it to an exit code.
@@ -801,6 +806,7 @@ fn run_profiles(action: Option<&ProfilesAction>) -> Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::panic)]
 mod tests {
     use super::*;
 
@@ -873,6 +879,51 @@ mod tests {
             apply.contains("\\-\\-root") && apply.contains("\\-\\-profile"),
             "{apply}"
         );
+        Ok(())
+    }
+
+    /// The command lines that start a probe child, as the agent builds them, are the hidden
+    /// subcommands; the older spellings name the same ones; none is in the help.
+    #[test]
+    fn probe_programs_are_the_hidden_subcommands() -> Result<()> {
+        use internal::{Internal, NvmlProbeArgs, NvmlServeArgs};
+        let (f, r) = (std::path::Path::new("/f.json"), std::path::Path::new("/r"));
+        let parsed = |argv: Vec<std::ffi::OsString>| -> Result<Command> {
+            Ok(Cli::try_parse_from(argv)?.command)
+        };
+        let probe = Internal::NvmlProbe(NvmlProbeArgs {
+            nvml_fixture: Some(f.into()),
+            root: r.into(),
+        });
+        let serve = Internal::NvmlServe(NvmlServeArgs {
+            nvml_fixture: Some(f.into()),
+        });
+        for (argv, want) in [
+            (internal::nvml_probe_argv(Some(f), Some(r)), &probe),
+            (internal::nvml_serve_argv(Some(f))?, &serve),
+        ] {
+            match parsed(argv)? {
+                Command::Internal(got) => assert_eq!(&got, want),
+                other => panic!("{other:?}"),
+            }
+        }
+        let older = Cli::try_parse_from([
+            "gpuhost",
+            "status",
+            "--nvml-probe",
+            "--nvml-fixture",
+            "/f.json",
+            "--root",
+            "/r",
+        ])?;
+        match older.command {
+            Command::Status(s) => assert_eq!(s.internal(), Some(probe)),
+            other => panic!("{other:?}"),
+        }
+        let help = Cli::command().render_long_help().to_string();
+        for hidden in ["nvml-probe", "nvml-serve", "nvml-calls", "sweep-profile"] {
+            assert!(!help.contains(hidden), "{hidden}: {help}");
+        }
         Ok(())
     }
 

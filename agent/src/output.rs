@@ -12,6 +12,13 @@ use gpuhost_engine::bundle::BuildReport;
 use gpuhost_host::error::{hint_of, is_invalid};
 use gpuhost_host::facts::Facts;
 
+/// A report's format on stdout (`--format`): text for people, JSON for programs.
+#[derive(Clone, Copy, Debug, clap::ValueEnum, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
 /// Logs go to stderr. Under systemd (journald adds timestamps) they carry none of their own.
 pub fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)

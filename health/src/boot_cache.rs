@@ -36,29 +36,29 @@ use gpuhost_host::host::Host;
 use crate::snapshot::{CudaCheck, GpuSnapshot, GspFirmware, InfoRom, NvmlProbe, Reading};
 
 /// The cache file in the run directory.
-pub const FILE: &str = "boot-cache.json";
+pub(crate) const FILE: &str = "boot-cache.json";
 /// Layout version of the file; another one is ignored.
-pub const SCHEMA: u32 = 1;
+pub(crate) const SCHEMA: u32 = 1;
 /// A kept InfoROM validation is reused this long (s).
-pub const INFOROM_MAX_AGE_S: u64 = 3600;
+pub(crate) const INFOROM_MAX_AGE_S: u64 = 3600;
 
 /// What the kept answers depend on, besides each GPU's UUID.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Key {
-    pub boot_id: String,
+pub(crate) struct Key {
+    pub(crate) boot_id: String,
     /// First line of `/proc/driver/nvidia/version`.
-    pub driver: String,
+    pub(crate) driver: String,
     /// Inode of `/sys/module/nvidia` (renewed when the module is reloaded).
-    pub module_inode: Option<u64>,
+    pub(crate) module_inode: Option<u64>,
     /// Its modification time (s, ns): sysfs gives a reloaded module's directory its load time,
     /// so a reload is seen even where a filesystem hands the freed inode number out again.
     #[serde(default)]
-    pub module_time: Option<(i64, i64)>,
+    pub(crate) module_time: Option<(i64, i64)>,
 }
 
 impl Key {
     /// The key of `host` now; None (nothing is kept) without a boot id or a loaded driver.
-    pub fn read(host: &Host) -> Option<Key> {
+    pub(crate) fn read(host: &Host) -> Option<Key> {
         let text = |p: &str| host.read_opt(p).ok().flatten();
         let boot_id = text("/proc/sys/kernel/random/boot_id")?.trim().to_string();
         let driver = text("/proc/driver/nvidia/version")?
@@ -79,26 +79,26 @@ impl Key {
     }
 
     /// The key of the running system (what the real NVML answers about).
-    pub fn live() -> Option<Key> {
+    pub(crate) fn live() -> Option<Key> {
         Host::new(Path::new("/")).ok().and_then(|h| Key::read(&h))
     }
 }
 
 /// The driver's versions as NVML gives them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct SystemFixed {
-    pub driver_version: Option<String>,
-    pub nvml_version: Option<String>,
-    pub cuda_driver_version: Option<i32>,
+pub(crate) struct SystemFixed {
+    pub(crate) driver_version: Option<String>,
+    pub(crate) nvml_version: Option<String>,
+    pub(crate) cuda_driver_version: Option<i32>,
 }
 
 /// One GPU's kept answers.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuEntry {
-    pub fixed: GpuFixed,
+pub(crate) struct GpuEntry {
+    pub(crate) fixed: GpuFixed,
     /// The last valid InfoROM validation (with its time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inforom: Option<InfoRom>,
+    pub(crate) inforom: Option<InfoRom>,
 }
 
 /// The file's contents.
@@ -119,7 +119,7 @@ struct File {
 /// The kept answers of this boot and driver, loaded from the run directory and stored back
 /// when a sweep added to them.
 #[derive(Clone, Debug, Default)]
-pub struct Store {
+pub(crate) struct Store {
     dir: Option<PathBuf>,
     key: Option<Key>,
     system: Option<SystemFixed>,
@@ -131,7 +131,7 @@ pub struct Store {
 impl Store {
     /// What `run_dir` keeps for `key` (nothing when `key` is None: nothing is kept then).
     /// (None: the run directory was refused; nothing is kept then either.)
-    pub fn load(run_dir: Option<&Path>, key: Option<Key>) -> Store {
+    pub(crate) fn load(run_dir: Option<&Path>, key: Option<Key>) -> Store {
         let mut s = Store {
             dir: run_dir.map(Path::to_path_buf),
             key,
@@ -178,12 +178,12 @@ impl Store {
     }
 
     /// The kept driver versions.
-    pub fn system(&self) -> Option<&SystemFixed> {
+    pub(crate) fn system(&self) -> Option<&SystemFixed> {
         self.system.as_ref()
     }
 
     /// The fixed fields kept for the GPU with this UUID.
-    pub fn gpu(&self, uuid: &str) -> Option<&GpuFixed> {
+    pub(crate) fn gpu(&self, uuid: &str) -> Option<&GpuFixed> {
         self.gpus
             .get(uuid)
             .map(|e| &e.fixed)
@@ -191,7 +191,7 @@ impl Store {
     }
 
     /// A valid InfoROM validation of this GPU less than [`INFOROM_MAX_AGE_S`] old.
-    pub fn inforom(&self, uuid: &str) -> Option<InfoRom> {
+    pub(crate) fn inforom(&self, uuid: &str) -> Option<InfoRom> {
         let now = gpuhost_host::fsutil::unix_now();
         self.gpus
             .get(uuid)
@@ -208,7 +208,7 @@ impl Store {
     }
 
     /// The kept cuInit success, if the device nodes it depends on are the same (`now`).
-    pub fn cuda(&self, now: &crate::cuda::Key) -> Option<CudaCheck> {
+    pub(crate) fn cuda(&self, now: &crate::cuda::Key) -> Option<CudaCheck> {
         match &self.cuda {
             Some((k, c)) if k == now && c.init_rc == Some(0) => Some(CudaCheck {
                 cached: true,
@@ -220,7 +220,7 @@ impl Store {
     }
 
     /// Keep the driver versions (once they answered).
-    pub fn keep_system(&mut self, s: &SystemFixed) {
+    pub(crate) fn keep_system(&mut self, s: &SystemFixed) {
         if self.system.as_ref() != Some(s) && s.driver_version.is_some() {
             self.system = Some(s.clone());
             self.dirty = true;
@@ -229,7 +229,7 @@ impl Store {
 
     /// Keep `g`'s fixed fields that answered and its InfoROM validation when it is a fresh,
     /// valid one (by UUID; a GPU without one is not kept).
-    pub fn keep_gpu(&mut self, g: &GpuSnapshot) {
+    pub(crate) fn keep_gpu(&mut self, g: &GpuSnapshot) {
         let Some(uuid) = g.uuid.value() else { return };
         let e = self.gpus.entry(uuid.clone()).or_default();
         let before = e.fixed.clone();
@@ -246,7 +246,7 @@ impl Store {
     }
 
     /// Keep a cuInit success for the device nodes it was made with.
-    pub fn keep_cuda(&mut self, key: crate::cuda::Key, c: &CudaCheck) {
+    pub(crate) fn keep_cuda(&mut self, key: crate::cuda::Key, c: &CudaCheck) {
         if c.init_rc == Some(0) && !c.cached {
             let mut c = c.clone();
             c.cached = false;
@@ -257,7 +257,7 @@ impl Store {
 
     /// Write what was added since the load (atomically; best effort: a run without the file
     /// only reads more).
-    pub fn save(&mut self) {
+    pub(crate) fn save(&mut self) {
         if !self.dirty {
             return;
         }
@@ -286,7 +286,7 @@ impl Store {
     /// Give each GPU of `p` (every field as read) the fixed fields and InfoROM validation
     /// kept for its UUID, and keep what it adds: what the NVML probe does with its calls,
     /// for an answer that comes from a saved snapshot (`--nvml-fixture`, tests).
-    pub fn apply_or_keep(&mut self, p: &mut NvmlProbe) {
+    pub(crate) fn apply_or_keep(&mut self, p: &mut NvmlProbe) {
         for g in &mut p.gpus {
             g.fixed_kept = false;
             let Some(uuid) = g.uuid.value().cloned() else {
@@ -315,21 +315,21 @@ impl Store {
 /// Each field is kept once it answered (a value, or NOT_SUPPORTED); one that failed (a GPU
 /// lost, a call that timed out) is read again at the next sweep.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct GpuFixed {
-    pub name: Option<Reading<String>>,
-    pub uuid: Option<Reading<String>>,
-    pub pci_bus_id: Option<Reading<String>>,
-    pub brand: Option<Reading<u32>>,
-    pub compute_capability: Option<Reading<String>>,
-    pub temperature_slowdown_c: Option<Reading<u32>>,
-    pub temperature_shutdown_c: Option<Reading<u32>>,
-    pub power_limit_default_mw: Option<Reading<u32>>,
-    pub pcie_gen_max: Option<Reading<u32>>,
-    pub pcie_width_max: Option<Reading<u32>>,
-    pub architecture: Option<Reading<String>>,
-    pub minor_number: Option<Reading<u32>>,
-    pub vbios_version: Option<Reading<String>>,
-    pub gsp_firmware: Option<Reading<GspFirmware>>,
+pub(crate) struct GpuFixed {
+    pub(crate) name: Option<Reading<String>>,
+    pub(crate) uuid: Option<Reading<String>>,
+    pub(crate) pci_bus_id: Option<Reading<String>>,
+    pub(crate) brand: Option<Reading<u32>>,
+    pub(crate) compute_capability: Option<Reading<String>>,
+    pub(crate) temperature_slowdown_c: Option<Reading<u32>>,
+    pub(crate) temperature_shutdown_c: Option<Reading<u32>>,
+    pub(crate) power_limit_default_mw: Option<Reading<u32>>,
+    pub(crate) pcie_gen_max: Option<Reading<u32>>,
+    pub(crate) pcie_width_max: Option<Reading<u32>>,
+    pub(crate) architecture: Option<Reading<String>>,
+    pub(crate) minor_number: Option<Reading<u32>>,
+    pub(crate) vbios_version: Option<Reading<String>>,
+    pub(crate) gsp_firmware: Option<Reading<GspFirmware>>,
 }
 
 fn keep_one<T: Clone>(kept: &mut Option<Reading<T>>, r: &Reading<T>) {
@@ -346,7 +346,7 @@ fn apply_one<T: Clone>(kept: &Option<Reading<T>>, r: &mut Reading<T>) {
 
 impl GpuFixed {
     /// Keep `g`'s fixed fields that answered and are not kept yet.
-    pub fn keep(&mut self, g: &GpuSnapshot) {
+    pub(crate) fn keep(&mut self, g: &GpuSnapshot) {
         keep_one(&mut self.name, &g.name);
         keep_one(&mut self.uuid, &g.uuid);
         keep_one(&mut self.pci_bus_id, &g.pci_bus_id);
@@ -364,7 +364,7 @@ impl GpuFixed {
     }
 
     /// Put the kept fields into `g`, and mark it so when there were any.
-    pub fn apply(&self, g: &mut GpuSnapshot) {
+    pub(crate) fn apply(&self, g: &mut GpuSnapshot) {
         apply_one(&self.name, &mut g.name);
         apply_one(&self.uuid, &mut g.uuid);
         apply_one(&self.pci_bus_id, &mut g.pci_bus_id);

@@ -12,7 +12,7 @@
 //! unresponsive".
 //!
 //! The protocol is one line each way: the parent writes `sweep`, the child answers an
-//! [`NvmlProbe`] as one line of JSON (`gpuhost status --nvml-serve`). With `--nvml-fixture
+//! [`NvmlProbe`] as one line of JSON (`gpuhost nvml-serve`). With `--nvml-fixture
 //! FILE` the child answers the `nvml` part of a saved snapshot instead of asking NVML (tests
 //! and benchmarks on machines without a GPU); the pipe, the deadline and the replacement are
 //! the same.
@@ -28,11 +28,11 @@ use crate::snapshot::{NvmlProbe, ProbeStatus, Snapshot};
 use crate::{nvml, probe};
 
 /// The question the parent asks.
-pub const SWEEP: &str = "sweep";
+pub(crate) const SWEEP: &str = "sweep";
 
 /// Test hook: while this file exists, the child hangs in its next sweep (stands for a driver
 /// that stopped answering; the parent must kill and replace it).
-pub const HANG_FILE_ENV: &str = "GPUHOST_PROBE_HANG_FILE";
+pub(crate) const HANG_FILE_ENV: &str = "GPUHOST_PROBE_HANG_FILE";
 
 /// The parent's side: starts, asks, and replaces the probe child.
 pub struct CoProbe {
@@ -45,7 +45,7 @@ pub struct CoProbe {
 }
 
 impl CoProbe {
-    /// `argv` starts the child (`gpuhost status --nvml-serve …`); `timeout` bounds each sweep.
+    /// `argv` starts the child (`gpuhost nvml-serve …`); `timeout` bounds each sweep.
     pub fn new(argv: Vec<OsString>, timeout: Duration, run_dir: &Path) -> Self {
         CoProbe {
             argv,
@@ -55,16 +55,6 @@ impl CoProbe {
             stuck: None,
             started: 0,
         }
-    }
-
-    /// How many probe children were started so far (1 while NVML stays initialised).
-    pub fn children_started(&self) -> u64 {
-        self.started
-    }
-
-    /// The pid of the child that answers now, if one runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.current.as_ref().map(Coprocess::pid)
     }
 
     /// One sweep, answered within the deadline whatever the driver does.
@@ -180,9 +170,9 @@ fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e5).round() / 100.0
 }
 
-/// The child's side (`gpuhost status --nvml-serve [--nvml-fixture FILE]`): answer each
+/// The child's side (`gpuhost nvml-serve [--nvml-fixture FILE]`): answer each
 /// `sweep` line on stdin with one JSON line on stdout, until stdin closes. NVML is initialised
-/// at the first sweep and kept, with what cannot change while it is ([`nvml::Session`]: each
+/// at the first sweep and kept, with what cannot change while it is (`nvml::Session`: each
 /// GPU's name, UUID, VBIOS, … read once; everything that can change read at every sweep); a
 /// failed init is tried again at the next sweep (a driver loaded later is then found).
 ///
@@ -191,7 +181,7 @@ fn round_ms(d: Duration) -> f64 {
 /// does.
 pub fn serve_child(fixture: Option<&Path>) -> i32 {
     if let Some(Err(e)) = fixture.map(load_fixture) {
-        eprintln!("gpuhost status --nvml-serve: {e:#}");
+        eprintln!("gpuhost nvml-serve: {e:#}");
         return 2;
     }
     let delay = std::env::var("GPUHOST_PROBE_DELAY_MS")
@@ -206,7 +196,7 @@ pub fn serve_child(fixture: Option<&Path>) -> i32 {
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };
         if line.trim() != SWEEP {
-            eprintln!("gpuhost status --nvml-serve: unknown request {line:?}");
+            eprintln!("gpuhost nvml-serve: unknown request {line:?}");
             continue;
         }
         if let Some(d) = delay {
@@ -256,7 +246,7 @@ fn fixture_sweep(path: &Path, kept: &mut nvml::KeptFixed, start: Instant) -> Nvm
 }
 
 /// The `nvml` part of a snapshot saved by `gpuhost status --dump-snapshot`.
-pub fn load_fixture(path: &Path) -> anyhow::Result<NvmlProbe> {
+pub(crate) fn load_fixture(path: &Path) -> anyhow::Result<NvmlProbe> {
     use anyhow::Context;
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -269,6 +259,18 @@ pub fn load_fixture(path: &Path) -> anyhow::Result<NvmlProbe> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    impl CoProbe {
+        /// How many probe children were started so far (1 while NVML stays initialised).
+        fn children_started(&self) -> u64 {
+            self.started
+        }
+
+        /// The pid of the child that answers now, if one runs.
+        fn pid(&self) -> Option<u32> {
+            self.current.as_ref().map(Coprocess::pid)
+        }
+    }
 
     /// A probe child written in sh: answers each line with the next line of `answers`
     /// (a file), or hangs while `hang` exists.

@@ -13,14 +13,14 @@ use std::path::Path;
 use crate::snapshot::Snapshot;
 
 /// The baseline file in the run directory.
-pub const FILE: &str = "counters.json";
+pub(crate) const FILE: &str = "counters.json";
 /// A baseline this old (ms) is replaced by the current reading.
-pub const BASELINE_MAX_AGE_MS: u64 = 60_000;
+pub(crate) const BASELINE_MAX_AGE_MS: u64 = 60_000;
 
-pub use crate::snapshot::{Baseline, GpuCounters, LinkCounters};
+pub(crate) use crate::snapshot::{Baseline, GpuCounters, LinkCounters};
 
 /// This snapshot's counters.
-pub fn of(s: &Snapshot, boot_id: Option<String>) -> Baseline {
+pub(crate) fn of(s: &Snapshot, boot_id: Option<String>) -> Baseline {
     let mut b = Baseline {
         boot_id,
         at_ms: s.collected_at_ms,
@@ -60,20 +60,20 @@ pub fn of(s: &Snapshot, boot_id: Option<String>) -> Baseline {
 
 /// The increase per second of a counter from `before` to `now` over `secs`; None without a
 /// before, when it went down (a reset) or when no time passed.
-pub fn rate(before: Option<u64>, now: Option<u64>, secs: f64) -> Option<f64> {
+pub(crate) fn rate(before: Option<u64>, now: Option<u64>, secs: f64) -> Option<f64> {
     let (b, n) = (before?, now?);
     (n >= b && secs > 0.0).then(|| (n - b) as f64 / secs)
 }
 
 /// The kept baseline, if it is from this boot and readable.
-pub fn load(run_dir: &Path, boot_id: Option<&str>) -> Option<Baseline> {
+pub(crate) fn load(run_dir: &Path, boot_id: Option<&str>) -> Option<Baseline> {
     let b: Baseline = crate::probe::load_kept(run_dir, FILE)?;
     (b.boot_id.as_deref() == boot_id).then_some(b)
 }
 
 /// Whether `now` should replace `kept` as the baseline: none kept, kept too old, another
 /// boot, or a counter went down (reset).
-pub fn due(kept: Option<&Baseline>, now: &Baseline) -> bool {
+pub(crate) fn due(kept: Option<&Baseline>, now: &Baseline) -> bool {
     let Some(k) = kept else { return true };
     if k.boot_id != now.boot_id || now.at_ms.saturating_sub(k.at_ms) >= BASELINE_MAX_AGE_MS {
         return true;
@@ -97,7 +97,7 @@ pub fn due(kept: Option<&Baseline>, now: &Baseline) -> bool {
 }
 
 /// Keep `now` as the baseline when [`due`] (atomically; the directory is created).
-pub fn store(run_dir: &Path, kept: Option<&Baseline>, now: &Baseline) -> anyhow::Result<()> {
+pub(crate) fn store(run_dir: &Path, kept: Option<&Baseline>, now: &Baseline) -> anyhow::Result<()> {
     if now.gpus.is_empty() || !due(kept, now) {
         return Ok(());
     }

@@ -20,7 +20,7 @@ use crate::snapshot::CudaCheck;
 
 /// What a kept success depends on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Key {
+pub(crate) struct Key {
     pub(crate) boot_id: Option<String>,
     pub(crate) driver: Option<String>,
     /// (path, inode, change time) of each device node that exists.
@@ -59,7 +59,7 @@ pub(crate) struct Memo {
 impl Memo {
     /// The kept success when what it depends on has not changed; else what it depends on now
     /// (for [`Memo::remember`]), and the check is to be made ([`check`]).
-    pub fn kept(&mut self) -> Result<CudaCheck, Key> {
+    pub(crate) fn kept(&mut self) -> Result<CudaCheck, Key> {
         let now = key();
         match &self.kept {
             Some((k, c)) if *k == now => Ok(CudaCheck {
@@ -84,7 +84,7 @@ type CuInit = unsafe extern "C" fn(flags: u32) -> c_int;
 type CuDriverGetVersion = unsafe extern "C" fn(version: *mut c_int) -> c_int;
 
 /// Load libcuda.so.1 and call `cuInit(0)` and `cuDriverGetVersion`, uncached.
-pub fn check() -> CudaCheck {
+pub(crate) fn check() -> CudaCheck {
     // SAFETY: loading the NVIDIA user-space driver runs its initialisers, which is what any
     // CUDA program does; the library is never unloaded (see below).
     let lib = match unsafe { libloading::Library::new("libcuda.so.1") } {

@@ -10,16 +10,16 @@ use tracing::level_filters::LevelFilter;
 use tracing::{span, Event, Level, Metadata, Subscriber};
 
 /// The variable that carries the caller's level to the helper.
-pub const ENV: &str = "GPUHOST_PROBE_LOG";
+pub(crate) const ENV: &str = "GPUHOST_PROBE_LOG";
 
 /// The value of [`ENV`] for a helper started now: the most verbose level this process logs
 /// at; None when it logs nothing.
-pub fn caller_level() -> Option<&'static str> {
+pub(crate) fn caller_level() -> Option<&'static str> {
     LevelFilter::current().into_level().map(|l| l.as_str())
 }
 
 /// In the helper: log gpuhost's events at the level [`ENV`] names (none when unset).
-pub fn init() {
+pub(crate) fn init() {
     let max = std::env::var(ENV)
         .ok()
         .and_then(|v| v.parse::<Level>().ok());

@@ -83,7 +83,7 @@ pub fn collect(host: &Host) -> HostSnapshot {
 
 /// Secure Boot and, when it is on, who signed the NVIDIA modules `kernel` would load
 /// ([`gpuhost_host::secureboot`]; a module file is read once per process while it is unchanged).
-pub fn secure_boot(host: &Host, kernel: Option<String>) -> SecureBootState {
+pub(crate) fn secure_boot(host: &Host, kernel: Option<String>) -> SecureBootState {
     use gpuhost_host::facts::{secure_boot, SecureBoot};
     use gpuhost_host::secureboot::module_signatures;
     use gpuhost_host::secureboot::Keys;
@@ -132,7 +132,7 @@ pub fn secure_boot(host: &Host, kernel: Option<String>) -> SecureBootState {
 
 /// The default boot kernel and the `nvidia` module modprobe would load for it
 /// ([`gpuhost_host::kmods`], the same check as `apply`'s kernel-module step).
-pub fn next_boot(host: &Host) -> NextBoot {
+pub(crate) fn next_boot(host: &Host) -> NextBoot {
     use gpuhost_host::guard_record as bootguard;
     use gpuhost_host::kernel;
     use gpuhost_host::kmods;
@@ -328,7 +328,7 @@ fn aer(host: &Host, path: &Path) -> Option<AerCounters> {
 }
 
 /// Parse the host's daemon.json (`p`) for the NVIDIA runtime.
-pub fn daemon_json(host: &Host, p: impl AsRef<Path>) -> DaemonJson {
+pub(crate) fn daemon_json(host: &Host, p: impl AsRef<Path>) -> DaemonJson {
     match host.read_opt(p) {
         Ok(Some(t)) => parse_daemon_json(&t),
         Ok(None) => DaemonJson::default(),
@@ -360,7 +360,7 @@ pub(crate) fn parse_daemon_json(text: &str) -> DaemonJson {
 }
 
 /// Unit states through one `systemctl is-active` call.
-pub fn services() -> Services {
+pub(crate) fn services() -> Services {
     // sd_booted(3): systemd is PID 1 exactly when /run/systemd/system exists. Without it
     // systemctl is there but can answer nothing.
     if !std::path::Path::new("/run/systemd/system").is_dir() {
@@ -402,7 +402,7 @@ pub fn services() -> Services {
 
 /// The installed Fabric Manager's version, from rpm (one query for both package names); where
 /// there is no rpm, from `nv-fabricmanager --version`.
-pub fn fabricmanager_version() -> FabricManagerVersion {
+pub(crate) fn fabricmanager_version() -> FabricManagerVersion {
     let rpm = Cmd::new("rpm")
         .args(["-q", "--qf", "%{NAME} %{VERSION}\\n"])
         .args(FABRIC_MANAGER_PACKAGES)
@@ -490,7 +490,7 @@ pub(crate) fn parse_is_active(stdout: &str) -> Option<Services> {
 /// The IMEX domain through `nvidia-imex-ctl -N` (it reads /etc/nvidia-imex/config.cfg and asks
 /// the local daemon's command service, which `IMEX_CMD_ENABLED=1` turns on). Bounded: a daemon
 /// that does not answer is an error, not a hang.
-pub fn imex_domain() -> ImexDomain {
+pub(crate) fn imex_domain() -> ImexDomain {
     match Cmd::new("nvidia-imex-ctl")
         .arg("-N")
         .timeout(Duration::from_secs(10))

@@ -137,7 +137,7 @@ pub struct Follower {
 
 impl Follower {
     /// The kernel log of this boot on `host`, as [`collect`] gives it.
-    pub fn collect(&mut self, host: &Host) -> KernelLog {
+    pub(crate) fn collect(&mut self, host: &Host) -> KernelLog {
         let kmsg = kmsg_path(host);
         if let Some((p, f)) = self.open.as_mut().filter(|(p, _)| *p == kmsg) {
             match read_records(f, p) {
@@ -165,7 +165,7 @@ impl Follower {
     }
 
     /// Lines of the kernel log read so far.
-    pub fn lines(&self) -> u64 {
+    pub(crate) fn lines(&self) -> u64 {
         self.lines
     }
 
@@ -221,11 +221,6 @@ pub fn parse_log(source: &str, text: &str) -> KernelLog {
         }
     }
     log
-}
-
-/// XID events alone (see [`parse_log`]).
-pub fn parse_xids(text: &str) -> Vec<XidEvent> {
-    parse_log("", text).xids
 }
 
 fn parse_line(line: &str) -> Option<XidEvent> {
@@ -339,6 +334,11 @@ pub fn normalise_pci(addr: &str) -> Option<String> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    /// XID events alone (see [`parse_log`]).
+    fn parse_xids(text: &str) -> Vec<XidEvent> {
+        parse_log("", text).xids
+    }
 
     #[test]
     fn parses_kmsg_and_journal_lines() {

@@ -13,17 +13,21 @@ use crate::verdict::{overall, Check, Expect, GpuRef, Severity};
 pub(crate) const REPORT_SCHEMA: u32 = 1;
 
 #[derive(Debug, Serialize)]
-pub struct Report<'a> {
-    pub schema_version: u32,
-    pub status: &'static str,
-    pub exit_code: i32,
-    pub summary: BTreeMap<&'static str, usize>,
-    pub expect: &'a Expect,
-    pub checks: &'a [Check],
-    pub snapshot: &'a Snapshot,
+pub(crate) struct Report<'a> {
+    pub(crate) schema_version: u32,
+    pub(crate) status: &'static str,
+    pub(crate) exit_code: i32,
+    pub(crate) summary: BTreeMap<&'static str, usize>,
+    pub(crate) expect: &'a Expect,
+    pub(crate) checks: &'a [Check],
+    pub(crate) snapshot: &'a Snapshot,
 }
 
-pub fn report<'a>(snapshot: &'a Snapshot, expect: &'a Expect, checks: &'a [Check]) -> Report<'a> {
+pub(crate) fn report<'a>(
+    snapshot: &'a Snapshot,
+    expect: &'a Expect,
+    checks: &'a [Check],
+) -> Report<'a> {
     let worst = overall(checks);
     Report {
         schema_version: REPORT_SCHEMA,

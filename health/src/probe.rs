@@ -2,7 +2,7 @@
 //!
 //! A GPU that fell off the bus, or a wedged driver, can block NVML calls for minutes, in an
 //! uninterruptible sleep that no signal ends. So the probe runs in a child process
-//! (`gpuhost status --nvml-probe`, which prints an [`NvmlProbe`] as JSON). When it does not
+//! (`gpuhost nvml-probe`, which prints an [`NvmlProbe`] as JSON). When it does not
 //! answer within the deadline, the parent reports "driver unresponsive", sends it SIGKILL
 //! (delivered once the driver lets go), does not wait for it, and records its pid and start
 //! time in `<run dir>/nvml-probe.pid`. A later run that finds that process still alive reports
@@ -23,7 +23,7 @@
 //! one for its stderr, and no other descriptor of the parent's, so that one stuck in the
 //! driver holds nothing of the caller's; once its answer is written it closes both pipes and
 //! the caller does not wait for its exit. Where a fork cannot be made (or the process runs
-//! more than one thread), the probe is the program `gpuhost status --nvml-probe`, run
+//! more than one thread), the probe is the program `gpuhost nvml-probe`, run
 //! through `gpuhost_host::cmd::Cmd::spawn`, the subprocess wrapper's background mode, which
 //! kills a command past its deadline without waiting for it.
 
@@ -39,7 +39,7 @@ use gpuhost_host::cmd::{Cmd, Spawned, Waited};
 use crate::snapshot::{NvmlProbe, ProbeStatus};
 
 /// File recording a stuck probe: `<pid> <start time in clock ticks>`.
-pub const PID_FILE: &str = "nvml-probe.pid";
+pub(crate) const PID_FILE: &str = "nvml-probe.pid";
 
 /// The run directory, where the pid file and the other records live: `$GPUHOST_RUN_DIR`,
 /// else `/run/gpuhost` as root (where it can be made), else `$XDG_RUNTIME_DIR/gpuhost`, else
@@ -123,7 +123,7 @@ fn own_dir(dir: &Path, mode: u32, forbidden: Option<u32>, me: u32) -> anyhow::Re
 }
 
 /// A probe that is running.
-pub struct Running {
+pub(crate) struct Running {
     child: Child,
     deadline: Instant,
     timeout: Duration,
@@ -131,7 +131,7 @@ pub struct Running {
 }
 
 enum Child {
-    /// `gpuhost status --nvml-probe`, through the subprocess wrapper.
+    /// `gpuhost nvml-probe`, through the subprocess wrapper.
     Spawned(Spawned),
     /// The helper program or a forked copy: its pid, its answer's pipe and its stderr's,
     /// read here.
@@ -158,7 +158,7 @@ fn stuck_earlier(run_dir: &Path) -> Option<Box<NvmlProbe>> {
 }
 
 /// This process's peak resident memory so far (`getrusage`'s `ru_maxrss`), KiB.
-pub fn peak_rss_kib() -> Option<u64> {
+pub(crate) fn peak_rss_kib() -> Option<u64> {
     // SAFETY: an all-zero rusage is a valid value of that plain C struct.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: RUSAGE_SELF, with a pointer to a local that getrusage fills.
@@ -188,11 +188,11 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Start the probe as a forked copy of this process, which runs `work` (its answer: one line
-/// of JSON) and exits; `argv` (the program `gpuhost status --nvml-probe …`) is run instead
+/// of JSON) and exits; `argv` (the program `gpuhost nvml-probe …`) is run instead
 /// where no fork can be made or this process runs more than one thread (a lock another thread
 /// holds at the fork would stay held in the copy). `Err` carries the finished result (an
 /// earlier probe still stuck, or no probe could be started).
-pub fn fork(
+pub(crate) fn fork(
     work: impl FnOnce() -> String,
     argv: &[OsString],
     timeout: Duration,
@@ -273,7 +273,7 @@ fn child_setup(answer: &OwnedFd, err: &OwnedFd) {
 
 /// Close every descriptor above stderr but `keep`: a probe stuck in the driver holds nothing
 /// of its caller's (the helper inherits what its caller's caller left open).
-pub fn close_inherited(keep: Option<RawFd>) {
+pub(crate) fn close_inherited(keep: Option<RawFd>) {
     let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
         .map(|d| {
             d.flatten()
@@ -297,7 +297,7 @@ pub fn close_inherited(keep: Option<RawFd>) {
 /// need not wait for the exit, where the driver releases NVML's objects (about 5 ms on an
 /// H200) — and leave with `_exit`: no destructor, atexit handler or buffered output runs
 /// (in a forked copy: none of the parent's runs twice). 0 when the answer was written.
-pub fn answer_and_leave(out: &str, mut answer: File) -> ! {
+pub(crate) fn answer_and_leave(out: &str, mut answer: File) -> ! {
     let ok = !out.is_empty() && answer.write_all(out.as_bytes()).is_ok();
     // SAFETY: closes this process's stderr; nothing writes to it after this.
     unsafe {
@@ -317,12 +317,12 @@ pub fn answer_and_leave(out: &str, mut answer: File) -> ! {
 }
 
 /// The NVML probe helper's file name.
-pub const HELPER: &str = "gpuhost-nvml-probe";
+pub(crate) const HELPER: &str = "gpuhost-nvml-probe";
 
 /// The NVML probe helper: `$GPUHOST_NVML_PROBE` when set (empty: none, the probe is forked),
 /// else `gpuhost-nvml-probe` beside this executable (cargo's target directory, a tarball),
 /// else in `../libexec/gpuhost/` from it (the RPM). None: not found.
-pub fn helper() -> Option<PathBuf> {
+pub(crate) fn helper() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("GPUHOST_NVML_PROBE") {
         return (!p.is_empty()).then(|| PathBuf::from(p));
     }
@@ -342,7 +342,7 @@ pub fn helper() -> Option<PathBuf> {
 /// Start the NVML probe helper `program` with `args` unless a probe from an earlier run is
 /// still stuck: its stdout is its answer, read like a forked copy's. `Err` carries the
 /// finished result (stuck earlier, or the helper could not be started).
-pub fn exec(
+pub(crate) fn exec(
     program: &Path,
     args: &[OsString],
     timeout: Duration,
@@ -381,7 +381,7 @@ pub fn exec(
 
 /// Start the probe `argv` unless a probe from an earlier run is still stuck. `Err` carries
 /// the finished result (stuck earlier, or could not start).
-pub fn start(
+pub(crate) fn start(
     argv: &[OsString],
     timeout: Duration,
     run_dir: &Path,
@@ -405,6 +405,17 @@ pub fn start(
     })
 }
 
+/// The one-shot NVML probe `program` run once under `timeout` (`gpuhost compat`'s question to
+/// NVML: the driver, its CUDA version, the GPUs), unless one from an earlier run is still
+/// stuck. Err: the run directory, where a stuck probe is recorded, is refused.
+pub fn probe_once(program: &[OsString], timeout: Duration) -> anyhow::Result<NvmlProbe> {
+    let run_dir = run_dir()?;
+    Ok(match start(program, timeout, &run_dir) {
+        Ok(r) => r.finish(),
+        Err(p) => *p,
+    })
+}
+
 fn failed(msg: String) -> NvmlProbe {
     NvmlProbe {
         status: ProbeStatus::ProbeFailed,
@@ -415,7 +426,7 @@ fn failed(msg: String) -> NvmlProbe {
 
 impl Running {
     /// Wait for the probe's answer until the deadline.
-    pub fn finish(self) -> NvmlProbe {
+    pub(crate) fn finish(self) -> NvmlProbe {
         let spawned = match self.child {
             Child::Spawned(s) => s,
             Child::Direct {
@@ -664,7 +675,7 @@ fn round_ms(d: Duration) -> f64 {
 /// A JSON file an earlier run kept in `run_dir` (the counters' baseline, the InfoROM
 /// validations, the CUDA check); None when it is absent or unreadable: the caller starts
 /// afresh.
-pub fn load_kept<T: serde::de::DeserializeOwned>(run_dir: &Path, file: &str) -> Option<T> {
+pub(crate) fn load_kept<T: serde::de::DeserializeOwned>(run_dir: &Path, file: &str) -> Option<T> {
     let path = run_dir.join(file);
     match gpuhost_host::fsutil::read_own_file(&path, KEPT_MAX_BYTES) {
         Ok(bytes) => serde_json::from_slice(&bytes).ok(),
@@ -679,24 +690,28 @@ pub fn load_kept<T: serde::de::DeserializeOwned>(run_dir: &Path, file: &str) -> 
 
 /// The most a file of the run directory may hold (the largest, the boot cache of an 8-GPU
 /// node, is about 20 KiB): a bigger one is not gpuhost's.
-pub const KEPT_MAX_BYTES: u64 = 1 << 20;
+pub(crate) const KEPT_MAX_BYTES: u64 = 1 << 20;
 
 /// Keep `v` as `file` in `run_dir` for the next runs (atomically; the directory is created).
-pub fn store_kept<T: serde::Serialize>(run_dir: &Path, file: &str, v: &T) -> anyhow::Result<()> {
+pub(crate) fn store_kept<T: serde::Serialize>(
+    run_dir: &Path,
+    file: &str,
+    v: &T,
+) -> anyhow::Result<()> {
     let text = serde_json::to_string(v)?;
     gpuhost_host::fsutil::write_atomic(&run_dir.join(file), text.as_bytes(), 0o644)
 }
 
 /// This boot's id (`/proc/sys/kernel/random/boot_id` of the system the probe runs on): what
 /// is kept in the run directory belongs to one boot.
-pub fn boot_id() -> Option<String> {
+pub(crate) fn boot_id() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .ok()
         .map(|s| s.trim().to_string())
 }
 
 /// Record `pid` as a stuck probe in `run_dir`.
-pub fn record_stuck(run_dir: &Path, pid: u32) -> anyhow::Result<()> {
+pub(crate) fn record_stuck(run_dir: &Path, pid: u32) -> anyhow::Result<()> {
     // Without its start time a pid says nothing (pids are reused): no record then.
     let Some(start) = start_time(pid) else {
         return Err(anyhow::anyhow!("/proc/{pid}/stat gives no start time"));
@@ -712,7 +727,7 @@ pub fn record_stuck(run_dir: &Path, pid: u32) -> anyhow::Result<()> {
 /// them, not a zombie) and is a gpuhost probe of this user's; a stale, malformed or
 /// zero-time record, or one naming another program, is removed. The record is read as the
 /// run directory's other files are: no link, no FIFO, this user's, small.
-pub fn stuck_probe(run_dir: &Path) -> Option<u32> {
+pub(crate) fn stuck_probe(run_dir: &Path) -> Option<u32> {
     let file = run_dir.join(PID_FILE);
     let text = match gpuhost_host::fsutil::read_own_file(&file, KEPT_MAX_BYTES) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
@@ -739,7 +754,7 @@ pub fn stuck_probe(run_dir: &Path) -> Option<u32> {
 }
 
 /// Whether process `pid` is a gpuhost probe of this user's: its program (`/proc/PID/exe`) is
-/// `gpuhost` (a forked copy, or `gpuhost status --nvml-probe`) or the helper
+/// `gpuhost` (a forked copy, or `gpuhost nvml-probe`) or the helper
 /// `gpuhost-nvml-probe`, and it runs as this user. pid 1, a shell, another user's process are
 /// not probes, whatever a record says.
 fn is_probe(pid: u32) -> bool {

@@ -7,14 +7,14 @@
 //! and first sweep.
 //!
 //! The protocol is one line each way. The client writes its question:
-//! - `snapshot`: the server answers one line of JSON ([`Answer`]: the last sweep's snapshot,
+//! - `snapshot`: the server answers one line of JSON (`Answer`: the last sweep's snapshot,
 //!   its root and pid) and closes; the client judges it.
 //! - `report FORMAT[ profile=NAME][ expect-gpus=N]` ([`Request::Report`]), asked when the
 //!   client's options need nothing but the report (no `--textfile`, `--slurm`,
 //!   `--wait-healthy`, and a built-in profile name if any): when the server judges with the
-//!   same profile and GPU count, it answers a line of JSON with the exit code ([`Answer`]
+//!   same profile and GPU count, it answers a line of JSON with the exit code (`Answer`
 //!   without its snapshot), then the report exactly as `gpuhost status` prints it, rendered
-//!   by [`crate::render`] — the client copies bytes, parses and judges nothing. Otherwise it
+//!   by [`crate::render::render`] — the client copies bytes, parses and judges nothing. Otherwise it
 //!   answers as to `snapshot`. A server that does not know the question (an older one)
 //!   answers `error: …`, and the client asks again with `snapshot`.
 //!
@@ -25,7 +25,7 @@
 //! client can hold: a request line of at most [`MAX_REQUEST`] bytes within one second, the
 //! answer written within one second, at most [`MAX_CLIENTS`] connections at once (more are
 //! closed at once). The client trusts only a socket owned by root or by its own user (another
-//! user cannot plant one in its run directory), and gives the whole exchange [`ASK_WITHIN`]:
+//! user cannot plant one in its run directory), and gives the whole exchange `ASK_WITHIN`:
 //! a server that is busy, stalled or gone costs at most that, then `status` probes itself as
 //! before. `--fresh` skips the server.
 
@@ -36,43 +36,43 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::render::StatusFormat;
 use crate::snapshot::{ServedBy, Snapshot};
-use crate::StatusFormat;
 
 /// The socket's file name in the run directory.
 pub const SOCKET: &str = "serve.sock";
 /// Where a server running as root listens, whatever the client's own run directory.
-pub const SYSTEM_SOCKET: &str = "/run/gpuhost/serve.sock";
+pub(crate) const SYSTEM_SOCKET: &str = "/run/gpuhost/serve.sock";
 /// The question.
-pub const REQUEST: &str = "snapshot";
+pub(crate) const REQUEST: &str = "snapshot";
 /// The question for a rendered report ([`Request::Report`]).
-pub const REPORT: &str = "report";
+pub(crate) const REPORT: &str = "report";
 /// The longest request line the server reads.
 pub const MAX_REQUEST: usize = 160;
 /// Connections the server serves at once; more are closed at once.
 pub const MAX_CLIENTS: usize = 64;
 /// How long `status` gives the server: connect, ask, read the answer.
-pub const ASK_WITHIN: Duration = Duration::from_millis(100);
+pub(crate) const ASK_WITHIN: Duration = Duration::from_millis(100);
 
 /// The server's answer (its first line).
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The server's pid.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// The root the server reads (`/` on a node; tests serve others).
-    pub root: PathBuf,
+    pub(crate) root: PathBuf,
     /// Its `--max-age`, s.
-    pub max_age_s: f64,
+    pub(crate) max_age_s: f64,
     /// The sweep, for the client to judge (`snapshot`, or a report the server does not
     /// render for these options).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub snapshot: Option<Snapshot>,
+    pub(crate) snapshot: Option<Snapshot>,
     /// A rendered report's exit code; the report follows this line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<i32>,
+    pub(crate) code: Option<i32>,
 }
 
-/// The server's answer as it writes it (the same JSON as [`Answer`]).
+/// The server's answer as it writes it (the same JSON as `Answer`).
 #[derive(Debug, Serialize)]
 pub struct AnswerRef<'a> {
     pub pid: u32,
@@ -99,7 +99,7 @@ pub enum Request {
 
 impl Request {
     /// The question as written on the socket (without its newline).
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         match self {
             Request::Snapshot => REQUEST.to_string(),
             Request::Report {
@@ -182,7 +182,7 @@ fn format_from_name(n: &str) -> Option<StatusFormat> {
 
 /// What a server answered.
 #[derive(Debug)]
-pub enum Served {
+pub(crate) enum Served {
     /// The report, rendered, and its exit code: print it as it is.
     Report { code: i32, text: Vec<u8> },
     /// The snapshot, to judge here.
@@ -203,7 +203,7 @@ pub fn answering(path: &Path) -> bool {
 /// (`$XDG_RUNTIME_DIR/gpuhost`, `/tmp/gpuhost-<uid>`).
 /// (Without creating or writing in any run directory: asking must cost nothing when no server
 /// runs.)
-pub fn sockets() -> Vec<PathBuf> {
+pub(crate) fn sockets() -> Vec<PathBuf> {
     if let Some(d) = std::env::var_os("GPUHOST_RUN_DIR") {
         return vec![PathBuf::from(d).join(SOCKET)];
     }
@@ -216,19 +216,53 @@ pub fn sockets() -> Vec<PathBuf> {
     v
 }
 
-/// Why a socket file is not to be asked.
-fn trusted(path: &Path) -> Result<(), String> {
+/// Why a socket was not asked, or gave no answer to use: the client then probes by itself
+/// (or, for [`AskError::Refused`] to a report question, asks for the snapshot).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AskError {
+    /// The socket file cannot be read.
+    #[error("{0}")]
+    Unreadable(std::io::Error),
+    /// The path is no socket.
+    #[error("not a socket")]
+    NotASocket,
+    /// The socket is owned by neither root nor this user: another user may have planted it.
+    #[error("owned by uid {0}, neither root nor this user")]
+    Untrusted(u32),
+    /// The server's backlog is full (a non-blocking connect answered EAGAIN).
+    #[error("its backlog is full")]
+    BacklogFull,
+    #[error("connect: {0}")]
+    Connect(std::io::Error),
+    /// The whole exchange took longer than [`ASK_WITHIN`] (`during`: what was left to do).
+    #[error("no answer within {} ms{}", ASK_WITHIN.as_millis(), during.map(|w| format!(" ({w})")).unwrap_or_default())]
+    Late { during: Option<&'static str> },
+    /// Setting the socket's deadline failed.
+    #[error("{0}")]
+    Deadline(std::io::Error),
+    #[error("writing: {0}")]
+    Writing(std::io::Error),
+    #[error("reading: {0}")]
+    Reading(std::io::Error),
+    /// The server answered `error: …`: it does not know the question (an older server asked
+    /// for a report).
+    #[error("it answered: {0}")]
+    Refused(String),
+    /// The answer's first line is not an [`Answer`].
+    #[error("unreadable answer: {0}")]
+    Garbled(serde_json::Error),
+}
+
+/// Whether a socket file may be asked: a socket owned by root or this user.
+fn trusted(path: &Path) -> Result<(), AskError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let m = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    let m = std::fs::symlink_metadata(path).map_err(AskError::Unreadable)?;
     if !m.file_type().is_socket() {
-        return Err("not a socket".into());
+        return Err(AskError::NotASocket);
     }
     let me = rustix::process::geteuid().as_raw();
     if m.uid() != 0 && m.uid() != me {
-        return Err(format!(
-            "owned by uid {}, neither root nor this user",
-            m.uid()
-        ));
+        return Err(AskError::Untrusted(m.uid()));
     }
     Ok(())
 }
@@ -251,34 +285,35 @@ fn connect(path: &Path) -> std::io::Result<UnixStream> {
 }
 
 /// Ask one socket; the answer within `deadline`: its first line, and what follows it.
-fn ask_one(path: &Path, request: &Request, deadline: Instant) -> Result<(Answer, Vec<u8>), String> {
+fn ask_one(
+    path: &Path,
+    request: &Request,
+    deadline: Instant,
+) -> Result<(Answer, Vec<u8>), AskError> {
     trusted(path)?;
     let mut s = connect(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock => "its backlog is full".to_string(),
-        _ => format!("connect: {e}"),
+        std::io::ErrorKind::WouldBlock => AskError::BacklogFull,
+        _ => AskError::Connect(e),
     })?;
-    let left = |what: &str| {
+    let left = |what: &'static str| {
         let d = deadline.saturating_duration_since(Instant::now());
         if d.is_zero() {
-            Err(format!(
-                "no answer within {} ms ({what})",
-                ASK_WITHIN.as_millis()
-            ))
+            Err(AskError::Late { during: Some(what) })
         } else {
             Ok(d)
         }
     };
     s.set_write_timeout(Some(left("writing")?))
-        .map_err(|e| e.to_string())?;
+        .map_err(AskError::Deadline)?;
     s.write_all(format!("{}\n", request.line()).as_bytes())
-        .map_err(|e| format!("writing: {e}"))?;
+        .map_err(AskError::Writing)?;
     // A report is about 18 KB: an 8 KiB chunk, not a large one whose fresh stack pages would
     // be most of what this short process touches here.
     let mut buf = Vec::with_capacity(32 * 1024);
     let mut chunk = [0u8; 8 * 1024];
     loop {
         s.set_read_timeout(Some(left("reading")?))
-            .map_err(|e| e.to_string())?;
+            .map_err(AskError::Deadline)?;
         match s.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
@@ -286,9 +321,9 @@ fn ask_one(path: &Path, request: &Request, deadline: Instant) -> Result<(Answer,
             Err(e) => {
                 return Err(match e.kind() {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                        format!("no answer within {} ms", ASK_WITHIN.as_millis())
+                        AskError::Late { during: None }
                     }
-                    _ => format!("reading: {e}"),
+                    _ => AskError::Reading(e),
                 })
             }
         }
@@ -298,36 +333,33 @@ fn ask_one(path: &Path, request: &Request, deadline: Instant) -> Result<(Answer,
         None => (&buf[..], Vec::new()),
     };
     if head.starts_with(b"error:") {
-        return Err(format!(
-            "it answered: {}",
+        return Err(AskError::Refused(
             String::from_utf8_lossy(head)
                 .trim_start_matches("error:")
                 .trim()
+                .to_string(),
         ));
     }
-    let a =
-        serde_json::from_slice::<Answer>(head).map_err(|e| format!("unreadable answer: {e}"))?;
+    let a = serde_json::from_slice::<Answer>(head).map_err(AskError::Garbled)?;
     Ok((a, rest))
 }
 
 /// The answer of a `gpuhost serve` reading `root` (canonical) to `request`, from the first
 /// socket that answers within [`ASK_WITHIN`] (a server that does not know a report question
 /// is asked for the snapshot); None (with a debug message saying why) when none does.
-pub fn ask(root: &Path, request: &Request) -> Option<Served> {
+pub(crate) fn ask(root: &Path, request: &Request) -> Option<Served> {
     let deadline = Instant::now() + ASK_WITHIN;
     for path in sockets() {
         if !path.exists() {
             continue;
         }
         let mut answer = ask_one(&path, request, deadline);
-        if let (Err(why), Request::Report { .. }) = (&answer, request) {
-            if why.starts_with("it answered") {
-                tracing::debug!(
-                    "gpuhost serve on {} renders no report ({why}): asking for the snapshot",
-                    path.display()
-                );
-                answer = ask_one(&path, &Request::Snapshot, deadline);
-            }
+        if let (Err(why @ AskError::Refused(_)), Request::Report { .. }) = (&answer, request) {
+            tracing::debug!(
+                "gpuhost serve on {} renders no report ({why}): asking for the snapshot",
+                path.display()
+            );
+            answer = ask_one(&path, &Request::Snapshot, deadline);
         }
         match answer {
             Ok((a, _)) if a.root != root => tracing::debug!(
@@ -469,7 +501,8 @@ mod tests {
         let t = Instant::now();
         let e = ask_one(&path, &Request::Snapshot, Instant::now() + ASK_WITHIN).unwrap_err();
         assert!(t.elapsed() < Duration::from_millis(50), "{:?}", t.elapsed());
-        assert!(e.contains("backlog is full"), "{e}");
+        assert!(matches!(e, AskError::BacklogFull), "{e}");
+        assert_eq!(e.to_string(), "its backlog is full");
         assert!(answering(&path), "a full backlog is a server that is there");
     }
 
@@ -482,6 +515,7 @@ mod tests {
         let e = ask_one(&path, &Request::Snapshot, Instant::now() + ASK_WITHIN).unwrap_err();
         let took = t.elapsed();
         assert!(took >= ASK_WITHIN && took < ASK_WITHIN * 3, "{took:?}");
-        assert!(e.contains("no answer within 100 ms"), "{e}");
+        assert!(matches!(e, AskError::Late { .. }), "{e}");
+        assert!(e.to_string().contains("no answer within 100 ms"), "{e}");
     }
 }

@@ -1,7 +1,7 @@
 //! What `gpuhost status` collected, as plain data.
 //!
 //! Collection (sysfs, /proc, the kernel log, systemctl, NVML) fills a [`Snapshot`]; verdicts
-//! ([`crate::verdict`]) are pure functions of it. The snapshot serialises to JSON, so a real
+//! (`judge`) are pure functions of it. The snapshot serialises to JSON, so a real
 //! machine's answers can be captured (`gpuhost status --dump-snapshot`) and replayed in tests
 //! (`--from-snapshot FILE`).
 
@@ -640,9 +640,9 @@ pub struct GpuSnapshot {
     #[serde(default = "not_read")]
     pub gsp_firmware: Reading<GspFirmware>,
     /// The fields that cannot change while NVML stays initialised (name, PCI bus id, VBIOS,
-    /// GSP firmware, board limits: [`crate::nvml::GpuFixed`]) are those the probe read at its
+    /// GSP firmware, board limits: `nvml::GpuFixed`) are those the probe read at its
     /// first sweep (`gpuhost serve`'s long-lived probe) or found in the boot cache for this
-    /// boot, driver and GPU UUID ([`crate::boot_cache`]); false: read in this sweep.
+    /// boot, driver and GPU UUID (`boot_cache`); false: read in this sweep.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fixed_kept: bool,
     /// Time to read this GPU, ms.

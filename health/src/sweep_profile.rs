@@ -1,4 +1,4 @@
-//! `gpuhost status --sweep-profile N`: where a sweep's time goes on this machine, as JSON —
+//! `gpuhost sweep-profile N`: where a sweep's time goes on this machine, as JSON —
 //! each NVML call of the probe (per GPU, median over N sweeps), with the fixed fields kept
 //! (as `gpuhost serve`'s probe child does) and with every field read at every sweep (a new
 //! [`nvml::Session`] per sweep, as that child did before it kept them); the answer's JSON
@@ -19,11 +19,11 @@ use crate::{counters, host, kmsg, nvml, output, probe, verdict};
 
 /// Median, smallest and largest of some timings.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct Stats {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-    pub n: usize,
+pub(crate) struct Stats {
+    pub(crate) median: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+    pub(crate) n: usize,
 }
 
 fn stats(v: &[f64]) -> Stats {
@@ -76,86 +76,86 @@ fn time_us<T>(into: &mut Vec<f64>, f: impl FnOnce() -> T) -> T {
 
 /// The NVML probe's part.
 #[derive(Debug, Default, Serialize)]
-pub struct NvmlProfile {
-    pub status: String,
-    pub error: Option<String>,
-    pub init_ms: f64,
+pub(crate) struct NvmlProfile {
+    pub(crate) status: String,
+    pub(crate) error: Option<String>,
+    pub(crate) init_ms: f64,
     /// Of which loading libnvidia-ml.so.1 (dlopen alone; init resolves its symbols after).
-    pub lib_load_ms: f64,
-    pub gpus: u32,
+    pub(crate) lib_load_ms: f64,
+    pub(crate) gpus: u32,
     /// The first sweep took the fixed fields from the boot cache (`<run dir>/boot-cache.json`;
     /// `GPUHOST_PROBE_REREAD=1` leaves it out).
-    pub first_sweep_boot_cache: bool,
+    pub(crate) first_sweep_boot_cache: bool,
     /// Per call in the first sweep of this process, µs (NVML's first answers, as a one-shot
     /// probe meets them).
-    pub calls_first_us: BTreeMap<String, f64>,
+    pub(crate) calls_first_us: BTreeMap<String, f64>,
     /// How much each call of the first sweep raised the process's peak RSS, KiB (calls that
     /// raised it only).
-    pub calls_first_peak_rss_kib: BTreeMap<String, u64>,
+    pub(crate) calls_first_peak_rss_kib: BTreeMap<String, u64>,
     /// The process's peak RSS, KiB: before the library is loaded, after `nvmlInit`, after the
     /// first sweep (this process is the whole of gpuhost, not the one-shot's forked probe).
-    pub peak_rss_kib: BTreeMap<String, u64>,
+    pub(crate) peak_rss_kib: BTreeMap<String, u64>,
     /// `nvmlShutdown` at the end, ms.
-    pub shutdown_ms: f64,
+    pub(crate) shutdown_ms: f64,
     /// The first sweep of a session: every field read, the CUDA check and InfoROM validation
     /// as kept in the run dir.
-    pub first_sweep_ms: f64,
+    pub(crate) first_sweep_ms: f64,
     /// Later sweeps of one session (fixed fields kept), ms.
-    pub sweep_kept_ms: Stats,
+    pub(crate) sweep_kept_ms: Stats,
     /// A new session per sweep (every field read each time), ms.
-    pub sweep_every_field_ms: Stats,
+    pub(crate) sweep_every_field_ms: Stats,
     /// Per call (summed over GPUs within a sweep), µs, with the fixed fields kept.
-    pub calls_kept_us: BTreeMap<String, Stats>,
+    pub(crate) calls_kept_us: BTreeMap<String, Stats>,
     /// The same with every field read.
-    pub calls_every_field_us: BTreeMap<String, Stats>,
+    pub(crate) calls_every_field_us: BTreeMap<String, Stats>,
     /// The answer as the child writes it to the pipe.
-    pub answer_bytes: usize,
-    pub json_encode_us: Stats,
-    pub json_decode_us: Stats,
+    pub(crate) answer_bytes: usize,
+    pub(crate) json_encode_us: Stats,
+    pub(crate) json_decode_us: Stats,
 }
 
 /// The driver-free part (run beside the NVML probe in a real sweep), ms.
 #[derive(Debug, Default, Serialize)]
-pub struct HostProfile {
+pub(crate) struct HostProfile {
     /// [`host::collect`]: sysfs PCI functions, /proc, device nodes, daemon.json, next boot.
-    pub host_collect_ms: Stats,
+    pub(crate) host_collect_ms: Stats,
     /// Reading every NVIDIA function's sysfs `config` whole (4 KiB each: what status did
     /// before it read only the first 4 bytes), and its first 4 bytes.
-    pub pci_config_whole_ms: Stats,
-    pub pci_config_head_ms: Stats,
-    pub pci_functions: usize,
+    pub(crate) pci_config_whole_ms: Stats,
+    pub(crate) pci_config_head_ms: Stats,
+    pub(crate) pci_functions: usize,
     /// Of which [`host::next_boot`] alone.
-    pub next_boot_ms: Stats,
+    pub(crate) next_boot_ms: Stats,
     /// sysinfo: memory, CPUs, uptime, free space.
-    pub system_ms: Stats,
+    pub(crate) system_ms: Stats,
     /// The kernel log (XIDs, SXids, GPU initialisations).
-    pub kernel_log_ms: Stats,
-    pub kernel_log_source: Option<String>,
+    pub(crate) kernel_log_ms: Stats,
+    pub(crate) kernel_log_source: Option<String>,
     /// The kernel log followed from sweep to sweep (`gpuhost serve`): new records only.
-    pub kernel_log_follow_ms: Stats,
+    pub(crate) kernel_log_follow_ms: Stats,
     /// Records (lines) in the kernel log read whole.
-    pub kernel_log_lines: u64,
+    pub(crate) kernel_log_lines: u64,
     /// `systemctl is-active …` (live hosts only).
-    pub services_ms: Stats,
+    pub(crate) services_ms: Stats,
     /// The kept counters (rates) loaded.
-    pub counters_load_ms: Stats,
+    pub(crate) counters_load_ms: Stats,
 }
 
 /// Rendering one sweep's answers, µs.
 #[derive(Debug, Default, Serialize)]
-pub struct RenderProfile {
-    pub evaluate_us: Stats,
-    pub table_us: Stats,
-    pub prometheus_us: Stats,
-    pub json_us: Stats,
+pub(crate) struct RenderProfile {
+    pub(crate) evaluate_us: Stats,
+    pub(crate) table_us: Stats,
+    pub(crate) prometheus_us: Stats,
+    pub(crate) json_us: Stats,
 }
 
 #[derive(Debug, Default, Serialize)]
-pub struct Profile {
-    pub sweeps: usize,
-    pub nvml: NvmlProfile,
-    pub host: HostProfile,
-    pub render: RenderProfile,
+pub(crate) struct Profile {
+    pub(crate) sweeps: usize,
+    pub(crate) nvml: NvmlProfile,
+    pub(crate) host: HostProfile,
+    pub(crate) render: RenderProfile,
 }
 
 /// Each call's wall time summed over the GPUs of one sweep.
@@ -265,7 +265,7 @@ fn nvml_profile(n: usize) -> (NvmlProfile, NvmlProbe) {
 }
 
 /// Profile `n` sweeps on `h` (the live system or a root); the JSON report.
-pub fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
+pub(crate) fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
     let n = n.max(1);
     let (nvml, last) = nvml_profile(n);
     let mut hp = HostProfile::default();
@@ -328,7 +328,7 @@ pub fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
     let mut r = RenderProfile::default();
     let (mut ev, mut tb, mut pr, mut js) = (vec![], vec![], vec![], vec![]);
     for _ in 0..n {
-        let checks = time_us(&mut ev, || verdict::evaluate(&snap, expect));
+        let checks = time_us(&mut ev, || verdict::judge(&snap, expect));
         time_us(&mut tb, || output::table(&checks));
         time_us(&mut pr, || output::prometheus(&snap, &checks));
         time_us(&mut js, || output::json(&snap, expect, &checks));

@@ -6,14 +6,14 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use gpuhost_health::counters::{Baseline, GpuCounters};
-use gpuhost_health::kmsg;
+use gpuhost_health::snapshot::{Baseline, GpuCounters};
 use gpuhost_health::snapshot::{
     CudaCheck, DevNode, EccCounts, GspFirmware, InfoRom, PciDevice, PciKind, Reading, Snapshot,
     SramEcc,
 };
-use gpuhost_health::verdict::xid::{parse_nvlink5, Generation};
-use gpuhost_health::verdict::{evaluate, Check, Expect, Severity, Thresholds};
+use gpuhost_health::{judge, Check, Expect, Severity, Thresholds};
+use gpuhost_health::{normalise_pci, parse_kernel_log};
+use gpuhost_health::{parse_nvlink5, XidGeneration as Generation};
 
 fn h200() -> Snapshot {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -22,7 +22,7 @@ fn h200() -> Snapshot {
 }
 
 fn checks_of(s: &Snapshot) -> Vec<Check> {
-    evaluate(s, &Expect::default())
+    judge(s, &Expect::default())
 }
 
 fn one<'a>(checks: &'a [Check], id: &str) -> &'a Check {
@@ -33,7 +33,7 @@ fn one<'a>(checks: &'a [Check], id: &str) -> &'a Check {
 
 /// The H200's PCI key, as the kernel prints it.
 fn pci_of(s: &Snapshot) -> String {
-    kmsg::normalise_pci(s.nvml.gpus[0].pci_bus_id.value().unwrap()).unwrap()
+    normalise_pci(s.nvml.gpus[0].pci_bus_id.value().unwrap()).unwrap()
 }
 
 /// A snapshot whose kernel log is `lines` (kmsg records for the H200's address `{pci}`).
@@ -52,7 +52,7 @@ fn with_log(lines: &[&str]) -> Snapshot {
             )
         })
         .collect();
-    s.kernel_log = kmsg::parse_log("kmsg", &text.join("\n"));
+    s.kernel_log = parse_kernel_log("kmsg", &text.join("\n"));
     s
 }
 
@@ -341,10 +341,7 @@ fn sram_and_dram_ecc_against_azure_thresholds_named_in_the_message() {
         },
         ..Expect::default()
     };
-    assert_eq!(
-        one(&evaluate(&s, &e), "gpu.ecc.sram").severity,
-        Severity::Ok
-    );
+    assert_eq!(one(&judge(&s, &e), "gpu.ecc.sram").severity, Severity::Ok);
     // Any SRAM uncorrectable error, and NVIDIA's threshold flag.
     s.nvml.gpus[0].ecc_sram = Reading::Value(SramEcc {
         aggregate_uncorrected: 1,
@@ -631,7 +628,7 @@ fn status_reads_an_install_root_inside_the_root() {
     std::fs::create_dir_all(root.path().join("etc/docker")).unwrap();
     std::os::unix::fs::symlink(&real, root.path().join("etc/docker/daemon.json")).unwrap();
     let host = gpuhost_host::host::Host::new(root.path()).unwrap();
-    let snap = gpuhost_health::host::collect(&host);
+    let snap = gpuhost_health::collect_host(&host);
     assert!(
         !snap.docker_daemon_json.present,
         "{:?}",
@@ -640,6 +637,6 @@ fn status_reads_an_install_root_inside_the_root() {
     assert!(!snap.docker_daemon_json.nvidia_runtime);
     // /dev listed inside the root: no nodes there.
     std::fs::create_dir_all(root.path().join("dev")).unwrap();
-    let snap = gpuhost_health::host::collect(&host);
+    let snap = gpuhost_health::collect_host(&host);
     assert_eq!(snap.dev_nodes, Some(Vec::new()));
 }

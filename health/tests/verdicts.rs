@@ -6,8 +6,10 @@
 use std::path::{Path, PathBuf};
 
 use gpuhost_health::snapshot::{PciDevice, ProbeStatus, Reading, RemappedRows, Snapshot};
-use gpuhost_health::verdict::{self, evaluate, overall, Check, Expect, Severity};
-use gpuhost_health::{host, kmsg, output};
+use gpuhost_health::{
+    collect_host, collect_kernel_log, judge, overall, render_json, render_prometheus, render_table,
+    Check, Expect, Severity,
+};
 use gpuhost_host::host::Host;
 
 fn fixtures() -> PathBuf {
@@ -59,7 +61,7 @@ const GPU0: &str = "sys/bus/pci/devices/0000:00:06.0";
 fn real_h200_gpu_checks_are_ok_or_na() {
     let s = h200();
     assert_eq!(s.nvml.status, ProbeStatus::Ok);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     for c in &checks {
         let host_service = c.id.starts_with("services.");
         if !host_service {
@@ -101,7 +103,7 @@ fn not_supported_is_never_a_warning() {
     g.pcie_gen_current = Reading::NotSupported;
     g.persistence_mode = Reading::NotSupported;
     g.mig_mode = Reading::NotSupported;
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     for c in checks.iter().filter(|c| c.id.starts_with("gpu.")) {
         assert!(
             matches!(c.severity, Severity::Ok | Severity::NotApplicable),
@@ -109,7 +111,7 @@ fn not_supported_is_never_a_warning() {
         );
     }
     // And n/a values are omitted from the metrics, not written as 0.
-    let prom = output::prometheus(&s, &checks);
+    let prom = render_prometheus(&s, &checks);
     for m in [
         "gpuhost_gpu_ecc_enabled",
         "gpuhost_gpu_remapped_rows",
@@ -127,7 +129,7 @@ fn volatile_uncorrectable_ecc_is_critical() {
     let mut s = h200();
     s.nvml.gpus[0].ecc_volatile_uncorrected = Reading::Value(2);
     s.nvml.gpus[0].ecc_aggregate_uncorrected = Reading::Value(2);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "gpu.ecc.volatile_uncorrected");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.contains('2'));
@@ -153,7 +155,7 @@ fn remap(s: &mut Snapshot, unc: u32, pending: bool, failure: bool) {
 fn pending_row_remap_wants_a_reset() {
     let mut s = h200();
     remap(&mut s, 1, true, false);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "gpu.remap.pending");
     assert_eq!(c.severity, Severity::Warning);
     assert!(c.hint.as_deref().unwrap().contains("reset"));
@@ -164,7 +166,7 @@ fn pending_row_remap_wants_a_reset() {
 fn row_remap_failure_is_critical() {
     let mut s = h200();
     remap(&mut s, 3, false, true);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "gpu.remap.failure");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.hint.as_deref().unwrap().contains("RMA"));
@@ -174,13 +176,13 @@ fn row_remap_failure_is_critical() {
 fn more_than_512_uncorrectable_rows_is_critical() {
     let mut s = h200();
     remap(&mut s, 512, false, false);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     assert_eq!(
         check(&checks, "gpu.remap.uncorrectable").severity,
         Severity::Ok
     );
     remap(&mut s, 513, false, false);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "gpu.remap.uncorrectable");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.contains("513"), "{}", c.value);
@@ -190,7 +192,7 @@ fn more_than_512_uncorrectable_rows_is_critical() {
 fn recovery_action_other_than_none_is_critical() {
     let mut s = h200();
     s.nvml.gpus[0].recovery_action = Reading::Value(2);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "gpu.recovery_action");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.contains("reboot"));
@@ -209,7 +211,7 @@ fn driver_library_mismatch_shows_both_versions() {
         path: "/usr/lib64/libnvidia-ml.so.1".into(),
         version: Some("580.201.01".into()),
     });
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "nvml.init");
     assert_eq!(c.severity, Severity::Critical);
     assert!(
@@ -234,12 +236,12 @@ fn fallen_off_gpu_in_sysfs_is_critical() {
     cfg[..4].copy_from_slice(&[0xff; 4]);
     std::fs::write(root.path().join(GPU0).join("config"), cfg).unwrap();
     let mut s = h200();
-    s.host = host::collect(&Host::new(root.path()).unwrap());
+    s.host = collect_host(&Host::new(root.path()).unwrap());
     assert!(s.host.pci[0].fell_off());
     // …and NVML no longer counts it.
     s.nvml.device_count = Some(0);
     s.nvml.gpus.clear();
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "pci.config");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.contains("fell off the bus"), "{}", c.value);
@@ -251,7 +253,7 @@ fn fallen_off_gpu_in_sysfs_is_critical() {
 #[test]
 fn captured_sysfs_tree_reads_like_the_live_machine() {
     let root = h200_root();
-    let h = host::collect(&Host::new(root.path()).unwrap());
+    let h = collect_host(&Host::new(root.path()).unwrap());
     let live = h200().host;
     assert_eq!(h.pci, live.pci);
     assert_eq!(h.kernel_module_version.as_deref(), Some("580.159.04"));
@@ -269,8 +271,8 @@ fn pci_link_narrower_than_max_and_aer_counters() {
     .unwrap();
     std::fs::write(d.join("aer_dev_correctable"), "RxErr 3\nTOTAL_ERR_COR 3\n").unwrap();
     let mut s = h200();
-    s.host = host::collect(&Host::new(root.path()).unwrap());
-    let checks = evaluate(&s, &no_expect());
+    s.host = collect_host(&Host::new(root.path()).unwrap());
+    let checks = judge(&s, &no_expect());
     assert_eq!(check(&checks, "pci.link").severity, Severity::Warning);
     let aer = check(&checks, "pci.aer");
     assert_eq!(aer.severity, Severity::Critical);
@@ -284,7 +286,7 @@ fn gpu_count_below_pci_or_expected_is_critical() {
     let mut other: PciDevice = s.host.pci[0].clone();
     other.address = "0000:00:07.0".into();
     s.host.pci.push(other);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "gpu.count");
     assert_eq!(c.severity, Severity::Critical);
     assert_eq!(c.value, "NVML 1, PCI 2; not seen by NVML: 00000000:00:07.0");
@@ -296,7 +298,7 @@ fn gpu_count_below_pci_or_expected_is_critical() {
         gpus_source: Some("profile hgx".into()),
         ..Expect::default()
     };
-    let c = check(&evaluate(&s, &expect), "gpu.count").clone();
+    let c = check(&judge(&s, &expect), "gpu.count").clone();
     assert_eq!(c.severity, Severity::Critical);
     assert_eq!(c.value, "NVML 1, PCI 1, expected 8 (profile hgx)");
 
@@ -305,7 +307,7 @@ fn gpu_count_below_pci_or_expected_is_critical() {
         ..Expect::default()
     };
     assert_eq!(
-        check(&evaluate(&s, &expect), "gpu.count").severity,
+        check(&judge(&s, &expect), "gpu.count").severity,
         Severity::Ok
     );
 }
@@ -313,36 +315,36 @@ fn gpu_count_below_pci_or_expected_is_critical() {
 #[test]
 fn driver_version_against_the_profile() {
     assert_eq!(
-        verdict::driver_version_from_rpm(
+        gpuhost_health::driver_version_from_rpm(
             "cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm"
         )
         .as_deref(),
         Some("535.104.05")
     );
     assert_eq!(
-        verdict::driver_version_from_rpm(
+        gpuhost_health::driver_version_from_rpm(
             "nvidia-driver-local-repo-rhel9-570.124.06-1.0-1.x86_64.rpm"
         )
         .as_deref(),
         Some("570.124.06")
     );
-    assert_eq!(verdict::driver_version_from_rpm("driver.rpm"), None);
+    assert_eq!(gpuhost_health::driver_version_from_rpm("driver.rpm"), None);
     let s = h200();
     let mut expect = Expect {
         driver_version: Some("535.104.05".into()),
         driver_source: Some("profile ol8-uek".into()),
         ..Expect::default()
     };
-    let c = check(&evaluate(&s, &expect), "driver.version").clone();
+    let c = check(&judge(&s, &expect), "driver.version").clone();
     assert_eq!(c.severity, Severity::Warning);
     assert!(c.value.contains("580.159.04") && c.value.contains("535.104.05"));
     expect.driver_version = Some("580.159.04".into());
     assert_eq!(
-        check(&evaluate(&s, &expect), "driver.version").severity,
+        check(&judge(&s, &expect), "driver.version").severity,
         Severity::Ok
     );
     assert_eq!(
-        check(&evaluate(&s, &expect), "driver.cuda").value,
+        check(&judge(&s, &expect), "driver.cuda").value,
         "serves CUDA ≤ 13.0 natively, the rest of 13.x through minor-version compatibility"
     );
 }
@@ -357,10 +359,10 @@ fn xid_79_in_kmsg_is_mapped_to_its_gpu() {
     )
     .unwrap();
     let mut s = h200();
-    s.kernel_log = kmsg::collect(&Host::new(root.path()).unwrap());
+    s.kernel_log = collect_kernel_log(&Host::new(root.path()).unwrap());
     assert_eq!(s.kernel_log.source.as_deref(), Some("kmsg"));
     assert_eq!(s.kernel_log.xids.len(), 3);
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = checks
         .iter()
         .find(|c| c.id == "gpu.xid" && c.gpu.as_ref().and_then(|g| g.index) == Some(0))
@@ -387,8 +389,8 @@ fn xid_79_in_kmsg_is_mapped_to_its_gpu() {
 fn unreadable_kernel_log_is_unknown_with_the_reason() {
     let root = tempfile::tempdir().unwrap();
     let mut s = h200();
-    s.kernel_log = kmsg::collect(&Host::new(root.path()).unwrap());
-    let checks = evaluate(&s, &no_expect());
+    s.kernel_log = collect_kernel_log(&Host::new(root.path()).unwrap());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "xid.log");
     assert_eq!(c.severity, Severity::Unknown);
     assert!(c.value.contains("dev/kmsg"), "{}", c.value);
@@ -403,7 +405,7 @@ fn hung_driver_is_critical_driver_unresponsive() {
         stuck_pid: Some(4242),
         ..Default::default()
     };
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "nvml.init");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.starts_with("driver unresponsive"), "{}", c.value);
@@ -417,11 +419,11 @@ fn no_library_without_gpus_is_unknown_with_gpus_critical() {
         error: Some("libnvidia-ml.so.1: cannot open shared object file".into()),
         ..Default::default()
     };
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     assert_eq!(check(&checks, "nvml.init").severity, Severity::Critical);
     s.host.pci.clear();
     s.host.kernel_module_version = None;
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let c = check(&checks, "nvml.init");
     assert_eq!(c.severity, Severity::Unknown);
     assert!(c.value.contains("no NVIDIA userspace library"));
@@ -432,8 +434,8 @@ fn no_library_without_gpus_is_unknown_with_gpus_critical() {
 fn table_puts_problems_first() {
     let mut s = h200();
     s.nvml.gpus[0].ecc_volatile_uncorrected = Reading::Value(1);
-    let checks = evaluate(&s, &no_expect());
-    let t = output::table(&checks);
+    let checks = judge(&s, &no_expect());
+    let t = render_table(&checks);
     let mut lines = t.lines();
     let head = lines.next().unwrap();
     assert!(
@@ -524,8 +526,8 @@ fn parse_prom(text: &str) -> Vec<Sample> {
 #[test]
 fn prometheus_output_is_well_formed() {
     let s = h200();
-    let checks = evaluate(&s, &no_expect());
-    let text = output::prometheus(&s, &checks);
+    let checks = judge(&s, &no_expect());
+    let text = render_prometheus(&s, &checks);
     let samples = parse_prom(&text);
     assert!(samples.len() > 30);
     for (name, labels, _) in &samples {
@@ -559,9 +561,9 @@ fn prometheus_output_is_well_formed() {
 #[test]
 fn json_report_has_the_documented_fields() {
     let s = h200();
-    let checks = evaluate(&s, &no_expect());
+    let checks = judge(&s, &no_expect());
     let v: serde_json::Value =
-        serde_json::from_str(&output::json(&s, &no_expect(), &checks)).unwrap();
+        serde_json::from_str(&render_json(&s, &no_expect(), &checks)).unwrap();
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["status"], "UNKNOWN");
     assert_eq!(v["exit_code"], 3);
@@ -592,12 +594,12 @@ fn textfile_is_written_atomically() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gpuhost.prom");
     std::fs::write(&path, "old\n").unwrap();
-    let args = gpuhost_health::StatusArgs {
+    let args = gpuhost_health::StatusOptions {
         format: gpuhost_health::StatusFormat::Json,
         textfile: Some(path.clone()),
         expect_gpus: None,
         profile: None,
-        timeout: 10.0,
+        timeout: std::time::Duration::from_secs(10),
         from_snapshot: Some(fixtures().join("h200-snapshot.json")),
         root: "/".into(),
         ..Default::default()
@@ -605,7 +607,7 @@ fn textfile_is_written_atomically() {
     let code = gpuhost_health::run(&args);
     assert_eq!(code, 3);
     let s = h200();
-    let want = output::prometheus(&s, &evaluate(&s, &no_expect()));
+    let want = render_prometheus(&s, &judge(&s, &no_expect()));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), want);
     // Only the final file is left: the temp file was renamed over it.
     let names: Vec<String> = std::fs::read_dir(dir.path())
@@ -633,16 +635,17 @@ fn nvlink_down_without_nvswitch_is_a_warning_and_fabric_mask_bits_decode() {
             crc_data_errors: None,
         })
         .collect();
-    let (sev, value, hint) = verdict::nvlink_verdict(&links, 1, false, None, &Default::default());
+    let (sev, value, hint) =
+        gpuhost_health::nvlink_verdict(&links, 1, false, None, &Default::default());
     assert_eq!(sev, Severity::Warning);
     assert!(value.contains("; down: link 2"), "{value}");
     assert!(hint.unwrap().contains("-i 1"));
     assert_eq!(
-        verdict::nvlink_verdict(&links, 1, true, None, &Default::default()).0,
+        gpuhost_health::nvlink_verdict(&links, 1, true, None, &Default::default()).0,
         Severity::Critical
     );
     assert_eq!(
-        verdict::nvlink_verdict(&[], 1, true, None, &Default::default()).0,
+        gpuhost_health::nvlink_verdict(&[], 1, true, None, &Default::default()).0,
         Severity::NotApplicable
     );
 
@@ -655,14 +658,17 @@ fn nvlink_down_without_nvswitch_is_a_warning_and_fabric_mask_bits_decode() {
         health_summary: None,
     };
     let healthy = 2 | (2 << 2) | (2 << 4) | (2 << 6) | (1 << 8);
-    assert_eq!(verdict::fabric_verdict(&f(healthy), 0).0, Severity::Ok);
-    assert_eq!(verdict::fabric_verdict(&f(0), 0).0, Severity::Ok);
-    let (sev, value, _) = verdict::fabric_verdict(&f((healthy & !0x3) | 1), 0);
+    assert_eq!(
+        gpuhost_health::fabric_verdict(&f(healthy), 0).0,
+        Severity::Ok
+    );
+    assert_eq!(gpuhost_health::fabric_verdict(&f(0), 0).0, Severity::Ok);
+    let (sev, value, _) = gpuhost_health::fabric_verdict(&f((healthy & !0x3) | 1), 0);
     assert_eq!(
         (sev, value.as_str()),
         (Severity::Warning, "fabric registered; bandwidth degraded")
     );
-    let (sev, value, _) = verdict::fabric_verdict(&f((healthy & !(0x3 << 4)) | (1 << 4)), 0);
+    let (sev, value, _) = gpuhost_health::fabric_verdict(&f((healthy & !(0x3 << 4)) | (1 << 4)), 0);
     assert_eq!(
         (sev, value.as_str()),
         (
@@ -670,7 +676,7 @@ fn nvlink_down_without_nvswitch_is_a_warning_and_fabric_mask_bits_decode() {
             "fabric registered but its route is unhealthy"
         )
     );
-    let (sev, value, _) = verdict::fabric_verdict(&f((healthy & !(0xf << 8)) | (5 << 8)), 0);
+    let (sev, value, _) = gpuhost_health::fabric_verdict(&f((healthy & !(0xf << 8)) | (5 << 8)), 0);
     assert_eq!(
         (sev, value.as_str()),
         (

@@ -9,7 +9,7 @@
 //! Which part does what: tokio runs the server (a small multi-threaded runtime, signals,
 //! timers), axum (on hyper) is the HTTP stack, and the sweep itself is the synchronous code of
 //! `gpuhost status` run on tokio's blocking pool. NVML stays initialised between sweeps in a
-//! long-lived probe child ([`gpuhost_health::coprobe`]) that is killed and replaced when it
+//! long-lived probe child ([`gpuhost_health::CoProbe`]) that is killed and replaced when it
 //! misses its deadline, so a hung driver makes the verdict CRITICAL "driver unresponsive"
 //! while every endpoint keeps answering.
 //!
@@ -36,13 +36,13 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use clap::Args;
 use tokio::sync::watch;
 
-use gpuhost_health::coprobe::CoProbe;
 use gpuhost_health::snapshot::Snapshot;
-use gpuhost_health::verdict::{self, Expect, Severity};
-use gpuhost_health::{kmsg, output, probe, served, StatusFormat};
+use gpuhost_health::{
+    judge, overall, render, render_json, render_prometheus, render_table, run_dir, served, Check,
+    CoProbe, Expect, KernelLogFollower, Severity, StatusFormat,
+};
 use gpuhost_host::host::Host;
 
 mod conns;
@@ -62,49 +62,42 @@ pub mod exit {
     pub const INVALID: i32 = 2;
 }
 
-/// `gpuhost serve` options.
-#[derive(Args, Debug, Clone)]
-pub struct ServeArgs {
-    /// Address and port to listen on (use 0.0.0.0:PORT or [::]:PORT to be scraped from other
-    /// machines).
-    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
-    pub listen: String,
-    /// Sweep (NVML, sysfs, kernel log, services) every this many seconds.
-    #[arg(long, value_name = "SECONDS", default_value = "10")]
-    pub interval: f64,
+/// What `gpuhost serve` is asked to do (the command line's `gpuhost serve` options, as the
+/// agent parsed and checked them).
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address and port to listen on.
+    pub listen: SocketAddr,
+    /// Sweep this often.
+    pub interval: Duration,
     /// A request served from a sweep older than this starts a new one and waits for it.
-    #[arg(long, value_name = "SECONDS", default_value = "1")]
-    pub max_age: f64,
-    /// Deadline for each NVML sweep; past it the driver is reported unresponsive and the
-    /// probe replaced.
-    #[arg(long, value_name = "SECONDS", default_value = "5")]
-    pub timeout: f64,
+    pub max_age: Duration,
+    /// Deadline for each NVML sweep.
+    pub timeout: Duration,
     /// GPUs this node must have (overrides the profile's `status.expect_gpus`).
-    #[arg(long, value_name = "N")]
     pub expect_gpus: Option<u32>,
     /// A profile (built-in name or .toml path) giving the expected GPU count and driver version.
-    #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
-    /// Serve a snapshot saved by `gpuhost status --dump-snapshot`: its host part as saved,
-    /// its NVML part answered by the probe child from the file (tests, benchmarks).
-    #[arg(long, hide = true, value_name = "FILE")]
+    /// Serve a snapshot saved by `gpuhost status --dump-snapshot` (tests, benchmarks).
     pub from_snapshot: Option<PathBuf>,
-    /// Answer `gpuhost status` on this local socket (default: `serve.sock` in the run
-    /// directory, `/run/gpuhost` as root).
-    #[arg(long, value_name = "PATH", conflicts_with = "no_socket")]
-    pub socket: Option<PathBuf>,
-    /// Do not answer `gpuhost status` on a local socket.
-    #[arg(long)]
-    pub no_socket: bool,
+    /// Where `gpuhost status` is answered.
+    pub socket: Socket,
     /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests).
-    #[arg(
-        long,
-        hide = true,
-        value_name = "DIR",
-        env = "GPUHOST_STATUS_ROOT",
-        default_value = "/"
-    )]
     pub root: PathBuf,
+    /// The long-lived NVML probe as a program (`gpuhost nvml-serve …`, the fixture of
+    /// `from_snapshot` included).
+    pub probe_program: Vec<OsString>,
+}
+
+/// Where `gpuhost status` is answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Socket {
+    /// `serve.sock` in the run directory (`/run/gpuhost` as root).
+    InRunDir,
+    /// This path (`--socket PATH`).
+    At(PathBuf),
+    /// Nowhere (`--no-socket`).
+    Off,
 }
 
 /// Validated settings.
@@ -117,42 +110,27 @@ struct Settings {
     socket: Option<PathBuf>,
 }
 
-fn seconds(flag: &str, v: f64, max: f64) -> Result<Duration> {
-    if !(v.is_finite() && v > 0.0 && v <= max) {
-        anyhow::bail!("--{flag} {v}: give seconds above 0 and at most {max}");
-    }
-    Ok(Duration::from_secs_f64(v))
-}
-
-fn settings(a: &ServeArgs) -> Result<Settings> {
-    let listen: SocketAddr = a.listen.parse().map_err(|_| {
-        anyhow::anyhow!(
-            "--listen {}: give an address and a port, e.g. 127.0.0.1:19400 or [::]:19400",
-            a.listen
-        )
-    })?;
-    Ok(Settings {
-        listen,
-        interval: seconds("interval", a.interval, 86400.0)?,
-        max_age: seconds("max-age", a.max_age, 86400.0)?,
-        timeout: seconds("timeout", a.timeout, 60.0)?,
-        socket: if a.no_socket { None } else { a.socket.clone() },
-    })
-}
-
 /// Run `gpuhost serve` until SIGTERM or SIGINT; returns the exit code.
-pub fn run(a: &ServeArgs) -> i32 {
+pub fn run(a: &ServeOptions) -> i32 {
     // A run directory refused (another user's) is bad input too.
-    let (mut s, run_dir) = match settings(a).and_then(|s| Ok((s, probe::run_dir()?))) {
-        Ok(v) => v,
+    let run_dir = match run_dir() {
+        Ok(d) => d,
         Err(e) => {
             eprintln!("gpuhost serve: {e:#}");
             return exit::INVALID;
         }
     };
-    if !a.no_socket && s.socket.is_none() {
-        s.socket = Some(run_dir.join(served::SOCKET));
-    }
+    let s = Settings {
+        listen: a.listen,
+        interval: a.interval,
+        max_age: a.max_age,
+        timeout: a.timeout,
+        socket: match &a.socket {
+            Socket::InRunDir => Some(run_dir.join(served::SOCKET)),
+            Socket::At(p) => Some(p.clone()),
+            Socket::Off => None,
+        },
+    };
     let expect = gpuhost_health::expectations_for(a.profile.as_deref(), a.expect_gpus);
     if let Some(err) = &expect.profile_error {
         eprintln!("gpuhost serve: --profile: {err}");
@@ -165,18 +143,6 @@ pub fn run(a: &ServeArgs) -> i32 {
             return exit::INVALID;
         }
     };
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("gpuhost serve: cannot find gpuhost's own executable: {e}");
-            return exit::FAILED;
-        }
-    };
-    let mut argv: Vec<OsString> = vec![exe.into(), "status".into(), "--nvml-serve".into()];
-    if let Some(f) = &a.from_snapshot {
-        argv.push("--nvml-fixture".into());
-        argv.push(f.clone().into());
-    }
     let host = match Host::new(&a.root) {
         Ok(h) => h,
         Err(e) => {
@@ -185,11 +151,11 @@ pub fn run(a: &ServeArgs) -> i32 {
         }
     };
     let sweeper = Sweeper {
-        probe: CoProbe::new(argv, s.timeout, &run_dir),
+        probe: CoProbe::new(a.probe_program.clone(), s.timeout, &run_dir),
         host,
         expect,
         fixture,
-        kernel: kmsg::Follower::default(),
+        kernel: KernelLogFollower::default(),
         max_age_s: s.max_age.as_secs_f64(),
         report_key: a
             .profile
@@ -234,7 +200,7 @@ struct Sweeper {
     host: Host,
     expect: Expect,
     fixture: Option<Snapshot>,
-    kernel: kmsg::Follower,
+    kernel: KernelLogFollower,
     max_age_s: f64,
     /// The profile name and GPU count this server judges with, when a client's
     /// [`served::Request::Report`] can name them (no profile, or a built-in name).
@@ -309,16 +275,16 @@ struct Rendered {
     served: Bytes,
     snapshot: Snapshot,
     expect: Expect,
-    checks: Vec<verdict::Check>,
+    checks: Vec<Check>,
     root: PathBuf,
     max_age_s: f64,
 }
 
 impl Rendered {
     fn new(s: Snapshot, expect: &Expect, at: Instant, root: &Path, max_age_s: f64) -> Rendered {
-        let checks = verdict::evaluate(&s, expect);
-        let worst = verdict::overall(&checks);
-        let table = output::table(&checks);
+        let checks = judge(&s, expect);
+        let worst = overall(&checks);
+        let table = render_table(&checks);
         let health_line = table
             .lines()
             .next()
@@ -329,8 +295,8 @@ impl Rendered {
             at,
             healthy: matches!(worst, Severity::Ok | Severity::Warning),
             health_line,
-            metrics: Bytes::from(output::prometheus(&s, &checks)),
-            status_json: Bytes::from(output::json(&s, expect, &checks)),
+            metrics: Bytes::from(render_prometheus(&s, &checks)),
+            status_json: Bytes::from(render_json(&s, expect, &checks)),
             served: served_line(&s, root, max_age_s),
             snapshot: s,
             expect: expect.clone(),
@@ -360,9 +326,9 @@ impl Rendered {
             // The report says who answered and how old the sweep is now.
             let mut snap = self.snapshot.clone();
             snap.served_by = Some(served::served_by(socket, pid, self.max_age_s, &snap));
-            gpuhost_health::render(*format, &snap, &self.expect, &self.checks)
+            render(*format, &snap, &self.expect, &self.checks)
         } else {
-            gpuhost_health::render(*format, &self.snapshot, &self.expect, &self.checks)
+            render(*format, &self.snapshot, &self.expect, &self.checks)
         };
         let head = served::AnswerRef {
             pid,
@@ -807,33 +773,6 @@ async fn status(State(s): State<Arc<Shared>>) -> Response {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-
-    fn args(listen: &str) -> ServeArgs {
-        ServeArgs {
-            listen: listen.into(),
-            interval: 10.0,
-            max_age: 1.0,
-            timeout: 5.0,
-            expect_gpus: None,
-            profile: None,
-            from_snapshot: None,
-            socket: None,
-            no_socket: false,
-            root: "/".into(),
-        }
-    }
-
-    #[test]
-    fn listen_addresses_and_durations_are_checked() {
-        assert!(settings(&args("127.0.0.1:19400")).is_ok());
-        assert!(settings(&args("[::]:0")).is_ok());
-        let e = settings(&args("localhost")).unwrap_err().to_string();
-        assert!(e.contains("--listen localhost"), "{e}");
-        let mut a = args("127.0.0.1:1");
-        a.timeout = 0.0;
-        let e = settings(&a).unwrap_err().to_string();
-        assert!(e.contains("--timeout 0"), "{e}");
-    }
 
     #[test]
     fn the_default_port_is_neither_node_exporter_nor_dcgm_exporter() {

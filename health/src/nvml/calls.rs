@@ -1,4 +1,4 @@
-//! `gpuhost status --nvml-calls`: every raw NVML call the probe depends on (and the NVLink and
+//! `gpuhost nvml-calls`: every raw NVML call the probe depends on (and the NVLink and
 //! fabric calls it tries), with NVML's raw return code per GPU, as JSON. It is the evidence of
 //! what a machine supports (NOT_SUPPORTED reads n/a) and the source of test fixtures.
 
@@ -14,20 +14,20 @@ use super::{error_kind, FI_NVLINK_LINK_COUNT, NVLINK_MAX_LINKS};
 
 /// One raw NVML call and what it returned.
 #[derive(Clone, Debug, Serialize)]
-pub struct Call {
+pub(crate) struct Call {
     /// `nvmlDeviceGetNvLinkState(link 0)`.
-    pub call: String,
+    pub(crate) call: String,
     /// NVML's return code (0 success, 3 NOT_SUPPORTED, 2 INVALID_ARGUMENT, …); None where the
     /// symbol is missing or nvml-wrapper made the call and gives only the error's name.
-    pub rc: Option<u32>,
+    pub(crate) rc: Option<u32>,
     /// Its name: `Success`, `NotSupported`, `InvalidArg`, `FailedToLoadSymbol`, ….
-    pub result: String,
+    pub(crate) result: String,
     /// What came back on success.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
+    pub(crate) value: Option<String>,
     /// How long the call took, µs (what it would add to the probe's sweep).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub us: Option<f64>,
+    pub(crate) us: Option<f64>,
 }
 
 /// Make a call and record how long it took.
@@ -40,26 +40,26 @@ fn timed(make: impl FnOnce() -> Call) -> Call {
 
 /// Every call for one GPU.
 #[derive(Clone, Debug, Serialize)]
-pub struct GpuCalls {
-    pub index: u32,
-    pub uuid: Option<String>,
-    pub pci_bus_id: Option<String>,
-    pub calls: Vec<Call>,
+pub(crate) struct GpuCalls {
+    pub(crate) index: u32,
+    pub(crate) uuid: Option<String>,
+    pub(crate) pci_bus_id: Option<String>,
+    pub(crate) calls: Vec<Call>,
 }
 
 /// The whole report.
 #[derive(Clone, Debug, Serialize)]
-pub struct CallsReport {
-    pub init: String,
-    pub driver_version: Option<String>,
-    pub device_count: Option<u32>,
+pub(crate) struct CallsReport {
+    pub(crate) init: String,
+    pub(crate) driver_version: Option<String>,
+    pub(crate) device_count: Option<u32>,
     /// libcuda.so.1 and `cuInit(0)`, as the probe runs them (uncached).
-    pub cuda: crate::snapshot::CudaCheck,
-    pub gpus: Vec<GpuCalls>,
+    pub(crate) cuda: crate::snapshot::CudaCheck,
+    pub(crate) gpus: Vec<GpuCalls>,
 }
 
 /// A raw answer as a [`Call`]: its return code and its name, and the value on success.
-pub fn call<T>(name: String, r: Raw<T>, show: impl FnOnce(T) -> String) -> Call {
+pub(crate) fn call<T>(name: String, r: Raw<T>, show: impl FnOnce(T) -> String) -> Call {
     let (rc, result, value) = match r {
         Ok(v) => (Some(0), "Success".to_string(), Some(show(v))),
         Err(RawErr::Missing) => (None, "FailedToLoadSymbol".to_string(), None),
@@ -81,9 +81,8 @@ pub fn call<T>(name: String, r: Raw<T>, show: impl FnOnce(T) -> String) -> Call 
     }
 }
 
-/// One per-link NVLink call: its name and how to make it.
+/// One per-link NVLink call: how to make it.
 struct LinkCall {
-    name: &'static str,
     make: fn(&NvmlLib, nvmlDevice_t, u32) -> Call,
 }
 
@@ -98,7 +97,6 @@ const NVLINK_COUNTERS: &[(u32, &str)] = &[
 
 const LINK_CALLS: &[LinkCall] = &[
     LinkCall {
-        name: "nvmlDeviceGetNvLinkState",
         make: |lib, h, l| {
             call(
                 format!("nvmlDeviceGetNvLinkState(link {l})"),
@@ -108,7 +106,6 @@ const LINK_CALLS: &[LinkCall] = &[
         },
     },
     LinkCall {
-        name: "nvmlDeviceGetNvLinkVersion",
         make: |lib, h, l| {
             call(
                 format!("nvmlDeviceGetNvLinkVersion(link {l})"),
@@ -118,7 +115,6 @@ const LINK_CALLS: &[LinkCall] = &[
         },
     },
     LinkCall {
-        name: "nvmlDeviceGetNvLinkRemotePciInfo_v2",
         make: |lib, h, l| {
             call(
                 format!("nvmlDeviceGetNvLinkRemotePciInfo_v2(link {l})"),
@@ -128,7 +124,6 @@ const LINK_CALLS: &[LinkCall] = &[
         },
     },
     LinkCall {
-        name: "nvmlDeviceGetNvLinkRemoteDeviceType",
         make: |lib, h, l| {
             call(
                 format!("nvmlDeviceGetNvLinkRemoteDeviceType(link {l})"),
@@ -343,13 +338,8 @@ fn device_calls(nvml: &Nvml, d: &Device<'_>) -> Vec<Call> {
     out
 }
 
-/// Names of the per-link calls (for documentation and tests).
-pub fn link_call_names() -> Vec<&'static str> {
-    LINK_CALLS.iter().map(|c| c.name).collect()
-}
-
-/// `gpuhost status --nvml-calls`.
-pub fn report() -> CallsReport {
+/// `gpuhost nvml-calls`.
+pub(crate) fn report() -> CallsReport {
     let cuda = crate::cuda::check();
     let nvml = match Nvml::init() {
         Ok(n) => n,

@@ -1,12 +1,12 @@
 //! The NVML probe: initialise NVML, read every GPU, return plain data.
 //!
-//! This runs in a child process (`gpuhost status --nvml-probe`, see [`crate::probe`]): a GPU
+//! This runs in a child process (`gpuhost nvml-probe`, see [`crate::probe`]): a GPU
 //! that fell off the bus can block NVML calls for minutes, and a thread stuck in the driver
 //! cannot be killed. Calls that the crate does not wrap (remapped rows, fabric info) go
 //! through `nvml.lib()` with the device's own handle, never a null one.
 
-pub mod calls;
-pub mod raw;
+pub(crate) mod calls;
+pub(crate) mod raw;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -58,7 +58,7 @@ pub(crate) fn error_kind(e: &NvmlError) -> String {
 /// NVML is left initialised: `nvmlShutdown` took 4.1–4.6 ms on an H200 (its objects freed one
 /// by one), while the process's exit releases them with its file descriptors anyway.
 /// `GPUHOST_PROBE_SHUTDOWN=1` shuts it down first (to measure what that costs).
-pub fn probe() -> NvmlProbe {
+pub(crate) fn probe() -> NvmlProbe {
     let start = Instant::now();
     match init(start) {
         Ok(nvml) => {
@@ -88,7 +88,7 @@ fn reread() -> bool {
 
 /// Initialise NVML; a failure is the probe's answer (classified: no library, driver not
 /// loaded, version mismatch, …). `gpuhost serve`'s probe keeps the handle between sweeps.
-pub fn init(start: Instant) -> Result<Nvml, Box<NvmlProbe>> {
+pub(crate) fn init(start: Instant) -> Result<Nvml, Box<NvmlProbe>> {
     match Nvml::init() {
         Ok(n) => Ok(n),
         Err(e) => {
@@ -121,21 +121,21 @@ pub fn init(start: Instant) -> Result<Nvml, Box<NvmlProbe>> {
 /// boot cache ([`boot_cache`]: kept in the run dir for this boot, driver and GPU UUID).
 /// `gpuhost serve`'s probe child keeps one `Session` for its life; a one-shot probe makes one
 /// for its single sweep, and reads only what can change when the boot cache has the rest.
-pub struct Session {
+pub(crate) struct Session {
     nvml: Nvml,
     system: Option<SystemFixed>,
     fixed: KeptFixed,
     boot: boot_cache::Store,
     cuda: crate::cuda::Memo,
-    /// Record each call's wall time ([`Session::timings`]); `gpuhost status --sweep-profile`.
-    pub profile: bool,
+    /// Record each call's wall time ([`Session::timings`]); `gpuhost sweep-profile`.
+    pub(crate) profile: bool,
     timings: Vec<Timings>,
 }
 
 impl Session {
     /// A session over an initialised NVML, with what the boot cache keeps for the running
     /// system (nothing under `GPUHOST_PROBE_REREAD=1`).
-    pub fn new(nvml: Nvml) -> Session {
+    pub(crate) fn new(nvml: Nvml) -> Session {
         let key = if reread() {
             None
         } else {
@@ -153,13 +153,13 @@ impl Session {
     }
 
     /// The NVML handle back (what was kept is dropped).
-    pub fn into_nvml(self) -> Nvml {
+    pub(crate) fn into_nvml(self) -> Nvml {
         self.nvml
     }
 
     /// The call timings of the last sweep: the driver-wide calls', then each GPU's (empty
     /// unless [`Session::profile`]).
-    pub fn timings(&self) -> &[Timings] {
+    pub(crate) fn timings(&self) -> &[Timings] {
         &self.timings
     }
 
@@ -168,7 +168,7 @@ impl Session {
     /// while NVML stays initialised are read at the first sweep and kept (unless
     /// `GPUHOST_PROBE_REREAD=1`), or taken from the boot cache; every other one is read each
     /// time.
-    pub fn sweep(&mut self, start: Instant) -> NvmlProbe {
+    pub(crate) fn sweep(&mut self, start: Instant) -> NvmlProbe {
         // None: no CUDA check; Some(Ok): a success kept; Some(Err(key)): check now, beside the
         // NVML sweep (cuInit takes hundreds of ms when no success is kept).
         let cuda = (!no_cuda()).then(|| match self.cuda.kept() {
@@ -264,10 +264,10 @@ impl Session {
 /// Wall times of one GPU's NVML calls in a sweep, µs, in call order, and how much each raised
 /// the process's peak RSS, KiB (profiling only).
 #[derive(Clone, Debug, Default)]
-pub struct Timings {
+pub(crate) struct Timings {
     on: bool,
-    pub calls: Vec<(&'static str, f64)>,
-    pub peak_rss_growth: Vec<(&'static str, u64)>,
+    pub(crate) calls: Vec<(&'static str, f64)>,
+    pub(crate) peak_rss_growth: Vec<(&'static str, u64)>,
 }
 
 impl Timings {
@@ -299,30 +299,30 @@ impl Timings {
     }
 }
 
-pub use crate::boot_cache::GpuFixed;
+pub(crate) use crate::boot_cache::GpuFixed;
 
 /// Each GPU's [`GpuFixed`] fields by NVML index (the order NVML enumerated at init, which does
 /// not change while it stays initialised).
 #[derive(Clone, Debug, Default)]
-pub struct KeptFixed {
+pub(crate) struct KeptFixed {
     gpus: BTreeMap<u32, GpuFixed>,
 }
 
 impl KeptFixed {
     /// The fixed fields kept for GPU `index`.
-    pub fn get(&self, index: u32) -> Option<&GpuFixed> {
+    pub(crate) fn get(&self, index: u32) -> Option<&GpuFixed> {
         self.gpus.get(&index)
     }
 
     /// Keep `g`'s fixed fields that answered and are not kept yet.
-    pub fn keep(&mut self, g: &GpuSnapshot) {
+    pub(crate) fn keep(&mut self, g: &GpuSnapshot) {
         self.gpus.entry(g.index).or_default().keep(g);
     }
 
     /// Give `g` (a fresh reading of every field) the fixed fields kept for it, keeping those
     /// of its own that are not kept yet: what the fixture-fed probe does with each sweep's
     /// answer, as the NVML probe does with its calls.
-    pub fn apply_or_keep(&mut self, g: &mut GpuSnapshot) {
+    pub(crate) fn apply_or_keep(&mut self, g: &mut GpuSnapshot) {
         let f = self.gpus.entry(g.index).or_default();
         f.keep(g);
         f.apply(g);

@@ -1,6 +1,6 @@
 //! NVML calls that nvml-wrapper does not wrap (or whose raw return code we want), each a small
 //! safe function over `nvml.lib()` and a live device handle. The probe turns their answers into
-//! readings; `gpuhost status --nvml-calls` prints their raw return codes as evidence of what a
+//! readings; `gpuhost nvml-calls` prints their raw return codes as evidence of what a
 //! machine supports. Never called with a null handle: libnvidia-ml segfaults on one.
 
 use std::os::raw::c_char;
@@ -15,17 +15,17 @@ use nvml_wrapper_sys::bindings::{
 
 /// Why a raw call gave no value: the symbol is not in this libnvidia-ml, or NVML's return code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RawErr {
+pub(crate) enum RawErr {
     Missing,
     Rc(u32),
 }
 
-pub type Raw<T> = Result<T, RawErr>;
+pub(crate) type Raw<T> = Result<T, RawErr>;
 
 /// `NVML_ERROR_CORRUPTED_INFOROM`.
-pub const RC_CORRUPTED_INFOROM: u32 = 14;
+pub(crate) const RC_CORRUPTED_INFOROM: u32 = 14;
 /// `NVML_ERROR_ARGUMENT_VERSION_MISMATCH`.
-pub const RC_VERSION_MISMATCH: u32 = 25;
+pub(crate) const RC_VERSION_MISMATCH: u32 = 25;
 
 fn ok<T>(rc: u32, v: impl FnOnce() -> T) -> Raw<T> {
     if rc == 0 {
@@ -36,7 +36,7 @@ fn ok<T>(rc: u32, v: impl FnOnce() -> T) -> Raw<T> {
 }
 
 /// A NUL-terminated C string from a buffer NVML filled.
-pub fn c_str(bytes: &[c_char]) -> String {
+pub(crate) fn c_str(bytes: &[c_char]) -> String {
     let b: Vec<u8> = bytes
         .iter()
         .take_while(|c| **c != 0)
@@ -46,7 +46,7 @@ pub fn c_str(bytes: &[c_char]) -> String {
 }
 
 /// The raw handle of a device of this `Nvml`: live, never null.
-pub fn handle(d: &Device<'_>) -> nvmlDevice_t {
+pub(crate) fn handle(d: &Device<'_>) -> nvmlDevice_t {
     // SAFETY: the handle comes from a live `Device`; it is only passed back to the library
     // that made it while that device (and so the `Nvml`) is borrowed.
     unsafe { d.handle() }
@@ -55,7 +55,7 @@ pub fn handle(d: &Device<'_>) -> nvmlDevice_t {
 // SAFETY (every `unsafe` call below): `h` is a live device handle from `handle()`; every out
 // pointer points at a local that outlives the call, sized as the library expects.
 
-pub fn nvlink_state(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<bool> {
+pub(crate) fn nvlink_state(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<bool> {
     let f = lib
         .nvmlDeviceGetNvLinkState
         .as_ref()
@@ -65,7 +65,7 @@ pub fn nvlink_state(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<bool> {
     ok(rc, || st == 1)
 }
 
-pub fn nvlink_version(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<u32> {
+pub(crate) fn nvlink_version(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<u32> {
     let f = lib
         .nvmlDeviceGetNvLinkVersion
         .as_ref()
@@ -75,7 +75,7 @@ pub fn nvlink_version(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<u32> {
     ok(rc, || v)
 }
 
-pub fn nvlink_remote_pci(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<String> {
+pub(crate) fn nvlink_remote_pci(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<String> {
     let f = lib
         .nvmlDeviceGetNvLinkRemotePciInfo_v2
         .as_ref()
@@ -95,7 +95,7 @@ pub fn nvlink_remote_pci(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<Strin
     })
 }
 
-pub fn nvlink_remote_type(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<u32> {
+pub(crate) fn nvlink_remote_type(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<u32> {
     let f = lib
         .nvmlDeviceGetNvLinkRemoteDeviceType
         .as_ref()
@@ -105,7 +105,12 @@ pub fn nvlink_remote_type(lib: &NvmlLib, h: nvmlDevice_t, link: u32) -> Raw<u32>
     ok(rc, || t)
 }
 
-pub fn nvlink_error_counter(lib: &NvmlLib, h: nvmlDevice_t, link: u32, counter: u32) -> Raw<u64> {
+pub(crate) fn nvlink_error_counter(
+    lib: &NvmlLib,
+    h: nvmlDevice_t,
+    link: u32,
+    counter: u32,
+) -> Raw<u64> {
     let f = lib
         .nvmlDeviceGetNvLinkErrorCounter
         .as_ref()
@@ -117,7 +122,11 @@ pub fn nvlink_error_counter(lib: &NvmlLib, h: nvmlDevice_t, link: u32, counter: 
 
 /// `nvmlDeviceGetGpuFabricInfoV` with the struct version `ver` (3 has the health mask; 2 is
 /// its prefix). The answer is always laid out as v3.
-pub fn fabric_info_v(lib: &NvmlLib, h: nvmlDevice_t, ver: u32) -> Raw<nvmlGpuFabricInfo_v3_t> {
+pub(crate) fn fabric_info_v(
+    lib: &NvmlLib,
+    h: nvmlDevice_t,
+    ver: u32,
+) -> Raw<nvmlGpuFabricInfo_v3_t> {
     let f = lib
         .nvmlDeviceGetGpuFabricInfoV
         .as_ref()
@@ -144,7 +153,7 @@ pub fn fabric_info_v(lib: &NvmlLib, h: nvmlDevice_t, ver: u32) -> Raw<nvmlGpuFab
 /// CPU's coherent link on a GH200/GB200/GB300 superchip) is enabled. Its v1 struct carries no
 /// version field (nvml.h: `typedef struct { unsigned int isC2cEnabled; } nvmlC2cModeInfo_v1_t`).
 /// NOT_SUPPORTED on a GPU without C2C (an H200 on PCIe).
-pub fn c2c_mode(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<bool> {
+pub(crate) fn c2c_mode(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<bool> {
     let f = lib
         .nvmlDeviceGetC2cModeInfoV
         .as_ref()
@@ -156,7 +165,11 @@ pub fn c2c_mode(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<bool> {
 
 /// `nvmlDeviceGetFieldValues` for `(field id, scope id)` pairs (the scope is the link of a
 /// per-link field), each with its own return code; the value as an integer whatever its type.
-pub fn field_values(lib: &NvmlLib, h: nvmlDevice_t, ids: &[(u32, u32)]) -> Raw<Vec<Raw<u64>>> {
+pub(crate) fn field_values(
+    lib: &NvmlLib,
+    h: nvmlDevice_t,
+    ids: &[(u32, u32)],
+) -> Raw<Vec<Raw<u64>>> {
     let f = lib
         .nvmlDeviceGetFieldValues
         .as_ref()
@@ -200,10 +213,10 @@ fn field_value(v: &nvmlFieldValue_t) -> Raw<u64> {
 }
 
 /// `NVML_ERROR_UNKNOWN`.
-pub const RC_UNKNOWN: u32 = 999;
+pub(crate) const RC_UNKNOWN: u32 = 999;
 
 /// `nvmlDeviceGetGpuFabricInfo` (v1): state, status, clique.
-pub fn fabric_info_v1(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<(u8, u32, u32)> {
+pub(crate) fn fabric_info_v1(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<(u8, u32, u32)> {
     let f = lib
         .nvmlDeviceGetGpuFabricInfo
         .as_ref()
@@ -219,7 +232,7 @@ pub fn fabric_info_v1(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<(u8, u32, u32)> {
 }
 
 /// `nvmlDeviceGetRemappedRows`: (correctable, uncorrectable, pending, failure).
-pub fn remapped_rows(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<(u32, u32, bool, bool)> {
+pub(crate) fn remapped_rows(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<(u32, u32, bool, bool)> {
     let f = lib
         .nvmlDeviceGetRemappedRows
         .as_ref()
@@ -230,7 +243,7 @@ pub fn remapped_rows(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<(u32, u32, bool, boo
 }
 
 /// `nvmlDeviceGetPcieReplayCounter`: PCIe replays since the driver loaded.
-pub fn pcie_replay_counter(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<u32> {
+pub(crate) fn pcie_replay_counter(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<u32> {
     let f = lib
         .nvmlDeviceGetPcieReplayCounter
         .as_ref()
@@ -241,7 +254,7 @@ pub fn pcie_replay_counter(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<u32> {
 }
 
 /// `nvmlDeviceValidateInforom`: SUCCESS (valid) or `NVML_ERROR_CORRUPTED_INFOROM`.
-pub fn validate_inforom(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<()> {
+pub(crate) fn validate_inforom(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<()> {
     let f = lib
         .nvmlDeviceValidateInforom
         .as_ref()
@@ -251,7 +264,7 @@ pub fn validate_inforom(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<()> {
 }
 
 /// `nvmlDeviceGetInforomImageVersion`.
-pub fn inforom_image_version(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<String> {
+pub(crate) fn inforom_image_version(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<String> {
     let f = lib
         .nvmlDeviceGetInforomImageVersion
         .as_ref()
@@ -262,7 +275,7 @@ pub fn inforom_image_version(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<String> {
 }
 
 /// `nvmlDeviceGetVbiosVersion`.
-pub fn vbios_version(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<String> {
+pub(crate) fn vbios_version(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<String> {
     let f = lib
         .nvmlDeviceGetVbiosVersion
         .as_ref()
@@ -273,7 +286,7 @@ pub fn vbios_version(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<String> {
 }
 
 /// `nvmlDeviceGetGspFirmwareMode`: (enabled, enabled by default).
-pub fn gsp_firmware_mode(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<(bool, bool)> {
+pub(crate) fn gsp_firmware_mode(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<(bool, bool)> {
     let f = lib
         .nvmlDeviceGetGspFirmwareMode
         .as_ref()
@@ -284,7 +297,7 @@ pub fn gsp_firmware_mode(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<(bool, bool)> {
 }
 
 /// `nvmlDeviceGetGspFirmwareVersion`.
-pub fn gsp_firmware_version(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<String> {
+pub(crate) fn gsp_firmware_version(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<String> {
     let f = lib
         .nvmlDeviceGetGspFirmwareVersion
         .as_ref()
@@ -295,7 +308,7 @@ pub fn gsp_firmware_version(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<String> {
 }
 
 /// `nvmlDeviceGetSramEccErrorStatus` (v1): SRAM ECC counts and the SRAM threshold flag.
-pub fn sram_ecc_status(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<nvmlEccSramErrorStatus_t> {
+pub(crate) fn sram_ecc_status(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<nvmlEccSramErrorStatus_t> {
     let f = lib
         .nvmlDeviceGetSramEccErrorStatus
         .as_ref()
@@ -322,7 +335,7 @@ pub fn sram_ecc_status(lib: &NvmlLib, h: nvmlDevice_t) -> Raw<nvmlEccSramErrorSt
 
 /// `nvmlDeviceGetMemoryErrorCounter(error, counter, location)`: error 0 corrected,
 /// 1 uncorrected; counter 0 volatile, 1 aggregate; location 2 device memory (DRAM), 7 SRAM, ….
-pub fn memory_error_counter(
+pub(crate) fn memory_error_counter(
     lib: &NvmlLib,
     h: nvmlDevice_t,
     error: u32,

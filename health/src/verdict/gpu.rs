@@ -2,15 +2,19 @@
 //! (or a few) of a [`GpuSnapshot`] into a verdict. NOT_SUPPORTED is n/a; any other NVML error
 //! on a reading is UNKNOWN, except `GpuLost`, which is CRITICAL.
 
-use super::{GpuRef, Out, Severity, Thresholds, MAX_UNCORRECTABLE_REMAPPED_ROWS, TEMP_MARGIN_C};
+use super::model::{GpuRef, Severity, Thresholds};
+use super::out::{Out, Verdict};
 use crate::counters::{rate, GpuCounters};
 use crate::snapshot::{reasons, C2c, EccCounts, Fabric, GpuSnapshot, NvLink, Reading, SramEcc};
 
-/// A verdict: severity, the value seen (for people), and what to do when not OK.
-pub type Verdict = (Severity, String, Option<String>);
+/// Rows past this many uncorrectable remaps mean the GPU should be replaced (Azure, OCI).
+const MAX_UNCORRECTABLE_REMAPPED_ROWS: u32 = 512;
+
+/// WARNING this many °C below the slowdown threshold.
+const TEMP_MARGIN_C: u32 = 5;
 
 /// What one judge made of a GPU's reading(s).
-pub enum Judged {
+pub(crate) enum Judged {
     Verdict(Verdict),
     /// NVML's NOT_SUPPORTED: n/a.
     NotSupported,
@@ -28,14 +32,14 @@ fn on<T>(reading: &Reading<T>, f: impl FnOnce(&T) -> Verdict) -> Judged {
 }
 
 /// What a judge sees: the GPU, and what it needs to know about the node.
-pub struct GpuCtx<'a> {
-    pub g: &'a GpuSnapshot,
+pub(crate) struct GpuCtx<'a> {
+    pub(crate) g: &'a GpuSnapshot,
     /// NVSwitches are on PCI (HGX): every NVLink must be up.
-    pub nvswitch: bool,
-    pub t: &'a Thresholds,
+    pub(crate) nvswitch: bool,
+    pub(crate) t: &'a Thresholds,
     /// This GPU's counters from the kept baseline and the seconds since: None on a first
     /// reading.
-    pub before: Option<(&'a GpuCounters, f64)>,
+    pub(crate) before: Option<(&'a GpuCounters, f64)>,
 }
 
 impl GpuCtx<'_> {
@@ -47,14 +51,14 @@ impl GpuCtx<'_> {
 }
 
 /// One per-GPU check: its stable id, its table group, and its judge.
-pub struct GpuCheck {
-    pub id: &'static str,
-    pub group: &'static str,
-    pub judge: fn(&GpuCtx<'_>) -> Judged,
+pub(crate) struct GpuCheck {
+    pub(crate) id: &'static str,
+    pub(crate) group: &'static str,
+    pub(crate) judge: fn(&GpuCtx<'_>) -> Judged,
 }
 
 /// Every per-GPU check, in report order.
-pub const GPU_CHECKS: &[GpuCheck] = &[
+pub(crate) const GPU_CHECKS: &[GpuCheck] = &[
     GpuCheck {
         id: "gpu.ecc.mode",
         group: "ecc",
@@ -690,7 +694,7 @@ fn c2c(c: &GpuCtx<'_>) -> Judged {
 /// NVLink-C2C, the Grace CPU's coherent link to the GPU of a superchip: enabled, every link
 /// active. A link down is CRITICAL (the GPU's memory coherence and its host bandwidth go over
 /// it); C2C off is CRITICAL on a superchip (by its name: GH200, GB200, GB300), else n/a.
-pub fn c2c_verdict(c: &C2c, index: u32, superchip: bool) -> Verdict {
+pub(crate) fn c2c_verdict(c: &C2c, index: u32, superchip: bool) -> Verdict {
     if !c.enabled {
         return if superchip {
             (
@@ -904,7 +908,7 @@ pub fn fabric_verdict(f: &Fabric, index: u32) -> (Severity, String, Option<Strin
 /// on PCI (HGX) by its Fabric Manager; on a node without (a GB200/GB300 NVL72 compute tray,
 /// whose NVSwitches are in the rack's NVLink switch trays) by the switch trays' NMX-Controller.
 /// Version 3's health summary is judged too: unhealthy CRITICAL, limited capacity WARNING.
-pub fn fabric_verdict_on(f: &Fabric, index: u32, nvswitch: bool) -> Verdict {
+pub(crate) fn fabric_verdict_on(f: &Fabric, index: u32, nvswitch: bool) -> Verdict {
     let (sev, mut value, hint) = fabric_registration(f, index, nvswitch);
     if f.state != 3 || f.status != 0 {
         return (sev, value, hint);

@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{advise, na, ok, Expect, Out, Severity, Verdict};
+use super::model::{Expect, Severity};
+use super::out::{advise, cuda_major_minor, na, ok, Out, Verdict};
 use crate::cuda::cu_result;
 use crate::snapshot::{DevNode, NextBoot, ProbeStatus, SecureBootState, Snapshot};
 
@@ -136,7 +137,7 @@ pub(super) fn cuda_init(out: &mut Out, s: &Snapshot, have_gpus: bool) {
     };
     let driver = c
         .driver_version
-        .map(super::cuda_major_minor)
+        .map(cuda_major_minor)
         .map(|(major, minor)| format!(" (CUDA driver API {major}.{minor})"))
         .unwrap_or_default();
     let (sev, value, hint) = match (c.loaded, c.init_rc) {

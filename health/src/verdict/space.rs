@@ -4,7 +4,8 @@
 
 use gpuhost_host::hostinfo::{human, HostInfo, Role};
 
-use super::{Expect, Out, Severity};
+use super::model::{Expect, Severity};
+use super::out::Out;
 use crate::snapshot::Snapshot;
 
 const GIB: f64 = (1u64 << 30) as f64;

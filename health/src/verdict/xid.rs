@@ -11,8 +11,9 @@
 //! are outside the catalog: NVIDIA's older Xid page names them, and DCGM's health-watch XIDs
 //! are CRITICAL there, application faults OK, the rest a WARNING.
 
+use super::model::{GpuRef, Severity};
+use super::out::{key, nvml_bus_id, Out};
 use super::xid_catalog::{self as catalog, XidEntry};
-use super::{key, GpuRef, Out, Severity};
 use crate::snapshot::{GpuSnapshot, PciDevice, PciKind, Snapshot, SxidEvent, XidEvent};
 
 /// Volta and older: XIDs that DCGM's health watches treat as failures.
@@ -98,29 +99,29 @@ fn bucket(b: &str) -> (Severity, &'static str) {
 
 /// One XID as judged: severity, its label, the immediate action and what to do.
 #[derive(Clone, Debug, PartialEq)]
-pub struct XidVerdict {
-    pub severity: Severity,
+pub(crate) struct XidVerdict {
+    pub(crate) severity: Severity,
     /// `XID 79 ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS`
-    pub label: String,
+    pub(crate) label: String,
     /// The catalog's immediate action (`RESTART_BM`), or what stands for it.
-    pub immediate: String,
+    pub(crate) immediate: String,
     /// What that means, and the investigatory action if it recurs.
-    pub todo: String,
+    pub(crate) todo: String,
 }
 
 /// What judging one XID needs to know beside the event.
-pub struct XidContext<'a> {
-    pub generation: Generation,
+pub(crate) struct XidContext<'a> {
+    pub(crate) generation: Generation,
     /// The driver's branch (575 for 575.57.08), for the 144–150 decode; None unknown.
-    pub driver_branch: Option<u32>,
+    pub(crate) driver_branch: Option<u32>,
     /// The other XIDs of the same GPU in the same initialisation.
-    pub others: &'a [&'a XidEvent],
+    pub(crate) others: &'a [&'a XidEvent],
     /// NVSwitches are on PCI (Fabric Manager matters).
-    pub nvswitch: bool,
+    pub(crate) nvswitch: bool,
 }
 
 /// Judge one XID.
-pub fn judge(e: &XidEvent, cx: &XidContext<'_>) -> XidVerdict {
+pub(crate) fn judge(e: &XidEvent, cx: &XidContext<'_>) -> XidVerdict {
     let Some(entry) = catalog::entry(e.xid) else {
         return XidVerdict {
             severity: Severity::Warning,
@@ -619,7 +620,7 @@ fn sxids(out: &mut Out, s: &Snapshot) {
         let r = GpuRef {
             index: None,
             uuid: None,
-            pci_bus_id: super::nvml_bus_id(&sw.address),
+            pci_bus_id: nvml_bus_id(&sw.address),
         };
         let (sev, value, hint) = sxid_summary(&evs);
         out.push("nvswitch.sxid", "xid", Some(&r), sev, value, hint);

@@ -17,36 +17,36 @@
 //! its possible causes but gives no resolution buckets; [`OLDER`] keeps its descriptions.
 
 /// One row of the catalog's "Xids" table.
-pub struct XidEntry {
-    pub code: u32,
-    pub mnemonic: &'static str,
-    pub description: &'static str,
+pub(crate) struct XidEntry {
+    pub(crate) code: u32,
+    pub(crate) mnemonic: &'static str,
+    pub(crate) description: &'static str,
     /// "Applies to" A100, H100, B100, GB200.
-    pub applies: [bool; 4],
+    pub(crate) applies: [bool; 4],
     /// Resolution bucket, immediate action (`RESET_GPU`, …); empty where the catalog has none.
-    pub immediate: &'static str,
+    pub(crate) immediate: &'static str,
     /// Resolution bucket, investigatory action.
-    pub investigatory: &'static str,
+    pub(crate) investigatory: &'static str,
     /// Trigger conditions, where the catalog gives guidance for a code without a bucket.
-    pub note: &'static str,
+    pub(crate) note: &'static str,
 }
 
 /// One row of the catalog's "XID 144-150 Decode" table.
 pub(crate) struct Nvlink5Rule {
-    pub xid: u32,
+    pub(crate) xid: u32,
     /// Sub-component as the message prints it (`V1/V2` where the name changed at R575).
-    pub unit: &'static str,
+    pub(crate) unit: &'static str,
     /// IntrInfo mask, drivers before R575.
-    pub v1: &'static str,
+    pub(crate) v1: &'static str,
     /// IntrInfo mask, R575 and newer.
-    pub v2: &'static str,
+    pub(crate) v2: &'static str,
     /// Error status (the second register); None: any (NETIR link events).
-    pub status: Option<u32>,
-    pub immediate: &'static str,
+    pub(crate) status: Option<u32>,
+    pub(crate) immediate: &'static str,
     /// Promotable errors: (V1 mask, V2 mask, action) when the promotion bit is set.
-    pub action2: Option<(&'static str, &'static str, &'static str)>,
-    pub investigatory: &'static str,
-    pub severity: &'static str,
+    pub(crate) action2: Option<(&'static str, &'static str, &'static str)>,
+    pub(crate) investigatory: &'static str,
+    pub(crate) severity: &'static str,
 }
 
 const Y: bool = true;
@@ -380,7 +380,7 @@ pub(crate) const NVLINK5_DECODE: &[Nvlink5Rule] = &[
 
 /// The older page's descriptions (Volta and older GPUs), where it names the Xid.
 #[rustfmt::skip]
-pub const OLDER: &[(u32, &str)] = &[
+pub(crate) const OLDER: &[(u32, &str)] = &[
     (1, "Invalid or corrupted push buffer stream"), (2, "Invalid or corrupted push buffer stream"),
     (3, "Invalid or corrupted push buffer stream"), (4, "Invalid or corrupted push buffer stream, or GPU semaphore timeout"),
     (6, "Invalid or corrupted push buffer stream"), (7, "Invalid or corrupted push buffer address"),
@@ -416,12 +416,12 @@ pub const OLDER: &[(u32, &str)] = &[
 ];
 
 /// The catalog's row for `code`.
-pub fn entry(code: u32) -> Option<&'static XidEntry> {
+pub(crate) fn entry(code: u32) -> Option<&'static XidEntry> {
     CATALOG.iter().find(|e| e.code == code)
 }
 
 /// The older page's description of `code`.
-pub fn older(code: u32) -> Option<&'static str> {
+pub(crate) fn older(code: u32) -> Option<&'static str> {
     OLDER.iter().find(|(c, _)| *c == code).map(|(_, d)| *d)
 }
 

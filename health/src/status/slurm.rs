@@ -18,7 +18,7 @@ use anyhow::{anyhow, Result};
 
 use gpuhost_host::cmd::Cmd;
 
-use crate::fleet;
+use crate::summary;
 use crate::verdict::{Check, Severity};
 
 /// Reasons gpuhost sets start with this; only such drains are gpuhost's to resume.
@@ -29,28 +29,28 @@ const REASON_MAX: usize = 160;
 
 /// What Slurm says about a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeState {
+pub(crate) struct NodeState {
     /// `IDLE+DRAIN`, `MIXED`, `DOWN+DRAIN`, …
-    pub state: String,
+    pub(crate) state: String,
     /// The drain or down reason, without Slurm's `[user@time]` suffix.
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
 impl NodeState {
-    pub fn drained(&self) -> bool {
+    pub(crate) fn drained(&self) -> bool {
         self.state
             .split('+')
             .any(|f| f == "DRAIN" || f == "DRAINED" || f == "DRAINING")
     }
 
     /// DOWN: after `scontrol reboot … nextstate=DOWN`, the node stays down until someone resumes it.
-    pub fn down(&self) -> bool {
+    pub(crate) fn down(&self) -> bool {
         self.state.split('+').any(|f| f == "DOWN")
     }
 
     /// Down because gpuhost asked Slurm for a reboot (`apply` with `reboot.via = "slurm"`): the
     /// health check decides when it goes back to work.
-    pub fn down_by_gpuhost(&self) -> bool {
+    pub(crate) fn down_by_gpuhost(&self) -> bool {
         self.down()
             && !self.drained()
             && self
@@ -59,7 +59,7 @@ impl NodeState {
                 .is_some_and(|r| r.starts_with(REASON_PREFIX))
     }
 
-    pub fn drained_by_gpuhost(&self) -> bool {
+    pub(crate) fn drained_by_gpuhost(&self) -> bool {
         self.drained()
             && self
                 .reason
@@ -110,9 +110,14 @@ pub(crate) fn node_name(flag: Option<&str>) -> Result<String> {
 }
 
 /// The drain reason for a verdict: `gpuhost: <check> <where>: <what>`.
-pub fn reason(checks: &[Check]) -> String {
-    let text = match fleet::worst(checks) {
-        Some(c) => format!("{REASON_PREFIX} {} {}: {}", c.id, fleet::place(c), c.value),
+pub(crate) fn reason(checks: &[Check]) -> String {
+    let text = match summary::worst(checks) {
+        Some(c) => format!(
+            "{REASON_PREFIX} {} {}: {}",
+            c.id,
+            summary::place(c),
+            c.value
+        ),
         None => format!("{REASON_PREFIX} unhealthy"),
     };
     // Slurm keeps the reason as given; quotes and newlines would only confuse readers.
@@ -120,12 +125,12 @@ pub fn reason(checks: &[Check]) -> String {
         .chars()
         .map(|c| if c == '"' || c.is_control() { ' ' } else { c })
         .collect();
-    fleet::truncate(&clean, REASON_MAX)
+    summary::truncate(&clean, REASON_MAX)
 }
 
 /// What gpuhost did (or did not do) to the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Drained(String),
     AlreadyDrained(String),
     LeftAdminDrain(String),
@@ -134,7 +139,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub fn describe(&self, node: &str) -> String {
+    pub(crate) fn describe(&self, node: &str) -> String {
         match self {
             Action::Drained(r) => format!("drained {node}: {r}"),
             Action::AlreadyDrained(r) => format!("{node} stays drained by gpuhost: {r}"),
@@ -148,7 +153,7 @@ impl Action {
 }
 
 /// Decide, from the verdict and the node's state, what to do.
-pub fn decide(verdict: Severity, checks: &[Check], node: &NodeState) -> Action {
+pub(crate) fn decide(verdict: Severity, checks: &[Check], node: &NodeState) -> Action {
     let r = node.reason.clone().unwrap_or_default();
     match verdict {
         Severity::Critical if node.drained_by_gpuhost() => Action::AlreadyDrained(r),
@@ -156,10 +161,10 @@ pub fn decide(verdict: Severity, checks: &[Check], node: &NodeState) -> Action {
         Severity::Critical if node.down_by_gpuhost() => Action::Drained(reason(checks)),
         Severity::Critical if node.drained() => Action::LeftAdminDrain(r),
         Severity::Critical => Action::Drained(reason(checks)),
-        s if fleet::healthy(s) && (node.drained_by_gpuhost() || node.down_by_gpuhost()) => {
+        s if summary::healthy(s) && (node.drained_by_gpuhost() || node.down_by_gpuhost()) => {
             Action::Resumed
         }
-        s if fleet::healthy(s) && node.drained() => Action::LeftAdminDrain(r),
+        s if summary::healthy(s) && node.drained() => Action::LeftAdminDrain(r),
         _ => Action::Nothing,
     }
 }
@@ -173,7 +178,7 @@ fn scontrol(args: &[&str]) -> Result<String> {
 }
 
 /// Read the node's state, decide, and act through `scontrol`.
-pub fn act(node: &str, verdict: Severity, checks: &[Check]) -> Result<Action> {
+pub(crate) fn act(node: &str, verdict: Severity, checks: &[Check]) -> Result<Action> {
     let text = scontrol(&["show", "node", node, "--oneliner"])?;
     let state = parse_node(&text).ok_or_else(|| {
         anyhow!("scontrol show node {node}: no state in its answer; is {node} the Slurm node name? (--slurm-node)")

@@ -1,14 +1,12 @@
-//! Health in the shapes fleets consume besides Prometheus: Kubernetes node-problem-detector's
-//! custom-plugin protocol (`--format npd`) and the provisioning gate (`--wait-healthy`).
-//! Slurm's `HealthCheckProgram` convention is in [`crate::slurm`].
-
-use std::time::{Duration, Instant};
+//! The one line that names a verdict and the check behind it, in the shapes fleets consume:
+//! Kubernetes node-problem-detector's custom-plugin protocol (`--format npd`), Slurm's drain
+//! reason (`status::slurm`) and the provisioning gate's progress (`status::gate`).
 
 use crate::verdict::{Check, Severity};
 
 /// The check that decides the verdict: the first of the worst severity (None when every
 /// check is OK or n/a).
-pub fn worst(checks: &[Check]) -> Option<&Check> {
+pub(crate) fn worst(checks: &[Check]) -> Option<&Check> {
     let top = checks.iter().map(|c| c.severity).max()?;
     if top <= Severity::Ok {
         return None;
@@ -17,7 +15,7 @@ pub fn worst(checks: &[Check]) -> Option<&Check> {
 }
 
 /// `gpu3` or `host`: where a check was made.
-pub fn place(c: &Check) -> String {
+pub(crate) fn place(c: &Check) -> String {
     match &c.gpu {
         Some(g) => match g.index {
             Some(i) => format!("gpu{i}"),
@@ -29,7 +27,7 @@ pub fn place(c: &Check) -> String {
 
 /// One line naming the verdict and the check behind it: `CRITICAL gpu3
 /// gpu.ecc.volatile_uncorrected: 2 uncorrectable ECC error(s) since the driver loaded`.
-pub fn one_line(checks: &[Check]) -> String {
+pub(crate) fn one_line(checks: &[Check]) -> String {
     let verdict = crate::verdict::overall(checks);
     match worst(checks) {
         Some(c) => format!("{} {} {}: {}", verdict.label(), place(c), c.id, c.value),
@@ -44,7 +42,7 @@ pub(crate) const NPD_MAX_OUTPUT: usize = 80;
 /// NPD's custom-plugin protocol: exit 0 OK, 1 a problem, 2 unknown, and a short message.
 /// OK and WARNING are 0 (a WARNING does not make the node unfit: it is in the message);
 /// CRITICAL is 1; UNKNOWN (a check that could not be made) is 2.
-pub fn npd(checks: &[Check]) -> (i32, String) {
+pub(crate) fn npd(checks: &[Check]) -> (i32, String) {
     let verdict = crate::verdict::overall(checks);
     let code = match verdict {
         Severity::Ok | Severity::NotApplicable | Severity::Warning => 0,
@@ -55,7 +53,7 @@ pub fn npd(checks: &[Check]) -> (i32, String) {
 }
 
 /// At most `max` bytes, cut at a character boundary, "…" marking a cut.
-pub fn truncate(s: &str, max: usize) -> String {
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
@@ -67,71 +65,11 @@ pub fn truncate(s: &str, max: usize) -> String {
 }
 
 /// Whether a verdict lets the node take work: OK or WARNING (as `/healthz` says 200).
-pub fn healthy(s: Severity) -> bool {
+pub(crate) fn healthy(s: Severity) -> bool {
     matches!(
         s,
         Severity::Ok | Severity::NotApplicable | Severity::Warning
     )
-}
-
-/// The outcome of [`wait_healthy`].
-pub struct Waited<T> {
-    /// The last look's result.
-    pub last: T,
-    pub healthy: bool,
-    pub waited: Duration,
-    pub looks: u32,
-}
-
-/// Look (`look` gets the time it may take and answers the verdict and whatever the caller
-/// prints) until the verdict is healthy or `timeout` has passed, `every` apart; progress on
-/// stderr at each unhealthy look.
-pub fn wait_healthy<T>(
-    timeout: Duration,
-    every: Duration,
-    mut look: impl FnMut(Duration) -> (Severity, String, T),
-) -> Waited<T> {
-    let start = Instant::now();
-    let mut looks = 0;
-    loop {
-        let left = timeout.saturating_sub(start.elapsed());
-        // One look never takes more than 10 s (the NVML deadline) or what is left.
-        let (sev, line, last) =
-            look(left.clamp(Duration::from_millis(100), Duration::from_secs(10)));
-        looks += 1;
-        let waited = start.elapsed();
-        if healthy(sev) {
-            eprintln!(
-                "gpuhost: healthy after {:.0} s ({looks} look(s)): {line}",
-                waited.as_secs_f64()
-            );
-            return Waited {
-                last,
-                healthy: true,
-                waited,
-                looks,
-            };
-        }
-        let left = timeout.saturating_sub(waited);
-        if left.is_zero() {
-            eprintln!(
-                "gpuhost: not healthy after {:.0} s ({looks} look(s)): {line}",
-                waited.as_secs_f64()
-            );
-            return Waited {
-                last,
-                healthy: false,
-                waited,
-                looks,
-            };
-        }
-        eprintln!(
-            "gpuhost: waiting for a healthy node ({:.0} of {:.0} s): {line}",
-            waited.as_secs_f64(),
-            timeout.as_secs_f64()
-        );
-        std::thread::sleep(every.min(left));
-    }
 }
 
 #[cfg(test)]
@@ -187,34 +125,5 @@ mod tests {
         let long = "é".repeat(60);
         let t = truncate(&long, 80);
         assert!(t.len() <= 80 && t.ends_with('…'), "{t}");
-    }
-
-    #[test]
-    fn wait_stops_at_the_first_healthy_look() {
-        let mut n = 0;
-        let w = wait_healthy(Duration::from_secs(5), Duration::from_millis(10), |_| {
-            n += 1;
-            let sev = if n < 3 {
-                Severity::Critical
-            } else {
-                Severity::Warning
-            };
-            (sev, format!("look {n}"), n)
-        });
-        assert!(w.healthy);
-        assert_eq!((w.looks, w.last), (3, 3));
-    }
-
-    #[test]
-    fn wait_gives_up_at_the_timeout() {
-        let t = Instant::now();
-        let w = wait_healthy(
-            Duration::from_millis(300),
-            Duration::from_millis(50),
-            |_| (Severity::Unknown, "no".into(), ()),
-        );
-        assert!(!w.healthy);
-        assert!(w.looks >= 2, "{}", w.looks);
-        assert!(t.elapsed() < Duration::from_secs(2));
     }
 }

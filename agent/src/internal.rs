@@ -1,0 +1,139 @@
+//! gpuhost's hidden subcommands: what gpuhost runs as its own children (the NVML probes) and
+//! the benchmarks' tools. None is for people: `--help`, the man pages and the completions
+//! leave them out. They are defined and parsed here only, and the command lines that start a
+//! probe child are built here too ([`nvml_probe_argv`], [`nvml_serve_argv`]): the health and
+//! serve crates run what they are given.
+//!
+//! - `gpuhost nvml-probe [--nvml-fixture FILE] [--root DIR]`: the one-shot NVML probe, where
+//!   `gpuhost status` can neither run the helper `gpuhost-nvml-probe` nor fork;
+//! - `gpuhost nvml-serve [--nvml-fixture FILE]`: `gpuhost serve`'s long-lived NVML probe;
+//! - `gpuhost nvml-calls`: every NVLink and fabric NVML call's raw return code, as JSON;
+//! - `gpuhost sweep-profile N`: N sweeps timed part by part, as JSON.
+//!
+//! `gpuhost status` still takes the older spellings (`--nvml-probe`, `--nvml-serve`,
+//! `--nvml-calls`, `--sweep-profile N`, hidden), which the benchmark scripts use; they are
+//! read here into the same [`Internal`].
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+
+/// The hidden subcommands.
+#[derive(Subcommand, Debug, Clone, PartialEq)]
+pub enum Internal {
+    /// Internal: be the one-shot NVML probe (print its answer as one line of JSON).
+    #[command(hide = true)]
+    NvmlProbe(NvmlProbeArgs),
+    /// Internal: be `gpuhost serve`'s long-lived NVML probe (answer each `sweep` line on stdin
+    /// with one JSON line; NVML stays initialised).
+    #[command(hide = true)]
+    NvmlServe(NvmlServeArgs),
+    /// Internal: print every NVLink and fabric NVML call's raw return code, per GPU, as JSON
+    /// (evidence for what a machine supports; see bench/MULTI-GPU.md).
+    #[command(hide = true)]
+    NvmlCalls,
+    /// Internal: time N sweeps part by part (each NVML call, with the fixed fields kept and
+    /// with every field read; the driver-free reads; the rendering) and print that as JSON
+    /// (benchmarks: bench/serve-gpu-run.sh).
+    #[command(hide = true)]
+    SweepProfile(SweepProfileArgs),
+}
+
+/// `gpuhost nvml-probe` options.
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct NvmlProbeArgs {
+    /// Answer the `nvml` part of this saved snapshot instead of asking NVML, through the boot
+    /// cache of --root (tests, benchmarks).
+    #[arg(long, value_name = "FILE")]
+    pub nvml_fixture: Option<PathBuf>,
+    /// With --nvml-fixture: the root whose boot cache the answer goes through.
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "GPUHOST_STATUS_ROOT",
+        default_value = "/"
+    )]
+    pub root: PathBuf,
+}
+
+/// `gpuhost nvml-serve` options.
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct NvmlServeArgs {
+    /// Answer the `nvml` part of this saved snapshot at each sweep instead of asking NVML.
+    #[arg(long, value_name = "FILE")]
+    pub nvml_fixture: Option<PathBuf>,
+}
+
+/// `gpuhost sweep-profile` options.
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct SweepProfileArgs {
+    /// How many sweeps.
+    #[arg(value_name = "N")]
+    pub sweeps: usize,
+    /// GPUs this node must have.
+    #[arg(long, value_name = "N")]
+    pub expect_gpus: Option<u32>,
+    /// A profile giving the expected GPU count and driver version.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Read sysfs, /proc, /dev/kmsg and /etc under this root.
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "GPUHOST_STATUS_ROOT",
+        default_value = "/"
+    )]
+    pub root: PathBuf,
+}
+
+/// Run a hidden subcommand; its exit code.
+pub fn run(i: &Internal) -> i32 {
+    match i {
+        Internal::NvmlProbe(a) => {
+            gpuhost_health::run_nvml_probe(a.nvml_fixture.as_deref(), &a.root)
+        }
+        Internal::NvmlServe(a) => gpuhost_health::run_nvml_serve(a.nvml_fixture.as_deref()),
+        Internal::NvmlCalls => gpuhost_health::run_nvml_calls(),
+        Internal::SweepProfile(a) => gpuhost_health::run_sweep_profile(
+            &a.root,
+            a.profile.as_deref(),
+            a.expect_gpus,
+            a.sweeps,
+        ),
+    }
+}
+
+/// This program, for a child to run (`/proc/self/exe` when the kernel does not say).
+fn this_program() -> OsString {
+    std::env::current_exe()
+        .unwrap_or_else(|_| PathBuf::from("/proc/self/exe"))
+        .into_os_string()
+}
+
+/// The one-shot NVML probe as a program: `gpuhost nvml-probe`, with a fixture (and the root
+/// whose boot cache it goes through, else `$GPUHOST_STATUS_ROOT` or `/`) when one stands for
+/// NVML.
+pub fn nvml_probe_argv(fixture: Option<&Path>, root: Option<&Path>) -> Vec<OsString> {
+    let mut argv = vec![this_program(), "nvml-probe".into()];
+    if let Some(f) = fixture {
+        argv.extend(["--nvml-fixture".into(), f.as_os_str().to_owned()]);
+        if let Some(r) = root {
+            argv.extend(["--root".into(), r.as_os_str().to_owned()]);
+        }
+    }
+    argv
+}
+
+/// `gpuhost serve`'s long-lived NVML probe as a program: `gpuhost nvml-serve`, with the
+/// fixture that stands for NVML if any.
+pub fn nvml_serve_argv(fixture: Option<&Path>) -> std::io::Result<Vec<OsString>> {
+    let mut argv = vec![
+        std::env::current_exe()?.into_os_string(),
+        "nvml-serve".into(),
+    ];
+    if let Some(f) = fixture {
+        argv.extend(["--nvml-fixture".into(), f.as_os_str().to_owned()]);
+    }
+    Ok(argv)
+}

@@ -1,0 +1,207 @@
+//! `gpuhost status`'s command line: its options as clap parses them, and the typed
+//! [`StatusOptions`] the health crate runs with.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use gpuhost_health::{StatusFormat, StatusOptions};
+
+use crate::internal::{self, Internal, NvmlProbeArgs, NvmlServeArgs, SweepProfileArgs};
+
+/// What `gpuhost status` prints on stdout (clap's names for [`StatusFormat`]).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FormatArg {
+    /// One row per check, for people.
+    #[default]
+    Table,
+    /// The whole report, for programs.
+    Json,
+    /// Prometheus text exposition (node_exporter's textfile collector).
+    Prometheus,
+    /// Kubernetes node-problem-detector's custom-plugin protocol.
+    Npd,
+}
+
+impl From<FormatArg> for StatusFormat {
+    fn from(f: FormatArg) -> Self {
+        match f {
+            FormatArg::Table => StatusFormat::Table,
+            FormatArg::Json => StatusFormat::Json,
+            FormatArg::Prometheus => StatusFormat::Prometheus,
+            FormatArg::Npd => StatusFormat::Npd,
+        }
+    }
+}
+
+/// `gpuhost status` options.
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// Output format on stdout. `npd`: Kubernetes node-problem-detector's custom-plugin
+    /// protocol: one line of at most 80 bytes, exit 0 OK or WARNING, 1 CRITICAL, 2 UNKNOWN.
+    #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+    pub format: FormatArg,
+    /// Also write the Prometheus text to this file, atomically (node_exporter's textfile
+    /// collector: a `*.prom` file in its directory).
+    #[arg(long, value_name = "PATH")]
+    pub textfile: Option<PathBuf>,
+    /// GPUs this node must have (overrides the profile's `status.expect_gpus`).
+    #[arg(long, value_name = "N")]
+    pub expect_gpus: Option<u32>,
+    /// A profile (built-in name or .toml path) giving the expected GPU count and driver version.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Deadline for the NVML probe, in seconds; past it the driver is reported unresponsive.
+    /// With --wait-healthy: the whole wait.
+    #[arg(long, value_name = "SECONDS", default_value = "10")]
+    pub timeout: f64,
+    /// Look again and again until the node is healthy (OK or WARNING): exit 0, or exit 2 when
+    /// --timeout seconds pass first; progress on stderr, the last report on stdout (a gate for
+    /// provisioning: `gpuhost cloud-init --wait-healthy`).
+    #[arg(long, conflicts_with = "slurm")]
+    pub wait_healthy: bool,
+    /// With --wait-healthy: seconds between looks.
+    #[arg(long, value_name = "SECONDS", default_value = "5")]
+    pub poll: f64,
+    /// Slurm HealthCheckProgram mode (as LBNL NHC): on CRITICAL drain this node with the reason
+    /// "gpuhost: <check> …"; when healthy again resume it, but only if gpuhost drained it.
+    #[arg(long)]
+    pub slurm: bool,
+    /// With --slurm: the Slurm node name (default: $SLURMD_NODENAME, else the short host name).
+    #[arg(long, value_name = "NAME", requires = "slurm")]
+    pub slurm_node: Option<String>,
+    /// Internal: `gpuhost nvml-probe` by its older name.
+    #[arg(long, hide = true)]
+    pub nvml_probe: bool,
+    /// Internal: `gpuhost nvml-serve` by its older name.
+    #[arg(long, hide = true)]
+    pub nvml_serve: bool,
+    /// Internal: the NVML probe child (one-shot, or --nvml-serve) answers the `nvml` part of
+    /// this saved snapshot instead of asking NVML, through the same pipe, deadline and boot
+    /// cache (tests, benchmarks).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub nvml_fixture: Option<PathBuf>,
+    /// Probe here even when a `gpuhost serve` answers on this node's socket.
+    #[arg(long)]
+    pub fresh: bool,
+    /// Internal: `gpuhost nvml-calls` by its older name.
+    #[arg(long, hide = true)]
+    pub nvml_calls: bool,
+    /// Internal: `gpuhost sweep-profile N` by its older name.
+    #[arg(long, hide = true, value_name = "N")]
+    pub sweep_profile: Option<usize>,
+    /// Print the collected snapshot as JSON (for test fixtures) instead of a report.
+    #[arg(long, hide = true)]
+    pub dump_snapshot: bool,
+    /// Judge a snapshot saved by --dump-snapshot instead of collecting one.
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub from_snapshot: Option<PathBuf>,
+    /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests); systemctl and the journal
+    /// are not asked then.
+    #[arg(
+        long,
+        hide = true,
+        value_name = "DIR",
+        env = "GPUHOST_STATUS_ROOT",
+        default_value = "/"
+    )]
+    pub root: PathBuf,
+}
+
+impl StatusArgs {
+    /// The hidden subcommand these options name by its older spelling (`--nvml-probe`,
+    /// `--nvml-serve`, `--nvml-calls`, `--sweep-profile N`), if any.
+    pub(crate) fn internal(&self) -> Option<Internal> {
+        if self.nvml_probe {
+            return Some(Internal::NvmlProbe(NvmlProbeArgs {
+                nvml_fixture: self.nvml_fixture.clone(),
+                root: self.root.clone(),
+            }));
+        }
+        if self.nvml_serve {
+            return Some(Internal::NvmlServe(NvmlServeArgs {
+                nvml_fixture: self.nvml_fixture.clone(),
+            }));
+        }
+        if let Some(sweeps) = self.sweep_profile {
+            return Some(Internal::SweepProfile(SweepProfileArgs {
+                sweeps,
+                expect_gpus: self.expect_gpus,
+                profile: self.profile.clone(),
+                root: self.root.clone(),
+            }));
+        }
+        self.nvml_calls.then_some(Internal::NvmlCalls)
+    }
+
+    /// The options the health crate runs `gpuhost status` with; Err: why an argument is
+    /// refused (`--timeout`, and `--poll` with `--wait-healthy`: seconds, more than 0 and at most
+    /// an hour).
+    fn options(&self) -> Result<StatusOptions, String> {
+        let timeout = seconds("timeout", self.timeout)?;
+        let wait_healthy = match self.wait_healthy {
+            true => Some(seconds("poll", self.poll)?),
+            false => None,
+        };
+        Ok(StatusOptions {
+            format: self.format.into(),
+            textfile: self.textfile.clone(),
+            expect_gpus: self.expect_gpus,
+            profile: self.profile.clone(),
+            timeout,
+            wait_healthy,
+            slurm: self.slurm,
+            slurm_node: self.slurm_node.clone(),
+            nvml_fixture: self.nvml_fixture.clone(),
+            probe_program: internal::nvml_probe_argv(
+                self.nvml_fixture.as_deref(),
+                Some(&self.root),
+            ),
+            fresh: self.fresh,
+            dump_snapshot: self.dump_snapshot,
+            from_snapshot: self.from_snapshot.clone(),
+            root: self.root.clone(),
+        })
+    }
+}
+
+/// `--FLAG SECONDS` as a duration: more than 0 and at most an hour.
+fn seconds(flag: &str, secs: f64) -> Result<Duration, String> {
+    if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
+        return Err(format!(
+            "--{flag} {secs}: give seconds, more than 0 and at most 3600"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Run `gpuhost status` (or the hidden subcommand an older option names); its exit code. An
+/// argument refused is UNKNOWN, as any run that cannot judge the node.
+pub fn run(a: &StatusArgs) -> i32 {
+    if let Some(i) = a.internal() {
+        return internal::run(&i);
+    }
+    match a.options() {
+        Ok(o) => gpuhost_health::run(&o),
+        Err(e) => gpuhost_health::unknown(a.format.into(), &e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_seconds_above_0_and_at_most_an_hour() {
+        assert_eq!(seconds("poll", 0.5), Ok(Duration::from_millis(500)));
+        assert_eq!(seconds("timeout", 3600.0), Ok(Duration::from_secs(3600)));
+        for bad in [0.0, -1.0, 3600.5, f64::NAN, f64::INFINITY] {
+            let e = seconds("timeout", bad).err().unwrap_or_default();
+            assert!(
+                e.starts_with(&format!("--timeout {bad}: give seconds, more than 0")),
+                "{e}"
+            );
+        }
+    }
+}
