@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 15's evidence on a real GPU machine, in one go (see bench/RESULTS-status.md):
-# - `gpuhost status --nvml-calls`: the raw NVML return code of every call the probe rests on
+# - `gpuhost nvml-calls`: the raw NVML return code of every call the probe rests on
 #   (PCIe replay, InfoROM, VBIOS, GSP firmware, SRAM ECC, memory error counters per location,
 #   NVLink, fabric) and the CUDA check (libcuda.so.1, cuInit), uncached;
 # - the snapshot fixture (first run: no CUDA cache, cuInit timed), every output format, a
@@ -27,7 +27,7 @@ ms() { echo $(( (${2/./} - ${1/./}) / 1000 )); }
   nvidia-smi --query-gpu=vbios_version,inforom.img,pcie.link.gen.current --format=csv 2>&1
   dmesg 2>/dev/null | grep -E 'NVRM|SXid' | tail -20
 } >"$log" 2>&1
-gpuhost status --nvml-calls >"$out/h200-nvml-calls.json" 2>>"$log"; echo "nvml-calls rc=$?" >>"$log"
+gpuhost nvml-calls >"$out/h200-nvml-calls.json" 2>>"$log"; echo "nvml-calls rc=$?" >>"$log"
 rm -rf "$GPUHOST_RUN_DIR"
 gpuhost status --dump-snapshot >"$out/h200-snapshot.json" 2>>"$log"; echo "dump (cold) rc=$?" >>"$log"
 sleep 3
@@ -39,11 +39,11 @@ gpuhost status --format prometheus --textfile "$out/textfile.prom" >/dev/null 2>
   cat "$out/table.txt"
   echo "== run dir"; ls -la "$GPUHOST_RUN_DIR"; cat "$GPUHOST_RUN_DIR"/counters.json; echo; cat "$GPUHOST_RUN_DIR"/cuda-init.json; echo
   echo "== probe alone x5, warm (CUDA cached)"
-  for i in 1 2 3 4 5; do t0=$EPOCHREALTIME; gpuhost status --nvml-probe >/dev/null; t1=$EPOCHREALTIME; echo -n "$(ms $t0 $t1) "; done; echo
+  for i in 1 2 3 4 5; do t0=$EPOCHREALTIME; gpuhost nvml-probe >/dev/null; t1=$EPOCHREALTIME; echo -n "$(ms $t0 $t1) "; done; echo
   echo "== probe alone x5, no CUDA check (GPUHOST_PROBE_NO_CUDA=1)"
-  for i in 1 2 3 4 5; do t0=$EPOCHREALTIME; GPUHOST_PROBE_NO_CUDA=1 gpuhost status --nvml-probe >/dev/null; t1=$EPOCHREALTIME; echo -n "$(ms $t0 $t1) "; done; echo
+  for i in 1 2 3 4 5; do t0=$EPOCHREALTIME; GPUHOST_PROBE_NO_CUDA=1 gpuhost nvml-probe >/dev/null; t1=$EPOCHREALTIME; echo -n "$(ms $t0 $t1) "; done; echo
   echo "== probe alone x5, cold (cache removed each time); cuInit ms from the probe's answer"
-  for i in 1 2 3 4 5; do rm -f "$GPUHOST_RUN_DIR/cuda-init.json"; t0=$EPOCHREALTIME; gpuhost status --nvml-probe >/tmp/p.json; t1=$EPOCHREALTIME; echo "wall $(ms $t0 $t1) ms; $(grep -o '"init_ms":[0-9.]*' /tmp/p.json)"; done
+  for i in 1 2 3 4 5; do rm -f "$GPUHOST_RUN_DIR/cuda-init.json"; t0=$EPOCHREALTIME; gpuhost nvml-probe >/tmp/p.json; t1=$EPOCHREALTIME; echo "wall $(ms $t0 $t1) ms; $(grep -o '"init_ms":[0-9.]*' /tmp/p.json)"; done
   echo "== hung-probe drill (probe sleeps 3 s, --timeout 1)"
   t0=$EPOCHREALTIME; GPUHOST_PROBE_DELAY_MS=3000 gpuhost status --timeout 1 | head -3; echo "rc=${PIPESTATUS[0]}"
   t1=$EPOCHREALTIME; echo "wall ms: $(ms $t0 $t1)"

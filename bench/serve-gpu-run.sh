@@ -11,7 +11,7 @@
 # "fresh": --max-age 0.001, so every scrape waits for a new sweep (NVML through the long-lived
 # probe child, sysfs, kernel log); "cached": the default 1 s cache. BASELINE_BINARY (e.g. a build
 # of the previous commit) gets the same scrapes, interleaved, for a before/after on one machine.
-# `gpuhost status --sweep-profile 50` times each part of a sweep (profile.json).
+# `gpuhost sweep-profile 50` times each part of a sweep (profile.json).
 set -uo pipefail
 bin=$(realpath "$1"); out=$2; mkdir -p "$out"
 base=${3:+$(realpath "$3")}
@@ -58,7 +58,7 @@ scrapes() {
 
 { echo "== host"; nvidia-smi -L; head -1 /proc/driver/nvidia/version; nproc; uname -r; } >>"$log" 2>&1
 "$bin" status --format json >/dev/null 2>&1; nvidia-smi -q >/dev/null 2>&1
-"$bin" status --sweep-profile 50 >"$out/profile.json" 2>>"$log"
+"$bin" sweep-profile 50 >"$out/profile.json" 2>>"$log"
 s=(); n=()
 for i in $(seq 20); do s+=("$(wall_us "$bin" status --format json)"); n+=("$(wall_us nvidia-smi -q)"); done
 sm=$(printf '%s\n' "${s[@]}" | median_ms); nm=$(printf '%s\n' "${n[@]}" | median_ms)

@@ -23,7 +23,7 @@ gpuhost status --dump-snapshot >"$out/h200-snapshot.json" 2>>"$log"; echo "dump 
   echo "== hung-probe drill (probe sleeps 3 s, --timeout 1)"
   t0=$EPOCHREALTIME; GPUHOST_PROBE_DELAY_MS=3000 gpuhost status --timeout 1 | head -3; echo "rc=${PIPESTATUS[0]}"
   t1=$EPOCHREALTIME; echo "wall ms: $(( (${t1/./} - ${t0/./}) / 1000 ))"
-  echo "== nvml probe alone x5"; for i in 1 2 3 4 5; do t0=$EPOCHREALTIME; gpuhost status --nvml-probe >/dev/null; t1=$EPOCHREALTIME; echo -n "$(( (${t1/./} - ${t0/./}) / 1000 )) "; done; echo
+  echo "== nvml probe alone x5"; for i in 1 2 3 4 5; do t0=$EPOCHREALTIME; gpuhost nvml-probe >/dev/null; t1=$EPOCHREALTIME; echo -n "$(( (${t1/./} - ${t0/./}) / 1000 )) "; done; echo
   echo "== bench"; GPUHOST=gpuhost bash bench/status-vs-nvidia-smi.sh 20
 } >>"$log" 2>&1
 # Driver-free capture of the NVIDIA PCI functions, for sysfs fixtures.

@@ -5,7 +5,7 @@
 # Writes to OUTDIR (7 files, within the device tool's 8):
 #   log.txt            host facts, NVSwitches, Fabric Manager, nvidia-smi nvlink/fabric/topo,
 #                      probe timings (concurrent vs GPUHOST_PROBE_SEQUENTIAL=1), the benchmark
-#   nvml-calls.json    `gpuhost status --nvml-calls`: every NVLink/fabric call's raw NVML rc, per GPU
+#   nvml-calls.json    `gpuhost nvml-calls`: every NVLink/fabric call's raw NVML rc, per GPU
 #   snapshot.json      `gpuhost status --dump-snapshot` (the replay fixture)
 #   status.json, table.txt, prometheus.prom   the three output formats
 #   sysfs.tgz          the NVIDIA PCI functions' sysfs files (GPUs and NVSwitches)
@@ -33,7 +33,7 @@ ms() { echo $(( (${2/./} - ${1/./}) / 1000 )); }
   echo "== nvidia-smi -q (fabric)"; timeout 60 nvidia-smi -q 2>&1 | grep -i -A6 '^ *fabric' | head -100
   echo "== nvidia-smi topo -m"; timeout 60 nvidia-smi topo -m 2>&1
 } >"$log" 2>&1
-gpuhost status --nvml-calls >"$out/nvml-calls.json" 2>>"$log"; echo "nvml-calls rc=$?" >>"$log"
+gpuhost nvml-calls >"$out/nvml-calls.json" 2>>"$log"; echo "nvml-calls rc=$?" >>"$log"
 gpuhost status --dump-snapshot >"$out/snapshot.json" 2>>"$log"; echo "dump rc=$?" >>"$log"
 gpuhost status --format json >"$out/status.json" 2>>"$log"; echo "json rc=$?" >>"$log"
 gpuhost status >"$out/table.txt" 2>&1; echo "table rc=$?" >>"$log"
@@ -44,7 +44,7 @@ gpuhost status --format prometheus >"$out/prometheus.prom" 2>>"$log"; echo "prom
   for mode in concurrent sequential; do
     [ $mode = sequential ] && export GPUHOST_PROBE_SEQUENTIAL=1
     echo "== probe alone, $mode, x7 (wall ms; then sweep_wall_ms and per-GPU sweep_ms of the last)"
-    for i in 1 2 3 4 5 6 7; do t0=$EPOCHREALTIME; gpuhost status --nvml-probe >/tmp/probe.json; t1=$EPOCHREALTIME; echo -n "$(ms $t0 $t1) "; done; echo
+    for i in 1 2 3 4 5 6 7; do t0=$EPOCHREALTIME; gpuhost nvml-probe >/tmp/probe.json; t1=$EPOCHREALTIME; echo -n "$(ms $t0 $t1) "; done; echo
     grep -o '"sweep_wall_ms":[0-9.]*' /tmp/probe.json; grep -o '"sweep_ms":[0-9.]*' /tmp/probe.json | tr '\n' ' '; echo
     echo "== bench, $mode sweep"; GPUHOST=gpuhost bash bench/status-vs-nvidia-smi.sh 20
   done

@@ -3,7 +3,7 @@
 # with the boot cache cold (once) and warm, `nvidia-smi -q`, the light `--query-gpu` CSV line
 # health scripts use, and `gpuhost status` answered by a running `gpuhost serve` over its
 # socket — interleaved, wall time and peak RSS (bench/status-speed.py) — plus where the time
-# goes (--sweep-profile, strace when present).
+# goes (sweep-profile, strace when present).
 #
 # Usage: bench/status-speed-gpu-run.sh BINARY [BASELINE_BINARY] OUTDIR     (RUNS=25)
 set -uo pipefail
@@ -41,9 +41,9 @@ log=$out/log.txt
   gpuhost status --fresh --format json >"$out/status-fresh.json"; echo "json rc=$?"
   gpuhost status --fresh >"$out/table-fresh.txt"; echo "table rc=$?"
 
-  echo "== where the time goes (--sweep-profile 20: warm boot cache x3, then every field)"
-  for i in 1 2 3; do gpuhost status --sweep-profile 20 >"$out/profile-warm-$i.json"; done
-  GPUHOST_PROBE_REREAD=1 GPUHOST_PROBE_NO_CUDA=1 gpuhost status --sweep-profile 20 >"$out/profile-every-field.json"
+  echo "== where the time goes (sweep-profile 20: warm boot cache x3, then every field)"
+  for i in 1 2 3; do gpuhost sweep-profile 20 >"$out/profile-warm-$i.json"; done
+  GPUHOST_PROBE_REREAD=1 GPUHOST_PROBE_NO_CUDA=1 gpuhost sweep-profile 20 >"$out/profile-every-field.json"
   python3 - "$out" <<'EOF'
 import json, sys
 for f in ["profile-warm-1", "profile-warm-2", "profile-warm-3", "profile-every-field"]:
@@ -54,8 +54,8 @@ for f in ["profile-warm-1", "profile-warm-2", "profile-warm-3", "profile-every-f
     print("   first calls (us):", ", ".join(f"{k} {v:.0f}" for k, v in first[:12]))
 EOF
   if command -v strace >/dev/null; then
-    strace -f -tt -T -o "$out/strace-probe.txt" gpuhost status --nvml-probe >/dev/null
-    strace -f -c -o "$out/strace-probe-count.txt" gpuhost status --nvml-probe >/dev/null
+    strace -f -tt -T -o "$out/strace-probe.txt" gpuhost nvml-probe >/dev/null
+    strace -f -c -o "$out/strace-probe-count.txt" gpuhost nvml-probe >/dev/null
     strace -f -tt -T -o "$out/strace-nvidia-smi-csv.txt" nvidia-smi --query-gpu=$csv --format=csv >/dev/null
   fi
 
@@ -71,7 +71,7 @@ EOF
   for i in 1 2 3; do gpuhost status --format json --fresh | python3 -c 'import json,sys; n=json.load(sys.stdin)["snapshot"]["nvml"]; print("probe peak_rss_kib", n.get("peak_rss_kib"), "duration_ms", n.get("duration_ms"))'; done
 
   echo "== A: one-shot (warm boot cache) against nvidia-smi, no server"
-  a=(oneshot="gpuhost status --format json --fresh" probe-program="gpuhost status --nvml-probe" "${floor[@]}"
+  a=(oneshot="gpuhost status --format json --fresh" probe-program="gpuhost nvml-probe" "${floor[@]}"
      oneshot-with-nvmlShutdown="env GPUHOST_PROBE_SHUTDOWN=1 gpuhost status --format json --fresh")
   # The helper alone, and the one-shot with the probe forked from gpuhost instead of it.
   [ -x /tmp/gh-bin/gpuhost-nvml-probe ] && a+=(probe-helper="gpuhost-nvml-probe"

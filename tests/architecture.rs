@@ -353,18 +353,6 @@ const CRATES: &[&str] = &[
 /// module graph points down: the graph without these has no circle.
 const BACK_EDGES: &[(&str, &str, &str)] = &[];
 
-/// Back-edges found when the analysis began to count a parent's edges to its children (issue
-/// 33), each awaiting its split: what parent and children share moves into a leaf module. An
-/// entry that is gone must be removed; the list must end empty.
-const AWAITING_SPLIT: &[(&str, &str, &str)] = &[
-    ("health", "verdict::gpu", "verdict"),
-    ("health", "verdict::software", "verdict"),
-    ("health", "verdict::space", "verdict"),
-    ("health", "verdict::xid", "verdict"),
-    ("health", "served", ""),
-    ("agent", "compat", ""),
-];
-
 /// The edges of `g` inside a circle, as `from → to` lines.
 fn circle_edges(g: &BTreeMap<String, BTreeSet<String>>, circle: &[String]) -> Vec<String> {
     let inside: BTreeSet<&str> = circle.iter().map(String::as_str).collect();
@@ -386,12 +374,11 @@ fn no_crate_has_a_circle_but_the_listed_back_edges() {
     for dir in CRATES {
         let mut g = graph(&top().join(dir).join("src"));
         assert!(!g.is_empty(), "{dir}/src has no modules: moved?");
-        let listed = BACK_EDGES.iter().chain(AWAITING_SPLIT);
-        for (_, from, to) in listed.filter(|(d, _, _)| d == dir) {
+        for (_, from, to) in BACK_EDGES.iter().filter(|(d, _, _)| d == dir) {
             let had = g.get_mut(*from).is_some_and(|e| e.remove(*to));
             assert!(
                 had,
-                "{dir}: the listed back-edge {} → {} is gone: remove it from its list",
+                "{dir}: the listed back-edge {} → {} is gone: remove it from BACK_EDGES",
                 shown(from),
                 shown(to)
             );
@@ -807,4 +794,124 @@ fn the_dependency_check_reads_names_not_parts() {
     let manifest = "[dependencies]\nanyhow.workspace = true\n# note\nlibc = \"0.2\"\n\n[dev-dependencies]\nrstest.workspace = true\n";
     assert_eq!(declared(manifest, "[dependencies]"), vec!["anyhow", "libc"]);
     assert_eq!(declared(manifest, "[dev-dependencies]"), vec!["rstest"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// docs/ARCHITECTURE.md matches the code (issue 33, item 5): its layer table says what each
+// crate may import (as LAYERS, which the manifests are checked against), every import goes to
+// a lower layer, the types it names are declared in the files it names, and its back-edges are
+// BACK_EDGES.
+
+fn architecture_md() -> String {
+    std::fs::read_to_string(top().join("docs/ARCHITECTURE.md")).unwrap_or_default()
+}
+
+/// The cells of the markdown table rows whose first cell passes `first`.
+fn table_rows(text: &str, first: impl Fn(&str) -> bool) -> Vec<Vec<String>> {
+    text.lines()
+        .filter(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_string())
+                .collect::<Vec<_>>()
+        })
+        .filter(|cells| cells.first().is_some_and(|c| first(c)))
+        .collect()
+}
+
+/// `gpuhost-profile` → `profile`: how the table names a crate.
+fn short(name: &str) -> &str {
+    name.strip_prefix("gpuhost-").unwrap_or(name)
+}
+
+#[test]
+fn the_architecture_page_draws_the_layers_the_manifests_have() {
+    let text = architecture_md();
+    let rows = table_rows(&text, |c| c.parse::<u32>().is_ok());
+    let layer_of = |dir: &str| -> Option<u32> {
+        rows.iter()
+            .find(|r| r.get(1).is_some_and(|f| f == &format!("`{dir}/`")))
+            .and_then(|r| r[0].parse().ok())
+    };
+    for (dir, name, allowed) in LAYERS {
+        let row = rows
+            .iter()
+            .find(|r| r.get(1).is_some_and(|f| f == &format!("`{dir}/`")));
+        assert!(row.is_some(), "docs/ARCHITECTURE.md has no row for {dir}/");
+        let Some(row) = row else { continue };
+        assert!(row[2].contains(&format!("`{name}`")), "{dir}: {row:?}");
+        let said: BTreeSet<&str> = row[4]
+            .split(", ")
+            .filter(|s| *s != "nothing of gpuhost's")
+            .collect();
+        let is: BTreeSet<&str> = allowed.iter().map(|a| short(a)).collect();
+        assert_eq!(said, is, "docs/ARCHITECTURE.md: what {dir} may import");
+        let mine = layer_of(dir).unwrap_or_default();
+        for dep in *allowed {
+            let dep_dir = LAYERS
+                .iter()
+                .find(|(_, n, _)| n == dep)
+                .map(|(d, _, _)| *d)
+                .unwrap_or_default();
+            let theirs = layer_of(dep_dir).unwrap_or(u32::MAX);
+            assert!(
+                theirs < mine,
+                "docs/ARCHITECTURE.md: {dir} (layer {mine}) imports {dep_dir} (layer {theirs}), not below it"
+            );
+        }
+    }
+    let agent = layer_of("agent").unwrap_or_default();
+    assert!(
+        rows.iter()
+            .filter_map(|r| r[0].parse::<u32>().ok())
+            .all(|l| l <= agent),
+        "agent is the top layer"
+    );
+}
+
+#[test]
+fn the_types_the_architecture_page_names_are_where_it_says() {
+    let text = architecture_md();
+    let rows = table_rows(&text, |c| c.starts_with('`') && c.ends_with('`'));
+    let rows: Vec<&Vec<String>> = rows.iter().filter(|r| r[1].ends_with(".rs`")).collect();
+    assert!(rows.len() >= 8, "the types table is gone: {rows:?}");
+    for r in rows {
+        let ty = r[0].trim_matches('`');
+        let file = r[1].trim_matches('`');
+        let src = std::fs::read_to_string(top().join(file)).unwrap_or_default();
+        assert!(
+            src.contains(&format!("pub struct {ty}"))
+                || src.contains(&format!("pub enum {ty}"))
+                || src.contains(&format!("enum {ty} "))
+                || src.contains(&format!("struct {ty} ")),
+            "docs/ARCHITECTURE.md says {ty} is declared in {file}; it is not"
+        );
+    }
+}
+
+#[test]
+fn the_architecture_page_lists_the_allowed_back_edges() {
+    let text = architecture_md();
+    let section = text.split("## Back-edges").nth(1).unwrap_or_default();
+    let listed: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("- "))
+        .collect();
+    let want: Vec<String> = if BACK_EDGES.is_empty() {
+        vec!["(none)".to_string()]
+    } else {
+        BACK_EDGES
+            .iter()
+            .map(|(d, f, t)| format!("`{d}`: `{}` → `{}`", shown(f), shown(t)))
+            .collect()
+    };
+    assert_eq!(
+        listed
+            .iter()
+            .map(|l| l.split(" — ").next().unwrap_or_default())
+            .collect::<Vec<_>>(),
+        want,
+        "docs/ARCHITECTURE.md's back-edges are BACK_EDGES"
+    );
 }

@@ -154,7 +154,7 @@ fn sweep_profile_times_each_part_of_n_sweeps_as_json() {
     std::fs::write(dev.join("config"), [0xde, 0x10, 0x35, 0x23]).unwrap();
     let run = tempfile::tempdir().unwrap();
     let o = gpuhost(run.path())
-        .args(["status", "--sweep-profile", "3"])
+        .args(["sweep-profile", "3"])
         .env("GPUHOST_STATUS_ROOT", root.path())
         .output()
         .unwrap();
@@ -222,7 +222,7 @@ fn a_probe_still_stuck_from_an_earlier_run_blocks_a_new_one() {
     // Stands for an earlier run's probe stuck in the driver: a real probe, held 30 s by the
     // hung-driver drill.
     let mut stuck = gpuhost(run.path())
-        .args(["status", "--nvml-probe"])
+        .args(["nvml-probe"])
         .env("GPUHOST_PROBE_DELAY_MS", "30000")
         .stdout(std::process::Stdio::null())
         .spawn()

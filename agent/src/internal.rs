@@ -9,10 +9,6 @@
 //! - `gpuhost nvml-serve [--nvml-fixture FILE]`: `gpuhost serve`'s long-lived NVML probe;
 //! - `gpuhost nvml-calls`: every NVLink and fabric NVML call's raw return code, as JSON;
 //! - `gpuhost sweep-profile N`: N sweeps timed part by part, as JSON.
-//!
-//! `gpuhost status` still takes the older spellings (`--nvml-probe`, `--nvml-serve`,
-//! `--nvml-calls`, `--sweep-profile N`, hidden), which the benchmark scripts use; they are
-//! read here into the same [`Internal`].
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -474,15 +474,10 @@ fn status_only() -> Option<StatusOnly> {
     .ok()
 }
 
-/// Exactly `gpuhost nvml-probe` (or its older spelling, `gpuhost status --nvml-probe`): the
-/// probe child of a one-shot `gpuhost status`.
+/// Exactly `gpuhost nvml-probe`: the probe child of a one-shot `gpuhost status`.
 fn probe_child() -> bool {
     let mut a = std::env::args_os().skip(1);
-    match (a.next(), a.next(), a.next()) {
-        (Some(p), None, None) => p == "nvml-probe",
-        (Some(s), Some(p), None) => s == "status" && p == "--nvml-probe",
-        _ => false,
-    }
+    matches!((a.next(), a.next()), (Some(p), None) if p == "nvml-probe")
 }
 
 /// Print an error (one line) and map it to an exit code.
@@ -883,7 +878,7 @@ mod tests {
     }
 
     /// The command lines that start a probe child, as the agent builds them, are the hidden
-    /// subcommands; the older spellings name the same ones; none is in the help.
+    /// subcommands, the only spelling (status has no probe flags); none is in the help.
     #[test]
     fn probe_programs_are_the_hidden_subcommands() -> Result<()> {
         use internal::{Internal, NvmlProbeArgs, NvmlServeArgs};
@@ -907,18 +902,16 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        let older = Cli::try_parse_from([
-            "gpuhost",
-            "status",
+        for older in [
             "--nvml-probe",
-            "--nvml-fixture",
-            "/f.json",
-            "--root",
-            "/r",
-        ])?;
-        match older.command {
-            Command::Status(s) => assert_eq!(s.internal(), Some(probe)),
-            other => panic!("{other:?}"),
+            "--nvml-serve",
+            "--nvml-calls",
+            "--sweep-profile=3",
+        ] {
+            assert!(
+                Cli::try_parse_from(["gpuhost", "status", older]).is_err(),
+                "{older}: the probe modes are subcommands only"
+            );
         }
         let help = Cli::command().render_long_help().to_string();
         for hidden in ["nvml-probe", "nvml-serve", "nvml-calls", "sweep-profile"] {

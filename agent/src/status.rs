@@ -8,7 +8,7 @@ use clap::Args;
 
 use gpuhost_health::{StatusFormat, StatusOptions};
 
-use crate::internal::{self, Internal, NvmlProbeArgs, NvmlServeArgs, SweepProfileArgs};
+use crate::internal;
 
 /// What `gpuhost status` prints on stdout (clap's names for [`StatusFormat`]).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -71,13 +71,7 @@ pub struct StatusArgs {
     /// With --slurm: the Slurm node name (default: $SLURMD_NODENAME, else the short host name).
     #[arg(long, value_name = "NAME", requires = "slurm")]
     pub slurm_node: Option<String>,
-    /// Internal: `gpuhost nvml-probe` by its older name.
-    #[arg(long, hide = true)]
-    pub nvml_probe: bool,
-    /// Internal: `gpuhost nvml-serve` by its older name.
-    #[arg(long, hide = true)]
-    pub nvml_serve: bool,
-    /// Internal: the NVML probe child (one-shot, or --nvml-serve) answers the `nvml` part of
+    /// Internal: the NVML probe child (`gpuhost nvml-probe`, `nvml-serve`) answers the `nvml` part of
     /// this saved snapshot instead of asking NVML, through the same pipe, deadline and boot
     /// cache (tests, benchmarks).
     #[arg(long, hide = true, value_name = "FILE")]
@@ -85,12 +79,6 @@ pub struct StatusArgs {
     /// Probe here even when a `gpuhost serve` answers on this node's socket.
     #[arg(long)]
     pub fresh: bool,
-    /// Internal: `gpuhost nvml-calls` by its older name.
-    #[arg(long, hide = true)]
-    pub nvml_calls: bool,
-    /// Internal: `gpuhost sweep-profile N` by its older name.
-    #[arg(long, hide = true, value_name = "N")]
-    pub sweep_profile: Option<usize>,
     /// Print the collected snapshot as JSON (for test fixtures) instead of a report.
     #[arg(long, hide = true)]
     pub dump_snapshot: bool,
@@ -110,31 +98,6 @@ pub struct StatusArgs {
 }
 
 impl StatusArgs {
-    /// The hidden subcommand these options name by its older spelling (`--nvml-probe`,
-    /// `--nvml-serve`, `--nvml-calls`, `--sweep-profile N`), if any.
-    pub(crate) fn internal(&self) -> Option<Internal> {
-        if self.nvml_probe {
-            return Some(Internal::NvmlProbe(NvmlProbeArgs {
-                nvml_fixture: self.nvml_fixture.clone(),
-                root: self.root.clone(),
-            }));
-        }
-        if self.nvml_serve {
-            return Some(Internal::NvmlServe(NvmlServeArgs {
-                nvml_fixture: self.nvml_fixture.clone(),
-            }));
-        }
-        if let Some(sweeps) = self.sweep_profile {
-            return Some(Internal::SweepProfile(SweepProfileArgs {
-                sweeps,
-                expect_gpus: self.expect_gpus,
-                profile: self.profile.clone(),
-                root: self.root.clone(),
-            }));
-        }
-        self.nvml_calls.then_some(Internal::NvmlCalls)
-    }
-
     /// The options the health crate runs `gpuhost status` with; Err: why an argument is
     /// refused (`--timeout`, and `--poll` with `--wait-healthy`: seconds, more than 0 and at most
     /// an hour).
@@ -176,12 +139,9 @@ fn seconds(flag: &str, secs: f64) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// Run `gpuhost status` (or the hidden subcommand an older option names); its exit code. An
-/// argument refused is UNKNOWN, as any run that cannot judge the node.
+/// Run `gpuhost status`; its exit code. An argument refused is UNKNOWN, as any run that cannot
+/// judge the node.
 pub fn run(a: &StatusArgs) -> i32 {
-    if let Some(i) = a.internal() {
-        return internal::run(&i);
-    }
     match a.options() {
         Ok(o) => gpuhost_health::run(&o),
         Err(e) => gpuhost_health::unknown(a.format.into(), &e),
