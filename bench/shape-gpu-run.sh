@@ -27,7 +27,7 @@ probe() { python3 -c 'import json,sys; r=json.load(sys.stdin); n=r["snapshot"]["
   echo "== gpuhost nvml-probe (one JSON line)"; gpuhost nvml-probe | head -c 300; echo; echo "rc=${PIPESTATUS[0]}"
   echo "== gpuhost nvml-calls"; gpuhost nvml-calls >"$out/nvml-calls.json"; echo "rc=$? bytes=$(wc -c <"$out/nvml-calls.json")"
   echo "== gpuhost sweep-profile 3"; gpuhost sweep-profile 3 | head -c 600; echo; echo "rc=${PIPESTATUS[0]}"
-  echo "== old probe flags are refused (exit 2)"
+  echo "== old probe flags are refused (exit 3: UNKNOWN, as every argument status refuses)"
   for f in --nvml-probe --nvml-serve --nvml-calls "--sweep-profile=3"; do gpuhost status $f >/dev/null 2>&1; echo "status $f rc=$?"; done
   echo "== gpuhost serve"
   gpuhost serve --listen 127.0.0.1:19481 2>"$out/serve-stderr.txt" & spid=$!
