@@ -92,9 +92,10 @@ pub struct Report {
     pub steps: Vec<StepReport>,
 }
 
-/// A run converged: not a plan, and exit 0 or 3 ([`Report::converged`]).
+/// A run converged: not a plan, and exit 0, 3 or 4 ([`Report::converged`]). (When the kernel
+/// trigger's record is written, an exit 4 is still the 3 it becomes once Slurm is asked.)
 pub(crate) fn converged(dry_run: bool, exit_code: i32) -> bool {
-    !dry_run && (exit_code == exit::OK || exit_code == exit::REBOOT)
+    !dry_run && matches!(exit_code, exit::OK | exit::REBOOT | exit::REBOOT_SCHEDULED)
 }
 
 /// A report of an earlier version, which had no `driver_managed`, managed the driver.
@@ -103,9 +104,8 @@ fn managed() -> bool {
 }
 
 impl Report {
-    /// The run converged (exit 0, or 3: converged but a reboot is required) and changed the
-    /// host (not a plan): what the kernel trigger repeats (`last-apply.json`) and what a
-    /// rollback goes back to.
+    /// The run converged (exit 0; 3: converged but a reboot is required; 4: converged, and
+    /// Slurm reboots the node) and changed the host (not a plan): what a rollback goes back to.
     pub fn converged(&self) -> bool {
         converged(self.dry_run, self.exit_code)
     }

@@ -4,7 +4,7 @@
 //! the last 20 runs) the driver it managed: the local repo package, the driver version and the
 //! `driver.sha256` it was checked against. An apply limited to some steps (`--only docker`,
 //! `--skip driver-repo`) did not manage the driver and records none. A rollback finds the last
-//! converged apply (exit 0 or 3) that managed a driver and, before it, the newest converged
+//! converged apply (exit 0, 3 or 4) that managed a driver and, before it, the newest converged
 //! apply of another driver; it repeats the last apply (`last-apply.json`: profile, `--set`s,
 //! step selection) with that apply's local repo package and checksum, replacing the installed
 //! one, and with every driver step selected, whatever the last apply selected. That is an
@@ -260,6 +260,18 @@ mod tests {
         let e = from_runs(&runs, ResumeArgs::default()).err();
         assert!(e.is_some_and(|e| gpuhost_host::error::is_invalid(&e)
             && e.to_string().contains("the package of driver 580.82.07")));
+    }
+
+    /// An apply that converged and left the reboot to Slurm (exit 4) is converged: a rollback
+    /// after it goes back from its driver, not from the one before.
+    #[test]
+    fn an_apply_whose_reboot_slurm_schedules_is_converged() {
+        let runs = vec![apply(0, Some("570.124.06")), apply(4, Some("580.82.07"))];
+        let r = from_runs(&runs, ResumeArgs::default()).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(r.from.version, "580.82.07");
+        assert_eq!(r.to.version, "570.124.06");
+        assert!(!run(Command::Plan, 4, None).report.converged());
+        assert!(!apply(1, None).report.converged());
     }
 
     #[test]
