@@ -145,16 +145,22 @@ mod tests {
         Ok(())
     }
 
-    /// What is not a journal (a list of something else) is moved aside with a warning.
+    /// What is not a journal (a list of something else, or runs without what a rollback
+    /// decides by: no exit code is not "exit 0") is moved aside with a warning.
     #[test]
     fn what_is_not_a_journal_is_moved_aside() -> Result<()> {
         let dir = tempfile::tempdir()?;
         let host = Host::new(dir.path())?;
-        host.write_atomic(JOURNAL_PATH, br#"[{"command": 7}]"#, 0o644)?;
-        assert!(runs(&host).is_err());
-        let warnings = preflight(&host)?;
-        assert!(warnings[0].contains("moved aside"), "{warnings:?}");
-        assert!(runs(&host)?.is_empty());
+        for text in [
+            r#"[{"command": 7}]"#,
+            r#"[{"command": "apply", "dry_run": false, "driver": {"local_repo_rpm": "/x.rpm", "version": "580.82.07"}}]"#,
+        ] {
+            host.write_atomic(JOURNAL_PATH, text.as_bytes(), 0o644)?;
+            assert!(runs(&host).is_err(), "{text}");
+            let warnings = preflight(&host)?;
+            assert!(warnings[0].contains("moved aside"), "{warnings:?}");
+            assert!(runs(&host)?.is_empty());
+        }
         Ok(())
     }
 }

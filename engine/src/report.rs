@@ -44,51 +44,63 @@ impl Command {
 }
 
 /// What an `apply` or `plan` run says (stdout with `--format json`, and the journal). Read
-/// back from the journal of earlier versions too: what they may lack has a default.
+/// back from the journal of earlier versions too: what they may lack has a default, but not
+/// what a rollback decides by (the command, a dry run, the exit code): a record without those
+/// is not a run gpuhost wrote.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(default)]
 pub struct Report {
+    #[serde(default)]
     pub gpuhost_version: String,
     /// The driver this run manages: its local repo package and version (what `gpuhost
     /// rollback` goes back to, from the journal).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver: Option<crate::recorded::DriverRecord>,
     pub command: Command,
+    #[serde(default)]
     pub profile: String,
+    #[serde(default)]
     pub root: String,
+    #[serde(default)]
     pub live: bool,
     pub dry_run: bool,
+    #[serde(default)]
     pub target_kernel: Option<String>,
+    #[serde(default)]
     pub started_at: String,
+    #[serde(default)]
     pub duration_ms: u64,
     pub exit_code: i32,
     /// Why a reboot is required, when one is.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reboot_required: Vec<String>,
     /// What gpuhost did about a reboot (`--reboot`, resume chains).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reboot: Option<RebootReport>,
     /// `interrupted at step X by SIGTERM`: a signal stopped the run (exit 128 + the signal).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<String>,
     /// The run in one line: the verdict, steps per outcome, deferred actions and warnings
     /// counted (the text report's last line says the same).
+    #[serde(default)]
     pub summary: String,
     /// Every step's deferred actions, as `step: action`: what only a live run can do (in an
     /// install root, what its first boot owes).
+    #[serde(default)]
     pub deferred: Vec<String>,
     /// What did not stop the run but deserves a look.
+    #[serde(default)]
     pub warnings: Vec<String>,
     /// False when the profile opts out of the NVIDIA driver (`driver.manage = false`).
     #[serde(default = "managed")]
     pub driver_managed: bool,
     /// The bundle the packages came from (`--bundle`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bundle: Option<bundle::Info>,
     /// What the kernel guard did about the default boot entry ([`crate::bootguard`]); absent
     /// when it did not run (plan, `kernel.guard = false`, no driver in the profile).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_guard: Option<bootguard::Decision>,
+    #[serde(default)]
     pub steps: Vec<StepReport>,
 }
 
