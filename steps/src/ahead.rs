@@ -16,12 +16,13 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use gpuhost_host::cmd::{Cmd, CmdOutput};
 use gpuhost_host::error::hinted;
 use gpuhost_host::host::{file_url, local_repo_dir, repo_entries, Host};
 
+use crate::payload::{self, Unpack};
 use crate::work::Install;
 
 /// The scratch directory inside the root (removed when done, and by every apply's start).
@@ -96,29 +97,17 @@ fn transaction_in(host: &Host, files: &[String], parts: &[&Install]) -> Result<(
     Ok((cmd, out))
 }
 
-/// `rpm2cpio FILE | cpio` of the package's repo files and `/var` (where NVIDIA's local repo
-/// package keeps its repo) into `tree`. A file that cannot be read whole is an error.
+/// The package's repo files and `/var` (where NVIDIA's local repo package keeps its repo),
+/// unpacked into `tree`. A file that cannot be read whole is an error.
 fn unpack(host: &Host, file: &str, scratch: &Path, tree: &Path) -> Result<()> {
-    let payload = scratch.join("payload.cpio");
-    Cmd::new("rpm2cpio")
-        .arg(file)
-        .stdout_file(&payload)
-        .run()
-        .map_err(|e| {
-            hinted(
-                format!("{file} could not be read before the first change ({e:#}); nothing was installed"),
-                "check that the file's filesystem (an NFS export, a USB stick) is mounted and readable, then run gpuhost again",
-            )
-        })?;
-    Cmd::new("cpio")
-        .args(["-idm", "--quiet", "--no-absolute-filenames"])
-        .args(["./etc/yum.repos.d/*", "./var/*"])
-        .stdin_file(&payload)
-        .current_dir(tree)
-        .run()
-        .with_context(|| format!("extracting the repo of {file}"))?;
-    host.remove_file(format!("{SCRATCH}/payload.cpio"))?;
-    Ok(())
+    let patterns = ["./etc/yum.repos.d/*", "./var/*"];
+    payload::unpack(host, file, (scratch, SCRATCH), tree, &patterns).map_err(|e| match e {
+        Unpack::Unreadable(e) => hinted(
+            format!("{file} could not be read before the first change ({e:#}); nothing was installed"),
+            "check that the file's filesystem (an NFS export, a USB stick) is mounted and readable, then run gpuhost again",
+        ),
+        Unpack::Unextracted(e) => e.context(format!("extracting the repo of {file}")),
+    })
 }
 
 /// dnf's options for each repo the unpacked packages carry (`--repofrompath`, and
@@ -176,8 +165,8 @@ fn repo_options(host: &Host, tree: &Path) -> Result<Vec<String>> {
                     let keys: Vec<String> = value
                         .split([',', ' '])
                         .filter(|k| !k.is_empty())
-                        .map(|k| match k.strip_prefix("file:///var/") {
-                            Some(p) => file_url(&tree.join("var").join(p)),
+                        .map(|k| match payload::key_in_tree(k, tree, "/var/") {
+                            Some(p) => file_url(&p),
                             None => k.to_string(),
                         })
                         .collect();

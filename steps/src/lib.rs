@@ -16,6 +16,7 @@ pub mod driver;
 pub mod driver_plan;
 pub mod kernel;
 pub mod kernel_headers;
+mod payload;
 pub mod state;
 pub mod step;
 pub mod swap;

@@ -23,6 +23,8 @@ use gpuhost_host::cmd::Cmd;
 use gpuhost_host::error::hinted;
 use gpuhost_host::host::{repo_entries, Host};
 
+use crate::payload::{self, Unpack};
+
 /// The scratch directory inside the root.
 pub const SCRATCH: &str = "/var/cache/gpuhost/driver-swap";
 /// The repo id the new inner repo has during the swap.
@@ -283,22 +285,16 @@ fn extract(
     rpm: &str,
     scratch: &Path,
 ) -> Result<(std::path::PathBuf, Vec<String>)> {
-    let payload = scratch.join("payload.cpio");
-    Cmd::new("rpm2cpio")
-        .arg(rpm)
-        .stdout_file(&payload)
-        .run()
-        .with_context(|| format!("reading the payload of {rpm}"))?;
     let tree = scratch.join("tree");
-    Cmd::new("cpio")
-        .args(["-idm", "--quiet", "--no-absolute-filenames"])
-        .arg(format!(".{}/*", s.repo_dir))
-        .arg("./etc/yum.repos.d/*")
-        .stdin_file(&payload)
-        .current_dir(&tree)
-        .run()
-        .with_context(|| format!("extracting {} from {rpm}", s.repo_dir))?;
-    host.remove_file(format!("{SCRATCH}/payload.cpio"))?;
+    let patterns = [
+        format!(".{}/*", s.repo_dir),
+        "./etc/yum.repos.d/*".to_string(),
+    ];
+    let patterns: Vec<&str> = patterns.iter().map(String::as_str).collect();
+    payload::unpack(host, rpm, (scratch, SCRATCH), &tree, &patterns).map_err(|e| match e {
+        Unpack::Unreadable(e) => e.context(format!("reading the payload of {rpm}")),
+        Unpack::Unextracted(e) => e.context(format!("extracting {} from {rpm}", s.repo_dir)),
+    })?;
     let inner = format!("{SCRATCH}/tree{}", s.repo_dir);
     let repo = tree.join(s.repo_dir.trim_start_matches('/'));
     if host.kind(format!("{inner}/repodata/repomd.xml")) != Some(gpuhost_host::rootfs::Kind::File) {
@@ -307,11 +303,6 @@ fn extract(
             s.repo_dir
         ));
     }
-    host.write_atomic(
-        format!("{SCRATCH}/swap.dnf"),
-        shell_script(s).as_bytes(),
-        0o600,
-    )?;
     let options = repo_options(host, &tree, &s.repo_dir)?;
     Ok((repo, options))
 }
@@ -356,11 +347,9 @@ fn repo_options(host: &Host, tree: &Path, repo_dir: &str) -> Result<Vec<String>>
                 "gpgcheck" => gpgcheck = value.trim().to_string(),
                 "gpgkey" => {
                     for k in value.split([',', ' ']).filter(|k| !k.is_empty()) {
-                        keys.push(match k.strip_prefix("file://") {
-                            Some(p) if p.starts_with(repo_dir) => {
-                                format!("file://{}", tree.join(p.trim_start_matches('/')).display())
-                            }
-                            _ => k.to_string(),
+                        keys.push(match payload::key_in_tree(k, tree, repo_dir) {
+                            Some(p) => format!("file://{}", p.display()),
+                            None => k.to_string(),
                         });
                     }
                 }
