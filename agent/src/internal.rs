@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
+use crate::args::HealthRoot;
+
 /// The hidden subcommands.
 #[derive(Subcommand, Debug, Clone, PartialEq)]
 pub enum Internal {
@@ -73,14 +75,8 @@ pub struct SweepProfileArgs {
     /// A profile giving the expected GPU count and driver version.
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
-    /// Read sysfs, /proc, /dev/kmsg and /etc under this root.
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "GPUHOST_STATUS_ROOT",
-        default_value = "/"
-    )]
-    pub root: PathBuf,
+    #[command(flatten)]
+    pub root: HealthRoot,
 }
 
 /// Run a hidden subcommand; its exit code.
@@ -92,7 +88,7 @@ pub fn run(i: &Internal) -> i32 {
         Internal::NvmlServe(a) => gpuhost_health::run_nvml_serve(a.nvml_fixture.as_deref()),
         Internal::NvmlCalls => gpuhost_health::run_nvml_calls(),
         Internal::SweepProfile(a) => gpuhost_health::run_sweep_profile(
-            &a.root,
+            &a.root.dir,
             a.profile.as_deref(),
             a.expect_gpus,
             a.sweeps,

@@ -1,6 +1,7 @@
 //! `gpuhost`: the command line. Parses arguments, sets up logging, calls the library, and turns
 //! the result into output and an exit code.
 
+mod args;
 mod cloud_init;
 mod compat;
 mod internal;

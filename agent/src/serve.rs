@@ -10,6 +10,7 @@ use clap::Args;
 
 use gpuhost_serve::{ServeOptions, Socket, DEFAULT_LISTEN};
 
+use crate::args::HealthRoot;
 use crate::internal;
 
 /// `gpuhost serve` options.
@@ -46,15 +47,8 @@ pub struct ServeArgs {
     /// Do not answer `gpuhost status` on a local socket.
     #[arg(long)]
     pub no_socket: bool,
-    /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests).
-    #[arg(
-        long,
-        hide = true,
-        value_name = "DIR",
-        env = "GPUHOST_STATUS_ROOT",
-        default_value = "/"
-    )]
-    pub root: PathBuf,
+    #[command(flatten)]
+    pub root: HealthRoot,
 }
 
 impl ServeArgs {
@@ -80,7 +74,7 @@ impl ServeArgs {
                 (Some(p), false) => Socket::At(p.clone()),
                 (None, false) => Socket::InRunDir,
             },
-            root: self.root.clone(),
+            root: self.root.dir.clone(),
             probe_program,
         })
     }

@@ -8,6 +8,7 @@ use clap::Args;
 
 use gpuhost_health::{StatusFormat, StatusOptions};
 
+use crate::args::HealthRoot;
 use crate::internal;
 
 /// What `gpuhost status` prints on stdout (clap's names for [`StatusFormat`]).
@@ -85,16 +86,8 @@ pub struct StatusArgs {
     /// Judge a snapshot saved by --dump-snapshot instead of collecting one.
     #[arg(long, hide = true, value_name = "FILE")]
     pub from_snapshot: Option<PathBuf>,
-    /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests); systemctl and the journal
-    /// are not asked then.
-    #[arg(
-        long,
-        hide = true,
-        value_name = "DIR",
-        env = "GPUHOST_STATUS_ROOT",
-        default_value = "/"
-    )]
-    pub root: PathBuf,
+    #[command(flatten)]
+    pub root: HealthRoot,
 }
 
 impl StatusArgs {
@@ -119,12 +112,12 @@ impl StatusArgs {
             nvml_fixture: self.nvml_fixture.clone(),
             probe_program: internal::nvml_probe_argv(
                 self.nvml_fixture.as_deref(),
-                Some(&self.root),
+                Some(&self.root.dir),
             ),
             fresh: self.fresh,
             dump_snapshot: self.dump_snapshot,
             from_snapshot: self.from_snapshot.clone(),
-            root: self.root.clone(),
+            root: self.root.dir.clone(),
         })
     }
 }
