@@ -714,7 +714,17 @@ fn declared(manifest: &str, section: &str) -> Vec<String> {
     out
 }
 
-/// The Rust text under these folders (files and folders that do not exist are skipped).
+/// Rust source without its `//` comment lines (doc comments included): a crate a comment
+/// names is not used.
+fn without_comments(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The Rust code under these folders, comment lines left out (files and folders that do not
+/// exist are skipped).
 fn rust_text(dirs: &[PathBuf]) -> String {
     let mut text = String::new();
     let mut stack: Vec<PathBuf> = dirs.to_vec();
@@ -724,7 +734,9 @@ fn rust_text(dirs: &[PathBuf]) -> String {
                 stack.push(e.path());
             }
         } else if p.extension().is_some_and(|e| e == "rs") {
-            text.push_str(&std::fs::read_to_string(&p).unwrap_or_default());
+            text.push_str(&without_comments(
+                &std::fs::read_to_string(&p).unwrap_or_default(),
+            ));
             text.push('\n');
         }
     }
@@ -791,6 +803,9 @@ fn the_dependency_check_reads_names_not_parts() {
     assert!(!names_crate("my_tracing::info!(\"x\");", "tracing"));
     assert!(!names_crate("gpuhost_host::cmd::Cmd", "host"));
     assert!(names_crate("use libc;", "libc"));
+    let commented =
+        without_comments("//! Built on [`tokio::spawn`].\n/// We use serde here.\nfn f() {}");
+    assert!(!names_crate(&commented, "tokio") && !names_crate(&commented, "serde"));
     let manifest = "[dependencies]\nanyhow.workspace = true\n# note\nlibc = \"0.2\"\n\n[dev-dependencies]\nrstest.workspace = true\n";
     assert_eq!(declared(manifest, "[dependencies]"), vec!["anyhow", "libc"]);
     assert_eq!(declared(manifest, "[dev-dependencies]"), vec!["rstest"]);
