@@ -50,3 +50,24 @@ pub(crate) fn key_in_tree(key: &str, tree: &Path, under: &str) -> Option<PathBuf
         .filter(|p| p.starts_with(under))
         .map(|p| tree.join(p.trim_start_matches('/')))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_the_package_carries_is_read_from_the_tree() {
+        let tree = Path::new("/root/var/cache/gpuhost/download/tree");
+        let key = "file:///var/nvidia-driver-local-repo-rhel9-580.82.07/D42D0685.pub";
+        assert_eq!(
+            key_in_tree(key, tree, "/var/"),
+            Some(tree.join("var/nvidia-driver-local-repo-rhel9-580.82.07/D42D0685.pub"))
+        );
+        assert_eq!(
+            key_in_tree(key, tree, "/var/cuda-repo-rhel9-13-0-local"),
+            None
+        );
+        assert_eq!(key_in_tree("https://x/key.pub", tree, "/var/"), None);
+        assert_eq!(key_in_tree("file:///etc/pki/key", tree, "/var/"), None);
+    }
+}
