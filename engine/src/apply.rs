@@ -69,7 +69,7 @@ pub struct Prepared {
     /// The verified bundle (`--bundle`), kept open (a tarball's extraction) for the run.
     pub bundle: Option<bundle::Opened>,
     /// The run's driver, resolved once here and handed to the steps' `Ctx`.
-    pub driver: Option<gpuhost_steps::driver_plan::DriverPlan>,
+    pub driver: Option<gpuhost_steps::run::DriverPlan>,
     /// What the preparation found worth a look without stopping (a pending MOK enrollment).
     pub warnings: Vec<String>,
     /// Why the new default boot kernel is not served: the bundle carries no headers for it.
@@ -276,9 +276,9 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
     let mut warnings = if opts.dry_run {
         Vec::new()
     } else {
-        gpuhost_steps::swap::remove_left_scratch(host)?;
+        gpuhost_steps::transaction::swap::remove_left_scratch(host)?;
         gpuhost_host::stage::remove_left(host)?;
-        gpuhost_steps::ahead::remove_left(host)?;
+        gpuhost_steps::transaction::ahead::remove_left(host)?;
         crate::journal::preflight(host)?
     };
     warnings.extend(prepared_warnings.iter().cloned());

@@ -8,7 +8,7 @@
 //! apply of another driver; it repeats the last apply (`last-apply.json`: profile, `--set`s,
 //! step selection) with that apply's local repo package and checksum, replacing the installed
 //! one, and with every driver step selected, whatever the last apply selected. That is an
-//! ordinary driver change: one dnf transaction, all or nothing (`gpuhost_steps::swap`). What
+//! ordinary driver change: one dnf transaction, all or nothing (`gpuhost_steps::transaction::swap`). What
 //! each of those applies installed is in dnf's history (`dnf history`); the package file must
 //! still be where the journal says, under its driver's name, or the rollback is refused before
 //! anything changes.
@@ -26,7 +26,7 @@ use crate::report::{Command, RunRecord};
 /// needs the driver package was selected (a step-limited apply did not manage the driver).
 pub(crate) fn record(
     selection: &Selection,
-    plan: Option<&gpuhost_steps::driver_plan::DriverPlan>,
+    plan: Option<&gpuhost_steps::run::DriverPlan>,
     sha256: Option<&str>,
 ) -> Option<DriverRecord> {
     let all = gpuhost_steps::steps_needing_package(&Selection::default());

@@ -687,7 +687,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: Option<bool>) {
 }
 
 /// The package transactions: a first converge (NVIDIA's local repo package and the rest) is one
-/// ([`gpuhost_steps::ahead`]); otherwise the package that brings a repo goes first.
+/// ([`gpuhost_steps::transaction::ahead`]); otherwise the package that brings a repo goes first.
 fn transactions(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
     let all: Vec<Install> = members_of(run, None)
         .into_iter()
@@ -696,7 +696,7 @@ fn transactions(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
             _ => None,
         })
         .collect();
-    let merged = gpuhost_steps::ahead::merges(&all.iter().collect::<Vec<_>>());
+    let merged = gpuhost_steps::transaction::ahead::merges(&all.iter().collect::<Vec<_>>());
     let kinds: &[Option<bool>] = if merged {
         &[None]
     } else {

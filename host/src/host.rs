@@ -675,8 +675,8 @@ impl Host {
 
 /// The directories that the tools gpuhost runs against an install root write in: dnf's cache,
 /// logs, history and module state, the rpm database, `systemctl --root`'s unit links, depmod's
-/// module indexes, the driver swap's scratch directory (`gpuhost_steps::swap::SCRATCH`), the
-/// first converge's (`gpuhost_steps::ahead::SCRATCH`), the mirror lists and the package copies.
+/// module indexes, the driver swap's scratch directory (`gpuhost_steps::transaction::swap::SCRATCH`), the
+/// first converge's (`gpuhost_steps::transaction::ahead::SCRATCH`), the mirror lists and the package copies.
 pub const TOOL_DIRS: &[&str] = &[
     "/var/cache/dnf",
     "/var/log",

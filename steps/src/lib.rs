@@ -9,17 +9,14 @@
 //! The engine (`gpuhost-engine`) drives these steps through the registry; nothing here knows
 //! the engine.
 
-pub mod ahead;
 pub mod containers;
-pub mod dkms_cc;
 pub mod driver;
-pub mod driver_plan;
 pub mod kernel;
 pub mod kernel_headers;
-mod payload;
+pub mod run;
 pub mod state;
 pub mod step;
-pub mod swap;
+pub mod transaction;
 pub mod units;
 pub mod work;
 

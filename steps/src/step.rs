@@ -15,7 +15,7 @@ use gpuhost_host::host::Host;
 use gpuhost_host::rpm::{self, Installed};
 use gpuhost_profile::Profile;
 
-use crate::driver::transition::Transition;
+use crate::run::transition::Transition;
 use crate::state::State;
 pub use crate::work::{Change, FileWrite, Install, Owed, Phase, Work};
 
@@ -65,7 +65,7 @@ pub struct Ctx<'a> {
     pub profile: &'a Profile,
     pub facts: &'a Facts,
     /// The driver this run manages (none when the profile names no local repo package).
-    pub driver: Option<crate::driver_plan::DriverPlan>,
+    pub driver: Option<crate::run::DriverPlan>,
     pub state: State,
     rpm_cache: RefCell<BTreeMap<String, Vec<Installed>>>,
     /// The driver transition decided on the last look at the host (forgotten when it changes).
@@ -77,12 +77,12 @@ pub struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     /// `driver`: the run's driver, resolved once in apply's preparation
-    /// ([`crate::driver_plan::resolve`]).
+    /// ([`crate::run::resolve`]).
     pub fn new(
         host: &'a Host,
         profile: &'a Profile,
         facts: &'a Facts,
-        driver: Option<crate::driver_plan::DriverPlan>,
+        driver: Option<crate::run::DriverPlan>,
     ) -> Result<Self> {
         Ok(Ctx {
             host,
@@ -174,11 +174,11 @@ impl<'a> Ctx<'a> {
     /// package for an argument, made once more on metadata refreshed in this run
     /// ([`Ctx::refresh_metadata`]), so that what the mirror has now decides.
     /// A first converge (NVIDIA's local repo package and packages besides) is one transaction
-    /// ([`crate::ahead`]).
+    /// ([`crate::transaction::ahead`]).
     pub fn transaction(&self, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
         let once = || {
-            if crate::ahead::merges(parts) {
-                crate::ahead::transaction(self.host, parts)
+            if crate::transaction::ahead::merges(parts) {
+                crate::transaction::ahead::transaction(self.host, parts)
             } else {
                 crate::work::transaction(self.host, parts)
             }

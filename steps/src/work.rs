@@ -78,7 +78,7 @@ impl Install {
     }
 }
 
-pub use crate::swap::{DriverSwap, RepoPackage};
+pub use crate::transaction::swap::{DriverSwap, RepoPackage};
 
 /// When the runner carries a piece of work out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -418,7 +418,7 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
         }
         Work::Unconfigure(p) => host.remove_file(p).map(drop),
         Work::Remove(pkgs) => host.dnf()?.arg("remove").args(pkgs).run().map(drop),
-        Work::SwapDriver(s) => crate::swap::swap_driver(host, s),
+        Work::SwapDriver(s) => crate::transaction::swap::swap_driver(host, s),
         Work::DisableModule(m) => host
             .dnf()?
             .args(["module", "disable", m.as_str()])

@@ -23,7 +23,7 @@ use gpuhost_nvidia::flavour::{FlavourSetting, ModuleFlavour};
 use gpuhost_profile::Profile;
 use gpuhost_steps;
 use gpuhost_steps::containers::RepoSource;
-use gpuhost_steps::driver_plan::DriverPlan;
+use gpuhost_steps::run::DriverPlan;
 
 /// How many times the plan is checked again against the scratch root before giving up (a
 /// step's packages may depend on an earlier step's: the kernel's compiler is read from the

@@ -10,7 +10,7 @@
 //! build *every* module of that kernel series with it (NVIDIA's Oracle Linux page), RHCK
 //! keeping the system gcc: a `framework.conf.d` drop-in naming an environment script (dkms >=
 //! 3.3) and `/etc/dkms/<module>.conf` for `nvidia`, `nvidia-open` and every module with sources
-//! in `/usr/src` (older dkms); see [`crate::dkms_cc`]. With `secure_boot.key`/`cert` in the
+//! in `/usr/src` (older dkms); see [`crate::driver::dkms_cc`]. With `secure_boot.key`/`cert` in the
 //! profile, a framework drop-in names the key DKMS signs with ([`super::signing`]). They are
 //! written before the package transaction.
 
@@ -69,7 +69,7 @@ struct Wanted {
     /// `(toolset major, why)` when a served kernel needs a newer GCC than the system one.
     toolset: Option<(u32, String)>,
     /// Every served kernel series that needs a toolset, for DKMS's compiler configuration.
-    toolsets: Vec<crate::dkms_cc::Toolset>,
+    toolsets: Vec<crate::driver::dkms_cc::Toolset>,
     notes: Vec<String>,
 }
 
@@ -83,7 +83,7 @@ fn wanted(ctx: &Ctx<'_>, system_major: u32) -> Wanted {
     }
     let mut notes = Vec::new();
     let mut toolset: Option<(u32, String)> = None;
-    let mut toolsets: Vec<crate::dkms_cc::Toolset> = Vec::new();
+    let mut toolsets: Vec<crate::driver::dkms_cc::Toolset> = Vec::new();
     for kver in ctx.facts.kernels_to_serve() {
         let config = [
             format!("/usr/src/kernels/{kver}/.config"),
@@ -103,10 +103,10 @@ fn wanted(ctx: &Ctx<'_>, system_major: u32) -> Wanted {
                 if toolset.as_ref().is_none_or(|(n, _)| major > *n) {
                     toolset = Some((major, format!("{kver} was built by {text}")));
                 }
-                let pattern =
-                    crate::dkms_cc::uek_series_pattern(&kver).unwrap_or_else(|| kver.clone());
+                let pattern = crate::driver::dkms_cc::uek_series_pattern(&kver)
+                    .unwrap_or_else(|| kver.clone());
                 if !toolsets.iter().any(|t| t.pattern == pattern) {
-                    toolsets.push(crate::dkms_cc::Toolset {
+                    toolsets.push(crate::driver::dkms_cc::Toolset {
                         pattern,
                         major,
                         why: format!("{kver} was built by {text}"),
@@ -151,8 +151,8 @@ fn dkms_source_modules(ctx: &Ctx<'_>) -> Vec<String> {
                 .host
                 .read_opt(format!("/usr/src/{dir}/dkms.conf"))
                 .ok()??;
-            let v = crate::dkms_cc::package_version(&conf)?;
-            crate::dkms_cc::module_of_source_dir(&dir, &v)
+            let v = crate::driver::dkms_cc::package_version(&conf)?;
+            crate::driver::dkms_cc::module_of_source_dir(&dir, &v)
         })
         .collect()
 }
@@ -261,17 +261,17 @@ fn compiler_files(
     let mut files: Vec<(String, String)> = Vec::new();
     if !w.toolsets.is_empty() {
         files.push((
-            crate::dkms_cc::FRAMEWORK_DROPIN.into(),
-            crate::dkms_cc::framework_dropin(),
+            crate::driver::dkms_cc::FRAMEWORK_DROPIN.into(),
+            crate::driver::dkms_cc::framework_dropin(),
         ));
         files.push((
-            crate::dkms_cc::ENV_SCRIPT.into(),
-            crate::dkms_cc::env_script(&w.toolsets),
+            crate::driver::dkms_cc::ENV_SCRIPT.into(),
+            crate::driver::dkms_cc::env_script(&w.toolsets),
         ));
         for m in &modules {
             files.push((
-                crate::dkms_cc::module_conf_path(m),
-                crate::dkms_cc::module_conf(m, &w.toolsets),
+                crate::driver::dkms_cc::module_conf_path(m),
+                crate::driver::dkms_cc::module_conf(m, &w.toolsets),
             ));
         }
     }
@@ -342,10 +342,14 @@ fn unwanted_files(
     check: &mut Check,
 ) -> Result<()> {
     let mut ours: Vec<String> = vec![
-        crate::dkms_cc::FRAMEWORK_DROPIN.into(),
-        crate::dkms_cc::ENV_SCRIPT.into(),
+        crate::driver::dkms_cc::FRAMEWORK_DROPIN.into(),
+        crate::driver::dkms_cc::ENV_SCRIPT.into(),
     ];
-    ours.extend(modules.iter().map(|m| crate::dkms_cc::module_conf_path(m)));
+    ours.extend(
+        modules
+            .iter()
+            .map(|m| crate::driver::dkms_cc::module_conf_path(m)),
+    );
     for path in ours {
         if files.iter().any(|(p, _)| *p == path) {
             continue;

@@ -14,10 +14,10 @@ use super::context::module_profile;
 use super::installed::in_family;
 use super::locks::wanted;
 use super::set::{kmod_packages, meta_package, set_packages, ModuleState, MODULE_FILE};
-use super::transition::InstalledRepo;
-use crate::driver_plan::DriverPlan;
+use crate::run::transition::InstalledRepo;
+use crate::run::DriverPlan;
 use crate::step::Ctx;
-use crate::swap::{DriverSwap, RepoPackage};
+use crate::transaction::swap::{DriverSwap, RepoPackage};
 use gpuhost_host::error::hinted;
 use gpuhost_host::rpm::vercmp;
 use gpuhost_nvidia::flavour::ModuleFlavour;
@@ -197,7 +197,7 @@ fn allowed_erasures(
     let (ok, refused): (Vec<_>, Vec<_>) = erased.into_iter().partition(|(n, _)| allow.contains(n));
     if !refused.is_empty() {
         let (names, whys): (Vec<String>, Vec<String>) = refused.into_iter().unzip();
-        return Err(crate::swap::erase_refused(&whys, &names));
+        return Err(crate::transaction::swap::erase_refused(&whys, &names));
     }
     Ok(ok.into_iter().map(|(_, why)| why).collect())
 }
@@ -207,7 +207,7 @@ fn allowed_erasures(
 /// package whose requirement names a removed package, or pins a version of a package of the set
 /// that the new one does not satisfy. `(name, "name (requires …)")`, from one `rpm -qa`. (A
 /// requirement on a provided capability, a library's soname, is dnf's to see: the swap asks it
-/// before its transaction, [`crate::swap::outside_the_set`].)
+/// before its transaction, [`crate::transaction::swap::outside_the_set`].)
 fn erased_with(
     ctx: &Ctx<'_>,
     remove: &[String],
@@ -333,7 +333,7 @@ mod tests {
     fn dnfs_removal_sections_are_read_from_its_table() {
         let table = "Installing:\n cuda-repo-rhel9-13-0-local  x86_64  13.0.1-1  @commandline  177 k\nUpgrading:\n nvidia-driver  x86_64  3:580.82.07-1.el9  gpuhost-next  6.3 k\nRemoving:\n nvidia-driver-local-repo-rhel9-570.124.06\n                     x86_64  1.0-1  @@commandline  163 k\nRemoving dependent packages:\n site-keep-r570-requires  noarch  1-1  @System  0\n\nTransaction Summary\n";
         assert_eq!(
-            crate::swap::removals(table),
+            crate::transaction::swap::removals(table),
             vec![
                 "nvidia-driver-local-repo-rhel9-570.124.06".to_string(),
                 "site-keep-r570-requires".to_string()

@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 
-use crate::driver_plan::DriverPlan;
+use crate::run::DriverPlan;
 use crate::step::Ctx;
 use gpuhost_nvidia::localrepo::LocalRepoFile;
 

@@ -6,10 +6,10 @@
 use anyhow::Result;
 
 use super::set::{dkms_kmods, meta_package, SetStatus};
-use super::transition::{InstalledRepo, Transition};
-use crate::driver_plan::DriverPlan;
+use crate::run::transition::{InstalledRepo, Transition};
+use crate::run::DriverPlan;
 use crate::step::Ctx;
-use crate::swap::RepoPackage;
+use crate::transaction::swap::RepoPackage;
 use gpuhost_host::rpm::vercmp;
 use gpuhost_nvidia::flavour::ModuleFlavour;
 use gpuhost_nvidia::localrepo::{present_packages, LocalRepoFile};

@@ -25,6 +25,7 @@
 pub(crate) mod build_deps;
 pub(crate) mod change;
 pub(crate) mod context;
+pub(crate) mod dkms_cc;
 pub(crate) mod fabric;
 pub(crate) mod hgx_extras;
 pub(crate) mod installed;
@@ -36,16 +37,15 @@ pub(crate) mod persistenced;
 pub(crate) mod plain;
 pub(crate) mod repo;
 pub(crate) mod set;
-pub mod transition;
 pub mod versionlock;
 pub use repo::local_repo_size;
 pub mod signing;
 
-pub use crate::driver_plan::{require_package, resolve, DriverPlan};
+pub use crate::run::{require_package, resolve, DriverPlan};
+pub use crate::run::{InstalledRepo, Transition};
 /// Fabric Manager's package rule, shared with `gpuhost status`.
 pub use fabric::{package_for as fabric_manager_package, PACKAGES as FABRIC_MANAGER_PACKAGES};
 pub use gpuhost_nvidia::localrepo::{branch_of, LocalRepoFile};
-pub use transition::{InstalledRepo, Transition};
 
 pub use gpuhost_profile::{InstallSet, StreamKind, SPLIT_PACKAGES_SINCE};
 

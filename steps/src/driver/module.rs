@@ -19,8 +19,8 @@ use anyhow::Result;
 
 use super::context::{module_profile, plan};
 use super::set::SetStatus;
-use super::transition::Transition;
-use crate::driver_plan::DriverPlan;
+use crate::run::transition::Transition;
+use crate::run::DriverPlan;
 use crate::step::{Change, Check, Ctx, DnfFailure, Install, Step, Work};
 use gpuhost_host::error::hinted;
 use gpuhost_host::kernel::Flavour;

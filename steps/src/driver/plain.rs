@@ -11,9 +11,9 @@
 use anyhow::Result;
 
 use super::set::{set_packages, SetStatus};
-use super::transition::Transition;
 use super::versionlock::{self, PLUGIN};
-use crate::driver_plan::DriverPlan;
+use crate::run::transition::Transition;
+use crate::run::DriverPlan;
 use crate::step::{Change, Check, Ctx, FileWrite, Install, Work};
 use gpuhost_host::error::hinted;
 use gpuhost_profile::InstallSet;

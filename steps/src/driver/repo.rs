@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use super::change::plan_swap;
 use super::context::{host_arch, NO_DRIVER};
 use super::installed::{family_in_repo, present_local_repos, transition};
-use super::transition::{InstalledRepo, Transition};
+use crate::run::transition::{InstalledRepo, Transition};
 use crate::step::{Change, Check, Ctx, Install, Step, Work};
 use gpuhost_host::error::{as_invalid, hinted};
 use gpuhost_nvidia::localrepo::LocalRepoFile;
@@ -213,8 +213,8 @@ impl Step for DriverRepo {
     /// the driver packages it brings; in an install root (image builds, tests with synthetic
     /// packages) only the measured figure. The package is installed from a copy on the root's
     /// disk ([`gpuhost_host::stage::PACKAGES`]): its size again; a first install unpacks that
-    /// copy for its one transaction ([`crate::ahead::SCRATCH`]): twice. A swap from another local repo
-    /// also needs room for its scratch copy ([`crate::swap::SCRATCH`]): the package's payload,
+    /// copy for its one transaction ([`crate::transaction::ahead::SCRATCH`]): twice. A swap from another local repo
+    /// also needs room for its scratch copy ([`crate::transaction::swap::SCRATCH`]): the package's payload,
     /// then the repo extracted from it beside the payload — twice the package's size at its
     /// peak.
     fn space_needs(&self, ctx: &Ctx<'_>, check: &Check) -> Vec<gpuhost_host::hostinfo::Need> {
@@ -240,10 +240,10 @@ impl Step for DriverRepo {
             .iter()
             .any(|c| matches!(&c.work, Work::Install(i) if i.brings_repo));
         if let (Some(bytes), true) = (rpm, first) {
-            // A first converge reads the repo from the copy, unpacked (crate::ahead): the
+            // A first converge reads the repo from the copy, unpacked (crate::transaction::ahead): the
             // payload, then the repo extracted beside it.
             needs.push(gpuhost_host::hostinfo::Need {
-                path: crate::ahead::SCRATCH.into(),
+                path: crate::transaction::ahead::SCRATCH.into(),
                 bytes: bytes.saturating_mul(2),
                 what: "the local repo package unpacked for the one transaction".into(),
             });
@@ -255,7 +255,7 @@ impl Step for DriverRepo {
             .any(|c| matches!(c.work, Work::SwapDriver(_)));
         if let (Some(bytes), true) = (rpm, swaps) {
             needs.push(gpuhost_host::hostinfo::Need {
-                path: crate::swap::SCRATCH.into(),
+                path: crate::transaction::swap::SCRATCH.into(),
                 bytes: bytes.saturating_mul(2),
                 what: "the driver swap's scratch copy of the new local repo package".into(),
             });
@@ -416,7 +416,7 @@ fn listed(others: &[InstalledRepo]) -> String {
 }
 
 /// Another driver's local repo is installed and the profile does not allow replacing it.
-fn refused(plan: &crate::driver_plan::DriverPlan, others: &[InstalledRepo]) -> anyhow::Error {
+fn refused(plan: &crate::run::DriverPlan, others: &[InstalledRepo]) -> anyhow::Error {
     hinted(
         format!(
             "another NVIDIA local repo is installed: {}; the profile asks for {} (driver {})",
@@ -431,9 +431,9 @@ fn refused(plan: &crate::driver_plan::DriverPlan, others: &[InstalledRepo]) -> a
 /// Another driver's local repo is installed and the profile says to replace it: one
 /// transaction replaces the driver (the old repo and set go, the new come).
 fn swap_change(
-    plan: &crate::driver_plan::DriverPlan,
+    plan: &crate::run::DriverPlan,
     from: &[InstalledRepo],
-    swap: crate::swap::DriverSwap,
+    swap: crate::transaction::swap::DriverSwap,
     verified: &str,
 ) -> Change {
     let name = &plan.repo;

@@ -3,7 +3,7 @@
 //! for its stream (`kmod_packages`). Read by `driver` and by the driver change
 //! (`driver::change`).
 
-use crate::driver_plan::DriverPlan;
+use crate::run::DriverPlan;
 use crate::step::Ctx;
 use gpuhost_nvidia::flavour::ModuleFlavour;
 use gpuhost_profile::{InstallSet, StreamKind};

@@ -17,7 +17,7 @@
 
 use anyhow::Result;
 
-use crate::driver_plan::DriverPlan;
+use crate::run::DriverPlan;
 use gpuhost_host::facts::{Facts, SecureBoot};
 use gpuhost_host::host::Host;
 use gpuhost_host::invalid;

@@ -23,8 +23,6 @@
 
 use serde::Serialize;
 
-use gpuhost_host::rpm::vercmp;
-
 /// First dkms release with `build_environment`.
 pub(crate) const BUILD_ENVIRONMENT_SINCE: &str = "3.3.0";
 /// The framework drop-in gpuhost writes (dkms ≥ 3.3).
@@ -33,11 +31,6 @@ pub(crate) const FRAMEWORK_DROPIN: &str = "/etc/dkms/framework.conf.d/gpuhost-ue
 pub(crate) const ENV_SCRIPT: &str = "/etc/dkms/gpuhost-uek-compiler.sh";
 /// The first line of every file gpuhost writes here.
 pub(crate) const MARKER: &str = "# Written by gpuhost (build-deps)";
-
-/// True when this dkms version reads `build_environment`.
-pub fn has_build_environment(dkms_version: &str) -> bool {
-    vercmp(dkms_version, BUILD_ENVIRONMENT_SINCE) != std::cmp::Ordering::Less
-}
 
 /// A shell `case` pattern for the kernel releases of one UEK series:
 /// `6.12.0-100.28.2.2.el9uek.x86_64` → `6.12.0-*.el9uek.*` (later updates of the series are
@@ -164,16 +157,6 @@ mod tests {
             major: 14,
             why: "6.12.0-100.28.2.2.el9uek.x86_64 was built by gcc (GCC) 14.2.1".into(),
         }
-    }
-
-    #[rstest]
-    #[case("3.0.10", false)]
-    #[case("3.0.13", false)]
-    #[case("3.2.2", false)]
-    #[case("3.3.0", true)]
-    #[case("3.4.3", true)]
-    fn build_environment_by_dkms_version(#[case] v: &str, #[case] yes: bool) {
-        assert_eq!(has_build_environment(v), yes);
     }
 
     #[rstest]

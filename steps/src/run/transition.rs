@@ -1,6 +1,6 @@
 //! What happens to the driver in a run: one value, [`Transition`], decided once per look at
-//! the host ([`super::installed::transition`], kept by [`crate::step::Ctx`] until the host
-//! changes) and read by every driver step — none derives it again:
+//! the host (by the driver steps' `installed::transition`, kept by [`crate::step::Ctx`] until
+//! the host changes) and read by every driver step — none derives it again:
 //! - `driver-repo` installs the profile's local repo package ([`Transition::Install`]), swaps
 //!   the driver in one transaction ([`Transition::Swap`]), refuses another driver it may not
 //!   replace ([`Transition::Refused`]) or removes what a killed transaction left

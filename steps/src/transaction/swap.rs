@@ -23,7 +23,7 @@ use gpuhost_host::cmd::Cmd;
 use gpuhost_host::error::hinted;
 use gpuhost_host::host::{repo_entries, Host};
 
-use crate::payload::{self, Unpack};
+use crate::transaction::payload::{self, Unpack};
 
 /// The scratch directory inside the root.
 pub const SCRATCH: &str = "/var/cache/gpuhost/driver-swap";

@@ -1,7 +1,7 @@
 //! A package's files read before it is installed: the files of its payload (`rpm2cpio`) that a
 //! caller asks for, unpacked by `cpio` into a scratch tree on the root's disk. A first converge
-//! reads NVIDIA's local repo out of it ([`crate::ahead`]), a driver swap the new driver's
-//! ([`crate::swap`]).
+//! reads NVIDIA's local repo out of it ([`crate::transaction::ahead`]), a driver swap the new driver's
+//! ([`crate::transaction::swap`]).
 
 use std::path::{Path, PathBuf};
 

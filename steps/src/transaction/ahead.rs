@@ -22,7 +22,7 @@ use gpuhost_host::cmd::{Cmd, CmdOutput};
 use gpuhost_host::error::hinted;
 use gpuhost_host::host::{file_url, local_repo_dir, repo_entries, Host};
 
-use crate::payload::{self, Unpack};
+use crate::transaction::payload::{self, Unpack};
 use crate::work::Install;
 
 /// The scratch directory inside the root (removed when done, and by every apply's start).

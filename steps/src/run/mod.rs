@@ -1,0 +1,11 @@
+//! What a run knows once about the driver, as plain values that the step API and the driver
+//! steps both read (and that import no step):
+//! - [`driver`]: the run's driver, resolved once in apply's preparation ([`DriverPlan`]);
+//! - [`transition`]: what happens to the driver in this run ([`Transition`]), decided once per
+//!   look at the host and kept by [`crate::step::Ctx`].
+
+pub mod driver;
+pub mod transition;
+
+pub use driver::{require_package, resolve, DriverPlan};
+pub use transition::{InstalledRepo, Transition};
