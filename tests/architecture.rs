@@ -399,6 +399,52 @@ fn no_crate_has_a_circle_but_the_listed_back_edges() {
     );
 }
 
+/// The step API of `steps` (what a step is written against, and what a run knows once and
+/// carries for several steps) and the step modules, which the registry orders.
+const STEP_API: &[&str] = &["step", "work", "state", "units", "run", "transaction"];
+const STEP_MODULES: &[&str] = &["kernel", "kernel_headers", "driver", "containers"];
+
+fn top_module(m: &str) -> &str {
+    m.split("::").next().unwrap_or(m)
+}
+
+#[test]
+fn the_step_api_knows_no_step() {
+    let g = graph(&top().join("steps/src"));
+    for api in STEP_API {
+        assert!(
+            g.keys().any(|m| top_module(m) == *api),
+            "steps/src has no module {api}: moved? (update STEP_API and docs/ARCHITECTURE.md)"
+        );
+    }
+    let mut found = Vec::new();
+    for (from, edges) in g.iter().filter(|(m, _)| STEP_API.contains(&top_module(m))) {
+        // What the API module reaches, through any chain of API modules or others.
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
+        let mut stack: Vec<(&str, String)> =
+            edges.iter().map(|e| (e.as_str(), e.clone())).collect();
+        while let Some((m, via)) = stack.pop() {
+            if !seen.insert(m) {
+                continue;
+            }
+            if STEP_MODULES.contains(&top_module(m)) {
+                found.push(format!("{from} → {via}"));
+                continue;
+            }
+            for next in g.get(m).into_iter().flatten() {
+                stack.push((next.as_str(), format!("{via} → {next}")));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the step API imports a step module (docs/ARCHITECTURE.md, \"A step sees only the step \
+         API\"): what a run knows of a step belongs in run/, what several steps' work shares in \
+         transaction/ or work.rs:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_analysis_finds_a_circle_and_resolves_groups() {
     let mut g = BTreeMap::new();

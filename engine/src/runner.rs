@@ -28,6 +28,7 @@ use gpuhost_host::cmd::{self, CmdRecord};
 use gpuhost_host::error::hint_of;
 pub use gpuhost_steps::step::{Change, FileWrite, Install, Owed, Phase, Work};
 pub use gpuhost_steps::step::{Check, Ctx, DnfFailure, Selection, Step};
+use gpuhost_steps::transaction::Batch;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -539,7 +540,7 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change, label: &str) -
     }
     let result = match &change.work {
         Work::Install(i) => {
-            let (cmd, out) = ctx.transaction(&[i])?;
+            let (cmd, out) = ctx.transaction(&[i], Batch::Own)?;
             ctx.invalidate_rpm();
             if out.success() {
                 Ok(())
@@ -615,10 +616,10 @@ fn prepare(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
     }
 }
 
-/// Phase 2: one dnf transaction for every open step's package work of one kind (the packages
-/// that bring a repo first, then the rest).
-fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: Option<bool>) {
-    let members = members_of(run, brings_repo);
+/// Phase 2: one dnf transaction for every open step's package work of one batch (all merged, or
+/// the packages that bring a repo first, then the rest).
+fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, batch: Batch) {
+    let members = members_of(run, batch.brings_repo());
     if members.is_empty() {
         return;
     }
@@ -642,13 +643,13 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: Option<bool>) {
         for o in installs.iter().filter_map(|i| i.owes.as_ref()) {
             ctx.owe(o)?;
         }
-        let which = if brings_repo == Some(false) {
+        let which = if batch == Batch::Rest {
             "second"
         } else {
             "first"
         };
         failpoint(&format!("transaction-{which}:before"));
-        let (cmd, out) = ctx.transaction(&installs)?;
+        let (cmd, out) = ctx.transaction(&installs, batch)?;
         failpoint(&format!("transaction-{which}:after"));
         Ok((!out.success()).then_some(DnfFailure { cmd, out }))
     })();
@@ -686,8 +687,9 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, brings_repo: Option<bool>) {
     }
 }
 
-/// The package transactions: a first converge (NVIDIA's local repo package and the rest) is one
-/// ([`gpuhost_steps::transaction::ahead`]); otherwise the package that brings a repo goes first.
+/// The package transactions, as [`Batch::plan`] decides them once for the run's package work:
+/// a first converge (NVIDIA's local repo package and the rest) is one; otherwise the package
+/// that brings a repo goes first.
 fn transactions(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
     let all: Vec<Install> = members_of(run, None)
         .into_iter()
@@ -696,15 +698,9 @@ fn transactions(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
             _ => None,
         })
         .collect();
-    let merged = gpuhost_steps::transaction::ahead::merges(&all.iter().collect::<Vec<_>>());
-    let kinds: &[Option<bool>] = if merged {
-        &[None]
-    } else {
-        &[Some(true), Some(false)]
-    };
-    for kind in kinds {
+    for batch in Batch::plan(&all.iter().collect::<Vec<_>>()) {
         if !run.interrupt() {
-            transact(ctx, run, *kind);
+            transact(ctx, run, *batch);
         }
     }
 }

@@ -17,6 +17,7 @@ use gpuhost_profile::Profile;
 
 use crate::run::transition::Transition;
 use crate::state::State;
+use crate::transaction::Batch;
 pub use crate::work::{Change, FileWrite, Install, Owed, Phase, Work};
 
 /// What a step found.
@@ -170,16 +171,15 @@ impl<'a> Ctx<'a> {
         fresh
     }
 
-    /// One dnf transaction for these parts ([`crate::work::transaction`]); when dnf found no
-    /// package for an argument, made once more on metadata refreshed in this run
-    /// ([`Ctx::refresh_metadata`]), so that what the mirror has now decides.
-    /// A first converge (NVIDIA's local repo package and packages besides) is one transaction
-    /// ([`crate::transaction::ahead`]).
-    pub fn transaction(&self, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
-        let once = || {
-            if crate::transaction::ahead::merges(parts) {
-                crate::transaction::ahead::transaction(self.host, parts)
-            } else {
+    /// One dnf transaction for these parts, carried as `batch` says ([`Batch::plan`] decides
+    /// it for the run): a first converge merged into one ([`crate::transaction::ahead`]),
+    /// otherwise [`crate::work::transaction`]. When dnf found no package for an argument, made
+    /// once more on metadata refreshed in this run ([`Ctx::refresh_metadata`]), so that what
+    /// the mirror has now decides.
+    pub fn transaction(&self, parts: &[&Install], batch: Batch) -> Result<(Cmd, CmdOutput)> {
+        let once = || match batch {
+            Batch::Merged => crate::transaction::ahead::transaction(self.host, parts),
+            Batch::BringsRepo | Batch::Rest | Batch::Own => {
                 crate::work::transaction(self.host, parts)
             }
         };

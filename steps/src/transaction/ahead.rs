@@ -28,16 +28,7 @@ use crate::work::Install;
 /// The scratch directory inside the root (removed when done, and by every apply's start).
 pub const SCRATCH: &str = "/var/cache/gpuhost/download";
 
-/// True when `parts` are a first converge's two transactions' worth: a package file that brings
-/// a repo (NVIDIA's local repo package) and packages besides.
-pub fn merges(parts: &[&Install]) -> bool {
-    let brings = parts
-        .iter()
-        .any(|i| i.brings_repo && i.specs.iter().any(|s| crate::work::is_package_file(s)));
-    brings && parts.iter().any(|i| !i.brings_repo)
-}
-
-/// The one transaction of `parts` ([`merges`]): its command and what dnf printed (see the module
+/// The one transaction of `parts` (a [`Batch::Merged`](super::Batch::Merged)): its command and what dnf printed (see the module
 /// doc). An error when the local repo package cannot be copied or read, before any change.
 pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
     let mut staged = Vec::new();
