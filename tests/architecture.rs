@@ -445,6 +445,125 @@ fn the_step_api_knows_no_step() {
     );
 }
 
+/// What names an NVIDIA package: a literal that starts with one of these, or is one of
+/// [`NVIDIA_PACKAGES`]. Names that are also a systemd unit's (`nvidia-persistenced`,
+/// `nvidia-fabricmanager`, `nvidia-imex`) or a program's (`nvidia-smi`) are not counted: a
+/// unit or a program is not a package rule.
+const NVIDIA_PACKAGE_PREFIXES: &[&str] = &[
+    "kmod-nvidia",
+    "nvidia-driver",
+    "nvidia-kmod-common",
+    "nvidia-fabric-manager",
+    "libnvidia-nscq",
+    "libnvidia-container",
+    "nvidia-container-toolkit",
+    "cuda-repo-",
+];
+const NVIDIA_PACKAGES: &[&str] = &["nvidia-open", "cuda-drivers", "nvlsm"];
+
+/// Crates that may write NVIDIA's package names: `nvidia` (the table), and `host`, which is
+/// below it and reads a root's local repo directory by its name (`host::local_repo_dir`:
+/// `/var/nvidia-driver-local-repo-…`, `/var/cuda-repo-…-local`), each listed with its file.
+const NAMES_NVIDIA_PACKAGES: &[&str] = &["nvidia"];
+const HOST_NAMES: &[(&str, &str)] = &[
+    ("host/src/host.rs", "nvidia-driver-local-repo-"),
+    ("host/src/host.rs", "cuda-repo-"),
+];
+
+/// The string literals of a file's production code: its text before `#[cfg(test)]`, comment
+/// lines left out.
+fn production_literals(text: &str) -> Vec<String> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let mut out = Vec::new();
+    for line in without_comments(code).lines() {
+        let mut rest = line;
+        while let Some(start) = rest.find('"') {
+            let after = &rest[start + 1..];
+            let mut end = None;
+            let mut escaped = false;
+            for (i, c) in after.char_indices() {
+                match c {
+                    '\\' if !escaped => escaped = true,
+                    '"' if !escaped => {
+                        end = Some(i);
+                        break;
+                    }
+                    _ => escaped = false,
+                }
+            }
+            let Some(end) = end else { break };
+            out.push(after[..end].to_string());
+            rest = &after[end + 1..];
+        }
+    }
+    out
+}
+
+fn names_an_nvidia_package(lit: &str) -> bool {
+    NVIDIA_PACKAGE_PREFIXES.iter().any(|p| lit.starts_with(p)) || NVIDIA_PACKAGES.contains(&lit)
+}
+
+#[test]
+fn only_the_nvidia_crate_writes_nvidia_package_names() {
+    let mut found = Vec::new();
+    let mut seen_host = Vec::new();
+    for dir in CRATES.iter().filter(|d| !NAMES_NVIDIA_PACKAGES.contains(d)) {
+        let mut stack = vec![top().join(dir).join("src")];
+        while let Some(p) = stack.pop() {
+            if p.is_dir() {
+                for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+                    stack.push(e.path());
+                }
+                continue;
+            }
+            if p.extension().is_none_or(|e| e != "rs") || p.ends_with("fuzz.rs") {
+                continue;
+            }
+            let rel = p
+                .strip_prefix(top())
+                .unwrap_or(&p)
+                .to_string_lossy()
+                .replace('\\', "/");
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            for lit in production_literals(&text) {
+                if !names_an_nvidia_package(&lit) {
+                    continue;
+                }
+                if HOST_NAMES.iter().any(|(f, l)| *f == rel && *l == lit) {
+                    seen_host.push((rel.clone(), lit));
+                    continue;
+                }
+                found.push(format!("{rel}: \"{lit}\""));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "NVIDIA package names written outside the nvidia crate: ask nvidia/src/packages.rs \
+         (or hgx.rs) for them instead:\n{}",
+        found.join("\n")
+    );
+    for (f, l) in HOST_NAMES {
+        assert!(
+            seen_host.iter().any(|(sf, sl)| sf == f && sl == l),
+            "{f} no longer writes \"{l}\": remove it from HOST_NAMES"
+        );
+    }
+}
+
+#[test]
+fn the_package_name_check_reads_production_literals() {
+    let text = "const A: &str = \"kmod-nvidia-open-dkms\";\n// \"cuda-drivers\"\nfn f() { g(\"a\\\"b\", \"nvidia-open\") }\n#[cfg(test)]\nmod tests { const B: &str = \"nvlsm\"; }\n";
+    let lits = production_literals(text);
+    assert_eq!(lits, ["kmod-nvidia-open-dkms", "a\\\"b", "nvidia-open"]);
+    let flagged: Vec<&String> = lits.iter().filter(|l| names_an_nvidia_package(l)).collect();
+    assert_eq!(flagged, ["kmod-nvidia-open-dkms", "nvidia-open"]);
+    assert!(!names_an_nvidia_package("nvidia-persistenced"));
+    assert!(!names_an_nvidia_package(
+        "/etc/dnf/modules.d/nvidia-driver.module"
+    ));
+}
+
 #[test]
 fn the_analysis_finds_a_circle_and_resolves_groups() {
     let mut g = BTreeMap::new();

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::ArgGroup;
+use gpuhost_nvidia::packages;
 use serde::Serialize;
 
 use gpuhost_host::cmd::Cmd;
@@ -542,10 +543,10 @@ fn detect(a: &CompatArgs) -> Result<DriverHost> {
         }
         None => notes.push(format!("{proc}: absent (no NVIDIA kernel module loaded)")),
     }
-    match gpuhost_host::rpm::query(&r, &["nvidia-driver"]) {
+    match gpuhost_host::rpm::query(&r, &[packages::DRIVER]) {
         Ok(found) => {
             let newest = found
-                .get("nvidia-driver")
+                .get(packages::DRIVER)
                 .and_then(|v| {
                     v.iter()
                         .max_by(|x, y| gpuhost_host::rpm::vercmp(&x.version, &y.version))
@@ -564,7 +565,7 @@ fn detect(a: &CompatArgs) -> Result<DriverHost> {
                     h.notes = notes;
                     return Ok(h);
                 }
-                None => notes.push("nvidia-driver: not installed".into()),
+                None => notes.push(format!("{}: not installed", packages::DRIVER)),
             }
         }
         Err(e) => notes.push(format!("rpm: {e:#}")),

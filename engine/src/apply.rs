@@ -15,10 +15,10 @@ pub use crate::report::{exit, Report};
 use crate::runner::{self, Ctx, Selection, StepReport};
 use gpuhost_host::facts::{Facts, KernelChoice};
 use gpuhost_host::fsutil;
-use gpuhost_host::guard_record::KMOD_COMMON;
 use gpuhost_host::host::Host;
 use gpuhost_host::invalid;
 use gpuhost_host::kernel::Flavour;
+use gpuhost_nvidia::packages::KMOD_COMMON;
 use gpuhost_profile::Profile;
 use gpuhost_steps;
 

@@ -71,7 +71,7 @@ impl Decision {
 /// The inputs of a guard decision.
 pub(crate) struct Guard<'a> {
     pub host: &'a Host,
-    /// The driver versions whose modules the host has ([`gpuhost_host::guard_record::KMOD_COMMON`]
+    /// The driver versions whose modules the host has ([`gpuhost_nvidia::packages::KMOD_COMMON`]
     /// as rpm lists it after the steps; two while an interrupted swap left both): a kernel has
     /// the module when modprobe would load an `nvidia` module of one of them.
     pub drivers: &'a [String],

@@ -35,12 +35,6 @@ pub fn save(host: &Host, r: &Record) -> Result<()> {
     host.write_json(GUARD_PATH, r, 0o644)
 }
 
-/// The package every NVIDIA kernel-module flavour requires at its driver's exact version (DKMS,
-/// open DKMS and the precompiled kmods alike: NVIDIA's yum-packaging-nvidia-kmod-common, and
-/// the kmod specs' `Requires: nvidia-kmod-common = %{epoch}:%{version}`): the installed
-/// versions of it are the drivers whose modules the host has, whatever a run asked for.
-pub const KMOD_COMMON: &str = "nvidia-kmod-common";
-
 /// True when modprobe would load an `nvidia` module of one of the versions `drivers` for `kver`.
 pub fn has_module(host: &Host, kver: &str, drivers: &[String]) -> bool {
     kmods::state(host, kver, "nvidia").is_ok_and(|s| drivers.iter().any(|d| s.is_version(d)))

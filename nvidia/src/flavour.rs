@@ -13,10 +13,9 @@
 //! the driver branch in, the flavour, stream and a one-line explanation out — or a refusal
 //! (bad input, exit 2) that names the GPU and the stream to use, before anything changes.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
+use crate::packages;
 use gpuhost_host::gpu::{kind_of_hex, GpuKind};
 use gpuhost_host::invalid;
 
@@ -33,20 +32,15 @@ pub enum FlavourSetting {
     Proprietary,
 }
 
-/// A kernel module flavour.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ModuleFlavour {
-    Open,
-    Proprietary,
-}
+pub use crate::packages::ModuleFlavour;
 
-impl fmt::Display for ModuleFlavour {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ModuleFlavour::Open => "open",
-            ModuleFlavour::Proprietary => "proprietary",
-        })
+impl From<ModuleFlavour> for FlavourSetting {
+    /// The setting that asks for this flavour (a bundle pins the flavour it chose so).
+    fn from(f: ModuleFlavour) -> FlavourSetting {
+        match f {
+            ModuleFlavour::Open => FlavourSetting::Open,
+            ModuleFlavour::Proprietary => FlavourSetting::Proprietary,
+        }
     }
 }
 
@@ -124,12 +118,14 @@ fn count_kinds(known: &[(&PciGpu, GpuKind)]) -> String {
 }
 
 /// Choose the flavour and stream. `stream` is the profile's explicit `driver.stream`, if any;
-/// `branch` the driver branch of the local repo (0 when unknown).
+/// `branch` the driver branch of the local repo (0 when unknown); `modular`: the release has
+/// module streams (EL8, EL9), which the explanation names, or not (EL10: the kmod package).
 pub fn choose(
     setting: FlavourSetting,
     stream: Option<&str>,
     gpus: &[PciGpu],
     branch: u32,
+    modular: bool,
 ) -> anyhow::Result<Choice> {
     let known: Vec<(&PciGpu, GpuKind)> = gpus
         .iter()
@@ -187,9 +183,32 @@ pub fn choose(
             stream_for("latest-dkms", flavour)
         ));
     }
-    let mut explanation = format!("{flavour} kernel modules (nvidia-driver:{chosen_stream})");
+    let explanation = explain(
+        flavour,
+        &carrier(&chosen_stream, modular),
+        &known,
+        &why,
+        &unknown,
+    );
+    Ok(Choice {
+        flavour,
+        stream: chosen_stream,
+        explanation,
+    })
+}
+
+/// The choice's one line: the flavour, what carries it, the GPUs it is for and why, and the
+/// GPUs gpuhost's table does not know.
+fn explain(
+    flavour: ModuleFlavour,
+    carrier: &str,
+    known: &[(&PciGpu, GpuKind)],
+    why: &str,
+    unknown: &[String],
+) -> String {
+    let mut explanation = format!("{flavour} kernel modules ({carrier})");
     if !known.is_empty() {
-        explanation.push_str(&format!(" for {}", count_kinds(&known)));
+        explanation.push_str(&format!(" for {}", count_kinds(known)));
     }
     explanation.push_str(&format!(": {why}"));
     if !unknown.is_empty() {
@@ -198,11 +217,21 @@ pub fn choose(
             unknown.join(", ")
         ));
     }
-    Ok(Choice {
-        flavour,
-        stream: chosen_stream,
-        explanation,
-    })
+    explanation
+}
+
+/// What carries the modules of `stream`, as the explanation names it: the module stream
+/// (`nvidia-driver:open-dkms`), or on a release without module streams (EL10) the kmod package
+/// the stream names.
+fn carrier(stream: &str, modular: bool) -> String {
+    if modular {
+        return packages::module_spec(stream, None);
+    }
+    let kmod = packages::StreamKind::of(stream)
+        .dkms_package()
+        .or_else(|| packages::StreamKind::Open.dkms_package())
+        .unwrap_or_default();
+    format!("{kmod}; EL10 has no module streams")
 }
 
 /// The proprietary flavour asked of a branch that has none (R620 and later): bad input, naming
@@ -323,9 +352,19 @@ fn misfit_error(
 mod tests {
     use super::*;
 
+    /// `choose` on a release with module streams (EL8, EL9).
+    fn choose_streams(
+        setting: FlavourSetting,
+        stream: Option<&str>,
+        gpus: &[PciGpu],
+        branch: u32,
+    ) -> anyhow::Result<Choice> {
+        choose(setting, stream, gpus, branch, true)
+    }
+
     #[test]
     fn r620_refuses_the_proprietary_flavour_naming_the_open_one() {
-        let err = choose(FlavourSetting::Proprietary, None, &[], 620)
+        let err = choose_streams(FlavourSetting::Proprietary, None, &[], 620)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
@@ -334,10 +373,10 @@ mod tests {
             "{err}"
         );
         // A proprietary stream says the same; R615 still has them; R630 follows R620.
-        assert!(choose(FlavourSetting::Auto, Some("620-dkms"), &[], 620).is_err());
-        assert!(choose(FlavourSetting::Proprietary, None, &[], 615).is_ok());
-        assert!(choose(FlavourSetting::Proprietary, None, &[], 630).is_err());
-        assert!(choose(FlavourSetting::Open, None, &[], 630).is_ok());
+        assert!(choose_streams(FlavourSetting::Auto, Some("620-dkms"), &[], 620).is_err());
+        assert!(choose_streams(FlavourSetting::Proprietary, None, &[], 615).is_ok());
+        assert!(choose_streams(FlavourSetting::Proprietary, None, &[], 630).is_err());
+        assert!(choose_streams(FlavourSetting::Open, None, &[], 630).is_ok());
     }
     use gpuhost_host::error::is_invalid;
     use rstest::rstest;
@@ -370,7 +409,7 @@ mod tests {
 
     #[test]
     fn auto_picks_open_for_hopper_and_says_why() -> anyhow::Result<()> {
-        let c = choose(FlavourSetting::Auto, None, &gpus(&["2335"; 8]), 580)?;
+        let c = choose_streams(FlavourSetting::Auto, None, &gpus(&["2335"; 8]), 580)?;
         assert_eq!(c.flavour, ModuleFlavour::Open);
         assert_eq!(c.stream, "open-dkms");
         assert_eq!(
@@ -382,7 +421,7 @@ mod tests {
 
     #[test]
     fn auto_picks_proprietary_for_volta() -> anyhow::Result<()> {
-        let c = choose(FlavourSetting::Auto, None, &gpus(&["1db5", "1db5"]), 535)?;
+        let c = choose_streams(FlavourSetting::Auto, None, &gpus(&["1db5", "1db5"]), 535)?;
         assert_eq!(c.flavour, ModuleFlavour::Proprietary);
         assert_eq!(c.stream, "latest-dkms");
         assert!(c.explanation.contains("2× Tesla V100 SXM2 32GB (Volta)"));
@@ -392,7 +431,7 @@ mod tests {
 
     #[test]
     fn auto_without_gpus_picks_open_and_says_so() -> anyhow::Result<()> {
-        let c = choose(FlavourSetting::Auto, None, &[], 550)?;
+        let c = choose_streams(FlavourSetting::Auto, None, &[], 550)?;
         assert_eq!(c.stream, "open-dkms");
         assert!(
             c.explanation.contains("no NVIDIA GPU on PCI"),
@@ -404,7 +443,7 @@ mod tests {
 
     #[test]
     fn an_explicit_stream_decides_under_auto() -> anyhow::Result<()> {
-        let c = choose(
+        let c = choose_streams(
             FlavourSetting::Auto,
             Some("535-dkms"),
             &gpus(&["2330"]),
@@ -460,7 +499,7 @@ mod tests {
         #[case] gpu: &str,
         #[case] use_stream: &str,
     ) {
-        let err = choose(setting, stream, &gpus(&[id]), 550).err();
+        let err = choose_streams(setting, stream, &gpus(&[id]), 550).err();
         let text = err.as_ref().map(|e| format!("{e:#}")).unwrap_or_default();
         assert!(err.as_ref().is_some_and(is_invalid), "{text}");
         assert!(text.contains(gpu), "{text}");
@@ -472,7 +511,7 @@ mod tests {
 
     #[test]
     fn gpus_no_flavour_serves_together_are_refused() {
-        let err = choose(FlavourSetting::Auto, None, &gpus(&["1db5", "2901"]), 570).err();
+        let err = choose_streams(FlavourSetting::Auto, None, &gpus(&["1db5", "2901"]), 570).err();
         assert!(err
             .as_ref()
             .map(|e| format!("{e:#}"))
@@ -482,7 +521,7 @@ mod tests {
 
     #[test]
     fn flavour_and_stream_must_agree() {
-        let err = choose(FlavourSetting::Open, Some("535-dkms"), &[], 535).err();
+        let err = choose_streams(FlavourSetting::Open, Some("535-dkms"), &[], 535).err();
         let text = err.as_ref().map(|e| format!("{e:#}")).unwrap_or_default();
         assert!(err.as_ref().is_some_and(is_invalid), "{text}");
         assert!(text.contains("535-open"), "{text}");
@@ -490,12 +529,12 @@ mod tests {
 
     #[test]
     fn unknown_ids_are_named_and_the_explicit_choice_stands() -> anyhow::Result<()> {
-        let c = choose(FlavourSetting::Proprietary, None, &gpus(&["abcd"]), 550)?;
+        let c = choose_streams(FlavourSetting::Proprietary, None, &gpus(&["abcd"]), 550)?;
         assert_eq!(c.stream, "latest-dkms");
         assert!(c
             .explanation
             .contains("not in gpuhost's GPU table: 0000:19:00.0 (10de:abcd)"));
-        let c = choose(FlavourSetting::Auto, None, &gpus(&["abcd"]), 550)?;
+        let c = choose_streams(FlavourSetting::Auto, None, &gpus(&["abcd"]), 550)?;
         assert_eq!(c.flavour, ModuleFlavour::Open);
         assert!(c.explanation.contains("set driver.flavour to choose"));
         Ok(())
@@ -503,7 +542,7 @@ mod tests {
 
     #[test]
     fn no_open_modules_before_r515() {
-        let err = choose(FlavourSetting::Auto, None, &gpus(&["2330"]), 510).err();
+        let err = choose_streams(FlavourSetting::Auto, None, &gpus(&["2330"]), 510).err();
         assert!(err
             .as_ref()
             .map(|e| format!("{e:#}"))

@@ -65,6 +65,21 @@ pub fn fabric_manager_package(branch: u32) -> &'static str {
     }
 }
 
+/// True for an IMEX package of any branch (`nvidia-imex`, `nvidia-imex-550`).
+pub fn is_imex(name: &str) -> bool {
+    name == "nvidia-imex" || name.starts_with("nvidia-imex-")
+}
+
+/// True for a name gpuhost locks for some driver: Fabric Manager under either name, NSCQ and
+/// IMEX (branch-suffixed before R580), the NVLink subnet manager.
+pub fn is_locked_extra(name: &str) -> bool {
+    FABRIC_MANAGER_PACKAGES.contains(&name)
+        || name == "libnvidia-nscq"
+        || name.starts_with("libnvidia-nscq-")
+        || is_imex(name)
+        || name == "nvlsm"
+}
+
 /// Modules NVLink-5 systems must load at boot for Fabric Manager (`/etc/modules-load.d/`).
 pub const NVLINK5_MODULES: &[&str] = &["ib_umad"];
 

@@ -1,7 +1,7 @@
 //! NVIDIA's rules, as pure functions of what the host is: which kernel module flavour and
 //! stream a host's GPUs need ([`flavour`]), what an HGX system needs beyond the driver and
 //! under which package names ([`hgx`]), what a local repo package's file name says
-//! ([`localrepo`]), which driver branches drive which GPU ([`support`]), and what a driver
+//! ([`localrepo`]), every NVIDIA package name ([`packages`]), which driver branches drive which GPU ([`support`]), and what a driver
 //! runs: CUDA versions, images, requirements ([`compat`]).
 //! Each rule cites the NVIDIA document or code it comes from.
 
@@ -10,4 +10,5 @@ pub mod compat;
 pub mod flavour;
 pub mod hgx;
 pub mod localrepo;
+pub mod packages;
 pub mod support;

@@ -9,37 +9,7 @@ use serde::{Deserialize, Serialize};
 use gpuhost_host::invalid;
 use gpuhost_host::kernel::Flavour;
 use gpuhost_nvidia::flavour::FlavourSetting;
-
-/// Which of NVIDIA's package sets the `driver` step installs.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum InstallSet {
-    // `dnf module install nvidia-driver:<stream>/<profile>` (profile `default`, or `fm` with
-    // NVSwitches), plus the stream's kmod package.
-    #[default]
-    Module,
-    // NVIDIA's instructions from R560: `dnf module enable nvidia-driver:<stream>`, then
-    // `dnf install nvidia-open` (open modules) or `cuda-drivers` (proprietary).
-    Full,
-    // A headless compute node (R560 and later): `dnf module enable nvidia-driver:<stream>`,
-    // then `dnf install nvidia-driver-cuda` and the kmod package, without the desktop parts.
-    ComputeOnly,
-}
-
-impl std::fmt::Display for InstallSet {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            InstallSet::Module => "module",
-            InstallSet::Full => "full",
-            InstallSet::ComputeOnly => "compute-only",
-        })
-    }
-}
-
-/// First branch with NVIDIA's compute-only packaging and the `nvidia-open` meta package.
-pub const SPLIT_PACKAGES_SINCE: u32 = 560;
+pub use gpuhost_nvidia::packages::{InstallSet, StreamKind, SPLIT_PACKAGES_SINCE};
 
 /// `[driver]` in a profile.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
@@ -168,38 +138,6 @@ impl DriverSpec {
     }
 }
 
-/// How a stream's kernel module is provided.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StreamKind {
-    /// `<branch>`, `latest`: precompiled `kmod-nvidia-<ver>-<kernel>` packages (RHCK only).
-    Precompiled,
-    /// `<branch>-dkms`, `latest-dkms`: proprietary modules built by DKMS.
-    Dkms,
-    /// `<branch>-open`, `open-dkms`: open modules built by DKMS (need `gcc-c++`).
-    Open,
-}
-
-impl StreamKind {
-    pub fn of(stream: &str) -> StreamKind {
-        if stream == "open-dkms" || stream.ends_with("-open") {
-            StreamKind::Open
-        } else if stream.ends_with("-dkms") {
-            StreamKind::Dkms
-        } else {
-            StreamKind::Precompiled
-        }
-    }
-
-    /// The kmod package that provides the module, for DKMS streams.
-    pub fn dkms_package(self) -> Option<&'static str> {
-        match self {
-            StreamKind::Precompiled => None,
-            StreamKind::Dkms => Some("kmod-nvidia-latest-dkms"),
-            StreamKind::Open => Some("kmod-nvidia-open-dkms"),
-        }
-    }
-}
-
 /// serde's default for the keys that are on unless turned off.
 pub(crate) fn yes() -> bool {
     true
@@ -208,18 +146,6 @@ pub(crate) fn yes() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rstest::rstest;
-
-    #[rstest]
-    #[case("latest", StreamKind::Precompiled)]
-    #[case("535", StreamKind::Precompiled)]
-    #[case("535-dkms", StreamKind::Dkms)]
-    #[case("latest-dkms", StreamKind::Dkms)]
-    #[case("open-dkms", StreamKind::Open)]
-    #[case("550-open", StreamKind::Open)]
-    fn stream_kinds(#[case] stream: &str, #[case] kind: StreamKind) {
-        assert_eq!(StreamKind::of(stream), kind);
-    }
 
     #[test]
     fn precompiled_streams_are_refused_on_uek_only() {

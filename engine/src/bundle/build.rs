@@ -19,7 +19,6 @@ use gpuhost_host::fsutil;
 use gpuhost_host::host::{repo_entries, Host};
 use gpuhost_host::invalid;
 use gpuhost_host::kernel::Flavour;
-use gpuhost_nvidia::flavour::{FlavourSetting, ModuleFlavour};
 use gpuhost_profile::Profile;
 use gpuhost_steps;
 use gpuhost_steps::containers::RepoSource;
@@ -177,10 +176,7 @@ fn pin_driver(profile: &mut Profile, facts: &Facts) -> Result<Option<DriverPlan>
         if d.modular() {
             profile.driver.stream = Some(d.choice.stream.clone());
         } else {
-            profile.driver.flavour = match d.choice.flavour {
-                ModuleFlavour::Open => FlavourSetting::Open,
-                ModuleFlavour::Proprietary => FlavourSetting::Proprietary,
-            };
+            profile.driver.flavour = d.choice.flavour.into();
         }
     }
     Ok(driver)

@@ -12,18 +12,14 @@ use super::{
 use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 use gpuhost_host::error::hinted;
 use gpuhost_host::rpm::Installed;
+use gpuhost_nvidia::packages;
 
 pub(crate) struct ContainerToolkit;
 
 pub(crate) const REPO_PATH: &str = "/etc/yum.repos.d/nvidia-container-toolkit.repo";
-const REPO_ID: &str = "nvidia-container-toolkit";
+const REPO_ID: &str = packages::CONTAINER_TOOLKIT_REPO;
 /// The toolkit first: its version is the one the others must have when nothing is pinned.
-pub(crate) const PACKAGES: [&str; 4] = [
-    "nvidia-container-toolkit",
-    "nvidia-container-toolkit-base",
-    "libnvidia-container-tools",
-    "libnvidia-container1",
-];
+pub(crate) const PACKAGES: &[&str] = packages::CONTAINER_TOOLKIT_PACKAGES;
 pub(crate) const CDI_SPEC: &str = "/etc/cdi/nvidia.yaml";
 const CDI_GENERATE: &str = "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml";
 
@@ -40,7 +36,7 @@ impl ContainerToolkit {
         let spec = &ctx.profile.container_toolkit;
         repo_file(
             REPO_ID,
-            "nvidia-container-toolkit",
+            packages::CONTAINER_TOOLKIT,
             &spec.repo,
             &spec.gpgkey,
             &[],
@@ -142,7 +138,7 @@ impl Step for ContainerToolkit {
                 why,
             ));
         }
-        let installed = ctx.installed(&PACKAGES)?;
+        let installed = ctx.installed(PACKAGES)?;
         if let Some(change) = package_change(&installed, &spec.version, &spec.min_version)? {
             check.changes.push(change);
         }

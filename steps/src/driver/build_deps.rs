@@ -193,8 +193,8 @@ impl Step for BuildDeps {
         super::context::not_applicable(ctx).or_else(|| {
             (StreamKind::of(super::context::stream(ctx)) == StreamKind::Precompiled).then(|| {
                 format!(
-                    "nvidia-driver:{} is a precompiled stream: nothing is built on this host",
-                    super::context::stream(ctx)
+                    "{} is a precompiled stream: nothing is built on this host",
+                    gpuhost_nvidia::packages::module_spec(super::context::stream(ctx), None)
                 )
             })
         })
@@ -254,7 +254,9 @@ fn compiler_files(
     check: &mut Check,
 ) -> Result<(Vec<String>, Vec<PathText>)> {
     // dkms >= 3.3 reads the framework drop-in, older ones the per-module files.
-    let mut modules: Vec<String> = vec!["nvidia".into(), "nvidia-open".into()];
+    let mut modules: Vec<String> = gpuhost_nvidia::packages::dkms_names()
+        .map(str::to_string)
+        .collect();
     modules.extend(dkms_source_modules(ctx));
     modules.sort();
     modules.dedup();

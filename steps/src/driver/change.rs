@@ -13,14 +13,14 @@ use anyhow::Result;
 use super::context::module_profile;
 use super::installed::in_family;
 use super::locks::wanted;
-use super::set::{kmod_packages, meta_package, set_packages, ModuleState, MODULE_FILE};
+use super::set::{kmod_packages, set_packages, ModuleState, MODULE_FILE};
 use crate::run::transition::InstalledRepo;
 use crate::run::DriverPlan;
 use crate::step::Ctx;
 use crate::transaction::swap::{DriverSwap, RepoPackage};
 use gpuhost_host::error::hinted;
 use gpuhost_host::rpm::vercmp;
-use gpuhost_nvidia::flavour::ModuleFlavour;
+use gpuhost_nvidia::packages::{is_kmod, meta_to_erase, module_spec};
 use gpuhost_profile::InstallSet;
 
 /// The packages of a repo's files (`/var/<repo>/…/<nvr>.<arch>.rpm`), one per name: the one
@@ -124,16 +124,9 @@ pub(crate) fn plan_swap(
     // The other flavour's meta package goes too: `nvidia-open` requires the open kmod (NVIDIA's
     // EL10 switch to proprietary is `dnf install --allowerasing cuda-drivers`, which erases
     // it), and gpuhost's `full` set carries one meta package, the flavour's own.
-    let other_meta = match plan.choice.flavour {
-        ModuleFlavour::Proprietary => Some(meta_package(ModuleFlavour::Open)),
-        ModuleFlavour::Open if plan.install == InstallSet::Full => {
-            Some(meta_package(ModuleFlavour::Proprietary))
-        }
-        ModuleFlavour::Open => None,
-    };
-    let unwanted_kmod = |n: &str| {
-        (n.starts_with("kmod-nvidia") && !kmods.iter().any(|k| k == n)) || Some(n) == other_meta
-    };
+    let other_meta = meta_to_erase(plan.choice.flavour, plan.install);
+    let unwanted_kmod =
+        |n: &str| (is_kmod(n) && !kmods.iter().any(|k| k == n)) || Some(n) == other_meta;
     let install: Vec<RepoPackage> = new
         .iter()
         .filter(|p| in_family(&p.name) && !unwanted_kmod(&p.name))
@@ -166,9 +159,9 @@ pub(crate) fn plan_swap(
         {
             None
         }
-        InstallSet::Module => Some(format!("nvidia-driver:{stream}/{profile}")),
+        InstallSet::Module => Some(module_spec(stream, Some(profile))),
         _ if state.enabled_stream() == Some(stream) => None,
-        _ => Some(format!("nvidia-driver:{stream}")),
+        _ => Some(module_spec(stream, None)),
     };
     let allow = &ctx.profile.driver.allow_erase;
     let erases = allowed_erasures(ctx, &remove, &install, allow)?;

@@ -70,7 +70,7 @@ fn packages(ctx: &Ctx<'_>, extras: &[Extra], check: &mut Check) -> Result<()> {
         };
         specs.push(e.spec());
         // IMEX: the choice and its source (the profile, or the GPUs on PCI).
-        let because = if e.name.starts_with("nvidia-imex") {
+        let because = if gpuhost_nvidia::hgx::is_imex(&e.name) {
             plan(ctx)?.imex.why.clone()
         } else {
             e.why.to_string()

@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 
-use super::set::{dkms_kmods, meta_package, SetStatus};
+use super::set::SetStatus;
 use crate::run::transition::{InstalledRepo, Transition};
 use crate::run::DriverPlan;
 use crate::step::Ctx;
@@ -13,6 +13,7 @@ use crate::transaction::swap::RepoPackage;
 use gpuhost_host::rpm::vercmp;
 use gpuhost_nvidia::flavour::ModuleFlavour;
 use gpuhost_nvidia::localrepo::{present_packages, LocalRepoFile};
+use gpuhost_nvidia::packages::{dkms_kmods, is_kmod, meta_package};
 
 /// Packages of the NVIDIA driver family: what a driver change may remove when the new set does
 /// not carry the name (`nvidia-fabric-manager` at R580, `libnvidia-nscq-570`, the other
@@ -166,7 +167,7 @@ fn behind(ctx: &Ctx<'_>, plan: &DriverPlan) -> Result<Vec<String>> {
         .iter()
         .filter_map(|f| RepoPackage::from_file_name(f))
         .filter(|p| &p.version == drv && in_family(&p.name))
-        .filter(|p| !p.name.starts_with("kmod-nvidia"))
+        .filter(|p| !is_kmod(&p.name))
         .filter(|p| {
             ![ModuleFlavour::Open, ModuleFlavour::Proprietary]
                 .iter()

@@ -26,15 +26,6 @@ pub struct KernelModule;
 /// Lines of make.log an error shows.
 const LOG_LINES: usize = 6;
 
-/// DKMS's name for a stream's module (`dkms add -m NAME`).
-pub fn dkms_name(kind: StreamKind) -> Option<&'static str> {
-    match kind {
-        StreamKind::Precompiled => None,
-        StreamKind::Dkms => Some("nvidia"),
-        StreamKind::Open => Some("nvidia-open"),
-    }
-}
-
 /// What modprobe would load as `nvidia` for `kver`.
 fn module_state(ctx: &Ctx<'_>, kver: &str) -> kmods::ModuleState {
     kmods::state(ctx.host, kver, "nvidia").unwrap_or(kmods::ModuleState::Absent)
@@ -48,7 +39,7 @@ fn built(ctx: &Ctx<'_>, drv: &str, kver: &str) -> bool {
 /// The tail of DKMS's make.log for `kver` (dkms ≥ 3.1 keeps one per kernel; 3.0 keeps the last
 /// build's in `build/`).
 fn make_log(ctx: &Ctx<'_>, kind: StreamKind, drv: &str, kver: &str) -> Option<(String, String)> {
-    let name = dkms_name(kind)?;
+    let name = kind.dkms_name()?;
     [
         format!(
             "/var/lib/dkms/{name}/{drv}/{kver}/{}/log/make.log",
@@ -172,7 +163,7 @@ impl Step for KernelModule {
                 return Err(Self::failure(ctx, kind, &drv, &missing));
             }
         }
-        if let (Some(module), false) = (dkms_name(kind), missing.is_empty()) {
+        if let (Some(module), false) = (kind.dkms_name(), missing.is_empty()) {
             let package = kind.dkms_package().unwrap_or_default().to_string();
             let why = if kmod_installed {
                 format!(
@@ -209,7 +200,7 @@ impl Step for KernelModule {
                 why.push(format!("{k}: {}", p.join(", ")));
                 unsigned.push((*k).clone());
             }
-            match (dkms_name(kind), unsigned.is_empty()) {
+            match (kind.dkms_name(), unsigned.is_empty()) {
                 (_, true) => check.notes.push(match &signer {
                     Signer::Profile(c) => format!("modules signed by {c}"),
                     Signer::Firmware(_) => "modules signed by an enrolled key".to_string(),

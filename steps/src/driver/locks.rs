@@ -120,16 +120,8 @@ pub fn switches(ctx: &Ctx<'_>) -> String {
     parts.join(", ")
 }
 
-/// True for a name gpuhost locks for some driver: Fabric Manager under either name, NSCQ and
-/// IMEX (branch-suffixed before R580), the NVLink subnet manager.
-pub fn is_gpuhost_lock(name: &str) -> bool {
-    gpuhost_nvidia::hgx::FABRIC_MANAGER_PACKAGES.contains(&name)
-        || name == "libnvidia-nscq"
-        || name.starts_with("libnvidia-nscq-")
-        || name == "nvidia-imex"
-        || name.starts_with("nvidia-imex-")
-        || name == "nvlsm"
-}
+/// True for a name gpuhost locks for some driver ([`gpuhost_nvidia::hgx::is_locked_extra`]).
+pub use gpuhost_nvidia::hgx::is_locked_extra as is_gpuhost_lock;
 
 /// gpuhost's locks in dnf.conf that name a package not installed (the pre-R580 names after a
 /// branch upgrade): a lock never names a package that is not installed.

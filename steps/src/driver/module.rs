@@ -24,6 +24,7 @@ use crate::run::DriverPlan;
 use crate::step::{Change, Check, Ctx, DnfFailure, Install, Step, Work};
 use gpuhost_host::error::hinted;
 use gpuhost_host::kernel::Flavour;
+use gpuhost_nvidia::packages;
 use gpuhost_profile::{InstallSet, StreamKind};
 
 pub struct Driver;
@@ -36,9 +37,9 @@ fn available_streams(ctx: &Ctx<'_>) -> Result<Vec<String>> {
     let out = ctx
         .host
         .dnf()?
-        .args(["module", "list", "nvidia-driver"])
+        .args(["module", "list", packages::DRIVER])
         .output()?;
-    Ok(listed_streams("nvidia-driver", &out.stdout))
+    Ok(listed_streams(packages::DRIVER, &out.stdout))
 }
 
 fn not_in_repo(stream: &str, available: &[String]) -> anyhow::Error {
@@ -98,15 +99,15 @@ impl<'c> Found<'c> {
         if plan.kind() == StreamKind::Precompiled && ctx.facts.target_flavour == Some(Flavour::Uek)
         {
             return Err(hinted(
-                format!("nvidia-driver:{stream} is a precompiled stream: NVIDIA builds those for RHCK kernels only, never for UEK"),
+                format!("{} is a precompiled stream: NVIDIA builds those for RHCK kernels only, never for UEK", packages::module_spec(&stream, None)),
                 "use a DKMS stream (latest-dkms, <branch>-dkms, open-dkms)",
             ));
         }
         let profile = module_profile(ctx);
         // What is installed: a module profile (`module`), or packages from an enabled stream.
         let spec = match plan.install {
-            InstallSet::Module => format!("nvidia-driver:{stream}/{profile}"),
-            _ => format!("nvidia-driver:{stream}"),
+            InstallSet::Module => packages::module_spec(&stream, Some(profile)),
+            _ => packages::module_spec(&stream, None),
         };
         let set = SetStatus::read(ctx, plan)?;
         Ok(Found {
@@ -130,12 +131,13 @@ impl<'c> Found<'c> {
         if let Transition::FlavourSwitch { from, allowed, .. } = transition {
             if !allowed {
                 return Err(hinted(
-                    format!("nvidia-driver:{from} is installed, but this run wants nvidia-driver:{stream} ({})", self.plan.choice.explanation),
+                    format!("{} is installed, but this run wants {} ({})", packages::module_spec(from, None), packages::module_spec(stream, None), self.plan.choice.explanation),
                     format!("set driver.switch_stream = true to switch (dnf module switch-to {} --allowerasing), or set driver.stream = \"{from}\"", self.spec),
                 ));
             }
             why.push(format!(
-                "nvidia-driver:{from} is installed (driver.switch_stream): one transaction swaps the set"
+                "{} is installed (driver.switch_stream): one transaction swaps the set",
+                packages::module_spec(from, None)
             ));
             return Ok(Some(Verb::Swap));
         }
@@ -167,7 +169,8 @@ impl<'c> Found<'c> {
             // set incomplete this is a flavour switch, above.)
             Some(other) => {
                 why.push(format!(
-                    "nvidia-driver:{other} is enabled, but the installed set is {stream}'s: dnf's module state follows"
+                    "{} is enabled, but the installed set is {stream}'s: dnf's module state follows",
+                    packages::module_spec(other, None)
                 ));
                 Verb::Switch
             }
@@ -190,7 +193,7 @@ impl<'c> Found<'c> {
             // `nvidia-open` / `cuda-drivers` bring nvidia-driver.
             _ => set_packages(self.plan)
                 .into_iter()
-                .filter(|p| *p != "nvidia-driver")
+                .filter(|p| *p != packages::DRIVER)
                 .map(str::to_string)
                 .collect(),
         };
@@ -276,7 +279,7 @@ impl Step for Driver {
         let mut check = Check::default();
         if f.state.state == "disabled" {
             check.changes.push(Change::new(
-                Work::ResetModule("nvidia-driver".to_string()),
+                Work::ResetModule(packages::DRIVER.to_string()),
                 "the nvidia-driver module is disabled; a stream can be installed once it is reset",
             ));
         }

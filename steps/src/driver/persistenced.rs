@@ -10,7 +10,7 @@ use crate::units;
 pub struct Persistenced;
 
 const UNIT: &str = "nvidia-persistenced.service";
-const PACKAGE: &str = "nvidia-persistenced";
+const PACKAGE: &str = gpuhost_nvidia::packages::PERSISTENCED;
 
 impl Step for Persistenced {
     fn id(&self) -> &'static str {

@@ -16,6 +16,7 @@ use crate::run::transition::Transition;
 use crate::run::DriverPlan;
 use crate::step::{Change, Check, Ctx, FileWrite, Install, Work};
 use gpuhost_host::error::hinted;
+use gpuhost_nvidia::packages;
 use gpuhost_profile::InstallSet;
 
 /// The packages named on dnf's command line: the set's (the meta package brings
@@ -23,7 +24,7 @@ use gpuhost_profile::InstallSet;
 fn specs(plan: &DriverPlan, set: &SetStatus) -> Vec<String> {
     let mut out: Vec<String> = set_packages(plan)
         .into_iter()
-        .filter(|p| plan.install == InstallSet::ComputeOnly || *p != "nvidia-driver")
+        .filter(|p| plan.install == InstallSet::ComputeOnly || *p != packages::DRIVER)
         .map(|p| format!("{p}-{}", plan.repo.driver))
         .collect();
     out.extend(

@@ -21,6 +21,7 @@ use crate::step::{Change, Check, Ctx, Install, Step, Work};
 use gpuhost_host::error::{as_invalid, hinted};
 use gpuhost_nvidia::localrepo::LocalRepoFile;
 use gpuhost_nvidia::localrepo::{installed_driver, RepoKind};
+use gpuhost_nvidia::packages::{self, DRIVER_FILE_PREFIX};
 
 pub struct DriverRepo;
 
@@ -38,7 +39,7 @@ fn nvidia_driver_versions(files: &[String]) -> Vec<String> {
         .iter()
         .filter_map(|f| {
             let base = f.rsplit('/').next().unwrap_or(f);
-            let rest = base.strip_prefix("nvidia-driver-")?;
+            let rest = base.strip_prefix(DRIVER_FILE_PREFIX)?;
             base.ends_with(".rpm").then_some(())?;
             let ver = rest.split('-').next()?;
             ver.starts_with(|c: char| c.is_ascii_digit())
@@ -145,9 +146,9 @@ fn verify_file(
     let carried = nvidia_driver_versions(&files);
     if !carried.contains(&name.driver) {
         let what = if carried.is_empty() {
-            "no nvidia-driver package".to_string()
+            format!("no {} package", packages::DRIVER)
         } else {
-            format!("nvidia-driver {}", carried.join(", "))
+            format!("{} {}", packages::DRIVER, carried.join(", "))
         };
         return Err(hinted(
             format!(
@@ -357,7 +358,7 @@ fn installed_check(
 ) -> Result<Check> {
     let found = ctx
         .host
-        .files_with_prefix(name.repo_dir(), "nvidia-driver-");
+        .files_with_prefix(name.repo_dir(), DRIVER_FILE_PREFIX);
     if !nvidia_driver_versions(&found).contains(&name.driver) {
         return Err(hinted(
             format!(

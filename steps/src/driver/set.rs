@@ -5,8 +5,7 @@
 
 use crate::run::DriverPlan;
 use crate::step::Ctx;
-use gpuhost_nvidia::flavour::ModuleFlavour;
-use gpuhost_profile::{InstallSet, StreamKind};
+use gpuhost_nvidia::packages::{self, StreamKind};
 
 pub const MODULE_FILE: &str = "/etc/dnf/modules.d/nvidia-driver.module";
 
@@ -62,17 +61,7 @@ pub fn listed_streams(module: &str, stdout: &str) -> Vec<String> {
     out
 }
 
-/// NVIDIA's precompiled kmod package for a kernel: `kmod-nvidia-535.104.05-4.18.0-553.16.1`
-/// for `4.18.0-553.16.1.el8_10.x86_64` (the kernel release without its dist tag and arch).
-pub fn precompiled_kmod(driver: &str, kver: &str) -> String {
-    let k = ["x86_64", "aarch64"]
-        .iter()
-        .find_map(|a| kver.strip_suffix(&format!(".{a}")))
-        .unwrap_or(kver);
-    let (version, release) = k.split_once('-').unwrap_or((k, ""));
-    let short = release.rsplit_once('.').map_or(release, |(r, _dist)| r);
-    format!("kmod-nvidia-{driver}-{version}-{short}")
-}
+pub use gpuhost_nvidia::packages::precompiled_kmod;
 
 /// The packages that bring the kernel module for this stream: the DKMS package, or the
 /// precompiled package of every served kernel.
@@ -88,31 +77,10 @@ pub fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
     }
 }
 
-/// NVIDIA's meta package of a kernel module flavour (the `full` set): `nvidia-open` (it
-/// requires the open kmod) or `cuda-drivers`.
-pub(crate) fn meta_package(flavour: ModuleFlavour) -> &'static str {
-    match flavour {
-        ModuleFlavour::Open => "nvidia-open",
-        ModuleFlavour::Proprietary => "cuda-drivers",
-    }
-}
-
-/// NVIDIA's DKMS kmod packages, of both flavours.
-pub(crate) fn dkms_kmods() -> impl Iterator<Item = &'static str> {
-    [StreamKind::Dkms, StreamKind::Open]
-        .into_iter()
-        .filter_map(StreamKind::dkms_package)
-}
-
 /// The packages of the plan's package set besides the kmods, that must be at the driver's
-/// version: `nvidia-driver` (module, full), the meta package (full), `nvidia-driver-cuda`
-/// (compute-only).
+/// version ([`gpuhost_nvidia::packages::set_packages`]).
 pub fn set_packages(plan: &DriverPlan) -> Vec<&'static str> {
-    match plan.install {
-        InstallSet::Module => vec!["nvidia-driver"],
-        InstallSet::Full => vec!["nvidia-driver", meta_package(plan.choice.flavour)],
-        InstallSet::ComputeOnly => vec!["nvidia-driver-cuda"],
-    }
+    packages::set_packages(plan.install, plan.choice.flavour).to_vec()
 }
 
 /// The plan's package set as the host has it: dnf's module state, the set's packages (the kmods

@@ -78,22 +78,13 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
     let file = path.file_name().unwrap_or_default().to_string_lossy();
     let packaging = gpuhost_host::platform::release(profile.os.major)
         .map_or(DriverPackaging::Modular, |r| r.packaging);
-    let mut choice = flavour::choose(
+    let choice = flavour::choose(
         spec.flavour,
         spec.stream.as_deref(),
         &facts.pci_gpus(),
         repo.branch(),
+        packaging == DriverPackaging::Modular,
     )?;
-    if packaging == DriverPackaging::Plain {
-        // No module streams on EL10: the stream only names the kmod the flavour brings.
-        let kmod = StreamKind::of(&choice.stream)
-            .dkms_package()
-            .unwrap_or("kmod-nvidia-open-dkms");
-        choice.explanation = choice.explanation.replace(
-            &format!("nvidia-driver:{}", choice.stream),
-            &format!("{kmod}; EL10 has no module streams"),
-        );
-    }
     let branch = repo.branch();
     // A branch is accepted only if it drives every GPU on PCI (NVIDIA's lists, `support`).
     let unchecked = support::check(
