@@ -281,3 +281,124 @@ fn a_driver_swap_loses_its_mirror(#[case] loss: Loss) {
         .installed("kmod-nvidia-open-dkms")
         .is_some_and(|v| v.contains("580.82.07")));
 }
+
+/// A copy of the world's local repo package `name` whose payload `edit` changed (it gets the
+/// unpacked tree), rebuilt by rpmbuild under the same name, version, release and file name,
+/// in `dir`: a package as a site might have altered it, digests intact.
+fn repacked(name: &str, dir: &std::path::Path, edit: impl FnOnce(&std::path::Path)) -> String {
+    let src = World::get().cuda_local(name);
+    let tree = dir.join("tree");
+    std::fs::create_dir_all(&tree).unwrap_or_else(|e| panic!("{e}"));
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("rpm2cpio \"$1\" | cpio -idm --quiet")
+        .arg("sh")
+        .arg(&src)
+        .current_dir(&tree)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    edit(&tree);
+    let o = std::process::Command::new("rpm")
+        .args([
+            "-qp",
+            "--qf",
+            "%{NAME}\\n%{VERSION}\\n%{RELEASE}\\n%{ARCH}\\n",
+        ])
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let q = String::from_utf8_lossy(&o.stdout).to_string();
+    let [n, v, r, a]: [&str; 4] = q
+        .lines()
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap_or_else(|l| panic!("rpm -qp: {l:?}"));
+    let mut files = Vec::new();
+    let mut stack = vec![tree.clone()];
+    while let Some(p) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&p).unwrap_or_else(|e| panic!("{e}"));
+        if meta.is_dir() {
+            for e in std::fs::read_dir(&p)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .flatten()
+            {
+                stack.push(e.path());
+            }
+        } else if let Ok(rel) = p.strip_prefix(&tree) {
+            files.push(format!("/{}", rel.display()));
+        }
+    }
+    let spec = dir.join("repacked.spec");
+    std::fs::write(
+        &spec,
+        format!(
+            "Name: {n}\nVersion: {v}\nRelease: {r}\nSummary: repacked\nLicense: MIT\nAutoReqProv: no\n%define _build_id_links none\n%global __os_install_post %{{nil}}\n%description\nrepacked\n%install\ncp -a {}/. %{{buildroot}}/\n%files\n{}\n",
+            tree.display(),
+            files.join("\n")
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let o = std::process::Command::new("rpmbuild")
+        .args(["-bb", "--target", a, "--define"])
+        .arg(format!("_topdir {}", dir.join("build").display()))
+        .arg(&spec)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rpm = dir.join(format!("build/RPMS/{a}/{name}"));
+    assert!(rpm.exists(), "rpmbuild made no {}", rpm.display());
+    rpm.display().to_string()
+}
+
+/// The `.repo` file the package carries, its one section's `gpgkey=` set to `key`.
+fn with_gpgkey(tree: &std::path::Path, key: &str) {
+    let dir = tree.join("etc/yum.repos.d");
+    for e in std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .flatten()
+    {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_else(|e| panic!("{e}"));
+        // The world's packages have none (gpgcheck=0); NVIDIA's name their own key.
+        let mut out: Vec<String> = text
+            .lines()
+            .filter(|l| !l.starts_with("gpgkey"))
+            .map(str::to_string)
+            .collect();
+        out.push(format!("gpgkey={key}"));
+        std::fs::write(e.path(), out.join("\n") + "\n").unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// A failure of the first converge's one transaction that is bad input keeps its kind to the
+/// exit code (issue 40, item 5): the package's own `.repo` names a key outside its repo —
+/// `..` out of it, a file of the build host, `http:` — which dnf would read from the build host
+/// (issue 43, item 1). Exit 2, the step names the key, nothing installed, no key imported.
+#[rstest]
+#[case::dot_dot_out_of_the_repo(
+    "file:///var/nvidia-driver-local-repo-rhel9-570.124.06/../../tmp/gpuhost-key.pub"
+)]
+#[case::a_file_of_the_host("file:///etc/pki/rpm-gpg/RPM-GPG-KEY-site")]
+#[case::plain_http("http://mirror.example/key.pub")]
+fn a_repo_key_outside_the_package_is_bad_input_even_inside_the_transaction(#[case] key: &str) {
+    let root = Root::new(Os::Ol9, &[RHCK9]);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let rpm = repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| with_gpgkey(t, key));
+    let before = root.rpmdb_snapshot();
+    let (rc, rep) = apply(&root, &rpm);
+    assert_eq!(rc, 2, "{rep:#}");
+    assert_eq!(
+        root.rpmdb_snapshot(),
+        before,
+        "something was installed: {rep:#}"
+    );
+    let failed = failed_steps(&rep);
+    assert!(!failed.is_empty(), "{rep:#}");
+    assert!(
+        failed.iter().all(|f| f.contains(&format!("gpgkey={key}"))),
+        "{failed:#?}"
+    );
+    for s in rep["steps"].as_array().into_iter().flatten() {
+        assert_ne!(s["outcome"], "partial", "{s:#}");
+    }
+}

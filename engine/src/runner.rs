@@ -677,8 +677,13 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, batch: Batch) {
             }
         }
         Err(e) => {
+            // Bad input found by the transaction before it changed anything (a key the
+            // package's repo may not name) is the run's exit 2, as a check's refusal is.
+            if gpuhost_host::error::is_invalid(&e) {
+                run.invalid_input = true;
+            }
             for i in &ids {
-                run.slots[*i].fail(anyhow!("{e:#}"));
+                run.slots[*i].fail(gpuhost_host::error::duplicate(&e));
             }
             if let Some(first) = ids.first() {
                 run.failed(*first);

@@ -65,6 +65,22 @@ pub fn as_invalid(err: anyhow::Error) -> anyhow::Error {
     }
 }
 
+/// The same error for another reader (one failure of a transaction reported by each step it
+/// served): the whole message, and the markers that decide the exit code and what the user is
+/// told (an [`Invalid`], a [`Hint`]), kept as markers, never flattened into text.
+pub fn duplicate(err: &anyhow::Error) -> anyhow::Error {
+    let hint = err.chain().find_map(|e| e.downcast_ref::<Hint>());
+    let copy = match hint {
+        Some(h) => hinted(h.message.clone(), h.hint.clone()).context(format!("{err:#}")),
+        None => anyhow::anyhow!("{err:#}"),
+    };
+    if is_invalid(err) {
+        copy.context(Invalid("invalid input".to_string()))
+    } else {
+        copy
+    }
+}
+
 /// The hint carried by the error, if any.
 pub fn hint_of(err: &anyhow::Error) -> Option<&str> {
     err.chain()
@@ -85,5 +101,21 @@ mod tests {
         assert!(!is_invalid(&e));
         assert!(crate::interrupt::is_interrupted(&e));
         assert!(is_invalid(&as_invalid(anyhow::anyhow!("not an RPM"))));
+    }
+
+    #[test]
+    fn a_duplicate_keeps_the_markers_and_the_message() {
+        let e = as_invalid(hinted(
+            "gpgkey=file:///etc/shadow",
+            "use the package as shipped",
+        ))
+        .context("the first converge");
+        let d = duplicate(&e);
+        assert!(is_invalid(&d));
+        assert_eq!(hint_of(&d), Some("use the package as shipped"));
+        assert!(format!("{d:#}").contains("the first converge"));
+        assert!(format!("{d:#}").contains("gpgkey=file:///etc/shadow"));
+        let plain = duplicate(&anyhow::anyhow!("dnf could not start"));
+        assert!(!is_invalid(&plain) && hint_of(&plain).is_none());
     }
 }

@@ -120,55 +120,87 @@ fn repo_options(host: &Host, tree: &Path) -> Result<Vec<String>> {
         let Some(text) = host.read_opt(format!("{dir}/{name}"))? else {
             continue;
         };
-        let mut repo: Option<(String, String)> = None;
-        let mut extra: Vec<String> = Vec::new();
-        let mut flush = |repo: &mut Option<(String, String)>, extra: &mut Vec<String>| {
-            if let Some((id, path)) = repo.take() {
-                let inner = tree.join(path.trim_start_matches('/'));
-                let repomd = format!("{SCRATCH}/tree{path}/repodata/repomd.xml");
-                if host.kind(repomd) == Some(gpuhost_host::rootfs::Kind::File) {
-                    // A repo of that id the root defines already (its `.repo` file left by a
-                    // run stopped mid-way) is pointed at the copy; dnf refuses a second one.
-                    if defined.contains(&id) {
-                        out.push(format!("--setopt={id}.baseurl={}", file_url(&inner)));
-                    } else {
-                        out.push(format!("--repofrompath={id},{}", file_url(&inner)));
-                    }
-                    out.append(extra);
-                }
-            }
-            extra.clear();
-        };
-        let mut section = String::new();
+        let mut section = Section::default();
         for (id, key, value) in repo_entries(&text) {
-            if id != section {
-                flush(&mut repo, &mut extra);
-                section = id.to_string();
+            if id != section.id {
+                section.flush(host, tree, &defined, &name, &mut out)?;
+                section = Section {
+                    id: id.to_string(),
+                    ..Section::default()
+                };
             }
             match key {
                 "baseurl" => {
                     if let Some(p) = value.strip_prefix("file://").filter(|p| local_repo_dir(p)) {
-                        repo = Some((id.to_string(), p.to_string()));
+                        section.path = Some(p.to_string());
                     }
                 }
-                "gpgcheck" => extra.push(format!("--setopt={id}.gpgcheck={value}")),
-                "gpgkey" => {
-                    let keys: Vec<String> = value
+                "gpgcheck" => section.gpgcheck = Some(value.to_string()),
+                "gpgkey" => section.keys.extend(
+                    value
                         .split([',', ' '])
                         .filter(|k| !k.is_empty())
-                        .map(|k| match payload::key_in_tree(k, tree, "/var/") {
-                            Some(p) => file_url(&p),
-                            None => k.to_string(),
-                        })
-                        .collect();
-                    extra.push(format!("--setopt={id}.gpgkey={}", keys.join(",")));
-                }
+                        .map(str::to_string),
+                ),
                 _ => {}
             }
         }
-        flush(&mut repo, &mut extra);
+        section.flush(host, tree, &defined, &name, &mut out)?;
     }
     Ok(out)
+}
+
+/// One section of a `.repo` file the package carries, read whole before dnf is told of it.
+#[derive(Default)]
+struct Section {
+    id: String,
+    /// The `file:///var/<local repo>` baseurl's path.
+    path: Option<String>,
+    gpgcheck: Option<String>,
+    keys: Vec<String>,
+}
+
+impl Section {
+    /// dnf's options for the section's repo when the package carries it (its repodata is in the
+    /// tree): the repo from the copy, and its gpgcheck and keys ([`payload::repo_key`]: its own
+    /// keys only, read from the tree; any other is bad input).
+    fn flush(
+        &self,
+        host: &Host,
+        tree: &Path,
+        defined: &[String],
+        file: &str,
+        out: &mut Vec<String>,
+    ) -> Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let id = &self.id;
+        let inner = tree.join(path.trim_start_matches('/'));
+        let repomd = format!("{SCRATCH}/tree{path}/repodata/repomd.xml");
+        if host.kind(repomd) != Some(gpuhost_host::rootfs::Kind::File) {
+            return Ok(());
+        }
+        // A repo of that id the root defines already (its `.repo` file left by a run stopped
+        // mid-way) is pointed at the copy; dnf refuses a second one.
+        if defined.contains(id) {
+            out.push(format!("--setopt={id}.baseurl={}", file_url(&inner)));
+        } else {
+            out.push(format!("--repofrompath={id},{}", file_url(&inner)));
+        }
+        if let Some(v) = &self.gpgcheck {
+            out.push(format!("--setopt={id}.gpgcheck={v}"));
+        }
+        if !self.keys.is_empty() {
+            let keys = self
+                .keys
+                .iter()
+                .map(|k| payload::repo_key(k, tree, path, &format!("/etc/yum.repos.d/{file}")))
+                .collect::<Result<Vec<_>>>()?;
+            out.push(format!("--setopt={id}.gpgkey={}", keys.join(",")));
+        }
+        Ok(())
+    }
 }
 
 /// The `dnf shell` script: the local repo package first (dnf takes a file only before other

@@ -3,9 +3,12 @@
 //! reads NVIDIA's local repo out of it ([`crate::transaction::ahead`]), a driver swap the new driver's
 //! ([`crate::transaction::swap`]).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use anyhow::Result;
 
 use gpuhost_host::cmd::Cmd;
+use gpuhost_host::error::hinted;
 use gpuhost_host::host::Host;
 
 /// Why a payload was not unpacked: the package could not be read whole (`rpm2cpio`), or the
@@ -43,12 +46,61 @@ pub(crate) fn unpack(
         .map_err(Unpack::Unextracted)
 }
 
-/// A `gpgkey` of a `.repo` file the package carries, read from the unpacked `tree` when it is a
-/// `file://` key under `under` (where the package puts its keys); None for any other key.
-pub(crate) fn key_in_tree(key: &str, tree: &Path, under: &str) -> Option<PathBuf> {
-    key.strip_prefix("file://")
-        .filter(|p| p.starts_with(under))
-        .map(|p| tree.join(p.trim_start_matches('/')))
+/// A `gpgkey` of a `.repo` file the package carries, as dnf is to read it: an `https:` URL as it
+/// is; a `file://` key inside the package's own repo directory `under` (normalised: `.` and
+/// `..` resolved) as the file of the unpacked `tree`, which must be a regular file there and
+/// no link leaving the tree. Anything else (a file elsewhere, `..` out of the directory, a link
+/// out of the tree, `http:`, `ftp:`) is bad input: a package's repo never makes dnf read the
+/// build host. `repo_file` names the `.repo` file in the message.
+pub(crate) fn repo_key(key: &str, tree: &Path, under: &str, repo_file: &str) -> Result<String> {
+    if key.starts_with("https://") {
+        return Ok(key.to_string());
+    }
+    let refuse = |why: &str| {
+        gpuhost_host::error::as_invalid(hinted(
+            format!("{repo_file} in the local repo package names gpgkey={key}, {why}; nothing was installed"),
+            "use NVIDIA's local repo package as NVIDIA ships it: its .repo file names its own key, in its own repo directory",
+        ))
+    };
+    let Some(path) = key.strip_prefix("file://") else {
+        return Err(refuse(
+            "which is neither an https: URL nor a file of the package's own repo",
+        ));
+    };
+    let Some(normal) = normalised(path) else {
+        return Err(refuse("whose `..` leaves the root"));
+    };
+    let under = under.trim_end_matches('/');
+    if !normal.starts_with(&format!("{under}/")) {
+        return Err(refuse(&format!(
+            "a file outside the package's own repo directory {under}"
+        )));
+    }
+    let file = tree.join(normal.trim_start_matches('/'));
+    let inside = match (file.canonicalize(), tree.canonicalize()) {
+        (Ok(real), Ok(top)) => real.starts_with(&top) && real.is_file(),
+        _ => false,
+    };
+    if !inside {
+        return Err(refuse("which the package does not carry as a file of its own repo (missing, or a link out of it)"));
+    }
+    Ok(format!("file://{}", file.display()))
+}
+
+/// `path` with `.` and `..` resolved and repeated `/` folded (`None` when `..` would climb out of
+/// `/`). Lexical only: links are judged on the files themselves.
+fn normalised(path: &str) -> Option<String> {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            p => parts.push(p),
+        }
+    }
+    Some(format!("/{}", parts.join("/")))
 }
 
 #[cfg(test)]
@@ -56,18 +108,56 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_key_the_package_carries_is_read_from_the_tree() {
-        let tree = Path::new("/root/var/cache/gpuhost/download/tree");
-        let key = "file:///var/nvidia-driver-local-repo-rhel9-580.82.07/D42D0685.pub";
-        assert_eq!(
-            key_in_tree(key, tree, "/var/"),
-            Some(tree.join("var/nvidia-driver-local-repo-rhel9-580.82.07/D42D0685.pub"))
+    fn a_key_the_package_carries_is_read_from_the_tree() -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let tree = tmp.path().join("tree");
+        let repo = "/var/nvidia-driver-local-repo-rhel9-580.82.07";
+        std::fs::create_dir_all(tree.join(&repo[1..]))?;
+        std::fs::write(tree.join(&repo[1..]).join("D42D0685.pub"), "key")?;
+        let key = format!("file://{repo}/D42D0685.pub");
+        let want = format!(
+            "file://{}",
+            tree.join(&repo[1..]).join("D42D0685.pub").display()
         );
+        assert_eq!(repo_key(&key, &tree, "/var/", "r.repo")?, want);
+        assert_eq!(repo_key(&key, &tree, repo, "r.repo")?, want);
+        // `.` and `..` inside the repo are resolved.
+        let dotted = format!("file://{repo}/./x/../D42D0685.pub");
+        assert_eq!(repo_key(&dotted, &tree, repo, "r.repo")?, want);
         assert_eq!(
-            key_in_tree(key, tree, "/var/cuda-repo-rhel9-13-0-local"),
-            None
+            repo_key("https://x/key.pub", &tree, "/var/", "r.repo")?,
+            "https://x/key.pub"
         );
-        assert_eq!(key_in_tree("https://x/key.pub", tree, "/var/"), None);
-        assert_eq!(key_in_tree("file:///etc/pki/key", tree, "/var/"), None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_key_outside_the_packages_repo_is_invalid_input() -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let tree = tmp.path().join("tree");
+        let repo = "/var/nvidia-driver-local-repo-rhel9-580.82.07";
+        std::fs::create_dir_all(tree.join(&repo[1..]))?;
+        std::os::unix::fs::symlink("/etc/shadow", tree.join(&repo[1..]).join("out.pub"))?;
+        for key in [
+            "file:///etc/pki/key".to_string(),
+            format!("file://{repo}/../../tmp/key.pub"),
+            "file:///../../etc/shadow".to_string(),
+            format!("file://{repo}/out.pub"),
+            format!("file://{repo}/missing.pub"),
+            "http://example.com/key.pub".to_string(),
+            "ftp://example.com/key.pub".to_string(),
+            "/etc/shadow".to_string(),
+        ] {
+            let e = repo_key(&key, &tree, repo, "r.repo").err();
+            assert!(
+                e.as_ref().is_some_and(gpuhost_host::error::is_invalid),
+                "{key}: {e:?}"
+            );
+            assert!(format!("{e:?}").contains(&key), "{e:?}");
+        }
+        // A key of another local repo's directory is not this package's.
+        let other = "file:///var/cuda-repo-rhel9-13-0-local/key.pub";
+        assert!(repo_key(other, &tree, repo, "r.repo").is_err());
+        Ok(())
     }
 }

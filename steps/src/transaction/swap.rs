@@ -347,10 +347,12 @@ fn repo_options(host: &Host, tree: &Path, repo_dir: &str) -> Result<Vec<String>>
                 "gpgcheck" => gpgcheck = value.trim().to_string(),
                 "gpgkey" => {
                     for k in value.split([',', ' ']).filter(|k| !k.is_empty()) {
-                        keys.push(match payload::key_in_tree(k, tree, repo_dir) {
-                            Some(p) => format!("file://{}", p.display()),
-                            None => k.to_string(),
-                        });
+                        keys.push(payload::repo_key(
+                            k,
+                            tree,
+                            repo_dir,
+                            &format!("/etc/yum.repos.d/{name}"),
+                        )?);
                     }
                 }
                 _ => {}
