@@ -8,7 +8,7 @@ use anyhow::Result;
 use crate::bootguard;
 use crate::bundle;
 use crate::lock::ApplyLock;
-use crate::preflight::{check_kernel_release, grace_fits, is_root, preflight};
+use crate::preflight::{check_kernel_release, grace_fits, host_fits_profile, is_root};
 use crate::reboot;
 use crate::recorded::{DriverRecord, ResumeArgs};
 pub use crate::report::{exit, Report};
@@ -98,13 +98,13 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     )?;
     // Not Oracle Linux: the same answer with a bundle as without (not a kernel the bundle lacks).
     if bundle.is_some() && !facts.os.as_ref().is_some_and(|o| o.is_oracle_linux()) {
-        preflight(&host, &profile, &facts, opts.kernel_release.is_some())?;
+        host_fits_profile(&host, &profile, &facts, opts.kernel_release.is_some())?;
     }
     let unserved = match &bundle {
         Some(b) => fit_bundle(b, &mut facts, &profile, opts.kernel_release.is_some())?,
         None => None,
     };
-    preflight(&host, &profile, &facts, opts.kernel_release.is_some())?;
+    host_fits_profile(&host, &profile, &facts, opts.kernel_release.is_some())?;
     // The profile's repositories and mirrors: each one there (or a well-formed URL) before any change.
     if bundle.is_none() {
         gpuhost_steps::containers::check_repos(&host, &profile, &opts.selection)?;
@@ -131,7 +131,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     }
     if !driver_steps.is_empty() {
         // Secure Boot: DKMS-built modules need a key the firmware trusts, checked before anything.
-        warnings.extend(gpuhost_steps::driver::signing::preflight(
+        warnings.extend(gpuhost_steps::driver::signing::check_secure_boot(
             &host,
             &profile,
             &facts,
@@ -279,7 +279,7 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         gpuhost_steps::transaction::swap::remove_left_scratch(host)?;
         gpuhost_host::stage::remove_left(host)?;
         gpuhost_steps::transaction::ahead::remove_left(host)?;
-        crate::journal::preflight(host)?
+        crate::journal::check_records(host)?
     };
     warnings.extend(prepared_warnings.iter().cloned());
     let registry = gpuhost_steps::registry();

@@ -50,7 +50,7 @@ fn move_journal_aside(host: &Host, why: &str) -> Result<String> {
 /// `resume.json`, `last-apply.json`, `kernel-guard.json` (a corrupt one is invalid input, exit
 /// 2, naming it: they record what is owed across runs, which must not be dropped silently).
 /// Returns the warnings for the report.
-pub fn preflight(host: &Host) -> Result<Vec<String>> {
+pub fn check_records(host: &Host) -> Result<Vec<String>> {
     let mut warnings = Vec::new();
     if let Err(why) = read_journal(host) {
         warnings.push(move_journal_aside(host, &why)?);
@@ -130,7 +130,7 @@ mod tests {
         let old = r#"[{"gpuhost_version":"0.0.9","command":"apply","profile":"ol9-uek","root":"/","live":true,"dry_run":false,"target_kernel":"5.15.0-1.el9uek.x86_64","started_at":"2026-01-02T03:04:05Z","duration_ms":7,"exit_code":3,"summary":"converged, but a reboot is required","deferred":[],"warnings":[],"old_field":1,"steps":[{"id":"kernel","outcome":"unchanged","reason":"ok","changes":[],"deferred":[],"commands":[{"argv":["rpm","-q","kernel-uek"],"exit_code":0,"duration_ms":2}],"duration_ms":3}],"command_line":"gpuhost apply --profile ol9-uek"}]"#;
         host.write_atomic(JOURNAL_PATH, old.as_bytes(), 0o644)?;
         assert!(
-            preflight(&host)?.is_empty(),
+            check_records(&host)?.is_empty(),
             "an old journal was moved aside"
         );
         let runs1 = runs(&host)?;
@@ -157,7 +157,7 @@ mod tests {
         ] {
             host.write_atomic(JOURNAL_PATH, text.as_bytes(), 0o644)?;
             assert!(runs(&host).is_err(), "{text}");
-            let warnings = preflight(&host)?;
+            let warnings = check_records(&host)?;
             assert!(warnings[0].contains("moved aside"), "{warnings:?}");
             assert!(runs(&host)?.is_empty());
         }

@@ -108,7 +108,7 @@ fn os_fits(host: &Host, profile: &Profile, facts: &Facts) -> Result<()> {
 }
 
 /// The host must be the Oracle Linux release and kernel flavour the profile is for.
-pub(crate) fn preflight(
+pub(crate) fn host_fits_profile(
     host: &Host,
     profile: &Profile,
     facts: &Facts,

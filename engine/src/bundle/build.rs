@@ -305,7 +305,12 @@ fn seed_scratch(
                     flavour: Some(profile.kernel.flavour),
                 },
             )?;
-            crate::preflight::preflight(&source, profile, &facts, opts.kernel_release.is_some())?;
+            crate::preflight::host_fits_profile(
+                &source,
+                profile,
+                &facts,
+                opts.kernel_release.is_some(),
+            )?;
             seed_from_root(&source, scratch_dir)?;
             Ok((source, Some(facts)))
         }

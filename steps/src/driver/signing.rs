@@ -1,6 +1,6 @@
 //! Module signing for Secure Boot (see [`gpuhost_host::secureboot`]).
 //!
-//! - **Before anything changes** ([`preflight`], from `apply`/`plan`'s preparation): with Secure
+//! - **Before anything changes** ([`check_secure_boot`], from `apply`/`plan`'s preparation): with Secure
 //!   Boot on and a DKMS stream, the profile must name a key and certificate
 //!   (`secure_boot.key`, `secure_boot.cert`), the key must be private to root, the certificate a
 //!   DER X.509 one, and `mokutil --test-key` must find it enrolled or pending; otherwise exit 2
@@ -47,7 +47,7 @@ pub fn enabled(facts: &Facts) -> bool {
 /// Refuse (exit 2) before anything changes when the DKMS-built modules could not load under
 /// Secure Boot, or when the profile's key is unusable. The one `mokutil --test-key` of a run;
 /// a pending enrollment comes back as a warning for the report.
-pub fn preflight(
+pub fn check_secure_boot(
     host: &Host,
     profile: &Profile,
     facts: &Facts,
@@ -141,7 +141,7 @@ pub fn problems(host: &Host, kver: &str, want: &Signer) -> Result<Vec<String>> {
 }
 
 /// One line on the profile's certificate for a step's notes (whether the firmware has it was
-/// asked once, by [`preflight`]).
+/// asked once, by [`check_secure_boot`]).
 pub fn cert_note(host: &Host, cert_path: &str) -> Result<String> {
     let c = Cert::load(host, cert_path)?;
     Ok(format!("DKMS signs with {c} ({cert_path})"))
