@@ -623,11 +623,8 @@ const KNOWN_OVER_MAX: &[(&str, &str)] = &[];
 /// swap's plan, the server's start, an NVML sweep and the fixed fields, the driver file's
 /// verification. A new one must be split or listed with why.
 const KNOWN_LONG: &[(&str, &str)] = &[
-    ("steps/src/driver/kmod.rs", "check"),
     ("steps/src/driver/repo.rs", "verify_file"),
-    ("steps/src/driver/change.rs", "plan_swap"),
     ("engine/src/runner.rs", "finish"),
-    ("engine/src/apply.rs", "apply"),
     ("health/src/nvml/mod.rs", "sweep"),
     ("health/src/nvml/mod.rs", "read_fixed"),
     ("serve/src/lib.rs", "serve"),

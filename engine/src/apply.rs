@@ -265,71 +265,33 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         bundle,
         driver,
         warnings: prepared_warnings,
-        unserved,
+        unserved: _,
     } = &prepared;
-    let _lock = if opts.dry_run {
-        None
-    } else {
-        Some(ApplyLock::acquire(host, &opts.command_line)?)
-    };
+    let _lock = (!opts.dry_run)
+        .then(|| ApplyLock::acquire(host, &opts.command_line))
+        .transpose()?;
     // What did not stop the run but deserves a look: counted in the summary, listed in the report.
-    let mut warnings = if opts.dry_run {
-        Vec::new()
-    } else {
-        gpuhost_steps::transaction::swap::remove_left_scratch(host)?;
-        gpuhost_host::stage::remove_left(host)?;
-        gpuhost_steps::transaction::ahead::remove_left(host)?;
-        crate::journal::check_records(host)?
-    };
+    let mut warnings = start_warnings(host, opts)?;
     warnings.extend(prepared_warnings.iter().cloned());
     let registry = gpuhost_steps::registry();
     let mut ctx = Ctx::new(host, profile, facts, driver.clone())?;
     let (steps, invalid_input) =
         runner::run_steps(&mut ctx, &registry, &opts.selection, opts.dry_run)?;
-    let reboot_required: Vec<String> = steps
-        .iter()
-        .filter_map(|s| s.reboot_required.as_ref().map(|r| format!("{}: {r}", s.id)))
-        .collect();
-    let interrupted = interrupted_at(&steps);
-    // Invalid input changed nothing: the guard has nothing new to judge (and the profile's
-    // driver, which it would look for, is the input in question).
-    let kernel_guard = guard_after(
+    let (reboot_required, deferred) = owed_by(&steps);
+    let Ending {
+        kernel_guard,
+        interrupted,
+        exit_code,
+        reboot,
+    } = ending(
         &ctx,
         opts,
+        &prepared,
         &steps,
-        interrupted.is_some() || invalid_input,
-        unserved,
-    );
-    // A signal after the last step's boundary (during the guard): still an interruption.
-    let interrupted = interrupted.or_else(|| interrupted_after(opts));
-    let mut exit_code = exit_code_of(
-        interrupted.as_ref().map(|(sig, _)| *sig),
         invalid_input,
-        &steps,
-        guard_failed(kernel_guard.as_ref(), unserved.is_some()),
         &reboot_required,
-    );
-    if crate::report::converged(opts.dry_run, exit_code) {
-        // What the kernel trigger repeats when a new kernel is installed.
-        bootguard::save_last_apply(host, &opts.resume_args())?;
-    }
-    let reboot = if opts.dry_run || interrupted.is_some() {
-        None
-    } else {
-        reboot_after(host, opts, profile, &reboot_required, &mut exit_code)?
-    };
-    let deferred: Vec<String> = steps
-        .iter()
-        .flat_map(|s| s.deferred.iter().map(move |d| format!("{}: {d}", s.id)))
-        .collect();
-    if !profile.driver.manage {
-        if let Some(rpm) = &profile.driver.local_repo_rpm {
-            warnings.push(format!(
-                "driver.local_repo_rpm ({}) is ignored: the profile says driver.manage = false",
-                rpm.display()
-            ));
-        }
-    }
+    )?;
+    warnings.extend(ignored_driver(profile));
     let mut report = Report {
         gpuhost_version: env!("CARGO_PKG_VERSION").to_string(),
         driver: crate::rollback::record(
@@ -362,6 +324,104 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         crate::journal::journal_append(host, &report, &opts.command_line)?;
     }
     Ok(report)
+}
+
+/// Before the first step: what a run killed mid-way left is removed (the scratch copies and
+/// trees), and the journal and record files are read; their warnings. Nothing for a plan.
+fn start_warnings(host: &Host, opts: &ApplyOptions) -> Result<Vec<String>> {
+    if opts.dry_run {
+        return Ok(Vec::new());
+    }
+    gpuhost_steps::transaction::swap::remove_left_scratch(host)?;
+    gpuhost_host::stage::remove_left(host)?;
+    gpuhost_steps::transaction::ahead::remove_left(host)?;
+    crate::journal::check_records(host)
+}
+
+/// What the steps owe: the reboots they need and the actions they deferred, each `step: why`.
+fn owed_by(steps: &[StepReport]) -> (Vec<String>, Vec<String>) {
+    let reboot = steps
+        .iter()
+        .filter_map(|s| s.reboot_required.as_ref().map(|r| format!("{}: {r}", s.id)))
+        .collect();
+    let deferred = steps
+        .iter()
+        .flat_map(|s| s.deferred.iter().map(move |d| format!("{}: {d}", s.id)))
+        .collect();
+    (reboot, deferred)
+}
+
+/// The profile's local repo package, named while `driver.manage = false`: ignored, said so.
+fn ignored_driver(profile: &Profile) -> Option<String> {
+    let rpm = profile.driver.local_repo_rpm.as_ref()?;
+    (!profile.driver.manage).then(|| {
+        format!(
+            "driver.local_repo_rpm ({}) is ignored: the profile says driver.manage = false",
+            rpm.display()
+        )
+    })
+}
+
+/// How a run ends, once its steps have run: the kernel guard's decision, an interruption, the
+/// exit code, and the reboot it scheduled.
+struct Ending {
+    kernel_guard: Option<bootguard::Decision>,
+    interrupted: Option<(i32, String)>,
+    exit_code: i32,
+    reboot: Option<reboot::RebootReport>,
+}
+
+/// The guard judges what the steps left (not after invalid input, which changed nothing, nor
+/// after an interruption), the exit code follows from all of it, a converged apply records what
+/// the kernel trigger repeats, and a reboot owed is scheduled when asked.
+fn ending(
+    ctx: &Ctx<'_>,
+    opts: &ApplyOptions,
+    prepared: &Prepared,
+    steps: &[StepReport],
+    invalid_input: bool,
+    reboot_required: &[String],
+) -> Result<Ending> {
+    let interrupted = interrupted_at(steps);
+    // Invalid input changed nothing: the guard has nothing new to judge (and the profile's
+    // driver, which it would look for, is the input in question).
+    let kernel_guard = guard_after(
+        ctx,
+        opts,
+        steps,
+        interrupted.is_some() || invalid_input,
+        &prepared.unserved,
+    );
+    // A signal after the last step's boundary (during the guard): still an interruption.
+    let interrupted = interrupted.or_else(|| interrupted_after(opts));
+    let mut exit_code = exit_code_of(
+        interrupted.as_ref().map(|(sig, _)| *sig),
+        invalid_input,
+        steps,
+        guard_failed(kernel_guard.as_ref(), prepared.unserved.is_some()),
+        reboot_required,
+    );
+    if crate::report::converged(opts.dry_run, exit_code) {
+        // What the kernel trigger repeats when a new kernel is installed.
+        bootguard::save_last_apply(&prepared.host, &opts.resume_args())?;
+    }
+    let reboot = if opts.dry_run || interrupted.is_some() {
+        None
+    } else {
+        reboot_after(
+            &prepared.host,
+            opts,
+            &prepared.profile,
+            reboot_required,
+            &mut exit_code,
+        )?
+    };
+    Ok(Ending {
+        kernel_guard,
+        interrupted,
+        exit_code,
+        reboot,
+    })
 }
 
 /// A SIGTERM/SIGINT stopped the run at a step boundary: the signal, and the first step it

@@ -76,7 +76,29 @@ pub(crate) fn plan_swap(
     let repo_dir = plan.repo.repo_dir();
     let new = repo_packages(new_files, &repo_dir, drv);
     let kmods = kmod_packages(ctx, drv);
-    // What the set needs whatever is installed.
+    let needed = needed_packages(ctx, plan, &kmods)?;
+    refuse_missing(plan, &needed, &new)?;
+    let installed = installed_family(ctx, others, &new)?;
+    let (install, remove) = moves(plan, others, &new, (&needed, &installed), &kmods);
+    let module = module_change(ctx, plan)?;
+    let allow = &ctx.profile.driver.allow_erase;
+    let erases = allowed_erasures(ctx, &remove, &install, allow)?;
+    Ok(DriverSwap {
+        repo_rpm: Some(plan.path.display().to_string()),
+        repo_id: plan.repo.repo_id(),
+        repo_dir,
+        remove,
+        install,
+        module,
+        allow_erase: allow.clone(),
+        erases,
+    })
+}
+
+/// What the set needs whatever is installed: its packages, the kmods, Fabric Manager on
+/// NVSwitch systems, and the HGX extras pinned to the driver.
+fn needed_packages(ctx: &Ctx<'_>, plan: &DriverPlan, kmods: &[String]) -> Result<BTreeSet<String>> {
+    let drv = &plan.repo.driver;
     let mut needed: BTreeSet<String> = set_packages(plan).iter().map(|s| s.to_string()).collect();
     needed.extend(kmods.iter().cloned());
     if ctx.facts.topology().has_nvswitches() {
@@ -87,6 +109,12 @@ pub(crate) fn plan_swap(
             needed.insert(e.name);
         }
     }
+    Ok(needed)
+}
+
+/// The new repo must carry every package the set needs: bad input otherwise (exit 2).
+fn refuse_missing(plan: &DriverPlan, needed: &BTreeSet<String>, new: &[RepoPackage]) -> Result<()> {
+    let drv = &plan.repo.driver;
     let missing: Vec<&String> = needed
         .iter()
         .filter(|n| !new.iter().any(|p| &p.name == *n))
@@ -102,7 +130,16 @@ pub(crate) fn plan_swap(
             "use NVIDIA's local repo package that carries the whole driver set",
         )));
     }
-    // Everything of the family installed now, from either repo.
+    Ok(())
+}
+
+/// Everything of the family installed now, from either repo: the names the old repos' file
+/// lists and the new repo carry, those the host has.
+fn installed_family(
+    ctx: &Ctx<'_>,
+    others: &[InstalledRepo],
+    new: &[RepoPackage],
+) -> Result<BTreeSet<String>> {
     let mut old_names: BTreeSet<String> = BTreeSet::new();
     for repo in others {
         old_names.extend(names_in_installed_repo(ctx, &repo.name)?);
@@ -113,17 +150,25 @@ pub(crate) fn plan_swap(
     candidates.sort();
     candidates.dedup();
     let refs: Vec<&str> = candidates.iter().map(String::as_str).collect();
-    let installed: BTreeSet<String> = ctx
+    Ok(ctx
         .installed(&refs)?
         .into_iter()
         .filter(|(_, v)| !v.is_empty())
         .map(|(n, _)| n)
-        .collect();
-    // A kmod the set does not want (the other flavour's, another driver's precompiled ones)
-    // goes; every other installed family package the new repo has moves with the driver.
-    // The other flavour's meta package goes too: `nvidia-open` requires the open kmod (NVIDIA's
-    // EL10 switch to proprietary is `dnf install --allowerasing cuda-drivers`, which erases
-    // it), and gpuhost's `full` set carries one meta package, the flavour's own.
+        .collect())
+}
+
+/// What the swap installs from the new repo and what it removes. A kmod the set does not want
+/// (the other flavour's, another driver's precompiled ones) goes; every other installed family
+/// package the new repo has moves with the driver. The other flavour's meta package goes too
+/// ([`meta_to_erase`]). The old local repo packages go.
+fn moves(
+    plan: &DriverPlan,
+    others: &[InstalledRepo],
+    new: &[RepoPackage],
+    (needed, installed): (&BTreeSet<String>, &BTreeSet<String>),
+    kmods: &[String],
+) -> (Vec<RepoPackage>, Vec<String>) {
     let other_meta = meta_to_erase(plan.choice.flavour, plan.install);
     let unwanted_kmod =
         |n: &str| (is_kmod(n) && !kmods.iter().any(|k| k == n)) || Some(n) == other_meta;
@@ -142,7 +187,12 @@ pub(crate) fn plan_swap(
     );
     remove.sort();
     remove.dedup();
-    // dnf's module state: the new set's stream (and, for a module profile, its profile).
+    (install, remove)
+}
+
+/// dnf's module state the swap sets: the new set's stream (and, for a module profile, its
+/// profile), `None` when it has it already or the release has no module streams (EL10).
+fn module_change(ctx: &Ctx<'_>, plan: &DriverPlan) -> Result<Option<String>> {
     let stream = plan.stream();
     let state = ctx
         .host
@@ -150,8 +200,7 @@ pub(crate) fn plan_swap(
         .map(|t| ModuleState::parse(&t))
         .unwrap_or_default();
     let profile = module_profile(ctx);
-    let module = match plan.install {
-        // EL10: no module streams.
+    Ok(match plan.install {
         _ if !plan.modular() => None,
         InstallSet::Module
             if state.enabled_stream() == Some(stream)
@@ -162,18 +211,6 @@ pub(crate) fn plan_swap(
         InstallSet::Module => Some(module_spec(stream, Some(profile))),
         _ if state.enabled_stream() == Some(stream) => None,
         _ => Some(module_spec(stream, None)),
-    };
-    let allow = &ctx.profile.driver.allow_erase;
-    let erases = allowed_erasures(ctx, &remove, &install, allow)?;
-    Ok(DriverSwap {
-        repo_rpm: Some(plan.path.display().to_string()),
-        repo_id: plan.repo.repo_id(),
-        repo_dir,
-        remove,
-        install,
-        module,
-        allow_erase: allow.clone(),
-        erases,
     })
 }
 

@@ -117,6 +117,133 @@ impl KernelModule {
     }
 }
 
+impl KernelModule {
+    /// A precompiled stream: each served kernel without a module gets NVIDIA's kmod for it; a
+    /// kmod installed and still no module is a failure.
+    fn precompiled_missing(
+        ctx: &Ctx<'_>,
+        drv: &str,
+        missing: &[String],
+        check: &mut Check,
+    ) -> Result<()> {
+        for kver in missing {
+            let pkg = precompiled_kmod(drv, kver);
+            if !ctx.installed_one(&pkg)?.is_empty() {
+                return Err(Self::failure(ctx, StreamKind::Precompiled, drv, missing));
+            }
+            check.changes.push(Change::install(
+                vec![pkg],
+                format!("no module for the {} kernel", role(ctx, kver)),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A DKMS stream: DKMS builds the module for the served kernels that lack it.
+    fn dkms_missing(
+        ctx: &Ctx<'_>,
+        kind: StreamKind,
+        drv: &str,
+        missing: &[String],
+        check: &mut Check,
+    ) -> Result<()> {
+        let (Some(module), Some(package)) = (kind.dkms_name(), kind.dkms_package()) else {
+            return Ok(());
+        };
+        let kmod_installed = ctx.installed_one(package)?.iter().any(|p| p.version == drv);
+        let why = if kmod_installed {
+            format!(
+                "no NVIDIA {drv} module for the {} kernel",
+                missing
+                    .iter()
+                    .map(|k| role(ctx, k))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            )
+        } else {
+            format!("no NVIDIA {drv} module yet: the driver step installs {package}; DKMS ({module}) builds it for each served kernel")
+        };
+        check.changes.push(Change::new(
+            Work::Rebuild {
+                module: module.to_string(),
+                version: drv.to_string(),
+                kernels: missing.to_vec(),
+                resign: false,
+            },
+            why,
+        ));
+        Ok(())
+    }
+
+    /// Under Secure Boot: every module the kernels have is signed by the key that will be
+    /// trusted; DKMS signs again what is not, a precompiled module needs NVIDIA's key enrolled.
+    fn signatures(
+        ctx: &Ctx<'_>,
+        kind: StreamKind,
+        drv: &str,
+        have: &[&String],
+        signer: &Signer,
+        check: &mut Check,
+    ) -> Result<()> {
+        let mut unsigned = Vec::new();
+        let mut why = Vec::new();
+        for k in have {
+            let p = signing::problems(ctx.host, k, signer)?;
+            if p.is_empty() {
+                continue;
+            }
+            why.push(format!("{k}: {}", p.join(", ")));
+            unsigned.push((*k).clone());
+        }
+        match (kind.dkms_name(), unsigned.is_empty()) {
+            (_, true) => check.notes.push(match signer {
+                Signer::Profile(c) => format!("modules signed by {c}"),
+                Signer::Firmware(_) => "modules signed by an enrolled key".to_string(),
+            }),
+            (Some(module), false) => check.changes.push(Change::new(
+                Work::Rebuild {
+                    module: module.to_string(),
+                    version: drv.to_string(),
+                    kernels: unsigned,
+                    resign: true,
+                },
+                format!("Secure Boot would refuse the module: {}", why.join("; ")),
+            )),
+            (None, false) => {
+                return Err(hinted(
+                    format!("Secure Boot is on and NVIDIA's precompiled module will not load: {}", why.join("; ")),
+                    format!("enroll the certificate NVIDIA signs its precompiled kmods with: {}; `mokutil --import NVIDIA2019-public_key.der`, reboot and confirm it in MokManager at the console", gpuhost_host::secureboot::NVIDIA_PRECOMPILED_CERT),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// On a live host: the loaded module is the driver's, or a reboot is owed, or it is loaded.
+    fn loaded(ctx: &Ctx<'_>, drv: &str, missing: &[String], check: &mut Check) -> Result<()> {
+        match ctx.host.read_opt("/sys/module/nvidia/version")? {
+            Some(v) if v.trim() == drv => check.notes.push(format!("loaded: {drv}")),
+            Some(v) => {
+                check.reboot = Some(format!(
+                    "the loaded NVIDIA module is {}, the installed driver {drv}: reboot (or unload and reload the nvidia modules)",
+                    v.trim()
+                ))
+            }
+            None if ctx.facts.nouveau_loaded => {
+                check.notes.push("not loaded: nouveau holds the GPUs until a reboot".into())
+            }
+            None if missing.is_empty() && !ctx.facts.gpus.is_empty() => {
+                check.changes.push(Change::new(
+                    Work::Run(vec!["modprobe".into(), "nvidia".into()]),
+                    "the module is not loaded",
+                ))
+            }
+            None => {}
+        }
+        Ok(())
+    }
+}
+
 impl Step for KernelModule {
     fn id(&self) -> &'static str {
         "kernel-module"
@@ -145,82 +272,15 @@ impl Step for KernelModule {
         let kind = StreamKind::of(super::stream(ctx));
         let mut check = Check::default();
         let missing = Self::missing(ctx, &drv);
-        let kmod_installed = match kind.dkms_package() {
-            Some(k) => ctx.installed_one(k)?.iter().any(|p| p.version == drv),
-            None => false,
-        };
-        for kver in &missing {
-            let role = role(ctx, kver);
-            if kind == StreamKind::Precompiled {
-                let pkg = precompiled_kmod(&drv, kver);
-                if ctx.installed_one(&pkg)?.is_empty() {
-                    check.changes.push(Change::install(
-                        vec![pkg],
-                        format!("no module for the {role} kernel"),
-                    ));
-                    continue;
-                }
-                return Err(Self::failure(ctx, kind, &drv, &missing));
-            }
-        }
-        if let (Some(module), false) = (kind.dkms_name(), missing.is_empty()) {
-            let package = kind.dkms_package().unwrap_or_default().to_string();
-            let why = if kmod_installed {
-                format!(
-                    "no NVIDIA {drv} module for the {} kernel",
-                    missing
-                        .iter()
-                        .map(|k| role(ctx, k))
-                        .collect::<Vec<_>>()
-                        .join(" and ")
-                )
-            } else {
-                format!("no NVIDIA {drv} module yet: the driver step installs {package}; DKMS ({module}) builds it for each served kernel")
-            };
-            check.changes.push(Change::new(
-                Work::Rebuild {
-                    module: module.to_string(),
-                    version: drv.clone(),
-                    kernels: missing.clone(),
-                    resign: false,
-                },
-                why,
-            ));
+        if kind == StreamKind::Precompiled {
+            Self::precompiled_missing(ctx, &drv, &missing, &mut check)?;
+        } else if !missing.is_empty() {
+            Self::dkms_missing(ctx, kind, &drv, &missing, &mut check)?;
         }
         let served = ctx.facts.kernels_to_serve();
         let have: Vec<&String> = served.iter().filter(|k| !missing.contains(k)).collect();
         if let Some(signer) = expected_signer(ctx, kind)? {
-            let mut unsigned = Vec::new();
-            let mut why = Vec::new();
-            for k in &have {
-                let p = signing::problems(ctx.host, k, &signer)?;
-                if p.is_empty() {
-                    continue;
-                }
-                why.push(format!("{k}: {}", p.join(", ")));
-                unsigned.push((*k).clone());
-            }
-            match (kind.dkms_name(), unsigned.is_empty()) {
-                (_, true) => check.notes.push(match &signer {
-                    Signer::Profile(c) => format!("modules signed by {c}"),
-                    Signer::Firmware(_) => "modules signed by an enrolled key".to_string(),
-                }),
-                (Some(module), false) => check.changes.push(Change::new(
-                    Work::Rebuild {
-                        module: module.to_string(),
-                        version: drv.clone(),
-                        kernels: unsigned,
-                        resign: true,
-                    },
-                    format!("Secure Boot would refuse the module: {}", why.join("; ")),
-                )),
-                (None, false) => {
-                    return Err(hinted(
-                        format!("Secure Boot is on and NVIDIA's precompiled module will not load: {}", why.join("; ")),
-                        format!("enroll the certificate NVIDIA signs its precompiled kmods with: {}; `mokutil --import NVIDIA2019-public_key.der`, reboot and confirm it in MokManager at the console", gpuhost_host::secureboot::NVIDIA_PRECOMPILED_CERT),
-                    ))
-                }
-            }
+            Self::signatures(ctx, kind, &drv, &have, &signer, &mut check)?;
         }
         if !have.is_empty() {
             check.notes.push(format!(
@@ -236,25 +296,7 @@ impl Step for KernelModule {
             ));
         }
         if ctx.host.is_live() {
-            match ctx.host.read_opt("/sys/module/nvidia/version")? {
-                Some(v) if v.trim() == drv => check.notes.push(format!("loaded: {drv}")),
-                Some(v) => {
-                    check.reboot = Some(format!(
-                        "the loaded NVIDIA module is {}, the installed driver {drv}: reboot (or unload and reload the nvidia modules)",
-                        v.trim()
-                    ))
-                }
-                None if ctx.facts.nouveau_loaded => {
-                    check.notes.push("not loaded: nouveau holds the GPUs until a reboot".into())
-                }
-                None if missing.is_empty() && !ctx.facts.gpus.is_empty() => {
-                    check.changes.push(Change::new(
-                        Work::Run(vec!["modprobe".into(), "nvidia".into()]),
-                        "the module is not loaded",
-                    ))
-                }
-                None => {}
-            }
+            Self::loaded(ctx, &drv, &missing, &mut check)?;
         }
         Ok(check)
     }

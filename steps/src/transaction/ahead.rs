@@ -27,6 +27,8 @@ use crate::work::Install;
 
 /// The scratch directory inside the root (removed when done, and by every apply's start).
 pub const SCRATCH: &str = "/var/cache/gpuhost/download";
+/// The package's payload, unpacked inside [`SCRATCH`].
+const TREE: &str = "/var/cache/gpuhost/download/tree";
 
 /// The one transaction of `parts` (a [`Batch::Merged`](super::Batch::Merged)): its command and what dnf printed (see the module
 /// doc). An error when the local repo package cannot be copied or read, before any change.
@@ -195,7 +197,10 @@ impl Section {
             let keys = self
                 .keys
                 .iter()
-                .map(|k| payload::repo_key(k, tree, path, &format!("/etc/yum.repos.d/{file}")))
+                .map(|k| {
+                    let repo_file = format!("/etc/yum.repos.d/{file}");
+                    payload::repo_key(host, k, (tree, TREE), path, &repo_file)
+                })
                 .collect::<Result<Vec<_>>>()?;
             out.push(format!("--setopt={id}.gpgkey={}", keys.join(",")));
         }

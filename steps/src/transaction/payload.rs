@@ -10,6 +10,7 @@ use anyhow::Result;
 use gpuhost_host::cmd::Cmd;
 use gpuhost_host::error::hinted;
 use gpuhost_host::host::Host;
+use gpuhost_host::rootfs::Kind;
 
 /// Why a payload was not unpacked: the package could not be read whole (`rpm2cpio`), or the
 /// files asked for could not be extracted (`cpio`). Each caller says it in its own words.
@@ -48,11 +49,18 @@ pub(crate) fn unpack(
 
 /// A `gpgkey` of a `.repo` file the package carries, as dnf is to read it: an `https:` URL as it
 /// is; a `file://` key inside the package's own repo directory `under` (normalised: `.` and
-/// `..` resolved) as the file of the unpacked `tree`, which must be a regular file there and
-/// no link leaving the tree. Anything else (a file elsewhere, `..` out of the directory, a link
-/// out of the tree, `http:`, `ftp:`) is bad input: a package's repo never makes dnf read the
-/// build host. `repo_file` names the `.repo` file in the message.
-pub(crate) fn repo_key(key: &str, tree: &Path, under: &str, repo_file: &str) -> Result<String> {
+/// `..` resolved) as the file of the unpacked tree, which must be a regular file there with no
+/// link on the way (the tree is `tree.0` on this machine, `tree.1` in the root). Anything else
+/// (a file elsewhere, `..` out of the directory, a link, `http:`, `ftp:`) is bad input: a
+/// package's repo never makes dnf read the build host. `repo_file` names the `.repo` file in
+/// the message.
+pub(crate) fn repo_key(
+    host: &Host,
+    key: &str,
+    tree: (&Path, &str),
+    under: &str,
+    repo_file: &str,
+) -> Result<String> {
     if key.starts_with("https://") {
         return Ok(key.to_string());
     }
@@ -76,15 +84,27 @@ pub(crate) fn repo_key(key: &str, tree: &Path, under: &str, repo_file: &str) -> 
             "a file outside the package's own repo directory {under}"
         )));
     }
-    let file = tree.join(normal.trim_start_matches('/'));
-    let inside = match (file.canonicalize(), tree.canonicalize()) {
-        (Ok(real), Ok(top)) => real.starts_with(&top) && real.is_file(),
-        _ => false,
-    };
-    if !inside {
-        return Err(refuse("which the package does not carry as a file of its own repo (missing, or a link out of it)"));
+    // Each component from the tree down, not followed: a link of the payload may lead anywhere.
+    let mut inside = tree.1.trim_end_matches('/').to_string();
+    let parts: Vec<&str> = normal.split('/').filter(|c| !c.is_empty()).collect();
+    for (i, c) in parts.iter().enumerate() {
+        inside.push('/');
+        inside.push_str(c);
+        let want = if i + 1 == parts.len() {
+            Kind::File
+        } else {
+            Kind::Dir
+        };
+        if host.kind_nofollow(&inside) != Some(want) {
+            return Err(refuse(
+                "which the package does not carry as a file of its own repo (missing, or a link)",
+            ));
+        }
     }
-    Ok(format!("file://{}", file.display()))
+    Ok(format!(
+        "file://{}",
+        tree.0.join(normal.trim_start_matches('/')).display()
+    ))
 }
 
 /// `path` with `.` and `..` resolved and repeated `/` folded (`None` when `..` would climb out of
@@ -107,37 +127,45 @@ fn normalised(path: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_key_the_package_carries_is_read_from_the_tree() -> anyhow::Result<()> {
+    /// A root with an unpacked tree at `/scratch/tree` holding `repo`'s key `D42D0685.pub`, and
+    /// a link `out.pub` beside it to the build host's `/etc/shadow`.
+    fn tree_with_key(repo: &str) -> anyhow::Result<(tempfile::TempDir, Host, PathBufPair)> {
         let tmp = tempfile::tempdir()?;
-        let tree = tmp.path().join("tree");
-        let repo = "/var/nvidia-driver-local-repo-rhel9-580.82.07";
+        let tree = tmp.path().join("scratch/tree");
         std::fs::create_dir_all(tree.join(&repo[1..]))?;
         std::fs::write(tree.join(&repo[1..]).join("D42D0685.pub"), "key")?;
+        std::os::unix::fs::symlink("/etc/shadow", tree.join(&repo[1..]).join("out.pub"))?;
+        let host = Host::new(tmp.path())?;
+        Ok((tmp, host, (tree, "/scratch/tree")))
+    }
+
+    type PathBufPair = (std::path::PathBuf, &'static str);
+
+    #[test]
+    fn a_key_the_package_carries_is_read_from_the_tree() -> anyhow::Result<()> {
+        let repo = "/var/nvidia-driver-local-repo-rhel9-580.82.07";
+        let (_tmp, host, (tree, inside)) = tree_with_key(repo)?;
+        let t = (tree.as_path(), inside);
         let key = format!("file://{repo}/D42D0685.pub");
         let want = format!(
             "file://{}",
             tree.join(&repo[1..]).join("D42D0685.pub").display()
         );
-        assert_eq!(repo_key(&key, &tree, "/var/", "r.repo")?, want);
-        assert_eq!(repo_key(&key, &tree, repo, "r.repo")?, want);
+        assert_eq!(repo_key(&host, &key, t, "/var/", "r.repo")?, want);
+        assert_eq!(repo_key(&host, &key, t, repo, "r.repo")?, want);
         // `.` and `..` inside the repo are resolved.
         let dotted = format!("file://{repo}/./x/../D42D0685.pub");
-        assert_eq!(repo_key(&dotted, &tree, repo, "r.repo")?, want);
-        assert_eq!(
-            repo_key("https://x/key.pub", &tree, "/var/", "r.repo")?,
-            "https://x/key.pub"
-        );
+        assert_eq!(repo_key(&host, &dotted, t, repo, "r.repo")?, want);
+        let https = "https://x/key.pub";
+        assert_eq!(repo_key(&host, https, t, "/var/", "r.repo")?, https);
         Ok(())
     }
 
     #[test]
     fn a_key_outside_the_packages_repo_is_invalid_input() -> anyhow::Result<()> {
-        let tmp = tempfile::tempdir()?;
-        let tree = tmp.path().join("tree");
         let repo = "/var/nvidia-driver-local-repo-rhel9-580.82.07";
-        std::fs::create_dir_all(tree.join(&repo[1..]))?;
-        std::os::unix::fs::symlink("/etc/shadow", tree.join(&repo[1..]).join("out.pub"))?;
+        let (_tmp, host, (tree, inside)) = tree_with_key(repo)?;
+        let t = (tree.as_path(), inside);
         for key in [
             "file:///etc/pki/key".to_string(),
             format!("file://{repo}/../../tmp/key.pub"),
@@ -147,17 +175,16 @@ mod tests {
             "http://example.com/key.pub".to_string(),
             "ftp://example.com/key.pub".to_string(),
             "/etc/shadow".to_string(),
+            // Another local repo's directory is not this package's.
+            "file:///var/cuda-repo-rhel9-13-0-local/key.pub".to_string(),
         ] {
-            let e = repo_key(&key, &tree, repo, "r.repo").err();
+            let e = repo_key(&host, &key, t, repo, "r.repo").err();
             assert!(
                 e.as_ref().is_some_and(gpuhost_host::error::is_invalid),
                 "{key}: {e:?}"
             );
             assert!(format!("{e:?}").contains(&key), "{e:?}");
         }
-        // A key of another local repo's directory is not this package's.
-        let other = "file:///var/cuda-repo-rhel9-13-0-local/key.pub";
-        assert!(repo_key(other, &tree, repo, "r.repo").is_err());
         Ok(())
     }
 }

@@ -348,8 +348,9 @@ fn repo_options(host: &Host, tree: &Path, repo_dir: &str) -> Result<Vec<String>>
                 "gpgkey" => {
                     for k in value.split([',', ' ']).filter(|k| !k.is_empty()) {
                         keys.push(payload::repo_key(
+                            host,
                             k,
-                            tree,
+                            (tree, &format!("{SCRATCH}/tree")),
                             repo_dir,
                             &format!("/etc/yum.repos.d/{name}"),
                         )?);
