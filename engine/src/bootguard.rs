@@ -88,7 +88,7 @@ pub(crate) struct Guard<'a> {
 
 impl Guard<'_> {
     /// Decide, and carry it out: set the default boot entry, write or clear the record.
-    pub fn settle(&self) -> Result<Decision> {
+    pub(crate) fn settle(&self) -> Result<Decision> {
         let record = load(self.host)?;
         // A held-back kernel whose module now exists becomes the default again.
         if let Some(r) = &record {

@@ -11,6 +11,8 @@
 //! - [`rollback`]: back to the driver of the converged apply before the last one;
 //! - [`bundle`]: offline bundles, built and verified.
 
+#![warn(unreachable_pub)]
+
 pub mod apply;
 pub mod bootguard;
 pub mod bundle;

@@ -9,6 +9,8 @@
 //! The engine (`gpuhost-engine`) drives these steps through the registry; nothing here knows
 //! the engine.
 
+#![warn(unreachable_pub)]
+
 pub mod containers;
 pub mod driver;
 pub mod kernel;

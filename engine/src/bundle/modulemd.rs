@@ -31,7 +31,7 @@ pub(crate) struct Doc {
 }
 
 /// Split a modules.yaml into its documents.
-pub fn split(yaml: &str) -> Vec<Doc> {
+pub(crate) fn split(yaml: &str) -> Vec<Doc> {
     let mut docs = Vec::new();
     let mut body: Vec<&str> = Vec::new();
     let mut open = false;
@@ -188,7 +188,7 @@ fn parse(lines: &[&str]) -> Doc {
 
 /// What the plan asks of the module metadata.
 #[derive(Clone, Debug, Default)]
-pub struct Wanted {
+pub(crate) struct Wanted {
     /// Modules the plan installs a stream of (`nvidia-driver` → `latest-dkms`): exactly those
     /// streams are kept of them.
     pub streams: BTreeMap<String, BTreeSet<String>>,
@@ -206,7 +206,11 @@ pub struct Wanted {
 /// - defaults, obsoletes and translations: of the modules some stream of which is kept.
 ///
 /// Identical documents (the same stream in two repos) are kept once.
-pub fn keep<'d>(docs: &'d [Doc], nevras: &BTreeSet<String>, wanted: &Wanted) -> Vec<&'d Doc> {
+pub(crate) fn keep<'d>(
+    docs: &'d [Doc],
+    nevras: &BTreeSet<String>,
+    wanted: &Wanted,
+) -> Vec<&'d Doc> {
     let mut kept_modules: BTreeSet<&str> = BTreeSet::new();
     let mut keep_doc = vec![false; docs.len()];
     for (i, d) in docs.iter().enumerate() {

@@ -12,7 +12,7 @@ use crate::step::{Change, Check, Ctx, FileWrite, Step, Work};
 use gpuhost_host::error::hinted;
 use gpuhost_profile::DaemonSpec;
 
-pub struct DaemonJson;
+pub(crate) struct DaemonJson;
 
 pub(crate) const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 /// The runtime path `nvidia-ctk runtime configure` writes (found on PATH by dockerd).

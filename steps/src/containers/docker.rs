@@ -17,7 +17,7 @@ use super::{
 use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 use gpuhost_host::error::hinted;
 
-pub struct Docker;
+pub(crate) struct Docker;
 
 pub(crate) const REPO_PATH: &str = "/etc/yum.repos.d/docker-ce.repo";
 const REPO_ID: &str = "docker-ce-stable";

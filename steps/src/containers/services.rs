@@ -22,7 +22,7 @@ pub(crate) fn docker_restart(reason: &str) -> crate::step::Owed {
     }
 }
 
-pub struct Services;
+pub(crate) struct Services;
 
 /// Docker's post-install docs enable exactly these two.
 pub(crate) const UNITS: [&str; 2] = ["docker.service", "containerd.service"];

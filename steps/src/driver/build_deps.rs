@@ -21,14 +21,14 @@ use crate::step::{Change, Check, Ctx, FileWrite, Step, Work};
 use gpuhost_host::rpm::vercmp;
 use gpuhost_profile::StreamKind;
 
-pub struct BuildDeps;
+pub(crate) struct BuildDeps;
 
 /// The first line of an override gpuhost wrote.
 const MARKER: &str = "# Written by gpuhost";
 
 /// The compiler named by a kernel `.config`: `(text, gcc major)`; the major is `None` for a
 /// compiler that is not GCC. `CONFIG_CC_VERSION_TEXT` first, else `CONFIG_GCC_VERSION`.
-pub fn kernel_compiler(config: &str) -> Option<(String, Option<u32>)> {
+pub(crate) fn kernel_compiler(config: &str) -> Option<(String, Option<u32>)> {
     let value = |key: &str| {
         config.lines().find_map(|l| {
             l.trim()

@@ -52,16 +52,16 @@ pub(crate) struct Toolset {
 }
 
 impl Toolset {
-    pub fn gcc(&self) -> String {
+    pub(crate) fn gcc(&self) -> String {
         format!("/opt/rh/gcc-toolset-{}/root/usr/bin/gcc", self.major)
     }
 
-    pub fn enable(&self) -> String {
+    pub(crate) fn enable(&self) -> String {
         format!("/opt/rh/gcc-toolset-{}/enable", self.major)
     }
 
     /// The package that brings the compiler (and, through `-runtime`, its `enable` script).
-    pub fn package(&self) -> String {
+    pub(crate) fn package(&self) -> String {
         format!("gcc-toolset-{}-gcc", self.major)
     }
 }

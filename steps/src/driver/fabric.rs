@@ -13,7 +13,7 @@ use super::locks::{
 use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 use crate::units;
 
-pub struct FabricManager;
+pub(crate) struct FabricManager;
 
 const UNIT: &str = "nvidia-fabricmanager.service";
 

@@ -21,13 +21,13 @@ use super::locks::{
 use crate::step::{Change, Check, Ctx, DnfFailure, FileWrite, Install, Step, Work};
 use gpuhost_nvidia::hgx::{Extra, NVLINK5_MODULES};
 
-pub struct HgxExtras;
+pub(crate) struct HgxExtras;
 
 /// The modules-load.d file that loads what Fabric Manager needs on NVLink-5 systems.
-pub const MODULES_LOAD: &str = "/etc/modules-load.d/gpuhost-nvlink5.conf";
+pub(crate) const MODULES_LOAD: &str = "/etc/modules-load.d/gpuhost-nvlink5.conf";
 
 /// Its content.
-pub fn modules_load_content() -> String {
+pub(crate) fn modules_load_content() -> String {
     let mut s = String::from(
         "# Written by gpuhost: on NVLink-5 systems Fabric Manager (and nvlsm) start only once\n# these are loaded (NVIDIA/gpu-driver-container, _ensure_nvlink5_prerequisites).\n",
     );

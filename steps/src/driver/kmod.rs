@@ -21,7 +21,7 @@ use gpuhost_host::cmd::tail_lines;
 use gpuhost_host::error::hinted;
 use gpuhost_host::kmods;
 
-pub struct KernelModule;
+pub(crate) struct KernelModule;
 
 /// Lines of make.log an error shows.
 const LOG_LINES: usize = 6;

@@ -10,10 +10,10 @@ use super::context::{driver_version, plan};
 use crate::step::Ctx;
 use gpuhost_nvidia::hgx::{self, fabric_manager_package_of as package_for, Extra};
 
-pub const DNF_CONF: &str = "/etc/dnf/dnf.conf";
+pub(crate) const DNF_CONF: &str = "/etc/dnf/dnf.conf";
 
 /// The extras of this run: none without a driver.
-pub fn wanted(ctx: &Ctx<'_>) -> Result<Vec<Extra>> {
+pub(crate) fn wanted(ctx: &Ctx<'_>) -> Result<Vec<Extra>> {
     let Ok(p) = plan(ctx) else {
         return Ok(Vec::new());
     };
@@ -22,7 +22,7 @@ pub fn wanted(ctx: &Ctx<'_>) -> Result<Vec<Extra>> {
 
 /// True when dnf.conf locks a package gpuhost locks for this driver (Fabric Manager, NSCQ,
 /// nvlsm, IMEX): gpuhost's own transactions then lift the locks with `--disableexcludes=main`.
-pub fn locked(ctx: &Ctx<'_>) -> Result<bool> {
+pub(crate) fn locked(ctx: &Ctx<'_>) -> Result<bool> {
     let Ok(drv) = driver_version(ctx).map(|n| n.driver) else {
         return Ok(false);
     };
@@ -36,7 +36,7 @@ pub fn locked(ctx: &Ctx<'_>) -> Result<bool> {
 }
 
 /// The package names excluded in dnf.conf's `[main]` (`excludepkgs=` or its alias `exclude=`).
-pub fn main_excludes(conf: &str) -> Vec<String> {
+pub(crate) fn main_excludes(conf: &str) -> Vec<String> {
     let mut in_main = false;
     let mut out = Vec::new();
     for line in conf.lines() {
@@ -62,7 +62,7 @@ pub fn main_excludes(conf: &str) -> Vec<String> {
 }
 
 /// dnf.conf with `pkg` added to `[main]`'s excludes (a `[main]` section is added if missing).
-pub fn with_exclude(conf: &str, pkg: &str) -> String {
+pub(crate) fn with_exclude(conf: &str, pkg: &str) -> String {
     let mut lines: Vec<String> = conf.lines().map(str::to_string).collect();
     let main = lines.iter().position(|l| l.trim() == "[main]");
     let Some(main) = main else {
@@ -105,7 +105,7 @@ pub fn with_exclude(conf: &str, pkg: &str) -> String {
 }
 
 /// The NVSwitches, in words: `4 NVSwitches` on PCI, `2 NVLink-5 switch ports`.
-pub fn switches(ctx: &Ctx<'_>) -> String {
+pub(crate) fn switches(ctx: &Ctx<'_>) -> String {
     let t = ctx.facts.topology();
     let mut parts = Vec::new();
     if t.pci_nvswitches > 0 {
@@ -121,11 +121,11 @@ pub fn switches(ctx: &Ctx<'_>) -> String {
 }
 
 /// True for a name gpuhost locks for some driver ([`gpuhost_nvidia::hgx::is_locked_extra`]).
-pub use gpuhost_nvidia::hgx::is_locked_extra as is_gpuhost_lock;
+pub(crate) use gpuhost_nvidia::hgx::is_locked_extra as is_gpuhost_lock;
 
 /// gpuhost's locks in dnf.conf that name a package not installed (the pre-R580 names after a
 /// branch upgrade): a lock never names a package that is not installed.
-pub fn stale_locks(ctx: &Ctx<'_>, conf: &str) -> Result<Vec<String>> {
+pub(crate) fn stale_locks(ctx: &Ctx<'_>, conf: &str) -> Result<Vec<String>> {
     let ours: Vec<String> = main_excludes(conf)
         .into_iter()
         .filter(|n| is_gpuhost_lock(n))
@@ -139,7 +139,7 @@ pub fn stale_locks(ctx: &Ctx<'_>, conf: &str) -> Result<Vec<String>> {
 }
 
 /// dnf.conf with `names` taken out of `[main]`'s excludes (a setting left empty goes).
-pub fn without_excludes(conf: &str, names: &[String]) -> String {
+pub(crate) fn without_excludes(conf: &str, names: &[String]) -> String {
     if names.is_empty() {
         return conf.to_string();
     }

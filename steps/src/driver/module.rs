@@ -27,10 +27,12 @@ use gpuhost_host::kernel::Flavour;
 use gpuhost_nvidia::packages;
 use gpuhost_profile::{InstallSet, StreamKind};
 
-pub struct Driver;
+pub(crate) struct Driver;
 
 use super::set::package_names;
-pub use super::set::{kmod_packages, listed_streams, precompiled_kmod, set_packages, ModuleState};
+pub(crate) use super::set::{
+    kmod_packages, listed_streams, precompiled_kmod, set_packages, ModuleState,
+};
 
 /// The streams the enabled repos offer.
 fn available_streams(ctx: &Ctx<'_>) -> Result<Vec<String>> {

@@ -11,14 +11,14 @@ use anyhow::Result;
 use crate::step::{Change, Check, Ctx, FileWrite, Step, Work};
 use gpuhost_host::kernel::bls_kernel;
 
-pub struct Nouveau;
+pub(crate) struct Nouveau;
 
 const ARGS: &[&str] = &["rd.driver.blacklist=nouveau", "modprobe.blacklist=nouveau"];
 const ENTRIES: &str = "/boot/loader/entries";
 const MODPROBE_DIRS: &[&str] = &["/etc/modprobe.d", "/usr/lib/modprobe.d", "/lib/modprobe.d"];
 
 /// True when a kernel command line blacklists nouveau in the initramfs.
-pub fn blacklists_nouveau(cmdline: &str) -> bool {
+pub(crate) fn blacklists_nouveau(cmdline: &str) -> bool {
     cmdline.split_whitespace().any(|a| {
         a.strip_prefix("rd.driver.blacklist=")
             .is_some_and(|v| v.split(',').any(|m| m == "nouveau"))
@@ -26,7 +26,7 @@ pub fn blacklists_nouveau(cmdline: &str) -> bool {
 }
 
 /// The command line of a BLS entry, with `$kernelopts` expanded from grubenv.
-pub fn entry_cmdline(entry: &str, kernelopts: &str) -> String {
+pub(crate) fn entry_cmdline(entry: &str, kernelopts: &str) -> String {
     entry
         .lines()
         .filter_map(|l| l.trim().strip_prefix("options"))
@@ -37,7 +37,7 @@ pub fn entry_cmdline(entry: &str, kernelopts: &str) -> String {
 }
 
 /// The entry with the blacklist arguments appended to its `options` line (or a new one).
-pub fn with_blacklist(entry: &str) -> String {
+pub(crate) fn with_blacklist(entry: &str) -> String {
     let extra = ARGS.join(" ");
     let mut done = false;
     let mut out: Vec<String> = entry

@@ -7,7 +7,7 @@ use anyhow::Result;
 use crate::step::{Change, Check, Ctx, Install, Step, Work};
 use crate::units;
 
-pub struct Persistenced;
+pub(crate) struct Persistenced;
 
 const UNIT: &str = "nvidia-persistenced.service";
 const PACKAGE: &str = gpuhost_nvidia::packages::PERSISTENCED;

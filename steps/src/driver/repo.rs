@@ -23,7 +23,7 @@ use gpuhost_nvidia::localrepo::LocalRepoFile;
 use gpuhost_nvidia::localrepo::{installed_driver, RepoKind};
 use gpuhost_nvidia::packages::{self, DRIVER_FILE_PREFIX};
 
-pub struct DriverRepo;
+pub(crate) struct DriverRepo;
 
 /// The first bytes of every RPM file (the lead).
 const RPM_MAGIC: [u8; 4] = [0xed, 0xab, 0xee, 0xdb];

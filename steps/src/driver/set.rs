@@ -7,11 +7,11 @@ use crate::run::DriverPlan;
 use crate::step::Ctx;
 use gpuhost_nvidia::packages::{self, StreamKind};
 
-pub const MODULE_FILE: &str = "/etc/dnf/modules.d/nvidia-driver.module";
+pub(crate) const MODULE_FILE: &str = "/etc/dnf/modules.d/nvidia-driver.module";
 
 /// The state dnf keeps for a module in `/etc/dnf/modules.d/<name>.module`.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct ModuleState {
+pub(crate) struct ModuleState {
     pub stream: String,
     pub profiles: Vec<String>,
     /// `enabled`, `disabled` or empty (reset).
@@ -19,7 +19,7 @@ pub struct ModuleState {
 }
 
 impl ModuleState {
-    pub fn parse(text: &str) -> ModuleState {
+    pub(crate) fn parse(text: &str) -> ModuleState {
         let mut m = ModuleState::default();
         for line in text.lines() {
             let Some((k, v)) = line.split_once('=') else {
@@ -43,13 +43,13 @@ impl ModuleState {
     }
 
     /// The enabled stream, if any.
-    pub fn enabled_stream(&self) -> Option<&str> {
+    pub(crate) fn enabled_stream(&self) -> Option<&str> {
         (self.state == "enabled" && !self.stream.is_empty()).then_some(self.stream.as_str())
     }
 }
 
 /// The streams of `module` in `dnf module list <module>` output.
-pub fn listed_streams(module: &str, stdout: &str) -> Vec<String> {
+pub(crate) fn listed_streams(module: &str, stdout: &str) -> Vec<String> {
     let mut out: Vec<String> = stdout
         .lines()
         .filter_map(|l| {
@@ -61,11 +61,11 @@ pub fn listed_streams(module: &str, stdout: &str) -> Vec<String> {
     out
 }
 
-pub use gpuhost_nvidia::packages::precompiled_kmod;
+pub(crate) use gpuhost_nvidia::packages::precompiled_kmod;
 
 /// The packages that bring the kernel module for this stream: the DKMS package, or the
 /// precompiled package of every served kernel.
-pub fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
+pub(crate) fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
     match StreamKind::of(super::context::stream(ctx)).dkms_package() {
         Some(k) => vec![k.to_string()],
         None => ctx
@@ -79,7 +79,7 @@ pub fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
 
 /// The packages of the plan's package set besides the kmods, that must be at the driver's
 /// version ([`gpuhost_nvidia::packages::set_packages`]).
-pub fn set_packages(plan: &DriverPlan) -> Vec<&'static str> {
+pub(crate) fn set_packages(plan: &DriverPlan) -> Vec<&'static str> {
     packages::set_packages(plan.install, plan.choice.flavour).to_vec()
 }
 
