@@ -12,6 +12,44 @@ use serde::{Deserialize, Serialize};
 use crate::host::Host;
 use crate::rpm::vercmp;
 
+/// A kernel's build configuration (`.config`), from its devel tree, its modules directory or
+/// `/boot`; `None` when none of them is there.
+pub fn config_of(host: &Host, kver: &str) -> Option<String> {
+    [
+        format!("/usr/src/kernels/{kver}/.config"),
+        format!("/lib/modules/{kver}/config"),
+        format!("/boot/config-{kver}"),
+    ]
+    .iter()
+    .find_map(|p| host.read_opt(p).ok().flatten())
+}
+
+/// The compiler named by a kernel `.config`: `(text, gcc major)`; the major is `None` for a
+/// compiler that is not GCC. `CONFIG_CC_VERSION_TEXT` first, else `CONFIG_GCC_VERSION`.
+pub fn compiler(config: &str) -> Option<(String, Option<u32>)> {
+    let value = |key: &str| {
+        config.lines().find_map(|l| {
+            l.trim()
+                .strip_prefix(key)
+                .and_then(|r| r.strip_prefix('='))
+                .map(|v| v.trim().trim_matches('"').to_string())
+        })
+    };
+    if let Some(text) = value("CONFIG_CC_VERSION_TEXT") {
+        let major = text
+            .starts_with("gcc")
+            .then(|| {
+                text.split_whitespace()
+                    .find(|w| w.contains('.') && w.split('.').all(|p| p.parse::<u32>().is_ok()))
+                    .and_then(|w| w.split('.').next()?.parse().ok())
+            })
+            .flatten();
+        return Some((text, major));
+    }
+    let num: u32 = value("CONFIG_GCC_VERSION")?.parse().ok()?;
+    (num > 0).then(|| (format!("gcc {num}"), Some(num / 10_000)))
+}
+
 /// Oracle Linux kernel flavours.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -191,6 +229,7 @@ pub fn running() -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use rstest::rstest;
 
     #[rstest]
@@ -291,5 +330,34 @@ mod tests {
             Some("5.15.0-204.147.6.2.el8uek.x86_64")
         );
         Ok(())
+    }
+
+    #[rstest]
+    #[case(
+        "CONFIG_CC_VERSION_TEXT=\"gcc (GCC) 11.2.1 20220127 (Red Hat 11.2.1-9.0.1)\"\nCONFIG_GCC_VERSION=110201\n",
+        Some(11)
+    )]
+    #[case(
+        "CONFIG_CC_VERSION_TEXT=\"gcc (GCC) 8.5.0 20210514 (Red Hat 8.5.0-22.0.1)\"\n",
+        Some(8)
+    )]
+    #[case(
+        "CONFIG_CC_VERSION_TEXT=\"gcc (GCC) 14.2.1 20250110 (Red Hat 14.2.1-7)\"\n",
+        Some(14)
+    )]
+    #[case("CONFIG_CC_IS_GCC=y\nCONFIG_GCC_VERSION=80500\n", Some(8))]
+    #[case(
+        "CONFIG_CC_VERSION_TEXT=\"clang version 17.0.6 (Red Hat 17.0.6-1)\"\n",
+        None
+    )]
+    fn reads_the_kernels_compiler(#[case] config: &str, #[case] major: Option<u32>) {
+        let got = compiler(config);
+        assert!(got.is_some(), "{config}");
+        assert_eq!(got.and_then(|(_, m)| m), major);
+    }
+
+    #[test]
+    fn a_config_without_compiler_says_so() {
+        assert_eq!(compiler("CONFIG_MODULES=y\n"), None);
     }
 }

@@ -26,32 +26,6 @@ pub(crate) struct BuildDeps;
 /// The first line of an override gpuhost wrote.
 const MARKER: &str = "# Written by gpuhost";
 
-/// The compiler named by a kernel `.config`: `(text, gcc major)`; the major is `None` for a
-/// compiler that is not GCC. `CONFIG_CC_VERSION_TEXT` first, else `CONFIG_GCC_VERSION`.
-pub(crate) fn kernel_compiler(config: &str) -> Option<(String, Option<u32>)> {
-    let value = |key: &str| {
-        config.lines().find_map(|l| {
-            l.trim()
-                .strip_prefix(key)
-                .and_then(|r| r.strip_prefix('='))
-                .map(|v| v.trim().trim_matches('"').to_string())
-        })
-    };
-    if let Some(text) = value("CONFIG_CC_VERSION_TEXT") {
-        let major = text
-            .starts_with("gcc")
-            .then(|| {
-                text.split_whitespace()
-                    .find(|w| w.contains('.') && w.split('.').all(|p| p.parse::<u32>().is_ok()))
-                    .and_then(|w| w.split('.').next()?.parse().ok())
-            })
-            .flatten();
-        return Some((text, major));
-    }
-    let num: u32 = value("CONFIG_GCC_VERSION")?.parse().ok()?;
-    (num > 0).then(|| (format!("gcc {num}"), Some(num / 10_000)))
-}
-
 /// The GCC major version of a gcc package version (`8.5.0` → 8).
 fn major_of(version: &str) -> Option<u32> {
     version.split('.').next()?.parse().ok()
@@ -85,20 +59,14 @@ fn wanted(ctx: &Ctx<'_>, system_major: u32) -> Wanted {
     let mut toolset: Option<(u32, String)> = None;
     let mut toolsets: Vec<crate::driver::dkms_cc::Toolset> = Vec::new();
     for kver in ctx.facts.kernels_to_serve() {
-        let config = [
-            format!("/usr/src/kernels/{kver}/.config"),
-            format!("/lib/modules/{kver}/config"),
-            format!("/boot/config-{kver}"),
-        ]
-        .iter()
-        .find_map(|p| ctx.host.read_opt(p).ok().flatten());
+        let config = gpuhost_host::kernel::config_of(ctx.host, &kver);
         let Some(config) = config else {
             notes.push(format!(
                 "the compiler of {kver} is read from its configuration once its headers are installed"
             ));
             continue;
         };
-        match kernel_compiler(&config) {
+        match gpuhost_host::kernel::compiler(&config) {
             Some((text, Some(major))) if major > system_major => {
                 if toolset.as_ref().is_none_or(|(n, _)| major > *n) {
                     toolset = Some((major, format!("{kver} was built by {text}")));
@@ -372,37 +340,3 @@ fn unwanted_files(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rstest::rstest;
-
-    #[rstest]
-    #[case(
-        "CONFIG_CC_VERSION_TEXT=\"gcc (GCC) 11.2.1 20220127 (Red Hat 11.2.1-9.0.1)\"\nCONFIG_GCC_VERSION=110201\n",
-        Some(11)
-    )]
-    #[case(
-        "CONFIG_CC_VERSION_TEXT=\"gcc (GCC) 8.5.0 20210514 (Red Hat 8.5.0-22.0.1)\"\n",
-        Some(8)
-    )]
-    #[case(
-        "CONFIG_CC_VERSION_TEXT=\"gcc (GCC) 14.2.1 20250110 (Red Hat 14.2.1-7)\"\n",
-        Some(14)
-    )]
-    #[case("CONFIG_CC_IS_GCC=y\nCONFIG_GCC_VERSION=80500\n", Some(8))]
-    #[case(
-        "CONFIG_CC_VERSION_TEXT=\"clang version 17.0.6 (Red Hat 17.0.6-1)\"\n",
-        None
-    )]
-    fn reads_the_kernels_compiler(#[case] config: &str, #[case] major: Option<u32>) {
-        let got = kernel_compiler(config);
-        assert!(got.is_some(), "{config}");
-        assert_eq!(got.and_then(|(_, m)| m), major);
-    }
-
-    #[test]
-    fn a_config_without_compiler_says_so() {
-        assert_eq!(kernel_compiler("CONFIG_MODULES=y\n"), None);
-    }
-}
