@@ -27,6 +27,7 @@ pub mod host;
 pub mod hostinfo;
 pub mod interrupt;
 pub mod kernel;
+pub mod kmodrepo;
 pub mod kmods;
 pub mod osrelease;
 pub mod platform;

@@ -896,6 +896,12 @@ mod tests {
             ("bundle/tempdir.rs", ""),
             ("bundle/manifest.rs", ""),
             ("bundle/build.rs", ""),
+            // a kmod repo (`driver.kmod_repo`, `gpuhost kmod build --out`): a directory of the
+            // machine gpuhost runs on, like the driver RPM; and the build host's own files of
+            // `gpuhost kmod build` (the fleet key and certificate, the repo it writes)
+            ("kmodrepo.rs", ""),
+            ("kmod/build.rs", ""),
+            ("kmod/package.rs", ""),
         ];
         // Every crate that acts on the root: this one and those built on it (paths in ALLOWED
         // are relative to each crate's src/).

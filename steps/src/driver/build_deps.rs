@@ -339,4 +339,3 @@ fn unwanted_files(
     }
     Ok(())
 }
-

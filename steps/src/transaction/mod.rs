@@ -12,3 +12,4 @@ mod payload;
 pub mod swap;
 
 pub use batch::Batch;
+pub use payload::extract;

@@ -47,6 +47,20 @@ pub(crate) fn unpack(
         .map_err(Unpack::Unextracted)
 }
 
+/// The files of the package file `rpm` (a path on this machine) that match `patterns`, unpacked
+/// into the root's folder `tree` through the root's scratch folder `scratch` (both made if
+/// missing). One reader for every caller: a first converge, a driver swap, the build host's
+/// kmod build.
+pub fn extract(host: &Host, rpm: &str, scratch: &str, tree: &str, patterns: &[&str]) -> Result<()> {
+    host.create_dir_all(scratch)?;
+    host.create_dir_all(tree)?;
+    let real = (host.real_path(scratch)?, host.real_path(tree)?);
+    unpack(host, rpm, (&real.0, scratch), &real.1, patterns).map_err(|e| match e {
+        Unpack::Unreadable(e) => e.context(format!("{rpm} could not be read whole")),
+        Unpack::Unextracted(e) => e.context(format!("extracting {} of {rpm}", patterns.join(" "))),
+    })
+}
+
 /// A `gpgkey` of a `.repo` file the package carries, as dnf is to read it: an `https:` URL as it
 /// is; a `file://` key inside the package's own repo directory `under` (normalised: `.` and
 /// `..` resolved) as the file of the unpacked tree, which must be a regular file there with no
