@@ -45,6 +45,12 @@ pub struct Release {
     /// modules, UEK and UEK 64k (tests/docs.rs checks them against the world's aarch64 local
     /// repo packages).
     pub tested_aarch64: &'static [u32],
+    /// Its AppStream carries `container-tools` as a module, whose modular filtering hides
+    /// Docker's `containerd.io` (`docker.module_filtering = "disable-module"` disables it): EL8
+    /// only. EL9 ships `container-tools` as a plain meta-package ("Considerations in adopting
+    /// RHEL 9", Containers: "The container-tools meta-package is now available … The stable
+    /// streams are not available on RHEL 9"); EL10 keeps the package.
+    pub container_tools_module: bool,
 }
 
 impl Release {
@@ -69,6 +75,7 @@ pub const RELEASES: [Release; 3] = [
         rhck_arches: &["x86_64"],
         tested_branches: &[535, 550, 560, 570, 580],
         tested_aarch64: &[],
+        container_tools_module: true,
     },
     Release {
         major: 9,
@@ -83,6 +90,7 @@ pub const RELEASES: [Release; 3] = [
         rhck_arches: &["x86_64"],
         tested_branches: &[535, 550, 570, 580],
         tested_aarch64: &[580],
+        container_tools_module: false,
     },
     Release {
         major: 10,
@@ -97,6 +105,7 @@ pub const RELEASES: [Release; 3] = [
         rhck_arches: &["x86_64"],
         tested_branches: &[580, 590],
         tested_aarch64: &[580],
+        container_tools_module: false,
     },
 ];
 

@@ -798,10 +798,17 @@ fn is_local_repo_package_file(source: &Host, rel: &str) -> Result<bool> {
 /// A clean Oracle Linux `major`: a minimal os-release (dnf reads its `PLATFORM_ID` for module
 /// platform streams), dnf.conf, and the repo files of `repos` or Oracle's public repos.
 fn seed_clean(scratch: &Path, major: u32, repos: Option<&Path>) -> Result<()> {
+    let release = gpuhost_host::platform::release(major).ok_or_else(|| {
+        invalid!(
+            "Oracle Linux {major} is not a release gpuhost provisions; it supports {}",
+            gpuhost_host::platform::supported_text()
+        )
+    })?;
     std::fs::write(
         scratch.join("etc/os-release"),
         format!(
-            "NAME=\"Oracle Linux Server\"\nVERSION=\"{major}\"\nID=\"ol\"\nID_LIKE=\"fedora\"\nVERSION_ID=\"{major}\"\nPLATFORM_ID=\"platform:el{major}\"\nPRETTY_NAME=\"Oracle Linux Server {major}\"\n"
+            "NAME=\"Oracle Linux Server\"\nVERSION=\"{major}\"\nID=\"ol\"\nID_LIKE=\"fedora\"\nVERSION_ID=\"{major}\"\nPLATFORM_ID=\"{}\"\nPRETTY_NAME=\"Oracle Linux Server {major}\"\n",
+            release.platform_id
         ),
     )?;
     std::fs::write(
