@@ -14,6 +14,55 @@ pub enum DriverPackaging {
     Plain,
 }
 
+/// One repo of Oracle's yum server, as Oracle's release packages (`oraclelinux-release-el9`,
+/// `oracle-epel-release-el9`, …) define it. Its baseurl ends in `$basearch/`: one row serves
+/// x86_64 and aarch64 (Oracle keys its repos by architecture in the URL, not in the id:
+/// Oracle Linux "Managing Software", "Available Yum Repositories").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct YumRepo {
+    /// The repo id: `ol9_UEKR8`.
+    pub id: &'static str,
+    /// What it holds, for its `name=` (`Oracle Linux 9 UEK Release 8 ($basearch)`).
+    pub name: &'static str,
+    /// Its folder under `https://yum.oracle.com/repo/OracleLinux/`: `OL9/UEKR8`.
+    pub path: &'static str,
+}
+
+impl YumRepo {
+    /// `https://yum.oracle.com/repo/OracleLinux/OL9/UEKR8/$basearch/`.
+    pub fn baseurl(&self) -> String {
+        format!(
+            "https://yum.oracle.com/repo/OracleLinux/{}/$basearch/",
+            self.path
+        )
+    }
+}
+
+/// The repos of Oracle's yum server that hold what gpuhost installs on a release: what a clean
+/// target of it enables (`gpuhost bundle --os`, without `--repos`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct YumRepos {
+    pub baseos: YumRepo,
+    pub appstream: YumRepo,
+    /// Its UEK repos, newest first: the kernels and their headers.
+    pub ueks: &'static [YumRepo],
+    /// The developer EPEL: DKMS.
+    pub epel: YumRepo,
+    /// The key the packages of all of them are signed with.
+    pub gpgkey: &'static str,
+}
+
+impl YumRepos {
+    /// BaseOS, AppStream, the UEK repos, EPEL.
+    pub fn all(&self) -> Vec<&YumRepo> {
+        [&self.baseos, &self.appstream]
+            .into_iter()
+            .chain(self.ueks)
+            .chain([&self.epel])
+            .collect()
+    }
+}
+
 /// One Oracle Linux major release, as gpuhost provisions it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Release {
@@ -51,6 +100,8 @@ pub struct Release {
     /// RHEL 9", Containers: "The container-tools meta-package is now available … The stable
     /// streams are not available on RHEL 9"); EL10 keeps the package.
     pub container_tools_module: bool,
+    /// Oracle's yum server repos of what gpuhost installs (with their sources in the row).
+    pub yum: YumRepos,
 }
 
 impl Release {
@@ -76,6 +127,32 @@ pub const RELEASES: [Release; 3] = [
         tested_branches: &[535, 550, 560, 570, 580],
         tested_aarch64: &[],
         container_tools_module: true,
+        // yum.oracle.com/oracle-linux-8.html: BaseOS Latest, AppStream, UEK Release 7, and
+        // EPEL for Development (`oracle-epel-release-el8`: ol8_developer_EPEL). UEK R6
+        // (ol8_UEKR6) is older than the UEK a clean target serves, so it is not enabled.
+        yum: YumRepos {
+            baseos: YumRepo {
+                id: "ol8_baseos_latest",
+                name: "BaseOS Latest",
+                path: "OL8/baseos/latest",
+            },
+            appstream: YumRepo {
+                id: "ol8_appstream",
+                name: "Application Stream",
+                path: "OL8/appstream",
+            },
+            ueks: &[YumRepo {
+                id: "ol8_UEKR7",
+                name: "UEK Release 7",
+                path: "OL8/UEKR7",
+            }],
+            epel: YumRepo {
+                id: "ol8_developer_EPEL",
+                name: "EPEL Packages for Development",
+                path: "OL8/developer/EPEL",
+            },
+            gpgkey: "https://yum.oracle.com/RPM-GPG-KEY-oracle-ol8",
+        },
     },
     Release {
         major: 9,
@@ -91,6 +168,40 @@ pub const RELEASES: [Release; 3] = [
         tested_branches: &[535, 550, 570, 580],
         tested_aarch64: &[580],
         container_tools_module: false,
+        // yum.oracle.com/oracle-linux-9.html. UEK 8 is in ol9_UEKR8 from Oracle Linux 9.5 and
+        // the default kernel from 9.6 (Oracle UEK 8 docs, "UEK 8 Installation and
+        // Availability"); UEK 7 stays in ol9_UEKR7. EPEL for Development
+        // (`oracle-epel-release-el9`): ol9_developer_EPEL at OL9/developer/EPEL.
+        yum: YumRepos {
+            baseos: YumRepo {
+                id: "ol9_baseos_latest",
+                name: "BaseOS Latest",
+                path: "OL9/baseos/latest",
+            },
+            appstream: YumRepo {
+                id: "ol9_appstream",
+                name: "Application Stream",
+                path: "OL9/appstream",
+            },
+            ueks: &[
+                YumRepo {
+                    id: "ol9_UEKR8",
+                    name: "UEK Release 8",
+                    path: "OL9/UEKR8",
+                },
+                YumRepo {
+                    id: "ol9_UEKR7",
+                    name: "UEK Release 7",
+                    path: "OL9/UEKR7",
+                },
+            ],
+            epel: YumRepo {
+                id: "ol9_developer_EPEL",
+                name: "EPEL Packages for Development",
+                path: "OL9/developer/EPEL",
+            },
+            gpgkey: "https://yum.oracle.com/RPM-GPG-KEY-oracle-ol9",
+        },
     },
     Release {
         major: 10,
@@ -106,6 +217,36 @@ pub const RELEASES: [Release; 3] = [
         tested_branches: &[580, 590],
         tested_aarch64: &[580],
         container_tools_module: false,
+        // yum.oracle.com/oracle-linux-10.html: BaseOS Latest, AppStream, UEK Release 8 ("UEK 8
+        // is the default kernel on Oracle Linux 10"; UEKnext, ol10_developer_UEKnext, is a
+        // developer preview and not enabled). EPEL follows the update level from Oracle Linux
+        // 10 on ("Main ULN Channels": "the EPEL channel is synchronized with the update level
+        // of the release", e.g. ol10_u0_x86_64_developer_EPEL): ol10_u<N>_developer_EPEL at
+        // OL10/<N>/developer/EPEL, and a clean target takes update 1's. Known from Oracle's docs
+        // and public repo files only, not read from the server; a newer update changes this row.
+        yum: YumRepos {
+            baseos: YumRepo {
+                id: "ol10_baseos_latest",
+                name: "BaseOS Latest",
+                path: "OL10/baseos/latest",
+            },
+            appstream: YumRepo {
+                id: "ol10_appstream",
+                name: "Application Stream",
+                path: "OL10/appstream",
+            },
+            ueks: &[YumRepo {
+                id: "ol10_UEKR8",
+                name: "UEK Release 8",
+                path: "OL10/UEKR8",
+            }],
+            epel: YumRepo {
+                id: "ol10_u1_developer_EPEL",
+                name: "EPEL Packages for Development (update 1)",
+                path: "OL10/1/developer/EPEL",
+            },
+            gpgkey: "https://yum.oracle.com/RPM-GPG-KEY-oracle-ol10",
+        },
     },
 ];
 
@@ -142,5 +283,42 @@ mod tests {
         assert_eq!(release(11), None);
         assert_eq!(release(7), None);
         assert_eq!(supported_text(), "Oracle Linux 8, 9 and 10");
+    }
+
+    /// Each release's yum repos are its own (ids `ol<major>_…`, folders `OL<major>/…`), by
+    /// architecture in the URL, and its UEK repos hold its newest UEK (`6.12.0 (UEK8)` in
+    /// `ol9_UEKR8`).
+    #[test]
+    fn each_release_has_its_own_repos_and_uek_repos() {
+        for r in &RELEASES {
+            for repo in r.yum.all() {
+                assert!(repo.id.starts_with(&format!("ol{}_", r.major)), "{repo:?}");
+                assert!(
+                    repo.path.starts_with(&format!("OL{}/", r.major)),
+                    "{repo:?}"
+                );
+                assert!(repo.baseurl().ends_with("/$basearch/"), "{repo:?}");
+            }
+            assert!(r.yum.gpgkey.ends_with(&format!("-ol{}", r.major)));
+            let newest = r.ueks[0]
+                .split("(UEK")
+                .nth(1)
+                .and_then(|n| n.strip_suffix(')'))
+                .unwrap_or_default();
+            assert_eq!(
+                r.yum.ueks.first().map(|u| u.id.to_string()),
+                Some(format!("ol{}_UEKR{newest}", r.major)),
+                "Oracle Linux {}",
+                r.major
+            );
+        }
+        let ueks = |major| -> Vec<&str> {
+            release(major)
+                .map(|r| r.yum.ueks.iter().map(|u| u.id).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(ueks(8), ["ol8_UEKR7"]);
+        assert_eq!(ueks(9), ["ol9_UEKR8", "ol9_UEKR7"]);
+        assert_eq!(ueks(10), ["ol10_UEKR8"]);
     }
 }

@@ -19,6 +19,7 @@ use gpuhost_host::fsutil;
 use gpuhost_host::host::{repo_entries, Host};
 use gpuhost_host::invalid;
 use gpuhost_host::kernel::Flavour;
+use gpuhost_host::platform::Release;
 use gpuhost_profile::Profile;
 use gpuhost_steps;
 use gpuhost_steps::containers::RepoSource;
@@ -833,33 +834,31 @@ fn seed_clean(scratch: &Path, major: u32, repos: Option<&Path>) -> Result<()> {
         }
         None => std::fs::write(
             scratch.join(format!("etc/yum.repos.d/oracle-linux-ol{major}.repo")),
-            oracle_repos(major),
+            oracle_repos(release),
         )?,
     }
     Ok(())
 }
 
-/// Oracle's public repos an Oracle Linux host has enabled for gpuhost's packages: BaseOS,
-/// AppStream, UEK R7 and the developer EPEL (DKMS). Layout of yum.oracle.com, as Oracle's
-/// release packages name them.
-pub(crate) fn oracle_repos(major: u32) -> String {
-    let key = format!("https://yum.oracle.com/RPM-GPG-KEY-oracle-ol{major}");
-    let repo = |id: &str, name: &str, path: &str| {
-        format!(
-            "[ol{major}_{id}]\nname=Oracle Linux {major} {name} ($basearch)\nbaseurl=https://yum.oracle.com/repo/OracleLinux/OL{major}/{path}/$basearch/\ngpgkey={key}\ngpgcheck=1\nenabled=1\n\n"
-        )
-    };
-    [
-        repo("baseos_latest", "BaseOS Latest", "baseos/latest"),
-        repo("appstream", "Application Stream", "appstream"),
-        repo("UEKR7", "UEK Release 7", "UEKR7"),
-        repo(
-            "developer_EPEL",
-            "EPEL Packages for Development",
-            "developer/EPEL",
-        ),
-    ]
-    .concat()
+/// Oracle's public repos an Oracle Linux host has enabled for gpuhost's packages, as the
+/// release table lists them for `release`: BaseOS, AppStream, its UEK repos and the developer
+/// EPEL (DKMS), each by `$basearch`.
+pub(crate) fn oracle_repos(release: &Release) -> String {
+    let major = release.major;
+    release
+        .yum
+        .all()
+        .into_iter()
+        .map(|r| {
+            format!(
+                "[{}]\nname=Oracle Linux {major} {} ($basearch)\nbaseurl={}\ngpgkey={}\ngpgcheck=1\nenabled=1\n\n",
+                r.id,
+                r.name,
+                r.baseurl(),
+                release.yum.gpgkey
+            )
+        })
+        .collect()
 }
 
 /// What to do when a clean target's repos cannot be read: where the repo files come from, or
@@ -1269,13 +1268,16 @@ mod tests {
 
     #[test]
     fn oracles_public_repos() {
-        let text = oracle_repos(9);
+        let text = gpuhost_host::platform::release(9)
+            .map(oracle_repos)
+            .unwrap_or_default();
         let entries = repo_entries(&text);
         let ids: BTreeSet<&str> = entries.iter().map(|(s, _, _)| *s).collect();
         assert_eq!(
             ids,
             [
                 "ol9_UEKR7",
+                "ol9_UEKR8",
                 "ol9_appstream",
                 "ol9_baseos_latest",
                 "ol9_developer_EPEL"
@@ -1287,5 +1289,54 @@ mod tests {
             "baseurl=https://yum.oracle.com/repo/OracleLinux/OL9/baseos/latest/$basearch/"
         ));
         assert!(text.contains("gpgkey=https://yum.oracle.com/RPM-GPG-KEY-oracle-ol9"));
+    }
+
+    /// Each release gets its own UEK repos (UEK R7 for 8; R8 and R7 for 9; R8 for 10) and its
+    /// own EPEL, under its own folder, never another release's; aarch64 by `$basearch`.
+    #[test]
+    fn each_release_gets_its_own_uek_repos() {
+        let want: [(u32, &[&str], &str); 3] = [
+            (8, &["ol8_UEKR7"], "OL8/developer/EPEL"),
+            (9, &["ol9_UEKR8", "ol9_UEKR7"], "OL9/developer/EPEL"),
+            (10, &["ol10_UEKR8"], "OL10/1/developer/EPEL"),
+        ];
+        assert_eq!(gpuhost_host::platform::RELEASES.len(), want.len());
+        for (major, ueks, epel) in want {
+            let release = gpuhost_host::platform::release(major);
+            let text = release.map(oracle_repos).unwrap_or_default();
+            let ids: Vec<&str> = repo_entries(&text)
+                .into_iter()
+                .filter(|(id, key, _)| *key == "baseurl" && id.contains("UEK"))
+                .map(|(id, _, _)| id)
+                .collect();
+            assert_eq!(ids, ueks, "Oracle Linux {major}");
+            for id in ueks {
+                let path = id.replace(&format!("ol{major}_"), &format!("OL{major}/"));
+                assert!(
+                    text.contains(&format!(
+                        "baseurl=https://yum.oracle.com/repo/OracleLinux/{path}/$basearch/"
+                    )),
+                    "{text}"
+                );
+            }
+            assert!(
+                text.contains(&format!(
+                    "baseurl=https://yum.oracle.com/repo/OracleLinux/{epel}/$basearch/"
+                )),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!(
+                    "gpgkey=https://yum.oracle.com/RPM-GPG-KEY-oracle-ol{major}\n"
+                )),
+                "{text}"
+            );
+            let others = text
+                .lines()
+                .filter(|l| l.starts_with("baseurl="))
+                .filter(|l| !l.contains(&format!("/OracleLinux/OL{major}/")))
+                .count();
+            assert_eq!(others, 0, "{text}");
+        }
     }
 }
