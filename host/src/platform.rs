@@ -109,6 +109,12 @@ impl Release {
     pub fn modular(&self) -> bool {
         self.packaging == DriverPackaging::Modular
     }
+
+    /// How the command line names it: `ol9` (`gpuhost bundle --os`; the built-in profiles'
+    /// prefix).
+    pub fn name(&self) -> String {
+        format!("ol{}", self.major)
+    }
 }
 
 /// Every release gpuhost provisions, oldest first.
@@ -255,6 +261,22 @@ pub fn release(major: u32) -> Option<&'static Release> {
     RELEASES.iter().find(|r| r.major == major)
 }
 
+/// The release the command line names (`ol9`), if gpuhost provisions it.
+pub fn by_name(name: &str) -> Option<&'static Release> {
+    RELEASES.iter().find(|r| r.name() == name)
+}
+
+/// Every architecture some release is shipped for, in the table's order.
+pub fn arches() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for a in RELEASES.iter().flat_map(|r| r.arches.iter().copied()) {
+        if !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    out
+}
+
 /// True when Oracle ships its RHCK for `arch` on release `major`.
 pub fn has_rhck(major: u32, arch: &str) -> bool {
     release(major).is_some_and(|r| r.rhck_arches.contains(&arch))
@@ -283,6 +305,9 @@ mod tests {
         assert_eq!(release(11), None);
         assert_eq!(release(7), None);
         assert_eq!(supported_text(), "Oracle Linux 8, 9 and 10");
+        assert_eq!(by_name("ol10").map(|r| r.major), Some(10));
+        assert_eq!(by_name("ol7"), None);
+        assert_eq!(arches(), ["x86_64", "aarch64"]);
     }
 
     /// Each release's yum repos are its own (ids `ol<major>_…`, folders `OL<major>/…`), by

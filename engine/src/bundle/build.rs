@@ -36,8 +36,13 @@ pub enum Target {
     /// A copy of the target (or the target itself): its OS release, repo files, dnf.conf, dnf
     /// variables, kernels and NVSwitches.
     Root(PathBuf),
-    /// A clean Oracle Linux `major`: Oracle's public repos, or the `.repo` files of `repos`.
-    Os { major: u32, repos: Option<PathBuf> },
+    /// A clean Oracle Linux `major` for `arch` (else this machine's): Oracle's public repos, or
+    /// the `.repo` files of `repos`.
+    Os {
+        major: u32,
+        arch: Option<String>,
+        repos: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -97,9 +102,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     let staging = work.path().join(&dest.name);
     let scratch_dir = work.path().join("root");
     let (source, root_facts) = seed_scratch(opts, &profile, &scratch_dir)?;
-    let mut scratch = Host::new(&scratch_dir)?;
-    scratch.set_releasever(major.to_string());
-    scratch.rpm().arg("--initdb").run()?;
+    let scratch = scratch_host(opts, major, &scratch_dir)?;
     let dirs = profile_dirs(&profile);
     link_file_urls(&scratch, &source, &dirs)?;
     let facts = target_facts(opts, &scratch, &profile, root_facts)?;
@@ -209,7 +212,6 @@ fn check_request(opts: &BuildOptions, profile: &Profile) -> Result<Destination> 
             "gpuhost bundle resolves the packages with dnf in a scratch install root and must run as root"
         ));
     }
-    let major = profile.os.major;
     let out = std::path::absolute(&opts.out)
         .with_context(|| format!("resolving {}", opts.out.display()))?;
     let (parent, name) = match (out.parent(), out.file_name()) {
@@ -261,13 +263,13 @@ fn check_request(opts: &BuildOptions, profile: &Profile) -> Result<Destination> 
             ));
         }
     }
-    if let Target::Os { major: m, .. } = &opts.target {
-        if *m != major {
-            return Err(invalid!(
-                "--os ol{m}: profile {} is for Oracle Linux {major}; use --os ol{major} or another profile",
-                profile.name
-            ));
-        }
+    if let Target::Os { major, arch, .. } = &opts.target {
+        check_clean_target(
+            profile,
+            *major,
+            arch.as_deref(),
+            opts.kernel_release.as_deref(),
+        )?;
     }
     Ok(Destination {
         out,
@@ -275,6 +277,63 @@ fn check_request(opts: &BuildOptions, profile: &Profile) -> Result<Destination> 
         name,
         tarball,
     })
+}
+
+/// A clean target's architecture: `--arch`, else this machine's.
+fn clean_arch(arch: Option<&str>) -> &str {
+    arch.unwrap_or(gpuhost_host::arch::machine())
+}
+
+/// A clean target is the profile's release, for an architecture Oracle ships it for, with the
+/// profile's kernel (no RHCK on aarch64), and the one `--kernel-release` is built for.
+fn check_clean_target(
+    profile: &Profile,
+    os: u32,
+    arch: Option<&str>,
+    kernel: Option<&str>,
+) -> Result<()> {
+    let major = profile.os.major;
+    if os != major {
+        return Err(invalid!(
+            "--os ol{os}: profile {} is for Oracle Linux {major}; use --os ol{major} or another profile",
+            profile.name
+        ));
+    }
+    let arch = clean_arch(arch);
+    let release = gpuhost_host::platform::release(major);
+    let arches = release.map(|r| r.arches.join(", ")).unwrap_or_default();
+    if !release.is_some_and(|r| r.arches.contains(&arch)) {
+        return Err(invalid!(
+            "--arch {arch}: Oracle Linux {major} is shipped for {arches}"
+        ));
+    }
+    if profile.kernel.flavour == Flavour::Rhck && !gpuhost_host::platform::has_rhck(major, arch) {
+        return Err(invalid!(
+            "--arch {arch}: Oracle Linux {major} ships no RHCK for {arch} (the UEK only); use --profile ol{major}-uek"
+        ));
+    }
+    let built_for = kernel.and_then(gpuhost_host::arch::of_kernel);
+    if let (Some(k), Some(a)) = (kernel, built_for.filter(|a| *a != arch)) {
+        return Err(invalid!(
+            "--kernel-release {k} is built for {a}, but the target is {arch}; give --arch {a} or a kernel built for {arch}"
+        ));
+    }
+    Ok(())
+}
+
+/// The scratch root's host: dnf resolves for the profile's release, and for a clean target of
+/// another architecture than this machine's with `--forcearch`; its rpm database made.
+fn scratch_host(opts: &BuildOptions, major: u32, scratch_dir: &Path) -> Result<Host> {
+    let mut scratch = Host::new(scratch_dir)?;
+    scratch.set_releasever(major.to_string());
+    if let Target::Os { arch, .. } = &opts.target {
+        let arch = clean_arch(arch.as_deref());
+        if arch != gpuhost_host::arch::machine() {
+            scratch.set_forcearch(arch);
+        }
+    }
+    scratch.rpm().arg("--initdb").run()?;
+    Ok(scratch)
 }
 
 /// The scratch root's skeleton, seeded from the target: a copy of its root (whose facts are
@@ -334,11 +393,15 @@ fn target_facts(
     let mut facts = match root_facts {
         Some(f) => f,
         None => {
-            let repos = match &opts.target {
-                Target::Os { repos, .. } => repos.as_deref(),
-                Target::Root(_) => None,
+            let (arch, repos) = match &opts.target {
+                Target::Os { arch, repos, .. } => (arch.as_deref(), repos.as_deref()),
+                Target::Root(_) => (None, None),
             };
-            clean_facts(scratch, profile, opts.kernel_release.as_deref(), repos)?
+            let clean = Clean {
+                arch: clean_arch(arch),
+                repos,
+            };
+            clean_facts(scratch, profile, opts.kernel_release.as_deref(), &clean)?
         }
     };
     if opts.fabric_manager && facts.nvswitches.is_empty() {
@@ -873,14 +936,22 @@ fn unread_repos(repos: Option<&Path>) -> String {
     }
 }
 
-/// Facts of a clean target: its OS release, the kernel (given, or the newest of the profile's
-/// flavour in the repos), no devices.
+/// A clean target: its architecture, and the directory of its repo files (else Oracle's
+/// public repos).
+struct Clean<'a> {
+    arch: &'a str,
+    repos: Option<&'a Path>,
+}
+
+/// Facts of a clean target: its OS release and architecture, the kernel (given, or the newest
+/// of the profile's flavour in the repos), no devices.
 fn clean_facts(
     scratch: &Host,
     profile: &Profile,
     release: Option<&str>,
-    repos: Option<&Path>,
+    clean: &Clean<'_>,
 ) -> Result<Facts> {
+    let repos = clean.repos;
     let flavour = profile.kernel.flavour;
     let kver = match release {
         Some(k) => k.to_string(),
@@ -925,6 +996,7 @@ fn clean_facts(
         },
     )?;
     facts.root = format!("(a clean Oracle Linux {})", profile.os.major);
+    facts.arch = Some(clean.arch.to_string());
     facts.installed_kernels = vec![kver];
     Ok(facts)
 }
