@@ -1,7 +1,10 @@
 //! The Oracle Linux releases gpuhost provisions: one table ([`RELEASES`]) that the facts, the
 //! profiles, the install-root checks, the driver steps and the support matrix
 //! (`docs/support-matrix.md`) all read. A release not in it is refused at the door (exit 2); a
-//! new minor release of a major in it is accepted (the major decides).
+//! new minor release of a major in it is accepted (the major decides), and what one minor
+//! release does differently is a [`MinorQuirk`] of its row.
+
+use crate::osrelease::OsRelease;
 
 /// How NVIDIA packages the driver for a release.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +66,25 @@ impl YumRepos {
     }
 }
 
+/// Something true of one minor release only (Oracle Linux 9.7, 10.1) that gpuhost must know,
+/// found in that release's notes (Oracle's, Red Hat's or NVIDIA's) and cited.
+///
+/// To add one: put a `MinorQuirk { minor: 7, warning: "…", source: "…" }` in the `minors` of
+/// its release's row (9.7: the row of 9, `minor: 7`). Its `warning` is then said by every
+/// `apply` and `plan` on a host of that minor ([`minor_warnings`], read by apply's preparation,
+/// finds it by the host's os-release `VERSION_ID`). A quirk that must change what gpuhost does gets a
+/// field of its own here, read through [`quirks_of`] where the release's own field is read,
+/// so that no step asks the minor itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MinorQuirk {
+    /// The minor release: 7 of 9.7.
+    pub minor: u32,
+    /// One line: what is different on that minor release and what to do.
+    pub warning: &'static str,
+    /// Where it is documented.
+    pub source: &'static str,
+}
+
 /// One Oracle Linux major release, as gpuhost provisions it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Release {
@@ -102,6 +124,9 @@ pub struct Release {
     pub container_tools_module: bool,
     /// Oracle's yum server repos of what gpuhost installs (with their sources in the row).
     pub yum: YumRepos,
+    /// What is different on one of its minor releases ([`MinorQuirk`], which says how one is
+    /// added); none is known yet.
+    pub minors: &'static [MinorQuirk],
 }
 
 impl Release {
@@ -159,6 +184,7 @@ pub const RELEASES: [Release; 3] = [
             },
             gpgkey: "https://yum.oracle.com/RPM-GPG-KEY-oracle-ol8",
         },
+        minors: &[],
     },
     Release {
         major: 9,
@@ -208,6 +234,7 @@ pub const RELEASES: [Release; 3] = [
             },
             gpgkey: "https://yum.oracle.com/RPM-GPG-KEY-oracle-ol9",
         },
+        minors: &[],
     },
     Release {
         major: 10,
@@ -253,6 +280,7 @@ pub const RELEASES: [Release; 3] = [
             },
             gpgkey: "https://yum.oracle.com/RPM-GPG-KEY-oracle-ol10",
         },
+        minors: &[],
     },
 ];
 
@@ -275,6 +303,35 @@ pub fn arches() -> Vec<&'static str> {
         }
     }
     out
+}
+
+/// The quirks of the minor release `version_id` (os-release's `VERSION_ID`, `9.7`): those its
+/// release's row lists for that minor; none for a bare major (`9`) or a release not in the
+/// table.
+pub fn quirks_of(version_id: &str) -> Vec<&'static MinorQuirk> {
+    let mut parts = version_id.trim().split('.').map(str::parse::<u32>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => release(major)
+            .map(|r| quirks_in(r.minors, minor))
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// What a run says of the host's minor release: its quirks' warnings, with their sources.
+pub fn minor_warnings(os: Option<&OsRelease>) -> Vec<String> {
+    let Some(os) = os else {
+        return Vec::new();
+    };
+    quirks_of(&os.version_id)
+        .iter()
+        .map(|q| format!("{}: {} ({})", os.pretty_name, q.warning, q.source))
+        .collect()
+}
+
+/// The quirks of `minors` for `minor`.
+fn quirks_in(minors: &'static [MinorQuirk], minor: u32) -> Vec<&'static MinorQuirk> {
+    minors.iter().filter(|q| q.minor == minor).collect()
 }
 
 /// True when Oracle ships its RHCK for `arch` on release `major`.
@@ -308,6 +365,26 @@ mod tests {
         assert_eq!(by_name("ol10").map(|r| r.major), Some(10));
         assert_eq!(by_name("ol7"), None);
         assert_eq!(arches(), ["x86_64", "aarch64"]);
+    }
+
+    /// A quirk of one minor release is found by the host's `VERSION_ID`, and by that minor
+    /// only; none is known yet, so no host of the table's releases has one.
+    #[test]
+    fn a_minor_release_quirk_is_found_for_that_minor_only() {
+        const MINORS: &[MinorQuirk] = &[MinorQuirk {
+            minor: 7,
+            warning: "a quirk of 9.7",
+            source: "its release notes",
+        }];
+        assert_eq!(quirks_in(MINORS, 7), [&MINORS[0]]);
+        assert!(quirks_in(MINORS, 6).is_empty());
+        for v in ["9", "9.7", "10.1", "8.10", "", "x.y", "11.0"] {
+            assert!(quirks_of(v).is_empty(), "{v}");
+        }
+        assert!(RELEASES.iter().all(|r| r.minors.is_empty()));
+        let os = OsRelease::parse("ID=ol\nVERSION_ID=\"9.7\"\n");
+        assert!(minor_warnings(Some(&os)).is_empty());
+        assert!(minor_warnings(None).is_empty());
     }
 
     /// Each release's yum repos are its own (ids `ol<major>_…`, folders `OL<major>/…`), by
