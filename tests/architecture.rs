@@ -1092,3 +1092,202 @@ fn the_architecture_page_lists_the_allowed_back_edges() {
         "docs/ARCHITECTURE.md's back-edges are BACK_EDGES"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The one list of releases (issue 40, item 2): `RELEASES` in host/src/platform.rs. The page
+// names the file with a recipe to add a release; every release is in `gpuhost bundle --os`, the
+// built-in profiles and docs/support-matrix.md; no other production file decides by a release's
+// number.
+
+/// The file that holds the releases.
+const RELEASES_FILE: &str = "host/src/platform.rs";
+
+/// The section of docs/ARCHITECTURE.md under `heading`, up to the next `## `.
+fn section<'t>(text: &'t str, heading: &str) -> &'t str {
+    text.split(heading)
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_architecture_page_names_the_one_list_of_releases_with_a_recipe() {
+    let text = architecture_md();
+    let releases = section(&text, "## The releases");
+    assert!(
+        releases.contains(&format!("`RELEASES` in `{RELEASES_FILE}`")),
+        "docs/ARCHITECTURE.md has no section \"## The releases\" naming `RELEASES` in `{RELEASES_FILE}`"
+    );
+    let recipe = releases
+        .split("To add a release")
+        .nth(1)
+        .unwrap_or_default();
+    let steps: Vec<&str> = recipe
+        .lines()
+        .filter(|l| {
+            l.split_once(". ")
+                .is_some_and(|(n, _)| n.parse::<u32>().is_ok())
+        })
+        .collect();
+    assert!(
+        steps.first().is_some_and(|s| s.contains(RELEASES_FILE)),
+        "the recipe's first step adds the row to {RELEASES_FILE}: {steps:?}"
+    );
+    for named in [
+        "profiles/src/lib.rs",
+        "docs/support-matrix.md",
+        "gpuhost generate support-matrix",
+        "tests/world/",
+    ] {
+        assert!(recipe.contains(named), "the recipe does not name {named}");
+    }
+    for file in [
+        RELEASES_FILE,
+        "profiles/src/lib.rs",
+        "tests/world/gen.py",
+        "tests/world/mkroot.sh",
+    ] {
+        assert!(
+            top().join(file).is_file(),
+            "the recipe names {file}, which is gone"
+        );
+    }
+    let platform = std::fs::read_to_string(top().join(RELEASES_FILE)).unwrap_or_default();
+    assert!(
+        platform.contains("pub const RELEASES") && platform.contains("pub struct MinorQuirk"),
+        "{RELEASES_FILE} holds RELEASES and MinorQuirk"
+    );
+}
+
+/// `[possible values: a, b]` of the `--{flag}` line of a `--help`.
+fn possible_values(help: &str, flag: &str) -> Vec<String> {
+    help.lines()
+        .find(|l| l.trim_start().starts_with(&format!("--{flag} ")))
+        .and_then(|l| l.split("[possible values: ").nth(1))
+        .and_then(|v| v.split(']').next())
+        .map(|v| v.split(", ").map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_release_is_in_bundle_os_the_profiles_and_the_support_matrix() {
+    use gpuhost_host::platform::{self, RELEASES};
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_gpuhost"))
+        .args(["bundle", "--help"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let names: Vec<String> = RELEASES.iter().map(platform::Release::name).collect();
+    assert_eq!(possible_values(&help, "os"), names, "bundle --os: {help}");
+    assert_eq!(
+        possible_values(&help, "arch"),
+        platform::arches(),
+        "bundle --arch: {help}"
+    );
+    let profiles: Vec<&str> = gpuhost_profile::builtin_list()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    let matrix = std::fs::read_to_string(top().join("docs/support-matrix.md")).unwrap_or_default();
+    for r in &RELEASES {
+        let name = r.name();
+        assert!(
+            profiles.contains(&format!("{name}-uek").as_str()),
+            "no built-in profile {name}-uek"
+        );
+        assert_eq!(
+            profiles.contains(&format!("{name}-rhck").as_str()),
+            !r.rhck_arches.is_empty(),
+            "built-in profile {name}-rhck"
+        );
+        for arch in r.arches {
+            assert!(
+                matrix.contains(&format!("| Oracle Linux {} | {arch} |", r.major)),
+                "docs/support-matrix.md has no row for Oracle Linux {} {arch}",
+                r.major
+            );
+        }
+    }
+    for p in &profiles {
+        let release = p.split('-').next().unwrap_or_default();
+        assert!(
+            names.iter().any(|n| n == release),
+            "built-in profile {p} is for {release}, which {RELEASES_FILE} does not list"
+        );
+    }
+    for row in table_rows(&matrix, |c| c.starts_with("Oracle Linux ")) {
+        let major = row[0].trim_start_matches("Oracle Linux ").parse().ok();
+        assert!(
+            major.is_some_and(|m| platform::release(m).is_some()),
+            "docs/support-matrix.md has a row for {}, which {RELEASES_FILE} does not list",
+            row[0]
+        );
+    }
+}
+
+/// The production text of a source file: up to its first `#[cfg(test)]`, each line's literals
+/// emptied and its comment cut.
+fn production_code(text: &str) -> Vec<String> {
+    text.lines()
+        .take_while(|l| !l.trim_start().starts_with("#[cfg(test)]"))
+        .map(code_of)
+        .collect()
+}
+
+/// Where a line compares a release's major to a number: `os.major == 8`, `os_major < 10`.
+fn compares_a_major_to_a_number(line: &str) -> bool {
+    ["os.major", "os_major"].iter().any(|field| {
+        line.match_indices(field).any(|(i, _)| {
+            let after = line[i + field.len()..].trim_start();
+            let rest = ["==", "!=", "<=", ">=", "<", ">"]
+                .iter()
+                .find_map(|op| after.strip_prefix(op));
+            rest.is_some_and(|r| r.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        })
+    })
+}
+
+#[test]
+fn no_production_file_but_the_table_decides_by_a_release_number() {
+    assert!(compares_a_major_to_a_number(
+        "if ctx.profile.os.major == 8 {"
+    ));
+    assert!(compares_a_major_to_a_number("m.os_major>=10"));
+    assert!(!compares_a_major_to_a_number("name.os_major != major"));
+    assert!(!compares_a_major_to_a_number("cuda.major > 11"));
+    let mut found = Vec::new();
+    for dir in CRATES {
+        let mut stack = vec![top().join(dir).join("src")];
+        while let Some(p) = stack.pop() {
+            if p.is_dir() {
+                stack.extend(
+                    std::fs::read_dir(&p)
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .map(|e| e.path()),
+                );
+                continue;
+            }
+            let rel = p
+                .strip_prefix(top())
+                .unwrap_or(&p)
+                .to_string_lossy()
+                .replace('\\', "/");
+            if p.extension().is_none_or(|e| e != "rs") || rel == RELEASES_FILE {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            for (n, line) in production_code(&text).iter().enumerate() {
+                if compares_a_major_to_a_number(line) {
+                    found.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a release's number decides outside {RELEASES_FILE} (make it a field of the release):\n{}",
+        found.join("\n")
+    );
+}

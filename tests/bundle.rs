@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use world::{
     code, report, stderr, stdout, Os, Root, World, CUDA_LOCAL_EL8_12_2, CUDA_LOCAL_EL9_12_2,
-    UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD, UEK9,
+    DRIVER_LOCAL_EL8_580, DRIVER_LOCAL_EL9_570, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD, UEK9,
 };
 
 /// A site profile: the world's ol8-uek (Docker CE and the toolkit from the world's mirrors),
@@ -809,6 +809,245 @@ fn a_bundle_for_a_clean_os_with_fabric_manager() {
     let (c, r, err) = apply_bundle(&off, "apply", &out);
     assert_eq!(c, 0, "{err}");
     assert_converged(&r);
+}
+
+/// A clean target's site profile: the world's `ol<major>-uek` with NVIDIA's local repo package
+/// `driver` (a path); Docker CE and the toolkit come from `--set`.
+fn clean_profile(dir: &Path, major: u32, driver: &Path) -> String {
+    let p = dir.join(format!("clean-ol{major}.toml"));
+    fs::write(
+        &p,
+        format!(
+            "extends = \"{}\"\n\n[driver]\nlocal_repo_rpm = \"{}\"\n",
+            world::profile(&format!("ol{major}-uek")),
+            driver.display()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    p.display().to_string()
+}
+
+/// NVIDIA's driver-only local repo package the world has for `major` on `arch`, if any.
+fn world_driver(major: u32, arch: &str) -> Option<PathBuf> {
+    let dir = World::get().cuda_local("");
+    let mut names: Vec<String> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| {
+            n.starts_with(&format!("nvidia-driver-local-repo-rhel{major}-"))
+                && n.ends_with(&format!(".{arch}.rpm"))
+        })
+        .collect();
+    names.sort();
+    names.first().map(|n| dir.join(n))
+}
+
+/// `gpuhost bundle --os --arch` takes every release and architecture of the release table
+/// (host/src/platform.rs). Where the world has that release's repos for that architecture, a
+/// clean target made from them (`--repos`; Docker CE and the toolkit by `--set`) is a bundle
+/// whose manifest says that release and architecture, whose kernel is the release's UEK built
+/// for it, and whose every package is built for it or noarch (dnf resolved with
+/// `--forcearch` for another architecture than this machine's). Where the world has none (OL8
+/// aarch64, or an aarch64 world that could not be built), the target is still taken: dnf
+/// resolves for it (`--forcearch`, in the debug log) against repos that cannot be read, which
+/// it says, naming --repos.
+#[test]
+fn a_clean_bundle_is_made_for_every_release_and_architecture_of_the_table() {
+    let w = World::get();
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    for r in gpuhost_host::platform::RELEASES {
+        for arch in r.arches {
+            let os = r.name();
+            let folder = match *arch {
+                "x86_64" => os.clone(),
+                other => format!("{os}-{other}"),
+            };
+            let world_repos = w.dir().join("repos").join(&folder);
+            let here = tmp.path().join(&folder);
+            fs::create_dir_all(here.join("repos.d")).unwrap_or_else(|e| panic!("{e}"));
+            let driver = world_driver(r.major, arch);
+            match (world_repos.is_dir(), driver) {
+                (true, Some(driver)) => {
+                    clean_bundle_from_the_world(&here, r.major, arch, &world_repos, &driver)
+                }
+                (have, driver) => {
+                    assert_ne!(*arch, "x86_64", "the world has no {folder} to bundle from");
+                    eprintln!("{folder}: no world repos ({have}) or driver ({driver:?}) for it; checking that --os {os} --arch {arch} is taken");
+                    clean_target_taken(&here, r.major, arch);
+                }
+            }
+        }
+    }
+}
+
+/// A bundle for a clean `ol<major>` on `arch`, from the world's repos of it (`world_repos`).
+fn clean_bundle_from_the_world(
+    here: &Path,
+    major: u32,
+    arch: &str,
+    world_repos: &Path,
+    driver: &Path,
+) {
+    let mut text = String::new();
+    for e in fs::read_dir(world_repos).unwrap_or_else(|e| panic!("{e}")) {
+        let id = e
+            .unwrap_or_else(|e| panic!("{e}"))
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        if id.starts_with(&format!("ol{major}_")) {
+            text.push_str(&format!(
+                "[{id}]\nname={id}\nbaseurl=file://{}\ngpgcheck=0\nenabled=1\n\n",
+                world_repos.join(&id).display()
+            ));
+        }
+    }
+    let repos = here.join("repos.d");
+    fs::write(repos.join("site.repo"), text).unwrap_or_else(|e| panic!("{e}"));
+    let profile = clean_profile(here, major, driver);
+    let out = here.join("b");
+    let docker = format!(
+        "docker.repo={}",
+        world_repos.join("docker-ce-stable").display()
+    );
+    let toolkit = format!(
+        "container_toolkit.repo={}",
+        world_repos.join("nvidia-container-toolkit").display()
+    );
+    let (os, out_s, repos_s) = (
+        format!("ol{major}"),
+        out.display().to_string(),
+        repos.display().to_string(),
+    );
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpuhost"))
+        .env("HOME", World::get().home())
+        .args(["bundle", "--profile", &profile, "--set", &docker])
+        .args(["--set", &toolkit, "--os", &os, "--arch", arch])
+        .args(["--repos", &repos_s, "--out", &out_s, "--format", "json"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code(&o), 0, "{os} {arch}: {}\n{}", stdout(&o), stderr(&o));
+    let made = report(&o);
+    assert_eq!(made["os_major"], major, "{made:#}");
+    let m = manifest_of(&out);
+    assert_eq!(m["arch"], arch, "{os} {arch}");
+    assert_eq!(m["os_major"], major, "{os} {arch}");
+    let kernel = m["kernels"][0].as_str().unwrap_or_default().to_string();
+    assert!(
+        kernel.ends_with(&format!(".el{major}uek.{arch}")),
+        "{os} {arch}: {kernel}"
+    );
+    let packages = packages_of(&m);
+    assert!(
+        packages.iter().any(|p| p.starts_with("kernel-uek-devel-")
+            && p.ends_with(&format!("{}.{arch}", world::evr(&kernel)))),
+        "{os} {arch}: the headers of {kernel}: {packages:?}"
+    );
+    let foreign: Vec<&&str> = packages
+        .iter()
+        .filter(|p| !p.ends_with(&format!(".{arch}")) && !p.ends_with(".noarch"))
+        .collect();
+    assert!(foreign.is_empty(), "{os} {arch}: {foreign:?}");
+}
+
+/// `--os ol<major> --arch <arch>` is taken: dnf runs for that architecture against the
+/// target's repos (here a closed port), and the error is theirs, not the command line's.
+fn clean_target_taken(here: &Path, major: u32, arch: &str) {
+    let repos = here.join("repos.d");
+    fs::write(
+        repos.join("mirror.repo"),
+        "[mirror]\nname=mirror\nbaseurl=http://127.0.0.1:9/$basearch/\ngpgcheck=0\nenabled=1\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let driver = world_driver(major, arch)
+        .or_else(|| world_driver(major, "x86_64"))
+        .unwrap_or_else(|| World::get().cuda_local(DRIVER_LOCAL_EL8_580));
+    let profile = clean_profile(here, major, &driver);
+    let (os, out_s, repos_s) = (
+        format!("ol{major}"),
+        here.join("b").display().to_string(),
+        repos.display().to_string(),
+    );
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpuhost"))
+        .env("HOME", World::get().home())
+        .args(["bundle", "--profile", &profile, "--os", &os, "--arch", arch])
+        .args(["--repos", &repos_s, "--out", &out_s, "--log-level", "debug"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = stderr(&o);
+    assert!(![0, 2].contains(&code(&o)), "{os} {arch}: {err}");
+    assert!(err.contains("check the .repo files in --repos"), "{err}");
+    if arch != gpuhost_host::arch::machine() {
+        assert!(err.contains(&format!("--forcearch={arch}")), "{err}");
+    }
+    assert!(names_in(here).is_some_and(|n| !n.contains(&"b".to_string())));
+}
+
+/// What a clean target cannot be is refused before anything is written (exit 2): a release
+/// the table lacks (clap lists the table's), `--arch` without `--os`, an RHCK profile on
+/// aarch64 (UEK only), a `--kernel-release` built for another architecture than `--arch`.
+#[test]
+fn a_clean_target_the_table_does_not_have_is_refused() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let out = tmp.path().join("b").display().to_string();
+    let driver = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let uek = clean_profile(tmp.path(), 9, &driver);
+    let rhck = tmp.path().join("rhck.toml");
+    fs::write(
+        &rhck,
+        format!(
+            "extends = \"ol9-rhck\"\n\n[driver]\nlocal_repo_rpm = \"{}\"\n",
+            driver.display()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let rhck = rhck.display().to_string();
+    let cases: [(&[&str], &str); 5] = [
+        (&["--os", "ol7"], "[possible values: ol8, ol9, ol10]"),
+        (
+            &["--os", "ol9", "--arch", "s390x"],
+            "[possible values: x86_64, aarch64]",
+        ),
+        (
+            &["--root", "/", "--arch", "aarch64"],
+            "--arch goes with --os",
+        ),
+        (
+            &["--os", "ol9", "--arch", "aarch64", "--profile", &rhck],
+            "ships no RHCK for aarch64",
+        ),
+        (
+            &[
+                "--os",
+                "ol9",
+                "--arch",
+                "aarch64",
+                "--kernel-release",
+                "5.15.0-206.153.7.el9uek.x86_64",
+            ],
+            "is built for x86_64, but the target is aarch64",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["bundle", "--out", out.as_str()];
+        if !extra.contains(&"--profile") {
+            args.extend(["--profile", uek.as_str()]);
+        }
+        args.extend(extra);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpuhost"))
+            .env("HOME", World::get().home())
+            .args(&args)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+    let left: Vec<String> = names_in(tmp.path())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| !n.ends_with(".toml"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 fn run_ok(cmd: &mut std::process::Command) -> String {

@@ -296,9 +296,12 @@ struct BundleArgs {
     /// NVSwitches the bundle is made for.
     #[arg(long, conflicts_with = "os", required_unless_present = "os")]
     root: Option<PathBuf>,
-    /// The target: a clean Oracle Linux release (ol8, ol9), with Oracle's public repos or --repos.
-    #[arg(long, value_parser = ["ol8", "ol9"])]
+    /// The target: a clean Oracle Linux release, with Oracle's public repos or --repos.
+    #[arg(long, value_name = "RELEASE", value_parser = os_values())]
     os: Option<String>,
+    /// With --os: the target's machine architecture (default: this machine's).
+    #[arg(long, requires = "os", value_parser = arch_values())]
+    arch: Option<String>,
     /// With --os: the .repo files the target uses (a directory), instead of Oracle's public repos.
     #[arg(long, requires = "os", value_name = "DIR")]
     repos: Option<PathBuf>,
@@ -712,18 +715,45 @@ fn with_completion_values(
     cmd
 }
 
+/// `gpuhost bundle --os`'s values: the releases of the release table (`ol8`, `ol9`, …).
+fn os_values() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        gpuhost_host::platform::RELEASES
+            .iter()
+            .map(gpuhost_host::platform::Release::name),
+    )
+}
+
+/// `gpuhost bundle --arch`'s values: the architectures of the release table.
+fn arch_values() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(gpuhost_host::platform::arches())
+}
+
 fn run_bundle(b: &BundleArgs) -> Result<()> {
     use gpuhost_engine::bundle::{self, BuildOptions, Target};
-    let target = match (&b.root, &b.os) {
+    let release = b.os.as_deref().and_then(gpuhost_host::platform::by_name);
+    let target = match (&b.root, release) {
+        // clap lets a `requires = "os"` pass beside --root, which conflicts with --os.
+        (Some(_), _) if b.arch.is_some() => {
+            return Err(gpuhost_host::invalid!(
+                "--arch goes with --os: with --root the architecture is the root's"
+            ))
+        }
         (Some(r), _) => Target::Root(r.clone()),
-        (None, Some(os)) => Target::Os {
-            major: if os == "ol9" { 9 } else { 8 },
+        (None, Some(release)) => Target::Os {
+            major: release.major,
+            arch: b.arch.clone(),
             repos: b.repos.clone(),
         },
         (None, None) => {
+            let names: Vec<String> = gpuhost_host::platform::RELEASES
+                .iter()
+                .map(gpuhost_host::platform::Release::name)
+                .collect();
             return Err(gpuhost_host::invalid!(
-                "say what the bundle is for: --root DIR or --os ol8|ol9"
-            ))
+                "say what the bundle is for: --root DIR or --os {}",
+                names.join("|")
+            ));
         }
     };
     if b.format == Format::Text {

@@ -125,6 +125,8 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         .iter()
         .map(|why| format!("{why} (this run serves the kernels the bundle carries; the kernel guard keeps the default boot on one)"))
         .collect();
+    // What the release table knows of the host's minor release (host/src/platform.rs).
+    warnings.extend(gpuhost_host::platform::minor_warnings(facts.os.as_ref()));
     if let Some(plan) = &driver_plan {
         // GPUs whose device id gpuhost's table lacks: the branch was not checked against them.
         warnings.extend(plan.warnings());

@@ -19,6 +19,7 @@ use gpuhost_host::fsutil;
 use gpuhost_host::host::{repo_entries, Host};
 use gpuhost_host::invalid;
 use gpuhost_host::kernel::Flavour;
+use gpuhost_host::platform::Release;
 use gpuhost_profile::Profile;
 use gpuhost_steps;
 use gpuhost_steps::containers::RepoSource;
@@ -35,8 +36,13 @@ pub enum Target {
     /// A copy of the target (or the target itself): its OS release, repo files, dnf.conf, dnf
     /// variables, kernels and NVSwitches.
     Root(PathBuf),
-    /// A clean Oracle Linux `major`: Oracle's public repos, or the `.repo` files of `repos`.
-    Os { major: u32, repos: Option<PathBuf> },
+    /// A clean Oracle Linux `major` for `arch` (else this machine's): Oracle's public repos, or
+    /// the `.repo` files of `repos`.
+    Os {
+        major: u32,
+        arch: Option<String>,
+        repos: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -96,9 +102,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     let staging = work.path().join(&dest.name);
     let scratch_dir = work.path().join("root");
     let (source, root_facts) = seed_scratch(opts, &profile, &scratch_dir)?;
-    let mut scratch = Host::new(&scratch_dir)?;
-    scratch.set_releasever(major.to_string());
-    scratch.rpm().arg("--initdb").run()?;
+    let scratch = scratch_host(opts, major, &scratch_dir)?;
     let dirs = profile_dirs(&profile);
     link_file_urls(&scratch, &source, &dirs)?;
     let facts = target_facts(opts, &scratch, &profile, root_facts)?;
@@ -208,7 +212,6 @@ fn check_request(opts: &BuildOptions, profile: &Profile) -> Result<Destination> 
             "gpuhost bundle resolves the packages with dnf in a scratch install root and must run as root"
         ));
     }
-    let major = profile.os.major;
     let out = std::path::absolute(&opts.out)
         .with_context(|| format!("resolving {}", opts.out.display()))?;
     let (parent, name) = match (out.parent(), out.file_name()) {
@@ -260,13 +263,13 @@ fn check_request(opts: &BuildOptions, profile: &Profile) -> Result<Destination> 
             ));
         }
     }
-    if let Target::Os { major: m, .. } = &opts.target {
-        if *m != major {
-            return Err(invalid!(
-                "--os ol{m}: profile {} is for Oracle Linux {major}; use --os ol{major} or another profile",
-                profile.name
-            ));
-        }
+    if let Target::Os { major, arch, .. } = &opts.target {
+        check_clean_target(
+            profile,
+            *major,
+            arch.as_deref(),
+            opts.kernel_release.as_deref(),
+        )?;
     }
     Ok(Destination {
         out,
@@ -274,6 +277,63 @@ fn check_request(opts: &BuildOptions, profile: &Profile) -> Result<Destination> 
         name,
         tarball,
     })
+}
+
+/// A clean target's architecture: `--arch`, else this machine's.
+fn clean_arch(arch: Option<&str>) -> &str {
+    arch.unwrap_or(gpuhost_host::arch::machine())
+}
+
+/// A clean target is the profile's release, for an architecture Oracle ships it for, with the
+/// profile's kernel (no RHCK on aarch64), and the one `--kernel-release` is built for.
+fn check_clean_target(
+    profile: &Profile,
+    os: u32,
+    arch: Option<&str>,
+    kernel: Option<&str>,
+) -> Result<()> {
+    let major = profile.os.major;
+    if os != major {
+        return Err(invalid!(
+            "--os ol{os}: profile {} is for Oracle Linux {major}; use --os ol{major} or another profile",
+            profile.name
+        ));
+    }
+    let arch = clean_arch(arch);
+    let release = gpuhost_host::platform::release(major);
+    let arches = release.map(|r| r.arches.join(", ")).unwrap_or_default();
+    if !release.is_some_and(|r| r.arches.contains(&arch)) {
+        return Err(invalid!(
+            "--arch {arch}: Oracle Linux {major} is shipped for {arches}"
+        ));
+    }
+    if profile.kernel.flavour == Flavour::Rhck && !gpuhost_host::platform::has_rhck(major, arch) {
+        return Err(invalid!(
+            "--arch {arch}: Oracle Linux {major} ships no RHCK for {arch} (the UEK only); use --profile ol{major}-uek"
+        ));
+    }
+    let built_for = kernel.and_then(gpuhost_host::arch::of_kernel);
+    if let (Some(k), Some(a)) = (kernel, built_for.filter(|a| *a != arch)) {
+        return Err(invalid!(
+            "--kernel-release {k} is built for {a}, but the target is {arch}; give --arch {a} or a kernel built for {arch}"
+        ));
+    }
+    Ok(())
+}
+
+/// The scratch root's host: dnf resolves for the profile's release, and for a clean target of
+/// another architecture than this machine's with `--forcearch`; its rpm database made.
+fn scratch_host(opts: &BuildOptions, major: u32, scratch_dir: &Path) -> Result<Host> {
+    let mut scratch = Host::new(scratch_dir)?;
+    scratch.set_releasever(major.to_string());
+    if let Target::Os { arch, .. } = &opts.target {
+        let arch = clean_arch(arch.as_deref());
+        if arch != gpuhost_host::arch::machine() {
+            scratch.set_forcearch(arch);
+        }
+    }
+    scratch.rpm().arg("--initdb").run()?;
+    Ok(scratch)
 }
 
 /// The scratch root's skeleton, seeded from the target: a copy of its root (whose facts are
@@ -333,11 +393,15 @@ fn target_facts(
     let mut facts = match root_facts {
         Some(f) => f,
         None => {
-            let repos = match &opts.target {
-                Target::Os { repos, .. } => repos.as_deref(),
-                Target::Root(_) => None,
+            let (arch, repos) = match &opts.target {
+                Target::Os { arch, repos, .. } => (arch.as_deref(), repos.as_deref()),
+                Target::Root(_) => (None, None),
             };
-            clean_facts(scratch, profile, opts.kernel_release.as_deref(), repos)?
+            let clean = Clean {
+                arch: clean_arch(arch),
+                repos,
+            };
+            clean_facts(scratch, profile, opts.kernel_release.as_deref(), &clean)?
         }
     };
     if opts.fabric_manager && facts.nvswitches.is_empty() {
@@ -798,10 +862,17 @@ fn is_local_repo_package_file(source: &Host, rel: &str) -> Result<bool> {
 /// A clean Oracle Linux `major`: a minimal os-release (dnf reads its `PLATFORM_ID` for module
 /// platform streams), dnf.conf, and the repo files of `repos` or Oracle's public repos.
 fn seed_clean(scratch: &Path, major: u32, repos: Option<&Path>) -> Result<()> {
+    let release = gpuhost_host::platform::release(major).ok_or_else(|| {
+        invalid!(
+            "Oracle Linux {major} is not a release gpuhost provisions; it supports {}",
+            gpuhost_host::platform::supported_text()
+        )
+    })?;
     std::fs::write(
         scratch.join("etc/os-release"),
         format!(
-            "NAME=\"Oracle Linux Server\"\nVERSION=\"{major}\"\nID=\"ol\"\nID_LIKE=\"fedora\"\nVERSION_ID=\"{major}\"\nPLATFORM_ID=\"platform:el{major}\"\nPRETTY_NAME=\"Oracle Linux Server {major}\"\n"
+            "NAME=\"Oracle Linux Server\"\nVERSION=\"{major}\"\nID=\"ol\"\nID_LIKE=\"fedora\"\nVERSION_ID=\"{major}\"\nPLATFORM_ID=\"{}\"\nPRETTY_NAME=\"Oracle Linux Server {major}\"\n",
+            release.platform_id
         ),
     )?;
     std::fs::write(
@@ -826,33 +897,31 @@ fn seed_clean(scratch: &Path, major: u32, repos: Option<&Path>) -> Result<()> {
         }
         None => std::fs::write(
             scratch.join(format!("etc/yum.repos.d/oracle-linux-ol{major}.repo")),
-            oracle_repos(major),
+            oracle_repos(release),
         )?,
     }
     Ok(())
 }
 
-/// Oracle's public repos an Oracle Linux host has enabled for gpuhost's packages: BaseOS,
-/// AppStream, UEK R7 and the developer EPEL (DKMS). Layout of yum.oracle.com, as Oracle's
-/// release packages name them.
-pub(crate) fn oracle_repos(major: u32) -> String {
-    let key = format!("https://yum.oracle.com/RPM-GPG-KEY-oracle-ol{major}");
-    let repo = |id: &str, name: &str, path: &str| {
-        format!(
-            "[ol{major}_{id}]\nname=Oracle Linux {major} {name} ($basearch)\nbaseurl=https://yum.oracle.com/repo/OracleLinux/OL{major}/{path}/$basearch/\ngpgkey={key}\ngpgcheck=1\nenabled=1\n\n"
-        )
-    };
-    [
-        repo("baseos_latest", "BaseOS Latest", "baseos/latest"),
-        repo("appstream", "Application Stream", "appstream"),
-        repo("UEKR7", "UEK Release 7", "UEKR7"),
-        repo(
-            "developer_EPEL",
-            "EPEL Packages for Development",
-            "developer/EPEL",
-        ),
-    ]
-    .concat()
+/// Oracle's public repos an Oracle Linux host has enabled for gpuhost's packages, as the
+/// release table lists them for `release`: BaseOS, AppStream, its UEK repos and the developer
+/// EPEL (DKMS), each by `$basearch`.
+pub(crate) fn oracle_repos(release: &Release) -> String {
+    let major = release.major;
+    release
+        .yum
+        .all()
+        .into_iter()
+        .map(|r| {
+            format!(
+                "[{}]\nname=Oracle Linux {major} {} ($basearch)\nbaseurl={}\ngpgkey={}\ngpgcheck=1\nenabled=1\n\n",
+                r.id,
+                r.name,
+                r.baseurl(),
+                release.yum.gpgkey
+            )
+        })
+        .collect()
 }
 
 /// What to do when a clean target's repos cannot be read: where the repo files come from, or
@@ -867,14 +936,22 @@ fn unread_repos(repos: Option<&Path>) -> String {
     }
 }
 
-/// Facts of a clean target: its OS release, the kernel (given, or the newest of the profile's
-/// flavour in the repos), no devices.
+/// A clean target: its architecture, and the directory of its repo files (else Oracle's
+/// public repos).
+struct Clean<'a> {
+    arch: &'a str,
+    repos: Option<&'a Path>,
+}
+
+/// Facts of a clean target: its OS release and architecture, the kernel (given, or the newest
+/// of the profile's flavour in the repos), no devices.
 fn clean_facts(
     scratch: &Host,
     profile: &Profile,
     release: Option<&str>,
-    repos: Option<&Path>,
+    clean: &Clean<'_>,
 ) -> Result<Facts> {
+    let repos = clean.repos;
     let flavour = profile.kernel.flavour;
     let kver = match release {
         Some(k) => k.to_string(),
@@ -919,6 +996,7 @@ fn clean_facts(
         },
     )?;
     facts.root = format!("(a clean Oracle Linux {})", profile.os.major);
+    facts.arch = Some(clean.arch.to_string());
     facts.installed_kernels = vec![kver];
     Ok(facts)
 }
@@ -1262,13 +1340,16 @@ mod tests {
 
     #[test]
     fn oracles_public_repos() {
-        let text = oracle_repos(9);
+        let text = gpuhost_host::platform::release(9)
+            .map(oracle_repos)
+            .unwrap_or_default();
         let entries = repo_entries(&text);
         let ids: BTreeSet<&str> = entries.iter().map(|(s, _, _)| *s).collect();
         assert_eq!(
             ids,
             [
                 "ol9_UEKR7",
+                "ol9_UEKR8",
                 "ol9_appstream",
                 "ol9_baseos_latest",
                 "ol9_developer_EPEL"
@@ -1280,5 +1361,54 @@ mod tests {
             "baseurl=https://yum.oracle.com/repo/OracleLinux/OL9/baseos/latest/$basearch/"
         ));
         assert!(text.contains("gpgkey=https://yum.oracle.com/RPM-GPG-KEY-oracle-ol9"));
+    }
+
+    /// Each release gets its own UEK repos (UEK R7 for 8; R8 and R7 for 9; R8 for 10) and its
+    /// own EPEL, under its own folder, never another release's; aarch64 by `$basearch`.
+    #[test]
+    fn each_release_gets_its_own_uek_repos() {
+        let want: [(u32, &[&str], &str); 3] = [
+            (8, &["ol8_UEKR7"], "OL8/developer/EPEL"),
+            (9, &["ol9_UEKR8", "ol9_UEKR7"], "OL9/developer/EPEL"),
+            (10, &["ol10_UEKR8"], "OL10/1/developer/EPEL"),
+        ];
+        assert_eq!(gpuhost_host::platform::RELEASES.len(), want.len());
+        for (major, ueks, epel) in want {
+            let release = gpuhost_host::platform::release(major);
+            let text = release.map(oracle_repos).unwrap_or_default();
+            let ids: Vec<&str> = repo_entries(&text)
+                .into_iter()
+                .filter(|(id, key, _)| *key == "baseurl" && id.contains("UEK"))
+                .map(|(id, _, _)| id)
+                .collect();
+            assert_eq!(ids, ueks, "Oracle Linux {major}");
+            for id in ueks {
+                let path = id.replace(&format!("ol{major}_"), &format!("OL{major}/"));
+                assert!(
+                    text.contains(&format!(
+                        "baseurl=https://yum.oracle.com/repo/OracleLinux/{path}/$basearch/"
+                    )),
+                    "{text}"
+                );
+            }
+            assert!(
+                text.contains(&format!(
+                    "baseurl=https://yum.oracle.com/repo/OracleLinux/{epel}/$basearch/"
+                )),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!(
+                    "gpgkey=https://yum.oracle.com/RPM-GPG-KEY-oracle-ol{major}\n"
+                )),
+                "{text}"
+            );
+            let others = text
+                .lines()
+                .filter(|l| l.starts_with("baseurl="))
+                .filter(|l| !l.contains(&format!("/OracleLinux/OL{major}/")))
+                .count();
+            assert_eq!(others, 0, "{text}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! `docker`: the Docker CE repo and `docker-ce docker-ce-cli containerd.io`.
 //!
-//! Two known traps on OL8, settled before dnf runs rather than by retrying:
+//! Two known traps on OL8 (the release table's `container_tools_module`), settled before dnf
+//! runs rather than by retrying:
 //! - `containerd.io` is filtered out by the `container-tools` module's modular filtering;
 //!   `--allowerasing` does not help. The repo file carries `module_hotfixes=true` (default), or
 //!   the module is disabled (`docker.module_filtering = "disable-module"`).
@@ -210,7 +211,10 @@ impl Step for Docker {
                 why,
             ));
         }
-        if spec.module_filtering == ModuleFiltering::DisableModule && ctx.profile.os.major == 8 {
+        if spec.module_filtering == ModuleFiltering::DisableModule
+            && gpuhost_host::platform::release(ctx.profile.os.major)
+                .is_some_and(|r| r.container_tools_module)
+        {
             let text = ctx.host.read_opt(MODULE_FILE)?.unwrap_or_default();
             if module_state(&text) != Some("disabled") {
                 check.changes.push(Change::new(
