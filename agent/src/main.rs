@@ -5,6 +5,7 @@ mod args;
 mod cloud_init;
 mod compat;
 mod internal;
+mod kmod;
 mod matrix;
 mod output;
 mod serve;
@@ -128,6 +129,12 @@ enum Command {
     /// target, as one verified offline repo (for `apply --bundle` on air-gapped hosts).
     #[command(after_help = bundle_exit_codes!())]
     Bundle(BundleArgs),
+    /// The build host's commands: NVIDIA's kernel modules built and signed once per kernel,
+    /// for nodes that install them without a compiler.
+    Kmod {
+        #[command(subcommand)]
+        action: kmod::KmodCommand,
+    },
     /// Give a newly installed kernel headers and the NVIDIA module before its first boot: wait
     /// for the rpm transaction that installed it to end, then repeat the last converged apply
     /// (run by gpuhost-kernel@KVER.service, which the kernel-install plugin starts).
@@ -388,6 +395,7 @@ fn main() -> ExitCode {
                 _ => code,
             }
         }
+        Command::Kmod { action } => kmod::run(action),
         Command::KernelAdded(k) => match kernel_added_options(k) {
             Ok(Some(opts)) => run_apply(&opts, k.format),
             Ok(None) => exit::OK,

@@ -17,6 +17,7 @@ pub mod apply;
 pub mod bootguard;
 pub mod bundle;
 pub mod journal;
+pub mod kmod;
 pub mod lock;
 pub(crate) mod preflight;
 pub mod reboot;

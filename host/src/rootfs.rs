@@ -902,6 +902,7 @@ mod tests {
             ("kmodrepo.rs", ""),
             ("kmod/build.rs", ""),
             ("kmod/package.rs", ""),
+            ("kmod/model.rs", ""),
         ];
         // Every crate that acts on the root: this one and those built on it (paths in ALLOWED
         // are relative to each crate's src/).

@@ -1,0 +1,470 @@
+//! The build: for each kernel, NVIDIA's modules compiled from the local repo package's own DKMS
+//! source, in the build root (`--root`, `/` on a build host), with the compiler that kernel was
+//! built with and `make -j<every CPU>`, then each `.ko` signed with the fleet's key by the
+//! kernel's own `sign-file`. The key is copied into the build root's scratch folder only while
+//! that kernel's modules are signed, and removed with it; it never enters an RPM or the repo.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use gpuhost_host::cmd::Cmd;
+use gpuhost_host::error::{as_invalid, hinted};
+use gpuhost_host::facts::{Facts, KernelChoice};
+use gpuhost_host::host::Host;
+use gpuhost_host::invalid;
+use gpuhost_nvidia::localrepo::LocalRepoFile;
+use gpuhost_nvidia::packages::{self, Kmod, ModuleFlavour, StreamKind};
+
+use super::dkmsconf::DkmsConf;
+use super::model::{Built, BuiltKmod, Info};
+use super::package;
+
+/// The build root's scratch folder (removed when the build ends, and at its start).
+const SCRATCH: &str = "/var/cache/gpuhost/kmod-build";
+/// How long one kernel's build may take.
+const BUILD_TIMEOUT: Duration = Duration::from_secs(3 * 3600);
+
+/// What `gpuhost kmod build` runs, built by the agent.
+#[derive(Clone, Debug)]
+pub struct KmodBuildOptions {
+    /// The build root: its kernels, their headers, its compilers (`/` on a build host).
+    pub root: PathBuf,
+    /// NVIDIA's local repo package whose DKMS source is built.
+    pub local_repo_rpm: PathBuf,
+    pub flavour: ModuleFlavour,
+    /// The kernels to build for; empty: the root's target and default boot kernels.
+    pub kernels: Vec<String>,
+    /// The fleet's module-signing key (PEM) and certificate (DER or PEM).
+    pub key: PathBuf,
+    pub cert: PathBuf,
+    /// The kmod repo to write (made, or added to).
+    pub out: PathBuf,
+    /// make's jobs; `None`: every CPU.
+    pub jobs: Option<usize>,
+}
+
+/// What a build made.
+#[derive(Clone, Debug, Serialize)]
+pub struct KmodBuildReport {
+    pub driver: String,
+    pub flavour: ModuleFlavour,
+    pub repo: String,
+    pub jobs: usize,
+    pub kmods: Vec<BuiltKmod>,
+    pub duration_ms: u64,
+}
+
+/// Build, sign and package NVIDIA's modules for every kernel asked, into the repo `opts.out`.
+pub fn build(opts: &KmodBuildOptions) -> Result<KmodBuildReport> {
+    let start = Instant::now();
+    let fleet = FleetKey::read(&opts.key, &opts.cert)?;
+    let repo = LocalRepoFile::of_path(&opts.local_repo_rpm)?;
+    let driver = repo.driver.clone();
+    if packages::kmod_row(Kmod::Built, opts.flavour, repo.branch()).is_none() {
+        return Err(invalid!(
+            "driver {driver} has no {} kernel modules (NVIDIA removed the proprietary modules in R620): build --flavour open",
+            opts.flavour
+        ));
+    }
+    let host = Host::new(&opts.root)?;
+    let kernels = kernels(&host, &opts.kernels)?;
+    let jobs = opts.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let scratch = Scratch::new(&host)?;
+    let rpm = opts.local_repo_rpm.display().to_string();
+    gpuhost_steps::transaction::extract(
+        &host,
+        &rpm,
+        &format!("{SCRATCH}/payload"),
+        &format!("{SCRATCH}/repo"),
+        &["./var/*"],
+    )
+    .map_err(|e| as_invalid(e.context(format!("reading the repo of {rpm}"))))?;
+    let mut built = Vec::new();
+    let mut manifest_entries = Vec::new();
+    for kver in &kernels {
+        let source = Source::unpack(&host, &repo, opts.flavour, arch_of(kver))?;
+        let one = build_one(&host, &source, kver, jobs, &fleet)?;
+        let (entry, report) = package::rpm(&host, &source.package_info(kver), &one)?;
+        manifest_entries.push((entry, one.rpm_dir.clone()));
+        built.push(report);
+    }
+    let out = package::publish(&opts.out, &fleet.cert_der, manifest_entries)?;
+    drop(scratch);
+    Ok(KmodBuildReport {
+        driver,
+        flavour: opts.flavour,
+        repo: out.display().to_string(),
+        jobs,
+        kmods: built,
+        duration_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+/// The fleet's key pair on the build host: the key's path (it is read by `sign-file` only) and
+/// the certificate, as DER (what the repo carries and `mokutil` enrolls).
+pub(super) struct FleetKey {
+    key: PathBuf,
+    pub(super) cert_der: Vec<u8>,
+}
+
+impl FleetKey {
+    fn read(key: &Path, cert: &Path) -> Result<FleetKey> {
+        let unreadable = |what: &str, p: &Path, e: &dyn std::fmt::Display| {
+            as_invalid(hinted(
+                format!("the fleet's {what} {} cannot be read on this build host ({e})", p.display()),
+                "give --key the fleet's module-signing private key (PEM) and --cert its certificate (DER or PEM), readable by root",
+            ))
+        };
+        let k = std::fs::read(key).map_err(|e| unreadable("signing key", key, &e))?;
+        if !String::from_utf8_lossy(&k).contains("PRIVATE KEY-----") {
+            return Err(unreadable("signing key", key, &"not a PEM private key"));
+        }
+        let c = std::fs::read(cert).map_err(|e| unreadable("certificate", cert, &e))?;
+        let cert_der = if c.starts_with(b"-----BEGIN") {
+            Cmd::new("openssl")
+                .args(["x509", "-outform", "DER", "-in"])
+                .arg(cert)
+                .binary_stdout()
+                .run()
+                .map_err(|e| unreadable("certificate", cert, &e))?
+                .stdout_bytes
+        } else {
+            c
+        };
+        if cert_der.first() != Some(&0x30) {
+            return Err(unreadable("certificate", cert, &"not an X.509 certificate"));
+        }
+        Ok(FleetKey {
+            key: key.to_path_buf(),
+            cert_der,
+        })
+    }
+}
+
+/// The kernels to build for: those asked, each installed in the build root with its headers;
+/// none asked: the root's target and default boot kernels (what `apply` serves).
+fn kernels(host: &Host, asked: &[String]) -> Result<Vec<String>> {
+    let kernels = if asked.is_empty() {
+        Facts::gather(host, &KernelChoice::default())?.kernels_to_serve()
+    } else {
+        asked.to_vec()
+    };
+    if kernels.is_empty() {
+        return Err(invalid!(
+            "the build root {} has no kernel: give --kernel-release, or a root with the fleet's kernels and their headers installed",
+            host.root().display()
+        ));
+    }
+    for k in &kernels {
+        if source_dir(host, k).is_none() {
+            return Err(invalid!(
+                "kernel {k} is not installed in the build root {} with its headers (no /usr/src/kernels/{k}): install {} there, or give --kernel-release of a kernel that is",
+                host.root().display(),
+                gpuhost_host::kernel::DevelPackage::for_kernel(
+                    &format!(
+                        "{}-devel-{{kver}}",
+                        gpuhost_host::kernel::Flavour::of(k).kernel_package()
+                    ),
+                    k
+                )
+                .spec
+            ));
+        }
+    }
+    Ok(kernels)
+}
+
+/// The kernel's build tree in the root (`SYSSRC`), as DKMS finds it.
+fn source_dir(host: &Host, kver: &str) -> Option<String> {
+    [
+        format!("/usr/src/kernels/{kver}"),
+        format!("/lib/modules/{kver}/build"),
+    ]
+    .into_iter()
+    .find(|d| host.exists(format!("{d}/Makefile")))
+}
+
+/// The machine a kernel release is for (`….aarch64.64k` is aarch64).
+pub(super) fn arch_of(kver: &str) -> &'static str {
+    if kver.ends_with(".aarch64") || kver.contains(".aarch64.") {
+        "aarch64"
+    } else {
+        "x86_64"
+    }
+}
+
+/// NVIDIA's DKMS source of the driver, unpacked for one arch from the DKMS package the local
+/// repo carries.
+pub(super) struct Source {
+    /// The source folder in the root (`…/usr/src/nvidia-open-580.82.07`).
+    dir: String,
+    conf: DkmsConf,
+    driver: String,
+    epoch: u32,
+    flavour: ModuleFlavour,
+    arch: &'static str,
+}
+
+impl Source {
+    fn unpack(
+        host: &Host,
+        repo: &LocalRepoFile,
+        flavour: ModuleFlavour,
+        arch: &'static str,
+    ) -> Result<Source> {
+        let kind = match flavour {
+            ModuleFlavour::Open => StreamKind::Open,
+            ModuleFlavour::Proprietary => StreamKind::Dkms,
+        };
+        let (Some(package), Some(name)) = (kind.dkms_package(), kind.dkms_name()) else {
+            return Err(invalid!("no DKMS package for the {flavour} modules"));
+        };
+        let drv = &repo.driver;
+        let inner = format!("{SCRATCH}/repo{}", repo.repo_dir());
+        let prefix = format!("{package}-{drv}-");
+        let file = host
+            .files_with_prefix(&inner, &prefix)
+            .into_iter()
+            .find(|f| f.ends_with(&format!(".{arch}.rpm")) || f.ends_with(".noarch.rpm"))
+            .ok_or_else(|| {
+                invalid!(
+                    "the local repo package {} carries no {package} {drv} for {arch}: it holds the source the build host compiles",
+                    repo.package
+                )
+            })?;
+        let real = host.real_path(format!("{inner}/{file}"))?;
+        let epoch = epoch_of(&real)?;
+        let tree = format!("{SCRATCH}/src-{arch}");
+        if !host.is_dir(&tree) {
+            gpuhost_steps::transaction::extract(
+                host,
+                &real.display().to_string(),
+                &format!("{SCRATCH}/payload"),
+                &tree,
+                &["./usr/src/*"],
+            )?;
+        }
+        let dir = format!("{tree}/usr/src/{name}-{drv}");
+        let conf_path = format!("{dir}/dkms.conf");
+        let text = host
+            .read_opt(&conf_path)?
+            .ok_or_else(|| invalid!("{file} has no {}", &conf_path[tree.len()..]))?;
+        Ok(Source {
+            dir,
+            conf: DkmsConf::parse(&text, &file)?,
+            driver: drv.clone(),
+            epoch,
+            flavour,
+            arch,
+        })
+    }
+
+    pub(super) fn package_info(&self, kver: &str) -> Info {
+        Info {
+            driver: self.driver.clone(),
+            epoch: self.epoch,
+            flavour: self.flavour,
+            kernel: kver.to_string(),
+            arch: self.arch,
+        }
+    }
+}
+
+/// The epoch of an RPM file (`(none)`: 0).
+fn epoch_of(rpm: &Path) -> Result<u32> {
+    let out = Cmd::new("rpm")
+        .args(["-qp", "--nosignature", "--qf", "%{EPOCH}"])
+        .arg(rpm)
+        .run()?;
+    Ok(out.stdout.trim().parse().unwrap_or(0))
+}
+
+fn build_one(
+    host: &Host,
+    source: &Source,
+    kver: &str,
+    jobs: usize,
+    fleet: &FleetKey,
+) -> Result<Built> {
+    let work = format!("{SCRATCH}/build/{kver}");
+    host.remove_tree(&work)?;
+    host.create_dir_all(format!("{SCRATCH}/build"))?;
+    Cmd::new("cp")
+        .arg("-a")
+        .arg(host.real_path(&source.dir)?)
+        .arg(host.path(&work))
+        .run()?;
+    let sysdir = source_dir(host, kver).unwrap_or_default();
+    let (cc, compiler) = compiler_of(host, kver)?;
+    let argv = source.conf.make_for(kver, &sysdir, jobs, cc.as_deref());
+    let (program, args) = argv.split_first().context("an empty MAKE[0]")?;
+    let cpu_before = children_cpu_seconds();
+    let t = Instant::now();
+    let out = host
+        .in_root(program)
+        .arg("-C")
+        .arg(&work)
+        .args(args)
+        .timeout(BUILD_TIMEOUT)
+        .output()?;
+    if !out.success() {
+        // make reports on both streams: the last lines of each.
+        let log = format!(
+            "{}\n{}",
+            gpuhost_host::cmd::tail_lines(&out.stdout, 8),
+            gpuhost_host::cmd::tail_lines(&out.stderr, 8)
+        );
+        return Err(anyhow::anyhow!(
+            "building NVIDIA's {} modules for {kver} failed ({}, exit {:?}): {}",
+            source.flavour,
+            argv.join(" "),
+            out.code,
+            log.trim()
+        ));
+    }
+    let seconds = t.elapsed().as_secs_f64();
+    let cpu_seconds = children_cpu_seconds() - cpu_before;
+    let mut modules = Vec::new();
+    for (name, at) in &source.conf.modules {
+        let rel = if at.is_empty() {
+            format!("{work}/{name}.ko")
+        } else {
+            format!("{work}/{at}/{name}.ko")
+        };
+        if host.kind(&rel) != Some(gpuhost_host::rootfs::Kind::File) {
+            return Err(anyhow::anyhow!(
+                "make built no {name}.ko for {kver} (looked for {rel} in the build root)"
+            ));
+        }
+        modules.push(rel);
+    }
+    sign(host, kver, &sysdir, &modules, fleet)?;
+    let modules = modules
+        .iter()
+        .map(|m| host.real_path(m))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Built {
+        modules,
+        compiler,
+        seconds,
+        cpu_seconds,
+        rpm_dir: host.real_path(SCRATCH)?.join("rpmbuild").join(kver),
+    })
+}
+
+/// The compiler the kernel was built with, when it is not the build root's system gcc: its
+/// gcc-toolset's gcc (`CC=`), which must be installed there. `(CC, what the report says)`.
+fn compiler_of(host: &Host, kver: &str) -> Result<(Option<String>, String)> {
+    let config = gpuhost_host::kernel::config_of(host, kver).unwrap_or_default();
+    let Some((text, Some(major))) = gpuhost_host::kernel::compiler(&config) else {
+        return Ok((None, "gcc".to_string()));
+    };
+    let system = host
+        .read_opt("/etc/os-release")?
+        .map(|t| gpuhost_host::osrelease::OsRelease::parse(&t))
+        .and_then(|o| o.major())
+        .and_then(gpuhost_host::platform::release)
+        .map(|r| r.system_gcc);
+    if system.is_none_or(|s| major <= s) {
+        return Ok((
+            None,
+            format!("gcc (the system's: {kver} was built by {text})"),
+        ));
+    }
+    let cc = format!("/opt/rh/gcc-toolset-{major}/root/usr/bin/gcc");
+    if !host.exists(&cc) {
+        return Err(invalid!(
+            "{kver} was built by {text}: install gcc-toolset-{major}-gcc in the build root {}, then build again",
+            host.root().display()
+        ));
+    }
+    Ok((
+        Some(cc.clone()),
+        format!("{cc} ({kver} was built by {text})"),
+    ))
+}
+
+/// Sign each module with the kernel's `sign-file`, run in the build root: the key and the
+/// certificate are copied into the scratch folder for it (mode 0600) and removed right after,
+/// whatever happened.
+fn sign(host: &Host, kver: &str, sysdir: &str, modules: &[String], fleet: &FleetKey) -> Result<()> {
+    let sign_file = format!("{sysdir}/scripts/sign-file");
+    if !host.exists(&sign_file) {
+        return Err(invalid!(
+            "{kver}'s headers in the build root have no scripts/sign-file: install its kernel devel package whole"
+        ));
+    }
+    let config = gpuhost_host::kernel::config_of(host, kver).unwrap_or_default();
+    let hash = config
+        .lines()
+        .find_map(|l| l.strip_prefix("CONFIG_MODULE_SIG_HASH="))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "sha256".to_string());
+    let keys = format!("{SCRATCH}/keys");
+    host.create_dir_all(&keys)?;
+    let result = (|| -> Result<()> {
+        let key = std::fs::read(&fleet.key)
+            .with_context(|| format!("reading {}", fleet.key.display()))?;
+        host.write_atomic(format!("{keys}/key.pem"), &key, 0o600)?;
+        host.write_atomic(format!("{keys}/cert.der"), &fleet.cert_der, 0o600)?;
+        for m in modules {
+            host.in_root(&sign_file)
+                .args([hash.as_str()])
+                .arg(format!("{keys}/key.pem"))
+                .arg(format!("{keys}/cert.der"))
+                .arg(m)
+                .run()
+                .with_context(|| format!("signing {m} for {kver}"))?;
+        }
+        Ok(())
+    })();
+    host.remove_tree(&keys)?;
+    result
+}
+
+/// CPU seconds (user + system) of the children this process has waited for: `/proc/self/stat`'s
+/// `cutime` and `cstime`, in clock ticks of 1/100 s (Linux's USER_HZ on x86_64 and aarch64).
+fn children_cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // After the command name (in parentheses, which may hold spaces): fields 3 onwards.
+    let Some((_, rest)) = stat.rsplit_once(") ") else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // cutime and cstime are fields 16 and 17 of the line, 14 and 15 of `rest`.
+    let ticks: u64 = [13, 14]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<u64>().ok())
+        .sum();
+    ticks as f64 / 100.0
+}
+
+/// The build root's scratch folder: made empty, removed when dropped (the fleet key in it is
+/// removed earlier, after each kernel's signing).
+struct Scratch<'h> {
+    host: &'h Host,
+}
+
+impl<'h> Scratch<'h> {
+    fn new(host: &'h Host) -> Result<Scratch<'h>> {
+        host.remove_tree(SCRATCH)?;
+        host.create_dir_all(SCRATCH)?;
+        Ok(Scratch { host })
+    }
+}
+
+impl Drop for Scratch<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.host.remove_tree(SCRATCH) {
+            tracing::warn!("could not remove {SCRATCH}: {e:#}");
+        }
+    }
+}
