@@ -303,3 +303,118 @@ fn bad_input_is_refused_before_anything_is_written() {
     assert_eq!(rc, 2, "{text}");
     assert!(text.contains("another key"), "{text}");
 }
+
+/// A node's apply with `driver.kmod_repo`: the profile's driver from the local repo package,
+/// the kernel module from the build host's repo.
+fn node_apply(node: &Root, repo: &Path, cmd: &str) -> (i32, Value) {
+    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let o = node.gpuhost(&[
+        cmd,
+        "--format",
+        "json",
+        "--profile",
+        &world::profile("ol9-uek"),
+        "--set",
+        &format!("driver.local_repo_rpm={}", rpm.display()),
+        "--set",
+        &format!("driver.kmod_repo={}", repo.display()),
+    ]);
+    (code(&o), world::report(&o))
+}
+
+/// What a node that compiles nothing must not have (issue 41, item 2).
+const BUILD_PACKAGES: &[&str] = &[
+    "gcc",
+    "gcc-c++",
+    "make",
+    "dkms",
+    "kernel-devel",
+    "kernel-uek-devel",
+    "elfutils-libelf-devel",
+    "kmod-nvidia-open-dkms",
+];
+
+#[test]
+fn a_node_installs_the_prebuilt_kmod_and_compiles_nothing() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    // plan says which it will be, and why.
+    let (rc, rep) = node_apply(&node, &f.out, "plan");
+    assert_eq!(rc, 0, "{rep:#}");
+    let km = world::step(&rep, "kernel-module");
+    assert!(
+        km.to_string().contains(&format!("kmod-nvidia-open-{UEK9}"))
+            && km.to_string().contains("nothing is compiled here"),
+        "{km:#}"
+    );
+    let deps = world::step(&rep, "build-deps");
+    assert!(deps.to_string().contains("prebuilt kmods from"), "{deps:#}");
+    // apply converges with the build host's module and no compiler.
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(
+        node.nvidia_module_version(UEK9).as_deref(),
+        Some("570.124.06"),
+        "{rep:#}"
+    );
+    assert!(node
+        .installed(&format!("kmod-nvidia-open-{UEK9}"))
+        .is_some());
+    for p in BUILD_PACKAGES {
+        assert!(node.installed(p).is_none(), "{p} was installed: {rep:#}");
+    }
+    let toolsets = node.rpm(&["-qa", "gcc-toolset-*"]);
+    assert!(String::from_utf8_lossy(&toolsets.stdout).trim().is_empty());
+    assert!(!node.join("/var/lib/dkms/nvidia-open").exists());
+    assert!(!node.join("/var/lib/dkms/nvidia").exists());
+    // The module the node loads is the fleet's.
+    for m in node.nvidia_module_files(UEK9) {
+        let path = node.join(&m);
+        assert_eq!(
+            world::modinfo(&path, "signer").as_deref(),
+            Some(FLEET_CN),
+            "{m}"
+        );
+    }
+    // A second apply changes nothing.
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+}
+
+#[test]
+fn a_served_kernel_without_a_kmod_in_the_repo_is_refused_before_any_change() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    // The node boots another kernel than the one the repo serves.
+    let node = Root::new(Os::Ol9, &[world::UEK9_8]);
+    let before = node.rpmdb_snapshot();
+    for cmd in ["plan", "apply"] {
+        let (rc, rep) = node_apply(&node, &f.out, cmd);
+        assert_eq!(rc, 2, "{rep:#}");
+        let text = rep.to_string();
+        assert!(
+            text.contains(world::UEK9_8) && text.contains("gpuhost kmod build"),
+            "{rep:#}"
+        );
+    }
+    assert_eq!(node.rpmdb_snapshot(), before);
+    // A repo whose files no longer match its manifest: refused too, naming the file.
+    let rpm = files_under(&f.out)
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "rpm"))
+        .unwrap();
+    std::fs::write(&rpm, b"tampered").unwrap();
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 2, "{rep:#}");
+    assert!(
+        rep.to_string().contains("does not match its manifest"),
+        "{rep:#}"
+    );
+}

@@ -54,6 +54,12 @@ pub struct DriverSpec {
     /// package; a change that would erase one not named here is refused before anything changes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_erase: Vec<String>,
+    /// A kmod repo made by `gpuhost kmod build` on a build host (a directory on this host, or
+    /// carried in a bundle): the node installs its signed kmod for each served kernel instead of
+    /// NVIDIA's DKMS package, and no compiler, headers or DKMS. A served kernel the repo has no
+    /// kmod for is refused before any change (exit 2). Unset: DKMS builds the modules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kmod_repo: Option<PathBuf>,
 }
 
 impl Default for DriverSpec {
@@ -69,6 +75,7 @@ impl Default for DriverSpec {
             replace_local_repo: false,
             switch_stream: false,
             allow_erase: Vec::new(),
+            kmod_repo: None,
         }
     }
 }

@@ -8,11 +8,20 @@ use crate::step::{package_name_of, Change, Check, Ctx, Step};
 
 pub(crate) struct KernelHeaders;
 
+/// The run's prebuilt kmods, when the profile names a kmod repo.
+fn prebuilt<'c>(ctx: &'c Ctx<'_>) -> Option<&'c crate::run::PrebuiltKmods> {
+    ctx.driver.as_ref()?.kmods.as_ref()
+}
+
 impl KernelHeaders {
     /// `(devel package, kver)` for every devel package of every served kernel (a UEK 64k
     /// kernel's are its own variant's: `kernel-uek64k-devel`).
     fn wanted(ctx: &Ctx<'_>) -> Vec<(DevelPackage, String)> {
         let mut out = Vec::new();
+        // Prebuilt kmods (`driver.kmod_repo`): nothing is compiled here, no headers are needed.
+        if prebuilt(ctx).is_some() {
+            return out;
+        }
         for kver in ctx.facts.kernels_to_serve() {
             for tmpl in &ctx.profile.kernel.devel_packages {
                 let mut d = DevelPackage::for_kernel(tmpl, &kver);
@@ -78,7 +87,10 @@ impl Step for KernelHeaders {
                 have.push(name.clone());
             }
         }
-        if check.changes.is_empty() {
+        if let Some(k) = prebuilt(ctx) {
+            check.notes.push(k.nothing_built());
+        }
+        if check.changes.is_empty() && !have.is_empty() {
             check.notes.push(format!("installed: {}", have.join(", ")));
         }
         Ok(check)

@@ -158,14 +158,26 @@ impl Step for BuildDeps {
     }
 
     fn not_applicable(&self, ctx: &Ctx<'_>) -> Option<String> {
-        super::context::not_applicable(ctx).or_else(|| {
-            (StreamKind::of(super::context::stream(ctx)) == StreamKind::Precompiled).then(|| {
-                format!(
-                    "{} is a precompiled stream: nothing is built on this host",
-                    gpuhost_nvidia::packages::module_spec(super::context::stream(ctx), None)
+        super::context::not_applicable(ctx)
+            .or_else(|| {
+                let plan = ctx.driver.as_ref()?;
+                plan.kmods
+                    .as_ref()
+                    .map(crate::run::PrebuiltKmods::nothing_built)
+            })
+            .or_else(|| {
+                (StreamKind::of(super::context::stream(ctx)) == StreamKind::Precompiled).then(
+                    || {
+                        format!(
+                            "{} is a precompiled stream: nothing is built on this host",
+                            gpuhost_nvidia::packages::module_spec(
+                                super::context::stream(ctx),
+                                None
+                            )
+                        )
+                    },
                 )
             })
-        })
     }
 
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {

@@ -139,6 +139,38 @@ impl KernelModule {
         Ok(())
     }
 
+    /// Prebuilt kmods (`driver.kmod_repo`): each served kernel without a module gets its kmod
+    /// from the repo, by file; a kmod installed and still no module is a failure.
+    fn prebuilt_missing(
+        ctx: &Ctx<'_>,
+        drv: &str,
+        missing: &[String],
+        prebuilt: &[crate::run::PrebuiltKmod],
+        check: &mut Check,
+    ) -> Result<()> {
+        for kver in missing {
+            let Some(k) = prebuilt.iter().find(|k| &k.kernel == kver) else {
+                continue;
+            };
+            if ctx
+                .installed_one(&k.package)?
+                .iter()
+                .any(|p| p.version == drv)
+            {
+                return Err(Self::failure(ctx, StreamKind::Precompiled, drv, missing));
+            }
+            check.changes.push(Change::install(
+                vec![k.file.display().to_string()],
+                format!(
+                    "no module for the {} kernel: the build host's kmod {} (nothing is compiled here)",
+                    role(ctx, kver),
+                    k.package
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// A DKMS stream: DKMS builds the module for the served kernels that lack it.
     fn dkms_missing(
         ctx: &Ctx<'_>,
@@ -272,7 +304,9 @@ impl Step for KernelModule {
         let kind = StreamKind::of(super::stream(ctx));
         let mut check = Check::default();
         let missing = Self::missing(ctx, &drv);
-        if kind == StreamKind::Precompiled {
+        if let Some(prebuilt) = super::set::prebuilt(ctx) {
+            Self::prebuilt_missing(ctx, &drv, &missing, &prebuilt, &mut check)?;
+        } else if kind == StreamKind::Precompiled {
             Self::precompiled_missing(ctx, &drv, &missing, &mut check)?;
         } else if !missing.is_empty() {
             Self::dkms_missing(ctx, kind, &drv, &missing, &mut check)?;

@@ -18,7 +18,7 @@
 use anyhow::Result;
 
 use super::context::{module_profile, plan};
-use super::set::SetStatus;
+use super::set::{kmod_specs, SetStatus};
 use crate::run::transition::Transition;
 use crate::run::DriverPlan;
 use crate::step::{Change, Check, Ctx, DnfFailure, Install, Step, Work};
@@ -87,6 +87,7 @@ struct Found<'c> {
     /// `nvidia-driver:<stream>/<profile>` (module set) or `nvidia-driver:<stream>`.
     spec: String,
     state: ModuleState,
+    /// What dnf is given for the kmods: names, or the prebuilt RPMs' files.
     kmods: Vec<String>,
     names: Vec<String>,
     absent: Vec<String>,
@@ -119,7 +120,7 @@ impl<'c> Found<'c> {
             profile,
             spec,
             state: set.state,
-            kmods: set.kmods,
+            kmods: kmod_specs(ctx, &set.kmods, None),
             names: set.names,
             absent: set.absent,
             stale: set.stale,

@@ -10,7 +10,7 @@
 
 use anyhow::Result;
 
-use super::set::{set_packages, SetStatus};
+use super::set::{kmod_specs, set_packages, SetStatus};
 use super::versionlock::{self, PLUGIN};
 use crate::run::transition::Transition;
 use crate::run::DriverPlan;
@@ -21,17 +21,13 @@ use gpuhost_profile::InstallSet;
 
 /// The packages named on dnf's command line: the set's (the meta package brings
 /// `nvidia-driver`), the kmod, and the versionlock plugin.
-fn specs(plan: &DriverPlan, set: &SetStatus) -> Vec<String> {
+fn specs(ctx: &Ctx<'_>, plan: &DriverPlan, set: &SetStatus) -> Vec<String> {
     let mut out: Vec<String> = set_packages(plan)
         .into_iter()
         .filter(|p| plan.install == InstallSet::ComputeOnly || *p != packages::DRIVER)
         .map(|p| format!("{p}-{}", plan.repo.driver))
         .collect();
-    out.extend(
-        set.kmods
-            .iter()
-            .map(|k| format!("{k}-{}", plan.repo.driver)),
-    );
+    out.extend(kmod_specs(ctx, &set.kmods, Some(&plan.repo.driver)));
     out.push(PLUGIN.to_string());
     out
 }
@@ -82,7 +78,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, plan: &DriverPlan, transition: &Transition) -
         why.push(format!("then {hold}"));
         return Ok(one(Change::new(
             Work::Install(Install {
-                specs: specs(plan, &set),
+                specs: specs(ctx, plan, &set),
                 disable_excludes: super::locks::locked(ctx)?,
                 ..Install::default()
             }),

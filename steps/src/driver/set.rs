@@ -3,7 +3,7 @@
 //! for its stream (`kmod_packages`). Read by `driver` and by the driver change
 //! (`driver::change`).
 
-use crate::run::DriverPlan;
+use crate::run::{DriverPlan, PrebuiltKmod};
 use crate::step::Ctx;
 use gpuhost_nvidia::packages::{self, StreamKind};
 
@@ -63,9 +63,13 @@ pub(crate) fn listed_streams(module: &str, stdout: &str) -> Vec<String> {
 
 pub(crate) use gpuhost_nvidia::packages::precompiled_kmod;
 
-/// The packages that bring the kernel module for this stream: the DKMS package, or the
-/// precompiled package of every served kernel.
+/// The packages that bring the kernel module: the prebuilt kmod of every served kernel
+/// (`driver.kmod_repo`), or the stream's — the DKMS package, or NVIDIA's precompiled package of
+/// every served kernel.
 pub(crate) fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
+    if let Some(p) = prebuilt(ctx) {
+        return p.into_iter().map(|k| k.package).collect();
+    }
     match StreamKind::of(super::context::stream(ctx)).dkms_package() {
         Some(k) => vec![k.to_string()],
         None => ctx
@@ -75,6 +79,39 @@ pub(crate) fn kmod_packages(ctx: &Ctx<'_>, driver: &str) -> Vec<String> {
             .map(|k| precompiled_kmod(driver, k))
             .collect(),
     }
+}
+
+/// The prebuilt kmods of the served kernels (`driver.kmod_repo`; `None`: none configured). A
+/// kernel the repo lacks was refused when the run was prepared.
+pub(crate) fn prebuilt(ctx: &Ctx<'_>) -> Option<Vec<PrebuiltKmod>> {
+    let plan = ctx.driver.as_ref()?;
+    let repo = plan.kmods.as_ref()?;
+    Some(
+        ctx.facts
+            .kernels_to_serve()
+            .iter()
+            .filter_map(|k| repo.find(&plan.repo.driver, plan.choice.flavour, k))
+            .collect(),
+    )
+}
+
+/// What dnf is given for the kmods `kmods` (names, [`kmod_packages`]): the prebuilt RPMs by
+/// file, or the names, at `version` when given (`name-version`).
+pub(crate) fn kmod_specs(ctx: &Ctx<'_>, kmods: &[String], version: Option<&str>) -> Vec<String> {
+    if let Some(p) = prebuilt(ctx) {
+        return p
+            .into_iter()
+            .filter(|k| kmods.contains(&k.package))
+            .map(|k| k.file.display().to_string())
+            .collect();
+    }
+    kmods
+        .iter()
+        .map(|k| match version {
+            Some(v) => format!("{k}-{v}"),
+            None => k.clone(),
+        })
+        .collect()
 }
 
 /// The packages of the plan's package set besides the kmods, that must be at the driver's

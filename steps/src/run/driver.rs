@@ -15,6 +15,8 @@ use gpuhost_nvidia::localrepo::LocalRepoFile;
 use gpuhost_nvidia::support::{self, Unchecked};
 use gpuhost_profile::{InstallSet, Profile, StreamKind, SPLIT_PACKAGES_SINCE};
 
+use super::kmods::PrebuiltKmods;
+
 /// The driver a run manages, worked out before any step: the local repo package, the flavour
 /// and stream for the GPUs, and the package set.
 #[derive(Clone, Debug)]
@@ -36,6 +38,9 @@ pub struct DriverPlan {
     pub newer_branch: Option<String>,
     /// IMEX wanted, and why (the profile's `driver.imex`, or the GPUs on PCI).
     pub imex: ImexChoice,
+    /// The prebuilt kmods the node installs instead of NVIDIA's DKMS package
+    /// (`driver.kmod_repo`); `None`: the stream's kmod (DKMS, or NVIDIA's precompiled).
+    pub kmods: Option<PrebuiltKmods>,
 }
 
 impl DriverPlan {
@@ -107,6 +112,7 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
             ));
         }
     }
+    let kmods = prebuilt(profile, facts, &repo, &choice)?;
     let imex = imex_choice(spec.imex, &facts.gpus);
     if imex.on {
         // Refuses a driver without IMEX.
@@ -121,7 +127,49 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
         unchecked,
         newer_branch: gpuhost_nvidia::branches::newer_than_table(branch),
         imex,
+        kmods,
     }))
+}
+
+/// The prebuilt kmods of `driver.kmod_repo`, checked for every served kernel; refused with a
+/// precompiled stream (whose kmods are NVIDIA's) and with NVIDIA's `nvidia-open` meta package
+/// (the `full` set of the open flavour), which requires NVIDIA's DKMS kmod by name.
+fn prebuilt(
+    profile: &Profile,
+    facts: &Facts,
+    repo: &LocalRepoFile,
+    choice: &Choice,
+) -> Result<Option<PrebuiltKmods>> {
+    let spec = &profile.driver;
+    let Some(dir) = &spec.kmod_repo else {
+        return Ok(None);
+    };
+    if StreamKind::of(&choice.stream) == StreamKind::Precompiled {
+        return Err(invalid!(
+            "driver.kmod_repo and the precompiled stream nvidia-driver:{} both bring the kernel module: unset driver.stream (or use {}) to install the prebuilt kmods",
+            choice.stream,
+            if choice.flavour == ModuleFlavour::Open { "open-dkms" } else { "latest-dkms" }
+        ));
+    }
+    if spec.install == InstallSet::Full && choice.flavour == ModuleFlavour::Open {
+        return Err(invalid!(
+            "driver.install = \"full\" installs NVIDIA's nvidia-open, which requires its DKMS kmod (kmod-nvidia-open-dkms); with driver.kmod_repo set driver.install = \"{}\"",
+            if gpuhost_host::platform::release(profile.os.major).is_none_or(|r| r.modular()) {
+                "module\" or \"compute-only"
+            } else {
+                "compute-only"
+            }
+        ));
+    }
+    let path = spec.local_repo_rpm.clone().unwrap_or_default();
+    PrebuiltKmods::read(
+        dir,
+        &repo.driver,
+        choice.flavour,
+        &facts.kernels_to_serve(),
+        &path,
+    )
+    .map(Some)
 }
 
 /// IMEX wanted or not, and why (for `plan`).

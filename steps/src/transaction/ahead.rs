@@ -34,21 +34,24 @@ const TREE: &str = "/var/cache/gpuhost/download/tree";
 /// doc). An error when the local repo package cannot be copied or read, before any change.
 pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
     let mut staged = Vec::new();
-    let mut files = Vec::new();
-    for spec in parts
-        .iter()
-        .filter(|i| i.brings_repo)
-        .flat_map(|i| i.specs.iter())
-    {
-        if crate::work::is_package_file(spec) {
+    // The package files: those that bring a repo (unpacked for it), then the others (prebuilt
+    // kmods), each copied onto the root's disk and checked before the first write.
+    let (mut files, mut others) = (Vec::new(), Vec::new());
+    for i in parts {
+        for spec in i.specs.iter().filter(|s| crate::work::is_package_file(s)) {
             let copy = gpuhost_host::stage::copy_in(host, Path::new(spec))?;
-            files.push(copy.path().display().to_string());
+            let path = copy.path().display().to_string();
+            if i.brings_repo {
+                files.push(path);
+            } else {
+                others.push(path);
+            }
             staged.push(copy);
         }
     }
     host.remove_tree(SCRATCH)?;
     host.create_dir_all(format!("{SCRATCH}/tree"))?;
-    let result = transaction_in(host, &files, parts);
+    let result = transaction_in(host, (&files, &others), parts);
     if let Err(e) = host.remove_tree(SCRATCH) {
         tracing::warn!("could not remove {SCRATCH}: {e:#}");
     }
@@ -61,14 +64,18 @@ pub fn remove_left(host: &Host) -> Result<()> {
     host.remove_tree(SCRATCH).map(drop)
 }
 
-fn transaction_in(host: &Host, files: &[String], parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
+fn transaction_in(
+    host: &Host,
+    (files, others): (&[String], &[String]),
+    parts: &[&Install],
+) -> Result<(Cmd, CmdOutput)> {
     let scratch = host.real_path(SCRATCH)?;
     let tree = scratch.join("tree");
     for f in files {
         unpack(host, f, &scratch, &tree)?;
     }
     let options = repo_options(host, &tree)?;
-    let script = shell_script(files, parts);
+    let script = shell_script(&[files, others].concat(), parts);
     host.write_atomic(format!("{SCRATCH}/converge.dnf"), script.as_bytes(), 0o600)?;
     let mut cmd = host.dnf()?.args(options);
     if parts.iter().any(|i| i.allowerasing) {
@@ -208,13 +215,20 @@ impl Section {
     }
 }
 
-/// The `dnf shell` script: the local repo package first (dnf takes a file only before other
-/// jobs; quoted: dnf splits lines as a shell does), the streams enabled, the packages and module
+/// The `dnf shell` script: the package files first, on one line (dnf takes files only before
+/// other jobs; quoted: dnf splits lines as a shell does), the streams enabled, the packages and module
 /// profiles installed, one `run`.
 fn shell_script(files: &[String], parts: &[&Install]) -> String {
     let mut out = String::new();
-    for f in files {
-        out.push_str(&format!("install '{}'\n", f.replace('\'', r"'\''")));
+    // One line for every file: dnf shell adds local packages only before any other job, and a
+    // second `install FILE` line is such a job ("Cannot add local packages, because
+    // transaction job already exists").
+    if !files.is_empty() {
+        let quoted: Vec<String> = files
+            .iter()
+            .map(|f| format!("'{}'", f.replace('\'', r"'\''")))
+            .collect();
+        out.push_str(&format!("install {}\n", quoted.join(" ")));
     }
     let rest: Vec<&&Install> = parts.iter().filter(|i| !i.brings_repo).collect();
     let mut streams: Vec<&str> = rest.iter().filter_map(|i| i.enable.as_deref()).collect();
@@ -231,7 +245,8 @@ fn shell_script(files: &[String], parts: &[&Install]) -> String {
         }
     }
     for s in rest.iter().flat_map(|i| i.specs.iter()) {
-        if !words.contains(s) {
+        // Package files are installed by their own lines, first (copied: `files`).
+        if !words.contains(s) && !crate::work::is_package_file(s) {
             words.push(s.clone());
         }
     }
