@@ -418,3 +418,74 @@ fn a_served_kernel_without_a_kmod_in_the_repo_is_refused_before_any_change() {
         "{rep:#}"
     );
 }
+
+/// A node that built its modules with DKMS moves to the build host's kmods in one transaction
+/// (issue 41, item 3): NVIDIA's DKMS kmod gives way, the fleet's module is what modprobe loads.
+/// The modules DKMS left for the kernel go with it (the kmod's `%post`). (The build packages
+/// DKMS needed stay: gpuhost has no record of which it installed.)
+#[test]
+fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let o = node.gpuhost(&[
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        &world::profile("ol9-uek"),
+        "--set",
+        &format!("driver.local_repo_rpm={}", rpm.display()),
+    ]);
+    assert_eq!(code(&o), 0, "{}", world::report(&o));
+    assert!(node.installed("kmod-nvidia-open-dkms").is_some());
+    assert!(node.installed("dkms").is_some());
+    let (rc, rep) = node_apply(&node, &f.out, "plan");
+    assert_eq!(rc, 0, "{rep:#}");
+    let driver = world::step(&rep, "driver").to_string();
+    assert!(
+        driver.contains("kmod-nvidia-open-dkms gives way"),
+        "{driver}"
+    );
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    // One transaction: the driver step's, the DKMS kmod out, the build host's in.
+    let dnf: Vec<String> = rep["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["commands"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| {
+            c["argv"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(|w| w.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+        })
+        .filter(|c| c.starts_with("dnf ") && (c.contains(" install") || c.contains(" shell")))
+        .collect();
+    assert_eq!(dnf.len(), 1, "{dnf:#?}");
+    assert!(node.installed("kmod-nvidia-open-dkms").is_none(), "{rep:#}");
+    assert!(node
+        .installed(&format!("kmod-nvidia-open-{UEK9}"))
+        .is_some());
+    assert_eq!(
+        node.nvidia_module_version(UEK9).as_deref(),
+        Some("570.124.06")
+    );
+    for m in node.nvidia_module_files(UEK9) {
+        let path = node.join(&m);
+        assert_eq!(
+            world::modinfo(&path, "signer").as_deref(),
+            Some(FLEET_CN),
+            "{m}"
+        );
+    }
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+}

@@ -281,17 +281,59 @@ pub fn install_command(host: &Host, parts: &[&Install]) -> Result<Cmd> {
         cmd = cmd.arg("--disableexcludes=main");
     }
     let mut seen = std::collections::BTreeSet::new();
+    // Package files first: dnf adds local packages only before any other job ("Cannot add
+    // local packages, because transaction job already exists").
+    let specs = || parts.iter().flat_map(|i| i.specs.iter());
+    for s in specs().filter(|s| is_package_file(s)) {
+        if seen.insert(s.clone()) {
+            cmd = cmd.arg(s);
+        }
+    }
     for m in parts.iter().filter_map(|i| i.module.as_ref()) {
         if seen.insert(format!("@{m}")) {
             cmd = cmd.arg(format!("@{m}"));
         }
     }
-    for s in parts.iter().flat_map(|i| i.specs.iter()) {
+    for s in specs() {
         if seen.insert(s.clone()) {
             cmd = cmd.arg(s);
         }
     }
     Ok(cmd)
+}
+
+/// The jobs of `parts` besides package files, for a `dnf shell` script: the module streams to
+/// enable, and the words to install (`@module:stream/profile` first, then package specs).
+pub(crate) fn shell_jobs(parts: &[&Install]) -> (Vec<String>, Vec<String>) {
+    let mut streams: Vec<String> = parts.iter().filter_map(|i| i.enable.clone()).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    let mut words: Vec<String> = Vec::new();
+    for m in parts.iter().filter_map(|i| i.module.as_ref()) {
+        let w = format!("@{m}");
+        if !words.contains(&w) {
+            words.push(w);
+        }
+    }
+    for s in parts.iter().flat_map(|i| i.specs.iter()) {
+        // Package files are installed first, on a line of their own.
+        if !words.contains(s) && !is_package_file(s) {
+            words.push(s.clone());
+        }
+    }
+    (streams, words)
+}
+
+/// dnf's flags the parts ask for (`--allowerasing`, `--disableexcludes=main`).
+pub(crate) fn dnf_flags(parts: &[&Install]) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if parts.iter().any(|i| i.allowerasing) {
+        out.push("--allowerasing");
+    }
+    if parts.iter().any(|i| i.disable_excludes) {
+        out.push("--disableexcludes=main");
+    }
+    out
 }
 
 /// `dnf module enable` of the streams the transaction's packages come from, if any.
@@ -328,6 +370,28 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
         local.push(part);
     }
     let parts: Vec<&Install> = local.iter().collect();
+    let files: Vec<String> = parts
+        .iter()
+        .flat_map(|i| i.specs.iter())
+        .filter(|s| is_package_file(s))
+        .cloned()
+        .collect();
+    if !files.is_empty()
+        && parts
+            .iter()
+            .any(|i| i.module.is_some() || i.enable.is_some())
+    {
+        // Files with module work: one `dnf shell` transaction (`dnf install` would refuse them).
+        let (streams, words) = shell_jobs(&parts);
+        let script = crate::transaction::shell::script(&files, &streams, &words);
+        let result =
+            crate::transaction::shell::run(host, (SHELL_SCRIPT, &script), &[], &dnf_flags(&parts));
+        if let Err(e) = host.remove_file(SHELL_SCRIPT) {
+            tracing::warn!("could not remove {SHELL_SCRIPT}: {e:#}");
+        }
+        drop(staged);
+        return result;
+    }
     if let Some(enable) = enable_command(host, &parts)? {
         let out = enable.output()?;
         if !out.success() {
@@ -339,6 +403,9 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
     drop(staged);
     Ok((cmd, out))
 }
+
+/// The `dnf shell` script of a transaction that installs package files with module work.
+const SHELL_SCRIPT: &str = "/var/cache/gpuhost/transaction.dnf";
 
 /// A spec that names a package file by its path (`/srv/cuda-repo-….rpm`), not a package.
 pub(crate) fn is_package_file(spec: &str) -> bool {

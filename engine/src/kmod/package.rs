@@ -72,6 +72,7 @@ pub(super) fn spec(info: &Info, name: &str, modules: &[PathBuf]) -> String {
          mkdir -p %{{buildroot}}{dest}\n\
          {install}\
          %post\n\
+         {leftovers}\
          depmod -a {kernel} || :\n\
          %postun\n\
          depmod -a {kernel} || :\n\
@@ -82,7 +83,26 @@ pub(super) fn spec(info: &Info, name: &str, modules: &[PathBuf]) -> String {
             ModuleFlavour::Proprietary => "NVIDIA License",
         },
         common = packages::KMOD_COMMON,
+        leftovers = leftovers(kernel, modules),
         conflicts = conflicts.join(", "),
+    )
+}
+
+/// `%post`'s removal of the same modules a DKMS build left for the kernel: DKMS installs them
+/// compressed (`extra/nvidia.ko.xz`) and NVIDIA's DKMS package's `%preun` may leave them (its
+/// `dkms remove … || :`), where they would shadow these (`extra/nvidia.ko`). A node moving
+/// from DKMS to prebuilt kmods does so in one transaction.
+fn leftovers(kernel: &str, modules: &[PathBuf]) -> String {
+    let names: Vec<String> = modules
+        .iter()
+        .filter_map(|m| m.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .collect();
+    if names.is_empty() {
+        return String::new();
+    }
+    format!(
+        "for m in {}; do for z in xz zst gz; do rm -f /lib/modules/{kernel}/extra/$m.ko.$z; done; done\n",
+        names.join(" ")
     )
 }
 
@@ -213,6 +233,7 @@ mod tests {
             "Provides: nvidia-kmod = 3:580.82.07\n".to_string(),
             "Conflicts: kmod-nvidia-open-dkms, kmod-nvidia-latest-dkms\n".to_string(),
             format!("depmod -a {k} || :\n"),
+            format!("for m in nvidia nvidia-uvm; do for z in xz zst gz; do rm -f /lib/modules/{k}/extra/$m.ko.$z; done; done\n"),
             format!("/lib/modules/{k}/extra/nvidia-uvm.ko\n"),
             format!("install -m 0644 '/b/nvidia.ko' %{{buildroot}}/lib/modules/{k}/extra/\n"),
         ] {

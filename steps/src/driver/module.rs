@@ -89,6 +89,8 @@ struct Found<'c> {
     state: ModuleState,
     /// What dnf is given for the kmods: names, or the prebuilt RPMs' files.
     kmods: Vec<String>,
+    /// NVIDIA's DKMS kmods the prebuilt ones replace (erased by the same transaction).
+    replaced_dkms: Vec<String>,
     names: Vec<String>,
     absent: Vec<String>,
     stale: Vec<String>,
@@ -121,6 +123,7 @@ impl<'c> Found<'c> {
             spec,
             state: set.state,
             kmods: kmod_specs(ctx, &set.kmods, None),
+            replaced_dkms: set.replaced_dkms,
             names: set.names,
             absent: set.absent,
             stale: set.stale,
@@ -207,12 +210,14 @@ impl<'c> Found<'c> {
                 specs: packages,
                 module: Some(spec),
                 disable_excludes,
+                allowerasing: !self.replaced_dkms.is_empty(),
                 ..Install::default()
             }),
             (Verb::Install, _) => Work::Install(Install {
                 specs: packages,
                 enable: Some(spec),
                 disable_excludes,
+                allowerasing: !self.replaced_dkms.is_empty(),
                 ..Install::default()
             }),
             (Verb::Switch | Verb::Swap, _) => Work::SwitchStream {
@@ -279,6 +284,12 @@ impl Step for Driver {
         why.extend(f.stale.iter().cloned());
         why.push(format!("driver {} from {}", f.drv, f.plan.repo.package));
         why.push(f.plan.choice.explanation.clone());
+        if !f.replaced_dkms.is_empty() {
+            why.push(format!(
+                "NVIDIA's DKMS kmod {} gives way to the build host's kmods in the same transaction",
+                f.replaced_dkms.join(", ")
+            ));
+        }
         let mut check = Check::default();
         if f.state.state == "disabled" {
             check.changes.push(Change::new(

@@ -80,6 +80,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, plan: &DriverPlan, transition: &Transition) -
             Work::Install(Install {
                 specs: specs(ctx, plan, &set),
                 disable_excludes: super::locks::locked(ctx)?,
+                allowerasing: !set.replaced_dkms.is_empty(),
                 ..Install::default()
             }),
             why.join("; "),

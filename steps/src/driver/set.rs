@@ -131,6 +131,9 @@ pub(crate) struct SetStatus {
     pub absent: Vec<String>,
     /// `<name> <versions> installed`, one per package at another version only.
     pub stale: Vec<String>,
+    /// NVIDIA's DKMS kmods installed while the run installs prebuilt kmods
+    /// (`driver.kmod_repo`): they conflict, and give way in the same transaction.
+    pub replaced_dkms: Vec<String>,
 }
 
 impl SetStatus {
@@ -157,12 +160,23 @@ impl SetStatus {
                 stale.push(format!("{n} {} installed", v.join(", ")));
             }
         }
+        let replaced_dkms = if prebuilt(ctx).is_some() {
+            let dkms: Vec<&str> = gpuhost_nvidia::packages::dkms_kmods().collect();
+            let have = ctx.installed(&dkms)?;
+            dkms.into_iter()
+                .filter(|k| have.get(*k).is_some_and(|v| !v.is_empty()))
+                .map(str::to_string)
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(SetStatus {
             state,
             kmods,
             names,
             absent,
             stale,
+            replaced_dkms,
         })
     }
 

@@ -75,26 +75,15 @@ fn transaction_in(
         unpack(host, f, &scratch, &tree)?;
     }
     let options = repo_options(host, &tree)?;
-    let script = shell_script(&[files, others].concat(), parts);
-    host.write_atomic(format!("{SCRATCH}/converge.dnf"), script.as_bytes(), 0o600)?;
-    let mut cmd = host.dnf()?.args(options);
-    if parts.iter().any(|i| i.allowerasing) {
-        cmd = cmd.arg("--allowerasing");
-    }
-    if parts.iter().any(|i| i.disable_excludes) {
-        cmd = cmd.arg("--disableexcludes=main");
-    }
-    let cmd = cmd.arg("shell").arg(scratch.join("converge.dnf"));
-    let mut out = cmd.output()?;
-    let failed = out
-        .stderr
-        .lines()
-        .chain(out.stdout.lines())
-        .any(|l| l.trim_start().starts_with("Error"));
-    if failed && out.success() {
-        out.code = Some(1);
-    }
-    Ok((cmd, out))
+    let rest: Vec<&Install> = parts.iter().copied().filter(|i| !i.brings_repo).collect();
+    let (streams, words) = crate::work::shell_jobs(&rest);
+    let script = super::shell::script(&[files, others].concat(), &streams, &words);
+    super::shell::run(
+        host,
+        (&format!("{SCRATCH}/converge.dnf"), &script),
+        &options,
+        &crate::work::dnf_flags(parts),
+    )
 }
 
 /// The package's repo files and `/var` (where NVIDIA's local repo package keeps its repo),
@@ -213,43 +202,4 @@ impl Section {
         }
         Ok(())
     }
-}
-
-/// The `dnf shell` script: the package files first, on one line (dnf takes files only before
-/// other jobs; quoted: dnf splits lines as a shell does), the streams enabled, the packages and module
-/// profiles installed, one `run`.
-fn shell_script(files: &[String], parts: &[&Install]) -> String {
-    let mut out = String::new();
-    // One line for every file: dnf shell adds local packages only before any other job, and a
-    // second `install FILE` line is such a job ("Cannot add local packages, because
-    // transaction job already exists").
-    if !files.is_empty() {
-        let quoted: Vec<String> = files
-            .iter()
-            .map(|f| format!("'{}'", f.replace('\'', r"'\''")))
-            .collect();
-        out.push_str(&format!("install {}\n", quoted.join(" ")));
-    }
-    let rest: Vec<&&Install> = parts.iter().filter(|i| !i.brings_repo).collect();
-    let mut streams: Vec<&str> = rest.iter().filter_map(|i| i.enable.as_deref()).collect();
-    streams.sort_unstable();
-    streams.dedup();
-    for s in streams {
-        out.push_str(&format!("module enable {s}\n"));
-    }
-    let mut words: Vec<String> = Vec::new();
-    for m in rest.iter().filter_map(|i| i.module.as_ref()) {
-        let w = format!("@{m}");
-        if !words.contains(&w) {
-            words.push(w);
-        }
-    }
-    for s in rest.iter().flat_map(|i| i.specs.iter()) {
-        // Package files are installed by their own lines, first (copied: `files`).
-        if !words.contains(s) && !crate::work::is_package_file(s) {
-            words.push(s.clone());
-        }
-    }
-    out.push_str(&format!("install {}\nrun\n", words.join(" ")));
-    out
 }

@@ -9,6 +9,7 @@
 pub mod ahead;
 mod batch;
 mod payload;
+pub(crate) mod shell;
 pub mod swap;
 
 pub use batch::Batch;
