@@ -52,10 +52,10 @@ pub use kmsg::{
     Follower as KernelLogFollower,
 };
 // judge → checks
-pub use expect::expectations_for;
+pub use expect::{driver_version_from_rpm, expectations_for, Expect, MinFree, Thresholds};
 pub use verdict::{
-    driver_version_from_rpm, fabric_verdict, judge, nvlink_verdict, overall, parse_nvlink5, Check,
-    Expect, GpuRef, MinFree, Severity, Thresholds, XidGeneration,
+    fabric_verdict, judge, nvlink_verdict, overall, parse_nvlink5, Check, GpuRef, Severity,
+    XidGeneration,
 };
 // render → text
 pub use output::{json as render_json, prometheus as render_prometheus, table as render_table};

@@ -6,8 +6,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::expect::Expect;
 use crate::snapshot::{GpuSnapshot, ProbeStatus, Reading, Snapshot};
-use crate::verdict::{overall, Check, Expect, GpuRef, Severity};
+use crate::verdict::{overall, Check, GpuRef, Severity};
 
 /// JSON report schema version (see the crate docs).
 pub(crate) const REPORT_SCHEMA: u32 = 1;

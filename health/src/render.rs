@@ -1,8 +1,9 @@
 //! Render a report: the text `gpuhost status` prints in each format, and its exit code (the
 //! one-shot run and `gpuhost serve`'s socket both render with [`render`]).
 
+use crate::expect::Expect;
 use crate::snapshot::Snapshot;
-use crate::verdict::{self, Check, Expect, Severity};
+use crate::verdict::{self, Check, Severity};
 use crate::{output, summary};
 
 /// What `gpuhost status` prints on stdout.

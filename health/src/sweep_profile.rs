@@ -13,8 +13,8 @@ use serde::Serialize;
 
 use gpuhost_host::host::Host;
 
+use crate::expect::Expect;
 use crate::snapshot::{NvmlProbe, Snapshot};
-use crate::verdict::Expect;
 use crate::{counters, host, kmsg, nvml, output, probe, verdict};
 
 /// Median, smallest and largest of some timings.

@@ -11,10 +11,10 @@ use gpuhost_host::host::Host;
 use super::options::StatusOptions;
 use super::{gate, slurm};
 use crate::collect::{collect, OneShot};
-use crate::expect::expectations_for;
+use crate::expect::{expectations_for, Expect};
 use crate::render::{render, unknown_line, StatusFormat};
 use crate::snapshot::Snapshot;
-use crate::verdict::{self, Expect, Severity};
+use crate::verdict::{self, Severity};
 use crate::{output, probe, served, summary};
 
 /// Run `gpuhost status`; returns the Nagios exit code (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).

@@ -6,9 +6,10 @@
 use gpuhost_nvidia::hgx::fabric_manager_package_of as fabric_manager_package;
 
 use super::gpu::GpuCtx;
-use super::model::{Check, Expect, GpuRef, Severity};
+use super::model::{Check, GpuRef, Severity};
 use super::out::{advise, cuda_major_minor, key, na, nvml_bus_id, ok, Out, Verdict};
 use super::{gpu, software, space, xid};
+use crate::expect::Expect;
 use crate::snapshot::{
     DaemonJson, FabricManagerVersion, GpuSnapshot, ImexDomain, PciDevice, PciKind, ProbeStatus,
     Reading, Snapshot,
