@@ -13,24 +13,12 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use rstest::rstest;
-use world::{Os, Root, UEK8_NEW};
+use world::{gpuhost, run, text, Os, Root, UEK8_NEW};
 
 const GPUHOST: &str = env!("CARGO_BIN_EXE_gpuhost");
 const SHA: &str = "0f3a4c6de1b2a5c7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1";
 const DRIVER_URL: &str =
     "https://repo.example.com/nvidia/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm";
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn gpuhost(args: &[&str]) -> Output {
-    run(Command::new(GPUHOST).args(args))
-}
 
 /// `cloud-init schema` on the user-data, and `bash -n` on the provisioning script inside it.
 fn validate_user_data(user_data: &str) {

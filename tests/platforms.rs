@@ -14,7 +14,7 @@ use std::process::Command;
 use rstest::rstest;
 use serde_json::Value;
 use world::{
-    aarch64_ready, assert_converged, code, report, stderr, step, Os, Root, World,
+    aarch64_ready, assert_converged, code, local, report, stderr, step, Os, Root, World,
     CUDA_LOCAL_EL9_13_0, CUDA_LOCAL_EL9_13_0_AARCH64, DRIVER_LOCAL_EL10_580,
     DRIVER_LOCAL_EL10_580_AARCH64, DRIVER_LOCAL_EL10_590, DRIVER_LOCAL_EL9_570,
     DRIVER_LOCAL_EL9_580_AARCH64, RHCK10, UEK10, UEK10_ARM, UEK10_ARM_64K, UEK9, UEK9_ARM,
@@ -22,10 +22,6 @@ use world::{
 };
 
 const LIST: &str = "/etc/dnf/plugins/versionlock.list";
-
-fn local(name: &str) -> String {
-    World::get().cuda_local(name).display().to_string()
-}
 
 /// The root without gpuhost's own lock and sqlite's shared-memory files (EL10 keeps the
 /// database under /usr/lib/sysimage/rpm).

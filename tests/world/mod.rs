@@ -788,7 +788,27 @@ pub fn profile(name: &str) -> String {
         .to_string()
 }
 
+/// The path of the world's local repo package `name` (a file name under `rpms/cuda-local/`),
+/// as `--set driver.local_repo_rpm=` takes it.
+pub fn local(name: &str) -> String {
+    World::get().cuda_local(name).display().to_string()
+}
+
+/// The gpuhost binary run with `args` alone (no root, the caller's HOME).
+pub fn gpuhost(args: &[&str]) -> Output {
+    run(Command::new(env!("CARGO_BIN_EXE_gpuhost")).args(args))
+}
+
+/// `cmd`'s output; a command that cannot start fails the test, naming it.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
 // What a gpuhost run printed, for assertions.
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
 
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
