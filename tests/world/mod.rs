@@ -794,6 +794,16 @@ pub fn local(name: &str) -> String {
     World::get().cuda_local(name).display().to_string()
 }
 
+/// A profile file `site.toml` holding `text`, in a folder of its own (removed when the
+/// returned guard is dropped; more files may go beside it), and its path as `--profile` takes it.
+pub fn site_toml(text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.path().join("site.toml");
+    fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let shown = path.display().to_string();
+    (dir, shown)
+}
+
 /// The gpuhost binary run with `args` alone (no root, the caller's HOME).
 pub fn gpuhost(args: &[&str]) -> Output {
     run(Command::new(env!("CARGO_BIN_EXE_gpuhost")).args(args))
