@@ -22,7 +22,7 @@ fn h200() -> Snapshot {
 }
 
 fn checks_of(s: &Snapshot) -> Vec<Check> {
-    judge(s, &Expect::default())
+    judge(s, &Expect::default()).checks
 }
 
 fn one<'a>(checks: &'a [Check], id: &str) -> &'a Check {
@@ -376,7 +376,10 @@ fn sram_and_dram_ecc_against_azure_thresholds_named_in_the_message() {
         },
         ..Expect::default()
     };
-    assert_eq!(one(&judge(&s, &e), "gpu.ecc.sram").severity, Severity::Ok);
+    assert_eq!(
+        one(&judge(&s, &e).checks, "gpu.ecc.sram").severity,
+        Severity::Ok
+    );
     // Any SRAM uncorrectable error, and NVIDIA's threshold flag.
     s.nvml.gpus[0].ecc_sram = Reading::Value(SramEcc {
         aggregate_uncorrected: 1,

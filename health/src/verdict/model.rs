@@ -1,5 +1,7 @@
 //! The verdicts' model: a [`Check`] and its [`Severity`], the GPU it is about ([`GpuRef`]),
-//! and the worst of a report ([`overall`]). What the node should have is `crate::expect`'s.
+//! what the judge hands the renderers ([`Judgement`]: the checks and each GPU's XIDs as it
+//! counted them, [`GpuXids`]), and the worst of a report ([`overall`]). What the node should
+//! have is `crate::expect`'s.
 
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +67,29 @@ pub struct Check {
     pub value: String,
     /// What to do, when not OK.
     pub hint: Option<String>,
+}
+
+/// What the judge found in a snapshot: the checks, in the report's order, and what it counted
+/// while judging that a renderer exports beside them, so that no renderer judges again.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Judgement {
+    pub checks: Vec<Check>,
+    /// The XIDs of each GPU NVML sees, when the kernel log was read (none when it was not, nor
+    /// for a GPU without a PCI address to match its XIDs by).
+    pub xids: Vec<GpuXids>,
+}
+
+/// One GPU's XIDs since boot or its last reset, as the judge counted them: what the Prometheus
+/// text exports (`gpuhost_gpu_xid_events`, `gpuhost_gpu_xid_action_events`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuXids {
+    /// NVML's index of the GPU.
+    pub index: u32,
+    /// Its XIDs since boot or its last reset.
+    pub events: usize,
+    /// The same XIDs counted by the immediate action each was judged to ask for (`RESET_GPU`,
+    /// `RESTART_BM`, …), sorted, so that an alert can pick those that want a reset or a reboot.
+    pub actions: Vec<(String, usize)>,
 }
 
 /// The worst severity (N/A and OK count the same).
