@@ -23,6 +23,8 @@
 //!
 //! The JSON report (`--format json`) is documented in `health/README.md`.
 
+#![warn(unreachable_pub)]
+
 mod boot_cache;
 mod collect;
 mod coprobe;

@@ -22,6 +22,8 @@
 //! (`<run dir>/serve.sock`, mode 0666: see [`gpuhost_health::served`] for the protocol, who may
 //! ask and why that is safe), and judges the snapshot it gets with its own options.
 
+#![warn(unreachable_pub)]
+
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
