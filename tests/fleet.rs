@@ -13,24 +13,12 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use rstest::rstest;
-use world::{Os, Root, UEK8_NEW};
+use world::{gpuhost, run, text, Os, Root, UEK8_NEW};
 
 const GPUHOST: &str = env!("CARGO_BIN_EXE_gpuhost");
 const SHA: &str = "0f3a4c6de1b2a5c7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1";
 const DRIVER_URL: &str =
     "https://repo.example.com/nvidia/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm";
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn gpuhost(args: &[&str]) -> Output {
-    run(Command::new(GPUHOST).args(args))
-}
 
 /// `cloud-init schema` on the user-data, and `bash -n` on the provisioning script inside it.
 fn validate_user_data(user_data: &str) {
@@ -176,14 +164,10 @@ fn gate_unit() -> String {
 
 #[test]
 fn a_profile_file_is_embedded_resolved() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let p = dir.path().join("site.toml");
-    std::fs::write(
-        &p,
+    let (_dir, p) = world::site_toml(
         "extends = \"ol8-uek\"\n[driver]\nstream = \"550-open\"\nmanage = false\n",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let o = gpuhost(&["cloud-init", "--profile", &p.display().to_string()]);
+    );
+    let o = gpuhost(&["cloud-init", "--profile", &p]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let ud = text(&o.stdout);
     assert!(ud.contains("path: /etc/gpuhost/profile.toml"), "{ud}");
@@ -256,12 +240,13 @@ fn gpuhost_rpm() -> &'static Path {
     })
 }
 
-/// The newest `GLIBC_x.y` symbol version a binary needs (`objdump -T`), as numbers.
-fn newest_glibc(bin: &Path) -> Vec<u32> {
-    let o = run(Command::new("objdump").arg("-T").arg(bin));
+/// The newest `GLIBC_x.y` symbol version a binary needs (`OBJDUMP -T`: `objdump` for this
+/// machine's binaries, binutils' `aarch64-linux-gnu-objdump` for aarch64 ones), as numbers.
+fn newest_glibc(objdump: &str, bin: &Path) -> Vec<u32> {
+    let o = run(Command::new(objdump).arg("-T").arg(bin));
     assert!(
         o.status.success(),
-        "objdump -T {}: {}",
+        "{objdump} -T {}: {}",
         bin.display(),
         text(&o.stderr)
     );
@@ -278,6 +263,30 @@ fn newest_glibc(bin: &Path) -> Vec<u32> {
         })
         .max()
         .unwrap_or_else(|| panic!("{} names no GLIBC symbol version", bin.display()))
+}
+
+/// The two binaries `rpm` packages, unpacked (`rpm2cpio | cpio`) into a folder of their own
+/// (removed when the returned guard is dropped): each one's path in the package and here.
+fn packaged_binaries(rpm: &Path) -> (tempfile::TempDir, Vec<(&'static str, PathBuf)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(Command::new("bash")
+        .arg("-c")
+        .arg("rpm2cpio \"$1\" | cpio -idm --quiet ./usr/bin/gpuhost ./usr/libexec/gpuhost/gpuhost-nvml-probe")
+        .arg("-")
+        .arg(rpm)
+        .current_dir(dir.path()));
+    assert!(o.status.success(), "rpm2cpio: {}", text(&o.stderr));
+    let bins = ["usr/bin/gpuhost", "usr/libexec/gpuhost/gpuhost-nvml-probe"]
+        .into_iter()
+        .map(|bin| (bin, dir.path().join(bin)))
+        .collect();
+    (dir, bins)
+}
+
+/// `rpm -qp --requires` of `rpm` names `requirement`.
+fn assert_requires(rpm: &Path, requirement: &str) {
+    let o = run(Command::new("rpm").args(["-qp", "--requires"]).arg(rpm));
+    assert!(text(&o.stdout).contains(requirement), "{}", text(&o.stdout));
 }
 
 /// The packaged binary starts on Oracle Linux 8: the newest glibc symbol version it needs is
@@ -298,27 +307,15 @@ fn the_packaged_binary_needs_at_most_oracle_linux_8s_glibc() {
         "{}",
         rpm.display()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let o = run(Command::new("bash")
-        .arg("-c")
-        .arg("rpm2cpio \"$1\" | cpio -idm --quiet ./usr/bin/gpuhost ./usr/libexec/gpuhost/gpuhost-nvml-probe")
-        .arg("-")
-        .arg(rpm)
-        .current_dir(dir.path()));
-    assert!(o.status.success(), "rpm2cpio: {}", text(&o.stderr));
-    for bin in ["usr/bin/gpuhost", "usr/libexec/gpuhost/gpuhost-nvml-probe"] {
-        let need = newest_glibc(&dir.path().join(bin));
+    let (_dir, bins) = packaged_binaries(rpm);
+    for (bin, path) in &bins {
+        let need = newest_glibc("objdump", path);
         assert!(
             need <= vec![2, 28],
             "the packaged {bin} needs glibc {need:?}"
         );
     }
-    let o = run(Command::new("rpm").args(["-qp", "--requires"]).arg(rpm));
-    assert!(
-        text(&o.stdout).contains("glibc >= 2.28"),
-        "{}",
-        text(&o.stdout)
-    );
+    assert_requires(rpm, "glibc >= 2.28");
 }
 
 /// The RPM for Grace nodes: `packaging/build-rpm.sh --target aarch64 "" OUT .el9` cross-builds
@@ -348,46 +345,17 @@ fn the_aarch64_rpm_needs_at_most_oracle_linux_9s_glibc() {
         "{}",
         rpm.display()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let o = run(Command::new("bash")
-        .arg("-c")
-        .arg("rpm2cpio \"$1\" | cpio -idm --quiet ./usr/bin/gpuhost ./usr/libexec/gpuhost/gpuhost-nvml-probe")
-        .arg("-")
-        .arg(&rpm)
-        .current_dir(dir.path()));
-    assert!(o.status.success(), "rpm2cpio: {}", text(&o.stderr));
-    for bin in ["usr/bin/gpuhost", "usr/libexec/gpuhost/gpuhost-nvml-probe"] {
-        let path = dir.path().join(bin);
-        let elf = std::fs::read(&path).unwrap();
+    let (_dir, bins) = packaged_binaries(&rpm);
+    for (bin, path) in &bins {
+        let elf = std::fs::read(path).unwrap();
         assert_eq!(&elf[18..20], &[0xb7, 0x00], "{bin} is not an aarch64 ELF");
-        let o = run(Command::new("aarch64-linux-gnu-objdump")
-            .arg("-T")
-            .arg(&path));
-        assert!(o.status.success(), "objdump -T {bin}: {}", text(&o.stderr));
-        let need = text(&o.stdout)
-            .split("GLIBC_")
-            .skip(1)
-            .filter_map(|rest| {
-                let v: String = rest
-                    .chars()
-                    .take_while(|c| c.is_ascii_digit() || *c == '.')
-                    .collect();
-                let parts: Vec<u32> = v.split('.').filter_map(|p| p.parse().ok()).collect();
-                (!parts.is_empty()).then_some(parts)
-            })
-            .max()
-            .unwrap_or_else(|| panic!("{bin} names no GLIBC symbol version"));
+        let need = newest_glibc("aarch64-linux-gnu-objdump", path);
         assert!(
             need <= vec![2, 34],
             "the packaged {bin} needs glibc {need:?}"
         );
     }
-    let o = run(Command::new("rpm").args(["-qp", "--requires"]).arg(&rpm));
-    assert!(
-        text(&o.stdout).contains("glibc >= 2.34"),
-        "{}",
-        text(&o.stdout)
-    );
+    assert_requires(&rpm, "glibc >= 2.34");
 }
 
 /// A binary that needs a newer glibc than Oracle Linux 8's is refused: build-rpm.sh exits 1,
@@ -395,7 +363,7 @@ fn the_aarch64_rpm_needs_at_most_oracle_linux_9s_glibc() {
 /// linked against this machine's glibc: 2.36 on Debian 12.)
 #[test]
 fn build_rpm_refuses_a_binary_that_would_not_start_on_oracle_linux_8() {
-    if newest_glibc(Path::new(GPUHOST)) <= vec![2, 28] {
+    if newest_glibc("objdump", Path::new(GPUHOST)) <= vec![2, 28] {
         eprintln!("skipped: the binary under test needs no glibc newer than 2.28 here");
         return;
     }
@@ -639,18 +607,22 @@ fn the_kernel_install_plugin_only_queues_the_unit_and_never_fails() {
     }
 }
 
-/// A root whose nouveau is "loaded" (ROOT/sys/module/nouveau): the driver steps need a reboot.
-fn root_needing_a_reboot() -> (Root, Vec<String>) {
+/// `gpuhost apply FIRST… --profile ol8-uek --set driver.local_repo_rpm=…` on a root whose
+/// nouveau is "loaded" (ROOT/sys/module/nouveau), so that the driver steps need a reboot: the
+/// root and what apply printed.
+fn apply_needing_a_reboot(first: &[&str]) -> (Root, Output) {
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
     std::fs::create_dir_all(root.join("sys/module/nouveau")).unwrap_or_else(|e| panic!("{e}"));
-    let rpm = world::World::get().cuda_local(world::CUDA_LOCAL_EL8_12_2);
-    let args = vec![
-        "--profile".to_string(),
-        world::profile("ol8-uek"),
-        "--set".to_string(),
-        format!("driver.local_repo_rpm={}", rpm.display()),
-    ];
-    (root, args)
+    let profile = world::profile("ol8-uek");
+    let set = format!(
+        "driver.local_repo_rpm={}",
+        world::local(world::CUDA_LOCAL_EL8_12_2)
+    );
+    let mut argv = vec!["apply"];
+    argv.extend_from_slice(first);
+    argv.extend(["--profile", &profile, "--set", &set]);
+    let o = root.gpuhost(&argv);
+    (root, o)
 }
 
 fn resume_unit_enabled(root: &Root) -> bool {
@@ -661,10 +633,7 @@ fn resume_unit_enabled(root: &Root) -> bool {
 
 #[test]
 fn without_reboot_apply_exits_3_and_says_what_to_do() {
-    let (root, args) = root_needing_a_reboot();
-    let mut argv = vec!["apply"];
-    argv.extend(args.iter().map(String::as_str));
-    let o = root.gpuhost(&argv);
+    let (root, o) = apply_needing_a_reboot(&[]);
     assert_eq!(
         o.status.code(),
         Some(3),
@@ -684,10 +653,7 @@ fn without_reboot_apply_exits_3_and_says_what_to_do() {
 
 #[test]
 fn reboot_installs_the_resume_unit_which_resumes_and_removes_itself() {
-    let (root, args) = root_needing_a_reboot();
-    let mut argv = vec!["apply", "--reboot", "--format", "json"];
-    argv.extend(args.iter().map(String::as_str));
-    let o = root.gpuhost(&argv);
+    let (root, o) = apply_needing_a_reboot(&["--reboot", "--format", "json"]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
     let rep = world::report(&o);
     // In an install root nothing reboots: the unit is left enabled for the first boot.
@@ -736,10 +702,7 @@ fn reboot_installs_the_resume_unit_which_resumes_and_removes_itself() {
 
 #[test]
 fn the_loop_guard_stops_after_the_allowed_reboots() {
-    let (root, args) = root_needing_a_reboot();
-    let mut argv = vec!["apply", "--reboot", "--max-reboots", "2"];
-    argv.extend(args.iter().map(String::as_str));
-    let o = root.gpuhost(&argv);
+    let (root, o) = apply_needing_a_reboot(&["--reboot", "--max-reboots", "2"]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
     // Two reboots happened and nouveau is still loaded (say, the blacklist is ineffective).
     let path = root.join("var/lib/gpuhost/resume.json");

@@ -9,12 +9,13 @@
 #[path = "world/mod.rs"]
 mod world;
 
+use std::path::Path;
 use std::process::Command;
 
 use rstest::rstest;
 use serde_json::Value;
 use world::{
-    aarch64_ready, assert_converged, code, report, stderr, step, Os, Root, World,
+    aarch64_ready, assert_converged, code, local, report, stderr, step, Os, Root, World,
     CUDA_LOCAL_EL9_13_0, CUDA_LOCAL_EL9_13_0_AARCH64, DRIVER_LOCAL_EL10_580,
     DRIVER_LOCAL_EL10_580_AARCH64, DRIVER_LOCAL_EL10_590, DRIVER_LOCAL_EL9_570,
     DRIVER_LOCAL_EL9_580_AARCH64, RHCK10, UEK10, UEK10_ARM, UEK10_ARM_64K, UEK9, UEK9_ARM,
@@ -22,10 +23,6 @@ use world::{
 };
 
 const LIST: &str = "/etc/dnf/plugins/versionlock.list";
-
-fn local(name: &str) -> String {
-    World::get().cuda_local(name).display().to_string()
-}
 
 /// The root without gpuhost's own lock and sqlite's shared-memory files (EL10 keeps the
 /// database under /usr/lib/sysimage/rpm).
@@ -210,7 +207,7 @@ fn minor_releases_pass_and_unknown_majors_stop_at_the_door(
 /// The real versionlock plugin (Debian's dnf-plugins-core), run by dnf against the root with a
 /// plugin configuration whose `locklist` is `list`: (output, success); None without the
 /// plugin (outside CI).
-fn plugin_dnf(root: &Root, list: &std::path::Path, args: &[&str]) -> Option<(String, bool)> {
+fn plugin_dnf(root: &Root, list: &Path, args: &[&str]) -> Option<(String, bool)> {
     let plugin = std::path::Path::new("/usr/lib/python3/dist-packages/dnf-plugins/versionlock.py");
     if !plugin.exists() {
         if std::env::var_os("GPUHOST_REQUIRE_ALL_TOOLS").is_some() {
@@ -280,13 +277,7 @@ fn the_branch_lock_is_the_plugins_own_and_holds() {
         return;
     };
     assert!(ok, "{out}");
-    let mut theirs: Vec<String> = std::fs::read_to_string(scratch.path())
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(str::to_string)
-        .collect();
-    theirs.sort();
+    let theirs = lock_lines(scratch.path());
     let mut ours_sorted = ours.clone();
     ours_sorted.sort();
     assert_eq!(
@@ -377,9 +368,14 @@ fn machine_mismatches_stop_at_the_door() {
     }
 }
 
-/// The versionlock list's lock lines, sorted.
+/// The root's versionlock list's lock lines, sorted.
 fn held(root: &Root) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_to_string(root.join(LIST))
+    lock_lines(&root.join(LIST))
+}
+
+/// The lock lines of a versionlock list (no comments, no blank lines), sorted.
+fn lock_lines(list: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_to_string(list)
         .unwrap_or_default()
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
@@ -394,18 +390,11 @@ fn held(root: &Root) -> Vec<String> {
 /// bundle changes nothing.
 #[test]
 fn an_ol10_bundle_converges_an_offline_root() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let profile = tmp.path().join("site.toml");
-    std::fs::write(
-        &profile,
-        format!(
-            "extends = {:?}\n\n[driver]\nlocal_repo_rpm = {:?}\n",
-            world::profile("ol10-uek"),
-            local(DRIVER_LOCAL_EL10_580)
-        ),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let profile = profile.display().to_string();
+    let (tmp, profile) = world::site_toml(&format!(
+        "extends = {:?}\n\n[driver]\nlocal_repo_rpm = {:?}\n",
+        world::profile("ol10-uek"),
+        local(DRIVER_LOCAL_EL10_580)
+    ));
     let out = tmp.path().join("b");
     let out_s = out.display().to_string();
     let src = Root::new(Os::Ol10, &[UEK10]);

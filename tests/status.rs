@@ -7,16 +7,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[path = "support/status.rs"]
 mod support;
+#[path = "world/mod.rs"]
+mod world;
 use support::{fixtures, gpuhost, hgx};
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use world::stdout;
 
 fn has_nvml_library() -> bool {
     [

@@ -7,7 +7,7 @@ use clap::Args;
 /// `--root` of the commands that read a node's health (`status`, `serve`, `sweep-profile`):
 /// hidden, for tests, and read from `GPUHOST_STATUS_ROOT` too.
 #[derive(Args, Debug, Clone, PartialEq)]
-pub struct HealthRoot {
+pub(crate) struct HealthRoot {
     /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests); systemctl and the journal
     /// are not asked then.
     #[arg(

@@ -21,7 +21,7 @@ const PROFILE_FILE: &str = "/etc/gpuhost/profile.toml";
 const UNIT: &str = "gpuhost-provision";
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct CloudInitArgs {
+pub(crate) struct CloudInitArgs {
     /// A built-in profile, or a profile file here (embedded, fully resolved, in the user-data).
     #[arg(long)]
     pub profile: String,
@@ -403,7 +403,7 @@ fn user_data(
 }
 
 /// Build the user-data.
-pub fn render(a: &CloudInitArgs) -> Result<String> {
+pub(crate) fn render(a: &CloudInitArgs) -> Result<String> {
     check_args(a)?;
     // The profile must resolve here, with the overrides, exactly as the node will see it.
     let profile = Profile::resolve(&a.profile, &a.sets)?;

@@ -27,7 +27,7 @@ use gpuhost_profile::Profile;
 
 use crate::output::{self, Format};
 
-pub const EXIT_CODES: &str = "\
+pub(crate) const EXIT_CODES: &str = "\
 Exit codes (compat):
   0  runs (natively, or through minor-version or forward compatibility: the answer says which)
   1  does not run, or runs only under a condition gpuhost cannot check (the answer says which)
@@ -36,7 +36,7 @@ Exit codes (compat):
 /// `gpuhost compat` options.
 #[derive(clap::Args, Debug)]
 #[command(group(ArgGroup::new("question").required(true).args(["cuda", "require", "image"])))]
-pub struct CompatArgs {
+pub(crate) struct CompatArgs {
     /// A CUDA version (12.4 or 12.4.1): do applications built with it run on the driver?
     #[arg(long, value_name = "VERSION")]
     cuda: Option<String>,
@@ -104,7 +104,7 @@ enum Question {
 }
 
 /// Run `gpuhost compat`; the exit code.
-pub fn run(a: &CompatArgs) -> i32 {
+pub(crate) fn run(a: &CompatArgs) -> i32 {
     let json = a.format == Format::Json;
     match answer(a) {
         Ok(code) => code,

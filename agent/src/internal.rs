@@ -19,7 +19,7 @@ use crate::args::HealthRoot;
 
 /// The hidden subcommands.
 #[derive(Subcommand, Debug, Clone, PartialEq)]
-pub enum Internal {
+pub(crate) enum Internal {
     /// Internal: be the one-shot NVML probe (print its answer as one line of JSON).
     #[command(hide = true)]
     NvmlProbe(NvmlProbeArgs),
@@ -40,7 +40,7 @@ pub enum Internal {
 
 /// `gpuhost nvml-probe` options.
 #[derive(Args, Debug, Clone, PartialEq)]
-pub struct NvmlProbeArgs {
+pub(crate) struct NvmlProbeArgs {
     /// Answer the `nvml` part of this saved snapshot instead of asking NVML, through the boot
     /// cache of --root (tests, benchmarks).
     #[arg(long, value_name = "FILE")]
@@ -57,7 +57,7 @@ pub struct NvmlProbeArgs {
 
 /// `gpuhost nvml-serve` options.
 #[derive(Args, Debug, Clone, PartialEq)]
-pub struct NvmlServeArgs {
+pub(crate) struct NvmlServeArgs {
     /// Answer the `nvml` part of this saved snapshot at each sweep instead of asking NVML.
     #[arg(long, value_name = "FILE")]
     pub nvml_fixture: Option<PathBuf>,
@@ -65,7 +65,7 @@ pub struct NvmlServeArgs {
 
 /// `gpuhost sweep-profile` options.
 #[derive(Args, Debug, Clone, PartialEq)]
-pub struct SweepProfileArgs {
+pub(crate) struct SweepProfileArgs {
     /// How many sweeps.
     #[arg(value_name = "N")]
     pub sweeps: usize,
@@ -80,7 +80,7 @@ pub struct SweepProfileArgs {
 }
 
 /// Run a hidden subcommand; its exit code.
-pub fn run(i: &Internal) -> i32 {
+pub(crate) fn run(i: &Internal) -> i32 {
     match i {
         Internal::NvmlProbe(a) => {
             gpuhost_health::run_nvml_probe(a.nvml_fixture.as_deref(), &a.root)
@@ -106,7 +106,7 @@ fn this_program() -> OsString {
 /// The one-shot NVML probe as a program: `gpuhost nvml-probe`, with a fixture (and the root
 /// whose boot cache it goes through, else `$GPUHOST_STATUS_ROOT` or `/`) when one stands for
 /// NVML.
-pub fn nvml_probe_argv(fixture: Option<&Path>, root: Option<&Path>) -> Vec<OsString> {
+pub(crate) fn nvml_probe_argv(fixture: Option<&Path>, root: Option<&Path>) -> Vec<OsString> {
     let mut argv = vec![this_program(), "nvml-probe".into()];
     if let Some(f) = fixture {
         argv.extend(["--nvml-fixture".into(), f.as_os_str().to_owned()]);
@@ -119,7 +119,7 @@ pub fn nvml_probe_argv(fixture: Option<&Path>, root: Option<&Path>) -> Vec<OsStr
 
 /// `gpuhost serve`'s long-lived NVML probe as a program: `gpuhost nvml-serve`, with the
 /// fixture that stands for NVML if any.
-pub fn nvml_serve_argv(fixture: Option<&Path>) -> std::io::Result<Vec<OsString>> {
+pub(crate) fn nvml_serve_argv(fixture: Option<&Path>) -> std::io::Result<Vec<OsString>> {
     let mut argv = vec![
         std::env::current_exe()?.into_os_string(),
         "nvml-serve".into(),

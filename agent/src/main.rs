@@ -1,6 +1,8 @@
 //! `gpuhost`: the command line. Parses arguments, sets up logging, calls the library, and turns
 //! the result into output and an exit code.
 
+#![warn(unreachable_pub)]
+
 mod args;
 mod cloud_init;
 mod compat;

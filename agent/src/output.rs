@@ -14,13 +14,13 @@ use gpuhost_host::facts::Facts;
 
 /// A report's format on stdout (`--format`): text for people, JSON for programs.
 #[derive(Clone, Copy, Debug, clap::ValueEnum, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     Text,
     Json,
 }
 
 /// Logs go to stderr. Under systemd (journald adds timestamps) they carry none of their own.
-pub fn init_logging(level: &str) {
+pub(crate) fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let under_systemd = std::env::var_os("JOURNAL_STREAM").is_some();
@@ -38,7 +38,7 @@ pub fn init_logging(level: &str) {
 
 /// Progress lines on stderr while steps change the host: a live line on a terminal, plain
 /// lines otherwise (cloud-init output, pipes) and under systemd.
-pub fn init_progress() {
+pub(crate) fn init_progress() {
     use gpuhost_host::progress::{set_mode, Mode};
     let under_systemd = std::env::var_os("JOURNAL_STREAM").is_some();
     set_mode(if std::io::stderr().is_terminal() && !under_systemd {
@@ -55,13 +55,13 @@ pub fn init_progress() {
     }
 }
 
-pub fn json<T: Serialize>(v: &T) -> Result<()> {
+pub(crate) fn json<T: Serialize>(v: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
 
 /// Print an error that stopped a command before any step ran, and return its exit code.
-pub fn error(as_json: bool, e: &anyhow::Error) -> i32 {
+pub(crate) fn error(as_json: bool, e: &anyhow::Error) -> i32 {
     let code = if is_invalid(e) {
         exit::INVALID
     } else {
@@ -77,7 +77,7 @@ pub fn error(as_json: bool, e: &anyhow::Error) -> i32 {
 }
 
 /// Bytes for people: `1.2 GiB`, `340.5 MiB`, `12.0 KiB`.
-pub fn human_bytes(n: u64) -> String {
+pub(crate) fn human_bytes(n: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
     // Precision loss is irrelevant for a size shown with one decimal.
     #[allow(clippy::cast_precision_loss)]
@@ -94,7 +94,7 @@ pub fn human_bytes(n: u64) -> String {
     }
 }
 
-pub fn print_bundle(r: &BuildReport) {
+pub(crate) fn print_bundle(r: &BuildReport) {
     println!(
         "gpuhost bundle: profile {} for Oracle Linux {}, kernel(s) {}{}",
         r.profile,
@@ -133,7 +133,7 @@ pub fn print_bundle(r: &BuildReport) {
     println!("made in {} ms", r.duration_ms);
 }
 
-pub fn print_report(r: &Report) {
+pub(crate) fn print_report(r: &Report) {
     let what = if r.dry_run { "plan" } else { "apply" };
     println!(
         "gpuhost {what}: profile {} on {}{}",
@@ -213,7 +213,7 @@ fn print_kernel_guard(g: &Decision) {
     }
 }
 
-pub fn print_facts(f: &Facts) {
+pub(crate) fn print_facts(f: &Facts) {
     let none = || "none".to_string();
     let os =
         f.os.as_ref()
@@ -295,7 +295,7 @@ pub fn print_facts(f: &Facts) {
 }
 
 /// The sysinfo part of `gpuhost facts`: memory, CPUs, uptime, free space.
-pub fn print_host_info(h: &gpuhost_host::hostinfo::HostInfo) {
+pub(crate) fn print_host_info(h: &gpuhost_host::hostinfo::HostInfo) {
     use gpuhost_host::hostinfo::human;
     if let Some(e) = &h.error {
         println!("memory, cpus         {e}");

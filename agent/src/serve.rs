@@ -15,7 +15,7 @@ use crate::internal;
 
 /// `gpuhost serve` options.
 #[derive(Args, Debug, Clone)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Address and port to listen on (use 0.0.0.0:PORT or [::]:PORT to be scraped from other
     /// machines).
     #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
@@ -91,7 +91,7 @@ fn seconds(flag: &str, v: f64, max: f64) -> Result<Duration, String> {
 }
 
 /// Run `gpuhost serve`; its exit code (2 for an argument refused).
-pub fn run(a: &ServeArgs) -> i32 {
+pub(crate) fn run(a: &ServeArgs) -> i32 {
     let program = match internal::nvml_serve_argv(a.from_snapshot.as_deref()) {
         Ok(p) => p,
         Err(e) => {

@@ -38,7 +38,7 @@ impl From<FormatArg> for StatusFormat {
 
 /// `gpuhost status` options.
 #[derive(Args, Debug, Clone)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// Output format on stdout. `npd`: Kubernetes node-problem-detector's custom-plugin
     /// protocol: one line of at most 80 bytes, exit 0 OK or WARNING, 1 CRITICAL, 2 UNKNOWN.
     #[arg(long, value_enum, default_value_t = FormatArg::Table)]
@@ -134,7 +134,7 @@ fn seconds(flag: &str, secs: f64) -> Result<Duration, String> {
 
 /// Run `gpuhost status`; its exit code. An argument refused is UNKNOWN, as any run that cannot
 /// judge the node.
-pub fn run(a: &StatusArgs) -> i32 {
+pub(crate) fn run(a: &StatusArgs) -> i32 {
     match a.options() {
         Ok(o) => gpuhost_health::run(&o),
         Err(e) => gpuhost_health::unknown(a.format.into(), &e),

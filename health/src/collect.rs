@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use gpuhost_host::host::Host;
 
+use crate::expect::Expect;
 use crate::probe_child::probe_line;
 use crate::snapshot::{
     self, FabricManagerVersion, NvmlProbe, PciKind, ProbeStatus, Services, Snapshot,
     SNAPSHOT_SCHEMA,
 };
-use crate::verdict::Expect;
 use crate::{counters, host, kmsg, probe};
 
 /// How the one-shot NVML probe of [`collect`] runs.

@@ -7,10 +7,11 @@
 //!   process under a deadline (`probe`, `nvml`) while the driver-free facts are read (`host`,
 //!   `kmsg`: sysfs, /proc, daemon.json, systemctl, the kernel log, relative to a root that tests
 //!   point at a crafted tree); [`collect_around`] takes `gpuhost serve`'s long-lived probe;
-//! - **judge** → [`Check`]s: [`judge`], pure functions from a snapshot and what the node
-//!   should have ([`Expect`], from a profile: [`expectations_for`]) to checks (`verdict`);
+//! - **judge** → a [`Judgement`]: [`judge`], pure functions from a snapshot and what the node
+//!   should have ([`Expect`], from a profile: [`expectations_for`]) to [`Check`]s, and what
+//!   the judging counted for the renderers (each GPU's XIDs, [`GpuXids`]) (`verdict`);
 //! - **render** → text: [`render`] in a [`StatusFormat`] (`output`: table, JSON, Prometheus;
-//!   node-problem-detector's line);
+//!   node-problem-detector's line), reading the judgement, judging nothing again;
 //! - [`run`]: the `gpuhost status` command ([`StatusOptions`]), with what a verdict may set off
 //!   beside it: Slurm's drain and the provisioning gate (`status`).
 //!
@@ -21,6 +22,8 @@
 //! integration tests drive directly. Everything else is `pub(crate)`.
 //!
 //! The JSON report (`--format json`) is documented in `health/README.md`.
+
+#![warn(unreachable_pub)]
 
 mod boot_cache;
 mod collect;
@@ -52,10 +55,10 @@ pub use kmsg::{
     Follower as KernelLogFollower,
 };
 // judge → checks
-pub use expect::expectations_for;
+pub use expect::{driver_version_from_rpm, expectations_for, Expect, MinFree, Thresholds};
 pub use verdict::{
-    driver_version_from_rpm, fabric_verdict, judge, nvlink_verdict, overall, parse_nvlink5, Check,
-    Expect, GpuRef, MinFree, Severity, Thresholds, XidGeneration,
+    fabric_verdict, judge, nvlink_verdict, overall, parse_nvlink5, Check, GpuRef, GpuXids,
+    Judgement, Severity, XidGeneration,
 };
 // render → text
 pub use output::{json as render_json, prometheus as render_prometheus, table as render_table};

@@ -6,8 +6,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::expect::Expect;
 use crate::snapshot::{GpuSnapshot, ProbeStatus, Reading, Snapshot};
-use crate::verdict::{overall, Check, Expect, GpuRef, Severity};
+use crate::verdict::{overall, Check, GpuRef, GpuXids, Judgement, Severity};
 
 /// JSON report schema version (see the crate docs).
 pub(crate) const REPORT_SCHEMA: u32 = 1;
@@ -276,13 +277,14 @@ fn num64(r: &Reading<u64>) -> Option<f64> {
 }
 
 /// node_exporter textfile text: `gpuhost_` metrics, GPUs labelled by `uuid` and
-/// `pci_bus_id`, no timestamps, unsupported values omitted.
-pub fn prometheus(s: &Snapshot, checks: &[Check]) -> String {
+/// `pci_bus_id`, no timestamps, unsupported values omitted. The checks and each GPU's XID
+/// counts are the judge's ([`Judgement`]), read here, not judged again.
+pub fn prometheus(s: &Snapshot, judged: &Judgement) -> String {
     let mut p = Prom {
         families: BTreeMap::new(),
         order: Vec::new(),
     };
-    check_metrics(&mut p, checks);
+    check_metrics(&mut p, &judged.checks);
     probe_metrics(&mut p, s);
     seen_metrics(&mut p, s);
     kernel_log_metrics(&mut p, s);
@@ -296,7 +298,8 @@ pub fn prometheus(s: &Snapshot, checks: &[Check]) -> String {
         );
     }
     for g in &s.nvml.gpus {
-        gpu_metrics(&mut p, s, g);
+        let xids = judged.xids.iter().find(|x| x.index == g.index);
+        gpu_metrics(&mut p, g, xids);
     }
     p.render()
 }
@@ -783,48 +786,35 @@ fn fabric_metrics(p: &mut Prom, g: &GpuSnapshot, base: &[(&'static str, String)]
     }
 }
 
-/// XID events for this GPU since boot (when the kernel log was read), in all and by the action
-/// they ask for.
-fn xid_metrics(
-    p: &mut Prom,
-    s: &Snapshot,
-    g: &GpuSnapshot,
-    bus: &str,
-    base: &[(&'static str, String)],
-) {
-    if s.kernel_log.source.is_none() {
-        return;
-    }
-    let Some(k) = crate::kmsg::normalise_pci(bus) else {
-        return;
-    };
-    let (now, _) = crate::verdict::xid::current_and_earlier(s, &k);
+/// XID events for this GPU since boot or its last reset, in all and by the action they ask
+/// for, as the judge counted them (none when the kernel log was not read).
+fn xid_metrics(p: &mut Prom, xids: &GpuXids, base: &[(&'static str, String)]) {
     p.add(
         "gpuhost_gpu_xid_events",
         "gauge",
         "XID events for this GPU since boot or its last reset.",
         base,
-        now.len() as f64,
+        xids.events as f64,
     );
-    for (action, n) in crate::verdict::xid::actions(s, g, &k) {
+    for (action, n) in &xids.actions {
         let mut ls = base.to_vec();
-        ls.push(("action", action));
+        ls.push(("action", action.clone()));
         p.add(
             "gpuhost_gpu_xid_action_events",
             "gauge",
             "XID events for this GPU since boot or its last reset, by the immediate action NVIDIA's Xid catalog gives them (RESET_GPU, RESTART_BM, …).",
             &ls,
-            n as f64,
+            *n as f64,
         );
     }
 }
 
 /// One GPU's metrics: identity, then [`GPU_GAUGES`], [`GPU_FAMILIES`], NVLink errors, fabric
 /// and XIDs, each labelled `uuid` and `pci_bus_id`.
-fn gpu_metrics(p: &mut Prom, s: &Snapshot, g: &GpuSnapshot) {
+fn gpu_metrics(p: &mut Prom, g: &GpuSnapshot, xids: Option<&GpuXids>) {
     let uuid = g.uuid.value().cloned().unwrap_or_default();
     let bus = g.pci_bus_id.value().cloned().unwrap_or_default();
-    let base = vec![("uuid", uuid), ("pci_bus_id", bus.clone())];
+    let base = vec![("uuid", uuid), ("pci_bus_id", bus)];
     let mut info = base.clone();
     info.push(("index", g.index.to_string()));
     info.push(("name", g.name.value().cloned().unwrap_or_default()));
@@ -849,5 +839,7 @@ fn gpu_metrics(p: &mut Prom, s: &Snapshot, g: &GpuSnapshot) {
     }
     nvlink_errors(p, g, &base);
     fabric_metrics(p, g, &base);
-    xid_metrics(p, s, g, &bus, &base);
+    if let Some(x) = xids {
+        xid_metrics(p, x, &base);
+    }
 }

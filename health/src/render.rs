@@ -1,8 +1,9 @@
 //! Render a report: the text `gpuhost status` prints in each format, and its exit code (the
 //! one-shot run and `gpuhost serve`'s socket both render with [`render`]).
 
+use crate::expect::Expect;
 use crate::snapshot::Snapshot;
-use crate::verdict::{self, Check, Expect, Severity};
+use crate::verdict::{self, Judgement, Severity};
 use crate::{output, summary};
 
 /// What `gpuhost status` prints on stdout.
@@ -21,20 +22,21 @@ pub enum StatusFormat {
 
 /// The report in `format` as `gpuhost status` prints it, and its exit code (before
 /// `--textfile` and `--slurm`): the one-shot run and `gpuhost serve`'s socket both render
-/// with this.
+/// with this, from what the judge found.
 pub fn render(
     format: StatusFormat,
     snapshot: &Snapshot,
     expect: &Expect,
-    checks: &[Check],
+    judged: &Judgement,
 ) -> (i32, String) {
+    let checks = &judged.checks;
     let code = verdict::overall(checks).exit_code();
     match format {
         StatusFormat::Json => (
             code,
             format!("{}\n", output::json(snapshot, expect, checks)),
         ),
-        StatusFormat::Prometheus => (code, output::prometheus(snapshot, checks)),
+        StatusFormat::Prometheus => (code, output::prometheus(snapshot, judged)),
         StatusFormat::Npd => {
             let (c, line) = summary::npd(checks);
             (c, format!("{line}\n"))

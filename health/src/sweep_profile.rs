@@ -13,8 +13,8 @@ use serde::Serialize;
 
 use gpuhost_host::host::Host;
 
+use crate::expect::Expect;
 use crate::snapshot::{NvmlProbe, Snapshot};
-use crate::verdict::Expect;
 use crate::{counters, host, kmsg, nvml, output, probe, verdict};
 
 /// Median, smallest and largest of some timings.
@@ -328,10 +328,10 @@ pub(crate) fn run(h: &Host, expect: &Expect, n: usize) -> Profile {
     let mut r = RenderProfile::default();
     let (mut ev, mut tb, mut pr, mut js) = (vec![], vec![], vec![], vec![]);
     for _ in 0..n {
-        let checks = time_us(&mut ev, || verdict::judge(&snap, expect));
-        time_us(&mut tb, || output::table(&checks));
-        time_us(&mut pr, || output::prometheus(&snap, &checks));
-        time_us(&mut js, || output::json(&snap, expect, &checks));
+        let judged = time_us(&mut ev, || verdict::judge(&snap, expect));
+        time_us(&mut tb, || output::table(&judged.checks));
+        time_us(&mut pr, || output::prometheus(&snap, &judged));
+        time_us(&mut js, || output::json(&snap, expect, &judged.checks));
     }
     r.evaluate_us = stats(&ev);
     r.table_us = stats(&tb);

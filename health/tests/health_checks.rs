@@ -11,7 +11,7 @@ use gpuhost_health::snapshot::{
     CudaCheck, DevNode, EccCounts, GspFirmware, InfoRom, PciDevice, PciKind, Reading, Snapshot,
     SramEcc,
 };
-use gpuhost_health::{judge, Check, Expect, Severity, Thresholds};
+use gpuhost_health::{judge, render_prometheus, Check, Expect, Severity, Thresholds};
 use gpuhost_health::{normalise_pci, parse_kernel_log};
 use gpuhost_health::{parse_nvlink5, XidGeneration as Generation};
 
@@ -22,7 +22,7 @@ fn h200() -> Snapshot {
 }
 
 fn checks_of(s: &Snapshot) -> Vec<Check> {
-    judge(s, &Expect::default())
+    judge(s, &Expect::default()).checks
 }
 
 fn one<'a>(checks: &'a [Check], id: &str) -> &'a Check {
@@ -265,6 +265,41 @@ fn xids_from_before_the_last_gpu_reset_do_not_count_again() {
     assert_eq!(c.severity, Severity::Critical);
 }
 
+/// The Prometheus text counts each GPU's XIDs since its last reset, in all and by the immediate
+/// action each was judged to ask for (what an alert picks a GPU reset or a reboot by): not
+/// those from before the reset, nor those of a GPU not on the bus now.
+#[test]
+fn the_metrics_count_a_gpus_xids_since_its_reset_by_their_action() {
+    let s = with_log(&[
+        "NVRM: Xid (PCI:{pci}): 48, pid=1, An uncorrectable double bit error (DBE) has been detected on GPU",
+        "NVRM: GPU at PCI:{pci}: GPU-ff7f0840-faaa-e67b-b46c-ec5ed1d4af27",
+        "NVRM: Xid (PCI:{pci}): 79, pid=2, GPU has fallen off the bus.",
+        "NVRM: Xid (PCI:{pci}): 13, pid=3, Graphics Exception",
+        "NVRM: Xid (PCI:{pci}): 13, pid=4, Graphics Exception",
+        "NVRM: Xid (PCI:{pci}): 119, pid=5, Timeout after 6s of waiting for RPC response from GPU0 GSP!",
+        "NVRM: Xid (PCI:0000:3b:00): 79, pid=6, GPU has fallen off the bus.",
+    ]);
+    let text = render_prometheus(&s, &judge(&s, &Expect::default()));
+    let xids: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("gpuhost_gpu_xid") || l.starts_with("gpuhost_xid"))
+        .collect();
+    let gpu = r#"uuid="GPU-ff7f0840-faaa-e67b-b46c-ec5ed1d4af27",pci_bus_id="00000000:00:06.0""#;
+    let action =
+        |a: &str, n: u32| format!("gpuhost_gpu_xid_action_events{{{gpu},action=\"{a}\"}} {n}");
+    assert_eq!(
+        xids,
+        [
+            "gpuhost_xid_events 6".to_string(),
+            format!("gpuhost_gpu_xid_events{{{gpu}}} 4"),
+            action("RESET_GPU", 1),
+            action("RESTART_APP", 2),
+            action("RESTART_BM", 1),
+        ],
+        "{text}"
+    );
+}
+
 #[test]
 fn volta_and_older_use_the_older_page() {
     let mut s = with_log(&["NVRM: Xid (PCI:{pci}): 13, Graphics Exception"]);
@@ -341,7 +376,10 @@ fn sram_and_dram_ecc_against_azure_thresholds_named_in_the_message() {
         },
         ..Expect::default()
     };
-    assert_eq!(one(&judge(&s, &e), "gpu.ecc.sram").severity, Severity::Ok);
+    assert_eq!(
+        one(&judge(&s, &e).checks, "gpu.ecc.sram").severity,
+        Severity::Ok
+    );
     // Any SRAM uncorrectable error, and NVIDIA's threshold flag.
     s.nvml.gpus[0].ecc_sram = Reading::Value(SramEcc {
         aggregate_uncorrected: 1,

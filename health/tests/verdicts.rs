@@ -61,7 +61,7 @@ const GPU0: &str = "sys/bus/pci/devices/0000:00:06.0";
 fn real_h200_gpu_checks_are_ok_or_na() {
     let s = h200();
     assert_eq!(s.nvml.status, ProbeStatus::Ok);
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     for c in &checks {
         let host_service = c.id.starts_with("services.");
         if !host_service {
@@ -103,15 +103,15 @@ fn not_supported_is_never_a_warning() {
     g.pcie_gen_current = Reading::NotSupported;
     g.persistence_mode = Reading::NotSupported;
     g.mig_mode = Reading::NotSupported;
-    let checks = judge(&s, &no_expect());
-    for c in checks.iter().filter(|c| c.id.starts_with("gpu.")) {
+    let judged = judge(&s, &no_expect());
+    for c in judged.checks.iter().filter(|c| c.id.starts_with("gpu.")) {
         assert!(
             matches!(c.severity, Severity::Ok | Severity::NotApplicable),
             "{c:?}"
         );
     }
     // And n/a values are omitted from the metrics, not written as 0.
-    let prom = render_prometheus(&s, &checks);
+    let prom = render_prometheus(&s, &judged);
     for m in [
         "gpuhost_gpu_ecc_enabled",
         "gpuhost_gpu_remapped_rows",
@@ -129,7 +129,7 @@ fn volatile_uncorrectable_ecc_is_critical() {
     let mut s = h200();
     s.nvml.gpus[0].ecc_volatile_uncorrected = Reading::Value(2);
     s.nvml.gpus[0].ecc_aggregate_uncorrected = Reading::Value(2);
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let c = check(&checks, "gpu.ecc.volatile_uncorrected");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.contains('2'));
@@ -155,7 +155,7 @@ fn remap(s: &mut Snapshot, unc: u32, pending: bool, failure: bool) {
 fn pending_row_remap_wants_a_reset() {
     let mut s = h200();
     remap(&mut s, 1, true, false);
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let c = check(&checks, "gpu.remap.pending");
     assert_eq!(c.severity, Severity::Warning);
     assert!(c.hint.as_deref().unwrap().contains("reset"));
@@ -166,7 +166,7 @@ fn pending_row_remap_wants_a_reset() {
 fn row_remap_failure_is_critical() {
     let mut s = h200();
     remap(&mut s, 3, false, true);
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let c = check(&checks, "gpu.remap.failure");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.hint.as_deref().unwrap().contains("RMA"));
@@ -176,13 +176,13 @@ fn row_remap_failure_is_critical() {
 fn more_than_512_uncorrectable_rows_is_critical() {
     let mut s = h200();
     remap(&mut s, 512, false, false);
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     assert_eq!(
         check(&checks, "gpu.remap.uncorrectable").severity,
         Severity::Ok
     );
     remap(&mut s, 513, false, false);
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let c = check(&checks, "gpu.remap.uncorrectable");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.contains("513"), "{}", c.value);
@@ -192,7 +192,7 @@ fn more_than_512_uncorrectable_rows_is_critical() {
 fn recovery_action_other_than_none_is_critical() {
     let mut s = h200();
     s.nvml.gpus[0].recovery_action = Reading::Value(2);
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let c = check(&checks, "gpu.recovery_action");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.contains("reboot"));
@@ -211,7 +211,7 @@ fn driver_library_mismatch_shows_both_versions() {
         path: "/usr/lib64/libnvidia-ml.so.1".into(),
         version: Some("580.201.01".into()),
     });
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let c = check(&checks, "nvml.init");
     assert_eq!(c.severity, Severity::Critical);
     assert!(
@@ -241,7 +241,7 @@ fn fallen_off_gpu_in_sysfs_is_critical() {
     // …and NVML no longer counts it.
     s.nvml.device_count = Some(0);
     s.nvml.gpus.clear();
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let c = check(&checks, "pci.config");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.contains("fell off the bus"), "{}", c.value);
@@ -272,7 +272,7 @@ fn pci_link_narrower_than_max_and_aer_counters() {
     std::fs::write(d.join("aer_dev_correctable"), "RxErr 3\nTOTAL_ERR_COR 3\n").unwrap();
     let mut s = h200();
     s.host = collect_host(&Host::new(root.path()).unwrap());
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     assert_eq!(check(&checks, "pci.link").severity, Severity::Warning);
     let aer = check(&checks, "pci.aer");
     assert_eq!(aer.severity, Severity::Critical);
@@ -286,7 +286,7 @@ fn gpu_count_below_pci_or_expected_is_critical() {
     let mut other: PciDevice = s.host.pci[0].clone();
     other.address = "0000:00:07.0".into();
     s.host.pci.push(other);
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let c = check(&checks, "gpu.count");
     assert_eq!(c.severity, Severity::Critical);
     assert_eq!(c.value, "NVML 1, PCI 2; not seen by NVML: 00000000:00:07.0");
@@ -298,7 +298,7 @@ fn gpu_count_below_pci_or_expected_is_critical() {
         gpus_source: Some("profile hgx".into()),
         ..Expect::default()
     };
-    let c = check(&judge(&s, &expect), "gpu.count").clone();
+    let c = check(&judge(&s, &expect).checks, "gpu.count").clone();
     assert_eq!(c.severity, Severity::Critical);
     assert_eq!(c.value, "NVML 1, PCI 1, expected 8 (profile hgx)");
 
@@ -307,7 +307,7 @@ fn gpu_count_below_pci_or_expected_is_critical() {
         ..Expect::default()
     };
     assert_eq!(
-        check(&judge(&s, &expect), "gpu.count").severity,
+        check(&judge(&s, &expect).checks, "gpu.count").severity,
         Severity::Ok
     );
 }
@@ -335,16 +335,16 @@ fn driver_version_against_the_profile() {
         driver_source: Some("profile ol8-uek".into()),
         ..Expect::default()
     };
-    let c = check(&judge(&s, &expect), "driver.version").clone();
+    let c = check(&judge(&s, &expect).checks, "driver.version").clone();
     assert_eq!(c.severity, Severity::Warning);
     assert!(c.value.contains("580.159.04") && c.value.contains("535.104.05"));
     expect.driver_version = Some("580.159.04".into());
     assert_eq!(
-        check(&judge(&s, &expect), "driver.version").severity,
+        check(&judge(&s, &expect).checks, "driver.version").severity,
         Severity::Ok
     );
     assert_eq!(
-        check(&judge(&s, &expect), "driver.cuda").value,
+        check(&judge(&s, &expect).checks, "driver.cuda").value,
         "serves CUDA ≤ 13.0 natively, the rest of 13.x through minor-version compatibility"
     );
 }
@@ -362,7 +362,7 @@ fn xid_79_in_kmsg_is_mapped_to_its_gpu() {
     s.kernel_log = collect_kernel_log(&Host::new(root.path()).unwrap());
     assert_eq!(s.kernel_log.source.as_deref(), Some("kmsg"));
     assert_eq!(s.kernel_log.xids.len(), 3);
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let c = checks
         .iter()
         .find(|c| c.id == "gpu.xid" && c.gpu.as_ref().and_then(|g| g.index) == Some(0))
@@ -390,7 +390,7 @@ fn unreadable_kernel_log_is_unknown_with_the_reason() {
     let root = tempfile::tempdir().unwrap();
     let mut s = h200();
     s.kernel_log = collect_kernel_log(&Host::new(root.path()).unwrap());
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let c = check(&checks, "xid.log");
     assert_eq!(c.severity, Severity::Unknown);
     assert!(c.value.contains("dev/kmsg"), "{}", c.value);
@@ -405,7 +405,7 @@ fn hung_driver_is_critical_driver_unresponsive() {
         stuck_pid: Some(4242),
         ..Default::default()
     };
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let c = check(&checks, "nvml.init");
     assert_eq!(c.severity, Severity::Critical);
     assert!(c.value.starts_with("driver unresponsive"), "{}", c.value);
@@ -419,11 +419,11 @@ fn no_library_without_gpus_is_unknown_with_gpus_critical() {
         error: Some("libnvidia-ml.so.1: cannot open shared object file".into()),
         ..Default::default()
     };
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     assert_eq!(check(&checks, "nvml.init").severity, Severity::Critical);
     s.host.pci.clear();
     s.host.kernel_module_version = None;
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let c = check(&checks, "nvml.init");
     assert_eq!(c.severity, Severity::Unknown);
     assert!(c.value.contains("no NVIDIA userspace library"));
@@ -434,7 +434,7 @@ fn no_library_without_gpus_is_unknown_with_gpus_critical() {
 fn table_puts_problems_first() {
     let mut s = h200();
     s.nvml.gpus[0].ecc_volatile_uncorrected = Reading::Value(1);
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let t = render_table(&checks);
     let mut lines = t.lines();
     let head = lines.next().unwrap();
@@ -526,8 +526,7 @@ fn parse_prom(text: &str) -> Vec<Sample> {
 #[test]
 fn prometheus_output_is_well_formed() {
     let s = h200();
-    let checks = judge(&s, &no_expect());
-    let text = render_prometheus(&s, &checks);
+    let text = render_prometheus(&s, &judge(&s, &no_expect()));
     let samples = parse_prom(&text);
     assert!(samples.len() > 30);
     for (name, labels, _) in &samples {
@@ -561,7 +560,7 @@ fn prometheus_output_is_well_formed() {
 #[test]
 fn json_report_has_the_documented_fields() {
     let s = h200();
-    let checks = judge(&s, &no_expect());
+    let checks = judge(&s, &no_expect()).checks;
     let v: serde_json::Value =
         serde_json::from_str(&render_json(&s, &no_expect(), &checks)).unwrap();
     assert_eq!(v["schema_version"], 1);

@@ -16,6 +16,8 @@
 //! - [`guard_record`]: the kernel guard's record, written by the engine and read by status;
 //! - [`stage`]: package files copied onto the root's disk before a transaction installs them.
 
+#![warn(unreachable_pub)]
+
 pub mod arch;
 pub mod cmd;
 pub mod error;

@@ -556,13 +556,13 @@ fn digest_name(oid: &[u8]) -> String {
 mod hex {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub use crate::fsutil::hex as encode;
+    pub(super) use crate::fsutil::hex as encode;
 
-    pub fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&encode(b))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let s = String::deserialize(d)?;
         (0..s.len())
             .step_by(2)

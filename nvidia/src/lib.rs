@@ -5,6 +5,8 @@
 //! runs: CUDA versions, images, requirements ([`compat`]).
 //! Each rule cites the NVIDIA document or code it comes from.
 
+#![warn(unreachable_pub)]
+
 pub mod branches;
 pub mod compat;
 pub mod flavour;

@@ -198,7 +198,7 @@ pub struct SmokeSpec {
 }
 
 /// Checks beyond types for the container sections; `profile` names the profile in messages.
-pub fn validate(
+pub(crate) fn validate(
     profile: &str,
     docker: &DockerSpec,
     toolkit: &ToolkitSpec,

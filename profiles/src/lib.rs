@@ -6,6 +6,8 @@
 //! and override any key; `--set key.path=value` overrides one key from the command line.
 //! Unknown keys and wrong types are errors that name the key: a typo is never a silent default.
 
+#![warn(unreachable_pub)]
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 

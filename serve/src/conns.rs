@@ -29,11 +29,11 @@ use tokio::sync::{Notify, Semaphore};
 
 /// How long a client may take to send a request's headers (and an idle keep-alive connection
 /// may wait for its next request).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a new connection waits for an old one to close when every slot is taken.
-pub const SHED_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const SHED_WAIT: Duration = Duration::from_secs(2);
 /// How long SIGTERM waits for the connections to close before the server stops anyway.
-pub const DRAIN: Duration = Duration::from_secs(3);
+pub(crate) const DRAIN: Duration = Duration::from_secs(3);
 /// File descriptors kept free of connections: the listener, the status socket and its
 /// clients, the probe child's pipes, /dev/kmsg, sysfs and /proc reads of a sweep.
 const RESERVE_FDS: u64 = 64 + served_clients();
@@ -44,14 +44,14 @@ const fn served_clients() -> u64 {
 
 /// The bounds of the HTTP side.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Connections served at once.
     pub connections: usize,
 }
 
 impl Limits {
     /// From the file limit: what it leaves after the reserve, at most 1024, at least 8.
-    pub fn from_rlimit() -> Limits {
+    pub(crate) fn from_rlimit() -> Limits {
         let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
             .current
             .unwrap_or(1024);
@@ -142,7 +142,7 @@ fn lock(open: &Mutex<Open>) -> std::sync::MutexGuard<'_, Open> {
 
 /// Serve `app` on `listener` until `shutdown` completes, within `limits`; then close every
 /// connection, waiting at most [`DRAIN`].
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
     limits: Limits,

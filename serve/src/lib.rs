@@ -22,6 +22,8 @@
 //! (`<run dir>/serve.sock`, mode 0666: see [`gpuhost_health::served`] for the protocol, who may
 //! ask and why that is safe), and judges the snapshot it gets with its own options.
 
+#![warn(unreachable_pub)]
+
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -40,8 +42,8 @@ use tokio::sync::watch;
 
 use gpuhost_health::snapshot::Snapshot;
 use gpuhost_health::{
-    judge, overall, render, render_json, render_prometheus, render_table, run_dir, served, Check,
-    CoProbe, Expect, KernelLogFollower, Severity, StatusFormat,
+    judge, overall, render, render_json, render_prometheus, render_table, run_dir, served, CoProbe,
+    Expect, Judgement, KernelLogFollower, Severity, StatusFormat,
 };
 use gpuhost_host::host::Host;
 
@@ -275,16 +277,16 @@ struct Rendered {
     served: Bytes,
     snapshot: Snapshot,
     expect: Expect,
-    checks: Vec<Check>,
+    judged: Judgement,
     root: PathBuf,
     max_age_s: f64,
 }
 
 impl Rendered {
     fn new(s: Snapshot, expect: &Expect, at: Instant, root: &Path, max_age_s: f64) -> Rendered {
-        let checks = judge(&s, expect);
-        let worst = overall(&checks);
-        let table = render_table(&checks);
+        let judged = judge(&s, expect);
+        let worst = overall(&judged.checks);
+        let table = render_table(&judged.checks);
         let health_line = table
             .lines()
             .next()
@@ -295,12 +297,12 @@ impl Rendered {
             at,
             healthy: matches!(worst, Severity::Ok | Severity::Warning),
             health_line,
-            metrics: Bytes::from(render_prometheus(&s, &checks)),
-            status_json: Bytes::from(render_json(&s, expect, &checks)),
+            metrics: Bytes::from(render_prometheus(&s, &judged)),
+            status_json: Bytes::from(render_json(&s, expect, &judged.checks)),
             served: served_line(&s, root, max_age_s),
             snapshot: s,
             expect: expect.clone(),
-            checks,
+            judged,
             root: root.to_path_buf(),
             max_age_s,
         }
@@ -326,9 +328,9 @@ impl Rendered {
             // The report says who answered and how old the sweep is now.
             let mut snap = self.snapshot.clone();
             snap.served_by = Some(served::served_by(socket, pid, self.max_age_s, &snap));
-            render(*format, &snap, &self.expect, &self.checks)
+            render(*format, &snap, &self.expect, &self.judged)
         } else {
-            render(*format, &self.snapshot, &self.expect, &self.checks)
+            render(*format, &self.snapshot, &self.expect, &self.judged)
         };
         let head = served::AnswerRef {
             pid,

@@ -788,7 +788,37 @@ pub fn profile(name: &str) -> String {
         .to_string()
 }
 
+/// The path of the world's local repo package `name` (a file name under `rpms/cuda-local/`),
+/// as `--set driver.local_repo_rpm=` takes it.
+pub fn local(name: &str) -> String {
+    World::get().cuda_local(name).display().to_string()
+}
+
+/// A profile file `site.toml` holding `text`, in a folder of its own (removed when the
+/// returned guard is dropped; more files may go beside it), and its path as `--profile` takes it.
+pub fn site_toml(text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.path().join("site.toml");
+    fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let shown = path.display().to_string();
+    (dir, shown)
+}
+
+/// The gpuhost binary run with `args` alone (no root, the caller's HOME).
+pub fn gpuhost(args: &[&str]) -> Output {
+    run(Command::new(env!("CARGO_BIN_EXE_gpuhost")).args(args))
+}
+
+/// `cmd`'s output; a command that cannot start fails the test, naming it.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
 // What a gpuhost run printed, for assertions.
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
 
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

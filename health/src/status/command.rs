@@ -11,10 +11,10 @@ use gpuhost_host::host::Host;
 use super::options::StatusOptions;
 use super::{gate, slurm};
 use crate::collect::{collect, OneShot};
-use crate::expect::expectations_for;
+use crate::expect::{expectations_for, Expect};
 use crate::render::{render, unknown_line, StatusFormat};
 use crate::snapshot::Snapshot;
-use crate::verdict::{self, Expect, Severity};
+use crate::verdict::{self, Severity};
 use crate::{output, probe, served, summary};
 
 /// Run `gpuhost status`; returns the Nagios exit code (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
@@ -67,8 +67,8 @@ fn status(args: &StatusOptions) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&snapshot)?);
         return Ok(0);
     }
-    let checks = verdict::judge(&snapshot, &expect);
-    Ok(report(args, &snapshot, &expect, &checks))
+    let judged = verdict::judge(&snapshot, &expect);
+    Ok(report(args, &snapshot, &expect, &judged))
 }
 
 /// `--textfile PATH` must be a regular file in an existing directory, or not yet there: the
@@ -164,13 +164,14 @@ fn report(
     args: &StatusOptions,
     snapshot: &Snapshot,
     expect: &Expect,
-    checks: &[verdict::Check],
+    judged: &verdict::Judgement,
 ) -> i32 {
+    let checks = &judged.checks;
     let verdict = verdict::overall(checks);
-    let (mut code, text) = render(args.format, snapshot, expect, checks);
+    let (mut code, text) = render(args.format, snapshot, expect, judged);
     print!("{text}");
     if let Some(path) = &args.textfile {
-        let text = output::prometheus(snapshot, checks);
+        let text = output::prometheus(snapshot, judged);
         if let Err(e) = gpuhost_host::fsutil::write_atomic(path, text.as_bytes(), 0o644) {
             eprintln!("gpuhost status: cannot write the textfile: {e:#}");
             if args.format != StatusFormat::Npd {
@@ -198,15 +199,15 @@ fn wait_healthy(args: &StatusOptions, expect: &Expect, every: Duration) -> i32 {
     let w = gate::wait_healthy(args.timeout, every, |t| {
         match snapshot_once(args, expect, t, true) {
             Ok(snap) => {
-                let checks = verdict::judge(&snap, expect);
-                let sev = verdict::overall(&checks);
-                (sev, summary::one_line(&checks), Some((snap, checks)))
+                let judged = verdict::judge(&snap, expect);
+                let sev = verdict::overall(&judged.checks);
+                (sev, summary::one_line(&judged.checks), Some((snap, judged)))
             }
             Err(e) => (Severity::Unknown, format!("UNKNOWN: {e:#}"), None),
         }
     });
-    if let Some((snap, checks)) = &w.last {
-        let _ = report(args, snap, expect, checks);
+    if let Some((snap, judged)) = &w.last {
+        let _ = report(args, snap, expect, judged);
     }
     if w.healthy {
         0

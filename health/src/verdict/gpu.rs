@@ -2,9 +2,10 @@
 //! (or a few) of a [`GpuSnapshot`] into a verdict. NOT_SUPPORTED is n/a; any other NVML error
 //! on a reading is UNKNOWN, except `GpuLost`, which is CRITICAL.
 
-use super::model::{GpuRef, Severity, Thresholds};
+use super::model::{GpuRef, Severity};
 use super::out::{Out, Verdict};
 use crate::counters::{rate, GpuCounters};
+use crate::expect::Thresholds;
 use crate::snapshot::{reasons, C2c, EccCounts, Fabric, GpuSnapshot, NvLink, Reading, SramEcc};
 
 /// Rows past this many uncorrectable remaps mean the GPU should be replaced (Azure, OCI).

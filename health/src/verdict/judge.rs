@@ -6,16 +6,17 @@
 use gpuhost_nvidia::hgx::fabric_manager_package_of as fabric_manager_package;
 
 use super::gpu::GpuCtx;
-use super::model::{Check, Expect, GpuRef, Severity};
+use super::model::{GpuRef, Judgement, Severity};
 use super::out::{advise, cuda_major_minor, key, na, nvml_bus_id, ok, Out, Verdict};
 use super::{gpu, software, space, xid};
+use crate::expect::Expect;
 use crate::snapshot::{
     DaemonJson, FabricManagerVersion, GpuSnapshot, ImexDomain, PciDevice, PciKind, ProbeStatus,
     Reading, Snapshot,
 };
 
-/// All checks for a snapshot.
-pub fn judge(s: &Snapshot, expect: &Expect) -> Vec<Check> {
+/// All checks for a snapshot, and what the judging counted for the renderers.
+pub fn judge(s: &Snapshot, expect: &Expect) -> Judgement {
     let mut out = Out { checks: Vec::new() };
     let nvml_ok = s.nvml.status == ProbeStatus::Ok;
     let gpu_refs: Vec<GpuRef> = s.nvml.gpus.iter().map(gpu_ref).collect();
@@ -75,7 +76,7 @@ pub fn judge(s: &Snapshot, expect: &Expect) -> Vec<Check> {
     let missing = not_seen_by_nvml(&pci_gpus, &gpu_refs);
     gpu_count(&mut out, s, expect, host_gpus, nvml_ok, &missing);
     services(&mut out, s, switches, expect);
-    xid::xids(
+    let xids = xid::xids(
         &mut out,
         s,
         &gpu_refs,
@@ -87,7 +88,10 @@ pub fn judge(s: &Snapshot, expect: &Expect) -> Vec<Check> {
         software::consistency(&mut out, s);
     }
     space::checks(&mut out, s, expect);
-    out.checks
+    Judgement {
+        checks: out.checks,
+        xids,
+    }
 }
 
 /// The GPUs on PCI (not given to VMs) that NVML does not see, by NVML bus id.

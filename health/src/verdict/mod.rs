@@ -12,12 +12,10 @@ mod model;
 mod out;
 mod software;
 mod space;
-pub(crate) mod xid;
+mod xid;
 pub(crate) mod xid_catalog;
 
 pub use gpu::{fabric_verdict, nvlink_verdict};
 pub use judge::judge;
-pub use model::{
-    driver_version_from_rpm, overall, Check, Expect, GpuRef, MinFree, Severity, Thresholds,
-};
+pub use model::{overall, Check, GpuRef, GpuXids, Judgement, Severity};
 pub use xid::{parse_nvlink5, Generation as XidGeneration};

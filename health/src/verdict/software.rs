@@ -5,9 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use super::model::{Expect, Severity};
+use super::model::Severity;
 use super::out::{advise, cuda_major_minor, na, ok, Out, Verdict};
 use crate::cuda::cu_result;
+use crate::expect::Expect;
 use crate::snapshot::{DevNode, NextBoot, ProbeStatus, SecureBootState, Snapshot};
 
 /// NVIDIA's default mode for its device nodes (`NVreg_DeviceFileMode`).

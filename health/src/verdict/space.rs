@@ -4,8 +4,9 @@
 
 use gpuhost_host::hostinfo::{human, HostInfo, Role};
 
-use super::model::{Expect, Severity};
+use super::model::Severity;
 use super::out::Out;
+use crate::expect::Expect;
 use crate::snapshot::Snapshot;
 
 const GIB: f64 = (1u64 << 30) as f64;

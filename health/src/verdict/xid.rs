@@ -11,9 +11,10 @@
 //! are outside the catalog: NVIDIA's older Xid page names them, and DCGM's health-watch XIDs
 //! are CRITICAL there, application faults OK, the rest a WARNING.
 
-use super::model::{GpuRef, Severity};
+use super::model::{GpuRef, GpuXids, Severity};
 use super::out::{key, nvml_bus_id, Out};
 use super::xid_catalog::{self as catalog, XidEntry};
+use crate::kmsg::normalise_pci;
 use crate::snapshot::{GpuSnapshot, PciDevice, PciKind, Snapshot, SxidEvent, XidEvent};
 
 /// Volta and older: XIDs that DCGM's health watches treat as failures.
@@ -379,7 +380,7 @@ fn nvlink5(e: &XidEvent, cx: &XidContext<'_>) -> (Severity, String, String) {
 }
 
 /// The GPU's XIDs split at its last initialisation: (this initialisation's, earlier ones).
-pub(crate) fn current_and_earlier<'a>(
+fn current_and_earlier<'a>(
     s: &'a Snapshot,
     pci_key: &str,
 ) -> (Vec<&'a XidEvent>, Vec<&'a XidEvent>) {
@@ -397,17 +398,21 @@ pub(crate) fn current_and_earlier<'a>(
         .partition(|e| last_init.is_none_or(|i| e.order > i))
 }
 
+/// Each XID of `evs` with its verdict, in the same order.
+fn judged<'a>(evs: &[&'a XidEvent], cx: &XidContext<'_>) -> Vec<(&'a XidEvent, XidVerdict)> {
+    evs.iter().map(|e| (*e, judge(e, cx))).collect()
+}
+
 /// The verdicts of a GPU's XIDs, grouped: worst first, then by code.
-fn summary(evs: &[&XidEvent], cx: &XidContext<'_>) -> (Severity, String, Option<String>) {
+fn summary(judged: &[(&XidEvent, XidVerdict)]) -> (Severity, String, Option<String>) {
     let mut groups: Vec<(XidVerdict, usize, Option<f64>)> = Vec::new();
-    for e in evs {
-        let v = judge(e, cx);
-        match groups.iter_mut().find(|(g, _, _)| *g == v) {
+    for (e, v) in judged {
+        match groups.iter_mut().find(|(g, _, _)| g == v) {
             Some(g) => {
                 g.1 += 1;
                 g.2 = e.uptime_s.or(g.2);
             }
-            None => groups.push((v, 1, e.uptime_s)),
+            None => groups.push((v.clone(), 1, e.uptime_s)),
         }
     }
     groups.sort_by_key(|g| std::cmp::Reverse(g.0.severity));
@@ -442,8 +447,14 @@ fn summary(evs: &[&XidEvent], cx: &XidContext<'_>) -> (Severity, String, Option<
     (sev, parts.join("; "), hint)
 }
 
-/// `xid.log`, `gpu.xid` per GPU (NVML's and PCI's), `xid.unmapped`, and the SXid checks.
-pub(super) fn xids(out: &mut Out, s: &Snapshot, gpu_refs: &[GpuRef], pci_refs: &[GpuRef]) {
+/// `xid.log`, `gpu.xid` per GPU (NVML's and PCI's), `xid.unmapped`, and the SXid checks; the
+/// XIDs of each GPU NVML sees, counted (none when the kernel log was not read).
+pub(super) fn xids(
+    out: &mut Out,
+    s: &Snapshot,
+    gpu_refs: &[GpuRef],
+    pci_refs: &[GpuRef],
+) -> Vec<GpuXids> {
     let log = &s.kernel_log;
     match (&log.source, &log.error) {
         (Some(src), _) => out.push(
@@ -468,7 +479,7 @@ pub(super) fn xids(out: &mut Out, s: &Snapshot, gpu_refs: &[GpuRef], pci_refs: &
         ),
     }
     if log.source.is_none() {
-        return;
+        return Vec::new();
     }
     let mut refs: Vec<&GpuRef> = gpu_refs.iter().collect();
     for r in pci_refs {
@@ -480,9 +491,10 @@ pub(super) fn xids(out: &mut Out, s: &Snapshot, gpu_refs: &[GpuRef], pci_refs: &
         }
     }
     let (driver_branch, nvswitch) = branch_and_nvswitch(s);
-    for r in &refs {
-        gpu_xids(out, s, r, driver_branch, nvswitch);
-    }
+    let counted: Vec<GpuXids> = refs
+        .iter()
+        .filter_map(|r| gpu_xids(out, s, r, driver_branch, nvswitch))
+        .collect();
     let unmapped: Vec<&XidEvent> = log
         .xids
         .iter()
@@ -495,7 +507,7 @@ pub(super) fn xids(out: &mut Out, s: &Snapshot, gpu_refs: &[GpuRef], pci_refs: &
             others: &unmapped,
             nvswitch,
         };
-        let (sev, value, hint) = summary(&unmapped, &cx);
+        let (sev, value, hint) = summary(&judged(&unmapped, &cx));
         let mut addrs: Vec<&str> = unmapped.iter().map(|e| e.pci.as_str()).collect();
         addrs.dedup();
         out.push(
@@ -508,6 +520,7 @@ pub(super) fn xids(out: &mut Out, s: &Snapshot, gpu_refs: &[GpuRef], pci_refs: &
         );
     }
     sxids(out, s);
+    counted
 }
 
 /// What judging an XID needs of the host: the driver's branch and whether NVSwitches are on PCI.
@@ -523,24 +536,14 @@ fn branch_and_nvswitch(s: &Snapshot) -> (Option<u32>, bool) {
     (driver_branch, nvswitch)
 }
 
-/// The XIDs of a GPU's current initialisation counted by the immediate action they were judged
-/// to ask for (`RESET_GPU`, `RESTART_BM`, …): what `gpuhost_gpu_xid_action_events` exports, so
-/// that an alert can pick the XIDs that want a GPU reset or a reboot.
-pub(crate) fn actions(s: &Snapshot, gpu: &GpuSnapshot, pci_key: &str) -> Vec<(String, usize)> {
-    let (driver_branch, nvswitch) = branch_and_nvswitch(s);
-    let (now, _) = current_and_earlier(s, pci_key);
-    let cx = XidContext {
-        generation: generation(Some(gpu)),
-        driver_branch,
-        others: &now,
-        nvswitch,
-    };
+/// Judged XIDs counted by the immediate action each was judged to ask for (`RESET_GPU`,
+/// `RESTART_BM`, …), sorted.
+fn actions(judged: &[(&XidEvent, XidVerdict)]) -> Vec<(String, usize)> {
     let mut counted: Vec<(String, usize)> = Vec::new();
-    for e in &now {
-        let action = judge(e, &cx).immediate;
-        match counted.iter_mut().find(|(a, _)| *a == action) {
+    for (_, v) in judged {
+        match counted.iter_mut().find(|(a, _)| *a == v.immediate) {
             Some(c) => c.1 += 1,
-            None => counted.push((action, 1)),
+            None => counted.push((v.immediate.clone(), 1)),
         }
     }
     counted.sort();
@@ -548,8 +551,14 @@ pub(crate) fn actions(s: &Snapshot, gpu: &GpuSnapshot, pci_key: &str) -> Vec<(St
 }
 
 /// `gpu.xid` of one GPU: the XIDs of its current initialisation judged, the earlier ones
-/// listed.
-fn gpu_xids(out: &mut Out, s: &Snapshot, r: &GpuRef, driver_branch: Option<u32>, nvswitch: bool) {
+/// listed; for a GPU NVML sees (with a PCI address), those XIDs counted.
+fn gpu_xids(
+    out: &mut Out,
+    s: &Snapshot,
+    r: &GpuRef,
+    driver_branch: Option<u32>,
+    nvswitch: bool,
+) -> Option<GpuXids> {
     let k = key(&r.pci_bus_id);
     let gpu = s.nvml.gpus.iter().find(|g| r.index == Some(g.index));
     let (now, earlier) = current_and_earlier(s, &k);
@@ -559,6 +568,7 @@ fn gpu_xids(out: &mut Out, s: &Snapshot, r: &GpuRef, driver_branch: Option<u32>,
         others: &now,
         nvswitch,
     };
+    let judged = judged(&now, &cx);
     let before = if earlier.is_empty() {
         String::new()
     } else {
@@ -579,7 +589,7 @@ fn gpu_xids(out: &mut Out, s: &Snapshot, r: &GpuRef, driver_branch: Option<u32>,
             None,
         );
     } else {
-        let (sev, value, hint) = summary(&now, &cx);
+        let (sev, value, hint) = summary(&judged);
         out.push(
             "gpu.xid",
             "xid",
@@ -589,6 +599,13 @@ fn gpu_xids(out: &mut Out, s: &Snapshot, r: &GpuRef, driver_branch: Option<u32>,
             hint,
         );
     }
+    // Counted for a GPU NVML sees, whose PCI address its XIDs are matched by.
+    let index = r.index.filter(|_| normalise_pci(&r.pci_bus_id).is_some())?;
+    Some(GpuXids {
+        index,
+        events: now.len(),
+        actions: actions(&judged),
+    })
 }
 
 fn generation(g: Option<&GpuSnapshot>) -> Generation {
