@@ -565,6 +565,24 @@ fn the_package_name_check_reads_production_literals() {
 }
 
 #[test]
+fn every_crate_root_warns_unreachable_pub() {
+    for dir in CRATES {
+        let src = top().join(dir).join("src");
+        let root = ["lib.rs", "main.rs"]
+            .iter()
+            .map(|f| src.join(f))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| panic!("{dir}/src has no lib.rs or main.rs"));
+        let text = std::fs::read_to_string(&root).unwrap_or_default();
+        assert!(
+            text.lines().any(|l| l.trim() == "#![warn(unreachable_pub)]"),
+            "{} does not warn unreachable_pub (docs/ARCHITECTURE.md, \"A small public surface\")",
+            root.display()
+        );
+    }
+}
+
+#[test]
 fn the_analysis_finds_a_circle_and_resolves_groups() {
     let mut g = BTreeMap::new();
     g.insert("a".to_string(), BTreeSet::from(["b".to_string()]));
