@@ -67,6 +67,10 @@ fn role(ctx: &Ctx<'_>, kver: &str) -> &'static str {
 /// trusts. `None`: nothing to check (Secure Boot off and no key, or a DKMS stream without key,
 /// which `apply` refused earlier when Secure Boot is on).
 fn expected_signer(ctx: &Ctx<'_>, kind: StreamKind) -> Result<Option<Signer>> {
+    // Prebuilt kmods: the fleet certificate their repo carries, Secure Boot or not.
+    if let Some(kmods) = ctx.driver.as_ref().and_then(|p| p.kmods.as_ref()) {
+        return Ok(Some(Signer::Profile(signing::fleet_cert(kmods)?)));
+    }
     Ok(match (kind, ctx.profile.secure_boot.pair()) {
         (StreamKind::Precompiled, _) if signing::enabled(ctx.facts) => Some(Signer::Firmware(
             gpuhost_host::secureboot::Keys::read(ctx.host)?,
