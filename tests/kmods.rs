@@ -117,13 +117,20 @@ fn unpack(rpm: &Path) -> tempfile::TempDir {
     d
 }
 
+/// The regular files under `dir`, links not followed, the root's /proc, /sys and /dev left out.
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(p) = stack.pop() {
-        if p.is_dir() {
-            stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
-        } else {
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if meta.is_dir() {
+            let skip = ["proc", "sys", "dev"].iter().any(|d| p == dir.join(d));
+            if !skip {
+                stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
+            }
+        } else if meta.is_file() {
             out.push(p);
         }
     }
@@ -488,4 +495,75 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
     let (rc, rep) = node_apply(&node, &f.out, "apply");
     assert_eq!(rc, 0, "{rep:#}");
     world::assert_converged(&rep);
+}
+
+const SB_VAR: &str = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+const SETUP_VAR: &str = "/sys/firmware/efi/efivars/SetupMode-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+
+/// The root's firmware: Secure Boot on, `certs` in the EFI variable `var` (`MokListRT`:
+/// enrolled; `MokNew`: pending), as the real mokutil reads them.
+fn secure_boot(root: &Root, var: &str, certs: &[&[u8]]) {
+    std::fs::create_dir_all(root.join("/sys/firmware/efi/efivars")).unwrap();
+    std::fs::write(root.join(SB_VAR), [6, 0, 0, 0, 1]).unwrap();
+    std::fs::write(root.join(SETUP_VAR), [6, 0, 0, 0, 0]).unwrap();
+    let mut data = vec![6, 0, 0, 0];
+    data.extend(gpuhost_host::secureboot::efi_signature_list(certs));
+    std::fs::write(root.join(&gpuhost_host::secureboot::efivar_path(var)), data).unwrap();
+}
+
+/// Secure Boot (issue 41, item 4): the node needs no key, only the fleet certificate enrolled
+/// (or pending) before the first change; every module it then has is signed by it.
+#[test]
+fn under_secure_boot_the_fleet_certificate_must_be_enrolled_first() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    let fleet_der = std::fs::read(&f.cert).unwrap();
+    // Another certificate is enrolled: refused before any change, naming the fleet's.
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let other = fleet();
+    let other_der = std::fs::read(&other.cert).unwrap();
+    secure_boot(&node, "MokListRT", &[&other_der]);
+    let before = node.rpmdb_snapshot();
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 2, "{rep:#}");
+    let text = rep.to_string();
+    assert!(
+        text.contains("fleet-signing-cert.der") && text.contains("not enrolled"),
+        "{rep:#}"
+    );
+    assert_eq!(node.rpmdb_snapshot(), before);
+    // Pending: applied, with the warning that it loads after MokManager's confirmation.
+    secure_boot(&node, "MokNew", &[&fleet_der]);
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(rep["warnings"].to_string().contains("pending"), "{rep:#}");
+    // Enrolled: converged; no key anywhere on the node, every module the fleet's.
+    secure_boot(&node, "MokListRT", &[&fleet_der]);
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+    let files = node.nvidia_module_files(UEK9);
+    assert_eq!(files.len(), 5, "{files:?}");
+    for m in files {
+        let path = node.join(&m);
+        assert_eq!(
+            world::modinfo(&path, "signer").as_deref(),
+            Some(FLEET_CN),
+            "{m}"
+        );
+        assert!(world::modinfo(&path, "sig_key").is_some(), "{m}");
+        assert!(world::openssl_verifies_module(&path, &f.cert), "{m}");
+    }
+    let key = std::fs::read(&f.key).unwrap();
+    for p in files_under(node.path()) {
+        if let Ok(bytes) = std::fs::read(&p) {
+            assert!(
+                !bytes.windows(64).any(|w| w == &key[..64]),
+                "the private key is on the node: {}",
+                p.display()
+            );
+        }
+    }
 }
