@@ -567,3 +567,90 @@ fn under_secure_boot_the_fleet_certificate_must_be_enrolled_first() {
         }
     }
 }
+
+fn saved_entry(root: &Root) -> String {
+    root.read("/boot/grub2/grubenv")
+        .lines()
+        .find_map(|l| l.strip_prefix("saved_entry="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn status_check(root: &Root, id: &str) -> Value {
+    let run = tempfile::tempdir().unwrap();
+    let o = root
+        .gpuhost_cmd(&["status", "--format", "json"])
+        .env("GPUHOST_RUN_DIR", run.path())
+        .env_remove("GPUHOST_STATUS_ROOT")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("no check {id}: {v:#}"))
+}
+
+/// A kernel update on a node with prebuilt kmods (issue 41, item 3): while the repo has no kmod
+/// for the new kernel, status says the next boot has no module, the kernel guard keeps the
+/// boot on the kernel that has one and its record says which kmod to build; once the build host
+/// made it, the trigger installs it (nothing compiled) and the new kernel is the default again.
+#[test]
+fn a_kernel_update_gets_its_kmod_from_the_repo_or_the_guard_keeps_the_old_kernel() {
+    let build = build_root(&[UEK9, world::UEK9_8]);
+    build.dnf_ok(&["-y", "install", "gcc-toolset-14-gcc"]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &["--kernel-release", UEK9]);
+    assert_eq!(rc, 0, "{text}");
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    // dnf update brings UEK 8; kernel-install makes it the default.
+    node.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-{}", world::evr(world::UEK9_8)),
+    ]);
+    node.kernel_install_add(world::UEK9_8);
+    let nb = status_check(&node, "driver.next_boot");
+    assert_eq!(nb["severity"], "CRITICAL", "{nb:#}");
+    // The trigger (gpuhost-kernel@.service): the repo has no kmod for it yet.
+    let o = node.gpuhost(&["kernel-added", world::UEK9_8, "--format", "json"]);
+    let rep = world::report(&o);
+    assert_eq!(code(&o), 1, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
+    assert!(saved_entry(&node).ends_with(UEK9), "{}", saved_entry(&node));
+    let rec: Value =
+        serde_json::from_str(&node.read("/var/lib/gpuhost/kernel-guard.json")).unwrap();
+    let reason = rec["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("gpuhost kmod build") && reason.contains(world::UEK9_8),
+        "{rec:#}"
+    );
+    assert!(node.installed("kernel-uek-devel").is_none(), "{rep:#}");
+    assert!(node.installed("dkms").is_none(), "{rep:#}");
+    // The build host adds the new kernel's kmod; the trigger installs it.
+    let (rc, _, text) = kmod_build(&build, &f, &["--kernel-release", world::UEK9_8]);
+    assert_eq!(rc, 0, "{text}");
+    let o = node.gpuhost(&["kernel-added", world::UEK9_8, "--format", "json"]);
+    let rep = world::report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    assert_eq!(
+        node.nvidia_module_version(world::UEK9_8).as_deref(),
+        Some("570.124.06"),
+        "{rep:#}"
+    );
+    assert!(
+        saved_entry(&node).ends_with(world::UEK9_8),
+        "{}",
+        saved_entry(&node)
+    );
+    assert!(!node.join("/var/lib/gpuhost/kernel-guard.json").exists());
+    for p in BUILD_PACKAGES {
+        assert!(node.installed(p).is_none(), "{p} was installed: {rep:#}");
+    }
+    assert_eq!(status_check(&node, "driver.next_boot")["severity"], "OK");
+}

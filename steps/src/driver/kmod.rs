@@ -152,6 +152,13 @@ impl KernelModule {
         prebuilt: &[crate::run::PrebuiltKmod],
         check: &mut Check,
     ) -> Result<()> {
+        let plan = super::context::plan(ctx)?;
+        if let Some(e) = plan.kmods.as_ref().and_then(|k| {
+            k.no_kmod(drv, plan.choice.flavour, false)
+                .filter(|_| k.missing.iter().any(|m| missing.contains(m)))
+        }) {
+            return Err(e);
+        }
         for kver in missing {
             let Some(k) = prebuilt.iter().find(|k| &k.kernel == kver) else {
                 continue;
