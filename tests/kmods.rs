@@ -65,7 +65,12 @@ fn fleet() -> Fleet {
 }
 
 fn kmod_build(root: &Root, f: &Fleet, extra: &[&str]) -> (i32, Value, String) {
-    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    kmod_build_of(root, f, DRIVER_LOCAL_EL9_570, extra)
+}
+
+/// `gpuhost kmod build` of the world's local repo package `local`.
+fn kmod_build_of(root: &Root, f: &Fleet, local: &str, extra: &[&str]) -> (i32, Value, String) {
+    let rpm = World::get().cuda_local(local);
     let mut args = vec![
         "kmod".to_string(),
         "build".into(),
@@ -314,18 +319,26 @@ fn bad_input_is_refused_before_anything_is_written() {
 /// A node's apply with `driver.kmod_repo`: the profile's driver from the local repo package,
 /// the kernel module from the build host's repo.
 fn node_apply(node: &Root, repo: &Path, cmd: &str) -> (i32, Value) {
-    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
-    let o = node.gpuhost(&[
-        cmd,
-        "--format",
-        "json",
-        "--profile",
-        &world::profile("ol9-uek"),
-        "--set",
-        &format!("driver.local_repo_rpm={}", rpm.display()),
-        "--set",
-        &format!("driver.kmod_repo={}", repo.display()),
-    ]);
+    node_apply_of(node, repo, cmd, DRIVER_LOCAL_EL9_570, &[])
+}
+
+/// [`node_apply`] of the world's local repo package `local`, with more arguments.
+fn node_apply_of(node: &Root, repo: &Path, cmd: &str, local: &str, extra: &[&str]) -> (i32, Value) {
+    let rpm = World::get().cuda_local(local);
+    let mut args = vec![
+        cmd.to_string(),
+        "--format".into(),
+        "json".into(),
+        "--profile".into(),
+        world::profile("ol9-uek"),
+        "--set".into(),
+        format!("driver.local_repo_rpm={}", rpm.display()),
+        "--set".into(),
+        format!("driver.kmod_repo={}", repo.display()),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = node.gpuhost(&args);
     (code(&o), world::report(&o))
 }
 
@@ -653,4 +666,63 @@ fn a_kernel_update_gets_its_kmod_from_the_repo_or_the_guard_keeps_the_old_kernel
         assert!(node.installed(p).is_none(), "{p} was installed: {rep:#}");
     }
     assert_eq!(status_check(&node, "driver.next_boot")["severity"], "OK");
+}
+
+/// A driver change with prebuilt kmods (issue 41, item 3): the kmods of driver A give way to
+/// those of driver B in the swap's one transaction (they are upgraded in place, by file), and
+/// `rollback` goes back the same way; nothing is compiled.
+#[test]
+fn a_driver_swap_moves_the_prebuilt_kmods_in_one_transaction_and_rollback_goes_back() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    for local in [DRIVER_LOCAL_EL9_570, world::CUDA_LOCAL_EL9_13_0] {
+        let (rc, _, text) = kmod_build_of(&build, &f, local, &[]);
+        assert_eq!(rc, 0, "{text}");
+    }
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    let kmod = format!("kmod-nvidia-open-{UEK9}");
+    let replace = ["--set", "driver.replace_local_repo=true"];
+    let (rc, rep) = node_apply_of(&node, &f.out, "apply", world::CUDA_LOCAL_EL9_13_0, &replace);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(
+        node.nvidia_module_version(UEK9).as_deref(),
+        Some("580.82.07"),
+        "{rep:#}"
+    );
+    assert_eq!(
+        node.installed_all(&kmod).len(),
+        1,
+        "{:?}",
+        node.installed_all(&kmod)
+    );
+    assert!(node
+        .installed(&kmod)
+        .is_some_and(|v| v.contains("580.82.07")));
+    for p in BUILD_PACKAGES {
+        assert!(node.installed(p).is_none(), "{p} was installed: {rep:#}");
+    }
+    let (rc, rep) = node_apply_of(&node, &f.out, "apply", world::CUDA_LOCAL_EL9_13_0, &replace);
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+    // rollback: back to driver 570 and its kmod.
+    let o = node.gpuhost(&["rollback", "--format", "json"]);
+    let rep = world::report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    assert_eq!(
+        node.nvidia_module_version(UEK9).as_deref(),
+        Some("570.124.06"),
+        "{rep:#}"
+    );
+    assert!(node
+        .installed(&kmod)
+        .is_some_and(|v| v.contains("570.124.06")));
+    for m in node.nvidia_module_files(UEK9) {
+        assert_eq!(
+            world::modinfo(&node.join(&m), "signer").as_deref(),
+            Some(FLEET_CN),
+            "{m}"
+        );
+    }
 }
