@@ -65,7 +65,12 @@ fn fleet() -> Fleet {
 }
 
 fn kmod_build(root: &Root, f: &Fleet, extra: &[&str]) -> (i32, Value, String) {
-    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    kmod_build_of(root, f, DRIVER_LOCAL_EL9_570, extra)
+}
+
+/// `gpuhost kmod build` of the world's local repo package `local`.
+fn kmod_build_of(root: &Root, f: &Fleet, local: &str, extra: &[&str]) -> (i32, Value, String) {
+    let rpm = World::get().cuda_local(local);
     let mut args = vec![
         "kmod".to_string(),
         "build".into(),
@@ -117,13 +122,20 @@ fn unpack(rpm: &Path) -> tempfile::TempDir {
     d
 }
 
+/// The regular files under `dir`, links not followed, the root's /proc, /sys and /dev left out.
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(p) = stack.pop() {
-        if p.is_dir() {
-            stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
-        } else {
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if meta.is_dir() {
+            let skip = ["proc", "sys", "dev"].iter().any(|d| p == dir.join(d));
+            if !skip {
+                stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
+            }
+        } else if meta.is_file() {
             out.push(p);
         }
     }
@@ -307,18 +319,26 @@ fn bad_input_is_refused_before_anything_is_written() {
 /// A node's apply with `driver.kmod_repo`: the profile's driver from the local repo package,
 /// the kernel module from the build host's repo.
 fn node_apply(node: &Root, repo: &Path, cmd: &str) -> (i32, Value) {
-    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
-    let o = node.gpuhost(&[
-        cmd,
-        "--format",
-        "json",
-        "--profile",
-        &world::profile("ol9-uek"),
-        "--set",
-        &format!("driver.local_repo_rpm={}", rpm.display()),
-        "--set",
-        &format!("driver.kmod_repo={}", repo.display()),
-    ]);
+    node_apply_of(node, repo, cmd, DRIVER_LOCAL_EL9_570, &[])
+}
+
+/// [`node_apply`] of the world's local repo package `local`, with more arguments.
+fn node_apply_of(node: &Root, repo: &Path, cmd: &str, local: &str, extra: &[&str]) -> (i32, Value) {
+    let rpm = World::get().cuda_local(local);
+    let mut args = vec![
+        cmd.to_string(),
+        "--format".into(),
+        "json".into(),
+        "--profile".into(),
+        world::profile("ol9-uek"),
+        "--set".into(),
+        format!("driver.local_repo_rpm={}", rpm.display()),
+        "--set".into(),
+        format!("driver.kmod_repo={}", repo.display()),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = node.gpuhost(&args);
     (code(&o), world::report(&o))
 }
 
@@ -488,4 +508,221 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
     let (rc, rep) = node_apply(&node, &f.out, "apply");
     assert_eq!(rc, 0, "{rep:#}");
     world::assert_converged(&rep);
+}
+
+const SB_VAR: &str = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+const SETUP_VAR: &str = "/sys/firmware/efi/efivars/SetupMode-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+
+/// The root's firmware: Secure Boot on, `certs` in the EFI variable `var` (`MokListRT`:
+/// enrolled; `MokNew`: pending), as the real mokutil reads them.
+fn secure_boot(root: &Root, var: &str, certs: &[&[u8]]) {
+    std::fs::create_dir_all(root.join("/sys/firmware/efi/efivars")).unwrap();
+    std::fs::write(root.join(SB_VAR), [6, 0, 0, 0, 1]).unwrap();
+    std::fs::write(root.join(SETUP_VAR), [6, 0, 0, 0, 0]).unwrap();
+    let mut data = vec![6, 0, 0, 0];
+    data.extend(gpuhost_host::secureboot::efi_signature_list(certs));
+    std::fs::write(root.join(&gpuhost_host::secureboot::efivar_path(var)), data).unwrap();
+}
+
+/// Secure Boot (issue 41, item 4): the node needs no key, only the fleet certificate enrolled
+/// (or pending) before the first change; every module it then has is signed by it.
+#[test]
+fn under_secure_boot_the_fleet_certificate_must_be_enrolled_first() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    let fleet_der = std::fs::read(&f.cert).unwrap();
+    // Another certificate is enrolled: refused before any change, naming the fleet's.
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let other = fleet();
+    let other_der = std::fs::read(&other.cert).unwrap();
+    secure_boot(&node, "MokListRT", &[&other_der]);
+    let before = node.rpmdb_snapshot();
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 2, "{rep:#}");
+    let text = rep.to_string();
+    assert!(
+        text.contains("fleet-signing-cert.der") && text.contains("not enrolled"),
+        "{rep:#}"
+    );
+    assert_eq!(node.rpmdb_snapshot(), before);
+    // Pending: applied, with the warning that it loads after MokManager's confirmation.
+    secure_boot(&node, "MokNew", &[&fleet_der]);
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(rep["warnings"].to_string().contains("pending"), "{rep:#}");
+    // Enrolled: converged; no key anywhere on the node, every module the fleet's.
+    secure_boot(&node, "MokListRT", &[&fleet_der]);
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+    let files = node.nvidia_module_files(UEK9);
+    assert_eq!(files.len(), 5, "{files:?}");
+    for m in files {
+        let path = node.join(&m);
+        assert_eq!(
+            world::modinfo(&path, "signer").as_deref(),
+            Some(FLEET_CN),
+            "{m}"
+        );
+        assert!(world::modinfo(&path, "sig_key").is_some(), "{m}");
+        assert!(world::openssl_verifies_module(&path, &f.cert), "{m}");
+    }
+    let key = std::fs::read(&f.key).unwrap();
+    for p in files_under(node.path()) {
+        if let Ok(bytes) = std::fs::read(&p) {
+            assert!(
+                !bytes.windows(64).any(|w| w == &key[..64]),
+                "the private key is on the node: {}",
+                p.display()
+            );
+        }
+    }
+}
+
+fn saved_entry(root: &Root) -> String {
+    root.read("/boot/grub2/grubenv")
+        .lines()
+        .find_map(|l| l.strip_prefix("saved_entry="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn status_check(root: &Root, id: &str) -> Value {
+    let run = tempfile::tempdir().unwrap();
+    let o = root
+        .gpuhost_cmd(&["status", "--format", "json"])
+        .env("GPUHOST_RUN_DIR", run.path())
+        .env_remove("GPUHOST_STATUS_ROOT")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("no check {id}: {v:#}"))
+}
+
+/// A kernel update on a node with prebuilt kmods (issue 41, item 3): while the repo has no kmod
+/// for the new kernel, status says the next boot has no module, the kernel guard keeps the
+/// boot on the kernel that has one and its record says which kmod to build; once the build host
+/// made it, the trigger installs it (nothing compiled) and the new kernel is the default again.
+#[test]
+fn a_kernel_update_gets_its_kmod_from_the_repo_or_the_guard_keeps_the_old_kernel() {
+    let build = build_root(&[UEK9, world::UEK9_8]);
+    build.dnf_ok(&["-y", "install", "gcc-toolset-14-gcc"]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &["--kernel-release", UEK9]);
+    assert_eq!(rc, 0, "{text}");
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    // dnf update brings UEK 8; kernel-install makes it the default.
+    node.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-{}", world::evr(world::UEK9_8)),
+    ]);
+    node.kernel_install_add(world::UEK9_8);
+    let nb = status_check(&node, "driver.next_boot");
+    assert_eq!(nb["severity"], "CRITICAL", "{nb:#}");
+    // The trigger (gpuhost-kernel@.service): the repo has no kmod for it yet.
+    let o = node.gpuhost(&["kernel-added", world::UEK9_8, "--format", "json"]);
+    let rep = world::report(&o);
+    assert_eq!(code(&o), 1, "{rep:#}");
+    assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
+    assert!(saved_entry(&node).ends_with(UEK9), "{}", saved_entry(&node));
+    let rec: Value =
+        serde_json::from_str(&node.read("/var/lib/gpuhost/kernel-guard.json")).unwrap();
+    let reason = rec["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("gpuhost kmod build") && reason.contains(world::UEK9_8),
+        "{rec:#}"
+    );
+    assert!(node.installed("kernel-uek-devel").is_none(), "{rep:#}");
+    assert!(node.installed("dkms").is_none(), "{rep:#}");
+    // The build host adds the new kernel's kmod; the trigger installs it.
+    let (rc, _, text) = kmod_build(&build, &f, &["--kernel-release", world::UEK9_8]);
+    assert_eq!(rc, 0, "{text}");
+    let o = node.gpuhost(&["kernel-added", world::UEK9_8, "--format", "json"]);
+    let rep = world::report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    assert_eq!(
+        node.nvidia_module_version(world::UEK9_8).as_deref(),
+        Some("570.124.06"),
+        "{rep:#}"
+    );
+    assert!(
+        saved_entry(&node).ends_with(world::UEK9_8),
+        "{}",
+        saved_entry(&node)
+    );
+    assert!(!node.join("/var/lib/gpuhost/kernel-guard.json").exists());
+    for p in BUILD_PACKAGES {
+        assert!(node.installed(p).is_none(), "{p} was installed: {rep:#}");
+    }
+    assert_eq!(status_check(&node, "driver.next_boot")["severity"], "OK");
+}
+
+/// A driver change with prebuilt kmods (issue 41, item 3): the kmods of driver A give way to
+/// those of driver B in the swap's one transaction (they are upgraded in place, by file), and
+/// `rollback` goes back the same way; nothing is compiled.
+#[test]
+fn a_driver_swap_moves_the_prebuilt_kmods_in_one_transaction_and_rollback_goes_back() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    for local in [DRIVER_LOCAL_EL9_570, world::CUDA_LOCAL_EL9_13_0] {
+        let (rc, _, text) = kmod_build_of(&build, &f, local, &[]);
+        assert_eq!(rc, 0, "{text}");
+    }
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    let kmod = format!("kmod-nvidia-open-{UEK9}");
+    let replace = ["--set", "driver.replace_local_repo=true"];
+    let (rc, rep) = node_apply_of(&node, &f.out, "apply", world::CUDA_LOCAL_EL9_13_0, &replace);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(
+        node.nvidia_module_version(UEK9).as_deref(),
+        Some("580.82.07"),
+        "{rep:#}"
+    );
+    assert_eq!(
+        node.installed_all(&kmod).len(),
+        1,
+        "{:?}",
+        node.installed_all(&kmod)
+    );
+    assert!(node
+        .installed(&kmod)
+        .is_some_and(|v| v.contains("580.82.07")));
+    for p in BUILD_PACKAGES {
+        assert!(node.installed(p).is_none(), "{p} was installed: {rep:#}");
+    }
+    let (rc, rep) = node_apply_of(&node, &f.out, "apply", world::CUDA_LOCAL_EL9_13_0, &replace);
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+    // rollback: back to driver 570 and its kmod.
+    let o = node.gpuhost(&["rollback", "--format", "json"]);
+    let rep = world::report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    assert_eq!(
+        node.nvidia_module_version(UEK9).as_deref(),
+        Some("570.124.06"),
+        "{rep:#}"
+    );
+    assert!(node
+        .installed(&kmod)
+        .is_some_and(|v| v.contains("570.124.06")));
+    for m in node.nvidia_module_files(UEK9) {
+        assert_eq!(
+            world::modinfo(&node.join(&m), "signer").as_deref(),
+            Some(FLEET_CN),
+            "{m}"
+        );
+    }
 }

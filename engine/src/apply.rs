@@ -111,6 +111,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     }
     // The driver's flavour, stream and package set: refused now when they cannot work.
     let driver_plan = gpuhost_steps::driver::resolve(&profile, &facts)?;
+    no_kmod_on_day_one(&host, driver_plan.as_ref())?;
     // After the driver's own checks (a branch that cannot drive the GPU says so first).
     grace_fits(&facts, &host.root().display().to_string())?;
     if host.is_live() && !opts.dry_run && !is_root() {
@@ -152,6 +153,26 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         warnings,
         unserved,
     })
+}
+
+/// Prebuilt kmods (`driver.kmod_repo`) that leave a served kernel without one: refused before
+/// any change on a node that has no NVIDIA module yet (exit 2: the repo must be built first).
+/// On a node that has one (a kernel update), the kernel-module step fails for that kernel and
+/// the kernel guard keeps the boot on a kernel with a module, saying which kmod to build.
+fn no_kmod_on_day_one(host: &Host, plan: Option<&gpuhost_steps::run::DriverPlan>) -> Result<()> {
+    let Some(plan) = plan else {
+        return Ok(());
+    };
+    let Some(kmods) = plan.kmods.as_ref().filter(|k| !k.missing.is_empty()) else {
+        return Ok(());
+    };
+    let has_driver = gpuhost_host::rpm::query(host, &[KMOD_COMMON])
+        .map(|m| m.get(KMOD_COMMON).is_some_and(|v| !v.is_empty()))
+        .unwrap_or(false);
+    match kmods.no_kmod(&plan.repo.driver, plan.choice.flavour, true) {
+        Some(e) if !has_driver => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// dnf resolves for the profile's release and the host's architecture: an image of another

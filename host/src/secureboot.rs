@@ -80,7 +80,7 @@ pub struct Cert {
 
 impl Cert {
     /// Parse a DER certificate.
-    pub(crate) fn from_der(der: &[u8]) -> Result<Cert> {
+    pub fn from_der(der: &[u8]) -> Result<Cert> {
         let (cert, _) = tlv(der, SEQUENCE).context("not a DER X.509 certificate")?;
         let (tbs, _) = tlv(cert, SEQUENCE).context("no tbsCertificate")?;
         let mut rest = tbs;
@@ -361,9 +361,13 @@ pub enum TestKey {
 /// request" (exit 1), "is not enrolled" (exit 0). In an install root, mokutil reads the root's
 /// efivars (libefivar's `EFIVARFS_PATH`).
 pub fn test_key(host: &Host, cert_path: &str) -> Result<TestKey> {
-    let mut cmd = Cmd::new("mokutil")
-        .arg("--test-key")
-        .arg(host.real_path(cert_path)?);
+    test_key_file(host, &host.real_path(cert_path)?)
+}
+
+/// [`test_key`] of a certificate file of the machine gpuhost runs on (a kmod repo's), against
+/// the root's firmware variables.
+pub fn test_key_file(host: &Host, cert: &std::path::Path) -> Result<TestKey> {
+    let mut cmd = Cmd::new("mokutil").arg("--test-key").arg(cert);
     if !host.is_live() {
         let mut dir = host.path(EFIVARS).into_os_string();
         dir.push("/");

@@ -8,7 +8,9 @@
 //! - `Requires: kernel-uname-r = <kver>` (exactly that kernel) and `nvidia-kmod-common =
 //!   <epoch>:<driver>`;
 //! - `Provides: nvidia-kmod = <epoch>:<driver>` (what `nvidia-kmod-common` requires of a kmod)
-//!   and `installonlypkg(kernel-module)` (one per kernel, side by side);
+//!   (one package per kernel by its name; a new driver's is an upgrade of it, not a second
+//!   install: not `installonlypkg`, which NVIDIA's precompiled kmods need only because their
+//!   names carry the driver version);
 //! - `Conflicts:` NVIDIA's DKMS kmods (both build the same modules);
 //! - `depmod -a <kver>` after install and removal.
 //!
@@ -60,7 +62,6 @@ pub(super) fn spec(info: &Info, name: &str, modules: &[PathBuf]) -> String {
          Requires(post): kmod\n\
          Requires(postun): kmod\n\
          Provides: nvidia-kmod = {epoch}:{driver}\n\
-         Provides: installonlypkg(kernel-module)\n\
          Conflicts: {conflicts}\n\
          %define _build_id_links none\n\
          %global debug_package %{{nil}}\n\

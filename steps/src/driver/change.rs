@@ -76,10 +76,21 @@ pub(crate) fn plan_swap(
     let repo_dir = plan.repo.repo_dir();
     let new = repo_packages(new_files, &repo_dir, drv);
     let kmods = kmod_packages(ctx, drv);
-    let needed = needed_packages(ctx, plan, &kmods)?;
+    // Prebuilt kmods (`driver.kmod_repo`) come as files from the build host's repo, not from
+    // NVIDIA's: the new repo need not carry them, and they upgrade the old ones in place.
+    let prebuilt = super::set::prebuilt(ctx);
+    let (repo_kmods, files): (Vec<String>, Vec<String>) = match &prebuilt {
+        Some(p) => (
+            Vec::new(),
+            p.iter().map(|k| k.file.display().to_string()).collect(),
+        ),
+        None => (kmods.clone(), Vec::new()),
+    };
+    let needed = needed_packages(ctx, plan, &repo_kmods)?;
     refuse_missing(plan, &needed, &new)?;
     let installed = installed_family(ctx, others, &new)?;
-    let (install, remove) = moves(plan, others, &new, (&needed, &installed), &kmods);
+    let (install, mut remove) = moves(plan, others, &new, (&needed, &installed), &kmods);
+    remove.retain(|n| !(prebuilt.is_some() && kmods.contains(n)));
     let module = module_change(ctx, plan)?;
     let allow = &ctx.profile.driver.allow_erase;
     let erases = allowed_erasures(ctx, &remove, &install, allow)?;
@@ -89,6 +100,7 @@ pub(crate) fn plan_swap(
         repo_dir,
         remove,
         install,
+        files,
         module,
         allow_erase: allow.clone(),
         erases,

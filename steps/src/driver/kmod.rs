@@ -67,6 +67,10 @@ fn role(ctx: &Ctx<'_>, kver: &str) -> &'static str {
 /// trusts. `None`: nothing to check (Secure Boot off and no key, or a DKMS stream without key,
 /// which `apply` refused earlier when Secure Boot is on).
 fn expected_signer(ctx: &Ctx<'_>, kind: StreamKind) -> Result<Option<Signer>> {
+    // Prebuilt kmods: the fleet certificate their repo carries, Secure Boot or not.
+    if let Some(kmods) = ctx.driver.as_ref().and_then(|p| p.kmods.as_ref()) {
+        return Ok(Some(Signer::Profile(signing::fleet_cert(kmods)?)));
+    }
     Ok(match (kind, ctx.profile.secure_boot.pair()) {
         (StreamKind::Precompiled, _) if signing::enabled(ctx.facts) => Some(Signer::Firmware(
             gpuhost_host::secureboot::Keys::read(ctx.host)?,
@@ -148,6 +152,13 @@ impl KernelModule {
         prebuilt: &[crate::run::PrebuiltKmod],
         check: &mut Check,
     ) -> Result<()> {
+        let plan = super::context::plan(ctx)?;
+        if let Some(e) = plan.kmods.as_ref().and_then(|k| {
+            k.no_kmod(drv, plan.choice.flavour, false)
+                .filter(|_| k.missing.iter().any(|m| missing.contains(m)))
+        }) {
+            return Err(e);
+        }
         for kver in missing {
             let Some(k) = prebuilt.iter().find(|k| &k.kernel == kver) else {
                 continue;

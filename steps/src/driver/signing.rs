@@ -56,6 +56,9 @@ pub fn check_secure_boot(
     let Some(plan) = plan else {
         return Ok(None);
     };
+    if let Some(kmods) = &plan.kmods {
+        return prebuilt_enrolled(host, facts, kmods);
+    }
     if plan.kind() == StreamKind::Precompiled {
         return Ok(None);
     }
@@ -104,6 +107,43 @@ pub fn check_secure_boot(
             "Secure Boot is on and mokutil cannot say whether {cert} is enrolled: {e:#}; install mokutil (dnf install mokutil) and apply again"
         )),
     }
+}
+
+/// Prebuilt kmods (`driver.kmod_repo`) under Secure Boot: the fleet certificate the build host
+/// signed them with (the repo's) must be enrolled, or its enrollment pending, before anything
+/// changes. The node needs no key: nothing is signed here.
+fn prebuilt_enrolled(
+    host: &Host,
+    facts: &Facts,
+    kmods: &crate::run::PrebuiltKmods,
+) -> Result<Option<String>> {
+    if !enabled(facts) {
+        return Ok(None);
+    }
+    let path = gpuhost_host::kmodrepo::KmodManifest::cert_path(&kmods.dir);
+    let c = fleet_cert(kmods)?;
+    let shown = path.display();
+    match secureboot::test_key_file(host, &path) {
+        Ok(TestKey::Enrolled) => Ok(None),
+        Ok(TestKey::Pending) => Ok(Some(format!(
+            "Secure Boot: the enrollment of the fleet certificate {shown} ({c}) is pending: the build host's kmods are signed with it, and load only after someone confirms it in MokManager at the console during the next boot"
+        ))),
+        Ok(TestKey::NotEnrolled) => Err(invalid!(
+            "Secure Boot is on and the fleet certificate {shown} ({c}), which signs the kmods of {}, is not enrolled, so nothing was installed: run `mokutil --import {shown}`, reboot and confirm it in MokManager at the console, then apply again",
+            kmods.dir.display()
+        )),
+        Err(e) => Err(invalid!(
+            "Secure Boot is on and mokutil cannot say whether the fleet certificate {shown} is enrolled: {e:#}; install mokutil (dnf install mokutil) and apply again"
+        )),
+    }
+}
+
+/// The certificate of a kmod repo (what every module of it is signed by).
+pub fn fleet_cert(kmods: &crate::run::PrebuiltKmods) -> Result<Cert> {
+    let path = gpuhost_host::kmodrepo::KmodManifest::cert_path(&kmods.dir);
+    let der = std::fs::read(&path)
+        .map_err(|e| invalid!("the kmod repo's certificate {}: {e}", path.display()))?;
+    Cert::from_der(&der).map_err(|e| invalid!("{}: {e:#}", path.display()))
 }
 
 /// Whose signature the NVIDIA modules must carry.

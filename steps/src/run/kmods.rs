@@ -19,6 +19,11 @@ pub struct PrebuiltKmods {
     /// The repo directory (absolute).
     pub dir: PathBuf,
     pub manifest: KmodManifest,
+    /// The served kernels it has no kmod for (refused before any change on a node without an
+    /// NVIDIA module; on one with, the kernel guard keeps the boot on a kernel that has one).
+    pub missing: Vec<String>,
+    /// The build host's command that makes the missing kmods.
+    build: String,
 }
 
 /// One served kernel's kmod: its package name and its RPM.
@@ -30,10 +35,9 @@ pub struct PrebuiltKmod {
 }
 
 impl PrebuiltKmods {
-    /// The repo `dir`, read and checked, for `driver`'s `flavour` modules on `kernels` (the
-    /// kernels the run serves): bad input (exit 2) naming what is wrong — a manifest that does
-    /// not match its files, a kernel without a kmod of that driver, flavour and arch, with the
-    /// build host's command that makes it.
+    /// The repo `dir`, read and checked (a manifest that does not match its files is bad
+    /// input, exit 2, naming the file), for `driver`'s `flavour` modules on `kernels` (the
+    /// kernels the run serves): those it has no kmod for are [`PrebuiltKmods::missing`].
     pub fn read(
         dir: &Path,
         driver: &str,
@@ -43,41 +47,67 @@ impl PrebuiltKmods {
     ) -> Result<PrebuiltKmods> {
         let dir = std::path::absolute(dir)?;
         let manifest = KmodManifest::read_verified(&dir)?;
-        let kmods = PrebuiltKmods { dir, manifest };
-        let missing: Vec<&String> = kernels
+        let mut kmods = PrebuiltKmods {
+            dir,
+            manifest,
+            missing: Vec::new(),
+            build: String::new(),
+        };
+        kmods.missing = kernels
             .iter()
             .filter(|k| kmods.find(driver, flavour, k).is_none())
+            .cloned()
             .collect();
-        if let Some(first) = missing.first() {
-            let others: Vec<String> = kmods
-                .manifest
-                .kmods
-                .iter()
-                .filter(|e| &e.kernel == *first)
-                .map(|e| format!("{} {}", e.driver, e.flavour))
-                .collect();
-            let has = if others.is_empty() {
-                String::new()
-            } else {
-                format!(" (it has {} for that kernel)", others.join(", "))
-            };
-            let kernels: Vec<String> = missing
-                .iter()
-                .map(|k| format!("--kernel-release {k}"))
-                .collect();
-            return Err(as_invalid(hinted(
-                format!(
-                    "the kmod repo {} has no NVIDIA {driver} {flavour} kmod for kernel {first}{has}; nothing was changed",
-                    kmods.dir.display()
-                ),
-                format!(
-                    "build it on the build host: gpuhost kmod build --root <build root> {} --local-repo-rpm {} --flavour {flavour} --key <fleet key> --cert <fleet cert> --out <the repo>, then copy the repo here",
-                    kernels.join(" "),
-                    local_repo_rpm.display()
-                ),
-            )));
-        }
+        let kernels: Vec<String> = kmods
+            .missing
+            .iter()
+            .map(|k| format!("--kernel-release {k}"))
+            .collect();
+        kmods.build = format!(
+            "build it on the build host: gpuhost kmod build --root <build root> {} --local-repo-rpm {} --flavour {flavour} --key <fleet key> --cert <fleet cert> --out <the repo>, then copy the repo here",
+            kernels.join(" "),
+            local_repo_rpm.display()
+        );
         Ok(kmods)
+    }
+
+    /// Why a served kernel without a kmod stops the run: the kernel, what the repo has for it,
+    /// and the build host's command that makes it. `invalid`: before any change (exit 2, a
+    /// node that has no NVIDIA module yet); otherwise a failure the kernel guard judges (it keeps
+    /// the default boot on a kernel that has one).
+    pub fn no_kmod(
+        &self,
+        driver: &str,
+        flavour: ModuleFlavour,
+        invalid: bool,
+    ) -> Option<anyhow::Error> {
+        let first = self.missing.first()?;
+        let others: Vec<String> = self
+            .manifest
+            .kmods
+            .iter()
+            .filter(|e| &e.kernel == first)
+            .map(|e| format!("{} {}", e.driver, e.flavour))
+            .collect();
+        let has = if others.is_empty() {
+            String::new()
+        } else {
+            format!(" (it has {} for that kernel)", others.join(", "))
+        };
+        // A failure the kernel guard records keeps its message only: it names the build too.
+        let changed = if invalid {
+            "; nothing was changed".to_string()
+        } else {
+            format!("; {}", self.build)
+        };
+        let e = hinted(
+            format!(
+                "the kmod repo {} has no NVIDIA {driver} {flavour} kmod for kernel {first}{has}{changed}",
+                self.dir.display()
+            ),
+            self.build.clone(),
+        );
+        Some(if invalid { as_invalid(e) } else { e })
     }
 
     /// Why a step that compiles has nothing to do: the node installs the build host's kmods.

@@ -92,6 +92,9 @@ pub struct DriverSwap {
     pub remove: Vec<String>,
     /// Packages that come (installed, upgraded or downgraded), from the new repo.
     pub install: Vec<RepoPackage>,
+    /// Package files that come with them: the build host's kmods of the new driver
+    /// (`driver.kmod_repo`), each copied onto the root's disk and checked first.
+    pub files: Vec<String>,
     /// The module stream (and profile) the new set belongs to, when dnf's module state names
     /// another: switched once the packages are in (`dnf module switch-to`, which then changes
     /// no package: the new set is the stream's).
@@ -137,8 +140,17 @@ fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
         .as_deref()
         .map(|rpm| gpuhost_host::stage::copy_in(host, Path::new(rpm)))
         .transpose()?;
+    let files = s
+        .files
+        .iter()
+        .map(|f| gpuhost_host::stage::copy_in(host, Path::new(f)))
+        .collect::<Result<Vec<_>>>()?;
     let copied = DriverSwap {
         repo_rpm: staged.as_ref().map(|c| c.path().display().to_string()),
+        files: files
+            .iter()
+            .map(|c| c.path().display().to_string())
+            .collect(),
         ..s.clone()
     };
     let s = &copied;
@@ -314,8 +326,15 @@ fn extract(
 pub fn shell_script(s: &DriverSwap) -> String {
     let specs: Vec<String> = s.install.iter().map(RepoPackage::spec).collect();
     let mut out = String::new();
-    if let Some(rpm) = &s.repo_rpm {
-        out.push_str(&format!("install {}\n", shell_quoted(rpm)));
+    // Every file on one line: dnf takes local packages only before any other job.
+    let files: Vec<String> = s
+        .repo_rpm
+        .iter()
+        .chain(s.files.iter())
+        .map(|f| shell_quoted(f))
+        .collect();
+    if !files.is_empty() {
+        out.push_str(&format!("install {}\n", files.join(" ")));
     }
     if !specs.is_empty() {
         out.push_str(&format!("install {}\n", specs.join(" ")));
