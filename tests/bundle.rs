@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use world::{
     code, report, stderr, stdout, Os, Root, World, CUDA_LOCAL_EL8_12_2, CUDA_LOCAL_EL9_12_2,
-    DRIVER_LOCAL_EL8_580, DRIVER_LOCAL_EL9_570, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD, UEK9,
+    DRIVER_LOCAL_EL8_580, DRIVER_LOCAL_EL9_570, RHCK8, RHCK9, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD,
+    UEK9,
 };
 
 /// A site profile: the world's ol8-uek (Docker CE and the toolkit from the world's mirrors),
@@ -652,6 +653,59 @@ fn bad_bundle_arguments_are_refused_before_anything_is_written() {
         .unwrap_or_else(|| panic!("{} cannot be read", tmp.path().display()))
         .into_iter()
         .filter(|n| !n.ends_with(".toml") && n != "busy")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// NVIDIA's precompiled kmods fit no Oracle Linux kernel (NVIDIA builds them for RHEL's
+/// kernels only, matched exactly): `bundle` refuses a precompiled stream for an Oracle RHCK root,
+/// OL8 and OL9, as for a UEK one, before anything is written (exit 2), naming the kernel and the
+/// way out; the source root is left as it was (issue 41 item 5).
+#[test]
+fn a_precompiled_stream_is_refused_for_a_bundle_of_an_oracle_rhck_root() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let unchanged = |r: &Root| -> Vec<String> {
+        r.tree_snapshot()
+            .lines()
+            .filter(|l| !l.starts_with("var/lib/rpm/"))
+            .map(str::to_string)
+            .collect()
+    };
+    for (os, kver, base, rpm, stream) in [
+        (Os::Ol8, RHCK8, "ol8-rhck", CUDA_LOCAL_EL8_12_2, "latest"),
+        (Os::Ol9, RHCK9, "ol9-rhck", CUDA_LOCAL_EL9_12_2, "535"),
+    ] {
+        let profile = site_profile(tmp.path(), base, rpm);
+        let src = Root::new(os, &[kver]);
+        let (files, rpmdb) = (unchanged(&src), src.rpmdb_snapshot());
+        let out = tmp.path().join(format!("b-{base}"));
+        let set = format!("driver.stream={stream}");
+        let o = src.gpuhost(&[
+            "bundle",
+            "--profile",
+            &profile,
+            "--out",
+            &out.display().to_string(),
+            "--set",
+            &set,
+        ]);
+        let err = stderr(&o);
+        assert_eq!(code(&o), 2, "{base}: {err}");
+        assert!(
+            err.contains(&format!("\"{stream}\" is NVIDIA's precompiled stream"))
+                && err.contains(&format!("kernel {kver} is Oracle's RHCK build"))
+                && err.contains("gpuhost kmod build"),
+            "{base}: {err}"
+        );
+        assert!(!out.exists(), "{base}: {} was written", out.display());
+        assert_eq!(src.rpmdb_snapshot(), rpmdb, "{base}");
+        assert_eq!(unchanged(&src), files, "{base}");
+    }
+    // Nothing was left behind but the profiles.
+    let left: Vec<String> = names_in(tmp.path())
+        .unwrap_or_else(|| panic!("{} cannot be read", tmp.path().display()))
+        .into_iter()
+        .filter(|n| !n.ends_with(".toml"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }

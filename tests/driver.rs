@@ -83,7 +83,7 @@ fn persistenced_enabled(root: &Root) -> bool {
 fn assert_all_unchanged(rep: &Value) {
     for s in rep["steps"].as_array().into_iter().flatten() {
         let id = s["id"].as_str().unwrap_or_default();
-        // not applicable here: no NVSwitch, or a precompiled stream (nothing to build)
+        // not applicable here: no NVSwitch, or nothing to build
         if ["fabric-manager", "hgx-extras", "build-deps"].contains(&id) && s["outcome"] == "skipped"
         {
             continue;
@@ -223,7 +223,6 @@ fn dkms_that_cannot_run_in_the_root_names_the_failed_mount() {
 
 #[rstest]
 #[case::ol8(Os::Ol8, "ol8-rhck", RHCK8, CUDA_LOCAL_EL8_12_2, "latest-dkms")]
-#[case::ol8_precompiled(Os::Ol8, "ol8-rhck", RHCK8, CUDA_LOCAL_EL8_12_2, "latest")]
 #[case::ol9(Os::Ol9, "ol9-rhck", RHCK9, CUDA_LOCAL_EL9_12_2, "latest-dkms")]
 fn rhck_roots_converge(
     #[case] os: Os,
@@ -451,24 +450,123 @@ fn a_truncated_package_for_a_driver_swap_is_refused_before_the_scratch_copy() {
     assert!(root.installed("cuda-repo-rhel8-12-4-local").is_some());
 }
 
-#[test]
-fn a_precompiled_stream_on_uek_is_refused_before_anything_changes() {
-    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
-    let before = root.rpmdb_snapshot();
-    let set = repo_set(CUDA_LOCAL_EL8_12_2);
-    let o = root.gpuhost(&[
-        "apply",
-        "--profile",
-        "ol8-uek",
-        "--set",
-        &set,
-        "--set",
-        "driver.stream=latest",
-    ]);
-    assert_eq!(code(&o), 2, "{}{}", stdout(&o), stderr(&o));
-    let err = stderr(&o);
-    assert!(err.contains("precompiled") && err.contains("UEK"), "{err}");
-    assert_eq!(root.rpmdb_snapshot(), before);
+/// NVIDIA's precompiled streams (`latest`, `<branch>`) are built for RHEL's kernels only and
+/// match the kernel release exactly (NVIDIA/yum-packaging-precompiled-kmod#43): none serves an
+/// Oracle Linux kernel, Oracle's RHCK (its `.0.1`) or the UEK. `plan` and `apply` refuse one
+/// before any change (exit 2), in one line naming the kernel, why, and the ways out (a DKMS
+/// stream, kmods gpuhost builds) — on RHCK it used to fail at the transaction (exit 1) asking
+/// for a repo with `kmod-nvidia-<driver>-<Oracle's kernel>`, which exists nowhere (issue 41
+/// item 5, issue 43 item 7).
+#[rstest]
+#[case::ol8_rhck_latest(
+    Os::Ol8,
+    "ol8-rhck",
+    RHCK8,
+    CUDA_LOCAL_EL8_12_2,
+    "latest",
+    "is Oracle's RHCK build, with Oracle's .0.1 (RHEL's is 4.18.0-553.16.1.el8_10.x86_64)"
+)]
+#[case::ol8_rhck_branch(
+    Os::Ol8,
+    "ol8-rhck",
+    RHCK8,
+    CUDA_LOCAL_EL8_12_2,
+    "535",
+    "is Oracle's RHCK build, with Oracle's .0.1 (RHEL's is 4.18.0-553.16.1.el8_10.x86_64)"
+)]
+#[case::ol9_rhck_latest(
+    Os::Ol9,
+    "ol9-rhck",
+    RHCK9,
+    CUDA_LOCAL_EL9_12_2,
+    "latest",
+    "is Oracle's RHCK build, with Oracle's .0.1 (RHEL's is 5.14.0-427.13.1.el9_4.x86_64)"
+)]
+#[case::ol9_rhck_branch(
+    Os::Ol9,
+    "ol9-rhck",
+    RHCK9,
+    DRIVER_LOCAL_EL9_570,
+    "570",
+    "is Oracle's RHCK build, with Oracle's .0.1 (RHEL's is 5.14.0-427.13.1.el9_4.x86_64)"
+)]
+#[case::ol8_uek(
+    Os::Ol8,
+    "ol8-uek",
+    UEK8_NEW,
+    CUDA_LOCAL_EL8_12_2,
+    "latest",
+    "is a UEK, Oracle's own kernel"
+)]
+#[case::ol9_uek(
+    Os::Ol9,
+    "ol9-uek",
+    UEK9,
+    CUDA_LOCAL_EL9_12_2,
+    "535",
+    "is a UEK, Oracle's own kernel"
+)]
+fn a_precompiled_stream_is_refused_on_every_oracle_kernel_before_anything_changes(
+    #[case] os: Os,
+    #[case] profile: &str,
+    #[case] kver: &str,
+    #[case] rpm: &str,
+    #[case] stream: &str,
+    #[case] why: &str,
+) {
+    let root = Root::new(os, &[kver]);
+    let (files, rpmdb) = (root_files(&root), root.rpmdb_snapshot());
+    let set = repo_set(rpm);
+    let stream_set = format!("driver.stream={stream}");
+    let dkms = if stream == "latest" {
+        "\"latest-dkms\" for the proprietary ones".to_string()
+    } else {
+        format!("\"{stream}-dkms\" for the proprietary ones")
+    };
+    for cmd in ["plan", "apply"] {
+        let o = root.gpuhost(&[
+            cmd,
+            "--profile",
+            profile,
+            "--set",
+            &set,
+            "--set",
+            &stream_set,
+        ]);
+        let err = stderr(&o);
+        assert_eq!(code(&o), 2, "{cmd}: {}{err}", stdout(&o));
+        let line = err
+            .lines()
+            .find(|l| l.contains("precompiled"))
+            .unwrap_or_else(|| panic!("{cmd}: {err}"));
+        for needle in [
+            format!("driver.stream = \"{stream}\" is NVIDIA's precompiled stream"),
+            "NVIDIA builds for RHEL's kernels only, matching the kernel release exactly".into(),
+            format!("kernel {kver} {why}"),
+            "use a DKMS stream, driver.stream = \"open-dkms\"".into(),
+            dkms.clone(),
+            "gpuhost kmod build on a build host, then driver.kmod_repo".into(),
+        ] {
+            assert!(line.contains(&needle), "{cmd}: {needle:?} not in {line}");
+        }
+        assert_eq!(
+            root.rpmdb_snapshot(),
+            rpmdb,
+            "{cmd}: the rpm database changed"
+        );
+        assert_eq!(root_files(&root), files, "{cmd}: the root's files changed");
+    }
+    // A DKMS stream of the same flavour is what the refusal points to: it plans.
+    let dkms_stream = format!(
+        "driver.stream={}",
+        if stream == "latest" {
+            "latest-dkms".to_string()
+        } else {
+            format!("{stream}-dkms")
+        }
+    );
+    let (rc, rep) = plan(&root, profile, rpm, &["--set", &dkms_stream]);
+    assert_eq!(rc, 0, "{rep:#}");
 }
 
 /// A stream of another branch than the driver package's is not in its repo: `plan` and `apply`

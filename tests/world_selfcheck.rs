@@ -527,18 +527,61 @@ fn kernel_devel_ships_sign_file_and_configs_name_the_signing_hash() {
     }
 }
 
-/// NVIDIA's precompiled kmod (RHCK) ships its modules' signatures apart and `%post` appends
-/// them (dnf-kmod-nvidia.spec): the installed `.ko` carries a PKCS#7 signature made with the
-/// world's test NVIDIA key (sha256), verifiable with its certificate and with no other; the
-/// modules are the package's (`%ghost`) files, so removing it removes them.
+/// NVIDIA's precompiled kmods are built for RHEL's kernels only, matched by the exact release
+/// (NVIDIA/yum-packaging-precompiled-kmod#43), and the world's RHCK kernels are Oracle's, with
+/// Oracle's `.0.1`: the world's kmod for `RHCK8` is named for and requires RHEL's
+/// `4.18.0-553.16.1.el8_10`, and dnf installs no precompiled kmod on an Oracle root, as on a real
+/// host. Installed without its kernel (`rpm --nodeps`), the package is NVIDIA's
+/// (dnf-kmod-nvidia.spec): it ships its modules' signatures apart and `%post` appends them, so
+/// the installed `.ko` carries a PKCS#7 signature made with the world's test NVIDIA key (sha256),
+/// verifiable with its certificate and with no other; the modules are the package's (`%ghost`)
+/// files, so removing it removes them.
 #[test]
-fn precompiled_modules_carry_the_test_nvidia_signature() {
+fn precompiled_modules_are_rhels_and_carry_the_test_nvidia_signature() {
     let w = World::get();
     let r = Root::new(Os::Ol8, &[RHCK8]).with_extra_rpm("cuda-repo-rhel8-12-2-local");
     r.dnf_ok(&["-y", "module", "enable", "nvidia-driver:latest"]);
     let pkg = "kmod-nvidia-535.104.05-4.18.0-553.16.1";
-    r.dnf_ok(&["-y", "install", pkg]);
-    let dir = format!("/lib/modules/{RHCK8}/extra/drivers/video/nvidia");
+    // RHEL's release of the world's Oracle RHCK8: without Oracle's `.0.1`.
+    let rhel = "4.18.0-553.16.1.el8_10.x86_64";
+    assert_eq!(RHCK8.replace(".0.1.el", ".el"), rhel);
+    let o = r.dnf(&["-y", "install", pkg]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!o.status.success(), "{said}");
+    assert!(said.contains(&format!("kernel-uname-r = {rhel}")), "{said}");
+    // NVIDIA's name for the Oracle kernel (what gpuhost's naming rule gives) exists nowhere.
+    let o = r.dnf(&[
+        "list",
+        "--available",
+        "kmod-nvidia-535.104.05-4.18.0-553.16.1.0.1",
+    ]);
+    assert!(
+        !o.status.success(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(r.installed(pkg).is_none());
+
+    // What the package requires besides its kernel (kmod's depmod, a shell for %post).
+    r.dnf_ok(&["-y", "install", "kmod", "bash"]);
+    let inner = r.join("/var/cuda-repo-rhel8-12-2-local");
+    let file = std::fs::read_dir(&inner)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{pkg}-535.104.05-")))
+        })
+        .unwrap_or_else(|| panic!("no {pkg} in {}", inner.display()));
+    let o = r.rpm(&["-i", "--nodeps", &file.display().to_string()]);
+    assert!(o.status.success(), "{o:?}");
+    let dir = format!("/lib/modules/{rhel}/extra/drivers/video/nvidia");
     let ko = r.join(&format!("{dir}/nvidia.ko"));
     assert!(world::has_appended_signature(&ko));
     let bytes = world::module_bytes(&ko);
@@ -569,10 +612,17 @@ fn precompiled_modules_carry_the_test_nvidia_signature() {
         ));
     }
     assert!(r
-        .read(&format!("/lib/modules/{RHCK8}/modules.dep"))
+        .read(&format!("/lib/modules/{rhel}/modules.dep"))
         .contains("extra/drivers/video/nvidia/nvidia.ko:"));
-    assert!(r.rpm(&["-V", pkg]).status.success());
-    r.dnf_ok(&["-y", "remove", pkg]);
+    // Nothing of it reached the Oracle kernel's modules.
+    assert!(!r
+        .join(&format!("/lib/modules/{RHCK8}/extra/drivers/video/nvidia"))
+        .exists());
+    // (its files; its kernel is not there, by design)
+    let o = r.rpm(&["-V", "--nodeps", pkg]);
+    assert!(o.status.success(), "{o:?}");
+    let o = r.rpm(&["-e", "--nodeps", pkg]);
+    assert!(o.status.success(), "{o:?}");
     assert!(!ko.exists());
 }
 

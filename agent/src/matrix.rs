@@ -105,8 +105,12 @@ pub(crate) fn markdown() -> String {
          - Releases: {}; a new minor release of these is accepted, another major is refused.\n\
          - NVIDIA's packages are module streams on Oracle Linux 8 and 9, plain packages on 10\n  \
            (`dnf install nvidia-open`, the branch held with `dnf versionlock '*nvidia*<branch>*'`).\n\
-         - Precompiled kernel modules: NVIDIA's precompiled streams, for RHCK on Oracle Linux 8\n  \
-           and 9 only; never for UEK; none in NVIDIA's EL10 repos.\n\
+         - Kernel modules: built on the node by DKMS (`open-dkms`, `<branch>-open`, `latest-dkms`,\n  \
+           `<branch>-dkms`), or built once per kernel on a build host (`gpuhost kmod build`).\n  \
+           NVIDIA's precompiled streams (`latest`, `<branch>`) are refused on every release, RHCK\n  \
+           and UEK (exit 2, naming the kernel): NVIDIA builds them for RHEL's kernels only, matched\n  \
+           exactly, and Oracle's RHCK releases carry Oracle's `.0.1` (UEK is Oracle's own); EL10 has\n  \
+           none in NVIDIA's repos.\n\
          - aarch64 (Grace): the UEK in its 4k and 64k-page builds (`kernel-uek64k`, headers\n  \
            `kernel-uek64k-devel`); an image is built from an x86_64 machine with `--root` (dnf runs\n  \
            with `--forcearch=aarch64`); IMEX on by default on GB200/GB300 NVL72 compute trays, no\n  \

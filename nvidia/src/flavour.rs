@@ -78,6 +78,69 @@ fn stream_branch(stream: &str) -> Option<u32> {
     head.parse().ok()
 }
 
+/// NVIDIA's precompiled streams (`latest`, `<branch>`) on the Oracle Linux host gpuhost
+/// provisions: refused (bad input, exit 2), in one line that says why and what to use. NVIDIA
+/// builds those kmods on RHEL, for RHEL's kernels only, and its packages match the kernel release
+/// exactly (NVIDIA/yum-packaging-precompiled-kmod#43: "only officially support RHEL kernels …
+/// requires a exact match of the kernel version string"; #35): Oracle's RHCK is Oracle's build,
+/// its releases carrying Oracle's `.0.1` before the dist tag (`4.18.0-553.16.1.0.1.el8_10`,
+/// where RHEL's is `4.18.0-553.16.1.el8_10`), and the UEK is Oracle's own kernel. `kernel` is
+/// the run's target kernel, named when known. The DKMS streams pass.
+pub fn refuse_precompiled(stream: Option<&str>, kernel: Option<&str>) -> anyhow::Result<()> {
+    let Some(stream) =
+        stream.filter(|s| packages::StreamKind::of(s) == packages::StreamKind::Precompiled)
+    else {
+        return Ok(());
+    };
+    let why = match kernel {
+        Some(k) if k.contains("uek") => {
+            format!("kernel {k} is a UEK, Oracle's own kernel, for which NVIDIA builds none")
+        }
+        Some(k) => match rhel_release(k) {
+            Some(rhel) => format!(
+                "kernel {k} is Oracle's RHCK build, with Oracle's .0.1 (RHEL's is {rhel}), which no NVIDIA kmod matches"
+            ),
+            None => format!(
+                "kernel {k} is Oracle's RHCK build, not RHEL's, which NVIDIA neither builds for nor tests"
+            ),
+        },
+        None => "Oracle Linux's kernels are Oracle's builds (its RHCK releases carry Oracle's .0.1, e.g. 4.18.0-553.16.1.0.1.el8_10; the UEK is Oracle's own)".to_string(),
+    };
+    let open = match stream_for(stream, ModuleFlavour::Open) {
+        open if open == "open-dkms" => "\"open-dkms\"".to_string(),
+        open => format!("\"open-dkms\" (or \"{open}\")"),
+    };
+    // The proprietary modules' DKMS stream, where the branch still has them (not from R620).
+    let dkms = match stream_branch(stream) {
+        None => Some("latest-dkms".to_string()),
+        Some(b) if crate::branches::has_proprietary(b) => Some(format!("{b}-dkms")),
+        Some(_) => None,
+    };
+    let streams = match dkms {
+        Some(d) => format!("{open} for the open modules or \"{d}\" for the proprietary ones"),
+        None => format!("{open} (the branch has open modules only)"),
+    };
+    Err(invalid!(
+        "driver.stream = \"{stream}\" is NVIDIA's precompiled stream, whose kmods NVIDIA builds for RHEL's kernels only, matching the kernel release exactly: {why}; use a DKMS stream, driver.stream = {streams}, or kmods gpuhost builds for the kernel (gpuhost kmod build on a build host, then driver.kmod_repo)"
+    ))
+}
+
+/// RHEL's kernel release of an Oracle RHCK release that carries Oracle's `.0.<n>` before the
+/// dist tag (`4.18.0-553.16.1.0.1.el8_10.x86_64` → `4.18.0-553.16.1.el8_10.x86_64`); `None`
+/// for one without.
+fn rhel_release(kver: &str) -> Option<String> {
+    let (head, dist) = kver.split_once(".el")?;
+    let (version, release) = head.split_once('-')?;
+    let parts: Vec<&str> = release.split('.').collect();
+    let n = parts.len();
+    let last = parts.last().copied().unwrap_or_default();
+    let oracle = n >= 3
+        && parts[n - 2] == "0"
+        && !last.is_empty()
+        && last.chars().all(|c| c.is_ascii_digit());
+    oracle.then(|| format!("{version}-{}.el{dist}", parts[..n - 2].join(".")))
+}
+
 /// The stream a flavour gets when the profile names none (the local repos' default streams).
 pub(crate) fn default_stream(f: ModuleFlavour) -> &'static str {
     match f {
@@ -548,5 +611,88 @@ mod tests {
             .map(|e| format!("{e:#}"))
             .unwrap_or_default()
             .contains("R515"));
+    }
+
+    /// The refusal of a precompiled stream, as `plan` and `apply` print it.
+    fn refusal(stream: &str, kernel: Option<&str>) -> String {
+        let err = refuse_precompiled(Some(stream), kernel).err();
+        assert!(err.as_ref().is_some_and(is_invalid), "{err:?}");
+        let text = err.map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(!text.contains('\n'), "{text}");
+        text
+    }
+
+    #[test]
+    fn precompiled_streams_are_refused_on_every_oracle_kernel_naming_it_and_the_way_out() {
+        let t = refusal("570", Some("4.18.0-553.16.1.0.1.el8_10.x86_64"));
+        assert!(
+            t.contains("driver.stream = \"570\" is NVIDIA's precompiled stream"),
+            "{t}"
+        );
+        assert!(t.contains("RHEL's kernels only"), "{t}");
+        assert!(
+            t.contains("kernel 4.18.0-553.16.1.0.1.el8_10.x86_64 is Oracle's RHCK build, with Oracle's .0.1 (RHEL's is 4.18.0-553.16.1.el8_10.x86_64)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("\"open-dkms\" (or \"570-open\") for the open modules or \"570-dkms\" for the proprietary ones"),
+            "{t}"
+        );
+        assert!(
+            t.contains("gpuhost kmod build") && t.contains("driver.kmod_repo"),
+            "{t}"
+        );
+        let t = refusal("latest", Some("5.14.0-570.12.1.0.1.el9_6.x86_64"));
+        assert!(t.contains("RHEL's is 5.14.0-570.12.1.el9_6.x86_64"), "{t}");
+        assert!(
+            t.contains("driver.stream = \"open-dkms\" for the open modules or \"latest-dkms\""),
+            "{t}"
+        );
+        // An Oracle RHCK build without the suffix is Oracle's all the same.
+        let t = refusal("535", Some("5.14.0-503.11.1.el9_5.x86_64"));
+        assert!(
+            t.contains("kernel 5.14.0-503.11.1.el9_5.x86_64 is Oracle's RHCK build, not RHEL's"),
+            "{t}"
+        );
+        let t = refusal("latest", Some("5.15.0-204.147.6.2.el8uek.x86_64"));
+        assert!(
+            t.contains("kernel 5.15.0-204.147.6.2.el8uek.x86_64 is a UEK"),
+            "{t}"
+        );
+        let t = refusal("latest", None);
+        assert!(
+            t.contains("Oracle Linux's kernels are Oracle's builds"),
+            "{t}"
+        );
+        // R620 has no proprietary modules: only the open stream is offered.
+        let t = refusal("620", Some("5.14.0-570.12.1.0.1.el9_6.x86_64"));
+        assert!(
+            t.contains("(or \"620-open\") (the branch has open modules only)"),
+            "{t}"
+        );
+        assert!(!t.contains("620-dkms"), "{t}");
+    }
+
+    #[test]
+    fn dkms_streams_and_no_stream_pass_the_precompiled_check() {
+        let k = Some("4.18.0-553.16.1.0.1.el8_10.x86_64");
+        for s in ["open-dkms", "latest-dkms", "570-dkms", "570-open"] {
+            assert!(refuse_precompiled(Some(s), k).is_ok(), "{s}");
+        }
+        assert!(refuse_precompiled(None, k).is_ok());
+    }
+
+    #[test]
+    fn rhel_release_drops_oracles_suffix_only() {
+        assert_eq!(
+            rhel_release("4.18.0-553.16.1.0.1.el8_10.x86_64").as_deref(),
+            Some("4.18.0-553.16.1.el8_10.x86_64")
+        );
+        assert_eq!(
+            rhel_release("6.12.0-55.9.1.0.1.el10_0.x86_64").as_deref(),
+            Some("6.12.0-55.9.1.el10_0.x86_64")
+        );
+        assert_eq!(rhel_release("4.18.0-553.16.1.el8_10.x86_64"), None);
+        assert_eq!(rhel_release("5.15.0-204.147.6.2.el8uek.x86_64"), None);
     }
 }

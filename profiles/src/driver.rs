@@ -7,7 +7,6 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use gpuhost_host::invalid;
-use gpuhost_host::kernel::Flavour;
 use gpuhost_nvidia::flavour::FlavourSetting;
 pub use gpuhost_nvidia::packages::{InstallSet, StreamKind, SPLIT_PACKAGES_SINCE};
 
@@ -31,7 +30,8 @@ pub struct DriverSpec {
     #[serde(default)]
     pub flavour: FlavourSetting,
     /// `nvidia-driver` module stream, e.g. `535-dkms`, `latest-dkms`, `open-dkms`, `550-open`;
-    /// unset: the flavour's default stream (`open-dkms` or `latest-dkms`).
+    /// unset: the flavour's default stream (`open-dkms` or `latest-dkms`). NVIDIA's precompiled
+    /// streams (`latest`, `<branch>`) are refused: NVIDIA builds them for RHEL's kernels only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<String>,
     /// The package set: `module`, `full` or `compute-only`.
@@ -104,24 +104,15 @@ impl DriverSpec {
         Ok(())
     }
 
-    /// [`DriverSpec::validate`], plus what depends on the release and the kernel flavour:
-    /// NVIDIA's EL10 packages are not modular (no stream to pick, no module package set), and
-    /// NVIDIA builds its precompiled streams for RHCK kernels only, so a precompiled stream on
-    /// UEK is refused before anything is changed.
-    pub(crate) fn validate_for(&self, profile: &str, major: u32, flavour: Flavour) -> Result<()> {
+    /// [`DriverSpec::validate`], plus what depends on the release: NVIDIA's EL10 packages are
+    /// not modular (no stream to pick, no module package set). NVIDIA's precompiled streams are
+    /// refused where the run's kernel is known, when the driver is resolved
+    /// (`gpuhost_nvidia::flavour::refuse_precompiled`): no Oracle Linux kernel is RHEL's.
+    pub(crate) fn validate_for(&self, profile: &str, major: u32) -> Result<()> {
         self.validate(profile)?;
         let modular = gpuhost_host::platform::release(major).is_none_or(|r| r.modular());
         if !modular {
             self.validate_plain(profile, major)?;
-        }
-        let Some(stream) = &self.stream else {
-            return Ok(());
-        };
-        if flavour == Flavour::Uek && StreamKind::of(stream) == StreamKind::Precompiled {
-            return Err(invalid!(
-                "profile {profile}: key `driver.stream`: \"{stream}\" is a precompiled stream, and NVIDIA builds precompiled modules for RHCK kernels only, never for UEK; use a DKMS stream: {}-dkms, latest-dkms or open-dkms",
-                if stream == "latest" { "<branch>" } else { stream }
-            ));
         }
         Ok(())
     }
@@ -148,24 +139,4 @@ impl DriverSpec {
 /// serde's default for the keys that are on unless turned off.
 pub(crate) fn yes() -> bool {
     true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn precompiled_streams_are_refused_on_uek_only() {
-        let spec = DriverSpec {
-            stream: Some("latest".into()),
-            ..DriverSpec::default()
-        };
-        let err = spec.validate_for("p", 9, Flavour::Uek).err();
-        assert!(
-            err.as_ref().is_some_and(gpuhost_host::error::is_invalid),
-            "{err:?}"
-        );
-        assert!(format!("{err:?}").contains("UEK"));
-        assert!(spec.validate_for("p", 9, Flavour::Rhck).is_ok());
-    }
 }

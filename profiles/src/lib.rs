@@ -344,8 +344,7 @@ impl Profile {
                 ));
             }
         }
-        self.driver
-            .validate_for(name, self.os.major, self.kernel.flavour)?;
+        self.driver.validate_for(name, self.os.major)?;
         let sb = &self.secure_boot;
         for (k, v) in [("key", &sb.key), ("cert", &sb.cert)] {
             if let Some(p) = v {

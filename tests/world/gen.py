@@ -242,18 +242,21 @@ UEK9_GCC = "gcc (GCC) 11.4.1 20231218 (Red Hat 11.4.1-3.0.1)"
 # UEK8 (6.12) is built with gcc-toolset-14: NVIDIA Driver Installation Guide, Oracle Linux page
 # (its example kernel and CONFIG_CC_VERSION_TEXT).
 UEKR8_GCC = "gcc (GCC) 14.2.1 20250110 (Red Hat 14.2.1-7)"
+# Oracle's RHCK builds carry Oracle's `.0.1` before the dist tag (RHEL's 4.18.0-553.16.1.el8_10
+# is Oracle's 4.18.0-553.16.1.0.1.el8_10; FIDELITY.md); NVIDIA's precompiled kmods below stay
+# named and built for RHEL's kernel (`rhel_release`).
 KERNELS = {
     "ol8": [
         ("kernel-uek", "5.15.0", "200.131.27.el8uek", UEK8_GCC, "ol8_UEKR7", True),
         ("kernel-uek", "5.15.0", "204.147.6.2.el8uek", UEK8_GCC, "ol8_UEKR7", True),
         ("kernel-uek", "5.15.0", "206.153.7.el8uek", UEK8_GCC, "extra", False),
-        ("kernel", "4.18.0", "513.5.1.el8_9", OSES["ol8"]["sysgcc_text"], "ol8_baseos_latest", True),
-        ("kernel", "4.18.0", "553.16.1.el8_10", OSES["ol8"]["sysgcc_text"], "ol8_baseos_latest", True),
+        ("kernel", "4.18.0", "513.5.1.0.1.el8_9", OSES["ol8"]["sysgcc_text"], "ol8_baseos_latest", True),
+        ("kernel", "4.18.0", "553.16.1.0.1.el8_10", OSES["ol8"]["sysgcc_text"], "ol8_baseos_latest", True),
     ],
     "ol9": [
         ("kernel-uek", "5.15.0", "206.153.7.el9uek", UEK9_GCC, "ol9_UEKR7", True),
         ("kernel-uek", "6.12.0", "100.28.2.2.el9uek", UEKR8_GCC, "ol9_UEKR8", True),
-        ("kernel", "5.14.0", "427.13.1.el9_4", OSES["ol9"]["sysgcc_text"], "ol9_baseos_latest", True),
+        ("kernel", "5.14.0", "427.13.1.0.1.el9_4", OSES["ol9"]["sysgcc_text"], "ol9_baseos_latest", True),
     ],
     # OL10: UEK8 only (ol10_UEKR8), and RHCK 6.12.0-55 (ol10_baseos_latest); an older UEK8
     # too, for the kernel-added and guard cases.
@@ -262,7 +265,7 @@ KERNELS = {
         ("kernel-uek", "6.12.0", "103.40.4.3.el10uek", OSES["ol10"]["sysgcc_text"], "ol10_UEKR8", True),
         # OL 10.1's UEK8, only in rpms/extra/ and without headers anywhere (the kernel guard).
         ("kernel-uek", "6.12.0", "105.51.5.el10uek", OSES["ol10"]["sysgcc_text"], "extra", False),
-        ("kernel", "6.12.0", "55.9.1.el10_0", OSES["ol10"]["sysgcc_text"], "ol10_baseos_latest", True),
+        ("kernel", "6.12.0", "55.9.1.0.1.el10_0", OSES["ol10"]["sysgcc_text"], "ol10_baseos_latest", True),
     ],
     # aarch64: the UEK only (Oracle ships no RHCK for aarch64), in its 4k build and its 64k-page
     # build kernel-uek64k (`uname -r` `<ver>-<rel>.el9uek.aarch64.64k`; OL9 from UEK R7U3, OL10's
@@ -276,6 +279,16 @@ KERNELS = {
         ("kernel-uek64k", "6.12.0", "103.40.4.3.el10uek", OSES["ol10"]["sysgcc_text"], "ol10_UEKR8", True),
     ],
 }
+
+
+def rhel_release(rel):
+    """RHEL's kernel release of an Oracle RHCK release: Oracle's `.0.<n>` before the dist tag
+    removed (553.16.1.0.1.el8_10 -> 553.16.1.el8_10)."""
+    head, dist = rel.rsplit(".el", 1)
+    parts = head.split(".")
+    if len(parts) > 3 and parts[-2] == "0":
+        parts = parts[:-2]
+    return ".".join(parts) + ".el" + dist
 
 
 def gcc_version_num(text):
@@ -1035,9 +1048,13 @@ def nvidia_inner(os_, drv):
     opend = dkms_pkg(drv, rel, "open", E, arch)
     pre = []
     modular = base_of(os_) != "ol10"   # EL10: NVIDIA's packages are not modular (FIDELITY.md)
-    for (name, kv, kr, _g, _repo, _dev) in KERNELS[os_]:
+    for (name, kv, okr, _g, _repo, _dev) in KERNELS[os_]:
         if name != "kernel" or not modular:
             continue
+        # NVIDIA builds for RHEL's kernel of the same version, never for Oracle's rebuild: the
+        # kmod names and requires RHEL's release (553.16.1.el8_10, not 553.16.1.0.1.el8_10), so
+        # dnf finds none for an Oracle kernel, as on a real Oracle Linux host (FIDELITY.md).
+        kr = rhel_release(okr)
         kshort = kr.rsplit(".", 1)[0]  # 553.16.1
         uname = f"{kv}-{kr}.x86_64"
         # dnf-kmod-nvidia.spec: the package ships the module objects and each module's detached

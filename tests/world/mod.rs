@@ -28,14 +28,16 @@ pub const UEK8_OLD: &str = "5.15.0-200.131.27.el8uek.x86_64";
 pub const UEK8_NEW: &str = "5.15.0-204.147.6.2.el8uek.x86_64";
 /// OL8 UEK7 whose kernel RPM exists only in `rpms/extra/` and whose kernel-uek-devel exists nowhere.
 pub const UEK8_NO_DEVEL: &str = "5.15.0-206.153.7.el8uek.x86_64";
-/// OL8 RHCK, newest (ol8_baseos_latest; kernel-devel and kernel-headers of this version).
-pub const RHCK8: &str = "4.18.0-553.16.1.el8_10.x86_64";
+/// OL8 RHCK, newest (ol8_baseos_latest; kernel-devel and kernel-headers of this version). Oracle's
+/// RHCK builds carry Oracle's `.0.1` (RHEL's is `4.18.0-553.16.1.el8_10`), as every RHCK here:
+/// NVIDIA's precompiled kmods of the world are named and built for RHEL's (tests/world/FIDELITY.md).
+pub const RHCK8: &str = "4.18.0-553.16.1.0.1.el8_10.x86_64";
 /// OL8 RHCK, older (ol8_baseos_latest; kernel-devel).
-pub const RHCK8_OLD: &str = "4.18.0-513.5.1.el8_9.x86_64";
+pub const RHCK8_OLD: &str = "4.18.0-513.5.1.0.1.el8_9.x86_64";
 /// OL9 UEK7 (ol9_UEKR7, with kernel-uek-devel).
 pub const UEK9: &str = "5.15.0-206.153.7.el9uek.x86_64";
 /// OL9 RHCK (ol9_baseos_latest; kernel-devel, kernel-devel-matched, kernel-headers).
-pub const RHCK9: &str = "5.14.0-427.13.1.el9_4.x86_64";
+pub const RHCK9: &str = "5.14.0-427.13.1.0.1.el9_4.x86_64";
 /// OL9 UEK8 (6.12, ol9_UEKR8): built with gcc 14.2.1 (gcc-toolset-14, which kernel-uek-devel
 /// requires); the kernel split into kernel-uek (meta), -core, -modules-core, -modules.
 pub const UEK9_8: &str = "6.12.0-100.28.2.2.el9uek.x86_64";
@@ -46,7 +48,7 @@ pub const UEK10: &str = "6.12.0-103.40.4.3.el10uek.x86_64";
 /// OL10 UEK8 whose kernel RPMs exist only in `rpms/extra/` and whose headers exist nowhere.
 pub const UEK10_NO_DEVEL: &str = "6.12.0-105.51.5.el10uek.x86_64";
 /// OL10 RHCK (ol10_baseos_latest; kernel-devel, kernel-devel-matched, kernel-headers).
-pub const RHCK10: &str = "6.12.0-55.9.1.el10_0.x86_64";
+pub const RHCK10: &str = "6.12.0-55.9.1.0.1.el10_0.x86_64";
 /// aarch64 (Grace) roots ([`Os::Ol9Aarch64`], [`Os::Ol10Aarch64`]): the UEK only, in its 4k
 /// build (`kernel-uek`) and its 64k-page build (`kernel-uek64k`, `uname -r` ending `.64k`), each
 /// with its devel package (`kernel-uek-devel`, `kernel-uek64k-devel`). OL9: UEK R7U3 (ol9_UEKR7).

@@ -79,6 +79,8 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
     let Some(path) = &spec.local_repo_rpm else {
         return Ok(None);
     };
+    // NVIDIA's precompiled kmods are RHEL's: none serves an Oracle Linux kernel.
+    flavour::refuse_precompiled(spec.stream.as_deref(), facts.target_kernel.as_deref())?;
     let repo = LocalRepoFile::of_path(path)?;
     let file = path.file_name().unwrap_or_default().to_string_lossy();
     let packaging = gpuhost_host::platform::release(profile.os.major)
