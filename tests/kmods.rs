@@ -19,6 +19,9 @@ const FLEET_CN: &str = "gpuhost test fleet kmod key";
 
 /// The devel package of a world kernel (`kernel-uek-devel-5.15.0-206.153.7.el9uek`).
 fn devel(kver: &str) -> String {
+    if let Some(base) = kver.strip_suffix(".aarch64.64k") {
+        return format!("kernel-uek64k-devel-{base}");
+    }
     let base = kver.rsplit_once('.').map_or(kver, |(b, _)| b);
     if kver.contains("uek") {
         format!("kernel-uek-devel-{base}")
@@ -29,10 +32,22 @@ fn devel(kver: &str) -> String {
 
 /// A build root: the kernels, their headers, gcc and make.
 fn build_root(kernels: &[&str]) -> Root {
-    let root = Root::new(Os::Ol9, kernels);
+    build_root_of(Os::Ol9, kernels)
+}
+
+fn build_root_of(os: Os, kernels: &[&str]) -> Root {
+    let root = Root::new(os, kernels);
     let mut args = vec![
         "install".to_string(),
         "-y".to_string(),
+        format!(
+            "--forcearch={}",
+            if kernels.iter().any(|k| k.contains(".aarch64")) {
+                "aarch64"
+            } else {
+                "x86_64"
+            }
+        ),
         "bash".into(),
         "gcc".into(),
         "gcc-c++".into(),
@@ -724,5 +739,71 @@ fn a_driver_swap_moves_the_prebuilt_kmods_in_one_transaction_and_rollback_goes_b
             Some(FLEET_CN),
             "{m}"
         );
+    }
+}
+
+/// aarch64 (Grace): the kmods built on this x86_64 machine through an aarch64 build root (its
+/// make, compiler and sign-file run under qemu-user, as the test world runs them), one aarch64
+/// RPM per kernel, the 64k one included; an aarch64 node installs them and compiles nothing.
+#[test]
+fn aarch64_kmods_are_built_through_an_aarch64_root_and_installed_on_grace() {
+    if !world::aarch64_ready() {
+        return;
+    }
+    let (k4, k64) = (world::UEK9_ARM, world::UEK9_ARM_64K);
+    let build = build_root_of(Os::Ol9Aarch64, &[k4, k64]);
+    let f = fleet();
+    let (rc, rep, text) = kmod_build_of(
+        &build,
+        &f,
+        world::DRIVER_LOCAL_EL9_580_AARCH64,
+        &["--kernel-release", k4, "--kernel-release", k64],
+    );
+    assert_eq!(rc, 0, "{text}");
+    for k in rep["kmods"].as_array().unwrap() {
+        let rpm = f.out.join(k["file"].as_str().unwrap());
+        assert_eq!(rpm_q(&rpm, "--qf=%{ARCH}"), "aarch64", "{k:#}");
+        let payload = unpack(&rpm);
+        for m in files_under(payload.path()) {
+            let elf = std::fs::read(&m).unwrap();
+            assert_eq!(
+                &elf[18..20],
+                &[0xb7, 0x00],
+                "e_machine EM_AARCH64: {}",
+                m.display()
+            );
+            assert_eq!(world::modinfo(&m, "signer").as_deref(), Some(FLEET_CN));
+        }
+    }
+    eprintln!(
+        "aarch64 build through qemu-user: {}",
+        rep["kmods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| format!(
+                "{}: {} s, {} CPU-s",
+                k["kernel"], k["build_seconds"], k["cpu_seconds"]
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let node = Root::new(Os::Ol9Aarch64, &[k4, k64]).with_default_kernel(k64);
+    let (rc, rep) = node_apply_of(
+        &node,
+        &f.out,
+        "apply",
+        world::DRIVER_LOCAL_EL9_580_AARCH64,
+        &[],
+    );
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(
+        node.nvidia_module_version(k64).as_deref(),
+        Some("580.82.07"),
+        "{rep:#}"
+    );
+    assert!(node.installed(&format!("kmod-nvidia-open-{k64}")).is_some());
+    for p in BUILD_PACKAGES.iter().chain(&["kernel-uek64k-devel"]) {
+        assert!(node.installed(p).is_none(), "{p} was installed: {rep:#}");
     }
 }
