@@ -132,27 +132,24 @@ pub fn remove_left_scratch(host: &Host) -> Result<()> {
     Ok(())
 }
 
-fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
-    // The new local repo package is read from a copy on the root's disk: the file can be on a
-    // mirror that goes away while the transaction runs ([`gpuhost_host::stage`]).
-    let staged = s
-        .repo_rpm
-        .as_deref()
-        .map(|rpm| gpuhost_host::stage::copy_in(host, Path::new(rpm)))
-        .transpose()?;
-    let files = s
-        .files
-        .iter()
-        .map(|f| gpuhost_host::stage::copy_in(host, Path::new(f)))
-        .collect::<Result<Vec<_>>>()?;
+/// The swap with its package files read from copies on the root's disk (the files can be on a
+/// mirror that goes away while the transaction runs, [`gpuhost_host::stage`]): the swap, and
+/// the copies (removed when dropped).
+fn staged(host: &Host, s: &DriverSwap) -> Result<(DriverSwap, Vec<gpuhost_host::stage::Staged>)> {
+    let copy = |f: &String| gpuhost_host::stage::copy_in(host, Path::new(f));
+    let repo = s.repo_rpm.as_ref().map(copy).transpose()?;
+    let files = s.files.iter().map(copy).collect::<Result<Vec<_>>>()?;
+    let path = |c: &gpuhost_host::stage::Staged| c.path().display().to_string();
     let copied = DriverSwap {
-        repo_rpm: staged.as_ref().map(|c| c.path().display().to_string()),
-        files: files
-            .iter()
-            .map(|c| c.path().display().to_string())
-            .collect(),
+        repo_rpm: repo.as_ref().map(path),
+        files: files.iter().map(path).collect(),
         ..s.clone()
     };
+    Ok((copied, repo.into_iter().chain(files).collect()))
+}
+
+fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
+    let (copied, _staged) = staged(host, s)?;
     let s = &copied;
     let script = scratch.join("swap.dnf");
     host.write_atomic(
