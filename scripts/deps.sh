@@ -63,7 +63,8 @@ test_debs=(git strace cloud-init vagrant vagrant-libvirt curl jq prometheus mung
   pci.ids mokutil sbsigntool ansible-core ansible python3-venv python3-pip mmdebstrap systemd-container monitoring-plugins-basic
   dnf-plugins-core qemu-user-static binutils-aarch64-linux-gnu)
 # The units of the servers those packages bring: left disabled.
-daemon_units=(munge.service slurmctld.service slurmd.service docker.service docker.socket containerd.service prometheus.service libvirtd.service libvirtd.socket)
+daemon_units=(munge.service slurmctld.service slurmd.service docker.service docker.socket containerd.service prometheus.service libvirtd.service libvirtd.socket
+  cloud-init.service cloud-init-local.service cloud-config.service cloud-final.service cloud-init.target cloud-init-main.service cloud-init-network.service)
 
 tools=("${demo_tools[@]}")
 [ "$set_name" = test ] && tools+=("${test_tools[@]}")

@@ -8,7 +8,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+# --no-fail-fast: every test binary runs even after one fails, and the total below counts them all.
+cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 awk '/^test result:/ {
        for (i = 2; i <= NF; i++) {
          if ($i ~ /^passed;?$/) passed += $(i - 1)

@@ -66,9 +66,10 @@ pub(crate) struct NvmlServeArgs {
 /// `gpuhost sweep-profile` options.
 #[derive(Args, Debug, Clone, PartialEq)]
 pub(crate) struct SweepProfileArgs {
-    /// How many sweeps.
-    #[arg(value_name = "N")]
-    pub sweeps: usize,
+    /// How many sweeps (1 to 10,000: each one asks NVML for every field, and the answer is held
+    /// in memory).
+    #[arg(value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub sweeps: u32,
     /// GPUs this node must have.
     #[arg(long, value_name = "N")]
     pub expect_gpus: Option<u32>,
@@ -91,7 +92,7 @@ pub(crate) fn run(i: &Internal) -> i32 {
             &a.root.dir,
             a.profile.as_deref(),
             a.expect_gpus,
-            a.sweeps,
+            a.sweeps as usize,
         ),
     }
 }

@@ -962,6 +962,17 @@ mod tests {
     }
 
     #[test]
+    fn sweep_profile_takes_a_bounded_count() {
+        for n in ["0", "10001", "18446744073709551615"] {
+            assert!(
+                Cli::try_parse_from(["gpuhost", "sweep-profile", n]).is_err(),
+                "sweep-profile {n}"
+            );
+        }
+        assert!(Cli::try_parse_from(["gpuhost", "sweep-profile", "10000"]).is_ok());
+    }
+
+    #[test]
     fn help_documents_exit_codes() {
         let help = Cli::command().render_long_help().to_string();
         for needle in ["0  converged", "2  invalid input", "3  converged except"] {

@@ -430,9 +430,17 @@ fn load_raw(spec: &str, base: Option<&Path>, seen: &mut BTreeSet<String>) -> Res
         ));
     }
     let mut table: toml::Table = toml::from_str(&text).map_err(|e| {
+        // Where and what, never the file's text: a file given as a profile by mistake (a key,
+        // a password file) must not be echoed to a log (issue 43).
+        let at = e.span().map_or(String::new(), |span| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!(" at line {line}, column {column}")
+        });
         invalid!(
-            "profile {key} is not valid TOML: {}",
-            one_line(&e.to_string())
+            "profile {key} is not valid TOML{at}: {}",
+            one_line(e.message())
         )
     })?;
     let Some(parent) = table.remove("extends") else {
@@ -715,6 +723,28 @@ mod tests {
         assert!(
             e.contains("key `status.expect_gpus`") && !e.contains('\n'),
             "{e}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_file_that_is_not_toml_is_named_and_never_echoed() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let f = dir.path().join("shadow");
+        std::fs::write(
+            &f,
+            "root:$6$hunter2secret:19000:0:99999:7:::\nbin:*:19000::::::\n",
+        )?;
+        let e = Profile::resolve(&f.display().to_string(), &[]).err();
+        let text = format!("{e:?}");
+        assert!(
+            e.as_ref().is_some_and(gpuhost_host::error::is_invalid),
+            "{text}"
+        );
+        assert!(text.contains("not valid TOML at line 1"), "{text}");
+        assert!(
+            !text.contains("hunter2") && !text.contains("root:"),
+            "{text}"
         );
         Ok(())
     }
