@@ -756,3 +756,57 @@ fn a_refresh_that_fails_is_named_where_a_package_is_called_absent() {
         "{rep:#}"
     );
 }
+
+/// Issue 43, item 9: an apply typed with relative paths (`--profile site.toml`, `--set
+/// driver.local_repo_rpm=driver.rpm`, from the folder that holds them) records them absolute,
+/// so the kernel trigger, run by systemd from `/`, repeats it exactly. (The driver file keeps
+/// NVIDIA's name: gpuhost reads the driver version from it.)
+#[test]
+fn relative_paths_are_recorded_absolute_and_the_trigger_runs_from_slash() {
+    let root = Root::new(Os::Ol8, &[UEK8_OLD]);
+    let here = tempfile::tempdir().unwrap();
+    std::fs::copy(world::profile("ol8-uek"), here.path().join("site.toml")).unwrap();
+    std::os::unix::fs::symlink(
+        World::get().cuda_local(CUDA_LOCAL_EL8_12_2),
+        here.path().join(CUDA_LOCAL_EL8_12_2),
+    )
+    .unwrap();
+    let o = root
+        .gpuhost_cmd(&[
+            "apply",
+            "--format",
+            "json",
+            "--profile",
+            "site.toml",
+            "--set",
+            &format!("driver.local_repo_rpm={CUDA_LOCAL_EL8_12_2}"),
+            "--only",
+            ONLY,
+        ])
+        .current_dir(here.path())
+        .output()
+        .unwrap();
+    let rep = report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    let rec: Value = serde_json::from_str(&root.read("/var/lib/gpuhost/last-apply.json")).unwrap();
+    let text = rec.to_string();
+    let abs = here.path().canonicalize().unwrap();
+    assert!(
+        text.contains(&format!("{}/site.toml", abs.display()))
+            || text.contains(&format!("{}/site.toml", here.path().display())),
+        "{rec:#}"
+    );
+    assert!(
+        text.contains(&format!("/{CUDA_LOCAL_EL8_12_2}"))
+            && !text.contains(&format!("\"driver.local_repo_rpm={CUDA_LOCAL_EL8_12_2}\"")),
+        "{rec:#}"
+    );
+    let o = root
+        .gpuhost_cmd(&["kernel-added", UEK8_OLD, "--format", "json"])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let rep = report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    world::assert_converged(&rep);
+}

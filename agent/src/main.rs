@@ -508,10 +508,10 @@ fn command_line() -> String {
 
 fn apply_options(a: &ApplyArgs, dry_run: bool) -> ApplyOptions {
     ApplyOptions {
-        profile: a.profile.clone().unwrap_or_default(),
+        profile: absolute_profile(&a.profile.clone().unwrap_or_default()),
         root: a.root.clone(),
         kernel_release: a.kernel_release.clone(),
-        sets: a.sets.clone(),
+        sets: a.sets.iter().map(|s| absolute_set(s)).collect(),
         selection: Selection {
             only: a.only.clone(),
             skip: a.skip.clone(),
@@ -520,10 +520,51 @@ fn apply_options(a: &ApplyArgs, dry_run: bool) -> ApplyOptions {
         reboot: a.reboot && !dry_run,
         max_reboots: a.max_reboots,
         command_line: command_line(),
-        bundle: a.bundle.clone(),
+        bundle: a.bundle.as_deref().map(absolute),
         reboot_via: a.reboot_via.map(Into::into),
         driver: None,
     }
+}
+
+/// The profile keys that name a file of the machine gpuhost runs on: made absolute when
+/// recorded, so `kernel-added`, `resume` and `rollback` (run by systemd from `/`) find them.
+const HOST_PATH_KEYS: &[&str] = &[
+    "driver.local_repo_rpm",
+    "driver.kmod_repo",
+    "container_smoke.image_tarball",
+];
+
+/// `p` made absolute against the working directory (as typed, when it cannot be).
+fn absolute(p: &std::path::Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// A `--profile` that names a file (not a built-in name), made absolute.
+fn absolute_profile(spec: &str) -> String {
+    let builtin = gpuhost_profile::builtin_list()
+        .iter()
+        .any(|(name, _)| *name == spec);
+    if spec.is_empty() || builtin || spec.starts_with('/') {
+        return spec.to_string();
+    }
+    absolute(std::path::Path::new(spec)).display().to_string()
+}
+
+/// A `--set KEY=VALUE` whose key names a file, with the path made absolute.
+fn absolute_set(set: &str) -> String {
+    let Some((key, value)) = set.split_once('=') else {
+        return set.to_string();
+    };
+    // A value may be quoted as TOML (`"target/x.rpm"`).
+    let (quote, inner) = match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+        Some(inner) => ("\"", inner),
+        None => ("", value),
+    };
+    if !HOST_PATH_KEYS.contains(&key.trim()) || inner.is_empty() || inner.starts_with('/') {
+        return set.to_string();
+    }
+    let path = absolute(std::path::Path::new(inner));
+    format!("{key}={quote}{}{quote}", path.display())
 }
 
 /// The last converged apply, once no rpm transaction runs; None (nothing to do) when no apply
@@ -959,6 +1000,35 @@ mod tests {
             assert!(!help.contains(hidden), "{hidden}: {help}");
         }
         Ok(())
+    }
+
+    #[test]
+    fn relative_paths_are_made_absolute_when_recorded() {
+        let cwd = std::env::current_dir().unwrap_or_default();
+        assert_eq!(
+            absolute_set("driver.local_repo_rpm=target/x.rpm"),
+            format!(
+                "driver.local_repo_rpm={}",
+                cwd.join("target/x.rpm").display()
+            )
+        );
+        assert_eq!(
+            absolute_set("driver.kmod_repo=\"kmods\""),
+            format!("driver.kmod_repo=\"{}\"", cwd.join("kmods").display())
+        );
+        assert_eq!(
+            absolute_set("driver.local_repo_rpm=/srv/x.rpm"),
+            "driver.local_repo_rpm=/srv/x.rpm"
+        );
+        assert_eq!(
+            absolute_set("driver.stream=open-dkms"),
+            "driver.stream=open-dkms"
+        );
+        assert_eq!(absolute_profile("ol9-uek"), "ol9-uek");
+        assert_eq!(
+            absolute_profile("site/p.toml"),
+            cwd.join("site/p.toml").display().to_string()
+        );
     }
 
     #[test]
