@@ -733,7 +733,10 @@ fn reports_in_time(run_dir: &Path) {
 fn served_within_tries(run_dir: &Path, uid: Option<u32>) -> bool {
     use std::os::unix::process::CommandExt;
     for _ in 0..10 {
-        let mut c = gpuhost(run_dir);
+        let mut c = match uid {
+            Some(_) => support::gpuhost_as_other(run_dir),
+            None => gpuhost(run_dir),
+        };
         c.args(["status", "--format", "json"]);
         if let Some(u) = uid {
             c.uid(u).gid(u);

@@ -329,7 +329,7 @@ fn a_run_directory_another_user_made_is_refused_and_ours_is_private() {
     let caller = || {
         let mut c = Command::new("sh");
         c.args(["-c", "umask 000; exec \"$0\" status"])
-            .arg(env!("CARGO_BIN_EXE_gpuhost"))
+            .arg(support::gpuhost_for_others())
             .env_remove("GPUHOST_RUN_DIR")
             .env_remove("XDG_RUNTIME_DIR")
             .env_remove("GPUHOST_STATUS_ROOT")

@@ -35,6 +35,44 @@ pub fn gpuhost(run_dir: &Path) -> Command {
     c
 }
 
+/// The gpuhost binary as another user can run it: a copy (with the NVML probe helper it
+/// execs) in a folder every user may enter, made once per test binary. A clone under a
+/// folder of mode 700 (`/root/gpuhost`) keeps cargo's own target directory from them
+/// (issue 43: the suite passes wherever root clones it).
+pub fn gpuhost_for_others() -> &'static Path {
+    use std::os::unix::fs::PermissionsExt;
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let built = Path::new(env!("CARGO_BIN_EXE_gpuhost"));
+        let dir = std::env::temp_dir().join(format!("gpuhost-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a folder for the copies");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("mode 755");
+        for name in ["gpuhost", "gpuhost-nvml-probe"] {
+            let from = built.with_file_name(name);
+            if from.exists() {
+                let to = dir.join(name);
+                std::fs::copy(&from, &to).expect("copy the binary");
+                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
+                    .expect("mode 755");
+            }
+        }
+        dir.join("gpuhost")
+    })
+}
+
+/// [`gpuhost`], run from [`gpuhost_for_others`]'s copy (for a test that runs it as another
+/// user).
+pub fn gpuhost_as_other(run_dir: &Path) -> Command {
+    let mut c = Command::new(gpuhost_for_others());
+    c.env("GPUHOST_RUN_DIR", run_dir)
+        .env_remove("GPUHOST_STATUS_ROOT")
+        .env_remove("GPUHOST_PROBE_DELAY_MS")
+        .env_remove("GPUHOST_PROBE_HANG_FILE")
+        .env_remove("GPUHOST_NVML_PROBE")
+        .env_remove("SLURMD_NODENAME");
+    c
+}
+
 /// The check `id` of a `status --format json` report.
 pub fn check<'a>(v: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
     v["checks"]
