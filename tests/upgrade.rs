@@ -1071,3 +1071,57 @@ fn a_swap_erases_no_package_outside_the_set_unless_the_profile_allows_it(
     assert!(node.root.installed(&site).is_none(), "{rep:#}");
     node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
 }
+
+/// Issue 43, item 5: rollback trusts the host, not the file. "From" is what rpm says is
+/// installed, whatever the journal claims; a journal or state folder another user owns or may
+/// write, or a state folder linked elsewhere, is refused (exit 2, naming the path and why),
+/// nothing changed.
+#[test]
+fn rollback_trusts_the_rpm_database_and_only_roots_journal() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = Node::new(Os::Ol9, "ol9-uek", UEK9, false);
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let rollback = || {
+        let o = node
+            .root
+            .gpuhost(&["rollback", "--dry-run", "--format", "json"]);
+        (code(&o), stderr(&o) + &String::from_utf8_lossy(&o.stdout))
+    };
+    // The journal claims another driver is installed: "from" is rpm's.
+    let journal = node.root.join("/var/lib/gpuhost/journal.json");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    std::fs::write(&journal, text.replace("\"580.82.07\"", "\"999.1.1\"")).unwrap();
+    let (rc, out) = rollback();
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("580.82.07 → 570.124.06"), "{out}");
+    std::fs::write(&journal, &text).unwrap();
+    let rpmdb = node.root.rpmdb_snapshot();
+    // Writable by others.
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (rc, out) = rollback();
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.contains("journal.json") && out.contains("666"), "{out}");
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // Owned by another user.
+    std::os::unix::fs::chown(&journal, Some(1000), Some(1000)).unwrap();
+    let (rc, out) = rollback();
+    assert_eq!(rc, 2, "{out}");
+    assert!(
+        out.contains("journal.json") && out.contains("uid 1000"),
+        "{out}"
+    );
+    std::os::unix::fs::chown(&journal, Some(0), Some(0)).unwrap();
+    // The state folder linked out of the root.
+    let state = node.root.join("/var/lib/gpuhost");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let moved = elsewhere.path().join("gpuhost");
+    std::fs::rename(&state, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &state).unwrap();
+    let (rc, out) = rollback();
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.contains("/var/lib/gpuhost is a link"), "{out}");
+    assert_eq!(node.root.rpmdb_snapshot(), rpmdb);
+}

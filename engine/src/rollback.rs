@@ -130,6 +130,14 @@ fn rollback_args(last: ResumeArgs, to: &DriverRecord) -> ResumeArgs {
 /// The rollback of this host: its journal and its last converged apply. Refused (exit 2)
 /// before anything changes when there is none, or when the earlier package file is gone.
 pub fn plan(host: &Host) -> Result<Rollback> {
+    // The journal decides which driver is installed next: it is trusted only as root's.
+    for path in [
+        STATE_DIR,
+        crate::journal::JOURNAL_PATH,
+        crate::bootguard::LAST_APPLY_PATH,
+    ] {
+        trusted(host, path)?;
+    }
     let runs = crate::journal::runs(host)?;
     let Some(last) = crate::bootguard::load_last_apply(host)? else {
         return Err(invalid!(
@@ -137,7 +145,9 @@ pub fn plan(host: &Host) -> Result<Rollback> {
             crate::bootguard::LAST_APPLY_PATH
         ));
     };
-    let r = from_runs(&runs, last)?;
+    let mut r = from_runs(&runs, last)?;
+    // "From" is what rpm says is installed now, not what the journal remembers.
+    r.from.version = installed_driver(host)?.unwrap_or(r.from.version);
     let path = std::path::Path::new(&r.to.local_repo_rpm);
     // The package file is the build host's own (like driver.local_repo_rpm in any apply).
     if !path.is_file() {
@@ -148,6 +158,53 @@ pub fn plan(host: &Host) -> Result<Rollback> {
         ));
     }
     Ok(r)
+}
+
+/// gpuhost's state folder in the root.
+const STATE_DIR: &str = "/var/lib/gpuhost";
+
+/// `path` (in the root) as rollback trusts it, sshd's StrictModes being the model: not a link
+/// (a state folder linked out of the root would read another host's journal), owned by root,
+/// and writable by no one else. Bad input otherwise (exit 2), naming the path and its owner or
+/// mode. A path that is not there is left to the reader (nothing to roll back).
+fn trusted(host: &Host, path: &str) -> Result<()> {
+    match host.kind_nofollow(path) {
+        None => return Ok(()),
+        Some(gpuhost_host::rootfs::Kind::Symlink) => {
+            return Err(invalid!(
+                "{path} is a link ({}): gpuhost's state must be the root's own; move it aside and run gpuhost apply again",
+                host.read_link(path).map_or_else(|e| format!("{e:#}"), |t| t.display().to_string())
+            ))
+        }
+        Some(_) => {}
+    }
+    let Some((uid, mode)) = host.owner_mode(path) else {
+        return Ok(());
+    };
+    if uid != 0 {
+        return Err(invalid!(
+            "{path} is owned by uid {uid}, not root: rollback trusts only root's journal; chown root {path} after checking it, or move it aside"
+        ));
+    }
+    if mode & 0o022 != 0 {
+        return Err(invalid!(
+            "{path} is writable by others (mode {mode:o}): rollback trusts only a journal no other user can write; chmod go-w {path} after checking it"
+        ));
+    }
+    Ok(())
+}
+
+/// The driver version rpm says is installed (`nvidia-kmod-common`'s, the newest), if any.
+fn installed_driver(host: &Host) -> Result<Option<String>> {
+    let kc = gpuhost_nvidia::packages::KMOD_COMMON;
+    let found = gpuhost_host::rpm::query(host, &[kc])?;
+    Ok(found
+        .get(kc)
+        .and_then(|v| {
+            v.iter()
+                .max_by(|a, b| gpuhost_host::rpm::vercmp(&a.version, &b.version))
+        })
+        .map(|p| p.version.clone()))
 }
 
 #[cfg(test)]

@@ -313,6 +313,11 @@ impl Host {
         self.fs.kind(p.as_ref())
     }
 
+    /// Owner (uid) and permission bits of `p` in the root; `None` when it is not there.
+    pub fn owner_mode(&self, p: impl AsRef<Path>) -> Option<(u32, u32)> {
+        self.fs.owner_mode(p.as_ref()).ok()
+    }
+
     /// Permission bits of the file at `p`, if it exists.
     pub fn mode(&self, p: impl AsRef<Path>) -> Option<u32> {
         self.fs.mode(p.as_ref()).ok()

@@ -327,6 +327,13 @@ impl RootFs {
         Ok(st.st_mode & 0o7777)
     }
 
+    /// Owner (uid) and permission bits of what `p` resolves to.
+    pub fn owner_mode(&self, p: &Path) -> io::Result<(u32, u32)> {
+        let fd = self.open_in(p, OFlags::PATH)?;
+        let st = rustix::fs::fstat(&fd).map_err(errno_io)?;
+        Ok((st.st_uid, st.st_mode & 0o7777))
+    }
+
     /// Size, modification time (s, ns) and inode of what `p` resolves to: enough to tell that a
     /// file changed.
     pub fn stamp(&self, p: &Path) -> io::Result<(u64, i64, i64, u64)> {
