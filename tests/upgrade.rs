@@ -1092,34 +1092,37 @@ fn rollback_trusts_the_rpm_database_and_only_roots_journal() {
     };
     // The journal claims another driver is installed: "from" is rpm's.
     let journal = node.root.join("/var/lib/gpuhost/journal.json");
-    let text = std::fs::read_to_string(&journal).unwrap();
-    std::fs::write(&journal, text.replace("\"580.82.07\"", "\"999.1.1\"")).unwrap();
+    let text = std::fs::read_to_string(&journal).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&journal, text.replace("\"580.82.07\"", "\"999.1.1\""))
+        .unwrap_or_else(|e| panic!("{e}"));
     let (rc, out) = rollback();
     assert_eq!(rc, 0, "{out}");
     assert!(out.contains("580.82.07 → 570.124.06"), "{out}");
-    std::fs::write(&journal, &text).unwrap();
+    std::fs::write(&journal, &text).unwrap_or_else(|e| panic!("{e}"));
     let rpmdb = node.root.rpmdb_snapshot();
     // Writable by others.
-    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o666))
+        .unwrap_or_else(|e| panic!("{e}"));
     let (rc, out) = rollback();
     assert_eq!(rc, 2, "{out}");
     assert!(out.contains("journal.json") && out.contains("666"), "{out}");
-    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o644))
+        .unwrap_or_else(|e| panic!("{e}"));
     // Owned by another user.
-    std::os::unix::fs::chown(&journal, Some(1000), Some(1000)).unwrap();
+    std::os::unix::fs::chown(&journal, Some(1000), Some(1000)).unwrap_or_else(|e| panic!("{e}"));
     let (rc, out) = rollback();
     assert_eq!(rc, 2, "{out}");
     assert!(
         out.contains("journal.json") && out.contains("uid 1000"),
         "{out}"
     );
-    std::os::unix::fs::chown(&journal, Some(0), Some(0)).unwrap();
+    std::os::unix::fs::chown(&journal, Some(0), Some(0)).unwrap_or_else(|e| panic!("{e}"));
     // The state folder linked out of the root.
     let state = node.root.join("/var/lib/gpuhost");
-    let elsewhere = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let moved = elsewhere.path().join("gpuhost");
-    std::fs::rename(&state, &moved).unwrap();
-    std::os::unix::fs::symlink(&moved, &state).unwrap();
+    std::fs::rename(&state, &moved).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(&moved, &state).unwrap_or_else(|e| panic!("{e}"));
     let (rc, out) = rollback();
     assert_eq!(rc, 2, "{out}");
     assert!(out.contains("/var/lib/gpuhost is a link"), "{out}");
