@@ -19,3 +19,40 @@ pub(crate) struct HealthRoot {
     )]
     pub dir: PathBuf,
 }
+
+/// A file the hidden fixture options read (`--nvml-fixture`, `--from-snapshot`): a regular file,
+/// refused at parse time otherwise — a FIFO would hang the probe and its caller, a device or a
+/// folder reads as nothing useful (issue 43).
+pub(crate) fn fixture_file(s: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(s);
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => Ok(path),
+        Ok(_) => Err(format!(
+            "{s} is not a regular file (a FIFO, a device or a folder)"
+        )),
+        Err(e) => Err(format!("{s}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fixture_must_be_a_regular_file() {
+        let dir = std::env::temp_dir().join(format!("gpuhost-fixture-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let e = fixture_file(&fifo.display().to_string());
+            assert!(e.is_err_and(|e| e.contains("not a regular file")));
+        }
+        assert!(fixture_file(&dir.display().to_string()).is_err());
+        assert!(fixture_file("/dev/null").is_err());
+        let file = dir.join("snap.json");
+        let _ = std::fs::write(&file, "{}");
+        assert_eq!(fixture_file(&file.display().to_string()), Ok(file));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

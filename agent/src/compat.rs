@@ -76,7 +76,7 @@ pub(crate) struct CompatArgs {
     /// Internal: the NVML probe answers the `nvml` part of this saved `gpuhost status` snapshot
     /// instead of asking NVML (`gpuhost nvml-probe --nvml-fixture`): tests replay a real GPU's
     /// answers, e.g. the H200 capture behind the outputs in docs/compat.md.
-    #[arg(long, hide = true, value_name = "FILE")]
+    #[arg(long, hide = true, value_name = "FILE", value_parser = crate::args::fixture_file)]
     nvml_fixture: Option<PathBuf>,
 }
 

@@ -43,7 +43,7 @@ pub(crate) enum Internal {
 pub(crate) struct NvmlProbeArgs {
     /// Answer the `nvml` part of this saved snapshot instead of asking NVML, through the boot
     /// cache of --root (tests, benchmarks).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = crate::args::fixture_file)]
     pub nvml_fixture: Option<PathBuf>,
     /// With --nvml-fixture: the root whose boot cache the answer goes through.
     #[arg(
@@ -59,7 +59,7 @@ pub(crate) struct NvmlProbeArgs {
 #[derive(Args, Debug, Clone, PartialEq)]
 pub(crate) struct NvmlServeArgs {
     /// Answer the `nvml` part of this saved snapshot at each sweep instead of asking NVML.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = crate::args::fixture_file)]
     pub nvml_fixture: Option<PathBuf>,
 }
 

@@ -38,7 +38,7 @@ pub(crate) struct ServeArgs {
     pub profile: Option<String>,
     /// Serve a snapshot saved by `gpuhost status --dump-snapshot`: its host part as saved,
     /// its NVML part answered by the probe child from the file (tests, benchmarks).
-    #[arg(long, hide = true, value_name = "FILE")]
+    #[arg(long, hide = true, value_name = "FILE", value_parser = crate::args::fixture_file)]
     pub from_snapshot: Option<PathBuf>,
     /// Answer `gpuhost status` on this local socket (default: `serve.sock` in the run
     /// directory, `/run/gpuhost` as root).

@@ -75,7 +75,7 @@ pub(crate) struct StatusArgs {
     /// Internal: the NVML probe child (`gpuhost nvml-probe`, `nvml-serve`) answers the `nvml` part of
     /// this saved snapshot instead of asking NVML, through the same pipe, deadline and boot
     /// cache (tests, benchmarks).
-    #[arg(long, hide = true, value_name = "FILE")]
+    #[arg(long, hide = true, value_name = "FILE", value_parser = crate::args::fixture_file)]
     pub nvml_fixture: Option<PathBuf>,
     /// Probe here even when a `gpuhost serve` answers on this node's socket.
     #[arg(long)]
@@ -84,7 +84,7 @@ pub(crate) struct StatusArgs {
     #[arg(long, hide = true)]
     pub dump_snapshot: bool,
     /// Judge a snapshot saved by --dump-snapshot instead of collecting one.
-    #[arg(long, hide = true, value_name = "FILE")]
+    #[arg(long, hide = true, value_name = "FILE", value_parser = crate::args::fixture_file)]
     pub from_snapshot: Option<PathBuf>,
     #[command(flatten)]
     pub root: HealthRoot,
