@@ -20,8 +20,8 @@ pub(crate) struct HealthRoot {
     pub dir: PathBuf,
 }
 
-/// A file the hidden fixture options read (`--nvml-fixture`, `--from-snapshot`): a regular file,
-/// refused at parse time otherwise — a FIFO would hang the probe and its caller, a device or a
+/// A file the hidden fixture options read (`--nvml-fixture`, `--from-snapshot`): a regular file
+/// (or none yet), refused at parse time otherwise — a FIFO would hang the probe and its caller, a device or a
 /// folder reads as nothing useful (issue 43).
 pub(crate) fn fixture_file(s: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(s);
