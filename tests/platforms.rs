@@ -732,3 +732,85 @@ fn a_local_repo_of_the_other_arch_is_refused_naming_both() {
         "is built for x86_64, but this host is aarch64",
     );
 }
+
+/// Issue 43, item 3: on OL10 gpuhost owns only its marked lines of the lock list. A site's lock
+/// appended after gpuhost's block and a site's exclude of an NVIDIA package stay byte for byte
+/// across applies (the branch unchanged, and a driver-less re-apply); a plugin turned off
+/// (`enabled = 0`) or a lock list that is a FIFO, a folder or behind a link out of the root is
+/// refused before any change, naming the setting or the file; a `locklist` elsewhere is where
+/// the lock goes.
+#[test]
+fn ol10_locks_keep_every_site_line_and_follow_the_plugins_configuration() {
+    let root = Root::new(Os::Ol10, &[UEK10]);
+    let profile = world::profile("ol10-uek");
+    let (rc, rep, err) = run(&root, "apply", &profile, DRIVER_LOCAL_EL10_580, &[]);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    let site = "!nvidia-open-3:590.48.01-1.el10.*\nsite-tool-0:1.0-1.el10.*\n";
+    let list = root.join(LIST);
+    let with_site = format!("{}{site}", std::fs::read_to_string(&list).unwrap());
+    std::fs::write(&list, &with_site).unwrap();
+    let (rc, rep, err) = run(&root, "apply", &profile, DRIVER_LOCAL_EL10_580, &[]);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    assert_eq!(
+        std::fs::read_to_string(&list).unwrap(),
+        with_site,
+        "the site's lines moved"
+    );
+    assert_converged(&rep);
+    // The plugin turned off: the branch would not be held.
+    let conf = root.join("/etc/dnf/plugins/versionlock.conf");
+    let original = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, original.replace("enabled = 1", "enabled = 0")).unwrap();
+    let set = format!("driver.local_repo_rpm={}", local(DRIVER_LOCAL_EL10_580));
+    let args = [
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        &profile,
+        "--set",
+        &set,
+    ];
+    refused(&root, &args, "enabled = 0");
+    // The lock list elsewhere: the lock goes there.
+    std::fs::write(
+        &conf,
+        original.replace(
+            "locklist = /etc/dnf/plugins/versionlock.list",
+            "locklist = /etc/dnf/site-locks.list",
+        ),
+    )
+    .unwrap();
+    let (rc, rep, err) = run(&root, "apply", &profile, DRIVER_LOCAL_EL10_580, &[]);
+    assert_eq!(rc, 0, "{err}\n{rep:#}");
+    assert!(
+        root.read("/etc/dnf/site-locks.list")
+            .contains("nvidia-open-3:580.126.09-1.el10.*"),
+        "{rep:#}"
+    );
+    // A FIFO, a folder, a link out of the root as the list: refused before any change.
+    let other = root.join("/etc/dnf/site-locks.list");
+    std::fs::remove_file(&other).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(&other)
+        .status()
+        .unwrap()
+        .success());
+    refused(&root, &args, "FIFO or device");
+    std::fs::remove_file(&other).unwrap();
+    std::fs::create_dir(&other).unwrap();
+    refused(&root, &args, "folder");
+    std::fs::remove_dir(&other).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.join("/etc/dnf/site")).unwrap();
+    std::fs::write(
+        &conf,
+        original.replace(
+            "locklist = /etc/dnf/plugins/versionlock.list",
+            "locklist = /etc/dnf/site/locks.list",
+        ),
+    )
+    .unwrap();
+    refused(&root, &args, "outside the root");
+    assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
+}

@@ -313,6 +313,16 @@ impl Host {
         self.fs.kind(p.as_ref())
     }
 
+    /// The first link on the way to `p` that leads out of the root, if any (see
+    /// [`RootFs::escaping_link`]): the link, its target as written, and where the build host
+    /// resolves it.
+    pub fn escaping_link(
+        &self,
+        p: impl AsRef<Path>,
+    ) -> Result<Option<(PathBuf, PathBuf, Option<PathBuf>)>> {
+        Ok(self.fs.escaping_link(p.as_ref())?)
+    }
+
     /// Owner (uid) and permission bits of `p` in the root; `None` when it is not there.
     pub fn owner_mode(&self, p: impl AsRef<Path>) -> Option<(u32, u32)> {
         self.fs.owner_mode(p.as_ref()).ok()

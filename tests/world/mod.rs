@@ -745,6 +745,9 @@ fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
         } else if md.is_dir() {
             out.push(format!("{rel} dir {mode:o}"));
             walk(base, &p, out);
+        } else if !md.is_file() {
+            // A FIFO or a device: named, never opened (a FIFO would block the snapshot).
+            out.push(format!("{rel} other {mode:o}"));
         } else {
             let mut h = DefaultHasher::new();
             let mut buf = Vec::new();

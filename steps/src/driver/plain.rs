@@ -16,6 +16,7 @@ use crate::run::transition::Transition;
 use crate::run::DriverPlan;
 use crate::step::{Change, Check, Ctx, FileWrite, Install, Work};
 use gpuhost_host::error::hinted;
+use gpuhost_host::invalid;
 use gpuhost_nvidia::packages;
 use gpuhost_profile::InstallSet;
 
@@ -98,6 +99,44 @@ pub(crate) fn check(ctx: &Ctx<'_>, plan: &DriverPlan, transition: &Transition) -
     )))
 }
 
+/// The lock list the plugin reads (`versionlock.conf`'s `locklist`), refused before any change
+/// (exit 2, naming the setting or the file) when the plugin would hold nothing — turned off —
+/// or the list is no file of the root (a FIFO, a folder, a link out of the root).
+fn lock_list(ctx: &Ctx<'_>) -> Result<String> {
+    let conf = versionlock::PluginConf::parse(ctx.host.read_opt(versionlock::CONF)?.as_deref());
+    let conf_file = versionlock::CONF;
+    if !conf.enabled {
+        return Err(invalid!(
+            "{conf_file} says enabled = 0: the versionlock plugin would hold nothing, so the NVIDIA branch would not be held; set enabled = 1 there (NVIDIA's guide holds the branch with it)"
+        ));
+    }
+    let list = conf.locklist;
+    if !list.starts_with('/') {
+        return Err(invalid!(
+            "{conf_file}: locklist = {list} is not an absolute path; name the lock list's file (default {})",
+            versionlock::LIST
+        ));
+    }
+    if let Some((link, target, _)) = ctx.host.escaping_link(&list)? {
+        return Err(invalid!(
+            "the versionlock list {list} lies behind {} (a link to {}), outside the root: gpuhost writes no file there",
+            link.display(),
+            target.display()
+        ));
+    }
+    match ctx.host.kind_nofollow(&list) {
+        None | Some(gpuhost_host::rootfs::Kind::File) => Ok(list),
+        Some(kind) => Err(invalid!(
+            "the versionlock list {list} ({conf_file}'s locklist) is a {}, not a file: gpuhost writes the branch lock into a regular file only",
+            match kind {
+                gpuhost_host::rootfs::Kind::Dir => "folder",
+                gpuhost_host::rootfs::Kind::Symlink => "link",
+                _ => "FIFO or device",
+            }
+        )),
+    }
+}
+
 /// The branch lock, when the list does not hold exactly the installed set's lines.
 fn lock(ctx: &Ctx<'_>, plan: &DriverPlan, set: &SetStatus, hold: &str) -> Result<Option<Change>> {
     let branch = plan.repo.branch();
@@ -109,14 +148,15 @@ fn lock(ctx: &Ctx<'_>, plan: &DriverPlan, set: &SetStatus, hold: &str) -> Result
     let installed: Vec<gpuhost_host::rpm::Installed> =
         ctx.installed(&refs)?.into_values().flatten().collect();
     let want = versionlock::lines(&installed, branch);
-    let existing = ctx.host.read_opt(versionlock::LIST)?.unwrap_or_default();
-    if versionlock::held(&existing) == want {
+    let list = lock_list(ctx)?;
+    let existing = ctx.host.read_opt(&list)?.unwrap_or_default();
+    if versionlock::held(&existing) == want && versionlock::current(&existing) {
         return Ok(None);
     }
-    let content = versionlock::with_lock(&existing, &names, branch, &want);
+    let content = versionlock::with_lock(&existing, branch, &want);
     Ok(Some(Change::new(
         Work::Write {
-            file: FileWrite::new(versionlock::LIST, content, 0o644),
+            file: FileWrite::new(list.as_str(), content, 0o644),
             owes: None,
         },
         format!(

@@ -57,52 +57,56 @@ pub fn lines(installed: &[Installed], branch: u32) -> Vec<String> {
     out
 }
 
-/// The package name of a lock line (`name-epoch:version-release.*`), if it is one.
-fn name_of(line: &str) -> Option<&str> {
-    let (name_epoch, _) = line.split_once(':')?;
-    name_epoch.rsplit_once('-').map(|(n, _)| n)
+/// The last line of gpuhost's block: everything outside the two marks is the site's, kept byte
+/// for byte.
+const END: &str = "# gpuhost: end of the NVIDIA driver branch lock";
+
+/// The list in three parts: the site's text before gpuhost's block, the block's lock lines, the
+/// site's text after it (each part as written, newlines included). A block written before the
+/// end mark existed ends at its first blank, comment or non-NVIDIA line: a line a site appended
+/// after it (`echo … >> versionlock.list`) stays the site's.
+fn split(existing: &str) -> (String, Vec<String>, String) {
+    let lines: Vec<&str> = existing.split_inclusive('\n').collect();
+    let Some(start) = lines.iter().position(|l| l.trim().starts_with(MARK)) else {
+        return (existing.to_string(), Vec::new(), String::new());
+    };
+    let body = &lines[start + 1..];
+    let (ours, after) = match body.iter().position(|l| l.trim() == END) {
+        Some(end) => (&body[..end], &body[end + 1..]),
+        None => {
+            let n = body
+                .iter()
+                .take_while(|l| {
+                    let t = l.trim();
+                    !t.is_empty() && !t.starts_with('#') && t.contains("nvidia")
+                })
+                .count();
+            (&body[..n], &body[n..])
+        }
+    };
+    (
+        lines[..start].concat(),
+        ours.iter().map(|l| l.trim().to_string()).collect(),
+        after.concat(),
+    )
 }
 
-/// The list split in the lines of others and the lock lines of gpuhost's block (its mark, then
-/// lock lines up to a blank or comment line).
-fn split(existing: &str) -> (Vec<&str>, Vec<String>) {
-    let (mut others, mut ours) = (Vec::new(), Vec::new());
-    let mut in_ours = false;
-    for line in existing.lines() {
-        let t = line.trim();
-        if t.starts_with(MARK) {
-            in_ours = true;
-            continue;
-        }
-        if in_ours && !t.is_empty() && !t.starts_with('#') {
-            ours.push(t.to_string());
-            continue;
-        }
-        in_ours = false;
-        others.push(line);
-    }
-    (others, ours)
-}
-
-/// The list with gpuhost's block set to `lines`: the other lines kept, except locks on the
-/// same packages (`names`) at other versions.
-pub fn with_lock(existing: &str, names: &[String], branch: u32, lines: &[String]) -> String {
-    let (others, _) = split(existing);
-    let kept: Vec<&str> = others
-        .into_iter()
-        .filter(|l| {
-            name_of(l.trim().trim_start_matches('!')).is_none_or(|n| !names.iter().any(|m| m == n))
-        })
-        .collect();
-    let mut out = kept.join("\n").trim_end().to_string();
-    if !out.is_empty() {
-        out.push_str("\n\n");
+/// The list with gpuhost's block set to `lines` (where it was, or at the end): every other line
+/// is kept byte for byte.
+pub fn with_lock(existing: &str, branch: u32, lines: &[String]) -> String {
+    let (before, _, after) = split(existing);
+    let mut out = before;
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
     }
     out.push_str(&format!("{MARK} '{}'\n", pattern(branch)));
     for l in lines {
         out.push_str(l);
         out.push('\n');
     }
+    out.push_str(END);
+    out.push('\n');
+    out.push_str(&after);
     out
 }
 
@@ -111,6 +115,54 @@ pub fn held(existing: &str) -> Vec<String> {
     let mut ours = split(existing).1;
     ours.sort();
     ours
+}
+
+/// Whether the list is written as this gpuhost writes it (both marks): an older block is
+/// rewritten once, with the end mark.
+pub fn current(existing: &str) -> bool {
+    existing.lines().any(|l| l.trim() == END)
+}
+
+/// What the plugin's own configuration (`versionlock.conf`) says: whether it is on, and the lock
+/// list it reads (`locklist`). Without the file (the plugin not installed yet): on, [`LIST`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginConf {
+    pub enabled: bool,
+    pub locklist: String,
+}
+
+/// The plugin's configuration file.
+pub const CONF: &str = "/etc/dnf/plugins/versionlock.conf";
+
+impl PluginConf {
+    pub fn parse(text: Option<&str>) -> PluginConf {
+        let mut conf = PluginConf {
+            enabled: true,
+            locklist: LIST.to_string(),
+        };
+        let Some(text) = text else {
+            return conf;
+        };
+        let mut main = false;
+        for line in text.lines().map(str::trim) {
+            if line.starts_with('[') {
+                main = line == "[main]";
+                continue;
+            }
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            match (main, k.trim(), v.trim()) {
+                (true, "enabled", v) => {
+                    conf.enabled =
+                        matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on")
+                }
+                (true, "locklist", v) if !v.is_empty() => conf.locklist = v.to_string(),
+                _ => {}
+            }
+        }
+        conf
+    }
 }
 
 #[cfg(test)]
@@ -148,21 +200,58 @@ mod tests {
     }
 
     #[test]
-    fn the_block_is_replaced_and_site_lines_are_kept() {
-        let names = vec!["nvidia-open".to_string(), "nvidia-driver".to_string()];
-        let site = "\n# Added lock on Mon Jan  5 10:00:00 2026\nfoo-0:1.0-1.el10.*\nnvidia-open-3:570.1.1-1.el10.*\n";
-        let first = with_lock(site, &names, 580, &["nvidia-open-3:580.1-1.el10.*".into()]);
-        assert!(first.contains("foo-0:1.0-1.el10.*"), "{first}");
-        assert!(!first.contains("570.1.1"), "{first}");
+    fn the_block_is_replaced_and_every_site_line_is_kept_byte_for_byte() {
+        let site = "\n# Added lock on Mon Jan  5 10:00:00 2026\nfoo-0:1.0-1.el10.*\n!nvidia-open-3:570.1.1-1.el10.*\n";
+        let first = with_lock(site, 580, &["nvidia-open-3:580.1-1.el10.*".into()]);
+        assert!(first.starts_with(site), "{first}");
         assert_eq!(held(&first), vec!["nvidia-open-3:580.1-1.el10.*"]);
-        let second = with_lock(
-            &first,
-            &names,
-            590,
-            &["nvidia-open-3:590.1-1.el10.*".into()],
-        );
+        // A site appends after gpuhost's block; the next lock keeps it, in place.
+        let appended = format!("{first}bar-0:2.0-1.el10.*\nnvidia-site-pin-0:1-1.*\n");
+        let second = with_lock(&appended, 590, &["nvidia-open-3:590.1-1.el10.*".into()]);
         assert_eq!(held(&second), vec!["nvidia-open-3:590.1-1.el10.*"]);
+        assert!(second.starts_with(site), "{second}");
+        assert!(
+            second.ends_with(&format!(
+                "{END}\nbar-0:2.0-1.el10.*\nnvidia-site-pin-0:1-1.*\n"
+            )),
+            "{second}"
+        );
         assert_eq!(second.matches(MARK).count(), 1, "{second}");
-        assert!(second.contains("foo-0:1.0-1.el10.*"), "{second}");
+        assert!(current(&second));
+    }
+
+    #[test]
+    fn a_block_of_an_earlier_gpuhost_ends_at_the_first_line_not_its_own() {
+        let old = format!(
+            "foo-0:1-1.*\n{MARK} '*nvidia*580*'\nnvidia-open-3:580.1-1.el10.*\nbar-0:2-1.*\n"
+        );
+        assert_eq!(held(&old), vec!["nvidia-open-3:580.1-1.el10.*"]);
+        assert!(!current(&old));
+        let new = with_lock(&old, 580, &["nvidia-open-3:580.1-1.el10.*".into()]);
+        assert!(
+            new.starts_with("foo-0:1-1.*\n") && new.ends_with(&format!("{END}\nbar-0:2-1.*\n")),
+            "{new}"
+        );
+    }
+
+    #[test]
+    fn the_plugins_configuration_says_whether_and_where_it_locks() {
+        assert_eq!(
+            PluginConf::parse(None),
+            PluginConf {
+                enabled: true,
+                locklist: LIST.into()
+            }
+        );
+        let c = PluginConf::parse(Some("[main]\nenabled = 0\nlocklist = /etc/site/locks\n"));
+        assert_eq!(
+            c,
+            PluginConf {
+                enabled: false,
+                locklist: "/etc/site/locks".into()
+            }
+        );
+        let c = PluginConf::parse(Some("[main]\nenabled=True\n[other]\nenabled = 0\n"));
+        assert!(c.enabled && c.locklist == LIST);
     }
 }
