@@ -747,20 +747,24 @@ fn ol10_locks_keep_every_site_line_and_follow_the_plugins_configuration() {
     assert_eq!(rc, 0, "{err}\n{rep:#}");
     let site = "!nvidia-open-3:590.48.01-1.el10.*\nsite-tool-0:1.0-1.el10.*\n";
     let list = root.join(LIST);
-    let with_site = format!("{}{site}", std::fs::read_to_string(&list).unwrap());
-    std::fs::write(&list, &with_site).unwrap();
+    let with_site = format!(
+        "{}{site}",
+        std::fs::read_to_string(&list).unwrap_or_else(|e| panic!("{e}"))
+    );
+    std::fs::write(&list, &with_site).unwrap_or_else(|e| panic!("{e}"));
     let (rc, rep, err) = run(&root, "apply", &profile, DRIVER_LOCAL_EL10_580, &[]);
     assert_eq!(rc, 0, "{err}\n{rep:#}");
     assert_eq!(
-        std::fs::read_to_string(&list).unwrap(),
+        std::fs::read_to_string(&list).unwrap_or_else(|e| panic!("{e}")),
         with_site,
         "the site's lines moved"
     );
     assert_converged(&rep);
     // The plugin turned off: the branch would not be held.
     let conf = root.join("/etc/dnf/plugins/versionlock.conf");
-    let original = std::fs::read_to_string(&conf).unwrap();
-    std::fs::write(&conf, original.replace("enabled = 1", "enabled = 0")).unwrap();
+    let original = std::fs::read_to_string(&conf).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&conf, original.replace("enabled = 1", "enabled = 0"))
+        .unwrap_or_else(|e| panic!("{e}"));
     let set = format!("driver.local_repo_rpm={}", local(DRIVER_LOCAL_EL10_580));
     let args = [
         "apply",
@@ -780,7 +784,7 @@ fn ol10_locks_keep_every_site_line_and_follow_the_plugins_configuration() {
             "locklist = /etc/dnf/site-locks.list",
         ),
     )
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e}"));
     let (rc, rep, err) = run(&root, "apply", &profile, DRIVER_LOCAL_EL10_580, &[]);
     assert_eq!(rc, 0, "{err}\n{rep:#}");
     assert!(
@@ -790,19 +794,20 @@ fn ol10_locks_keep_every_site_line_and_follow_the_plugins_configuration() {
     );
     // A FIFO, a folder, a link out of the root as the list: refused before any change.
     let other = root.join("/etc/dnf/site-locks.list");
-    std::fs::remove_file(&other).unwrap();
+    std::fs::remove_file(&other).unwrap_or_else(|e| panic!("{e}"));
     assert!(Command::new("mkfifo")
         .arg(&other)
         .status()
-        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}"))
         .success());
     refused(&root, &args, "FIFO or device");
-    std::fs::remove_file(&other).unwrap();
-    std::fs::create_dir(&other).unwrap();
+    std::fs::remove_file(&other).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir(&other).unwrap_or_else(|e| panic!("{e}"));
     refused(&root, &args, "folder");
-    std::fs::remove_dir(&other).unwrap();
-    let outside = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(outside.path(), root.join("/etc/dnf/site")).unwrap();
+    std::fs::remove_dir(&other).unwrap_or_else(|e| panic!("{e}"));
+    let outside = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(outside.path(), root.join("/etc/dnf/site"))
+        .unwrap_or_else(|e| panic!("{e}"));
     std::fs::write(
         &conf,
         original.replace(
@@ -810,7 +815,10 @@ fn ol10_locks_keep_every_site_line_and_follow_the_plugins_configuration() {
             "locklist = /etc/dnf/site/locks.list",
         ),
     )
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e}"));
     refused(&root, &args, "outside the root");
-    assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
+    assert!(std::fs::read_dir(outside.path())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .next()
+        .is_none());
 }

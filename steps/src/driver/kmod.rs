@@ -168,7 +168,18 @@ impl KernelModule {
                 .iter()
                 .any(|p| p.version == drv)
             {
-                return Err(Self::failure(ctx, StreamKind::Precompiled, drv, missing));
+                return Err(hinted(
+                    format!(
+                        "the build host's kmod {} {drv} is installed, but modprobe finds no NVIDIA {drv} module for the {} kernel {kver} ({})",
+                        k.package,
+                        role(ctx, kver),
+                        module_state(ctx, kver).describe()
+                    ),
+                    format!(
+                        "reinstall it (dnf reinstall {}), or check /lib/modules/{kver}/extra and run depmod -a {kver}",
+                        k.file.display()
+                    ),
+                ));
             }
             check.changes.push(Change::install(
                 vec![k.file.display().to_string()],
