@@ -736,11 +736,16 @@ fn download(
     let began = Instant::now();
     // keepcache: dnf otherwise lists what it downloaded from a remote repo (into the
     // --downloaddir too) as temporary, and deletes it after the next transaction.
-    let download = gpuhost_steps::work::install_command(scratch, &refs)?
-        .arg("--downloadonly")
-        .arg(format!("--downloaddir={}", pkgdir.display()))
-        .arg("--setopt=keepcache=True");
-    let out = download.output()?;
+    let keepcache = "--setopt=keepcache=True".to_string();
+    let (download, out) = gpuhost_steps::work::scratch_transaction(
+        scratch,
+        &refs,
+        &[
+            "--downloadonly".to_string(),
+            format!("--downloaddir={}", pkgdir.display()),
+            keepcache.clone(),
+        ],
+    )?;
     if !out.success() {
         let text = format!("{}\n{}", out.stdout, out.stderr);
         let mut ids: Vec<&str> = parts
@@ -764,10 +769,14 @@ fn download(
     }
     // (A remote repo's packages are downloaded again here: dnf reads --downloaddir
     // only with --downloadonly.)
-    gpuhost_steps::work::install_command(scratch, &refs)?
-        .arg("--setopt=tsflags=noscripts")
-        .arg("--setopt=keepcache=True")
-        .run()?;
+    let (install, out) = gpuhost_steps::work::scratch_transaction(
+        scratch,
+        &refs,
+        &["--setopt=tsflags=noscripts".to_string(), keepcache],
+    )?;
+    if !out.success() {
+        return Err(install.failure(&out));
+    }
     gpuhost_host::progress::step_done(&label, "downloaded", began.elapsed());
     Ok(())
 }
