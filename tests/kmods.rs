@@ -6,6 +6,8 @@
 
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
+#[path = "support/docs.rs"]
+mod docs;
 #[path = "world/mod.rs"]
 mod world;
 
@@ -1046,5 +1048,190 @@ fn a_bundle_refuses_a_tampered_kmod_repo_or_one_without_the_kernels_kmod() {
         assert!(!out.exists(), "{} was written", out.display());
         let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+}
+
+/// A document's commands run here: bash with `set -euo pipefail`, the gpuhost under test first on
+/// the PATH, the world's HOME, and the additions this test makes to the text (each must apply
+/// at least once: one that no longer matches fails).
+struct DocShell {
+    cwd: PathBuf,
+    rewrites: Vec<(String, String, usize)>,
+}
+
+impl DocShell {
+    fn new(cwd: &Path, rewrites: &[(&str, String)]) -> DocShell {
+        DocShell {
+            cwd: cwd.to_path_buf(),
+            rewrites: rewrites
+                .iter()
+                .map(|(f, t)| (f.to_string(), t.clone(), 0))
+                .collect(),
+        }
+    }
+
+    /// Runs `cmd` as rewritten; wants exit 0; its stdout.
+    fn ok(&mut self, cmd: &str) -> String {
+        let mut eff = cmd.to_string();
+        for (from, to, used) in &mut self.rewrites {
+            *used += eff.matches(from.as_str()).count();
+            eff = eff.replace(from.as_str(), to);
+        }
+        let bin = Path::new(env!("CARGO_BIN_EXE_gpuhost")).parent().unwrap();
+        let o = Command::new("bash")
+            .arg("-c")
+            .arg(format!("set -euo pipefail\n{eff}"))
+            .current_dir(&self.cwd)
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .env("HOME", World::get().home())
+            .output()
+            .unwrap();
+        assert_eq!(
+            code(&o),
+            0,
+            "$ {cmd}\n(run as: {eff})\n{}\n{}",
+            world::stdout(&o),
+            world::stderr(&o)
+        );
+        world::stdout(&o)
+    }
+
+    fn finish(&self) {
+        for (from, to, used) in &self.rewrites {
+            assert!(
+                *used > 0,
+                "the test replaces {from:?} with {to:?}, but no command of the block has it: update the test with the document"
+            );
+        }
+    }
+}
+
+/// docs/kmods.md, in order: the fleet key made with openssl and the kmods built on a build root
+/// of the test world (`--root` added: the document's build host is `/`); the bundle made with
+/// them from a source root and applied on a fresh root; the repo given to plan and apply on
+/// another fresh root. Paths under /srv, /media and /etc/pki are this test's.
+#[test]
+fn the_kmods_page_runs_in_order() {
+    let w = World::get();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let build = build_root(&[UEK9]);
+    let local = format!(
+        "{}/nvidia-driver-local-repo-",
+        w.dir().join("rpms/cuda-local").display()
+    );
+    let kmods = dir.join("gpuhost-kmods").display().to_string();
+    let common = |extra: &[(&'static str, String)]| -> Vec<(&'static str, String)> {
+        let mut r = vec![
+            ("/srv/nvidia-driver-local-repo-", local.clone()),
+            ("/srv/gpuhost-kmods", kmods.clone()),
+            (
+                "--profile ol9-uek ",
+                format!("--profile {} ", world::profile("ol9-uek")),
+            ),
+        ];
+        r.extend(extra.iter().cloned());
+        r
+    };
+    let mut sh = DocShell::new(
+        dir,
+        &[
+            ("/etc/pki/gpuhost", dir.join("pki").display().to_string()),
+            ("/srv/nvidia-driver-local-repo-", local.clone()),
+            ("/srv/gpuhost-kmods", kmods.clone()),
+            (
+                "gpuhost kmod build ",
+                format!("gpuhost kmod build --root {} ", build.path().display()),
+            ),
+        ],
+    );
+    let block = docs::delegated(file!(), "docs/kmods.md", "build-host");
+    let cmds = block.commands();
+    assert_eq!(cmds.len(), 3, "{cmds:?}");
+    let mut printed = String::new();
+    for c in &cmds {
+        printed = sh.ok(c);
+    }
+    sh.finish();
+    assert!(
+        printed.contains(&format!(
+            "  {UEK9}  x86_64/kmod-nvidia-open-{UEK9}-570.124.06-1.x86_64.rpm  (5 modules; "
+        )) && printed.contains(&format!(
+            "install on nodes with driver.kmod_repo = \"{kmods}\""
+        )),
+        "{printed}"
+    );
+
+    // The bundle, from a source root, applied on a fresh one with nothing else reachable.
+    let src = Root::new(Os::Ol9, &[UEK9]);
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    cut_off(&node);
+    let carry = dir.join("carry");
+    std::fs::create_dir(&carry).unwrap();
+    let mut sh = DocShell::new(
+        dir,
+        &common(&[
+            ("--root / ", format!("--root {} ", src.path().display())),
+            (
+                "/srv/gpuhost-bundle",
+                format!("{}/gpuhost-bundle", carry.display()),
+            ),
+            (
+                "/media/gpuhost-bundle",
+                format!("{}/gpuhost-bundle", carry.display()),
+            ),
+            (
+                "gpuhost apply ",
+                format!("gpuhost apply --root {} ", node.path().display()),
+            ),
+        ]),
+    );
+    let cmds = docs::delegated(file!(), "docs/kmods.md", "bundle").commands();
+    assert_eq!(cmds.len(), 2, "{cmds:?}");
+    let made = sh.ok(&cmds[0]);
+    assert!(
+        made.contains(&format!(
+            "prebuilt kmods: NVIDIA 570.124.06 open for kernel(s) {UEK9}, "
+        )),
+        "{made}"
+    );
+    let applied = sh.ok(&cmds[1]);
+    assert!(applied.contains("converged — "), "{applied}");
+    sh.finish();
+    assert!(node
+        .installed(&format!("kmod-nvidia-open-{UEK9}"))
+        .is_some());
+    assert!(node.installed("dkms").is_none() && node.installed("gcc").is_none());
+
+    // The repo named on a node's command line: plan changes nothing, apply installs the kmod.
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let r = node.path().display().to_string();
+    let mut sh = DocShell::new(
+        dir,
+        &common(&[
+            ("gpuhost plan ", format!("gpuhost plan --root {r} ")),
+            ("gpuhost apply ", format!("gpuhost apply --root {r} ")),
+        ]),
+    );
+    let cmds = docs::delegated(file!(), "docs/kmods.md", "node").commands();
+    assert_eq!(cmds.len(), 2, "{cmds:?}");
+    let before = node.rpmdb_snapshot();
+    let plan = sh.ok(&cmds[0]);
+    assert!(
+        plan.contains(&format!("kmod-nvidia-open-{UEK9}")) && plan.contains("nothing is compiled"),
+        "{plan}"
+    );
+    assert_eq!(node.rpmdb_snapshot(), before, "plan changed the root");
+    let applied = sh.ok(&cmds[1]);
+    assert!(applied.contains("converged — "), "{applied}");
+    sh.finish();
+    assert!(node
+        .installed(&format!("kmod-nvidia-open-{UEK9}"))
+        .is_some());
+    for p in BUILD_PACKAGES {
+        assert!(node.installed(p).is_none(), "{p} was installed");
     }
 }
