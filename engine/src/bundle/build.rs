@@ -119,7 +119,8 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     let driver = pin_driver(&mut profile, &facts)?;
     let kernels = facts.kernels_to_serve();
     let prebuilt = driver.as_ref().filter(|d| d.kmods.is_some());
-    if prebuilt.is_some() {
+    if let Some(d) = prebuilt {
+        kmods::check_kernels(d)?;
         kmods::provide_kernels(&scratch, &kernels, work.path())?;
     }
     let pkgdir = staging.join("repo").join("Packages");

@@ -45,8 +45,23 @@ pub(super) fn check(dir: &Path) -> Result<KmodManifest> {
     KmodManifest::read_verified(dir)
 }
 
+/// A bundle carries a kmod for every kernel it serves: one the repo lacks is refused (exit 2,
+/// naming the kernel and the build host's command that makes its kmod) before the bundle is
+/// resolved. (A node with an NVIDIA module may run on while its kernel guard holds a new
+/// kernel back; a bundle is for nodes that have none yet.)
+pub(super) fn check_kernels(driver: &DriverPlan) -> Result<()> {
+    match driver
+        .kmods
+        .as_ref()
+        .and_then(|k| k.no_kmod(&driver.repo.driver, driver.choice.flavour, true))
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// Copy into `staging/kmods` the kmods of `driver` for `kernels` (every one of them is in the
-/// repo: the driver's resolution refused a kernel it lacks), with the certificate, a manifest
+/// repo: [`check_kernels`] refused a kernel it lacks), with the certificate, a manifest
 /// of what is copied and createrepo_c's metadata; and pin the bundle's `profile` to that copy
 /// (`driver.kmod_repo = "kmods"`, which `apply --bundle` resolves in the bundle).
 pub(super) fn carry(
