@@ -135,8 +135,8 @@ pub(crate) fn markdown() -> String {
            (driver, kernel) on a build host, installed from `driver.kmod_repo` or a bundle, nothing\n  \
            compiled on the node ([kmods.md](kmods.md)); DKMS: built on each node (no kmod repo set);\n  \
            NVIDIA precompiled: the precompiled streams' kmods. The verdict is the driver's, run\n  \
-           with DKMS; the test world runs prebuilt kmods on Oracle Linux 9 UEK x86_64\n  \
-           (`tests/kmods.rs`).\n\n\
+           with DKMS; the test world runs prebuilt kmods on Oracle Linux 9's UEK, x86_64 and\n  \
+           aarch64 (`tests/kmods.rs`).\n\n\
          | OS | arch | kernel | module flavour | kernel modules | driver branches | verdict |\n\
          | --- | --- | --- | --- | --- | --- | --- |\n",
     );
