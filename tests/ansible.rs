@@ -756,6 +756,145 @@ fn the_local_recipe_converges_an_install_root_without_slurm_and_says_the_gate_is
     assert_eq!(stats(&again, "demo")["changed"], 0, "{again:#}");
 }
 
+/// A kmod repo as a build host makes it (`gpuhost kmod build`, issue 41): the world's 570 driver's
+/// open modules for `kernel`, built in a build root of the test world (the kernel and its devel
+/// package, gcc, make) and signed with a fleet key made here. Its directory.
+fn kmod_repo(dir: &Path, kernel: &str) -> PathBuf {
+    let build = Root::new(Os::Ol9, &[kernel]);
+    let base = kernel.rsplit_once('.').map_or(kernel, |(b, _)| b);
+    let devel = format!("kernel-uek-devel-{base}");
+    let o = build.dnf(&[
+        "install",
+        "-y",
+        "bash",
+        "gcc",
+        "gcc-c++",
+        "openssl-libs",
+        "make",
+        &devel,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (key, cert) = world::openssl_test_key(&dir.join("fleet"), "fleet", "gpuhost test fleet");
+    let out = dir.join("kmods");
+    let rpm = World::get().cuda_local(world::DRIVER_LOCAL_EL9_570);
+    let o = build.gpuhost(&[
+        "kmod",
+        "build",
+        "--local-repo-rpm",
+        &rpm.display().to_string(),
+        "--key",
+        &key.display().to_string(),
+        "--cert",
+        &cert.display().to_string(),
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    out
+}
+
+/// The role rolls out prebuilt kmods (issue 41), with the play and the commands of
+/// docs/fleets.md: `gpuhost_kmod_repo`, the repo `gpuhost kmod build` wrote, is copied to the
+/// node and given to the plan and the apply as `driver.kmod_repo`. Check mode plans the build
+/// host's kmod and changes nothing in the root; the run installs it with no DKMS, compiler or
+/// kernel headers; a second run changes nothing; with a bundle as well the role refuses before
+/// anything.
+#[test]
+fn the_role_rolls_out_prebuilt_kmods_and_the_node_compiles_nothing() {
+    if !have_ansible() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let repo = kmod_repo(dir.path(), world::UEK9);
+    let root = Root::new(Os::Ol9, &[world::UEK9]);
+    let dest = dir.path().join("node/kmods");
+    let rpm = World::get().cuda_local(world::DRIVER_LOCAL_EL9_570);
+    let inventory = json!({"all": {
+        "vars": {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "ansible_become": false,
+        },
+        "children": {"gpu_nodes": {"hosts": {"node": {
+            "gpuhost_root": root.path(),
+            "driver_rpm": rpm,
+            "gpuhost_kmod_repo_dest": dest,
+            "gpuhost_executable": GPUHOST,
+            "gpuhost_slurm": "false",
+        }}}},
+    }});
+    let play = docs_yaml("prebuilt-kmods.yml");
+    let profile = format!("gpuhost_profile: {}", world::profile("ol9-uek"));
+    let repo_line = format!("gpuhost_kmod_repo: {}", repo.display());
+    assert!(
+        play.contains("gpuhost_profile: ol9-uek")
+            && play.contains("gpuhost_kmod_repo: /srv/gpuhost-kmods"),
+        "{play}"
+    );
+    let play = play
+        .replace("gpuhost_profile: ol9-uek", &profile)
+        .replace("gpuhost_kmod_repo: /srv/gpuhost-kmods", &repo_line);
+    let args = docs_playbook_args(
+        &docs::delegated(file!(), "docs/fleets.md", "kmods"),
+        "inventory.yml",
+        "prebuilt-kmods.yml",
+    );
+    assert_eq!(args.len(), 2, "{args:?}");
+    assert!(args[0].iter().any(|a| a == "--check"));
+    let check: Vec<&str> = args[0].iter().map(String::as_str).collect();
+    let real: Vec<&str> = args[1].iter().map(String::as_str).collect();
+    let kmod = format!("kmod-nvidia-open-{}", world::UEK9);
+    let before = files(&root);
+    let (o, run) = playbook(dir.path(), &inventory, &play, &check);
+    assert!(o.status.success(), "{run:#}\n{}", text(&o.stderr));
+    assert!(
+        before == files(&root),
+        "check mode changed the root: {run:#}"
+    );
+    assert!(dest.join("gpuhost-kmods.json").is_file(), "{run:#}");
+    let plan = result(&run, &format!("{ROLE} : Plan (changes nothing)"), "node");
+    assert!(plan.to_string().contains(&kmod), "{plan:#}");
+
+    let (o, run) = playbook(dir.path(), &inventory, &play, &real);
+    assert!(o.status.success(), "{run:#}\n{}", text(&o.stderr));
+    assert!(root.installed(&kmod).is_some(), "{run:#}");
+    assert_eq!(
+        root.nvidia_module_version(world::UEK9).as_deref(),
+        Some("570.124.06")
+    );
+    for p in [
+        "dkms",
+        "gcc",
+        "make",
+        "kernel-uek-devel",
+        "kmod-nvidia-open-dkms",
+    ] {
+        assert!(root.installed(p).is_none(), "{p} was installed: {run:#}");
+    }
+    let (o, again) = playbook(dir.path(), &inventory, &play, &real);
+    assert!(o.status.success(), "{again:#}");
+    assert_eq!(stats(&again, "node")["changed"], 0, "{again:#}");
+
+    let before = files(&root);
+    let mut with_bundle = real.clone();
+    with_bundle.extend(["-e", "gpuhost_bundle=/srv/b.tar"]);
+    let (o, run) = playbook(dir.path(), &inventory, &play, &with_bundle);
+    assert!(!o.status.success(), "{run:#}");
+    let failed = result(
+        &run,
+        &format!("{ROLE} : A bundle carries its own kmods"),
+        "node",
+    );
+    assert!(
+        failed["msg"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("both given"),
+        "{failed:#}"
+    );
+    assert!(before == files(&root));
+}
+
 /// galaxy.yml names a README that is there; the commands of docs/fleets.md build the collection
 /// in its folder and install it (into a HOME of this test's), and the installed collection is
 /// what ansible-doc then reads, README and role included.

@@ -6,6 +6,8 @@
 
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
+#[path = "support/docs.rs"]
+mod docs;
 #[path = "world/mod.rs"]
 mod world;
 
@@ -805,5 +807,431 @@ fn aarch64_kmods_are_built_through_an_aarch64_root_and_installed_on_grace() {
     assert!(node.installed(&format!("kmod-nvidia-open-{k64}")).is_some());
     for p in BUILD_PACKAGES.iter().chain(&["kernel-uek64k-devel"]) {
         assert!(node.installed(p).is_none(), "{p} was installed: {rep:#}");
+    }
+}
+
+/// The root's repos point at nothing reachable (the mirrors gone, every baseurl a directory
+/// that does not exist): what it installs comes from the bundle or nowhere.
+fn cut_off(root: &Root) {
+    let _ = std::fs::remove_dir_all(root.join("srv/repos"));
+    for e in std::fs::read_dir(root.join("etc/yum.repos.d")).unwrap() {
+        let p = e.unwrap().path();
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        let cut: Vec<String> = text
+            .lines()
+            .map(|l| match l.strip_prefix("baseurl=") {
+                Some(_) => "baseurl=file:///nonexistent/gpuhost-offline/".to_string(),
+                None => l.to_string(),
+            })
+            .collect();
+        std::fs::write(&p, cut.join("\n") + "\n").unwrap();
+    }
+    assert!(
+        !root.dnf(&["makecache"]).status.success(),
+        "dnf still reaches a repo"
+    );
+}
+
+/// `gpuhost bundle --root SRC --profile ol9-uek` with the world's 570 local repo package and
+/// `extra` (`--kmod-repo DIR`, `--format json`): exit code, stdout and stderr.
+fn bundle_with(src: &Root, out: &Path, extra: &[&str]) -> (i32, String, String) {
+    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let mut args = vec![
+        "bundle".to_string(),
+        "--profile".into(),
+        world::profile("ol9-uek"),
+        "--set".into(),
+        format!("driver.local_repo_rpm={}", rpm.display()),
+        "--out".into(),
+        out.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = src.gpuhost(&args);
+    (code(&o), world::stdout(&o), world::stderr(&o))
+}
+
+/// What a bundle with prebuilt kmods must not carry: the packages only a DKMS build needs.
+fn is_build_package(nevra: &str) -> bool {
+    let name = nevra.rsplitn(3, '-').nth(2).unwrap_or(nevra).to_string();
+    name.starts_with("gcc-toolset-")
+        || [
+            "gcc",
+            "gcc-c++",
+            "make",
+            "dkms",
+            "kernel-devel",
+            "kernel-uek-devel",
+            "kernel-headers",
+            "elfutils-libelf-devel",
+            "kmod-nvidia-open-dkms",
+            "kmod-nvidia-latest-dkms",
+        ]
+        .contains(&name.as_str())
+}
+
+/// Issue 41: the bundle carries the build host's kmod repo (`bundle --kmod-repo`), and a fresh
+/// node converges from the bundle alone, cut off from every repo: the fleet-signed module, and
+/// none of DKMS, a compiler or kernel headers, in the bundle or on the node.
+#[test]
+fn a_bundle_carries_the_kmod_repo_and_a_fresh_node_compiles_nothing() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    // The build host's repo holds another kernel's kmod too: the bundle carries its own only.
+    let other = build_root(&[world::UEK9_8]);
+    let (rc, _, text) = kmod_build(&other, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bundle");
+    let src = Root::new(Os::Ol9, &[UEK9]);
+    let repo = f.out.display().to_string();
+    let (rc, stdout, stderr) = bundle_with(&src, &out, &["--kmod-repo", &repo, "--tar"]);
+    assert_eq!(rc, 0, "{stdout}\n{stderr}");
+    // What bundle printed: the kmod repo's part, its kernels and size.
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("prebuilt kmods:"))
+        .unwrap_or_else(|| panic!("no kmod line in\n{stdout}"));
+    assert!(
+        line.contains("NVIDIA 570.124.06 open") && line.contains(UEK9) && line.contains(" KiB"),
+        "{line}"
+    );
+    assert!(!line.contains(world::UEK9_8), "{line}");
+
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    let packages: Vec<&str> = manifest["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let build_packages: Vec<&&str> = packages.iter().filter(|p| is_build_package(p)).collect();
+    assert!(
+        build_packages.is_empty(),
+        "{build_packages:?} in {packages:?}"
+    );
+    // Nor the kernel itself: the node has it (the scratch root stands for it).
+    assert!(
+        !packages.iter().any(|p| p.starts_with("kernel-uek")),
+        "{packages:?}"
+    );
+    assert!(
+        packages
+            .iter()
+            .any(|p| p.starts_with("nvidia-kmod-common-")),
+        "{packages:?}"
+    );
+    let kmods = &manifest["kmod_repo"];
+    assert_eq!(kmods["path"], "kmods", "{manifest:#}");
+    assert_eq!(kmods["kernels"], serde_json::json!([UEK9]), "{manifest:#}");
+    assert_eq!(
+        kmods["packages"],
+        serde_json::json!([format!("kmod-nvidia-open-{UEK9}")])
+    );
+    let files: Vec<(String, u64)> = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["size"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let kmod_bytes: u64 = files
+        .iter()
+        .filter(|(p, _)| p.starts_with("kmods/"))
+        .map(|(_, s)| s)
+        .sum();
+    assert_eq!(kmods["bytes"].as_u64(), Some(kmod_bytes), "{manifest:#}");
+    for want in [
+        "kmods/fleet-signing-cert.der".to_string(),
+        "kmods/gpuhost-kmods.json".to_string(),
+        "kmods/repodata/repomd.xml".to_string(),
+        format!("kmods/x86_64/kmod-nvidia-open-{UEK9}-570.124.06-1.x86_64.rpm"),
+    ] {
+        assert!(files.iter().any(|(p, _)| *p == want), "{want}: {files:?}");
+    }
+    assert!(
+        !files.iter().any(|(p, _)| p.contains(world::UEK9_8)
+            || (p.starts_with("driver/") && p.contains("kmod-nvidia"))
+            || (p.starts_with("repo/") && p.contains("kmod-nvidia-open-"))),
+        "{files:?}"
+    );
+    let profile = std::fs::read_to_string(out.join("profile.toml")).unwrap();
+    assert!(profile.contains("kmod_repo = \"kmods\""), "{profile}");
+
+    // A fresh node, cut off from every repo: the bundle alone.
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    cut_off(&node);
+    let b = out.display().to_string();
+    let o = node.gpuhost(&["apply", "--bundle", &b, "--format", "json"]);
+    let rep = world::report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}\n{}", world::stderr(&o));
+    assert!(
+        world::step(&rep, "kernel-module")
+            .to_string()
+            .contains(&format!("kmod-nvidia-open-{UEK9}")),
+        "{rep:#}"
+    );
+    assert!(node
+        .installed(&format!("kmod-nvidia-open-{UEK9}"))
+        .is_some());
+    assert_eq!(
+        node.nvidia_module_version(UEK9).as_deref(),
+        Some("570.124.06")
+    );
+    let modules = node.nvidia_module_files(UEK9);
+    assert!(!modules.is_empty());
+    for m in modules {
+        assert_eq!(
+            world::modinfo(&node.join(&m), "signer").as_deref(),
+            Some(FLEET_CN),
+            "{m}"
+        );
+    }
+    for p in BUILD_PACKAGES {
+        assert!(node.installed(p).is_none(), "{p} was installed: {rep:#}");
+    }
+    let toolsets = node.rpm(&["-qa", "gcc-toolset-*"]);
+    assert!(String::from_utf8_lossy(&toolsets.stdout).trim().is_empty());
+    assert!(!node.join("/var/lib/dkms/nvidia-open").exists());
+    // Again, from the tarball (its kmod repo unpacked with it): nothing changes.
+    let tar = format!("{b}.tar");
+    let o = node.gpuhost(&["apply", "--bundle", &tar, "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}", world::stderr(&o));
+    world::assert_converged(&world::report(&o));
+}
+
+/// A kmod repo that does not match its manifest, or that lacks a served kernel's kmod, is
+/// refused before the bundle is made (exit 2): nothing at --out, nothing beside it.
+#[test]
+fn a_bundle_refuses_a_tampered_kmod_repo_or_one_without_the_kernels_kmod() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bundle");
+    let repo = f.out.display().to_string();
+
+    // The source root serves a kernel the repo has no kmod for.
+    let src = Root::new(Os::Ol9, &[world::UEK9_8]);
+    let (rc, stdout, stderr) = bundle_with(&src, &out, &["--kmod-repo", &repo]);
+    assert_eq!(rc, 2, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(world::UEK9_8) && stderr.contains("gpuhost kmod build"),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+
+    // The repo's RPM changed after the build; through --kmod-repo and through the profile key.
+    let rpm = files_under(&f.out)
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "rpm"))
+        .unwrap();
+    std::fs::write(&rpm, b"tampered").unwrap();
+    let src = Root::new(Os::Ol9, &[UEK9]);
+    let by_key = format!("driver.kmod_repo={repo}");
+    for extra in [["--kmod-repo", repo.as_str()], ["--set", by_key.as_str()]] {
+        let (rc, stdout, stderr) = bundle_with(&src, &out, &extra);
+        assert_eq!(rc, 2, "{stdout}\n{stderr}");
+        assert!(
+            stderr.contains("does not match its manifest") && stderr.contains(".rpm"),
+            "{stderr}"
+        );
+        assert!(!out.exists(), "{} was written", out.display());
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+}
+
+/// A document's commands run here: bash with `set -euo pipefail`, the gpuhost under test first on
+/// the PATH, the world's HOME, and the additions this test makes to the text (each must apply
+/// at least once: one that no longer matches fails).
+struct DocShell {
+    cwd: PathBuf,
+    rewrites: Vec<(String, String, usize)>,
+}
+
+impl DocShell {
+    fn new(cwd: &Path, rewrites: &[(&str, String)]) -> DocShell {
+        DocShell {
+            cwd: cwd.to_path_buf(),
+            rewrites: rewrites
+                .iter()
+                .map(|(f, t)| (f.to_string(), t.clone(), 0))
+                .collect(),
+        }
+    }
+
+    /// Runs `cmd` as rewritten; wants exit 0; its stdout.
+    fn ok(&mut self, cmd: &str) -> String {
+        let mut eff = cmd.to_string();
+        for (from, to, used) in &mut self.rewrites {
+            *used += eff.matches(from.as_str()).count();
+            eff = eff.replace(from.as_str(), to);
+        }
+        let bin = Path::new(env!("CARGO_BIN_EXE_gpuhost")).parent().unwrap();
+        let o = Command::new("bash")
+            .arg("-c")
+            .arg(format!("set -euo pipefail\n{eff}"))
+            .current_dir(&self.cwd)
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .env("HOME", World::get().home())
+            .output()
+            .unwrap();
+        assert_eq!(
+            code(&o),
+            0,
+            "$ {cmd}\n(run as: {eff})\n{}\n{}",
+            world::stdout(&o),
+            world::stderr(&o)
+        );
+        world::stdout(&o)
+    }
+
+    fn finish(&self) {
+        for (from, to, used) in &self.rewrites {
+            assert!(
+                *used > 0,
+                "the test replaces {from:?} with {to:?}, but no command of the block has it: update the test with the document"
+            );
+        }
+    }
+}
+
+/// docs/kmods.md, in order: the fleet key made with openssl and the kmods built on a build root
+/// of the test world (`--root` added: the document's build host is `/`); the bundle made with
+/// them from a source root and applied on a fresh root; the repo given to plan and apply on
+/// another fresh root. Paths under /srv, /media and /etc/pki are this test's.
+#[test]
+fn the_kmods_page_runs_in_order() {
+    let w = World::get();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let build = build_root(&[UEK9]);
+    let local = format!(
+        "{}/nvidia-driver-local-repo-",
+        w.dir().join("rpms/cuda-local").display()
+    );
+    let kmods = dir.join("gpuhost-kmods").display().to_string();
+    let common = |extra: &[(&'static str, String)]| -> Vec<(&'static str, String)> {
+        let mut r = vec![
+            ("/srv/nvidia-driver-local-repo-", local.clone()),
+            ("/srv/gpuhost-kmods", kmods.clone()),
+            (
+                "--profile ol9-uek ",
+                format!("--profile {} ", world::profile("ol9-uek")),
+            ),
+        ];
+        r.extend(extra.iter().cloned());
+        r
+    };
+    let mut sh = DocShell::new(
+        dir,
+        &[
+            ("/etc/pki/gpuhost", dir.join("pki").display().to_string()),
+            ("/srv/nvidia-driver-local-repo-", local.clone()),
+            ("/srv/gpuhost-kmods", kmods.clone()),
+            (
+                "gpuhost kmod build ",
+                format!("gpuhost kmod build --root {} ", build.path().display()),
+            ),
+        ],
+    );
+    let block = docs::delegated(file!(), "docs/kmods.md", "build-host");
+    let cmds = block.commands();
+    assert_eq!(cmds.len(), 3, "{cmds:?}");
+    let mut printed = String::new();
+    for c in &cmds {
+        printed = sh.ok(c);
+    }
+    sh.finish();
+    assert!(
+        printed.contains(&format!(
+            "  {UEK9}  x86_64/kmod-nvidia-open-{UEK9}-570.124.06-1.x86_64.rpm  (5 modules; "
+        )) && printed.contains(&format!(
+            "install on nodes with driver.kmod_repo = \"{kmods}\""
+        )),
+        "{printed}"
+    );
+
+    // The bundle, from a source root, applied on a fresh one with nothing else reachable.
+    let src = Root::new(Os::Ol9, &[UEK9]);
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    cut_off(&node);
+    let carry = dir.join("carry");
+    std::fs::create_dir(&carry).unwrap();
+    let mut sh = DocShell::new(
+        dir,
+        &common(&[
+            ("--root / ", format!("--root {} ", src.path().display())),
+            (
+                "/srv/gpuhost-bundle",
+                format!("{}/gpuhost-bundle", carry.display()),
+            ),
+            (
+                "/media/gpuhost-bundle",
+                format!("{}/gpuhost-bundle", carry.display()),
+            ),
+            (
+                "gpuhost apply ",
+                format!("gpuhost apply --root {} ", node.path().display()),
+            ),
+        ]),
+    );
+    let cmds = docs::delegated(file!(), "docs/kmods.md", "bundle").commands();
+    assert_eq!(cmds.len(), 2, "{cmds:?}");
+    let made = sh.ok(&cmds[0]);
+    assert!(
+        made.contains(&format!(
+            "prebuilt kmods: NVIDIA 570.124.06 open for kernel(s) {UEK9}, "
+        )),
+        "{made}"
+    );
+    let applied = sh.ok(&cmds[1]);
+    assert!(applied.contains("converged — "), "{applied}");
+    sh.finish();
+    assert!(node
+        .installed(&format!("kmod-nvidia-open-{UEK9}"))
+        .is_some());
+    assert!(node.installed("dkms").is_none() && node.installed("gcc").is_none());
+
+    // The repo named on a node's command line: plan changes nothing, apply installs the kmod.
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let r = node.path().display().to_string();
+    let mut sh = DocShell::new(
+        dir,
+        &common(&[
+            ("gpuhost plan ", format!("gpuhost plan --root {r} ")),
+            ("gpuhost apply ", format!("gpuhost apply --root {r} ")),
+        ]),
+    );
+    let cmds = docs::delegated(file!(), "docs/kmods.md", "node").commands();
+    assert_eq!(cmds.len(), 2, "{cmds:?}");
+    let before = node.rpmdb_snapshot();
+    let plan = sh.ok(&cmds[0]);
+    assert!(
+        plan.contains(&format!("kmod-nvidia-open-{UEK9}")) && plan.contains("nothing is compiled"),
+        "{plan}"
+    );
+    assert_eq!(node.rpmdb_snapshot(), before, "plan changed the root");
+    let applied = sh.ok(&cmds[1]);
+    assert!(applied.contains("converged — "), "{applied}");
+    sh.finish();
+    assert!(node
+        .installed(&format!("kmod-nvidia-open-{UEK9}"))
+        .is_some());
+    for p in BUILD_PACKAGES {
+        assert!(node.installed(p).is_none(), "{p} was installed");
     }
 }

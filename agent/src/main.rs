@@ -63,7 +63,8 @@ Exit codes (kernel-added): those of the apply it repeats (--reboot is never repe
 macro_rules! bundle_exit_codes {
     () => {
         "\
-Exit codes (bundle): 0 written, 1 could not resolve or write it, 2 invalid input,
+Exit codes (bundle): 0 written, 1 could not resolve or write it, 2 invalid input (also a
+  --kmod-repo that does not match its manifest or has no kmod for a served kernel),
   130, 143 stopped by SIGINT / SIGTERM (nothing is left at --out, the scratch root is removed)"
     };
 }
@@ -327,6 +328,12 @@ struct BundleArgs {
     /// Also write DIR.tar, one file to carry.
     #[arg(long)]
     tar: bool,
+    /// Carry the prebuilt kmods of this kmod repo (`gpuhost kmod build --out`), the bundle's
+    /// driver's for the kernels it serves, checked against its manifest (default: the profile's
+    /// driver.kmod_repo): nodes install them and compile nothing, and the bundle carries no
+    /// DKMS, compiler or kernel headers.
+    #[arg(long, value_name = "DIR")]
+    kmod_repo: Option<PathBuf>,
     /// Report format on stdout.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
@@ -818,6 +825,11 @@ fn run_bundle(b: &BundleArgs) -> Result<()> {
         fabric_manager: b.fabric_manager,
         out: b.out.clone(),
         tar: b.tar,
+        kmod_repo: b
+            .kmod_repo
+            .as_deref()
+            .map(std::path::absolute)
+            .transpose()?,
     })?;
     match b.format {
         Format::Json => output::json(&r),

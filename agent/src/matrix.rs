@@ -1,8 +1,8 @@
 //! `gpuhost generate support-matrix`: docs/support-matrix.md, made from the code's own tables —
 //! the releases ([`gpuhost_host::platform::RELEASES`]), the driver branches
 //! ([`gpuhost_nvidia::branches::BRANCHES`]) and the rules that refuse (no RHCK on aarch64, no
-//! proprietary modules from R620) — so the document cannot say what the code does not.
-//! `tests/docs.rs` checks the committed file against it.
+//! proprietary modules from R620, which streams a profile accepts) — so the document cannot say
+//! what the code does not. `tests/docs.rs` checks the committed file against it.
 
 use std::fmt::Write as _;
 
@@ -10,6 +10,7 @@ use gpuhost_host::kernel::Flavour;
 use gpuhost_host::platform::{self, Release};
 use gpuhost_nvidia::branches::{self, BRANCHES};
 use gpuhost_nvidia::flavour::ModuleFlavour;
+use gpuhost_profile::Profile;
 
 /// What gpuhost does with one combination.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +59,49 @@ fn shown(v: &Verdict) -> String {
     }
 }
 
+/// How a node gets the kernel modules of one (release, kernel, module flavour) it accepts:
+/// prebuilt kmods (`gpuhost kmod build` on a build host, `driver.kmod_repo` on the node), DKMS
+/// on the node, and, for the proprietary flavour (NVIDIA builds no open precompiled kmods),
+/// whether NVIDIA's precompiled streams are accepted — asked of the built-in profile's checks
+/// and of the rule `plan` applies ([`gpuhost_nvidia::flavour::refuse_precompiled`]), so the
+/// column says what `plan` says.
+fn kernel_modules(r: &Release, kernel: Flavour, modules: ModuleFlavour) -> String {
+    let build = match modules {
+        ModuleFlavour::Open => "`gpuhost kmod build`",
+        ModuleFlavour::Proprietary => "`gpuhost kmod build --flavour proprietary`",
+    };
+    // NVIDIA's `nvidia-open` requires its DKMS kmod: with prebuilt kmods the open flavour takes
+    // the module or compute-only package set, and a release without module streams has only
+    // the latter (steps/src/run/driver.rs).
+    let set = if modules == ModuleFlavour::Open && !r.modular() {
+        ", driver.install = \"compute-only\""
+    } else {
+        ""
+    };
+    let mut s = format!("prebuilt ({build}{set}) or DKMS");
+    if modules == ModuleFlavour::Proprietary {
+        s.push_str(if precompiled_accepted(r, kernel) {
+            "; NVIDIA precompiled: accepted"
+        } else {
+            "; NVIDIA precompiled: refused, exit 2"
+        });
+    }
+    s
+}
+
+/// True when a precompiled stream (`driver.stream = "latest"`) passes the built-in profile of
+/// the release and kernel (a release without module streams takes none) and the driver's
+/// resolution (NVIDIA builds those kmods for RHEL's kernels only).
+fn precompiled_accepted(r: &Release, kernel: Flavour) -> bool {
+    let name = match kernel {
+        Flavour::Uek => format!("{}-uek", r.name()),
+        Flavour::Rhck => format!("{}-rhck", r.name()),
+    };
+    let stream = "latest";
+    Profile::resolve(&name, &[format!("driver.stream={stream}")]).is_ok()
+        && gpuhost_nvidia::flavour::refuse_precompiled(Some(stream), None).is_ok()
+}
+
 /// `R535–R580`, `R590`, or `R535, R550` for branches that are not neighbours in the table.
 fn ranges(list: &[u32]) -> String {
     let mut out: Vec<String> = Vec::new();
@@ -86,9 +130,15 @@ pub(crate) fn markdown() -> String {
          branches, the rules that refuse); `tests/docs.rs` checks this file against it.\n\n\
          - **supported**: gpuhost accepts it and the test world (real rpm, dnf, DKMS) runs it.\n\
          - **untested**: gpuhost accepts it; no test world case runs it yet.\n\
-         - **refused**: stopped before any change, exit 2, with one line saying why.\n\n\
-         | OS | arch | kernel | kernel modules | driver branches | verdict |\n\
-         | --- | --- | --- | --- | --- | --- |\n",
+         - **refused**: stopped before any change, exit 2, with one line saying why.\n\
+         - **kernel modules**: how a node gets NVIDIA's modules. Prebuilt: built and signed once per\n  \
+           (driver, kernel) on a build host, installed from `driver.kmod_repo` or a bundle, nothing\n  \
+           compiled on the node ([kmods.md](kmods.md)); DKMS: built on each node (no kmod repo set);\n  \
+           NVIDIA precompiled: the precompiled streams' kmods. The verdict is the driver's, run\n  \
+           with DKMS; the test world runs prebuilt kmods on Oracle Linux 9's UEK, x86_64 and\n  \
+           aarch64 (`tests/kmods.rs`).\n\n\
+         | OS | arch | kernel | module flavour | kernel modules | driver branches | verdict |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in &platform::RELEASES {
         for arch in r.arches {
@@ -136,9 +186,13 @@ fn rows(s: &mut String, r: &Release, arch: &str, kernel: Flavour, modules: Modul
         }
     }
     for (v, list) in groups {
+        let how = match v {
+            Verdict::Refused(_) => "—".to_string(),
+            _ => kernel_modules(r, kernel, modules),
+        };
         let _ = writeln!(
             s,
-            "| Oracle Linux {} | {arch} | {kernel} | {modules} | {} | {} |",
+            "| Oracle Linux {} | {arch} | {kernel} | {modules} | {how} | {} | {} |",
             r.major,
             ranges(&list),
             shown(&v)
@@ -154,16 +208,30 @@ mod tests {
     fn the_matrix_says_what_the_rules_say() {
         let m = markdown();
         assert!(
-            m.contains("| Oracle Linux 10 | x86_64 | UEK | open | R580–R590 | supported |"),
+            m.contains("| Oracle Linux 10 | x86_64 | UEK | open | prebuilt (`gpuhost kmod build`, driver.install = \"compute-only\") or DKMS | R580–R590 | supported |"),
             "{m}"
         );
-        assert!(m.contains("| Oracle Linux 9 | aarch64 | RHCK | open | R535–R620 | refused, exit 2 (Oracle ships no RHCK for aarch64 (UEK only)) |"), "{m}");
+        assert!(m.contains("| Oracle Linux 9 | aarch64 | RHCK | open | — | R535–R620 | refused, exit 2 (Oracle ships no RHCK for aarch64 (UEK only)) |"), "{m}");
         assert!(
-            m.contains("| Oracle Linux 10 | aarch64 | UEK | open | R580 | supported |"),
+            m.contains("| Oracle Linux 10 | aarch64 | UEK | open | prebuilt (`gpuhost kmod build`, driver.install = \"compute-only\") or DKMS | R580 | supported |"),
             "{m}"
         );
-        assert!(m.contains("| Oracle Linux 8 | aarch64 | UEK | open | R535–R620 | untested (accepted; no aarch64 test world for this release) |"), "{m}");
-        assert!(m.contains("| Oracle Linux 8 | x86_64 | RHCK | proprietary | R620 | refused, exit 2 (no proprietary kernel modules from R620) |"), "{m}");
+        assert!(m.contains("| Oracle Linux 8 | aarch64 | UEK | open | prebuilt (`gpuhost kmod build`) or DKMS | R535–R620 | untested (accepted; no aarch64 test world for this release) |"), "{m}");
+        assert!(m.contains("| Oracle Linux 8 | x86_64 | RHCK | proprietary | — | R620 | refused, exit 2 (no proprietary kernel modules from R620) |"), "{m}");
+        // The kernel modules column: NVIDIA's precompiled streams as the profiles take them.
+        assert!(m.contains("| Oracle Linux 9 | x86_64 | UEK | proprietary | prebuilt (`gpuhost kmod build --flavour proprietary`) or DKMS; NVIDIA precompiled: refused, exit 2 | R535–R550, R570, R580 | supported |"), "{m}");
+        assert!(m.contains("| Oracle Linux 8 | x86_64 | RHCK | proprietary | prebuilt (`gpuhost kmod build --flavour proprietary`) or DKMS; NVIDIA precompiled: refused, exit 2 | R535–R560, R570, R580 | supported |"), "{m}");
         assert_eq!(ranges(&[535, 550, 560, 580]), "R535–R560, R580");
+    }
+
+    /// The column asks the code's own checks: NVIDIA's precompiled streams are refused on
+    /// every Oracle Linux kernel, RHCK and UEK (built for RHEL's kernels only).
+    #[test]
+    fn precompiled_streams_are_refused_as_plan_refuses_them() {
+        for r in &platform::RELEASES {
+            for k in [Flavour::Uek, Flavour::Rhck] {
+                assert!(!precompiled_accepted(r, k), "{} {k}", r.name());
+            }
+        }
     }
 }

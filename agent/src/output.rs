@@ -121,6 +121,19 @@ pub(crate) fn print_bundle(r: &BuildReport) {
     if !r.modules.is_empty() {
         println!("module streams: {}", r.modules.join(", "));
     }
+    if let Some(k) = &r.kmod_repo {
+        let c = &k.carried;
+        println!(
+            "prebuilt kmods: NVIDIA {} {} for kernel(s) {}, {} in {}/ (from {}; modules signed for the fleet certificate sha256 {}): nodes compile nothing",
+            c.driver,
+            c.flavour,
+            c.kernels.join(", "),
+            human_bytes(c.bytes),
+            c.path,
+            k.source,
+            c.cert_sha256
+        );
+    }
     println!(
         "signatures: {}",
         if r.gpgcheck {

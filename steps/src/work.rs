@@ -407,6 +407,40 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
 /// The `dnf shell` script of a transaction that installs package files with module work.
 const SHELL_SCRIPT: &str = "/var/cache/gpuhost/transaction.dnf";
 
+/// One transaction of `parts` in a bundle's scratch root, with dnf's `options` besides (the
+/// bundle's `--downloadonly --downloaddir=…`, or `--setopt=tsflags=noscripts`): `dnf install`,
+/// or one `dnf shell` transaction when package files go with module work (prebuilt kmods with
+/// the driver's module profile, which `dnf install` would refuse). The files are read where
+/// they are: the scratch root is the bundle's, not a host's.
+pub fn scratch_transaction(
+    host: &Host,
+    parts: &[&Install],
+    options: &[String],
+) -> Result<(Cmd, CmdOutput)> {
+    let mut files: Vec<String> = Vec::new();
+    for s in parts.iter().flat_map(|i| i.specs.iter()) {
+        if is_package_file(s) && !files.contains(s) {
+            files.push(s.clone());
+        }
+    }
+    let modules = parts
+        .iter()
+        .any(|i| i.module.is_some() || i.enable.is_some());
+    if files.is_empty() || !modules {
+        let cmd = install_command(host, parts)?.args(options);
+        let out = cmd.output()?;
+        return Ok((cmd, out));
+    }
+    let (streams, words) = shell_jobs(parts);
+    let script = crate::transaction::shell::script(&files, &streams, &words);
+    let result =
+        crate::transaction::shell::run(host, (SHELL_SCRIPT, &script), options, &dnf_flags(parts));
+    if let Err(e) = host.remove_file(SHELL_SCRIPT) {
+        tracing::warn!("could not remove {SHELL_SCRIPT}: {e:#}");
+    }
+    result
+}
+
 /// A spec that names a package file by its path (`/srv/cuda-repo-….rpm`), not a package.
 pub(crate) fn is_package_file(spec: &str) -> bool {
     spec.starts_with('/') && spec.ends_with(".rpm")

@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 
+use super::kmods::{self, KmodPart};
 use super::manifest::{self, Manifest, FORMAT, MANIFEST};
 use super::modulemd::{self, Wanted};
 use super::tempdir::TempDir;
@@ -58,6 +59,9 @@ pub struct BuildOptions {
     pub out: PathBuf,
     /// Also write `<out>.tar`.
     pub tar: bool,
+    /// The kmod repo of `gpuhost kmod build` to carry (else the profile's `driver.kmod_repo`):
+    /// nodes install its kmods instead of building the modules with DKMS.
+    pub kmod_repo: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -78,6 +82,9 @@ pub struct BuildReport {
     pub gpgcheck: bool,
     pub gpgkeys: Vec<String>,
     pub plan: BTreeMap<String, Vec<String>>,
+    /// The prebuilt kmods the bundle carries, and the repo they were taken from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kmod_repo: Option<KmodPart>,
     pub manifest_sha256: String,
     pub duration_ms: u64,
 }
@@ -95,6 +102,9 @@ struct Destination {
 pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     let start = Instant::now();
     let mut profile = Profile::resolve(&opts.profile, &opts.sets)?;
+    if let Some(dir) = &opts.kmod_repo {
+        profile.driver.kmod_repo = Some(dir.clone());
+    }
     let dest = check_request(opts, &profile)?;
     let major = profile.os.major;
     // The scratch root and the bundle being assembled, next to --out (same filesystem).
@@ -108,6 +118,11 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     let facts = target_facts(opts, &scratch, &profile, root_facts)?;
     let driver = pin_driver(&mut profile, &facts)?;
     let kernels = facts.kernels_to_serve();
+    let prebuilt = driver.as_ref().filter(|d| d.kmods.is_some());
+    if let Some(d) = prebuilt {
+        kmods::check_kernels(d)?;
+        kmods::provide_kernels(&scratch, &kernels, work.path())?;
+    }
     let pkgdir = staging.join("repo").join("Packages");
     std::fs::create_dir_all(&pkgdir).with_context(|| format!("creating {}", pkgdir.display()))?;
 
@@ -121,6 +136,9 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         &pkgdir,
     )?;
     let driver_repo_rpm = copy_local_files(&planned.local_files, &staging, &pkgdir)?;
+    let kmod_repo = prebuilt
+        .map(|d| kmods::carry(d, &kernels, &staging, &mut profile))
+        .transpose()?;
 
     let nevras = nevras_of(&rpm_files(&pkgdir)?)?;
     let (repos, modules) =
@@ -146,6 +164,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         packages: nevras,
         modules,
         plan: planned.plan,
+        kmod_repo: kmod_repo.as_ref().map(|k| k.carried.clone()),
         files: Vec::new(),
     };
     let manifest_sha256 = write_manifest(&staging, &profile, &mut m)?;
@@ -154,19 +173,35 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         out: dest.out.display().to_string(),
         tarball: dest.tarball.map(|t| t.display().to_string()),
         tar_bytes,
-        bytes: m.bytes(),
-        packages: m.packages.len(),
-        profile: m.profile,
-        os_major: m.os_major,
-        kernels: m.kernels,
-        fabric_manager: m.fabric_manager,
-        modules: m.modules,
-        gpgcheck: m.gpgcheck,
-        gpgkeys: m.gpgkeys,
-        plan: m.plan,
+        kmod_repo,
         manifest_sha256,
         duration_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+        ..BuildReport::of(m)
     })
+}
+
+impl BuildReport {
+    /// What the manifest says (the rest is the caller's).
+    fn of(m: Manifest) -> BuildReport {
+        BuildReport {
+            out: String::new(),
+            tarball: None,
+            tar_bytes: None,
+            bytes: m.bytes(),
+            packages: m.packages.len(),
+            profile: m.profile,
+            os_major: m.os_major,
+            kernels: m.kernels,
+            fabric_manager: m.fabric_manager,
+            modules: m.modules,
+            gpgcheck: m.gpgcheck,
+            gpgkeys: m.gpgkeys,
+            plan: m.plan,
+            kmod_repo: None,
+            manifest_sha256: String::new(),
+            duration_ms: 0,
+        }
+    }
 }
 
 /// The kernel module flavour is chosen here, for the target's GPUs (none on a clean OS: the
@@ -207,6 +242,9 @@ fn check_request(opts: &BuildOptions, profile: &Profile) -> Result<Destination> 
     }
     let driver_steps = gpuhost_steps::steps_needing_package(&Selection::default());
     gpuhost_steps::driver::require_package(profile, &driver_steps)?;
+    if let Some(dir) = &profile.driver.kmod_repo {
+        kmods::check(dir)?;
+    }
     if !crate::preflight::is_root() {
         return Err(invalid!(
             "gpuhost bundle resolves the packages with dnf in a scratch install root and must run as root"
@@ -636,9 +674,12 @@ fn settle(
             if parts.is_empty() {
                 continue;
             }
-            note_installs(&mut planned, &parts);
+            note_installs(&mut planned, &parts, driver);
             download(scratch, profile, pass, &parts, pkgdir)?;
             link_file_urls(scratch, source, dirs)?;
+        }
+        if driver.is_some_and(|d| d.kmods.is_some()) {
+            kmods::depmod(scratch, &facts.kernels_to_serve())?;
         }
     }
     Err(anyhow!(
@@ -693,8 +734,12 @@ fn pass_work(
 }
 
 /// What the installs bring into the bundle besides packages: their module streams, and the
-/// package files they install by path.
-fn note_installs(planned: &mut Planned, parts: &[&(&'static str, Install)]) {
+/// package files they install by path (the prebuilt kmods' are carried in the kmod repo).
+fn note_installs(
+    planned: &mut Planned,
+    parts: &[&(&'static str, Install)],
+    driver: Option<&DriverPlan>,
+) {
     for (_, i) in parts {
         if let Some(m) = &i.module {
             let (name, stream) = module_stream(m);
@@ -707,7 +752,8 @@ fn note_installs(planned: &mut Planned, parts: &[&(&'static str, Install)]) {
         }
         for s in &i.specs {
             let p = Path::new(s);
-            if s.ends_with(".rpm") && p.is_file() && !planned.local_files.iter().any(|f| f == p) {
+            let local = s.ends_with(".rpm") && p.is_file() && !kmods::is_kmod_file(driver, p);
+            if local && !planned.local_files.iter().any(|f| f == p) {
                 planned.local_files.push(p.to_path_buf());
             }
         }
@@ -736,11 +782,16 @@ fn download(
     let began = Instant::now();
     // keepcache: dnf otherwise lists what it downloaded from a remote repo (into the
     // --downloaddir too) as temporary, and deletes it after the next transaction.
-    let download = gpuhost_steps::work::install_command(scratch, &refs)?
-        .arg("--downloadonly")
-        .arg(format!("--downloaddir={}", pkgdir.display()))
-        .arg("--setopt=keepcache=True");
-    let out = download.output()?;
+    let keepcache = "--setopt=keepcache=True".to_string();
+    let (download, out) = gpuhost_steps::work::scratch_transaction(
+        scratch,
+        &refs,
+        &[
+            "--downloadonly".to_string(),
+            format!("--downloaddir={}", pkgdir.display()),
+            keepcache.clone(),
+        ],
+    )?;
     if !out.success() {
         let text = format!("{}\n{}", out.stdout, out.stderr);
         let mut ids: Vec<&str> = parts
@@ -764,10 +815,14 @@ fn download(
     }
     // (A remote repo's packages are downloaded again here: dnf reads --downloaddir
     // only with --downloadonly.)
-    gpuhost_steps::work::install_command(scratch, &refs)?
-        .arg("--setopt=tsflags=noscripts")
-        .arg("--setopt=keepcache=True")
-        .run()?;
+    let (install, out) = gpuhost_steps::work::scratch_transaction(
+        scratch,
+        &refs,
+        &["--setopt=tsflags=noscripts".to_string(), keepcache],
+    )?;
+    if !out.success() {
+        return Err(install.failure(&out));
+    }
     gpuhost_host::progress::step_done(&label, "downloaded", began.elapsed());
     Ok(())
 }

@@ -51,8 +51,34 @@ pub struct Manifest {
     pub modules: Vec<String>,
     /// What the typed plan of a clean target said, step by step, when the bundle was made.
     pub plan: BTreeMap<String, Vec<String>>,
+    /// The prebuilt kmods the bundle carries (`gpuhost bundle --kmod-repo`, or the profile's
+    /// `driver.kmod_repo`): nodes install them instead of building the modules with DKMS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kmod_repo: Option<BundledKmods>,
     /// Every file of the bundle but this manifest.
     pub files: Vec<FileEntry>,
+}
+
+/// The kmod repo a bundle carries: a kmod repo of its own (the RPMs of the bundle's driver
+/// and flavour for the kernels it serves, the fleet certificate, repo metadata and a kmod
+/// manifest, [`gpuhost_host::kmodrepo`]), which `apply --bundle` gives the run as
+/// `driver.kmod_repo`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BundledKmods {
+    /// The directory, relative to the bundle (`kmods`).
+    pub path: String,
+    pub driver: String,
+    /// `open` or `proprietary`.
+    pub flavour: String,
+    /// The kernels it has a kmod for.
+    pub kernels: Vec<String>,
+    /// The kmods' package names.
+    pub packages: Vec<String>,
+    /// The SHA-256 of the fleet certificate the modules are signed for.
+    pub cert_sha256: String,
+    /// The size of its files.
+    pub bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -195,16 +221,23 @@ fn read_manifest(path: &Path) -> std::io::Result<String> {
     Ok(text)
 }
 
-/// Every path field of the manifest (`driver_repo_rpm`, `gpgkeys`) must name a file the
-/// manifest lists with its SHA-256: apply uses no byte the manifest does not hash.
+/// Every path field of the manifest (`driver_repo_rpm`, `gpgkeys`, `kmod_repo`'s kmod
+/// manifest) must name a file the manifest lists with its SHA-256: apply uses no byte the
+/// manifest does not hash.
 fn check_fields(shown: &str, m: &Manifest, listed: &BTreeMap<&str, &FileEntry>) -> Result<()> {
+    let kmods = m
+        .kmod_repo
+        .iter()
+        .map(|k| format!("{}/{}", k.path, gpuhost_host::kmodrepo::MANIFEST));
     let fields = m
         .driver_repo_rpm
         .iter()
+        .cloned()
         .map(|p| ("driver_repo_rpm", p))
-        .chain(m.gpgkeys.iter().map(|p| ("gpgkeys", p)));
+        .chain(m.gpgkeys.iter().cloned().map(|p| ("gpgkeys", p)))
+        .chain(kmods.map(|p| ("kmod_repo", p)));
     for (field, p) in fields {
-        if !safe(p) || !listed.contains_key(p.as_str()) {
+        if !safe(&p) || !listed.contains_key(p.as_str()) {
             return Err(invalid!(
                 "bundle {shown}: {MANIFEST} field {field} names `{p}`, which is not a file of the bundle listed with its SHA-256; the manifest was tampered with: copy the bundle again from where it was made"
             ));
@@ -313,6 +346,7 @@ mod tests {
             kernels: vec![],
             fabric_manager: false,
             driver_repo_rpm: None,
+            kmod_repo: None,
             gpgcheck: false,
             gpgkeys: vec![],
             packages: vec![],
@@ -420,6 +454,21 @@ mod tests {
             tamper(&mut m);
             std::fs::write(d.join(MANIFEST), serde_json::to_vec(&m)?)?;
             refused(&d, &format!("field {field} names"));
+        }
+        // The kmod repo's manifest must be a listed file too.
+        for path in ["../kmods", "repo", "kmods/"] {
+            let mut m = good.clone();
+            m.kmod_repo = Some(BundledKmods {
+                path: path.into(),
+                driver: "570.124.06".into(),
+                flavour: "open".into(),
+                kernels: vec![],
+                packages: vec![],
+                cert_sha256: String::new(),
+                bytes: 0,
+            });
+            std::fs::write(d.join(MANIFEST), serde_json::to_vec(&m)?)?;
+            refused(&d, "field kmod_repo names");
         }
         // A listed file is fine.
         let mut m = good.clone();

@@ -14,6 +14,8 @@
 //! DIR/repo/                the packages, createrepo_c metadata and the module metadata
 //! DIR/driver/              NVIDIA's local repo package (installed by path, like online)
 //! DIR/keys/                the GPG keys of the repos the packages came from
+//! DIR/kmods/               with a kmod repo (`--kmod-repo`, `driver.kmod_repo`): the
+//!                          prebuilt kmods nodes install instead of DKMS (`kmods.rs`)
 //! ```
 //!
 //! `apply --bundle DIR|TARBALL` ([`open`]) verifies the manifest before anything else (a
@@ -22,11 +24,13 @@
 //! bundle's repo (every other repo disabled, [`gpuhost_host::host::BundleRepo`]).
 
 mod build;
+mod kmods;
 pub mod manifest;
 pub(crate) mod modulemd;
 mod tempdir;
 
 pub use build::{build, BuildOptions, BuildReport, Target};
+pub use kmods::KmodPart;
 
 use std::path::{Path, PathBuf};
 
@@ -163,6 +167,10 @@ impl Opened {
         if let Some(rel) = &self.manifest.driver_repo_rpm {
             p.driver.local_repo_rpm = Some(manifest::join(&self.dir, rel));
         }
+        // The kmods the bundle carries: installed instead of building the modules with DKMS.
+        if let Some(k) = &self.manifest.kmod_repo {
+            p.driver.kmod_repo = Some(manifest::join(&self.dir, &k.path));
+        }
         Ok(p)
     }
 
@@ -203,7 +211,12 @@ impl Opened {
         let missing: Vec<&String> = served.iter().filter(|k| !m.kernels.contains(k)).collect();
         if !missing.is_empty() {
             return Err(invalid!(
-                "bundle {shown} carries headers for {} only, but this host serves {}; {} --kernel-release {}",
+                "bundle {shown} carries {} for {} only, but this host serves {}; {} --kernel-release {}",
+                if m.kmod_repo.is_some() {
+                    "kmods"
+                } else {
+                    "headers"
+                },
                 if m.kernels.is_empty() {
                     "no kernel".to_string()
                 } else {
