@@ -551,7 +551,9 @@ fn absolute_profile(spec: &str) -> String {
     let builtin = gpuhost_profile::builtin_list()
         .iter()
         .any(|(name, _)| *name == spec);
-    if spec.is_empty() || builtin || spec.starts_with('/') {
+    // A name that is no file (`ol7-uek`) stays as typed: the profile reader names it unknown.
+    let file = spec.contains('/') || spec.ends_with(".toml");
+    if spec.is_empty() || builtin || spec.starts_with('/') || !file {
         return spec.to_string();
     }
     absolute(std::path::Path::new(spec)).display().to_string()
@@ -1037,6 +1039,11 @@ mod tests {
             "driver.stream=open-dkms"
         );
         assert_eq!(absolute_profile("ol9-uek"), "ol9-uek");
+        assert_eq!(absolute_profile("ol7-uek"), "ol7-uek");
+        assert_eq!(
+            absolute_profile("site.toml"),
+            cwd.join("site.toml").display().to_string()
+        );
         assert_eq!(
             absolute_profile("site/p.toml"),
             cwd.join("site/p.toml").display().to_string()

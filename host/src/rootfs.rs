@@ -903,6 +903,7 @@ mod tests {
             ("bundle/tempdir.rs", ""),
             ("bundle/manifest.rs", ""),
             ("bundle/build.rs", ""),
+            ("bundle/kmods.rs", ""), // the kmod repo a bundle copies in (build-host files)
             // a kmod repo (`driver.kmod_repo`, `gpuhost kmod build --out`): a directory of the
             // machine gpuhost runs on, like the driver RPM; and the build host's own files of
             // `gpuhost kmod build` (the fleet key and certificate, the repo it writes)

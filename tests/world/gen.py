@@ -574,6 +574,7 @@ HOST_TOOLS = {
     "make": [("/usr/bin/make", "/usr/bin/make")],
     "kmod": [("/usr/bin/kmod", "/usr/bin/kmod")],
     "xz": [("/usr/bin/xz", "/usr/bin/xz")],
+    "cpio": [("/usr/bin/cpio", "/usr/bin/cpio")],
     "binutils": [("/usr/bin/strip", "/usr/bin/strip")],
     "bash": [("/bin/bash", "/bin/bash")],
     # DKMS 3.x makes its MOK key pair with `openssl req` when none is configured
@@ -591,7 +592,7 @@ LIB_PACKAGES = [("libc.so", "glibc"), ("ld-linux", "glibc"), ("libdl.so", "glibc
 # The same tools in Debian's arm64 userspace (ARM64, unpacked .debs): (path there) per tool.
 ARM64_TOOLS = {"/usr/bin/make": "/usr/bin/make", "/usr/bin/kmod": "/bin/kmod", "/usr/bin/xz": "/usr/bin/xz",
                "/usr/bin/strip": "/usr/bin/aarch64-linux-gnu-strip", "/bin/bash": "/bin/bash",
-               "/usr/bin/openssl": "/usr/bin/openssl",
+               "/usr/bin/openssl": "/usr/bin/openssl", "/usr/bin/cpio": "/bin/cpio",
                "sign-file": "/usr/lib/linux-kbuild-6.1/scripts/sign-file", "busybox": "/bin/busybox"}
 
 
@@ -727,6 +728,9 @@ def base_pkgs(os_):
                     requires=["glibc", "xz-libs", "libzstd", "openssl-libs"]))
     base.append(Pkg("xz", "5.2.4" if m == "8" else "5.2.5", f"4.{d}" if m == "8" else f"8.{d}",
                     copies={"/usr/bin/xz": tool("/usr/bin/xz")}, requires=["xz-libs"]))
+    # cpio (BaseOS): gpuhost's RPM requires it (the payload unpack runs rpm2cpio | cpio).
+    base.append(Pkg("cpio", {"8": "2.12", "9": "2.13", "10": "2.15"}[m], {"8": f"11.{d}", "9": f"16.{d}", "10": f"3.{d}"}[m],
+                    copies={"/usr/bin/cpio": tool("/usr/bin/cpio")}, requires=["glibc"]))
     (base if m == "8" else app).append(
         Pkg("binutils", {"8": "2.30", "9": "2.35.2", "10": "2.41"}[m], {"8": f"123.0.1.{d}", "9": f"43.0.1.{d}", "10": f"53.0.1.{d}"}[m],
             copies={"/usr/bin/strip": tool("/usr/bin/strip"), **libs.get("binutils", {})},
