@@ -16,7 +16,7 @@ use gpuhost_host::facts::{Facts, KernelChoice};
 use gpuhost_host::host::Host;
 use gpuhost_host::invalid;
 use gpuhost_nvidia::localrepo::LocalRepoFile;
-use gpuhost_nvidia::packages::{self, Kmod, ModuleFlavour, StreamKind};
+use gpuhost_nvidia::packages::{self, Kmod, ModuleFlavour};
 
 use super::dkmsconf::DkmsConf;
 use super::model::{Built, BuiltKmod, Info};
@@ -75,21 +75,19 @@ pub fn build(opts: &KmodBuildOptions) -> Result<KmodBuildReport> {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let scratch = Scratch::new(&host)?;
-    let rpm = opts.local_repo_rpm.display().to_string();
-    gpuhost_steps::transaction::extract(
-        &host,
-        &rpm,
-        &format!("{SCRATCH}/payload"),
-        &format!("{SCRATCH}/repo"),
-        &["./var/*"],
-    )
-    .map_err(|e| as_invalid(e.context(format!("reading the repo of {rpm}"))))?;
+    let dkms = dkms_package(&host, &opts.local_repo_rpm, &repo, opts.flavour)?;
+    // The source of each arch the kernels are for, unpacked once.
+    let mut sources: std::collections::BTreeMap<&str, Source> = std::collections::BTreeMap::new();
     let mut built = Vec::new();
     let mut manifest_entries = Vec::new();
     for kver in &kernels {
-        let source = Source::unpack(&host, &repo, opts.flavour, arch_of(kver))?;
-        let one = build_one(&host, &source, kver, jobs, &fleet)?;
-        let (entry, report) = package::rpm(&host, &source.package_info(kver), &one)?;
+        let arch = arch_of(kver);
+        if !sources.contains_key(arch) {
+            sources.insert(arch, Source::unpack(&host, &repo, &dkms, arch)?);
+        }
+        let source = &sources[arch];
+        let one = build_one(&host, source, kver, jobs, &fleet)?;
+        let (entry, report) = package::rpm(&source.package_info(kver), &one)?;
         manifest_entries.push((entry, one.rpm_dir.clone()));
         built.push(report);
     }
@@ -210,20 +208,48 @@ pub(super) struct Source {
     arch: &'static str,
 }
 
+/// NVIDIA's DKMS package of the flavour (its row of [`packages::KMODS`]), unpacked from the
+/// local repo package alone: the repo's other packages (a CUDA local repo's toolkit, GBs)
+/// are read past, never written.
+struct DkmsPackage {
+    row: &'static packages::KmodRow,
+    flavour: ModuleFlavour,
+}
+
+fn dkms_package(
+    host: &Host,
+    local_repo_rpm: &Path,
+    repo: &LocalRepoFile,
+    flavour: ModuleFlavour,
+) -> Result<DkmsPackage> {
+    let row = packages::kmod_row(Kmod::Dkms, flavour, repo.branch()).ok_or_else(|| {
+        invalid!(
+            "driver {} has no DKMS package of the {flavour} modules",
+            repo.driver
+        )
+    })?;
+    let rpm = local_repo_rpm.display().to_string();
+    let pattern = format!(".{}/{}-{}-*", repo.repo_dir(), row.name, repo.driver);
+    gpuhost_steps::transaction::extract(
+        host,
+        &rpm,
+        &format!("{SCRATCH}/payload"),
+        &format!("{SCRATCH}/repo"),
+        &[pattern.as_str()],
+    )
+    .map_err(|e| as_invalid(e.context(format!("reading the repo of {rpm}"))))?;
+    Ok(DkmsPackage { row, flavour })
+}
+
 impl Source {
     fn unpack(
         host: &Host,
         repo: &LocalRepoFile,
-        flavour: ModuleFlavour,
+        dkms: &DkmsPackage,
         arch: &'static str,
     ) -> Result<Source> {
-        let kind = match flavour {
-            ModuleFlavour::Open => StreamKind::Open,
-            ModuleFlavour::Proprietary => StreamKind::Dkms,
-        };
-        let (Some(package), Some(name)) = (kind.dkms_package(), kind.dkms_name()) else {
-            return Err(invalid!("no DKMS package for the {flavour} modules"));
-        };
+        let (package, flavour) = (dkms.row.name, dkms.flavour);
+        let name = dkms.row.dkms_name.unwrap_or(package);
         let drv = &repo.driver;
         let inner = format!("{SCRATCH}/repo{}", repo.repo_dir());
         let prefix = format!("{package}-{drv}-");
@@ -240,15 +266,13 @@ impl Source {
         let real = host.real_path(format!("{inner}/{file}"))?;
         let epoch = epoch_of(&real)?;
         let tree = format!("{SCRATCH}/src-{arch}");
-        if !host.is_dir(&tree) {
-            gpuhost_steps::transaction::extract(
-                host,
-                &real.display().to_string(),
-                &format!("{SCRATCH}/payload"),
-                &tree,
-                &["./usr/src/*"],
-            )?;
-        }
+        gpuhost_steps::transaction::extract(
+            host,
+            &real.display().to_string(),
+            &format!("{SCRATCH}/payload"),
+            &tree,
+            &["./usr/src/*"],
+        )?;
         let dir = format!("{tree}/usr/src/{name}-{drv}");
         let conf_path = format!("{dir}/dkms.conf");
         let text = host

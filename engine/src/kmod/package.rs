@@ -23,7 +23,6 @@ use anyhow::{Context, Result};
 
 use gpuhost_host::cmd::Cmd;
 use gpuhost_host::fsutil::{sha256_file, sha256_hex};
-use gpuhost_host::host::Host;
 use gpuhost_host::kmodrepo::{KmodEntry, KmodManifest, CERT, MANIFEST};
 use gpuhost_nvidia::packages::{self, Kmod, ModuleFlavour};
 
@@ -109,7 +108,7 @@ fn leftovers(kernel: &str, modules: &[PathBuf]) -> String {
 
 /// Build one kernel's RPM in `built.rpm_dir`: its manifest entry (the file relative to the repo:
 /// `<arch>/<file>`) and the report's line.
-pub(super) fn rpm(_host: &Host, info: &Info, built: &Built) -> Result<(KmodEntry, BuiltKmod)> {
+pub(super) fn rpm(info: &Info, built: &Built) -> Result<(KmodEntry, BuiltKmod)> {
     let name = packages::kmod_package(Kmod::Built, info.flavour, &info.driver, &info.kernel)
         .with_context(|| format!("no {} kmod of driver {}", info.flavour, info.driver))?;
     let top = &built.rpm_dir;
