@@ -146,16 +146,12 @@ fn prebuilt(
     let Some(dir) = &spec.kmod_repo else {
         return Ok(None);
     };
-    if StreamKind::of(&choice.stream) == StreamKind::Precompiled {
-        return Err(invalid!(
-            "driver.kmod_repo and the precompiled stream nvidia-driver:{} both bring the kernel module: unset driver.stream (or use {}) to install the prebuilt kmods",
-            choice.stream,
-            if choice.flavour == ModuleFlavour::Open { "open-dkms" } else { "latest-dkms" }
-        ));
-    }
+    // (A precompiled stream never gets here: `resolve` refused it on Oracle Linux first.)
     if spec.install == InstallSet::Full && choice.flavour == ModuleFlavour::Open {
         return Err(invalid!(
-            "driver.install = \"full\" installs NVIDIA's nvidia-open, which requires its DKMS kmod (kmod-nvidia-open-dkms); with driver.kmod_repo set driver.install = \"{}\"",
+            "driver.install = \"full\" installs NVIDIA's {}, which requires its DKMS kmod ({}); with driver.kmod_repo set driver.install = \"{}\"",
+            gpuhost_nvidia::packages::meta_package(ModuleFlavour::Open),
+            StreamKind::Open.dkms_package().unwrap_or_default(),
             if gpuhost_host::platform::release(profile.os.major).is_none_or(|r| r.modular()) {
                 "module\" or \"compute-only"
             } else {
