@@ -100,14 +100,6 @@ fn kernel_install_add(root: &Root, kver: &str) {
     root.kernel_install_add(kver);
 }
 
-fn saved_entry(root: &Root) -> String {
-    root.read("/boot/grub2/grubenv")
-        .lines()
-        .find_map(|l| l.strip_prefix("saved_entry="))
-        .unwrap_or_default()
-        .to_string()
-}
-
 fn status(root: &Root) -> (i32, Value) {
     let run = tempfile::tempdir().unwrap();
     let o = root
@@ -169,7 +161,7 @@ fn a_newer_uek_from_plain_dnf_gets_headers_and_module_before_its_first_boot(#[ca
     );
     assert_eq!(root.nvidia_module_version(c.new).as_deref(), Some(c.driver));
     assert!(
-        saved_entry(&root).ends_with(c.new),
+        root.saved_entry().ends_with(c.new),
         "the new kernel stays the default"
     );
     assert_eq!(rep["kernel_guard"]["action"], "fine", "{rep:#}");
@@ -192,9 +184,9 @@ fn without_headers_in_any_repo_the_default_stays_on_the_old_kernel_and_status_sa
     assert_eq!(rc, 1, "{rep:#}");
     assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
     assert!(
-        saved_entry(&root).ends_with(c.old),
+        root.saved_entry().ends_with(c.old),
         "{}",
-        saved_entry(&root)
+        root.saved_entry()
     );
     let rec: Value =
         serde_json::from_str(&root.read("/var/lib/gpuhost/kernel-guard.json")).unwrap();
@@ -270,7 +262,7 @@ fn the_fix_command_builds_the_held_back_kernel_and_makes_it_the_default_again() 
     let o = root.gpuhost(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let text = String::from_utf8_lossy(&o.stdout).to_string();
     assert_ne!(code(&o), 0, "{text}");
-    assert!(saved_entry(&root).ends_with(UEK8_OLD));
+    assert!(root.saved_entry().ends_with(UEK8_OLD));
     root.write("/etc/yum.repos.d/uek-ol8.repo", &repo);
     // The recorded fix, word for word as a user would paste it into a shell: the same apply
     // (profile, --sets, step selection, root) for the held-back kernel.
@@ -305,7 +297,7 @@ fn the_fix_command_builds_the_held_back_kernel_and_makes_it_the_default_again() 
     let (rc, rep) = (code(&o), report(&o));
     assert_eq!(rc, 0, "{rep:#}");
     assert_eq!(rep["kernel_guard"]["action"], "restored", "{rep:#}");
-    assert!(saved_entry(&root).ends_with(UEK8_NEW));
+    assert!(root.saved_entry().ends_with(UEK8_NEW));
     assert_eq!(
         root.nvidia_module_version(UEK8_NEW).as_deref(),
         Some(DRIVER)
@@ -323,7 +315,7 @@ fn kernel_guard_false_lets_the_new_kernel_boot_and_status_is_critical() {
     );
     assert_eq!(rc, 1, "{rep:#}");
     assert!(rep.get("kernel_guard").is_none(), "{rep:#}");
-    assert!(saved_entry(&root).ends_with(UEK8_NO_DEVEL));
+    assert!(root.saved_entry().ends_with(UEK8_NO_DEVEL));
     let (rc, st) = status(&root);
     assert_eq!(rc, 2);
     let nb = check(&st, "driver.next_boot");
@@ -390,7 +382,7 @@ fn kernel_added_waits_for_the_rpm_transaction_then_repeats_the_last_apply(#[case
         "headers for the new kernel"
     );
     assert_eq!(root.nvidia_module_version(c.new).as_deref(), Some(c.driver));
-    assert!(saved_entry(&root).ends_with(c.new));
+    assert!(root.saved_entry().ends_with(c.new));
     let _ = holder.wait();
 }
 
@@ -436,7 +428,7 @@ fn without_boot_loader_entries_kernel_added_keeps_the_old_kernel_records_and_exi
     assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
     assert_eq!(rep["kernel_guard"]["kept"], UEK8_OLD, "{rep:#}");
     let mid = root.read("/etc/machine-id").trim().to_string();
-    assert_eq!(saved_entry(&root), format!("{mid}-{UEK8_OLD}"));
+    assert_eq!(root.saved_entry(), format!("{mid}-{UEK8_OLD}"));
     assert_eq!(root.read("/boot/grub2/grubenv").len(), 1024);
     let rec: Value =
         serde_json::from_str(&root.read("/var/lib/gpuhost/kernel-guard.json")).unwrap();
@@ -675,7 +667,7 @@ fn once_the_mirror_catches_up_the_next_run_sees_the_headers_and_restores_the_new
         "{rep:#}"
     );
     assert!(refreshes(&rep) >= 1, "absent without a refresh: {rep:#}");
-    assert!(saved_entry(&root).ends_with(UEK8_OLD));
+    assert!(root.saved_entry().ends_with(UEK8_OLD));
 
     mirror_has_new_headers(&root, true);
     let (rc, rep) = if fix {
@@ -722,7 +714,7 @@ fn once_the_mirror_catches_up_the_next_run_sees_the_headers_and_restores_the_new
         root.nvidia_module_version(UEK8_NEW).as_deref(),
         Some(DRIVER)
     );
-    assert!(saved_entry(&root).ends_with(UEK8_NEW));
+    assert!(root.saved_entry().ends_with(UEK8_NEW));
     assert!(!root.join("/var/lib/gpuhost/kernel-guard.json").exists());
 
     let (rc, rep) = apply(&root, &["--kernel-release", UEK8_OLD]);

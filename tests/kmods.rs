@@ -527,18 +527,10 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
     world::assert_converged(&rep);
 }
 
-const SB_VAR: &str = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
-const SETUP_VAR: &str = "/sys/firmware/efi/efivars/SetupMode-8be4df61-93ca-11d2-aa0d-00e098032b8c";
-
-/// The root's firmware: Secure Boot on, `certs` in the EFI variable `var` (`MokListRT`:
-/// enrolled; `MokNew`: pending), as the real mokutil reads them.
+/// The root's firmware: Secure Boot on, `certs` in the EFI variable `var`.
 fn secure_boot(root: &Root, var: &str, certs: &[&[u8]]) {
-    std::fs::create_dir_all(root.join("/sys/firmware/efi/efivars")).unwrap();
-    std::fs::write(root.join(SB_VAR), [6, 0, 0, 0, 1]).unwrap();
-    std::fs::write(root.join(SETUP_VAR), [6, 0, 0, 0, 0]).unwrap();
-    let mut data = vec![6, 0, 0, 0];
-    data.extend(gpuhost_host::secureboot::efi_signature_list(certs));
-    std::fs::write(root.join(&gpuhost_host::secureboot::efivar_path(var)), data).unwrap();
+    root.secure_boot_on();
+    root.efivar(var, certs);
 }
 
 /// Secure Boot (issue 41, item 4): the node needs no key, only the fleet certificate enrolled
@@ -598,14 +590,6 @@ fn under_secure_boot_the_fleet_certificate_must_be_enrolled_first() {
     }
 }
 
-fn saved_entry(root: &Root) -> String {
-    root.read("/boot/grub2/grubenv")
-        .lines()
-        .find_map(|l| l.strip_prefix("saved_entry="))
-        .unwrap_or_default()
-        .to_string()
-}
-
 fn status_check(root: &Root, id: &str) -> Value {
     let run = tempfile::tempdir().unwrap();
     let o = root
@@ -652,7 +636,7 @@ fn a_kernel_update_gets_its_kmod_from_the_repo_or_the_guard_keeps_the_old_kernel
     let rep = world::report(&o);
     assert_eq!(code(&o), 1, "{rep:#}");
     assert_eq!(rep["kernel_guard"]["action"], "kept", "{rep:#}");
-    assert!(saved_entry(&node).ends_with(UEK9), "{}", saved_entry(&node));
+    assert!(node.saved_entry().ends_with(UEK9), "{}", node.saved_entry());
     let rec: Value =
         serde_json::from_str(&node.read("/var/lib/gpuhost/kernel-guard.json")).unwrap();
     let reason = rec["reason"].as_str().unwrap_or_default();
@@ -674,9 +658,9 @@ fn a_kernel_update_gets_its_kmod_from_the_repo_or_the_guard_keeps_the_old_kernel
         "{rep:#}"
     );
     assert!(
-        saved_entry(&node).ends_with(world::UEK9_8),
+        node.saved_entry().ends_with(world::UEK9_8),
         "{}",
-        saved_entry(&node)
+        node.saved_entry()
     );
     assert!(!node.join("/var/lib/gpuhost/kernel-guard.json").exists());
     for p in BUILD_PACKAGES {

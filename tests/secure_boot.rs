@@ -11,7 +11,6 @@ mod support;
 #[path = "world/mod.rs"]
 mod world;
 
-use gpuhost_host::secureboot::{efi_signature_list, efivar_path};
 use rstest::rstest;
 use serde_json::Value;
 use support::check;
@@ -23,8 +22,6 @@ use world::{
 const ONLY: &str = "kernel,kernel-headers,driver-repo,build-deps,driver,nouveau,kernel-module";
 const KEY: &str = "/etc/pki/gpuhost/mok.priv";
 const CERT: &str = "/etc/pki/gpuhost/mok.der";
-const SB_VAR: &str = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
-const SETUP_VAR: &str = "/sys/firmware/efi/efivars/SetupMode-8be4df61-93ca-11d2-aa0d-00e098032b8c";
 
 fn apply(root: &Root, profile: &str, repo: &str, extra: &[&str]) -> (i32, Value, String) {
     let args = world::apply_args(profile, repo, ONLY, extra);
@@ -44,20 +41,6 @@ fn with_key(root: &Root, extra: &[&str]) -> (i32, Value, String) {
     let mut args = WITH_KEY.to_vec();
     args.extend_from_slice(extra);
     apply(root, "ol8-uek", CUDA_LOCAL_EL8_12_2, &args)
-}
-
-/// The firmware's answer: SecureBoot=1 (SetupMode=0, which mokutil --sb-state also reads).
-fn secure_boot_on(root: &Root) {
-    std::fs::create_dir_all(root.join("/sys/firmware/efi/efivars")).unwrap();
-    std::fs::write(root.join(SB_VAR), [6, 0, 0, 0, 1]).unwrap();
-    std::fs::write(root.join(SETUP_VAR), [6, 0, 0, 0, 0]).unwrap();
-}
-
-/// Put certificates into an EFI variable (`MokListRT`: enrolled; `MokNew`: pending).
-fn efivar(root: &Root, name: &str, certs: &[&[u8]]) {
-    let mut data = vec![6, 0, 0, 0];
-    data.extend(efi_signature_list(certs));
-    std::fs::write(root.join(&efivar_path(name)), data).unwrap();
 }
 
 /// A key pair (real `openssl req`) in the root's `dir`, named `name`.priv/.der, the key
@@ -88,7 +71,7 @@ fn status(root: &Root) -> Value {
 #[test]
 fn without_a_key_apply_stops_before_the_driver_and_says_how_to_make_one() {
     let root = Root::new(Os::Ol8, &[UEK8_OLD]);
-    secure_boot_on(&root);
+    root.secure_boot_on();
     let before = root.rpmdb_snapshot();
     let (rc, _, err) = apply(&root, "ol8-uek", CUDA_LOCAL_EL8_12_2, &[]);
     assert_eq!(rc, 2, "{err}");
@@ -106,7 +89,7 @@ fn without_a_key_apply_stops_before_the_driver_and_says_how_to_make_one() {
 #[test]
 fn an_unusable_key_stops_before_the_driver() {
     let root = Root::new(Os::Ol8, &[UEK8_OLD]);
-    secure_boot_on(&root);
+    root.secure_boot_on();
     let before = root.rpmdb_snapshot();
     // Not there at all.
     let (rc, _, err) = with_key(&root, &[]);
@@ -143,9 +126,9 @@ fn dkms_signs_with_the_enrolled_profile_key_and_status_checks_the_signer(
     #[case] rpm: &str,
 ) {
     let root = Root::new(os, &[kernel]);
-    secure_boot_on(&root);
+    root.secure_boot_on();
     let cert = make_key(&root, "/etc/pki/gpuhost", "mok", "gpuhost test MOK");
-    efivar(&root, "MokListRT", &[&cert]);
+    root.efivar("MokListRT", &[&cert]);
     let with_key = |root: &Root, extra: &[&str]| {
         let mut args = WITH_KEY.to_vec();
         args.extend_from_slice(extra);
@@ -184,7 +167,7 @@ fn dkms_signs_with_the_enrolled_profile_key_and_status_checks_the_signer(
 
     // The key leaves MokListRT (another one is enrolled): the next boot refuses the module.
     let other = make_key(&root, "/root", "other", "someone else");
-    efivar(&root, "MokListRT", &[&other]);
+    root.efivar("MokListRT", &[&other]);
     let st = status(&root);
     let sb = check(&st, "driver.secure_boot");
     assert_eq!(sb["severity"], "CRITICAL", "{sb:#}");
@@ -200,7 +183,7 @@ fn dkms_signs_with_the_enrolled_profile_key_and_status_checks_the_signer(
         "{sb:#}"
     );
     // Only pending (mokutil --import was run, nobody confirmed it at the console yet).
-    efivar(&root, "MokNew", &[&cert]);
+    root.efivar("MokNew", &[&cert]);
     let sb = check(&status(&root), "driver.secure_boot").clone();
     assert_eq!(sb["severity"], "CRITICAL", "{sb:#}");
     assert!(
@@ -222,9 +205,9 @@ fn modules_built_before_the_key_are_rebuilt_and_signed_and_a_new_kernel_gets_sig
         assert_eq!(signer(&root, m), world::DKMS_AUTO_KEY_CN, "{m}");
     }
     // Secure Boot turned on, a key enrolled and named in the profile.
-    secure_boot_on(&root);
+    root.secure_boot_on();
     let cert = make_key(&root, "/etc/pki/gpuhost", "mok", "gpuhost test MOK");
-    efivar(&root, "MokListRT", &[&cert]);
+    root.efivar("MokListRT", &[&cert]);
     let sb = check(&status(&root), "driver.secure_boot").clone();
     assert_eq!(sb["severity"], "CRITICAL", "before the rebuild: {sb:#}");
     let (rc, rep, err) = with_key(&root, &[]);
@@ -268,11 +251,11 @@ fn modules_built_before_the_key_are_rebuilt_and_signed_and_a_new_kernel_gets_sig
 #[test]
 fn a_precompiled_stream_is_refused_with_secure_boot_on_whatever_is_enrolled() {
     let root = Root::new(Os::Ol8, &[RHCK8]);
-    secure_boot_on(&root);
+    root.secure_boot_on();
     let nvidia = std::fs::read(World::get().nvidia_test_cert()).unwrap();
     for enrolled in [false, true] {
         if enrolled {
-            efivar(&root, "MokListRT", &[&nvidia]);
+            root.efivar("MokListRT", &[&nvidia]);
         }
         let (files, rpmdb) = (root.tree_snapshot(), root.rpmdb_snapshot());
         for cmd in ["plan", "apply"] {
@@ -327,9 +310,9 @@ fn a_precompiled_stream_is_refused_with_secure_boot_on_whatever_is_enrolled() {
 #[test]
 fn a_pending_key_signs_and_warns_and_mokutil_is_asked_once() {
     let root = Root::new(Os::Ol8, &[UEK8_OLD]);
-    secure_boot_on(&root);
+    root.secure_boot_on();
     let cert = make_key(&root, "/etc/pki/gpuhost", "mok", "gpuhost test MOK");
-    efivar(&root, "MokNew", &[&cert]);
+    root.efivar("MokNew", &[&cert]);
     let args = world::apply_args("ol8-uek", CUDA_LOCAL_EL8_12_2, ONLY, &WITH_KEY);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (o, execs) = root.gpuhost_traced(&args);

@@ -242,6 +242,12 @@ pub const NVIDIA_TEST_KEY_CN: &str = "NVIDIA test precompiled-kmod key (gpuhost 
 /// and `mok.pub` (DER) itself with `openssl req -subj "/CN=DKMS module signing key"`.
 pub const DKMS_AUTO_KEY_CN: &str = "DKMS module signing key";
 
+/// The firmware's Secure Boot and Setup Mode variables (efivarfs names).
+pub const SECURE_BOOT_VAR: &str =
+    "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+pub const SETUP_MODE_VAR: &str =
+    "/sys/firmware/efi/efivars/SetupMode-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+
 /// The marker that ends a module with an appended signature (`tail -c 28`).
 pub const MODULE_SIG_MAGIC: &[u8] = b"~Module signature appended~\n";
 
@@ -541,6 +547,34 @@ impl Root {
             .args(args)
             .output()
             .unwrap()
+    }
+
+    /// The default boot entry grubenv names (`saved_entry=`).
+    pub fn saved_entry(&self) -> String {
+        self.read("/boot/grub2/grubenv")
+            .lines()
+            .find_map(|l| l.strip_prefix("saved_entry="))
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// The firmware's answer: SecureBoot=1 (SetupMode=0, which mokutil --sb-state also reads).
+    pub fn secure_boot_on(&self) {
+        fs::create_dir_all(self.join("/sys/firmware/efi/efivars")).unwrap();
+        fs::write(self.join(SECURE_BOOT_VAR), [6, 0, 0, 0, 1]).unwrap();
+        fs::write(self.join(SETUP_MODE_VAR), [6, 0, 0, 0, 0]).unwrap();
+    }
+
+    /// Certificates in an EFI variable of the root (`MokListRT`: enrolled; `MokNew`: pending),
+    /// as the real mokutil reads them.
+    pub fn efivar(&self, name: &str, certs: &[&[u8]]) {
+        let mut data = vec![6, 0, 0, 0];
+        data.extend(gpuhost_host::secureboot::efi_signature_list(certs));
+        fs::write(
+            self.join(&gpuhost_host::secureboot::efivar_path(name)),
+            data,
+        )
+        .unwrap();
     }
 
     /// Runs the real dnf against this root the way gpuhost must (tests/world/dnf.sh: the root's
