@@ -508,22 +508,10 @@ fn only_the_nvidia_crate_writes_nvidia_package_names() {
     let mut found = Vec::new();
     let mut seen_host = Vec::new();
     for dir in CRATES.iter().filter(|d| !NAMES_NVIDIA_PACKAGES.contains(d)) {
-        let mut stack = vec![top().join(dir).join("src")];
-        while let Some(p) = stack.pop() {
-            if p.is_dir() {
-                for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
-                    stack.push(e.path());
-                }
+        for (rel, p) in rust_files(dir) {
+            if p.ends_with("fuzz.rs") {
                 continue;
             }
-            if p.extension().is_none_or(|e| e != "rs") || p.ends_with("fuzz.rs") {
-                continue;
-            }
-            let rel = p
-                .strip_prefix(top())
-                .unwrap_or(&p)
-                .to_string_lossy()
-                .replace('\\', "/");
             let text = std::fs::read_to_string(&p).unwrap_or_default();
             for lit in production_literals(&text) {
                 if !names_an_nvidia_package(&lit) {
@@ -780,26 +768,32 @@ fn function_lengths(text: &str) -> Vec<(String, usize, usize)> {
 fn production_functions() -> Vec<(String, String, usize, usize)> {
     let mut out = Vec::new();
     for dir in CRATES {
-        let mut stack = vec![top().join(dir).join("src")];
-        while let Some(p) = stack.pop() {
-            if p.is_dir() {
-                for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
-                    stack.push(e.path());
-                }
-                continue;
+        for (rel, p) in rust_files(dir) {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            for (name, line, len) in function_lengths(&text) {
+                out.push((rel.clone(), name, line, len));
             }
-            if p.extension().is_none_or(|e| e != "rs") {
-                continue;
+        }
+    }
+    out
+}
+
+/// The `.rs` files under a crate's `src/`: (`crate/src/file.rs`, path).
+fn rust_files(dir: &str) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    let mut stack = vec![top().join(dir).join("src")];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+                stack.push(e.path());
             }
+        } else if p.extension().is_some_and(|e| e == "rs") {
             let rel = p
                 .strip_prefix(top())
                 .unwrap_or(&p)
                 .to_string_lossy()
                 .replace('\\', "/");
-            let text = std::fs::read_to_string(&p).unwrap_or_default();
-            for (name, line, len) in function_lengths(&text) {
-                out.push((rel.clone(), name, line, len));
-            }
+            out.push((rel, p));
         }
     }
     out
