@@ -1,8 +1,8 @@
 //! The build: for each kernel, NVIDIA's modules compiled from the local repo package's own DKMS
 //! source, in the build root (`--root`, `/` on a build host), with the compiler that kernel was
 //! built with and `make -j<every CPU>`, then each `.ko` signed with the fleet's key by the
-//! kernel's own `sign-file`. The key is copied into the build root's scratch folder only while
-//! that kernel's modules are signed, and removed with it; it never enters an RPM or the repo.
+//! kernel's own `sign-file`, which reads the key from its standard input: the key is never a
+//! file of the build root, an RPM or the repo.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -413,9 +413,7 @@ fn compiler_of(host: &Host, kver: &str) -> Result<(Option<String>, String)> {
     ))
 }
 
-/// Sign each module with the kernel's `sign-file`, run in the build root: the key and the
-/// certificate are copied into the scratch folder for it (mode 0600) and removed right after,
-/// whatever happened.
+/// Sign each module with the kernel's `sign-file`, run in the build root.
 fn sign(host: &Host, kver: &str, sysdir: &str, modules: &[String], fleet: &FleetKey) -> Result<()> {
     let sign_file = format!("{sysdir}/scripts/sign-file");
     if !host.exists(&sign_file) {
@@ -430,26 +428,19 @@ fn sign(host: &Host, kver: &str, sysdir: &str, modules: &[String], fleet: &Fleet
         .map(|v| v.trim().trim_matches('"').to_string())
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| "sha256".to_string());
-    let keys = format!("{SCRATCH}/keys");
-    host.create_dir_all(&keys)?;
-    let result = (|| -> Result<()> {
-        let key = std::fs::read(&fleet.key)
-            .with_context(|| format!("reading {}", fleet.key.display()))?;
-        host.write_atomic(format!("{keys}/key.pem"), &key, 0o600)?;
-        host.write_atomic(format!("{keys}/cert.der"), &fleet.cert_der, 0o600)?;
-        for m in modules {
-            host.in_root(&sign_file)
-                .args([hash.as_str()])
-                .arg(format!("{keys}/key.pem"))
-                .arg(format!("{keys}/cert.der"))
-                .arg(m)
-                .run()
-                .with_context(|| format!("signing {m} for {kver}"))?;
-        }
-        Ok(())
-    })();
-    host.remove_tree(&keys)?;
-    result
+    // The certificate (public) is a file of the scratch folder; the private key never is: each
+    // sign-file reads it from its standard input (`/dev/fd/0`), opened here on the build host,
+    // so a build killed while signing leaves no key in the build root (which may be an image).
+    let cert = format!("{SCRATCH}/fleet-cert.der");
+    host.write_atomic(&cert, &fleet.cert_der, 0o644)?;
+    for m in modules {
+        host.in_root(&sign_file)
+            .args([hash.as_str(), "/dev/fd/0", cert.as_str(), m.as_str()])
+            .stdin_file(&fleet.key)
+            .run()
+            .with_context(|| format!("signing {m} for {kver}"))?;
+    }
+    Ok(())
 }
 
 /// CPU seconds (user + system) of the children this process has waited for: `/proc/self/stat`'s
