@@ -37,6 +37,7 @@ pub mod progress;
 pub mod rootfs;
 pub mod rpm;
 pub mod rpmdb;
+pub mod rpmfile;
 pub mod secureboot;
 pub mod stage;
 pub mod units;

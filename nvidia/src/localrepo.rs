@@ -223,6 +223,34 @@ pub fn in_driver_set(name: &str) -> bool {
     in_driver_family(name) || name.starts_with("cuda-repo-")
 }
 
+/// The CUDA toolkit's package names, as NVIDIA's CUDA repos name them (`cuda-toolkit-12-8`,
+/// `cuda-nvcc-12-8`, `libcublas-12-8`, `libnpp-12-8`, `nsight-compute-2025.1.1`,
+/// `gds-tools-12-8`): what a CUDA local repo package carries beside the driver, most of its GBs.
+const TOOLKIT_PREFIXES: &[&str] = &[
+    "cuda-",
+    "libcublas",
+    "libcudnn",
+    "libcufft",
+    "libcufile",
+    "libcurand",
+    "libcusolver",
+    "libcusparse",
+    "libnpp",
+    "libnvfatbin",
+    "libnvjitlink",
+    "libnvjpeg",
+    "libnvvm",
+    "nsight-",
+    "gds-tools",
+];
+
+/// True for a package of the CUDA toolkit (see [`TOOLKIT_PREFIXES`]), never one of the driver
+/// set (`cuda-drivers`, `cuda-repo-…` are the driver's). A container host installs none: CUDA
+/// runs in its containers.
+pub fn is_toolkit(name: &str) -> bool {
+    !in_driver_set(name) && TOOLKIT_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 /// True for a package of NVIDIA's driver family: what a driver change installs, replaces or
 /// removes (`nvidia-*`, `libnvidia-*`, `kmod-nvidia*`, `cuda-drivers*`), as opposed to a site's
 /// or the distribution's packages.
@@ -237,6 +265,22 @@ pub fn in_driver_family(name: &str) -> bool {
 mod tests {
     use super::*;
     use rstest::rstest;
+
+    #[rstest]
+    #[case("cuda-toolkit-12-8", true)]
+    #[case("cuda-nvcc-13-0", true)]
+    #[case("libcublas-12-8", true)]
+    #[case("nsight-compute-2025.1.1", true)]
+    #[case("cuda-drivers", false)]
+    #[case("cuda-drivers-fabricmanager-580", false)]
+    #[case("cuda-repo-rhel9-13-0-local", false)]
+    #[case("nvidia-driver", false)]
+    #[case("libnvidia-nscq", false)]
+    #[case("nvlsm", false)]
+    #[case("dkms", false)]
+    fn the_toolkit_is_told_from_the_driver_set(#[case] name: &str, #[case] toolkit: bool) {
+        assert_eq!(is_toolkit(name), toolkit);
+    }
 
     #[rstest]
     #[case(

@@ -229,15 +229,9 @@ fn dkms_package(
         )
     })?;
     let rpm = local_repo_rpm.display().to_string();
-    let pattern = format!(".{}/{}-{}-*", repo.repo_dir(), row.name, repo.driver);
-    gpuhost_steps::transaction::extract(
-        host,
-        &rpm,
-        &format!("{SCRATCH}/payload"),
-        &format!("{SCRATCH}/repo"),
-        &[pattern.as_str()],
-    )
-    .map_err(|e| as_invalid(e.context(format!("reading the repo of {rpm}"))))?;
+    let prefix = format!("{}/{}-{}-", repo.repo_dir(), row.name, repo.driver);
+    gpuhost_steps::transaction::extract(host, &rpm, &format!("{SCRATCH}/repo"), &[prefix.as_str()])
+        .map_err(|e| as_invalid(e.context(format!("reading the repo of {rpm}"))))?;
     Ok(DkmsPackage { row, flavour })
 }
 
@@ -269,9 +263,8 @@ impl Source {
         gpuhost_steps::transaction::extract(
             host,
             &real.display().to_string(),
-            &format!("{SCRATCH}/payload"),
             &tree,
-            &["./usr/src/*"],
+            &["/usr/src/"],
         )?;
         let dir = format!("{tree}/usr/src/{name}-{drv}");
         let conf_path = format!("{dir}/dkms.conf");

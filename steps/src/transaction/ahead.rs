@@ -69,10 +69,9 @@ fn transaction_in(
     (files, others): (&[String], &[String]),
     parts: &[&Install],
 ) -> Result<(Cmd, CmdOutput)> {
-    let scratch = host.real_path(SCRATCH)?;
-    let tree = scratch.join("tree");
+    let tree = host.real_path(SCRATCH)?.join("tree");
     for f in files {
-        unpack(host, f, &scratch, &tree)?;
+        unpack(f, &tree)?;
     }
     let options = repo_options(host, &tree)?;
     let rest: Vec<&Install> = parts.iter().copied().filter(|i| !i.brings_repo).collect();
@@ -86,15 +85,19 @@ fn transaction_in(
     )
 }
 
-/// The package's repo files and `/var` (where NVIDIA's local repo package keeps its repo),
-/// unpacked into `tree`. A file that cannot be read whole is an error.
-fn unpack(host: &Host, file: &str, scratch: &Path, tree: &Path) -> Result<()> {
-    let patterns = ["./etc/yum.repos.d/*", "./var/*"];
-    payload::unpack(host, file, (scratch, SCRATCH), tree, &patterns).map_err(|e| match e {
+/// The package's repo files and its repos (less the CUDA toolkit's packages), unpacked into
+/// `tree` ([`payload::unpack_repos`]). A file that cannot be read whole is an error; a package
+/// gpuhost refuses is bad input.
+fn unpack(file: &str, tree: &Path) -> Result<()> {
+    payload::unpack_repos(file, tree).map_err(|e| match e {
         Unpack::Unreadable(e) => hinted(
             format!("{file} could not be read before the first change ({e:#}); nothing was installed"),
             "check that the file's filesystem (an NFS export, a USB stick) is mounted and readable, then run gpuhost again",
         ),
+        Unpack::Bad(e) => gpuhost_host::error::as_invalid(hinted(
+            format!("{e:#}; nothing was installed"),
+            "use NVIDIA's local repo package as NVIDIA ships it (download it again and check its SHA-256)",
+        )),
         Unpack::Unextracted(e) => e.context(format!("extracting the repo of {file}")),
     })
 }

@@ -1,64 +1,135 @@
-//! A package's files read before it is installed: the files of its payload (`rpm2cpio`) that a
-//! caller asks for, unpacked by `cpio` into a scratch tree on the root's disk. A first converge
-//! reads NVIDIA's local repo out of it ([`crate::transaction::ahead`]), a driver swap the new driver's
-//! ([`crate::transaction::swap`]).
+//! A package's files read before it is installed, by gpuhost's own reader
+//! ([`gpuhost_host::rpmfile`]): the payload streamed once, only the files a caller asks for
+//! written into a scratch tree on the root's disk, each checked against the package's header
+//! (and, for a local repo's packages, against the repo's own metadata) before the first change.
+//! A first converge reads NVIDIA's local repo out of it ([`crate::transaction::ahead`]), a
+//! driver swap the new driver's ([`crate::transaction::swap`]), the build host the DKMS source.
 
 use std::path::Path;
 
 use anyhow::Result;
 
-use gpuhost_host::cmd::Cmd;
-use gpuhost_host::error::hinted;
-use gpuhost_host::host::Host;
+use gpuhost_host::error::{as_invalid, hinted};
+use gpuhost_host::host::{local_repo_dir, Host};
 use gpuhost_host::rootfs::Kind;
+use gpuhost_host::rpmfile::{self, Fault, FileInfo, Want};
 
-/// Why a payload was not unpacked: the package could not be read whole (`rpm2cpio`), or the
-/// files asked for could not be extracted (`cpio`). Each caller says it in its own words.
+/// Why a payload was not unpacked: the package could not be read whole (its filesystem), the
+/// package is bad input (refused: exit 2), or the files could not be written. Each caller says
+/// it in its own words.
 pub(crate) enum Unpack {
     Unreadable(anyhow::Error),
+    Bad(anyhow::Error),
     Unextracted(anyhow::Error),
 }
 
-/// The files of `rpm`'s payload that match `patterns` (`./etc/yum.repos.d/*`), unpacked into
-/// `tree`, through `payload.cpio` in `scratch` (the folder the root names `scratch_in_root`),
-/// which is removed when done.
-pub(crate) fn unpack(
-    host: &Host,
-    rpm: &str,
-    (scratch, scratch_in_root): (&Path, &str),
-    tree: &Path,
-    patterns: &[&str],
-) -> Result<(), Unpack> {
-    let payload = scratch.join("payload.cpio");
-    Cmd::new("rpm2cpio")
-        .arg(rpm)
-        .stdout_file(&payload)
-        .run()
-        .map_err(Unpack::Unreadable)?;
-    Cmd::new("cpio")
-        .args(["-idm", "--quiet", "--no-absolute-filenames"])
-        .args(patterns)
-        .stdin_file(&payload)
-        .current_dir(tree)
-        .run()
-        .map_err(Unpack::Unextracted)?;
-    host.remove_file(format!("{scratch_in_root}/payload.cpio"))
-        .map(drop)
-        .map_err(Unpack::Unextracted)
+impl From<Fault> for Unpack {
+    fn from(f: Fault) -> Self {
+        match f {
+            Fault::Bad(why) => Unpack::Bad(as_invalid(anyhow::anyhow!("{why}"))),
+            Fault::Source(e) => Unpack::Unreadable(e),
+            Fault::Write(..) => Unpack::Unextracted(anyhow::anyhow!("{f}")),
+            Fault::Interrupted(sig) => Unpack::Unextracted(anyhow::Error::new(
+                gpuhost_host::interrupt::Interrupted(format!(
+                    "stopped by {} while reading a package, before any change",
+                    gpuhost_host::interrupt::name(sig)
+                )),
+            )),
+        }
+    }
 }
 
-/// The files of the package file `rpm` (a path on this machine) that match `patterns`, unpacked
-/// into the root's folder `tree` through the root's scratch folder `scratch` (both made if
-/// missing). One reader for every caller: a first converge, a driver swap, the build host's
-/// kmod build.
-pub fn extract(host: &Host, rpm: &str, scratch: &str, tree: &str, patterns: &[&str]) -> Result<()> {
-    host.create_dir_all(scratch)?;
+/// NVIDIA's local repo package `rpm` read for its repos: its `.repo` files and, of its repo
+/// folders (`/var/cuda-repo-…`, `/var/nvidia-driver-local-repo-…`), the metadata, keys and every
+/// package but the CUDA toolkit's (a container host installs none of them: their GBs stay in
+/// the package), written under `tree` (a folder on this machine). Anything the payload holds
+/// outside those folders, or a link leaving them, refuses the package; each extracted package
+/// is checked against its repo metadata's checksum.
+pub(crate) fn unpack_repos(rpm: &str, tree: &Path) -> Result<(), Unpack> {
+    let file = Path::new(rpm);
+    let pkg = rpmfile::package(file)?;
+    let allowed = own_folders(&pkg.files);
+    let select = |f: &FileInfo| {
+        f.path.starts_with("/etc/yum.repos.d/")
+            || !f.path.ends_with(".rpm")
+            || !gpuhost_nvidia::localrepo::is_toolkit(&package_name(&f.path))
+    };
+    let want = Want {
+        allowed: &allowed,
+        select: &select,
+    };
+    let (_, written) = rpmfile::extract(file, &want, tree)?;
+    for folder in allowed.iter().filter(|a| local_repo_dir(a)) {
+        let repo = tree.join(folder.trim_start_matches('/'));
+        if !repo.join("repodata/repomd.xml").is_file() {
+            continue;
+        }
+        let prefix = format!("{folder}/");
+        let rpms: Vec<(String, String)> = written
+            .iter()
+            .filter(|w| w.info.is_file() && w.info.path.ends_with(".rpm"))
+            .filter_map(|w| {
+                let href = w.info.path.strip_prefix(&prefix)?;
+                Some((href.to_string(), w.info.digest.clone()))
+            })
+            .collect();
+        let sums = rpmfile::repodata::checksums(&repo)
+            .map_err(|e| Unpack::Bad(as_invalid(e.context(format!("{rpm}: the repo {folder}")))))?;
+        rpmfile::repodata::verify(&repo, &rpms, &sums)
+            .map_err(|e| Unpack::Bad(as_invalid(e.context(format!("{rpm}: the repo {folder}")))))?;
+    }
+    Ok(())
+}
+
+/// The folders a local repo package may hold files in: `/etc/yum.repos.d` and the local repo
+/// folders its files lie in.
+fn own_folders(files: &[FileInfo]) -> Vec<String> {
+    let mut out = vec!["/etc/yum.repos.d".to_string()];
+    for f in files {
+        let mut parts = f.path.splitn(4, '/');
+        if let (Some(""), Some("var"), Some(name)) = (parts.next(), parts.next(), parts.next()) {
+            let dir = format!("/var/{name}");
+            if local_repo_dir(&dir) && !out.contains(&dir) {
+                out.push(dir);
+            }
+        }
+    }
+    out
+}
+
+/// The package name of a package file's path (`…/nvidia-driver-3:580.82.07-1.el9.x86_64.rpm`
+/// → `nvidia-driver`): the file name less `-version-release.arch.rpm`.
+fn package_name(path: &str) -> String {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    let mut parts: Vec<&str> = file.rsplitn(3, '-').collect();
+    parts.reverse();
+    match parts.as_slice() {
+        [name, _, _] => name.to_string(),
+        _ => file.to_string(),
+    }
+}
+
+/// The files of the package file `rpm` (a path on this machine) whose paths start with one of
+/// `prefixes` (`/usr/src/`), written into the root's folder `tree` (made if missing). One reader
+/// for every caller: a first converge, a driver swap, the build host's kmod build.
+pub fn extract(host: &Host, rpm: &str, tree: &str, prefixes: &[&str]) -> Result<()> {
     host.create_dir_all(tree)?;
-    let real = (host.real_path(scratch)?, host.real_path(tree)?);
-    unpack(host, rpm, (&real.0, scratch), &real.1, patterns).map_err(|e| match e {
-        Unpack::Unreadable(e) => e.context(format!("{rpm} could not be read whole")),
-        Unpack::Unextracted(e) => e.context(format!("extracting {} of {rpm}", patterns.join(" "))),
-    })
+    let real = host.real_path(tree)?;
+    let all = ["/".to_string()];
+    let select = |f: &FileInfo| prefixes.iter().any(|p| f.path.starts_with(p));
+    let want = Want {
+        allowed: &all,
+        select: &select,
+    };
+    rpmfile::extract(Path::new(rpm), &want, &real)
+        .map(drop)
+        .map_err(|f| match Unpack::from(f) {
+            Unpack::Unreadable(e) => e.context(format!("{rpm} could not be read whole")),
+            Unpack::Bad(e) => e,
+            Unpack::Unextracted(e) => {
+                e.context(format!("extracting {} of {rpm}", prefixes.join(" ")))
+            }
+        })
 }
 
 /// A `gpgkey` of a `.repo` file the package carries, as dnf is to read it: an `https:` URL as it

@@ -295,13 +295,12 @@ fn extract(
     scratch: &Path,
 ) -> Result<(std::path::PathBuf, Vec<String>)> {
     let tree = scratch.join("tree");
-    let patterns = [
-        format!(".{}/*", s.repo_dir),
-        "./etc/yum.repos.d/*".to_string(),
-    ];
-    let patterns: Vec<&str> = patterns.iter().map(String::as_str).collect();
-    payload::unpack(host, rpm, (scratch, SCRATCH), &tree, &patterns).map_err(|e| match e {
+    payload::unpack_repos(rpm, &tree).map_err(|e| match e {
         Unpack::Unreadable(e) => e.context(format!("reading the payload of {rpm}")),
+        Unpack::Bad(e) => gpuhost_host::error::as_invalid(hinted(
+            format!("{e:#}; nothing was changed"),
+            "use NVIDIA's local repo package as NVIDIA ships it (download it again and check its SHA-256)",
+        )),
         Unpack::Unextracted(e) => e.context(format!("extracting {} from {rpm}", s.repo_dir)),
     })?;
     let inner = format!("{SCRATCH}/tree{}", s.repo_dir);

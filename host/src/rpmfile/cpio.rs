@@ -1,0 +1,189 @@
+//! The entries of an RPM payload's cpio archive, read as a stream: rpm's `newc` entries
+//! (`070701`, name and size in the entry) and its stripped ones (`07070X`, rpm ≥ 4.12, written
+//! when a file is 4 GiB or more: the entry holds only the file's index into the header, which
+//! gives its size). Every entry and every data block is aligned to 4 bytes.
+
+use std::io::{self, Read};
+
+use anyhow::{bail, Context, Result};
+
+/// What an entry names: a path (`newc`) or an index into the header's files (stripped).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Named {
+    Path(String),
+    Index(usize),
+}
+
+/// One entry's header; its data (`size` bytes) follows in the stream.
+#[derive(Debug)]
+pub struct Entry {
+    pub named: Named,
+    /// `st_mode` (`newc` only; 0 for stripped entries, whose mode is the header's).
+    pub mode: u32,
+    pub nlink: u32,
+    /// The data's size, when the entry says it (`newc`).
+    pub size: Option<u64>,
+}
+
+/// A reader over the decompressed payload that knows its position (for the alignment).
+pub struct Cpio<R> {
+    r: R,
+    pos: u64,
+}
+
+impl<R: Read> Cpio<R> {
+    pub fn new(r: R) -> Self {
+        Cpio { r, pos: 0 }
+    }
+
+    fn exact(&mut self, buf: &mut [u8]) -> io::Result<()> {
+        self.r.read_exact(buf)?;
+        self.pos += buf.len() as u64;
+        Ok(())
+    }
+
+    fn pad(&mut self) -> io::Result<()> {
+        let mut skip = [0u8; 4];
+        let n = ((4 - self.pos % 4) % 4) as usize;
+        self.exact(&mut skip[..n])
+    }
+
+    /// The next entry's header, or `None` at the trailer.
+    pub fn next(&mut self) -> Result<Option<Entry>> {
+        let mut magic = [0u8; 6];
+        self.exact(&mut magic)
+            .context("reading an entry's header")?;
+        match &magic {
+            b"070701" | b"070702" => self.newc(),
+            b"07070X" => {
+                let mut fx = [0u8; 8];
+                self.exact(&mut fx)?;
+                self.pad()?;
+                Ok(Some(Entry {
+                    named: Named::Index(hex(&fx)? as usize),
+                    mode: 0,
+                    nlink: 1,
+                    size: None,
+                }))
+            }
+            _ => bail!(
+                "an entry without cpio's magic at byte {} of the payload",
+                self.pos - 6
+            ),
+        }
+    }
+
+    fn newc(&mut self) -> Result<Option<Entry>> {
+        let mut h = [0u8; 104];
+        self.exact(&mut h)?;
+        let field = |i: usize| hex(&h[i * 8..i * 8 + 8]);
+        let (mode, nlink, size, namesize) = (field(1)?, field(4)?, field(6)?, field(11)?);
+        if namesize == 0 || namesize > 4096 {
+            bail!("an entry's name of {namesize} bytes");
+        }
+        let mut name = vec![0u8; namesize as usize];
+        self.exact(&mut name)?;
+        self.pad()?;
+        if name.pop() != Some(0) {
+            bail!("an entry's name without its terminating NUL");
+        }
+        let name = String::from_utf8(name).context("an entry's name that is not UTF-8")?;
+        if name == "TRAILER!!!" {
+            return Ok(None);
+        }
+        Ok(Some(Entry {
+            named: Named::Path(name),
+            mode: mode as u32,
+            nlink: nlink as u32,
+            size: Some(size),
+        }))
+    }
+
+    /// The entry's `size` bytes of data, given to `sink` piece by piece; then the padding.
+    /// `stop` is asked between pieces (a signal stops a multi-GB read).
+    pub fn data(
+        &mut self,
+        size: u64,
+        mut sink: impl FnMut(&[u8]) -> Result<()>,
+        stop: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        let mut buf = vec![0u8; (1 << 20).min(size as usize).max(1)];
+        let mut left = size;
+        while left > 0 {
+            stop()?;
+            let n = left.min(buf.len() as u64) as usize;
+            self.exact(&mut buf[..n])
+                .context("the payload ends inside a file's data (truncated)")?;
+            sink(&buf[..n])?;
+            left -= n as u64;
+        }
+        self.pad()
+            .context("the payload ends after a file's data (truncated)")
+    }
+}
+
+fn hex(b: &[u8]) -> Result<u64> {
+    let s = std::str::from_utf8(b).context("a cpio header field that is not hex")?;
+    u64::from_str_radix(s, 16).with_context(|| format!("a cpio header field {s:?} that is not hex"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn newc(name: &str, mode: u32, data: &[u8]) -> Vec<u8> {
+        let mut out = format!(
+            "070701{:08x}{mode:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}",
+            1, 0, 0, 1, 0, data.len(), 0, 0, 0, 0, name.len() + 1, 0
+        )
+        .into_bytes();
+        out.extend(name.as_bytes());
+        out.push(0);
+        while out.len() % 4 != 0 {
+            out.push(0);
+        }
+        out.extend(data);
+        while out.len() % 4 != 0 {
+            out.push(0);
+        }
+        out
+    }
+
+    #[test]
+    fn newc_and_stripped_entries_are_read_in_order_to_the_trailer() -> Result<()> {
+        let mut a = newc("./etc/x.repo", 0o100644, b"[x]\n");
+        a.extend(b"07070X0000000200"); // index 2, padded to 16
+        a.extend(b"abcdef\0\0");
+        a.extend(newc("TRAILER!!!", 0, b""));
+        let mut c = Cpio::new(a.as_slice());
+        let ok = |_: &[u8]| Ok(());
+        let e = c.next()?.context("first")?;
+        assert_eq!(e.named, Named::Path("./etc/x.repo".into()));
+        let mut got: Vec<u8> = Vec::new();
+        c.data(
+            e.size.unwrap_or(0),
+            |b| {
+                got.extend(b);
+                Ok(())
+            },
+            &|| Ok(()),
+        )?;
+        assert_eq!(got, b"[x]\n");
+        let e = c.next()?.context("second")?;
+        assert_eq!(e.named, Named::Index(2));
+        c.data(6, ok, &|| Ok(()))?;
+        assert!(c.next()?.is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn a_payload_cut_inside_a_file_is_an_error() {
+        let a = newc("./var/r/big.rpm", 0o100644, &[7u8; 100]);
+        let mut c = Cpio::new(&a[..a.len() - 40]);
+        let r = c.next().and_then(|e| {
+            let size = e.and_then(|e| e.size).unwrap_or(0);
+            c.data(size, |_| Ok(()), &|| Ok(()))
+        });
+        assert!(format!("{r:?}").contains("truncated"), "{r:?}");
+    }
+}

@@ -1,0 +1,510 @@
+//! A package file read by gpuhost itself, once, as a stream: its headers ([`header`]), then its
+//! payload, decompressed (gzip, xz, zstd, or none) and walked entry by entry ([`cpio`]). Only
+//! the files a caller selects are written, into a fresh folder, each checked against the
+//! header's digest as it is written; nothing passes through an intermediate archive, and files
+//! of 4 GiB and more (rpm's stripped entries) are read as any other.
+//!
+//! Why not `rpm2cpio | cpio`: the pair writes the whole payload to disk before a byte of it is
+//! used (a multi-GB CUDA local repo package, written once more), `rpm2cpio` refuses files over
+//! 4 GiB, and `cpio` follows what the archive says (a symlink entry, then files under it, lands
+//! outside the tree). `rpm2archive` has no uncompressed output on OL 8's rpm 4.14 (gzip of
+//! GBs). The `rpm` crate reads the whole payload into memory. The format is small and rpm's
+//! own; this reader checks what the archive says against the header before the first write:
+//! - every entry is a file the header lists (not a `%ghost`), once, of the header's type and
+//!   size; every file the header lists is in the payload (payload and header agree);
+//! - every path is absolute, plain (no `.`, `..` or empty component) and inside the folders the
+//!   caller allows; a symlink's target stays inside its folder; no file lies under a symlink; a
+//!   FIFO, device or socket is refused;
+//! - the folder's filesystem has room for the selected files' sizes;
+//! - each written file's SHA-256 family digest matches the header's.
+//!
+//! A refused package is [`Fault::Bad`] (bad input: the caller exits 2, nothing changed). A
+//! source that cannot be read (an NFS export gone) is [`Fault::Source`]; a write that fails
+//! (disk full) is [`Fault::Write`].
+
+pub mod cpio;
+pub mod header;
+pub mod repodata;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Result};
+use sha2::Digest;
+
+pub use header::{FileInfo, Package};
+
+/// Why a payload was not extracted.
+#[derive(Debug)]
+pub enum Fault {
+    /// The package is not what its header says, or asks for what gpuhost refuses.
+    Bad(String),
+    /// The package file could not be read (to its end).
+    Source(anyhow::Error),
+    /// A file could not be written into the folder (disk full, a read-only filesystem).
+    Write(PathBuf, std::io::Error),
+    /// A signal arrived while reading.
+    Interrupted(i32),
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Bad(why) => write!(f, "{why}"),
+            Fault::Source(e) => write!(f, "{e:#}"),
+            Fault::Write(p, e) => write!(f, "could not write {}: {e}", p.display()),
+            Fault::Interrupted(sig) => write!(f, "stopped by {}", crate::interrupt::name(*sig)),
+        }
+    }
+}
+
+/// What to extract: the folders the payload may hold anything in (every other entry refuses the
+/// package), and which of its files to write.
+pub struct Want<'a> {
+    /// Absolute folders (`/var/cuda-repo-rhel9-13-0-local`, `/etc/yum.repos.d`); the folders
+    /// above them may be listed as directories, nothing else.
+    pub allowed: &'a [String],
+    /// Which files (by header path) to write.
+    pub select: &'a dyn Fn(&FileInfo) -> bool,
+}
+
+/// One file written: its header entry and where it is on this machine.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub info: FileInfo,
+    pub real: PathBuf,
+}
+
+/// Read `file`'s header (no payload).
+pub fn package(file: &Path) -> Result<Package, Fault> {
+    let f = open(file)?;
+    header::read(&mut BufReader::new(f)).map_err(|e| bad(file, e))
+}
+
+/// Stream `file`'s payload once, writing the files `want` selects under `into` (a folder on
+/// this machine, made if missing; the header's path `/a/b` lands at `into/a/b`). The package's
+/// header, and what was written, in payload order.
+pub fn extract(file: &Path, want: &Want, into: &Path) -> Result<(Package, Vec<Written>), Fault> {
+    let f = open(file)?;
+    let mut r = BufReader::with_capacity(1 << 20, f);
+    let pkg = header::read(&mut r).map_err(|e| bad(file, e))?;
+    let shown = file.display().to_string();
+    let plan = check(&pkg, want).map_err(|why| Fault::Bad(format!("{shown}: {why}")))?;
+    room(&pkg, &plan, into)?;
+    let stream = decompressor(&pkg, r).map_err(|e| bad(file, e))?;
+    let mut cpio = cpio::Cpio::new(stream);
+    let written = walk(&pkg, &plan, &mut cpio, into).map_err(|f| match f {
+        Fault::Bad(why) => Fault::Bad(format!("{shown}: {why}")),
+        f => f,
+    })?;
+    Ok((pkg, written))
+}
+
+fn open(file: &Path) -> Result<File, Fault> {
+    crate::fsutil::open_regular(file).map_err(|e| match e.kind() {
+        std::io::ErrorKind::Other => Fault::Bad(format!("{}: {e}", file.display())),
+        _ => Fault::Source(anyhow!("{}: {e}", file.display())),
+    })
+}
+
+fn bad(file: &Path, e: anyhow::Error) -> Fault {
+    // An I/O error other than a short read is the source's, not the package's.
+    let io = e.chain().find_map(|c| c.downcast_ref::<std::io::Error>());
+    match io {
+        Some(io) if io.kind() != std::io::ErrorKind::UnexpectedEof => {
+            Fault::Source(e.context(file.display().to_string()))
+        }
+        _ => Fault::Bad(format!("{}: {e:#}", file.display())),
+    }
+}
+
+/// The header's files checked against `want` (see the module doc): for each file index, whether
+/// it is written.
+fn check(pkg: &Package, want: &Want) -> Result<Vec<bool>, String> {
+    let links: Vec<&str> = pkg
+        .files
+        .iter()
+        .filter(|f| f.is_link())
+        .map(|f| f.path.as_str())
+        .collect();
+    let mut plan = Vec::with_capacity(pkg.files.len());
+    for f in &pkg.files {
+        if f.ghost {
+            plan.push(false);
+            continue;
+        }
+        let p = &f.path;
+        if !plain(p) {
+            return Err(format!(
+                "its payload names {p:?}, which is not a plain absolute path"
+            ));
+        }
+        let inside = want.allowed.iter().find(|a| under(p, a));
+        let above = want.allowed.iter().any(|a| under(a, p)) && f.is_dir();
+        let Some(folder) = inside.or(if above { Some(p) } else { None }) else {
+            return Err(format!(
+                "its payload holds {p}, outside the package's own folders ({})",
+                want.allowed.join(", ")
+            ));
+        };
+        if !(f.is_file() || f.is_dir() || f.is_link()) {
+            return Err(format!(
+                "its payload holds {p}, which is a FIFO, device or socket"
+            ));
+        }
+        if f.is_link() && !link_stays(p, &f.link, folder) {
+            return Err(format!(
+                "its payload holds the link {p} -> {}, which leaves {folder}",
+                f.link
+            ));
+        }
+        if let Some(l) = links.iter().find(|l| p.len() > l.len() && under(p, l)) {
+            return Err(format!("its payload holds {p} under the link {l}"));
+        }
+        let selected = (want.select)(f);
+        if selected && f.is_file() && !matches!(pkg.digest_algo, 8..=11) {
+            return Err(format!(
+                "its file digests use rpm's hash algorithm {}, not SHA-2",
+                pkg.digest_algo
+            ));
+        }
+        plan.push(selected);
+    }
+    Ok(plan)
+}
+
+/// Absolute with no empty, `.` or `..` component.
+fn plain(p: &str) -> bool {
+    p.starts_with('/') && p.len() > 1 && p[1..].split('/').all(|c| !matches!(c, "" | "." | ".."))
+}
+
+/// `p` is `dir` or inside it.
+fn under(p: &str, dir: &str) -> bool {
+    let dir = dir.trim_end_matches('/');
+    p == dir || p.strip_prefix(dir).is_some_and(|r| r.starts_with('/'))
+}
+
+/// A link at `link` to `target` resolves (lexically) inside `folder`.
+fn link_stays(link: &str, target: &str, folder: &str) -> bool {
+    let base = if target.starts_with('/') {
+        String::new()
+    } else {
+        link.rsplit_once('/')
+            .map(|(d, _)| d.to_string())
+            .unwrap_or_default()
+    };
+    let mut parts: Vec<&str> = base.split('/').filter(|c| !c.is_empty()).collect();
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return false;
+                }
+            }
+            c => parts.push(c),
+        }
+    }
+    under(&format!("/{}", parts.join("/")), folder)
+}
+
+/// The folder's filesystem has room for the selected files (their header sizes), before the
+/// first write.
+fn room(pkg: &Package, plan: &[bool], into: &Path) -> Result<(), Fault> {
+    let need: u64 = pkg
+        .files
+        .iter()
+        .zip(plan)
+        .filter(|(f, &w)| w && f.is_file())
+        .map(|(f, _)| f.size)
+        .sum();
+    std::fs::create_dir_all(into).map_err(|e| Fault::Write(into.to_path_buf(), e))?;
+    let st = rustix::fs::statvfs(into).map_err(|e| Fault::Write(into.to_path_buf(), e.into()))?;
+    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    if need > free {
+        return Err(Fault::Write(
+            into.to_path_buf(),
+            std::io::Error::other(format!(
+                "the files to extract need {} MiB and its filesystem has {} MiB free",
+                need.div_ceil(1 << 20),
+                free >> 20
+            )),
+        ));
+    }
+    Ok(())
+}
+
+/// The payload's decompressed stream: by the header's `PAYLOADCOMPRESSOR`, or, without one, by
+/// its first bytes (rpm reads a payload with no compressor as gzip, which passes plain data
+/// through).
+fn decompressor<R: BufRead + 'static>(pkg: &Package, mut r: R) -> Result<Box<dyn Read>> {
+    let head = r
+        .fill_buf()?
+        .get(..6)
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default();
+    let kind = match pkg.compressor.as_deref() {
+        Some(c) if c != "gzip" => c.to_string(),
+        _ if head.starts_with(&[0x1f, 0x8b]) => "gzip".to_string(),
+        _ if head.starts_with(b"0707") => "identity".to_string(),
+        c => c.unwrap_or("none").to_string(),
+    };
+    Ok(match kind.as_str() {
+        "identity" | "ufdio" => Box::new(r),
+        "gzip" => Box::new(flate2::bufread::MultiGzDecoder::new(r)),
+        "xz" => Box::new(liblzma::bufread::XzDecoder::new_multi_decoder(r)),
+        "lzma" => Box::new(liblzma::bufread::XzDecoder::new_stream(
+            r,
+            liblzma::stream::Stream::new_lzma_decoder(u64::MAX)?,
+        )),
+        "zstd" => Box::new(zstd::stream::read::Decoder::with_buffer(r)?),
+        other => {
+            anyhow::bail!("its payload is compressed with {other}, which gpuhost does not read")
+        }
+    })
+}
+
+/// The entries in payload order, each checked against the header, the selected ones written.
+fn walk<R: Read>(
+    pkg: &Package,
+    plan: &[bool],
+    cpio: &mut cpio::Cpio<R>,
+    into: &Path,
+) -> Result<Vec<Written>, Fault> {
+    let by_path: HashMap<&str, usize> = pkg
+        .files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.path.as_str(), i))
+        .collect();
+    let mut seen = vec![false; pkg.files.len()];
+    let mut written = Vec::new();
+    let stop = || match crate::interrupt::received() {
+        Some(sig) => Err(anyhow!(Interrupted(sig))),
+        None => Ok(()),
+    };
+    let read = |e: anyhow::Error| match e.downcast_ref::<Interrupted>() {
+        Some(Interrupted(sig)) => Fault::Interrupted(*sig),
+        None if e.chain().any(|c| c.is::<WriteFailed>()) => match e.downcast::<WriteFailed>() {
+            Ok(WriteFailed(p, io)) => Fault::Write(p, io),
+            Err(e) => Fault::Source(e),
+        },
+        None => match e.chain().find_map(|c| c.downcast_ref::<std::io::Error>()) {
+            Some(io) if io.kind() != std::io::ErrorKind::UnexpectedEof => Fault::Source(e),
+            _ => Fault::Bad(format!("{e:#}")),
+        },
+    };
+    while let Some(entry) = cpio.next().map_err(read)? {
+        stop().map_err(read)?;
+        let i = match &entry.named {
+            cpio::Named::Path(p) => by_path.get(p.strip_prefix('.').unwrap_or(p)).copied(),
+            cpio::Named::Index(i) => Some(*i).filter(|&i| i < pkg.files.len()),
+        };
+        let Some(i) = i.filter(|&i| !pkg.files[i].ghost) else {
+            return Err(Fault::Bad(format!(
+                "its payload holds {:?}, which its header does not list (payload and header disagree)",
+                entry.named
+            )));
+        };
+        let f = &pkg.files[i];
+        if std::mem::replace(&mut seen[i], true) {
+            return Err(Fault::Bad(format!("its payload holds {} twice", f.path)));
+        }
+        let size = data_size(f, &entry)?;
+        let out = into.join(f.path.trim_start_matches('/'));
+        if plan[i] {
+            write_entry(f, size, cpio, &out, &stop).map_err(read)?;
+            written.push(Written {
+                info: f.clone(),
+                real: out,
+            });
+        } else {
+            cpio.data(size, |_| Ok(()), &stop).map_err(read)?;
+        }
+    }
+    if let Some(f) = pkg.files.iter().zip(&seen).find(|(f, s)| !**s && !f.ghost) {
+        return Err(Fault::Bad(format!(
+            "its header lists {}, which its payload does not hold (payload and header disagree, or the payload is truncated)",
+            f.0.path
+        )));
+    }
+    Ok(written)
+}
+
+#[derive(Debug)]
+struct Interrupted(i32);
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "signal {}", self.0)
+    }
+}
+impl std::error::Error for Interrupted {}
+
+#[derive(Debug)]
+struct WriteFailed(PathBuf, std::io::Error);
+impl std::fmt::Display for WriteFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "writing {}: {}", self.0.display(), self.1)
+    }
+}
+impl std::error::Error for WriteFailed {}
+
+/// How many bytes of data the entry carries, checked against the header: a regular file's
+/// size (0 for a hard link's earlier names), a link's target, nothing for a directory; a
+/// `newc` entry's type must be the header's.
+fn data_size(f: &FileInfo, e: &cpio::Entry) -> Result<u64, Fault> {
+    let disagree = |what: &str| {
+        Fault::Bad(format!(
+            "its payload's {} has another {what} than its header says (payload and header disagree)",
+            f.path
+        ))
+    };
+    let want = if f.is_file() {
+        f.size
+    } else if f.is_link() {
+        f.link.len() as u64
+    } else {
+        0
+    };
+    match e.size {
+        None => Ok(want),
+        Some(_) if e.mode & 0o170000 != f.mode & 0o170000 => Err(disagree("type")),
+        Some(0) if f.is_file() && e.nlink > 1 => Ok(0),
+        Some(s) if s == want => Ok(s),
+        Some(_) => Err(disagree("size")),
+    }
+}
+
+/// Write one selected entry at `out`: a directory, a file (its digest checked), or a link
+/// (checked to stay inside by [`check`]). Parents are made as plain directories; nothing on the
+/// way is followed.
+fn write_entry<R: Read>(
+    f: &FileInfo,
+    size: u64,
+    cpio: &mut cpio::Cpio<R>,
+    out: &Path,
+    stop: &dyn Fn() -> Result<()>,
+) -> Result<()> {
+    let failed = |e: std::io::Error| anyhow!(WriteFailed(out.to_path_buf(), e));
+    if let Some(parent) = out.parent() {
+        dirs(parent).map_err(failed)?;
+    }
+    if f.is_dir() {
+        dirs(out).map_err(failed)?;
+        return cpio.data(size, |_| Ok(()), stop);
+    }
+    if f.is_link() {
+        cpio.data(size, |_| Ok(()), stop)?;
+        return std::os::unix::fs::symlink(&f.link, out).map_err(failed);
+    }
+    if size == 0 && f.size > 0 {
+        anyhow::bail!("{} is a hard link, which gpuhost does not extract", f.path);
+    }
+    let mut w = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(out)
+        .map_err(failed)?;
+    let mut hash = Hasher::new(f.digest.len());
+    cpio.data(
+        size,
+        |b| {
+            hash.update(b);
+            w.write_all(b).map_err(failed)
+        },
+        stop,
+    )?;
+    w.flush().map_err(failed)?;
+    let got = hash.hex();
+    if got != f.digest {
+        anyhow::bail!(
+            "its payload's {} does not match its header's digest (payload and header disagree)",
+            f.path
+        );
+    }
+    Ok(())
+}
+
+/// `dir` and the folders above it made as plain directories; an existing one must be a
+/// directory, not a link.
+fn dirs(dir: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => return Ok(()),
+        Ok(_) => {
+            return Err(std::io::Error::other(format!(
+                "{} is in the way (not a directory)",
+                dir.display()
+            )))
+        }
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        Err(_) => {}
+    }
+    if let Some(p) = dir.parent() {
+        dirs(p)?;
+    }
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// The SHA-2 digest the header uses, told by its hex length (SHA-224/256/384/512).
+enum Hasher {
+    S224(sha2::Sha224),
+    S256(sha2::Sha256),
+    S384(sha2::Sha384),
+    S512(sha2::Sha512),
+}
+
+impl Hasher {
+    fn new(hex_len: usize) -> Self {
+        match hex_len {
+            56 => Hasher::S224(sha2::Sha224::new()),
+            96 => Hasher::S384(sha2::Sha384::new()),
+            128 => Hasher::S512(sha2::Sha512::new()),
+            _ => Hasher::S256(sha2::Sha256::new()),
+        }
+    }
+    fn update(&mut self, b: &[u8]) {
+        match self {
+            Hasher::S224(h) => h.update(b),
+            Hasher::S256(h) => h.update(b),
+            Hasher::S384(h) => h.update(b),
+            Hasher::S512(h) => h.update(b),
+        }
+    }
+    fn hex(self) -> String {
+        match self {
+            Hasher::S224(h) => crate::fsutil::hex(&h.finalize()),
+            Hasher::S256(h) => crate::fsutil::hex(&h.finalize()),
+            Hasher::S384(h) => crate::fsutil::hex(&h.finalize()),
+            Hasher::S512(h) => crate::fsutil::hex(&h.finalize()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_links_are_judged_lexically() {
+        assert!(plain("/var/r/x.rpm"));
+        for p in ["var/x", "/var/../etc", "/var//x", "/var/./x", "/"] {
+            assert!(!plain(p), "{p}");
+        }
+        assert!(under("/var/r/x", "/var/r"));
+        assert!(under("/var/r", "/var/r/"));
+        assert!(!under("/var/rx", "/var/r"));
+        assert!(link_stays("/var/r/a", "b/c", "/var/r"));
+        assert!(link_stays("/var/r/d/a", "../b", "/var/r"));
+        assert!(!link_stays("/var/r/a", "../../../tmp/escape", "/var/r"));
+        assert!(!link_stays("/var/r/a", "/tmp/escape", "/var/r"));
+        assert!(!link_stays("/var/r/a", "../s", "/var/r"));
+    }
+}
