@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """A test-world NVIDIA local repo package of real size, for bench/transaction-floor.sh --big.
 
-Usage: big-local-repo.py SRC.rpm OUTDIR SIZE_GB
+Usage: big-local-repo.py SRC.rpm OUTDIR SIZE_GB [--one-file]
 
 Repacks SRC (a world `cuda-repo-…-local` package) with the same name, version, release, arch
-and files, plus SIZE_GB of incompressible data beside its repo (`<repo dir>/filler-N.bin`, 1 GiB
-each, not in the repo's metadata: dnf never reads them), stored without payload compression, as
-NVIDIA's 4 GB CUDA local repo packages hold about that much of already-compressed RPMs, each
-under 4 GiB (cpio, which rpm2cpio writes, cannot hold a larger file). The filler is made once
-per OUTDIR and shared by every package made there.
+and files, plus SIZE_GB of incompressible data beside its repo
+(`<repo dir>/cuda-toolkit-filler-N-…rpm`, 1 GiB each, named as the CUDA toolkit's packages are,
+not in the repo's metadata: dnf never reads them), stored without payload compression, as
+NVIDIA's 4 GB CUDA local repo packages hold about that much of already-compressed toolkit RPMs.
+With --one-file the filler is one file of SIZE_GB (over 4 GiB: rpm then writes its payload in
+its stripped cpio form, which rpm2cpio refuses). The filler is made once per OUTDIR and shared
+by every package made there.
 """
 import os
 import subprocess
@@ -23,6 +25,7 @@ def q(rpm, tag):
 
 def main():
     src, out, size_gb = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    one = sys.argv[4:5] == ["--one-file"]
     os.makedirs(out, exist_ok=True)
     dest = os.path.join(out, os.path.basename(src))
     if os.path.exists(dest):
@@ -31,8 +34,8 @@ def main():
     parts = []
     left = int(size_gb * gib)
     while left > 0:
-        n = min(left, gib)
-        part = os.path.join(out, f"filler-{len(parts)}.bin")
+        n = left if one else min(left, gib)
+        part = os.path.join(out, f"cuda-toolkit-filler-{len(parts)}-{size_gb:g}-1.x86_64.rpm")
         if not os.path.exists(part) or os.path.getsize(part) != n:
             with open("/dev/urandom", "rb") as r, open(part + ".part", "wb") as w:
                 todo = n

@@ -17,13 +17,17 @@
 # payload beside their repo (bench/big-local-repo.py); prints wall times and the peak of the
 # root filesystem's used space for gpuhost and for the floor.
 #
-# Usage: bench/transaction-floor.sh [N] [--big [SIZE_GB]]
+# --one-file: the filler is one file of SIZE_GB (over 4 GiB: rpm's stripped cpio entries, which
+# rpm2cpio refuses).
+#
+# Usage: bench/transaction-floor.sh [N] [--big [SIZE_GB] [--one-file]]
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 n=${1:-5}
 big=0; size_gb=4
-if [ "${2:-}" = --big ]; then big=1; size_gb=${3:-4}; fi
+one=""
+if [ "${2:-}" = --big ]; then big=1; size_gb=${3:-4}; one=${4:-}; fi
 
 "$here/scripts/deps.sh" >/dev/null
 cargo build --quiet --release -p gpuhost
@@ -38,8 +42,8 @@ rpm_b=$world/rpms/cuda-local/cuda-repo-rhel8-12-4-local-12.4.1_550.54.15-1.x86_6
 tmp=$(mktemp -d /var/tmp/gpuhost-floor.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 if [ $big = 1 ]; then
-  python3 "$here/bench/big-local-repo.py" "$rpm_a" "$tmp/big" "$size_gb"
-  python3 "$here/bench/big-local-repo.py" "$rpm_b" "$tmp/big" "$size_gb"
+  python3 "$here/bench/big-local-repo.py" "$rpm_a" "$tmp/big" "$size_gb" $one
+  python3 "$here/bench/big-local-repo.py" "$rpm_b" "$tmp/big" "$size_gb" $one
   rpm_a=$tmp/big/$(basename "$rpm_a"); rpm_b=$tmp/big/$(basename "$rpm_b")
 fi
 

@@ -402,3 +402,93 @@ fn a_repo_key_outside_the_package_is_bad_input_even_inside_the_transaction(#[cas
         assert_ne!(s["outcome"], "partial", "{s:#}");
     }
 }
+
+/// The local repo package's repo folder in the unpacked tree `t`.
+fn repo_folder(t: &std::path::Path) -> std::path::PathBuf {
+    let var = t.join("var");
+    std::fs::read_dir(&var)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| panic!("no repo folder under {}", var.display()))
+}
+
+/// A local repo package whose payload holds what the package's own folders should not: a link
+/// out of its repo (absolute, or `..` climbing out), a file outside its folders, or a package
+/// its repo's metadata does not know (bytes changed after createrepo). Read by gpuhost's own
+/// reader (issue 43, item 1; issue 42's bad input): exit 2 before any change, the entry named,
+/// nothing written where the link points (the reader never creates such a link).
+#[rstest]
+#[case::an_absolute_link_out_of_the_repo("/tmp/gpuhost-payload-escape", "leaves /var/")]
+#[case::a_relative_link_climbing_out("../../../tmp/gpuhost-payload-escape", "leaves /var/")]
+#[case::a_file_outside_its_folders("", "outside the package's own folders")]
+#[case::a_package_its_metadata_does_not_know(
+    "",
+    "does not match its repo metadata's sha256 checksum"
+)]
+fn a_payload_that_leaves_its_folders_is_refused_before_any_change(
+    #[case] link: &str,
+    #[case] said: &str,
+) {
+    let root = Root::new(Os::Ol9, &[RHCK9]);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let escape = std::path::Path::new("/tmp/gpuhost-payload-escape");
+    let _ = std::fs::remove_dir_all(escape);
+    let metadata = said.contains("metadata");
+    let rpm = repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| {
+        let repo = repo_folder(t);
+        if !link.is_empty() {
+            std::os::unix::fs::symlink(link, repo.join("escape")).unwrap_or_else(|e| panic!("{e}"));
+        } else if metadata {
+            let rpm = walk_rpms(&repo)
+                .into_iter()
+                .find(|p| p.to_string_lossy().contains("nvidia-settings"))
+                .unwrap_or_else(|| panic!("no nvidia-settings in {}", repo.display()));
+            let mut bytes = std::fs::read(&rpm).unwrap_or_else(|e| panic!("{e}"));
+            bytes.extend(b"appended after createrepo");
+            std::fs::write(&rpm, bytes).unwrap_or_else(|e| panic!("{e}"));
+        } else {
+            std::fs::create_dir_all(t.join("etc/cron.d")).unwrap_or_else(|e| panic!("{e}"));
+            std::fs::write(
+                t.join("etc/cron.d/gpuhost-payload"),
+                "* * * * * root true\n",
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+    });
+    let before = root.rpmdb_snapshot();
+    let (rc, rep) = apply(&root, &rpm);
+    assert_eq!(rc, 2, "{rep:#}");
+    assert_eq!(
+        root.rpmdb_snapshot(),
+        before,
+        "something was installed: {rep:#}"
+    );
+    let failed = failed_steps(&rep);
+    assert!(
+        !failed.is_empty() && failed.iter().all(|f| f.contains(said)),
+        "{failed:#?}"
+    );
+    assert!(!escape.exists(), "{} was made", escape.display());
+    assert!(!root.join("etc/cron.d/gpuhost-payload").exists());
+}
+
+/// The `.rpm` files under `dir`, at any depth.
+fn walk_rpms(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            stack.extend(
+                std::fs::read_dir(&p)
+                    .unwrap_or_else(|e| panic!("{e}"))
+                    .flatten()
+                    .map(|e| e.path()),
+            );
+        } else if p.extension().is_some_and(|e| e == "rpm") {
+            out.push(p);
+        }
+    }
+    out
+}

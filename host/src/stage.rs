@@ -11,9 +11,10 @@
 //! Packages from repos are dnf's to copy and check ([`crate::host::Host::dnf`]).
 
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::error::hinted;
 use crate::host::Host;
@@ -75,25 +76,25 @@ pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
             "check that the file's filesystem (an NFS export, a USB stick, a synced mirror) is mounted and readable, then run gpuhost again",
         )
     };
-    let mut src = std::fs::File::open(file).map_err(|e| lost(&e))?;
+    // Opened once, without following a link or waiting on a FIFO: what is checked below is
+    // what is staged.
+    let mut src = crate::fsutil::open_regular(file).map_err(|e| lost(&e))?;
     let size = src.metadata().map_err(|e| lost(&e))?.len();
-    let mut out = host.open_rw_create(&staged.inside, 0o600)?;
+    let out = host.open_rw_create(&staged.inside, 0o600)?;
     out.set_len(0)?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut copied = 0u64;
-    loop {
-        let n = src.read(&mut buf).map_err(|e| lost(&e))?;
-        if n == 0 {
-            break;
+    match share(&src, out, &staged.real) {
+        Ok(how) => tracing::info!("{} staged as a {how}, no copy", file.display()),
+        Err(mut out) => {
+            let copied = copy(&mut src, &mut out).map_err(|e| match e {
+                Copy::Read(e) => lost(&e),
+                Copy::Write(e) => {
+                    anyhow::Error::new(e).context(format!("writing {}", staged.real.display()))
+                }
+            })?;
+            if copied != size {
+                return Err(lost(&format!("{copied} of its {size} bytes could be read")));
+            }
         }
-        out.write_all(&buf[..n])
-            .with_context(|| format!("writing {}", staged.real.display()))?;
-        copied += n as u64;
-    }
-    out.sync_all()?;
-    drop(out);
-    if copied != size {
-        return Err(lost(&format!("{copied} of its {size} bytes could be read")));
     }
     let out = host.rpm().arg("-Kv").arg(&staged.real).output()?;
     let faults = crate::rpm::checksig_faults(&out.stdout, &out.stderr, out.success());
@@ -108,6 +109,69 @@ pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
         ));
     }
     Ok(staged)
+}
+
+/// The staged file made without copying the bytes, when the root's filesystem can share them:
+/// a reflink (`FICLONE`: XFS, as Oracle Linux formats it, and Btrfs; copy-on-write, so a later
+/// change of the source does not reach it), else, on the same filesystem, a hard link of the
+/// opened file (`linkat` of the descriptor: the file checked is the file staged; a sync that
+/// replaces the source by a rename leaves the link as it was). How it was made, or the empty
+/// file `out` back to copy into.
+fn share(
+    src: &std::fs::File,
+    out: std::fs::File,
+    real: &Path,
+) -> Result<&'static str, std::fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    if rustix::fs::ioctl_ficlone(&out, src).is_ok() {
+        return Ok("reflink");
+    }
+    let same = match (src.metadata(), out.metadata()) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev(),
+        _ => false,
+    };
+    if !same || std::fs::remove_file(real).is_err() {
+        return Err(out);
+    }
+    let linked = rustix::fs::linkat(
+        src,
+        "",
+        rustix::fs::CWD,
+        real,
+        rustix::fs::AtFlags::EMPTY_PATH,
+    );
+    if linked.is_ok() {
+        return Ok("hard link");
+    }
+    // No link (another user's file under protected_hardlinks, a filesystem without them):
+    // the copy, into a new empty file.
+    Err(std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(real)
+        .unwrap_or(out))
+}
+
+enum Copy {
+    Read(std::io::Error),
+    Write(std::io::Error),
+}
+
+/// Copy `src` into `out`, synced: the bytes copied.
+fn copy(src: &mut std::fs::File, out: &mut std::fs::File) -> Result<u64, Copy> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut copied = 0u64;
+    loop {
+        let n = src.read(&mut buf).map_err(Copy::Read)?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n]).map_err(Copy::Write)?;
+        copied += n as u64;
+    }
+    out.sync_all().map_err(Copy::Write)?;
+    Ok(copied)
 }
 
 /// Remove copies a run killed mid-way left behind (every apply does, under its lock).

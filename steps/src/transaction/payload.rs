@@ -42,7 +42,7 @@ impl From<Fault> for Unpack {
 /// NVIDIA's local repo package `rpm` read for its repos: its `.repo` files and, of its repo
 /// folders (`/var/cuda-repo-…`, `/var/nvidia-driver-local-repo-…`), the metadata, keys and every
 /// package but the CUDA toolkit's (a container host installs none of them: their GBs stay in
-/// the package), written under `tree` (a folder on this machine). Anything the payload holds
+/// the package; anything else there is not read either), written under `tree` (a folder on this machine). Anything the payload holds
 /// outside those folders, or a link leaving them, refuses the package; each extracted package
 /// is checked against its repo metadata's checksum.
 pub(crate) fn unpack_repos(rpm: &str, tree: &Path) -> Result<(), Unpack> {
@@ -50,9 +50,12 @@ pub(crate) fn unpack_repos(rpm: &str, tree: &Path) -> Result<(), Unpack> {
     let pkg = rpmfile::package(file)?;
     let allowed = own_folders(&pkg.files);
     let select = |f: &FileInfo| {
+        let name = f.path.rsplit('/').next().unwrap_or_default();
         f.path.starts_with("/etc/yum.repos.d/")
-            || !f.path.ends_with(".rpm")
-            || !gpuhost_nvidia::localrepo::is_toolkit(&package_name(&f.path))
+            || f.path.contains("/repodata/")
+            || is_key(name)
+            || (name.ends_with(".rpm")
+                && !gpuhost_nvidia::localrepo::is_toolkit(&package_name(name)))
     };
     let want = Want {
         allowed: &allowed,
@@ -79,6 +82,15 @@ pub(crate) fn unpack_repos(rpm: &str, tree: &Path) -> Result<(), Unpack> {
             .map_err(|e| Unpack::Bad(as_invalid(e.context(format!("{rpm}: the repo {folder}")))))?;
     }
     Ok(())
+}
+
+/// A repo's signing key, as NVIDIA's and the distributions' repos name them (`D42D0685.pub`,
+/// `RPM-GPG-KEY-…`, `*.gpg`, `*.asc`, `*.key`).
+fn is_key(name: &str) -> bool {
+    name.starts_with("RPM-GPG-KEY")
+        || [".pub", ".gpg", ".asc", ".key"]
+            .iter()
+            .any(|e| name.ends_with(e))
 }
 
 /// The folders a local repo package may hold files in: `/etc/yum.repos.d` and the local repo
