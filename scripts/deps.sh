@@ -8,8 +8,8 @@
 # NVIDIA modules; unshare mounts /proc for it), the kernel's sign-file (Debian's linux-kbuild-6.1:
 # kernel-devel ships it in roots, the world signs NVIDIA's precompiled modules with it) and
 # openssl (test keys; the roots' openssl), and the C library's headers and start files (libc6-dev:
-# cargo links gpuhost with gcc, which only recommends them), and cpio (a driver swap extracts the
-# new local repo package's repo with rpm2cpio and cpio; Debian's minbase has no cpio). No server
+# cargo links gpuhost with gcc, which only recommends them), and cpio (tests unpack packages with
+# rpm2cpio and cpio; Debian's minbase has no cpio). No server
 # among them.
 #
 # The test set (./scripts/test.sh): the demo set, and strace (tests prove that a converged apply

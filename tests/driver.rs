@@ -413,7 +413,8 @@ fn a_package_in_a_folder_named_with_a_quote_installs_and_swaps() {
 
 /// A local repo package cut short (a download interrupted: the payload truncated behind an
 /// intact header) or with bytes of its payload changed (a disk error) is bad input: exit 2,
-/// naming the file and what `rpm -K` found bad, before any change (issue 34, items 4 and 8).
+/// naming the file and what gpuhost's reader found (the payload's SHA-256 digest, as `rpm -K`
+/// checks it, or the payload cut short), before any change (issue 34, items 4 and 8).
 #[rstest]
 #[case::truncated(|b: &mut Vec<u8>| b.truncate(b.len() - 300))]
 #[case::corrupted(|b: &mut Vec<u8>| {
@@ -424,8 +425,11 @@ fn a_damaged_local_repo_package_is_bad_input_naming_the_damage(#[case] damage: f
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let copy = damaged_copy(dir.path(), CUDA_LOCAL_EL8_12_2, damage);
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
-    let why = refused_before_any_change(&root, &copy, &[], "rpm -K");
-    assert!(why.contains(&copy) && why.contains("digest: BAD"), "{why}");
+    let why = refused_before_any_change(&root, &copy, &[], "payload");
+    assert!(
+        why.contains(&copy) && (why.contains("digest: BAD") || why.contains("truncated")),
+        "{why}"
+    );
 }
 
 /// The same damage in the package of a driver swap is found before the swap makes its scratch
@@ -441,7 +445,7 @@ fn a_truncated_package_for_a_driver_swap_is_refused_before_the_scratch_copy() {
         b.truncate(b.len() - 300)
     });
     let extra = [&only[..], &["--set", "driver.replace_local_repo=true"]].concat();
-    let why = refused_before_any_change(&root, &copy, &extra, "rpm -K");
+    let why = refused_before_any_change(&root, &copy, &extra, "payload");
     assert!(why.contains(&copy), "{why}");
     // No scratch copy was made (gpuhost's mirror lists may be there: they are not copies).
     for scratch in ["driver-swap", "packages", "download"] {
@@ -1361,4 +1365,40 @@ fn ol9_uek_serves_uek8_and_uek7_together() {
         "UEK7 keeps the system gcc: {conf}"
     );
     second_apply_changes_nothing(&root, "ol9-uek", CUDA_LOCAL_EL9_13_0, &target);
+}
+
+/// A FIFO named as the local repo package (issue 43, item 4) is refused without being read:
+/// exit 2 before any change, naming it. A watchdog opens the FIFO's other end after 60 s, so a
+/// gpuhost that waits on it ends, and the test fails instead of hanging.
+#[test]
+fn a_fifo_as_the_local_repo_package_is_refused_without_a_hang() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let fifo = dir
+        .path()
+        .join("cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(made, "mkfifo");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (d, f) = (done.clone(), fifo.clone());
+    let watchdog = std::thread::spawn(move || {
+        for _ in 0..600 {
+            if d.load(std::sync::atomic::Ordering::SeqCst) {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        // Unblock a reader that waits on the FIFO.
+        let _ = std::fs::OpenOptions::new().write(true).open(&f);
+        true
+    });
+    let why = refused_before_any_change(&root, &fifo.display().to_string(), &[], "FIFO");
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        !watchdog.join().unwrap_or(true),
+        "gpuhost waited on the FIFO: {why}"
+    );
 }

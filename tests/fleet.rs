@@ -316,8 +316,6 @@ fn the_packaged_binary_needs_at_most_oracle_linux_8s_glibc() {
         );
     }
     assert_requires(rpm, "glibc >= 2.28");
-    // What the payload unpack runs besides rpm (minimal images lack it).
-    assert_requires(rpm, "cpio");
 }
 
 /// The RPM for Grace nodes: `packaging/build-rpm.sh --target aarch64 "" OUT .el9` cross-builds

@@ -169,6 +169,9 @@ fn a_newer_uek_from_plain_dnf_gets_headers_and_module_before_its_first_boot(#[ca
     let (_, st) = status(&root);
     let nb = check(&st, "driver.next_boot");
     assert_eq!(nb["severity"], "OK", "{nb:#}");
+    // Both kernels have their module: any of them boots with the GPUs.
+    let b = check(&st, "driver.bootable_kernels");
+    assert_eq!(b["severity"], "OK", "{b:#}");
 }
 
 #[rstest]
@@ -227,6 +230,13 @@ fn without_headers_in_any_repo_the_default_stays_on_the_old_kernel_and_status_sa
     );
     // The next boot itself is safe again.
     assert_eq!(check(&st, "driver.next_boot")["severity"], "OK");
+    // The kept-back kernel is still bootable from the menu, without the GPUs (issue 41, item 3).
+    let b = check(&st, "driver.bootable_kernels");
+    assert_eq!(b["severity"], "WARNING", "{b:#}");
+    assert!(
+        b["value"].as_str().unwrap_or_default().contains(c.no_devel),
+        "{b:#}"
+    );
 
     // A second apply changes nothing and keeps the record.
     let (_, rep) = apply_case(&c, &root, &["--kernel-release", c.old]);

@@ -171,6 +171,17 @@ pub(crate) fn next_boot(host: &Host) -> NextBoot {
         }
         Err(e) => nb.error = Some(format!("cannot read the nvidia module of {k}: {e:#}")),
     }
+    nb.without_module = installed
+        .iter()
+        .filter(|o| **o != k)
+        .filter(|o| {
+            !matches!(
+                kmods::state(host, o, "nvidia"),
+                Ok(kmods::ModuleState::Loadable { .. })
+            )
+        })
+        .cloned()
+        .collect();
     let flavour = kernel::Flavour::of(&k);
     nb.others_with_module = installed
         .iter()

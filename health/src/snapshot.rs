@@ -189,6 +189,10 @@ pub struct NextBoot {
     /// `nvidia` module, newest first, with its version (fallbacks to make the default).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub others_with_module: Vec<KernelModule>,
+    /// The other installed (bootable) kernels, of any flavour, for which modprobe would load no
+    /// `nvidia` module: a boot of one from the menu, or a fallback, starts without the GPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub without_module: Vec<String>,
     /// What could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

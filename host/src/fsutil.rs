@@ -93,6 +93,28 @@ pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
     Ok(f)
 }
 
+/// Open a regular file the user named for reading, a link followed (the user's own choice of
+/// path), without blocking: a FIFO or a device is refused (its open does not wait for a
+/// writer), the type checked on the descriptor.
+pub fn open_named_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let f = std::fs::File::from(fd);
+    let ft = f.metadata()?.file_type();
+    if !ft.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is {}, not a regular file",
+            path.display(),
+            kind_of(ft)
+        )));
+    }
+    Ok(f)
+}
+
 /// The bytes of a file gpuhost kept for itself (its run directory's records): opened as
 /// [`open_regular`] opens (no link followed, a FIFO or device refused without waiting), and
 /// refused unless owned by this user, writable by no one else, and at most `max` bytes (a

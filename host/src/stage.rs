@@ -4,10 +4,13 @@
 //!
 //! rpm reads a package's payload when it installs that package, in the middle of the
 //! transaction: a file on an NFS export, a USB stick or a directory a sync replaces can be gone
-//! by then, and the transaction stops half-way. So the file is copied into [`PACKAGES`] first
-//! (the copy's size must be the size the file had when it was opened), its digests (and its
-//! signature, where the root has the key) are checked with `rpm -K`, and the transaction
-//! installs the copy. The copy is removed when the transaction is over, whatever happened.
+//! by then, and the transaction stops half-way. So the file is placed in [`PACKAGES`] first,
+//! its digests (and its signature, where the root has the key) are checked with `rpm -K`, and
+//! the transaction installs that copy. Where the root's filesystem can share the bytes, nothing
+//! is copied (issue 42: a 4 GiB CUDA local repo package is not written once more): a reflink
+//! (XFS, Oracle Linux's default, and Btrfs), else a hard link of the opened file on the same
+//! filesystem; else a copy, whose size must be the size the file had when it was opened. The
+//! copy is removed when the transaction is over, whatever happened.
 //! Packages from repos are dnf's to copy and check ([`crate::host::Host::dnf`]).
 
 use std::io::{Read, Write};
@@ -30,12 +33,19 @@ pub struct Staged {
     inside: String,
     /// Path on this machine.
     real: PathBuf,
+    /// The file staged.
+    source: PathBuf,
 }
 
 impl Staged {
     /// The copy's path on this machine (what dnf and rpm are given).
     pub fn path(&self) -> &Path {
         &self.real
+    }
+
+    /// The file it was staged from.
+    pub fn source(&self) -> &Path {
+        &self.source
     }
 }
 
@@ -66,6 +76,7 @@ pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
         host: host.clone(),
         real: host.real_path(PACKAGES)?.join(name),
         inside,
+        source: file.to_path_buf(),
     };
     let lost = |e: &dyn std::fmt::Display| {
         hinted(
@@ -78,11 +89,28 @@ pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
     };
     // Opened once, without following a link or waiting on a FIFO: what is checked below is
     // what is staged.
-    let mut src = crate::fsutil::open_regular(file).map_err(|e| lost(&e))?;
+    let mut src = crate::fsutil::open_named_file(file).map_err(|e| lost(&e))?;
     let size = src.metadata().map_err(|e| lost(&e))?.len();
+    // A file left there (a killed run's, or a hard link of an earlier staging) is unlinked,
+    // never truncated: a hard link's bytes are its source's.
+    host.remove_file(&staged.inside)?;
     let out = host.open_rw_create(&staged.inside, 0o600)?;
-    out.set_len(0)?;
+    if out.metadata()?.len() != 0 {
+        anyhow::bail!(
+            "{} appeared while it was being staged",
+            staged.real.display()
+        );
+    }
     match share(&src, out, &staged.real) {
+        Ok(how) if src.metadata().is_ok_and(|m| was_verified(&m)) => {
+            // The bytes checked earlier in this run, unchanged since (the same inode, size,
+            // mtime and ctime): read once more for nothing.
+            tracing::info!(
+                "{} staged as a {how}, no copy, checked already",
+                file.display()
+            );
+            return Ok(staged);
+        }
         Ok(how) => tracing::info!("{} staged as a {how}, no copy", file.display()),
         Err(mut out) => {
             let copied = copy(&mut src, &mut out).map_err(|e| match e {
@@ -109,6 +137,36 @@ pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
         ));
     }
     Ok(staged)
+}
+
+/// Files read whole and found intact in this run: (device, inode, size, mtime, ctime), each
+/// time to the nanosecond. Any write to a file changes its ctime, which no one can set back.
+static VERIFIED: std::sync::Mutex<Vec<[i64; 7]>> = std::sync::Mutex::new(Vec::new());
+
+fn identity(m: &std::fs::Metadata) -> [i64; 7] {
+    use std::os::unix::fs::MetadataExt;
+    [
+        m.dev() as i64,
+        m.ino() as i64,
+        m.size() as i64,
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    ]
+}
+
+/// Note that `file` (as it is now) was read whole and found intact (its digests checked), so
+/// that staging it by a reflink or a hard link need not read it again.
+pub fn note_verified(file: &Path) {
+    if let (Ok(m), Ok(mut v)) = (std::fs::metadata(file), VERIFIED.lock()) {
+        v.push(identity(&m));
+    }
+}
+
+fn was_verified(m: &std::fs::Metadata) -> bool {
+    let id = identity(m);
+    VERIFIED.lock().is_ok_and(|v| v.contains(&id))
 }
 
 /// The staged file made without copying the bytes, when the root's filesystem can share them:
@@ -180,4 +238,25 @@ pub fn remove_left(host: &Host) -> Result<()> {
         tracing::info!("removed {PACKAGES}, left by a run that was killed");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Staging on the same filesystem makes no copy, and the staged file holds the source's
+    /// bytes, whichever way it was made.
+    #[test]
+    fn a_shared_stage_holds_the_sources_bytes() -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let src_path = tmp.path().join("src.rpm");
+        std::fs::write(&src_path, b"the package's bytes")?;
+        let real = tmp.path().join("staged.rpm");
+        let out = std::fs::File::create(&real)?;
+        let src = crate::fsutil::open_named_file(&src_path)?;
+        let how = share(&src, out, &real);
+        assert!(how.is_ok(), "not shared");
+        assert_eq!(std::fs::read(&real)?, b"the package's bytes");
+        Ok(())
+    }
 }

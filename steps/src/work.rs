@@ -361,11 +361,21 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
     for part in parts {
         let mut part = (*part).clone();
         for spec in &mut part.specs {
-            if is_package_file(spec) {
-                let copy = gpuhost_host::stage::copy_in(host, std::path::Path::new(spec))?;
-                *spec = copy.path().display().to_string();
-                staged.push(copy);
+            if !is_package_file(spec) {
+                continue;
             }
+            // One staging per file, however many parts name it.
+            let source = std::path::Path::new(spec.as_str()).to_path_buf();
+            if let Some(c) = staged
+                .iter()
+                .find(|c: &&gpuhost_host::stage::Staged| c.source() == source)
+            {
+                *spec = c.path().display().to_string();
+                continue;
+            }
+            let copy = gpuhost_host::stage::copy_in(host, &source)?;
+            *spec = copy.path().display().to_string();
+            staged.push(copy);
         }
         local.push(part);
     }

@@ -728,7 +728,7 @@ def base_pkgs(os_):
                     requires=["glibc", "xz-libs", "libzstd", "openssl-libs"]))
     base.append(Pkg("xz", "5.2.4" if m == "8" else "5.2.5", f"4.{d}" if m == "8" else f"8.{d}",
                     copies={"/usr/bin/xz": tool("/usr/bin/xz")}, requires=["xz-libs"]))
-    # cpio (BaseOS): gpuhost's RPM requires it (the payload unpack runs rpm2cpio | cpio).
+    # cpio (BaseOS), as Oracle Linux's BaseOS has it.
     base.append(Pkg("cpio", {"8": "2.12", "9": "2.13", "10": "2.15"}[m], {"8": f"11.{d}", "9": f"16.{d}", "10": f"3.{d}"}[m],
                     copies={"/usr/bin/cpio": tool("/usr/bin/cpio")}, requires=["glibc"]))
     (base if m == "8" else app).append(

@@ -291,6 +291,44 @@ pub(super) fn next_boot(out: &mut Out, s: &Snapshot, expect: &Expect, have_gpus:
         na("no default boot kernel found (no EL boot loader entries and kernels)")
     };
     out.say("driver.next_boot", "driver", None, v);
+    if nb.error.is_none() && nb.kernel.is_some() {
+        let v = bootable_verdict(nb, expect, have_gpus);
+        out.say("driver.bootable_kernels", "driver", None, v);
+    }
+}
+
+/// `driver.bootable_kernels`: every installed kernel besides the default one has an `nvidia`
+/// module modprobe would load; one without boots without the GPUs when picked from the boot
+/// menu or fallen back to (WARNING: the default boot is `driver.next_boot`'s).
+fn bootable_verdict(nb: &NextBoot, expect: &Expect, have_gpus: bool) -> Verdict {
+    if nb.without_module.is_empty() {
+        return ok(format!(
+            "every installed kernel besides the default has an NVIDIA module ({} other{})",
+            nb.others_with_module.len(),
+            if nb.others_with_module.len() == 1 {
+                ""
+            } else {
+                "s"
+            }
+        ));
+    }
+    if expect.driver_version.is_none() && !have_gpus && !nb.loadable {
+        return na("no NVIDIA GPU, no driver");
+    }
+    let list = nb.without_module.join(", ");
+    advise(
+        Severity::Warning,
+        format!(
+            "{} installed kernel{} without an NVIDIA module: {list}; booting {} (from the boot menu, or as a fallback) starts without the GPUs",
+            nb.without_module.len(),
+            if nb.without_module.len() == 1 { "" } else { "s" },
+            if nb.without_module.len() == 1 { "it" } else { "one" }
+        ),
+        format!(
+            "give each its module (with a kmod repo: `gpuhost kmod build --kernel-release {}` on the build host, then `gpuhost apply`; with DKMS: `dkms autoinstall -k {}`), or remove the kernels the node does not boot",
+            nb.without_module[0], nb.without_module[0]
+        ),
+    )
 }
 
 /// The default boot kernel `k`'s module: of the driver wanted, else CRITICAL (the next reboot

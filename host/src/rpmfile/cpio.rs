@@ -49,7 +49,7 @@ impl<R: Read> Cpio<R> {
     }
 
     /// The next entry's header, or `None` at the trailer.
-    pub fn next(&mut self) -> Result<Option<Entry>> {
+    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
         let mut magic = [0u8; 6];
         self.exact(&mut magic)
             .context("reading an entry's header")?;
@@ -157,7 +157,7 @@ mod tests {
         a.extend(newc("TRAILER!!!", 0, b""));
         let mut c = Cpio::new(a.as_slice());
         let ok = |_: &[u8]| Ok(());
-        let e = c.next()?.context("first")?;
+        let e = c.next_entry()?.context("first")?;
         assert_eq!(e.named, Named::Path("./etc/x.repo".into()));
         let mut got: Vec<u8> = Vec::new();
         c.data(
@@ -169,10 +169,10 @@ mod tests {
             &|| Ok(()),
         )?;
         assert_eq!(got, b"[x]\n");
-        let e = c.next()?.context("second")?;
+        let e = c.next_entry()?.context("second")?;
         assert_eq!(e.named, Named::Index(2));
         c.data(6, ok, &|| Ok(()))?;
-        assert!(c.next()?.is_none());
+        assert!(c.next_entry()?.is_none());
         Ok(())
     }
 
@@ -180,7 +180,7 @@ mod tests {
     fn a_payload_cut_inside_a_file_is_an_error() {
         let a = newc("./var/r/big.rpm", 0o100644, &[7u8; 100]);
         let mut c = Cpio::new(&a[..a.len() - 40]);
-        let r = c.next().and_then(|e| {
+        let r = c.next_entry().and_then(|e| {
             let size = e.and_then(|e| e.size).unwrap_or(0);
             c.data(size, |_| Ok(()), &|| Ok(()))
         });

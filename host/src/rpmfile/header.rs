@@ -33,6 +33,13 @@ const PAYLOADFORMAT: u32 = 1124;
 const PAYLOADCOMPRESSOR: u32 = 1125;
 const LONGFILESIZES: u32 = 5008;
 const FILEDIGESTALGO: u32 = 5011;
+const PAYLOADDIGEST: u32 = 5092;
+const PAYLOADDIGESTALGO: u32 = 5093;
+/// The signature header's SHA-256 of the main header (`RPMSIGTAG_SHA256`).
+const SIG_SHA256: u32 = 273;
+/// The signature header's signatures: DSA, RSA (header only), PGP, GPG (header and payload),
+/// OpenPGP (rpm 4.20).
+const SIG_SIGNATURES: [u32; 5] = [267, 268, 1002, 1005, 278];
 /// `%ghost` files are listed in the header and never carried in the payload.
 const GHOST: u32 = 1 << 6;
 
@@ -78,6 +85,11 @@ pub struct Package {
     pub compressor: Option<String>,
     /// The byte offset of the payload in the file.
     pub payload_at: u64,
+    /// `PAYLOADDIGEST` (rpm ≥ 4.14): the SHA-256 (hex) of the payload as stored, when the
+    /// header gives it with that algorithm.
+    pub payload_sha256: Option<String>,
+    /// The package carries a signature (checked by `rpm -K` against the root's keys).
+    pub signed: bool,
 }
 
 impl Package {
@@ -98,12 +110,27 @@ pub fn read(r: &mut impl Read) -> Result<Package> {
     if lead[..4] != LEAD_MAGIC {
         bail!("not an RPM package file (no RPM lead)");
     }
-    let (_, sig_len) = Header::read(r).context("reading the signature header")?;
+    let (sig, sig_len) = Header::read(r).context("reading the signature header")?;
     let pad = (8 - sig_len % 8) % 8;
     let mut skip = [0u8; 8];
     r.read_exact(&mut skip[..pad])
         .context("reading the signature header's padding")?;
     let (h, len) = Header::read(r).context("reading the header")?;
+    if let Some(want) = sig.string(SIG_SHA256)? {
+        use sha2::Digest;
+        let got = crate::fsutil::hex(&sha2::Sha256::digest(&h.raw));
+        if !got.eq_ignore_ascii_case(&want) {
+            bail!("header SHA256 digest: BAD (the header is damaged)");
+        }
+    }
+    let algo = h.ints(PAYLOADDIGESTALGO)?.first().copied().unwrap_or(8);
+    let payload_sha256 = h
+        .strings(PAYLOADDIGEST)?
+        .into_iter()
+        .next()
+        .filter(|d| algo == 8 && d.len() == 64)
+        .map(|d| d.to_ascii_lowercase());
+    let signed = SIG_SIGNATURES.iter().any(|&t| sig.entry(t).is_some());
     if let Some(other) = h.string(PAYLOADFORMAT)?.filter(|f| f != "cpio") {
         bail!("its payload is in {other} format, not cpio");
     }
@@ -116,6 +143,8 @@ pub fn read(r: &mut impl Read) -> Result<Package> {
         digest_algo: h.ints(FILEDIGESTALGO)?.first().copied().unwrap_or(1) as u32,
         compressor: h.string(PAYLOADCOMPRESSOR)?,
         payload_at: (LEAD + sig_len + pad + len) as u64,
+        payload_sha256,
+        signed,
     })
 }
 
@@ -123,6 +152,8 @@ pub fn read(r: &mut impl Read) -> Result<Package> {
 struct Header {
     entries: Vec<(u32, u32, usize, usize)>,
     store: Vec<u8>,
+    /// The header as stored (intro, index, store): what the signature's digest covers.
+    raw: Vec<u8>,
 }
 
 impl Header {
@@ -149,9 +180,18 @@ impl Header {
                 (be(&e[0..4]), be(&e[4..8]), off, count)
             })
             .collect();
+        let mut raw = Vec::with_capacity(16 + index.len() + store.len());
+        raw.extend_from_slice(&intro);
+        raw.extend_from_slice(&index);
+        raw.extend_from_slice(&store);
+        let len = raw.len();
         Ok((
-            Header { entries, store },
-            16 + n as usize * 16 + size as usize,
+            Header {
+                entries,
+                store,
+                raw,
+            },
+            len,
         ))
     }
 

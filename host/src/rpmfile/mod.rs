@@ -86,25 +86,88 @@ pub fn package(file: &Path) -> Result<Package, Fault> {
 
 /// Stream `file`'s payload once, writing the files `want` selects under `into` (a folder on
 /// this machine, made if missing; the header's path `/a/b` lands at `into/a/b`). The package's
-/// header, and what was written, in payload order.
+/// header, and what was written, in payload order. The payload's SHA-256 is checked against the
+/// header's `PAYLOADDIGEST` on the way (and the header's against the signature header's), as
+/// `rpm -K` checks them.
 pub fn extract(file: &Path, want: &Want, into: &Path) -> Result<(Package, Vec<Written>), Fault> {
-    let f = open(file)?;
-    let mut r = BufReader::with_capacity(1 << 20, f);
-    let pkg = header::read(&mut r).map_err(|e| bad(file, e))?;
+    stream(file, want, Some(into))
+}
+
+/// The same reading as [`extract`], writing nothing: the package's digests, and its entries
+/// against its header and the folders it may hold files in. One read of the file.
+pub fn verify(file: &Path, allowed: &[String]) -> Result<Package, Fault> {
+    let none = |_: &FileInfo| false;
+    let want = Want {
+        allowed,
+        select: &none,
+    };
+    stream(file, &want, None).map(|(p, _)| p)
+}
+
+fn stream(file: &Path, want: &Want, into: Option<&Path>) -> Result<(Package, Vec<Written>), Fault> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = open(file)?;
+    let pkg = header::read(&mut BufReader::new(&f)).map_err(|e| bad(file, e))?;
     let shown = file.display().to_string();
     let plan = check(&pkg, want).map_err(|why| Fault::Bad(format!("{shown}: {why}")))?;
-    room(&pkg, &plan, into)?;
+    if let Some(into) = into {
+        room(&pkg, &plan, into)?;
+    }
+    f.seek(SeekFrom::Start(pkg.payload_at))
+        .map_err(|e| Fault::Source(anyhow!("{shown}: {e}")))?;
+    let hashed = std::rc::Rc::new(std::cell::RefCell::new(Hashing {
+        f,
+        h: sha2::Sha256::new(),
+    }));
+    let r = BufReader::with_capacity(1 << 20, Shared(hashed.clone()));
     let stream = decompressor(&pkg, r).map_err(|e| bad(file, e))?;
     let mut cpio = cpio::Cpio::new(stream);
-    let written = walk(&pkg, &plan, &mut cpio, into).map_err(|f| match f {
+    let named = |f: Fault| match f {
         Fault::Bad(why) => Fault::Bad(format!("{shown}: {why}")),
         f => f,
-    })?;
+    };
+    let written = walk(&pkg, &plan, &mut cpio, into).map_err(named)?;
+    drop(cpio);
+    // What follows the trailer (padding, the compressor's end) is the payload's too.
+    let got = {
+        let mut h = hashed.borrow_mut();
+        std::io::copy(&mut *h, &mut std::io::sink())
+            .map_err(|e| Fault::Source(anyhow!("{shown}: {e}")))?;
+        crate::fsutil::hex(&std::mem::take(&mut h.h).finalize())
+    };
+    if pkg.payload_sha256.as_ref().is_some_and(|want| *want != got) {
+        return Err(Fault::Bad(format!(
+            "{shown}: payload SHA256 digest: BAD (the payload is damaged or cut short)"
+        )));
+    }
     Ok((pkg, written))
 }
 
+/// The package file from the payload on, hashed as it is read.
+struct Hashing {
+    f: File,
+    h: sha2::Sha256,
+}
+
+impl Read for Hashing {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.f.read(buf)?;
+        self.h.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// [`Hashing`] shared by the decompressor and the drain after it.
+struct Shared(std::rc::Rc<std::cell::RefCell<Hashing>>);
+
+impl Read for Shared {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().read(buf)
+    }
+}
+
 fn open(file: &Path) -> Result<File, Fault> {
-    crate::fsutil::open_regular(file).map_err(|e| match e.kind() {
+    crate::fsutil::open_named_file(file).map_err(|e| match e.kind() {
         std::io::ErrorKind::Other => Fault::Bad(format!("{}: {e}", file.display())),
         _ => Fault::Source(anyhow!("{}: {e}", file.display())),
     })
@@ -272,7 +335,7 @@ fn walk<R: Read>(
     pkg: &Package,
     plan: &[bool],
     cpio: &mut cpio::Cpio<R>,
-    into: &Path,
+    into: Option<&Path>,
 ) -> Result<Vec<Written>, Fault> {
     let by_path: HashMap<&str, usize> = pkg
         .files
@@ -297,7 +360,7 @@ fn walk<R: Read>(
             _ => Fault::Bad(format!("{e:#}")),
         },
     };
-    while let Some(entry) = cpio.next().map_err(read)? {
+    while let Some(entry) = cpio.next_entry().map_err(read)? {
         stop().map_err(read)?;
         let i = match &entry.named {
             cpio::Named::Path(p) => by_path.get(p.strip_prefix('.').unwrap_or(p)).copied(),
@@ -314,8 +377,8 @@ fn walk<R: Read>(
             return Err(Fault::Bad(format!("its payload holds {} twice", f.path)));
         }
         let size = data_size(f, &entry)?;
-        let out = into.join(f.path.trim_start_matches('/'));
-        if plan[i] {
+        if let Some(out) = into.filter(|_| plan[i]) {
+            let out = out.join(f.path.trim_start_matches('/'));
             write_entry(f, size, cpio, &out, &stop).map_err(read)?;
             written.push(Written {
                 info: f.clone(),

@@ -76,22 +76,28 @@ fn verify_file(
 ) -> Result<Vec<String>> {
     let (host, arch) = (ctx.host, host_arch(ctx));
     let shown = path.display();
-    let mut f = match std::fs::File::open(path) {
-        Ok(f) => f,
+    // Its type first, from the name (a link followed): a FIFO or a device is refused without
+    // being opened, so a FIFO with no writer never blocks the run.
+    match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(hinted(
                 format!("{shown} does not exist"),
                 "copy NVIDIA's local repo package there, or point driver.local_repo_rpm at it",
             ))
         }
-        Err(e) => return Err(e).with_context(|| format!("opening {shown}")),
-    };
-    if !f.metadata().map(|m| m.is_file()).unwrap_or(false) {
-        return Err(hinted(
-            format!("{shown} is not a file"),
-            "point driver.local_repo_rpm at NVIDIA's local repo package",
-        ));
+        Err(e) => return Err(e).with_context(|| format!("reading {shown}")),
+        Ok(m) if !m.is_file() => {
+            return Err(hinted(
+                format!(
+                    "{shown} is {}, not a package file; nothing was read",
+                    gpuhost_host::fsutil::kind_of(m.file_type())
+                ),
+                "point driver.local_repo_rpm at NVIDIA's local repo package",
+            ))
+        }
+        Ok(_) => {}
     }
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {shown}"))?;
     let mut lead = [0u8; 4];
     let is_rpm = f.read_exact(&mut lead).is_ok() && lead == RPM_MAGIC;
     if !is_rpm {
@@ -161,13 +167,33 @@ fn verify_file(
     Ok(files)
 }
 
-/// The file's digests, and its signature where the root has the key (`rpm -K`): a file cut
-/// short or damaged (a download interrupted, a disk error, a payload truncated behind an intact
-/// header) is refused before any change, naming what rpm found bad.
+/// The file read whole by gpuhost's reader ([`crate::transaction::payload::verify_repos`]):
+/// its header's and payload's SHA-256 digests, as `rpm -K` checks them, and every entry inside
+/// the package's own folders. A file cut short or damaged (a download interrupted, a disk
+/// error, a payload truncated behind an intact header), or one whose payload leaves its
+/// folders, is refused before any change, naming what was found. A signed package (or one too
+/// old for a payload digest) is also checked by `rpm -K`, against the root's keys.
 fn intact(host: &gpuhost_host::host::Host, path: &Path) -> Result<()> {
+    use crate::transaction::payload::{verify_repos, Unpack};
+    let pkg = verify_repos(path).map_err(|e| match e {
+        Unpack::Bad(e) => hinted(
+            format!("{e:#}; nothing was installed"),
+            "download NVIDIA's local repo package again and compare its SHA-256 with NVIDIA's published checksum",
+        ),
+        Unpack::Unreadable(e) => hinted(
+            format!("{} could not be read whole ({e:#}); nothing was installed", path.display()),
+            "check that the file's filesystem (an NFS export, a USB stick) is mounted and readable, then run gpuhost again",
+        ),
+        Unpack::Unextracted(e) => e,
+    })?;
+    if !pkg.signed && pkg.payload_sha256.is_some() {
+        gpuhost_host::stage::note_verified(path);
+        return Ok(());
+    }
     let out = host.rpm().arg("-Kv").arg(path).output()?;
     let faults = gpuhost_host::rpm::checksig_faults(&out.stdout, &out.stderr, out.success());
     if faults.is_empty() {
+        gpuhost_host::stage::note_verified(path);
         return Ok(());
     }
     Err(hinted(
@@ -184,8 +210,10 @@ fn intact(host: &gpuhost_host::host::Host, path: &Path) -> Result<()> {
 /// names it), for the space check before an install; None when it cannot be read (the step
 /// then reports why).
 pub fn local_repo_size(path: &Path) -> Option<u64> {
-    let f = std::fs::File::open(path).ok()?;
-    f.metadata().ok().map(|m| m.len())
+    std::fs::metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
 }
 
 impl Step for DriverRepo {

@@ -39,6 +39,13 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
     let (mut files, mut others) = (Vec::new(), Vec::new());
     for i in parts {
         for spec in i.specs.iter().filter(|s| crate::work::is_package_file(s)) {
+            // One staging per file, however many parts name it.
+            if staged
+                .iter()
+                .any(|c: &gpuhost_host::stage::Staged| c.source() == Path::new(spec))
+            {
+                continue;
+            }
             let copy = gpuhost_host::stage::copy_in(host, Path::new(spec))?;
             let path = copy.path().display().to_string();
             if i.brings_repo {

@@ -8,7 +8,7 @@
 
 pub mod ahead;
 mod batch;
-mod payload;
+pub(crate) mod payload;
 pub(crate) mod shell;
 pub mod swap;
 

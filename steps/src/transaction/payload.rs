@@ -84,6 +84,15 @@ pub(crate) fn unpack_repos(rpm: &str, tree: &Path) -> Result<(), Unpack> {
     Ok(())
 }
 
+/// NVIDIA's local repo package `rpm` read whole without writing anything: its header's and
+/// payload's digests (what `rpm -K` checks), and every entry inside the package's own folders
+/// ([`unpack_repos`]'s rules). The package, for what else its header says.
+pub(crate) fn verify_repos(rpm: &Path) -> Result<rpmfile::Package, Unpack> {
+    let pkg = rpmfile::package(rpm)?;
+    let allowed = own_folders(&pkg.files);
+    Ok(rpmfile::verify(rpm, &allowed)?)
+}
+
 /// A repo's signing key, as NVIDIA's and the distributions' repos name them (`D42D0685.pub`,
 /// `RPM-GPG-KEY-…`, `*.gpg`, `*.asc`, `*.key`).
 fn is_key(name: &str) -> bool {

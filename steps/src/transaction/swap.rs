@@ -3,9 +3,11 @@
 //!
 //! dnf cannot install packages from a repo that does not exist yet, and the new local repo
 //! appears only when its package is installed. So the new package's inner repo is read from
-//! the package file itself: `rpm2cpio` of the file into a scratch directory inside the root
-//! (`/var/cache/gpuhost/driver-swap`, on the filesystem the repo lands on), `cpio` extracting
-//! the inner repo and its `.repo` file only. One `dnf shell` transaction then installs the new
+//! the package file itself, by gpuhost's own reader ([`gpuhost_host::rpmfile`]: the payload
+//! streamed once, each entry checked against the header) into a scratch directory inside the
+//! root (`/var/cache/gpuhost/driver-swap`, on the filesystem the repo lands on): the inner
+//! repo's metadata, keys and driver packages (checked against the metadata's checksums) and its
+//! `.repo` file, never the CUDA toolkit's packages. One `dnf shell` transaction then installs the new
 //! local repo package and the new set from that scratch repo (`--repofrompath`, with
 //! `module_hotfixes` so that the new stream's packages are not hidden by the old stream's
 //! module state), and removes the old local repo package and the old names, with gpuhost's
