@@ -314,12 +314,12 @@ fn apply_module_failures_name_the_step_and_hint_and_exit_2_is_invalid_input() {
     let r = result(&run, "apply", "bad");
     assert_eq!(r["failed"], true, "{r:#}");
     assert_eq!(r["failed_step"], "driver-repo", "{r:#}");
-    // A damaged driver file is bad input, found by rpm -K before any change (issue 34).
+    // A damaged driver file is bad input, found by its digests before any change (issue 34).
     assert_eq!(r["invalid_input"], true, "{r:#}");
     let msg = r["msg"].as_str().unwrap();
     assert!(
         msg.starts_with("invalid input (gpuhost exit 2, nothing was changed): gpuhost apply: step driver-repo failed")
-            && msg.contains("is damaged or cut short: rpm -K"),
+            && msg.contains("digest: BAD (the payload is damaged or cut short)"),
         "{msg}"
     );
     assert_eq!(r["exit_code"], 2);

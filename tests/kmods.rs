@@ -458,8 +458,8 @@ fn a_served_kernel_without_a_kmod_in_the_repo_is_refused_before_any_change() {
 
 /// A node that built its modules with DKMS moves to the build host's kmods in one transaction
 /// (issue 41, item 3): NVIDIA's DKMS kmod gives way, the fleet's module is what modprobe loads.
-/// The modules DKMS left for the kernel go with it (the kmod's `%post`). (The build packages
-/// DKMS needed stay: gpuhost has no record of which it installed.)
+/// The modules DKMS left for the kernel go with it (the kmod's `%post`), and so do the build
+/// packages gpuhost recorded installing, but one a site package needs.
 #[test]
 fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
     let build = build_root(&[UEK9]);
@@ -480,6 +480,21 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
     assert_eq!(code(&o), 0, "{}", world::report(&o));
     assert!(node.installed("kmod-nvidia-open-dkms").is_some());
     assert!(node.installed("dkms").is_some());
+    // What gpuhost installed to build is recorded; a site package that needs one of them
+    // (make) keeps it when the rest goes.
+    let recorded = node.read("/var/lib/gpuhost/built-by/build-deps");
+    let built: Vec<&str> = recorded
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect();
+    assert!(
+        built.contains(&"dkms") && built.contains(&"make"),
+        "{recorded}"
+    );
+    let site = tempfile::tempdir().unwrap();
+    let needs_make = site_package(site.path(), "site-needs-make", "make");
+    let o = node.rpm(&["-i", needs_make.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (rc, rep) = node_apply(&node, &f.out, "plan");
     assert_eq!(rc, 0, "{rep:#}");
     let driver = world::step(&rep, "driver").to_string();
@@ -507,6 +522,16 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
         .collect();
     assert_eq!(dnf.len(), 1, "{dnf:#?}");
     assert!(node.installed("kmod-nvidia-open-dkms").is_none(), "{rep:#}");
+    // The same transaction removed the build packages gpuhost installed, but the one a site
+    // package needs (issue 41, item 3).
+    for n in built.iter().filter(|n| **n != "make") {
+        assert!(
+            node.installed(n).is_none(),
+            "{n} is still installed: {rep:#}"
+        );
+    }
+    assert!(node.installed("make").is_some());
+    assert!(node.installed("site-needs-make").is_some());
     assert!(node
         .installed(&format!("kmod-nvidia-open-{UEK9}"))
         .is_some());
@@ -1218,4 +1243,64 @@ fn the_kmods_page_runs_in_order() {
     for p in BUILD_PACKAGES {
         assert!(node.installed(p).is_none(), "{p} was installed");
     }
+}
+
+/// A kmod repo whose modules are signed by another key than the certificate it carries (its
+/// certificate and manifest rewritten to the fleet's, as a mistaken or hostile build host
+/// would) is refused under Secure Boot before any change (issue 41, bad input): the modules
+/// are read out of the kmod RPM and their signatures checked before the transaction, not after
+/// it.
+#[test]
+fn a_kmod_signed_by_another_key_is_refused_before_the_install() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let other = fleet();
+    let (rc, _, text) = kmod_build(&build, &other, &[]);
+    assert_eq!(rc, 0, "{text}");
+    // The repo now claims the fleet's certificate.
+    let fleet_der = std::fs::read(&f.cert).unwrap();
+    std::fs::write(other.out.join("fleet-signing-cert.der"), &fleet_der).unwrap();
+    let manifest = other.out.join("gpuhost-kmods.json");
+    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    let sum = std::process::Command::new("sha256sum")
+        .arg(&f.cert)
+        .output()
+        .unwrap();
+    let sum = String::from_utf8_lossy(&sum.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    m["cert_sha256"] = Value::String(sum);
+    std::fs::write(&manifest, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    secure_boot(&node, "MokListRT", &[&fleet_der]);
+    let before = node.rpmdb_snapshot();
+    let (rc, rep) = node_apply(&node, &other.out, "apply");
+    assert_eq!(rc, 2, "{rep:#}");
+    let text = rep.to_string();
+    assert!(
+        text.contains("not by the fleet certificate") && text.contains("nothing was installed"),
+        "{rep:#}"
+    );
+    assert_eq!(node.rpmdb_snapshot(), before);
+    assert!(node.nvidia_module_files(UEK9).is_empty());
+}
+
+/// A noarch site package `name` that requires `requires`, built with rpmbuild under `dir`.
+fn site_package(dir: &Path, name: &str, requires: &str) -> PathBuf {
+    let spec = dir.join(format!("{name}.spec"));
+    std::fs::write(
+        &spec,
+        format!("Name: {name}\nVersion: 1.0\nRelease: 1\nSummary: a site package\nLicense: MIT\nBuildArch: noarch\nRequires: {requires}\n%description\nsite\n%files\n"),
+    )
+    .unwrap();
+    let o = Command::new("rpmbuild")
+        .args(["-bb", "--define"])
+        .arg(format!("_topdir {}", dir.join("build").display()))
+        .arg(&spec)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    dir.join(format!("build/RPMS/noarch/{name}-1.0-1.noarch.rpm"))
 }

@@ -151,7 +151,7 @@ fn a_driver_swap_without_room_for_its_scratch_copy_is_refused_before_any_change(
     assert_eq!(code(&o), 2, "{err}");
     assert!(err.contains("not enough free space to install: "), "{err}");
     assert!(
-        err.contains("the driver swap's scratch copy of the new local repo package in /var/cache/gpuhost/driver-swap"),
+        err.contains("the new local repo's metadata and driver packages, read out for the driver swap in /var/cache/gpuhost/driver-swap"),
         "{err}"
     );
     assert_eq!(

@@ -221,12 +221,15 @@ pub fn gather(host: &Host) -> HostInfo {
     }
 }
 
-/// `1.5 GiB`, `320 MiB`.
+/// `1.5 GiB`, `320 MiB`, `1380 KiB` (under 10 MiB, where whole MiB would make 1.1 MiB free
+/// and 1.4 MiB needed read alike).
 pub fn human(bytes: u64) -> String {
     if bytes >= GIB {
         format!("{:.1} GiB", bytes as f64 / GIB as f64)
-    } else {
+    } else if bytes >= 10 * MIB {
         format!("{} MiB", bytes.div_ceil(MIB))
+    } else {
+        format!("{} KiB", bytes.div_ceil(1024))
     }
 }
 
@@ -355,7 +358,8 @@ mod tests {
     fn figures_read_well() {
         assert_eq!(human(3 * GIB / 2), "1.5 GiB");
         assert_eq!(human(20 * MIB), "20 MiB");
-        assert_eq!(human(1), "1 MiB");
+        assert_eq!(human(1), "1 KiB");
+        assert_eq!(human(1_400_000), "1368 KiB");
     }
 
     #[test]

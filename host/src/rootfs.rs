@@ -883,6 +883,18 @@ mod tests {
             ("driver/repo.rs", "f.metadata()"),
             // the same file, copied into the root before the transaction installs it
             ("stage.rs", "File::open(file)"),
+            // whether the package and the root's package cache share a filesystem (the build
+            // host's file, and the cache's real path as Host resolved it)
+            ("stage.rs", "std::fs::metadata(file)"),
+            ("stage.rs", "std::fs::metadata(p)"),
+            ("stage.rs", "MetadataExt"),
+            ("stage.rs", "OpenOptionsExt"),
+            ("stage.rs", "std::fs::Metadata"),
+            ("stage.rs", "std::fs::File"),
+            // the staged name, created through Host first, replaced by a link to the opened
+            // package, or a new empty file where no link can be made
+            ("stage.rs", "std::fs::remove_file(real)"),
+            ("stage.rs", "std::fs::OpenOptions::new()"),
             // gpuhost rollback: the earlier local repo package, a build-host file like any
             // driver.local_repo_rpm
             ("rollback.rs", "path.is_file()"),
@@ -910,6 +922,26 @@ mod tests {
             ("kmodrepo.rs", ""),
             // the certificate a kmod repo carries (Secure Boot's check of prebuilt kmods)
             ("driver/signing.rs", "std::fs::read(&path)"),
+            // a kmod RPM's file entry type (not a file access)
+            ("driver/signing.rs", "f.is_file()"),
+            // gpuhost's RPM reader: a package file on the build host, read; its payload written
+            // under a scratch tree the caller made, through its own walk that refuses a link it
+            // did not make (O_NOFOLLOW, create_new, symlink_metadata before each mkdir)
+            ("rpmfile/mod.rs", ""),
+            // the repo metadata of a package just extracted by rpmfile (its scratch tree)
+            ("rpmfile/repodata.rs", ""),
+            (
+                "transaction/payload.rs",
+                "repo.join(\"repodata/repomd.xml\").is_file()",
+            ),
+            // the header's file entries' types (not a file access)
+            ("transaction/payload.rs", "w.info.is_file()"),
+            ("transaction/payload.rs", "f.is_file() && selected"),
+            // the driver RPM on the build host: a FIFO is refused by its metadata, unopened
+            ("driver/repo.rs", "std::fs::metadata(path)"),
+            ("driver/repo.rs", "m.is_file()"),
+            // a module taken out of a kmod RPM into a private folder of the build host
+            ("secureboot.rs", "std::fs::read(path)"),
             ("kmod/build.rs", ""),
             ("kmod/package.rs", ""),
             ("kmod/model.rs", ""),

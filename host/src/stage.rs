@@ -139,6 +139,26 @@ pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
     Ok(staged)
 }
 
+/// Whether staging `file` in `host`'s root copies its bytes (what the space check must count):
+/// not when it lies on the filesystem that holds [`PACKAGES`], where a reflink or a hard link
+/// shares them.
+pub fn copies(host: &Host, file: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(src), Ok(real)) = (std::fs::metadata(file), host.real_path(PACKAGES)) else {
+        return true;
+    };
+    let mut p = real.as_path();
+    loop {
+        if let Ok(m) = std::fs::metadata(p) {
+            return m.dev() != src.dev();
+        }
+        match p.parent() {
+            Some(up) => p = up,
+            None => return true,
+        }
+    }
+}
+
 /// Files read whole and found intact in this run: (device, inode, size, mtime, ctime), each
 /// time to the nanosecond. Any write to a file changes its ctime, which no one can set back.
 static VERIFIED: std::sync::Mutex<Vec<[i64; 7]>> = std::sync::Mutex::new(Vec::new());

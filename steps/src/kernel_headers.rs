@@ -73,10 +73,20 @@ impl Step for KernelHeaders {
                 let v: Vec<String> = installed.iter().map(|p| p.evr()).collect();
                 format!("installed: {}", v.join(", "))
             };
+            let record = if installed.is_empty() {
+                crate::driver::built_by::record(
+                    ctx,
+                    "kernel-headers",
+                    std::slice::from_ref(&d.name),
+                )?
+            } else {
+                None
+            };
             check.changes.push(Change::install(
                 vec![d.spec],
                 format!("headers for the {role} kernel {kver}; {found}"),
             ));
+            check.changes.extend(record);
         }
         for name in &ctx.profile.kernel.extra_packages {
             if ctx.installed_one(name)?.is_empty() {

@@ -67,6 +67,9 @@ pub struct Install {
     pub repo: Option<&'static str>,
     /// Owed before the transaction starts (a docker restart when docker's packages change).
     pub owes: Option<Owed>,
+    /// Packages removed in the same transaction (the build packages gpuhost installed, when
+    /// prebuilt kmods replace DKMS): the transaction then goes through `dnf shell`.
+    pub remove: Vec<String>,
 }
 
 impl Install {
@@ -324,6 +327,17 @@ pub(crate) fn shell_jobs(parts: &[&Install]) -> (Vec<String>, Vec<String>) {
     (streams, words)
 }
 
+/// The packages the parts remove in their transaction, each once.
+pub(crate) fn removals(parts: &[&Install]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in parts.iter().flat_map(|i| i.remove.iter()) {
+        if !out.contains(r) {
+            out.push(r.clone());
+        }
+    }
+    out
+}
+
 /// dnf's flags the parts ask for (`--allowerasing`, `--disableexcludes=main`).
 pub(crate) fn dnf_flags(parts: &[&Install]) -> Vec<&'static str> {
     let mut out = Vec::new();
@@ -386,14 +400,17 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
         .filter(|s| is_package_file(s))
         .cloned()
         .collect();
-    if !files.is_empty()
+    let remove = removals(&parts);
+    if (!files.is_empty()
         && parts
             .iter()
-            .any(|i| i.module.is_some() || i.enable.is_some())
+            .any(|i| i.module.is_some() || i.enable.is_some()))
+        || !remove.is_empty()
     {
-        // Files with module work: one `dnf shell` transaction (`dnf install` would refuse them).
+        // Files with module work, or removals: one `dnf shell` transaction (`dnf install`
+        // would refuse the files, and removes nothing).
         let (streams, words) = shell_jobs(&parts);
-        let script = crate::transaction::shell::script(&files, &streams, &words);
+        let script = crate::transaction::shell::script(&files, &streams, &words, &remove);
         let result =
             crate::transaction::shell::run(host, (SHELL_SCRIPT, &script), &[], &dnf_flags(&parts));
         if let Err(e) = host.remove_file(SHELL_SCRIPT) {
@@ -436,13 +453,14 @@ pub fn scratch_transaction(
     let modules = parts
         .iter()
         .any(|i| i.module.is_some() || i.enable.is_some());
-    if files.is_empty() || !modules {
+    let remove = removals(parts);
+    if (files.is_empty() || !modules) && remove.is_empty() {
         let cmd = install_command(host, parts)?.args(options);
         let out = cmd.output()?;
         return Ok((cmd, out));
     }
     let (streams, words) = shell_jobs(parts);
-    let script = crate::transaction::shell::script(&files, &streams, &words);
+    let script = crate::transaction::shell::script(&files, &streams, &words, &remove);
     let result =
         crate::transaction::shell::run(host, (SHELL_SCRIPT, &script), options, &dnf_flags(parts));
     if let Err(e) = host.remove_file(SHELL_SCRIPT) {

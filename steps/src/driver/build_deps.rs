@@ -217,7 +217,9 @@ fn missing_packages(ctx: &Ctx<'_>, w: &Wanted, system_major: u32, check: &mut Ch
             }
             _ => "not installed; DKMS needs them to build the NVIDIA module".to_string(),
         };
+        let record = super::built_by::record(ctx, "build-deps", &missing)?;
         check.changes.push(Change::install(missing, why));
+        check.changes.extend(record);
     }
     Ok(())
 }

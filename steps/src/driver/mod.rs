@@ -23,6 +23,7 @@
 //! anything changes. `driver-repo` checks the version against what the package really carries.
 
 pub(crate) mod build_deps;
+pub(crate) mod built_by;
 pub(crate) mod change;
 pub(crate) mod context;
 pub(crate) mod dkms_cc;

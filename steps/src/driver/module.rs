@@ -91,6 +91,8 @@ struct Found<'c> {
     kmods: Vec<String>,
     /// NVIDIA's DKMS kmods the prebuilt ones replace (erased by the same transaction).
     replaced_dkms: Vec<String>,
+    /// The build packages gpuhost installed, removed in the same transaction.
+    build_leftovers: Vec<String>,
     names: Vec<String>,
     absent: Vec<String>,
     stale: Vec<String>,
@@ -124,6 +126,7 @@ impl<'c> Found<'c> {
             state: set.state,
             kmods: kmod_specs(ctx, &set.kmods, None),
             replaced_dkms: set.replaced_dkms,
+            build_leftovers: set.build_leftovers,
             names: set.names,
             absent: set.absent,
             stale: set.stale,
@@ -211,6 +214,7 @@ impl<'c> Found<'c> {
                 module: Some(spec),
                 disable_excludes,
                 allowerasing: !self.replaced_dkms.is_empty(),
+                remove: self.build_leftovers.clone(),
                 ..Install::default()
             }),
             (Verb::Install, _) => Work::Install(Install {
@@ -218,6 +222,7 @@ impl<'c> Found<'c> {
                 enable: Some(spec),
                 disable_excludes,
                 allowerasing: !self.replaced_dkms.is_empty(),
+                remove: self.build_leftovers.clone(),
                 ..Install::default()
             }),
             (Verb::Switch | Verb::Swap, _) => Work::SwitchStream {
@@ -288,6 +293,12 @@ impl Step for Driver {
             why.push(format!(
                 "NVIDIA's DKMS kmod {} gives way to the build host's kmods in the same transaction",
                 f.replaced_dkms.join(", ")
+            ));
+        }
+        if !f.build_leftovers.is_empty() {
+            why.push(format!(
+                "the build packages gpuhost installed go with it: {}",
+                f.build_leftovers.join(", ")
             ));
         }
         let mut check = Check::default();

@@ -76,12 +76,19 @@ pub(crate) fn check(ctx: &Ctx<'_>, plan: &DriverPlan, transition: &Transition) -
             plan.repo.driver, plan.repo.package
         ));
         why.push(plan.choice.explanation.clone());
+        if !set.build_leftovers.is_empty() {
+            why.push(format!(
+                "the build packages gpuhost installed go with NVIDIA's DKMS kmod: {}",
+                set.build_leftovers.join(", ")
+            ));
+        }
         why.push(format!("then {hold}"));
         return Ok(one(Change::new(
             Work::Install(Install {
                 specs: specs(ctx, plan, &set),
                 disable_excludes: super::locks::locked(ctx)?,
                 allowerasing: !set.replaced_dkms.is_empty(),
+                remove: set.build_leftovers.clone(),
                 ..Install::default()
             }),
             why.join("; "),

@@ -241,11 +241,12 @@ impl Step for DriverRepo {
     /// The local repo package's own size (measured), and on the live system the estimates for
     /// the driver packages it brings; in an install root (image builds, tests with synthetic
     /// packages) only the measured figure. The package is installed from a copy on the root's
-    /// disk ([`gpuhost_host::stage::PACKAGES`]): its size again; a first install unpacks that
-    /// copy for its one transaction ([`crate::transaction::ahead::SCRATCH`]): twice. A swap from another local repo
-    /// also needs room for its scratch copy ([`crate::transaction::swap::SCRATCH`]): the package's payload,
-    /// then the repo extracted from it beside the payload — twice the package's size at its
-    /// peak.
+    /// disk ([`gpuhost_host::stage::PACKAGES`]): its size again, unless the root's filesystem
+    /// shares the bytes (a reflink or hard link, [`gpuhost_host::stage::copies`]). A first
+    /// install, or a swap, reads the package's repo out of it into a scratch folder
+    /// ([`crate::transaction::ahead::SCRATCH`], [`crate::transaction::swap::SCRATCH`]): the
+    /// metadata and the driver packages, never the CUDA toolkit's, as the header sizes them
+    /// ([`crate::transaction::payload::repos_size`]).
     fn space_needs(&self, ctx: &Ctx<'_>, check: &Check) -> Vec<gpuhost_host::hostinfo::Need> {
         let Some(plan) = &ctx.driver else {
             return gpuhost_host::hostinfo::driver_needs(None, ctx.host.is_live());
@@ -256,7 +257,8 @@ impl Step for DriverRepo {
             matches!(c.work, Work::SwapDriver(_))
                 || matches!(&c.work, Work::Install(i) if i.brings_repo)
         });
-        if let (Some(bytes), true) = (rpm, installs) {
+        let copies = gpuhost_host::stage::copies(ctx.host, &plan.path);
+        if let (Some(bytes), true, true) = (rpm, installs, copies) {
             // The package is installed from a copy on the root's disk (gpuhost_host::stage).
             needs.push(gpuhost_host::hostinfo::Need {
                 path: gpuhost_host::stage::PACKAGES.into(),
@@ -268,13 +270,13 @@ impl Step for DriverRepo {
             .changes
             .iter()
             .any(|c| matches!(&c.work, Work::Install(i) if i.brings_repo));
-        if let (Some(bytes), true) = (rpm, first) {
-            // A first converge reads the repo from the copy, unpacked (crate::transaction::ahead): the
-            // payload, then the repo extracted beside it.
+        let repos = crate::transaction::payload::repos_size(&plan.path).or(rpm);
+        if let (Some(bytes), true) = (repos, first) {
+            // A first converge reads the repo out of the copy (crate::transaction::ahead).
             needs.push(gpuhost_host::hostinfo::Need {
                 path: crate::transaction::ahead::SCRATCH.into(),
-                bytes: bytes.saturating_mul(2),
-                what: "the local repo package unpacked for the one transaction".into(),
+                bytes,
+                what: "the local repo's metadata and driver packages, read out for the one transaction".into(),
             });
         }
         // The check planned the swap: its scratch copy needs room too.
@@ -282,11 +284,11 @@ impl Step for DriverRepo {
             .changes
             .iter()
             .any(|c| matches!(c.work, Work::SwapDriver(_)));
-        if let (Some(bytes), true) = (rpm, swaps) {
+        if let (Some(bytes), true) = (repos, swaps) {
             needs.push(gpuhost_host::hostinfo::Need {
                 path: crate::transaction::swap::SCRATCH.into(),
-                bytes: bytes.saturating_mul(2),
-                what: "the driver swap's scratch copy of the new local repo package".into(),
+                bytes,
+                what: "the new local repo's metadata and driver packages, read out for the driver swap".into(),
             });
         }
         needs

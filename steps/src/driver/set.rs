@@ -134,6 +134,9 @@ pub(crate) struct SetStatus {
     /// NVIDIA's DKMS kmods installed while the run installs prebuilt kmods
     /// (`driver.kmod_repo`): they conflict, and give way in the same transaction.
     pub replaced_dkms: Vec<String>,
+    /// With [`SetStatus::replaced_dkms`]: the build packages gpuhost installed that go in the
+    /// same transaction ([`super::built_by::leftovers`]).
+    pub build_leftovers: Vec<String>,
 }
 
 impl SetStatus {
@@ -170,6 +173,11 @@ impl SetStatus {
         } else {
             Vec::new()
         };
+        let build_leftovers = if replaced_dkms.is_empty() {
+            Vec::new()
+        } else {
+            super::built_by::leftovers(ctx, &replaced_dkms)?
+        };
         Ok(SetStatus {
             state,
             kmods,
@@ -177,6 +185,7 @@ impl SetStatus {
             absent,
             stale,
             replaced_dkms,
+            build_leftovers,
         })
     }
 

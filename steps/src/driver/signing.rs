@@ -57,7 +57,11 @@ pub fn check_secure_boot(
         return Ok(None);
     };
     if let Some(kmods) = &plan.kmods {
-        return prebuilt_enrolled(host, facts, kmods);
+        let said = prebuilt_enrolled(host, facts, kmods)?;
+        if enabled(facts) {
+            prebuilt_signed(facts, plan, kmods)?;
+        }
+        return Ok(said);
     }
     if plan.kind() == StreamKind::Precompiled {
         return Ok(None);
@@ -136,6 +140,77 @@ fn prebuilt_enrolled(
             "Secure Boot is on and mokutil cannot say whether the fleet certificate {shown} is enrolled: {e:#}; install mokutil (dnf install mokutil) and apply again"
         )),
     }
+}
+
+/// Prebuilt kmods under Secure Boot: every module of the kmod each served kernel gets is signed
+/// by the fleet certificate, read out of its RPM (gpuhost's reader, into a private folder on
+/// this machine, removed after) before anything changes. A kmod RPM rebuilt with an unsigned
+/// module, or one signed by another key, and its manifest entry rewritten to match, is bad
+/// input (exit 2): the kernel would refuse the module after the install.
+fn prebuilt_signed(
+    facts: &Facts,
+    plan: &DriverPlan,
+    kmods: &crate::run::PrebuiltKmods,
+) -> Result<()> {
+    let cert = fleet_cert(kmods)?;
+    for kver in facts.kernels_to_serve() {
+        let Some(k) = kmods.find(&plan.repo.driver, plan.choice.flavour, &kver) else {
+            continue;
+        };
+        let dir = gpuhost_host::fsutil::private_temp_dir("gpuhost-kmod-check")?;
+        let result = kmod_signed(&k.file, &dir, &cert);
+        gpuhost_host::fsutil::remove_temp_dir(&dir);
+        result?;
+    }
+    Ok(())
+}
+
+/// The modules of the kmod RPM `rpm`, extracted under `dir`, each signed by `cert`.
+fn kmod_signed(rpm: &std::path::Path, dir: &std::path::Path, cert: &Cert) -> Result<()> {
+    use gpuhost_host::rpmfile::{self, FileInfo, Want};
+    let shown = rpm.display();
+    let all = ["/".to_string()];
+    let module = |f: &FileInfo| {
+        f.is_file()
+            && f.path.contains("/modules/")
+            && [".ko", ".ko.xz", ".ko.zst", ".ko.gz"]
+                .iter()
+                .any(|e| f.path.ends_with(e))
+    };
+    let want = Want {
+        allowed: &all,
+        select: &module,
+    };
+    let (_, written) = rpmfile::extract(rpm, &want, dir)
+        .map_err(|f| invalid!("the kmod {shown} cannot be read: {f}; nothing was installed"))?;
+    if written.is_empty() {
+        return Err(invalid!(
+            "the kmod {shown} carries no kernel module; nothing was installed"
+        ));
+    }
+    for w in &written {
+        let m = &w.info.path;
+        match secureboot::file_signature(&w.real) {
+            Ok(Some(sig)) if cert.is(&sig.signer) => {}
+            Ok(Some(sig)) => {
+                return Err(invalid!(
+                    "Secure Boot is on and {m} in the kmod {shown} is signed by {}, not by the fleet certificate ({cert}): the kernel would refuse it, so nothing was installed; rebuild the kmod on the build host with the fleet key (gpuhost kmod build)",
+                    sig.signer
+                ))
+            }
+            Ok(None) => {
+                return Err(invalid!(
+                    "Secure Boot is on and {m} in the kmod {shown} carries no signature: the kernel would refuse it, so nothing was installed; rebuild the kmod on the build host with the fleet key (gpuhost kmod build)"
+                ))
+            }
+            Err(e) => {
+                return Err(invalid!(
+                    "{m} in the kmod {shown}: {e:#}; nothing was installed"
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The certificate of a kmod repo (what every module of it is signed by).

@@ -83,7 +83,8 @@ fn transaction_in(
     let options = repo_options(host, &tree)?;
     let rest: Vec<&Install> = parts.iter().copied().filter(|i| !i.brings_repo).collect();
     let (streams, words) = crate::work::shell_jobs(&rest);
-    let script = super::shell::script(&[files, others].concat(), &streams, &words);
+    let remove = crate::work::removals(&rest);
+    let script = super::shell::script(&[files, others].concat(), &streams, &words, &remove);
     super::shell::run(
         host,
         (&format!("{SCRATCH}/converge.dnf"), &script),

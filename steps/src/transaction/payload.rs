@@ -49,14 +49,7 @@ pub(crate) fn unpack_repos(rpm: &str, tree: &Path) -> Result<(), Unpack> {
     let file = Path::new(rpm);
     let pkg = rpmfile::package(file)?;
     let allowed = own_folders(&pkg.files);
-    let select = |f: &FileInfo| {
-        let name = f.path.rsplit('/').next().unwrap_or_default();
-        f.path.starts_with("/etc/yum.repos.d/")
-            || f.path.contains("/repodata/")
-            || is_key(name)
-            || (name.ends_with(".rpm")
-                && !gpuhost_nvidia::localrepo::is_toolkit(&package_name(name)))
-    };
+    let select = |f: &FileInfo| selected(&f.path);
     let want = Want {
         allowed: &allowed,
         select: &select,
@@ -84,6 +77,19 @@ pub(crate) fn unpack_repos(rpm: &str, tree: &Path) -> Result<(), Unpack> {
     Ok(())
 }
 
+/// The bytes [`unpack_repos`] writes for the package `rpm` (its header's sizes of the files it
+/// selects); `None` when the header cannot be read.
+pub(crate) fn repos_size(rpm: &Path) -> Option<u64> {
+    let pkg = rpmfile::package(rpm).ok()?;
+    Some(
+        pkg.files
+            .iter()
+            .filter(|f| f.is_file() && selected(&f.path))
+            .map(|f| f.size)
+            .sum(),
+    )
+}
+
 /// NVIDIA's local repo package `rpm` read whole without writing anything: its header's and
 /// payload's digests (what `rpm -K` checks), and every entry inside the package's own folders
 /// ([`unpack_repos`]'s rules). The package, for what else its header says.
@@ -91,6 +97,16 @@ pub(crate) fn verify_repos(rpm: &Path) -> Result<rpmfile::Package, Unpack> {
     let pkg = rpmfile::package(rpm)?;
     let allowed = own_folders(&pkg.files);
     Ok(rpmfile::verify(rpm, &allowed)?)
+}
+
+/// What [`unpack_repos`] takes of a local repo package: the `.repo` files, the repo metadata,
+/// keys, and every package but the CUDA toolkit's.
+fn selected(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or_default();
+    path.starts_with("/etc/yum.repos.d/")
+        || path.contains("/repodata/")
+        || is_key(name)
+        || (name.ends_with(".rpm") && !gpuhost_nvidia::localrepo::is_toolkit(&package_name(name)))
 }
 
 /// A repo's signing key, as NVIDIA's and the distributions' repos name them (`D42D0685.pub`,

@@ -12,8 +12,14 @@ use gpuhost_host::cmd::{Cmd, CmdOutput};
 use gpuhost_host::host::Host;
 
 /// The script: `files` (paths, quoted: dnf splits lines as a shell does), the module
-/// `streams` to enable, the `words` to install (`@module:stream/profile`, package specs).
-pub(crate) fn script(files: &[String], streams: &[String], words: &[String]) -> String {
+/// `streams` to enable, the `words` to install (`@module:stream/profile`, package specs), the
+/// packages to `remove` in the same transaction.
+pub(crate) fn script(
+    files: &[String],
+    streams: &[String],
+    words: &[String],
+    remove: &[String],
+) -> String {
     let mut out = String::new();
     if !files.is_empty() {
         let quoted: Vec<String> = files
@@ -27,6 +33,9 @@ pub(crate) fn script(files: &[String], streams: &[String], words: &[String]) -> 
     }
     if !words.is_empty() {
         out.push_str(&format!("install {}\n", words.join(" ")));
+    }
+    if !remove.is_empty() {
+        out.push_str(&format!("remove {}\n", remove.join(" ")));
     }
     out.push_str("run\n");
     out
@@ -68,10 +77,11 @@ mod tests {
             &["/r/a.rpm".into(), "/r/it's.rpm".into()],
             &["nvidia-driver:open-dkms".into()],
             &["@nvidia-driver:open-dkms/default".into(), "gcc".into()],
+            &["dkms".into()],
         );
         assert_eq!(
             s,
-            "install '/r/a.rpm' '/r/it'\\''s.rpm'\nmodule enable nvidia-driver:open-dkms\ninstall @nvidia-driver:open-dkms/default gcc\nrun\n"
+            "install '/r/a.rpm' '/r/it'\\''s.rpm'\nmodule enable nvidia-driver:open-dkms\ninstall @nvidia-driver:open-dkms/default gcc\nremove dkms\nrun\n"
         );
     }
 }
