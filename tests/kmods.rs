@@ -81,6 +81,27 @@ fn fleet() -> Fleet {
     }
 }
 
+/// A module's `sig_key` (modinfo), as hex digits without colons or leading zeros.
+fn sig_key(module: &Path) -> String {
+    let k = world::modinfo(module, "sig_key").unwrap_or_default();
+    let hex: String = k.chars().filter(|c| *c != ':').collect();
+    hex.trim_start_matches('0').to_uppercase()
+}
+
+/// The serial number of a certificate (the key id `sign-file` writes into a module's signature).
+fn cert_serial(cert: &Path) -> String {
+    let o = Command::new("openssl")
+        .args(["x509", "-inform", "DER", "-noout", "-serial", "-in"])
+        .arg(cert)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let serial = out.trim().trim_start_matches("serial=");
+    assert!(!serial.is_empty());
+    serial.trim_start_matches('0').to_uppercase()
+}
+
 fn kmod_build(root: &Root, f: &Fleet, extra: &[&str]) -> (i32, Value, String) {
     kmod_build_of(root, f, DRIVER_LOCAL_EL9_570, extra)
 }
@@ -223,7 +244,7 @@ fn a_build_host_makes_one_signed_rpm_per_kernel_in_a_checked_repo() {
                 "{}",
                 m.display()
             );
-            assert!(world::modinfo(m, "sig_key").is_some(), "{}", m.display());
+            assert_eq!(sig_key(m), cert_serial(&f.cert), "{}", m.display());
             assert!(
                 world::openssl_verifies_module(m, &f.cert),
                 "{}",
@@ -456,6 +477,46 @@ fn a_served_kernel_without_a_kmod_in_the_repo_is_refused_before_any_change() {
     );
 }
 
+/// A kmod built for another driver is refused before any change (issue 41, bad input): where
+/// the repo says so (it has another driver's kmod for the kernel), and where its manifest says
+/// otherwise (the RPM's own header is read: the package, its version, its arch).
+#[test]
+fn a_kmod_built_for_another_driver_is_refused_before_any_change() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let before = node.rpmdb_snapshot();
+    // The profile's driver is 580.82.07; the repo has 570.124.06's kmod for the kernel.
+    let (rc, rep) = node_apply_of(&node, &f.out, "apply", world::CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 2, "{rep:#}");
+    assert!(
+        rep.to_string()
+            .contains("(it has 570.124.06 open for that kernel)"),
+        "{rep:#}"
+    );
+    assert_eq!(node.rpmdb_snapshot(), before);
+    // The manifest edited to say that kmod is 580.82.07's: the RPM says otherwise.
+    let manifest = f.out.join("gpuhost-kmods.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let mut m: Value = serde_json::from_str(&text).unwrap();
+    for e in m["kmods"].as_array_mut().unwrap() {
+        e["driver"] = "580.82.07".into();
+    }
+    std::fs::write(&manifest, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let (rc, rep) = node_apply_of(&node, &f.out, "apply", world::CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 2, "{rep:#}");
+    let text = rep.to_string();
+    assert!(
+        text.contains(&format!(
+            "-570.124.06-1.x86_64, not NVIDIA 580.82.07's kmod kmod-nvidia-open-{UEK9}"
+        )),
+        "{rep:#}"
+    );
+    assert_eq!(node.rpmdb_snapshot(), before);
+}
+
 /// A node that built its modules with DKMS moves to the build host's kmods in one transaction
 /// (issue 41, item 3): NVIDIA's DKMS kmod gives way, the fleet's module is what modprobe loads.
 /// The modules DKMS left for the kernel go with it (the kmod's `%post`), and so do the build
@@ -600,7 +661,7 @@ fn under_secure_boot_the_fleet_certificate_must_be_enrolled_first() {
             Some(FLEET_CN),
             "{m}"
         );
-        assert!(world::modinfo(&path, "sig_key").is_some(), "{m}");
+        assert_eq!(sig_key(&path), cert_serial(&f.cert), "{m}");
         assert!(world::openssl_verifies_module(&path, &f.cert), "{m}");
     }
     let key = std::fs::read(&f.key).unwrap();

@@ -34,6 +34,35 @@ pub struct PrebuiltKmod {
     pub file: PathBuf,
 }
 
+impl PrebuiltKmod {
+    /// The RPM's own header against the manifest's entry: the package named for the kernel, at
+    /// the driver's version, for the kernel's arch. A kmod built for another driver, kernel or
+    /// arch under an entry that says otherwise is bad input (exit 2), refused before any change
+    /// rather than by the transaction.
+    fn is_what_the_manifest_says(&self, driver: &str) -> Result<()> {
+        let pkg = gpuhost_host::rpmfile::package(&self.file)
+            .map_err(|e| as_invalid(anyhow::anyhow!("the kmod {}: {e}", self.file.display())))?;
+        let arch = if self.kernel.contains(".aarch64") {
+            "aarch64"
+        } else {
+            "x86_64"
+        };
+        if pkg.name != self.package || pkg.version != driver || pkg.arch != arch {
+            return Err(as_invalid(hinted(
+                format!(
+                    "the kmod repo's {} is {}, not NVIDIA {driver}'s kmod {} for kernel {} ({arch}) as its manifest says; nothing was changed",
+                    self.file.display(),
+                    pkg.nevra(),
+                    self.package,
+                    self.kernel
+                ),
+                "rebuild the repo with gpuhost kmod build on the build host, and copy it whole",
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl PrebuiltKmods {
     /// The repo `dir`, read and checked (a manifest that does not match its files is bad
     /// input, exit 2, naming the file), for `driver`'s `flavour` modules on `kernels` (the
@@ -58,6 +87,11 @@ impl PrebuiltKmods {
             .filter(|k| kmods.find(driver, flavour, k).is_none())
             .cloned()
             .collect();
+        for k in kernels {
+            if let Some(kmod) = kmods.find(driver, flavour, k) {
+                kmod.is_what_the_manifest_says(driver)?;
+            }
+        }
         let kernels: Vec<String> = kmods
             .missing
             .iter()
