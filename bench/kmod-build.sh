@@ -38,8 +38,17 @@ ver=${ver:-$tag}
 for t in dkms rpmbuild createrepo_c make gcc openssl; do
   command -v "$t" >/dev/null || { echo "kmod-build.sh: $t is missing (scripts/deps.sh installs it)" >&2; exit 2; }
 done
-kver=$(for d in /lib/modules/*/build; do [ -f "$d/Makefile" ] && basename "$(dirname "$d")"; done | sort -V | tail -1)
-[ -n "$kver" ] || { echo "kmod-build.sh: no kernel headers (apt-get install linux-headers-amd64)" >&2; exit 2; }
+deb_kver=$(for d in /lib/modules/*/build; do [ -f "$d/Makefile" ] && basename "$(dirname "$d")"; done | grep -v '\.x86_64$' | sort -V | tail -1)
+[ -n "$deb_kver" ] || { echo "kmod-build.sh: no kernel headers (apt-get install linux-headers-amd64)" >&2; exit 2; }
+# Debian's release (6.1.0-57-amd64) has two '-', which no RPM version may have (an Oracle Linux
+# kernel's has one: 5.15.0-206.153.7.el9uek.x86_64), so the kernel is named in that form for both
+# builds: /lib/modules/6.1.0-57.amd64.x86_64/{build,source} link to Debian's headers (removed at
+# the end). The modules are the same; their vermagic is the headers' own.
+kver="${deb_kver%-*}.${deb_kver##*-}.x86_64"
+mkdir -p "/lib/modules/$kver"
+ln -sfn "$(readlink -f "/lib/modules/$deb_kver/build")" "/lib/modules/$kver/build"
+ln -sfn "$(readlink -f "/lib/modules/$deb_kver/source")" "/lib/modules/$kver/source"
+trap 'rm -rf "/lib/modules/$kver"' EXIT
 
 # The OS-agnostic objects, built once (NVIDIA ships them built in the DKMS package).
 bin_dir=$work/binaries-$ver
@@ -53,7 +62,11 @@ if [ ! -f "$bin_dir/nv-kernel.o_binary" ]; then
 fi
 
 # The tree as kmod-nvidia-open-dkms installs it, with NVIDIA's dkms.conf fields
-# (tests/world/FIDELITY.md).
+# (tests/world/FIDELITY.md) but one: Debian splits a kernel's headers in two (build/, the
+# configured output, and source/, the rest), where Oracle's kernel-devel is one tree; NVIDIA's
+# `SYSSRC=${kernel_source_dir}` (build/) would make its conftests miss the headers under
+# source/, so the line names both (SYSSRC=source/, SYSOUT=build/), as NVIDIA's Makefile does
+# itself when run without SYSSRC. The compile is the same.
 tree=$work/nvidia-open-$ver
 rm -rf "$tree"
 cp -a "$src/kernel-open" "$tree"
@@ -64,7 +77,7 @@ cp "$bin_dir/nv-modeset-kernel.o_binary" "$tree/nvidia-modeset/"
   echo 'PACKAGE_NAME="nvidia-open"'
   echo "PACKAGE_VERSION=\"$ver\""
   echo 'AUTOINSTALL="yes"'
-  echo "MAKE[0]=\"'make' -j2 module SYSSRC=\${kernel_source_dir} IGNORE_XEN_PRESENCE=1 IGNORE_PREEMPT_RT_PRESENCE=1 IGNORE_CC_MISMATCH=1\""
+  echo "MAKE[0]=\"'make' -j2 module SYSSRC=/lib/modules/\${kernelver}/source SYSOUT=\${kernel_source_dir} IGNORE_XEN_PRESENCE=1 IGNORE_PREEMPT_RT_PRESENCE=1 IGNORE_CC_MISMATCH=1\""
   i=0
   for m in nvidia nvidia-modeset nvidia-drm nvidia-uvm nvidia-peermem; do
     echo "BUILT_MODULE_NAME[$i]=\"$m\""

@@ -160,6 +160,18 @@ fn unpack(rpm: &Path) -> tempfile::TempDir {
     d
 }
 
+/// Whether an ELF file has debug sections (`readelf -S`: `.debug_*`).
+fn has_debug_sections(elf: &Path) -> bool {
+    let o = Command::new("readelf")
+        .arg("-S")
+        .arg("-W")
+        .arg(elf)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).contains(" .debug_")
+}
+
 /// The regular files under `dir`, links not followed, the root's /proc, /sys and /dev left out.
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -258,8 +270,26 @@ fn a_build_host_makes_one_signed_rpm_per_kernel_in_a_checked_repo() {
                 "the private key is in {}",
                 m.display()
             );
+            // Stripped of debug sections, as DKMS strips what it builds (a real build's modules
+            // are 95 MB as built, 26 MB stripped: bench/RESULTS.md).
+            assert!(!has_debug_sections(m), "{} is not stripped", m.display());
         }
     }
+    // The source's objects carry debug sections, as a real build's do: the strip is gpuhost's.
+    let local = unpack(&World::get().cuda_local(DRIVER_LOCAL_EL9_570));
+    let dkms = files_under(local.path())
+        .into_iter()
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("kmod-nvidia-open-dkms-570"))
+        })
+        .unwrap();
+    let source = unpack(&dkms);
+    let object = files_under(source.path())
+        .into_iter()
+        .find(|p| p.file_name().is_some_and(|n| n == "nvidia.o_binary"))
+        .unwrap();
+    assert!(has_debug_sections(&object), "{}", object.display());
     // The repo: dnf's metadata, the certificate, and a manifest whose SHA-256s match.
     assert!(f.out.join("repodata/repomd.xml").is_file());
     assert_eq!(
@@ -324,6 +354,14 @@ fn bad_input_is_refused_before_anything_is_written() {
     assert_eq!(rc, 2, "{text}");
     assert!(
         text.contains("5.15.0-999.1.1.el9uek.x86_64") && text.contains("not installed"),
+        "{text}"
+    );
+    // A kernel release that is not an Enterprise Linux one (Debian's): refused before building,
+    // as its kmod could not be packaged.
+    let (rc, _, text) = kmod_build(&root, &f, &["--kernel-release", "6.1.0-57-amd64"]);
+    assert_eq!(rc, 2, "{text}");
+    assert!(
+        text.contains("6.1.0-57-amd64 is not an Enterprise Linux kernel release"),
         "{text}"
     );
     // A fleet key that cannot be read; a certificate that is not one.

@@ -986,10 +986,15 @@ fn a_first_converge_stopped_part_way_is_reported_as_rpm_shows_it_and_the_next_ap
     node.assert_on("570.124.06", DRIVER_LOCAL_EL9_570);
 }
 
-/// A site package built for the test, installed with rpm: `site-keep-r570-<tag>`, requiring
-/// `requires` (a package that pins the node to R570, as a site's "keep R570" package does).
+/// A site package built for the test, installed with rpm: `site-keep-r570-<tag>` (or `tag`
+/// itself when it is named like NVIDIA's, `nvidia-…`), requiring `requires` (a package that pins
+/// the node to R570, as a site's "keep R570" package does).
 fn site_package(root: &Root, tag: &str, requires: &str) -> String {
-    let name = format!("site-keep-r570-{tag}");
+    let name = if tag.starts_with("nvidia-") {
+        tag.to_string()
+    } else {
+        format!("site-keep-r570-{tag}")
+    };
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let spec = dir.path().join("site.spec");
     std::fs::write(
@@ -1018,9 +1023,12 @@ fn site_package(root: &Root, tag: &str, requires: &str) -> String {
 /// driver — by name, by its arch-qualified name, or by a file of the old local repo package,
 /// which only dnf's own resolution sees — would go with it as a dependent. `plan` names it
 /// (exit 2) or `apply` refuses it before the transaction; nothing changes; named in
-/// `driver.allow_erase`, plan lists it and the swap erases it and converges.
+/// `driver.allow_erase`, plan lists it and the swap erases it and converges. A site package
+/// named like NVIDIA's (`nvidia-site-pin`) is the site's too: NVIDIA's set is what the local
+/// repos list (issue 43, item 2).
 #[rstest]
 #[case::by_name("name", "nvidia-driver = 3:570.124.06", true)]
+#[case::named_like_nvidias("nvidia-site-pin", "nvidia-driver = 3:570.124.06", true)]
 #[case::by_arch_name("arch", "nvidia-driver(x86-64) = 3:570.124.06", true)]
 #[case::by_a_file_of_the_old_repo(
     "file",

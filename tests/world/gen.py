@@ -899,13 +899,13 @@ def ko_object(module, drv, flavour, arch="x86_64"):
             f.write(f'\t.section .modinfo,"a"\n\t.ascii "{info}"\n\t.text\n'
                     "\t.globl init_module\ninit_module:\n\tmov w0, #0\n\tret\n"
                     "\t.globl cleanup_module\ncleanup_module:\n\tret\n")
-        subprocess.run(["aarch64-linux-gnu-as", "-o", obj, src], check=True)
+        subprocess.run(["aarch64-linux-gnu-as", "-g", "-o", obj, src], check=True)
     else:
         src = os.path.join(d, f"{module}.c")
         with open(src, "w") as f:
             f.write(f'static const char modinfo[] __attribute__((section(".modinfo"), used, aligned(1))) = "{info}";\n'
                     f"int init_module(void) {{ return 0; }}\nvoid cleanup_module(void) {{ }}\n")
-        subprocess.run(["gcc", "-c", "-O0", "-o", obj, src], check=True)
+        subprocess.run(["gcc", "-c", "-O0", "-g", "-o", obj, src], check=True)
     KO_CACHE[key] = obj
     return obj
 

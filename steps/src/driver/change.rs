@@ -88,12 +88,28 @@ pub(crate) fn plan_swap(
     };
     let needed = needed_packages(ctx, plan, &repo_kmods)?;
     refuse_missing(plan, &needed, &new)?;
-    let installed = installed_family(ctx, others, &new)?;
+    let mut old_names: BTreeSet<String> = BTreeSet::new();
+    for repo in others {
+        old_names.extend(names_in_installed_repo(ctx, &repo.name)?);
+    }
+    let installed = installed_family(ctx, &old_names, &new)?;
     let (install, mut remove) = moves(plan, others, &new, (&needed, &installed), &kmods);
     remove.retain(|n| !(prebuilt.is_some() && kmods.contains(n)));
     let module = module_change(ctx, plan)?;
+    // NVIDIA's own packages, as the local repos' file lists name them (not by a name
+    // pattern: a site package named like NVIDIA's is the site's).
+    let mut nvidia: BTreeSet<String> = old_names
+        .iter()
+        .cloned()
+        .chain(new.iter().map(|p| p.name.clone()))
+        .filter(|n| gpuhost_nvidia::localrepo::in_driver_set(n))
+        .collect();
+    nvidia.extend(others.iter().map(|r| r.name.clone()));
+    nvidia.extend(kmods.iter().cloned());
+    nvidia.extend(prebuilt.iter().flatten().map(|k| k.package.clone()));
+    nvidia.extend(remove.iter().cloned());
     let allow = &ctx.profile.driver.allow_erase;
-    let erases = allowed_erasures(ctx, &remove, &install, allow)?;
+    let erases = allowed_erasures(ctx, (&remove, &nvidia), &install, allow)?;
     Ok(DriverSwap {
         repo_rpm: Some(plan.path.display().to_string()),
         repo_id: plan.repo.repo_id(),
@@ -104,6 +120,7 @@ pub(crate) fn plan_swap(
         module,
         allow_erase: allow.clone(),
         erases,
+        nvidia: nvidia.into_iter().collect(),
     })
 }
 
@@ -149,13 +166,9 @@ fn refuse_missing(plan: &DriverPlan, needed: &BTreeSet<String>, new: &[RepoPacka
 /// lists and the new repo carry, those the host has.
 fn installed_family(
     ctx: &Ctx<'_>,
-    others: &[InstalledRepo],
+    old_names: &BTreeSet<String>,
     new: &[RepoPackage],
 ) -> Result<BTreeSet<String>> {
-    let mut old_names: BTreeSet<String> = BTreeSet::new();
-    for repo in others {
-        old_names.extend(names_in_installed_repo(ctx, &repo.name)?);
-    }
     let mut candidates: Vec<String> = old_names.iter().cloned().collect();
     candidates.extend(new.iter().map(|p| p.name.clone()));
     candidates.retain(|n| in_family(n));
@@ -231,11 +244,11 @@ fn module_change(ctx: &Ctx<'_>, plan: &DriverPlan) -> Result<Option<String>> {
 /// here, in the check, before anything changes (exit 2).
 fn allowed_erasures(
     ctx: &Ctx<'_>,
-    remove: &[String],
+    (remove, nvidia): (&[String], &BTreeSet<String>),
     install: &[RepoPackage],
     allow: &[String],
 ) -> Result<Vec<String>> {
-    let erased = erased_with(ctx, remove, install)?;
+    let erased = erased_with(ctx, (remove, nvidia), install)?;
     let (ok, refused): (Vec<_>, Vec<_>) = erased.into_iter().partition(|(n, _)| allow.contains(n));
     if !refused.is_empty() {
         let (names, whys): (Vec<String>, Vec<String>) = refused.into_iter().unzip();
@@ -252,7 +265,7 @@ fn allowed_erasures(
 /// before its transaction, [`crate::transaction::swap::outside_the_set`].)
 fn erased_with(
     ctx: &Ctx<'_>,
-    remove: &[String],
+    (remove, nvidia): (&[String], &BTreeSet<String>),
     install: &[RepoPackage],
 ) -> Result<Vec<(String, String)>> {
     let out = ctx
@@ -264,11 +277,16 @@ fn erased_with(
             "[%{=NAME}\t%{REQUIRENAME}\t%{REQUIREFLAGS:depflags}\t%{REQUIREVERSION}\n]",
         ])
         .run()?;
-    Ok(erased_by(&out.stdout, remove, install))
+    Ok(erased_by(&out.stdout, (remove, nvidia), install))
 }
 
-/// [`erased_with`] over `rpm -qa`'s requirement lines (`name<TAB>requires<TAB>flags<TAB>version`).
-fn erased_by(lines: &str, remove: &[String], install: &[RepoPackage]) -> Vec<(String, String)> {
+/// [`erased_with`] over `rpm -qa`'s requirement lines (`name<TAB>requires<TAB>flags<TAB>version`):
+/// packages outside `nvidia` (NVIDIA's own, by the repos' lists) and `remove`.
+fn erased_by(
+    lines: &str,
+    (remove, nvidia): (&[String], &BTreeSet<String>),
+    install: &[RepoPackage],
+) -> Vec<(String, String)> {
     let mut out: BTreeMap<String, String> = BTreeMap::new();
     for line in lines.lines() {
         let mut f = line.split('\t');
@@ -276,7 +294,7 @@ fn erased_by(lines: &str, remove: &[String], install: &[RepoPackage]) -> Vec<(St
         else {
             continue;
         };
-        if gpuhost_nvidia::localrepo::in_driver_set(name) || remove.iter().any(|r| r == name) {
+        if nvidia.contains(name) || remove.iter().any(|r| r == name) {
             continue;
         }
         let flags = flags.unwrap_or_default().trim();
@@ -350,15 +368,23 @@ mod tests {
             arch: "x86_64".into(),
         };
         let lines = "site-keep-r570\tnvidia-driver\t=\t3:570.124.06\n\
+                     nvidia-site-pin\tnvidia-driver\t=\t3:570.124.06\n\
                      site-any\tnvidia-driver\t>=\t3:535\n\
                      site-repo\tnvidia-driver-local-repo-rhel9-570.124.06\t\t\n\
                      nvidia-settings\tnvidia-driver\t=\t3:570.124.06\n\
                      bash\tglibc\t\t\n";
         let remove = vec!["nvidia-driver-local-repo-rhel9-570.124.06".to_string()];
-        let got = super::erased_by(lines, &remove, &[new("nvidia-driver")]);
+        let nvidia: std::collections::BTreeSet<String> = ["nvidia-driver", "nvidia-settings"]
+            .map(String::from)
+            .into();
+        let got = super::erased_by(lines, (&remove, &nvidia), &[new("nvidia-driver")]);
         assert_eq!(
             got,
             vec![
+                (
+                    "nvidia-site-pin".to_string(),
+                    "nvidia-site-pin (requires nvidia-driver = 3:570.124.06)".to_string()
+                ),
                 (
                     "site-keep-r570".to_string(),
                     "site-keep-r570 (requires nvidia-driver = 3:570.124.06)".to_string()

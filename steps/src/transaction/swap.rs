@@ -108,6 +108,10 @@ pub struct DriverSwap {
     /// Packages outside the set that the swap will erase, as the check found them (each
     /// allowed by `driver.allow_erase`), with why: shown in `plan` and the report.
     pub erases: Vec<String>,
+    /// NVIDIA's own packages, which the swap may move or erase: the driver set as the old and
+    /// new local repos' file lists name it, the local repo packages and the kmods. Any other
+    /// package is the site's, however it is named.
+    pub nvidia: Vec<String>,
 }
 
 /// Carry out the swap (see the module doc).
@@ -274,16 +278,13 @@ pub fn removals(table: &str) -> Vec<String> {
     out
 }
 
-/// The names of `removed` that are neither NVIDIA's (the swap's own removals, the family, the
-/// local repo packages) nor allowed by the profile.
+/// The names of `removed` that are neither NVIDIA's (the swap's own removals, the packages the
+/// local repos list, the local repo packages: [`DriverSwap::nvidia`]) nor allowed by the
+/// profile.
 pub fn outside_the_set(removed: &[String], s: &DriverSwap) -> Vec<String> {
     removed
         .iter()
-        .filter(|n| {
-            !s.remove.contains(n)
-                && !gpuhost_nvidia::localrepo::in_driver_set(n)
-                && !s.allow_erase.contains(n)
-        })
+        .filter(|n| !s.remove.contains(n) && !s.nvidia.contains(n) && !s.allow_erase.contains(n))
         .cloned()
         .collect()
 }
