@@ -348,6 +348,30 @@ fn machine_mismatches_stop_at_the_door() {
         ],
         "holds packages of two machine architectures: ",
     );
+    // Kernels of one machine in a root whose packages are for another (an x86_64 kernel's
+    // files in an aarch64 root; issue 43, item 6): at the door, before the build dependencies.
+    if world::aarch64_ready() {
+        let arm = Root::new(Os::Ol9Aarch64, &[world::UEK9_ARM]);
+        std::fs::remove_dir_all(arm.join(&format!("/lib/modules/{}", world::UEK9_ARM)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        arm.write(
+            &format!("/lib/modules/{UEK9}/vmlinuz"),
+            "synthetic x86_64 kernel\n",
+        );
+        refused(
+            &arm,
+            &[
+                "apply",
+                "--profile",
+                "ol9-uek",
+                "--set",
+                "driver.manage=false",
+            ],
+            &format!(
+                "holds packages of two machine architectures: x86_64 (kernel {UEK9}) and aarch64 ("
+            ),
+        );
+    }
     let r620 = Root::new(Os::Ol9, &[UEK9]);
     let set =
         "driver.local_repo_rpm=/srv/nvidia-driver-local-repo-rhel9-620.10.01-1.0-1.x86_64.rpm";
@@ -517,17 +541,16 @@ fn an_ol10_rollback_moves_the_branch_lock_with_the_driver() {
         .is_some_and(|v| v.starts_with("580.126.09")));
 }
 
-/// The architecture is the root's, never the build machine's: a root whose kernel is an
-/// aarch64 UEK (its files only: the world builds no aarch64 packages) is aarch64, so NVIDIA's
-/// x86_64 local repo package is refused there naming both arches, an RHCK profile is refused
-/// (Oracle ships no RHCK for aarch64), and nothing changes.
+/// The architecture is the root's, never the build machine's: an aarch64 root (its packages and
+/// its UEK aarch64) is aarch64, so NVIDIA's x86_64 local repo package is refused there naming
+/// both arches, an RHCK profile is refused (Oracle ships no RHCK for aarch64), and nothing
+/// changes. (Kernels and packages of two machines are a mixed root: `machine_mismatches_…`.)
 #[test]
 fn an_aarch64_root_is_aarch64_whatever_builds_it() {
-    let root = Root::new(Os::Ol9, &[]);
-    root.write(
-        "/lib/modules/5.15.0-300.163.18.el9uek.aarch64/vmlinuz",
-        "synthetic aarch64 kernel\n",
-    );
+    if !world::aarch64_ready() {
+        return;
+    }
+    let root = Root::new(Os::Ol9Aarch64, &[world::UEK9_ARM]);
     let facts = root.gpuhost(&["facts", "--format", "json"]);
     let facts: Value = serde_json::from_slice(&facts.stdout).unwrap_or(Value::Null);
     assert_eq!(facts["arch"], "aarch64", "{facts:#}");

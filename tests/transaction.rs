@@ -492,3 +492,44 @@ fn walk_rpms(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// An aarch64 local repo package whose repo holds x86_64 packages (issue 43, item 6): refused
+/// by the check of the package, before any change (before: the build dependencies went in, then
+/// the transaction failed), naming a package and the machine.
+#[test]
+fn an_aarch64_package_with_an_x86_64_repo_inside_is_refused_before_any_change() {
+    if !world::aarch64_ready() {
+        return;
+    }
+    let root = Root::new(Os::Ol9Aarch64, &[world::UEK9_ARM]);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let rpm = repacked(world::DRIVER_LOCAL_EL9_580_AARCH64, dir.path(), |t| {
+        for p in walk_rpms(&repo_folder(t)) {
+            let name = p.to_string_lossy().to_string();
+            if let Some(stem) = name.strip_suffix(".aarch64.rpm") {
+                std::fs::rename(&p, format!("{stem}.x86_64.rpm")).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    });
+    let before = root.rpmdb_snapshot();
+    let o = root.gpuhost(&[
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        &profile("ol9-uek"),
+        "--set",
+        &format!("driver.local_repo_rpm={rpm}"),
+    ]);
+    let rep = report(&o);
+    assert_eq!(code(&o), 2, "{rep:#}");
+    assert_eq!(root.rpmdb_snapshot(), before, "{rep:#}");
+    let failed = failed_steps(&rep);
+    assert!(
+        !failed.is_empty()
+            && failed.iter().all(|f| f
+                .contains("its repo holds packages built for another machine (")
+                && f.contains(".x86_64.rpm), but this host is aarch64")),
+        "{failed:#?}"
+    );
+}

@@ -1,9 +1,9 @@
 //! The machine architecture of the host gpuhost provisions: a fact of the host, never of the
 //! build machine. On the live system it is the machine's own; in an install root it is what
 //! the root's packages are built for: the arch its installed kernels carry in their release
-//! (`….el10uek.aarch64`, as their packages installed them; no process needed, so a converged
-//! run still makes one rpm query), else the rpm database's packages. An aarch64 image (a Grace
-//! node's) can so be built from an x86_64 machine, with `dnf --forcearch`.
+//! (`….el10uek.aarch64`) and the rpm database's packages, which must agree (a root's one
+//! `rpm -qa`; the live system asks nothing). An aarch64 image (a Grace node's) can so be built
+//! from an x86_64 machine, with `dnf --forcearch`.
 
 use anyhow::Result;
 
@@ -91,32 +91,78 @@ pub fn of_kernels(kernels: &[String]) -> Arch {
     }
 }
 
-/// The host's architecture: the machine's on the live system; in a root its kernels', else
-/// its rpm database's.
+/// The host's architecture: the machine's on the live system; in a root its kernels' and its
+/// rpm database's, which must agree.
 pub fn of_host(host: &Host, kernels: &[String]) -> Result<Arch> {
     if host.is_live() {
         return Ok(Arch::One(machine().to_string()));
     }
     let by_kernels = of_kernels(kernels);
-    if by_kernels != Arch::Unknown {
+    if matches!(by_kernels, Arch::Mixed(_)) {
         return Ok(by_kernels);
     }
     // A root whose database cannot be told, or has none yet, is refused or made elsewhere:
     // rpm must not make one here.
-    match host.rpm_dbpath() {
-        Ok(db) if host.exists(db) => {}
-        _ => return Ok(Arch::Unknown),
+    let list = match host.rpm_dbpath() {
+        Ok(db) if host.exists(db) => {
+            host.rpm()
+                .args(["-qa", "--qf", "%{NAME}\\t%{ARCH}\\n"])
+                .run()?
+                .stdout
+        }
+        _ => String::new(),
+    };
+    Ok(agreed(by_kernels, &list, kernels))
+}
+
+/// The kernels' arch and the rpm database's (`rpm -qa` name/arch lines) together: kernels of one
+/// machine in a root whose packages are for another (files copied in, a root mixed by hand)
+/// are a mixed root, refused at the door rather than after the build dependencies went in.
+fn agreed(by_kernels: Arch, list: &str, kernels: &[String]) -> Arch {
+    match (by_kernels, of_rpm_list(list)) {
+        (_, mixed @ Arch::Mixed(_)) => mixed,
+        (Arch::One(k), Arch::One(r)) if k != r => {
+            let kernel = kernels
+                .iter()
+                .find(|x| of_kernel(x) == Some(k.as_str()))
+                .cloned()
+                .unwrap_or_default();
+            let package = list
+                .lines()
+                .filter_map(|l| l.split_once('\t'))
+                .find(|(_, a)| family(a.trim()) == Some(r.as_str()))
+                .map(|(n, a)| format!("{n}.{}", a.trim()))
+                .unwrap_or_default();
+            Arch::Mixed(vec![(k, format!("kernel {kernel}")), (r, package)])
+        }
+        (Arch::Unknown, r) => r,
+        (k, _) => k,
     }
-    let out = host
-        .rpm()
-        .args(["-qa", "--qf", "%{NAME}\\t%{ARCH}\\n"])
-        .run()?;
-    Ok(of_rpm_list(&out.stdout))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernels_and_packages_of_two_machines_are_a_mixed_root() {
+        let k = vec!["5.15.0-206.153.7.el9uek.x86_64".to_string()];
+        let arm = "glibc\taarch64\nkernel-uek-core\taarch64\nfilesystem\tnoarch\n";
+        assert_eq!(
+            agreed(of_kernels(&k), arm, &k),
+            Arch::Mixed(vec![
+                (
+                    "x86_64".into(),
+                    "kernel 5.15.0-206.153.7.el9uek.x86_64".into()
+                ),
+                ("aarch64".into(), "glibc.aarch64".into()),
+            ])
+        );
+        let x86 = "glibc\tx86_64\nglibc\ti686\n";
+        assert_eq!(agreed(of_kernels(&k), x86, &k), Arch::One("x86_64".into()));
+        assert_eq!(agreed(of_kernels(&k), "", &k), Arch::One("x86_64".into()));
+        assert_eq!(agreed(Arch::Unknown, arm, &[]), Arch::One("aarch64".into()));
+    }
 
     #[test]
     fn kernels_carry_their_arch_64k_ones_too() {

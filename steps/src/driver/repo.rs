@@ -149,6 +149,18 @@ fn verify_file(
             "use the file under the name NVIDIA gave it",
         ));
     }
+    // Its repo's packages are for this machine too (x86_64 repos carry i686 libraries, any
+    // repo noarch packages): an aarch64 package with an x86_64 repo inside is refused here,
+    // before the build dependencies go in.
+    if let Some(foreign) = files.iter().find(|f| foreign_package(f, &arch)) {
+        return Err(as_invalid(hinted(
+            format!(
+                "{shown}: its repo holds packages built for another machine ({}), but this host is {arch}; nothing was installed",
+                foreign.rsplit('/').next().unwrap_or(foreign)
+            ),
+            format!("use NVIDIA's {arch} local repo package as NVIDIA ships it"),
+        )));
+    }
     let carried = nvidia_driver_versions(&files);
     if !carried.contains(&name.driver) {
         let what = if carried.is_empty() {
@@ -204,6 +216,22 @@ fn intact(host: &gpuhost_host::host::Host, path: &Path) -> Result<()> {
         ),
         "download NVIDIA's local repo package again and compare its SHA-256 with NVIDIA's published checksum",
     ))
+}
+
+/// Whether a file of a local repo package is an RPM built for another machine than `arch`.
+fn foreign_package(file: &str, arch: &str) -> bool {
+    let Some(stem) = file.strip_suffix(".rpm") else {
+        return false;
+    };
+    let Some(pkg_arch) = stem.rsplit('.').next() else {
+        return false;
+    };
+    let family = match pkg_arch {
+        "x86_64" | "i686" | "i386" => "x86_64",
+        "aarch64" | "ppc64le" | "s390x" => pkg_arch,
+        _ => return false,
+    };
+    family != arch
 }
 
 /// The size of the local repo package (a file on the build host, as `driver.local_repo_rpm`
@@ -490,6 +518,21 @@ fn serves_text(driver: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repo_package_for_another_machine_is_told_by_its_arch() {
+        let x86 = "/var/r/nvidia-driver-580.82.07-1.el9.x86_64.rpm";
+        let i686 = "/var/r/nvidia-driver-libs-580.82.07-1.el9.i686.rpm";
+        let arm = "/var/r/nvidia-driver-580.82.07-1.el9.aarch64.rpm";
+        let noarch = "/var/r/kmod-nvidia-open-dkms-580.82.07-1.el9.noarch.rpm";
+        assert!(foreign_package(x86, "aarch64") && foreign_package(i686, "aarch64"));
+        assert!(!foreign_package(x86, "x86_64") && !foreign_package(i686, "x86_64"));
+        assert!(foreign_package(arm, "x86_64") && !foreign_package(arm, "aarch64"));
+        assert!(
+            !foreign_package(noarch, "aarch64")
+                && !foreign_package("/var/r/repodata/repomd.xml", "x86_64")
+        );
+    }
 
     #[test]
     fn reads_driver_versions_from_inner_repo_file_names() {
