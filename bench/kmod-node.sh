@@ -10,7 +10,7 @@
 #    (bench/kmod-build.sh's build, KO_DIR), signed, into a node root, with depmod — what the
 #    prebuilt column costs once the modules are 25 MB, not stubs;
 # 3. fleet: a fresh root's first converge, prebuilt against DKMS, and what the node no longer
-#    installs.
+#    installs; the same from a bundle (`bundle --kmod-repo` against a DKMS bundle), its size.
 # Wall and CPU seconds (user + system of gpuhost and every child) of each run; medians of N.
 # Usage: bench/kmod-node.sh [N] [KO_DIR]   (KO_DIR: a folder with nvidia*.ko; default
 #        /var/tmp/kmod-bench/b-tree, bench/kmod-build.sh's make tree)
@@ -161,6 +161,28 @@ for kind in ("prebuilt", "dkms"):
         subprocess.run(["rm", "-rf", r])
     median_row(f"first converge of a fresh root ({kind}, test world)", runs)
     rows.append((f"  build packages installed ({kind}): {', '.join(sorted(had)) or 'none'}", 0, 0, 0))
+
+# 4. Fleet, offline: a bundle of the same profile (what `apply --bundle` installs with nothing
+#    else reachable), with the kmod repo (`bundle --kmod-repo`) and without (DKMS), its size,
+#    and a fresh root's first converge from it.
+def du(path):
+    return int(sh("du", "-sb", path).stdout.split()[0])
+src = root("bundle-src")
+for kind in ("prebuilt", "dkms"):
+    out = f"{tmp}/bundle-{kind}"
+    args = [bin_, "bundle", "--profile", profile, "--set", f"driver.local_repo_rpm={local}", "--root", src, "--out", out]
+    if kind == "prebuilt":
+        args += ["--kmod-repo", repo]
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    runs, had = [], set()
+    for i in range(n):
+        r = root(f"bundled-{kind}-{i}")
+        runs.append(timed([bin_, "apply", "--bundle", out, "--root", r, "--format", "json"])[:2])
+        q = subprocess.run(["rpm", "--root", r, "-q", *gone], stdout=subprocess.PIPE, text=True)
+        had |= {l.rsplit("-", 2)[0] for l in q.stdout.splitlines() if "not installed" not in l}
+        subprocess.run(["rm", "-rf", r])
+    median_row(f"first converge from a bundle ({kind}, test world; bundle {du(out) / 2**20:.1f} MiB)", runs)
+    rows.append((f"  build packages installed from the {kind} bundle: {', '.join(sorted(had)) or 'none'}", 0, 0, 0))
 
 print("| run | wall (s) | CPU (s) | runs |")
 print("|---|---|---|---|")

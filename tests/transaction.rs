@@ -533,3 +533,66 @@ fn an_aarch64_package_with_an_x86_64_repo_inside_is_refused_before_any_change() 
         "{failed:#?}"
     );
 }
+
+/// SIGTERM while gpuhost reads the local repo package (issue 43, item 4: SIGTERM stops every
+/// phase): the reader stops between blocks, exit 143, nothing installed and nothing staged.
+/// The package carries 512 MiB of zeros in its repo folder, so its payload takes seconds to
+/// read; the signal goes once gpuhost has the file open.
+#[test]
+fn sigterm_while_the_package_is_read_stops_before_any_change() {
+    let root = Root::new(Os::Ol9, &[RHCK9]);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let rpm = repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| {
+        let f = std::fs::File::create(repo_folder(t).join("filler.bin"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        f.set_len(512 << 20).unwrap_or_else(|e| panic!("{e}"));
+    });
+    let before = root.rpmdb_snapshot();
+    let child = root
+        .gpuhost_cmd(&[
+            "apply",
+            "--format",
+            "json",
+            "--profile",
+            &profile("ol9-rhck"),
+            "--set",
+            &format!("driver.local_repo_rpm={rpm}"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let fds = std::path::PathBuf::from(format!("/proc/{}/fd", child.id()));
+    let start = std::time::Instant::now();
+    'open: loop {
+        for e in std::fs::read_dir(&fds).into_iter().flatten().flatten() {
+            if std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == rpm) {
+                break 'open;
+            }
+        }
+        assert!(start.elapsed().as_secs() < 60, "gpuhost never opened {rpm}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let k = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(k.success());
+    let o = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    let rep = report(&o);
+    assert_eq!(code(&o), 143, "{rep:#}");
+    assert!(
+        rep.to_string()
+            .contains("stopped by SIGTERM while reading a package, before any change"),
+        "{rep:#}"
+    );
+    assert_eq!(root.rpmdb_snapshot(), before);
+    let cache = root.join("/var/cache/gpuhost");
+    let left: Vec<_> = std::fs::read_dir(&cache)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "left in {}: {left:?}", cache.display());
+}
