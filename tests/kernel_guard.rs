@@ -237,6 +237,20 @@ fn without_headers_in_any_repo_the_default_stays_on_the_old_kernel_and_status_sa
         b["value"].as_str().unwrap_or_default().contains(c.no_devel),
         "{b:#}"
     );
+    // Its Prometheus form, as node_exporter's textfile collector reads it: WARNING is 1.
+    let run = tempfile::tempdir().unwrap();
+    let o = root
+        .gpuhost_cmd(&["status", "--format", "prometheus"])
+        .env("GPUHOST_RUN_DIR", run.path())
+        .env_remove("GPUHOST_STATUS_ROOT")
+        .output()
+        .unwrap();
+    let prom = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        prom.lines()
+            .any(|l| l == "gpuhost_check_status{check=\"driver.bootable_kernels\"} 1"),
+        "{prom}"
+    );
 
     // A second apply changes nothing and keeps the record.
     let (_, rep) = apply_case(&c, &root, &["--kernel-release", c.old]);

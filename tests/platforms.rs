@@ -352,6 +352,8 @@ fn machine_mismatches_stop_at_the_door() {
     // files in an aarch64 root; issue 43, item 6): at the door, before the build dependencies.
     if world::aarch64_ready() {
         let arm = Root::new(Os::Ol9Aarch64, &[world::UEK9_ARM]);
+        // Its shell, an aarch64 program (what gpuhost reads the root's machine from).
+        arm.dnf_ok(&["install", "-y", "--forcearch=aarch64", "bash"]);
         std::fs::remove_dir_all(arm.join(&format!("/lib/modules/{}", world::UEK9_ARM)))
             .unwrap_or_else(|e| panic!("{e}"));
         arm.write(

@@ -252,3 +252,87 @@ fn status_warns_under_the_free_space_floors_the_profile_sets() {
         }
     }
 }
+
+/// Issue 42, item 5: NVIDIA's local repo package on the root's own filesystem is staged without
+/// a copy (a hard link here; a reflink on XFS or Btrfs), and from another filesystem (a tmpfs,
+/// as a USB stick or an NFS export is) it is copied; both converge, and a second apply changes
+/// nothing.
+#[test]
+fn a_package_on_another_filesystem_is_copied_and_one_on_the_roots_is_shared() {
+    if !can_mount() {
+        return;
+    }
+    let only = "kernel,kernel-headers,driver-repo,build-deps,driver";
+    let world_rpm = World::get().cuda_local(CUDA_LOCAL_EL8_12_2);
+    for shared in [true, false] {
+        let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+        // Shared: a copy of the package beside the root, on its filesystem. Copied: the same
+        // file on a tmpfs mounted in a private mount namespace.
+        let here = root.path().parent().unwrap().join(format!(
+            "{}-pkg",
+            root.path().file_name().unwrap().to_string_lossy()
+        ));
+        std::fs::create_dir_all(&here).unwrap();
+        let rpm = here.join(world_rpm.file_name().unwrap());
+        let script = if shared {
+            r#"dir=$0; src=$1; shift; cp "$src" "$dir/" && exec "$@""#
+        } else {
+            r#"dir=$0; src=$1; shift; mount -t tmpfs -o size=256m gpuhost-test "$dir" && cp "$src" "$dir/" && exec "$@""#
+        };
+        let set = format!("driver.local_repo_rpm={}", rpm.display());
+        let run = || {
+            Command::new("unshare")
+                .args([
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                ])
+                .arg(&here)
+                .arg(&world_rpm)
+                .arg(env!("CARGO_BIN_EXE_gpuhost"))
+                .args([
+                    "apply",
+                    "--profile",
+                    "ol8-uek",
+                    "--set",
+                    &set,
+                    "--only",
+                    only,
+                ])
+                .arg("--root")
+                .arg(root.path())
+                .env("HOME", World::get().home())
+                .env("GPUHOST_LOG", "info")
+                .output()
+                .unwrap()
+        };
+        let o = run();
+        let err = stderr(&o);
+        assert_eq!(code(&o), 0, "{err}");
+        if shared {
+            assert!(
+                err.contains("staged as a hard link, no copy")
+                    || err.contains("staged as a reflink, no copy"),
+                "{err}"
+            );
+        } else {
+            assert!(!err.contains("no copy"), "{err}");
+        }
+        assert_eq!(
+            root.installed("cuda-repo-rhel8-12-2-local").as_deref(),
+            Some("12.2.2_535.104.05-1")
+        );
+        let o = run();
+        let err = stderr(&o);
+        assert_eq!(code(&o), 0, "{err}");
+        assert!(
+            !err.contains("staged as"),
+            "a converged root staged again: {err}"
+        );
+        let _ = std::fs::remove_dir_all(&here);
+    }
+}

@@ -1,9 +1,10 @@
 //! The machine architecture of the host gpuhost provisions: a fact of the host, never of the
 //! build machine. On the live system it is the machine's own; in an install root it is what
 //! the root's packages are built for: the arch its installed kernels carry in their release
-//! (`….el10uek.aarch64`) and the rpm database's packages, which must agree (a root's one
-//! `rpm -qa`; the live system asks nothing). An aarch64 image (a Grace node's) can so be built
-//! from an x86_64 machine, with `dnf --forcearch`.
+//! (`….el10uek.aarch64`, as their packages installed them; no process needed, so a converged
+//! run still makes one rpm query) and its shell's ELF header must agree; without kernels, the
+//! rpm database's packages. An aarch64 image (a Grace node's) can so be built from an x86_64
+//! machine, with `dnf --forcearch`.
 
 use anyhow::Result;
 
@@ -91,52 +92,64 @@ pub fn of_kernels(kernels: &[String]) -> Arch {
     }
 }
 
-/// The host's architecture: the machine's on the live system; in a root its kernels' and its
-/// rpm database's, which must agree.
+/// The host's architecture: the machine's on the live system; in a root its kernels' (which its
+/// `/bin/sh` must agree with), else its rpm database's.
 pub fn of_host(host: &Host, kernels: &[String]) -> Result<Arch> {
     if host.is_live() {
         return Ok(Arch::One(machine().to_string()));
     }
     let by_kernels = of_kernels(kernels);
-    if matches!(by_kernels, Arch::Mixed(_)) {
+    if let Arch::One(k) = &by_kernels {
+        // The root's own shell is built for the machine its packages are for: kernels of
+        // another (files copied in, a root mixed by hand) make a mixed root, refused at the door
+        // rather than after the build dependencies went in. One read of an ELF header, no
+        // process: a converged run still makes one rpm query.
+        let head = host.read_head_opt("/bin/sh", 20).ok().flatten();
+        if let Some(sh) = elf_machine(&head.unwrap_or_default()) {
+            if sh != k {
+                let kernel = kernels
+                    .iter()
+                    .find(|x| of_kernel(x) == Some(k.as_str()))
+                    .cloned()
+                    .unwrap_or_default();
+                return Ok(Arch::Mixed(vec![
+                    (k.clone(), format!("kernel {kernel}")),
+                    (sh.to_string(), "/bin/sh".to_string()),
+                ]));
+            }
+        }
+    }
+    if by_kernels != Arch::Unknown {
         return Ok(by_kernels);
     }
     // A root whose database cannot be told, or has none yet, is refused or made elsewhere:
     // rpm must not make one here.
-    let list = match host.rpm_dbpath() {
-        Ok(db) if host.exists(db) => {
-            host.rpm()
-                .args(["-qa", "--qf", "%{NAME}\\t%{ARCH}\\n"])
-                .run()?
-                .stdout
-        }
-        _ => String::new(),
-    };
-    Ok(agreed(by_kernels, &list, kernels))
+    match host.rpm_dbpath() {
+        Ok(db) if host.exists(db) => {}
+        _ => return Ok(Arch::Unknown),
+    }
+    let out = host
+        .rpm()
+        .args(["-qa", "--qf", "%{NAME}\\t%{ARCH}\\n"])
+        .run()?;
+    Ok(of_rpm_list(&out.stdout))
 }
 
-/// The kernels' arch and the rpm database's (`rpm -qa` name/arch lines) together: kernels of one
-/// machine in a root whose packages are for another (files copied in, a root mixed by hand)
-/// are a mixed root, refused at the door rather than after the build dependencies went in.
-fn agreed(by_kernels: Arch, list: &str, kernels: &[String]) -> Arch {
-    match (by_kernels, of_rpm_list(list)) {
-        (_, mixed @ Arch::Mixed(_)) => mixed,
-        (Arch::One(k), Arch::One(r)) if k != r => {
-            let kernel = kernels
-                .iter()
-                .find(|x| of_kernel(x) == Some(k.as_str()))
-                .cloned()
-                .unwrap_or_default();
-            let package = list
-                .lines()
-                .filter_map(|l| l.split_once('\t'))
-                .find(|(_, a)| family(a.trim()) == Some(r.as_str()))
-                .map(|(n, a)| format!("{n}.{}", a.trim()))
-                .unwrap_or_default();
-            Arch::Mixed(vec![(k, format!("kernel {kernel}")), (r, package)])
-        }
-        (Arch::Unknown, r) => r,
-        (k, _) => k,
+/// The machine an ELF file is built for, from its header's `e_machine` (`None`: not ELF, or a
+/// machine gpuhost does not tell).
+fn elf_machine(head: &[u8]) -> Option<&'static str> {
+    if head.len() < 20 || &head[..4] != b"\x7fELF" {
+        return None;
+    }
+    let machine = if head[5] == 2 {
+        u16::from_be_bytes([head[18], head[19]])
+    } else {
+        u16::from_le_bytes([head[18], head[19]])
+    };
+    match machine {
+        62 => Some("x86_64"),
+        183 => Some("aarch64"),
+        _ => None,
     }
 }
 
@@ -145,23 +158,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kernels_and_packages_of_two_machines_are_a_mixed_root() {
-        let k = vec!["5.15.0-206.153.7.el9uek.x86_64".to_string()];
-        let arm = "glibc\taarch64\nkernel-uek-core\taarch64\nfilesystem\tnoarch\n";
-        assert_eq!(
-            agreed(of_kernels(&k), arm, &k),
-            Arch::Mixed(vec![
-                (
-                    "x86_64".into(),
-                    "kernel 5.15.0-206.153.7.el9uek.x86_64".into()
-                ),
-                ("aarch64".into(), "glibc.aarch64".into()),
-            ])
-        );
-        let x86 = "glibc\tx86_64\nglibc\ti686\n";
-        assert_eq!(agreed(of_kernels(&k), x86, &k), Arch::One("x86_64".into()));
-        assert_eq!(agreed(of_kernels(&k), "", &k), Arch::One("x86_64".into()));
-        assert_eq!(agreed(Arch::Unknown, arm, &[]), Arch::One("aarch64".into()));
+    fn an_elf_header_tells_its_machine() {
+        let mut head = vec![0x7f, b'E', b'L', b'F', 2, 1, 1, 0];
+        head.resize(20, 0);
+        head[18] = 62;
+        assert_eq!(elf_machine(&head), Some("x86_64"));
+        head[18] = 183;
+        assert_eq!(elf_machine(&head), Some("aarch64"));
+        assert_eq!(elf_machine(b"#!/bin/sh\nexec busybox --help\n"), None);
+        assert_eq!(elf_machine(&head[..10]), None);
     }
 
     #[test]
