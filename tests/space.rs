@@ -72,26 +72,38 @@ cp -a "$var/." "$keep" && mount -t tmpfs -o size=64m gpuhost-test "$var" && cp -
 avail=$(df -k --output=avail "$var" | tail -1) &&
 dd if=/dev/zero of="$var/.fill" bs=1k count=$((avail - free)) status=none &&
 exec "$@""#;
-    Command::new("unshare")
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ])
-        .arg(root.join("var"))
-        .arg(keep.path())
-        .arg(free_kib.to_string())
-        .arg(env!("CARGO_BIN_EXE_gpuhost"))
-        .args(args)
-        .arg("--root")
-        .arg(root.path())
-        .env("HOME", World::get().home())
-        .output()
-        .unwrap()
+    let var = root.join("var");
+    let (keep, free) = (keep.path().to_path_buf(), free_kib.to_string());
+    unshared(
+        root,
+        script,
+        &[var.as_os_str(), keep.as_os_str(), free.as_ref()],
+        args,
+    )
+    .output()
+    .unwrap()
+}
+
+/// gpuhost `args` on `root`, started by the shell `script` in a private mount namespace
+/// (`unshare --mount`): `$0`… are `script_args`, then `"$@"` is gpuhost's command line.
+fn unshared(root: &Root, script: &str, script_args: &[&std::ffi::OsStr], args: &[&str]) -> Command {
+    let mut c = Command::new("unshare");
+    c.args([
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ])
+    .args(script_args)
+    .arg(env!("CARGO_BIN_EXE_gpuhost"))
+    .args(args)
+    .arg("--root")
+    .arg(root.path())
+    .env("HOME", World::get().home());
+    c
 }
 
 fn can_mount() -> bool {
@@ -280,35 +292,25 @@ fn a_package_on_another_filesystem_is_copied_and_one_on_the_roots_is_shared() {
             r#"dir=$0; src=$1; shift; mount -t tmpfs -o size=256m gpuhost-test "$dir" && cp "$src" "$dir/" && exec "$@""#
         };
         let set = format!("driver.local_repo_rpm={}", rpm.display());
+        let args = [
+            "apply",
+            "--profile",
+            "ol8-uek",
+            "--set",
+            &set,
+            "--only",
+            only,
+        ];
         let run = || {
-            Command::new("unshare")
-                .args([
-                    "--mount",
-                    "--propagation",
-                    "private",
-                    "--",
-                    "sh",
-                    "-c",
-                    script,
-                ])
-                .arg(&here)
-                .arg(&world_rpm)
-                .arg(env!("CARGO_BIN_EXE_gpuhost"))
-                .args([
-                    "apply",
-                    "--profile",
-                    "ol8-uek",
-                    "--set",
-                    &set,
-                    "--only",
-                    only,
-                ])
-                .arg("--root")
-                .arg(root.path())
-                .env("HOME", World::get().home())
-                .env("GPUHOST_LOG", "info")
-                .output()
-                .unwrap()
+            unshared(
+                &root,
+                script,
+                &[here.as_os_str(), world_rpm.as_os_str()],
+                &args,
+            )
+            .env("GPUHOST_LOG", "info")
+            .output()
+            .unwrap()
         };
         let o = run();
         let err = stderr(&o);

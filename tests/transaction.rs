@@ -35,9 +35,9 @@ fn apply(root: &Root, rpm_path: &str) -> (i32, Value) {
     apply_with(root, rpm_path, None)
 }
 
-/// `apply`, with `path` first on PATH when given (a wrapper of a tool gpuhost runs).
-fn apply_with(root: &Root, rpm_path: &str, path: Option<&std::path::Path>) -> (i32, Value) {
-    let args = [
+/// The `apply --format json` of the ol9-rhck profile with `rpm_path` as the local repo package.
+fn apply_cmd(root: &Root, rpm_path: &str) -> std::process::Command {
+    root.gpuhost_cmd(&[
         "apply",
         "--format",
         "json",
@@ -47,8 +47,12 @@ fn apply_with(root: &Root, rpm_path: &str, path: Option<&std::path::Path>) -> (i
         &format!("driver.local_repo_rpm={rpm_path}"),
         "--set",
         "driver.replace_local_repo=true",
-    ];
-    let mut cmd = root.gpuhost_cmd(&args);
+    ])
+}
+
+/// `apply`, with `path` first on PATH when given (a wrapper of a tool gpuhost runs).
+fn apply_with(root: &Root, rpm_path: &str, path: Option<&std::path::Path>) -> (i32, Value) {
+    let mut cmd = apply_cmd(root, rpm_path);
     if let Some(dir) = path {
         let old = std::env::var("PATH").unwrap_or_default();
         cmd.env("PATH", format!("{}:{old}", dir.display()));
@@ -548,16 +552,7 @@ fn sigterm_while_the_package_is_read_stops_before_any_change() {
         f.set_len(512 << 20).unwrap_or_else(|e| panic!("{e}"));
     });
     let before = root.rpmdb_snapshot();
-    let child = root
-        .gpuhost_cmd(&[
-            "apply",
-            "--format",
-            "json",
-            "--profile",
-            &profile("ol9-rhck"),
-            "--set",
-            &format!("driver.local_repo_rpm={rpm}"),
-        ])
+    let child = apply_cmd(&root, &rpm)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

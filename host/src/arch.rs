@@ -29,7 +29,7 @@ pub fn machine() -> &'static str {
 
 /// The machine architecture a package arch belongs to (`i686` lives in x86_64 roots as
 /// multilib; `noarch` in any).
-fn family(arch: &str) -> Option<&'static str> {
+pub fn family(arch: &str) -> Option<&'static str> {
     match arch {
         "x86_64" | "i686" | "i386" => Some("x86_64"),
         "aarch64" => Some("aarch64"),

@@ -241,20 +241,8 @@ pub(crate) fn read_module(host: &Host, path: &str) -> Result<Vec<u8>> {
 pub fn file_signature(path: &std::path::Path) -> Result<Option<ModuleSignature>> {
     use std::io::Read;
     let raw = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let name = path.to_string_lossy();
     let mut out = Vec::new();
-    let r: Option<Box<dyn Read + '_>> = if name.ends_with(".xz") {
-        Some(Box::new(liblzma::read::XzDecoder::new_multi_decoder(
-            raw.as_slice(),
-        )))
-    } else if name.ends_with(".zst") {
-        Some(Box::new(zstd::stream::read::Decoder::new(raw.as_slice())?))
-    } else if name.ends_with(".gz") {
-        Some(Box::new(flate2::read::MultiGzDecoder::new(raw.as_slice())))
-    } else {
-        None
-    };
-    let bytes = match r {
+    let bytes = match crate::rpmfile::by_suffix(&path.to_string_lossy(), &raw)? {
         Some(mut r) => {
             r.read_to_end(&mut out)
                 .with_context(|| format!("decompressing {}", path.display()))?;

@@ -300,6 +300,20 @@ fn room(pkg: &Package, plan: &[bool], into: &Path) -> Result<(), Fault> {
     Ok(())
 }
 
+/// A decompressing reader of `raw` told by the file name's suffix (`.gz`, `.xz`, `.zst`), or
+/// `None` for a name without one: repo metadata files and a kmod's compressed modules.
+pub fn by_suffix<'a>(name: &str, raw: &'a [u8]) -> Result<Option<Box<dyn Read + 'a>>> {
+    Ok(if name.ends_with(".gz") {
+        Some(Box::new(flate2::read::MultiGzDecoder::new(raw)))
+    } else if name.ends_with(".xz") {
+        Some(Box::new(liblzma::read::XzDecoder::new_multi_decoder(raw)))
+    } else if name.ends_with(".zst") {
+        Some(Box::new(zstd::stream::read::Decoder::new(raw)?))
+    } else {
+        None
+    })
+}
+
 /// The payload's decompressed stream: by the header's `PAYLOADCOMPRESSOR`, or, without one, by
 /// its first bytes (rpm reads a payload with no compressor as gzip, which passes plain data
 /// through).

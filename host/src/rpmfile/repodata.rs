@@ -77,16 +77,10 @@ fn hex_digest(ty: &str, data: &[u8]) -> Result<String> {
 
 fn decompressed(href: &str, raw: &[u8]) -> Result<String> {
     let mut out = String::new();
-    let r: Box<dyn Read + '_> = if href.ends_with(".gz") {
-        Box::new(flate2::read::MultiGzDecoder::new(raw))
-    } else if href.ends_with(".xz") {
-        Box::new(liblzma::read::XzDecoder::new_multi_decoder(raw))
-    } else if href.ends_with(".zst") {
-        Box::new(zstd::stream::read::Decoder::new(raw)?)
-    } else if href.ends_with(".xml") {
-        Box::new(raw)
-    } else {
-        bail!("{href} is compressed in a way gpuhost does not read");
+    let r: Box<dyn Read + '_> = match super::by_suffix(href, raw)? {
+        Some(r) => r,
+        None if href.ends_with(".xml") => Box::new(raw),
+        None => bail!("{href} is compressed in a way gpuhost does not read"),
     };
     r.take(1 << 30)
         .read_to_string(&mut out)

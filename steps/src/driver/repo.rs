@@ -223,15 +223,10 @@ fn foreign_package(file: &str, arch: &str) -> bool {
     let Some(stem) = file.strip_suffix(".rpm") else {
         return false;
     };
-    let Some(pkg_arch) = stem.rsplit('.').next() else {
-        return false;
-    };
-    let family = match pkg_arch {
-        "x86_64" | "i686" | "i386" => "x86_64",
-        "aarch64" | "ppc64le" | "s390x" => pkg_arch,
-        _ => return false,
-    };
-    family != arch
+    stem.rsplit('.')
+        .next()
+        .and_then(gpuhost_host::arch::family)
+        .is_some_and(|f| f != arch)
 }
 
 /// The size of the local repo package (a file on the build host, as `driver.local_repo_rpm`

@@ -42,11 +42,7 @@ impl PrebuiltKmod {
     fn is_what_the_manifest_says(&self, driver: &str) -> Result<()> {
         let pkg = gpuhost_host::rpmfile::package(&self.file)
             .map_err(|e| as_invalid(anyhow::anyhow!("the kmod {}: {e}", self.file.display())))?;
-        let arch = if self.kernel.contains(".aarch64") {
-            "aarch64"
-        } else {
-            "x86_64"
-        };
+        let arch = gpuhost_host::arch::of_kernel(&self.kernel).unwrap_or("x86_64");
         if pkg.name != self.package || pkg.version != driver || pkg.arch != arch {
             return Err(as_invalid(hinted(
                 format!(
@@ -82,14 +78,10 @@ impl PrebuiltKmods {
             missing: Vec::new(),
             build: String::new(),
         };
-        kmods.missing = kernels
-            .iter()
-            .filter(|k| kmods.find(driver, flavour, k).is_none())
-            .cloned()
-            .collect();
         for k in kernels {
-            if let Some(kmod) = kmods.find(driver, flavour, k) {
-                kmod.is_what_the_manifest_says(driver)?;
+            match kmods.find(driver, flavour, k) {
+                Some(kmod) => kmod.is_what_the_manifest_says(driver)?,
+                None => kmods.missing.push(k.clone()),
             }
         }
         let kernels: Vec<String> = kmods
