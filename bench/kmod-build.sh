@@ -86,6 +86,12 @@ cp "$bin_dir/nv-modeset-kernel.o_binary" "$tree/nvidia-modeset/"
   done
 } >"$tree/dkms.conf"
 
+# rpmbuild of a spec into a top folder, as is: no build-id links, debuginfo or brp scripts.
+rpmb() {
+  rpmbuild -bb --quiet --define "_topdir $2" --define "_build_id_links none" \
+    --define "debug_package %{nil}" --define "__os_install_post %{nil}" "$1" >/dev/null
+}
+
 # The local repo package carrying it: kmod-nvidia-open-dkms in NVIDIA's repo layout.
 pkg=$work/pkg
 rm -rf "$pkg"
@@ -103,9 +109,6 @@ BuildArch: noarch
 AutoReqProv: no
 Requires: dkms
 Provides: nvidia-kmod = 3:$ver
-%define _build_id_links none
-%global debug_package %{nil}
-%global __os_install_post %{nil}
 %description
 bench
 %install
@@ -114,7 +117,7 @@ cp -a $tree %{buildroot}/usr/src/nvidia-open-$ver
 %files
 /usr/src/nvidia-open-$ver
 EOF
-rpmbuild -bb --quiet --define "_topdir $pkg/top" "$pkg/dkms.spec" >/dev/null
+rpmb "$pkg/dkms.spec" "$pkg/top"
 mkdir -p "$pkg/inner"
 cp "$pkg"/top/RPMS/noarch/*.rpm "$pkg/inner/"
 createrepo_c --quiet "$pkg/inner"
@@ -125,9 +128,6 @@ Release: 1
 Summary: NVIDIA driver local repository (bench)
 License: NVIDIA
 AutoReqProv: no
-%define _build_id_links none
-%global debug_package %{nil}
-%global __os_install_post %{nil}
 %description
 bench
 %install
@@ -138,7 +138,7 @@ printf '[$repo_name]\nname=$repo_name\nbaseurl=file:///var/$repo_name\nenabled=1
 /var/$repo_name
 /etc/yum.repos.d/$repo_name.repo
 EOF
-rpmbuild -bb --quiet --define "_topdir $pkg/top2" "$pkg/local.spec" >/dev/null
+rpmb "$pkg/local.spec" "$pkg/top2"
 local_rpm=$(ls "$pkg"/top2/RPMS/*/"$repo_name"-1.0-1.*.rpm)
 
 # The fleet's key pair (a throwaway one).

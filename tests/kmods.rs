@@ -601,6 +601,12 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
         driver.contains("kmod-nvidia-open-dkms gives way"),
         "{driver}"
     );
+    // plan names the build packages that go, and not the one a site package needs.
+    let said = "the build packages gpuhost installed go with NVIDIA's DKMS kmod: ";
+    assert!(driver.contains(said) && driver.contains("dkms"), "{driver}");
+    let listed = driver.split(said).nth(1).unwrap_or_default();
+    let listed = listed.split(['"', ';', ')']).next().unwrap_or_default();
+    assert!(!listed.split(", ").any(|n| n == "make"), "{driver}");
     let (rc, rep) = node_apply(&node, &f.out, "apply");
     assert_eq!(rc, 0, "{rep:#}");
     // One transaction: the driver step's, the DKMS kmod out, the build host's in.

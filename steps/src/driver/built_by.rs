@@ -113,6 +113,16 @@ pub(crate) fn leftovers(ctx: &Ctx<'_>, replaced: &[String]) -> Result<Vec<String
     Ok(names)
 }
 
+/// What `plan` and the report say of [`leftovers`] going, when any do.
+pub(crate) fn said(leftovers: &[String]) -> Option<String> {
+    (!leftovers.is_empty()).then(|| {
+        format!(
+            "the build packages gpuhost installed go with NVIDIA's DKMS kmod: {}",
+            leftovers.join(", ")
+        )
+    })
+}
+
 /// The capabilities of `rpm -e --test`'s "X is needed by (installed) Y" lines.
 fn needed_capabilities(stderr: &str) -> Vec<String> {
     stderr

@@ -295,12 +295,7 @@ impl Step for Driver {
                 f.replaced_dkms.join(", ")
             ));
         }
-        if !f.build_leftovers.is_empty() {
-            why.push(format!(
-                "the build packages gpuhost installed go with it: {}",
-                f.build_leftovers.join(", ")
-            ));
-        }
+        why.extend(super::built_by::said(&f.build_leftovers));
         let mut check = Check::default();
         if f.state.state == "disabled" {
             check.changes.push(Change::new(

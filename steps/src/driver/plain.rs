@@ -76,12 +76,7 @@ pub(crate) fn check(ctx: &Ctx<'_>, plan: &DriverPlan, transition: &Transition) -
             plan.repo.driver, plan.repo.package
         ));
         why.push(plan.choice.explanation.clone());
-        if !set.build_leftovers.is_empty() {
-            why.push(format!(
-                "the build packages gpuhost installed go with NVIDIA's DKMS kmod: {}",
-                set.build_leftovers.join(", ")
-            ));
-        }
+        why.extend(super::built_by::said(&set.build_leftovers));
         why.push(format!("then {hold}"));
         return Ok(one(Change::new(
             Work::Install(Install {
