@@ -101,10 +101,13 @@ pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
             staged.real.display()
         );
     }
+    // Judged before the share: a hard link moves the inode's ctime on by itself.
+    let before = src.metadata().ok();
+    let checked = before.as_ref().is_some_and(was_verified);
     match share(&src, out, &staged.real) {
-        Ok(how) if src.metadata().is_ok_and(|m| was_verified(&m)) => {
+        Ok(how) if checked && unchanged_but_linked(before.as_ref(), &src) => {
             // The bytes checked earlier in this run, unchanged since (the same inode, size,
-            // mtime and ctime): read once more for nothing.
+            // mtime and ctime up to the share): read once more for nothing.
             tracing::info!(
                 "{} staged as a {how}, no copy, checked already",
                 file.display()
@@ -187,6 +190,18 @@ pub fn note_verified(file: &Path) {
 fn was_verified(m: &std::fs::Metadata) -> bool {
     let id = identity(m);
     VERIFIED.lock().is_ok_and(|v| v.contains(&id))
+}
+
+/// Whether the file `src` is still what `before` says, but for what a share itself changes: a
+/// hard link adds a link and moves the ctime on (a reflink changes nothing of the source). A
+/// write in between would move the mtime or the size.
+fn unchanged_but_linked(before: Option<&std::fs::Metadata>, src: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Some(a), Ok(b)) = (before, src.metadata()) else {
+        return false;
+    };
+    let (ia, ib) = (identity(a), identity(&b));
+    ia[..5] == ib[..5] && (ia == ib || b.nlink() == a.nlink() + 1)
 }
 
 /// The staged file made without copying the bytes, when the root's filesystem can share them:
