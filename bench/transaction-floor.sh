@@ -21,6 +21,7 @@
 # rpm2cpio refuses).
 #
 # Usage: bench/transaction-floor.sh [N] [--big [SIZE_GB] [--one-file]]
+#        (GPUHOST_BENCH_BIG=DIR: the big packages are made there once and kept)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
@@ -42,9 +43,11 @@ rpm_b=$world/rpms/cuda-local/cuda-repo-rhel8-12-4-local-12.4.1_550.54.15-1.x86_6
 tmp=$(mktemp -d /var/tmp/gpuhost-floor.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 if [ $big = 1 ]; then
-  python3 "$here/bench/big-local-repo.py" "$rpm_a" "$tmp/big" "$size_gb" $one
-  python3 "$here/bench/big-local-repo.py" "$rpm_b" "$tmp/big" "$size_gb" $one
-  rpm_a=$tmp/big/$(basename "$rpm_a"); rpm_b=$tmp/big/$(basename "$rpm_b")
+  # GPUHOST_BENCH_BIG=DIR keeps the big packages there between runs (made once per size).
+  big_dir=${GPUHOST_BENCH_BIG:-$tmp/big}/${size_gb}g${one:+-one}
+  python3 "$here/bench/big-local-repo.py" "$rpm_a" "$big_dir" "$size_gb" $one
+  python3 "$here/bench/big-local-repo.py" "$rpm_b" "$big_dir" "$size_gb" $one
+  rpm_a=$big_dir/$(basename "$rpm_a"); rpm_b=$big_dir/$(basename "$rpm_b")
 fi
 
 python3 - "$gpuhost" "$n" "$tmp" "$here/tests/world/mkroot.sh" "$world" "$kver" "$profile" \

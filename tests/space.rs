@@ -316,13 +316,15 @@ fn a_package_on_another_filesystem_is_copied_and_one_on_the_roots_is_shared() {
         let err = stderr(&o);
         assert_eq!(code(&o), 0, "{err}");
         if shared {
-            // Shared and not read again: the plan's check read it whole, and a hard link
-            // moves only the inode's ctime (a second `rpm -K` of a 4 GiB package took 19 s).
+            // Shared, and read once: by gpuhost's reader before the first change, never by
+            // `rpm -K` besides (19 s of a 4 GiB package).
             assert!(
-                err.contains("staged as a hard link, no copy, checked already")
-                    || err.contains("staged as a reflink, no copy, checked already"),
+                err.contains("staged as a hard link, no copy")
+                    || err.contains("staged as a reflink, no copy"),
                 "{err}"
             );
+            assert!(err.contains("read once: checked"), "{err}");
+            assert!(!err.contains("-Kv"), "{err}");
         } else {
             assert!(!err.contains("no copy"), "{err}");
         }

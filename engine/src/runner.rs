@@ -322,6 +322,7 @@ pub fn run_steps(
         changed_something: false,
         invalid_input: false,
     };
+    ctx.reads_ahead = !dry_run;
     prefetch(ctx, &run.slots, sel);
     check_all(ctx, &mut run, sel, dry_run);
     // Preflight: every step was checked before anything changes; when a check failed (a
@@ -335,8 +336,10 @@ pub fn run_steps(
     if !dry_run {
         // Before the first change: room for the driver and Docker installs the checks planned.
         space_preflight(ctx, &run)?;
+        read_ahead(ctx, &mut run);
         prepare(ctx, &mut run);
         transactions(ctx, &mut run);
+        gpuhost_steps::transaction::ready::clear(ctx.host);
         if run.changed_something && !run.interrupt() {
             ctx.invalidate_rpm();
             prefetch(ctx, &run.slots, sel);
@@ -580,6 +583,55 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change, label: &str) -
 }
 
 /// Phase 1: what the transactions read or need out of the way, step by step.
+/// Phase 0, before the first change: the package files the transactions install by path and
+/// bring a repo with (NVIDIA's local repo package) are staged and read whole once
+/// ([`gpuhost_steps::transaction::ready`]). A package found bad is the step's invalid input, as
+/// its check's would be: no step runs, nothing was changed.
+fn read_ahead(ctx: &Ctx<'_>, run: &mut Run<'_>) {
+    for i in 0..run.slots.len() {
+        if run.interrupt() {
+            return;
+        }
+        if !run.slots[i].open() || run.stopped_before(i).is_some() {
+            continue;
+        }
+        let works: Vec<Work> = run.slots[i]
+            .first()
+            .into_iter()
+            .flat_map(|c| c.changes.iter())
+            .map(|c| c.work.clone())
+            .collect();
+        let start = Instant::now();
+        let r = works
+            .iter()
+            .try_for_each(|w| gpuhost_steps::transaction::read_ahead(ctx.host, w));
+        run.slots[i].account(start);
+        if let Err(e) = r {
+            if gpuhost_host::error::is_invalid(&e) {
+                run.invalid_input = true;
+            }
+            let id = run.slots[i].id();
+            run.slots[i].fail(e);
+            run.failed(i);
+            let why = format!("step {id} failed before any change; nothing was changed");
+            let sig = if run.interrupt() {
+                run.interrupted
+            } else {
+                None
+            };
+            for (j, slot) in run.slots.iter_mut().enumerate() {
+                if j != i && slot.open() {
+                    match sig {
+                        Some(sig) => slot.not_run(&interrupted_by(sig), Some(sig)),
+                        None => slot.not_run(&why, None),
+                    }
+                }
+            }
+            return;
+        }
+    }
+}
+
 fn prepare(ctx: &mut Ctx<'_>, run: &mut Run<'_>) {
     for i in 0..run.slots.len() {
         if run.interrupt() {

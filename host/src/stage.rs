@@ -64,6 +64,30 @@ impl Drop for Staged {
 /// Copy `file` into [`PACKAGES`] and check the copy (see the module doc). A file that cannot be
 /// read whole, or whose copy rpm finds damaged, is an error naming it, before any change.
 pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
+    let (staged, checked) = place(host, file)?;
+    if checked {
+        return Ok(staged);
+    }
+    let out = host.rpm().arg("-Kv").arg(&staged.real).output()?;
+    let faults = crate::rpm::checksig_faults(&out.stdout, &out.stderr, out.success());
+    if !faults.is_empty() {
+        return Err(hinted(
+            format!(
+                "{} changed or was damaged while it was copied onto the root's disk: rpm -K: {}; nothing was installed",
+                file.display(),
+                faults.join(", ")
+            ),
+            "check the file's source (a mirror being synced, a failing disk), then run gpuhost again",
+        ));
+    }
+    Ok(staged)
+}
+
+/// `file` placed in [`PACKAGES`] (shared, or copied whole), not checked: the copy, and whether
+/// its bytes were read whole and found intact earlier in this run ([`note_verified`]) and are
+/// unchanged since. A caller that reads the copy whole itself (gpuhost's reader checks every
+/// digest on the way) checks it so; [`copy_in`] runs `rpm -K`.
+pub fn place(host: &Host, file: &Path) -> Result<(Staged, bool)> {
     let name = file
         .file_name()
         .and_then(|n| n.to_str())
@@ -112,7 +136,7 @@ pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
                 "{} staged as a {how}, no copy, checked already",
                 file.display()
             );
-            return Ok(staged);
+            return Ok((staged, true));
         }
         Ok(how) => tracing::info!("{} staged as a {how}, no copy", file.display()),
         Err(mut out) => {
@@ -127,19 +151,7 @@ pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
             }
         }
     }
-    let out = host.rpm().arg("-Kv").arg(&staged.real).output()?;
-    let faults = crate::rpm::checksig_faults(&out.stdout, &out.stderr, out.success());
-    if !faults.is_empty() {
-        return Err(hinted(
-            format!(
-                "{} changed or was damaged while it was copied onto the root's disk: rpm -K: {}; nothing was installed",
-                file.display(),
-                faults.join(", ")
-            ),
-            "check the file's source (a mirror being synced, a failing disk), then run gpuhost again",
-        ));
-    }
-    Ok(staged)
+    Ok((staged, false))
 }
 
 /// Whether staging `file` in `host`'s root copies its bytes (what the space check must count):

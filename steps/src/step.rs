@@ -68,6 +68,10 @@ pub struct Ctx<'a> {
     /// The driver this run manages (none when the profile names no local repo package).
     pub driver: Option<crate::run::DriverPlan>,
     pub state: State,
+    /// The run carries out its plan (`apply`, not `plan`): the package files it installs by
+    /// path are read whole once, after every check and the space check and before the first
+    /// change ([`crate::transaction::ready`]), not also by the check.
+    pub reads_ahead: bool,
     rpm_cache: RefCell<BTreeMap<String, Vec<Installed>>>,
     /// The driver transition decided on the last look at the host (forgotten when it changes).
     transition: RefCell<Option<Transition>>,
@@ -91,6 +95,7 @@ impl<'a> Ctx<'a> {
             facts,
             driver,
             state: State::load(host)?,
+            reads_ahead: false,
             rpm_cache: RefCell::new(BTreeMap::new()),
             transition: RefCell::new(None),
             metadata: RefCell::new(None),

@@ -387,7 +387,15 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
                 *spec = c.path().display().to_string();
                 continue;
             }
-            let copy = gpuhost_host::stage::copy_in(host, &source)?;
+            let copy = match crate::transaction::ready::take(&source) {
+                // Read ahead before the first change: staged and checked; its unpacked repos
+                // are not needed by a transaction that installs the package on its own.
+                Some(ready) => {
+                    host.remove_tree(ready.scratch)?;
+                    ready.staged
+                }
+                None => gpuhost_host::stage::copy_in(host, &source)?,
+            };
             *spec = copy.path().display().to_string();
             staged.push(copy);
         }

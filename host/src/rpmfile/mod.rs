@@ -90,7 +90,18 @@ pub fn package(file: &Path) -> Result<Package, Fault> {
 /// header's `PAYLOADDIGEST` on the way (and the header's against the signature header's), as
 /// `rpm -K` checks them.
 pub fn extract(file: &Path, want: &Want, into: &Path) -> Result<(Package, Vec<Written>), Fault> {
-    stream(file, want, Some(into))
+    stream(file, file, want, Some(into))
+}
+
+/// [`extract`] of `file`, a copy of `named` (a package staged onto the root's disk): what is
+/// wrong with it is said of `named`, the file the user gave.
+pub fn extract_named(
+    file: &Path,
+    named: &Path,
+    want: &Want,
+    into: &Path,
+) -> Result<(Package, Vec<Written>), Fault> {
+    stream(file, named, want, Some(into))
 }
 
 /// The same reading as [`extract`], writing nothing: the package's digests, and its entries
@@ -101,14 +112,19 @@ pub fn verify(file: &Path, allowed: &[String]) -> Result<Package, Fault> {
         allowed,
         select: &none,
     };
-    stream(file, &want, None).map(|(p, _)| p)
+    stream(file, file, &want, None).map(|(p, _)| p)
 }
 
-fn stream(file: &Path, want: &Want, into: Option<&Path>) -> Result<(Package, Vec<Written>), Fault> {
+fn stream(
+    file: &Path,
+    named: &Path,
+    want: &Want,
+    into: Option<&Path>,
+) -> Result<(Package, Vec<Written>), Fault> {
     use std::io::{Seek, SeekFrom};
     let mut f = open(file)?;
-    let pkg = header::read(&mut BufReader::new(&f)).map_err(|e| bad(file, e))?;
-    let shown = file.display().to_string();
+    let pkg = header::read(&mut BufReader::new(&f)).map_err(|e| bad(named, e))?;
+    let shown = named.display().to_string();
     let plan = check(&pkg, want).map_err(|why| Fault::Bad(format!("{shown}: {why}")))?;
     if let Some(into) = into {
         room(&pkg, &plan, into)?;
@@ -120,7 +136,7 @@ fn stream(file: &Path, want: &Want, into: Option<&Path>) -> Result<(Package, Vec
         h: sha2::Sha256::new(),
     }));
     let r = BufReader::with_capacity(1 << 20, Shared(hashed.clone()));
-    let stream = decompressor(&pkg, r).map_err(|e| bad(file, e))?;
+    let stream = decompressor(&pkg, r).map_err(|e| bad(named, e))?;
     let mut cpio = cpio::Cpio::new(stream);
     let named = |f: Fault| match f {
         Fault::Bad(why) => Fault::Bad(format!("{shown}: {why}")),

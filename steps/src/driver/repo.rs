@@ -109,7 +109,11 @@ fn verify_file(
     if let Some(want) = sha256 {
         sha256_matches(path, want)?;
     }
-    intact(host, path)?;
+    // An apply reads it whole once, before the first change (crate::transaction::ready);
+    // a plan here.
+    if !ctx.reads_ahead {
+        intact(host, path)?;
+    }
     // The root's rpm (its database, its keys), never the build host's `%_dbpath`: Debian's rpm
     // would make a database in the user's HOME just to read the file. `--noglob`: the path is
     // a path, not a pattern (a bundle directory may hold quotes or spaces).
@@ -186,36 +190,13 @@ fn verify_file(
 /// folders, is refused before any change, naming what was found. A signed package (or one too
 /// old for a payload digest) is also checked by `rpm -K`, against the root's keys.
 fn intact(host: &gpuhost_host::host::Host, path: &Path) -> Result<()> {
-    use crate::transaction::payload::{verify_repos, Unpack};
-    let pkg = verify_repos(path).map_err(|e| match e {
-        Unpack::Bad(e) => hinted(
-            format!("{e:#}; nothing was installed"),
-            "download NVIDIA's local repo package again and compare its SHA-256 with NVIDIA's published checksum",
-        ),
-        Unpack::Unreadable(e) => hinted(
-            format!("{} could not be read whole ({e:#}); nothing was installed", path.display()),
-            "check that the file's filesystem (an NFS export, a USB stick) is mounted and readable, then run gpuhost again",
-        ),
-        Unpack::Unextracted(e) => e,
-    })?;
+    use crate::transaction::payload::{read_fault, signature_intact, verify_repos};
+    let pkg = verify_repos(path).map_err(|e| read_fault(path, e))?;
     if !pkg.signed && pkg.payload_sha256.is_some() {
         gpuhost_host::stage::note_verified(path);
         return Ok(());
     }
-    let out = host.rpm().arg("-Kv").arg(path).output()?;
-    let faults = gpuhost_host::rpm::checksig_faults(&out.stdout, &out.stderr, out.success());
-    if faults.is_empty() {
-        gpuhost_host::stage::note_verified(path);
-        return Ok(());
-    }
-    Err(hinted(
-        format!(
-            "{} is damaged or cut short: rpm -K: {}; nothing was installed",
-            path.display(),
-            faults.join(", ")
-        ),
-        "download NVIDIA's local repo package again and compare its SHA-256 with NVIDIA's published checksum",
-    ))
+    signature_intact(host, path, path)
 }
 
 /// Whether a file of a local repo package is an RPM built for another machine than `arch`.

@@ -35,8 +35,20 @@ const TREE: &str = "/var/cache/gpuhost/download/tree";
 pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
     let mut staged = Vec::new();
     // The package files: those that bring a repo (unpacked for it), then the others (prebuilt
-    // kmods), each copied onto the root's disk and checked before the first write.
-    let (mut files, mut others) = (Vec::new(), Vec::new());
+    // kmods), each copied onto the root's disk and checked before the first write. One read
+    // ahead before the first change (super::ready) is taken as it is: staged, checked, its
+    // repos unpacked into SCRATCH.
+    let (mut files, mut others, mut unpacked) = (Vec::new(), Vec::new(), Vec::new());
+    for i in parts.iter().filter(|i| i.brings_repo) {
+        for spec in i.specs.iter().filter(|s| crate::work::is_package_file(s)) {
+            if let Some(ready) = super::ready::take(Path::new(spec)) {
+                let path = ready.staged.path().display().to_string();
+                unpacked.push(path.clone());
+                files.push(path);
+                staged.push(ready.staged);
+            }
+        }
+    }
     for i in parts {
         for spec in i.specs.iter().filter(|s| crate::work::is_package_file(s)) {
             // One staging per file, however many parts name it.
@@ -56,9 +68,11 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
             staged.push(copy);
         }
     }
-    host.remove_tree(SCRATCH)?;
-    host.create_dir_all(format!("{SCRATCH}/tree"))?;
-    let result = transaction_in(host, (&files, &others), parts);
+    if unpacked.is_empty() {
+        host.remove_tree(SCRATCH)?;
+        host.create_dir_all(format!("{SCRATCH}/tree"))?;
+    }
+    let result = transaction_in(host, (&files, &others), &unpacked, parts);
     if let Err(e) = host.remove_tree(SCRATCH) {
         tracing::warn!("could not remove {SCRATCH}: {e:#}");
     }
@@ -74,10 +88,11 @@ pub fn remove_left(host: &Host) -> Result<()> {
 fn transaction_in(
     host: &Host,
     (files, others): (&[String], &[String]),
+    unpacked: &[String],
     parts: &[&Install],
 ) -> Result<(Cmd, CmdOutput)> {
     let tree = host.real_path(SCRATCH)?.join("tree");
-    for f in files {
+    for f in files.iter().filter(|f| !unpacked.contains(f)) {
         unpack(f, &tree)?;
     }
     let options = repo_options(host, &tree)?;
@@ -97,7 +112,7 @@ fn transaction_in(
 /// `tree` ([`payload::unpack_repos`]). A file that cannot be read whole is an error; a package
 /// gpuhost refuses is bad input.
 fn unpack(file: &str, tree: &Path) -> Result<()> {
-    payload::unpack_repos(file, tree).map_err(|e| match e {
+    payload::unpack_repos(file, tree).map(drop).map_err(|e| match e {
         Unpack::Unreadable(e) => hinted(
             format!("{file} could not be read before the first change ({e:#}); nothing was installed"),
             "check that the file's filesystem (an NFS export, a USB stick) is mounted and readable, then run gpuhost again",

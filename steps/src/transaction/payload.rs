@@ -45,8 +45,18 @@ impl From<Fault> for Unpack {
 /// the package; anything else there is not read either), written under `tree` (a folder on this machine). Anything the payload holds
 /// outside those folders, or a link leaving them, refuses the package; each extracted package
 /// is checked against its repo metadata's checksum.
-pub(crate) fn unpack_repos(rpm: &str, tree: &Path) -> Result<(), Unpack> {
-    let file = Path::new(rpm);
+pub(crate) fn unpack_repos(rpm: &str, tree: &Path) -> Result<rpmfile::Package, Unpack> {
+    unpack_repos_named(Path::new(rpm), Path::new(rpm), tree)
+}
+
+/// [`unpack_repos`] of `file`, a copy of `named` on the root's disk (what is wrong with it is
+/// said of `named`). The package, for what else its header says.
+pub(crate) fn unpack_repos_named(
+    file: &Path,
+    named: &Path,
+    tree: &Path,
+) -> Result<rpmfile::Package, Unpack> {
+    let rpm = named.display().to_string();
     let pkg = rpmfile::package(file)?;
     let allowed = own_folders(&pkg.files);
     let select = |f: &FileInfo| selected(&f.path);
@@ -54,7 +64,7 @@ pub(crate) fn unpack_repos(rpm: &str, tree: &Path) -> Result<(), Unpack> {
         allowed: &allowed,
         select: &select,
     };
-    let (_, written) = rpmfile::extract(file, &want, tree)?;
+    let (pkg, written) = rpmfile::extract_named(file, named, &want, tree)?;
     for folder in allowed.iter().filter(|a| local_repo_dir(a)) {
         let repo = tree.join(folder.trim_start_matches('/'));
         if !repo.join("repodata/repomd.xml").is_file() {
@@ -74,7 +84,7 @@ pub(crate) fn unpack_repos(rpm: &str, tree: &Path) -> Result<(), Unpack> {
         rpmfile::repodata::verify(&repo, &rpms, &sums)
             .map_err(|e| Unpack::Bad(as_invalid(e.context(format!("{rpm}: the repo {folder}")))))?;
     }
-    Ok(())
+    Ok(pkg)
 }
 
 /// The bytes [`unpack_repos`] writes for the package `rpm` (its header's sizes of the files it
@@ -243,6 +253,42 @@ fn normalised(path: &str) -> Option<String> {
         }
     }
     Some(format!("/{}", parts.join("/")))
+}
+
+/// What gpuhost's reader found wrong with the local repo package `path`, as the user is told:
+/// a package cut short or damaged, or one whose payload leaves its folders, is bad input; a
+/// file that cannot be read is its filesystem's fault; an interruption stays one.
+pub(crate) fn read_fault(path: &Path, e: Unpack) -> anyhow::Error {
+    match e {
+        Unpack::Bad(e) => as_invalid(hinted(
+            format!("{e:#}; nothing was installed"),
+            "download NVIDIA's local repo package again and compare its SHA-256 with NVIDIA's published checksum",
+        )),
+        Unpack::Unreadable(e) => hinted(
+            format!("{} could not be read whole ({e:#}); nothing was installed", path.display()),
+            "check that the file's filesystem (an NFS export, a USB stick) is mounted and readable, then run gpuhost again",
+        ),
+        Unpack::Unextracted(e) => e,
+    }
+}
+
+/// `rpm -K` of `file` (the package `path` or its copy on the root's disk), against the root's
+/// keys: for a signed package, or one too old for a payload digest.
+pub(crate) fn signature_intact(host: &Host, file: &Path, path: &Path) -> Result<()> {
+    let out = host.rpm().arg("-Kv").arg(file).output()?;
+    let faults = gpuhost_host::rpm::checksig_faults(&out.stdout, &out.stderr, out.success());
+    if faults.is_empty() {
+        gpuhost_host::stage::note_verified(path);
+        return Ok(());
+    }
+    Err(hinted(
+        format!(
+            "{} is damaged or cut short: rpm -K: {}; nothing was installed",
+            path.display(),
+            faults.join(", ")
+        ),
+        "download NVIDIA's local repo package again and compare its SHA-256 with NVIDIA's published checksum",
+    ))
 }
 
 #[cfg(test)]

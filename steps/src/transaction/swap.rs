@@ -116,11 +116,19 @@ pub struct DriverSwap {
 
 /// Carry out the swap (see the module doc).
 pub fn swap_driver(host: &Host, s: &DriverSwap) -> Result<()> {
-    // A scratch left by a killed run goes first; the new one is made inside the root.
-    host.remove_tree(SCRATCH)?;
-    host.create_dir_all(format!("{SCRATCH}/tree"))?;
+    // Read ahead before the first change (super::ready): staged, checked, its repo unpacked
+    // into SCRATCH already.
+    let ready = s
+        .repo_rpm
+        .as_ref()
+        .and_then(|f| super::ready::take(Path::new(f)));
+    if ready.is_none() {
+        // A scratch left by a killed run goes first; the new one is made inside the root.
+        host.remove_tree(SCRATCH)?;
+        host.create_dir_all(format!("{SCRATCH}/tree"))?;
+    }
     let scratch = host.real_path(SCRATCH)?;
-    let result = swap_in(host, s, &scratch);
+    let result = swap_in(host, s, &scratch, ready.map(|r| r.staged));
     // Removed whatever happened.
     if let Err(e) = host.remove_tree(SCRATCH) {
         tracing::warn!("could not remove {SCRATCH}: {e:#}");
@@ -141,9 +149,16 @@ pub fn remove_left_scratch(host: &Host) -> Result<()> {
 /// The swap with its package files read from copies on the root's disk (the files can be on a
 /// mirror that goes away while the transaction runs, [`gpuhost_host::stage`]): the swap, and
 /// the copies (removed when dropped).
-fn staged(host: &Host, s: &DriverSwap) -> Result<(DriverSwap, Vec<gpuhost_host::stage::Staged>)> {
+fn staged(
+    host: &Host,
+    s: &DriverSwap,
+    ready: Option<gpuhost_host::stage::Staged>,
+) -> Result<(DriverSwap, Vec<gpuhost_host::stage::Staged>)> {
     let copy = |f: &String| gpuhost_host::stage::copy_in(host, Path::new(f));
-    let repo = s.repo_rpm.as_ref().map(copy).transpose()?;
+    let repo = match ready {
+        Some(r) => Some(r),
+        None => s.repo_rpm.as_ref().map(copy).transpose()?,
+    };
     let files = s.files.iter().map(copy).collect::<Result<Vec<_>>>()?;
     let path = |c: &gpuhost_host::stage::Staged| c.path().display().to_string();
     let copied = DriverSwap {
@@ -154,8 +169,14 @@ fn staged(host: &Host, s: &DriverSwap) -> Result<(DriverSwap, Vec<gpuhost_host::
     Ok((copied, repo.into_iter().chain(files).collect()))
 }
 
-fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
-    let (copied, _staged) = staged(host, s)?;
+fn swap_in(
+    host: &Host,
+    s: &DriverSwap,
+    scratch: &Path,
+    ready: Option<gpuhost_host::stage::Staged>,
+) -> Result<()> {
+    let unpacked = ready.is_some();
+    let (copied, _staged) = staged(host, s, ready)?;
     let s = &copied;
     let script = scratch.join("swap.dnf");
     host.write_atomic(
@@ -166,7 +187,7 @@ fn swap_in(host: &Host, s: &DriverSwap, scratch: &Path) -> Result<()> {
     let mut cmd = host.dnf()?.arg("--disableexcludes=main");
     match &s.repo_rpm {
         Some(rpm) => {
-            let (repo, options) = extract(host, s, rpm, scratch)?;
+            let (repo, options) = extract(host, s, rpm, scratch, unpacked)?;
             cmd = cmd
                 .arg(format!("--repofrompath={REPO_ID},{}", repo.display()))
                 .args(options)
@@ -290,15 +311,18 @@ pub fn outside_the_set(removed: &[String], s: &DriverSwap) -> Vec<String> {
 }
 
 /// The new package's inner repo and `.repo` file, extracted from its payload into the scratch
-/// directory: the repo's path and dnf's options for it.
+/// directory (`unpacked`: read ahead there already, [`super::ready`]): the repo's path and
+/// dnf's options for it.
 fn extract(
     host: &Host,
     s: &DriverSwap,
     rpm: &str,
     scratch: &Path,
+    unpacked: bool,
 ) -> Result<(std::path::PathBuf, Vec<String>)> {
     let tree = scratch.join("tree");
-    payload::unpack_repos(rpm, &tree).map_err(|e| match e {
+    let unpack = || payload::unpack_repos(rpm, &tree).map(drop);
+    (if unpacked { Ok(()) } else { unpack() }).map_err(|e| match e {
         Unpack::Unreadable(e) => e.context(format!("reading the payload of {rpm}")),
         Unpack::Bad(e) => gpuhost_host::error::as_invalid(hinted(
             format!("{e:#}; nothing was changed"),
