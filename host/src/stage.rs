@@ -64,10 +64,7 @@ impl Drop for Staged {
 /// Copy `file` into [`PACKAGES`] and check the copy (see the module doc). A file that cannot be
 /// read whole, or whose copy rpm finds damaged, is an error naming it, before any change.
 pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
-    let (staged, checked) = place(host, file)?;
-    if checked {
-        return Ok(staged);
-    }
+    let staged = place(host, file)?;
     let out = host.rpm().arg("-Kv").arg(&staged.real).output()?;
     let faults = crate::rpm::checksig_faults(&out.stdout, &out.stderr, out.success());
     if !faults.is_empty() {
@@ -83,11 +80,10 @@ pub fn copy_in(host: &Host, file: &Path) -> Result<Staged> {
     Ok(staged)
 }
 
-/// `file` placed in [`PACKAGES`] (shared, or copied whole), not checked: the copy, and whether
-/// its bytes were read whole and found intact earlier in this run ([`note_verified`]) and are
-/// unchanged since. A caller that reads the copy whole itself (gpuhost's reader checks every
-/// digest on the way) checks it so; [`copy_in`] runs `rpm -K`.
-pub fn place(host: &Host, file: &Path) -> Result<(Staged, bool)> {
+/// `file` placed in [`PACKAGES`] (shared, or copied whole), not checked. A caller that reads
+/// the copy whole itself (gpuhost's reader checks every digest on the way) checks it so;
+/// [`copy_in`] runs `rpm -K`.
+pub fn place(host: &Host, file: &Path) -> Result<Staged> {
     let name = file
         .file_name()
         .and_then(|n| n.to_str())
@@ -125,19 +121,7 @@ pub fn place(host: &Host, file: &Path) -> Result<(Staged, bool)> {
             staged.real.display()
         );
     }
-    // Judged before the share: a hard link moves the inode's ctime on by itself.
-    let before = src.metadata().ok();
-    let checked = before.as_ref().is_some_and(was_verified);
     match share(&src, out, &staged.real) {
-        Ok(how) if checked && unchanged_but_linked(before.as_ref(), &src) => {
-            // The bytes checked earlier in this run, unchanged since (the same inode, size,
-            // mtime and ctime up to the share): read once more for nothing.
-            tracing::info!(
-                "{} staged as a {how}, no copy, checked already",
-                file.display()
-            );
-            return Ok((staged, true));
-        }
         Ok(how) => tracing::info!("{} staged as a {how}, no copy", file.display()),
         Err(mut out) => {
             let copied = copy(&mut src, &mut out).map_err(|e| match e {
@@ -151,7 +135,7 @@ pub fn place(host: &Host, file: &Path) -> Result<(Staged, bool)> {
             }
         }
     }
-    Ok((staged, false))
+    Ok(staged)
 }
 
 /// Whether staging `file` in `host`'s root copies its bytes (what the space check must count):
@@ -172,48 +156,6 @@ pub fn copies(host: &Host, file: &Path) -> bool {
             None => return true,
         }
     }
-}
-
-/// Files read whole and found intact in this run: (device, inode, size, mtime, ctime), each
-/// time to the nanosecond. Any write to a file changes its ctime, which no one can set back.
-static VERIFIED: std::sync::Mutex<Vec<[i64; 7]>> = std::sync::Mutex::new(Vec::new());
-
-fn identity(m: &std::fs::Metadata) -> [i64; 7] {
-    use std::os::unix::fs::MetadataExt;
-    [
-        m.dev() as i64,
-        m.ino() as i64,
-        m.size() as i64,
-        m.mtime(),
-        m.mtime_nsec(),
-        m.ctime(),
-        m.ctime_nsec(),
-    ]
-}
-
-/// Note that `file` (as it is now) was read whole and found intact (its digests checked), so
-/// that staging it by a reflink or a hard link need not read it again.
-pub fn note_verified(file: &Path) {
-    if let (Ok(m), Ok(mut v)) = (std::fs::metadata(file), VERIFIED.lock()) {
-        v.push(identity(&m));
-    }
-}
-
-fn was_verified(m: &std::fs::Metadata) -> bool {
-    let id = identity(m);
-    VERIFIED.lock().is_ok_and(|v| v.contains(&id))
-}
-
-/// Whether the file `src` is still what `before` says, but for what a share itself changes: a
-/// hard link adds a link and moves the ctime on (a reflink changes nothing of the source). A
-/// write in between would move the mtime or the size.
-fn unchanged_but_linked(before: Option<&std::fs::Metadata>, src: &std::fs::File) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let (Some(a), Ok(b)) = (before, src.metadata()) else {
-        return false;
-    };
-    let (ia, ib) = (identity(a), identity(&b));
-    ia[..5] == ib[..5] && (ia == ib || b.nlink() == a.nlink() + 1)
 }
 
 /// The staged file made without copying the bytes, when the root's filesystem can share them:

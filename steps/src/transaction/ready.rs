@@ -71,7 +71,7 @@ pub fn read(host: &Host, file: &Path, scratch: &'static str) -> Result<()> {
 const CACHE: &str = "/var/cache/gpuhost";
 
 fn unpack(host: &Host, file: &Path, scratch: &str) -> Result<Staged> {
-    let (staged, _) = gpuhost_host::stage::place(host, file)?;
+    let staged = gpuhost_host::stage::place(host, file)?;
     let tree = host.real_path(scratch)?.join("tree");
     let pkg = super::payload::unpack_repos_named(staged.path(), file, &tree).map_err(|e| {
         let e = super::payload::read_fault(file, e);
@@ -81,11 +81,9 @@ fn unpack(host: &Host, file: &Path, scratch: &str) -> Result<Staged> {
             as_invalid(e)
         }
     })?;
-    if pkg.signed || pkg.payload_sha256.is_none() {
-        // Its signature against the root's keys (or, too old for a payload digest, rpm's own
-        // digests), as the check does.
-        super::payload::signature_intact(host, staged.path(), file).map_err(as_invalid)?;
-    }
+    // Its signature against the root's keys (or, too old for a payload digest, rpm's own
+    // digests), as the check does.
+    super::payload::signature_intact(host, &pkg, staged.path(), file).map_err(as_invalid)?;
     tracing::info!(
         "{} read once: checked, its repos unpacked into {scratch}",
         file.display()
