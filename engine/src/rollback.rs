@@ -149,8 +149,13 @@ pub fn plan(host: &Host) -> Result<Rollback> {
     // "From" is what rpm says is installed now, not what the journal remembers.
     r.from.version = installed_driver(host)?.unwrap_or(r.from.version);
     let path = std::path::Path::new(&r.to.local_repo_rpm);
-    // The package file is the build host's own (like driver.local_repo_rpm in any apply).
-    if !path.is_file() {
+    // The package file is the build host's own (like driver.local_repo_rpm in any apply);
+    // with driver.keep_local_repo = false, gpuhost's cache keeps the set before the current
+    // one, read from that file and checked then: the file is not needed again.
+    let cached = gpuhost_steps::transaction::cache::all(host)
+        .into_iter()
+        .any(|(_, c)| c.driver == r.to.version && c.source == r.to.local_repo_rpm);
+    if !path.is_file() && !cached {
         return Err(invalid!(
             "driver {} came from {}, which is no longer there; copy NVIDIA's local repo package back to that path and run gpuhost rollback again",
             r.to.version,

@@ -393,6 +393,19 @@ impl Host {
             .with_context(|| format!("creating the link {}", self.path(link).display()))
     }
 
+    /// Rename a file or directory inside the root (parents of `to` made); an error on
+    /// different filesystems (`EXDEV`, [`std::io::ErrorKind::CrossesDevices`]).
+    pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<()> {
+        let (from, to) = (from.as_ref(), to.as_ref());
+        self.fs.rename(from, to).with_context(|| {
+            format!(
+                "renaming {} to {}",
+                self.path(from).display(),
+                self.path(to).display()
+            )
+        })
+    }
+
     /// Remove a file or symlink; `false` when there was none.
     pub fn remove_file(&self, p: impl AsRef<Path>) -> Result<bool> {
         let p = p.as_ref();
@@ -723,9 +736,24 @@ pub fn local_repo_dir(path: &str) -> bool {
             || (name.starts_with("cuda-repo-") && name.contains("-local")))
 }
 
+/// gpuhost's cache of NVIDIA's driver set (`driver.keep_local_repo = false`), in the root: one
+/// repo folder per local repo package it was read from (`gpuhost_steps::transaction::cache`).
+pub const DRIVER_CACHE: &str = "/var/lib/gpuhost/driver-repo";
+
+/// True for a repo folder of gpuhost's driver cache ([`DRIVER_CACHE`]): on the root's own
+/// disk, written and checked by gpuhost, so dnf reads it in place as it does NVIDIA's local repo.
+pub fn in_driver_cache(path: &str) -> bool {
+    path.strip_prefix(DRIVER_CACHE)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|name| {
+            let name = name.trim_end_matches('/');
+            !name.is_empty() && !name.contains('/') && !name.starts_with('.')
+        })
+}
+
 /// The repos of a `.repo` file whose packages dnf would read in place: enabled or not, a
 /// `baseurl` of `file://` URLs only, no mirror list or metalink, not NVIDIA's local repo
-/// ([`local_repo_dir`]). Their ids and the URLs' paths.
+/// ([`local_repo_dir`]) nor gpuhost's driver cache ([`in_driver_cache`]). Their ids and the URLs' paths.
 fn file_mirrors(text: &str) -> Vec<(&str, Vec<&str>)> {
     let mut repos: Vec<(&str, Vec<&str>, bool)> = Vec::new();
     for (id, key, value) in repo_entries(text) {
@@ -745,7 +773,7 @@ fn file_mirrors(text: &str) -> Vec<(&str, Vec<&str>)> {
         .filter_map(|(id, urls, _)| {
             let paths: Option<Vec<&str>> = urls.iter().map(|u| u.strip_prefix("file://")).collect();
             let paths = paths?;
-            (!paths.iter().any(|p| local_repo_dir(p))).then_some((id, paths))
+            (!paths.iter().any(|p| local_repo_dir(p) || in_driver_cache(p))).then_some((id, paths))
         })
         .collect()
 }

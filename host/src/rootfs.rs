@@ -511,6 +511,17 @@ impl RootFs {
         })
     }
 
+    /// Rename `from` to `to` (a file or a directory; parents of `to` created), neither path's
+    /// links followed out of the root. `EXDEV` when they lie on different filesystems.
+    pub fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let (src_dir, src_name) = self.parent(from, false)?;
+        let (dst_dir, dst_name) = self.parent(to, true)?;
+        rustix::fs::renameat(&src_dir, src_name.as_os_str(), &dst_dir, dst_name.as_os_str())
+            .map_err(errno_io)?;
+        let _ = rustix::fs::fsync(&dst_dir);
+        Ok(())
+    }
+
     /// Remove the file (or symlink) `p`; `false` when there was none.
     pub fn remove_file(&self, p: &Path) -> io::Result<bool> {
         let (dir, name) = match self.parent(p, false) {

@@ -45,6 +45,14 @@ pub struct DriverSpec {
     /// Replace another NVIDIA local repo package (another driver version) when one is installed.
     #[serde(default)]
     pub replace_local_repo: bool,
+    /// Install NVIDIA's local repo package, as NVIDIA's procedure does (`true`, the default):
+    /// the whole repo stays on the node, the CUDA toolkit's packages with it, so `dnf install
+    /// cuda-toolkit-…` works there. `false`: the package is read, never installed; the node
+    /// installs the driver set from gpuhost's checked cache of it
+    /// (`/var/lib/gpuhost/driver-repo`, the current set and the one before it, for a rollback)
+    /// and holds none of the toolkit's gigabytes.
+    #[serde(default = "yes")]
+    pub keep_local_repo: bool,
     /// Switch the `nvidia-driver` module to `stream` when another stream is installed
     /// (`dnf module switch-to --allowerasing`).
     #[serde(default)]
@@ -73,6 +81,7 @@ impl Default for DriverSpec {
             install: InstallSet::Module,
             imex: None,
             replace_local_repo: false,
+            keep_local_repo: true,
             switch_stream: false,
             allow_erase: Vec::new(),
             kmod_repo: None,

@@ -70,6 +70,25 @@ pub struct Install {
     /// Packages removed in the same transaction (the build packages gpuhost installed, when
     /// prebuilt kmods replace DKMS): the transaction then goes through `dnf shell`.
     pub remove: Vec<String>,
+    /// gpuhost's driver cache (`driver.keep_local_repo`), once the transaction succeeded: the
+    /// package file's driver set cached instead of the package installed, or the cache removed
+    /// once NVIDIA's package is installed ([`crate::transaction::cache`]).
+    pub cache: Option<RepoCache>,
+}
+
+/// What becomes of gpuhost's driver cache after a transaction that brings NVIDIA's local repo
+/// (`driver.keep_local_repo`, [`crate::transaction::cache`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RepoCache {
+    /// `false`: the package is read, not installed; its driver set is cached. Its name, its
+    /// version (rpm's) and its driver.
+    Place {
+        package: String,
+        version: String,
+        driver: String,
+    },
+    /// `true`: NVIDIA's package is installed; gpuhost's cache goes.
+    Drop,
 }
 
 impl Install {

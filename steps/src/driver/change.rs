@@ -17,6 +17,7 @@ use super::set::{kmod_packages, set_packages, ModuleState, MODULE_FILE};
 use crate::run::transition::InstalledRepo;
 use crate::run::DriverPlan;
 use crate::step::Ctx;
+use crate::transaction::cache;
 use crate::transaction::swap::{DriverSwap, RepoPackage};
 use gpuhost_host::error::hinted;
 use gpuhost_host::rpm::vercmp;
@@ -70,10 +71,10 @@ pub(crate) fn plan_swap(
     ctx: &Ctx<'_>,
     plan: &DriverPlan,
     others: &[InstalledRepo],
-    new_files: &[String],
+    (new_files, repo_dir): (&[String], &str),
 ) -> Result<DriverSwap> {
     let drv = &plan.repo.driver;
-    let repo_dir = plan.repo.repo_dir();
+    let repo_dir = repo_dir.to_string();
     let new = repo_packages(new_files, &repo_dir, drv);
     let kmods = kmod_packages(ctx, drv);
     // Prebuilt kmods (`driver.kmod_repo`) come as files from the build host's repo, not from
@@ -90,7 +91,10 @@ pub(crate) fn plan_swap(
     refuse_missing(plan, &needed, &new)?;
     let mut old_names: BTreeSet<String> = BTreeSet::new();
     for repo in others {
-        old_names.extend(names_in_installed_repo(ctx, &repo.name)?);
+        match repo.cached.as_deref().and_then(|d| cache::read(ctx.host, d)) {
+            Some(c) => old_names.extend(c.packages),
+            None => old_names.extend(names_in_installed_repo(ctx, &repo.name)?),
+        }
     }
     let installed = installed_family(ctx, &old_names, &new)?;
     let (install, mut remove) = moves(plan, others, &new, (&needed, &installed), &kmods);
@@ -104,7 +108,12 @@ pub(crate) fn plan_swap(
         .chain(new.iter().map(|p| p.name.clone()))
         .filter(|n| gpuhost_nvidia::localrepo::in_driver_set(n))
         .collect();
-    nvidia.extend(others.iter().map(|r| r.name.clone()));
+    nvidia.extend(
+        others
+            .iter()
+            .filter(|r| r.cached.is_none())
+            .map(|r| r.name.clone()),
+    );
     nvidia.extend(kmods.iter().cloned());
     nvidia.extend(prebuilt.iter().flatten().map(|k| k.package.clone()));
     nvidia.extend(remove.iter().cloned());
@@ -121,6 +130,8 @@ pub(crate) fn plan_swap(
         allow_erase: allow.clone(),
         erases,
         nvidia: nvidia.into_iter().collect(),
+        cache: None,
+        from_cache: None,
     })
 }
 
@@ -203,7 +214,12 @@ fn moves(
         .filter(|p| needed.contains(&p.name) || installed.contains(&p.name))
         .cloned()
         .collect();
-    let mut remove: Vec<String> = others.iter().map(|r| r.name.clone()).collect();
+    // A cached set is no package: nothing of it to remove.
+    let mut remove: Vec<String> = others
+        .iter()
+        .filter(|r| r.cached.is_none())
+        .map(|r| r.name.clone())
+        .collect();
     remove.extend(
         installed
             .iter()
@@ -345,16 +361,19 @@ fn satisfies(version: &str, release: &str, flags: &str, want: &str) -> bool {
 /// the same one transaction, its packages from that repo — the new flavour's kmod in, the
 /// other's out — and dnf's module state after.
 pub(crate) fn plan_flavour_swap(ctx: &Ctx<'_>, plan: &DriverPlan) -> Result<DriverSwap> {
-    let dir = plan.repo.repo_dir();
-    let files: Vec<String> = ctx
-        .host
-        .files_with_prefix(&dir, "")
-        .into_iter()
-        .map(|n| format!("{dir}/{n}"))
-        .collect();
-    let mut swap = plan_swap(ctx, plan, &[], &files)?;
+    let dir = super::installed::present_repo_dir(ctx, plan);
+    let mut swap = plan_swap(ctx, plan, &[], (&repo_files(ctx, &dir), &dir))?;
     swap.repo_rpm = None;
     Ok(swap)
+}
+
+/// The files of a repo folder on the node (NVIDIA's, or gpuhost's cached one), by path.
+pub(crate) fn repo_files(ctx: &Ctx<'_>, dir: &str) -> Vec<String> {
+    ctx.host
+        .files_with_prefix(dir, "")
+        .into_iter()
+        .map(|n| format!("{dir}/{n}"))
+        .collect()
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use super::set::SetStatus;
 use crate::run::transition::{InstalledRepo, Transition};
 use crate::run::DriverPlan;
 use crate::step::Ctx;
+use crate::transaction::cache;
 use crate::transaction::swap::RepoPackage;
 use gpuhost_host::rpm::vercmp;
 use gpuhost_nvidia::flavour::ModuleFlavour;
@@ -60,9 +61,38 @@ fn other_repos(ctx: &Ctx<'_>, name: &LocalRepoFile) -> Result<(bool, Vec<Install
         .map(|p| InstalledRepo {
             name: p.name.clone(),
             version: p.version.clone(),
+            cached: None,
         })
         .collect();
     Ok((ours, others))
+}
+
+/// The driver set gpuhost's cache gives dnf now (`driver.keep_local_repo = false`,
+/// [`cache`]): whether it is the profile's package's, and the cached repo otherwise.
+fn cached_repo(ctx: &Ctx<'_>, plan: &DriverPlan) -> (bool, Option<InstalledRepo>) {
+    match cache::current(ctx.host) {
+        Some((_, c)) if c.package == plan.repo.package && c.version == plan.cache_version() => {
+            (true, None)
+        }
+        Some((dir, c)) => (
+            false,
+            Some(InstalledRepo {
+                name: c.package,
+                version: c.version,
+                cached: Some(dir),
+            }),
+        ),
+        None => (false, None),
+    }
+}
+
+/// Where the profile's driver set lies on the node: gpuhost's cached folder when the cache
+/// gives it to dnf, else NVIDIA's `/var/<package>` (installed, or to be).
+pub(crate) fn present_repo_dir(ctx: &Ctx<'_>, plan: &DriverPlan) -> String {
+    match cached_repo(ctx, plan) {
+        (true, _) => cache::dir_of(&plan.repo.package, &plan.cache_version()),
+        _ => plan.repo.repo_dir(),
+    }
 }
 
 /// What happens to the driver in this run ([`Transition`]): decided here, once per look at the
@@ -78,7 +108,12 @@ fn decide(ctx: &Ctx<'_>) -> Result<Transition> {
     let Some(plan) = &ctx.driver else {
         return Ok(Transition::Unmanaged);
     };
-    let (ours, others) = other_repos(ctx, &plan.repo)?;
+    // The profile's repo is on the node when its package is installed or its driver set is
+    // the cached one; driver-repo moves it between the two as driver.keep_local_repo says.
+    let (ours, mut others) = other_repos(ctx, &plan.repo)?;
+    let (ours_cached, cached_other) = cached_repo(ctx, plan);
+    others.extend(cached_other);
+    let ours = ours || ours_cached;
     if !others.is_empty() {
         return Ok(if ctx.profile.driver.replace_local_repo {
             Transition::Swap {
@@ -90,7 +125,7 @@ fn decide(ctx: &Ctx<'_>) -> Result<Transition> {
         });
     }
     if ours {
-        let duplicates = duplicates(ctx, &plan.repo)?;
+        let duplicates = duplicates(ctx, plan)?;
         let behind = behind(ctx, plan)?;
         if !duplicates.is_empty() || !behind.is_empty() {
             return Ok(Transition::Repair { duplicates, behind });
@@ -141,10 +176,10 @@ fn other_flavour(
 
 /// The driver family's package names in the installed local repo (its directory): what
 /// [`duplicates`] asks rpm about (in the run's one batched query).
-pub(crate) fn family_in_repo(ctx: &Ctx<'_>, name: &LocalRepoFile) -> Vec<String> {
+pub(crate) fn family_in_repo(ctx: &Ctx<'_>, plan: &DriverPlan) -> Vec<String> {
     let mut names: Vec<String> = ctx
         .host
-        .files_with_prefix(name.repo_dir(), "")
+        .files_with_prefix(present_repo_dir(ctx, plan), "")
         .iter()
         .filter_map(|f| RepoPackage::from_file_name(f))
         .map(|p| p.name)
@@ -163,7 +198,7 @@ fn behind(ctx: &Ctx<'_>, plan: &DriverPlan) -> Result<Vec<String>> {
     let drv = &plan.repo.driver;
     let in_repo: Vec<String> = ctx
         .host
-        .files_with_prefix(plan.repo.repo_dir(), "")
+        .files_with_prefix(present_repo_dir(ctx, plan), "")
         .iter()
         .filter_map(|f| RepoPackage::from_file_name(f))
         .filter(|p| &p.version == drv && in_family(&p.name))
@@ -190,8 +225,9 @@ fn behind(ctx: &Ctx<'_>, plan: &DriverPlan) -> Result<Vec<String>> {
 /// Packages of the driver family installed twice or more (an rpm transaction killed between
 /// installing the new versions and erasing the old): every version but the driver's (or, for a
 /// package not at the driver's version, the newest), as `name-version-release.arch`.
-fn duplicates(ctx: &Ctx<'_>, name: &LocalRepoFile) -> Result<Vec<String>> {
-    let names = family_in_repo(ctx, name);
+fn duplicates(ctx: &Ctx<'_>, plan: &DriverPlan) -> Result<Vec<String>> {
+    let name = &plan.repo;
+    let names = family_in_repo(ctx, plan);
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut out = Vec::new();
     for (_, mut versions) in ctx.installed(&refs)? {

@@ -310,7 +310,10 @@ impl Step for Driver {
         };
         check.changes.push(Change::new(work, why.join("; ")));
         // Say now, not in the middle of the transaction, when the stream does not exist.
-        if ctx.host.is_dir(f.plan.repo.repo_dir()) {
+        if ctx
+            .host
+            .is_dir(super::installed::present_repo_dir(ctx, f.plan))
+        {
             let mut available = available_streams(ctx)?;
             // Absent on the cached metadata: ask again on fresh metadata before saying so.
             if !available.contains(&f.stream) && ctx.refresh_metadata() {

@@ -142,7 +142,7 @@ fn lock_list(ctx: &Ctx<'_>) -> Result<String> {
 /// The branch lock, when the list does not hold exactly the installed set's lines.
 fn lock(ctx: &Ctx<'_>, plan: &DriverPlan, set: &SetStatus, hold: &str) -> Result<Option<Change>> {
     let branch = plan.repo.branch();
-    let mut names = super::installed::family_in_repo(ctx, &plan.repo);
+    let mut names = super::installed::family_in_repo(ctx, plan);
     names.extend(set.names.iter().cloned());
     names.sort();
     names.dedup();

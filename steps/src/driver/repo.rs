@@ -15,9 +15,11 @@ use anyhow::{Context, Result};
 
 use super::change::plan_swap;
 use super::context::{host_arch, NO_DRIVER};
-use super::installed::{family_in_repo, present_local_repos, transition};
+use super::installed::{family_in_repo, present_local_repos, present_repo_dir, transition};
 use crate::run::transition::{InstalledRepo, Transition};
 use crate::step::{Change, Check, Ctx, Install, Step, Work};
+use crate::transaction::cache;
+use crate::work::RepoCache;
 use gpuhost_host::error::{as_invalid, hinted};
 use gpuhost_nvidia::localrepo::LocalRepoFile;
 use gpuhost_nvidia::localrepo::{installed_driver, RepoKind};
@@ -229,7 +231,7 @@ impl Step for DriverRepo {
         let mut names = present_local_repos(ctx);
         if let Some(p) = &ctx.driver {
             names.push(p.repo.package.clone());
-            names.extend(family_in_repo(ctx, &p.repo));
+            names.extend(family_in_repo(ctx, p));
         }
         names
     }
@@ -252,7 +254,10 @@ impl Step for DriverRepo {
             return gpuhost_host::hostinfo::driver_needs(None, ctx.host.is_live());
         };
         let rpm = local_repo_size(&plan.path);
-        let mut needs = gpuhost_host::hostinfo::driver_needs(rpm, ctx.host.is_live());
+        // With driver.keep_local_repo = false nothing of the package lands under /var: its
+        // driver set is the scratch tree below, moved into gpuhost's cache.
+        let installed = rpm.filter(|_| plan.keep_local_repo);
+        let mut needs = gpuhost_host::hostinfo::driver_needs(installed, ctx.host.is_live());
         let installs = check.changes.iter().any(|c| {
             matches!(c.work, Work::SwapDriver(_))
                 || matches!(&c.work, Work::Install(i) if i.brings_repo)
@@ -311,41 +316,115 @@ impl Step for DriverRepo {
             if let Some(want) = ctx.profile.driver.sha256.as_deref() {
                 sha256_matches(path, want).map_err(as_invalid)?;
             }
-            return installed_check(ctx, path, name, &transition);
+            return installed_check(ctx, plan, &transition);
+        }
+        if let Some(check) = swap_from_cache(ctx, plan, &transition)? {
+            return Ok(check);
         }
         // The file is what the user gave: anything wrong with it is invalid input (exit 2),
         // found before any step changes anything.
         let files = verify_file(ctx, path, name, ctx.profile.driver.sha256.as_deref())
             .map_err(as_invalid)?;
-        let verified = if ctx.profile.driver.sha256.is_some() {
-            "SHA-256 verified"
-        } else {
-            "no driver.sha256 to verify"
-        };
+        let verified = verified_text(ctx);
         let mut check = Check::default();
         match &transition {
             Transition::Swap { from, .. } => {
-                let swap = plan_swap(ctx, plan, from, &files)?;
-                check.changes.push(swap_change(plan, from, swap, verified));
+                let mut swap = plan_swap(ctx, plan, from, (&files, &name.repo_dir()))?;
+                swap.cache = if !plan.keep_local_repo {
+                    Some(placing(plan))
+                } else if from.iter().any(|r| r.cached.is_some()) {
+                    Some(RepoCache::Drop)
+                } else {
+                    None
+                };
+                check.changes.push(swap_change(plan, from, swap, &verified));
                 return Ok(check);
             }
             Transition::Refused { others } => return Err(refused(plan, others)),
             _ => {}
         }
+        let cache = (!plan.keep_local_repo).then(|| placing(plan));
         check.changes.push(Change::new(
             Work::Install(Install {
                 specs: vec![path.display().to_string()],
                 brings_repo: true,
+                cache,
                 ..Install::default()
             }),
             format!(
-                "driver {} not installed{}; {verified}",
+                "driver {} not installed{}; {verified}{}",
                 name.driver,
-                serves_text(&name.driver)
+                serves_text(&name.driver),
+                kept_text(plan)
             ),
         ));
         Ok(check)
     }
+}
+
+/// What the check says of the package's checksum.
+fn verified_text(ctx: &Ctx<'_>) -> String {
+    if ctx.profile.driver.sha256.is_some() {
+        "SHA-256 verified".into()
+    } else {
+        "no driver.sha256 to verify".into()
+    }
+}
+
+/// What `driver.keep_local_repo` makes of the package, for the plan.
+fn kept_text(plan: &crate::run::DriverPlan) -> String {
+    if plan.keep_local_repo {
+        format!(
+            "; {} is installed with its whole repo (driver.keep_local_repo = true)",
+            plan.repo.package
+        )
+    } else {
+        format!(
+            "; the package is read, not installed: its driver set is kept in gpuhost's cache {}, the CUDA toolkit's packages nowhere on the node (driver.keep_local_repo = false)",
+            cache::dir_of(&plan.repo.package, &plan.cache_version())
+        )
+    }
+}
+
+/// The cache placement of the profile's package (`driver.keep_local_repo = false`).
+fn placing(plan: &crate::run::DriverPlan) -> RepoCache {
+    RepoCache::Place {
+        package: plan.repo.package.clone(),
+        version: plan.cache_version(),
+        driver: plan.repo.driver.clone(),
+    }
+}
+
+/// `driver.keep_local_repo = false`, a swap back to the set gpuhost's cache kept from before
+/// (a rollback): its packages come from that folder, checked against NVIDIA's metadata when it
+/// was cached; the package file is not read (it may be gone).
+fn swap_from_cache(
+    ctx: &Ctx<'_>,
+    plan: &crate::run::DriverPlan,
+    transition: &Transition,
+) -> Result<Option<Check>> {
+    let Transition::Swap { from, .. } = transition else {
+        return Ok(None);
+    };
+    if plan.keep_local_repo {
+        return Ok(None);
+    }
+    let Some((dir, cached)) = cache::find(ctx.host, &plan.repo.package, &plan.cache_version())
+    else {
+        return Ok(None);
+    };
+    let files = super::change::repo_files(ctx, &dir);
+    let mut swap = plan_swap(ctx, plan, from, (&files, &dir))?;
+    swap.repo_rpm = None;
+    swap.from_cache = Some(dir.clone());
+    swap.cache = Some(placing(plan));
+    let mut check = Check::default();
+    let how = format!(
+        "from gpuhost's cache {dir} (read from {} and checked when it was cached; the file is not read again)",
+        cached.source
+    );
+    check.changes.push(swap_change(plan, from, swap, &how));
+    Ok(Some(check))
 }
 
 /// The package must be for this host's release and architecture (invalid input otherwise).
@@ -378,26 +457,30 @@ fn fits_host(path: &Path, name: &LocalRepoFile, major: u32, arch: &str) -> Resul
     Ok(())
 }
 
-/// The profile's local repo package is the one installed: its repo must hold the driver, and
-/// the older versions a killed driver change left beside the new go.
+/// The profile's local repo is on the node (its package installed, or its driver set in
+/// gpuhost's cache): its repo must hold the driver, the older versions a killed driver change
+/// left beside the new go, and the repo moves where `driver.keep_local_repo` says.
 fn installed_check(
     ctx: &Ctx<'_>,
-    path: &Path,
-    name: &LocalRepoFile,
+    plan: &crate::run::DriverPlan,
     transition: &Transition,
 ) -> Result<Check> {
-    let found = ctx
-        .host
-        .files_with_prefix(name.repo_dir(), DRIVER_FILE_PREFIX);
+    let (path, name) = (&plan.path, &plan.repo);
+    let dir = present_repo_dir(ctx, plan);
+    let cached = dir != name.repo_dir();
+    let found = ctx.host.files_with_prefix(&dir, DRIVER_FILE_PREFIX);
     if !nvidia_driver_versions(&found).contains(&name.driver) {
+        let fix = if cached {
+            format!("remove {dir} and {} and run gpuhost again: the set is read from {} again", cache::REPO_FILE, path.display())
+        } else {
+            format!("reinstall it: dnf reinstall {}", path.display())
+        };
         return Err(hinted(
             format!(
-                "{} is installed but {} holds no nvidia-driver {}",
-                name.package,
-                name.repo_dir(),
-                name.driver
+                "{} is installed but {dir} holds no nvidia-driver {}",
+                name.package, name.driver
             ),
-            format!("reinstall it: dnf reinstall {}", path.display()),
+            fix,
         ));
     }
     if let Transition::Repair { duplicates, behind } = transition {
@@ -429,12 +512,62 @@ fn installed_check(
         }
         return Ok(check);
     }
+    if cached != !plan.keep_local_repo {
+        return moved(ctx, plan, cached);
+    }
+    let held = if cached {
+        format!("gpuhost's cache {dir} (driver.keep_local_repo = false)")
+    } else {
+        "installed".to_string()
+    };
     Ok(Check::in_sync(format!(
-        "{} installed: driver {}{}",
+        "{} {held}: driver {}{}",
         name.package,
         name.driver,
         serves_text(&name.driver)
     )))
+}
+
+/// The profile's repo is on the node, but not as `driver.keep_local_repo` says: into gpuhost's
+/// cache (`false`: the package is read once more, its driver set cached and the package
+/// removed, the toolkit's packages with it) or out of it (`true`: NVIDIA's package installed,
+/// the cache removed). One transaction each; the driver set stays as it is.
+fn moved(ctx: &Ctx<'_>, plan: &crate::run::DriverPlan, cached: bool) -> Result<Check> {
+    let (path, name) = (&plan.path, &plan.repo);
+    verify_file(ctx, path, name, ctx.profile.driver.sha256.as_deref()).map_err(as_invalid)?;
+    let verified = verified_text(ctx);
+    let (cache, remove, why) = if cached {
+        (
+            RepoCache::Drop,
+            Vec::new(),
+            format!(
+                "driver.keep_local_repo = true: {} is installed with its whole repo and gpuhost's cache of its driver set is removed; {verified}",
+                name.package
+            ),
+        )
+    } else {
+        (
+            placing(plan),
+            vec![name.package.clone()],
+            format!(
+                "driver.keep_local_repo = false: the driver set of {} moves into gpuhost's cache {} and the package is removed, the CUDA toolkit's packages with it; {verified}",
+                name.package,
+                cache::dir_of(&name.package, &plan.cache_version())
+            ),
+        )
+    };
+    let mut check = Check::default();
+    check.changes.push(Change::new(
+        Work::Install(Install {
+            specs: vec![path.display().to_string()],
+            brings_repo: true,
+            cache: Some(cache),
+            remove,
+            ..Install::default()
+        }),
+        why,
+    ));
+    Ok(check)
 }
 
 /// The installed NVIDIA local repos, as the plan shows them.

@@ -41,9 +41,31 @@ pub struct DriverPlan {
     /// The prebuilt kmods the node installs instead of NVIDIA's DKMS package
     /// (`driver.kmod_repo`); `None`: the stream's kmod (DKMS, or NVIDIA's precompiled).
     pub kmods: Option<PrebuiltKmods>,
+    /// `driver.keep_local_repo`: NVIDIA's package installed (`true`), or its driver set kept
+    /// in gpuhost's cache ([`crate::transaction::cache`]).
+    pub keep_local_repo: bool,
 }
 
 impl DriverPlan {
+    /// The folder the driver set's repo lies in on the node: NVIDIA's (`/var/<package>`), or
+    /// gpuhost's cached folder of the package (`driver.keep_local_repo = false`).
+    pub fn repo_dir(&self) -> String {
+        if self.keep_local_repo {
+            self.repo.repo_dir()
+        } else {
+            crate::transaction::cache::dir_of(&self.repo.package, &self.cache_version())
+        }
+    }
+
+    /// The package's version as the cache names it: its file name's, or its driver's (a
+    /// driver-only file name may give none).
+    pub fn cache_version(&self) -> String {
+        self.repo
+            .version
+            .clone()
+            .unwrap_or_else(|| self.repo.driver.clone())
+    }
+
     /// The `nvidia-driver` stream to install.
     pub fn stream(&self) -> &str {
         &self.choice.stream
@@ -130,6 +152,7 @@ pub fn resolve(profile: &Profile, facts: &Facts) -> Result<Option<DriverPlan>> {
         newer_branch: gpuhost_nvidia::branches::newer_than_table(branch),
         imex,
         kmods,
+        keep_local_repo: spec.keep_local_repo,
     }))
 }
 

@@ -15,11 +15,14 @@
 
 use std::fmt;
 
-/// An NVIDIA local repo package installed on the host: name and version.
+/// An NVIDIA local repo on the host: the package's name and version, installed by rpm or, with
+/// `driver.keep_local_repo = false`, its driver set in gpuhost's cache (`cached`: the folder;
+/// no package to remove).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InstalledRepo {
     pub name: String,
     pub version: String,
+    pub cached: Option<String>,
 }
 
 /// What happens to the driver in this run.
@@ -92,7 +95,11 @@ impl Transition {
 
 impl fmt::Display for InstalledRepo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.name, self.version)
+        write!(f, "{} {}", self.name, self.version)?;
+        if self.cached.is_some() {
+            write!(f, " (gpuhost's cache)")?;
+        }
+        Ok(())
     }
 }
 
@@ -146,6 +153,7 @@ mod tests {
         let from = vec![InstalledRepo {
             name: "cuda-repo-rhel8-12-4-local".into(),
             version: "12.4.1_550.54.15".into(),
+            cached: None,
         }];
         let swap = Transition::Swap {
             from: from.clone(),

@@ -16,14 +16,14 @@
 
 use std::path::Path;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use gpuhost_host::cmd::{Cmd, CmdOutput};
 use gpuhost_host::error::hinted;
 use gpuhost_host::host::{file_url, local_repo_dir, repo_entries, Host};
 
 use crate::transaction::payload::{self, Unpack};
-use crate::work::Install;
+use crate::work::{Install, RepoCache};
 
 /// The scratch directory inside the root (removed when done, and by every apply's start).
 pub const SCRATCH: &str = "/var/cache/gpuhost/download";
@@ -37,8 +37,10 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
     // The package files: those that bring a repo (unpacked for it), then the others (prebuilt
     // kmods), each copied onto the root's disk and checked before the first write. One read
     // ahead before the first change (super::ready) is taken as it is: staged, checked, its
-    // repos unpacked into SCRATCH.
+    // repos unpacked into SCRATCH. A package whose driver set gpuhost caches
+    // (`driver.keep_local_repo = false`) is read for its repo and not installed.
     let (mut files, mut others, mut unpacked) = (Vec::new(), Vec::new(), Vec::new());
+    let mut read_only = Vec::new();
     for i in parts.iter().filter(|i| i.brings_repo) {
         for spec in i.specs.iter().filter(|s| crate::work::is_package_file(s)) {
             if let Some(ready) = super::ready::take(Path::new(spec)) {
@@ -67,12 +69,25 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
             }
             staged.push(copy);
         }
+        if matches!(i.cache, Some(RepoCache::Place { .. })) {
+            for spec in i.specs.iter().filter(|s| crate::work::is_package_file(s)) {
+                if let Some(c) = staged.iter().find(|c| c.source() == Path::new(spec)) {
+                    read_only.push(c.path().display().to_string());
+                }
+            }
+        }
     }
     if unpacked.is_empty() {
         host.remove_tree(SCRATCH)?;
         host.create_dir_all(format!("{SCRATCH}/tree"))?;
     }
-    let result = transaction_in(host, (&files, &others), &unpacked, parts);
+    let result = transaction_in(host, (&files, &others), (&unpacked, &read_only), parts)
+        .and_then(|(cmd, out)| {
+            if out.success() {
+                settle_cache(host, parts)?;
+            }
+            Ok((cmd, out))
+        });
     if let Err(e) = host.remove_tree(SCRATCH) {
         tracing::warn!("could not remove {SCRATCH}: {e:#}");
     }
@@ -80,15 +95,54 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
     result
 }
 
+/// Once the transaction succeeded: gpuhost's driver cache as the parts ask
+/// (`driver.keep_local_repo`, [`super::cache`]): the driver set read out into [`SCRATCH`]
+/// cached, or the cache removed now that NVIDIA's package is installed.
+fn settle_cache(host: &Host, parts: &[&Install]) -> Result<()> {
+    for i in parts.iter().filter(|i| i.brings_repo) {
+        match &i.cache {
+            Some(RepoCache::Place {
+                package,
+                version,
+                driver,
+            }) => {
+                let file = i
+                    .specs
+                    .iter()
+                    .find(|s| crate::work::is_package_file(s))
+                    .map_or("", String::as_str);
+                let source = super::cache::Source {
+                    package,
+                    version,
+                    driver,
+                    file,
+                };
+                super::cache::place(host, SCRATCH, &source).with_context(|| {
+                    format!("the driver set of {package} was installed, but could not be cached (run gpuhost again)")
+                })?;
+            }
+            Some(RepoCache::Drop) => {
+                if super::cache::drop_all(host)? {
+                    tracing::info!("gpuhost's driver cache was removed: NVIDIA's local repo package is installed (driver.keep_local_repo = true)");
+                }
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
 /// Remove the scratch directory a killed run left behind.
 pub fn remove_left(host: &Host) -> Result<()> {
     host.remove_tree(SCRATCH).map(drop)
 }
 
+/// The transaction: `files` bring a repo (those in `unpacked` read out already, those in
+/// `read_only` not installed: their driver set is cached), `others` are installed besides.
 fn transaction_in(
     host: &Host,
     (files, others): (&[String], &[String]),
-    unpacked: &[String],
+    (unpacked, read_only): (&[String], &[String]),
     parts: &[&Install],
 ) -> Result<(Cmd, CmdOutput)> {
     let tree = host.real_path(SCRATCH)?.join("tree");
@@ -98,8 +152,14 @@ fn transaction_in(
     let options = repo_options(host, &tree)?;
     let rest: Vec<&Install> = parts.iter().copied().filter(|i| !i.brings_repo).collect();
     let (streams, words) = crate::work::shell_jobs(&rest);
-    let remove = crate::work::removals(&rest);
-    let script = super::shell::script(&[files, others].concat(), &streams, &words, &remove);
+    let remove = crate::work::removals(parts);
+    let installed: Vec<String> = files
+        .iter()
+        .filter(|f| !read_only.contains(f))
+        .chain(others)
+        .cloned()
+        .collect();
+    let script = super::shell::script(&installed, &streams, &words, &remove);
     super::shell::run(
         host,
         (&format!("{SCRATCH}/converge.dnf"), &script),

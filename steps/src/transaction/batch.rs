@@ -19,12 +19,15 @@ pub enum Batch {
 impl Batch {
     /// The transactions of a run whose package work is `parts`, in order. A package file that
     /// brings a repo and packages besides are a first converge's two transactions' worth: one,
-    /// merged. Otherwise the package that brings a repo goes first.
+    /// merged; so is one whose repo gpuhost caches or uncaches (`driver.keep_local_repo`,
+    /// [`super::cache`]), which only the merged transaction does. Otherwise the package that
+    /// brings a repo goes first.
     pub fn plan(parts: &[&Install]) -> &'static [Batch] {
         let brings = parts
             .iter()
             .any(|i| i.brings_repo && i.specs.iter().any(|s| is_package_file(s)));
-        if brings && parts.iter().any(|i| !i.brings_repo) {
+        let cache = parts.iter().any(|i| i.brings_repo && i.cache.is_some());
+        if brings && (cache || parts.iter().any(|i| !i.brings_repo)) {
             &[Batch::Merged]
         } else {
             &[Batch::BringsRepo, Batch::Rest]

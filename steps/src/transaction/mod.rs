@@ -5,10 +5,13 @@
 //!   transaction;
 //! - [`swap`]: a driver change from one local repo to another as one transaction;
 //! - [`payload`]: the one unpacking of a package's payload both of them use;
-//! - [`ready`]: in an `apply`, that unpacking done once, before the first change.
+//! - [`ready`]: in an `apply`, that unpacking done once, before the first change;
+//! - [`cache`]: the driver set those transactions read, kept by gpuhost instead of NVIDIA's
+//!   package (`driver.keep_local_repo = false`).
 
 pub mod ahead;
 mod batch;
+pub mod cache;
 pub(crate) mod payload;
 pub mod ready;
 pub(crate) mod shell;

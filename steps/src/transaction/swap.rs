@@ -112,6 +112,13 @@ pub struct DriverSwap {
     /// new local repos' file lists name it, the local repo packages and the kmods. Any other
     /// package is the site's, however it is named.
     pub nvidia: Vec<String>,
+    /// gpuhost's driver cache once the swap is done (`driver.keep_local_repo`,
+    /// [`super::cache`]): the new driver set cached and `repo_rpm` read, not installed; or the
+    /// cache removed, NVIDIA's package installed.
+    pub cache: Option<crate::work::RepoCache>,
+    /// The cached folder the new set comes from, read in place (a rollback to the set kept
+    /// from before, `driver.keep_local_repo = false`): no package file is read.
+    pub from_cache: Option<String>,
 }
 
 /// Carry out the swap (see the module doc).
@@ -176,6 +183,7 @@ fn swap_in(
     ready: Option<gpuhost_host::stage::Staged>,
 ) -> Result<()> {
     let unpacked = ready.is_some();
+    let copied_from = s.repo_rpm.clone();
     let (copied, _staged) = staged(host, s, ready)?;
     let s = &copied;
     let script = scratch.join("swap.dnf");
@@ -185,15 +193,26 @@ fn swap_in(
         0o600,
     )?;
     let mut cmd = host.dnf()?.arg("--disableexcludes=main");
-    match &s.repo_rpm {
-        Some(rpm) => {
+    let cached = s.from_cache.as_deref().map(|dir| {
+        super::cache::read(host, dir).map(|c| (dir, c)).ok_or_else(|| {
+            anyhow::anyhow!("{dir} is no longer a cached driver set; nothing was changed")
+        })
+    });
+    match (&s.repo_rpm, cached) {
+        (Some(rpm), _) => {
             let (repo, options) = extract(host, s, rpm, scratch, unpacked)?;
             cmd = cmd
                 .arg(format!("--repofrompath={REPO_ID},{}", repo.display()))
                 .args(options)
                 .arg(format!("--setopt={REPO_ID}.module_hotfixes=true"));
         }
-        None => cmd = cmd.arg(format!("--setopt={}.module_hotfixes=true", s.repo_id)),
+        (None, Some(cached)) => {
+            let (dir, c) = cached?;
+            cmd = cmd
+                .args(super::cache::repo_options(host, REPO_ID, dir, &c)?)
+                .arg(format!("--setopt={REPO_ID}.module_hotfixes=true"));
+        }
+        (None, None) => cmd = cmd.arg(format!("--setopt={}.module_hotfixes=true", s.repo_id)),
     }
     refuse_erasing(&cmd, &script, s)?;
     let cmd = cmd.arg("shell").arg(&script);
@@ -202,6 +221,7 @@ fn swap_in(
     let out = cmd.output()?;
     let missing = not_swapped(host, s)?;
     if missing.is_empty() {
+        settle_cache(host, s, &copied_from)?;
         if let Some(m) = &s.module {
             host.dnf()?
                 .args(["--disableexcludes=main", "module", "switch-to", m.as_str()])
@@ -240,6 +260,35 @@ fn swap_in(
         "dnf did not replace the driver, and the rpm database is as it was, so nothing was changed ({}): {cause}",
         missing.join(", ")
     ))
+}
+
+/// Once the swap is done: gpuhost's driver cache as the swap asks ([`super::cache`]): the new
+/// set read out into [`SCRATCH`] cached (`source`: the package file the profile gave), the
+/// cached set it came from made the current one, or the cache removed.
+fn settle_cache(host: &Host, s: &DriverSwap, source: &Option<String>) -> Result<()> {
+    use crate::work::RepoCache;
+    let done = match (&s.cache, &s.from_cache) {
+        (Some(RepoCache::Place { .. }), Some(dir)) => super::cache::make_current(host, dir),
+        (
+            Some(RepoCache::Place {
+                package,
+                version,
+                driver,
+            }),
+            None,
+        ) => {
+            let source = super::cache::Source {
+                package,
+                version,
+                driver,
+                file: source.as_deref().unwrap_or_default(),
+            };
+            super::cache::place(host, SCRATCH, &source).map(drop)
+        }
+        (Some(RepoCache::Drop), _) => super::cache::drop_all(host).map(drop),
+        (None, _) => Ok(()),
+    };
+    done.context("the driver was replaced, but gpuhost's driver cache could not be written (run gpuhost again)")
 }
 
 /// dnf's own answer, before anything changes: the transaction resolved and not run
@@ -350,9 +399,12 @@ pub fn shell_script(s: &DriverSwap) -> String {
     let specs: Vec<String> = s.install.iter().map(RepoPackage::spec).collect();
     let mut out = String::new();
     // Every file on one line: dnf takes local packages only before any other job.
+    // A package whose driver set gpuhost caches is read, not installed.
+    let caches = matches!(s.cache, Some(crate::work::RepoCache::Place { .. }));
     let files: Vec<String> = s
         .repo_rpm
         .iter()
+        .filter(|_| !caches)
         .chain(s.files.iter())
         .map(|f| shell_quoted(f))
         .collect();

@@ -1,0 +1,387 @@
+//! gpuhost's cache of NVIDIA's driver set, for `driver.keep_local_repo = false` (issue 42).
+//!
+//! NVIDIA's procedure installs the local repo package: the node then keeps the whole repo,
+//! the CUDA toolkit's gigabytes with it, under `/var/<package>`. A container host needs none of
+//! the toolkit (CUDA runs in containers), so with `driver.keep_local_repo = false` the package
+//! is not installed. The transaction that would have installed it (a first converge, a driver
+//! swap) reads its repo out of the package file once, as it always does
+//! ([`super::payload::unpack_repos`]: the metadata as NVIDIA ships it, the keys, and every
+//! package but the toolkit's, each checked against the metadata's checksum), installs the
+//! driver set from there, and once dnf has done so, that checked tree becomes the cache:
+//! `/var/lib/gpuhost/driver-repo/<package>-<version>/` ([`gpuhost_host::host::DRIVER_CACHE`]),
+//! with a manifest ([`Cached`]) saying what it came from. gpuhost's own repo file
+//! ([`REPO_FILE`]) gives dnf that folder under the package's own repo id, with NVIDIA's
+//! `gpgcheck` and keys, and `includepkgs` naming the packages the cache holds: dnf never offers
+//! a toolkit package it cannot read. The repo file names the current set; the set before it
+//! stays cached for a rollback ([`place`] keeps those two and removes the rest).
+//! `driver.keep_local_repo = true` again installs NVIDIA's package and removes the cache
+//! ([`drop_all`]).
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use gpuhost_host::error::hinted;
+use gpuhost_host::host::{repo_entries, Host, DRIVER_CACHE};
+
+/// gpuhost's repo file for the cached driver set.
+pub const REPO_FILE: &str = "/etc/yum.repos.d/gpuhost-driver-repo.repo";
+/// The manifest in each cached repo folder.
+const MANIFEST: &str = "gpuhost-cache.json";
+
+/// What a cached repo folder holds and where it came from (its manifest).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cached {
+    /// NVIDIA's local repo package it was read from (`cuda-repo-rhel9-13-0-local`).
+    pub package: String,
+    /// Its version as rpm gives it (`13.0.1_580.82.07`; a driver-only package's `1.0`).
+    pub version: String,
+    /// The driver it carries.
+    pub driver: String,
+    /// The package file it was read from.
+    pub source: String,
+    /// The repo id NVIDIA's `.repo` file gives it.
+    pub repo_id: String,
+    /// `gpgcheck` as NVIDIA's `.repo` file says.
+    pub gpgcheck: String,
+    /// Its keys as dnf reads them: `file://` URLs into the cached folder (in the root), or
+    /// `https://` as NVIDIA gives them.
+    pub keys: Vec<String>,
+    /// The names of the packages it holds (what `includepkgs` lets dnf see).
+    pub packages: Vec<String>,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// The package a cache is placed from: what the transaction read.
+pub struct Source<'a> {
+    pub package: &'a str,
+    pub version: &'a str,
+    pub driver: &'a str,
+    pub file: &'a str,
+}
+
+/// The cached repo folder of a local repo package: `<DRIVER_CACHE>/<package>-<version>`.
+pub fn dir_of(package: &str, version: &str) -> String {
+    format!("{DRIVER_CACHE}/{package}-{version}")
+}
+
+/// The cached repo folder `dir`, when it is one: its manifest read and its metadata present.
+pub fn read(host: &Host, dir: &str) -> Option<Cached> {
+    let cached: Cached = host
+        .read_json_opt(format!("{dir}/{MANIFEST}"), "")
+        .ok()
+        .flatten()?;
+    (host.kind(format!("{dir}/repodata/repomd.xml")) == Some(gpuhost_host::rootfs::Kind::File))
+        .then_some(cached)
+}
+
+/// The cached set dnf is given now ([`REPO_FILE`]'s folder): its folder and manifest.
+pub fn current(host: &Host) -> Option<(String, Cached)> {
+    let text = host.read_opt(REPO_FILE).ok().flatten()?;
+    let dir = repo_entries(&text)
+        .into_iter()
+        .find(|(_, k, _)| *k == "baseurl")
+        .and_then(|(_, _, v)| v.strip_prefix("file://").map(str::to_string))?;
+    let dir = dir.trim_end_matches('/').to_string();
+    gpuhost_host::host::in_driver_cache(&dir).then_some(())?;
+    read(host, &dir).map(|c| (dir, c))
+}
+
+/// The cached folders there are, each with its manifest (the current and the one kept for a
+/// rollback, normally).
+pub fn all(host: &Host) -> Vec<(String, Cached)> {
+    let mut out: Vec<(String, Cached)> = host
+        .list_dir(DRIVER_CACHE)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| !n.starts_with('.'))
+        .filter_map(|n| {
+            let dir = format!("{DRIVER_CACHE}/{n}");
+            read(host, &dir).map(|c| (dir, c))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// The cached folder of `package` at `version`, when there is one.
+pub fn find(host: &Host, package: &str, version: &str) -> Option<(String, Cached)> {
+    let dir = dir_of(package, version);
+    read(host, &dir).map(|c| (dir, c))
+}
+
+/// After the transaction that installed the driver set from `scratch`'s tree (the package's
+/// repo read out into `<scratch>/tree`): that repo folder becomes the cache of `source`, gpuhost's
+/// repo file names it, and of the folders cached before only the one the repo file named stays
+/// (for a rollback). Returns the cached folder.
+pub fn place(host: &Host, scratch: &str, source: &Source<'_>) -> Result<String> {
+    let inner = format!("{scratch}/tree/var/{}", source.package);
+    let dir = dir_of(source.package, source.version);
+    let repo = nvidia_repo(host, scratch, source.package, &dir)?;
+    let incoming = format!("{DRIVER_CACHE}/.incoming");
+    host.remove_tree(&incoming)?;
+    move_tree(host, &inner, &incoming)?;
+    let (packages, bytes) = contents(host, &incoming)?;
+    let cached = Cached {
+        package: source.package.to_string(),
+        version: source.version.to_string(),
+        driver: source.driver.to_string(),
+        source: source.file.to_string(),
+        repo_id: repo.id,
+        gpgcheck: repo.gpgcheck,
+        keys: repo.keys,
+        packages,
+        bytes,
+    };
+    host.write_json(format!("{incoming}/{MANIFEST}"), &cached, 0o644)?;
+    // A folder of the same package (placed again) is replaced once its successor is whole.
+    host.remove_tree(&dir)?;
+    host.rename(&incoming, &dir)?;
+    make_current(host, &dir)?;
+    tracing::info!(
+        "the driver set of {} {} is cached in {dir} ({} packages, {} MiB); the toolkit's packages are not kept",
+        source.package,
+        source.version,
+        cached.packages.len(),
+        cached.bytes >> 20
+    );
+    Ok(dir)
+}
+
+/// Make the cached folder `dir` the one dnf is given ([`REPO_FILE`]); of the others, only the
+/// one the repo file named before stays (for a rollback).
+pub fn make_current(host: &Host, dir: &str) -> Result<()> {
+    let cached = read(host, dir)
+        .ok_or_else(|| anyhow::anyhow!("{dir} holds no cached driver set"))?;
+    let previous = current(host).map(|(d, _)| d);
+    host.write_atomic(REPO_FILE, repo_file(dir, &cached).as_bytes(), 0o644)?;
+    for (old, _) in all(host) {
+        if old != dir && Some(&old) != previous.as_ref() {
+            host.remove_tree(&old)?;
+        }
+    }
+    Ok(())
+}
+
+/// `driver.keep_local_repo = true` again, once NVIDIA's package is installed: gpuhost's repo
+/// file and every cached folder go. True when there was anything.
+pub fn drop_all(host: &Host) -> Result<bool> {
+    let file = host.remove_file(REPO_FILE)?;
+    let dirs = host.remove_tree(DRIVER_CACHE)?;
+    Ok(file || dirs)
+}
+
+/// dnf's options for a cached folder read under the repo id `id` (a rollback's swap to the set
+/// kept from before): the folder, and NVIDIA's gpgcheck and keys.
+pub fn repo_options(host: &Host, id: &str, dir: &str, cached: &Cached) -> Result<Vec<String>> {
+    let url = |p: &str| -> Result<String> {
+        Ok(gpuhost_host::host::file_url(&host.real_path(p)?))
+    };
+    let mut out = vec![
+        format!("--repofrompath={id},{}", url(dir)?),
+        format!("--setopt={id}.gpgcheck={}", cached.gpgcheck),
+    ];
+    let keys = cached
+        .keys
+        .iter()
+        .map(|k| match k.strip_prefix("file://") {
+            Some(p) => url(p),
+            None => Ok(k.clone()),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if !keys.is_empty() {
+        out.push(format!("--setopt={id}.gpgkey={}", keys.join(",")));
+    }
+    Ok(out)
+}
+
+/// gpuhost's repo file for the cached folder `dir`.
+fn repo_file(dir: &str, c: &Cached) -> String {
+    let mut text = format!(
+        "# Written by gpuhost (driver.keep_local_repo = false): NVIDIA's driver set read from\n\
+         # {}, checked against its repo metadata, without the CUDA toolkit's packages.\n\
+         [{}]\nname=NVIDIA driver {} (gpuhost's cache of {} {})\nbaseurl=file://{dir}\nenabled=1\ngpgcheck={}\n",
+        c.source, c.repo_id, c.driver, c.package, c.version, c.gpgcheck
+    );
+    if !c.keys.is_empty() {
+        text.push_str(&format!("gpgkey={}\n", c.keys.join(",")));
+    }
+    text.push_str(&format!("includepkgs={}\n", c.packages.join(" ")));
+    text
+}
+
+/// NVIDIA's repo section for `/var/<package>`, from the `.repo` files the package carries
+/// (read out into `<scratch>/tree/etc/yum.repos.d`): its id, gpgcheck and keys, the keys moved
+/// into the cached folder `dir`.
+struct NvidiaRepo {
+    id: String,
+    gpgcheck: String,
+    keys: Vec<String>,
+}
+
+fn nvidia_repo(host: &Host, scratch: &str, package: &str, dir: &str) -> Result<NvidiaRepo> {
+    let repos = format!("{scratch}/tree/etc/yum.repos.d");
+    let under = format!("/var/{package}");
+    for name in host.list_dir(&repos).unwrap_or_default() {
+        let Some(text) = host.read_opt(format!("{repos}/{name}"))? else {
+            continue;
+        };
+        let entries = repo_entries(&text);
+        let Some(id) = entries
+            .iter()
+            .find(|(_, k, v)| {
+                *k == "baseurl"
+                    && v.strip_prefix("file://")
+                        .is_some_and(|p| p.trim_end_matches('/') == under)
+            })
+            .map(|(id, _, _)| id.to_string())
+        else {
+            continue;
+        };
+        let mut repo = NvidiaRepo {
+            id: id.clone(),
+            gpgcheck: "0".into(),
+            keys: Vec::new(),
+        };
+        for (_, key, value) in entries.iter().filter(|(i, _, _)| *i == id) {
+            match *key {
+                "gpgcheck" => repo.gpgcheck = value.to_string(),
+                "gpgkey" => {
+                    for k in value.split([',', ' ']).filter(|k| !k.is_empty()) {
+                        repo.keys.push(moved_key(k, &under, dir)?);
+                    }
+                }
+                _ => {}
+            }
+        }
+        return Ok(repo);
+    }
+    Err(anyhow::anyhow!(
+        "the package carries no .repo file for {under}: its driver set cannot be cached"
+    ))
+}
+
+/// A key of NVIDIA's `.repo` file as the cache's repo file gives it: `file:///var/<package>/K`
+/// is the cached folder's `K`; `https://` stays. Anything else was refused already when the
+/// transaction read the repo ([`super::payload::repo_key`]).
+fn moved_key(key: &str, under: &str, dir: &str) -> Result<String> {
+    if key.starts_with("https://") {
+        return Ok(key.to_string());
+    }
+    key.strip_prefix("file://")
+        .and_then(|p| p.strip_prefix(under))
+        .and_then(|rest| rest.strip_prefix('/'))
+        .filter(|rest| !rest.split('/').any(|c| c == ".." || c.is_empty()))
+        .map(|rest| format!("file://{dir}/{rest}"))
+        .ok_or_else(|| anyhow::anyhow!("the key {key} lies outside {under}"))
+}
+
+/// The package names in a repo folder (of the root) and their bytes.
+fn contents(host: &Host, dir: &str) -> Result<(Vec<String>, u64)> {
+    let mut names = Vec::new();
+    let mut bytes = 0;
+    let mut stack = vec![dir.to_string()];
+    while let Some(d) = stack.pop() {
+        for name in host.list_dir(&d)? {
+            let p = format!("{d}/{name}");
+            match host.kind_nofollow(&p) {
+                Some(gpuhost_host::rootfs::Kind::Dir) => stack.push(p),
+                Some(gpuhost_host::rootfs::Kind::File) => {
+                    if let Some(pkg) = super::swap::RepoPackage::from_file_name(&name) {
+                        names.push(pkg.name);
+                        bytes += host.stamp(&p).map_or(0, |s| s.0);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    Ok((names, bytes))
+}
+
+/// Move the folder `from` to `to` (both in the root): a rename, or where they lie on different
+/// filesystems (`/var/cache` mounted apart), a copy of each file, then `from` removed.
+fn move_tree(host: &Host, from: &str, to: &str) -> Result<()> {
+    match host.rename(from, to) {
+        Ok(()) => return Ok(()),
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::CrossesDevices) => {}
+        Err(e) => return Err(e),
+    }
+    copy_tree(host, from, to)?;
+    host.remove_tree(from).map(drop)
+}
+
+fn copy_tree(host: &Host, from: &str, to: &str) -> Result<()> {
+    host.create_dir_all(to)?;
+    for name in host.list_dir(from)? {
+        let (src, dst) = (format!("{from}/{name}"), format!("{to}/{name}"));
+        match host.kind_nofollow(&src) {
+            Some(gpuhost_host::rootfs::Kind::Dir) => copy_tree(host, &src, &dst)?,
+            Some(gpuhost_host::rootfs::Kind::File) => {
+                let (s, d) = (host.real_path(&src)?, host.real_path(&dst)?);
+                std::fs::copy(&s, &d)
+                    .with_context(|| format!("copying {} to {}", s.display(), d.display()))?;
+            }
+            _ => {
+                return Err(hinted(
+                    format!("{src} is neither a file nor a folder"),
+                    "run gpuhost again: the repo is read out of the package again",
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_moves_into_the_cache_and_nothing_leaves_the_repo_folder() {
+        let under = "/var/cuda-repo-rhel9-13-0-local";
+        let dir = "/var/lib/gpuhost/driver-repo/cuda-repo-rhel9-13-0-local-13.0.1_580.82.07";
+        assert_eq!(
+            moved_key(&format!("file://{under}/CDF6BA43.pub"), under, dir).ok(),
+            Some(format!("file://{dir}/CDF6BA43.pub"))
+        );
+        assert!(moved_key("https://developer.download.nvidia.com/k.pub", under, dir).is_ok());
+        for bad in [
+            format!("file://{under}/../etc/shadow"),
+            format!("file://{under}x/k.pub"),
+            "file:///etc/pki/k.pub".to_string(),
+            "http://example.com/k.pub".to_string(),
+        ] {
+            assert!(moved_key(&bad, under, dir).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_repo_file_shows_only_the_cached_packages() {
+        let c = Cached {
+            package: "cuda-repo-rhel9-13-0-local".into(),
+            version: "13.0.1_580.82.07".into(),
+            driver: "580.82.07".into(),
+            source: "/srv/cuda-repo.rpm".into(),
+            repo_id: "cuda-rhel9-13-0-local".into(),
+            gpgcheck: "1".into(),
+            keys: vec!["file:///var/lib/gpuhost/driver-repo/x/K.pub".into()],
+            packages: vec!["nvidia-driver".into(), "kmod-nvidia-open-dkms".into()],
+            bytes: 1,
+        };
+        let text = repo_file("/var/lib/gpuhost/driver-repo/x", &c);
+        let entries = repo_entries(&text);
+        let get = |k: &str| entries.iter().find(|e| e.1 == k).map(|e| e.2);
+        assert_eq!(entries[0].0, "cuda-rhel9-13-0-local");
+        assert_eq!(get("baseurl"), Some("file:///var/lib/gpuhost/driver-repo/x"));
+        assert_eq!(get("gpgcheck"), Some("1"));
+        assert_eq!(
+            get("includepkgs"),
+            Some("nvidia-driver kmod-nvidia-open-dkms")
+        );
+    }
+}
