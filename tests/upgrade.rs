@@ -1136,3 +1136,229 @@ fn rollback_trusts_the_rpm_database_and_only_roots_journal() {
     assert!(out.contains("/var/lib/gpuhost is a link"), "{out}");
     assert_eq!(node.root.rpmdb_snapshot(), rpmdb);
 }
+
+/// gpuhost's driver cache on the node (`driver.keep_local_repo = false`, issue 42 item 2): the
+/// cached folders by name, and the folder gpuhost's repo file gives dnf.
+fn cache_state(root: &Root) -> (Vec<String>, Option<String>) {
+    let mut dirs: Vec<String> = std::fs::read_dir(root.join("/var/lib/gpuhost/driver-repo"))
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    let current = std::fs::read_to_string(root.join("/etc/yum.repos.d/gpuhost-driver-repo.repo"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("baseurl=file:///var/lib/gpuhost/driver-repo/"))
+                .map(str::to_string)
+        });
+    (dirs, current)
+}
+
+/// The NVIDIA local repo packages rpm has installed.
+fn repo_packages(node: &Node) -> Vec<String> {
+    node.nvidia_packages()
+        .into_iter()
+        .filter(|p| p.starts_with("cuda-repo-") || p.starts_with("nvidia-driver-local-repo-"))
+        .collect()
+}
+
+/// The `/var/<local repo>` folders NVIDIA's packages leave.
+fn var_repos(root: &Root) -> Vec<String> {
+    std::fs::read_dir(root.join("/var"))
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    n.starts_with("cuda-repo-") || n.starts_with("nvidia-driver-local-repo-")
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `driver.keep_local_repo = false` (issue 42, item 2), on an HGX node: the first converge, a
+/// branch swap (CUDA 13.0's repo, R580's renamed Fabric Manager), a rollback after the earlier
+/// package file is gone, and the moves to `true` and back. The node never holds a local repo
+/// package or its `/var` folder while the key is false; the driver set comes from gpuhost's
+/// cache, which keeps the current set and the one before only; every second apply is converged
+/// with no dnf.
+#[test]
+fn without_the_local_repo_the_node_swaps_rolls_back_and_moves_from_the_cache() {
+    let node = Node::new(Os::Ol9, "ol9-uek", UEK9, true);
+    let off = ["--set", "driver.keep_local_repo=false"];
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let copy = dir.path().join(DRIVER_LOCAL_EL9_570);
+    std::fs::copy(local(DRIVER_LOCAL_EL9_570), &copy).unwrap_or_else(|e| panic!("{e}"));
+    let set570 = format!("driver.local_repo_rpm={}", copy.display());
+    let cached570 = "nvidia-driver-local-repo-rhel9-570.124.06-1.0".to_string();
+    let cached580 = "cuda-repo-rhel9-13-0-local-13.0.1_580.82.07".to_string();
+    let stays = |rpm: &str, extra: &[&str]| {
+        let a = args("apply", node.profile, rpm, extra);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        let (o, execs) = node.root.gpuhost_traced(&refs);
+        let rep = report(&o);
+        assert_eq!(code(&o), 0, "{rep:#}");
+        world::assert_converged(&rep);
+        if let Some(execs) = &execs {
+            assert!(!execs.iter().any(|p| p.starts_with("dnf")), "{execs:?}");
+        }
+    };
+
+    // plan says which applies; the first converge caches the set and installs no package.
+    let (rc, rep) = run(
+        &node.root,
+        "plan",
+        node.profile,
+        DRIVER_LOCAL_EL9_570,
+        &["--set", &set570, off[0], off[1]],
+    );
+    assert_eq!(rc, 0, "{rep:#}");
+    let why = reason(&rep, "driver-repo");
+    assert!(
+        why.contains("driver.keep_local_repo = false") && why.contains(&cached570),
+        "{why}"
+    );
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &["--set", &set570, off[0], off[1]]);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(
+        repo_packages(&node).is_empty(),
+        "{:?}",
+        repo_packages(&node)
+    );
+    assert!(
+        var_repos(&node.root).is_empty(),
+        "{:?}",
+        var_repos(&node.root)
+    );
+    assert_eq!(
+        cache_state(&node.root),
+        (vec![cached570.clone()], Some(cached570.clone()))
+    );
+    assert!(node
+        .root
+        .installed("nvidia-driver")
+        .is_some_and(|v| v.starts_with("570.124.06")));
+    assert!(node
+        .root
+        .installed("nvidia-fabric-manager")
+        .is_some_and(|v| v.starts_with("570.124.06")));
+    stays(DRIVER_LOCAL_EL9_570, &["--set", &set570, off[0], off[1]]);
+
+    // The swap to R580 reads CUDA 13.0's package and keeps the 570 set for a rollback.
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &off);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(repo_packages(&node).is_empty() && var_repos(&node.root).is_empty());
+    assert_eq!(
+        cache_state(&node.root),
+        (
+            vec![cached580.clone(), cached570.clone()],
+            Some(cached580.clone())
+        )
+    );
+    assert_eq!(node.root.installed_all("nvidia-driver").len(), 1);
+    assert!(node
+        .root
+        .installed("nvidia-fabricmanager")
+        .is_some_and(|v| v.starts_with("580.82.07")));
+    assert!(node.root.installed("nvidia-fabric-manager").is_none());
+    assert!(
+        node.locks().contains(&"nvidia-fabricmanager".to_string()),
+        "{:?}",
+        node.locks()
+    );
+    stays(CUDA_LOCAL_EL9_13_0, &off);
+
+    // The 570 file is gone: the rollback takes the cached set, and keeps the 580 one.
+    std::fs::remove_file(&copy).unwrap_or_else(|e| panic!("{e}"));
+    let o = node.root.gpuhost(&["rollback", "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}\n{:#}", stderr(&o), report(&o));
+    assert!(node
+        .root
+        .installed("nvidia-driver")
+        .is_some_and(|v| v.starts_with("570.124.06")));
+    assert!(node
+        .root
+        .installed("nvidia-fabric-manager")
+        .is_some_and(|v| v.starts_with("570.124.06")));
+    assert!(node.root.installed("nvidia-fabricmanager").is_none());
+    assert_eq!(
+        cache_state(&node.root),
+        (
+            vec![cached580.clone(), cached570.clone()],
+            Some(cached570.clone())
+        )
+    );
+    assert!(repo_packages(&node).is_empty());
+
+    // keep_local_repo = true: NVIDIA's package is installed, the cache goes, the set stays.
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let why = reason(&rep, "driver-repo");
+    assert!(why.contains("driver.keep_local_repo = true"), "{why}");
+    node.assert_on("570.124.06", DRIVER_LOCAL_EL9_570);
+    assert_eq!(cache_state(&node.root), (vec![], None));
+    node.assert_stays(DRIVER_LOCAL_EL9_570);
+
+    // NVIDIA's procedure: with the CUDA local repo installed, its toolkit installs on the node.
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    node.assert_on("580.82.07", CUDA_LOCAL_EL9_13_0);
+    node.root.dnf_ok(&["install", "-y", "cuda-toolkit-13-0"]);
+    assert!(node.root.installed("cuda-cudart-13-0").is_some());
+
+    // And back to false: the set moves into the cache, the package goes with the toolkit's
+    // packages it holds; dnf offers no toolkit package from the cache.
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &off);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(repo_packages(&node).is_empty() && var_repos(&node.root).is_empty());
+    assert_eq!(
+        cache_state(&node.root),
+        (vec![cached580.clone()], Some(cached580.clone()))
+    );
+    let held: Vec<String> = std::fs::read_dir(
+        node.root
+            .join(&format!("/var/lib/gpuhost/driver-repo/{cached580}")),
+    )
+    .map(|rd| {
+        rd.filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    })
+    .unwrap_or_default();
+    assert!(
+        held.iter().any(|f| f.starts_with("nvidia-driver-")),
+        "{held:?}"
+    );
+    assert!(
+        !held
+            .iter()
+            .any(|f| f.starts_with("cuda-toolkit") || f.starts_with("cuda-cudart")),
+        "{held:?}"
+    );
+    let offered = node.root.dnf(&["list", "--available", "cuda-toolkit-13-0"]);
+    assert!(
+        !offered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&offered.stdout)
+    );
+    assert!(node
+        .root
+        .installed("nvidia-driver")
+        .is_some_and(|v| v.starts_with("580.82.07")));
+    stays(CUDA_LOCAL_EL9_13_0, &off);
+
+    // From the cache to NVIDIA's package of another driver: one swap, the cache gone.
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &[]);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(cache_state(&node.root), (vec![], None));
+    assert_eq!(repo_packages(&node).len(), 1, "{:?}", repo_packages(&node));
+    assert!(node
+        .root
+        .installed("nvidia-driver")
+        .is_some_and(|v| v.starts_with("570.124.06")));
+    node.assert_stays(DRIVER_LOCAL_EL9_570);
+}

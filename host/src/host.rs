@@ -773,7 +773,10 @@ fn file_mirrors(text: &str) -> Vec<(&str, Vec<&str>)> {
         .filter_map(|(id, urls, _)| {
             let paths: Option<Vec<&str>> = urls.iter().map(|u| u.strip_prefix("file://")).collect();
             let paths = paths?;
-            (!paths.iter().any(|p| local_repo_dir(p) || in_driver_cache(p))).then_some((id, paths))
+            (!paths
+                .iter()
+                .any(|p| local_repo_dir(p) || in_driver_cache(p)))
+            .then_some((id, paths))
         })
         .collect()
 }

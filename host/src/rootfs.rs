@@ -516,8 +516,13 @@ impl RootFs {
     pub fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let (src_dir, src_name) = self.parent(from, false)?;
         let (dst_dir, dst_name) = self.parent(to, true)?;
-        rustix::fs::renameat(&src_dir, src_name.as_os_str(), &dst_dir, dst_name.as_os_str())
-            .map_err(errno_io)?;
+        rustix::fs::renameat(
+            &src_dir,
+            src_name.as_os_str(),
+            &dst_dir,
+            dst_name.as_os_str(),
+        )
+        .map_err(errno_io)?;
         let _ = rustix::fs::fsync(&dst_dir);
         Ok(())
     }

@@ -1193,6 +1193,18 @@ if ARM64:
                     ("ol10-aarch64", "driver", "rhel10", None, None, "580.126.09")]
 
 
+def toolkit_pkgs(mm, cuda, arch):
+    """NVIDIA's CUDA toolkit packages of a CUDA local repo, two of them: the runtime library
+    (cuda-cudart-12-2, /usr/local/cuda-12.2/targets/<arch>-linux/lib/libcudart.so.12) and the
+    meta package cuda-toolkit-12-2 that requires it."""
+    major, minor = cuda.split(".")[:2]
+    tdir = "x86_64-linux" if arch == "x86_64" else "sbsa-linux"
+    lib = f"/usr/local/cuda-{major}.{minor}/targets/{tdir}/lib/libcudart.so.{major}"
+    return [Pkg(f"cuda-cudart-{mm}", cuda, "1", arch=arch, files={lib: f"cudart {cuda}\n"}),
+            Pkg(f"cuda-toolkit-{mm}", cuda, "1", arch=arch,
+                requires=[f"cuda-cudart-{mm} = {cuda}-1"])]
+
+
 def local_repo_names(kind, rh, mm, cuda, drv):
     """(package, version, release, repo dir, repo id) as NVIDIA names them."""
     if kind == "cuda":
@@ -1244,6 +1256,16 @@ def main():
             arch = arch_of(os_)
             jobs.append((pkgs, idir, None if arch == "x86_64" else arch))
         inner.append((os_, kind, rh, mm, cuda, drv, idir, yaml, same))
+    # The CUDA toolkit's packages in a CUDA local repo (never in a driver-only one): NVIDIA's
+    # ship cuda-toolkit-X-Y (a meta package) and its parts beside the driver set; a container
+    # host installs none of them (issue 42, driver.keep_local_repo).
+    toolkits = {}
+    for (os_, kind, rh, mm, cuda, drv, idir, yaml, same) in inner:
+        if kind == "cuda" and (os_, mm) not in toolkits:
+            toolkits[(os_, mm)] = f"{WORK}/toolkit/{os_}/{mm}"
+            arch = arch_of(os_)
+            jobs.append((toolkit_pkgs(mm, cuda, arch), toolkits[(os_, mm)],
+                         None if arch == "x86_64" else arch))
     build_all(jobs)
     for rd, y in repo_dirs.items():
         createrepo(rd, y)
@@ -1251,7 +1273,12 @@ def main():
     jobs2 = []
     for (os_, kind, rh, mm, cuda, drv, idir, yaml, same) in inner:
         if same != idir:
-            shutil.copytree(same, idir, ignore=shutil.ignore_patterns("repodata"))
+            shutil.copytree(same, idir, ignore=shutil.ignore_patterns("repodata", "cuda-cudart-*",
+                                                                      "cuda-toolkit-*"))
+        if kind == "cuda":
+            for root, _dirs, files in os.walk(toolkits[(os_, mm)]):
+                for f in files:
+                    shutil.copy(os.path.join(root, f), idir)
         # rpmbuild puts rpms in <idir>/<arch>/: fine for createrepo (it recurses)
         createrepo(idir, yaml)
         pkg, ver, rel, rdir, rid = local_repo_names(kind, rh, mm, cuda, drv)

@@ -91,7 +91,11 @@ pub(crate) fn plan_swap(
     refuse_missing(plan, &needed, &new)?;
     let mut old_names: BTreeSet<String> = BTreeSet::new();
     for repo in others {
-        match repo.cached.as_deref().and_then(|d| cache::read(ctx.host, d)) {
+        match repo
+            .cached
+            .as_deref()
+            .and_then(|d| cache::read(ctx.host, d))
+        {
             Some(c) => old_names.extend(c.packages),
             None => old_names.extend(names_in_installed_repo(ctx, &repo.name)?),
         }

@@ -471,7 +471,11 @@ fn installed_check(
     let found = ctx.host.files_with_prefix(&dir, DRIVER_FILE_PREFIX);
     if !nvidia_driver_versions(&found).contains(&name.driver) {
         let fix = if cached {
-            format!("remove {dir} and {} and run gpuhost again: the set is read from {} again", cache::REPO_FILE, path.display())
+            format!(
+                "remove {dir} and {} and run gpuhost again: the set is read from {} again",
+                cache::REPO_FILE,
+                path.display()
+            )
         } else {
             format!("reinstall it: dnf reinstall {}", path.display())
         };

@@ -81,13 +81,14 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
         host.remove_tree(SCRATCH)?;
         host.create_dir_all(format!("{SCRATCH}/tree"))?;
     }
-    let result = transaction_in(host, (&files, &others), (&unpacked, &read_only), parts)
-        .and_then(|(cmd, out)| {
+    let result = transaction_in(host, (&files, &others), (&unpacked, &read_only), parts).and_then(
+        |(cmd, out)| {
             if out.success() {
                 settle_cache(host, parts)?;
             }
             Ok((cmd, out))
-        });
+        },
+    );
     if let Err(e) = host.remove_tree(SCRATCH) {
         tracing::warn!("could not remove {SCRATCH}: {e:#}");
     }

@@ -151,8 +151,8 @@ pub fn place(host: &Host, scratch: &str, source: &Source<'_>) -> Result<String> 
 /// Make the cached folder `dir` the one dnf is given ([`REPO_FILE`]); of the others, only the
 /// one the repo file named before stays (for a rollback).
 pub fn make_current(host: &Host, dir: &str) -> Result<()> {
-    let cached = read(host, dir)
-        .ok_or_else(|| anyhow::anyhow!("{dir} holds no cached driver set"))?;
+    let cached =
+        read(host, dir).ok_or_else(|| anyhow::anyhow!("{dir} holds no cached driver set"))?;
     let previous = current(host).map(|(d, _)| d);
     host.write_atomic(REPO_FILE, repo_file(dir, &cached).as_bytes(), 0o644)?;
     for (old, _) in all(host) {
@@ -174,9 +174,7 @@ pub fn drop_all(host: &Host) -> Result<bool> {
 /// dnf's options for a cached folder read under the repo id `id` (a rollback's swap to the set
 /// kept from before): the folder, and NVIDIA's gpgcheck and keys.
 pub fn repo_options(host: &Host, id: &str, dir: &str, cached: &Cached) -> Result<Vec<String>> {
-    let url = |p: &str| -> Result<String> {
-        Ok(gpuhost_host::host::file_url(&host.real_path(p)?))
-    };
+    let url = |p: &str| -> Result<String> { Ok(gpuhost_host::host::file_url(&host.real_path(p)?)) };
     let mut out = vec![
         format!("--repofrompath={id},{}", url(dir)?),
         format!("--setopt={id}.gpgcheck={}", cached.gpgcheck),
@@ -377,7 +375,10 @@ mod tests {
         let entries = repo_entries(&text);
         let get = |k: &str| entries.iter().find(|e| e.1 == k).map(|e| e.2);
         assert_eq!(entries[0].0, "cuda-rhel9-13-0-local");
-        assert_eq!(get("baseurl"), Some("file:///var/lib/gpuhost/driver-repo/x"));
+        assert_eq!(
+            get("baseurl"),
+            Some("file:///var/lib/gpuhost/driver-repo/x")
+        );
         assert_eq!(get("gpgcheck"), Some("1"));
         assert_eq!(
             get("includepkgs"),

@@ -194,9 +194,11 @@ fn swap_in(
     )?;
     let mut cmd = host.dnf()?.arg("--disableexcludes=main");
     let cached = s.from_cache.as_deref().map(|dir| {
-        super::cache::read(host, dir).map(|c| (dir, c)).ok_or_else(|| {
-            anyhow::anyhow!("{dir} is no longer a cached driver set; nothing was changed")
-        })
+        super::cache::read(host, dir)
+            .map(|c| (dir, c))
+            .ok_or_else(|| {
+                anyhow::anyhow!("{dir} is no longer a cached driver set; nothing was changed")
+            })
     });
     match (&s.repo_rpm, cached) {
         (Some(rpm), _) => {
