@@ -35,6 +35,8 @@ struct Case {
     old: &'static str,
     new: &'static str,
     no_devel: &'static str,
+    /// `driver.keep_local_repo`: false takes the driver set from gpuhost's cache (issue 42).
+    keep: bool,
 }
 
 /// Oracle Linux 8, UEK7, a CUDA 12.2 local repo (modular).
@@ -46,6 +48,7 @@ const OL8: Case = Case {
     old: UEK8_OLD,
     new: UEK8_NEW,
     no_devel: UEK8_NO_DEVEL,
+    keep: true,
 };
 
 /// Oracle Linux 10, UEK8, NVIDIA's EL10 driver-only local repo (not modular).
@@ -57,14 +60,23 @@ const OL10: Case = Case {
     old: UEK10_OLD,
     new: UEK10,
     no_devel: UEK10_NO_DEVEL,
+    keep: true,
 };
+
+/// Oracle Linux 8 with `driver.keep_local_repo = false`: no local repo package on the node,
+/// the driver set (DKMS kmod included) from gpuhost's cache.
+const OL8_CACHED: Case = Case { keep: false, ..OL8 };
 
 fn apply(root: &Root, extra: &[&str]) -> (i32, Value) {
     apply_case(&OL8, root, extra)
 }
 
 fn apply_case(c: &Case, root: &Root, extra: &[&str]) -> (i32, Value) {
-    let args = world::apply_args(c.profile, c.rpm, ONLY, extra);
+    let mut extra = extra.to_vec();
+    if !c.keep {
+        extra.extend(["--set", "driver.keep_local_repo=false"]);
+    }
+    let args = world::apply_args(c.profile, c.rpm, ONLY, &extra);
     let o = root.gpuhost(&args.iter().map(String::as_str).collect::<Vec<_>>());
     (code(&o), report(&o))
 }
@@ -121,12 +133,15 @@ fn converged_case(c: &Case, kernels: &[&str]) -> Root {
     let root = Root::new(c.os, kernels);
     let (rc, rep) = apply_case(c, &root, &[]);
     assert_eq!(rc, 0, "{rep:#}");
+    let cached = root.join("/var/lib/gpuhost/driver-repo").is_dir();
+    assert_eq!(cached, !c.keep, "gpuhost's driver cache: {rep:#}");
     assert_eq!(root.nvidia_module_version(c.old).as_deref(), Some(c.driver));
     root
 }
 
 #[rstest]
 #[case::ol8(OL8)]
+#[case::ol8_cached(OL8_CACHED)]
 #[case::ol10(OL10)]
 fn a_newer_uek_from_plain_dnf_gets_headers_and_module_before_its_first_boot(#[case] c: Case) {
     let root = converged_case(&c, &[c.old]);
@@ -365,6 +380,7 @@ fn kernel_guard_false_lets_the_new_kernel_boot_and_status_is_critical() {
 /// repeats the last converged apply (recorded by that apply), which serves the new default.
 #[rstest]
 #[case::ol8(OL8)]
+#[case::ol8_cached(OL8_CACHED)]
 #[case::ol10(OL10)]
 fn kernel_added_waits_for_the_rpm_transaction_then_repeats_the_last_apply(#[case] c: Case) {
     let root = converged_case(&c, &[c.old]);
