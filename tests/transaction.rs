@@ -145,16 +145,36 @@ fn failed_steps(rep: &Value) -> Vec<String> {
         .collect()
 }
 
+/// `apply` with `driver.keep_local_repo` as given (false: the driver set from gpuhost's cache).
+fn apply_kept(root: &Root, rpm_path: &str, keep: bool) -> (i32, Value) {
+    let mut cmd = apply_cmd(root, rpm_path);
+    cmd.args(["--set", &format!("driver.keep_local_repo={keep}")]);
+    let o = cmd.output().unwrap_or_else(|e| panic!("{e}"));
+    (code(&o), report(&o))
+}
+
+/// gpuhost's driver cache: its folder and its repo file, whether there.
+fn cache_there(root: &Root) -> (bool, bool) {
+    (
+        root.join("/var/lib/gpuhost/driver-repo").exists(),
+        root.join("/etc/yum.repos.d/gpuhost-driver-repo.repo")
+            .exists(),
+    )
+}
+
 #[rstest]
-#[case::before_download(Loss::BeforeDownload)]
-#[case::during_download(Loss::DuringDownload)]
-#[case::during_the_rpm_transaction(Loss::DuringTransaction)]
-fn a_first_converge_loses_its_mirror(#[case] loss: Loss) {
+#[case::before_download(Loss::BeforeDownload, true)]
+#[case::during_download(Loss::DuringDownload, true)]
+#[case::during_the_rpm_transaction(Loss::DuringTransaction, true)]
+#[case::before_download_cached(Loss::BeforeDownload, false)]
+#[case::during_download_cached(Loss::DuringDownload, false)]
+#[case::during_the_rpm_transaction_cached(Loss::DuringTransaction, false)]
+fn a_first_converge_loses_its_mirror(#[case] loss: Loss, #[case] keep: bool) {
     let root = Root::new(Os::Ol9, &[RHCK9]);
     let rpm = on_the_mirror(&root, DRIVER_LOCAL_EL9_570);
     let before = root.rpmdb_snapshot();
     lose(&root, loss, false);
-    let (rc, rep) = apply(&root, &rpm);
+    let (rc, rep) = apply_kept(&root, &rpm, keep);
     match loss {
         Loss::BeforeDownload | Loss::DuringDownload => {
             assert_eq!(rc, 1, "{rep:#}");
@@ -163,6 +183,8 @@ fn a_first_converge_loses_its_mirror(#[case] loss: Loss) {
                 before,
                 "something was installed: {rep:#}"
             );
+            // Nor was anything cached: the cache is written once dnf has installed the set.
+            assert_eq!(cache_there(&root), (false, false), "{rep:#}");
             // The steps dnf names fail in its words (every step of the transaction when it
             // names a repo none of them is from); the others do not run.
             let failed = failed_steps(&rep);
@@ -191,6 +213,14 @@ fn a_first_converge_loses_its_mirror(#[case] loss: Loss) {
             assert!(root.installed("kmod-nvidia-open-dkms").is_some(), "{rep:#}");
             assert!(root.installed("gcc").is_some(), "{rep:#}");
             assert!(root.installed("docker-ce").is_some(), "{rep:#}");
+            // The set is installed from the package's repo read into gpuhost's scratch, so the
+            // lost mirror changes nothing of it: cached with `false`, installed with `true`.
+            assert_eq!(cache_there(&root), (!keep, !keep), "{rep:#}");
+            assert_eq!(
+                root.installed("nvidia-driver-local-repo-rhel9-570.124.06")
+                    .is_some(),
+                keep
+            );
             // No copy is left behind.
             let left = root.join("/var/cache/gpuhost/packages");
             assert!(
@@ -201,10 +231,11 @@ fn a_first_converge_loses_its_mirror(#[case] loss: Loss) {
         }
     }
     restore(&root);
-    let (rc, rep) = apply(&root, &rpm);
+    let (rc, rep) = apply_kept(&root, &rpm, keep);
     assert_eq!(rc, 0, "{rep:#}");
     assert!(root.installed("kmod-nvidia-open-dkms").is_some(), "{rep:#}");
-    let (rc, rep) = apply(&root, &rpm);
+    assert_eq!(cache_there(&root), (!keep, !keep), "{rep:#}");
+    let (rc, rep) = apply_kept(&root, &rpm, keep);
     assert_eq!(rc, 0, "{rep:#}");
     world::assert_converged(&rep);
 }
