@@ -648,6 +648,55 @@ fn the_driver_upgrade_runs_in_order_on_a_converged_root() {
     assert_eq!(root.installed("cuda-repo-rhel9-12-2-local"), None);
 }
 
+/// "The local repo on the node, or only the driver set": a first converge with
+/// `driver.keep_local_repo = false` on an OL9 UEK root installs the driver and no local repo
+/// package; its driver set is in gpuhost's cache, the toolkit's packages nowhere.
+#[test]
+fn without_the_local_repo_the_node_holds_only_the_cached_driver_set() {
+    let b = docs::delegated(file!(), "docs/driver-packages.md", "keep_local_repo");
+    let w = World::get();
+    let root = Root::new(Os::Ol9, &[world::UEK9]);
+    let r = root.path().display().to_string();
+    let mut sh = Shell::new()
+        .rewrite(
+            "--profile ol9-uek",
+            &format!("--profile {}", world::profile("ol9-uek")),
+        )
+        .rewrite(
+            "=/srv/",
+            &format!("={}/", w.dir().join("rpms/cuda-local").display()),
+        )
+        .rewrite("gpuhost apply ", &format!("gpuhost apply --root {r} "));
+    let cmds = b.commands();
+    assert_eq!(cmds.len(), 1, "{cmds:?}");
+    sh.ok(&cmds[0]);
+    sh.finish();
+    assert!(
+        root.installed("nvidia-driver")
+            .unwrap_or_default()
+            .starts_with("580.82.07"),
+        "{:?}",
+        root.installed("nvidia-driver")
+    );
+    assert_eq!(root.installed("cuda-repo-rhel9-13-0-local"), None);
+    assert!(!root.join("/var/cuda-repo-rhel9-13-0-local").exists());
+    let cached =
+        root.join("/var/lib/gpuhost/driver-repo/cuda-repo-rhel9-13-0-local-13.0.1_580.82.07");
+    let names: Vec<String> = std::fs::read_dir(&cached)
+        .unwrap_or_else(|e| panic!("{}: {e}", cached.display()))
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("nvidia-driver-580")),
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.starts_with("cuda-toolkit")),
+        "{names:?}"
+    );
+}
+
 // ---- docs/status-and-serve.md -------------------------------------------------------------
 
 struct Server(Child);

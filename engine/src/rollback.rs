@@ -11,7 +11,9 @@
 //! ordinary driver change: one dnf transaction, all or nothing (`gpuhost_steps::transaction::swap`). What
 //! each of those applies installed is in dnf's history (`dnf history`); the package file must
 //! still be where the journal says, under its driver's name, or the rollback is refused before
-//! anything changes.
+//! anything changes — unless gpuhost's driver cache (`driver.keep_local_repo = false`,
+//! `gpuhost_steps::transaction::cache`) keeps the set read from that file, which the swap then
+//! takes.
 
 use anyhow::Result;
 

@@ -76,20 +76,7 @@ pub struct Install {
     pub cache: Option<RepoCache>,
 }
 
-/// What becomes of gpuhost's driver cache after a transaction that brings NVIDIA's local repo
-/// (`driver.keep_local_repo`, [`crate::transaction::cache`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RepoCache {
-    /// `false`: the package is read, not installed; its driver set is cached. Its name, its
-    /// version (rpm's) and its driver.
-    Place {
-        package: String,
-        version: String,
-        driver: String,
-    },
-    /// `true`: NVIDIA's package is installed; gpuhost's cache goes.
-    Drop,
-}
+pub use crate::transaction::cache::RepoCache;
 
 impl Install {
     pub fn packages(specs: Vec<String>) -> Install {

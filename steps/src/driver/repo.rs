@@ -516,7 +516,8 @@ fn installed_check(
         }
         return Ok(check);
     }
-    if cached != !plan.keep_local_repo {
+    // Cached while the profile keeps NVIDIA's package, or installed while it does not.
+    if cached == plan.keep_local_repo {
         return moved(ctx, plan, cached);
     }
     let held = if cached {

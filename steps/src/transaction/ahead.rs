@@ -22,8 +22,9 @@ use gpuhost_host::cmd::{Cmd, CmdOutput};
 use gpuhost_host::error::hinted;
 use gpuhost_host::host::{file_url, local_repo_dir, repo_entries, Host};
 
+use super::cache::RepoCache;
 use crate::transaction::payload::{self, Unpack};
-use crate::work::{Install, RepoCache};
+use crate::work::Install;
 
 /// The scratch directory inside the root (removed when done, and by every apply's start).
 pub const SCRATCH: &str = "/var/cache/gpuhost/download";
@@ -122,12 +123,10 @@ fn settle_cache(host: &Host, parts: &[&Install]) -> Result<()> {
                     format!("the driver set of {package} was installed, but could not be cached (run gpuhost again)")
                 })?;
             }
-            Some(RepoCache::Drop) => {
-                if super::cache::drop_all(host)? {
-                    tracing::info!("gpuhost's driver cache was removed: NVIDIA's local repo package is installed (driver.keep_local_repo = true)");
-                }
+            Some(RepoCache::Drop) if super::cache::drop_all(host)? => {
+                tracing::info!("gpuhost's driver cache was removed: NVIDIA's local repo package is installed (driver.keep_local_repo = true)");
             }
-            None => {}
+            _ => {}
         }
     }
     Ok(())

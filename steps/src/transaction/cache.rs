@@ -52,6 +52,21 @@ pub struct Cached {
     pub bytes: u64,
 }
 
+/// What becomes of gpuhost's driver cache after a transaction that brings NVIDIA's local repo
+/// (`driver.keep_local_repo`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RepoCache {
+    /// `false`: the package is read, not installed; its driver set is cached. Its name, its
+    /// version (rpm's) and its driver.
+    Place {
+        package: String,
+        version: String,
+        driver: String,
+    },
+    /// `true`: NVIDIA's package is installed; gpuhost's cache goes.
+    Drop,
+}
+
 /// The package a cache is placed from: what the transaction read.
 pub struct Source<'a> {
     pub package: &'a str,
@@ -285,8 +300,8 @@ fn contents(host: &Host, dir: &str) -> Result<(Vec<String>, u64)> {
             match host.kind_nofollow(&p) {
                 Some(gpuhost_host::rootfs::Kind::Dir) => stack.push(p),
                 Some(gpuhost_host::rootfs::Kind::File) => {
-                    if let Some(pkg) = super::swap::RepoPackage::from_file_name(&name) {
-                        names.push(pkg.name);
+                    if let Some(pkg) = package_name(&name) {
+                        names.push(pkg);
                         bytes += host.stamp(&p).map_or(0, |s| s.0);
                     }
                 }
@@ -297,6 +312,15 @@ fn contents(host: &Host, dir: &str) -> Result<(Vec<String>, u64)> {
     names.sort();
     names.dedup();
     Ok((names, bytes))
+}
+
+/// The package name of an RPM's file name (`nvidia-driver-580.82.07-1.el9.x86_64.rpm` →
+/// `nvidia-driver`): the name less `-version-release.arch.rpm`.
+fn package_name(file: &str) -> Option<String> {
+    let stem = file.strip_suffix(".rpm")?;
+    let mut parts = stem.rsplitn(3, '-');
+    let (_release, _version, name) = (parts.next()?, parts.next()?, parts.next()?);
+    (!name.is_empty()).then(|| name.to_string())
 }
 
 /// Move the folder `from` to `to` (both in the root): a rename, or where they lie on different

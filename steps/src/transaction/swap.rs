@@ -115,7 +115,7 @@ pub struct DriverSwap {
     /// gpuhost's driver cache once the swap is done (`driver.keep_local_repo`,
     /// [`super::cache`]): the new driver set cached and `repo_rpm` read, not installed; or the
     /// cache removed, NVIDIA's package installed.
-    pub cache: Option<crate::work::RepoCache>,
+    pub cache: Option<super::cache::RepoCache>,
     /// The cached folder the new set comes from, read in place (a rollback to the set kept
     /// from before, `driver.keep_local_repo = false`): no package file is read.
     pub from_cache: Option<String>,
@@ -192,30 +192,10 @@ fn swap_in(
         shell_script(s).as_bytes(),
         0o600,
     )?;
-    let mut cmd = host.dnf()?.arg("--disableexcludes=main");
-    let cached = s.from_cache.as_deref().map(|dir| {
-        super::cache::read(host, dir)
-            .map(|c| (dir, c))
-            .ok_or_else(|| {
-                anyhow::anyhow!("{dir} is no longer a cached driver set; nothing was changed")
-            })
-    });
-    match (&s.repo_rpm, cached) {
-        (Some(rpm), _) => {
-            let (repo, options) = extract(host, s, rpm, scratch, unpacked)?;
-            cmd = cmd
-                .arg(format!("--repofrompath={REPO_ID},{}", repo.display()))
-                .args(options)
-                .arg(format!("--setopt={REPO_ID}.module_hotfixes=true"));
-        }
-        (None, Some(cached)) => {
-            let (dir, c) = cached?;
-            cmd = cmd
-                .args(super::cache::repo_options(host, REPO_ID, dir, &c)?)
-                .arg(format!("--setopt={REPO_ID}.module_hotfixes=true"));
-        }
-        (None, None) => cmd = cmd.arg(format!("--setopt={}.module_hotfixes=true", s.repo_id)),
-    }
+    let cmd = host
+        .dnf()?
+        .arg("--disableexcludes=main")
+        .args(new_repo(host, s, scratch, unpacked)?);
     refuse_erasing(&cmd, &script, s)?;
     let cmd = cmd.arg("shell").arg(&script);
     // The rpm database before: what a stopped transaction is judged by.
@@ -264,11 +244,33 @@ fn swap_in(
     ))
 }
 
+/// dnf's options for the repo the new set comes from: the new package's, read out into the
+/// scratch folder (`unpacked`: read ahead already); a cached set's folder (a rollback,
+/// `driver.keep_local_repo = false`); or the installed repo (a flavour switch).
+fn new_repo(host: &Host, s: &DriverSwap, scratch: &Path, unpacked: bool) -> Result<Vec<String>> {
+    let hotfixes = |id: &str| format!("--setopt={id}.module_hotfixes=true");
+    if let Some(rpm) = &s.repo_rpm {
+        let (repo, mut options) = extract(host, s, rpm, scratch, unpacked)?;
+        options.insert(0, format!("--repofrompath={REPO_ID},{}", repo.display()));
+        options.push(hotfixes(REPO_ID));
+        return Ok(options);
+    }
+    let Some(dir) = s.from_cache.as_deref() else {
+        return Ok(vec![hotfixes(&s.repo_id)]);
+    };
+    let cached = super::cache::read(host, dir).ok_or_else(|| {
+        anyhow::anyhow!("{dir} is no longer a cached driver set; nothing was changed")
+    })?;
+    let mut options = super::cache::repo_options(host, REPO_ID, dir, &cached)?;
+    options.push(hotfixes(REPO_ID));
+    Ok(options)
+}
+
 /// Once the swap is done: gpuhost's driver cache as the swap asks ([`super::cache`]): the new
 /// set read out into [`SCRATCH`] cached (`source`: the package file the profile gave), the
 /// cached set it came from made the current one, or the cache removed.
 fn settle_cache(host: &Host, s: &DriverSwap, source: &Option<String>) -> Result<()> {
-    use crate::work::RepoCache;
+    use super::cache::RepoCache;
     let done = match (&s.cache, &s.from_cache) {
         (Some(RepoCache::Place { .. }), Some(dir)) => super::cache::make_current(host, dir),
         (
@@ -402,7 +404,7 @@ pub fn shell_script(s: &DriverSwap) -> String {
     let mut out = String::new();
     // Every file on one line: dnf takes local packages only before any other job.
     // A package whose driver set gpuhost caches is read, not installed.
-    let caches = matches!(s.cache, Some(crate::work::RepoCache::Place { .. }));
+    let caches = matches!(s.cache, Some(super::cache::RepoCache::Place { .. }));
     let files: Vec<String> = s
         .repo_rpm
         .iter()
