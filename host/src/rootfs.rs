@@ -953,6 +953,10 @@ mod tests {
             // the header's file entries' types (not a file access)
             ("transaction/payload.rs", "w.info.is_file()"),
             ("transaction/payload.rs", "f.is_file() && selected"),
+            // gpuhost's driver cache, moved out of the scratch tree where /var/cache and
+            // /var/lib are different filesystems: both paths resolved inside the root first
+            // (Host::real_path), the source a regular file found by kind_nofollow
+            ("transaction/cache.rs", "std::fs::copy(&s, &d)"),
             // the driver RPM on the build host: a FIFO is refused by its metadata, unopened
             ("driver/repo.rs", "std::fs::metadata(path)"),
             ("driver/repo.rs", "m.is_file()"),
