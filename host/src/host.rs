@@ -42,6 +42,9 @@ pub struct BundleRepo {
     pub gpgcheck: bool,
     /// Key files carried in the bundle.
     pub gpgkeys: Vec<PathBuf>,
+    /// The driver set's folder the bundle carries (NVIDIA's repo metadata and keys, gpuhost's
+    /// cache manifest; its packages are in `dir`), when it carries one.
+    pub driver_meta: Option<PathBuf>,
 }
 
 /// gpuhost's `$TMPDIR` (where `apply --bundle` unpacks a tarball) is a directory of the build
@@ -50,7 +53,7 @@ pub struct BundleRepo {
 const HOST_ONLY_ENV: &str = "TMPDIR";
 
 /// The repo id dnf knows the bundle's repo by.
-pub(crate) const BUNDLE_REPO_ID: &str = "gpuhost-bundle";
+pub const BUNDLE_REPO_ID: &str = "gpuhost-bundle";
 
 impl BundleRepo {
     /// dnf options that disable every configured repo and use only this one.

@@ -9,7 +9,7 @@ use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 
 use super::kmods::{self, KmodPart};
-use super::manifest::{self, Manifest, FORMAT, MANIFEST};
+use super::manifest::{self, DriverSet, Manifest, FORMAT, MANIFEST};
 use super::modulemd::{self, Wanted};
 use super::tempdir::TempDir;
 use crate::runner::{self, Ctx, Install, Phase, Selection, Work};
@@ -23,6 +23,7 @@ use gpuhost_host::kernel::Flavour;
 use gpuhost_host::platform::Release;
 use gpuhost_profile::Profile;
 use gpuhost_steps;
+use gpuhost_steps::transaction::cache;
 use gpuhost_steps::containers::RepoSource;
 use gpuhost_steps::run::DriverPlan;
 
@@ -135,7 +136,8 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         &dirs,
         &pkgdir,
     )?;
-    let driver_repo_rpm = copy_local_files(&planned.local_files, &staging, &pkgdir)?;
+    let driver_set = carry_driver_set(&scratch, &planned.local_files, &staging, &pkgdir)?;
+    profile.driver.keep_local_repo = false;
     let kmod_repo = prebuilt
         .map(|d| kmods::carry(d, &kernels, &staging, &mut profile))
         .transpose()?;
@@ -158,7 +160,8 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         flavour: profile.kernel.flavour,
         kernels,
         fabric_manager: !facts.nvswitches.is_empty(),
-        driver_repo_rpm,
+        driver_repo_rpm: None,
+        driver_set,
         gpgcheck,
         gpgkeys,
         packages: nevras,
@@ -453,27 +456,82 @@ fn target_facts(
     Ok(facts)
 }
 
-/// NVIDIA's local repo package: installed by path, as online, so it is copied to `driver/`
-/// (and out of the repo). Returns its path in the bundle.
-fn copy_local_files(
+/// NVIDIA's local repo package: never carried. Its driver set is: the packages the node
+/// installs are in the repo already (dnf took them out of the package's repo in the scratch
+/// root); the package itself goes out of the repo, and its repo's metadata and keys as NVIDIA
+/// ships them, read by the node's own reader (checked, never the toolkit's payload), go to
+/// `driver/<package>-<version>/` with gpuhost's cache manifest naming the packages the bundle
+/// carries. Nodes install the set from the bundle's repo and keep it in gpuhost's driver cache.
+fn carry_driver_set(
+    scratch: &Host,
     local_files: &[PathBuf],
     staging: &Path,
     pkgdir: &Path,
-) -> Result<Option<String>> {
-    let mut driver_repo_rpm = None;
+) -> Result<Option<DriverSet>> {
+    let mut carried = None;
     for f in local_files {
         let file_name = f
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| anyhow!("{} has no file name", f.display()))?;
-        let to = staging.join("driver").join(&file_name);
-        std::fs::create_dir_all(staging.join("driver"))?;
-        std::fs::copy(f, &to)
-            .with_context(|| format!("copying {} to {}", f.display(), to.display()))?;
         let _ = std::fs::remove_file(pkgdir.join(&file_name));
-        driver_repo_rpm = Some(format!("driver/{file_name}"));
+        let (repo, mut cached) = cache::read_for_bundle(scratch, f)?;
+        let present: Vec<String> = std::fs::read_dir(pkgdir)?
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        cached.packages.retain(|n| {
+            present
+                .iter()
+                .any(|p| p.starts_with(&format!("{n}-")) && package_of(p).as_deref() == Some(n))
+        });
+        cached.bytes = present
+            .iter()
+            .filter(|p| package_of(p).is_some_and(|n| cached.packages.contains(&n)))
+            .map(|p| std::fs::metadata(pkgdir.join(p)).map_or(0, |m| m.len()))
+            .sum();
+        let rel = format!("driver/{}-{}", cached.package, cached.version);
+        let out = staging.join(&rel);
+        copy_metadata(&repo, &out)?;
+        std::fs::write(
+            out.join(cache::MANIFEST_FILE),
+            serde_json::to_vec_pretty(&cached)?,
+        )?;
+        cache::bundle_scratch_done(scratch)?;
+        carried = Some(DriverSet {
+            path: rel,
+            file: file_name,
+            driver: cached.driver.clone(),
+            packages: cached.packages.clone(),
+            bytes: cached.bytes,
+            package_bytes: std::fs::metadata(f).map_or(0, |m| m.len()),
+        });
     }
-    Ok(driver_repo_rpm)
+    Ok(carried)
+}
+
+/// The package name of an RPM file name (`nvidia-driver-580.82.07-1.el9.x86_64.rpm`).
+fn package_of(file: &str) -> Option<String> {
+    let stem = file.strip_suffix(".rpm")?;
+    let mut parts = stem.rsplitn(3, '-');
+    let (_, _, name) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(name.to_string())
+}
+
+/// A repo folder's metadata and keys (everything but its packages) copied to `to`.
+fn copy_metadata(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let kind = entry.file_type()?;
+        if kind.is_dir() && name == "repodata" {
+            copy_metadata(&entry.path(), &to.join(&name))?;
+        } else if kind.is_file() && !name.ends_with(".rpm") {
+            std::fs::copy(entry.path(), to.join(&name))
+                .with_context(|| format!("copying {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// The bundle's repo metadata: `createrepo_c` over its packages, then the module metadata (the

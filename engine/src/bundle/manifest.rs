@@ -37,9 +37,15 @@ pub struct Manifest {
     pub kernels: Vec<String>,
     /// Made for NVSwitch systems (the `fm` module profile and Fabric Manager).
     pub fabric_manager: bool,
-    /// NVIDIA's local repo package, relative to the bundle (`driver/cuda-repo-….rpm`).
+    /// NVIDIA's local repo package, relative to the bundle (`driver/cuda-repo-….rpm`): bundles
+    /// made before issue 42 carried it whole; nodes installed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver_repo_rpm: Option<String>,
+    /// The driver set the bundle carries instead: NVIDIA's repo metadata and keys of the local
+    /// repo package (never the package, never the CUDA toolkit's payload) in a folder, the
+    /// driver packages in `repo/`; nodes keep them in gpuhost's driver cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_set: Option<DriverSet>,
     /// Whether dnf checks the packages' signatures against `gpgkeys` (every repo they came
     /// from checked them).
     pub gpgcheck: bool,
@@ -79,6 +85,24 @@ pub struct BundledKmods {
     pub cert_sha256: String,
     /// The size of its files.
     pub bytes: u64,
+}
+
+/// The driver set a bundle carries (see [`Manifest::driver_set`]).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DriverSet {
+    /// The folder, relative to the bundle (`driver/cuda-repo-rhel9-13-0-local-13.0.1_580.82.07`),
+    /// with gpuhost's cache manifest (`gpuhost-cache.json`).
+    pub path: String,
+    /// NVIDIA's local repo package it was read from (its file name).
+    pub file: String,
+    pub driver: String,
+    /// The driver packages it gives the node (their names; the files are in `repo/`).
+    pub packages: Vec<String>,
+    /// Their bytes.
+    pub bytes: u64,
+    /// NVIDIA's local repo package's size, which the bundle does not carry.
+    pub package_bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -235,7 +259,17 @@ fn check_fields(shown: &str, m: &Manifest, listed: &BTreeMap<&str, &FileEntry>) 
         .cloned()
         .map(|p| ("driver_repo_rpm", p))
         .chain(m.gpgkeys.iter().cloned().map(|p| ("gpgkeys", p)))
-        .chain(kmods.map(|p| ("kmod_repo", p)));
+        .chain(kmods.map(|p| ("kmod_repo", p)))
+        .chain(m.driver_set.iter().map(|d| {
+            (
+                "driver_set",
+                format!(
+                    "{}/{}",
+                    d.path,
+                    gpuhost_steps::transaction::cache::MANIFEST_FILE
+                ),
+            )
+        }));
     for (field, p) in fields {
         if !safe(&p) || !listed.contains_key(p.as_str()) {
             return Err(invalid!(
@@ -346,6 +380,7 @@ mod tests {
             kernels: vec![],
             fabric_manager: false,
             driver_repo_rpm: None,
+            driver_set: None,
             kmod_repo: None,
             gpgcheck: false,
             gpgkeys: vec![],

@@ -155,6 +155,11 @@ impl Opened {
                 .iter()
                 .map(|k| manifest::join(&self.dir, k))
                 .collect(),
+            driver_meta: self
+                .manifest
+                .driver_set
+                .as_ref()
+                .map(|d| manifest::join(&self.dir, &d.path)),
         }
     }
 
@@ -166,6 +171,12 @@ impl Opened {
         p.name = self.manifest.profile.clone();
         if let Some(rel) = &self.manifest.driver_repo_rpm {
             p.driver.local_repo_rpm = Some(manifest::join(&self.dir, rel));
+        }
+        // The driver set without NVIDIA's package: the package's name says which driver; the
+        // node keeps the set in gpuhost's cache.
+        if let Some(d) = &self.manifest.driver_set {
+            p.driver.local_repo_rpm = Some(manifest::join(&self.dir, &d.path).join(&d.file));
+            p.driver.keep_local_repo = false;
         }
         // The kmods the bundle carries: installed instead of building the modules with DKMS.
         if let Some(k) = &self.manifest.kmod_repo {

@@ -318,6 +318,9 @@ impl Step for DriverRepo {
             }
             return installed_check(ctx, plan, &transition);
         }
+        if let Some(check) = from_bundle(ctx, plan, &transition)? {
+            return Ok(check);
+        }
         if let Some(check) = swap_from_cache(ctx, plan, &transition)? {
             return Ok(check);
         }
@@ -393,6 +396,61 @@ fn placing(plan: &crate::run::DriverPlan) -> RepoCache {
         version: plan.cache_version(),
         driver: plan.repo.driver.clone(),
     }
+}
+
+/// `apply --bundle` with a bundle that carries the driver set, not NVIDIA's package
+/// (`gpuhost bundle` since issue 42): the set is installed from the bundle's repo (a first
+/// converge, or one swap from another driver), and once it is, the bundle's driver folder and
+/// those packages become gpuhost's cache, checked against NVIDIA's metadata
+/// ([`cache::place_from_bundle`]).
+fn from_bundle(
+    ctx: &Ctx<'_>,
+    plan: &crate::run::DriverPlan,
+    transition: &Transition,
+) -> Result<Option<Check>> {
+    let Some(bundle) = ctx.host.bundle() else {
+        return Ok(None);
+    };
+    let Some(meta) = &bundle.driver_meta else {
+        return Ok(None);
+    };
+    let packages = bundle.dir.join("Packages");
+    let settle = RepoCache::Bundle {
+        meta: meta.display().to_string(),
+        packages: packages.display().to_string(),
+    };
+    let cached = cache::bundle_manifest(meta)?;
+    let dir = cache::dir_of(&cached.package, &cached.version);
+    let mut check = Check::default();
+    match transition {
+        Transition::Swap { from, .. } => {
+            let shown = meta.display().to_string();
+            let files: Vec<String> = cache::bundle_packages(&packages, &cached)?
+                .into_iter()
+                .map(|f| format!("{shown}/{f}"))
+                .collect();
+            let mut swap = plan_swap(ctx, plan, from, (&files, &shown))?;
+            swap.repo_rpm = None;
+            swap.repo_id = gpuhost_host::host::BUNDLE_REPO_ID.to_string();
+            swap.cache = Some(settle);
+            let how = format!("from the bundle's repo, then kept in gpuhost's cache {dir}");
+            check.changes.push(swap_change(plan, from, swap, &how));
+        }
+        Transition::Refused { others } => return Err(refused(plan, others)),
+        _ => check.changes.push(Change::new(
+            Work::Install(Install {
+                brings_repo: true,
+                cache: Some(settle),
+                ..Install::default()
+            }),
+            format!(
+                "driver {} not installed{}; its packages come from the bundle's repo (the bundle carries the driver set and NVIDIA's metadata, not the local repo package) and are then kept in gpuhost's cache {dir}",
+                plan.repo.driver,
+                serves_text(&plan.repo.driver)
+            ),
+        )),
+    }
+    Ok(Some(check))
 }
 
 /// `driver.keep_local_repo = false`, a swap back to the set gpuhost's cache kept from before

@@ -123,6 +123,10 @@ fn settle_cache(host: &Host, parts: &[&Install]) -> Result<()> {
                     format!("the driver set of {package} was installed, but could not be cached (run gpuhost again)")
                 })?;
             }
+            Some(RepoCache::Bundle { meta, packages }) => {
+                super::cache::place_from_bundle(host, Path::new(meta), Path::new(packages))
+                    .context("the driver set was installed from the bundle, but could not be cached (run gpuhost again)")?;
+            }
             Some(RepoCache::Drop) if super::cache::drop_all(host)? => {
                 tracing::info!("gpuhost's driver cache was removed: NVIDIA's local repo package is installed (driver.keep_local_repo = true)");
             }

@@ -23,9 +23,9 @@ impl Batch {
     /// [`super::cache`]), which only the merged transaction does. Otherwise the package that
     /// brings a repo goes first.
     pub fn plan(parts: &[&Install]) -> &'static [Batch] {
-        let brings = parts
-            .iter()
-            .any(|i| i.brings_repo && i.specs.iter().any(|s| is_package_file(s)));
+        let brings = parts.iter().any(|i| {
+            i.brings_repo && (i.cache.is_some() || i.specs.iter().any(|s| is_package_file(s)))
+        });
         let cache = parts.iter().any(|i| i.brings_repo && i.cache.is_some());
         if brings && (cache || parts.iter().any(|i| !i.brings_repo)) {
             &[Batch::Merged]

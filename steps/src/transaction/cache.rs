@@ -17,6 +17,8 @@
 //! `driver.keep_local_repo = true` again installs NVIDIA's package and removes the cache
 //! ([`drop_all`]).
 
+use std::path::{Path, PathBuf};
+
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +67,11 @@ pub enum RepoCache {
     },
     /// `true`: NVIDIA's package is installed; gpuhost's cache goes.
     Drop,
+    /// From a bundle (`apply --bundle`): the driver set's metadata the bundle carries
+    /// (`meta`, a folder of the bundle: NVIDIA's repodata and keys and the cache manifest) and
+    /// its packages from the bundle's repo (`packages`) cached, checked against NVIDIA's
+    /// metadata ([`place_from_bundle`]). Paths on the machine gpuhost runs on.
+    Bundle { meta: String, packages: String },
 }
 
 /// The package a cache is placed from: what the transaction read.
@@ -173,6 +180,149 @@ pub fn make_current(host: &Host, dir: &str) -> Result<()> {
     for (old, _) in all(host) {
         if old != dir && Some(&old) != previous.as_ref() {
             host.remove_tree(&old)?;
+        }
+    }
+    Ok(())
+}
+
+/// Where a bundle's driver set is read out of NVIDIA's package on the build host (in the
+/// bundle's scratch root).
+const BUNDLE_SCRATCH: &str = "/var/cache/gpuhost/bundle-driver";
+
+/// `gpuhost bundle`: NVIDIA's local repo package `rpm` (a file of the build host) read by the
+/// same reader as a node's transaction ([`super::payload::unpack_repos`]: checked, never the
+/// toolkit's packages) into the scratch root `host`: the repo folder it read (a path on this
+/// machine, holding NVIDIA's repodata, keys and driver packages) and the cache manifest a node
+/// gets from it (its `packages` all the folder holds; the bundle keeps those it carries).
+/// The caller removes the scratch folder ([`bundle_scratch_done`]).
+pub fn read_for_bundle(host: &Host, rpm: &Path) -> Result<(PathBuf, Cached)> {
+    let file = rpm
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = gpuhost_nvidia::localrepo::LocalRepoFile::parse(&file)
+        .ok_or_else(|| anyhow::anyhow!("{}: not NVIDIA's local repo package name", rpm.display()))?;
+    let version = name.version.clone().unwrap_or_else(|| name.driver.clone());
+    host.remove_tree(BUNDLE_SCRATCH)?;
+    host.create_dir_all(format!("{BUNDLE_SCRATCH}/tree"))?;
+    let tree = host.real_path(format!("{BUNDLE_SCRATCH}/tree"))?;
+    let shown = rpm.display().to_string();
+    super::payload::unpack_repos(&shown, &tree).map_err(|e| match e {
+        super::payload::Unpack::Bad(e) | super::payload::Unpack::Unreadable(e) | super::payload::Unpack::Unextracted(e) => e,
+    })?;
+    let dir = dir_of(&name.package, &version);
+    let repo = nvidia_repo(host, BUNDLE_SCRATCH, &name.package, &dir)?;
+    let inner = format!("{BUNDLE_SCRATCH}/tree/var/{}", name.package);
+    let (packages, bytes) = contents(host, &inner)?;
+    let cached = Cached {
+        package: name.package.clone(),
+        version,
+        driver: name.driver.clone(),
+        source: file,
+        repo_id: repo.id,
+        gpgcheck: repo.gpgcheck,
+        keys: repo.keys,
+        packages,
+        bytes,
+    };
+    Ok((host.real_path(&inner)?, cached))
+}
+
+/// The scratch folder of [`read_for_bundle`] removed.
+pub fn bundle_scratch_done(host: &Host) -> Result<()> {
+    host.remove_tree(BUNDLE_SCRATCH).map(drop)
+}
+
+/// The cache manifest's file name in a cached folder (and in a bundle's driver folder).
+pub const MANIFEST_FILE: &str = MANIFEST;
+
+/// `apply --bundle`, once the driver set is installed from the bundle's repo: the bundle's
+/// driver folder `meta` (NVIDIA's repodata and keys as shipped, and the cache manifest) and the
+/// driver packages from its repo folder `packages` (both paths on this machine, checked by the
+/// bundle's manifest before the run) become gpuhost's cache, each package checked against
+/// NVIDIA's metadata again. Returns the cached folder.
+pub fn place_from_bundle(host: &Host, meta: &Path, packages: &Path) -> Result<String> {
+    let cached = bundle_manifest(meta)?;
+    let dir = dir_of(&cached.package, &cached.version);
+    let incoming = format!("{DRIVER_CACHE}/.incoming");
+    host.remove_tree(&incoming)?;
+    host.create_dir_all(&incoming)?;
+    let real = host.real_path(&incoming)?;
+    copy_out_of_bundle(meta, &real)?;
+    // NVIDIA's metadata names each package by its place in its repo (`x86_64/…rpm`): the
+    // bundle's copy goes there, and is checked against that entry's checksum.
+    let sums = gpuhost_host::rpmfile::repodata::checksums(&real)?;
+    let mut placed = Vec::new();
+    for href in sums.keys() {
+        let base = href.rsplit('/').next().unwrap_or(href);
+        let wanted = package_name(base).is_some_and(|n| cached.packages.contains(&n));
+        let from = packages.join(base);
+        if !wanted || !from.is_file() {
+            continue;
+        }
+        if href.starts_with('/') || href.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+            return Err(anyhow::anyhow!(
+                "NVIDIA's repo metadata in {} names the package {href:?}, outside its repo",
+                meta.display()
+            ));
+        }
+        let to = real.join(href);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::copy(&from, &to)
+            .with_context(|| format!("copying {} into {incoming}", from.display()))?;
+        placed.push((href.clone(), gpuhost_host::fsutil::sha256_file(&to)?));
+    }
+    gpuhost_host::rpmfile::repodata::verify(&real, &placed, &sums)
+        .context("a driver package of the bundle does not match NVIDIA's repo metadata")?;
+    let hrefs = placed;
+    host.remove_tree(&dir)?;
+    host.rename(&incoming, &dir)?;
+    make_current(host, &dir)?;
+    tracing::info!(
+        "the driver set of {} {} is cached in {dir} from the bundle ({} packages)",
+        cached.package,
+        cached.version,
+        hrefs.len()
+    );
+    Ok(dir)
+}
+
+/// The cache manifest of a bundle's driver folder `meta` (a path on this machine).
+pub fn bundle_manifest(meta: &Path) -> Result<Cached> {
+    let path = meta.join(MANIFEST);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))
+}
+
+/// The file names in the bundle's repo folder `packages` of the packages named in `cached`.
+pub fn bundle_packages(packages: &Path, cached: &Cached) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(packages).with_context(|| format!("reading {}", packages.display()))? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if package_name(&name).is_some_and(|n| cached.packages.contains(&n)) {
+            out.push(name);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A bundle's driver folder (repodata, keys, manifest: files and folders only) copied into
+/// `to` (a folder of the root, resolved).
+fn copy_out_of_bundle(from: &Path, to: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let dst = to.join(entry.file_name());
+        if kind.is_dir() {
+            std::fs::create_dir_all(&dst)?;
+            copy_out_of_bundle(&entry.path(), &dst)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &dst)
+                .with_context(|| format!("copying {}", entry.path().display()))?;
         }
     }
     Ok(())

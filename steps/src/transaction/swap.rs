@@ -290,6 +290,9 @@ fn settle_cache(host: &Host, s: &DriverSwap, source: &Option<String>) -> Result<
             super::cache::place(host, SCRATCH, &source).map(drop)
         }
         (Some(RepoCache::Drop), _) => super::cache::drop_all(host).map(drop),
+        (Some(RepoCache::Bundle { meta, packages }), _) => {
+            super::cache::place_from_bundle(host, Path::new(meta), Path::new(packages)).map(drop)
+        }
         (None, _) => Ok(()),
     };
     done.context("the driver was replaced, but gpuhost's driver cache could not be written (run gpuhost again)")
