@@ -19,6 +19,10 @@ use world::{
 
 /// A site profile: the world's ol8-uek (Docker CE and the toolkit from the world's mirrors),
 /// NVIDIA's local repo package, and NCCL linked under a prefix (packages from another repo).
+/// The driver set's folder a bundle of the 12.2 local repo carries, and the cache folder nodes
+/// keep it in.
+const DRIVER_SET: &str = "cuda-repo-rhel8-12-2-local-12.2.2_535.104.05";
+
 fn site_profile(dir: &Path, base: &str, driver: &str) -> String {
     let p = dir.join(format!("site-{base}.toml"));
     fs::write(
@@ -216,9 +220,45 @@ fn a_bundle_converges_an_offline_root_exactly_like_the_online_repos() {
                 || p.starts_with("nvidia-container-toolkit-0:1.18")),
         "{packages:?}"
     );
+    // NVIDIA's local repo package is not carried (issue 42): its driver set is, the packages in
+    // the repo and NVIDIA's metadata in driver/; the bundle is what the node installs.
+    assert_eq!(manifest["driver_repo_rpm"], Value::Null);
     assert_eq!(
-        manifest["driver_repo_rpm"],
-        format!("driver/{CUDA_LOCAL_EL8_12_2}")
+        manifest["driver_set"]["path"],
+        format!("driver/{DRIVER_SET}")
+    );
+    assert_eq!(manifest["driver_set"]["file"], CUDA_LOCAL_EL8_12_2);
+    let files: Vec<&str> = manifest["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    assert!(
+        !files.iter().any(|f| f.ends_with(CUDA_LOCAL_EL8_12_2)
+            || f.contains("cuda-toolkit")
+            || f.contains("cuda-cudart")),
+        "{files:?}"
+    );
+    assert!(
+        !files
+            .iter()
+            .any(|f| f.starts_with("driver/") && f.ends_with(".rpm")),
+        "{files:?}"
+    );
+    let set: Vec<&str> = manifest["driver_set"]["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        set.contains(&"nvidia-driver") && set.contains(&"kmod-nvidia-open-dkms"),
+        "{set:?}"
+    );
+    assert!(
+        made["driver_set"]["package_bytes"].as_u64().unwrap_or(0) > 0,
+        "{made:#}"
     );
 
     // The same profile, online, on another fresh root.
@@ -270,7 +310,27 @@ fn a_bundle_converges_an_offline_root_exactly_like_the_online_repos() {
             "{id}: {outcome}\n{r:#}"
         );
     }
-    assert_eq!(rpmdb(&off), rpmdb(&online), "offline and online differ");
+    // The same packages, but NVIDIA's local repo package: the offline node keeps the driver
+    // set in gpuhost's cache instead (checked against NVIDIA's metadata), no /var/cuda-repo-….
+    let repo_pkg = "cuda-repo-rhel8-12-2-local";
+    let online_pkgs: Vec<String> = rpmdb(&online)
+        .into_iter()
+        .filter(|p| !p.starts_with(repo_pkg))
+        .collect();
+    assert_eq!(rpmdb(&off), online_pkgs, "offline and online differ");
+    assert!(!off.join(&format!("var/{repo_pkg}")).exists());
+    let cached = off.join(&format!("var/lib/gpuhost/driver-repo/{DRIVER_SET}"));
+    assert!(
+        cached.join("repodata/repomd.xml").is_file(),
+        "{}",
+        cached.display()
+    );
+    let repo_file = fs::read_to_string(off.join("etc/yum.repos.d/gpuhost-driver-repo.repo"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        repo_file.contains(&format!("/var/lib/gpuhost/driver-repo/{DRIVER_SET}")),
+        "{repo_file}"
+    );
     assert!(off
         .join(&format!("lib/modules/{UEK8_NEW}/extra/nvidia.ko.xz"))
         .is_file());
@@ -356,10 +416,10 @@ fn a_changed_missing_or_extra_file_is_refused_and_nothing_changes() {
         (
             "missing",
             &|b: &Path| {
-                fs::remove_file(b.join("driver").join(CUDA_LOCAL_EL8_12_2))
+                fs::remove_file(b.join(format!("driver/{DRIVER_SET}/repodata/repomd.xml")))
                     .unwrap_or_else(|e| panic!("{e}"))
             },
-            format!("driver/{CUDA_LOCAL_EL8_12_2} is missing"),
+            format!("driver/{DRIVER_SET}/repodata/repomd.xml is missing"),
         ),
         (
             "extra",

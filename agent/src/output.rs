@@ -118,6 +118,17 @@ pub(crate) fn print_bundle(r: &BuildReport) {
     if let (Some(t), Some(b)) = (&r.tarball, r.tar_bytes) {
         println!("tarball {t} ({})", human_bytes(b));
     }
+    if let Some(d) = &r.driver_set {
+        println!(
+            "driver set: NVIDIA {} from {}: {} packages, {} (in repo/), NVIDIA's repo metadata in {}/; the local repo package itself ({}, the CUDA toolkit's packages with it) is not carried",
+            d.driver,
+            d.file,
+            d.packages.len(),
+            human_bytes(d.bytes),
+            d.path,
+            human_bytes(d.package_bytes)
+        );
+    }
     if !r.modules.is_empty() {
         println!("module streams: {}", r.modules.join(", "));
     }

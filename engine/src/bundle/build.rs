@@ -23,9 +23,9 @@ use gpuhost_host::kernel::Flavour;
 use gpuhost_host::platform::Release;
 use gpuhost_profile::Profile;
 use gpuhost_steps;
-use gpuhost_steps::transaction::cache;
 use gpuhost_steps::containers::RepoSource;
 use gpuhost_steps::run::DriverPlan;
+use gpuhost_steps::transaction::cache;
 
 /// How many times the plan is checked again against the scratch root before giving up (a
 /// step's packages may depend on an earlier step's: the kernel's compiler is read from the
@@ -86,6 +86,9 @@ pub struct BuildReport {
     /// The prebuilt kmods the bundle carries, and the repo they were taken from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kmod_repo: Option<KmodPart>,
+    /// The driver set it carries instead of NVIDIA's local repo package.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driver_set: Option<DriverSet>,
     pub manifest_sha256: String,
     pub duration_ms: u64,
 }
@@ -200,6 +203,7 @@ impl BuildReport {
             gpgcheck: m.gpgcheck,
             gpgkeys: m.gpgkeys,
             plan: m.plan,
+            driver_set: m.driver_set,
             kmod_repo: None,
             manifest_sha256: String::new(),
             duration_ms: 0,

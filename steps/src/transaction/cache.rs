@@ -200,15 +200,18 @@ pub fn read_for_bundle(host: &Host, rpm: &Path) -> Result<(PathBuf, Cached)> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let name = gpuhost_nvidia::localrepo::LocalRepoFile::parse(&file)
-        .ok_or_else(|| anyhow::anyhow!("{}: not NVIDIA's local repo package name", rpm.display()))?;
+    let name = gpuhost_nvidia::localrepo::LocalRepoFile::parse(&file).ok_or_else(|| {
+        anyhow::anyhow!("{}: not NVIDIA's local repo package name", rpm.display())
+    })?;
     let version = name.version.clone().unwrap_or_else(|| name.driver.clone());
     host.remove_tree(BUNDLE_SCRATCH)?;
     host.create_dir_all(format!("{BUNDLE_SCRATCH}/tree"))?;
     let tree = host.real_path(format!("{BUNDLE_SCRATCH}/tree"))?;
     let shown = rpm.display().to_string();
     super::payload::unpack_repos(&shown, &tree).map_err(|e| match e {
-        super::payload::Unpack::Bad(e) | super::payload::Unpack::Unreadable(e) | super::payload::Unpack::Unextracted(e) => e,
+        super::payload::Unpack::Bad(e)
+        | super::payload::Unpack::Unreadable(e)
+        | super::payload::Unpack::Unextracted(e) => e,
     })?;
     let dir = dir_of(&name.package, &version);
     let repo = nvidia_repo(host, BUNDLE_SCRATCH, &name.package, &dir)?;
@@ -260,7 +263,11 @@ pub fn place_from_bundle(host: &Host, meta: &Path, packages: &Path) -> Result<St
         if !wanted || !from.is_file() {
             continue;
         }
-        if href.starts_with('/') || href.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        if href.starts_with('/')
+            || href
+                .split('/')
+                .any(|c| c.is_empty() || c == "." || c == "..")
+        {
             return Err(anyhow::anyhow!(
                 "NVIDIA's repo metadata in {} names the package {href:?}, outside its repo",
                 meta.display()
@@ -300,7 +307,9 @@ pub fn bundle_manifest(meta: &Path) -> Result<Cached> {
 /// The file names in the bundle's repo folder `packages` of the packages named in `cached`.
 pub fn bundle_packages(packages: &Path, cached: &Cached) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(packages).with_context(|| format!("reading {}", packages.display()))? {
+    for entry in
+        std::fs::read_dir(packages).with_context(|| format!("reading {}", packages.display()))?
+    {
         let name = entry?.file_name().to_string_lossy().into_owned();
         if package_name(&name).is_some_and(|n| cached.packages.contains(&n)) {
             out.push(name);
