@@ -20,6 +20,10 @@
 # --one-file: the filler is one file of SIZE_GB (over 4 GiB: rpm's stripped cpio entries, which
 # rpm2cpio refuses).
 #
+# With --big, each run also: a third root converged and swapped with driver.keep_local_repo =
+# false (against the same run's floor), and a bundle made from the big package (its size
+# against the packages a node installs from it).
+#
 # Usage: bench/transaction-floor.sh [N] [--big [SIZE_GB] [--one-file]]
 #        (GPUHOST_BENCH_BIG=DIR: the big packages are made there once and kept)
 set -euo pipefail
@@ -78,9 +82,10 @@ class Peak:
     def end(self):
         self.stop = True; self.t.join(); return self.peak
 
-def gpuhost_apply(root, rpm):
+def gpuhost_apply(root, rpm, keep=True):
     args = [gpuhost, "apply", "--profile", profile, "--root", root, "--set",
             f"driver.local_repo_rpm={rpm}", "--set", "driver.replace_local_repo=true",
+            "--set", f"driver.keep_local_repo={'true' if keep else 'false'}",
             "--format", "json"]
     peak = Peak(root)
     t0 = time.perf_counter()
@@ -203,7 +208,29 @@ def floor(rep, a, rpm):
     used = peak.end()
     return total, used, len(cmds), b
 
-results = {"converge": [], "swap": []}
+def bundle_row(rpm):
+    """A bundle of the profile made from `rpm` (issue 42, item 3): its wall time, its bytes,
+    and the bytes of the packages a node installs from it (its repo's packages)."""
+    src = fresh("S")
+    out = f"{tmp}/bundle"
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.perf_counter()
+    p = subprocess.run([gpuhost, "bundle", "--profile", profile, "--set",
+                        f"driver.local_repo_rpm={rpm}", "--root", src, "--out", out,
+                        "--format", "json"], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"bundle failed ({p.returncode}): {p.stdout[-2000:]}{p.stderr[-2000:]}")
+    made = json.loads(p.stdout)
+    pk = f"{out}/repo/Packages"
+    installs = sum(os.path.getsize(f"{pk}/{f}") for f in os.listdir(pk))
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(src, ignore_errors=True)
+    return wall, made["bytes"], installs, os.path.getsize(rpm)
+
+results = {"converge": [], "swap": [], "converge, keep_local_repo = false": [],
+           "swap, keep_local_repo = false": []}
+bundles = []
 for i in range(n):
     a = fresh("A")
     w, used, rep = gpuhost_apply(a, rpm_a)
@@ -239,6 +266,20 @@ for i in range(n):
         results["swap"].append((w2, f2, used2, fused2, len(cmds)))
         print(f"run {i}: swap gpuhost {w2:.2f} s, floor {f2:.2f} s, peak extra disk "
               f"{used2 / 2**20:.0f} / {fused2 / 2**20:.0f} MiB", flush=True)
+        # keep_local_repo = false (issue 42, item 2) on a third root, against this run's floor.
+        c = fresh("C")
+        w3, used3, _ = gpuhost_apply(c, rpm_a, keep=False)
+        results["converge, keep_local_repo = false"].append(
+            (w3, results["converge"][-1][1], used3, results["converge"][-1][3], 0))
+        w4, used4, _ = gpuhost_apply(c, rpm_b, keep=False)
+        results["swap, keep_local_repo = false"].append((w4, f2, used4, fused2, 0))
+        print(f"run {i}: keep_local_repo = false: converge {w3:.2f} s, {used3 / 2**20:.0f} MiB; "
+              f"swap {w4:.2f} s, {used4 / 2**20:.0f} MiB", flush=True)
+        shutil.rmtree(c, ignore_errors=True)
+        bw, bb, bi, pkg = bundle_row(rpm_a)
+        bundles.append((bw, bb, bi, pkg))
+        print(f"run {i}: bundle {bw:.2f} s, {bb / 2**20:.0f} MiB; the packages a node installs "
+              f"{bi / 2**20:.0f} MiB; the local repo package {pkg / 2**20:.0f} MiB", flush=True)
     for r in (a, b):
         shutil.rmtree(r, ignore_errors=True)
 
@@ -250,6 +291,12 @@ for what, r in results.items():
     print(f"{what}: {len(r)} runs; gpuhost median {g:.2f} s (min {min(x[0] for x in r):.2f}), "
           f"hand-typed floor median {f:.2f} s (min {min(x[1] for x in r):.2f}, {r[0][4]} commands); "
           f"ratio {g/f:.2f}; peak extra disk gpuhost {gu:.0f} MiB, floor {fu:.0f} MiB")
+if bundles:
+    bw = statistics.median(x[0] for x in bundles); bb = statistics.median(x[1] for x in bundles)
+    bi = statistics.median(x[2] for x in bundles)
+    print(f"bundle: {len(bundles)} builds; median {bw:.2f} s; {bb / 2**20:.1f} MiB against "
+          f"{bi / 2**20:.1f} MiB of packages a node installs: ratio {bb / bi:.3f} "
+          f"(the local repo package: {bundles[0][3] / 2**20:.0f} MiB, not carried)")
 print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
       f"({os.cpu_count()} CPUs)")
 PY

@@ -12,17 +12,17 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use world::{
-    code, report, stderr, stdout, Os, Root, World, CUDA_LOCAL_EL8_12_2, CUDA_LOCAL_EL9_12_2,
-    DRIVER_LOCAL_EL8_580, DRIVER_LOCAL_EL9_570, RHCK8, RHCK9, UEK8_NEW, UEK8_NO_DEVEL, UEK8_OLD,
-    UEK9,
+    code, report, stderr, stdout, Os, Root, World, CUDA_LOCAL_EL8_12_2, CUDA_LOCAL_EL8_12_4,
+    CUDA_LOCAL_EL9_12_2, DRIVER_LOCAL_EL8_580, DRIVER_LOCAL_EL9_570, RHCK8, RHCK9, UEK8_NEW,
+    UEK8_NO_DEVEL, UEK8_OLD, UEK9,
 };
 
-/// A site profile: the world's ol8-uek (Docker CE and the toolkit from the world's mirrors),
-/// NVIDIA's local repo package, and NCCL linked under a prefix (packages from another repo).
 /// The driver set's folder a bundle of the 12.2 local repo carries, and the cache folder nodes
 /// keep it in.
 const DRIVER_SET: &str = "cuda-repo-rhel8-12-2-local-12.2.2_535.104.05";
 
+/// A site profile: the world's ol8-uek (Docker CE and the toolkit from the world's mirrors),
+/// NVIDIA's local repo package, and NCCL linked under a prefix (packages from another repo).
 fn site_profile(dir: &Path, base: &str, driver: &str) -> String {
     let p = dir.join(format!("site-{base}.toml"));
     fs::write(
@@ -1600,4 +1600,77 @@ fn a_signal_during_a_build_removes_its_scratch() {
         assert!(stderr(&o).contains(&format!("SIG{sig}")), "{}", stderr(&o));
         assert_eq!(names_in(&parent), Some(vec![]), "SIG{sig} left these");
     }
+}
+
+/// A bundle of another driver on a node converged from a bundle (issue 42): one swap from the
+/// driver set in gpuhost's cache to the bundle's, offline; the set before stays cached (for a
+/// rollback), and the next apply of the same bundle changes nothing.
+#[test]
+fn a_bundle_of_another_driver_swaps_the_node_from_its_cache() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let replace = ["--set", "driver.replace_local_repo=true"];
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let a = tmp.path().join("a");
+    let b = tmp.path().join("b");
+    bundle(
+        &src,
+        &site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2),
+        &a,
+        &replace,
+    );
+    let p550 = tmp.path().join("550");
+    fs::create_dir_all(&p550).unwrap_or_else(|e| panic!("{e}"));
+    bundle(
+        &src,
+        &site_profile(&p550, "ol8-uek", CUDA_LOCAL_EL8_12_4),
+        &b,
+        &replace,
+    );
+    let off = Root::new(Os::Ol8, &[UEK8_NEW]);
+    cut_off(&off);
+    let (c, r, err) = apply_bundle(&off, "apply", &a);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    assert!(off
+        .installed("nvidia-driver")
+        .is_some_and(|v| v.starts_with("535.104.05")));
+    let (c, r, err) = apply_bundle(&off, "apply", &b);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    let why = r["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["id"] == "driver-repo")
+        .map(|s| s["reason"].to_string())
+        .unwrap_or_default();
+    assert!(why.contains("from the bundle's repo"), "{why}");
+    assert_eq!(off.installed_all("nvidia-driver").len(), 1);
+    assert!(off
+        .installed("nvidia-driver")
+        .is_some_and(|v| v.starts_with("550.54.15")));
+    assert!(off
+        .installed("kmod-nvidia-open-dkms")
+        .is_some_and(|v| v.starts_with("550.54.15")));
+    assert_eq!(
+        off.nvidia_module_version(UEK8_NEW).as_deref(),
+        Some("550.54.15")
+    );
+    let mut cached: Vec<String> = fs::read_dir(off.join("var/lib/gpuhost/driver-repo"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    cached.sort();
+    assert_eq!(
+        cached,
+        vec![
+            DRIVER_SET.to_string(),
+            "cuda-repo-rhel8-12-4-local-12.4.1_550.54.15".to_string()
+        ]
+    );
+    let repo_file = fs::read_to_string(off.join("etc/yum.repos.d/gpuhost-driver-repo.repo"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(repo_file.contains("12.4.1_550.54.15"), "{repo_file}");
+    let (c, r, err) = apply_bundle(&off, "apply", &b);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    assert_converged(&r);
 }
