@@ -1293,6 +1293,16 @@ fn without_the_local_repo_the_node_swaps_rolls_back_and_moves_from_the_cache() {
         )
     );
     assert!(repo_packages(&node).is_empty());
+    // The file is gone and the node needs it no more: a converged apply (as the kernel guard
+    // repeats it, the checksum pinned) reads the cache, not the file.
+    let sum = format!(
+        "driver.sha256={}",
+        World::get().sha256(DRIVER_LOCAL_EL9_570)
+    );
+    stays(
+        DRIVER_LOCAL_EL9_570,
+        &["--set", &set570, off[0], off[1], "--set", &sum],
+    );
 
     // keep_local_repo = true: NVIDIA's package is installed, the cache goes, the set stays.
     let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &[]);

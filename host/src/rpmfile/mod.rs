@@ -131,26 +131,32 @@ fn stream(
     }
     f.seek(SeekFrom::Start(pkg.payload_at))
         .map_err(|e| Fault::Source(anyhow!("{shown}: {e}")))?;
-    let hashed = std::rc::Rc::new(std::cell::RefCell::new(Hashing {
-        f,
-        h: sha2::Sha256::new(),
-    }));
-    let r = BufReader::with_capacity(1 << 20, Shared(hashed.clone()));
-    let stream = decompressor(&pkg, r).map_err(|e| bad(named, e))?;
+    let (payload, reading) = Payload::read(f);
+    let stream = match decompressor(&pkg, payload) {
+        Ok(s) => s,
+        Err(e) => {
+            reading.stop();
+            return Err(bad(named, e));
+        }
+    };
     let mut cpio = cpio::Cpio::new(stream);
     let named = |f: Fault| match f {
         Fault::Bad(why) => Fault::Bad(format!("{shown}: {why}")),
         f => f,
     };
-    let written = walk(&pkg, &plan, &mut cpio, into).map_err(named)?;
-    drop(cpio);
-    // What follows the trailer (padding, the compressor's end) is the payload's too.
-    let got = {
-        let mut h = hashed.borrow_mut();
-        std::io::copy(&mut *h, &mut std::io::sink())
-            .map_err(|e| Fault::Source(anyhow!("{shown}: {e}")))?;
-        crate::fsutil::hex(&std::mem::take(&mut h.h).finalize())
+    let written = match walk(&pkg, &plan, &mut cpio, into) {
+        Ok(w) => w,
+        Err(f) => {
+            reading.stop();
+            return Err(named(f));
+        }
     };
+    drop(cpio);
+    // What follows the trailer (padding, the compressor's end) is the payload's too: the
+    // reading thread hashes the file to its end.
+    let got = reading
+        .digest()
+        .map_err(|e| Fault::Source(anyhow!("{shown}: {e}")))?;
     if pkg.payload_sha256.as_ref().is_some_and(|want| *want != got) {
         return Err(Fault::Bad(format!(
             "{shown}: payload SHA256 digest: BAD (the payload is damaged or cut short)"
@@ -159,26 +165,121 @@ fn stream(
     Ok((pkg, written))
 }
 
-/// The package file from the payload on, hashed as it is read.
-struct Hashing {
-    f: File,
-    h: sha2::Sha256,
+/// The package file from the payload on, read and hashed by a thread of its own while the
+/// caller decompresses and walks what it has read (on two cores the digest then costs the walk
+/// no time: 4 GiB hash in about 2.4 s here). Chunks of 1 MiB, at most 8 ahead.
+struct Payload {
+    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    at: usize,
 }
 
-impl Read for Hashing {
+/// The reading thread: its digest of everything from the payload on, or why it stopped.
+struct Reading {
+    thread: std::thread::JoinHandle<std::io::Result<String>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Payload {
+    fn read(mut f: File) -> (Payload, Reading) {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (tx, rx) = std::sync::mpsc::sync_channel(8);
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut h = sha2::Sha256::new();
+            loop {
+                // Stopped by the walk (a bad package, a signal: the walk says which).
+                if stopped.load(Ordering::Relaxed) {
+                    return Err(std::io::Error::other(
+                        "stopped before the end of the payload",
+                    ));
+                }
+                let mut buf = vec![0u8; 1 << 20];
+                let n = match read_full(&mut f, &mut buf) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let kind = e.kind();
+                        let text = e.to_string();
+                        let _ = tx.send(Err(e));
+                        return Err(std::io::Error::new(kind, text));
+                    }
+                };
+                if n == 0 {
+                    return Ok(crate::fsutil::hex(&h.finalize()));
+                }
+                buf.truncate(n);
+                h.update(&buf);
+                // The walk may be done before the file's end (what follows the trailer):
+                // the rest is hashed all the same.
+                let _ = tx.send(Ok(buf));
+            }
+        });
+        let payload = Payload {
+            rx,
+            chunk: Vec::new(),
+            at: 0,
+        };
+        (payload, Reading { thread, stop })
+    }
+}
+
+/// `buf` filled from `f` as far as it goes: fewer bytes only at the file's end.
+fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+impl Read for Payload {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.f.read(buf)?;
-        self.h.update(&buf[..n]);
+        let have = self.fill_buf()?;
+        let n = have.len().min(buf.len());
+        buf[..n].copy_from_slice(&have[..n]);
+        self.consume(n);
         Ok(n)
     }
 }
 
-/// [`Hashing`] shared by the decompressor and the drain after it.
-struct Shared(std::rc::Rc<std::cell::RefCell<Hashing>>);
+impl BufRead for Payload {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        while self.at >= self.chunk.len() {
+            match self.rx.recv() {
+                Ok(Ok(c)) => {
+                    self.chunk = c;
+                    self.at = 0;
+                }
+                Ok(Err(e)) => return Err(e),
+                // The thread is done: the file's end.
+                Err(_) => return Ok(&[]),
+            }
+        }
+        Ok(&self.chunk[self.at..])
+    }
 
-impl Read for Shared {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0.borrow_mut().read(buf)
+    fn consume(&mut self, n: usize) {
+        self.at = (self.at + n).min(self.chunk.len());
+    }
+}
+
+impl Reading {
+    /// The walk failed: the thread stops at its next chunk (it is not waited for).
+    fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The SHA-256 of everything from the payload on, once the thread has read to the end.
+    fn digest(self) -> std::io::Result<String> {
+        self.thread
+            .join()
+            .map_err(|_| std::io::Error::other("the reading thread panicked"))?
     }
 }
 

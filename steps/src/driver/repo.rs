@@ -312,8 +312,12 @@ impl Step for DriverRepo {
         let transition = transition(ctx)?;
         if transition.repo_installed() {
             // Installed already: a checksum given is still the file's to match (a wrong one is
-            // a mistake to report, not to pass over because nothing needs installing).
-            if let Some(want) = ctx.profile.driver.sha256.as_deref() {
+            // a mistake to report, not to pass over because nothing needs installing). A set in
+            // gpuhost's cache was checked when it was cached: the file may be gone since
+            // (driver.keep_local_repo = false needs it no more), and is checked when it is there.
+            let cached = present_repo_dir(ctx, plan) != name.repo_dir();
+            let gone = cached && local_repo_size(path).is_none();
+            if let (Some(want), false) = (ctx.profile.driver.sha256.as_deref(), gone) {
                 sha256_matches(path, want).map_err(as_invalid)?;
             }
             return installed_check(ctx, plan, &transition);

@@ -47,16 +47,6 @@ pub struct DriverPlan {
 }
 
 impl DriverPlan {
-    /// The folder the driver set's repo lies in on the node: NVIDIA's (`/var/<package>`), or
-    /// gpuhost's cached folder of the package (`driver.keep_local_repo = false`).
-    pub fn repo_dir(&self) -> String {
-        if self.keep_local_repo {
-            self.repo.repo_dir()
-        } else {
-            crate::transaction::cache::dir_of(&self.repo.package, &self.cache_version())
-        }
-    }
-
     /// The package's version as the cache names it: its file name's, or its driver's (a
     /// driver-only file name may give none).
     pub fn cache_version(&self) -> String {

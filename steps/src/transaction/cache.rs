@@ -16,6 +16,12 @@
 //! stays cached for a rollback ([`place`] keeps those two and removes the rest).
 //! `driver.keep_local_repo = true` again installs NVIDIA's package and removes the cache
 //! ([`drop_all`]).
+//!
+//! A bundle (`gpuhost bundle`) carries the same driver set instead of NVIDIA's package: the
+//! package's repo metadata and keys with the manifest in a folder of the bundle, read by the same
+//! reader on the build host ([`read_for_bundle`]), the packages in the bundle's repo; a node that
+//! installed the set from the bundle caches it, each package checked against NVIDIA's metadata
+//! again ([`place_from_bundle`]).
 
 use std::path::{Path, PathBuf};
 
