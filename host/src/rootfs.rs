@@ -957,6 +957,19 @@ mod tests {
             // /var/lib are different filesystems: both paths resolved inside the root first
             // (Host::real_path), the source a regular file found by kind_nofollow
             ("transaction/cache.rs", "std::fs::copy(&s, &d)"),
+            // a bundle's driver set (the build host's files, hashed by the bundle's manifest
+            // before the run) read, and copied into the cache's `.incoming` folder, which gpuhost
+            // has just made afresh inside the root (Host::create_dir_all, then real_path)
+            ("transaction/cache.rs", "!from.is_file()"),
+            ("transaction/cache.rs", "std::fs::create_dir_all(parent)"),
+            ("transaction/cache.rs", "std::fs::copy(&from, &to)"),
+            ("transaction/cache.rs", "std::fs::read_to_string(&path)"),
+            ("transaction/cache.rs", "std::fs::read_dir(packages)"),
+            ("transaction/cache.rs", "std::fs::read_dir(from)"),
+            ("transaction/cache.rs", "kind.is_dir()"),
+            ("transaction/cache.rs", "std::fs::create_dir_all(&dst)"),
+            ("transaction/cache.rs", "kind.is_file()"),
+            ("transaction/cache.rs", "std::fs::copy(entry.path(), &dst)"),
             // the driver RPM on the build host: a FIFO is refused by its metadata, unopened
             ("driver/repo.rs", "std::fs::metadata(path)"),
             ("driver/repo.rs", "m.is_file()"),

@@ -140,6 +140,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         &pkgdir,
     )?;
     let driver_set = carry_driver_set(&scratch, &planned.local_files, &staging, &pkgdir)?;
+    // Nodes keep the set the bundle carries in gpuhost's cache: no package to install.
     profile.driver.keep_local_repo = false;
     let kmod_repo = prebuilt
         .map(|d| kmods::carry(d, &kernels, &staging, &mut profile))
@@ -156,10 +157,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         created_at: fsutil::rfc3339(fsutil::unix_now()),
         profile: profile.name.clone(),
         os_major: major,
-        arch: facts
-            .arch
-            .clone()
-            .unwrap_or_else(|| gpuhost_host::arch::machine().to_string()),
+        arch: target_arch(&facts),
         flavour: profile.kernel.flavour,
         kernels,
         fabric_manager: !facts.nvswitches.is_empty(),
@@ -184,6 +182,14 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         duration_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
         ..BuildReport::of(m)
     })
+}
+
+/// The target's machine architecture: `--arch`'s, else this machine's.
+fn target_arch(facts: &Facts) -> String {
+    facts
+        .arch
+        .clone()
+        .unwrap_or_else(|| gpuhost_host::arch::machine().to_string())
 }
 
 impl BuildReport {
