@@ -1673,4 +1673,19 @@ fn a_bundle_of_another_driver_swaps_the_node_from_its_cache() {
     let (c, r, err) = apply_bundle(&off, "apply", &b);
     assert_eq!(c, 0, "{r:#}\n{err}");
     assert_converged(&r);
+    // The cache removed by hand, the set still installed: the next apply caches it again from
+    // the bundle and installs nothing.
+    let rpmdb_before = rpmdb(&off);
+    fs::remove_dir_all(off.join("var/lib/gpuhost/driver-repo")).unwrap_or_else(|e| panic!("{e}"));
+    fs::remove_file(off.join("etc/yum.repos.d/gpuhost-driver-repo.repo"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (c, r, err) = apply_bundle(&off, "apply", &b);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    assert_eq!(rpmdb(&off), rpmdb_before);
+    assert!(off
+        .join("var/lib/gpuhost/driver-repo/cuda-repo-rhel8-12-4-local-12.4.1_550.54.15/repodata/repomd.xml")
+        .is_file());
+    let (c, r, err) = apply_bundle(&off, "apply", &b);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    assert_converged(&r);
 }
