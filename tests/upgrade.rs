@@ -1137,17 +1137,23 @@ fn rollback_trusts_the_rpm_database_and_only_roots_journal() {
     assert_eq!(node.root.rpmdb_snapshot(), rpmdb);
 }
 
-/// gpuhost's driver cache on the node (`driver.keep_local_repo = false`, issue 42 item 2): the
-/// cached folders by name, and the folder gpuhost's repo file gives dnf.
-fn cache_state(root: &Root) -> (Vec<String>, Option<String>) {
-    let mut dirs: Vec<String> = std::fs::read_dir(root.join("/var/lib/gpuhost/driver-repo"))
+/// The names in a folder of the root, sorted (none when it is not there).
+fn names_in(root: &Root, dir: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root.join(dir))
         .map(|rd| {
             rd.filter_map(Result::ok)
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect()
         })
         .unwrap_or_default();
-    dirs.sort();
+    names.sort();
+    names
+}
+
+/// gpuhost's driver cache on the node (`driver.keep_local_repo = false`, issue 42 item 2): the
+/// cached folders by name, and the folder gpuhost's repo file gives dnf.
+fn cache_state(root: &Root) -> (Vec<String>, Option<String>) {
+    let dirs = names_in(root, "/var/lib/gpuhost/driver-repo");
     let current = std::fs::read_to_string(root.join("/etc/yum.repos.d/gpuhost-driver-repo.repo"))
         .ok()
         .and_then(|t| {
@@ -1168,16 +1174,10 @@ fn repo_packages(node: &Node) -> Vec<String> {
 
 /// The `/var/<local repo>` folders NVIDIA's packages leave.
 fn var_repos(root: &Root) -> Vec<String> {
-    std::fs::read_dir(root.join("/var"))
-        .map(|rd| {
-            rd.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| {
-                    n.starts_with("cuda-repo-") || n.starts_with("nvidia-driver-local-repo-")
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    names_in(root, "/var")
+        .into_iter()
+        .filter(|n| n.starts_with("cuda-repo-") || n.starts_with("nvidia-driver-local-repo-"))
+        .collect()
 }
 
 /// `driver.keep_local_repo = false` (issue 42, item 2), on an HGX node: the first converge, a
@@ -1329,16 +1329,10 @@ fn without_the_local_repo_the_node_swaps_rolls_back_and_moves_from_the_cache() {
         cache_state(&node.root),
         (vec![cached580.clone()], Some(cached580.clone()))
     );
-    let held: Vec<String> = std::fs::read_dir(
-        node.root
-            .join(&format!("/var/lib/gpuhost/driver-repo/{cached580}")),
-    )
-    .map(|rd| {
-        rd.filter_map(Result::ok)
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect()
-    })
-    .unwrap_or_default();
+    let held = names_in(
+        &node.root,
+        &format!("/var/lib/gpuhost/driver-repo/{cached580}"),
+    );
     assert!(
         held.iter().any(|f| f.starts_with("nvidia-driver-")),
         "{held:?}"

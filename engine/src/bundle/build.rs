@@ -486,18 +486,16 @@ fn carry_driver_set(
             .ok_or_else(|| anyhow!("{} has no file name", f.display()))?;
         let _ = std::fs::remove_file(pkgdir.join(&file_name));
         let (repo, mut cached) = cache::read_for_bundle(scratch, f)?;
-        let present: Vec<String> = std::fs::read_dir(pkgdir)?
-            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-            .collect();
+        // Of the packages NVIDIA's repo holds, those the bundle's repo carries.
+        let files = cache::bundle_packages(pkgdir, &cached)?;
         cached.packages.retain(|n| {
-            present
+            files
                 .iter()
-                .any(|p| p.starts_with(&format!("{n}-")) && package_of(p).as_deref() == Some(n))
+                .any(|f| cache::package_name(f).as_ref() == Some(n))
         });
-        cached.bytes = present
+        cached.bytes = files
             .iter()
-            .filter(|p| package_of(p).is_some_and(|n| cached.packages.contains(&n)))
-            .map(|p| std::fs::metadata(pkgdir.join(p)).map_or(0, |m| m.len()))
+            .map(|f| std::fs::metadata(pkgdir.join(f)).map_or(0, |m| m.len()))
             .sum();
         let rel = format!("driver/{}-{}", cached.package, cached.version);
         let out = staging.join(&rel);
@@ -517,14 +515,6 @@ fn carry_driver_set(
         });
     }
     Ok(carried)
-}
-
-/// The package name of an RPM file name (`nvidia-driver-580.82.07-1.el9.x86_64.rpm`).
-fn package_of(file: &str) -> Option<String> {
-    let stem = file.strip_suffix(".rpm")?;
-    let mut parts = stem.rsplitn(3, '-');
-    let (_, _, name) = (parts.next()?, parts.next()?, parts.next()?);
-    Some(name.to_string())
 }
 
 /// A repo folder's metadata and keys (everything but its packages) copied to `to`.

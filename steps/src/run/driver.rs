@@ -50,10 +50,7 @@ impl DriverPlan {
     /// The package's version as the cache names it: its file name's, or its driver's (a
     /// driver-only file name may give none).
     pub fn cache_version(&self) -> String {
-        self.repo
-            .version
-            .clone()
-            .unwrap_or_else(|| self.repo.driver.clone())
+        crate::transaction::cache::version_of(&self.repo)
     }
 
     /// The `nvidia-driver` stream to install.

@@ -31,6 +31,8 @@ use serde::{Deserialize, Serialize};
 use gpuhost_host::error::hinted;
 use gpuhost_host::host::{repo_entries, Host, DRIVER_CACHE};
 
+pub use super::payload::package_name;
+
 /// gpuhost's repo file for the cached driver set.
 pub const REPO_FILE: &str = "/etc/yum.repos.d/gpuhost-driver-repo.repo";
 /// The manifest in each cached repo folder.
@@ -78,6 +80,30 @@ pub enum RepoCache {
     /// its packages from the bundle's repo (`packages`) cached, checked against NVIDIA's
     /// metadata ([`place_from_bundle`]). Paths on the machine gpuhost runs on.
     Bundle { meta: String, packages: String },
+}
+
+impl Cached {
+    /// The manifest of a folder read out of `source`: NVIDIA's repo section for it, and the
+    /// packages the folder holds with their bytes.
+    fn of(source: &Source<'_>, repo: NvidiaRepo, (packages, bytes): (Vec<String>, u64)) -> Cached {
+        Cached {
+            package: source.package.to_string(),
+            version: source.version.to_string(),
+            driver: source.driver.to_string(),
+            source: source.file.to_string(),
+            repo_id: repo.id,
+            gpgcheck: repo.gpgcheck,
+            keys: repo.keys,
+            packages,
+            bytes,
+        }
+    }
+}
+
+/// The version a cached folder is named by: the package file name's, or its driver's (a
+/// driver-only file name may give none).
+pub fn version_of(name: &gpuhost_nvidia::localrepo::LocalRepoFile) -> String {
+    name.version.clone().unwrap_or_else(|| name.driver.clone())
 }
 
 /// The package a cache is placed from: what the transaction read.
@@ -149,18 +175,7 @@ pub fn place(host: &Host, scratch: &str, source: &Source<'_>) -> Result<String> 
     let incoming = format!("{DRIVER_CACHE}/.incoming");
     host.remove_tree(&incoming)?;
     move_tree(host, &inner, &incoming)?;
-    let (packages, bytes) = contents(host, &incoming)?;
-    let cached = Cached {
-        package: source.package.to_string(),
-        version: source.version.to_string(),
-        driver: source.driver.to_string(),
-        source: source.file.to_string(),
-        repo_id: repo.id,
-        gpgcheck: repo.gpgcheck,
-        keys: repo.keys,
-        packages,
-        bytes,
-    };
+    let cached = Cached::of(source, repo, contents(host, &incoming)?);
     host.write_json(format!("{incoming}/{MANIFEST}"), &cached, 0o644)?;
     // A folder of the same package (placed again) is replaced once its successor is whole.
     host.remove_tree(&dir)?;
@@ -209,7 +224,7 @@ pub fn read_for_bundle(host: &Host, rpm: &Path) -> Result<(PathBuf, Cached)> {
     let name = gpuhost_nvidia::localrepo::LocalRepoFile::parse(&file).ok_or_else(|| {
         anyhow::anyhow!("{}: not NVIDIA's local repo package name", rpm.display())
     })?;
-    let version = name.version.clone().unwrap_or_else(|| name.driver.clone());
+    let version = version_of(&name);
     host.remove_tree(BUNDLE_SCRATCH)?;
     host.create_dir_all(format!("{BUNDLE_SCRATCH}/tree"))?;
     let tree = host.real_path(format!("{BUNDLE_SCRATCH}/tree"))?;
@@ -222,18 +237,13 @@ pub fn read_for_bundle(host: &Host, rpm: &Path) -> Result<(PathBuf, Cached)> {
     let dir = dir_of(&name.package, &version);
     let repo = nvidia_repo(host, BUNDLE_SCRATCH, &name.package, &dir)?;
     let inner = format!("{BUNDLE_SCRATCH}/tree/var/{}", name.package);
-    let (packages, bytes) = contents(host, &inner)?;
-    let cached = Cached {
-        package: name.package.clone(),
-        version,
-        driver: name.driver.clone(),
-        source: file,
-        repo_id: repo.id,
-        gpgcheck: repo.gpgcheck,
-        keys: repo.keys,
-        packages,
-        bytes,
+    let source = Source {
+        package: &name.package,
+        version: &version,
+        driver: &name.driver,
+        file: &file,
     };
+    let cached = Cached::of(&source, repo, contents(host, &inner)?);
     Ok((host.real_path(&inner)?, cached))
 }
 
@@ -477,15 +487,6 @@ fn contents(host: &Host, dir: &str) -> Result<(Vec<String>, u64)> {
     names.sort();
     names.dedup();
     Ok((names, bytes))
-}
-
-/// The package name of an RPM's file name (`nvidia-driver-580.82.07-1.el9.x86_64.rpm` →
-/// `nvidia-driver`): the name less `-version-release.arch.rpm`.
-fn package_name(file: &str) -> Option<String> {
-    let stem = file.strip_suffix(".rpm")?;
-    let mut parts = stem.rsplitn(3, '-');
-    let (_release, _version, name) = (parts.next()?, parts.next()?, parts.next()?);
-    (!name.is_empty()).then(|| name.to_string())
 }
 
 /// Move the folder `from` to `to` (both in the root): a rename, or where they lie on different

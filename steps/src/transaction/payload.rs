@@ -116,7 +116,10 @@ fn selected(path: &str) -> bool {
     path.starts_with("/etc/yum.repos.d/")
         || path.contains("/repodata/")
         || is_key(name)
-        || (name.ends_with(".rpm") && !gpuhost_nvidia::localrepo::is_toolkit(&package_name(name)))
+        || (name.ends_with(".rpm")
+            && !gpuhost_nvidia::localrepo::is_toolkit(
+                &package_name(name).unwrap_or_else(|| name.to_string()),
+            ))
 }
 
 /// A repo's signing key, as NVIDIA's and the distributions' repos name them (`D42D0685.pub`,
@@ -145,15 +148,14 @@ fn own_folders(files: &[FileInfo]) -> Vec<String> {
 }
 
 /// The package name of a package file's path (`…/nvidia-driver-3:580.82.07-1.el9.x86_64.rpm`
-/// → `nvidia-driver`): the file name less `-version-release.arch.rpm`.
-fn package_name(path: &str) -> String {
+/// → `nvidia-driver`): the file name less `-version-release.arch.rpm`; `None` for a file
+/// that is not named so.
+pub fn package_name(path: &str) -> Option<String> {
     let file = path.rsplit('/').next().unwrap_or(path);
-    let mut parts: Vec<&str> = file.rsplitn(3, '-').collect();
-    parts.reverse();
-    match parts.as_slice() {
-        [name, _, _] => name.to_string(),
-        _ => file.to_string(),
-    }
+    let stem = file.strip_suffix(".rpm")?;
+    let mut parts = stem.rsplitn(3, '-');
+    let (_release, _version, name) = (parts.next()?, parts.next()?, parts.next()?);
+    (!name.is_empty()).then(|| name.to_string())
 }
 
 /// The files of the package file `rpm` (a path on this machine) whose paths start with one of
