@@ -111,6 +111,16 @@ def gpuhost_apply(root, rpm, keep=True):
     rep["_dnf_line"] = next((l for l in p.stderr.splitlines() if l.startswith("gpuhost: [dnf] ")), "")
     return wall, used, rep
 
+def split(rep):
+    """Where gpuhost's wall time went: its dnf commands, its other commands, and its own work
+    between them (reading the package, checking, writing state)."""
+    cmds = [c for s in rep["steps"] for c in s["commands"]]
+    dnf = sum(c.get("duration_ms", 0) for c in cmds if c["argv"][0] == "dnf") / 1000
+    other = sum(c.get("duration_ms", 0) for c in cmds if c["argv"][0] != "dnf") / 1000
+    slow = ", ".join(f"{s.get('id', '?')} {s.get('duration_ms', 0) / 1000:.2f} s"
+                     for s in rep["steps"] if s.get("duration_ms", 0) >= 500)
+    return f"gpuhost's dnf commands {dnf:.2f} s, its other commands {other:.2f} s; steps {slow}"
+
 def typed(rep, a, b, rpm):
     """The commands a person types, from A's report, for root B."""
     seen, out = set(), []
@@ -281,7 +291,7 @@ for i in range(n):
         fused2 = peak.end()
         results["swap"].append((w2, f2, used2, fused2, len(cmds)))
         print(f"run {i}: swap gpuhost {w2:.2f} s, floor {f2:.2f} s, peak extra disk "
-              f"{used2 / 2**20:.0f} / {fused2 / 2**20:.0f} MiB", flush=True)
+              f"{used2 / 2**20:.0f} / {fused2 / 2**20:.0f} MiB; {split(rep2)}", flush=True)
         # keep_local_repo = false (issue 42, item 2) on a third root, against this run's floor.
         c = fresh("C")
         w3, used3, _ = gpuhost_apply(c, rpm_a, keep=False)

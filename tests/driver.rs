@@ -416,20 +416,55 @@ fn a_package_in_a_folder_named_with_a_quote_installs_and_swaps() {
 /// naming the file and what gpuhost's reader found (the payload's SHA-256 digest, as `rpm -K`
 /// checks it, or the payload cut short), before any change (issue 34, items 4 and 8).
 #[rstest]
-#[case::truncated(|b: &mut Vec<u8>| b.truncate(b.len() - 300))]
+#[case::truncated(|b: &mut Vec<u8>| b.truncate(b.len() - 300), "truncated")]
 #[case::corrupted(|b: &mut Vec<u8>| {
     let at = b.len() - 2000;
     b[at..at + 4].copy_from_slice(b"XXXX");
-})]
-fn a_damaged_local_repo_package_is_bad_input_naming_the_damage(#[case] damage: fn(&mut Vec<u8>)) {
+}, "payload SHA256 digest: BAD")]
+#[case::toolkit_data(|b: &mut Vec<u8>| flip_in(b, "cuda-toolkit-12-2-"),
+    "cuda-toolkit-12-2-12.2.2-1.x86_64.rpm: SHA256 digest: BAD")]
+#[case::driver_data(|b: &mut Vec<u8>| flip_in(b, "nvidia-driver-535"),
+    "nvidia-driver-535.104.05-1.el8.x86_64.rpm: SHA256 digest: BAD")]
+#[case::trailer(|b: &mut Vec<u8>| {
+    let at = b.windows(10).rposition(|w| w == b"TRAILER!!!").unwrap_or(0);
+    // The trailer's mtime field (rpm writes 0).
+    b[at - 110 + 6 + 5 * 8 + 7] = b'1';
+}, "payload SHA256 digest: BAD")]
+fn a_damaged_local_repo_package_is_bad_input_naming_the_damage(
+    #[case] damage: fn(&mut Vec<u8>),
+    #[case] found: &str,
+    #[values("true", "false")] keep: &str,
+) {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let copy = damaged_copy(dir.path(), CUDA_LOCAL_EL8_12_2, damage);
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
-    let why = refused_before_any_change(&root, &copy, &[], "payload");
-    assert!(
-        why.contains(&copy) && (why.contains("digest: BAD") || why.contains("truncated")),
-        "{why}"
-    );
+    let keep = format!("driver.keep_local_repo={keep}");
+    let why = refused_before_any_change(&root, &copy, &["--set", &keep], "payload");
+    assert!(why.contains(&copy) && why.contains(found), "{why}");
+}
+
+/// One byte in the middle of the data of the payload's first file whose name starts with
+/// `name` flipped (the package's cpio archive is uncompressed, as NVIDIA's local repos'
+/// payloads of compressed RPMs are stored).
+fn flip_in(b: &mut [u8], name: &str) {
+    let payload = b.windows(6).position(|w| w == b"070701").unwrap_or(0);
+    let at = payload
+        + b[payload..]
+            .windows(name.len())
+            .position(|w| w == name.as_bytes())
+            .unwrap_or_else(|| panic!("no {name} in the payload"));
+    // The entry's header: `070701` and 13 fields of 8 hex digits before the name.
+    let head = b[..at]
+        .windows(6)
+        .rposition(|w| w == b"070701")
+        .unwrap_or(0);
+    let field = |i: usize| {
+        let s = std::str::from_utf8(&b[head + 6 + i * 8..head + 14 + i * 8]).unwrap_or("0");
+        usize::from_str_radix(s, 16).unwrap_or(0)
+    };
+    let (size, namesize) = (field(6), field(11));
+    let data = payload + (head - payload + 110 + namesize).div_ceil(4) * 4;
+    b[data + size / 2] ^= 0x01;
 }
 
 /// The same damage in the package of a driver swap is found before the swap makes its scratch

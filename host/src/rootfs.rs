@@ -944,6 +944,14 @@ mod tests {
             // under a scratch tree the caller made, through its own walk that refuses a link it
             // did not make (O_NOFOLLOW, create_new, symlink_metadata before each mkdir)
             ("rpmfile/mod.rs", ""),
+            // the same reader's uncompressed path: the package file read with pread by its
+            // hashing threads, and the files it wrote (under the caller's scratch tree) removed
+            // when the payload is read again whole
+            ("rpmfile/pool.rs", ""),
+            (
+                "rpmfile/cpio.rs",
+                "impl Cpio<std::io::BufReader<std::fs::File>>",
+            ),
             // the repo metadata of a package just extracted by rpmfile (its scratch tree)
             ("rpmfile/repodata.rs", ""),
             (

@@ -23,17 +23,45 @@ pub struct Entry {
     pub nlink: u32,
     /// The data's size, when the entry says it (`newc`).
     pub size: Option<u64>,
+    /// The entry's other numbers, as rpm's archive writer sets them from the header.
+    pub stat: Stat,
+}
+
+/// The numbers of an entry that no reading depends on, kept to be compared with what rpm's
+/// archive writer takes from the header ([`super::header::Archived`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stat {
+    /// A stripped entry: nothing but the index.
+    Stripped,
+    /// A `newc` entry: its inode number and mtime, and whether its device numbers and
+    /// checksum are 0 as rpm writes them.
+    Newc { ino: u64, mtime: u64, zeros: bool },
+    /// A `newc` entry with a field that is not hex.
+    Unreadable,
 }
 
 /// A reader over the decompressed payload that knows its position (for the alignment).
 pub struct Cpio<R> {
     r: R,
     pos: u64,
+    /// Every padding byte so far was 0, and the trailer (once read) was rpm's: what rpm
+    /// writes, so that a reader that does not hash the payload whole can tell the archive
+    /// holds nothing else.
+    pub clean: bool,
 }
 
 impl<R: Read> Cpio<R> {
     pub fn new(r: R) -> Self {
-        Cpio { r, pos: 0 }
+        Cpio {
+            r,
+            pos: 0,
+            clean: true,
+        }
+    }
+
+    /// The position in the payload: after [`Cpio::next_entry`], where the entry's data starts.
+    pub fn pos(&self) -> u64 {
+        self.pos
     }
 
     fn exact(&mut self, buf: &mut [u8]) -> io::Result<()> {
@@ -45,14 +73,16 @@ impl<R: Read> Cpio<R> {
     fn pad(&mut self) -> io::Result<()> {
         let mut skip = [0u8; 4];
         let n = ((4 - self.pos % 4) % 4) as usize;
-        self.exact(&mut skip[..n])
+        self.exact(&mut skip[..n])?;
+        self.clean &= skip[..n].iter().all(|&b| b == 0);
+        Ok(())
     }
 
     /// The next entry's header, or `None` at the trailer.
     pub fn next_entry(&mut self) -> Result<Option<Entry>> {
         let mut magic = [0u8; 6];
         self.exact(&mut magic)
-            .context("reading an entry's header")?;
+            .context("the payload ends before its trailer (truncated)")?;
         match &magic {
             b"070701" | b"070702" => self.newc(),
             b"07070X" => {
@@ -64,6 +94,7 @@ impl<R: Read> Cpio<R> {
                     mode: 0,
                     nlink: 1,
                     size: None,
+                    stat: Stat::Stripped,
                 }))
             }
             _ => bail!(
@@ -75,7 +106,8 @@ impl<R: Read> Cpio<R> {
 
     fn newc(&mut self) -> Result<Option<Entry>> {
         let mut h = [0u8; 104];
-        self.exact(&mut h)?;
+        self.exact(&mut h)
+            .context("the payload ends inside an entry's header (truncated)")?;
         let field = |i: usize| hex(&h[i * 8..i * 8 + 8]);
         let (mode, nlink, size, namesize) = (field(1)?, field(4)?, field(6)?, field(11)?);
         if namesize == 0 || namesize > 4096 {
@@ -88,14 +120,25 @@ impl<R: Read> Cpio<R> {
             bail!("an entry's name without its terminating NUL");
         }
         let name = String::from_utf8(name).context("an entry's name that is not UTF-8")?;
+        // ino, uid, gid, mtime, the device numbers, the checksum: read leniently.
+        let f = |i: usize| field(i).ok();
+        let zeros = [7, 8, 9, 10, 12].iter().all(|&i| f(i) == Some(0));
         if name == "TRAILER!!!" {
+            // rpm's: all 0 but nlink 1 and the name's size.
+            self.clean &=
+                zeros && [0, 1, 2, 3, 5, 6].iter().all(|&i| f(i) == Some(0)) && nlink == 1;
             return Ok(None);
         }
+        let stat = match (f(0), f(2), f(3), f(5)) {
+            (Some(ino), Some(_), Some(_), Some(mtime)) => Stat::Newc { ino, mtime, zeros },
+            _ => Stat::Unreadable,
+        };
         Ok(Some(Entry {
             named: Named::Path(name),
             mode: mode as u32,
             nlink: nlink as u32,
             size: Some(size),
+            stat,
         }))
     }
 
@@ -119,6 +162,34 @@ impl<R: Read> Cpio<R> {
         }
         self.pad()
             .context("the payload ends after a file's data (truncated)")
+    }
+}
+
+impl Cpio<std::io::BufReader<std::fs::File>> {
+    /// Past the entry's `size` bytes of data without reading them (an uncompressed payload of
+    /// `len` bytes); then the padding. Data that would end past `len` is a truncated payload.
+    pub fn skip(&mut self, size: u64, len: u64) -> Result<()> {
+        let ends = self.pos.checked_add(size).filter(|&e| e <= len);
+        let Some(ends) = ends else {
+            bail!("the payload ends inside a file's data (truncated)");
+        };
+        let by = i64::try_from(size).context("a file's size beyond what a file can hold")?;
+        self.r.seek_relative(by)?;
+        self.pos = ends;
+        self.pad()
+            .context("the payload ends after a file's data (truncated)")
+    }
+
+    /// What follows the trailer, to the file's end (`len` bytes of payload in all): rpm
+    /// writes nothing there. Whether it is at most a few zero bytes.
+    pub fn nothing_after(&mut self, len: u64) -> Result<bool> {
+        let left = len.saturating_sub(self.pos);
+        if left > 4096 {
+            return Ok(false);
+        }
+        let mut rest = Vec::new();
+        self.r.read_to_end(&mut rest)?;
+        Ok(rest.iter().all(|&b| b == 0))
     }
 }
 

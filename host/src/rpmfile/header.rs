@@ -23,9 +23,12 @@ const RELEASE: u32 = 1002;
 const ARCH: u32 = 1022;
 const FILESIZES: u32 = 1028;
 const FILEMODES: u32 = 1030;
+const FILERDEVS: u32 = 1033;
+const FILEMTIMES: u32 = 1034;
 const FILEDIGESTS: u32 = 1035;
 const FILELINKTOS: u32 = 1036;
 const FILEFLAGS: u32 = 1037;
+const FILEINODES: u32 = 1096;
 const DIRINDEXES: u32 = 1116;
 const BASENAMES: u32 = 1117;
 const DIRNAMES: u32 = 1118;
@@ -57,6 +60,19 @@ pub struct FileInfo {
     pub link: String,
     /// `%ghost`: listed, never in the payload.
     pub ghost: bool,
+    /// What rpm's archive writer puts in the file's `newc` entry from the header
+    /// (`rpmfilesStat`), when the header has the arrays.
+    pub archived: Option<Archived>,
+}
+
+/// The numbers of a file's `newc` entry that rpm takes from the header: its inode number
+/// (`FILEINODES`, rpm's own numbering) and its mtime (`FILEMTIMES`); rpm writes the device
+/// numbers and the checksum as 0 and takes the mode from `FILEMODES`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Archived {
+    pub inode: u64,
+    pub mtime: u64,
+    pub rdev: u64,
 }
 
 impl FileInfo {
@@ -88,6 +104,9 @@ pub struct Package {
     /// `PAYLOADDIGEST` (rpm ≥ 4.14): the SHA-256 (hex) of the payload as stored, when the
     /// header gives it with that algorithm.
     pub payload_sha256: Option<String>,
+    /// The signature header's SHA-256 of the main header was there, and matched: the file
+    /// list and its digests are the packager's.
+    pub header_checked: bool,
     /// The package carries a signature (checked by `rpm -K` against the root's keys).
     pub signed: bool,
 }
@@ -116,10 +135,11 @@ pub fn read(r: &mut impl Read) -> Result<Package> {
     r.read_exact(&mut skip[..pad])
         .context("reading the signature header's padding")?;
     let (h, len) = Header::read(r).context("reading the header")?;
-    if let Some(want) = sig.string(SIG_SHA256)? {
+    let header_sha256 = sig.string(SIG_SHA256)?;
+    if let Some(want) = &header_sha256 {
         use sha2::Digest;
         let got = crate::fsutil::hex(&sha2::Sha256::digest(&h.raw));
-        if !got.eq_ignore_ascii_case(&want) {
+        if !got.eq_ignore_ascii_case(want) {
             bail!("header SHA256 digest: BAD (the header is damaged)");
         }
     }
@@ -144,6 +164,7 @@ pub fn read(r: &mut impl Read) -> Result<Package> {
         compressor: h.string(PAYLOADCOMPRESSOR)?,
         payload_at: (LEAD + sig_len + pad + len) as u64,
         payload_sha256,
+        header_checked: header_sha256.is_some(),
         signed,
     })
 }
@@ -265,6 +286,23 @@ impl Header {
         let digests = self.strings(FILEDIGESTS)?;
         let links = self.strings(FILELINKTOS)?;
         let flags = self.ints(FILEFLAGS)?;
+        let (inodes, mtimes, rdevs) = (
+            self.ints(FILEINODES)?,
+            self.ints(FILEMTIMES)?,
+            self.ints(FILERDEVS)?,
+        );
+        let archived = |i: usize| {
+            Some(Archived {
+                inode: *inodes.get(i)?,
+                mtime: *mtimes.get(i)?,
+                rdev: *rdevs.get(i)?,
+            })
+            .filter(|_| {
+                [inodes.len(), mtimes.len(), rdevs.len()]
+                    .iter()
+                    .all(|&l| l == n)
+            })
+        };
         if [
             index.len(),
             sizes.len(),
@@ -290,6 +328,7 @@ impl Header {
                     digest: digests[i].to_ascii_lowercase(),
                     link: links[i].clone(),
                     ghost: flags[i] as u32 & GHOST != 0,
+                    archived: archived(i),
                 })
             })
             .collect()
