@@ -443,6 +443,59 @@ fn a_damaged_local_repo_package_is_bad_input_naming_the_damage(
     assert!(why.contains(&copy) && why.contains(found), "{why}");
 }
 
+/// A local repo package whose payload is compressed (rpm's gzip default, xz, zstd: the world's
+/// `rpms/cuda-local/<compressor>/` copies of the 12.2 package) installs as the uncompressed one
+/// does, kept or not: gpuhost's reader decompresses it in process and checks the payload's
+/// digest over it whole (the log says so). The same package with a byte changed halfway
+/// through its compressed payload is bad input, exit 2 before any change, naming the file: not
+/// an unreadable source (exit 1), which a decompressor's error might pass for.
+#[rstest]
+fn a_compressed_local_repo_package_installs_and_its_damage_is_bad_input(
+    #[values("gzip", "xz", "zstd")] comp: &str,
+    #[values("true", "false")] keep: &str,
+) {
+    let name = format!("{comp}/{CUDA_LOCAL_EL8_12_2}");
+    let keep = format!("driver.keep_local_repo={keep}");
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut bytes = std::fs::read(local(&name)).unwrap_or_else(|e| panic!("{e}"));
+    let payload = world::rpm_payload_offset(&bytes);
+    let at = payload + (bytes.len() - payload) / 2;
+    bytes[at] ^= 0x55;
+    let copy = dir.path().join(CUDA_LOCAL_EL8_12_2);
+    std::fs::write(&copy, &bytes).unwrap_or_else(|e| panic!("{e}"));
+    let copy = copy.display().to_string();
+    let why = refused_before_any_change(&root, &copy, &["--set", &keep], "payload");
+    // The package's fault, not the source's ("could not be read whole").
+    assert!(why.contains(&copy) && why.contains("damaged"), "{why}");
+
+    let set = repo_set(&name);
+    let o = root
+        .gpuhost_cmd(&args("apply", "ol8-uek", &set, &["--set", &keep]))
+        .env("GPUHOST_LOG", "info")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (err, rep) = (stderr(&o), report(&o));
+    assert_eq!(code(&o), 0, "{err}\n{rep:#}");
+    assert!(
+        err.contains("read once: checked (its payload's digest read whole)"),
+        "{err}"
+    );
+    assert_eq!(
+        root.installed("nvidia-driver").as_deref(),
+        Some("535.104.05-1.el8")
+    );
+    let kept = keep.ends_with("true");
+    assert_eq!(
+        root.installed("cuda-repo-rhel8-12-2-local").is_some(),
+        kept,
+        "{rep:#}"
+    );
+    let (rc, rep) = apply(&root, "ol8-uek", &name, &["--set", &keep]);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_all_unchanged(&rep);
+}
+
 /// One byte in the middle of the data of the payload's first file whose name starts with
 /// `name` flipped (the package's cpio archive is uncompressed, as NVIDIA's local repos'
 /// payloads of compressed RPMs are stored).

@@ -148,8 +148,9 @@ def batches_of(pkgs):
 COUNTER = [0]
 
 
-def build_all(jobs):
-    """jobs: list of (pkgs, rpmdir, target). Builds every package, two rpmbuild processes."""
+def build_all(jobs, payload="w.ufdio"):
+    """jobs: list of (pkgs, rpmdir, target). Builds every package, two rpmbuild processes, with
+    rpm's `_binary_payload` `payload` (uncompressed unless told: the world builds fast)."""
     specdir = os.path.join(WORK, "specs")
     os.makedirs(specdir, exist_ok=True)
     by_target = {}
@@ -173,7 +174,7 @@ def build_all(jobs):
                    "--define", "debug_package %{nil}",
                    "--define", "__os_install_post %{nil}",
                    "--define", "_build_id_links none",
-                   "--define", "_binary_payload w.ufdio",
+                   "--define", f"_binary_payload {payload}",
                    "--define", "_build_name_fmt %%{NAME}-%%{VERSION}-%%{RELEASE}.%%{ARCH}.rpm",
                    "--define", "source_date_epoch_from_changelog 0",
                    "--define", "_buildhost gpuhost-testworld"]
@@ -1271,6 +1272,7 @@ def main():
         createrepo(rd, y)
     # the local repo packages: the inner repo shipped as files, and its .repo file
     jobs2 = []
+    compressed = []
     for (os_, kind, rh, mm, cuda, drv, idir, yaml, same) in inner:
         if same != idir:
             shutil.copytree(same, idir, ignore=shutil.ignore_patterns("repodata", "cuda-cudart-*",
@@ -1292,7 +1294,13 @@ def main():
         if (pkg, kind) == ("cuda-repo-rhel8-12-2-local", "cuda"):
             # the wrong-arch package: an aarch64 package holding the x86_64 inner repo
             jobs2.append((retarget([mk()], "aarch64"), f"{WORK}/aarch64", "aarch64"))
+            # The same package with a compressed payload (rpm's gzip default, xz, zstd), in
+            # rpms/cuda-local/<compressor>/: gpuhost's reader decompresses and digests it whole.
+            for comp, flags in (("gzip", "w9.gzdio"), ("xz", "w2.xzdio"), ("zstd", "w19.zstdio")):
+                compressed.append((flags, [([mk()], f"{OUT}/rpms/cuda-local/{comp}", None)]))
     build_all(jobs2)
+    for flags, job in compressed:
+        build_all(job, flags)
     cl = f"{OUT}/rpms/cuda-local"
     for root, _dirs, files in os.walk(f"{WORK}/aarch64"):
         for f in files:

@@ -82,7 +82,7 @@ impl<R: Read> Cpio<R> {
     pub fn next_entry(&mut self) -> Result<Option<Entry>> {
         let mut magic = [0u8; 6];
         self.exact(&mut magic)
-            .context("the payload ends before its trailer (truncated)")?;
+            .map_err(|e| short(e, "the payload ends before its trailer"))?;
         match &magic {
             b"070701" | b"070702" => self.newc(),
             b"07070X" => {
@@ -107,7 +107,7 @@ impl<R: Read> Cpio<R> {
     fn newc(&mut self) -> Result<Option<Entry>> {
         let mut h = [0u8; 104];
         self.exact(&mut h)
-            .context("the payload ends inside an entry's header (truncated)")?;
+            .map_err(|e| short(e, "the payload ends inside an entry's header"))?;
         let field = |i: usize| hex(&h[i * 8..i * 8 + 8]);
         let (mode, nlink, size, namesize) = (field(1)?, field(4)?, field(6)?, field(11)?);
         if namesize == 0 || namesize > 4096 {
@@ -156,12 +156,22 @@ impl<R: Read> Cpio<R> {
             stop()?;
             let n = left.min(buf.len() as u64) as usize;
             self.exact(&mut buf[..n])
-                .context("the payload ends inside a file's data (truncated)")?;
+                .map_err(|e| short(e, "the payload ends inside a file's data"))?;
             sink(&buf[..n])?;
             left -= n as u64;
         }
         self.pad()
-            .context("the payload ends after a file's data (truncated)")
+            .map_err(|e| short(e, "the payload ends after a file's data"))
+    }
+}
+
+/// A read error of the payload: `ends` (truncated) where the payload ended, else the error as
+/// it is (a source that failed, a corrupt compressed stream: not a truncated payload).
+fn short(e: io::Error, ends: &str) -> anyhow::Error {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        anyhow::Error::new(e).context(format!("{ends} (truncated)"))
+    } else {
+        e.into()
     }
 }
 
@@ -177,7 +187,7 @@ impl Cpio<std::io::BufReader<std::fs::File>> {
         self.r.seek_relative(by)?;
         self.pos = ends;
         self.pad()
-            .context("the payload ends after a file's data (truncated)")
+            .map_err(|e| short(e, "the payload ends after a file's data"))
     }
 
     /// What follows the trailer, to the file's end (`len` bytes of payload in all): rpm

@@ -109,6 +109,28 @@ pub struct Package {
     pub header_checked: bool,
     /// The package carries a signature (checked by `rpm -K` against the root's keys).
     pub signed: bool,
+    /// How the payload was found intact: `None` until a reader walked it (a header read only).
+    pub payload_checked: Option<Checked>,
+}
+
+/// How a payload was found intact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked {
+    /// Its digest (`PAYLOADDIGEST`) over the payload as stored, read as one stream (or none in
+    /// the header: its files' digests only).
+    Whole,
+    /// Uncompressed and exactly as rpm writes it: every file's data against the header's
+    /// digest, in parallel, and every other byte against the header.
+    FileByFile,
+}
+
+impl std::fmt::Display for Checked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Checked::Whole => "its payload's digest read whole",
+            Checked::FileByFile => "file by file against the header",
+        })
+    }
 }
 
 impl Package {
@@ -165,6 +187,7 @@ pub fn read(r: &mut impl Read) -> Result<Package> {
         payload_at: (LEAD + sig_len + pad + len) as u64,
         payload_sha256,
         header_checked: header_sha256.is_some(),
+        payload_checked: None,
         signed,
     })
 }

@@ -27,6 +27,7 @@
 //! (disk full) is [`Fault::Write`].
 
 pub mod cpio;
+mod decode;
 mod digest;
 mod fault;
 pub mod header;
@@ -43,9 +44,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Result};
 use sha2::Digest;
 
+pub use decode::by_suffix;
+use decode::{compression, decompressor, is_source_error};
 use digest::Hasher;
 pub use fault::Fault;
-pub use header::{FileInfo, Package};
+pub use header::{Checked, FileInfo, Package};
 
 /// What to extract: the folders the payload may hold anything in (every other entry refuses the
 /// package), and which of its files to write.
@@ -108,7 +111,7 @@ fn stream(
     into: Option<&Path>,
 ) -> Result<(Package, Vec<Written>), Fault> {
     let mut f = open(file)?;
-    let pkg = header::read(&mut BufReader::new(&f)).map_err(|e| bad(named, e))?;
+    let mut pkg = header::read(&mut BufReader::new(&f)).map_err(|e| bad(named, e))?;
     let shown = named.display().to_string();
     let plan = check(&pkg, want).map_err(|why| Fault::Bad(format!("{shown}: {why}")))?;
     if let Some(into) = into {
@@ -120,7 +123,10 @@ fn stream(
             f => f,
         };
         match read_plain(&f, &pkg, &plan, into, &shown).map_err(named)? {
-            (written, true) => return Ok((pkg, written)),
+            (written, true) => {
+                pkg.payload_checked = Some(Checked::FileByFile);
+                return Ok((pkg, written));
+            }
             // Not as rpm writes it: the payload's digest decides, read whole.
             (written, false) => {
                 tracing::info!(
@@ -170,6 +176,7 @@ fn stream(
             "{shown}: payload SHA256 digest: BAD (the payload is damaged or cut short)"
         )));
     }
+    pkg.payload_checked = Some(Checked::Whole);
     Ok((pkg, written))
 }
 
@@ -350,7 +357,7 @@ impl BufRead for Payload {
                     self.chunk = c;
                     self.at = 0;
                 }
-                Ok(Err(e)) => return Err(e),
+                Ok(Err(e)) => return Err(decode::from_source(e)),
                 // The thread is done: the file's end.
                 Err(_) => return Ok(&[]),
             }
@@ -385,12 +392,11 @@ fn open(file: &Path) -> Result<File, Fault> {
 }
 
 fn bad(file: &Path, e: anyhow::Error) -> Fault {
-    // An I/O error other than a short read is the source's, not the package's.
+    // An I/O error other than a short read or a corrupt compressed stream is the source's, not
+    // the package's.
     let io = e.chain().find_map(|c| c.downcast_ref::<std::io::Error>());
     match io {
-        Some(io) if io.kind() != std::io::ErrorKind::UnexpectedEof => {
-            Fault::Source(e.context(file.display().to_string()))
-        }
+        Some(io) if is_source_error(io) => Fault::Source(e.context(file.display().to_string())),
         _ => Fault::Bad(format!("{}: {e:#}", file.display())),
     }
 }
@@ -511,55 +517,6 @@ fn room(pkg: &Package, plan: &[bool], into: &Path) -> Result<(), Fault> {
     Ok(())
 }
 
-/// How the payload is compressed: the header's `PAYLOADCOMPRESSOR`, or, without one (or
-/// gzip), its first bytes `head` tell (`identity`: none).
-fn compression(pkg: &Package, head: &[u8]) -> String {
-    match pkg.compressor.as_deref() {
-        Some(c) if c != "gzip" => c.to_string(),
-        _ if head.starts_with(&[0x1f, 0x8b]) => "gzip".to_string(),
-        _ if head.starts_with(b"0707") => "identity".to_string(),
-        c => c.unwrap_or("none").to_string(),
-    }
-}
-
-/// A decompressing reader of `raw` told by the file name's suffix (`.gz`, `.xz`, `.zst`), or
-/// `None` for a name without one: repo metadata files and a kmod's compressed modules.
-pub fn by_suffix<'a>(name: &str, raw: &'a [u8]) -> Result<Option<Box<dyn Read + 'a>>> {
-    Ok(if name.ends_with(".gz") {
-        Some(Box::new(flate2::read::MultiGzDecoder::new(raw)))
-    } else if name.ends_with(".xz") {
-        Some(Box::new(liblzma::read::XzDecoder::new_multi_decoder(raw)))
-    } else if name.ends_with(".zst") {
-        Some(Box::new(zstd::stream::read::Decoder::new(raw)?))
-    } else {
-        None
-    })
-}
-
-/// The payload's decompressed stream: by the header's `PAYLOADCOMPRESSOR`, or, without one, by
-/// its first bytes (rpm reads a payload with no compressor as gzip, which passes plain data
-/// through).
-fn decompressor<R: BufRead + 'static>(pkg: &Package, mut r: R) -> Result<Box<dyn Read>> {
-    let head = r
-        .fill_buf()?
-        .get(..6)
-        .map(<[u8]>::to_vec)
-        .unwrap_or_default();
-    Ok(match compression(pkg, &head).as_str() {
-        "identity" | "ufdio" => Box::new(r),
-        "gzip" => Box::new(flate2::bufread::MultiGzDecoder::new(r)),
-        "xz" => Box::new(liblzma::bufread::XzDecoder::new_multi_decoder(r)),
-        "lzma" => Box::new(liblzma::bufread::XzDecoder::new_stream(
-            r,
-            liblzma::stream::Stream::new_lzma_decoder(u64::MAX)?,
-        )),
-        "zstd" => Box::new(zstd::stream::read::Decoder::with_buffer(r)?),
-        other => {
-            anyhow::bail!("its payload is compressed with {other}, which gpuhost does not read")
-        }
-    })
-}
-
 /// What [`walk`] does with a file's data it does not write: read it past (a stream), or skip
 /// it and hand it to the hashing threads (an uncompressed payload).
 type Pass<'a, R> = dyn FnMut(&FileInfo, u64, &mut cpio::Cpio<R>) -> Result<()> + 'a;
@@ -592,7 +549,7 @@ fn walk<R: Read>(
             Err(e) => Fault::Source(e),
         },
         None => match e.chain().find_map(|c| c.downcast_ref::<std::io::Error>()) {
-            Some(io) if io.kind() != std::io::ErrorKind::UnexpectedEof => Fault::Source(e),
+            Some(io) if is_source_error(io) => Fault::Source(e),
             _ => Fault::Bad(format!("{e:#}")),
         },
     };

@@ -85,8 +85,10 @@ fn unpack(host: &Host, file: &Path, scratch: &str) -> Result<Staged> {
     // digests), as the check does.
     super::payload::signature_intact(host, &pkg, staged.path(), file).map_err(as_invalid)?;
     tracing::info!(
-        "{} read once: checked, its repos unpacked into {scratch}",
-        file.display()
+        "{} read once: checked{}, its repos unpacked into {scratch}",
+        file.display(),
+        pkg.payload_checked
+            .map_or_else(String::new, |how| format!(" ({how})"))
     );
     Ok(staged)
 }
