@@ -15,7 +15,9 @@
 # --big: the same, and a driver swap, with NVIDIA local repo packages of real size: the world's
 # CUDA 12.2 and 12.4 local repo packages repacked with SIZE_GB (default 4) of incompressible
 # payload beside their repo (bench/big-local-repo.py); prints wall times and the peak of the
-# root filesystem's used space for gpuhost and for the floor.
+# root filesystem's used space for gpuhost and for the floor. The two swaps alternate: gpuhost's
+# first in even runs, the floor's first in odd ones (its commands the first run's), so that
+# neither always follows the other's 4 GiB of writes; use an even N.
 #
 # --one-file: the filler is one file of SIZE_GB (over 4 GiB: rpm's stripped cpio entries, which
 # rpm2cpio refuses).
@@ -90,15 +92,24 @@ def warm(rpm):
         while f.read(1 << 24):
             pass
 
+def settle(rpm):
+    """Every timed run, gpuhost's and the floor's, starts from the same state (untimed): what
+    earlier runs wrote on the disk (sync: no run is charged for the writeback of the one before
+    it), the filesystem's free space trimmed (fstrim: the space each run writes into is in
+    the same state, whatever the run before freed; without it the floor's swap took 34 s right
+    after gpuhost's swap had freed 4 GiB and 40-42 s before it, the same commands), and the
+    package in the page cache (warm)."""
+    os.sync()
+    if shutil.which("fstrim"):
+        subprocess.run(["fstrim", tmp], capture_output=True)
+    warm(rpm)
+
 def gpuhost_apply(root, rpm, keep=True):
     args = [gpuhost, "apply", "--profile", profile, "--root", root, "--set",
             f"driver.local_repo_rpm={rpm}", "--set", "driver.replace_local_repo=true",
             "--set", f"driver.keep_local_repo={'true' if keep else 'false'}",
             "--format", "json"]
-    # Each timed run starts with what earlier runs wrote on its way to the disk (untimed):
-    # a run is not charged for the writeback of the one before it.
-    os.sync()
-    warm(rpm)
+    settle(rpm)
     peak = Peak(root)
     t0 = time.perf_counter()
     p = subprocess.run(args, capture_output=True, text=True)
@@ -225,8 +236,7 @@ def floor(rep, a, rpm):
     if os.path.isdir(f"{a}/etc/dkms"):
         subprocess.run(["cp", "-a", f"{a}/etc/dkms/.", f"{b}/etc/dkms/"], check=True)
     cmds = typed(rep, a, b, rpm)
-    os.sync()
-    warm(rpm)
+    settle(rpm)
     peak = Peak(b)
     total = run_typed(cmds, b, rpm)
     used = peak.end()
@@ -252,6 +262,14 @@ def bundle_row(rpm):
     shutil.rmtree(src, ignore_errors=True)
     return wall, made["bytes"], installs, os.path.getsize(rpm)
 
+def floor_swap(cmds, b):
+    """The floor's swap on root `b`: its wall time and peak extra disk."""
+    settle(rpm_b)
+    peak = Peak(b)
+    took = run_typed(cmds, b, rpm_b)
+    return took, peak.end()
+
+typed_swap = None
 results = {"converge": [], "swap": [], "converge, keep_local_repo = false": [],
            "swap, keep_local_repo = false": []}
 bundles = []
@@ -263,6 +281,11 @@ for i in range(n):
     print(f"run {i}: converge gpuhost {w:.2f} s, floor {f:.2f} s, peak extra disk "
           f"{used / 2**20:.0f} / {fused / 2**20:.0f} MiB", flush=True)
     if big:
+        # Who swaps first alternates between runs (from the second on, the floor's commands
+        # are the first run's): neither side always follows the other's writes.
+        floor_first = i % 2 == 1 and typed_swap is not None
+        if floor_first:
+            f2, fused2 = floor_swap(typed_swap, b)
         w2, used2, rep2 = gpuhost_apply(a, rpm_b)
         # The floor's swap, as a person types it (three transactions, not one): the new local
         # repo package, the new set (erasing what conflicts), the old names away; and the
@@ -284,13 +307,12 @@ for i in range(n):
         sw = re.search(r"then dnf module switch-to (\S+)", text)
         if sw:
             cmds.append(base + ["module", "switch-to", sw.group(1).rstrip('";)')])
-        os.sync()
-        warm(rpm_b)
-        peak = Peak(b)
-        f2 = run_typed(cmds, b, rpm_b)
-        fused2 = peak.end()
+        typed_swap = typed_swap or cmds
+        if not floor_first:
+            f2, fused2 = floor_swap(cmds, b)
         results["swap"].append((w2, f2, used2, fused2, len(cmds)))
-        print(f"run {i}: swap gpuhost {w2:.2f} s, floor {f2:.2f} s, peak extra disk "
+        print(f"run {i}: swap gpuhost {w2:.2f} s, floor {f2:.2f} s"
+              f"{' (the floor first)' if floor_first else ''}, peak extra disk "
               f"{used2 / 2**20:.0f} / {fused2 / 2**20:.0f} MiB; {split(rep2)}", flush=True)
         # keep_local_repo = false (issue 42, item 2) on a third root, against this run's floor.
         c = fresh("C")
