@@ -17,7 +17,8 @@
 # payload beside their repo (bench/big-local-repo.py); prints wall times and the peak of the
 # root filesystem's used space for gpuhost and for the floor. The two swaps alternate: gpuhost's
 # first in even runs, the floor's first in odd ones (its commands the first run's), so that
-# neither always follows the other's 4 GiB of writes; use an even N.
+# neither always follows the other's 4 GiB of writes; and runs 2-3 (6-7, …) cross the roots:
+# gpuhost swaps the root the floor converged and the floor gpuhost's. Use N = 4.
 #
 # --one-file: the filler is one file of SIZE_GB (over 4 GiB: rpm's stripped cpio entries, which
 # rpm2cpio refuses).
@@ -269,6 +270,11 @@ def floor_swap(cmds, b):
     took = run_typed(cmds, b, rpm_b)
     return took, peak.end()
 
+def for_root(typed, root):
+    """The floor's swap commands `typed` (commands, the root they were made for) for `root`."""
+    cmds, made_for = typed
+    return [[x.replace(made_for, root) for x in c] for c in cmds]
+
 typed_swap = None
 results = {"converge": [], "swap": [], "converge, keep_local_repo = false": [],
            "swap, keep_local_repo = false": []}
@@ -284,9 +290,14 @@ for i in range(n):
         # Who swaps first alternates between runs (from the second on, the floor's commands
         # are the first run's): neither side always follows the other's writes.
         floor_first = i % 2 == 1 and typed_swap is not None
+        # And whose root each swaps: from the third run on, every other pair of runs crosses
+        # them (gpuhost swaps the floor's root, the floor gpuhost's), so that neither root's
+        # place on the disk always goes to one side.
+        crossed = i % 4 >= 2
+        g_root, f_root = (b, a) if crossed else (a, b)
         if floor_first:
-            f2, fused2 = floor_swap(typed_swap, b)
-        w2, used2, rep2 = gpuhost_apply(a, rpm_b)
+            f2, fused2 = floor_swap(for_root(typed_swap, f_root), f_root)
+        w2, used2, rep2 = gpuhost_apply(g_root, rpm_b)
         # The floor's swap, as a person types it (three transactions, not one): the new local
         # repo package, the new set (erasing what conflicts), the old names away; and the
         # module stream switched when gpuhost switched it.
@@ -298,7 +309,7 @@ for i in range(n):
         base = next(c["argv"] for s in rep2["steps"] for c in s["commands"]
                     if c["argv"][0] == "dnf")
         verb = next(i for i, x in enumerate(base) if i > 0 and not x.startswith("-"))
-        base = [x.replace(a, b) for x in base[:verb]
+        base = [x.replace(g_root, f_root) for x in base[:verb]
                 if not re.match(r"--setopt=[^=]+\.(mirrorlist=.*|baseurl=.*)$", x)
                 and not x.startswith("--repofrompath") and "gpuhost-next" not in x
                 and x != "--assumeno"]
@@ -307,12 +318,14 @@ for i in range(n):
         sw = re.search(r"then dnf module switch-to (\S+)", text)
         if sw:
             cmds.append(base + ["module", "switch-to", sw.group(1).rstrip('";)')])
-        typed_swap = typed_swap or cmds
+        typed_swap = typed_swap or (cmds, f_root)
         if not floor_first:
-            f2, fused2 = floor_swap(cmds, b)
+            f2, fused2 = floor_swap(cmds, f_root)
         results["swap"].append((w2, f2, used2, fused2, len(cmds)))
+        how = ", ".join(x for x, on in (("the floor first", floor_first),
+                                          ("the roots crossed", crossed)) if on)
         print(f"run {i}: swap gpuhost {w2:.2f} s, floor {f2:.2f} s"
-              f"{' (the floor first)' if floor_first else ''}, peak extra disk "
+              f"{f' ({how})' if how else ''}, peak extra disk "
               f"{used2 / 2**20:.0f} / {fused2 / 2**20:.0f} MiB; {split(rep2)}", flush=True)
         # keep_local_repo = false (issue 42, item 2) on a third root, against this run's floor.
         c = fresh("C")
