@@ -97,9 +97,10 @@ def settle(rpm):
     """Every timed run, gpuhost's and the floor's, starts from the same state (untimed): what
     earlier runs wrote on the disk (sync: no run is charged for the writeback of the one before
     it), the filesystem's free space trimmed (fstrim: the space each run writes into is in
-    the same state, whatever the run before freed; without it the floor's swap took 34 s right
-    after gpuhost's swap had freed 4 GiB and 40-42 s before it, the same commands), and the
-    package in the page cache (warm)."""
+    the same state, whatever the run before freed), and the package in the page cache (warm).
+    None of the three removed the one fast cell of the swap (the second swap of a run, on
+    root B: 34-37 s, whoever swaps; the others 40-48 s): the order alternation and the crossed
+    roots below share it out."""
     os.sync()
     if shutil.which("fstrim"):
         subprocess.run(["fstrim", tmp], capture_output=True)

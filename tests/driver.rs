@@ -447,8 +447,9 @@ fn a_damaged_local_repo_package_is_bad_input_naming_the_damage(
 /// `rpms/cuda-local/<compressor>/` copies of the 12.2 package) installs as the uncompressed one
 /// does, kept or not: gpuhost's reader decompresses it in process and checks the payload's
 /// digest over it whole (the log says so). The same package with a byte changed halfway
-/// through its compressed payload is bad input, exit 2 before any change, naming the file: not
-/// an unreadable source (exit 1), which a decompressor's error might pass for.
+/// through its compressed payload is bad input, exit 2 before any change, naming the file as
+/// damaged: not an unreadable source ("could not be read whole", check the mount), which a
+/// decompressor's error passed for before.
 #[rstest]
 fn a_compressed_local_repo_package_installs_and_its_damage_is_bad_input(
     #[values("gzip", "xz", "zstd")] comp: &str,
@@ -459,7 +460,9 @@ fn a_compressed_local_repo_package_installs_and_its_damage_is_bad_input(
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let mut bytes = std::fs::read(local(&name)).unwrap_or_else(|e| panic!("{e}"));
-    let payload = world::rpm_payload_offset(&bytes);
+    let payload = gpuhost_host::rpmfile::package(std::path::Path::new(&local(&name)))
+        .unwrap_or_else(|e| panic!("{e:?}"))
+        .payload_at as usize;
     let at = payload + (bytes.len() - payload) / 2;
     bytes[at] ^= 0x55;
     let copy = dir.path().join(CUDA_LOCAL_EL8_12_2);

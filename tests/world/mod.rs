@@ -845,18 +845,6 @@ pub fn site_toml(text: &str) -> (tempfile::TempDir, String) {
 }
 
 /// The gpuhost binary run with `args` alone (no root, the caller's HOME).
-/// Where the payload of the RPM file `b` starts: after the 96-byte lead, the signature header
-/// (padded to 8 bytes) and the main header (rpm's file format).
-pub fn rpm_payload_offset(b: &[u8]) -> usize {
-    let header_len = |at: usize| {
-        let n = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap()) as usize;
-        assert_eq!(&b[at..at + 3], &[0x8e, 0xad, 0xe8], "no header at {at}");
-        16 + 16 * n(at + 8) + n(at + 12)
-    };
-    let main = (96 + header_len(96)).div_ceil(8) * 8;
-    main + header_len(main)
-}
-
 pub fn gpuhost(args: &[&str]) -> Output {
     run(Command::new(env!("CARGO_BIN_EXE_gpuhost")).args(args))
 }

@@ -1,6 +1,7 @@
 //! A package's payload decompressed (gzip, xz, lzma, zstd), and how a reading error is told
-//! apart: the file under the decompressor failing (an NFS export gone: the source's fault,
-//! exit 1) or the compressed stream being corrupt (the package's: bad input, exit 2).
+//! apart: the file under the decompressor failing (an NFS export gone: [`super::Fault::Source`],
+//! the caller says to check the mount) or the compressed stream being corrupt (the package's:
+//! [`super::Fault::Bad`], the caller says to download it again).
 //! Decompressors pass their source's I/O errors through unchanged; the payload's reader marks
 //! those ([`FromSource`]), so every other error a decompressor gives is the stream's
 //! ([`Undecodable`]).

@@ -109,15 +109,16 @@ pub struct Package {
     pub header_checked: bool,
     /// The package carries a signature (checked by `rpm -K` against the root's keys).
     pub signed: bool,
-    /// How the payload was found intact: `None` until a reader walked it (a header read only).
+    /// How the payload was found intact: `None` until a reader walked it (a header read only),
+    /// and for a package whose header gives no payload digest (older than rpm 4.14: `rpm -K`
+    /// checks it).
     pub payload_checked: Option<Checked>,
 }
 
 /// How a payload was found intact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Checked {
-    /// Its digest (`PAYLOADDIGEST`) over the payload as stored, read as one stream (or none in
-    /// the header: its files' digests only).
+    /// Its digest (`PAYLOADDIGEST`) over the payload as stored, read as one stream.
     Whole,
     /// Uncompressed and exactly as rpm writes it: every file's data against the header's
     /// digest, in parallel, and every other byte against the header.

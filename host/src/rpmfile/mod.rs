@@ -176,7 +176,8 @@ fn stream(
             "{shown}: payload SHA256 digest: BAD (the payload is damaged or cut short)"
         )));
     }
-    pkg.payload_checked = Some(Checked::Whole);
+    // Without a payload digest in the header nothing here checked the payload whole.
+    pkg.payload_checked = pkg.payload_sha256.is_some().then_some(Checked::Whole);
     Ok((pkg, written))
 }
 
