@@ -36,6 +36,38 @@ pub(crate) enum Internal {
     /// (benchmarks: bench/serve-gpu-run.sh).
     #[command(hide = true)]
     SweepProfile(SweepProfileArgs),
+    /// Internal: be the active checks' child (`gpuhost status --active`), where the helper
+    /// `gpuhost-active-probe` is not installed: run work on every GPU, print the report as one
+    /// line of JSON.
+    #[command(hide = true)]
+    ActiveProbe(ActiveProbeArgs),
+}
+
+/// `gpuhost active-probe` options.
+#[derive(Args, Debug, Clone, PartialEq)]
+pub(crate) struct ActiveProbeArgs {
+    /// The time limit, s.
+    #[arg(long, value_name = "SECONDS", default_value = "15")]
+    pub seconds: f64,
+    /// Check GPUs with compute processes on them too.
+    #[arg(long)]
+    pub force: bool,
+    /// Inject a fault (hbm, fp32, fp64, mix32, mix64): a test run on a real GPU.
+    #[arg(long, value_name = "FAULT")]
+    pub inject_fault: Option<gpuhost_active::Fault>,
+    /// Copy GPU 0 to itself through the peer-to-peer path (one-GPU machines).
+    #[arg(long)]
+    pub p2p_self: bool,
+    /// Print this saved report instead of running the checks (tests: the child's pipe, time
+    /// limit and signals without a GPU).
+    #[arg(long, value_name = "FILE", value_parser = crate::args::fixture_file)]
+    pub fixture: Option<PathBuf>,
+    /// With --fixture: wait this long first, honouring SIGTERM like the real child (a child
+    /// stopped by its limit), unless --fixture-hang, which ignores SIGTERM (a hung kernel).
+    #[arg(long, value_name = "SECONDS", requires = "fixture")]
+    pub fixture_sleep: Option<f64>,
+    #[arg(long, requires = "fixture_sleep")]
+    pub fixture_hang: bool,
 }
 
 /// `gpuhost nvml-probe` options.
@@ -88,12 +120,94 @@ pub(crate) fn run(i: &Internal) -> i32 {
         }
         Internal::NvmlServe(a) => gpuhost_health::run_nvml_serve(a.nvml_fixture.as_deref()),
         Internal::NvmlCalls => gpuhost_health::run_nvml_calls(),
+        Internal::ActiveProbe(a) => active_probe(a),
         Internal::SweepProfile(a) => gpuhost_health::run_sweep_profile(
             &a.root.dir,
             a.profile.as_deref(),
             a.expect_gpus,
             a.sweeps as usize,
         ),
+    }
+}
+
+/// `gpuhost active-probe`: the real child, or a saved report played back (tests).
+fn active_probe(a: &ActiveProbeArgs) -> i32 {
+    let Some(file) = &a.fixture else {
+        return gpuhost_active::child_main(&gpuhost_active::ChildOptions {
+            seconds: a.seconds,
+            force: a.force,
+            fault: a.inject_fault,
+            p2p_self: a.p2p_self,
+        });
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if !a.fixture_hang {
+        let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone());
+    } else {
+        let _ = signal_hook::flag::register(
+            signal_hook::consts::SIGTERM,
+            std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+    }
+    let until = std::time::Instant::now()
+        + std::time::Duration::from_secs_f64(a.fixture_sleep.unwrap_or(0.0).max(0.0));
+    while std::time::Instant::now() < until && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("gpuhost active-probe: {}: {e}", file.display());
+            return gpuhost_active::EXIT_FAILED;
+        }
+    };
+    let mut report: gpuhost_active::ActiveReport = match serde_json::from_str(&text) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpuhost active-probe: {}: {e}", file.display());
+            return gpuhost_active::EXIT_FAILED;
+        }
+    };
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        report.stopped = Some("SIGTERM".into());
+    }
+    match serde_json::to_string(&report) {
+        Ok(l) => println!("{l}"),
+        Err(_) => return gpuhost_active::EXIT_FAILED,
+    }
+    if report.stopped.is_some() {
+        gpuhost_active::EXIT_STOPPED
+    } else {
+        gpuhost_active::EXIT_DONE
+    }
+}
+
+/// The active checks' child: `gpuhost active-probe --fixture FILE` where a saved report stands
+/// for the GPUs, else the helper `gpuhost-active-probe` installed beside gpuhost (or in
+/// `../libexec/gpuhost/`; `$GPUHOST_ACTIVE_PROBE` names another), else `gpuhost active-probe`.
+pub(crate) fn active_probe_argv(
+    fixture: Option<&Path>,
+    sleep: Option<f64>,
+    hang: bool,
+) -> Vec<OsString> {
+    if let Some(f) = fixture {
+        let mut argv = vec![
+            this_program(),
+            "active-probe".into(),
+            "--fixture".into(),
+            f.as_os_str().to_owned(),
+        ];
+        if let Some(s) = sleep {
+            argv.extend(["--fixture-sleep".into(), s.to_string().into()]);
+            if hang {
+                argv.push("--fixture-hang".into());
+            }
+        }
+        return argv;
+    }
+    match gpuhost_health::installed_helper("GPUHOST_ACTIVE_PROBE", "gpuhost-active-probe") {
+        Some(p) => vec![p.into_os_string()],
+        None => vec![this_program(), "active-probe".into()],
     }
 }
 

@@ -80,6 +80,42 @@ pub(crate) struct StatusArgs {
     /// Probe here even when a `gpuhost serve` answers on this node's socket.
     #[arg(long)]
     pub fresh: bool,
+    /// Also run work on every GPU and judge it against known answers and the model's
+    /// reference figures: HBM bandwidth and integrity, PCIe, FP32/FP64 compute, peer copies
+    /// (docs/active-checks.md). Needs only NVIDIA's driver; runs in a child process; changes
+    /// no GPU setting. With --wait-healthy: once the passive checks pass.
+    #[arg(long)]
+    pub active: bool,
+    /// With --active: the time limit of the GPU work, in seconds (the checks take about 3 to
+    /// 10 s; past the limit what finished is judged and the rest is UNKNOWN).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value = "30",
+        requires = "active"
+    )]
+    pub active_seconds: f64,
+    /// With --active: check GPUs that have compute processes on them too (they are left alone
+    /// otherwise, and reported WARNING).
+    #[arg(long, requires = "active")]
+    pub force: bool,
+    /// Internal: inject a fault into the active checks (hbm, fp32, fp64, mix32, mix64) to prove
+    /// it is caught on a real GPU.
+    #[arg(long, hide = true, value_name = "FAULT", requires = "active")]
+    pub active_inject_fault: Option<gpuhost_active::Fault>,
+    /// Internal: copy GPU 0 to itself through the peer-to-peer path (one-GPU machines).
+    #[arg(long, hide = true, requires = "active")]
+    pub active_p2p_self: bool,
+    /// Internal: the active checks' child prints this saved report instead of running work
+    /// (tests without a GPU).
+    #[arg(long, hide = true, value_name = "FILE", requires = "active", value_parser = crate::args::fixture_file)]
+    pub active_fixture: Option<PathBuf>,
+    /// Internal: with --active-fixture, the child waits this long first (honouring SIGTERM).
+    #[arg(long, hide = true, value_name = "SECONDS", requires = "active_fixture")]
+    pub active_fixture_sleep: Option<f64>,
+    /// Internal: with --active-fixture-sleep, the child ignores SIGTERM (a hung kernel).
+    #[arg(long, hide = true, requires = "active_fixture_sleep")]
+    pub active_fixture_hang: bool,
     /// Print the collected snapshot as JSON (for test fixtures) instead of a report.
     #[arg(long, hide = true)]
     pub dump_snapshot: bool,
@@ -118,6 +154,20 @@ impl StatusArgs {
             dump_snapshot: self.dump_snapshot,
             from_snapshot: self.from_snapshot.clone(),
             root: self.root.dir.clone(),
+            active: match self.active {
+                false => None,
+                true => Some(gpuhost_health::ActiveOptions {
+                    program: internal::active_probe_argv(
+                        self.active_fixture.as_deref(),
+                        self.active_fixture_sleep,
+                        self.active_fixture_hang,
+                    ),
+                    seconds: seconds("active-seconds", self.active_seconds)?.as_secs_f64(),
+                    force: self.force,
+                    inject_fault: self.active_inject_fault.map(|f| f.to_string()),
+                    p2p_self: self.active_p2p_self,
+                }),
+            },
         })
     }
 }

@@ -119,6 +119,7 @@ where
             collected_at_ms: now_ms,
             previous,
             served_by: None,
+            active: None,
         };
         keep_counters(&s);
         s

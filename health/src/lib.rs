@@ -25,6 +25,7 @@
 
 #![warn(unreachable_pub)]
 
+mod active;
 mod boot_cache;
 mod collect;
 mod coprobe;
@@ -55,10 +56,11 @@ pub use kmsg::{
     Follower as KernelLogFollower,
 };
 // judge → checks
+pub use active::{last_active, ActiveOptions};
 pub use expect::{driver_version_from_rpm, expectations_for, Expect, MinFree, Thresholds};
 pub use verdict::{
-    fabric_verdict, judge, nvlink_verdict, overall, parse_nvlink5, Check, GpuRef, GpuXids,
-    Judgement, Severity, XidGeneration,
+    fabric_verdict, judge, nvlink_verdict, overall, parse_nvlink5, ActiveFigure, Check, GpuRef,
+    GpuXids, Judgement, Severity, XidGeneration,
 };
 // render → text
 pub use output::{json as render_json, prometheus as render_prometheus, table as render_table};
@@ -67,6 +69,6 @@ pub use render::{render, StatusFormat};
 pub use status::{run, unknown, StatusOptions};
 // the NVML probes: gpuhost serve's, gpuhost compat's, the hidden subcommands'
 pub use coprobe::{serve_child as run_nvml_serve, CoProbe};
-pub use probe::{probe_once, run_dir};
+pub use probe::{installed_helper, probe_once, run_dir};
 pub use probe_child::{helper_main, run_probe as run_nvml_probe};
 pub use tools::{nvml_calls as run_nvml_calls, sweep_profile as run_sweep_profile};

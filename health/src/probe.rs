@@ -323,20 +323,23 @@ pub(crate) const HELPER: &str = "gpuhost-nvml-probe";
 /// else `gpuhost-nvml-probe` beside this executable (cargo's target directory, a tarball),
 /// else in `../libexec/gpuhost/` from it (the RPM). None: not found.
 pub(crate) fn helper() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("GPUHOST_NVML_PROBE") {
+    installed_helper("GPUHOST_NVML_PROBE", HELPER)
+}
+
+/// A helper program of gpuhost's: `$<env>` when set (empty: none), else `name` beside this
+/// program or in `../libexec/gpuhost/`, when it is an executable file.
+pub fn installed_helper(env: &str, name: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
         return (!p.is_empty()).then(|| PathBuf::from(p));
     }
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    [
-        dir.join(HELPER),
-        dir.join("../libexec/gpuhost").join(HELPER),
-    ]
-    .into_iter()
-    .find(|p| {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
+    [dir.join(name), dir.join("../libexec/gpuhost").join(name)]
+        .into_iter()
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// Start the NVML probe helper `program` with `args` unless a probe from an earlier run is

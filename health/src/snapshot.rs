@@ -67,6 +67,29 @@ pub struct Snapshot {
     /// ([`crate::served`]); absent when this run collected it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_by: Option<ServedBy>,
+    /// The active checks (`gpuhost status --active`), or the last ones kept (`gpuhost serve`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<ActiveRun>,
+}
+
+/// One run of the active checks' child, as its parent saw it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ActiveRun {
+    /// What the child reported; None when it gave no report.
+    pub report: Option<gpuhost_active::ActiveReport>,
+    /// Why there is no report (the child could not start, was killed past its time limit,
+    /// printed something else).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The child's exit code (None: killed or not waited for).
+    pub exit_code: Option<i32>,
+    /// The parent's wall time for the child, ms.
+    pub wall_ms: f64,
+    /// Unix time the run ended.
+    pub finished_at: u64,
+    /// Age of a kept result when it was read (`gpuhost serve`); None: measured by this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_s: Option<u64>,
 }
 
 /// Which `gpuhost serve` answered, and how old its sweep was.

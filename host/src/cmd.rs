@@ -555,6 +555,90 @@ impl Spawned {
     }
 }
 
+impl Spawned {
+    /// Wait for the command like [`Spawned::wait_until`], but let it stop cleanly first: at
+    /// `soft`, or as soon as `stop()` says so (the caller got SIGTERM), it is sent SIGTERM,
+    /// once, and given `grace` more to finish and answer; past that it is killed and left
+    /// behind. `gpuhost status --active`'s child frees what it holds on the GPUs on SIGTERM.
+    pub fn wait_stoppable(
+        mut self,
+        soft: Instant,
+        grace: Duration,
+        stop: &dyn Fn() -> bool,
+    ) -> Waited {
+        use rustix::process::{kill_process, Pid, Signal};
+        let pid = Pid::from_raw(self.child.id() as i32);
+        let mut hard: Option<Instant> = None;
+        let term = |hard: &mut Option<Instant>| {
+            if hard.is_none() {
+                if let Some(p) = pid {
+                    let _ = kill_process(p, Signal::TERM);
+                }
+                *hard = Some(Instant::now() + grace);
+            }
+        };
+        let mut stdout = None;
+        let mut status = None;
+        loop {
+            if stdout.is_none() {
+                match self.stdout.recv_timeout(Duration::from_millis(20)) {
+                    Ok(s) => stdout = Some(s),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        stdout = Some(String::new())
+                    }
+                }
+            } else {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if stdout.is_some() {
+                match self.child.try_wait() {
+                    Ok(Some(s)) => {
+                        status = Some(s);
+                        break;
+                    }
+                    Ok(None) => {}
+                    Err(_) => break,
+                }
+            }
+            let now = Instant::now();
+            if stop() || now >= soft {
+                term(&mut hard);
+            }
+            if hard.is_some_and(|h| now >= h) {
+                break;
+            }
+        }
+        let elapsed = self.started.elapsed();
+        let (Some(stdout), Some(status)) = (stdout, status) else {
+            let pid = self.child.id();
+            let _ = self.child.kill();
+            record(CmdRecord {
+                argv: self.argv,
+                exit_code: None,
+                duration_ms: millis(elapsed),
+            });
+            return Waited::Abandoned { pid, elapsed };
+        };
+        let stderr = self
+            .stderr
+            .recv_timeout(Duration::from_millis(100))
+            .unwrap_or_default();
+        record(CmdRecord {
+            argv: self.argv,
+            exit_code: status.code(),
+            duration_ms: millis(elapsed),
+        });
+        Waited::Done(CmdOutput {
+            code: status.code(),
+            stdout,
+            stdout_bytes: Vec::new(),
+            stderr,
+            duration: elapsed,
+        })
+    }
+}
+
 /// A long-lived command spoken to over its stdin and stdout, one line each way, started by
 /// [`Cmd::coprocess`] (`gpuhost serve`'s NVML probe, which keeps NVML initialised between
 /// sweeps). Like [`Cmd::spawn`], nothing here waits on the child past a deadline: a child that

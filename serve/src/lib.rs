@@ -224,7 +224,7 @@ impl Sweeper {
             max_age_s,
             report_key: _,
         } = self;
-        let snapshot = match fixture {
+        let mut snapshot = match fixture {
             Some(f) => {
                 let mut s = f.clone();
                 s.nvml = probe.sweep();
@@ -238,6 +238,11 @@ impl Sweeper {
             }
             None => gpuhost_health::collect_around(host, expect, Some(kernel), || probe.sweep()),
         };
+        // The last active checks' result that `gpuhost status --active` kept, with its age:
+        // serve never runs GPU work itself (it would disturb the jobs).
+        if let Some(a) = gpuhost_health::last_active() {
+            snapshot.active = Some(a);
+        }
         // The subprocess wrapper keeps a record of every command for apply's report; a server
         // must not let them pile up.
         drop(gpuhost_host::cmd::take_records());

@@ -15,7 +15,7 @@ use crate::expect::{expectations_for, Expect};
 use crate::render::{render, unknown_line, StatusFormat};
 use crate::snapshot::Snapshot;
 use crate::verdict::{self, Severity};
-use crate::{output, probe, served, summary};
+use crate::{active, output, probe, served, summary};
 
 /// Run `gpuhost status`; returns the Nagios exit code (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
 pub fn run(args: &StatusOptions) -> i32 {
@@ -54,7 +54,7 @@ fn status(args: &StatusOptions) -> Result<i32> {
         None => None,
     };
     let expect = checked_expectations(args)?;
-    let snapshot = match served {
+    let mut snapshot = match served {
         Some(s) => s,
         None => {
             // The records of earlier runs (a stuck probe, the counters' baseline) are trusted
@@ -63,6 +63,9 @@ fn status(args: &StatusOptions) -> Result<i32> {
             snapshot_once(args, &expect, timeout, false)?
         }
     };
+    if let Some(o) = &args.active {
+        snapshot.active = Some(active::run(o, probe::run_dir().ok().as_deref()));
+    }
     if args.dump_snapshot {
         println!("{}", serde_json::to_string_pretty(&snapshot)?);
         return Ok(0);
@@ -111,7 +114,12 @@ fn checked_expectations(args: &StatusOptions) -> Result<Expect> {
 /// else the snapshot.
 fn request(args: &StatusOptions) -> served::Request {
     let simple = args.profile.as_deref().is_none_or(served::simple_profile);
-    if args.textfile.is_some() || args.slurm || args.dump_snapshot || !simple {
+    if args.textfile.is_some()
+        || args.slurm
+        || args.dump_snapshot
+        || args.active.is_some()
+        || !simple
+    {
         return served::Request::Snapshot;
     }
     served::Request::Report {
@@ -206,10 +214,22 @@ fn wait_healthy(args: &StatusOptions, expect: &Expect, every: Duration) -> i32 {
             Err(e) => (Severity::Unknown, format!("UNKNOWN: {e:#}"), None),
         }
     });
-    if let Some((snap, judged)) = &w.last {
+    let mut healthy = w.healthy;
+    let mut last = w.last;
+    // Healthy by the counters: now the work, once, and its verdict decides.
+    if let (true, Some(o), Some((snap, _))) = (healthy, &args.active, last.as_mut()) {
+        eprintln!("gpuhost status: healthy by the passive checks; running the active checks");
+        snap.active = Some(active::run(o, probe::run_dir().ok().as_deref()));
+        let judged = verdict::judge(snap, expect);
+        healthy = verdict::overall(&judged.checks) <= Severity::Warning;
+        if let Some(l) = last.as_mut() {
+            l.1 = judged;
+        }
+    }
+    if let Some((snap, judged)) = &last {
         let _ = report(args, snap, expect, judged);
     }
-    if w.healthy {
+    if healthy {
         0
     } else {
         2

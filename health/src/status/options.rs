@@ -42,4 +42,6 @@ pub struct StatusOptions {
     pub from_snapshot: Option<PathBuf>,
     /// Read sysfs, /proc, /dev/kmsg and /etc under this root (tests).
     pub root: PathBuf,
+    /// Run the active checks too (`--active`): work with known answers on every GPU.
+    pub active: Option<crate::active::ActiveOptions>,
 }

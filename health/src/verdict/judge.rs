@@ -8,7 +8,7 @@ use gpuhost_nvidia::hgx::fabric_manager_package_of as fabric_manager_package;
 use super::gpu::GpuCtx;
 use super::model::{GpuRef, Judgement, Severity};
 use super::out::{advise, cuda_major_minor, key, na, nvml_bus_id, ok, Out, Verdict};
-use super::{gpu, software, space, xid};
+use super::{active, gpu, software, space, xid};
 use crate::expect::Expect;
 use crate::snapshot::{
     DaemonJson, FabricManagerVersion, GpuSnapshot, ImexDomain, PciDevice, PciKind, ProbeStatus,
@@ -88,9 +88,12 @@ pub fn judge(s: &Snapshot, expect: &Expect) -> Judgement {
         software::consistency(&mut out, s);
     }
     space::checks(&mut out, s, expect);
+    let mut active = Vec::new();
+    active::checks(&mut out, s, &gpu_refs, &mut active);
     Judgement {
         checks: out.checks,
         xids,
+        active,
     }
 }
 

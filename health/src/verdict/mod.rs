@@ -6,6 +6,7 @@
 //! than 512 uncorrectable remapped rows, a recovery action other than none and the critical
 //! XIDs are CRITICAL; a pending row remap (a GPU reset applies it) is a WARNING.
 
+mod active;
 mod gpu;
 mod judge;
 mod model;
@@ -15,6 +16,7 @@ mod space;
 mod xid;
 pub(crate) mod xid_catalog;
 
+pub use active::ActiveFigure;
 pub use gpu::{fabric_verdict, nvlink_verdict};
 pub use judge::judge;
 pub use model::{overall, Check, GpuRef, GpuXids, Judgement, Severity};

@@ -77,6 +77,9 @@ pub struct Judgement {
     /// The XIDs of each GPU NVML sees, when the kernel log was read (none when it was not, nor
     /// for a GPU without a PCI address to match its XIDs by).
     pub xids: Vec<GpuXids>,
+    /// The active checks' figures, each with the floor and reference it was judged against
+    /// (empty without `--active`).
+    pub active: Vec<super::ActiveFigure>,
 }
 
 /// One GPU's XIDs since boot or its last reset, as the judge counted them: what the Prometheus
