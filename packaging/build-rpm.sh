@@ -77,10 +77,13 @@ fi
 # The NVML probe helper is built with gpuhost (the same package) and lies beside it.
 probe=$(dirname "$bin")/gpuhost-nvml-probe
 [ -x "$probe" ] || { echo "build-rpm: $probe not found: gpuhost's NVML probe helper is built beside it (cargo build -p gpuhost builds both); pass a BINARY whose directory holds it. Nothing was packaged." >&2; exit 1; }
+# So is the active checks' child (gpuhost status --active).
+active=$(dirname "$bin")/gpuhost-active-probe
+[ -x "$active" ] || { echo "build-rpm: $active not found: gpuhost's active checks' child is built beside it (cargo build -p gpuhost builds it); pass a BINARY whose directory holds it. Nothing was packaged." >&2; exit 1; }
 # The newest glibc symbol version each binary needs must be one the target has.
 command -v "$objdump" >/dev/null 2>&1 \
   || { echo "build-rpm: $objdump not found: install binutils$( [ "$objdump" = objdump ] || echo "-$arch-linux-gnu") (it checks which glibc $bin needs)" >&2; exit 1; }
-for b in "$bin" "$probe"; do
+for b in "$bin" "$probe" "$active"; do
   need=$("$objdump" -T "$b" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -Vu | tail -n1)
   if [ -z "$need" ]; then
     echo "build-rpm: $b has no GLIBC symbol versions: not a dynamically linked glibc binary" >&2; exit 1
@@ -111,6 +114,7 @@ src=$top/SOURCES
 mkdir -p "$src" "$out"
 cp "$bin" "$src/gpuhost"
 cp "$probe" "$src/gpuhost-nvml-probe"
+cp "$active" "$src/gpuhost-active-probe"
 # One man page per command (gpuhost.1, gpuhost-apply.1, ...), as one tarball source.
 "$gen" generate man --dir "$top/man"
 tar -C "$top/man" -cf "$src/gpuhost-man.tar" .

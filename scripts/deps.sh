@@ -22,7 +22,8 @@
 # tests read playbook results with; ansible-core only recommends it) (+ python3-venv,
 # python3-pip, git: ansible-test sanity) for the gpuhost.node
 # collection and ansible-lint (PyPI, with pip into target/ansible-lint: the collection is
-# linted with its production profile), mmdebstrap and systemd-nspawn (a container booting systemd runs the
+# linted with its production profile), NVIDIA's ptxas (PyPI's nvidia-cuda-nvcc-cu12, with pip into
+# target/ptxas: the active checks' PTX is assembled for sm_80, sm_90 and sm_100), mmdebstrap and systemd-nspawn (a container booting systemd runs the
 # shipped units), monitoring-plugins' negate (runs `gpuhost status` as Nagios runs a plugin) and,
 # on Debian, vagrant with its libvirt provider (vagrant validate wants a usable provider), curl
 # and jq (docs/status-and-serve.md's commands are run as shown), and dnf's versionlock plugin (dnf-plugins-core:
@@ -88,11 +89,14 @@ done
 case ${BASH_SOURCE[0]} in */*) here=${BASH_SOURCE[0]%/*}/.. ;; *) here=.. ;; esac
 here=$(cd "$here" && pwd)
 lint_venv=$here/target/ansible-lint
+ptxas_venv=$here/target/ptxas
 arm64_dir=${GPUHOST_WORLD_ARM64_DEBS:-/var/cache/gpuhost-world/arm64}
 mapfile -t arm64_debs < <(grep -v '^#' "$here/tests/world/arm64-debs.txt")
 need_lint=0
+need_ptxas=0
 if [ "$set_name" = test ]; then
   command -v ansible-lint >/dev/null 2>&1 || [ -x "$lint_venv/bin/ansible-lint" ] || need_lint=1
+  compgen -G "$ptxas_venv/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas" >/dev/null || need_ptxas=1
   [ -f /usr/share/misc/pci.ids ] || need+=(pci.ids)
   [ -x /usr/lib/nagios/plugins/negate ] || [ -x /usr/lib64/nagios/plugins/negate ] || need+=(negate)
   # dnf's versionlock plugin (dnf-plugins-core): the OL10 branch lock is checked against it.
@@ -113,6 +117,7 @@ if [ "$set_name" = test ]; then
 fi
 if [ $check_only = 1 ]; then
   [ $need_lint = 1 ] && need+=(ansible-lint)
+  [ $need_ptxas = 1 ] && need+=(ptxas)
   [ ${#need[@]} -eq 0 ] && exit 0
   echo "deps.sh: missing ($set_name set): ${need[*]}"
   exit 1
@@ -124,6 +129,14 @@ install_lint() {
   echo "deps.sh: installing ansible-lint (pip install ansible-lint, into $lint_venv)" >&2
   python3 -m venv "$lint_venv" && "$lint_venv/bin/pip" install --quiet ansible-lint \
     || echo "deps.sh: ansible-lint could not be installed; its test is skipped (failed in CI)" >&2
+}
+# NVIDIA's ptxas (PyPI's nvidia-cuda-nvcc-cu12 wheel, in a venv of the checkout's own): CI
+# assembles the active checks' embedded PTX for sm_80, sm_90 and sm_100 with it (tests/active.rs).
+install_ptxas() {
+  [ $need_ptxas = 1 ] || return 0
+  echo "deps.sh: installing NVIDIA's ptxas (pip install nvidia-cuda-nvcc-cu12, into $ptxas_venv)" >&2
+  python3 -m venv "$ptxas_venv" && "$ptxas_venv/bin/pip" install --quiet nvidia-cuda-nvcc-cu12 \
+    || echo "deps.sh: ptxas could not be installed; its test is skipped (failed in CI)" >&2
 }
 # The arm64 .debs of the world's aarch64 roots: downloaded, not installed (their binaries
 # would replace this machine's).
@@ -142,7 +155,7 @@ download_arm64() {
   "${sudo[@]}" mkdir -p "$arm64_dir"
   (cd "$arm64_dir" && "${sudo[@]}" apt-get download -q "${missing[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2) || true
 }
-if [ ${#need[@]} -eq 0 ]; then install_lint; exit 0; fi
+if [ ${#need[@]} -eq 0 ]; then install_lint; install_ptxas; exit 0; fi
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then
@@ -211,3 +224,4 @@ else
   exit 1
 fi
 install_lint
+install_ptxas

@@ -265,21 +265,25 @@ fn newest_glibc(objdump: &str, bin: &Path) -> Vec<u32> {
         .unwrap_or_else(|| panic!("{} names no GLIBC symbol version", bin.display()))
 }
 
-/// The two binaries `rpm` packages, unpacked (`rpm2cpio | cpio`) into a folder of their own
+/// The three binaries `rpm` packages, unpacked (`rpm2cpio | cpio`) into a folder of their own
 /// (removed when the returned guard is dropped): each one's path in the package and here.
 fn packaged_binaries(rpm: &Path) -> (tempfile::TempDir, Vec<(&'static str, PathBuf)>) {
     let dir = tempfile::tempdir().unwrap();
     let o = run(Command::new("bash")
         .arg("-c")
-        .arg("rpm2cpio \"$1\" | cpio -idm --quiet ./usr/bin/gpuhost ./usr/libexec/gpuhost/gpuhost-nvml-probe")
+        .arg("rpm2cpio \"$1\" | cpio -idm --quiet ./usr/bin/gpuhost ./usr/libexec/gpuhost/gpuhost-nvml-probe ./usr/libexec/gpuhost/gpuhost-active-probe")
         .arg("-")
         .arg(rpm)
         .current_dir(dir.path()));
     assert!(o.status.success(), "rpm2cpio: {}", text(&o.stderr));
-    let bins = ["usr/bin/gpuhost", "usr/libexec/gpuhost/gpuhost-nvml-probe"]
-        .into_iter()
-        .map(|bin| (bin, dir.path().join(bin)))
-        .collect();
+    let bins = [
+        "usr/bin/gpuhost",
+        "usr/libexec/gpuhost/gpuhost-nvml-probe",
+        "usr/libexec/gpuhost/gpuhost-active-probe",
+    ]
+    .into_iter()
+    .map(|bin| (bin, dir.path().join(bin)))
+    .collect();
     (dir, bins)
 }
 
@@ -412,6 +416,7 @@ fn the_rpm_installs_into_an_oracle_linux_root_with_dnf_and_runs() {
     for f in [
         "usr/bin/gpuhost",
         "usr/libexec/gpuhost/gpuhost-nvml-probe",
+        "usr/libexec/gpuhost/gpuhost-active-probe",
         "usr/share/man/man1/gpuhost.1",
         "usr/share/bash-completion/completions/gpuhost",
         "usr/share/zsh/site-functions/_gpuhost",

@@ -126,6 +126,46 @@ pub fn child_main(o: &ChildOptions) -> i32 {
     }
 }
 
+/// `gpuhost-active-probe [--seconds S] [--force] [--inject-fault F] [--p2p-self]`: parse the
+/// arguments (2 for one refused, with the reason on stderr) and run [`child_main`].
+pub fn main_with_args(args: impl IntoIterator<Item = String>) -> i32 {
+    let mut o = ChildOptions {
+        seconds: 15.0,
+        force: false,
+        fault: None,
+        p2p_self: false,
+    };
+    let mut args = args.into_iter();
+    while let Some(a) = args.next() {
+        let parsed: Result<(), String> = match a.as_str() {
+            "--seconds" => args
+                .next()
+                .and_then(|s| s.parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s > 0.0 && *s <= 3600.0)
+                .map(|s| o.seconds = s)
+                .ok_or_else(|| "--seconds: give seconds, more than 0 and at most 3600".to_string()),
+            "--force" => {
+                o.force = true;
+                Ok(())
+            }
+            "--p2p-self" => {
+                o.p2p_self = true;
+                Ok(())
+            }
+            "--inject-fault" => args
+                .next()
+                .ok_or_else(|| "--inject-fault: which fault?".to_string())
+                .and_then(|f| f.parse().map(|f| o.fault = Some(f))),
+            other => Err(format!("unknown argument {other:?}")),
+        };
+        if let Err(e) = parsed {
+            eprintln!("gpuhost-active-probe: {e}");
+            return 2;
+        }
+    }
+    child_main(&o)
+}
+
 /// The run's limits, seen by every GPU's thread.
 pub(crate) struct Run {
     deadline: Instant,

@@ -46,6 +46,11 @@ pub(crate) struct CloudInitArgs {
     /// Runs from a unit (gpuhost-gate.service) so that it also runs after apply's reboots.
     #[arg(long, value_name = "SECONDS")]
     pub wait_healthy: Option<u32>,
+    /// With --wait-healthy: once the node is healthy by its counters, the gate also runs work
+    /// on every GPU (`gpuhost status --active`: HBM, PCIe, known-answer compute) and passes only
+    /// if that is healthy too.
+    #[arg(long, requires = "wait_healthy")]
+    pub active: bool,
 }
 
 /// The gate's unit and the file that marks it passed.
@@ -290,6 +295,9 @@ fn gate_unit(a: &CloudInitArgs, profile: &Profile, embedded: bool, timeout: u32)
     if let (false, Some(n)) = (embedded, profile.status.expect_gpus) {
         gate.extend(["--expect-gpus".into(), n.to_string()]);
     }
+    if a.active {
+        gate.push("--active".into());
+    }
     [
         "[Unit]".to_string(),
         "Description=gpuhost: wait until this GPU node is healthy (provisioning gate)".into(),
@@ -442,6 +450,7 @@ mod tests {
             gpuhost_rpm: None,
             max_reboots: 3,
             wait_healthy: None,
+            active: false,
         }
     }
 

@@ -41,6 +41,24 @@ options:
       - With O(wait_healthy), seconds between looks.
     type: float
     default: 5
+  active:
+    description:
+      - Also run work on every GPU and judge it (C(gpuhost status --active)) - HBM bandwidth and
+        integrity, PCIe, known-answer FP32/FP64 compute, peer copies - in a few seconds, with
+        nothing but the driver. With O(wait_healthy), once the node is healthy by its counters.
+      - GPUs with compute processes on them are left alone (WARNING) unless O(force).
+    type: bool
+    default: false
+  active_seconds:
+    description:
+      - With O(active), the time limit of the GPU work, in seconds.
+    type: float
+    default: 30
+  force:
+    description:
+      - With O(active), check GPUs that have compute processes on them too.
+    type: bool
+    default: false
   fail_on:
     description:
       - The verdicts that fail the task.
@@ -87,6 +105,12 @@ EXAMPLES = r'''
   gpuhost.node.status:
     profile: ol8-uek
     wait_healthy: 900
+
+- name: Gate that also runs work on every GPU (HBM, PCIe, known-answer compute)
+  gpuhost.node.status:
+    profile: ol8-uek
+    wait_healthy: 900
+    active: true
 
 - name: Only collect, never fail
   gpuhost.node.status:
@@ -139,6 +163,9 @@ def main():
             timeout=dict(type='float', default=10),
             wait_healthy=dict(type='float'),
             poll=dict(type='float', default=5),
+            active=dict(type='bool', default=False),
+            active_seconds=dict(type='float', default=30),
+            force=dict(type='bool', default=False),
             fail_on=dict(type='list', elements='str', choices=['WARNING', 'CRITICAL', 'UNKNOWN'],
                          default=['CRITICAL', 'UNKNOWN']),
             snapshot=dict(type='path'),
@@ -158,6 +185,10 @@ def main():
         argv += ['--timeout', str(p['timeout'])]
     if p['snapshot']:
         argv += ['--from-snapshot', p['snapshot']]
+    if p['active']:
+        argv += ['--active', '--active-seconds', str(p['active_seconds'])]
+        if p['force']:
+            argv += ['--force']
     rc, report, out, err, cmd = run_json(module, argv)
     if not isinstance(report, dict) or report.get('status') not in VERDICTS:
         module.fail_json(msg='gpuhost status exited %d without a report: %s'
