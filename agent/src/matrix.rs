@@ -102,6 +102,16 @@ fn precompiled_accepted(r: &Release, kernel: Flavour) -> bool {
         && gpuhost_nvidia::flavour::refuse_precompiled(Some(stream), None).is_ok()
 }
 
+/// The active checks' column: the same PTX and driver calls on every accepted combination;
+/// run on real x86_64 H100/H200 GPUs (driver R580, bench/RESULTS-active.md), never on Grace.
+fn active_checks(v: &Verdict, arch: &str) -> &'static str {
+    match (v, arch) {
+        (Verdict::Refused(_), _) => "—",
+        (_, "x86_64") => "yes (run on H100/H200, R580)",
+        _ => "yes, untested (no Grace GPU at hand)",
+    }
+}
+
 /// `R535–R580`, `R590`, or `R535, R550` for branches that are not neighbours in the table.
 fn ranges(list: &[u32]) -> String {
     let mut out: Vec<String> = Vec::new();
@@ -136,9 +146,12 @@ pub(crate) fn markdown() -> String {
            compiled on the node ([kmods.md](kmods.md)); DKMS: built on each node (no kmod repo set);\n  \
            NVIDIA precompiled: the precompiled streams' kmods. The verdict is the driver's, run\n  \
            with DKMS; the test world runs prebuilt kmods on Oracle Linux 9's UEK, x86_64 and\n  \
-           aarch64 (`tests/kmods.rs`).\n\n\
-         | OS | arch | kernel | module flavour | kernel modules | driver branches | verdict |\n\
-         | --- | --- | --- | --- | --- | --- | --- |\n",
+           aarch64 (`tests/kmods.rs`).\n\
+         - **active checks**: `gpuhost status --active` ([active-checks.md](active-checks.md)):\n  \
+           known-answer work through the driver's `libcuda.so.1` and PTX ISA 7.0, which every\n  \
+           listed branch loads; where it has run on a real GPU, and where not.\n\n\
+         | OS | arch | kernel | module flavour | kernel modules | driver branches | verdict | active checks |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in &platform::RELEASES {
         for arch in r.arches {
@@ -192,10 +205,11 @@ fn rows(s: &mut String, r: &Release, arch: &str, kernel: Flavour, modules: Modul
         };
         let _ = writeln!(
             s,
-            "| Oracle Linux {} | {arch} | {kernel} | {modules} | {how} | {} | {} |",
+            "| Oracle Linux {} | {arch} | {kernel} | {modules} | {how} | {} | {} | {} |",
             r.major,
             ranges(&list),
-            shown(&v)
+            shown(&v),
+            active_checks(&v, arch)
         );
     }
 }
