@@ -1837,3 +1837,34 @@ fn a_gb200_tray_problem_is_the_one_problem(
         "{hint}"
     );
 }
+
+/// `gpuhost sweep-profile --profile` reads its profile or refuses it (exit 2, the reason),
+/// as `gpuhost status` does: a path that is not a profile is not silently ignored.
+#[test]
+fn sweep_profile_refuses_a_profile_it_cannot_read() {
+    let run = tempfile::tempdir().unwrap();
+    for bad in ["../../etc/passwd", "/nonexistent/site.toml"] {
+        let o = gpuhost(run.path())
+            .args(["sweep-profile", "1", "--profile", bad])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains(&format!("--profile {bad}: ")), "{err}");
+        assert!(
+            o.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+    let o = gpuhost(run.path())
+        .args(["sweep-profile", "1", "--profile", "ol9-uek"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

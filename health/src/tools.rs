@@ -24,6 +24,12 @@ pub fn sweep_profile(
         }
     };
     let expect = expectations_for(profile, expect_gpus);
+    // A profile that does not load is refused, as `gpuhost status` refuses it: the sweeps would
+    // otherwise be judged against no profile at all, and say nothing of it.
+    if let (Some(name), Some(err)) = (profile, &expect.profile_error) {
+        eprintln!("gpuhost sweep-profile: --profile {name}: {err}");
+        return 2;
+    }
     print_pretty("the profile", &profile::run(&host, &expect, n))
 }
 
