@@ -84,11 +84,12 @@ fn split(existing: &str) -> (String, Vec<String>, String) {
             (&body[..n], &body[n..])
         }
     };
-    (
-        lines[..start].concat(),
-        ours.iter().map(|l| l.trim().to_string()).collect(),
-        after.concat(),
-    )
+    // A second block of gpuhost's (a list edited by hand, or merged from two copies) is gpuhost's
+    // too: its lines join the first's, and the list is rewritten with one block.
+    let (rest_before, more, rest_after) = split(&after.concat());
+    let mut ours: Vec<String> = ours.iter().map(|l| l.trim().to_string()).collect();
+    ours.extend(more);
+    (lines[..start].concat(), ours, rest_before + &rest_after)
 }
 
 /// The list with gpuhost's block set to `lines` (where it was, or at the end): every other line
@@ -121,6 +122,11 @@ pub fn held(existing: &str) -> Vec<String> {
 /// rewritten once, with the end mark.
 pub fn current(existing: &str) -> bool {
     existing.lines().any(|l| l.trim() == END)
+        && existing
+            .lines()
+            .filter(|l| l.trim().starts_with(MARK))
+            .count()
+            == 1
 }
 
 /// What the plugin's own configuration (`versionlock.conf`) says: whether it is on, and the lock
@@ -177,6 +183,43 @@ mod tests {
             release: "1.el10".into(),
             arch: "x86_64".into(),
         }
+    }
+
+    #[test]
+    fn two_gpuhost_blocks_become_one_and_the_sites_lines_stay() {
+        let block = |v: &str| format!("{MARK} '*nvidia*580*'\nnvidia-open-3:{v}-1.el10.*\n{END}\n");
+        let list = format!(
+            "# site\nopenssh-server-0:9.9p1-1.el10.*\n{}site-agent-0:1.0-1.*\n{}# tail\n",
+            block("580.126.09"),
+            block("580.65.06")
+        );
+        assert!(!current(&list), "two blocks are rewritten");
+        assert_eq!(
+            held(&list),
+            vec![
+                "nvidia-open-3:580.126.09-1.el10.*",
+                "nvidia-open-3:580.65.06-1.el10.*"
+            ]
+        );
+        let lines = vec!["nvidia-open-3:580.126.09-1.el10.*".to_string()];
+        let out = with_lock(&list, 580, &lines);
+        assert_eq!(out.matches(MARK).count(), 1, "{out}");
+        assert_eq!(out.matches(END).count(), 1, "{out}");
+        assert!(!out.contains("580.65.06"), "{out}");
+        for site in [
+            "# site\n",
+            "openssh-server-0:9.9p1-1.el10.*\n",
+            "site-agent-0:1.0-1.*\n",
+            "# tail\n",
+        ] {
+            assert!(out.contains(site), "{site}: {out}");
+        }
+        assert!(current(&out));
+        assert_eq!(
+            with_lock(&out, 580, &lines),
+            out,
+            "written once, then unchanged"
+        );
     }
 
     #[test]
