@@ -13,8 +13,12 @@
 # - references: PyTorch's device copy and pinned copies (/opt/torch), when there; NVIDIA's
 #   ptxas and cuobjdump (/usr/local/cuda) on the embedded PTX for sm_80, sm_90, sm_100.
 set -u
-out=${OUT:-./active-out}
+# Everything is written under one folder and packed into $OUT/active-run.tgz at the end (the
+# device machine returns 8 files at most).
+final=${OUT:-.}
+out=$(mktemp -d)/active-out
 mkdir -p "$out"
+trap 'tar -czf "$final/active-run.tgz" -C "$(dirname "$out")" active-out' EXIT
 probe=${PROBE:-target/release/gpuhost-active-probe}
 gpuhost=${GPUHOST:-target/release/gpuhost}
 log() { echo "== $*" | tee -a "$out/log.txt"; }
@@ -58,6 +62,7 @@ if [ -x "$gpuhost" ]; then
   "$gpuhost" status --active --fresh --format table --active-inject-fault fp32 > "$out/status-active-fault.table" 2>&1; echo "rc=$?" >> "$out/status-active-fault.table"
 fi
 
+"$gpuhost" status --active --fresh --dump-snapshot > "$out/status-active-snapshot.json" 2> "$out/status-active-snapshot.err"
 nvidia-smi -q > "$out/smi-after.txt" 2>&1
 settings "$out/smi-before.txt" > "$out/settings-before.txt"
 settings "$out/smi-after.txt" > "$out/settings-after.txt"
@@ -66,6 +71,32 @@ if diff "$out/settings-before.txt" "$out/settings-after.txt" > "$out/settings.di
 else
   log "SETTINGS CHANGED"; cat "$out/settings.diff"
 fi
+
+# Kernel variants (GPUHOST_ACTIVE_PTX_DIR): the copy kernel with streaming (.cs) or read-only
+# (.nc) loads, the rate kernels with q as an immediate. Three runs each; one line each.
+log "kernel variants"
+mkvariant() { # name copy-sed gen-args
+  local d=$out/variants/$1; mkdir -p "$d"
+  sed -e "$2" active/src/ptx/checks.ptx > "$d/checks.ptx"
+  python3 active/src/ptx/gen_compute.py $3 > "$d/compute.ptx"
+}
+mkvariant base 's/^//' ""
+mkvariant cs 's/ld.global.v4.u32/ld.global.cs.v4.u32/; s/st.global.v4.u32/st.global.cs.v4.u32/' ""
+mkvariant nc 's/ld.global.v4.u32/ld.global.nc.v4.u32/; s/st.global.v4.u32/st.global.cs.v4.u32/' ""
+mkvariant imm 's/^//' "--imm"
+mkvariant cs-imm 's/ld.global.v4.u32/ld.global.cs.v4.u32/; s/st.global.v4.u32/st.global.cs.v4.u32/' "--imm"
+for v in base cs nc imm cs-imm; do
+  for i in 1 2 3; do
+    GPUHOST_ACTIVE_PTX_DIR=$out/variants/$v "$probe" --seconds 15 > "$out/variants/$v/run-$i.json" 2>&1
+    python3 - "$v" "$out/variants/$v/run-$i.json" <<'PY' | tee -a "$out/log.txt"
+import json, sys
+r = json.load(open(sys.argv[2])); g = r["gpus"][0]; h = g["hbm"]
+c = {x["kernel"]: x for x in g["compute"]}
+print(f"{sys.argv[1]:7} copy {h['kernel_gbps']:.0f} dtod {h['dtod_gbps']:.0f} ratio {h['kernel_gbps']/h['dtod_gbps']:.3f}"
+      f"  fp32 {c['fma32']['tflops']} fp64 {c['fma64']['tflops']} mism {sum(x['mismatches'] for x in g['compute'])} wall {r['wall_ms']:.0f} ms")
+PY
+  done
+done
 
 if [ -x /usr/local/cuda/bin/ptxas ]; then
   log "ptxas (CUDA toolkit) and SASS"

@@ -1,5 +1,5 @@
 //! `gpuhost status --active` (issue 52): the active checks' PTX as NVIDIA's assembler takes it,
-//! and their verdicts on reports captured on a real H200 (tests/fixtures/active/), played back
+//! and their verdicts on reports captured on a real H100 (tests/fixtures/active/), played back
 //! through the same child process, pipe, time limit and signals as the real checks. No GPU is
 //! needed: the real run is bench/active-gpu-run.sh's (bench/RESULTS-active.md).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -137,14 +137,20 @@ fn value(v: &serde_json::Value, id: &str) -> String {
     check(v, id)["value"].as_str().unwrap_or("").to_string()
 }
 
+/// The captured GPU's reference row (the H100 80GB HBM3 the GPU machine lent).
+fn reference() -> &'static gpuhost_nvidia::perf::Reference {
+    let id = report("h100.json")["gpus"][0]["pci_device_id"].as_u64().unwrap() as u16;
+    gpuhost_nvidia::perf::reference(id).unwrap()
+}
+
 /// The healthy capture: every active check OK, the figures in the values, the report's
 /// conditions in the JSON, and the figures with their floors in the Prometheus text.
 #[test]
 fn a_healthy_gpus_figures_pass_in_every_format() {
     let run = tempfile::tempdir().unwrap();
-    let r = report("h200.json");
+    let r = report("h100.json");
     let g = &r["gpus"][0];
-    let (v, code) = judged(run.path(), &active_fixture("h200.json"), &[]);
+    let (v, code) = judged(run.path(), &active_fixture("h100.json"), &[]);
     for id in [
         "active.run",
         "gpu.active.hbm_bandwidth",
@@ -162,7 +168,7 @@ fn a_healthy_gpus_figures_pass_in_every_format() {
         hbm.contains(&format!("copy kernel {kernel:.0} GB/s")),
         "{hbm}"
     );
-    assert!(hbm.contains("peak of 4800 GB/s"), "{hbm}");
+    assert!(hbm.contains(&format!("peak of {:.0} GB/s", reference().hbm_gbps)), "{hbm}");
     let pcie = value(&v, "gpu.active.pcie");
     assert!(
         pcie.contains("floor 47.3 GB/s") && pcie.contains("link during the copy Gen5 x16"),
@@ -186,7 +192,7 @@ fn a_healthy_gpus_figures_pass_in_every_format() {
         .args(["status", "--format", "prometheus", "--from-snapshot"])
         .arg(fixtures().join("h200-snapshot.json"))
         .args(["--active", "--active-fixture"])
-        .arg(active_fixture("h200.json"))
+        .arg(active_fixture("h100.json"))
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout).to_string();
@@ -203,7 +209,7 @@ fn a_healthy_gpus_figures_pass_in_every_format() {
     for f in ["hbm_copy", "pcie_h2d", "pcie_d2h", "fp32", "fp64"] {
         assert!(ratio(f) > 1.0, "{f}: {}", ratio(f));
     }
-    assert!(text.contains("model=\"0x2335\""), "{text}");
+    assert!(text.contains(&format!("model=\"{:#06x}\"", reference().device_id)), "{text}");
     assert!(
         text.contains("gpuhost_active_condition_sm_clock_hertz{"),
         "{text}"
@@ -236,7 +242,7 @@ fn a_healthy_gpus_figures_pass_in_every_format() {
 #[test]
 fn wrong_answers_captured_on_the_real_gpu_are_critical() {
     let run = tempfile::tempdir().unwrap();
-    let (v, code) = judged(run.path(), &active_fixture("h200-fault-hbm.json"), &[]);
+    let (v, code) = judged(run.path(), &active_fixture("h100-fault-hbm.json"), &[]);
     assert_eq!(code, Some(2));
     assert_eq!(severity(&v, "gpu.active.hbm_integrity"), "CRITICAL");
     let s = value(&v, "gpu.active.hbm_integrity");
@@ -245,10 +251,10 @@ fn wrong_answers_captured_on_the_real_gpu_are_critical() {
         "{s}"
     );
     for (fixture, kernel) in [
-        ("h200-fault-fp32.json", "fma32"),
-        ("h200-fault-fp64.json", "fma64"),
-        ("h200-fault-mix32.json", "mix32"),
-        ("h200-fault-mix64.json", "mix64"),
+        ("h100-fault-fp32.json", "fma32"),
+        ("h100-fault-fp64.json", "fma64"),
+        ("h100-fault-mix32.json", "mix32"),
+        ("h100-fault-mix64.json", "mix64"),
     ] {
         let (v, code) = judged(run.path(), &active_fixture(fixture), &[]);
         assert_eq!(code, Some(2), "{fixture}");
@@ -291,7 +297,7 @@ fn derived_faults_are_judged_with_their_reason() {
         ),
         (
             "HBM at 0.7x",
-            Box::new(|v| v["gpus"][0]["hbm"]["kernel_gbps"] = 3360.0.into()),
+            Box::new(|v| v["gpus"][0]["hbm"]["kernel_gbps"] = (reference().hbm_gbps * 0.7).into()),
             "gpu.active.hbm_bandwidth",
             "CRITICAL",
             "HBM slower than a healthy GPU",
@@ -302,7 +308,7 @@ fn derived_faults_are_judged_with_their_reason() {
             Box::new(|v| {
                 for c in v["gpus"][0]["compute"].as_array_mut().unwrap() {
                     if c["kernel"] == "fma64" {
-                        c["tflops"] = 15.0.into();
+                        c["tflops"] = (reference().fp64_tflops * 0.44).into();
                         c["conditions"]["clock_event_reasons"] = 4.into();
                     }
                 }
@@ -378,7 +384,7 @@ fn derived_faults_are_judged_with_their_reason() {
         ),
     ];
     for (name, edit, id, sev, text, worst) in cases {
-        let f = edited(dir, "h200.json", &*edit);
+        let f = edited(dir, "h100.json", &*edit);
         let (v, code) = judged(dir, &f, &[]);
         assert_eq!(severity(&v, id), sev, "{name}: {}", value(&v, id));
         assert!(value(&v, id).contains(text), "{name}: {}", value(&v, id));
@@ -395,7 +401,7 @@ fn a_child_past_its_limit_is_stopped_then_killed() {
     let t = Instant::now();
     let (v, code) = judged(
         run.path(),
-        &active_fixture("h200.json"),
+        &active_fixture("h100.json"),
         &["--active-seconds", "1", "--active-fixture-sleep", "60"],
     );
     let took = t.elapsed();
@@ -413,7 +419,7 @@ fn a_child_past_its_limit_is_stopped_then_killed() {
     let t = Instant::now();
     let (v, code) = judged(
         run.path(),
-        &active_fixture("h200.json"),
+        &active_fixture("h100.json"),
         &[
             "--active-seconds",
             "1",
@@ -444,7 +450,7 @@ fn sigterm_stops_the_child_and_the_run_is_unknown() {
         .args(["status", "--format", "json", "--from-snapshot"])
         .arg(fixtures().join("h200-snapshot.json"))
         .args(["--active", "--active-seconds", "60", "--active-fixture"])
-        .arg(active_fixture("h200.json"))
+        .arg(active_fixture("h100.json"))
         .args(["--active-fixture-sleep", "60"])
         .stdout(std::process::Stdio::piped())
         .spawn()

@@ -1056,6 +1056,34 @@ fn xid79(v: &mut serde_json::Value) {
     }]);
 }
 
+/// The active checks of the HGX fixture, as `gpuhost status --active` keeps them: the report
+/// captured on a real H100 (tests/fixtures/active/h100.json) given to each of the eight GPUs,
+/// with their bus ids and UUIDs, and `edit` applied to the report.
+fn with_active(v: &mut serde_json::Value, edit: &dyn Fn(&mut serde_json::Value)) {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/active/h100.json"),
+    )
+    .unwrap();
+    let mut report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let one = report["gpus"][0].clone();
+    let gpus: Vec<serde_json::Value> = v["nvml"]["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            let mut a = one.clone();
+            a["pci_bus_id"] = g["pci_bus_id"]["value"].clone();
+            a["uuid"] = g["uuid"]["value"].clone();
+            a
+        })
+        .collect();
+    report["gpus"] = serde_json::Value::Array(gpus);
+    edit(&mut report);
+    v["active"] = serde_json::json!({
+        "report": report, "exit_code": 0, "wall_ms": 1500.0, "finished_at": 1796667424u64
+    });
+}
+
 /// The series of a scrape as Prometheus stores them after scraping node `gpunode1`: each with
 /// the target's `instance` and `job` labels, and its value.
 fn scraped_series(metrics: &str) -> Vec<(String, String)> {
@@ -1265,6 +1293,40 @@ fn the_shipped_alert_rules_fire_on_what_serve_emits_and_only_then() {
             ],
         ),
         case(
+            "HBM of GPU 2 below its floor (active checks)",
+            &|v| with_active(v, &|r| r["gpus"][2]["hbm"]["kernel_gbps"] = 1500.0.into()),
+            false,
+            false,
+            vec![
+                node.clone(),
+                (
+                    "GpuhostGpuBelowFloor",
+                    "warning",
+                    with(hgx_gpu(2), &[("figure", "hbm_copy"), ("model", "0x2330")]),
+                ),
+            ],
+        ),
+        case(
+            "a wrong FP32 result on GPU 5 (active checks)",
+            &|v| {
+                with_active(v, &|r| {
+                    r["gpus"][5]["compute"][0]["mismatches"] = 1.into();
+                    r["gpus"][5]["compute"][0]["first_mismatch"] =
+                        serde_json::json!({"index": 7, "expected": "0x00000007", "got": "0x00000006"});
+                })
+            },
+            false,
+            false,
+            vec![
+                node.clone(),
+                (
+                    "GpuhostSilentDataCorruption",
+                    "critical",
+                    with(hgx_gpu(5), &[("kernel", "fma32")]),
+                ),
+            ],
+        ),
+        case(
             "sweeps stopped",
             &|_| {},
             false,
@@ -1385,6 +1447,13 @@ fn every_dashboard_query_names_series_and_labels_that_serve_emits() {
     let run = tempfile::tempdir().unwrap();
     // (per-GPU XID series exist once a GPU has XIDs: the HGX fixture with XID 79 logged)
     scraped += &scrape(run.path(), &hgx_with(run.path(), xid79), false);
+    // (the active checks' series: the HGX fixture with a kept active result)
+    let run = tempfile::tempdir().unwrap();
+    scraped += &scrape(
+        run.path(),
+        &hgx_with(run.path(), |v| with_active(v, &|_| {})),
+        false,
+    );
     let series = by_metric(&scraped);
     let text = std::fs::read_to_string(packaging("gpuhost-dashboard.json")).unwrap();
     let dash: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -57,8 +57,17 @@ impl<'a> Gpu<'a> {
         sms: u32,
         sampler: &'a Sampler,
     ) -> Result<Self> {
-        let checks = cuda.module(CHECKS_PTX)?;
-        let compute = cuda.module(COMPUTE_PTX)?;
+        let (checks, compute) = match &run.ptx_dir {
+            // A benchmark's variants of the kernels (bench/active-gpu-run.sh).
+            Some(dir) => {
+                let read = |f: &str| {
+                    std::fs::read_to_string(std::path::Path::new(dir).join(f))
+                        .map_err(|e| anyhow::anyhow!("{dir}/{f}: {e}"))
+                };
+                (cuda.module(&read("checks.ptx")?)?, cuda.module(&read("compute.ptx")?)?)
+            }
+            None => (cuda.module(CHECKS_PTX)?, cuda.module(COMPUTE_PTX)?),
+        };
         Ok(Gpu {
             copy: cuda.function(&checks, "gpuhost_copy")?,
             fill: cuda.function(&checks, "gpuhost_fill")?,

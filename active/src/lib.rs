@@ -171,6 +171,9 @@ pub(crate) struct Run {
     deadline: Instant,
     signal: Arc<AtomicUsize>,
     pub(crate) fault: Option<Fault>,
+    /// `$GPUHOST_ACTIVE_PTX_DIR`: load the kernels from this folder instead of the embedded
+    /// ones (benchmarks of kernel variants on the real GPU; the report says so).
+    pub(crate) ptx_dir: Option<String>,
 }
 
 /// The run was told to stop (its words: `SIGTERM`, `time limit`).
@@ -224,6 +227,7 @@ fn run(o: &ChildOptions) -> ActiveReport {
         deadline: began + Duration::from_secs_f64(o.seconds.max(0.0)),
         signal,
         fault: o.fault,
+        ptx_dir: std::env::var("GPUHOST_ACTIVE_PTX_DIR").ok().filter(|d| !d.is_empty()),
     };
     let mut report = ActiveReport {
         schema: SCHEMA,
@@ -232,7 +236,10 @@ fn run(o: &ChildOptions) -> ActiveReport {
             .map(|d| d.as_secs())
             .unwrap_or(0),
         limit_s: o.seconds,
-        injected: o.fault.map(|f| f.name().to_string()),
+        injected: o
+            .fault
+            .map(|f| f.name().to_string())
+            .or_else(|| run.ptx_dir.as_ref().map(|d| format!("kernels from {d}"))),
         ..ActiveReport::default()
     };
     let nvml = Nvml::init().ok().map(Arc::new);
