@@ -103,6 +103,56 @@ pub fn host_refuses(problems: &[String]) -> bool {
     problems.iter().any(|p| p.contains("protected packages"))
 }
 
+/// Where the fault of dnf's [`problems`] lies, for the exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// What was asked cannot be resolved from the repos: a conflict (`Problem: … conflicting
+    /// requests`, a package nothing provides, one filtered out by modular filtering), a package
+    /// or module stream no repo has, packages skipped, nothing to do. The profile (or the repos
+    /// it names) must change.
+    Request,
+    /// The host's own dnf configuration refuses it (a protected package).
+    Host,
+    /// Anything else: a repo that cannot be read, rpm's transaction test, a package that
+    /// cannot be opened.
+    Other,
+}
+
+/// [`Fault`] of a non-empty list of [`problems`]: `Request` only when every line is one of
+/// dnf's resolution lines.
+pub fn fault(problems: &[String]) -> Fault {
+    const REQUEST: &[&str] = &[
+        "Problem",
+        "- ",
+        "Modular dependency problem",
+        "No match for argument",
+        "No match for package",
+        "Unable to resolve argument",
+        "Error: Unable to find a match",
+        "Cannot enable multiple streams",
+        "Error: Problems in request",
+        "missing groups or modules",
+        "broken groups or modules",
+        "All matches were filtered out",
+        "Module or Group",
+        "Skipping packages with",
+        "skipped: ",
+        "Nothing to do.",
+        "Error: It is not possible to switch enabled streams",
+    ];
+    if host_refuses(problems) {
+        Fault::Host
+    } else if !problems.is_empty()
+        && problems
+            .iter()
+            .all(|p| REQUEST.iter().any(|r| p.starts_with(r)))
+    {
+        Fault::Request
+    } else {
+        Fault::Other
+    }
+}
+
 /// The problems in one line, for a reason: joined with ` | `, at most `n` of them (and how many
 /// more).
 pub fn quoted(problems: &[String], n: usize) -> String {
@@ -204,5 +254,21 @@ mod tests {
         assert!(!host_refuses(&problems(&fixture("install-file-conflict.txt"))));
         assert!(host_refuses(&["Problem: The operation would result in removing the following protected packages: nvidia-fabric-manager".to_string()]));
         assert_eq!(quoted(&["a".into(), "b".into(), "c".into()], 2), "a | b | … (1 more)");
+        for f in [
+            "shell-profile-conflict.txt",
+            "install-no-match.txt",
+            "module-enable-two-streams.txt",
+            "install-file-conflict.txt",
+        ] {
+            assert_eq!(fault(&problems(&fixture(f))), Fault::Request, "{f}");
+        }
+        assert_eq!(
+            fault(&["Error: Failed to download metadata for repo 'docker-ce-stable': Cannot download repomd.xml".to_string()]),
+            Fault::Other
+        );
+        assert_eq!(
+            fault(&["Error: Transaction test error:".to_string(), "Problem: x".to_string()]),
+            Fault::Other
+        );
     }
 }

@@ -440,8 +440,13 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
         }
     }
     let cmd = install_command(host, &parts)?;
-    let out = cmd.output()?;
+    let mut out = cmd.output()?;
     drop(staged);
+    // dnf can exit 0 having done less than asked (a conflict it reports as a `Problem`,
+    // packages it skipped): its own lines make it a failure.
+    if out.success() && !gpuhost_host::dnfout::problems(&format!("{}\n{}", out.stdout, out.stderr)).is_empty() {
+        out.code = Some(1);
+    }
     Ok((cmd, out))
 }
 
