@@ -101,6 +101,9 @@ pub struct DriverSwap {
     /// another: switched once the packages are in (`dnf module switch-to`, which then changes
     /// no package: the new set is the stream's).
     pub module: Option<String>,
+    /// `module` is set by `dnf module reset` and `dnf module enable` (no profile marked
+    /// installed: a module profile with prebuilt kmods), not `switch-to`.
+    pub module_reset: bool,
     /// Packages outside NVIDIA's set the swap may erase (`driver.allow_erase`): before the
     /// transaction, dnf resolves it without running it, and a swap that would erase any other
     /// package outside the set is refused ([`outside_the_set`]).
@@ -205,12 +208,25 @@ fn swap_in(
     if missing.is_empty() {
         settle_cache(host, s, &copied_from)?;
         if let Some(m) = &s.module {
-            host.dnf()?
-                .args(["--disableexcludes=main", "module", "switch-to", m.as_str()])
-                .run()
-                .with_context(|| {
-                    format!("the driver was replaced, but dnf's module state still names another stream than {m}")
-                })?;
+            let context = || {
+                format!("the driver was replaced, but dnf's module state still names another stream than {m}")
+            };
+            if s.module_reset {
+                let module = m.split(':').next().unwrap_or(m);
+                host.dnf()?
+                    .args(["module", "reset", module])
+                    .run()
+                    .with_context(context)?;
+                host.dnf()?
+                    .args(["module", "enable", m.as_str()])
+                    .run()
+                    .with_context(context)?;
+            } else {
+                host.dnf()?
+                    .args(["--disableexcludes=main", "module", "switch-to", m.as_str()])
+                    .run()
+                    .with_context(context)?;
+            }
         }
         return Ok(());
     }

@@ -1,0 +1,175 @@
+//! A module profile installed less the packages other packages replace: NVIDIA's `default` and
+//! `fm` profiles with prebuilt kmods (`driver.kmod_repo`) instead of NVIDIA's DKMS kmod.
+//!
+//! NVIDIA's module metadata lists the DKMS kmod in every open and dkms stream's profiles
+//! (NVIDIA/cuda-repo-management `genmodules.py`: `kmod-nvidia-open-dkms`, or
+//! `kmod-nvidia-latest-dkms`), and a prebuilt kmod conflicts with it, as it must: `dnf install
+//! @nvidia-driver:<stream>/default <kmod>` is dnf's `Problem: … conflicting requests`. Excluding
+//! the kmod (`--exclude`) lets the profile install, but dnf then marks the profile installed,
+//! and the next `dnf module switch-to` (NVIDIA's documented way to change streams, and a driver
+//! change's) installs the new stream's profile, DKMS kmod included, erasing the prebuilt kmod
+//! with `--allowerasing` (checked with the test world's dnf 4.14). So the stream is enabled and
+//! the profile's packages are installed by name, less the replaced ones, in the same one
+//! transaction: dnf holds the branch (`[e]`), marks no profile installed, and leaves the
+//! prebuilt kmods alone on a stream switch. The profile's packages are dnf's own answer, `dnf
+//! module info --profile`, read right before the transaction from the repos it will use.
+
+use anyhow::Result;
+
+use gpuhost_host::error::hinted;
+use gpuhost_host::host::Host;
+
+use crate::step::DnfFailure;
+use crate::work::Install;
+
+/// The packages of `profile` in `dnf module info --profile` output (`Name : name:stream:
+/// version:context:arch`, then `profile : package` and `        : package` lines), of the
+/// newest module version listed; `None` when none lists that profile. Also the profiles it
+/// has, for the message.
+pub(crate) fn profile_packages(stdout: &str, profile: &str) -> (Option<Vec<String>>, Vec<String>) {
+    // (version, profile -> packages) per module version listed
+    let mut blocks: Vec<(u64, Vec<(String, Vec<String>)>)> = Vec::new();
+    let mut current = String::new();
+    for line in stdout.lines() {
+        let Some((key, value)) = line.split_once(" : ") else {
+            continue;
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if key == "Name" {
+            let version = value
+                .split(':')
+                .nth(2)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            blocks.push((version, Vec::new()));
+            current.clear();
+            continue;
+        }
+        let Some((_, profiles)) = blocks.last_mut() else {
+            continue;
+        };
+        if !key.is_empty() {
+            current = key.to_string();
+            profiles.push((current.clone(), Vec::new()));
+        }
+        if let Some((_, pkgs)) = profiles.last_mut() {
+            if !value.is_empty() {
+                pkgs.push(value.to_string());
+            }
+        }
+    }
+    blocks.sort_by_key(|(v, _)| *v);
+    let Some((_, profiles)) = blocks.pop() else {
+        return (None, Vec::new());
+    };
+    let names: Vec<String> = profiles.iter().map(|(p, _)| p.clone()).collect();
+    let found = profiles
+        .into_iter()
+        .find(|(p, _)| p == profile)
+        .map(|(_, pkgs)| pkgs);
+    (found, names)
+}
+
+/// `parts`, each module profile that leaves packages out ([`Install::leave_out`]) made into
+/// what dnf carries in one transaction: its stream enabled and the profile's other packages by
+/// name, before the part's own specs. dnf is asked with `options` (the repos the transaction
+/// reads). A profile the repos do not have is dnf's refusal, in its words, nothing changed.
+pub(crate) fn expand(host: &Host, parts: &[&Install], options: &[String]) -> Result<Vec<Install>> {
+    let mut out = Vec::new();
+    for part in parts {
+        let mut part = (*part).clone();
+        if let (Some(spec), false) = (part.module.clone(), part.leave_out.is_empty()) {
+            let (stream, profile) = spec.split_once('/').unwrap_or((spec.as_str(), "default"));
+            let cmd = host
+                .dnf()?
+                .args(options)
+                .args(["module", "info", "--profile", spec.as_str()]);
+            let got = cmd.output()?;
+            if !got.success() {
+                let mut failure = DnfFailure::new(cmd, got);
+                failure.unchanged = true;
+                return Err(failure.error());
+            }
+            let (packages, profiles) = profile_packages(&got.stdout, profile);
+            let Some(packages) = packages else {
+                return Err(gpuhost_host::error::as_invalid(hinted(
+                    format!(
+                        "module {stream} has no profile {profile} (its profiles: {}); nothing was changed",
+                        if profiles.is_empty() { "none".to_string() } else { profiles.join(", ") }
+                    ),
+                    "set driver.stream to a stream of the local repo that has the profile",
+                )));
+            };
+            let mut specs: Vec<String> = packages
+                .into_iter()
+                .filter(|p| !part.leave_out.contains(p))
+                .collect();
+            specs.append(&mut part.specs);
+            part.specs = specs;
+            part.enable = Some(stream.to_string());
+            part.module = None;
+            part.leave_out.clear();
+        }
+        out.push(part);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `dnf -q module info --profile nvidia-driver:open-dkms/default` (dnf 4.14) of the test
+    /// world's R570 driver-only local repo, whose metadata follows NVIDIA's genmodules.py: dnf
+    /// lists every profile whatever the spec names.
+    const INFO: &str = "Name    : nvidia-driver:open-dkms:20250301000000:3b37a417db:x86_64\n\
+default : cuda-drivers\n        : kmod-nvidia-open-dkms\n        : nvidia-driver\n        : nvidia-driver-cuda\n\
+fm      : cuda-drivers\n        : kmod-nvidia-open-dkms\n        : libnvidia-nscq-570\n        : nvidia-fabric-manager\n\
+ks      : kmod-nvidia-open-dkms\n        : nvidia-driver\n\
+src     : nvidia-kmod-source\n";
+
+    #[test]
+    fn a_profiles_packages_are_read_from_dnfs_answer() {
+        let (p, all) = profile_packages(INFO, "fm");
+        assert_eq!(
+            p.unwrap_or_default(),
+            vec![
+                "cuda-drivers",
+                "kmod-nvidia-open-dkms",
+                "libnvidia-nscq-570",
+                "nvidia-fabric-manager"
+            ]
+        );
+        assert_eq!(all, vec!["default", "fm", "ks", "src"]);
+        assert_eq!(
+            profile_packages(INFO, "src").0.unwrap_or_default(),
+            vec!["nvidia-kmod-source"]
+        );
+        assert!(profile_packages(INFO, "nosuch").0.is_none());
+        assert!(profile_packages("", "default").0.is_none());
+        // Two versions of the stream (two repos): the newest is what dnf installs.
+        let two = format!(
+            "{}Name    : nvidia-driver:open-dkms:20990101000000:aaaa:x86_64\ndefault : nvidia-driver\n",
+            INFO
+        );
+        assert_eq!(
+            profile_packages(&two, "default").0.unwrap_or_default(),
+            vec!["nvidia-driver"]
+        );
+    }
+
+    #[test]
+    fn a_profile_without_its_dkms_kmod_becomes_the_stream_and_its_other_packages() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let host = Host::new(dir.path())?;
+        // A part with nothing left out is carried as it is, without asking dnf.
+        let plain = Install {
+            module: Some("nvidia-driver:open-dkms/default".into()),
+            specs: vec!["/r/kmod.rpm".into()],
+            ..Install::default()
+        };
+        let out = expand(&host, &[&plain], &[])?;
+        assert_eq!(out, vec![plain]);
+        Ok(())
+    }
+}
