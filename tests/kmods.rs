@@ -392,6 +392,74 @@ fn bad_input_is_refused_before_anything_is_written() {
     assert!(text.contains("another key"), "{text}");
 }
 
+/// Issue 51, item 4: the build root is checked before anything is compiled. A root without
+/// `/dev/fd` (no `/dev` bind-mounted) used to compile every module and then fail at `sign-file …
+/// /dev/fd/0`, exit 1. Each thing the build and `sign-file` need, taken away in turn: exit 2
+/// naming it and what to bind-mount, no compiler started (strace), nothing written; put back,
+/// the same root builds.
+#[test]
+fn a_build_root_lacking_what_make_and_sign_file_need_is_refused_before_any_compile() {
+    let root = build_root(&[UEK9]);
+    let f = fleet();
+    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let args: Vec<String> = [
+        "kmod",
+        "build",
+        "--local-repo-rpm",
+        rpm.to_str().unwrap(),
+        "--key",
+        f.key.to_str().unwrap(),
+        "--cert",
+        f.cert.to_str().unwrap(),
+        "--out",
+        f.out.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sign_file = format!("/usr/src/kernels/{UEK9}/scripts/sign-file");
+    let hidden = |p: &str| format!("{p}.hidden-by-test");
+    for (path, named) in [
+        ("/dev/fd", "/dev/fd"),
+        ("/dev/null", "/dev/null"),
+        ("/proc", "/proc"),
+        ("/usr/bin/strip", "strip (binutils)"),
+        (sign_file.as_str(), "scripts/sign-file"),
+    ] {
+        std::fs::rename(root.join(path), root.join(&hidden(path))).unwrap();
+        if path == "/dev/null" {
+            // What an image build without /dev has at worst: a plain file where the device was.
+            std::fs::write(root.join(path), b"").unwrap();
+        }
+        let (o, execs) = root.gpuhost_traced(&args);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stderr),
+            String::from_utf8_lossy(&o.stdout)
+        );
+        assert_eq!(code(&o), 2, "without {path}: {text}");
+        assert!(
+            text.contains(named) && text.contains("nothing was compiled"),
+            "without {path}: {text}"
+        );
+        assert!(text.contains("mount --bind /dev"), "{text}");
+        if let Some(execs) = execs {
+            for p in ["make", "gcc", "cc1", "sign-file", "strip", "unshare"] {
+                assert!(!execs.iter().any(|e| e == p), "without {path}, {p} ran: {execs:?}");
+            }
+        }
+        assert!(!f.out.exists(), "without {path}, {} was written", f.out.display());
+        assert!(!root.join("/var/cache/gpuhost/kmod-build").exists());
+        if path == "/dev/null" {
+            std::fs::remove_file(root.join(path)).unwrap();
+        }
+        std::fs::rename(root.join(&hidden(path)), root.join(path)).unwrap();
+    }
+    let (rc, _, text) = kmod_build(&root, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+}
+
 /// A node's apply with `driver.kmod_repo`: the profile's driver from the local repo package,
 /// the kernel module from the build host's repo.
 fn node_apply(node: &Root, repo: &Path, cmd: &str) -> (i32, Value) {
