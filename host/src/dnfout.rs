@@ -97,10 +97,13 @@ pub fn dry_run_problems(text: &str) -> Vec<String> {
 }
 
 /// True when dnf refuses because of the host's own dnf configuration rather than what was
-/// asked: a package `protected_packages` protects. (The exit code follows where the fault
-/// lies: the host's configuration is not the profile's or the repos'.)
+/// asked: a package `protected_packages` protects, or one dnf.conf's `excludepkgs` hides.
+/// (The exit code follows where the fault lies: the host's configuration is not the profile's
+/// or the repos'.)
 pub fn host_refuses(problems: &[String]) -> bool {
-    problems.iter().any(|p| p.contains("protected packages"))
+    problems
+        .iter()
+        .any(|p| p.contains("protected packages") || p.contains("filtered out by exclude filtering"))
 }
 
 /// Where the fault of dnf's [`problems`] lies, for the exit code.

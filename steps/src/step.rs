@@ -358,17 +358,21 @@ impl DnfFailure {
         })
     }
 
-    /// Specs dnf found no package for.
+    /// Specs dnf found no package for (not those it found and filtered out: dnf says so, and
+    /// its words are the reason, [`DnfFailure::error`]).
     pub(crate) fn unmatched<'s>(&self, specs: &'s [String]) -> Vec<&'s str> {
         let text = self.text();
+        let names = |l: &str, s: &str| l.split_whitespace().any(|w| w == s);
         specs
             .iter()
             .map(String::as_str)
             .filter(|s| {
                 text.lines().any(|l| {
                     (l.contains("No match for argument") || l.contains("Unable to find a match"))
-                        && l.split_whitespace().any(|w| w == *s)
-                })
+                        && names(l, s)
+                }) && !text
+                    .lines()
+                    .any(|l| l.contains("filtered out") && names(l, s))
             })
             .collect()
     }

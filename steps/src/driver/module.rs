@@ -74,12 +74,20 @@ fn kmod_note() -> &'static str {
     "docs/kmods.md, \"dnf's module state\""
 }
 
-/// True when dnf's output says the module stream or profile does not exist.
-fn module_missing(text: &str) -> bool {
-    text.contains("missing groups or modules")
-        || text.contains("Unable to resolve argument")
-        || (text.contains("Module or Group") && text.contains("is not available"))
-        || text.contains("No such module")
+/// True when dnf's output says the module stream `stream` (or a profile of it) does not exist:
+/// a line naming `nvidia-driver:<stream>` says so (another stream dnf could not find, named
+/// by another part of the script, is dnf's problem, quoted as it is).
+fn module_missing(text: &str, stream: &str) -> bool {
+    let spec = packages::module_spec(stream, None);
+    text.lines().any(|l| {
+        let names = l
+            .split(|c: char| c.is_whitespace() || "'\",".contains(c))
+            .any(|w| w == spec || w.starts_with(&format!("{spec}/")));
+        names
+            && (l.contains("missing groups or modules")
+                || (l.contains("Module or Group") && l.contains("is not available"))
+                || l.contains("No such module"))
+    })
 }
 
 /// What the `driver` step found: the plan's stream and set, dnf's module state, and which of
@@ -416,7 +424,9 @@ impl Step for Driver {
     fn apply(&self, ctx: &mut Ctx<'_>, work: &Work) -> Result<()> {
         crate::work::carry_out(ctx.host, work).map_err(|e| {
             let missing =
-                gpuhost_host::cmd::Failed::of(&e).is_some_and(|f| module_missing(&f.output()));
+                gpuhost_host::cmd::Failed::of(&e).is_some_and(|f| {
+                    module_missing(&f.output(), super::context::stream(ctx))
+                });
             if missing {
                 let available = available_streams(ctx).unwrap_or_default();
                 not_in_repo(super::context::stream(ctx), &available)
@@ -427,7 +437,7 @@ impl Step for Driver {
     }
 
     fn explain(&self, ctx: &Ctx<'_>, install: &Install, failure: &DnfFailure) -> anyhow::Error {
-        if module_missing(&failure.text()) {
+        if module_missing(&failure.text(), super::context::stream(ctx)) {
             let available = available_streams(ctx).unwrap_or_default();
             return not_in_repo(super::context::stream(ctx), &available);
         }

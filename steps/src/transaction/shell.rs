@@ -57,6 +57,7 @@ pub(crate) fn run(
     options: &[String],
     flags: &[&str],
 ) -> Result<(Cmd, CmdOutput)> {
+    let script = injected(script);
     host.write_atomic(path, script.as_bytes(), 0o600)?;
     let file = host.real_path(path)?;
     let base = host.dnf()?.args(options).args(flags);
@@ -74,6 +75,26 @@ pub(crate) fn run(
         out.code = Some(1);
     }
     Ok((cmd, out))
+}
+
+/// Test builds (`failpoints`): the line `GPUHOST_FAILPOINT_DNF_LINE` names, put into the middle
+/// of the script (after its first line), as a line that errs would be; a release build never
+/// reads the variable.
+#[cfg(feature = "failpoints")]
+pub(crate) fn injected(script: &str) -> String {
+    match std::env::var("GPUHOST_FAILPOINT_DNF_LINE") {
+        Ok(line) if !line.trim().is_empty() => {
+            let mut lines: Vec<&str> = script.lines().collect();
+            lines.insert(1.min(lines.len()), line.trim());
+            format!("{}\n", lines.join("\n"))
+        }
+        _ => script.to_string(),
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+pub(crate) fn injected(script: &str) -> String {
+    script.to_string()
 }
 
 /// The script resolved and not run (`--assumeno`, dnf's whole output): `Some` (the command, and

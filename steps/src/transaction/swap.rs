@@ -192,7 +192,7 @@ fn swap_in(
     let script = scratch.join("swap.dnf");
     host.write_atomic(
         format!("{SCRATCH}/swap.dnf"),
-        shell_script(s).as_bytes(),
+        super::shell::injected(&shell_script(s)).as_bytes(),
         0o600,
     )?;
     let cmd = host
