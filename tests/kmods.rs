@@ -737,6 +737,165 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
     world::assert_converged(&rep);
 }
 
+/// The packages of `profile` of `nvidia-driver:<stream>` as dnf reads NVIDIA's metadata in the
+/// root (`dnf module info --profile`).
+fn profile_of(root: &Root, stream: &str, profile: &str) -> Vec<String> {
+    let out = root.dnf_ok(&[
+        "-q",
+        "module",
+        "info",
+        "--profile",
+        &format!("nvidia-driver:{stream}"),
+    ]);
+    let mut current = String::new();
+    let mut pkgs = Vec::new();
+    for line in out.lines() {
+        let Some((k, v)) = line.split_once(" : ") else {
+            continue;
+        };
+        if k.trim() == "Name" {
+            continue;
+        }
+        if !k.trim().is_empty() {
+            current = k.trim().to_string();
+        }
+        if current == profile {
+            pkgs.push(v.trim().to_string());
+        }
+    }
+    assert!(!pkgs.is_empty(), "no profile {profile} of {stream}: {out}");
+    pkgs
+}
+
+/// Issue 51: `driver.kmod_repo` with every install set and stream a prebuilt kmod can serve, in
+/// the world whose module metadata is NVIDIA's (genmodules.py: the DKMS kmod in the profiles).
+/// For each: the build host has built the flavour's kmods for both kernels; a fresh node with no
+/// compiler converges — the stream enabled, every package of the profile but NVIDIA's DKMS kmod
+/// and the build host's kmod installed, no profile marked installed, no DKMS, no compiler; a
+/// second apply changes nothing; a kernel update (dnf brings UEK 8, kernel-install makes it the
+/// default) gets its kmod from the repo through the trigger, and the new kernel stays the
+/// default.
+#[test]
+fn every_stream_profile_and_set_converges_with_prebuilt_kmods_and_takes_a_kernel_update() {
+    let build = build_root(&[UEK9, world::UEK9_8]);
+    build.dnf_ok(&["-y", "install", "gcc-toolset-14-gcc"]);
+    let f = fleet();
+    for flavour in ["open", "proprietary"] {
+        let (rc, _, text) = kmod_build(
+            &build,
+            &f,
+            &[
+                "--flavour",
+                flavour,
+                "--kernel-release",
+                UEK9,
+                "--kernel-release",
+                world::UEK9_8,
+            ],
+        );
+        assert_eq!(rc, 0, "{flavour}: {text}");
+    }
+    // (driver.install, driver.stream, flavour, NVSwitch: the fm profile)
+    let cells = [
+        ("module", "open-dkms", "open", false),
+        ("module", "570-open", "open", false),
+        ("module", "latest-dkms", "proprietary", false),
+        ("module", "570-dkms", "proprietary", false),
+        ("module", "open-dkms", "open", true),
+        ("module", "570-dkms", "proprietary", true),
+        ("compute-only", "open-dkms", "open", false),
+        ("compute-only", "570-dkms", "proprietary", false),
+    ];
+    for (install, stream, flavour, nvswitch) in cells {
+        let cell = format!("{install} {stream} ({flavour}{})", if nvswitch { ", fm" } else { "" });
+        let node = Root::new(Os::Ol9, &[UEK9]);
+        if nvswitch {
+            node.add_pci_device("0000:05:00.0", 0x10de, 0x22a3, 0x068000);
+        }
+        let extra = [
+            "--set".to_string(),
+            format!("driver.install={install}"),
+            "--set".to_string(),
+            format!("driver.stream={stream}"),
+        ];
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let (rc, rep) = node_apply_of(&node, &f.out, "apply", DRIVER_LOCAL_EL9_570, &extra);
+        assert_eq!(rc, 0, "{cell}: {rep:#}");
+        let kmod = format!("kmod-nvidia-{flavour}-{UEK9}");
+        assert!(node.installed(&kmod).is_some(), "{cell}: {rep:#}");
+        // dnf holds the branch: the stream enabled, no profile marked installed.
+        assert_eq!(
+            world::module_state(&node, "nvidia-driver"),
+            (stream.to_string(), String::new(), "enabled".to_string()),
+            "{cell}"
+        );
+        if install == "module" {
+            let profile = if nvswitch { "fm" } else { "default" };
+            let listed = profile_of(&node, stream, profile);
+            let dkms = if flavour == "open" {
+                "kmod-nvidia-open-dkms"
+            } else {
+                "kmod-nvidia-latest-dkms"
+            };
+            assert!(listed.iter().any(|p| p == dkms), "{cell}: {listed:?}");
+            for p in listed.iter().filter(|p| *p != dkms) {
+                assert!(node.installed(p).is_some(), "{cell}: {p} of profile {profile}: {rep:#}");
+            }
+        } else {
+            assert!(node.installed("nvidia-driver-cuda").is_some(), "{cell}");
+            assert!(node.installed("nvidia-settings").is_none(), "{cell}");
+        }
+        for p in BUILD_PACKAGES.iter().chain(&["kmod-nvidia-latest-dkms"]) {
+            assert!(node.installed(p).is_none(), "{cell}: {p} was installed: {rep:#}");
+        }
+        assert!(!node.join("/var/lib/dkms").exists(), "{cell}");
+        assert_eq!(
+            node.nvidia_module_version(UEK9).as_deref(),
+            Some("570.124.06"),
+            "{cell}"
+        );
+        for m in node.nvidia_module_files(UEK9) {
+            assert_eq!(
+                world::modinfo(&node.join(&m), "signer").as_deref(),
+                Some(FLEET_CN),
+                "{cell}: {m}"
+            );
+        }
+        let (rc, rep) = node_apply_of(&node, &f.out, "apply", DRIVER_LOCAL_EL9_570, &extra);
+        assert_eq!(rc, 0, "{cell}: {rep:#}");
+        world::assert_converged(&rep);
+        // A kernel update: the trigger installs the new kernel's kmod, compiling nothing.
+        node.dnf_ok(&[
+            "-y",
+            "install",
+            &format!("kernel-uek-{}", world::evr(world::UEK9_8)),
+        ]);
+        node.kernel_install_add(world::UEK9_8);
+        let o = node.gpuhost(&["kernel-added", world::UEK9_8, "--format", "json"]);
+        let rep = world::report(&o);
+        assert_eq!(code(&o), 0, "{cell}: {rep:#}");
+        assert_eq!(
+            node.nvidia_module_version(world::UEK9_8).as_deref(),
+            Some("570.124.06"),
+            "{cell}: {rep:#}"
+        );
+        assert!(
+            node.installed(&format!("kmod-nvidia-{flavour}-{}", world::UEK9_8))
+                .is_some(),
+            "{cell}"
+        );
+        assert!(node.saved_entry().ends_with(world::UEK9_8), "{cell}");
+        assert_eq!(
+            world::module_state(&node, "nvidia-driver"),
+            (stream.to_string(), String::new(), "enabled".to_string()),
+            "{cell}"
+        );
+        for p in BUILD_PACKAGES.iter().chain(&["kmod-nvidia-latest-dkms"]) {
+            assert!(node.installed(p).is_none(), "{cell}: {p} was installed: {rep:#}");
+        }
+    }
+}
+
 /// The root's firmware: Secure Boot on, `certs` in the EFI variable `var`.
 fn secure_boot(root: &Root, var: &str, certs: &[&[u8]]) {
     root.secure_boot_on();
