@@ -985,7 +985,9 @@ def dkms_pkg(drv, rel, flavour, E, arch="x86_64"):
     return Pkg("kmod-nvidia-open-dkms" if flavour == "open" else "kmod-nvidia-latest-dkms", drv, rel, epoch=E,
                files=files, copies=copies,
                requires=["dkms", f"nvidia-kmod-common = {E}:{drv}"],
-               provides=[f"nvidia-kmod = {E}:{drv}"], conflicts=[other],
+               # dkms-open-nvidia.spec: `Conflicts: kmod-nvidia-latest-dkms`; dkms-nvidia.spec
+               # declares no conflict of its own.
+               provides=[f"nvidia-kmod = {E}:{drv}"], conflicts=[other] if flavour == "open" else [],
                scripts={"post": post, "preun": preun})
 
 
@@ -1084,8 +1086,12 @@ def nvidia_inner(os_, drv):
         pre.append(Pkg(f"kmod-nvidia-{drv}-{kv}-{kshort}", drv, f"3.{kr.rsplit('.', 1)[1]}", epoch=E,
                        copies=copies, modes={p: 0o644 for p in copies},
                        ghosts=[f"{mod_dir}/{m}.ko" for m in NV_MODULES],
-                       requires=[f"kernel-uname-r = {uname}", f"nvidia-kmod-common = {E}:{drv}", "kmod"],
-                       provides=[f"nvidia-kmod = {E}:{drv}", "installonlypkg(kernel-module)"],
+                       # dnf-kmod-nvidia.spec (a66bc12): `Requires: (kernel = <kver> if kernel)`,
+                       # `Provides: kernel-modules = <kver>.<arch>` and `nvidia-kmod`,
+                       # `Conflicts: kmod-nvidia-latest-dkms` (and a `Supplements:` the world's
+                       # builder does not write); `kmod` for the world's depmod in %post.
+                       requires=[f"(kernel = {kkver} if kernel)", "kmod"],
+                       provides=[f"kernel-modules = {uname}", f"nvidia-kmod = {E}:{drv}"],
                        conflicts=["kmod-nvidia-latest-dkms"],
                        scripts={"post": post, "postun": f"depmod -a {uname}\n"}))
     cuda_drivers = Pkg("cuda-drivers", drv, "1",

@@ -238,17 +238,26 @@ impl<'c> Found<'c> {
     /// new stream's profile, NVIDIA's DKMS kmod included, and erase the prebuilt kmods), or
     /// another stream enabled.
     fn reenable(&self) -> bool {
+        let complete = self.absent.is_empty() && self.stale.is_empty();
         self.prebuilt_profile
             && (!self.state.profiles.is_empty()
-                || self
-                    .state
-                    .enabled_stream()
-                    .is_some_and(|s| s != self.stream))
+                || match self.state.enabled_stream() {
+                    Some(s) => s != self.stream,
+                    // The set installed and no stream enabled (reset or disabled since): only
+                    // the module state moves. (Otherwise the install enables it.)
+                    None => complete,
+                })
     }
 
     fn reenable_why(&self) -> String {
         let current = self.state.enabled_stream().unwrap_or("none");
-        if current != self.stream {
+        if self.state.enabled_stream().is_none() {
+            format!(
+                "no nvidia-driver stream enabled ({}), the set installed: dnf's module state moves to {}, no package with it",
+                if self.state.state.is_empty() { "reset" } else { self.state.state.as_str() },
+                packages::module_spec(&self.stream, None)
+            )
+        } else if current != self.stream {
             format!(
                 "{} is enabled, but the prebuilt kmods' set is {}'s: dnf's module state moves first, no package with it",
                 packages::module_spec(current, None),

@@ -61,8 +61,16 @@ pub(crate) fn run(
     host.write_atomic(path, script.as_bytes(), 0o600)?;
     let file = host.real_path(path)?;
     let base = host.dnf()?.args(options).args(flags);
-    if let Some(refused) = check(&base, &file)? {
-        return Ok(refused);
+    // A script that asks for nothing but `run` (a transaction that only reads a driver set
+    // into gpuhost's cache) has no line to check.
+    let asks = script
+        .lines()
+        .map(str::trim)
+        .any(|l| !l.is_empty() && l != "run");
+    if asks {
+        if let Some(refused) = check(&base, &file)? {
+            return Ok(refused);
+        }
     }
     let cmd = base.arg("shell").arg(&file);
     let mut out = cmd.output()?;
