@@ -96,7 +96,10 @@ fn an_erring_line_in_the_middle_of_the_dnf_shell_script_stops_it_before_anything
     let root = Root::new(Os::Ol9, &[UEK9]);
     let before = state(&root);
     for (line, said) in [
-        ("install no-such-package", "No match for argument: no-such-package"),
+        (
+            "install no-such-package",
+            "No match for argument: no-such-package",
+        ),
         (
             "module enable nvidia-driver:999-open",
             "missing groups or modules: nvidia-driver:999-open",
@@ -111,7 +114,9 @@ fn an_erring_line_in_the_middle_of_the_dnf_shell_script_stops_it_before_anything
         let why = reason(&rep, "driver");
         assert!(why.contains(said), "{line}: {why}");
         assert!(
-            why.contains("nothing was changed (the rpm database and dnf's module state are as they were)"),
+            why.contains(
+                "nothing was changed (the rpm database and dnf's module state are as they were)"
+            ),
             "{line}: {why}"
         );
         assert_eq!(state(&root), before, "{line}: the root changed: {rep:#}");
@@ -143,14 +148,17 @@ fn an_erring_line_in_the_middle_of_the_dnf_shell_script_stops_it_before_anything
     assert_eq!(rc, 2, "{rep:#}");
     let why = reason(&rep, "driver-repo");
     assert!(
-        why.contains("No match for argument: no-such-package") && why.contains("nothing was changed"),
+        why.contains("No match for argument: no-such-package")
+            && why.contains("nothing was changed"),
         "{why}"
     );
     assert_eq!(state(&root), before, "{rep:#}");
     let (rc, rep) = apply(&root, &[], &swap);
     assert_eq!(rc, 0, "{rep:#}");
     assert_eq!(
-        root.installed("nvidia-driver").as_deref().map(|v| v.starts_with("580.82.07")),
+        root.installed("nvidia-driver")
+            .as_deref()
+            .map(|v| v.starts_with("580.82.07")),
         Some(true)
     );
 }
@@ -171,7 +179,9 @@ fn a_conflict_with_nvidias_profile_is_dnfs_problem_quoted_with_nothing_changed()
     assert_eq!(rc, 2, "{rep:#}");
     let why = reason(&rep, "driver");
     assert!(
-        why.contains("Problem") && why.contains("site-no-cuda-drivers") && why.contains("cuda-drivers"),
+        why.contains("Problem")
+            && why.contains("site-no-cuda-drivers")
+            && why.contains("cuda-drivers"),
         "{why}"
     );
     assert!(why.contains("nothing was changed"), "{why}");

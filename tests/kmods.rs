@@ -446,10 +446,17 @@ fn a_build_root_lacking_what_make_and_sign_file_need_is_refused_before_any_compi
         assert!(text.contains("mount --bind /dev"), "{text}");
         if let Some(execs) = execs {
             for p in ["make", "gcc", "cc1", "sign-file", "strip", "unshare"] {
-                assert!(!execs.iter().any(|e| e == p), "without {path}, {p} ran: {execs:?}");
+                assert!(
+                    !execs.iter().any(|e| e == p),
+                    "without {path}, {p} ran: {execs:?}"
+                );
             }
         }
-        assert!(!f.out.exists(), "without {path}, {} was written", f.out.display());
+        assert!(
+            !f.out.exists(),
+            "without {path}, {} was written",
+            f.out.display()
+        );
         assert!(!root.join("/var/cache/gpuhost/kmod-build").exists());
         if path == "/dev/null" {
             std::fs::remove_file(root.join(path)).unwrap();
@@ -704,7 +711,11 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
     // profile no longer marked installed (issue 51).
     assert_eq!(
         world::module_state(&node, "nvidia-driver"),
-        ("open-dkms".to_string(), String::new(), "enabled".to_string()),
+        (
+            "open-dkms".to_string(),
+            String::new(),
+            "enabled".to_string()
+        ),
         "{rep:#}"
     );
     // The same transaction removed the build packages gpuhost installed, but the one a site
@@ -807,7 +818,10 @@ fn every_stream_profile_and_set_converges_with_prebuilt_kmods_and_takes_a_kernel
         ("compute-only", "570-dkms", "proprietary", false),
     ];
     for (install, stream, flavour, nvswitch) in cells {
-        let cell = format!("{install} {stream} ({flavour}{})", if nvswitch { ", fm" } else { "" });
+        let cell = format!(
+            "{install} {stream} ({flavour}{})",
+            if nvswitch { ", fm" } else { "" }
+        );
         let node = Root::new(Os::Ol9, &[UEK9]);
         if nvswitch {
             node.add_pci_device("0000:05:00.0", 0x10de, 0x22a3, 0x068000);
@@ -839,14 +853,20 @@ fn every_stream_profile_and_set_converges_with_prebuilt_kmods_and_takes_a_kernel
             };
             assert!(listed.iter().any(|p| p == dkms), "{cell}: {listed:?}");
             for p in listed.iter().filter(|p| *p != dkms) {
-                assert!(node.installed(p).is_some(), "{cell}: {p} of profile {profile}: {rep:#}");
+                assert!(
+                    node.installed(p).is_some(),
+                    "{cell}: {p} of profile {profile}: {rep:#}"
+                );
             }
         } else {
             assert!(node.installed("nvidia-driver-cuda").is_some(), "{cell}");
             assert!(node.installed("nvidia-settings").is_none(), "{cell}");
         }
         for p in BUILD_PACKAGES.iter().chain(&["kmod-nvidia-latest-dkms"]) {
-            assert!(node.installed(p).is_none(), "{cell}: {p} was installed: {rep:#}");
+            assert!(
+                node.installed(p).is_none(),
+                "{cell}: {p} was installed: {rep:#}"
+            );
         }
         assert!(!node.join("/var/lib/dkms").exists(), "{cell}");
         assert_eq!(
@@ -891,7 +911,10 @@ fn every_stream_profile_and_set_converges_with_prebuilt_kmods_and_takes_a_kernel
             "{cell}"
         );
         for p in BUILD_PACKAGES.iter().chain(&["kmod-nvidia-latest-dkms"]) {
-            assert!(node.installed(p).is_none(), "{cell}: {p} was installed: {rep:#}");
+            assert!(
+                node.installed(p).is_none(),
+                "{cell}: {p} was installed: {rep:#}"
+            );
         }
     }
 }

@@ -830,7 +830,11 @@ fn nvidia_module_metadata_follows_nvidias_genmodules() {
         (Os::Ol9, RHCK9, world::CUDA_LOCAL_EL9_13_0),
     ];
     if world::aarch64_ready() {
-        repos.push((Os::Ol9Aarch64, world::UEK9_ARM, world::DRIVER_LOCAL_EL9_580_AARCH64));
+        repos.push((
+            Os::Ol9Aarch64,
+            world::UEK9_ARM,
+            world::DRIVER_LOCAL_EL9_580_AARCH64,
+        ));
     }
     for (os, kernel, rpm) in repos {
         let root = Root::new(os, &[kernel]).with_extra_rpm(rpm);
@@ -927,9 +931,15 @@ fn nvidia_module_metadata_follows_nvidias_genmodules() {
             // fm: the branch's packages, the kmod, Fabric Manager and NSCQ (x86_64), Fabric
             // Manager alone (aarch64 above 470); the R580 names (genmodules.py predates them).
             let (fm, nscq) = if major >= 580 {
-                ("nvidia-fabricmanager".to_string(), "libnvidia-nscq".to_string())
+                (
+                    "nvidia-fabricmanager".to_string(),
+                    "libnvidia-nscq".to_string(),
+                )
             } else {
-                ("nvidia-fabric-manager".to_string(), format!("libnvidia-nscq-{major}"))
+                (
+                    "nvidia-fabric-manager".to_string(),
+                    format!("libnvidia-nscq-{major}"),
+                )
             };
             let mut fm_p = default_p.clone();
             fm_p.push(fm);
@@ -954,10 +964,16 @@ fn nvidia_module_metadata_follows_nvidias_genmodules() {
                 .collect();
             for k in ["kmod-nvidia-open-dkms", "kmod-nvidia-latest-dkms"] {
                 let listed = arts.iter().any(|a| a.starts_with(&format!("{k}-3:")));
-                assert_eq!(listed, kmod.iter().any(|m| m == k), "{rpm}: {spec} artifacts {arts:?}");
+                assert_eq!(
+                    listed,
+                    kmod.iter().any(|m| m == k),
+                    "{rpm}: {spec} artifacts {arts:?}"
+                );
             }
             assert!(
-                !arts.iter().any(|a| a.starts_with(&format!("kmod-nvidia-{major}."))),
+                !arts
+                    .iter()
+                    .any(|a| a.starts_with(&format!("kmod-nvidia-{major}."))),
                 "{rpm}: {spec} lists a precompiled kmod: {arts:?}"
             );
             for p in &existing {

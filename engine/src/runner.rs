@@ -825,16 +825,15 @@ impl Before {
     /// What the failed transaction left: the rpm database's difference (`Some` when it left
     /// packages); `failure` learns whether nothing changed at all, and which modules' state
     /// dnf changed.
-    fn compare(
-        &self,
-        ctx: &Ctx<'_>,
-        failure: &mut DnfFailure,
-    ) -> Option<gpuhost_host::rpm::Diff> {
+    fn compare(&self, ctx: &Ctx<'_>, failure: &mut DnfFailure) -> Option<gpuhost_host::rpm::Diff> {
         let diff = match (&self.rpmdb, gpuhost_host::rpm::snapshot(ctx.host).ok()) {
             (Some(b), Some(a)) => Some(gpuhost_host::rpm::Diff::of(b, &a)),
             _ => None,
         };
-        let modules = match (&self.modules, gpuhost_host::rpm::module_states(ctx.host).ok()) {
+        let modules = match (
+            &self.modules,
+            gpuhost_host::rpm::module_states(ctx.host).ok(),
+        ) {
             (Some(b), Some(a)) => Some(gpuhost_host::rpm::modules_changed(b, &a)),
             _ => None,
         };

@@ -90,7 +90,10 @@ pub fn problems(text: &str) -> Vec<String> {
 /// transaction gpuhost runs asks for something, so nothing to do is less than was asked.
 pub fn dry_run_problems(text: &str) -> Vec<String> {
     let mut out = problems(text);
-    if !text.lines().any(|l| l.trim().ends_with("Operation aborted.")) {
+    if !text
+        .lines()
+        .any(|l| l.trim().ends_with("Operation aborted."))
+    {
         out.push("Nothing to do.".to_string());
     }
     out
@@ -101,9 +104,9 @@ pub fn dry_run_problems(text: &str) -> Vec<String> {
 /// (The exit code follows where the fault lies: the host's configuration is not the profile's
 /// or the repos'.)
 pub fn host_refuses(problems: &[String]) -> bool {
-    problems
-        .iter()
-        .any(|p| p.contains("protected packages") || p.contains("filtered out by exclude filtering"))
+    problems.iter().any(|p| {
+        p.contains("protected packages") || p.contains("filtered out by exclude filtering")
+    })
 }
 
 /// Where the fault of dnf's [`problems`] lies, for the exit code.
@@ -175,11 +178,41 @@ pub fn quoted(problems: &[String], n: usize) -> String {
 mod tests {
     use super::*;
 
+    /// The captured outputs (`tests/fixtures/dnf/README.md` says how each was made).
     fn fixture(name: &str) -> String {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/dnf")
-            .join(name);
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        let text = match name {
+            "shell-profile-conflict.txt" => {
+                include_str!("../../tests/fixtures/dnf/shell-profile-conflict.txt")
+            }
+            "dry-shell-profile-conflict.txt" => {
+                include_str!("../../tests/fixtures/dnf/dry-shell-profile-conflict.txt")
+            }
+            "dry-shell-resolves.txt" => {
+                include_str!("../../tests/fixtures/dnf/dry-shell-resolves.txt")
+            }
+            "dry-shell-no-match-in-the-middle.txt" => {
+                include_str!("../../tests/fixtures/dnf/dry-shell-no-match-in-the-middle.txt")
+            }
+            "dry-shell-stream-missing.txt" => {
+                include_str!("../../tests/fixtures/dnf/dry-shell-stream-missing.txt")
+            }
+            "dry-shell-nothing-to-do.txt" => {
+                include_str!("../../tests/fixtures/dnf/dry-shell-nothing-to-do.txt")
+            }
+            "dry-install-skip-broken.txt" => {
+                include_str!("../../tests/fixtures/dnf/dry-install-skip-broken.txt")
+            }
+            "install-no-match.txt" => include_str!("../../tests/fixtures/dnf/install-no-match.txt"),
+            "install-file-conflict.txt" => {
+                include_str!("../../tests/fixtures/dnf/install-file-conflict.txt")
+            }
+            "module-enable-two-streams.txt" => {
+                include_str!("../../tests/fixtures/dnf/module-enable-two-streams.txt")
+            }
+            _ => "",
+        };
+        assert!(!text.is_empty(), "no fixture {name}");
+        text.to_string()
     }
 
     #[test]
@@ -228,7 +261,10 @@ mod tests {
         );
         assert!(dry_run_problems(&fixture("dry-shell-resolves.txt")).is_empty());
         let p = dry_run_problems(&fixture("dry-install-skip-broken.txt"));
-        assert!(p.iter().any(|l| l == "Skipping packages with conflicts"), "{p:?}");
+        assert!(
+            p.iter().any(|l| l == "Skipping packages with conflicts"),
+            "{p:?}"
+        );
         assert!(
             p.iter()
                 .any(|l| l == "skipped: kmod-nvidia-open-dkms-3:570.124.06-1.el9"),
@@ -254,9 +290,14 @@ mod tests {
         );
         assert_eq!(problems(&fixture("install-file-conflict.txt")).len(), 2);
         assert!(problems("Installed:\n  x-1-1.x86_64\n\nComplete!\n").is_empty());
-        assert!(!host_refuses(&problems(&fixture("install-file-conflict.txt"))));
+        assert!(!host_refuses(&problems(&fixture(
+            "install-file-conflict.txt"
+        ))));
         assert!(host_refuses(&["Problem: The operation would result in removing the following protected packages: nvidia-fabric-manager".to_string()]));
-        assert_eq!(quoted(&["a".into(), "b".into(), "c".into()], 2), "a | b | … (1 more)");
+        assert_eq!(
+            quoted(&["a".into(), "b".into(), "c".into()], 2),
+            "a | b | … (1 more)"
+        );
         for f in [
             "shell-profile-conflict.txt",
             "install-no-match.txt",
@@ -270,7 +311,10 @@ mod tests {
             Fault::Other
         );
         assert_eq!(
-            fault(&["Error: Transaction test error:".to_string(), "Problem: x".to_string()]),
+            fault(&[
+                "Error: Transaction test error:".to_string(),
+                "Problem: x".to_string()
+            ]),
             Fault::Other
         );
     }

@@ -122,7 +122,10 @@ pub enum Work {
     /// `dnf module reset MODULE`, then `dnf module enable STREAM`: dnf's module state moved to
     /// the stream with no profile marked installed, no package changed (a module profile with
     /// prebuilt kmods, [`crate::transaction::profile`]).
-    EnableStream { module: String, stream: String },
+    EnableStream {
+        module: String,
+        stream: String,
+    },
     // The transactions.
     Install(Install),
     // After the transactions, step by step.
@@ -479,7 +482,9 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
     drop(staged);
     // dnf can exit 0 having done less than asked (a conflict it reports as a `Problem`,
     // packages it skipped): its own lines make it a failure.
-    if out.success() && !gpuhost_host::dnfout::problems(&format!("{}\n{}", out.stdout, out.stderr)).is_empty() {
+    if out.success()
+        && !gpuhost_host::dnfout::problems(&format!("{}\n{}", out.stdout, out.stderr)).is_empty()
+    {
         out.code = Some(1);
     }
     Ok((cmd, out))

@@ -226,9 +226,11 @@ pub(super) fn build_root_ready(host: &Host, kernels: &[String]) -> Result<()> {
         missing.push("/tmp (a directory: the compiler's temporary files)".to_string());
     }
     let program = |names: &[&str]| {
-        names
-            .iter()
-            .any(|n| ["/usr/bin", "/bin", "/usr/sbin", "/sbin"].iter().any(|d| host.exists(format!("{d}/{n}"))))
+        names.iter().any(|n| {
+            ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+                .iter()
+                .any(|d| host.exists(format!("{d}/{n}")))
+        })
     };
     for (names, what) in [
         (&["sh"][..], "/bin/sh (make runs its recipes with it: bash)"),

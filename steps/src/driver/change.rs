@@ -257,18 +257,21 @@ fn module_change(
         let done = state.enabled_stream() == Some(stream) && state.profiles.is_empty();
         return Ok(((!done).then(|| module_spec(stream, None)), true));
     }
-    Ok((match plan.install {
-        _ if !plan.modular() => None,
-        InstallSet::Module
-            if state.enabled_stream() == Some(stream)
-                && state.profiles.iter().any(|p| p == profile) =>
-        {
-            None
-        }
-        InstallSet::Module => Some(module_spec(stream, Some(profile))),
-        _ if state.enabled_stream() == Some(stream) => None,
-        _ => Some(module_spec(stream, None)),
-    }, false))
+    Ok((
+        match plan.install {
+            _ if !plan.modular() => None,
+            InstallSet::Module
+                if state.enabled_stream() == Some(stream)
+                    && state.profiles.iter().any(|p| p == profile) =>
+            {
+                None
+            }
+            InstallSet::Module => Some(module_spec(stream, Some(profile))),
+            _ if state.enabled_stream() == Some(stream) => None,
+            _ => Some(module_spec(stream, None)),
+        },
+        false,
+    ))
 }
 
 /// What the swap will erase outside NVIDIA's set, each allowed by `allow`

@@ -432,10 +432,8 @@ impl Step for Driver {
 
     fn apply(&self, ctx: &mut Ctx<'_>, work: &Work) -> Result<()> {
         crate::work::carry_out(ctx.host, work).map_err(|e| {
-            let missing =
-                gpuhost_host::cmd::Failed::of(&e).is_some_and(|f| {
-                    module_missing(&f.output(), super::context::stream(ctx))
-                });
+            let missing = gpuhost_host::cmd::Failed::of(&e)
+                .is_some_and(|f| module_missing(&f.output(), super::context::stream(ctx)));
             if missing {
                 let available = available_streams(ctx).unwrap_or_default();
                 not_in_repo(super::context::stream(ctx), &available)

@@ -22,13 +22,16 @@ use gpuhost_host::host::Host;
 use crate::step::DnfFailure;
 use crate::work::Install;
 
+/// A profile's name and its packages.
+type Profile = (String, Vec<String>);
+
 /// The packages of `profile` in `dnf module info --profile` output (`Name : name:stream:
 /// version:context:arch`, then `profile : package` and `        : package` lines), of the
 /// newest module version listed; `None` when none lists that profile. Also the profiles it
 /// has, for the message.
 pub(crate) fn profile_packages(stdout: &str, profile: &str) -> (Option<Vec<String>>, Vec<String>) {
-    // (version, profile -> packages) per module version listed
-    let mut blocks: Vec<(u64, Vec<(String, Vec<String>)>)> = Vec::new();
+    // (version, its profiles and their packages) per module version listed
+    let mut blocks: Vec<(u64, Vec<Profile>)> = Vec::new();
     let mut current = String::new();
     for line in stdout.lines() {
         let Some((key, value)) = line.split_once(" : ") else {
@@ -80,10 +83,10 @@ pub(crate) fn expand(host: &Host, parts: &[&Install], options: &[String]) -> Res
         let mut part = (*part).clone();
         if let (Some(spec), false) = (part.module.clone(), part.leave_out.is_empty()) {
             let (stream, profile) = spec.split_once('/').unwrap_or((spec.as_str(), "default"));
-            let cmd = host
-                .dnf()?
-                .args(options)
-                .args(["module", "info", "--profile", spec.as_str()]);
+            let cmd =
+                host.dnf()?
+                    .args(options)
+                    .args(["module", "info", "--profile", spec.as_str()]);
             let got = cmd.output()?;
             if !got.success() {
                 let mut failure = DnfFailure::new(cmd, got);

@@ -75,9 +75,7 @@ pub(crate) fn run(
     let cmd = base.arg("shell").arg(&file);
     let mut out = cmd.output()?;
     let text = format!("{}\n{}", out.stdout, out.stderr);
-    let failed = text
-        .lines()
-        .any(|l| l.trim_start().starts_with("Error"))
+    let failed = text.lines().any(|l| l.trim_start().starts_with("Error"))
         || !dnfout::problems(&text).is_empty();
     if failed && out.success() {
         out.code = Some(1);
