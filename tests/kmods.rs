@@ -748,6 +748,71 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
     world::assert_converged(&rep);
 }
 
+/// A driver change between branch streams with prebuilt kmods (issue 51): `570-open` to
+/// `580-open` in the swap's one transaction; dnf's module state then moves to the new stream by
+/// `dnf module reset` and `enable`, not `switch-to` (which would install the new stream's profile,
+/// NVIDIA's DKMS kmod with it): the stream enabled, no profile marked, every package of the new
+/// profile but the DKMS kmod, the build host's new kmod; a second apply changes nothing.
+#[test]
+fn a_driver_change_between_branch_streams_moves_the_module_state_without_the_dkms_kmod() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    for local in [DRIVER_LOCAL_EL9_570, world::CUDA_LOCAL_EL9_13_0] {
+        let (rc, _, text) = kmod_build_of(&build, &f, local, &[]);
+        assert_eq!(rc, 0, "{text}");
+    }
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let (rc, rep) = node_apply_of(
+        &node,
+        &f.out,
+        "apply",
+        DRIVER_LOCAL_EL9_570,
+        &["--set", "driver.stream=570-open"],
+    );
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(
+        world::module_state(&node, "nvidia-driver"),
+        ("570-open".to_string(), String::new(), "enabled".to_string())
+    );
+    let extra = [
+        "--set",
+        "driver.stream=580-open",
+        "--set",
+        "driver.replace_local_repo=true",
+    ];
+    let (rc, rep) = node_apply_of(&node, &f.out, "apply", world::CUDA_LOCAL_EL9_13_0, &extra);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(
+        rep.to_string().contains("dnf module reset and dnf module enable nvidia-driver:580-open"),
+        "{rep:#}"
+    );
+    assert_eq!(
+        world::module_state(&node, "nvidia-driver"),
+        ("580-open".to_string(), String::new(), "enabled".to_string()),
+        "{rep:#}"
+    );
+    assert_eq!(
+        node.nvidia_module_version(UEK9).as_deref(),
+        Some("580.82.07"),
+        "{rep:#}"
+    );
+    for p in profile_of(&node, "580-open", "default")
+        .iter()
+        .filter(|p| *p != "kmod-nvidia-open-dkms")
+    {
+        assert!(
+            node.installed(p).is_some_and(|v| v.starts_with("580.82.07")),
+            "{p}: {rep:#}"
+        );
+    }
+    for p in BUILD_PACKAGES {
+        assert!(node.installed(p).is_none(), "{p} was installed: {rep:#}");
+    }
+    let (rc, rep) = node_apply_of(&node, &f.out, "apply", world::CUDA_LOCAL_EL9_13_0, &extra);
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+}
+
 /// The packages of `profile` of `nvidia-driver:<stream>` as dnf reads NVIDIA's metadata in the
 /// root (`dnf module info --profile`).
 fn profile_of(root: &Root, stream: &str, profile: &str) -> Vec<String> {
