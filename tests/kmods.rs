@@ -783,7 +783,8 @@ fn a_driver_change_between_branch_streams_moves_the_module_state_without_the_dkm
     let (rc, rep) = node_apply_of(&node, &f.out, "apply", world::CUDA_LOCAL_EL9_13_0, &extra);
     assert_eq!(rc, 0, "{rep:#}");
     assert!(
-        rep.to_string().contains("dnf module reset and dnf module enable nvidia-driver:580-open"),
+        rep.to_string()
+            .contains("dnf module reset and dnf module enable nvidia-driver:580-open"),
         "{rep:#}"
     );
     assert_eq!(
@@ -801,7 +802,8 @@ fn a_driver_change_between_branch_streams_moves_the_module_state_without_the_dkm
         .filter(|p| *p != "kmod-nvidia-open-dkms")
     {
         assert!(
-            node.installed(p).is_some_and(|v| v.starts_with("580.82.07")),
+            node.installed(p)
+                .is_some_and(|v| v.starts_with("580.82.07")),
             "{p}: {rep:#}"
         );
     }

@@ -228,37 +228,7 @@ impl fmt::Display for Work {
                 f,
                 "dnf module reset {module}, then dnf module enable {stream} (no package changes)"
             ),
-            Work::Install(i) => {
-                if let Some(m) = &i.enable {
-                    write!(f, "dnf module enable {m}, then ")?;
-                }
-                if let (Some(m), false) = (&i.module, i.leave_out.is_empty()) {
-                    let stream = m.split_once('/').map_or(m.as_str(), |(s, _)| s);
-                    write!(
-                        f,
-                        "dnf module enable {stream}, then install the packages of profile {m} but {}",
-                        i.leave_out.join(", ")
-                    )?;
-                    if !i.specs.is_empty() {
-                        write!(f, ", and {}", i.specs.join(" "))?;
-                    }
-                    if i.allowerasing {
-                        f.write_str(" --allowerasing")?;
-                    }
-                    return Ok(());
-                }
-                let mut words: Vec<String> = i.module.iter().map(|m| format!("@{m}")).collect();
-                words.extend(i.specs.iter().cloned());
-                if i.module.is_some() {
-                    write!(f, "dnf install {}", words.join(" "))?;
-                } else {
-                    write!(f, "install {}", words.join(" "))?;
-                }
-                if i.allowerasing {
-                    f.write_str(" --allowerasing")?;
-                }
-                Ok(())
-            }
+            Work::Install(i) => fmt_install(f, i),
             Work::EnableUnits { units, .. } => write!(f, "systemctl enable {}", units.join(" ")),
             Work::StartUnit(u) => write!(f, "systemctl start {u}"),
             Work::RestartUnit { unit, .. } => write!(f, "systemctl restart {unit}"),
@@ -288,6 +258,36 @@ impl fmt::Display for Work {
             Work::Symlinks { prefixes, .. } => write!(f, "link under {}", prefixes.join(", ")),
         }
     }
+}
+
+/// An [`Install`] as `plan` and the report show it.
+fn fmt_install(f: &mut fmt::Formatter<'_>, i: &Install) -> fmt::Result {
+    if let Some(m) = &i.enable {
+        write!(f, "dnf module enable {m}, then ")?;
+    }
+    if let (Some(m), false) = (&i.module, i.leave_out.is_empty()) {
+        let stream = m.split_once('/').map_or(m.as_str(), |(s, _)| s);
+        write!(
+            f,
+            "dnf module enable {stream}, then install the packages of profile {m} but {}",
+            i.leave_out.join(", ")
+        )?;
+        if !i.specs.is_empty() {
+            write!(f, ", and {}", i.specs.join(" "))?;
+        }
+    } else {
+        let mut words: Vec<String> = i.module.iter().map(|m| format!("@{m}")).collect();
+        words.extend(i.specs.iter().cloned());
+        if i.module.is_some() {
+            write!(f, "dnf install {}", words.join(" "))?;
+        } else {
+            write!(f, "install {}", words.join(" "))?;
+        }
+    }
+    if i.allowerasing {
+        f.write_str(" --allowerasing")?;
+    }
+    Ok(())
 }
 
 /// One difference between the host and the profile, and what to do about it.
@@ -412,7 +412,7 @@ pub(crate) fn enable_command(host: &Host, parts: &[&Install]) -> Result<Option<C
 /// copy; packages from repos are copied and checked by dnf before its first write
 /// ([`Host::dnf`]). A file that cannot be copied whole is an error before any change.
 pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
-    let expanded = crate::transaction::profile::expand(host, parts, &[])?;
+    let expanded = expand_profiles(host, parts, &[])?;
     let parts: Vec<&Install> = expanded.iter().collect();
     let mut staged = Vec::new();
     let mut local: Vec<Install> = Vec::new();
@@ -490,6 +490,39 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
     Ok((cmd, out))
 }
 
+/// `parts`, each module profile that leaves packages out ([`Install::leave_out`]) made into what
+/// dnf carries in one transaction: its stream enabled and the profile's other packages by name
+/// ([`crate::transaction::profile`]), before the part's own specs. dnf is asked with `options`
+/// (the repos the transaction reads).
+pub(crate) fn expand_profiles(
+    host: &Host,
+    parts: &[&Install],
+    options: &[String],
+) -> Result<Vec<Install>> {
+    let mut out = Vec::new();
+    for part in parts {
+        let mut part = (*part).clone();
+        if let (Some(spec), false) = (part.module.clone(), part.leave_out.is_empty()) {
+            let names = crate::transaction::profile::packages(host.dnf()?.args(options), &spec)?;
+            let mut specs: Vec<String> = names
+                .into_iter()
+                .filter(|p| !part.leave_out.contains(p))
+                .collect();
+            specs.append(&mut part.specs);
+            part.specs = specs;
+            part.enable = Some(
+                spec.split_once('/')
+                    .map_or(spec.as_str(), |(s, _)| s)
+                    .to_string(),
+            );
+            part.module = None;
+            part.leave_out.clear();
+        }
+        out.push(part);
+    }
+    Ok(out)
+}
+
 /// The `dnf shell` script of a transaction that installs package files with module work.
 const SHELL_SCRIPT: &str = "/var/cache/gpuhost/transaction.dnf";
 
@@ -503,7 +536,7 @@ pub fn scratch_transaction(
     parts: &[&Install],
     options: &[String],
 ) -> Result<(Cmd, CmdOutput)> {
-    let expanded = crate::transaction::profile::expand(host, parts, options)?;
+    let expanded = expand_profiles(host, parts, options)?;
     let parts: &[&Install] = &expanded.iter().collect::<Vec<_>>();
     let mut files: Vec<String> = Vec::new();
     for s in parts.iter().flat_map(|i| i.specs.iter()) {

@@ -16,11 +16,8 @@
 
 use anyhow::Result;
 
+use gpuhost_host::cmd::Cmd;
 use gpuhost_host::error::hinted;
-use gpuhost_host::host::Host;
-
-use crate::step::DnfFailure;
-use crate::work::Install;
 
 /// A profile's name and its packages.
 type Profile = (String, Vec<String>);
@@ -73,49 +70,41 @@ pub(crate) fn profile_packages(stdout: &str, profile: &str) -> (Option<Vec<Strin
     (found, names)
 }
 
-/// `parts`, each module profile that leaves packages out ([`Install::leave_out`]) made into
-/// what dnf carries in one transaction: its stream enabled and the profile's other packages by
-/// name, before the part's own specs. dnf is asked with `options` (the repos the transaction
-/// reads). A profile the repos do not have is dnf's refusal, in its words, nothing changed.
-pub(crate) fn expand(host: &Host, parts: &[&Install], options: &[String]) -> Result<Vec<Install>> {
-    let mut out = Vec::new();
-    for part in parts {
-        let mut part = (*part).clone();
-        if let (Some(spec), false) = (part.module.clone(), part.leave_out.is_empty()) {
-            let (stream, profile) = spec.split_once('/').unwrap_or((spec.as_str(), "default"));
-            let cmd =
-                host.dnf()?
-                    .args(options)
-                    .args(["module", "info", "--profile", spec.as_str()]);
-            let got = cmd.output()?;
-            if !got.success() {
-                let mut failure = DnfFailure::new(cmd, got);
-                failure.unchanged = true;
-                return Err(failure.error());
-            }
-            let (packages, profiles) = profile_packages(&got.stdout, profile);
-            let Some(packages) = packages else {
-                return Err(gpuhost_host::error::as_invalid(hinted(
-                    format!(
-                        "module {stream} has no profile {profile} (its profiles: {}); nothing was changed",
-                        if profiles.is_empty() { "none".to_string() } else { profiles.join(", ") }
-                    ),
-                    "set driver.stream to a stream of the local repo that has the profile",
-                )));
-            };
-            let mut specs: Vec<String> = packages
-                .into_iter()
-                .filter(|p| !part.leave_out.contains(p))
-                .collect();
-            specs.append(&mut part.specs);
-            part.specs = specs;
-            part.enable = Some(stream.to_string());
-            part.module = None;
-            part.leave_out.clear();
+/// The packages of profile `spec` (`nvidia-driver:<stream>/<profile>`) as dnf reads the repos
+/// of `dnf` (the transaction's own options given): `dnf module info --profile`. A stream or
+/// profile the repos do not have is dnf's refusal, in its words, nothing changed (exit 2).
+pub(crate) fn packages(dnf: Cmd, spec: &str) -> Result<Vec<String>> {
+    use gpuhost_host::dnfout::{fault, problems, quoted, Fault};
+    let (stream, profile) = spec.split_once('/').unwrap_or((spec, "default"));
+    let cmd = dnf.args(["module", "info", "--profile", spec]);
+    let got = cmd.output()?;
+    if !got.success() {
+        let said = problems(&format!("{}\n{}", got.stdout, got.stderr));
+        if said.is_empty() || fault(&said) != Fault::Request {
+            return Err(cmd.failure(&got));
         }
-        out.push(part);
+        return Err(gpuhost_host::error::as_invalid(hinted(
+            format!(
+                "dnf cannot read module {spec}: {}; nothing was changed",
+                quoted(&said, 8)
+            ),
+            "set driver.stream to a stream of the local repo",
+        )));
     }
-    Ok(out)
+    let (found, profiles) = profile_packages(&got.stdout, profile);
+    found.ok_or_else(|| {
+        gpuhost_host::error::as_invalid(hinted(
+            format!(
+                "module {stream} has no profile {profile} (its profiles: {}); nothing was changed",
+                if profiles.is_empty() {
+                    "none".to_string()
+                } else {
+                    profiles.join(", ")
+                }
+            ),
+            "set driver.stream to a stream of the local repo that has the profile",
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -159,20 +148,5 @@ src     : nvidia-kmod-source\n";
             profile_packages(&two, "default").0.unwrap_or_default(),
             vec!["nvidia-driver"]
         );
-    }
-
-    #[test]
-    fn a_profile_without_its_dkms_kmod_becomes_the_stream_and_its_other_packages() -> Result<()> {
-        let dir = tempfile::tempdir()?;
-        let host = Host::new(dir.path())?;
-        // A part with nothing left out is carried as it is, without asking dnf.
-        let plain = Install {
-            module: Some("nvidia-driver:open-dkms/default".into()),
-            specs: vec!["/r/kmod.rpm".into()],
-            ..Install::default()
-        };
-        let out = expand(&host, &[&plain], &[])?;
-        assert_eq!(out, vec![plain]);
-        Ok(())
     }
 }
