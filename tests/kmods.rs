@@ -392,6 +392,81 @@ fn bad_input_is_refused_before_anything_is_written() {
     assert!(text.contains("another key"), "{text}");
 }
 
+/// Issue 51, item 4: the build root is checked before anything is compiled. A root without
+/// `/dev/fd` (no `/dev` bind-mounted) used to compile every module and then fail at `sign-file …
+/// /dev/fd/0`, exit 1. Each thing the build and `sign-file` need, taken away in turn: exit 2
+/// naming it and what to bind-mount, no compiler started (strace), nothing written; put back,
+/// the same root builds.
+#[test]
+fn a_build_root_lacking_what_make_and_sign_file_need_is_refused_before_any_compile() {
+    let root = build_root(&[UEK9]);
+    let f = fleet();
+    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let args: Vec<String> = [
+        "kmod",
+        "build",
+        "--local-repo-rpm",
+        rpm.to_str().unwrap(),
+        "--key",
+        f.key.to_str().unwrap(),
+        "--cert",
+        f.cert.to_str().unwrap(),
+        "--out",
+        f.out.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sign_file = format!("/usr/src/kernels/{UEK9}/scripts/sign-file");
+    let hidden = |p: &str| format!("{p}.hidden-by-test");
+    for (path, named) in [
+        ("/dev/fd", "/dev/fd"),
+        ("/dev/null", "/dev/null"),
+        ("/proc", "/proc"),
+        ("/usr/bin/strip", "strip (binutils)"),
+        (sign_file.as_str(), "scripts/sign-file"),
+    ] {
+        std::fs::rename(root.join(path), root.join(&hidden(path))).unwrap();
+        if path == "/dev/null" {
+            // What an image build without /dev has at worst: a plain file where the device was.
+            std::fs::write(root.join(path), b"").unwrap();
+        }
+        let (o, execs) = root.gpuhost_traced(&args);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stderr),
+            String::from_utf8_lossy(&o.stdout)
+        );
+        assert_eq!(code(&o), 2, "without {path}: {text}");
+        assert!(
+            text.contains(named) && text.contains("nothing was compiled"),
+            "without {path}: {text}"
+        );
+        assert!(text.contains("mount --bind /dev"), "{text}");
+        if let Some(execs) = execs {
+            for p in ["make", "gcc", "cc1", "sign-file", "strip", "unshare"] {
+                assert!(
+                    !execs.iter().any(|e| e == p),
+                    "without {path}, {p} ran: {execs:?}"
+                );
+            }
+        }
+        assert!(
+            !f.out.exists(),
+            "without {path}, {} was written",
+            f.out.display()
+        );
+        assert!(!root.join("/var/cache/gpuhost/kmod-build").exists());
+        if path == "/dev/null" {
+            std::fs::remove_file(root.join(path)).unwrap();
+        }
+        std::fs::rename(root.join(&hidden(path)), root.join(path)).unwrap();
+    }
+    let (rc, _, text) = kmod_build(&root, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+}
+
 /// A node's apply with `driver.kmod_repo`: the profile's driver from the local repo package,
 /// the kernel module from the build host's repo.
 fn node_apply(node: &Root, repo: &Path, cmd: &str) -> (i32, Value) {
@@ -623,10 +698,26 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
                     .join(" ")
             })
         })
-        .filter(|c| c.starts_with("dnf ") && (c.contains(" install") || c.contains(" shell")))
+        // (dnf resolves the script with --assumeno first: the lines are checked before `run`)
+        .filter(|c| {
+            c.starts_with("dnf ")
+                && (c.contains(" install") || c.contains(" shell"))
+                && !c.contains("--assumeno")
+        })
         .collect();
     assert_eq!(dnf.len(), 1, "{dnf:#?}");
     assert!(node.installed("kmod-nvidia-open-dkms").is_none(), "{rep:#}");
+    // dnf's module state: the stream still enabled (dnf holds the branch), the DKMS install's
+    // profile no longer marked installed (issue 51).
+    assert_eq!(
+        world::module_state(&node, "nvidia-driver"),
+        (
+            "open-dkms".to_string(),
+            String::new(),
+            "enabled".to_string()
+        ),
+        "{rep:#}"
+    );
     // The same transaction removed the build packages gpuhost installed, but the one a site
     // package needs (issue 41, item 3).
     for n in built.iter().filter(|n| **n != "make") {
@@ -655,6 +746,244 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
     let (rc, rep) = node_apply(&node, &f.out, "apply");
     assert_eq!(rc, 0, "{rep:#}");
     world::assert_converged(&rep);
+}
+
+/// A driver change between branch streams with prebuilt kmods (issue 51): `570-open` to
+/// `580-open` in the swap's one transaction; dnf's module state then moves to the new stream by
+/// `dnf module reset` and `enable`, not `switch-to` (which would install the new stream's profile,
+/// NVIDIA's DKMS kmod with it): the stream enabled, no profile marked, every package of the new
+/// profile but the DKMS kmod, the build host's new kmod; a second apply changes nothing.
+#[test]
+fn a_driver_change_between_branch_streams_moves_the_module_state_without_the_dkms_kmod() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    for local in [DRIVER_LOCAL_EL9_570, world::CUDA_LOCAL_EL9_13_0] {
+        let (rc, _, text) = kmod_build_of(&build, &f, local, &[]);
+        assert_eq!(rc, 0, "{text}");
+    }
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let (rc, rep) = node_apply_of(
+        &node,
+        &f.out,
+        "apply",
+        DRIVER_LOCAL_EL9_570,
+        &["--set", "driver.stream=570-open"],
+    );
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(
+        world::module_state(&node, "nvidia-driver"),
+        ("570-open".to_string(), String::new(), "enabled".to_string())
+    );
+    let extra = [
+        "--set",
+        "driver.stream=580-open",
+        "--set",
+        "driver.replace_local_repo=true",
+    ];
+    let (rc, rep) = node_apply_of(&node, &f.out, "apply", world::CUDA_LOCAL_EL9_13_0, &extra);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(
+        rep.to_string()
+            .contains("dnf module reset and dnf module enable nvidia-driver:580-open"),
+        "{rep:#}"
+    );
+    assert_eq!(
+        world::module_state(&node, "nvidia-driver"),
+        ("580-open".to_string(), String::new(), "enabled".to_string()),
+        "{rep:#}"
+    );
+    assert_eq!(
+        node.nvidia_module_version(UEK9).as_deref(),
+        Some("580.82.07"),
+        "{rep:#}"
+    );
+    for p in profile_of(&node, "580-open", "default")
+        .iter()
+        .filter(|p| *p != "kmod-nvidia-open-dkms")
+    {
+        assert!(
+            node.installed(p)
+                .is_some_and(|v| v.starts_with("580.82.07")),
+            "{p}: {rep:#}"
+        );
+    }
+    for p in BUILD_PACKAGES {
+        assert!(node.installed(p).is_none(), "{p} was installed: {rep:#}");
+    }
+    let (rc, rep) = node_apply_of(&node, &f.out, "apply", world::CUDA_LOCAL_EL9_13_0, &extra);
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+}
+
+/// The packages of `profile` of `nvidia-driver:<stream>` as dnf reads NVIDIA's metadata in the
+/// root (`dnf module info --profile`).
+fn profile_of(root: &Root, stream: &str, profile: &str) -> Vec<String> {
+    let out = root.dnf_ok(&[
+        "-q",
+        "module",
+        "info",
+        "--profile",
+        &format!("nvidia-driver:{stream}"),
+    ]);
+    let mut current = String::new();
+    let mut pkgs = Vec::new();
+    for line in out.lines() {
+        let Some((k, v)) = line.split_once(" : ") else {
+            continue;
+        };
+        if k.trim() == "Name" {
+            continue;
+        }
+        if !k.trim().is_empty() {
+            current = k.trim().to_string();
+        }
+        if current == profile {
+            pkgs.push(v.trim().to_string());
+        }
+    }
+    assert!(!pkgs.is_empty(), "no profile {profile} of {stream}: {out}");
+    pkgs
+}
+
+/// Issue 51: `driver.kmod_repo` with every install set and stream a prebuilt kmod can serve, in
+/// the world whose module metadata is NVIDIA's (genmodules.py: the DKMS kmod in the profiles).
+/// For each: the build host has built the flavour's kmods for both kernels; a fresh node with no
+/// compiler converges — the stream enabled, every package of the profile but NVIDIA's DKMS kmod
+/// and the build host's kmod installed, no profile marked installed, no DKMS, no compiler; a
+/// second apply changes nothing; a kernel update (dnf brings UEK 8, kernel-install makes it the
+/// default) gets its kmod from the repo through the trigger, and the new kernel stays the
+/// default.
+#[test]
+fn every_stream_profile_and_set_converges_with_prebuilt_kmods_and_takes_a_kernel_update() {
+    let build = build_root(&[UEK9, world::UEK9_8]);
+    build.dnf_ok(&["-y", "install", "gcc-toolset-14-gcc"]);
+    let f = fleet();
+    for flavour in ["open", "proprietary"] {
+        let (rc, _, text) = kmod_build(
+            &build,
+            &f,
+            &[
+                "--flavour",
+                flavour,
+                "--kernel-release",
+                UEK9,
+                "--kernel-release",
+                world::UEK9_8,
+            ],
+        );
+        assert_eq!(rc, 0, "{flavour}: {text}");
+    }
+    // (driver.install, driver.stream, flavour, NVSwitch: the fm profile)
+    let cells = [
+        ("module", "open-dkms", "open", false),
+        ("module", "570-open", "open", false),
+        ("module", "latest-dkms", "proprietary", false),
+        ("module", "570-dkms", "proprietary", false),
+        ("module", "open-dkms", "open", true),
+        ("module", "570-dkms", "proprietary", true),
+        ("compute-only", "open-dkms", "open", false),
+        ("compute-only", "570-dkms", "proprietary", false),
+    ];
+    for (install, stream, flavour, nvswitch) in cells {
+        let cell = format!(
+            "{install} {stream} ({flavour}{})",
+            if nvswitch { ", fm" } else { "" }
+        );
+        let node = Root::new(Os::Ol9, &[UEK9]);
+        if nvswitch {
+            node.add_pci_device("0000:05:00.0", 0x10de, 0x22a3, 0x068000);
+        }
+        let extra = [
+            "--set".to_string(),
+            format!("driver.install={install}"),
+            "--set".to_string(),
+            format!("driver.stream={stream}"),
+        ];
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let (rc, rep) = node_apply_of(&node, &f.out, "apply", DRIVER_LOCAL_EL9_570, &extra);
+        assert_eq!(rc, 0, "{cell}: {rep:#}");
+        let kmod = format!("kmod-nvidia-{flavour}-{UEK9}");
+        assert!(node.installed(&kmod).is_some(), "{cell}: {rep:#}");
+        // dnf holds the branch: the stream enabled, no profile marked installed.
+        assert_eq!(
+            world::module_state(&node, "nvidia-driver"),
+            (stream.to_string(), String::new(), "enabled".to_string()),
+            "{cell}"
+        );
+        if install == "module" {
+            let profile = if nvswitch { "fm" } else { "default" };
+            let listed = profile_of(&node, stream, profile);
+            let dkms = if flavour == "open" {
+                "kmod-nvidia-open-dkms"
+            } else {
+                "kmod-nvidia-latest-dkms"
+            };
+            assert!(listed.iter().any(|p| p == dkms), "{cell}: {listed:?}");
+            for p in listed.iter().filter(|p| *p != dkms) {
+                assert!(
+                    node.installed(p).is_some(),
+                    "{cell}: {p} of profile {profile}: {rep:#}"
+                );
+            }
+        } else {
+            assert!(node.installed("nvidia-driver-cuda").is_some(), "{cell}");
+            assert!(node.installed("nvidia-settings").is_none(), "{cell}");
+        }
+        for p in BUILD_PACKAGES.iter().chain(&["kmod-nvidia-latest-dkms"]) {
+            assert!(
+                node.installed(p).is_none(),
+                "{cell}: {p} was installed: {rep:#}"
+            );
+        }
+        assert!(!node.join("/var/lib/dkms").exists(), "{cell}");
+        assert_eq!(
+            node.nvidia_module_version(UEK9).as_deref(),
+            Some("570.124.06"),
+            "{cell}"
+        );
+        for m in node.nvidia_module_files(UEK9) {
+            assert_eq!(
+                world::modinfo(&node.join(&m), "signer").as_deref(),
+                Some(FLEET_CN),
+                "{cell}: {m}"
+            );
+        }
+        let (rc, rep) = node_apply_of(&node, &f.out, "apply", DRIVER_LOCAL_EL9_570, &extra);
+        assert_eq!(rc, 0, "{cell}: {rep:#}");
+        world::assert_converged(&rep);
+        // A kernel update: the trigger installs the new kernel's kmod, compiling nothing.
+        node.dnf_ok(&[
+            "-y",
+            "install",
+            &format!("kernel-uek-{}", world::evr(world::UEK9_8)),
+        ]);
+        node.kernel_install_add(world::UEK9_8);
+        let o = node.gpuhost(&["kernel-added", world::UEK9_8, "--format", "json"]);
+        let rep = world::report(&o);
+        assert_eq!(code(&o), 0, "{cell}: {rep:#}");
+        assert_eq!(
+            node.nvidia_module_version(world::UEK9_8).as_deref(),
+            Some("570.124.06"),
+            "{cell}: {rep:#}"
+        );
+        assert!(
+            node.installed(&format!("kmod-nvidia-{flavour}-{}", world::UEK9_8))
+                .is_some(),
+            "{cell}"
+        );
+        assert!(node.saved_entry().ends_with(world::UEK9_8), "{cell}");
+        assert_eq!(
+            world::module_state(&node, "nvidia-driver"),
+            (stream.to_string(), String::new(), "enabled".to_string()),
+            "{cell}"
+        );
+        for p in BUILD_PACKAGES.iter().chain(&["kmod-nvidia-latest-dkms"]) {
+            assert!(
+                node.installed(p).is_none(),
+                "{cell}: {p} was installed: {rep:#}"
+            );
+        }
+    }
 }
 
 /// The root's firmware: Secure Boot on, `certs` in the EFI variable `var`.

@@ -552,7 +552,9 @@ fn precompiled_modules_are_rhels_and_carry_the_test_nvidia_signature() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(!o.status.success(), "{said}");
-    assert!(said.contains(&format!("kernel-uname-r = {rhel}")), "{said}");
+    // NVIDIA's dnf-kmod-nvidia.spec: `Requires: (kernel = <RHEL's kernel> if kernel)`.
+    let rhel_evr = rhel.trim_end_matches(".x86_64");
+    assert!(said.contains(&format!("kernel = {rhel_evr}")), "{said}");
     // NVIDIA's name for the Oracle kernel (what gpuhost's naming rule gives) exists nowhere.
     let o = r.dnf(&[
         "list",
@@ -743,4 +745,245 @@ fn aarch64_roots_hold_and_run_aarch64_programs() {
             "/usr/src/kernels/{UEK10_ARM_64K}/scripts/sign-file"
         ))
         .exists());
+}
+
+/// genmodules.py's package lists (NVIDIA/cuda-repo-management `genmodules.py` at
+/// 2944b7a42b479a10390340d14dd3857c155a813a): the branch's packages (`BRANCH_PKGS`), listed in
+/// a stream's profiles when the repo has them.
+const GENMODULES_BRANCH_PKGS: &[&str] = &[
+    "nvidia-driver",
+    "nvidia-driver-libs",
+    "nvidia-driver-devel",
+    "nvidia-driver-NVML",
+    "nvidia-driver-NvFBCOpenGL",
+    "nvidia-driver-cuda",
+    "nvidia-driver-cuda-libs",
+    "nvidia-persistenced",
+    "nvidia-modprobe",
+    "nvidia-settings",
+    "nvidia-libXNVCtrl",
+    "nvidia-libXNVCtrl-devel",
+    "nvidia-xconfig",
+    "nvidia-kmod-common",
+    "cuda-drivers",
+];
+
+/// `(name, version)` of every package file under `dir`.
+fn repo_packages(dir: &std::path::Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(repo_packages(&p));
+            continue;
+        }
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let Some(base) = name.strip_suffix(".rpm") else {
+            continue;
+        };
+        let mut parts = base.rsplitn(3, '-');
+        let (_rel, ver, n) = (parts.next(), parts.next().unwrap(), parts.next().unwrap());
+        out.push((n.to_string(), ver.to_string()));
+    }
+    out
+}
+
+/// `dnf module info --profile`'s answer: profile → package names (sorted, as dnf prints them).
+fn profiles_of(text: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut out: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut current = String::new();
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(" : ") else {
+            continue;
+        };
+        let (k, v) = (k.trim(), v.trim());
+        if k == "Name" || line.starts_with("Hint") {
+            continue;
+        }
+        if !k.is_empty() {
+            current = k.to_string();
+        }
+        out.entry(current.clone()).or_default().push(v.to_string());
+    }
+    for v in out.values_mut() {
+        v.sort();
+    }
+    out
+}
+
+/// Every modular local repo of the world carries NVIDIA's module metadata as NVIDIA's generator
+/// writes it (NVIDIA/cuda-repo-management `genmodules.py` @2944b7a; tests/world/FIDELITY.md),
+/// read back through dnf: the streams of the branch, each stream's profiles and their packages
+/// (the DKMS kmods in the open and dkms streams' `default`, `fm` and `ks` profiles; the `src`
+/// profiles), the kmod among the stream's artifacts, and the default stream.
+#[test]
+fn nvidia_module_metadata_follows_nvidias_genmodules() {
+    let mut repos = vec![
+        (Os::Ol8, RHCK8, world::CUDA_LOCAL_EL8_12_2),
+        (Os::Ol8, RHCK8, world::CUDA_LOCAL_EL8_12_4),
+        (Os::Ol8, RHCK8, world::CUDA_LOCAL_EL8_12_6),
+        (Os::Ol8, RHCK8, world::DRIVER_LOCAL_EL8_570),
+        (Os::Ol8, RHCK8, world::DRIVER_LOCAL_EL8_580),
+        (Os::Ol9, RHCK9, world::CUDA_LOCAL_EL9_12_2),
+        (Os::Ol9, RHCK9, world::CUDA_LOCAL_EL9_12_4),
+        (Os::Ol9, RHCK9, world::DRIVER_LOCAL_EL9_570),
+        (Os::Ol9, RHCK9, world::CUDA_LOCAL_EL9_13_0),
+    ];
+    if world::aarch64_ready() {
+        repos.push((
+            Os::Ol9Aarch64,
+            world::UEK9_ARM,
+            world::DRIVER_LOCAL_EL9_580_AARCH64,
+        ));
+    }
+    for (os, kernel, rpm) in repos {
+        let root = Root::new(os, &[kernel]).with_extra_rpm(rpm);
+        let dir = std::fs::read_dir(root.join("/var"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                let n = p.file_name().unwrap().to_string_lossy().to_string();
+                n.starts_with("cuda-repo-") || n.starts_with("nvidia-driver-local-repo-")
+            })
+            .unwrap_or_else(|| panic!("{rpm}: no local repo folder under /var"));
+        let pkgs = repo_packages(&dir);
+        let driver = pkgs
+            .iter()
+            .find(|(n, _)| n == "nvidia-driver")
+            .map(|(_, v)| v.clone())
+            .unwrap();
+        let major: u32 = driver.split('.').next().unwrap().parse().unwrap();
+        let aarch64 = matches!(os, Os::Ol9Aarch64);
+        // Packages of the branch: the name, and the branch's major version in its version.
+        let has = |n: &str| {
+            pkgs.iter()
+                .any(|(p, v)| p == n && v.starts_with(&format!("{major}.")))
+        };
+        let mut existing: Vec<String> = GENMODULES_BRANCH_PKGS
+            .iter()
+            .filter(|p| has(p))
+            .map(|p| p.to_string())
+            .collect();
+        existing.sort();
+        // Streams: per branch <major>, <major>-dkms, <major>-open (above 510); latest,
+        // latest-dkms and open-dkms (above 510) at the newest branch.
+        let mut streams = vec![
+            "latest".to_string(),
+            "latest-dkms".to_string(),
+            major.to_string(),
+            format!("{major}-dkms"),
+        ];
+        if major > 510 {
+            streams.push("open-dkms".to_string());
+            streams.push(format!("{major}-open"));
+        }
+        let list = root.dnf_ok(&["-q", "module", "list", "nvidia-driver"]);
+        let mut listed: Vec<String> = list
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some("nvidia-driver")).then(|| w.next().map(str::to_string))?
+            })
+            .collect();
+        listed.sort();
+        let mut want = streams.clone();
+        want.sort();
+        assert_eq!(listed, want, "{rpm}: streams\n{list}");
+        // The default stream: genmodules.py writes latest-dkms; NVIDIA's repos default to
+        // open-dkms from R560 (FIDELITY.md).
+        let default = if major >= 560 {
+            "open-dkms"
+        } else {
+            "latest-dkms"
+        };
+        assert!(
+            list.lines().any(|l| l.starts_with("nvidia-driver")
+                && l.split_whitespace().nth(1) == Some(default)
+                && l.contains("[d]")),
+            "{rpm}: default stream {default}\n{list}"
+        );
+        for stream in &streams {
+            let (open, dkms) = (stream.contains("open"), stream.contains("dkms"));
+            let kmod: Vec<String> = if open {
+                vec!["kmod-nvidia-open-dkms".into()]
+            } else if dkms {
+                vec!["kmod-nvidia-latest-dkms".into()]
+            } else {
+                vec![]
+            };
+            let mut default_p = existing.clone();
+            default_p.extend(kmod.iter().cloned());
+            default_p.sort();
+            let mut ks: Vec<String> = default_p
+                .iter()
+                .filter(|p| !p.contains("cuda-drivers"))
+                .cloned()
+                .collect();
+            ks.sort();
+            let mut want: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+            want.insert("default".into(), default_p.clone());
+            want.insert("ks".into(), ks);
+            if open {
+                want.insert("src".into(), vec!["nvidia-kmod-source".into()]);
+            } else if !dkms {
+                want.insert("src".into(), vec!["nvidia-kmod-headers".into()]);
+            }
+            // fm: the branch's packages, the kmod, Fabric Manager and NSCQ (x86_64), Fabric
+            // Manager alone (aarch64 above 470); the R580 names (genmodules.py predates them).
+            let (fm, nscq) = if major >= 580 {
+                (
+                    "nvidia-fabricmanager".to_string(),
+                    "libnvidia-nscq".to_string(),
+                )
+            } else {
+                (
+                    "nvidia-fabric-manager".to_string(),
+                    format!("libnvidia-nscq-{major}"),
+                )
+            };
+            let mut fm_p = default_p.clone();
+            fm_p.push(fm);
+            if !aarch64 {
+                fm_p.push(nscq);
+            }
+            fm_p.sort();
+            if !aarch64 || major > 470 {
+                want.insert("fm".into(), fm_p);
+            }
+            let spec = format!("nvidia-driver:{stream}");
+            let info = root.dnf_ok(&["-q", "module", "info", "--profile", &spec]);
+            assert_eq!(profiles_of(&info), want, "{rpm}: {spec} profiles\n{info}");
+            // Artifacts: the stream's DKMS kmod (none in a precompiled stream: genmodules.py's
+            // rpm_is_kmod() is always false), and every package of the branch.
+            let info = root.dnf_ok(&["-q", "module", "info", &spec]);
+            let arts: Vec<&str> = info
+                .lines()
+                .skip_while(|l| !l.starts_with("Artifacts"))
+                .take_while(|l| l.contains(" : "))
+                .filter_map(|l| l.split_once(" : ").map(|(_, v)| v.trim()))
+                .collect();
+            for k in ["kmod-nvidia-open-dkms", "kmod-nvidia-latest-dkms"] {
+                let listed = arts.iter().any(|a| a.starts_with(&format!("{k}-3:")));
+                assert_eq!(
+                    listed,
+                    kmod.iter().any(|m| m == k),
+                    "{rpm}: {spec} artifacts {arts:?}"
+                );
+            }
+            assert!(
+                !arts
+                    .iter()
+                    .any(|a| a.starts_with(&format!("kmod-nvidia-{major}."))),
+                "{rpm}: {spec} lists a precompiled kmod: {arts:?}"
+            );
+            for p in &existing {
+                assert!(
+                    arts.iter().any(|a| a.starts_with(&format!("{p}-"))
+                        && a[p.len() + 1..].contains(':')
+                        && !a[p.len() + 1..].split(':').next().unwrap().contains('-')),
+                    "{rpm}: {spec} artifacts lack {p}: {arts:?}"
+                );
+            }
+        }
+    }
 }

@@ -543,12 +543,19 @@ fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change, label: &str) -
     }
     let result = match &change.work {
         Work::Install(i) => {
+            let before = Before::read(ctx);
             let (cmd, out) = ctx.transaction(&[i], Batch::Own)?;
             ctx.invalidate_rpm();
             if out.success() {
                 Ok(())
             } else {
-                Err(slot.step.explain(ctx, i, &DnfFailure { cmd, out }))
+                let mut failure = DnfFailure::new(cmd, out);
+                let left = before.compare(ctx, &mut failure);
+                let e = slot.step.explain(ctx, i, &failure);
+                Err(match left {
+                    Some(diff) => partial_error(e, diff),
+                    None => e,
+                })
             }
         }
         Work::RestartUnit { settles, .. } => {
@@ -689,8 +696,9 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, batch: Batch) {
     let what: Vec<String> = members.iter().map(|(_, c)| c.work.to_string()).collect();
     gpuhost_host::progress::step_changing(&label, &what.join("; "));
     run.changed_something = true;
-    // The rpm database before: a failed transaction is reported as what it left ([`partial`]).
-    let before = gpuhost_host::rpm::snapshot(ctx.host).ok();
+    // The rpm database and dnf's module state before: a failed transaction is reported as what
+    // it left ([`Before::compare`]).
+    let before = Before::read(ctx);
     let result = (|| -> Result<Option<DnfFailure>> {
         for o in installs.iter().filter_map(|i| i.owes.as_ref()) {
             ctx.owe(o)?;
@@ -703,7 +711,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, batch: Batch) {
         failpoint(&format!("transaction-{which}:before"));
         let (cmd, out) = ctx.transaction(&installs, batch)?;
         failpoint(&format!("transaction-{which}:after"));
-        Ok((!out.success()).then_some(DnfFailure { cmd, out }))
+        Ok((!out.success()).then(|| DnfFailure::new(cmd, out)))
     })();
     ctx.invalidate_rpm();
     let records = cmd::take_records();
@@ -719,8 +727,8 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, batch: Batch) {
                 run.slots[i].carried(c);
             }
         }
-        Ok(Some(failure)) => {
-            let left = partial(ctx, before.as_ref());
+        Ok(Some(mut failure)) => {
+            let left = before.compare(ctx, &mut failure);
             dnf_failed(ctx, run, &members, &ids, &failure, left.as_ref());
         }
         Err(e) if gpuhost_host::interrupt::is_interrupted(&e) => {
@@ -799,14 +807,52 @@ fn label_of(run: &Run<'_>, ids: &[usize]) -> String {
 /// `docker.repo` that cannot be read fails every transaction, the first one included), that
 /// step fails with its own explanation. Every step after the transaction's first member does
 /// not run: the failed transaction's packages were what they would have worked on.
-/// What a failed transaction left in the rpm database, when it left anything.
-fn partial(
-    ctx: &Ctx<'_>,
-    before: Option<&std::collections::BTreeSet<String>>,
-) -> Option<gpuhost_host::rpm::Diff> {
-    let after = gpuhost_host::rpm::snapshot(ctx.host).ok()?;
-    let diff = gpuhost_host::rpm::Diff::of(before?, &after);
-    (!diff.is_empty()).then_some(diff)
+/// The rpm database and dnf's module state before a transaction, to say what a failed one
+/// left.
+struct Before {
+    rpmdb: Option<std::collections::BTreeSet<String>>,
+    modules: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl Before {
+    fn read(ctx: &Ctx<'_>) -> Before {
+        Before {
+            rpmdb: gpuhost_host::rpm::snapshot(ctx.host).ok(),
+            modules: gpuhost_host::rpm::module_states(ctx.host).ok(),
+        }
+    }
+
+    /// What the failed transaction left: the rpm database's difference (`Some` when it left
+    /// packages); `failure` learns whether nothing changed at all, and which modules' state
+    /// dnf changed.
+    fn compare(&self, ctx: &Ctx<'_>, failure: &mut DnfFailure) -> Option<gpuhost_host::rpm::Diff> {
+        let diff = match (&self.rpmdb, gpuhost_host::rpm::snapshot(ctx.host).ok()) {
+            (Some(b), Some(a)) => Some(gpuhost_host::rpm::Diff::of(b, &a)),
+            _ => None,
+        };
+        let modules = match (
+            &self.modules,
+            gpuhost_host::rpm::module_states(ctx.host).ok(),
+        ) {
+            (Some(b), Some(a)) => Some(gpuhost_host::rpm::modules_changed(b, &a)),
+            _ => None,
+        };
+        failure.modules_changed = modules.clone().unwrap_or_default();
+        failure.unchanged = diff.as_ref().is_some_and(|d| d.is_empty())
+            && modules.as_ref().is_some_and(Vec::is_empty);
+        diff.filter(|d| !d.is_empty())
+    }
+}
+
+/// A step's error for a transaction that left part of it in the rpm database: what rpm shows,
+/// never that nothing changed.
+fn partial_error(e: anyhow::Error, diff: gpuhost_host::rpm::Diff) -> anyhow::Error {
+    anyhow::Error::new(gpuhost_host::rpm::Partial {
+        cause: format!("{e:#}"),
+        diff,
+        repair: "run the same gpuhost apply again: it finishes what the transaction left"
+            .to_string(),
+    })
 }
 
 fn dnf_failed(
@@ -844,12 +890,11 @@ fn dnf_failed(
         let mut e = run.slots[*i].step.explain(ctx, inst, failure);
         if let Some(diff) = left {
             // Part of it is in: say what rpm shows, never that nothing changed.
-            e = anyhow::Error::new(gpuhost_host::rpm::Partial {
-                cause: format!("{e:#}"),
-                diff: diff.clone(),
-                repair: "run the same gpuhost apply again: it finishes what the transaction left"
-                    .to_string(),
-            });
+            e = partial_error(e, diff.clone());
+        }
+        if gpuhost_host::error::is_invalid(&e) {
+            // dnf refused what the profile asks before changing anything: exit 2.
+            run.invalid_input = true;
         }
         let slot = &mut run.slots[*i];
         if !slot.reported() {
@@ -911,6 +956,10 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
         for change in &left {
             let label = slot.label.clone();
             if let Err(e) = carry(ctx, slot, change, &label) {
+                if gpuhost_host::error::is_invalid(&e) {
+                    // dnf refused what the profile asks before changing anything: exit 2.
+                    run.invalid_input = true;
+                }
                 slot.fail(e);
                 slot.account(start);
                 run.failed(i);

@@ -15,11 +15,13 @@
 //!   kernels, PCI devices and GPU architectures, memory and space, Secure Boot keys);
 //! - [`guard_record`]: the kernel guard's record, written by the engine and read by status;
 //! - [`stage`]: package files copied onto the root's disk before a transaction installs them.
+//! - [`dnfout`]: the lines of dnf's output that say it did less than it was asked.
 
 #![warn(unreachable_pub)]
 
 pub mod arch;
 pub mod cmd;
+pub mod dnfout;
 pub mod error;
 pub mod facts;
 pub mod fsutil;

@@ -60,6 +60,65 @@ pub fn query(host: &Host, names: &[&str]) -> Result<BTreeMap<String, Vec<Install
     Ok(found)
 }
 
+/// Where dnf keeps its module state (one `<module>.module` file per module it has touched).
+pub const MODULE_STATE_DIR: &str = "/etc/dnf/modules.d";
+
+/// dnf's module state, file by file (`nvidia-driver` → the file's text): what a transaction
+/// changes besides packages (dnf writes a stream enabled and a profile installed even when it
+/// installs no package, issue 51), read with [`snapshot`] to say whether anything changed.
+pub fn module_states(host: &Host) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for name in host.files_with_prefix(MODULE_STATE_DIR, "") {
+        let Some(module) = name.strip_suffix(".module") else {
+            continue;
+        };
+        if let Some(text) = host.read_opt(format!("{MODULE_STATE_DIR}/{name}"))? {
+            out.insert(module.to_string(), text);
+        }
+    }
+    Ok(out)
+}
+
+/// The modules whose state differs between two [`module_states`], each as
+/// `name (stream …, profiles …, state …)` after the change (`name (reset)` once gone).
+pub fn modules_changed(
+    before: &std::collections::BTreeMap<String, String>,
+    after: &std::collections::BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut names: Vec<&String> = before.keys().chain(after.keys()).collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|n| before.get(*n) != after.get(*n))
+        .map(|n| match after.get(n) {
+            Some(text) => {
+                let field = |k: &str| {
+                    text.lines()
+                        .find_map(|l| l.split_once('=').filter(|(key, _)| key.trim() == k))
+                        .map_or("", |(_, v)| v.trim())
+                        .to_string()
+                };
+                format!(
+                    "{n} (stream {}, profiles {}, state {})",
+                    or_none(&field("stream")),
+                    or_none(&field("profiles")),
+                    or_none(&field("state"))
+                )
+            }
+            None => format!("{n} (reset)"),
+        })
+        .collect()
+}
+
+fn or_none(s: &str) -> &str {
+    if s.is_empty() {
+        "none"
+    } else {
+        s
+    }
+}
+
 /// Every installed package, `name-epoch:version-release.arch`, in one `rpm -qa`: what a
 /// transaction is judged by ([`Diff`]).
 pub fn snapshot(host: &Host) -> Result<std::collections::BTreeSet<String>> {
@@ -321,6 +380,31 @@ pub fn checksig_faults(stdout: &str, stderr: &str, ok: bool) -> Vec<String> {
 mod tests {
     use super::*;
     use rstest::rstest;
+
+    #[test]
+    fn module_state_changes_are_named_with_what_dnf_wrote() {
+        let before: std::collections::BTreeMap<String, String> = [(
+            "container-tools".to_string(),
+            "[container-tools]\nname=container-tools\nstream=\nprofiles=\nstate=disabled\n"
+                .to_string(),
+        )]
+        .into();
+        let mut after = before.clone();
+        after.insert(
+            "nvidia-driver".into(),
+            "[nvidia-driver]\nname=nvidia-driver\nstream=open-dkms\nprofiles=default\nstate=enabled\n"
+                .into(),
+        );
+        assert_eq!(
+            modules_changed(&before, &after),
+            vec!["nvidia-driver (stream open-dkms, profiles default, state enabled)"]
+        );
+        assert_eq!(
+            modules_changed(&after, &before),
+            vec!["nvidia-driver (reset)"]
+        );
+        assert!(modules_changed(&after, &after).is_empty());
+    }
 
     /// `rpm -Kv` (rpm 4.18) of the test world's CUDA local repo package: intact, cut short
     /// (its last 300 bytes gone), cut inside its header, and signed by a key the root lacks.

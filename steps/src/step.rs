@@ -189,7 +189,7 @@ impl<'a> Ctx<'a> {
             }
         };
         let (cmd, out) = once()?;
-        let failure = DnfFailure { cmd, out };
+        let failure = DnfFailure::new(cmd, out);
         if failure.out.success() || !failure.finds_nothing() || !self.refresh_metadata() {
             return Ok((failure.cmd, failure.out));
         }
@@ -272,21 +272,79 @@ fn refresh_failure(e: &anyhow::Error) -> String {
     }
 }
 
-/// A dnf command that failed.
+/// A dnf command that failed, or that did less than it was asked (dnf's own lines say so:
+/// [`gpuhost_host::dnfout`]), and what it left.
 pub struct DnfFailure {
     pub cmd: Cmd,
     pub out: CmdOutput,
+    /// The rpm database and dnf's module state are as they were before the command (compared
+    /// by the runner; `false` until it has).
+    pub unchanged: bool,
+    /// Modules whose state dnf changed although the command failed (`nvidia-driver (stream …,
+    /// profiles …)`).
+    pub modules_changed: Vec<String>,
 }
 
 impl DnfFailure {
+    /// A failure not yet compared with the host.
+    pub fn new(cmd: Cmd, out: CmdOutput) -> DnfFailure {
+        DnfFailure {
+            cmd,
+            out,
+            unchanged: false,
+            modules_changed: Vec::new(),
+        }
+    }
+
     /// Everything dnf printed.
     pub fn text(&self) -> String {
         format!("{}\n{}", self.out.stdout, self.out.stderr)
     }
 
-    /// The plain error: the command and the tail of what it printed.
+    /// dnf's lines that say it did (or would do) less than asked.
+    pub fn problems(&self) -> Vec<String> {
+        gpuhost_host::dnfout::problems(&self.text())
+    }
+
+    /// The error, in dnf's words where it said why ([`DnfFailure::problems`]), and whether
+    /// anything changed. The exit code follows where the fault lies: a request the repos cannot
+    /// resolve (the profile asks for it, or the repos lack or conflict), with nothing changed, is
+    /// invalid input (exit 2); the host's own dnf configuration refusing it (a protected
+    /// package) and anything else is a failed step (exit 1). Otherwise the command and the tail
+    /// of what it printed.
     pub fn error(&self) -> anyhow::Error {
-        self.cmd.failure(&self.out)
+        use gpuhost_host::dnfout::{fault, quoted, Fault};
+        let problems = self.problems();
+        if problems.is_empty() {
+            return self.cmd.failure(&self.out);
+        }
+        let said = quoted(&problems, 8);
+        let changed = if self.unchanged {
+            "nothing was changed (the rpm database and dnf's module state are as they were)"
+                .to_string()
+        } else if !self.modules_changed.is_empty() {
+            format!(
+                "no package was installed or removed, but dnf changed its module state: {}",
+                self.modules_changed.join(", ")
+            )
+        } else {
+            "the rpm database shows what changed".to_string()
+        };
+        match fault(&problems) {
+            Fault::Request if self.unchanged => gpuhost_host::error::as_invalid(hinted(
+                format!("dnf cannot do what was asked: {said}; {changed}"),
+                "change what the profile asks for (or the repos it names) so that dnf can resolve it: dnf's reason is quoted",
+            )),
+            Fault::Host => hinted(
+                format!("dnf refused: {said}; {changed}"),
+                "the host's dnf configuration (dnf.conf) refuses it: change that setting, or the profile",
+            ),
+            Fault::Request => hinted(
+                format!("dnf did less than was asked: {said}; {changed}"),
+                "run the same gpuhost apply again once what dnf says is fixed: it finishes what the transaction left",
+            ),
+            Fault::Other => self.cmd.failure(&self.out),
+        }
     }
 
     /// True when dnf found no package (or module stream) for an argument: what metadata older
@@ -300,17 +358,21 @@ impl DnfFailure {
         })
     }
 
-    /// Specs dnf found no package for.
+    /// Specs dnf found no package for (not those it found and filtered out: dnf says so, and
+    /// its words are the reason, [`DnfFailure::error`]).
     pub(crate) fn unmatched<'s>(&self, specs: &'s [String]) -> Vec<&'s str> {
         let text = self.text();
+        let names = |l: &str, s: &str| l.split_whitespace().any(|w| w == s);
         specs
             .iter()
             .map(String::as_str)
             .filter(|s| {
                 text.lines().any(|l| {
                     (l.contains("No match for argument") || l.contains("Unable to find a match"))
-                        && l.split_whitespace().any(|w| w == *s)
-                })
+                        && names(l, s)
+                }) && !text
+                    .lines()
+                    .any(|l| l.contains("filtered out") && names(l, s))
             })
             .collect()
     }
@@ -426,6 +488,8 @@ mod tests {
 
     fn failure(stdout: &str, stderr: &str) -> DnfFailure {
         DnfFailure {
+            unchanged: false,
+            modules_changed: Vec::new(),
             cmd: Cmd::new("dnf"),
             out: CmdOutput {
                 code: Some(1),

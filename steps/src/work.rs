@@ -56,6 +56,11 @@ pub struct Install {
     /// A module stream enabled (`dnf module enable nvidia-driver:open-dkms`) right before the
     /// transaction, whose packages then come from it: NVIDIA's instructions from R560.
     pub enable: Option<String>,
+    /// Packages of `module`'s profile that are not installed: NVIDIA's DKMS kmod, which the
+    /// prebuilt kmods among `specs` replace (`driver.kmod_repo`). Then the stream is enabled
+    /// and the profile's other packages are installed by name in the same transaction, and dnf
+    /// marks no profile installed ([`crate::transaction::profile`]).
+    pub leave_out: Vec<String>,
     /// The package brings a repo that other packages come from (NVIDIA's local repo package):
     /// it goes into the first transaction.
     pub brings_repo: bool,
@@ -114,6 +119,13 @@ pub enum Work {
     DisableModule(String),
     /// `dnf module reset NAME` (a disabled module whose stream is to be installed).
     ResetModule(String),
+    /// `dnf module reset MODULE`, then `dnf module enable STREAM`: dnf's module state moved to
+    /// the stream with no profile marked installed, no package changed (a module profile with
+    /// prebuilt kmods, [`crate::transaction::profile`]).
+    EnableStream {
+        module: String,
+        stream: String,
+    },
     // The transactions.
     Install(Install),
     // After the transactions, step by step.
@@ -171,7 +183,8 @@ impl Work {
             | Work::Remove(_)
             | Work::SwapDriver(_)
             | Work::DisableModule(_)
-            | Work::ResetModule(_) => Phase::Prepare,
+            | Work::ResetModule(_)
+            | Work::EnableStream { .. } => Phase::Prepare,
             Work::Install(_) => Phase::Packages,
             _ => Phase::After,
         }
@@ -201,28 +214,21 @@ impl fmt::Display for Work {
                     write!(f, "; erasing {} (driver.allow_erase)", s.erases.join(", "))?;
                 }
                 match &s.module {
+                    Some(m) if s.module_reset => write!(
+                        f,
+                        "; then dnf module reset and dnf module enable {m} (no profile marked installed)"
+                    ),
                     Some(m) => write!(f, "; then dnf module switch-to {m}"),
                     None => Ok(()),
                 }
             }
             Work::DisableModule(m) => write!(f, "dnf module disable {m}"),
             Work::ResetModule(m) => write!(f, "dnf module reset {m}"),
-            Work::Install(i) => {
-                if let Some(m) = &i.enable {
-                    write!(f, "dnf module enable {m}, then ")?;
-                }
-                let mut words: Vec<String> = i.module.iter().map(|m| format!("@{m}")).collect();
-                words.extend(i.specs.iter().cloned());
-                if i.module.is_some() {
-                    write!(f, "dnf install {}", words.join(" "))?;
-                } else {
-                    write!(f, "install {}", words.join(" "))?;
-                }
-                if i.allowerasing {
-                    f.write_str(" --allowerasing")?;
-                }
-                Ok(())
-            }
+            Work::EnableStream { module, stream } => write!(
+                f,
+                "dnf module reset {module}, then dnf module enable {stream} (no package changes)"
+            ),
+            Work::Install(i) => fmt_install(f, i),
             Work::EnableUnits { units, .. } => write!(f, "systemctl enable {}", units.join(" ")),
             Work::StartUnit(u) => write!(f, "systemctl start {u}"),
             Work::RestartUnit { unit, .. } => write!(f, "systemctl restart {unit}"),
@@ -252,6 +258,36 @@ impl fmt::Display for Work {
             Work::Symlinks { prefixes, .. } => write!(f, "link under {}", prefixes.join(", ")),
         }
     }
+}
+
+/// An [`Install`] as `plan` and the report show it.
+fn fmt_install(f: &mut fmt::Formatter<'_>, i: &Install) -> fmt::Result {
+    if let Some(m) = &i.enable {
+        write!(f, "dnf module enable {m}, then ")?;
+    }
+    if let (Some(m), false) = (&i.module, i.leave_out.is_empty()) {
+        let stream = m.split_once('/').map_or(m.as_str(), |(s, _)| s);
+        write!(
+            f,
+            "dnf module enable {stream}, then install the packages of profile {m} but {}",
+            i.leave_out.join(", ")
+        )?;
+        if !i.specs.is_empty() {
+            write!(f, ", and {}", i.specs.join(" "))?;
+        }
+    } else {
+        let mut words: Vec<String> = i.module.iter().map(|m| format!("@{m}")).collect();
+        words.extend(i.specs.iter().cloned());
+        if i.module.is_some() {
+            write!(f, "dnf install {}", words.join(" "))?;
+        } else {
+            write!(f, "install {}", words.join(" "))?;
+        }
+    }
+    if i.allowerasing {
+        f.write_str(" --allowerasing")?;
+    }
+    Ok(())
 }
 
 /// One difference between the host and the profile, and what to do about it.
@@ -376,9 +412,11 @@ pub(crate) fn enable_command(host: &Host, parts: &[&Install]) -> Result<Option<C
 /// copy; packages from repos are copied and checked by dnf before its first write
 /// ([`Host::dnf`]). A file that cannot be copied whole is an error before any change.
 pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> {
+    let expanded = expand_profiles(host, parts, &[])?;
+    let parts: Vec<&Install> = expanded.iter().collect();
     let mut staged = Vec::new();
     let mut local: Vec<Install> = Vec::new();
-    for part in parts {
+    for part in &parts {
         let mut part = (*part).clone();
         for spec in &mut part.specs {
             if !is_package_file(spec) {
@@ -440,9 +478,49 @@ pub fn transaction(host: &Host, parts: &[&Install]) -> Result<(Cmd, CmdOutput)> 
         }
     }
     let cmd = install_command(host, &parts)?;
-    let out = cmd.output()?;
+    let mut out = cmd.output()?;
     drop(staged);
+    // dnf can exit 0 having done less than asked (a conflict it reports as a `Problem`,
+    // packages it skipped): its own lines make it a failure.
+    if out.success()
+        && !gpuhost_host::dnfout::problems(&format!("{}\n{}", out.stdout, out.stderr)).is_empty()
+    {
+        out.code = Some(1);
+    }
     Ok((cmd, out))
+}
+
+/// `parts`, each module profile that leaves packages out ([`Install::leave_out`]) made into what
+/// dnf carries in one transaction: its stream enabled and the profile's other packages by name
+/// ([`crate::transaction::profile`]), before the part's own specs. dnf is asked with `options`
+/// (the repos the transaction reads).
+pub(crate) fn expand_profiles(
+    host: &Host,
+    parts: &[&Install],
+    options: &[String],
+) -> Result<Vec<Install>> {
+    let mut out = Vec::new();
+    for part in parts {
+        let mut part = (*part).clone();
+        if let (Some(spec), false) = (part.module.clone(), part.leave_out.is_empty()) {
+            let names = crate::transaction::profile::packages(host.dnf()?.args(options), &spec)?;
+            let mut specs: Vec<String> = names
+                .into_iter()
+                .filter(|p| !part.leave_out.contains(p))
+                .collect();
+            specs.append(&mut part.specs);
+            part.specs = specs;
+            part.enable = Some(
+                spec.split_once('/')
+                    .map_or(spec.as_str(), |(s, _)| s)
+                    .to_string(),
+            );
+            part.module = None;
+            part.leave_out.clear();
+        }
+        out.push(part);
+    }
+    Ok(out)
 }
 
 /// The `dnf shell` script of a transaction that installs package files with module work.
@@ -458,6 +536,8 @@ pub fn scratch_transaction(
     parts: &[&Install],
     options: &[String],
 ) -> Result<(Cmd, CmdOutput)> {
+    let expanded = expand_profiles(host, parts, options)?;
+    let parts: &[&Install] = &expanded.iter().collect::<Vec<_>>();
     let mut files: Vec<String> = Vec::new();
     for s in parts.iter().flat_map(|i| i.specs.iter()) {
         if is_package_file(s) && !files.contains(s) {
@@ -572,6 +652,15 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
             .args(["module", "reset", m.as_str()])
             .run()
             .map(drop),
+        Work::EnableStream { module, stream } => {
+            host.dnf()?
+                .args(["module", "reset", module.as_str()])
+                .run()?;
+            host.dnf()?
+                .args(["module", "enable", stream.as_str()])
+                .run()
+                .map(drop)
+        }
         Work::Install(i) => {
             let (cmd, out) = transaction(host, &[i])?;
             if out.success() {

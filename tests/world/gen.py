@@ -985,7 +985,9 @@ def dkms_pkg(drv, rel, flavour, E, arch="x86_64"):
     return Pkg("kmod-nvidia-open-dkms" if flavour == "open" else "kmod-nvidia-latest-dkms", drv, rel, epoch=E,
                files=files, copies=copies,
                requires=["dkms", f"nvidia-kmod-common = {E}:{drv}"],
-               provides=[f"nvidia-kmod = {E}:{drv}"], conflicts=[other],
+               # dkms-open-nvidia.spec: `Conflicts: kmod-nvidia-latest-dkms`; dkms-nvidia.spec
+               # declares no conflict of its own.
+               provides=[f"nvidia-kmod = {E}:{drv}"], conflicts=[other] if flavour == "open" else [],
                scripts={"post": post, "preun": preun})
 
 
@@ -1084,8 +1086,12 @@ def nvidia_inner(os_, drv):
         pre.append(Pkg(f"kmod-nvidia-{drv}-{kv}-{kshort}", drv, f"3.{kr.rsplit('.', 1)[1]}", epoch=E,
                        copies=copies, modes={p: 0o644 for p in copies},
                        ghosts=[f"{mod_dir}/{m}.ko" for m in NV_MODULES],
-                       requires=[f"kernel-uname-r = {uname}", f"nvidia-kmod-common = {E}:{drv}", "kmod"],
-                       provides=[f"nvidia-kmod = {E}:{drv}", "installonlypkg(kernel-module)"],
+                       # dnf-kmod-nvidia.spec (a66bc12): `Requires: (kernel = <kver> if kernel)`,
+                       # `Provides: kernel-modules = <kver>.<arch>` and `nvidia-kmod`,
+                       # `Conflicts: kmod-nvidia-latest-dkms` (and a `Supplements:` the world's
+                       # builder does not write); `kmod` for the world's depmod in %post.
+                       requires=[f"(kernel = {kkver} if kernel)", "kmod"],
+                       provides=[f"kernel-modules = {uname}", f"nvidia-kmod = {E}:{drv}"],
                        conflicts=["kmod-nvidia-latest-dkms"],
                        scripts={"post": post, "postun": f"depmod -a {uname}\n"}))
     cuda_drivers = Pkg("cuda-drivers", drv, "1",
@@ -1100,73 +1106,154 @@ def nvidia_inner(os_, drv):
         metas.append(Pkg("nvidia-open", drv, rel if el10 else "1", epoch=E if el10 else None,
                          requires=[f"nvidia-driver = {E}:{drv}", f"nvidia-driver-cuda = {E}:{drv}",
                                    f"nvidia-settings = {E}:{drv}", f"kmod-nvidia-open-dkms = {E}:{drv}"]))
-    retarget(common + [dkms, opend] + pre + metas, arch)
-    streams = [(str(branch), pre), ("latest", pre), (f"{branch}-dkms", [dkms]), ("latest-dkms", [dkms]),
-               (f"{branch}-open", [opend]), ("open-dkms", [opend])]
-    default_stream = "open-dkms" if branch >= 560 else "latest-dkms"
+    # nvidia-kmod-headers (the proprietary DKMS source, for the precompiled streams' `src`
+    # profile) and nvidia-kmod-source (the open source tree): subpackages of NVIDIA's
+    # dkms-nvidia.spec and dkms-open-nvidia.spec, each `Conflicts: kmod-nvidia-latest-dkms`.
+    srcs = [Pkg("nvidia-kmod-headers", drv, rel, epoch=E,
+                files={f"/usr/src/nvidia-{drv}/nv-p2p.h": "/* NVIDIA header (gpuhost test world) */\n"},
+                conflicts=["kmod-nvidia-latest-dkms"]),
+            Pkg("nvidia-kmod-source", drv, rel, epoch=E,
+                files={f"/usr/src/nvidia-open-{drv}/src/README": "NVIDIA kernel module source (gpuhost test world)\n"},
+                conflicts=["kmod-nvidia-latest-dkms"])]
+    pkgs = common + [dkms, opend] + srcs + pre + metas
+    retarget(pkgs, arch)
+    return pkgs, (genmodules(pkgs) if modular else None)
+
+
+# --------------------------------------------------------------------------------------------
+# NVIDIA's module metadata, by the rules of NVIDIA/cuda-repo-management genmodules.py
+# (2944b7a42b479a10390340d14dd3857c155a813a, what NVIDIA's yum-packaging-precompiled-kmod
+# README and build.sh run to make a repo's modules.yaml). Our own code; tests/world/FIDELITY.md
+# lists each rule and where the world departs, and tests/world_selfcheck.rs checks every local
+# repo's metadata against the rules through dnf.
+# --------------------------------------------------------------------------------------------
+# The branch's packages, the driver first (genmodules.py BRANCH_PKGS).
+GM_BRANCH_PKGS = ["nvidia-driver", "nvidia-driver-libs", "nvidia-driver-devel", "nvidia-driver-NVML",
+                  "nvidia-driver-NvFBCOpenGL", "nvidia-driver-cuda", "nvidia-driver-cuda-libs",
+                  "nvidia-persistenced", "nvidia-modprobe", "nvidia-settings", "nvidia-libXNVCtrl",
+                  "nvidia-libXNVCtrl-devel", "nvidia-xconfig", "nvidia-kmod-common", "cuda-drivers"]
+# Add-ons listed as artifacts when present (OPTIONAL_PKGS), and the package every stream lists at
+# its newest version (LATEST_PKGS).
+GM_OPTIONAL_PKGS = ["nvidia-kmod-headers", "nvidia-kmod-source", "nvidia-fabric-manager"]
+GM_LATEST_PKGS = ["dnf-plugin-nvidia"]
+# One timestamp for every stream of a run (genmodules.py: datetime.now(), once); fixed here so
+# that the world is the same at every build.
+GM_TIMESTAMP = "20250301000000"
+
+
+def genmodules(pkgs):
+    """modules.yaml for the packages of one repo, as genmodules.py writes it (see above)."""
+    def named(name, major):
+        # genmodules.py rpm_is_pkgname: the file name starts with the name, holds the major
+        # version and has exactly two more '-'-separated parts (version, release).
+        return sorted((p for p in pkgs if p.name == name and major in p.filename()),
+                      key=lambda p: p.filename())
+    drivers = [p for p in pkgs if p.name == "nvidia-driver"]
+    if not drivers:
+        raise SystemExit("genmodules: no nvidia-driver package")
+    d = drivers[0]
+    major = d.version.split(".")[0]
+    version = d.version
+    arch = d.arch
+    distro = d.filename().split(".")[-3]   # distro_from_rpm_filename: el8, el9
+    # Branches: per major <major>, <major>-dkms, <major>-open (majors above 510), then latest,
+    # latest-dkms and open-dkms at the newest major, inserted first.
+    branches = ["latest", "latest-dkms"] + (["open-dkms"] if int(major) > 510 else []) \
+        + [major, f"{major}-dkms"] + ([f"{major}-open"] if int(major) > 510 else [])
     docs = []
-    for i, (stream, kmods) in enumerate(streams):
-        arts = "\n".join(f"      - {p.nevra()}" for p in common + kmods + metas)
-        src = "\n".join(f"      - {p.name}" for p in kmods) if "dkms" in stream or "open" in stream else \
-            "      - nvidia-driver"
+    for name in branches:
+        is_open, is_dkms = "open" in name, "dkms" in name
+        context = hashlib.md5(f"nvidia-driver{name}{GM_TIMESTAMP}{distro}".encode()).hexdigest()[:10]
+        arts, existing = [], []
+        for b in GM_BRANCH_PKGS:
+            found = named(b, major)
+            if found:
+                existing.append(b)
+            arts += [p.nevra() for p in found]
+        for o in GM_OPTIONAL_PKGS:
+            if (o == "nvidia-kmod-headers" and is_open) or (o == "nvidia-kmod-source" and not is_open):
+                continue
+            arts += [p.nevra() for p in named(o, major)]
+        for l in GM_LATEST_PKGS:
+            found = [p for p in pkgs if p.name == l]
+            arts += [p.nevra() for p in found[-1:]]
+        # The stream's kmod: the open DKMS package (open streams), the proprietary one (dkms
+        # streams); precompiled streams would list the kmods of the branch, but genmodules.py's
+        # rpm_is_kmod() is `startswith(prefix) and not "dkms" and ...`, always false, so they
+        # list none (FIDELITY.md).
+        kmod = "kmod-nvidia-open-dkms" if is_open else ("kmod-nvidia-latest-dkms" if is_dkms else None)
+        if kmod:
+            arts += [p.nevra() for p in pkgs if p.name == kmod and p.version == version]
+        existing.sort()
+        kmods = [kmod] if kmod else []
+        profiles = {"default": ("Default installation", existing + kmods)}
+        if is_open:
+            profiles["src"] = ("Source files for compiling open kernel modules", ["nvidia-kmod-source"])
+        elif not is_dkms:
+            profiles["src"] = ("Source headers for compilation", ["nvidia-kmod-headers"])
+        fm = fm_profile(name, major, arch)
+        if fm is not None:
+            profiles["fm"] = ("FabricManager installation", existing + kmods + fm)
+        profiles["ks"] = ("Installation via kickstart", [p for p in existing if "cuda-drivers" not in p] + kmods)
+        prof = "".join(f"    {k}:\n      description: {desc}\n      rpms:\n"
+                       + "".join(f"      - {r}\n" for r in rpms) for k, (desc, rpms) in profiles.items())
+        art = "".join(f"      - {a}\n" for a in arts)
         docs.append(f"""---
 document: modulemd
 version: 2
 data:
   name: nvidia-driver
-  stream: "{stream}"
-  version: {20230815000000 + i}
-  context: "{hashlib.sha1(stream.encode()).hexdigest()[:8]}"
+  stream: "{name}"
+  version: {GM_TIMESTAMP}
+  context: "{context}"
   arch: {arch}
-  summary: Nvidia driver for {stream} branch
+  summary: Nvidia driver for {name} branch
   description: >-
     This package provides the most recent NVIDIA display driver which allows for
     hardware accelerated rendering with recent NVIDIA chipsets.
+
     For the full product support list, please consult the release notes for
-    driver version {drv}.
+    driver version {version}.
   license:
     module:
     - MIT
-  profiles:
-    default:
-      description: Default installation
-      rpms:
-      - nvidia-driver
-      - nvidia-driver-cuda
-      - nvidia-settings
-    ks:
-      description: Installation via kickstart
-      rpms:
-      - nvidia-driver
-      - nvidia-driver-cuda
-    fm:
-      description: FabricManager installation
-      rpms:
-      - nvidia-driver
-      - nvidia-driver-cuda
-      - {fm_name}
-    src:
-      description: Source files for compilation
-      rpms:
-{src}
   artifacts:
     rpms:
-{arts}
-...
+{art}  profiles:
+{prof}...
 """)
-    prof = "\n".join(f'    "{s}": [default]' for s, _ in streams)
+    # The default stream: genmodules.py (2944b7a) writes latest-dkms; NVIDIA's repos default to
+    # open-dkms from R560 (Driver Installation Guide, "Kernel Modules"), which the world follows.
+    default_stream = "open-dkms" if int(major) >= 560 else "latest-dkms"
+    prof = "".join(f"    {b}: [default]\n" for b in branches)
     docs.append(f"""---
 document: modulemd-defaults
 version: 1
 data:
   module: nvidia-driver
-  stream: "{default_stream}"
+  stream: {default_stream}
   profiles:
-{prof}
-...
+{prof}...
 """)
-    pkgs = common + [dkms, opend] + pre + metas
-    return pkgs, ("".join(docs) if modular else None)
+    return "".join(docs)
+
+
+def fm_profile(stream, major, arch):
+    """The `fm` profile's Fabric Manager packages (added to the branch's packages and the kmod),
+    as genmodules.py writes them: on x86_64 Fabric Manager and NSCQ; on aarch64 (branches above
+    470) Fabric Manager alone; none elsewhere. genmodules.py (2944b7a) predates R580, which renamed
+    both packages (nvidia-fabricmanager, libnvidia-nscq: NVIDIA/gpu-driver-container install.sh):
+    the world names each branch's own packages (FIDELITY.md)."""
+    b = int(major)
+    fm = "nvidia-fabricmanager" if b >= 580 else "nvidia-fabric-manager"
+    nscq = "libnvidia-nscq" if b >= 580 else f"libnvidia-nscq-{major}"
+    if arch == "x86_64":
+        if b < 460 and "latest" not in stream:
+            return [f"nvidia-fabricmanager-{major}", f"libnvidia-nscq-{major}"]
+        return [fm, nscq]
+    if arch == "aarch64" and b > 470:
+        return [fm]
+    return None
 
 
 # NVIDIA's local repo packages: (os, kind, rhel, name part, cuda version, driver).

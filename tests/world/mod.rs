@@ -911,3 +911,16 @@ pub fn step<'a>(r: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
         .and_then(|s| s.iter().find(|s| s["id"] == id))
         .unwrap_or_else(|| panic!("no step {id} in {r:#}"))
 }
+
+/// dnf's module state of `module` in the root (`/etc/dnf/modules.d/<module>.module`): (stream,
+/// profiles, state), empty strings where unset or when dnf has no state for it.
+pub fn module_state(root: &Root, module: &str) -> (String, String, String) {
+    let text = fs::read_to_string(root.join(&format!("/etc/dnf/modules.d/{module}.module")))
+        .unwrap_or_default();
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.split_once('=').filter(|(key, _)| key.trim() == k))
+            .map_or(String::new(), |(_, v)| v.trim().to_string())
+    };
+    (field("stream"), field("profiles"), field("state"))
+}

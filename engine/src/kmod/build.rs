@@ -71,6 +71,7 @@ pub fn build(opts: &KmodBuildOptions) -> Result<KmodBuildReport> {
     }
     let host = Host::new(&opts.root)?;
     let kernels = kernels(&host, &opts.kernels)?;
+    build_root_ready(&host, &kernels)?;
     let jobs = opts.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
@@ -182,6 +183,90 @@ fn kernels(host: &Host, asked: &[String]) -> Result<Vec<String>> {
         }
     }
     Ok(kernels)
+}
+
+/// What the build and `sign-file` need of the build root, each checked before anything is
+/// compiled (a root without `/dev/fd` used to compile every module and only then fail at
+/// `sign-file … /dev/fd/0`): one refusal naming everything missing, exit 2.
+///
+/// - `/dev/null`, a device: make, kbuild and the compiler write to it;
+/// - `/dev/fd`, to `/proc/self/fd` (a link, as udev and image builders make it, or a
+///   directory): `sign-file` reads the fleet's key from `/dev/fd/0`;
+/// - `/proc`, a directory: gpuhost mounts a proc filesystem there for the build's processes
+///   (`unshare --mount-proc`; on the build host itself, the host's);
+/// - `/tmp`, a directory: the compiler's temporary files;
+/// - `/bin/sh`, `make`, `gcc` (and the kernel's gcc-toolset where it was built by a newer gcc),
+///   `strip` (binutils);
+/// - each kernel's `scripts/sign-file` (its devel package whole).
+pub(super) fn build_root_ready(host: &Host, kernels: &[String]) -> Result<()> {
+    use gpuhost_host::rootfs::Kind;
+    let mut missing: Vec<String> = Vec::new();
+    if host.kind_nofollow("/dev/null") != Some(Kind::Other) {
+        missing.push("/dev/null (a device: make and the compiler write to it)".to_string());
+    }
+    let fd = match host.kind_nofollow("/dev/fd") {
+        Some(Kind::Dir) => true,
+        Some(Kind::Symlink) => host
+            .read_link("/dev/fd")
+            .is_ok_and(|t| t.to_string_lossy().trim_end_matches('/') == "/proc/self/fd"),
+        _ => false,
+    };
+    if !fd {
+        missing.push(
+            "/dev/fd (sign-file reads the fleet's key from /dev/fd/0: a link to /proc/self/fd)"
+                .to_string(),
+        );
+    }
+    if !host.is_dir("/proc") {
+        missing.push(
+            "/proc (a directory: the build's processes get a proc filesystem there)".to_string(),
+        );
+    }
+    if !host.is_dir("/tmp") {
+        missing.push("/tmp (a directory: the compiler's temporary files)".to_string());
+    }
+    let program = |names: &[&str]| {
+        names.iter().any(|n| {
+            ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+                .iter()
+                .any(|d| host.exists(format!("{d}/{n}")))
+        })
+    };
+    for (names, what) in [
+        (&["sh"][..], "/bin/sh (make runs its recipes with it: bash)"),
+        (&["make"][..], "make"),
+        (&["gcc", "cc"][..], "gcc"),
+        (&["strip"][..], "strip (binutils)"),
+    ] {
+        if !program(names) {
+            missing.push(what.to_string());
+        }
+    }
+    for k in kernels {
+        let sysdir = source_dir(host, k).unwrap_or_default();
+        if !host.exists(format!("{sysdir}/scripts/sign-file")) {
+            missing.push(format!(
+                "{sysdir}/scripts/sign-file ({k}'s devel package, installed whole)"
+            ));
+        }
+        if let Err(e) = compiler_of(host, k) {
+            missing.push(format!("{e:#}"));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(as_invalid(hinted(
+        format!(
+            "the build root {} lacks what the build needs, so nothing was compiled: {}",
+            host.root().display(),
+            missing.join("; ")
+        ),
+        format!(
+            "bind-mount the build host's /dev into the root (mount --bind /dev {root}/dev) and make {root}/proc a directory (gpuhost mounts proc there), install the packages named, then build again",
+            root = host.root().display()
+        ),
+    )))
 }
 
 /// The kernel's build tree in the root (`SYSSRC`), as DKMS finds it.

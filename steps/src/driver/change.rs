@@ -103,7 +103,7 @@ pub(crate) fn plan_swap(
     let installed = installed_family(ctx, &old_names, &new)?;
     let (install, mut remove) = moves(plan, others, &new, (&needed, &installed), &kmods);
     remove.retain(|n| !(prebuilt.is_some() && kmods.contains(n)));
-    let module = module_change(ctx, plan)?;
+    let (module, module_reset) = module_change(ctx, plan, prebuilt.is_some())?;
     // NVIDIA's own packages, as the local repos' file lists name them (not by a name
     // pattern: a site package named like NVIDIA's is the site's).
     let mut nvidia: BTreeSet<String> = old_names
@@ -131,6 +131,7 @@ pub(crate) fn plan_swap(
         install,
         files,
         module,
+        module_reset,
         allow_erase: allow.clone(),
         erases,
         nvidia: nvidia.into_iter().collect(),
@@ -236,8 +237,15 @@ fn moves(
 }
 
 /// dnf's module state the swap sets: the new set's stream (and, for a module profile, its
-/// profile), `None` when it has it already or the release has no module streams (EL10).
-fn module_change(ctx: &Ctx<'_>, plan: &DriverPlan) -> Result<Option<String>> {
+/// profile), `None` when it has it already or the release has no module streams (EL10); and
+/// whether it is set by `dnf module reset` and `enable` rather than `switch-to`: a module profile
+/// with `prebuilt` kmods, whose state marks no profile installed (`switch-to` would install the
+/// new stream's profile, NVIDIA's DKMS kmod included; [`crate::transaction::profile`]).
+fn module_change(
+    ctx: &Ctx<'_>,
+    plan: &DriverPlan,
+    prebuilt: bool,
+) -> Result<(Option<String>, bool)> {
     let stream = plan.stream();
     let state = ctx
         .host
@@ -245,18 +253,25 @@ fn module_change(ctx: &Ctx<'_>, plan: &DriverPlan) -> Result<Option<String>> {
         .map(|t| ModuleState::parse(&t))
         .unwrap_or_default();
     let profile = module_profile(ctx);
-    Ok(match plan.install {
-        _ if !plan.modular() => None,
-        InstallSet::Module
-            if state.enabled_stream() == Some(stream)
-                && state.profiles.iter().any(|p| p == profile) =>
-        {
-            None
-        }
-        InstallSet::Module => Some(module_spec(stream, Some(profile))),
-        _ if state.enabled_stream() == Some(stream) => None,
-        _ => Some(module_spec(stream, None)),
-    })
+    if plan.modular() && plan.install == InstallSet::Module && prebuilt {
+        let done = state.enabled_stream() == Some(stream) && state.profiles.is_empty();
+        return Ok(((!done).then(|| module_spec(stream, None)), true));
+    }
+    Ok((
+        match plan.install {
+            _ if !plan.modular() => None,
+            InstallSet::Module
+                if state.enabled_stream() == Some(stream)
+                    && state.profiles.iter().any(|p| p == profile) =>
+            {
+                None
+            }
+            InstallSet::Module => Some(module_spec(stream, Some(profile))),
+            _ if state.enabled_stream() == Some(stream) => None,
+            _ => Some(module_spec(stream, None)),
+        },
+        false,
+    ))
 }
 
 /// What the swap will erase outside NVIDIA's set, each allowed by `allow`

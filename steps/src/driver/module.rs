@@ -69,12 +69,25 @@ enum Verb {
     Swap,
 }
 
-/// True when dnf's output says the module stream or profile does not exist.
-fn module_missing(text: &str) -> bool {
-    text.contains("missing groups or modules")
-        || text.contains("Unable to resolve argument")
-        || (text.contains("Module or Group") && text.contains("is not available"))
-        || text.contains("No such module")
+/// Where the prebuilt kmods' module state is explained.
+fn kmod_note() -> &'static str {
+    "docs/kmods.md, \"dnf's module state\""
+}
+
+/// True when dnf's output says the module stream `stream` (or a profile of it) does not exist:
+/// a line naming `nvidia-driver:<stream>` says so (another stream dnf could not find, named
+/// by another part of the script, is dnf's problem, quoted as it is).
+fn module_missing(text: &str, stream: &str) -> bool {
+    let spec = packages::module_spec(stream, None);
+    text.lines().any(|l| {
+        let names = l
+            .split(|c: char| c.is_whitespace() || "'\",".contains(c))
+            .any(|w| w == spec || w.starts_with(&format!("{spec}/")));
+        names
+            && (l.contains("missing groups or modules")
+                || (l.contains("Module or Group") && l.contains("is not available"))
+                || l.contains("No such module"))
+    })
 }
 
 /// What the `driver` step found: the plan's stream and set, dnf's module state, and which of
@@ -93,6 +106,10 @@ struct Found<'c> {
     replaced_dkms: Vec<String>,
     /// The build packages gpuhost installed, removed in the same transaction.
     build_leftovers: Vec<String>,
+    /// A module profile with prebuilt kmods (`driver.install = "module"` and
+    /// `driver.kmod_repo`): the stream enabled and the profile's packages but NVIDIA's DKMS kmod,
+    /// with no profile marked installed ([`crate::transaction::profile`]).
+    prebuilt_profile: bool,
     names: Vec<String>,
     absent: Vec<String>,
     stale: Vec<String>,
@@ -117,7 +134,10 @@ impl<'c> Found<'c> {
             _ => packages::module_spec(&stream, None),
         };
         let set = SetStatus::read(ctx, plan)?;
+        let prebuilt_profile =
+            plan.install == InstallSet::Module && super::set::prebuilt(ctx).is_some();
         Ok(Found {
+            prebuilt_profile,
             plan,
             drv,
             stream,
@@ -151,6 +171,24 @@ impl<'c> Found<'c> {
             return Ok(Some(Verb::Swap));
         }
         let set_ok = self.absent.is_empty() && self.stale.is_empty();
+        if self.prebuilt_profile {
+            // The stream's packages by name (dnf's module state moved first when it must:
+            // [`Found::reenable`]); no profile is marked installed.
+            if set_ok {
+                return Ok(None);
+            }
+            if self.state.enabled_stream() != Some(stream.as_str()) && !self.reenable() {
+                why.push(if self.state.state == "disabled" {
+                    "the nvidia-driver module is disabled".to_string()
+                } else {
+                    "no nvidia-driver stream enabled".to_string()
+                });
+            }
+            if !self.stale.is_empty() {
+                why.push(format!("the local repo has {}", self.drv));
+            }
+            return Ok(Some(Verb::Install));
+        }
         Ok(Some(match self.state.enabled_stream() {
             Some(s) if s == stream => {
                 let has_profile = self.plan.install != InstallSet::Module
@@ -194,6 +232,46 @@ impl<'c> Found<'c> {
         }))
     }
 
+    /// With prebuilt kmods and a module profile: dnf's module state must be reset and the
+    /// stream enabled before the packages (changing no package), and why: a profile marked
+    /// installed (an earlier DKMS install's: the next `dnf module switch-to` would install the
+    /// new stream's profile, NVIDIA's DKMS kmod included, and erase the prebuilt kmods), or
+    /// another stream enabled.
+    fn reenable(&self) -> bool {
+        let complete = self.absent.is_empty() && self.stale.is_empty();
+        self.prebuilt_profile
+            && (!self.state.profiles.is_empty()
+                || match self.state.enabled_stream() {
+                    Some(s) => s != self.stream,
+                    // The set installed and no stream enabled (reset or disabled since): only
+                    // the module state moves. (Otherwise the install enables it.)
+                    None => complete,
+                })
+    }
+
+    fn reenable_why(&self) -> String {
+        let current = self.state.enabled_stream().unwrap_or("none");
+        if self.state.enabled_stream().is_none() {
+            format!(
+                "no nvidia-driver stream enabled ({}), the set installed: dnf's module state moves to {}, no package with it",
+                if self.state.state.is_empty() { "reset" } else { self.state.state.as_str() },
+                packages::module_spec(&self.stream, None)
+            )
+        } else if current != self.stream {
+            format!(
+                "{} is enabled, but the prebuilt kmods' set is {}'s: dnf's module state moves first, no package with it",
+                packages::module_spec(current, None),
+                packages::module_spec(&self.stream, None)
+            )
+        } else {
+            format!(
+                "dnf marks profile {} of {} installed: with prebuilt kmods no profile is marked (a `dnf module switch-to` would install the next stream's profile with NVIDIA's DKMS kmod and erase the prebuilt kmods), so the module is reset and the stream enabled again, no package with it",
+                self.state.profiles.join(", "),
+                packages::module_spec(&self.stream, None)
+            )
+        }
+    }
+
     /// The work of `verb`: the packages named on dnf's command line are the kmods, and the
     /// set's packages except for a module profile (which installs them itself).
     fn work(&self, verb: Verb, disable_excludes: bool) -> Work {
@@ -212,6 +290,15 @@ impl<'c> Found<'c> {
             (Verb::Install, InstallSet::Module) => Work::Install(Install {
                 specs: packages,
                 module: Some(spec),
+                // With prebuilt kmods: the profile less NVIDIA's DKMS kmods (the profile lists
+                // the stream's own, which the prebuilt kmods conflict with).
+                leave_out: if self.prebuilt_profile {
+                    gpuhost_nvidia::packages::dkms_kmods()
+                        .map(str::to_string)
+                        .collect()
+                } else {
+                    Vec::new()
+                },
                 disable_excludes,
                 allowerasing: !self.replaced_dkms.is_empty(),
                 remove: self.build_leftovers.clone(),
@@ -273,8 +360,26 @@ impl Step for Driver {
         }
         let f = Found::read(ctx)?;
         let mut why = Vec::new();
-        let Some(verb) = f.verb(&transition, &mut why)? else {
+        let verb = f.verb(&transition, &mut why)?;
+        let mut check = Check::default();
+        if f.reenable() && !matches!(verb, Some(Verb::Swap)) {
+            check.changes.push(Change::new(
+                Work::EnableStream {
+                    module: packages::DRIVER.to_string(),
+                    stream: packages::module_spec(&f.stream, None),
+                },
+                f.reenable_why(),
+            ));
+        }
+        let Some(verb) = verb else {
+            if !check.changes.is_empty() {
+                return Ok(check);
+            }
             let set = match f.plan.install {
+                InstallSet::Module if f.prebuilt_profile => format!(
+                    " but NVIDIA's DKMS kmod (prebuilt kmods instead; the stream enabled, no profile marked installed: {})",
+                    kmod_note()
+                ),
                 InstallSet::Module => String::new(),
                 other => format!(" ({other})"),
             };
@@ -296,8 +401,7 @@ impl Step for Driver {
             ));
         }
         why.extend(super::built_by::said(&f.build_leftovers));
-        let mut check = Check::default();
-        if f.state.state == "disabled" {
+        if f.state.state == "disabled" && !f.reenable() {
             check.changes.push(Change::new(
                 Work::ResetModule(packages::DRIVER.to_string()),
                 "the nvidia-driver module is disabled; a stream can be installed once it is reset",
@@ -328,8 +432,8 @@ impl Step for Driver {
 
     fn apply(&self, ctx: &mut Ctx<'_>, work: &Work) -> Result<()> {
         crate::work::carry_out(ctx.host, work).map_err(|e| {
-            let missing =
-                gpuhost_host::cmd::Failed::of(&e).is_some_and(|f| module_missing(&f.output()));
+            let missing = gpuhost_host::cmd::Failed::of(&e)
+                .is_some_and(|f| module_missing(&f.output(), super::context::stream(ctx)));
             if missing {
                 let available = available_streams(ctx).unwrap_or_default();
                 not_in_repo(super::context::stream(ctx), &available)
@@ -340,7 +444,7 @@ impl Step for Driver {
     }
 
     fn explain(&self, ctx: &Ctx<'_>, install: &Install, failure: &DnfFailure) -> anyhow::Error {
-        if module_missing(&failure.text()) {
+        if module_missing(&failure.text(), super::context::stream(ctx)) {
             let available = available_streams(ctx).unwrap_or_default();
             return not_in_repo(super::context::stream(ctx), &available);
         }

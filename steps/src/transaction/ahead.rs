@@ -155,6 +155,8 @@ fn transaction_in(
     }
     let options = repo_options(host, &tree)?;
     let rest: Vec<&Install> = parts.iter().copied().filter(|i| !i.brings_repo).collect();
+    let rest = crate::work::expand_profiles(host, &rest, &options)?;
+    let rest: Vec<&Install> = rest.iter().collect();
     let (streams, words) = crate::work::shell_jobs(&rest);
     let remove = crate::work::removals(parts);
     let installed: Vec<String> = files

@@ -4,6 +4,8 @@
 //! - [`ahead`]: a first converge (NVIDIA's local repo package and packages besides) as one
 //!   transaction;
 //! - [`swap`]: a driver change from one local repo to another as one transaction;
+//! - [`profile`]: a module profile installed less NVIDIA's DKMS kmod, which prebuilt kmods
+//!   replace;
 //! - [`payload`]: the one unpacking of a package's payload both of them use;
 //! - [`ready`]: in an `apply`, that unpacking done once, before the first change;
 //! - [`cache`]: the driver set those transactions read, kept by gpuhost instead of NVIDIA's
@@ -13,6 +15,7 @@ pub mod ahead;
 mod batch;
 pub mod cache;
 pub(crate) mod payload;
+pub(crate) mod profile;
 pub mod ready;
 pub(crate) mod shell;
 pub mod swap;

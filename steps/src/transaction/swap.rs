@@ -101,6 +101,9 @@ pub struct DriverSwap {
     /// another: switched once the packages are in (`dnf module switch-to`, which then changes
     /// no package: the new set is the stream's).
     pub module: Option<String>,
+    /// `module` is set by `dnf module reset` and `dnf module enable` (no profile marked
+    /// installed: a module profile with prebuilt kmods), not `switch-to`.
+    pub module_reset: bool,
     /// Packages outside NVIDIA's set the swap may erase (`driver.allow_erase`): before the
     /// transaction, dnf resolves it without running it, and a swap that would erase any other
     /// package outside the set is refused ([`outside_the_set`]).
@@ -189,7 +192,7 @@ fn swap_in(
     let script = scratch.join("swap.dnf");
     host.write_atomic(
         format!("{SCRATCH}/swap.dnf"),
-        shell_script(s).as_bytes(),
+        super::shell::injected(&shell_script(s)).as_bytes(),
         0o600,
     )?;
     let cmd = host
@@ -205,12 +208,25 @@ fn swap_in(
     if missing.is_empty() {
         settle_cache(host, s, &copied_from)?;
         if let Some(m) = &s.module {
-            host.dnf()?
-                .args(["--disableexcludes=main", "module", "switch-to", m.as_str()])
-                .run()
-                .with_context(|| {
-                    format!("the driver was replaced, but dnf's module state still names another stream than {m}")
-                })?;
+            let context = || {
+                format!("the driver was replaced, but dnf's module state still names another stream than {m}")
+            };
+            if s.module_reset {
+                let module = m.split(':').next().unwrap_or(m);
+                host.dnf()?
+                    .args(["module", "reset", module])
+                    .run()
+                    .with_context(context)?;
+                host.dnf()?
+                    .args(["module", "enable", m.as_str()])
+                    .run()
+                    .with_context(context)?;
+            } else {
+                host.dnf()?
+                    .args(["--disableexcludes=main", "module", "switch-to", m.as_str()])
+                    .run()
+                    .with_context(context)?;
+            }
         }
         return Ok(());
     }
@@ -299,10 +315,15 @@ fn settle_cache(host: &Host, s: &DriverSwap, source: &Option<String>) -> Result<
 }
 
 /// dnf's own answer, before anything changes: the transaction resolved and not run
-/// (`--assumeno`, its table read); a package outside the set it would erase beyond what the
-/// swap names (a site package that needs a file of the old local repo package goes with it, as
-/// a dependent) and the profile does not allow is refused, nothing changed (exit 2).
+/// (`--assumeno`, its table read). Any line of the script that dnf would not carry out, or a
+/// request it cannot resolve ([`gpuhost_host::dnfout::dry_run_problems`]), stops the swap here,
+/// in dnf's words: a conflict the repos or the profile cause is invalid input (exit 2), the
+/// host's dnf configuration refusing it (a protected package) a failure (exit 1); nothing was
+/// changed either way. A package outside the set it would erase beyond what the swap names (a
+/// site package that needs a file of the old local repo package goes with it, as a dependent)
+/// and the profile does not allow is refused, nothing changed (exit 2).
 fn refuse_erasing(cmd: &Cmd, script: &Path, s: &DriverSwap) -> Result<()> {
+    use gpuhost_host::dnfout::{dry_run_problems, fault, quoted, Fault};
     let dry = cmd
         .clone()
         .arg("--assumeno")
@@ -310,6 +331,24 @@ fn refuse_erasing(cmd: &Cmd, script: &Path, s: &DriverSwap) -> Result<()> {
         .arg(script)
         .without_arg("--quiet")
         .output()?;
+    let problems = dry_run_problems(&format!("{}\n{}", dry.stdout, dry.stderr));
+    if !problems.is_empty() {
+        let message = format!(
+            "dnf would not replace the driver as asked: {}; nothing was changed (the rpm database and dnf's module state are as they were)",
+            quoted(&problems, 8)
+        );
+        return Err(match fault(&problems) {
+            Fault::Request => gpuhost_host::error::as_invalid(hinted(
+                message,
+                "change what the profile asks for (or the local repo package it names) so that dnf can resolve it: dnf's reason is quoted",
+            )),
+            Fault::Host => hinted(
+                message,
+                "the host's dnf configuration (dnf.conf) refuses it: change that setting, then apply again",
+            ),
+            Fault::Other => anyhow::anyhow!(message),
+        });
+    }
     let erased = outside_the_set(&removals(&dry.stdout), s);
     if erased.is_empty() {
         return Ok(());
