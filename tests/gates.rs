@@ -313,3 +313,75 @@ fn slurm_mode_without_slurm_is_unknown_and_says_why() {
         "{err}"
     );
 }
+
+/// A report of the active checks captured on a real H100 (tests/fixtures/active/).
+fn active_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/active")
+        .join(name)
+}
+
+/// The gate with `--active`: once the counters pass, the work runs once and decides: a
+/// healthy GPU's report passes (exit 0), a wrong answer fails it (exit 2, the finding in the
+/// last report).
+#[test]
+fn the_gate_runs_the_active_checks_once_the_counters_pass() {
+    for (fixture, code) in [("h100.json", 0), ("h100-fault-mix32.json", 2)] {
+        let run = tempfile::tempdir().unwrap();
+        let f = write(run.path(), "snap.json", &healthy());
+        let o = status(
+            run.path(),
+            &f,
+            &[
+                "--wait-healthy",
+                "--timeout",
+                "20",
+                "--poll",
+                "0.2",
+                "--active",
+                "--active-fixture",
+                active_fixture(fixture).to_str().unwrap(),
+            ],
+        );
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(o.status.code(), Some(code), "{fixture}: {err}\n{out}");
+        assert_eq!(
+            err.matches("running the active checks").count(),
+            1,
+            "{fixture}: {err}"
+        );
+        if code == 2 {
+            assert!(
+                out.starts_with("gpuhost status CRITICAL") && out.contains("silent data corruption"),
+                "{out}"
+            );
+        }
+    }
+}
+
+/// `status --slurm --active` drains a node whose GPU gives a wrong answer, the check and its
+/// value as the reason.
+#[test]
+fn slurm_drains_a_node_that_fails_the_active_checks() {
+    let Some(slurm) = Slurm::start(&[NODE]) else {
+        return;
+    };
+    let run = tempfile::tempdir().unwrap();
+    let f = write(run.path(), "slurm-snap.json", &healthy());
+    let o = gpuhost(run.path())
+        .env("SLURM_CONF", &slurm.conf)
+        .env("SLURMD_NODENAME", NODE)
+        .args(["status", "--slurm", "--from-snapshot"])
+        .arg(&f)
+        .args(["--active", "--active-fixture"])
+        .arg(active_fixture("h100-fault-fp64.json"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert_eq!(slurm.state(NODE), "IDLE+DRAIN");
+    let reason = slurm.reason(NODE).unwrap();
+    assert!(
+        reason.starts_with("gpuhost: gpu.active.compute ") && reason.contains("silent data corruption"),
+        "{reason}"
+    );
+}
