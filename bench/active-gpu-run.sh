@@ -25,7 +25,9 @@ log() { echo "== $*" | tee -a "$out/log.txt"; }
 
 nvidia-smi -L > "$out/gpus.txt" 2>&1
 nvidia-smi -q > "$out/smi-before.txt" 2>&1
-settings() { grep -E "Persistence Mode|MIG Mode|Current +:|Pending +:|Compute Mode|Requested Power Limit|Current Power Limit|Enforced Power Limit|Applications Clocks|Graphics +: |Memory +: |Locked|Clock Offset" "$1" | grep -v "MHz.*Default" ; }
+# The settings a check must never change (current clocks are readings, not settings).
+q=persistence_mode,mig.mode.current,mig.mode.pending,compute_mode,power.limit,enforced.power.limit,clocks.applications.graphics,clocks.applications.memory,ecc.mode.current,ecc.mode.pending
+nvidia-smi --query-gpu=$q --format=csv > "$out/settings-before.txt" 2>&1
 
 log "probe, 3 runs"
 for i in 1 2 3; do
@@ -45,13 +47,13 @@ log "p2p self"
 log "SIGTERM after 1 s"
 "$probe" --seconds 15 > "$out/sigterm.json" 2> "$out/sigterm.err" &
 pid=$!
-sleep 1
+sleep 0.5
 kill -TERM "$pid"
 wait "$pid"; echo "rc=$?" >> "$out/sigterm.err"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$out/after-sigterm-apps.txt" 2>&1
 
-log "1 s limit"
-"$probe" --seconds 1 > "$out/limit1.json" 2> "$out/limit1.err"; echo "rc=$?" >> "$out/limit1.err"
+log "0.5 s limit"
+"$probe" --seconds 0.5 > "$out/limit1.json" 2> "$out/limit1.err"; echo "rc=$?" >> "$out/limit1.err"
 
 if [ -x "$gpuhost" ]; then
   log "gpuhost status --active"
@@ -64,8 +66,7 @@ fi
 
 "$gpuhost" status --active --fresh --dump-snapshot > "$out/status-active-snapshot.json" 2> "$out/status-active-snapshot.err"
 nvidia-smi -q > "$out/smi-after.txt" 2>&1
-settings "$out/smi-before.txt" > "$out/settings-before.txt"
-settings "$out/smi-after.txt" > "$out/settings-after.txt"
+nvidia-smi --query-gpu=$q --format=csv > "$out/settings-after.txt" 2>&1
 if diff "$out/settings-before.txt" "$out/settings-after.txt" > "$out/settings.diff"; then
   log "settings unchanged"
 else
@@ -81,11 +82,39 @@ mkvariant() { # name copy-sed gen-args
   python3 active/src/ptx/gen_compute.py $3 > "$d/compute.ptx"
 }
 mkvariant base 's/^//' ""
-mkvariant cs 's/ld.global.v4.u32/ld.global.cs.v4.u32/; s/st.global.v4.u32/st.global.cs.v4.u32/' ""
-mkvariant nc 's/ld.global.v4.u32/ld.global.nc.v4.u32/; s/st.global.v4.u32/st.global.cs.v4.u32/' ""
-mkvariant imm 's/^//' "--imm"
-mkvariant cs-imm 's/ld.global.v4.u32/ld.global.cs.v4.u32/; s/st.global.v4.u32/st.global.cs.v4.u32/' "--imm"
-for v in base cs nc imm cs-imm; do
+mkvariant noimm 's/^//' "--no-imm"
+# The copy kernel with 2 or 8 vectors in flight per thread instead of 4.
+unrolled() { # N: checks.ptx with gpuhost_copy taking N vectors a turn
+  python3 - "$1" active/src/ptx/checks.ptx <<'PY'
+import re, sys
+n = int(sys.argv[1]); text = open(sys.argv[2]).read()
+start = text.index(".visible .entry gpuhost_copy("); end = text.index("\n}\n", start) + 2
+body = [".visible .entry gpuhost_copy(\n\t.param .u64 dst,\n\t.param .u64 src,\n\t.param .u64 n16\n)\n{",
+  "\t.reg .pred %p;", "\t.reg .b32 %r<8>;", f"\t.reg .b32 %v<{4*n}>;", f"\t.reg .b64 %rd<{20+2*n}>;",
+  "\tld.param.u64 %rd1, [dst];", "\tld.param.u64 %rd2, [src];", "\tld.param.u64 %rd3, [n16];",
+  "\tcvta.to.global.u64 %rd1, %rd1;", "\tcvta.to.global.u64 %rd2, %rd2;",
+  "\tmov.u32 %r1, %ctaid.x;", "\tmov.u32 %r2, %ntid.x;", "\tmov.u32 %r3, %tid.x;", "\tmov.u32 %r4, %nctaid.x;",
+  "\tmad.lo.u32 %r5, %r1, %r2, %r3;", "\tcvt.u64.u32 %rd4, %r5;", "\tmul.wide.u32 %rd5, %r2, %r4;",
+  "\tshl.b64 %rd6, %rd5, 4;", "\tshl.b64 %rd7, %rd4, 4;", "\tshl.b64 %rd8, %rd3, 4;", f"\tmul.lo.u64 %rd9, %rd6, {n};",
+  "\tsetp.ge.u64 %p, %rd7, %rd8;", "\t@%p bra DONE;", "LOOP:"]
+for j in range(n):
+    body.append(f"\tadd.s64 %rd{20+j}, %rd2, %rd7;" if j == 0 else f"\tadd.s64 %rd{20+j}, %rd{19+j}, %rd6;")
+for j in range(n):
+    body.append(f"\tld.global.v4.u32 {{%v{4*j}, %v{4*j+1}, %v{4*j+2}, %v{4*j+3}}}, [%rd{20+j}];")
+for j in range(n):
+    body.append(f"\tadd.s64 %rd{20+n+j}, %rd1, %rd7;" if j == 0 else f"\tadd.s64 %rd{20+n+j}, %rd{19+n+j}, %rd6;")
+for j in range(n):
+    body.append(f"\tst.global.v4.u32 [%rd{20+n+j}], {{%v{4*j}, %v{4*j+1}, %v{4*j+2}, %v{4*j+3}}};")
+body += ["\tadd.s64 %rd7, %rd7, %rd9;", "\tsetp.lt.u64 %p, %rd7, %rd8;", "\t@%p bra LOOP;", "DONE:", "\tret;", "}"]
+print(text[:start] + "\n".join(body) + text[end:])
+PY
+}
+for n in 2 8; do
+  mkdir -p "$out/variants/copy$n"
+  unrolled $n > "$out/variants/copy$n/checks.ptx"
+  python3 active/src/ptx/gen_compute.py > "$out/variants/copy$n/compute.ptx"
+done
+for v in base noimm copy2 copy8; do
   for i in 1 2 3; do
     GPUHOST_ACTIVE_PTX_DIR=$out/variants/$v "$probe" --seconds 15 > "$out/variants/$v/run-$i.json" 2>&1
     python3 - "$v" "$out/variants/$v/run-$i.json" <<'PY' | tee -a "$out/log.txt"

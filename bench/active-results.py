@@ -62,7 +62,7 @@ print(f"- p2p to itself: {p2p}")
 print()
 print("Variants (3 runs each):")
 for line in open(os.path.join(d, "log.txt")):
-    if line.split() and line.split()[0] in ("base", "cs", "nc", "imm", "cs-imm"):
+    if line.split() and line.split()[0] in ("base", "noimm", "copy2", "copy8"):
         print("    " + line.rstrip())
 print()
 for f in ("torch.txt", "settings.diff"):

@@ -352,7 +352,8 @@ fn the_gate_runs_the_active_checks_once_the_counters_pass() {
         );
         if code == 2 {
             assert!(
-                out.starts_with("gpuhost status CRITICAL") && out.contains("silent data corruption"),
+                out.starts_with("gpuhost status CRITICAL")
+                    && out.contains("silent data corruption"),
                 "{out}"
             );
         }
@@ -381,7 +382,8 @@ fn slurm_drains_a_node_that_fails_the_active_checks() {
     assert_eq!(slurm.state(NODE), "IDLE+DRAIN");
     let reason = slurm.reason(NODE).unwrap();
     assert!(
-        reason.starts_with("gpuhost: gpu.active.compute ") && reason.contains("silent data corruption"),
+        reason.starts_with("gpuhost: gpu.active.compute ")
+            && reason.contains("silent data corruption"),
         "{reason}"
     );
 }

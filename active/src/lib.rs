@@ -24,6 +24,7 @@
 mod checks;
 mod driver;
 pub mod model;
+mod numa;
 mod sample;
 
 use std::str::FromStr;
@@ -227,7 +228,9 @@ fn run(o: &ChildOptions) -> ActiveReport {
         deadline: began + Duration::from_secs_f64(o.seconds.max(0.0)),
         signal,
         fault: o.fault,
-        ptx_dir: std::env::var("GPUHOST_ACTIVE_PTX_DIR").ok().filter(|d| !d.is_empty()),
+        ptx_dir: std::env::var("GPUHOST_ACTIVE_PTX_DIR")
+            .ok()
+            .filter(|d| !d.is_empty()),
     };
     let mut report = ActiveReport {
         schema: SCHEMA,
@@ -402,6 +405,11 @@ fn describe(nvml: Option<&Nvml>, gpu: &mut GpuActive, force: bool) {
 fn check_one(cuda: &Cuda, run: &Run, f: &mut Found, sampler: &Sampler, pcie_turn: &Mutex<()>) {
     let began = Instant::now();
     let g = &mut f.gpu;
+    // This thread runs on the CPUs of the GPU's NUMA node, so that the pinned host memory of
+    // the PCIe copies is the GPU's local memory: from the other socket an H100's host→GPU
+    // copies measured 28.3 GB/s on a Gen5 x16 link that gives 55 (bench/RESULTS-active.md).
+    // Only this thread's own affinity is set; nothing of the GPU's.
+    g.numa_node = numa::bind_to_gpu(&g.pci_bus_id);
     let ctx = match cuda.context(f.device) {
         Ok(c) => c,
         Err(e) => {

@@ -73,6 +73,10 @@ pub struct GpuActive {
     pub reason: Option<String>,
     /// What does not change during the run.
     pub setting: Setting,
+    /// The GPU's NUMA node (sysfs), which its thread and pinned host memory were bound to;
+    /// None where the kernel gives none (one node, or not said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
     pub hbm: Option<HbmBandwidth>,
     pub integrity: Option<HbmIntegrity>,
     pub pcie: Option<Pcie>,
