@@ -52,6 +52,18 @@ kill -TERM "$pid"
 wait "$pid"; echo "rc=$?" >> "$out/sigterm.err"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$out/after-sigterm-apps.txt" 2>&1
 
+# A GPU with a compute process on it: left alone, then checked with --force.
+if [ -d /opt/torch ]; then
+  log "busy GPU"
+  py=$(ls /opt/torch/bin/python3 /opt/torch/bin/python 2>/dev/null | head -1); [ -n "$py" ] || py=python3
+  "$py" -c "import torch, time; x = torch.ones(1 << 20, device='cuda'); torch.cuda.synchronize(); time.sleep(12)" &
+  busy=$!
+  sleep 6
+  "$probe" --seconds 15 > "$out/busy.json" 2> "$out/busy.err"; echo "rc=$?" >> "$out/busy.err"
+  "$probe" --seconds 15 --force > "$out/busy-force.json" 2> "$out/busy-force.err"; echo "rc=$?" >> "$out/busy-force.err"
+  wait "$busy"
+fi
+
 log "0.5 s limit"
 "$probe" --seconds 0.5 > "$out/limit1.json" 2> "$out/limit1.err"; echo "rc=$?" >> "$out/limit1.err"
 
