@@ -1523,3 +1523,33 @@ fn every_dashboard_query_names_series_and_labels_that_serve_emits() {
         }
     }
 }
+
+/// `gpuhost serve` never runs GPU work; it shows the last result `gpuhost status --active`
+/// kept in the run directory, with its age, in every format.
+#[test]
+fn serve_shows_the_last_active_result_with_its_age() {
+    let run = tempfile::tempdir().unwrap();
+    let snap = hgx_with(run.path(), |_| {});
+    let active = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/active/h100.json");
+    let o = gpuhost(run.path())
+        .args(["status", "--from-snapshot"])
+        .arg(&snap)
+        .args(["--active", "--active-fixture"])
+        .arg(&active)
+        .output()
+        .unwrap();
+    assert!(o.status.code().is_some(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(run.path().join("active-last.json").exists());
+    let srv = Server::replaying(run.path(), &snap);
+    let (code, metrics) = srv.get("/metrics");
+    assert_eq!(code, 200);
+    promtool_check(&metrics);
+    let age = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("gpuhost_active_age_seconds "))
+        .unwrap_or_else(|| panic!("no age:\n{metrics}"));
+    assert!(age.parse::<f64>().unwrap() < 60.0, "{age}");
+    assert!(metrics.contains("gpuhost_active_floor_ratio{"), "{metrics}");
+    let (_, status) = srv.get("/status");
+    assert!(status.contains("measured 0m"), "{status}");
+}
