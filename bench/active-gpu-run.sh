@@ -139,6 +139,21 @@ PY
   done
 done
 
+# Launch shapes of the copy kernel (blocks per SM x threads), with 4 and 8 vectors in flight.
+log "copy launch shapes"
+for shape in 1x1024 2x1024 2x512 4x512 4x256 8x256 16x128 32x64; do
+  for v in base copy8; do
+    for i in 1 2; do
+      GPUHOST_ACTIVE_COPY_LAUNCH=$shape GPUHOST_ACTIVE_PTX_DIR=$out/variants/$v "$probe" --seconds 15 > "$out/variants/$v/shape-$shape-$i.json" 2>&1
+      python3 - "$v@$shape" "$out/variants/$v/shape-$shape-$i.json" <<'PY' | tee -a "$out/log.txt"
+import json, sys
+r = json.load(open(sys.argv[2])); h = r["gpus"][0]["hbm"]
+print(f"shape {sys.argv[1]:14} copy {h['kernel_gbps']:.0f} dtod {h['dtod_gbps']:.0f} ratio {h['kernel_gbps']/h['dtod_gbps']:.3f}")
+PY
+    done
+  done
+done
+
 if [ -x /usr/local/cuda/bin/ptxas ]; then
   log "ptxas (CUDA toolkit) and SASS"
   /usr/local/cuda/bin/ptxas --version | tail -1 > "$out/ptxas.txt"

@@ -1538,7 +1538,11 @@ fn serve_shows_the_last_active_result_with_its_age() {
         .arg(&active)
         .output()
         .unwrap();
-    assert!(o.status.code().is_some(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.code().is_some(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(run.path().join("active-last.json").exists());
     let srv = Server::replaying(run.path(), &snap);
     let (code, metrics) = srv.get("/metrics");

@@ -115,9 +115,14 @@ impl<'a> Gpu<'a> {
     pub(crate) fn hbm_bandwidth(&self) -> Result<HbmBandwidth> {
         let began = Instant::now();
         let (free, _) = self.cuda.mem_info()?;
-        let grid = self.grid(&self.copy)?;
+        // The copy's launch: every SM full of 256-thread blocks, unless a benchmark asks for
+        // another shape (`$GPUHOST_ACTIVE_COPY_LAUNCH` = `<blocks per SM>x<threads>`).
+        let (grid, threads) = match &self.run.copy_launch {
+            Some((b, t)) => (self.sms * b, *t),
+            None => (self.grid(&self.copy)?, THREADS),
+        };
         // Whole turns of up to 8 vectors per thread (the copy kernel's variants take 4 or 8).
-        let quantum = 128 * u64::from(grid) * u64::from(THREADS);
+        let quantum = 128 * u64::from(grid) * u64::from(threads);
         let want = (free / 4).min(4 * GIB);
         let bytes = want / quantum * quantum;
         if bytes == 0 {
@@ -139,7 +144,7 @@ impl<'a> Gpu<'a> {
                 self.cuda.launch(
                     &self.copy,
                     grid,
-                    THREADS,
+                    threads,
                     &self.stream,
                     &mut [
                         Param::U64(dst.ptr),

@@ -175,6 +175,9 @@ pub(crate) struct Run {
     /// `$GPUHOST_ACTIVE_PTX_DIR`: load the kernels from this folder instead of the embedded
     /// ones (benchmarks of kernel variants on the real GPU; the report says so).
     pub(crate) ptx_dir: Option<String>,
+    /// `$GPUHOST_ACTIVE_COPY_LAUNCH` (`4x256`): the copy kernel's blocks per SM and threads per
+    /// block (benchmarks of launch shapes; the report says so).
+    pub(crate) copy_launch: Option<(u32, u32)>,
 }
 
 /// The run was told to stop (its words: `SIGTERM`, `time limit`).
@@ -231,6 +234,14 @@ fn run(o: &ChildOptions) -> ActiveReport {
         ptx_dir: std::env::var("GPUHOST_ACTIVE_PTX_DIR")
             .ok()
             .filter(|d| !d.is_empty()),
+        copy_launch: std::env::var("GPUHOST_ACTIVE_COPY_LAUNCH")
+            .ok()
+            .and_then(|s| {
+                let (b, t) = s.split_once('x')?;
+                let b = b.parse::<u32>().ok().filter(|b| *b > 0)?;
+                let t = t.parse::<u32>().ok().filter(|t| (32..=1024).contains(t))?;
+                Some((b, t))
+            }),
     };
     let mut report = ActiveReport {
         schema: SCHEMA,
@@ -242,7 +253,11 @@ fn run(o: &ChildOptions) -> ActiveReport {
         injected: o
             .fault
             .map(|f| f.name().to_string())
-            .or_else(|| run.ptx_dir.as_ref().map(|d| format!("kernels from {d}"))),
+            .or_else(|| run.ptx_dir.as_ref().map(|d| format!("kernels from {d}")))
+            .or_else(|| {
+                run.copy_launch
+                    .map(|(b, t)| format!("copy launched {b}x{t} per SM"))
+            }),
         ..ActiveReport::default()
     };
     let nvml = Nvml::init().ok().map(Arc::new);
