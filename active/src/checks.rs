@@ -115,12 +115,13 @@ impl<'a> Gpu<'a> {
     pub(crate) fn hbm_bandwidth(&self) -> Result<HbmBandwidth> {
         let began = Instant::now();
         let (free, _) = self.cuda.mem_info()?;
-        // The copy's launch: every SM full of 256-thread blocks, unless a benchmark asks for
-        // another shape (`$GPUHOST_ACTIVE_COPY_LAUNCH` = `<blocks per SM>x<threads>`).
-        let (grid, threads) = match &self.run.copy_launch {
-            Some((b, t)) => (self.sms * b, *t),
-            None => (self.grid(&self.copy)?, THREADS),
-        };
+        // The copy's launch: one block of 1024 threads per SM. Measured on an H100 against the
+        // driver's cuMemcpyDtoD in the same runs: 1x1024 0.956-0.957x, 2x1024 0.953-0.955x,
+        // 4x256 0.950-0.951x, 8x256 (every SM full of 256-thread blocks) 0.946-0.947x
+        // (bench/RESULTS-active.md). A benchmark may ask for another shape
+        // (`$GPUHOST_ACTIVE_COPY_LAUNCH` = `<blocks per SM>x<threads>`).
+        let (blocks, threads) = self.run.copy_launch.unwrap_or((1, 1024));
+        let grid = self.sms * blocks;
         // Whole turns of up to 8 vectors per thread (the copy kernel's variants take 4 or 8).
         let quantum = 128 * u64::from(grid) * u64::from(threads);
         let want = (free / 4).min(4 * GIB);

@@ -6,7 +6,7 @@
 //! Floors, and where they come from:
 //! - **HBM copy**: the copy kernel must reach [`HBM_FLOOR`] of the model's peak memory
 //!   bandwidth, counting bytes read and written. The driver's own `cuMemcpyDtoD` reaches 0.91×
-//!   on an H100 80GB HBM3 (DOMAIN.md; 3041 GB/s here) and gpuhost's kernel 0.86× (2875–2880
+//!   on an H100 80GB HBM3 (DOMAIN.md; 3039–3044 GB/s here) and gpuhost's kernel 0.87× (2906–2913
 //!   GB/s, bench/RESULTS-active.md); DCGM scales NVIDIA's lab figures by 0.75
 //!   (`nvvs/diag-skus.yaml.in`). 0.80 sits between the two: a GPU at 0.80× peak has lost more
 //!   than a tenth of what healthy ones show.
