@@ -20,6 +20,7 @@ fn top() -> PathBuf {
 /// The crates of the workspace and the gpuhost crates each may depend on (docs/ARCHITECTURE.md).
 const LAYERS: &[(&str, &str, &[&str])] = &[
     ("host", "gpuhost-host", &[]),
+    ("active", "gpuhost-active", &[]),
     ("nvidia", "gpuhost-nvidia", &["gpuhost-host"]),
     (
         "profiles",
@@ -44,7 +45,12 @@ const LAYERS: &[(&str, &str, &[&str])] = &[
     (
         "health",
         "gpuhost-health",
-        &["gpuhost-host", "gpuhost-nvidia", "gpuhost-profile"],
+        &[
+            "gpuhost-host",
+            "gpuhost-active",
+            "gpuhost-nvidia",
+            "gpuhost-profile",
+        ],
     ),
     (
         "serve",

@@ -489,6 +489,32 @@ mod tests {
         assert_eq!(rpm_file_name("driver-rpm", v).is_ok(), ok, "{v}");
     }
 
+    /// `--active` puts the active checks into the gate's `gpuhost status --wait-healthy`.
+    #[test]
+    fn the_gate_runs_the_active_checks_when_asked() -> Result<()> {
+        let mut a = args("ol8-uek");
+        a.wait_healthy = Some(900);
+        let plain = render(&a)?;
+        let exec = |doc: &str| {
+            doc.lines()
+                .find(|l| {
+                    l.trim_start()
+                        .starts_with("ExecStart=/usr/bin/gpuhost status")
+                })
+                .map(str::to_string)
+                .unwrap_or_default()
+        };
+        assert!(
+            exec(&plain).contains("--wait-healthy --timeout 900"),
+            "{plain}"
+        );
+        assert!(!exec(&plain).contains("--active"), "{plain}");
+        a.active = true;
+        let active = render(&a)?;
+        assert!(exec(&active).ends_with(" --active"), "{}", exec(&active));
+        Ok(())
+    }
+
     #[test]
     fn a_fetched_driver_is_checked_and_passed_to_apply() -> Result<()> {
         let mut a = args("ol8-uek");

@@ -312,69 +312,7 @@ pub fn prometheus(s: &Snapshot, judged: &Judgement) -> String {
 fn active_metrics(p: &mut Prom, s: &Snapshot, figures: &[crate::verdict::ActiveFigure]) {
     let Some(a) = &s.active else { return };
     if let Some(r) = &a.report {
-        p.add(
-            "gpuhost_active_run_seconds",
-            "gauge",
-            "Wall time of the active checks' child, all GPUs together.",
-            &[],
-            r.wall_ms / 1e3,
-        );
-        p.add(
-            "gpuhost_active_last_run_timestamp_seconds",
-            "gauge",
-            "Unix time the active checks started.",
-            &[],
-            r.started_at as f64,
-        );
-        if let Some(kib) = r.peak_rss_kib {
-            p.add(
-                "gpuhost_active_peak_rss_bytes",
-                "gauge",
-                "Peak resident memory of the active checks' child.",
-                &[],
-                kib as f64 * 1024.0,
-            );
-        }
-        for g in &r.gpus {
-            let base = [
-                ("uuid", g.uuid.clone().unwrap_or_default()),
-                ("pci_bus_id", g.pci_bus_id.clone()),
-            ];
-            if let Some(i) = &g.integrity {
-                p.add("gpuhost_active_hbm_errors", "gauge", "Words of HBM that read back wrong in the integrity check (any is silent corruption).", &base, i.errors as f64);
-                p.add(
-                    "gpuhost_active_hbm_tested_bytes",
-                    "gauge",
-                    "Bytes of HBM written and read back by the integrity check.",
-                    &base,
-                    i.tested_bytes as f64,
-                );
-            }
-            for c in &g.compute {
-                let mut ls = base.to_vec();
-                ls.push(("kernel", c.kernel.clone()));
-                p.add("gpuhost_active_compute_mismatches", "gauge", "Results of a known-answer kernel that differ from the answer (any is silent data corruption).", &ls, c.mismatches as f64);
-            }
-            let st = &g.setting;
-            if let Some(w) = st.power_limit_mw {
-                p.add(
-                    "gpuhost_active_power_limit_watts",
-                    "gauge",
-                    "Enforced power limit while the active checks ran.",
-                    &base,
-                    f64::from(w) / 1e3,
-                );
-            }
-            if let Some(e) = st.ecc_enabled {
-                p.add(
-                    "gpuhost_active_ecc_enabled",
-                    "gauge",
-                    "1 when ECC was on while the active checks ran.",
-                    &base,
-                    flag(e),
-                );
-            }
-        }
+        active_run_metrics(p, r);
     }
     if let Some(age) = a.age_s {
         p.add(
@@ -386,93 +324,165 @@ fn active_metrics(p: &mut Prom, s: &Snapshot, figures: &[crate::verdict::ActiveF
         );
     }
     for f in figures {
-        let mut ls = vec![
-            ("uuid", f.gpu.uuid.clone().unwrap_or_default()),
-            ("pci_bus_id", f.gpu.pci_bus_id.clone()),
-            ("figure", f.figure.to_string()),
-            ("model", f.model.clone().unwrap_or_default()),
+        active_figure_metrics(p, f);
+    }
+}
+
+/// The run's own series and each GPU's wrong answers and settings.
+fn active_run_metrics(p: &mut Prom, r: &gpuhost_active::ActiveReport) {
+    p.add(
+        "gpuhost_active_run_seconds",
+        "gauge",
+        "Wall time of the active checks' child, all GPUs together.",
+        &[],
+        r.wall_ms / 1e3,
+    );
+    p.add(
+        "gpuhost_active_last_run_timestamp_seconds",
+        "gauge",
+        "Unix time the active checks started.",
+        &[],
+        r.started_at as f64,
+    );
+    if let Some(kib) = r.peak_rss_kib {
+        p.add(
+            "gpuhost_active_peak_rss_bytes",
+            "gauge",
+            "Peak resident memory of the active checks' child.",
+            &[],
+            kib as f64 * 1024.0,
+        );
+    }
+    for g in &r.gpus {
+        let base = [
+            ("uuid", g.uuid.clone().unwrap_or_default()),
+            ("pci_bus_id", g.pci_bus_id.clone()),
         ];
-        if let Some(peer) = &f.peer {
-            ls.push(("peer", peer.clone()));
-        }
-        let (name, help) = match f.figure {
-            "fp32" | "fp64" => (
-                "gpuhost_active_flops",
-                "Floating-point operations per second of a known-answer rate kernel.",
-            ),
-            _ => (
-                "gpuhost_active_bandwidth_bytes_per_second",
-                "Bytes per second an active check moved (HBM: read and written).",
-            ),
-        };
-        p.add(name, "gauge", help, &ls, f.value);
-        if let Some(floor) = f.floor.filter(|x| *x > 0.0) {
+        if let Some(i) = &g.integrity {
+            p.add("gpuhost_active_hbm_errors", "gauge", "Words of HBM that read back wrong in the integrity check (any is silent corruption).", &base, i.errors as f64);
             p.add(
-                "gpuhost_active_floor",
+                "gpuhost_active_hbm_tested_bytes",
                 "gauge",
-                "The floor the figure was judged against, in its unit.",
-                &ls,
-                floor,
-            );
-            p.add(
-                "gpuhost_active_floor_ratio",
-                "gauge",
-                "Figure over its floor: below 1 the GPU is below its floor.",
-                &ls,
-                f.value / floor,
+                "Bytes of HBM written and read back by the integrity check.",
+                &base,
+                i.tested_bytes as f64,
             );
         }
-        if let Some(r) = f.reference.filter(|x| *x > 0.0) {
+        for c in &g.compute {
+            let mut ls = base.to_vec();
+            ls.push(("kernel", c.kernel.clone()));
+            p.add("gpuhost_active_compute_mismatches", "gauge", "Results of a known-answer kernel that differ from the answer (any is silent data corruption).", &ls, c.mismatches as f64);
+        }
+        let st = &g.setting;
+        if let Some(w) = st.power_limit_mw {
             p.add(
-                "gpuhost_active_reference_ratio",
+                "gpuhost_active_power_limit_watts",
                 "gauge",
-                "Figure over the model's peak (or the link's rate).",
-                &ls,
-                f.value / r,
+                "Enforced power limit while the active checks ran.",
+                &base,
+                f64::from(w) / 1e3,
             );
         }
-        let c = &f.conditions;
-        let cond: [(&'static str, &'static str, Option<f64>); 7] = [
-            (
-                "gpuhost_active_condition_sm_clock_hertz",
-                "SM clock (median) while the figure was measured.",
-                c.sm_clock_mhz.map(|x| f64::from(x) * 1e6),
-            ),
-            (
-                "gpuhost_active_condition_memory_clock_hertz",
-                "Memory clock (median) while the figure was measured.",
-                c.mem_clock_mhz.map(|x| f64::from(x) * 1e6),
-            ),
-            (
-                "gpuhost_active_condition_temperature_celsius",
-                "Highest GPU temperature while the figure was measured.",
-                c.temperature_c.map(f64::from),
-            ),
-            (
-                "gpuhost_active_condition_power_watts",
-                "Highest power draw while the figure was measured.",
-                c.power_mw.map(|x| f64::from(x) / 1e3),
-            ),
-            (
-                "gpuhost_active_condition_clock_event_reasons",
-                "NVML clock event reasons seen while the figure was measured (bitmask).",
-                c.clock_event_reasons.map(|x| x as f64),
-            ),
-            (
-                "gpuhost_active_condition_pcie_link_gen",
-                "PCIe link generation (best) while the figure was measured.",
-                c.pcie_gen.map(f64::from),
-            ),
-            (
-                "gpuhost_active_condition_pcie_link_width",
-                "PCIe link width (best) while the figure was measured.",
-                c.pcie_width.map(f64::from),
-            ),
-        ];
-        for (n, h, v) in cond {
-            if let Some(v) = v {
-                p.add(n, "gauge", h, &ls, v);
-            }
+        if let Some(e) = st.ecc_enabled {
+            p.add(
+                "gpuhost_active_ecc_enabled",
+                "gauge",
+                "1 when ECC was on while the active checks ran.",
+                &base,
+                flag(e),
+            );
+        }
+    }
+}
+
+/// One figure: its value, floor, ratios and the conditions it was measured under.
+fn active_figure_metrics(p: &mut Prom, f: &crate::verdict::ActiveFigure) {
+    let mut ls = vec![
+        ("uuid", f.gpu.uuid.clone().unwrap_or_default()),
+        ("pci_bus_id", f.gpu.pci_bus_id.clone()),
+        ("figure", f.figure.to_string()),
+        ("model", f.model.clone().unwrap_or_default()),
+    ];
+    if let Some(peer) = &f.peer {
+        ls.push(("peer", peer.clone()));
+    }
+    let (name, help) = match f.figure {
+        "fp32" | "fp64" => (
+            "gpuhost_active_flops",
+            "Floating-point operations per second of a known-answer rate kernel.",
+        ),
+        _ => (
+            "gpuhost_active_bandwidth_bytes_per_second",
+            "Bytes per second an active check moved (HBM: read and written).",
+        ),
+    };
+    p.add(name, "gauge", help, &ls, f.value);
+    if let Some(floor) = f.floor.filter(|x| *x > 0.0) {
+        p.add(
+            "gpuhost_active_floor",
+            "gauge",
+            "The floor the figure was judged against, in its unit.",
+            &ls,
+            floor,
+        );
+        p.add(
+            "gpuhost_active_floor_ratio",
+            "gauge",
+            "Figure over its floor: below 1 the GPU is below its floor.",
+            &ls,
+            f.value / floor,
+        );
+    }
+    if let Some(r) = f.reference.filter(|x| *x > 0.0) {
+        p.add(
+            "gpuhost_active_reference_ratio",
+            "gauge",
+            "Figure over the model's peak (or the link's rate).",
+            &ls,
+            f.value / r,
+        );
+    }
+    let c = &f.conditions;
+    let cond: [(&'static str, &'static str, Option<f64>); 7] = [
+        (
+            "gpuhost_active_condition_sm_clock_hertz",
+            "SM clock (median) while the figure was measured.",
+            c.sm_clock_mhz.map(|x| f64::from(x) * 1e6),
+        ),
+        (
+            "gpuhost_active_condition_memory_clock_hertz",
+            "Memory clock (median) while the figure was measured.",
+            c.mem_clock_mhz.map(|x| f64::from(x) * 1e6),
+        ),
+        (
+            "gpuhost_active_condition_temperature_celsius",
+            "Highest GPU temperature while the figure was measured.",
+            c.temperature_c.map(f64::from),
+        ),
+        (
+            "gpuhost_active_condition_power_watts",
+            "Highest power draw while the figure was measured.",
+            c.power_mw.map(|x| f64::from(x) / 1e3),
+        ),
+        (
+            "gpuhost_active_condition_clock_event_reasons",
+            "NVML clock event reasons seen while the figure was measured (bitmask).",
+            c.clock_event_reasons.map(|x| x as f64),
+        ),
+        (
+            "gpuhost_active_condition_pcie_link_gen",
+            "PCIe link generation (best) while the figure was measured.",
+            c.pcie_gen.map(f64::from),
+        ),
+        (
+            "gpuhost_active_condition_pcie_link_width",
+            "PCIe link width (best) while the figure was measured.",
+            c.pcie_width.map(f64::from),
+        ),
+    ];
+    for (n, h, v) in cond {
+        if let Some(v) = v {
+            p.add(n, "gauge", h, &ls, v);
         }
     }
 }

@@ -15,28 +15,9 @@
 use gpuhost_active::{ActiveReport, Compute, Conditions, GpuActive, PeerCopy, Skip};
 use gpuhost_nvidia::perf::{self, Reference};
 
-use super::model::{GpuRef, Severity};
+use super::model::{ActiveFigure, GpuRef, Severity};
 use super::out::{advise, key, na, ok, Out, Verdict};
 use crate::snapshot::{ActiveRun, Snapshot};
-
-/// One measured figure with what it was judged against, for the renderers.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ActiveFigure {
-    pub gpu: GpuRef,
-    /// `hbm_copy`, `hbm_memcpy`, `hbm_integrity`, `pcie_h2d`, `pcie_d2h`, `fp32`, `fp64`, `p2p`.
-    pub figure: &'static str,
-    /// Bytes per second, or floating-point operations per second.
-    pub value: f64,
-    /// The floor it was judged against, same unit; None: not judged.
-    pub floor: Option<f64>,
-    /// The model's peak (or the link's rate), same unit.
-    pub reference: Option<f64>,
-    /// The peer, for `p2p`.
-    pub peer: Option<String>,
-    /// The PCI device ID, as `0x2335`.
-    pub model: Option<String>,
-    pub conditions: Conditions,
-}
 
 const GB: f64 = 1e9;
 const TERA: f64 = 1e12;
@@ -159,6 +140,58 @@ fn model(g: &GpuActive) -> Option<String> {
     g.pci_device_id.map(|d| format!("{d:#06x}"))
 }
 
+/// The figures one GPU's checks hand the renderers.
+struct Figures<'a> {
+    out: &'a mut Vec<ActiveFigure>,
+    gpu: GpuRef,
+    model: Option<String>,
+}
+
+impl Figures<'_> {
+    fn add(
+        &mut self,
+        figure: &'static str,
+        value: f64,
+        floor: Option<f64>,
+        reference: Option<f64>,
+        c: &Conditions,
+    ) {
+        self.out.push(ActiveFigure {
+            gpu: self.gpu.clone(),
+            figure,
+            value,
+            floor,
+            reference,
+            peer: None,
+            model: self.model.clone(),
+            conditions: c.clone(),
+        })
+    }
+}
+
+/// A check that has no figures: why (the GPU's reason, or the stopped run).
+fn not_done(g: &GpuActive) -> Verdict {
+    let why = match (&g.reason, g.skipped) {
+        (Some(r), _) => r.clone(),
+        (None, Some(Skip::Stopped)) => "not finished: the run was stopped".into(),
+        _ => "not run".into(),
+    };
+    advise(
+        Severity::Unknown,
+        why,
+        "see active.run; run `gpuhost status --active` again",
+    )
+}
+
+/// "no reference for this GPU" for a model the table does not have.
+fn unjudged(g: &GpuActive) -> String {
+    format!(
+        "; no reference for this GPU ({} {}): measured, not judged",
+        g.name,
+        model(g).unwrap_or_else(|| "unknown device".into())
+    )
+}
+
 fn gpu(
     out: &mut Out,
     s: &Snapshot,
@@ -167,18 +200,12 @@ fn gpu(
     gref: &GpuRef,
     figures: &mut Vec<ActiveFigure>,
 ) {
-    let ids = [
-        "gpu.active.hbm_bandwidth",
-        "gpu.active.compute",
-        "gpu.active.hbm_integrity",
-        "gpu.active.pcie",
-    ];
+    let say = |out: &mut Out, id: &str, v: Verdict| out.say(id, "active", Some(gref), v);
     match g.skipped {
         Some(Skip::Mig) => {
-            out.say(
+            say(
+                out,
                 "gpu.active",
-                "active",
-                Some(gref),
                 na(g.reason
                     .clone()
                     .unwrap_or_else(|| "MIG mode is enabled".into())),
@@ -186,10 +213,9 @@ fn gpu(
             return;
         }
         Some(Skip::Busy) => {
-            out.say(
+            say(
+                out,
                 "gpu.active",
-                "active",
-                Some(gref),
                 advise(
                     Severity::Warning,
                     g.reason.clone().unwrap_or_else(|| "compute processes run on it: not touched".into()),
@@ -201,154 +227,122 @@ fn gpu(
         _ => {}
     }
     let reference = g.pci_device_id.and_then(perf::reference);
-    let mut fig = |figure: &'static str,
-                   value: f64,
-                   floor: Option<f64>,
-                   reference: Option<f64>,
-                   c: &Conditions| {
-        figures.push(ActiveFigure {
-            gpu: gref.clone(),
-            figure,
-            value,
-            floor,
-            reference,
-            peer: None,
-            model: model(g),
-            conditions: c.clone(),
-        })
-    };
-    let unjudged = |what: &str| {
-        format!(
-            "; no reference for this GPU ({} {}): measured, not judged",
-            g.name,
-            model(g).unwrap_or_else(|| "unknown device".into())
-        ) + what
+    let mut fig = Figures {
+        out: figures,
+        gpu: gref.clone(),
+        model: model(g),
     };
     let when = age(a);
-    let not_done = |id: &str| -> Verdict {
-        let why = match (&g.reason, g.skipped) {
-            (Some(r), _) => r.clone(),
-            (None, Some(Skip::Stopped)) => "not finished: the run was stopped".into(),
-            _ => "not run".into(),
-        };
-        let _ = id;
-        advise(
-            Severity::Unknown,
-            why,
-            "see active.run; run `gpuhost status --active` again",
-        )
-    };
-
-    // HBM bandwidth
     let v = match &g.hbm {
-        None => not_done(ids[0]),
-        Some(h) => {
-            let kernel = h.kernel_gbps * GB;
-            let floor = reference.map(|r| r.hbm_gbps * GB * perf::HBM_FLOOR);
-            fig(
-                "hbm_copy",
-                kernel,
-                floor,
-                reference.map(|r| r.hbm_gbps * GB),
-                &h.conditions,
-            );
-            fig(
-                "hbm_memcpy",
-                h.dtod_gbps * GB,
-                None,
-                reference.map(|r| r.hbm_gbps * GB),
-                &h.conditions,
-            );
-            let mut value = format!(
-                "copy kernel {:.0} GB/s, cuMemcpyDtoD {:.0} GB/s ({:.2}×), {} MiB buffers, best of {}",
-                h.kernel_gbps,
-                h.dtod_gbps,
-                h.kernel_gbps / h.dtod_gbps.max(1e-9),
-                h.buffer_bytes >> 20,
-                h.iterations
-            );
-            match reference {
-                None => advise(
-                    Severity::Warning,
-                    value + &unjudged(&when),
-                    "add the model to gpuhost_nvidia::perf with its datasheet figures",
-                ),
-                Some(r) => {
-                    value += &format!(
-                        "; {:.2}× the {} peak of {:.0} GB/s (floor {:.2}×){}{}",
-                        h.kernel_gbps / r.hbm_gbps,
-                        r.name,
-                        r.hbm_gbps,
-                        perf::HBM_FLOOR,
-                        conditions_text(&h.conditions),
-                        when
-                    );
-                    if h.kernel_gbps < r.hbm_gbps * perf::HBM_FLOOR {
-                        advise(
-                            Severity::Critical,
-                            format!("HBM slower than a healthy GPU: {value}"),
-                            DRAIN,
-                        )
-                    } else {
-                        ok(value)
-                    }
-                }
-            }
-        }
+        None => not_done(g),
+        Some(h) => hbm(g, h, reference, &mut fig, &when),
     };
-    out.say(ids[0], "active", Some(gref), v);
-
-    // compute
-    let v = if g.compute.is_empty() {
-        not_done(ids[1])
-    } else {
-        compute(g, reference, &mut fig, &when)
+    say(out, "gpu.active.hbm_bandwidth", v);
+    let v = match g.compute.is_empty() {
+        true => not_done(g),
+        false => compute(g, reference, &mut fig, &when),
     };
-    out.say(ids[1], "active", Some(gref), v);
-
-    // HBM integrity
+    say(out, "gpu.active.compute", v);
     let v = match &g.integrity {
-        None => not_done(ids[2]),
-        Some(i) => {
-            fig("hbm_integrity", i.gbps * GB, None, None, &i.conditions);
-            let share = i.tested_bytes as f64 / (i.free_bytes.max(1)) as f64;
-            let value = format!(
-                "{:.1} GiB ({:.0}% of the free memory) written and read back with {} pattern(s) ({}): {} word(s) wrong{}",
-                i.tested_bytes as f64 / f64::from(1u32 << 30),
-                share * 100.0,
-                i.patterns.len(),
-                i.patterns.join(", "),
-                i.errors,
-                when
-            );
-            if i.errors > 0 {
-                advise(
-                    Severity::Critical,
-                    format!(
-                        "{value}, the first at device address {:#x}",
-                        i.first_bad_address.unwrap_or(0)
-                    ),
-                    format!("{DRAIN}; look at its remapped rows (`nvidia-smi -q -d ROW_REMAPPER`)"),
-                )
-            } else if share < 0.75 {
-                advise(
-                    Severity::Warning,
-                    value,
-                    "only part of the memory was free: run the checks when the GPU is idle",
-                )
-            } else {
-                ok(value)
-            }
-        }
+        None => not_done(g),
+        Some(i) => integrity(i, &mut fig, &when),
     };
-    out.say(ids[2], "active", Some(gref), v);
-
-    // PCIe
+    say(out, "gpu.active.hbm_integrity", v);
     let v = match &g.pcie {
-        None => not_done(ids[3]),
+        None => not_done(g),
         Some(p) => pcie(s, g, gref, p, &mut fig, &when),
     };
-    out.say(ids[3], "active", Some(gref), v);
+    say(out, "gpu.active.pcie", v);
+}
+
+fn hbm(
+    g: &GpuActive,
+    h: &gpuhost_active::HbmBandwidth,
+    reference: Option<&Reference>,
+    fig: &mut Figures<'_>,
+    when: &str,
+) -> Verdict {
+    let floor = reference.map(|r| r.hbm_gbps * GB * perf::HBM_FLOOR);
+    fig.add(
+        "hbm_copy",
+        h.kernel_gbps * GB,
+        floor,
+        reference.map(|r| r.hbm_gbps * GB),
+        &h.conditions,
+    );
+    fig.add(
+        "hbm_memcpy",
+        h.dtod_gbps * GB,
+        None,
+        reference.map(|r| r.hbm_gbps * GB),
+        &h.conditions,
+    );
+    let value = format!(
+        "copy kernel {:.0} GB/s, cuMemcpyDtoD {:.0} GB/s ({:.2}×), {} MiB buffers, best of {}",
+        h.kernel_gbps,
+        h.dtod_gbps,
+        h.kernel_gbps / h.dtod_gbps.max(1e-9),
+        h.buffer_bytes >> 20,
+        h.iterations
+    );
+    let Some(r) = reference else {
+        return advise(
+            Severity::Warning,
+            value + &unjudged(g) + when,
+            "add the model to gpuhost_nvidia::perf with its datasheet figures",
+        );
+    };
+    let value = value
+        + &format!(
+            "; {:.2}× the {} peak of {:.0} GB/s (floor {:.2}×){}{}",
+            h.kernel_gbps / r.hbm_gbps,
+            r.name,
+            r.hbm_gbps,
+            perf::HBM_FLOOR,
+            conditions_text(&h.conditions),
+            when
+        );
+    if h.kernel_gbps < r.hbm_gbps * perf::HBM_FLOOR {
+        advise(
+            Severity::Critical,
+            format!("HBM slower than a healthy GPU: {value}"),
+            DRAIN,
+        )
+    } else {
+        ok(value)
+    }
+}
+
+fn integrity(i: &gpuhost_active::HbmIntegrity, fig: &mut Figures<'_>, when: &str) -> Verdict {
+    fig.add("hbm_integrity", i.gbps * GB, None, None, &i.conditions);
+    let share = i.tested_bytes as f64 / (i.free_bytes.max(1)) as f64;
+    let value = format!(
+        "{:.1} GiB ({:.0}% of the free memory) written and read back with {} pattern(s) ({}): {} word(s) wrong{}",
+        i.tested_bytes as f64 / f64::from(1u32 << 30),
+        share * 100.0,
+        i.patterns.len(),
+        i.patterns.join(", "),
+        i.errors,
+        when
+    );
+    if i.errors > 0 {
+        advise(
+            Severity::Critical,
+            format!(
+                "{value}, the first at device address {:#x}",
+                i.first_bad_address.unwrap_or(0)
+            ),
+            format!("{DRAIN}; look at its remapped rows (`nvidia-smi -q -d ROW_REMAPPER`)"),
+        )
+    } else if share < 0.75 {
+        advise(
+            Severity::Warning,
+            value,
+            "only part of the memory was free: run the checks when the GPU is idle",
+        )
+    } else {
+        ok(value)
+    }
 }
 
 fn conditions_text(c: &Conditions) -> String {
@@ -398,7 +392,7 @@ fn limiting_reasons(bits: u64) -> Vec<&'static str> {
 fn compute(
     g: &GpuActive,
     reference: Option<&Reference>,
-    fig: &mut impl FnMut(&'static str, f64, Option<f64>, Option<f64>, &Conditions),
+    fig: &mut Figures<'_>,
     when: &str,
 ) -> Verdict {
     let wrong: Vec<&Compute> = g.compute.iter().filter(|c| c.mismatches > 0).collect();
@@ -411,7 +405,7 @@ fn compute(
             "fp32" => ("fp32", reference.map(|r| r.fp32_tflops)),
             _ => ("fp64", reference.map(|r| r.fp64_tflops)),
         };
-        fig(
+        fig.add(
             name,
             t * TERA,
             peak.map(|p| p * TERA * perf::COMPUTE_FLOOR),
@@ -480,7 +474,7 @@ fn pcie(
     g: &GpuActive,
     gref: &GpuRef,
     p: &gpuhost_active::Pcie,
-    fig: &mut impl FnMut(&'static str, f64, Option<f64>, Option<f64>, &Conditions),
+    fig: &mut Figures<'_>,
     when: &str,
 ) -> Verdict {
     let nv = gref
@@ -500,14 +494,14 @@ fn pcie(
         _ => None,
     };
     let floor = link.map(|l| l * perf::PCIE_FLOOR);
-    fig(
+    fig.add(
         "pcie_h2d",
         p.h2d_gbps * GB,
         floor.map(|f| f * GB),
         link.map(|l| l * GB),
         &p.conditions,
     );
-    fig(
+    fig.add(
         "pcie_d2h",
         p.d2h_gbps * GB,
         floor.map(|f| f * GB),

@@ -16,8 +16,7 @@ mod space;
 mod xid;
 pub(crate) mod xid_catalog;
 
-pub use active::ActiveFigure;
 pub use gpu::{fabric_verdict, nvlink_verdict};
 pub use judge::judge;
-pub use model::{overall, Check, GpuRef, GpuXids, Judgement, Severity};
+pub use model::{overall, ActiveFigure, Check, GpuRef, GpuXids, Judgement, Severity};
 pub use xid::{parse_nvlink5, Generation as XidGeneration};

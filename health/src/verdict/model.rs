@@ -79,7 +79,7 @@ pub struct Judgement {
     pub xids: Vec<GpuXids>,
     /// The active checks' figures, each with the floor and reference it was judged against
     /// (empty without `--active`).
-    pub active: Vec<super::ActiveFigure>,
+    pub active: Vec<ActiveFigure>,
 }
 
 /// One GPU's XIDs since boot or its last reset, as the judge counted them: what the Prometheus
@@ -109,4 +109,23 @@ pub fn overall(checks: &[Check]) -> Severity {
             }
         })
         .unwrap_or(Severity::Ok)
+}
+
+/// One measured figure with what it was judged against, for the renderers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActiveFigure {
+    pub gpu: GpuRef,
+    /// `hbm_copy`, `hbm_memcpy`, `hbm_integrity`, `pcie_h2d`, `pcie_d2h`, `fp32`, `fp64`, `p2p`.
+    pub figure: &'static str,
+    /// Bytes per second, or floating-point operations per second.
+    pub value: f64,
+    /// The floor it was judged against, same unit; None: not judged.
+    pub floor: Option<f64>,
+    /// The model's peak (or the link's rate), same unit.
+    pub reference: Option<f64>,
+    /// The peer, for `p2p`.
+    pub peer: Option<String>,
+    /// The PCI device ID, as `0x2335`.
+    pub model: Option<String>,
+    pub conditions: gpuhost_active::Conditions,
 }
