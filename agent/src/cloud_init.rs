@@ -493,6 +493,8 @@ mod tests {
     #[test]
     fn the_gate_runs_the_active_checks_when_asked() -> Result<()> {
         let mut a = args("ol8-uek");
+        a.driver_rpm =
+            Some("/srv/cuda-repo-rhel8-12-2-local-12.2.2_535.104.05-1.x86_64.rpm".into());
         a.wait_healthy = Some(900);
         let plain = render(&a)?;
         let exec = |doc: &str| {

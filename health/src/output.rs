@@ -442,7 +442,11 @@ fn active_figure_metrics(p: &mut Prom, f: &crate::verdict::ActiveFigure) {
             f.value / r,
         );
     }
-    let c = &f.conditions;
+    condition_metrics(p, &ls, &f.conditions);
+}
+
+/// The conditions a figure was measured under, labelled like the figure.
+fn condition_metrics(p: &mut Prom, ls: &[(&str, String)], c: &gpuhost_active::Conditions) {
     let cond: [(&'static str, &'static str, Option<f64>); 7] = [
         (
             "gpuhost_active_condition_sm_clock_hertz",
@@ -482,7 +486,7 @@ fn active_figure_metrics(p: &mut Prom, f: &crate::verdict::ActiveFigure) {
     ];
     for (n, h, v) in cond {
         if let Some(v) = v {
-            p.add(n, "gauge", h, &ls, v);
+            p.add(n, "gauge", h, ls, v);
         }
     }
 }
