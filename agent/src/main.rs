@@ -606,9 +606,21 @@ fn kernel_added_options(k: &KernelAddedArgs) -> Result<Option<ApplyOptions>> {
 fn rollback_options(r: &RollbackArgs) -> Result<ApplyOptions> {
     let host = Host::new(&r.root)?;
     let rb = gpuhost_engine::rollback::plan(&host)?;
+    // A bundle's driver: the bundle's name for the package, not a file on the node.
+    let source = match &rb.to.bundle {
+        Some(b) => format!(
+            "{} from bundle {b}",
+            rb.to
+                .local_repo_rpm
+                .rsplit('/')
+                .next()
+                .unwrap_or(&rb.to.local_repo_rpm)
+        ),
+        None => rb.to.local_repo_rpm.clone(),
+    };
     eprintln!(
-        "gpuhost rollback: driver {} → {} ({})",
-        rb.from.version, rb.to.version, rb.to.local_repo_rpm
+        "gpuhost rollback: driver {} → {} ({source})",
+        rb.from.version, rb.to.version
     );
     let mut opts = recorded_options(rb.args, r.root.clone(), false);
     opts.dry_run = r.dry_run;

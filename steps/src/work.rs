@@ -204,10 +204,16 @@ impl fmt::Display for Work {
                     .as_deref()
                     .map(|r| format!("{r} "))
                     .unwrap_or_default();
+                // From gpuhost's cache nothing of rpm's goes but the old set's packages, which
+                // the new set's replace.
+                let remove = if s.remove.is_empty() {
+                    String::new()
+                } else {
+                    format!("remove {}; ", s.remove.join(" "))
+                };
                 write!(
                     f,
-                    "one dnf transaction: remove {}; install {rpm}{}",
-                    s.remove.join(" "),
+                    "one dnf transaction: {remove}install {rpm}{}",
                     specs.join(" ")
                 )?;
                 if !s.erases.is_empty() {
@@ -280,9 +286,20 @@ fn fmt_install(f: &mut fmt::Formatter<'_>, i: &Install) -> fmt::Result {
         words.extend(i.specs.iter().cloned());
         if i.module.is_some() {
             write!(f, "dnf install {}", words.join(" "))?;
-        } else {
+        } else if !words.is_empty() {
             write!(f, "install {}", words.join(" "))?;
         }
+    }
+    // Nothing installed by name: the part removes packages, or settles gpuhost's driver cache
+    // (a bundle's driver set, installed by the driver step's packages).
+    let named = i.module.is_some() || !i.specs.is_empty();
+    if !i.remove.is_empty() {
+        let sep = if named { "; " } else { "" };
+        write!(f, "{sep}remove {}", i.remove.join(" "))?;
+    }
+    if let (Some(RepoCache::Bundle { .. }), false) = (&i.cache, named) {
+        let sep = if i.remove.is_empty() { "" } else { "; " };
+        write!(f, "{sep}keep the bundle's driver set in gpuhost's cache")?;
     }
     if i.allowerasing {
         f.write_str(" --allowerasing")?;

@@ -140,8 +140,9 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         &pkgdir,
     )?;
     let driver_set = carry_driver_set(&scratch, &planned.local_files, &staging, &pkgdir)?;
-    // Nodes keep the set the bundle carries in gpuhost's cache: no package to install.
-    profile.driver.keep_local_repo = false;
+    // `driver.keep_local_repo` stays the profile's: the bundle carries the set, never the
+    // package, so a node without NVIDIA's package keeps the set in gpuhost's cache, and one
+    // that holds the package keeps it or not as the profile says (`apply --bundle`).
     let kmod_repo = prebuilt
         .map(|d| kmods::carry(d, &kernels, &staging, &mut profile))
         .transpose()?;
