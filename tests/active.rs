@@ -139,7 +139,9 @@ fn value(v: &serde_json::Value, id: &str) -> String {
 
 /// The captured GPU's reference row (the H100 80GB HBM3 the GPU machine lent).
 fn reference() -> &'static gpuhost_nvidia::perf::Reference {
-    let id = report("h100.json")["gpus"][0]["pci_device_id"].as_u64().unwrap() as u16;
+    let id = report("h100.json")["gpus"][0]["pci_device_id"]
+        .as_u64()
+        .unwrap() as u16;
     gpuhost_nvidia::perf::reference(id).unwrap()
 }
 
@@ -168,7 +170,10 @@ fn a_healthy_gpus_figures_pass_in_every_format() {
         hbm.contains(&format!("copy kernel {kernel:.0} GB/s")),
         "{hbm}"
     );
-    assert!(hbm.contains(&format!("peak of {:.0} GB/s", reference().hbm_gbps)), "{hbm}");
+    assert!(
+        hbm.contains(&format!("peak of {:.0} GB/s", reference().hbm_gbps)),
+        "{hbm}"
+    );
     let pcie = value(&v, "gpu.active.pcie");
     assert!(
         pcie.contains("floor 47.3 GB/s") && pcie.contains("link during the copy Gen5 x16"),
@@ -209,7 +214,10 @@ fn a_healthy_gpus_figures_pass_in_every_format() {
     for f in ["hbm_copy", "pcie_h2d", "pcie_d2h", "fp32", "fp64"] {
         assert!(ratio(f) > 1.0, "{f}: {}", ratio(f));
     }
-    assert!(text.contains(&format!("model=\"{:#06x}\"", reference().device_id)), "{text}");
+    assert!(
+        text.contains(&format!("model=\"{:#06x}\"", reference().device_id)),
+        "{text}"
+    );
     assert!(
         text.contains("gpuhost_active_condition_sm_clock_hertz{"),
         "{text}"

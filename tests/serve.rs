@@ -1311,8 +1311,7 @@ fn the_shipped_alert_rules_fire_on_what_serve_emits_and_only_then() {
             &|v| {
                 with_active(v, &|r| {
                     r["gpus"][5]["compute"][0]["mismatches"] = 1.into();
-                    r["gpus"][5]["compute"][0]["first_mismatch"] =
-                        serde_json::json!({"index": 7, "expected": "0x00000007", "got": "0x00000006"});
+                    r["gpus"][5]["compute"][0]["first_mismatch"] = serde_json::json!({"index": 7, "expected": "0x00000007", "got": "0x00000006"});
                 })
             },
             false,

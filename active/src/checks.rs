@@ -64,7 +64,10 @@ impl<'a> Gpu<'a> {
                     std::fs::read_to_string(std::path::Path::new(dir).join(f))
                         .map_err(|e| anyhow::anyhow!("{dir}/{f}: {e}"))
                 };
-                (cuda.module(&read("checks.ptx")?)?, cuda.module(&read("compute.ptx")?)?)
+                (
+                    cuda.module(&read("checks.ptx")?)?,
+                    cuda.module(&read("compute.ptx")?)?,
+                )
             }
             None => (cuda.module(CHECKS_PTX)?, cuda.module(COMPUTE_PTX)?),
         };

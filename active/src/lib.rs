@@ -227,7 +227,9 @@ fn run(o: &ChildOptions) -> ActiveReport {
         deadline: began + Duration::from_secs_f64(o.seconds.max(0.0)),
         signal,
         fault: o.fault,
-        ptx_dir: std::env::var("GPUHOST_ACTIVE_PTX_DIR").ok().filter(|d| !d.is_empty()),
+        ptx_dir: std::env::var("GPUHOST_ACTIVE_PTX_DIR")
+            .ok()
+            .filter(|d| !d.is_empty()),
     };
     let mut report = ActiveReport {
         schema: SCHEMA,

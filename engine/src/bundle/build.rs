@@ -120,6 +120,11 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     let dirs = profile_dirs(&profile);
     link_file_urls(&scratch, &source, &dirs)?;
     let facts = target_facts(opts, &scratch, &profile, root_facts)?;
+    // The scratch root installs NVIDIA's package (without scriptlets) for the driver set to be
+    // read out of it, whatever the profile keeps on the nodes: its own value is written back
+    // into the bundle's profile below.
+    let keep_local_repo = profile.driver.keep_local_repo;
+    profile.driver.keep_local_repo = true;
     let driver = pin_driver(&mut profile, &facts)?;
     let kernels = facts.kernels_to_serve();
     let prebuilt = driver.as_ref().filter(|d| d.kmods.is_some());
@@ -143,6 +148,7 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     // `driver.keep_local_repo` stays the profile's: the bundle carries the set, never the
     // package, so a node without NVIDIA's package keeps the set in gpuhost's cache, and one
     // that holds the package keeps it or not as the profile says (`apply --bundle`).
+    profile.driver.keep_local_repo = keep_local_repo;
     let kmod_repo = prebuilt
         .map(|d| kmods::carry(d, &kernels, &staging, &mut profile))
         .transpose()?;

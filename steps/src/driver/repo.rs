@@ -447,9 +447,10 @@ impl BundleSet {
 
 /// The package file's name (what NVIDIA calls it), without the folder.
 fn package_file(plan: &crate::run::DriverPlan) -> String {
-    plan.path
-        .file_name()
-        .map_or_else(|| plan.path.display().to_string(), |n| n.to_string_lossy().into_owned())
+    plan.path.file_name().map_or_else(
+        || plan.path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// What the check says of the package's checksum.
