@@ -1738,3 +1738,185 @@ fn site_package(dir: &Path, name: &str, requires: &str) -> PathBuf {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     dir.join(format!("build/RPMS/noarch/{name}-1.0-1.noarch.rpm"))
 }
+
+/// A change as the report gives it (`work (reason)`) less its reason: the last parenthesised
+/// group, which a work may hold groups of its own before.
+fn work_of(change: &str) -> String {
+    let mut depth = 0usize;
+    for (i, c) in change.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return change[..i].trim_end().to_string();
+                }
+            }
+            _ => {}
+        }
+    }
+    change.to_string()
+}
+
+/// Each step's outcome as `apply` reports it (`plan`'s would-change is apply's changed) and the
+/// work of each of its changes.
+fn outcomes_and_work(rep: &Value) -> Vec<(String, String, Vec<String>)> {
+    rep["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let outcome = match s["outcome"].as_str().unwrap_or_default() {
+                "would-change" => "changed",
+                o => o,
+            };
+            let works = s["changes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(work_of)
+                .collect();
+            (
+                s["id"].as_str().unwrap_or_default().to_string(),
+                outcome.to_string(),
+                works,
+            )
+        })
+        .collect()
+}
+
+/// `plan`, then `apply`, on `node` with the same arguments: plan's steps and changes are apply's
+/// (outcomes, and the work of every change), its text says no DKMS build and no Secure Boot
+/// verdict on a root without Secure Boot, one line per change and none past 400 characters.
+/// `path` names the kmod path in the messages. Apply's report.
+fn plan_is_apply(node: &Root, path: &str, local: &str, repo: &Path, extra: &[&str]) -> Value {
+    let (rc, plan) = node_apply_of(node, repo, "plan", local, extra);
+    assert_eq!(rc, 0, "{path}: {plan:#}");
+    let text = {
+        let rpm = World::get().cuda_local(local);
+        let mut args = vec![
+            "plan".to_string(),
+            "--profile".into(),
+            world::profile("ol9-uek"),
+            "--set".into(),
+            format!("driver.local_repo_rpm={}", rpm.display()),
+            "--set".into(),
+            format!("driver.kmod_repo={}", repo.display()),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = node.gpuhost(&args);
+        assert_eq!(code(&o), 0, "{path}: {}", world::stderr(&o));
+        world::stdout(&o)
+    };
+    let (rc, apply) = node_apply_of(node, repo, "apply", local, extra);
+    assert_eq!(rc, 0, "{path}: {apply:#}");
+    assert_eq!(
+        outcomes_and_work(&plan),
+        outcomes_and_work(&apply),
+        "{path}: plan said otherwise than apply did\nplan:\n{text}"
+    );
+    let planned: Vec<String> = outcomes_and_work(&plan)
+        .into_iter()
+        .flat_map(|(_, _, w)| w)
+        .collect();
+    assert!(
+        !planned.iter().any(|w| w.starts_with("dkms ")),
+        "{path}: {planned:?}"
+    );
+    assert!(!text.contains("Secure Boot"), "{path}: {text}");
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= 400,
+            "{path}: a line of {} characters:\n{line}",
+            line.chars().count()
+        );
+    }
+    // One line per change: a step line and one more for each further change (and its reason
+    // when the change is too long for one).
+    for (id, _, works) in outcomes_and_work(&plan) {
+        let shown = text
+            .lines()
+            .filter(|l| works.iter().any(|w| l.contains(w.as_str())))
+            .count();
+        assert_eq!(shown, works.len(), "{path}: {id}'s changes in\n{text}");
+    }
+    apply
+}
+
+/// Issue 54: `plan` with prebuilt kmods says exactly what `apply` then does, on every kmod
+/// path — a fresh node, a node whose DKMS built its modules, a kernel update, a driver swap —
+/// on roots without Secure Boot (`facts`: not-efi): no DKMS build, no Secure Boot verdict,
+/// readable lines.
+#[test]
+fn plan_says_what_apply_does_on_every_kmod_path() {
+    let build = build_root(&[UEK9, world::UEK9_8]);
+    build.dnf_ok(&["-y", "install", "gcc-toolset-14-gcc"]);
+    let f = fleet();
+    let both = ["--kernel-release", UEK9, "--kernel-release", world::UEK9_8];
+    for local in [DRIVER_LOCAL_EL9_570, world::CUDA_LOCAL_EL9_13_0] {
+        let (rc, _, text) = kmod_build_of(&build, &f, local, &both);
+        assert_eq!(rc, 0, "{text}");
+    }
+
+    // Fresh.
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let facts = node.gpuhost(&["facts"]);
+    assert!(
+        world::stdout(&facts).contains("not-efi"),
+        "{}",
+        world::stdout(&facts)
+    );
+    plan_is_apply(&node, "fresh", DRIVER_LOCAL_EL9_570, &f.out, &[]);
+    world::assert_converged(&node_apply(&node, &f.out, "apply").1);
+
+    // A kernel update: the new kernel's kmod from the repo.
+    node.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-{}", world::evr(world::UEK9_8)),
+    ]);
+    node.kernel_install_add(world::UEK9_8);
+    plan_is_apply(&node, "kernel update", DRIVER_LOCAL_EL9_570, &f.out, &[]);
+    assert_eq!(
+        node.nvidia_module_version(world::UEK9_8).as_deref(),
+        Some("570.124.06")
+    );
+
+    // A driver swap: the new driver's kmods come in driver-repo's one transaction.
+    let replace = ["--set", "driver.replace_local_repo=true"];
+    let apply = plan_is_apply(&node, "swap", world::CUDA_LOCAL_EL9_13_0, &f.out, &replace);
+    assert_eq!(
+        node.nvidia_module_version(UEK9).as_deref(),
+        Some("580.82.07"),
+        "{apply:#}"
+    );
+
+    // DKMS → prebuilt: the modules DKMS built give way to the build host's kmods.
+    let dkms = Root::new(Os::Ol9, &[UEK9]);
+    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let o = dkms.gpuhost(&[
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        &world::profile("ol9-uek"),
+        "--set",
+        &format!("driver.local_repo_rpm={}", rpm.display()),
+    ]);
+    assert_eq!(code(&o), 0, "{}", world::report(&o));
+    assert!(dkms.installed("kmod-nvidia-open-dkms").is_some());
+    let apply = plan_is_apply(&dkms, "DKMS → prebuilt", DRIVER_LOCAL_EL9_570, &f.out, &[]);
+    assert!(
+        dkms.installed("kmod-nvidia-open-dkms").is_none(),
+        "{apply:#}"
+    );
+    for m in dkms.nvidia_module_files(UEK9) {
+        assert_eq!(
+            world::modinfo(&dkms.join(&m), "signer").as_deref(),
+            Some(FLEET_CN),
+            "{m}"
+        );
+    }
+}

@@ -157,6 +157,9 @@ pub(crate) fn print_bundle(r: &BuildReport) {
     println!("made in {} ms", r.duration_ms);
 }
 
+/// The width past which a change's reason goes on a line of its own (a wide terminal's).
+const LINE: usize = 200;
+
 pub(crate) fn print_report(r: &Report) {
     let what = if r.dry_run { "plan" } else { "apply" };
     println!(
@@ -179,14 +182,35 @@ pub(crate) fn print_report(r: &Report) {
         );
     }
     let width = r.steps.iter().map(|s| s.id.len()).max().unwrap_or(8);
+    let indent = format!("  {:<width$}  {:<12}  ", "", "");
     for s in &r.steps {
+        // One line per change: the first beside the step, the others under it; a change too
+        // long for one line has its reason on the next.
+        let mut lines: Vec<String> = Vec::new();
+        for l in &s.lines {
+            let whole = l.to_string();
+            if indent.len() + whole.chars().count() <= LINE || l.why.is_empty() {
+                lines.push(whole);
+            } else {
+                lines.push(l.work.clone());
+                lines.push(format!("  why: {}", l.why));
+            }
+        }
+        if lines.is_empty() {
+            lines.push(s.reason.clone());
+        }
+        let (first, more) = lines
+            .split_first()
+            .map_or(("", &[][..]), |(f, m)| (f.as_str(), m));
         println!(
-            "  {:<width$}  {:<12}  {}  ({} ms)",
+            "  {:<width$}  {:<12}  {first}  ({} ms)",
             s.id,
             s.outcome.to_string(),
-            s.reason,
             s.duration_ms
         );
+        for line in more {
+            println!("{indent}{line}");
+        }
         if let Some(h) = &s.hint {
             println!("  {:<width$}  {:<12}  what to do: {h}", "", "");
         }

@@ -84,6 +84,11 @@ pub struct StepReport {
     pub deferred: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reboot_required: Option<String>,
+    /// The reason as people read it: one line per change (a run of changes that share a
+    /// reason on one line, its reason once), then what is deferred. Empty: the reason is one
+    /// line. The text report prints these; JSON has `changes` and `reason`.
+    #[serde(skip)]
+    pub lines: Vec<ChangeLine>,
     #[serde(default)]
     pub commands: Vec<CmdRecord>,
     #[serde(default)]
@@ -91,6 +96,33 @@ pub struct StepReport {
     /// The signal (SIGTERM, SIGINT) that kept this step from running, if one did.
     #[serde(skip)]
     pub interrupted_by: Option<i32>,
+}
+
+/// One line of a step's reason ([`StepReport::lines`]): the work of a run of changes and the
+/// reason they share (empty for what is deferred).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChangeLine {
+    pub work: String,
+    pub why: String,
+}
+
+impl std::fmt::Display for ChangeLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.why.is_empty() {
+            f.write_str(&self.work)
+        } else {
+            write!(f, "{} ({})", self.work, self.why)
+        }
+    }
+}
+
+/// A step's lines as its one-line reason.
+fn joined(lines: &[ChangeLine]) -> String {
+    lines
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl StepReport {
@@ -103,6 +135,7 @@ impl StepReport {
             changes: vec![],
             deferred: vec![],
             reboot_required: None,
+            lines: vec![],
             commands: vec![],
             duration_ms: 0,
             interrupted_by: None,
@@ -507,14 +540,16 @@ fn planned(id: &str, state: &StepState) -> StepReport {
         r.reason = summarize(&first.notes, &first.deferred, first.reboot.as_deref());
     } else {
         r.outcome = Outcome::WouldChange;
-        r.reason = reason_of(&first.changes);
+        r.lines = lines_of(&first.changes);
+        r.reason = joined(&r.lines);
     }
     r
 }
 
-/// A step's changes as one line: each change's work, and its reason once for a run of changes
-/// that share it (`write a, write b (why)`, not the same why after each).
-fn reason_of(changes: &[Change]) -> String {
+/// A step's changes, one line each: each change's work, and its reason once for a run of
+/// changes that share it (`write a, write b (why)`, not the same why after each). Joined with
+/// `; `, the step's reason.
+fn lines_of(changes: &[Change]) -> Vec<ChangeLine> {
     let mut runs: Vec<(Vec<String>, &str)> = Vec::new();
     for c in changes {
         match runs.last_mut() {
@@ -523,9 +558,11 @@ fn reason_of(changes: &[Change]) -> String {
         }
     }
     runs.iter()
-        .map(|(works, why)| format!("{} ({why})", works.join(", ")))
-        .collect::<Vec<_>>()
-        .join("; ")
+        .map(|(works, why)| ChangeLine {
+            work: works.join(", "),
+            why: (*why).to_string(),
+        })
+        .collect()
 }
 
 /// Carry out one change of a step (not a merged transaction), recording what it owes first;
@@ -1015,14 +1052,17 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
     } else {
         r.outcome = Outcome::Changed;
         r.changes = slot.done().iter().map(ToString::to_string).collect();
-        r.reason = reason_of(slot.done());
+        r.lines = lines_of(slot.done());
         if r.reboot_required.is_none() {
             r.reboot_required = slot.first().and_then(|c| c.reboot.clone());
         }
         if !last.deferred.is_empty() {
-            r.reason
-                .push_str(&format!("; deferred: {}", last.deferred.join("; ")));
+            r.lines.push(ChangeLine {
+                work: format!("deferred: {}", last.deferred.join("; ")),
+                why: String::new(),
+            });
         }
+        r.reason = joined(&r.lines);
     }
     slot.account(start);
     tracing::info!(step = step.id(), outcome = %r.outcome, "{}", r.reason);

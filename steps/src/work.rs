@@ -198,11 +198,33 @@ impl fmt::Display for Work {
             Work::Unconfigure(p) => write!(f, "remove {p}"),
             Work::Remove(p) => write!(f, "dnf remove {}", p.join(" ")),
             Work::SwapDriver(s) => {
-                let specs: Vec<String> = s.install.iter().map(RepoPackage::spec).collect();
+                // The set by its size and version (each package is in the transaction's
+                // script, the report's commands); a set of mixed versions by its NEVRAs.
+                let mut versions: Vec<&str> =
+                    s.install.iter().map(|p| p.version.as_str()).collect();
+                versions.sort_unstable();
+                versions.dedup();
+                let mut specs = vec![match versions.as_slice() {
+                    [one] => format!("the {} packages of driver {one}", s.install.len()),
+                    _ => s
+                        .install
+                        .iter()
+                        .map(RepoPackage::spec)
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                }];
+                if !s.files.is_empty() {
+                    let n = s.files.len();
+                    specs.push(format!(
+                        "and the build host's kmods for {n} kernel{}",
+                        if n == 1 { "" } else { "s" }
+                    ));
+                }
+                // The package by its name (its path is the profile's).
                 let rpm = s
                     .repo_rpm
                     .as_deref()
-                    .map(|r| format!("{r} "))
+                    .map(|r| format!("{} with ", r.rsplit('/').next().unwrap_or(r)))
                     .unwrap_or_default();
                 // From gpuhost's cache nothing of rpm's goes but the old set's packages, which
                 // the new set's replace.
@@ -273,10 +295,19 @@ fn fmt_install(f: &mut fmt::Formatter<'_>, i: &Install) -> fmt::Result {
     }
     if let (Some(m), false) = (&i.module, i.leave_out.is_empty()) {
         let stream = m.split_once('/').map_or(m.as_str(), |(s, _)| s);
+        // The left-out packages are NVIDIA's DKMS kmods (the only ones a profile leaves out).
+        let but = if i
+            .leave_out
+            .iter()
+            .all(|p| gpuhost_nvidia::packages::dkms_kmods().any(|k| k == p))
+        {
+            "NVIDIA's DKMS kmod".to_string()
+        } else {
+            i.leave_out.join(", ")
+        };
         write!(
             f,
-            "dnf module enable {stream}, then install the packages of profile {m} but {}",
-            i.leave_out.join(", ")
+            "dnf module enable {stream}, then install the packages of profile {m} but {but}"
         )?;
         if !i.specs.is_empty() {
             write!(f, ", and {}", i.specs.join(" "))?;

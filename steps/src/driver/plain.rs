@@ -67,15 +67,22 @@ pub(crate) fn check(ctx: &Ctx<'_>, plan: &DriverPlan, transition: &Transition) -
     }
     let plugin = !ctx.installed_one(PLUGIN)?.is_empty();
     if !set.complete() || !plugin {
-        let mut why: Vec<String> = set.absent.iter().chain(&set.stale).cloned().collect();
+        let mut why: Vec<String> = super::set::not_installed(&set.absent).into_iter().collect();
+        why.extend(set.stale.iter().cloned());
         if !plugin {
             why.push(format!("{PLUGIN} not installed (it holds the branch)"));
         }
-        why.push(format!(
-            "driver {} from {}",
-            plan.repo.driver, plan.repo.package
-        ));
-        why.push(plan.choice.explanation.clone());
+        // Which driver and why this flavour, when the set comes in; a move to prebuilt kmods
+        // keeps both.
+        if set.replaced_dkms.is_empty() {
+            why.push(format!("driver {}", plan.repo.driver));
+            why.push(plan.choice.explanation.clone());
+        } else {
+            why.push(format!(
+                "{} gives way to the build host's kmods",
+                set.replaced_dkms.join(", ")
+            ));
+        }
         why.extend(super::built_by::said(&set.build_leftovers));
         why.push(format!("then {hold}"));
         return Ok(one(Change::new(

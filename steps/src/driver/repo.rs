@@ -465,13 +465,10 @@ fn verified_text(ctx: &Ctx<'_>) -> String {
 /// What `driver.keep_local_repo` makes of the package, for the plan.
 fn kept_text(plan: &crate::run::DriverPlan) -> String {
     if plan.keep_local_repo {
-        format!(
-            "; {} is installed with its whole repo (driver.keep_local_repo = true)",
-            plan.repo.package
-        )
+        "; installed with its whole repo (driver.keep_local_repo = true)".to_string()
     } else {
         format!(
-            "; the package is read, not installed: its driver set is kept in gpuhost's cache {}, the CUDA toolkit's packages nowhere on the node (driver.keep_local_repo = false)",
+            "; read, not installed: its driver set kept in gpuhost's cache {}, no CUDA toolkit package on the node (driver.keep_local_repo = false)",
             cache::dir_of(&plan.repo.package, &plan.cache_version())
         )
     }
