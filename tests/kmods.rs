@@ -1739,53 +1739,6 @@ fn site_package(dir: &Path, name: &str, requires: &str) -> PathBuf {
     dir.join(format!("build/RPMS/noarch/{name}-1.0-1.noarch.rpm"))
 }
 
-/// A change as the report gives it (`work (reason)`) less its reason: the last parenthesised
-/// group, which a work may hold groups of its own before.
-fn work_of(change: &str) -> String {
-    let mut depth = 0usize;
-    for (i, c) in change.char_indices().rev() {
-        match c {
-            ')' => depth += 1,
-            '(' => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    return change[..i].trim_end().to_string();
-                }
-            }
-            _ => {}
-        }
-    }
-    change.to_string()
-}
-
-/// Each step's outcome as `apply` reports it (`plan`'s would-change is apply's changed) and the
-/// work of each of its changes.
-fn outcomes_and_work(rep: &Value) -> Vec<(String, String, Vec<String>)> {
-    rep["steps"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| {
-            let outcome = match s["outcome"].as_str().unwrap_or_default() {
-                "would-change" => "changed",
-                o => o,
-            };
-            let works = s["changes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(work_of)
-                .collect();
-            (
-                s["id"].as_str().unwrap_or_default().to_string(),
-                outcome.to_string(),
-                works,
-            )
-        })
-        .collect()
-}
-
 /// `plan`, then `apply`, on `node` with the same arguments: plan's steps and changes are apply's
 /// (outcomes, and the work of every change), its text says no DKMS build and no Secure Boot
 /// verdict on a root without Secure Boot, one line per change and none past 400 characters.
@@ -1813,11 +1766,11 @@ fn plan_is_apply(node: &Root, path: &str, local: &str, repo: &Path, extra: &[&st
     let (rc, apply) = node_apply_of(node, repo, "apply", local, extra);
     assert_eq!(rc, 0, "{path}: {apply:#}");
     assert_eq!(
-        outcomes_and_work(&plan),
-        outcomes_and_work(&apply),
+        world::outcomes_and_work(&plan),
+        world::outcomes_and_work(&apply),
         "{path}: plan said otherwise than apply did\nplan:\n{text}"
     );
-    let planned: Vec<String> = outcomes_and_work(&plan)
+    let planned: Vec<String> = world::outcomes_and_work(&plan)
         .into_iter()
         .flat_map(|(_, _, w)| w)
         .collect();
@@ -1835,7 +1788,7 @@ fn plan_is_apply(node: &Root, path: &str, local: &str, repo: &Path, extra: &[&st
     }
     // One line per change: a step line and one more for each further change (and its reason
     // when the change is too long for one).
-    for (id, _, works) in outcomes_and_work(&plan) {
+    for (id, _, works) in world::outcomes_and_work(&plan) {
         let shown = text
             .lines()
             .filter(|l| works.iter().any(|w| l.contains(w.as_str())))

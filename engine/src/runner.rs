@@ -528,7 +528,11 @@ fn planned(id: &str, state: &StepState) -> StepReport {
     let StepState::Checked { first, .. } = state else {
         return r;
     };
-    r.changes = first.changes.iter().map(ToString::to_string).collect();
+    // In the order apply carries them out: phase by phase (before the transactions, the
+    // transactions, after them), each phase's in the check's order.
+    let mut changes: Vec<Change> = first.changes.clone();
+    changes.sort_by_key(|c| c.work.phase());
+    r.changes = changes.iter().map(ToString::to_string).collect();
     r.deferred = first.deferred.clone();
     r.reboot_required = first.reboot.clone();
     if first.changes.is_empty() {
@@ -540,7 +544,7 @@ fn planned(id: &str, state: &StepState) -> StepReport {
         r.reason = summarize(&first.notes, &first.deferred, first.reboot.as_deref());
     } else {
         r.outcome = Outcome::WouldChange;
-        r.lines = lines_of(&first.changes);
+        r.lines = lines_of(&changes);
         r.reason = joined(&r.lines);
     }
     r

@@ -353,6 +353,10 @@ impl Step for Driver {
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let transition = super::installed::transition(ctx)?;
         if transition.driver_repo_first() {
+            if !plan(ctx)?.modular() {
+                // Without module streams the new set's branch is held once it is in.
+                return super::plain::after_swap(ctx, plan(ctx)?, &transition);
+            }
             return Ok(Check::in_sync(transition.deferred_reason()));
         }
         if !plan(ctx)?.modular() {
