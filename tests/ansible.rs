@@ -623,6 +623,7 @@ fn ansible_test_sanity_passes_on_the_collection() {
     // ansible-doc renders every module.
     for m in ["apply", "status", "compat"] {
         let o = Command::new("ansible-doc")
+            .env("HOME", &home)
             .env("ANSIBLE_COLLECTIONS_PATH", workspace())
             .arg(format!("gpuhost.node.{m}"))
             .output()
@@ -972,7 +973,7 @@ fn ansible_lint_production_profile_is_clean() {
             .status()
             .is_ok_and(|s| s.success())
             && Command::new(venv.join("bin/pip"))
-                .args(["install", "--quiet", "ansible-lint"])
+                .args(["install", "--quiet", "--no-cache-dir", "ansible-lint"])
                 .status()
                 .is_ok_and(|s| s.success());
         if !ok {
@@ -984,9 +985,14 @@ fn ansible_lint_production_profile_is_clean() {
             return;
         }
     }
+    // ansible-lint's and ansible's caches (~/.ansible, ~/.cache/ansible-compat) in a HOME of
+    // the checkout's own, kept between runs as the venv is.
+    let home = workspace().join("target/ansible-lint-home");
+    std::fs::create_dir_all(&home).unwrap();
     let o = Command::new(&lint)
         .args(["--nocolor", "-f", "pep8"])
         .current_dir(workspace().join("ansible_collections/gpuhost/node"))
+        .env("HOME", &home)
         .env("ANSIBLE_COLLECTIONS_PATH", workspace())
         .output()
         .unwrap();

@@ -42,8 +42,10 @@ Exit codes (apply, plan, resume, rollback):
   3  converged except that a reboot is required
   4  --reboot with reboot.via = slurm (or --reboot-via slurm): a reboot is required and Slurm
      was asked for it (scontrol reboot ASAP): it drains the node, waits for its jobs, reboots it
-  130, 143  stopped by SIGINT / SIGTERM at a step boundary (a running package transaction
-     is let finish; a second signal stops waiting, the transaction keeps the lock)"
+  130, 143  stopped by SIGINT / SIGTERM, sent at any moment of the run (the checks before the
+     first step included): a running package transaction is let finish and the remaining
+     steps do not run (the report says where it stopped); a second signal stops the waiting
+     (the transaction runs on and keeps the apply lock until it ends)"
     };
 }
 macro_rules! kernel_added_exit_codes {

@@ -188,11 +188,11 @@ pub(crate) fn print_report(r: &Report) {
         // long for one line has its reason on the next.
         let mut lines: Vec<String> = Vec::new();
         for l in &s.lines {
-            let whole = l.to_string();
+            let whole = l.text();
             if indent.len() + whole.chars().count() <= LINE || l.why.is_empty() {
                 lines.push(whole);
             } else {
-                lines.push(l.work.clone());
+                lines.push(l.short.clone());
                 lines.push(format!("  why: {}", l.why));
             }
         }

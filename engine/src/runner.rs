@@ -98,12 +98,25 @@ pub struct StepReport {
     pub interrupted_by: Option<i32>,
 }
 
-/// One line of a step's reason ([`StepReport::lines`]): the work of a run of changes and the
-/// reason they share (empty for what is deferred).
+/// One line of a step's reason ([`StepReport::lines`]): the work of a run of changes, as the
+/// reason gives it and as the text report's line does ([`Work::summary`]), and the reason they
+/// share (empty for what is deferred).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChangeLine {
     pub work: String,
+    pub short: String,
     pub why: String,
+}
+
+impl ChangeLine {
+    /// The line as the text report prints it.
+    pub fn text(&self) -> String {
+        if self.why.is_empty() {
+            self.short.clone()
+        } else {
+            format!("{} ({})", self.short, self.why)
+        }
+    }
 }
 
 impl std::fmt::Display for ChangeLine {
@@ -554,16 +567,20 @@ fn planned(id: &str, state: &StepState) -> StepReport {
 /// changes that share it (`write a, write b (why)`, not the same why after each). Joined with
 /// `; `, the step's reason.
 fn lines_of(changes: &[Change]) -> Vec<ChangeLine> {
-    let mut runs: Vec<(Vec<String>, &str)> = Vec::new();
+    let mut runs: Vec<(Vec<&Work>, &str)> = Vec::new();
     for c in changes {
         match runs.last_mut() {
-            Some((works, why)) if *why == c.reason => works.push(c.work.to_string()),
-            _ => runs.push((vec![c.work.to_string()], &c.reason)),
+            Some((works, why)) if *why == c.reason => works.push(&c.work),
+            _ => runs.push((vec![&c.work], &c.reason)),
         }
     }
+    let join = |works: &[&Work], each: fn(&Work) -> String| {
+        works.iter().map(|w| each(w)).collect::<Vec<_>>().join(", ")
+    };
     runs.iter()
         .map(|(works, why)| ChangeLine {
-            work: works.join(", "),
+            work: join(works, |w| w.to_string()),
+            short: join(works, Work::summary),
             why: (*why).to_string(),
         })
         .collect()
@@ -573,7 +590,7 @@ fn lines_of(changes: &[Change]) -> Vec<ChangeLine> {
 /// `label` names it in the progress lines.
 fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change, label: &str) -> Result<()> {
     failpoint(&format!("{}:before-change", slot.id()));
-    gpuhost_host::progress::step_changing(label, &change.work.to_string());
+    gpuhost_host::progress::step_changing(label, &change.work.summary());
     let owes = match &change.work {
         Work::Install(i) => i.owes.as_ref(),
         Work::Write { owes, .. } => owes.as_ref(),
@@ -734,7 +751,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, batch: Batch) {
     let mut ids: Vec<usize> = members.iter().map(|(i, _)| *i).collect();
     ids.dedup();
     let label = label_of(run, &ids);
-    let what: Vec<String> = members.iter().map(|(_, c)| c.work.to_string()).collect();
+    let what: Vec<String> = members.iter().map(|(_, c)| c.work.summary()).collect();
     gpuhost_host::progress::step_changing(&label, &what.join("; "));
     run.changed_something = true;
     // The rpm database and dnf's module state before: a failed transaction is reported as what
@@ -1061,8 +1078,10 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
             r.reboot_required = slot.first().and_then(|c| c.reboot.clone());
         }
         if !last.deferred.is_empty() {
+            let deferred = format!("deferred: {}", last.deferred.join("; "));
             r.lines.push(ChangeLine {
-                work: format!("deferred: {}", last.deferred.join("; ")),
+                short: deferred.clone(),
+                work: deferred,
                 why: String::new(),
             });
         }

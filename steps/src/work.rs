@@ -197,59 +197,7 @@ impl fmt::Display for Work {
             Work::Configure(w) | Work::Write { file: w, .. } => write!(f, "write {}", w.path),
             Work::Unconfigure(p) => write!(f, "remove {p}"),
             Work::Remove(p) => write!(f, "dnf remove {}", p.join(" ")),
-            Work::SwapDriver(s) => {
-                // The set by its size and version (each package is in the transaction's
-                // script, the report's commands); a set of mixed versions by its NEVRAs.
-                let mut versions: Vec<&str> =
-                    s.install.iter().map(|p| p.version.as_str()).collect();
-                versions.sort_unstable();
-                versions.dedup();
-                let mut specs = vec![match versions.as_slice() {
-                    [one] => format!("the {} packages of driver {one}", s.install.len()),
-                    _ => s
-                        .install
-                        .iter()
-                        .map(RepoPackage::spec)
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                }];
-                if !s.files.is_empty() {
-                    let n = s.files.len();
-                    specs.push(format!(
-                        "and the build host's kmods for {n} kernel{}",
-                        if n == 1 { "" } else { "s" }
-                    ));
-                }
-                // The package by its name (its path is the profile's).
-                let rpm = s
-                    .repo_rpm
-                    .as_deref()
-                    .map(|r| format!("{} with ", r.rsplit('/').next().unwrap_or(r)))
-                    .unwrap_or_default();
-                // From gpuhost's cache nothing of rpm's goes but the old set's packages, which
-                // the new set's replace.
-                let remove = if s.remove.is_empty() {
-                    String::new()
-                } else {
-                    format!("remove {}; ", s.remove.join(" "))
-                };
-                write!(
-                    f,
-                    "one dnf transaction: {remove}install {rpm}{}",
-                    specs.join(" ")
-                )?;
-                if !s.erases.is_empty() {
-                    write!(f, "; erasing {} (driver.allow_erase)", s.erases.join(", "))?;
-                }
-                match &s.module {
-                    Some(m) if s.module_reset => write!(
-                        f,
-                        "; then dnf module reset and dnf module enable {m} (no profile marked installed)"
-                    ),
-                    Some(m) => write!(f, "; then dnf module switch-to {m}"),
-                    None => Ok(()),
-                }
-            }
+            Work::SwapDriver(s) => fmt_swap(f, s, false),
             Work::DisableModule(m) => write!(f, "dnf module disable {m}"),
             Work::ResetModule(m) => write!(f, "dnf module reset {m}"),
             Work::EnableStream { module, stream } => write!(
@@ -285,6 +233,88 @@ impl fmt::Display for Work {
             Work::Run(argv) => write!(f, "{}", Argv(argv)),
             Work::Symlinks { prefixes, .. } => write!(f, "link under {}", prefixes.join(", ")),
         }
+    }
+}
+
+impl Work {
+    /// The work as the text report's line gives it: a driver swap by the size and version of
+    /// the set that comes (its packages one by one are in the JSON report's `changes` and
+    /// `reason`, the package file by its name); anything else as [`fmt::Display`] gives it.
+    pub fn summary(&self) -> String {
+        struct Short<'a>(&'a DriverSwap);
+        impl fmt::Display for Short<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt_swap(f, self.0, true)
+            }
+        }
+        match self {
+            Work::SwapDriver(s) => Short(s).to_string(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// A [`DriverSwap`]: what goes, what comes (each package at its version, the build host's
+/// kmods by file, erasures the profile allows) and dnf's module state after it; `short`: the
+/// set by its size and version, files by name.
+fn fmt_swap(f: &mut fmt::Formatter<'_>, s: &DriverSwap, short: bool) -> fmt::Result {
+    let name = |p: &str| -> String {
+        if short {
+            p.rsplit('/').next().unwrap_or(p).to_string()
+        } else {
+            p.to_string()
+        }
+    };
+    let mut versions: Vec<&str> = s.install.iter().map(|p| p.version.as_str()).collect();
+    versions.sort_unstable();
+    versions.dedup();
+    let mut specs = vec![match (short, versions.as_slice()) {
+        (true, [one]) => format!("the {} packages of driver {one}", s.install.len()),
+        _ => s
+            .install
+            .iter()
+            .map(RepoPackage::spec)
+            .collect::<Vec<_>>()
+            .join(" "),
+    }];
+    if !s.files.is_empty() {
+        let n = s.files.len();
+        specs.push(if short {
+            format!(
+                "and the build host's kmods for {n} kernel{}",
+                if n == 1 { "" } else { "s" }
+            )
+        } else {
+            format!("and the build host's kmods {}", s.files.join(" "))
+        });
+    }
+    let rpm = s
+        .repo_rpm
+        .as_deref()
+        .map(|r| format!("{} ", name(r)))
+        .unwrap_or_default();
+    // From gpuhost's cache nothing of rpm's goes but the old set's packages, which the new
+    // set's replace.
+    let remove = if s.remove.is_empty() {
+        String::new()
+    } else {
+        format!("remove {}; ", s.remove.join(" "))
+    };
+    write!(
+        f,
+        "one dnf transaction: {remove}install {rpm}{}",
+        specs.join(" ")
+    )?;
+    if !s.erases.is_empty() {
+        write!(f, "; erasing {} (driver.allow_erase)", s.erases.join(", "))?;
+    }
+    match &s.module {
+        Some(m) if s.module_reset => write!(
+            f,
+            "; then dnf module reset and dnf module enable {m} (no profile marked installed)"
+        ),
+        Some(m) => write!(f, "; then dnf module switch-to {m}"),
+        None => Ok(()),
     }
 }
 

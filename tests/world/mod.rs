@@ -844,6 +844,23 @@ pub fn site_toml(text: &str) -> (tempfile::TempDir, String) {
     (dir, shown)
 }
 
+/// `rpm ARGS` on this machine (a query of package files, `-qp`), with a database of its own
+/// that goes with the call: Debian's rpm would otherwise make one in the caller's HOME
+/// (`~/.rpmdb`, issue 54: the suite leaves nothing in HOME).
+pub fn host_rpm<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let db = tempfile::tempdir().unwrap();
+    Command::new("rpm")
+        .arg("--dbpath")
+        .arg(db.path())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// The gpuhost binary run with `args` alone (no root, the caller's HOME).
 pub fn gpuhost(args: &[&str]) -> Output {
     run(Command::new(env!("CARGO_BIN_EXE_gpuhost")).args(args))
