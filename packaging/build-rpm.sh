@@ -130,7 +130,9 @@ tar -C "$here" -cf "$src/gpuhost-docs.tar" docs
 cp "$here/packaging/gpuhost-resume.service" "$here/packaging/gpuhost-status.service" \
    "$here/packaging/gpuhost-status.timer" "$here/packaging/gpuhost-serve.service" "$here/packaging/gpuhost-kernel@.service" \
    "$here/packaging/95-gpuhost.install" "$here/packaging/gpuhost-alerts.yml" "$here/packaging/gpuhost-dashboard.json" \
-   "$here/README.md" "$here"/profiles/*.toml "$src/"
+   "$here/README.md" "$src/"
+# Every built-in profile (profiles/*.toml), as one tarball source.
+(cd "$here/profiles" && tar -cf "$src/gpuhost-profiles.tar" ./*.toml)
 # gzip payloads: readable by every rpm on OL8/OL9 (Debian's rpm would default to zstd).
 # GPUHOST_RPM_FAST=1 (tests) trades size for speed.
 payload=w6.gzdio

@@ -2119,3 +2119,55 @@ fn a_node_converged_from_a_bundle_goes_online(#[case] keep: bool) {
         assert_eq!(cached_sets(&node).1, Some(DRIVER_SET_550.to_string()));
     }
 }
+
+/// `gpuhost bundle`'s report says what the bundle carries, one line per change of readable
+/// length (issue 54: build-deps was one line of 1,651 characters, and driver-repo said the
+/// package is installed with its whole repo while the bundle does not carry it): each step's
+/// packages, none of the files the target writes itself, the driver set and not the package.
+#[test]
+fn the_bundle_report_says_what_it_carries_in_readable_lines() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let profile = site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2);
+    let out = tmp.path().join("b");
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let o = src.gpuhost(&[
+        "bundle",
+        "--profile",
+        &profile,
+        "--out",
+        &out.display().to_string(),
+    ]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}\n{}", stderr(&o));
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= 300,
+            "a line of {} characters:\n{line}",
+            line.chars().count()
+        );
+    }
+    assert!(!text.contains("write /etc/dkms"), "{text}");
+    assert!(!text.contains("installed with its whole repo"), "{text}");
+    let driver_repo = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("driver-repo "))
+        .unwrap_or_default();
+    assert!(
+        driver_repo.contains(&format!("the driver set of {CUDA_LOCAL_EL8_12_2}"))
+            && driver_repo.contains("the package itself is not carried"),
+        "{text}"
+    );
+    // build-deps: its two installs (DKMS and the compiler; the kernel's toolset), a line each.
+    let start = text
+        .lines()
+        .position(|l| l.trim_start().starts_with("build-deps "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let lines: Vec<&str> = text.lines().skip(start).take(2).collect();
+    assert!(
+        lines[0].contains("install dkms")
+            && lines[1]
+                .trim_start()
+                .starts_with("install gcc-toolset-11-gcc"),
+        "{text}"
+    );
+}

@@ -1806,14 +1806,28 @@ fn plan_is_apply(node: &Root, path: &str, local: &str, repo: &Path, extra: &[&st
     }
     // One line per change: each step's lines (its own and those under it, but a long change's
     // reason on a line of its own) are as many as its runs of changes that share a reason.
+    // A change's line starts where the step line's first change does; its reason ("why: …")
+    // and what comes in a swap ("comes: …", wrapped) are indented further.
+    let column = text
+        .lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix("  ")?;
+            let outcome = ["would-change", "unchanged", "skipped"]
+                .iter()
+                .find_map(|o| rest.find(&format!(" {o} ")).map(|i| i + o.len() + 2))?;
+            let after = &rest[outcome..];
+            Some(2 + outcome + after.len() - after.trim_start().len())
+        })
+        .unwrap_or(0);
     let mut shown: Vec<(String, usize)> = Vec::new();
     for line in text.lines() {
+        let indent = line.len() - line.trim_start().len();
         match (line.strip_prefix("  "), shown.last_mut()) {
             (Some(rest), _) if !rest.starts_with(' ') => {
                 let id = rest.split_whitespace().next().unwrap_or_default();
                 shown.push((id.to_string(), 1));
             }
-            (Some(rest), Some((_, n))) if !rest.trim_start().starts_with("why: ") => *n += 1,
+            (Some(_), Some((_, n))) if indent == column => *n += 1,
             _ => {}
         }
     }

@@ -723,17 +723,26 @@ fn a_reason_shared_by_several_changes_is_said_once() {
     let o = root.gpuhost(&["plan", "--profile", &profile, "--set", &driver]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
+    // The step's lines: its own and those under it (one per change, issue 54).
+    let start = out
+        .lines()
+        .position(|l| l.trim_start().starts_with("build-deps "))
+        .unwrap_or_else(|| panic!("{out}"));
     let line = out
         .lines()
-        .find(|l| l.trim_start().starts_with("build-deps "))
-        .unwrap_or_else(|| panic!("{out}"));
+        .skip(start)
+        .enumerate()
+        .take_while(|(i, l)| *i == 0 || l.starts_with("   "))
+        .map(|(_, l)| l)
+        .collect::<Vec<_>>()
+        .join("\n");
     assert_eq!(
         line.matches("DKMS builds every module for UEK").count(),
         1,
         "{line}"
     );
     assert!(
-        line.contains("write /etc/dkms/framework.conf.d/gpuhost-uek-compiler.conf, write /etc/dkms/gpuhost-uek-compiler.sh, write /etc/dkms/nvidia.conf, write /etc/dkms/nvidia-open.conf (DKMS builds"),
+        line.contains("write /etc/dkms/framework.conf.d/gpuhost-uek-compiler.conf, write /etc/dkms/gpuhost-uek-compiler.sh, write /etc/dkms/nvidia.conf, write /etc/dkms/nvidia-open.conf"),
         "{line}"
     );
     let o = root.gpuhost(&[
@@ -787,4 +796,68 @@ fn apply_help_and_the_exit_code_table_agree_on_signals() {
         assert!(help.contains(said), "apply --help: {said:?} not in {help:?}");
         assert!(row.contains(said), "docs/commands.md: {said:?} not in {row:?}");
     }
+}
+
+/// `gpuhost profiles list` (and `ls`) lists the built-in profiles, as `gpuhost profiles` alone
+/// does (issue 54: `list` was an unrecognized subcommand).
+#[test]
+fn profiles_list_lists_the_built_in_profiles() {
+    let alone = gpuhost(&["profiles"]);
+    assert_eq!(code(&alone), 0, "{}", stderr(&alone));
+    assert!(stdout(&alone).contains("ol10-uek"), "{}", stdout(&alone));
+    for sub in ["list", "ls"] {
+        let o = gpuhost(&["profiles", sub]);
+        assert_eq!(code(&o), 0, "profiles {sub}: {}", stderr(&o));
+        assert_eq!(stdout(&o), stdout(&alone), "profiles {sub}");
+    }
+}
+
+/// Every release the built-in profiles serve is named where a user reads which releases gpuhost
+/// provisions: `gpuhost --help`, the gpuhost.1 man page, `profiles show --all`'s meaning of
+/// `os.major` (issue 54: they said "Oracle Linux 8/9" after Oracle Linux 10 came).
+#[test]
+fn the_help_man_page_and_profile_keys_name_every_release() {
+    let o = gpuhost(&["profiles"]);
+    let mut majors: Vec<u32> = stdout(&o)
+        .lines()
+        .filter_map(|l| l.strip_prefix("ol"))
+        .filter_map(|l| {
+            l.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .ok()
+        })
+        .collect();
+    majors.sort_unstable();
+    majors.dedup();
+    assert!(majors.len() >= 3, "{majors:?}");
+    let slashed = majors
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join("/");
+    let (last, rest) = majors.split_last().unwrap();
+    let listed = format!(
+        "{} or {last}",
+        rest.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let help = stdout(&gpuhost(&["--help"]));
+    assert!(
+        help.lines()
+            .next()
+            .unwrap_or_default()
+            .contains(&format!("Oracle Linux {slashed} ")),
+        "{help}"
+    );
+    let man = stdout(&gpuhost(&["generate", "man"]));
+    assert!(man.contains(&format!("Oracle Linux {slashed} ")), "{man}");
+    let all = stdout(&gpuhost(&["profiles", "show", "ol8-uek", "--all"]));
+    assert!(
+        all.contains(&format!("# Oracle Linux major version: {listed}.")),
+        "{all}"
+    );
 }

@@ -106,8 +106,12 @@ pub(crate) fn print_bundle(r: &BuildReport) {
             ""
         }
     );
+    // One line per change, as the apply report gives them.
     for (step, changes) in &r.plan {
-        println!("  {step:<18}  {}", changes.join("; "));
+        for (i, change) in changes.iter().enumerate() {
+            let id = if i == 0 { step.as_str() } else { "" };
+            println!("  {id:<18}  {change}");
+        }
     }
     println!(
         "{} packages, {} in {}",
@@ -160,6 +164,27 @@ pub(crate) fn print_bundle(r: &BuildReport) {
 /// The width past which a change's reason goes on a line of its own (a wide terminal's).
 const LINE: usize = 200;
 
+/// `text` (words separated by `, `) in lines of at most `width` characters: the first after
+/// `first`, the others after `rest`.
+fn wrapped(text: &str, width: usize, first: &str, rest: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_inclusive(", ") {
+        if !line.is_empty() && line.chars().count() + word.chars().count() > width {
+            out.push(line.trim_end().to_string());
+            line.clear();
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        out.push(line.trim_end().to_string());
+    }
+    out.into_iter()
+        .enumerate()
+        .map(|(i, l)| format!("{}{l}", if i == 0 { first } else { rest }))
+        .collect()
+}
+
 pub(crate) fn print_report(r: &Report) {
     let what = if r.dry_run { "plan" } else { "apply" };
     println!(
@@ -194,6 +219,14 @@ pub(crate) fn print_report(r: &Report) {
             } else {
                 lines.push(l.short.clone());
                 lines.push(format!("  why: {}", l.why));
+            }
+            for d in &l.details {
+                lines.extend(wrapped(
+                    d,
+                    LINE.saturating_sub(indent.len() + 2),
+                    "  ",
+                    "         ",
+                ));
             }
         }
         if lines.is_empty() {

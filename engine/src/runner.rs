@@ -106,6 +106,8 @@ pub struct ChangeLine {
     pub work: String,
     pub short: String,
     pub why: String,
+    /// What the text report lists under the line ([`Work::details`]).
+    pub details: Vec<String>,
 }
 
 impl ChangeLine {
@@ -582,6 +584,7 @@ fn lines_of(changes: &[Change]) -> Vec<ChangeLine> {
             work: join(works, |w| w.to_string()),
             short: join(works, Work::summary),
             why: (*why).to_string(),
+            details: works.iter().filter_map(|w| w.details()).collect(),
         })
         .collect()
 }
@@ -1083,6 +1086,7 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
                 short: deferred.clone(),
                 work: deferred,
                 why: String::new(),
+                details: Vec::new(),
             });
         }
         r.reason = joined(&r.lines);

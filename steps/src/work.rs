@@ -252,6 +252,26 @@ impl Work {
             other => other.to_string(),
         }
     }
+
+    /// What the text report lists under the work's line: a driver swap's packages that come,
+    /// each at its version, and the build host's kmods by file name (the summary gives only
+    /// their number).
+    pub fn details(&self) -> Option<String> {
+        let Work::SwapDriver(s) = self else {
+            return None;
+        };
+        let mut comes: Vec<String> = s
+            .install
+            .iter()
+            .map(|p| format!("{}-{}", p.name, p.version))
+            .collect();
+        comes.extend(
+            s.files
+                .iter()
+                .map(|f| f.rsplit('/').next().unwrap_or(f).to_string()),
+        );
+        (!comes.is_empty()).then(|| format!("comes: {}", comes.join(", ")))
+    }
 }
 
 /// A [`DriverSwap`]: what goes, what comes (each package at its version, the build host's
@@ -291,7 +311,7 @@ fn fmt_swap(f: &mut fmt::Formatter<'_>, s: &DriverSwap, short: bool) -> fmt::Res
     let rpm = s
         .repo_rpm
         .as_deref()
-        .map(|r| format!("{} ", name(r)))
+        .map(|r| format!("{} {}", name(r), if short { "and " } else { "" }))
         .unwrap_or_default();
     // From gpuhost's cache nothing of rpm's goes but the old set's packages, which the new
     // set's replace.
@@ -642,7 +662,7 @@ pub fn scratch_transaction(
 }
 
 /// A spec that names a package file by its path (`/srv/cuda-repo-….rpm`), not a package.
-pub(crate) fn is_package_file(spec: &str) -> bool {
+pub fn is_package_file(spec: &str) -> bool {
     spec.starts_with('/') && spec.ends_with(".rpm")
 }
 
@@ -834,6 +854,48 @@ fn switch_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A part that installs nothing by name says what it does instead: no `install  (` with no
+    /// package (issue 54); the packages a part removes are named.
+    #[test]
+    fn an_install_without_names_says_what_it_does() {
+        let bundle = RepoCache::Bundle {
+            meta: "/b/driver/x".into(),
+            packages: "/b/repo/Packages".into(),
+        };
+        let settles = Work::Install(Install {
+            brings_repo: true,
+            cache: Some(bundle.clone()),
+            ..Install::default()
+        });
+        assert_eq!(
+            settles.to_string(),
+            "keep the bundle's driver set in gpuhost's cache"
+        );
+        let moves = Work::Install(Install {
+            brings_repo: true,
+            cache: Some(bundle),
+            remove: vec!["cuda-repo-rhel8-12-2-local".into()],
+            ..Install::default()
+        });
+        assert_eq!(
+            moves.to_string(),
+            "remove cuda-repo-rhel8-12-2-local; keep the bundle's driver set in gpuhost's cache"
+        );
+        let both = Work::Install(Install {
+            specs: vec!["/r/kmod.rpm".into()],
+            remove: vec!["dkms".into(), "gcc".into()],
+            allowerasing: true,
+            ..Install::default()
+        });
+        assert_eq!(
+            both.to_string(),
+            "install /r/kmod.rpm; remove dkms gcc --allowerasing"
+        );
+        for w in [settles, moves, both] {
+            assert!(!w.to_string().contains("install  "), "{w}");
+        }
+    }
 
     #[test]
     fn a_dnf_problem_names_the_steps_whose_packages_it_mentions() {

@@ -1,4 +1,4 @@
-//! The gpuhost test world: a synthetic Oracle Linux 8/9 package universe built with the real
+//! The gpuhost test world: a synthetic Oracle Linux 8/9/10 package universe built with the real
 //! rpmbuild/createrepo_c, and throwaway install roots made from it, for integration tests that
 //! run the real `gpuhost` binary against real rpm and dnf.
 //!

@@ -772,6 +772,23 @@ fn pass_work(
             }
         };
         for c in &check.changes {
+            // What the report and the manifest say of the step: the packages the bundle
+            // carries for it (a target's files, units and builds are its own to do).
+            let said = match &c.work {
+                Work::Install(i) if i.brings_repo => {
+                    let file = i
+                        .specs
+                        .iter()
+                        .find(|s| gpuhost_steps::work::is_package_file(s))
+                        .map(|s| s.rsplit('/').next().unwrap_or(s).to_string())
+                        .unwrap_or_default();
+                    Some(format!(
+                        "the driver set of {file}: its packages in repo/, NVIDIA's metadata in driver/ (the package itself is not carried)"
+                    ))
+                }
+                Work::Install(_) | Work::SwitchStream { .. } => Some(c.to_string()),
+                _ => None,
+            };
             match &c.work {
                 Work::Install(i) => work.installs.push((id, i.clone())),
                 Work::SwitchStream {
@@ -788,7 +805,7 @@ fn pass_work(
                 // Files, units, builds: the target does them itself.
                 _ => continue,
             }
-            let said = c.to_string();
+            let Some(said) = said else { continue };
             let entry = plan.entry(id.to_string()).or_default();
             if !entry.contains(&said) {
                 entry.push(said);
