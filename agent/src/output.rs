@@ -106,11 +106,17 @@ pub(crate) fn print_bundle(r: &BuildReport) {
             ""
         }
     );
-    // One line per change, as the apply report gives them.
+    // One line per change, as the apply report gives them (a long one's reason under it).
     for (step, changes) in &r.plan {
         for (i, change) in changes.iter().enumerate() {
             let id = if i == 0 { step.as_str() } else { "" };
-            println!("  {id:<18}  {change}");
+            match split_reason(change) {
+                (work, Some(why)) if 22 + change.chars().count() > LINE => {
+                    println!("  {id:<18}  {work}");
+                    println!("  {:<18}    why: {why}", "");
+                }
+                _ => println!("  {id:<18}  {change}"),
+            }
         }
     }
     println!(
@@ -124,7 +130,7 @@ pub(crate) fn print_bundle(r: &BuildReport) {
     }
     if let Some(d) = &r.driver_set {
         println!(
-            "driver set: NVIDIA {} from {}: {} packages, {} (in repo/), NVIDIA's repo metadata in {}/; the local repo package itself ({}, the CUDA toolkit's packages with it) is not carried",
+            "driver set: NVIDIA {} from {}: {} packages, {} in repo/, NVIDIA's metadata in {}/; the package itself ({}, the CUDA toolkit with it) is not carried",
             d.driver,
             d.file,
             d.packages.len(),
@@ -163,6 +169,24 @@ pub(crate) fn print_bundle(r: &BuildReport) {
 
 /// The width past which a change's reason goes on a line of its own (a wide terminal's).
 const LINE: usize = 200;
+
+/// A change as a report gives it, `work (reason)`: the work and the reason (the last group in
+/// parentheses, which the work may hold groups of its own before).
+fn split_reason(change: &str) -> (&str, Option<&str>) {
+    let Some(body) = change.strip_suffix(')') else {
+        return (change, None);
+    };
+    let mut depth = 0usize;
+    for (i, c) in body.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' if depth == 0 => return (change[..i].trim_end(), Some(&body[i + 1..])),
+            '(' => depth -= 1,
+            _ => {}
+        }
+    }
+    (change, None)
+}
 
 /// `text` (words separated by `, `) in lines of at most `width` characters: the first after
 /// `first`, the others after `rest`.
@@ -404,5 +428,28 @@ pub(crate) fn print_host_info(h: &gpuhost_host::hostinfo::HostInfo) {
             _ => "no mounted filesystem found".into(),
         };
         println!("free space           {} ({}): {free}", p.path, p.role);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_change_splits_into_its_work_and_its_last_parenthesised_reason() {
+        assert_eq!(
+            super::split_reason(
+                "dnf module reset m, then enable s (no package changes) (why (it is))"
+            ),
+            (
+                "dnf module reset m, then enable s (no package changes)",
+                Some("why (it is)")
+            )
+        );
+        assert_eq!(super::split_reason("write /a"), ("write /a", None));
+    }
+
+    #[test]
+    fn a_list_wraps_at_its_commas() {
+        let lines = super::wrapped("comes: a-1, b-1, c-1, d-1", 12, "  ", "    ");
+        assert_eq!(lines, ["  comes: a-1,", "    b-1, c-1,", "    d-1"]);
     }
 }
