@@ -10,7 +10,7 @@
 # cores): `./demo.sh --keep target/demo` took 2 min 15 s to 2 min 45 s, 148 packages installed
 # among it (2026-12-05).
 #
-# Usage: ./demo.sh [--keep DIR]
+# Usage: ./demo.sh [--keep DIR]      (./demo.sh --help: this text)
 #   Without --keep the root is thrown away at the end.
 #   --keep DIR  keeps the demo in DIR: the root (DIR/root), its profile (DIR/profile.toml) and
 #               DIR/env; `. DIR/env` then lets you run gpuhost on it yourself:
@@ -23,10 +23,23 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here"
 
 keep=""
+usage() {
+  cat <<EOF
+usage: $0 [--keep DIR]
+Installs what the demo needs (scripts/deps.sh demo) and gpuhost's release build on your PATH,
+builds the test world's synthetic Oracle Linux repos, makes an Oracle Linux 8 install root and
+runs gpuhost facts, plan, apply and apply again (nothing changes) against it.
+  --keep DIR  keep the demo in DIR (the root, its profile, DIR/env); run again with the same
+              DIR to re-use the root. Without it the root is removed at the end.
+  --help      this text
+Network: the OS's package repos (the demo's tools) and the crate registry (cargo install).
+EOF
+}
 case "${1:-}" in
   "") ;;
-  --keep) [ -n "${2:-}" ] || { echo "usage: $0 [--keep DIR]" >&2; exit 2; }; keep=$2 ;;
-  *) echo "usage: $0 [--keep DIR]" >&2; exit 2 ;;
+  -h | --help) usage; exit 0 ;;
+  --keep) [ -n "${2:-}" ] || { usage >&2; exit 2; }; keep=$2 ;;
+  *) usage >&2; exit 2 ;;
 esac
 
 "$here/scripts/deps.sh" demo
@@ -81,10 +94,18 @@ cat > "$dir/env" <<EOF
 #   gpuhost plan --profile "\$DEMO_PROFILE" --root "\$DEMO_ROOT"
 export DEMO_ROOT='$root'
 export DEMO_PROFILE='$dir/profile.toml'
+# The test world's NVIDIA local repo packages, named as NVIDIA names them (another driver to
+# upgrade to: cuda-repo-rhel8-12-4-local-12.4.1_550.54.15-1.x86_64.rpm).
+export DEMO_DRIVERS='$world/rpms/cuda-local'
 EOF
 
 args=(--profile "$dir/profile.toml" --root "$root")
-step() { printf '\n\033[1m$ gpuhost %s\033[0m\n' "$*"; }
+# Each command in bold on a terminal; plain text in a log or a pipe (no escape codes there).
+if [ -t 1 ]; then
+  step() { printf '\n\033[1m$ gpuhost %s\033[0m\n' "$*"; }
+else
+  step() { printf '\n$ gpuhost %s\n' "$*"; }
+fi
 run() { step "$@"; "$gpuhost" "$@"; }
 run facts --root "$root"
 run plan "${args[@]}"

@@ -42,13 +42,17 @@ esac
 objdump=objdump
 if [ "$arch" != "$(uname -m)" ]; then objdump=$arch-linux-gnu-objdump; fi
 
-# cargo-zigbuild and zig, installed when missing.
+# cargo-zigbuild and zig, installed when missing: into the checkout's target/ (cargo-zigbuild
+# with `cargo install --root target/cargo-zigbuild`, zig from PyPI into target/zig-venv), and
+# their caches there too (zig's global cache and cargo-zigbuild's wrappers follow
+# XDG_CACHE_HOME): nothing of theirs lands in HOME.
 zig_tools() {
-  local cargo_bin=${CARGO_HOME:-$HOME/.cargo}/bin
-  export PATH="$cargo_bin:$PATH"
+  local zig_root=$here/target/cargo-zigbuild
+  export PATH="$zig_root/bin:$PATH"
+  export XDG_CACHE_HOME=$here/target/zig-cache
   if ! command -v cargo-zigbuild >/dev/null 2>&1; then
-    echo "build-rpm: installing cargo-zigbuild (cargo install --locked cargo-zigbuild)" >&2
-    cargo install --quiet --locked cargo-zigbuild >&2
+    echo "build-rpm: installing cargo-zigbuild (cargo install --locked --root $zig_root cargo-zigbuild)" >&2
+    cargo install --quiet --locked --root "$zig_root" cargo-zigbuild >&2
   fi
   if ! command -v zig >/dev/null 2>&1 && ! python3 -m ziglang version >/dev/null 2>&1; then
     local venv=$here/target/zig-venv
@@ -56,7 +60,7 @@ zig_tools() {
       echo "build-rpm: installing zig (pip install ziglang, in $venv)" >&2
       python3 -m venv "$venv" >&2 \
         || { echo "build-rpm: python3 -m venv failed: install python3-venv (Debian) and run again" >&2; exit 1; }
-      "$venv/bin/pip" install --quiet ziglang >&2
+      "$venv/bin/pip" install --quiet --no-cache-dir ziglang >&2
     fi
     # cargo-zigbuild runs `python3 -m ziglang` when no zig is on the PATH.
     export PATH="$venv/bin:$PATH"
@@ -126,7 +130,9 @@ tar -C "$here" -cf "$src/gpuhost-docs.tar" docs
 cp "$here/packaging/gpuhost-resume.service" "$here/packaging/gpuhost-status.service" \
    "$here/packaging/gpuhost-status.timer" "$here/packaging/gpuhost-serve.service" "$here/packaging/gpuhost-kernel@.service" \
    "$here/packaging/95-gpuhost.install" "$here/packaging/gpuhost-alerts.yml" "$here/packaging/gpuhost-dashboard.json" \
-   "$here/README.md" "$here"/profiles/*.toml "$src/"
+   "$here/README.md" "$src/"
+# Every built-in profile (profiles/*.toml), as one tarball source.
+(cd "$here/profiles" && tar -cf "$src/gpuhost-profiles.tar" ./*.toml)
 # gzip payloads: readable by every rpm on OL8/OL9 (Debian's rpm would default to zstd).
 # GPUHOST_RPM_FAST=1 (tests) trades size for speed.
 payload=w6.gzdio

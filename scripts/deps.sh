@@ -65,7 +65,8 @@ test_debs=(git strace cloud-init vagrant vagrant-libvirt curl jq prometheus mung
   dnf-plugins-core qemu-user-static binutils-aarch64-linux-gnu)
 # The units of the servers those packages bring: left disabled.
 daemon_units=(munge.service slurmctld.service slurmd.service docker.service docker.socket containerd.service prometheus.service libvirtd.service libvirtd.socket
-  cloud-init.service cloud-init-local.service cloud-config.service cloud-final.service cloud-init.target cloud-init-main.service cloud-init-network.service)
+  cloud-init.service cloud-init-local.service cloud-config.service cloud-final.service cloud-init.target cloud-init-main.service cloud-init-network.service
+  cloud-init-hotplugd.socket)
 
 tools=("${demo_tools[@]}")
 [ "$set_name" = test ] && tools+=("${test_tools[@]}")
@@ -127,7 +128,7 @@ fi
 install_lint() {
   [ $need_lint = 1 ] || return 0
   echo "deps.sh: installing ansible-lint (pip install ansible-lint, into $lint_venv)" >&2
-  python3 -m venv "$lint_venv" && "$lint_venv/bin/pip" install --quiet ansible-lint \
+  python3 -m venv "$lint_venv" && "$lint_venv/bin/pip" install --quiet --no-cache-dir ansible-lint \
     || echo "deps.sh: ansible-lint could not be installed; its test is skipped (failed in CI)" >&2
 }
 # NVIDIA's ptxas (PyPI's nvidia-cuda-nvcc-cu12 wheel, in a venv of the checkout's own): CI
@@ -135,7 +136,7 @@ install_lint() {
 install_ptxas() {
   [ $need_ptxas = 1 ] || return 0
   echo "deps.sh: installing NVIDIA's ptxas (pip install nvidia-cuda-nvcc-cu12, into $ptxas_venv)" >&2
-  python3 -m venv "$ptxas_venv" && "$ptxas_venv/bin/pip" install --quiet nvidia-cuda-nvcc-cu12 \
+  python3 -m venv "$ptxas_venv" && "$ptxas_venv/bin/pip" install --quiet --no-cache-dir nvidia-cuda-nvcc-cu12 \
     || echo "deps.sh: ptxas could not be installed; its test is skipped (failed in CI)" >&2
 }
 # The arm64 .debs of the world's aarch64 roots: downloaded, not installed (their binaries

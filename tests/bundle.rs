@@ -1673,6 +1673,23 @@ fn a_bundle_of_another_driver_swaps_the_node_from_its_cache() {
     let (c, r, err) = apply_bundle(&off, "apply", &b);
     assert_eq!(c, 0, "{r:#}\n{err}");
     assert_converged(&r);
+    // Back to the first bundle's driver, from gpuhost's cache: the journal's package is the
+    // bundle's name for it (issue 54); then forward again.
+    let o = off.gpuhost(&["rollback", "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}\n{:#}", stderr(&o), report(&o));
+    assert!(
+        stderr(&o).contains(&format!("from bundle {}", a.display())),
+        "{}",
+        stderr(&o)
+    );
+    assert!(off
+        .installed("nvidia-driver")
+        .is_some_and(|v| v.starts_with("535.104.05")));
+    let (c, r, err) = apply_bundle(&off, "apply", &b);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    assert!(off
+        .installed("nvidia-driver")
+        .is_some_and(|v| v.starts_with("550.54.15")));
     // The cache removed by hand, the set still installed: the next apply caches it again from
     // the bundle and installs nothing.
     let rpmdb_before = rpmdb(&off);
@@ -1688,4 +1705,469 @@ fn a_bundle_of_another_driver_swaps_the_node_from_its_cache() {
     let (c, r, err) = apply_bundle(&off, "apply", &b);
     assert_eq!(c, 0, "{r:#}\n{err}");
     assert_converged(&r);
+
+    // The first bundle's set is no longer cached (the cache was removed above): a rollback
+    // names the bundle to apply again, not a scratch path, and changes nothing.
+    let before = rpmdb(&off);
+    let o = off.gpuhost(&["rollback"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("gpuhost apply --bundle {}", a.display())),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(rpmdb(&off), before);
+}
+
+// A node converged online, then kept up to date from bundles (issue 54): the everyday day-2
+// case of a node set up from a mirror and later updated air-gapped.
+
+/// The world's mirrors of a node set up online are gone (its repo files, which gpuhost wrote,
+/// stay as the profile says): dnf reaches no repo but gpuhost's driver cache in the root.
+fn mirrors_gone(root: &Root) {
+    fs::remove_dir_all(root.join("srv/repos")).unwrap_or_else(|e| panic!("{e}"));
+    let o = root.dnf(&["makecache"]);
+    assert!(!o.status.success(), "dnf still reaches a mirror");
+}
+
+/// The 12.4 local repo package's driver set as a bundle carries it and nodes cache it.
+const DRIVER_SET_550: &str = "cuda-repo-rhel8-12-4-local-12.4.1_550.54.15";
+
+/// `--set driver.keep_local_repo=KEEP`.
+fn keeping(keep: bool) -> String {
+    format!("driver.keep_local_repo={keep}")
+}
+
+/// A node converged online (from the world's mirrors) with the site profile of `driver` and
+/// `driver.keep_local_repo = keep`: the local repo package installed (`true`) or its driver set
+/// in gpuhost's cache (`false`).
+fn online_node(profile: &str, keep: bool) -> Root {
+    let node = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let k = keeping(keep);
+    let o = node.gpuhost(&[
+        "apply",
+        "--profile",
+        profile,
+        "--set",
+        &k,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(local_repo_packages(&node).is_empty(), !keep);
+    node
+}
+
+/// The NVIDIA local repo packages rpm has installed on `root`, by name.
+fn local_repo_packages(root: &Root) -> Vec<String> {
+    let o = root.rpm(&["-qa", "--qf", "%{NAME}\\n"]);
+    let mut names: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|n| n.starts_with("cuda-repo-") || n.starts_with("nvidia-driver-local-repo-"))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names
+}
+
+/// The driver sets gpuhost's cache holds on `root`, and the one its repo file gives dnf.
+fn cached_sets(root: &Root) -> (Vec<String>, Option<String>) {
+    let mut dirs = names_in(&root.join("var/lib/gpuhost/driver-repo")).unwrap_or_default();
+    dirs.sort();
+    let current = fs::read_to_string(root.join("etc/yum.repos.d/gpuhost-driver-repo.repo"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("baseurl=file:///var/lib/gpuhost/driver-repo/"))
+                .map(|d| d.trim_end_matches('/').to_string())
+        });
+    (dirs, current)
+}
+
+/// A site profile's bundle as a tarball, made from a fresh OL8 UEK root with `extra`'s `--set`s:
+/// the tarball's path.
+fn tar_bundle(dir: &Path, driver: &str, name: &str, extra: &[&str]) -> (String, PathBuf) {
+    let sub = dir.join(name);
+    fs::create_dir_all(&sub).unwrap_or_else(|e| panic!("{e}"));
+    let profile = site_profile(&sub, "ol8-uek", driver);
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let mut args = vec!["--tar"];
+    args.extend_from_slice(extra);
+    let made = bundle(&src, &profile, &sub.join("b"), &args);
+    let tar = PathBuf::from(made["tarball"].as_str().unwrap_or_default());
+    assert!(tar.is_file(), "{made:#}");
+    (profile, tar)
+}
+
+/// The reason the report gives for step `id`.
+fn reason_of(r: &Value, id: &str) -> String {
+    r["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["id"] == id)
+        .map(|s| {
+            format!(
+                "{} {}",
+                s["reason"].as_str().unwrap_or_default(),
+                s["hint"].as_str().unwrap_or_default()
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// `apply`/`plan --bundle TAR` with `extra` on `root`: (exit code, report, stderr).
+fn apply_bundle_with(
+    root: &Root,
+    cmd: &str,
+    bundle: &Path,
+    extra: &[&str],
+) -> (i32, Value, String) {
+    let b = bundle.display().to_string();
+    let mut args = vec![cmd, "--bundle", b.as_str(), "--format", "json"];
+    args.extend_from_slice(extra);
+    let o = root.gpuhost(&args);
+    let r = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (code(&o), r, stderr(&o))
+}
+
+/// The node's rpm database and the driver it runs.
+fn driver_on(root: &Root) -> String {
+    root.installed("nvidia-driver").unwrap_or_default()
+}
+
+/// A node converged online takes a bundle of the same driver, made with the same profile:
+/// `plan` and `apply` change nothing, with the local repo package kept (`true`) or the set in
+/// gpuhost's cache (`false`), offline. The other way round by `--set`: the package moves into
+/// gpuhost's cache from the bundle (nothing read but the bundle) and the next apply is
+/// unchanged; the cache stays when the profile says `true` (the bundle carries no package).
+#[rstest::rstest]
+#[case::keeping_the_package(true)]
+#[case::without_the_package(false)]
+fn a_node_converged_online_takes_a_bundle_of_its_driver_unchanged(#[case] keep: bool) {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let k = keeping(keep);
+    let (profile, tar) = tar_bundle(tmp.path(), CUDA_LOCAL_EL8_12_2, "a", &["--set", &k]);
+    let node = online_node(&profile, keep);
+    mirrors_gone(&node);
+    let rpmdb_before = rpmdb(&node);
+    for cmd in ["plan", "apply", "apply"] {
+        let (c, r, err) = apply_bundle_with(&node, cmd, &tar, &[]);
+        assert_eq!(c, 0, "{cmd}: {r:#}\n{err}");
+        assert_converged(&r);
+    }
+    assert_eq!(rpmdb(&node), rpmdb_before);
+
+    let other = keeping(!keep);
+    let (c, r, err) = apply_bundle_with(&node, "apply", &tar, &["--set", &other]);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    let why = reason_of(&r, "driver-repo");
+    // The bundle's set is the node's driver: the driver stays as it is either way.
+    assert!(driver_on(&node).starts_with("535.104.05"));
+    assert_eq!(
+        cached_sets(&node),
+        (vec![DRIVER_SET.to_string()], Some(DRIVER_SET.to_string()))
+    );
+    assert!(
+        local_repo_packages(&node).is_empty(),
+        "{:?}",
+        local_repo_packages(&node)
+    );
+    if keep {
+        assert!(
+            why.contains("driver.keep_local_repo = false") && why.contains("from the bundle"),
+            "{why}"
+        );
+        assert!(!node.join("var/cuda-repo-rhel8-12-2-local").exists());
+    } else {
+        assert!(
+            why.contains("the bundle carries no local repo package"),
+            "{why}"
+        );
+        assert_converged(&r);
+    }
+    let (c, r, err) = apply_bundle_with(&node, "apply", &tar, &["--set", &other]);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    assert_converged(&r);
+}
+
+/// A node converged online takes a bundle of another driver. With the local repo package kept
+/// (`true`) the bundle cannot bring the new one: refused before any change, naming the package
+/// it lacks and hints that work, none into a scratch folder; the package given by `--set`
+/// makes it one swap that installs it (and `keep_local_repo=false` would take the set into the
+/// cache). Without it (`false`) it is one swap into gpuhost's cache. Either way a second apply
+/// changes nothing and `gpuhost rollback` goes back to the online driver: from its package file,
+/// or, without the package, from gpuhost's cache with the file gone.
+#[rstest::rstest]
+#[case::keeping_the_package(true)]
+#[case::without_the_package(false)]
+fn a_node_converged_online_takes_a_bundle_of_another_driver_and_rolls_back(#[case] keep: bool) {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let k = keeping(keep);
+    // The online driver's package, a copy that can go away (a rollback from the cache).
+    let copy = tmp.path().join(CUDA_LOCAL_EL8_12_2);
+    fs::copy(World::get().cuda_local(CUDA_LOCAL_EL8_12_2), &copy).unwrap_or_else(|e| panic!("{e}"));
+    let site = tmp.path().join("site.toml");
+    fs::write(
+        &site,
+        format!(
+            "extends = \"{}\"\n\n[driver]\nlocal_repo_rpm = \"{}\"\n",
+            world::profile("ol8-uek"),
+            copy.display()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let node = online_node(&site.display().to_string(), keep);
+    let (_, tar) = tar_bundle(
+        tmp.path(),
+        CUDA_LOCAL_EL8_12_4,
+        "b",
+        &["--set", &k, "--set", "driver.replace_local_repo=true"],
+    );
+    mirrors_gone(&node);
+    let rpmdb_before = rpmdb(&node);
+    let tmpdir = tmp.path().join("tmpdir");
+    fs::create_dir_all(&tmpdir).unwrap_or_else(|e| panic!("{e}"));
+
+    if keep {
+        // Refused, nothing changed; the reason names the package, the hints work.
+        for cmd in ["plan", "apply"] {
+            let o = node
+                .gpuhost_cmd(&[
+                    cmd,
+                    "--bundle",
+                    &tar.display().to_string(),
+                    "--format",
+                    "json",
+                ])
+                .env("TMPDIR", &tmpdir)
+                .output()
+                .unwrap_or_else(|e| panic!("{e}"));
+            let r = report(&o);
+            assert_eq!(code(&o), 2, "{r:#}\n{}", stderr(&o));
+            let why = reason_of(&r, "driver-repo");
+            assert!(
+                why.contains(CUDA_LOCAL_EL8_12_4) && why.contains("driver.keep_local_repo = true"),
+                "{why}"
+            );
+            assert!(
+                why.contains("--set driver.keep_local_repo=false")
+                    && why.contains("--set driver.local_repo_rpm="),
+                "{why}"
+            );
+            assert!(
+                !why.contains(&tmpdir.display().to_string()) && !why.contains("/var/tmp/"),
+                "{why}"
+            );
+        }
+        assert_eq!(rpmdb(&node), rpmdb_before);
+        let (c, r, err) = apply_bundle_with(
+            &node,
+            "plan",
+            &tar,
+            &["--set", "driver.keep_local_repo=false"],
+        );
+        assert_eq!(c, 0, "{r:#}\n{err}");
+        assert!(
+            reason_of(&r, "driver-repo").contains(DRIVER_SET_550),
+            "{r:#}"
+        );
+        // The package given on the node: installed in the one swap, the old one gone.
+        let file = format!(
+            "driver.local_repo_rpm={}",
+            World::get().cuda_local(CUDA_LOCAL_EL8_12_4).display()
+        );
+        let (c, r, err) = apply_bundle_with(&node, "apply", &tar, &["--set", &file]);
+        assert_eq!(c, 0, "{r:#}\n{err}");
+        let (c, r, err) = apply_bundle_with(&node, "apply", &tar, &["--set", &file]);
+        assert_eq!(c, 0, "{r:#}\n{err}");
+        assert_converged(&r);
+        assert_eq!(
+            local_repo_packages(&node),
+            vec!["cuda-repo-rhel8-12-4-local".to_string()]
+        );
+    } else {
+        let (c, r, err) = apply_bundle_with(&node, "apply", &tar, &[]);
+        assert_eq!(c, 0, "{r:#}\n{err}");
+        assert!(
+            reason_of(&r, "driver-repo").contains("from the bundle's repo"),
+            "{r:#}"
+        );
+        let (c, r, err) = apply_bundle_with(&node, "apply", &tar, &[]);
+        assert_eq!(c, 0, "{r:#}\n{err}");
+        assert_converged(&r);
+        assert!(local_repo_packages(&node).is_empty());
+        assert_eq!(
+            cached_sets(&node),
+            (
+                vec![DRIVER_SET.to_string(), DRIVER_SET_550.to_string()],
+                Some(DRIVER_SET_550.to_string())
+            )
+        );
+    }
+    assert!(
+        driver_on(&node).starts_with("550.54.15"),
+        "{}",
+        driver_on(&node)
+    );
+    assert_eq!(node.installed_all("nvidia-driver").len(), 1);
+    assert_eq!(
+        node.nvidia_module_version(UEK8_NEW).as_deref(),
+        Some("550.54.15")
+    );
+
+    // Back to the online driver, offline: from its file, or from the cache with the file gone.
+    if !keep {
+        fs::remove_file(&copy).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let o = node.gpuhost(&["rollback", "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}\n{:#}", stderr(&o), report(&o));
+    assert!(
+        driver_on(&node).starts_with("535.104.05"),
+        "{}",
+        driver_on(&node)
+    );
+    assert_eq!(
+        node.nvidia_module_version(UEK8_NEW).as_deref(),
+        Some("535.104.05")
+    );
+    if keep {
+        assert_eq!(
+            local_repo_packages(&node),
+            vec!["cuda-repo-rhel8-12-2-local".to_string()]
+        );
+    } else {
+        assert!(local_repo_packages(&node).is_empty());
+        assert_eq!(cached_sets(&node).1, Some(DRIVER_SET.to_string()));
+    }
+}
+
+/// A node converged from a bundle goes online: the same driver with the profile's
+/// `keep_local_repo` (`true`: NVIDIA's package installed, gpuhost's cache removed; `false`:
+/// unchanged), then another driver online, one swap; each second apply unchanged.
+#[rstest::rstest]
+#[case::keeping_the_package(true)]
+#[case::without_the_package(false)]
+fn a_node_converged_from_a_bundle_goes_online(#[case] keep: bool) {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let k = keeping(keep);
+    let (profile, tar) = tar_bundle(tmp.path(), CUDA_LOCAL_EL8_12_2, "a", &["--set", &k]);
+    let node = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let (c, r, err) = apply_bundle_with(&node, "apply", &tar, &[]);
+    assert_eq!(c, 0, "{r:#}\n{err}");
+    assert!(local_repo_packages(&node).is_empty());
+    assert_eq!(cached_sets(&node).1, Some(DRIVER_SET.to_string()));
+
+    let online = |extra: &[&str]| {
+        let mut args = vec![
+            "apply",
+            "--profile",
+            profile.as_str(),
+            "--set",
+            k.as_str(),
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let o = node.gpuhost(&args);
+        assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+        report(&o)
+    };
+    let r = online(&[]);
+    if keep {
+        assert!(
+            reason_of(&r, "driver-repo").contains("driver.keep_local_repo = true"),
+            "{r:#}"
+        );
+        assert_eq!(
+            local_repo_packages(&node),
+            vec!["cuda-repo-rhel8-12-2-local".to_string()]
+        );
+        assert_eq!(cached_sets(&node), (vec![], None));
+    } else {
+        assert_converged(&r);
+        assert!(local_repo_packages(&node).is_empty());
+    }
+    assert_converged(&online(&[]));
+    assert!(driver_on(&node).starts_with("535.104.05"));
+
+    let b = format!(
+        "driver.local_repo_rpm={}",
+        World::get().cuda_local(CUDA_LOCAL_EL8_12_4).display()
+    );
+    let swap = [
+        "--set",
+        b.as_str(),
+        "--set",
+        "driver.replace_local_repo=true",
+    ];
+    online(&swap);
+    assert_converged(&online(&swap));
+    assert!(
+        driver_on(&node).starts_with("550.54.15"),
+        "{}",
+        driver_on(&node)
+    );
+    assert_eq!(node.installed_all("nvidia-driver").len(), 1);
+    if keep {
+        assert_eq!(
+            local_repo_packages(&node),
+            vec!["cuda-repo-rhel8-12-4-local".to_string()]
+        );
+    } else {
+        assert!(local_repo_packages(&node).is_empty());
+        assert_eq!(cached_sets(&node).1, Some(DRIVER_SET_550.to_string()));
+    }
+}
+
+/// `gpuhost bundle`'s report says what the bundle carries, one line per change of readable
+/// length (issue 54: build-deps was one line of 1,651 characters, and driver-repo said the
+/// package is installed with its whole repo while the bundle does not carry it): each step's
+/// packages, none of the files the target writes itself, the driver set and not the package.
+#[test]
+fn the_bundle_report_says_what_it_carries_in_readable_lines() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let profile = site_profile(tmp.path(), "ol8-uek", CUDA_LOCAL_EL8_12_2);
+    let out = tmp.path().join("b");
+    let src = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let o = src.gpuhost(&[
+        "bundle",
+        "--profile",
+        &profile,
+        "--out",
+        &out.display().to_string(),
+    ]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}\n{}", stderr(&o));
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= 300,
+            "a line of {} characters:\n{line}",
+            line.chars().count()
+        );
+    }
+    assert!(!text.contains("write /etc/dkms"), "{text}");
+    assert!(!text.contains("installed with its whole repo"), "{text}");
+    let driver_repo = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("driver-repo "))
+        .unwrap_or_default();
+    assert!(
+        driver_repo.contains(&format!("the driver set of {CUDA_LOCAL_EL8_12_2}"))
+            && driver_repo.contains("the package itself is not carried"),
+        "{text}"
+    );
+    // build-deps: its two installs (DKMS and the compiler; the kernel's toolset), a line each.
+    let start = text
+        .lines()
+        .position(|l| l.trim_start().starts_with("build-deps "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let lines: Vec<&str> = text.lines().skip(start).take(2).collect();
+    assert!(
+        lines[0].contains("install dkms")
+            && lines[1]
+                .trim_start()
+                .starts_with("install gcc-toolset-11-gcc"),
+        "{text}"
+    );
 }

@@ -886,11 +886,12 @@ fn an_image_on_the_live_hosts_docker() {
     let tar = l.docker_archive("13.0.0", "nvidia/cuda:13.0.0-base-rockylinux8");
     let o = d.docker(&["load", "--input", tar.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let docker_host = d.host();
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_gpuhost"))
             .arg("compat")
             .args(args)
-            .env("DOCKER_HOST", d.host())
+            .env("DOCKER_HOST", &docker_host)
             .env("GPUHOST_RUN_DIR", std::env::temp_dir())
             .output()
             .unwrap()
@@ -934,6 +935,15 @@ fn an_image_on_the_live_hosts_docker() {
         stderr(&o).contains("docker pull nvidia/cuda:99.0-base"),
         "{}",
         stderr(&o)
+    );
+    // dockerd stopped (issue 54): a pull would fail the same way, so the answer is to start it.
+    drop(d);
+    let o = run(&["--image", image, "--driver", "575.57.08"]);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 2, "{err}");
+    assert!(
+        err.contains("no Docker daemon answers: start it") && !err.contains("docker pull"),
+        "{err}"
     );
 }
 

@@ -397,11 +397,11 @@ fn flags(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The README's synopsis of the commands: every command `gpuhost --help` lists is there, and
-/// every flag it shows for a command is one that command's `--help` lists.
+/// The synopsis of the commands (docs/commands.md): every command `gpuhost --help` lists is
+/// there, and every flag it shows for a command is one that command's `--help` lists.
 #[test]
-fn the_readme_synopsis_shows_every_command_and_only_flags_they_take() {
-    let b = docs::blocks("README.md")
+fn the_synopsis_shows_every_command_and_only_flags_they_take() {
+    let b = docs::blocks("docs/commands.md")
         .into_iter()
         .find(|b| b.lang == "text" && b.heading == "Commands")
         .expect("a ```text synopsis under ## Commands");
@@ -437,7 +437,7 @@ fn the_readme_synopsis_shows_every_command_and_only_flags_they_take() {
         let unknown: Vec<&String> = fl.iter().filter(|f| !takes.contains(*f)).collect();
         assert!(
             unknown.is_empty(),
-            "the README shows `gpuhost {}` with {unknown:?}, which it does not take",
+            "docs/commands.md shows `gpuhost {}` with {unknown:?}, which it does not take",
             words.join(" ")
         );
     }
@@ -450,15 +450,15 @@ fn the_readme_synopsis_shows_every_command_and_only_flags_they_take() {
     for c in commands.lines().filter_map(|l| l.split_whitespace().next()) {
         assert!(
             c == "help" || shown.keys().any(|w| w[0] == c),
-            "the README's synopsis does not show `gpuhost {c}`"
+            "docs/commands.md's synopsis does not show `gpuhost {c}`"
         );
     }
 }
 
-/// The README's "Built with" names every crate the workspace depends on, and no other.
+/// docs/ARCHITECTURE.md's "Built with" names every crate the workspace depends on, and no other.
 #[test]
-fn the_readme_names_every_crate_gpuhost_is_built_with() {
-    let table = docs::checked(file!(), "README.md", "crates");
+fn the_architecture_names_every_crate_gpuhost_is_built_with() {
+    let table = docs::checked(file!(), "docs/ARCHITECTURE.md", "crates");
     let named: BTreeSet<String> = table
         .lines()
         .filter(|l| l.starts_with("| ") && !l.starts_with("| crate "))
@@ -498,7 +498,107 @@ fn the_readme_names_every_crate_gpuhost_is_built_with() {
     assert!(deps.contains("tokio") && deps.contains("duct"), "{deps:?}");
     assert_eq!(
         named, deps,
-        "README.md's Built with (left) against the Cargo.toml files (right)"
+        "docs/ARCHITECTURE.md's Built with (left) against the Cargo.toml files (right)"
+    );
+}
+
+/// A figure in a text: a number followed by a unit of time, size, ratio or a count of what a
+/// run measures (`2 min 15 s`, `13.6 MiB`, `0.26×`, `970 passed`, `148 Debian packages`).
+fn figures(text: &str) -> Vec<String> {
+    const UNITS: [&str; 16] = [
+        "ms",
+        "s",
+        "min",
+        "h",
+        "KiB",
+        "MiB",
+        "GiB",
+        "MB",
+        "GB",
+        "×",
+        "%",
+        "CPU-s",
+        "passed",
+        "failed",
+        "packages",
+        "Debian packages",
+    ];
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let starts = chars[i].is_ascii_digit() && (i == 0 || !chars[i - 1].is_alphanumeric());
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < chars.len() && (chars[j].is_ascii_digit() || chars[j] == '.' || chars[j] == ',') {
+            j += 1;
+        }
+        let number: String = chars[i..j].iter().collect();
+        let rest: String = chars[j..].iter().take(20).collect();
+        let rest = rest.strip_prefix(' ').unwrap_or(&rest);
+        let unit = UNITS.iter().find(|u| {
+            rest.starts_with(**u) && !rest[u.len()..].starts_with(|c: char| c.is_alphanumeric())
+        });
+        if let Some(u) = unit {
+            out.push(format!("{number} {u}"));
+        }
+        i = j.max(i + 1);
+    }
+    out
+}
+
+/// The README is a front door (issue 54): what gpuhost is, the two commands, a quick start and
+/// links, in at most 300 lines; its table still links the active checks; and it quotes no
+/// measured figure that a paragraph of its own does not date (`YYYY-MM-DD`) and call a
+/// measurement — the figures live where they are generated or checked (bench/, docs/).
+#[test]
+fn the_readme_is_a_front_door_without_undated_figures() {
+    let text = std::fs::read_to_string(docs::workspace().join("README.md")).unwrap();
+    let lines = text.lines().count();
+    assert!(lines <= 300, "README.md has {lines} lines");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("| [") && l.contains("(docs/active-checks.md)")),
+        "README.md's table no longer links docs/active-checks.md"
+    );
+    // Prose paragraphs: code blocks and HTML comments left out.
+    let mut prose = String::new();
+    let mut fenced = false;
+    for l in text.lines() {
+        if l.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced && !l.trim_start().starts_with("<!--") {
+            prose.push_str(l);
+            prose.push('\n');
+        }
+    }
+    let dated = |p: &str| {
+        p.contains("measured")
+            && p.as_bytes().windows(10).any(|w| {
+                w.iter().enumerate().all(|(i, c)| match i {
+                    4 | 7 => *c == b'-',
+                    _ => c.is_ascii_digit(),
+                })
+            })
+    };
+    let undated: Vec<String> = prose
+        .split("\n\n")
+        .filter(|p| !dated(p))
+        .flat_map(figures)
+        .collect();
+    assert!(
+        undated.is_empty(),
+        "README.md quotes figures no paragraph dates as a measurement (move them to bench/ or docs/benchmarks.md): {undated:?}"
+    );
+    // The figures the README quoted before issue 54 are found, so the scan would see them.
+    assert_eq!(
+        figures("took 2 min 15 s, 148 Debian packages, 0.26× `nvidia-smi -q`, 970 passed, 13.6 MiB; driver 535.104.05, CUDA 12.2"),
+        ["2 min", "15 s", "148 Debian packages", "0.26 ×", "970 passed", "13.6 MiB"]
     );
 }
 

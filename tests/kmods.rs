@@ -136,11 +136,12 @@ fn kmod_build_of(root: &Root, f: &Fleet, local: &str, extra: &[&str]) -> (i32, V
 }
 
 fn rpm_q(rpm: &Path, what: &str) -> String {
-    let o = Command::new("rpm")
-        .args(["-qp", "--nosignature", what])
-        .arg(rpm)
-        .output()
-        .unwrap();
+    let o = world::host_rpm([
+        std::ffi::OsStr::new("-qp"),
+        "--nosignature".as_ref(),
+        what.as_ref(),
+        rpm.as_os_str(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).to_string()
 }
@@ -676,12 +677,29 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
         driver.contains("kmod-nvidia-open-dkms gives way"),
         "{driver}"
     );
-    // plan names the build packages that go, and not the one a site package needs.
-    let said = "the build packages gpuhost installed go with NVIDIA's DKMS kmod: ";
-    assert!(driver.contains(said) && driver.contains("dkms"), "{driver}");
-    let listed = driver.split(said).nth(1).unwrap_or_default();
-    let listed = listed.split(['"', ';', ')']).next().unwrap_or_default();
-    assert!(!listed.split(", ").any(|n| n == "make"), "{driver}");
+    // plan names the build packages that go (the driver's transaction removes them), and not
+    // the one a site package needs.
+    assert!(
+        driver.contains("the build packages gpuhost installed for DKMS go with it"),
+        "{driver}"
+    );
+    let removes: Vec<String> = world::step(&rep, "driver")["changes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter_map(|c| c.split("; remove ").nth(1))
+        .flat_map(|r| {
+            r.split(" --allowerasing")
+                .next()
+                .unwrap_or_default()
+                .split(' ')
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(removes.iter().any(|n| n == "dkms"), "{driver}");
+    assert!(!removes.iter().any(|n| n == "make"), "{driver}");
     let (rc, rep) = node_apply(&node, &f.out, "apply");
     assert_eq!(rc, 0, "{rep:#}");
     // One transaction: the driver step's, the DKMS kmod out, the build host's in.
@@ -1737,4 +1755,174 @@ fn site_package(dir: &Path, name: &str, requires: &str) -> PathBuf {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     dir.join(format!("build/RPMS/noarch/{name}-1.0-1.noarch.rpm"))
+}
+
+/// `plan`, then `apply`, on `node` with the same arguments: plan's steps and changes are apply's
+/// (outcomes, and the work of every change), its text says no DKMS build and no Secure Boot
+/// verdict on a root without Secure Boot, one line per change and none past 400 characters.
+/// `path` names the kmod path in the messages. Apply's report.
+fn plan_is_apply(node: &Root, path: &str, local: &str, repo: &Path, extra: &[&str]) -> Value {
+    let (rc, plan) = node_apply_of(node, repo, "plan", local, extra);
+    assert_eq!(rc, 0, "{path}: {plan:#}");
+    let text = {
+        let rpm = World::get().cuda_local(local);
+        let mut args = vec![
+            "plan".to_string(),
+            "--profile".into(),
+            world::profile("ol9-uek"),
+            "--set".into(),
+            format!("driver.local_repo_rpm={}", rpm.display()),
+            "--set".into(),
+            format!("driver.kmod_repo={}", repo.display()),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = node.gpuhost(&args);
+        assert_eq!(code(&o), 0, "{path}: {}", world::stderr(&o));
+        world::stdout(&o)
+    };
+    let (rc, apply) = node_apply_of(node, repo, "apply", local, extra);
+    assert_eq!(rc, 0, "{path}: {apply:#}");
+    assert_eq!(
+        world::outcomes_and_work(&plan),
+        world::outcomes_and_work(&apply),
+        "{path}: plan said otherwise than apply did\nplan:\n{text}"
+    );
+    let planned: Vec<String> = world::outcomes_and_work(&plan)
+        .into_iter()
+        .flat_map(|(_, _, w)| w)
+        .collect();
+    assert!(
+        !planned.iter().any(|w| w.starts_with("dkms ")),
+        "{path}: {planned:?}"
+    );
+    assert!(!text.contains("Secure Boot"), "{path}: {text}");
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= 400,
+            "{path}: a line of {} characters:\n{line}",
+            line.chars().count()
+        );
+    }
+    // One line per change: each step's lines (its own and those under it, but a long change's
+    // reason on a line of its own) are as many as its runs of changes that share a reason.
+    // A change's line starts where the step line's first change does; its reason ("why: …")
+    // and what comes in a swap ("comes: …", wrapped) are indented further.
+    let column = text
+        .lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix("  ")?;
+            let outcome = ["would-change", "unchanged", "skipped"]
+                .iter()
+                .find_map(|o| rest.find(&format!(" {o} ")).map(|i| i + o.len() + 2))?;
+            let after = &rest[outcome..];
+            Some(2 + outcome + after.len() - after.trim_start().len())
+        })
+        .unwrap_or(0);
+    let mut shown: Vec<(String, usize)> = Vec::new();
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start().len();
+        match (line.strip_prefix("  "), shown.last_mut()) {
+            (Some(rest), _) if !rest.starts_with(' ') => {
+                let id = rest.split_whitespace().next().unwrap_or_default();
+                shown.push((id.to_string(), 1));
+            }
+            (Some(_), Some((_, n))) if indent == column => *n += 1,
+            _ => {}
+        }
+    }
+    for s in plan["steps"].as_array().into_iter().flatten() {
+        let reasons: Vec<String> = s["changes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(|c| c[world::work_of(c).len()..].to_string())
+            .collect();
+        let mut runs = reasons.clone();
+        runs.dedup();
+        let id = s["id"].as_str().unwrap_or_default();
+        if runs.is_empty() {
+            continue;
+        }
+        let lines = shown.iter().find(|(i, _)| i == id).map_or(0, |(_, n)| *n);
+        assert_eq!(lines, runs.len(), "{path}: {id}'s changes in\n{text}");
+    }
+    apply
+}
+
+/// Issue 54: `plan` with prebuilt kmods says exactly what `apply` then does, on every kmod
+/// path — a fresh node, a node whose DKMS built its modules, a kernel update, a driver swap —
+/// on roots without Secure Boot (`facts`: not-efi): no DKMS build, no Secure Boot verdict,
+/// readable lines.
+#[test]
+fn plan_says_what_apply_does_on_every_kmod_path() {
+    let build = build_root(&[UEK9, world::UEK9_8]);
+    build.dnf_ok(&["-y", "install", "gcc-toolset-14-gcc"]);
+    let f = fleet();
+    let both = ["--kernel-release", UEK9, "--kernel-release", world::UEK9_8];
+    for local in [DRIVER_LOCAL_EL9_570, world::CUDA_LOCAL_EL9_13_0] {
+        let (rc, _, text) = kmod_build_of(&build, &f, local, &both);
+        assert_eq!(rc, 0, "{text}");
+    }
+
+    // Fresh.
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let facts = node.gpuhost(&["facts"]);
+    assert!(
+        world::stdout(&facts).contains("not-efi"),
+        "{}",
+        world::stdout(&facts)
+    );
+    plan_is_apply(&node, "fresh", DRIVER_LOCAL_EL9_570, &f.out, &[]);
+    world::assert_converged(&node_apply(&node, &f.out, "apply").1);
+
+    // A kernel update: the new kernel's kmod from the repo.
+    node.dnf_ok(&[
+        "-y",
+        "install",
+        &format!("kernel-uek-{}", world::evr(world::UEK9_8)),
+    ]);
+    node.kernel_install_add(world::UEK9_8);
+    plan_is_apply(&node, "kernel update", DRIVER_LOCAL_EL9_570, &f.out, &[]);
+    assert_eq!(
+        node.nvidia_module_version(world::UEK9_8).as_deref(),
+        Some("570.124.06")
+    );
+
+    // A driver swap: the new driver's kmods come in driver-repo's one transaction.
+    let replace = ["--set", "driver.replace_local_repo=true"];
+    let apply = plan_is_apply(&node, "swap", world::CUDA_LOCAL_EL9_13_0, &f.out, &replace);
+    assert_eq!(
+        node.nvidia_module_version(UEK9).as_deref(),
+        Some("580.82.07"),
+        "{apply:#}"
+    );
+
+    // DKMS → prebuilt: the modules DKMS built give way to the build host's kmods.
+    let dkms = Root::new(Os::Ol9, &[UEK9]);
+    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let o = dkms.gpuhost(&[
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        &world::profile("ol9-uek"),
+        "--set",
+        &format!("driver.local_repo_rpm={}", rpm.display()),
+    ]);
+    assert_eq!(code(&o), 0, "{}", world::report(&o));
+    assert!(dkms.installed("kmod-nvidia-open-dkms").is_some());
+    let apply = plan_is_apply(&dkms, "DKMS → prebuilt", DRIVER_LOCAL_EL9_570, &f.out, &[]);
+    assert!(
+        dkms.installed("kmod-nvidia-open-dkms").is_none(),
+        "{apply:#}"
+    );
+    for m in dkms.nvidia_module_files(UEK9) {
+        assert_eq!(
+            world::modinfo(&dkms.join(&m), "signer").as_deref(),
+            Some(FLEET_CN),
+            "{m}"
+        );
+    }
 }

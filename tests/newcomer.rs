@@ -30,12 +30,19 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// The commands of the README's quick start, in order, comments dropped.
+/// The commands of the README's quick start, in order, comments dropped (a command continued
+/// with `\` on the next line is one).
 fn quick_start() -> Vec<String> {
     docs::delegated(file!(), "README.md", "quick-start")
         .commands()
         .iter()
-        .map(|l| l.split(" #").next().unwrap_or_default().trim().to_string())
+        .map(|l| {
+            l.lines()
+                .map(|p| p.split(" #").next().unwrap_or_default().trim())
+                .map(|p| p.trim_end_matches('\\').trim())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .collect()
 }
 
@@ -93,6 +100,8 @@ fn the_readme_quick_start_walks_in_order_on_a_fresh_root() {
         assert_eq!(code(&o), 0, "{ctx}");
         if cmd.starts_with("./demo.sh --keep ") {
             assert!(dir.join("root/var/lib/rpm").is_dir(), "{ctx}");
+            // Not a terminal: no escape codes in what a log keeps (issue 54).
+            assert!(!out.contains('\x1b') && !err.contains('\x1b'), "{ctx}");
             assert!(dir.join("env").is_file() && dir.join("profile.toml").is_file());
             assert!(
                 out.contains("$ gpuhost plan") && out.contains("would-change"),
@@ -115,6 +124,28 @@ fn the_readme_quick_start_walks_in_order_on_a_fresh_root() {
             setup.push_str(&cmd);
             setup.push('\n');
             walked.push("env");
+        } else if cmd.starts_with("gpuhost apply ") && cmd.contains("driver.local_repo_rpm=") {
+            // The upgrade: one driver for another, the 12.4 local repo package for 12.2's.
+            let last = summary_line(&out, "converged — ");
+            assert!(last.contains(" changed,"), "{ctx}");
+            let driver = installed_in(&dir.join("root"), "nvidia-driver");
+            assert!(driver.starts_with("550.54.15"), "{driver}\n{ctx}");
+            assert!(
+                installed_in(&dir.join("root"), "cuda-repo-rhel8-12-4-local").starts_with("12.4.1"),
+                "{ctx}"
+            );
+            walked.push("upgrade");
+        } else if cmd.starts_with("gpuhost rollback ") {
+            assert!(err.contains("driver 550.54.15 → 535.104.05"), "{ctx}");
+            let last = summary_line(&out, "converged — ");
+            assert!(last.contains(" changed,"), "{ctx}");
+            let driver = installed_in(&dir.join("root"), "nvidia-driver");
+            assert!(driver.starts_with("535.104.05"), "{driver}\n{ctx}");
+            assert!(
+                installed_in(&dir.join("root"), "cuda-repo-rhel8-12-4-local").is_empty(),
+                "{ctx}"
+            );
+            walked.push("rollback");
         } else if cmd.starts_with("gpuhost apply ") {
             let last = summary_line(&out, "converged — ");
             assert!(!last.contains(" changed,"), "{ctx}");
@@ -141,9 +172,25 @@ fn the_readme_quick_start_walks_in_order_on_a_fresh_root() {
     // env, a converged apply, facts, every profile key.
     assert_eq!(
         walked,
-        ["demo", "env", "apply", "facts", "profiles"],
+        ["demo", "env", "apply", "facts", "upgrade", "rollback", "profiles"],
         "{commands:?}"
     );
+    // `./demo.sh --help` says how to use it, exit 0 (issue 54); a wrong argument is exit 2.
+    let o = Command::new("bash")
+        .arg("demo.sh")
+        .arg("--help")
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("usage: ") && stdout(&o).contains("--keep DIR"));
+    let o = Command::new("bash")
+        .arg("demo.sh")
+        .arg("--kept")
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", stdout(&o));
 
     // The packages the README says the demo root gets are what its apply installed: the
     // root's rpm database against that of a fresh root made as demo.sh makes it.
@@ -173,6 +220,28 @@ fn the_readme_quick_start_walks_in_order_on_a_fresh_root() {
         base.contains("kernel-uek") && base.contains("oraclelinux-release"),
         "{base:?}"
     );
+}
+
+/// VERSION-RELEASE of a package in an install root (empty when not installed).
+fn installed_in(root: &Path, name: &str) -> String {
+    let o = Command::new("rpm")
+        .arg("--root")
+        .arg(root)
+        .args([
+            "--dbpath",
+            "/var/lib/rpm",
+            "-q",
+            "--qf",
+            "%{VERSION}-%{RELEASE}",
+            name,
+        ])
+        .output()
+        .unwrap();
+    if o.status.success() {
+        stdout(&o)
+    } else {
+        String::new()
+    }
 }
 
 /// A site profile file for world roots: the world's ol8-uek plus `extra` TOML.
@@ -654,17 +723,26 @@ fn a_reason_shared_by_several_changes_is_said_once() {
     let o = root.gpuhost(&["plan", "--profile", &profile, "--set", &driver]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
+    // The step's lines: its own and those under it (one per change, issue 54).
+    let start = out
+        .lines()
+        .position(|l| l.trim_start().starts_with("build-deps "))
+        .unwrap_or_else(|| panic!("{out}"));
     let line = out
         .lines()
-        .find(|l| l.trim_start().starts_with("build-deps "))
-        .unwrap_or_else(|| panic!("{out}"));
+        .skip(start)
+        .enumerate()
+        .take_while(|(i, l)| *i == 0 || l.starts_with("   "))
+        .map(|(_, l)| l)
+        .collect::<Vec<_>>()
+        .join("\n");
     assert_eq!(
         line.matches("DKMS builds every module for UEK").count(),
         1,
         "{line}"
     );
     assert!(
-        line.contains("write /etc/dkms/framework.conf.d/gpuhost-uek-compiler.conf, write /etc/dkms/gpuhost-uek-compiler.sh, write /etc/dkms/nvidia.conf, write /etc/dkms/nvidia-open.conf (DKMS builds"),
+        line.contains("write /etc/dkms/framework.conf.d/gpuhost-uek-compiler.conf, write /etc/dkms/gpuhost-uek-compiler.sh, write /etc/dkms/nvidia.conf, write /etc/dkms/nvidia-open.conf"),
         "{line}"
     );
     let o = root.gpuhost(&[
@@ -685,5 +763,101 @@ fn a_reason_shared_by_several_changes_is_said_once() {
             .to_string()
             .contains("write /var/lib/gpuhost/built-by/build-deps"),
         "{changes:#}"
+    );
+}
+
+/// Whitespace folded to single spaces (a help text's wrapped lines, a table row).
+fn folded(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `apply --help` and docs/commands.md's exit code table say the same of 130 and 143 (issue 54:
+/// they disagreed): a signal sent at any moment of the run, the checks before the first step
+/// included; the running transaction let finish, the remaining steps not run; a second signal.
+#[test]
+fn apply_help_and_the_exit_code_table_agree_on_signals() {
+    let o = gpuhost(&["apply", "--help"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let help = stdout(&o);
+    let help = folded(help.split("130, 143").nth(1).unwrap_or_default());
+    let table = std::fs::read_to_string(repo().join("docs/commands.md")).unwrap();
+    let row = folded(
+        table
+            .lines()
+            .find(|l| l.starts_with("| 130 / 143 |"))
+            .unwrap_or_default(),
+    );
+    for said in [
+        "stopped by SIGINT / SIGTERM, sent at any moment of the run",
+        "the checks before the first step included",
+        "a running package transaction is let finish and the remaining steps do not run",
+        "a second signal stops the waiting (the transaction runs on and keeps the apply lock until it ends)",
+    ] {
+        assert!(help.contains(said), "apply --help: {said:?} not in {help:?}");
+        assert!(row.contains(said), "docs/commands.md: {said:?} not in {row:?}");
+    }
+}
+
+/// `gpuhost profiles list` (and `ls`) lists the built-in profiles, as `gpuhost profiles` alone
+/// does (issue 54: `list` was an unrecognized subcommand).
+#[test]
+fn profiles_list_lists_the_built_in_profiles() {
+    let alone = gpuhost(&["profiles"]);
+    assert_eq!(code(&alone), 0, "{}", stderr(&alone));
+    assert!(stdout(&alone).contains("ol10-uek"), "{}", stdout(&alone));
+    for sub in ["list", "ls"] {
+        let o = gpuhost(&["profiles", sub]);
+        assert_eq!(code(&o), 0, "profiles {sub}: {}", stderr(&o));
+        assert_eq!(stdout(&o), stdout(&alone), "profiles {sub}");
+    }
+}
+
+/// Every release the built-in profiles serve is named where a user reads which releases gpuhost
+/// provisions: `gpuhost --help`, the gpuhost.1 man page, `profiles show --all`'s meaning of
+/// `os.major` (issue 54: they said "Oracle Linux 8/9" after Oracle Linux 10 came).
+#[test]
+fn the_help_man_page_and_profile_keys_name_every_release() {
+    let o = gpuhost(&["profiles"]);
+    let mut majors: Vec<u32> = stdout(&o)
+        .lines()
+        .filter_map(|l| l.strip_prefix("ol"))
+        .filter_map(|l| {
+            l.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .ok()
+        })
+        .collect();
+    majors.sort_unstable();
+    majors.dedup();
+    assert!(majors.len() >= 3, "{majors:?}");
+    let slashed = majors
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join("/");
+    let (last, rest) = majors.split_last().unwrap();
+    let listed = format!(
+        "{} or {last}",
+        rest.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let help = stdout(&gpuhost(&["--help"]));
+    assert!(
+        help.lines()
+            .next()
+            .unwrap_or_default()
+            .contains(&format!("Oracle Linux {slashed} ")),
+        "{help}"
+    );
+    let man = stdout(&gpuhost(&["generate", "man"]));
+    assert!(man.contains(&format!("Oracle Linux {slashed} ")), "{man}");
+    let all = stdout(&gpuhost(&["profiles", "show", "ol8-uek", "--all"]));
+    assert!(
+        all.contains(&format!("# Oracle Linux major version: {listed}.")),
+        "{all}"
     );
 }

@@ -732,9 +732,10 @@ fn reports_in_time(run_dir: &Path) {
 /// status then probes by itself, as it should.
 fn served_within_tries(run_dir: &Path, uid: Option<u32>) -> bool {
     use std::os::unix::process::CommandExt;
+    let bin = uid.map(|_| support::gpuhost_for_others());
     for _ in 0..10 {
-        let mut c = match uid {
-            Some(_) => support::gpuhost_as_other(run_dir),
+        let mut c = match &bin {
+            Some(b) => support::gpuhost_as_other(b, run_dir),
             None => gpuhost(run_dir),
         };
         c.args(["status", "--format", "json"]);

@@ -326,10 +326,11 @@ fn a_run_directory_another_user_made_is_refused_and_ours_is_private() {
         .unwrap()
         .success());
     std::fs::write(dir.join("nvml-probe.pid"), format!("1 {}\n", start_time(1))).unwrap();
+    let bin = support::gpuhost_for_others();
     let caller = || {
         let mut c = Command::new("sh");
         c.args(["-c", "umask 000; exec \"$0\" status"])
-            .arg(support::gpuhost_for_others())
+            .arg(bin.gpuhost())
             .env_remove("GPUHOST_RUN_DIR")
             .env_remove("XDG_RUNTIME_DIR")
             .env_remove("GPUHOST_STATUS_ROOT")

@@ -334,15 +334,12 @@ fn repacked(name: &str, dir: &std::path::Path, edit: impl FnOnce(&std::path::Pat
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     edit(&tree);
-    let o = std::process::Command::new("rpm")
-        .args([
-            "-qp",
-            "--qf",
-            "%{NAME}\\n%{VERSION}\\n%{RELEASE}\\n%{ARCH}\\n",
-        ])
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let o = world::host_rpm([
+        std::ffi::OsStr::new("-qp"),
+        "--qf".as_ref(),
+        "%{NAME}\\n%{VERSION}\\n%{RELEASE}\\n%{ARCH}\\n".as_ref(),
+        src.as_os_str(),
+    ]);
     let q = String::from_utf8_lossy(&o.stdout).to_string();
     let [n, v, r, a]: [&str; 4] = q
         .lines()

@@ -482,6 +482,62 @@ fn the_suite_ends_with_its_grand_total() {
     assert_eq!(o.status.code(), Some(101));
 }
 
+/// `scripts/test.sh` fails a passing suite that leaves something in HOME or the temp dir, and
+/// names it (issue 54): a stand-in cargo that passes and leaves `~/.rpmdb` and a folder in
+/// `$TMPDIR`; one that leaves nothing passes.
+#[test]
+fn the_suite_fails_when_it_leaves_something_in_home_or_tmp() {
+    let dir = tempfile::tempdir().unwrap();
+    let scripts = dir.path().join("scripts");
+    std::fs::create_dir_all(&scripts).unwrap();
+    std::fs::copy(
+        world::src_dir().join("../../scripts/test.sh"),
+        scripts.join("test.sh"),
+    )
+    .unwrap();
+    bash_script(&scripts.join("deps.sh"), "exit 0\n");
+    let (home, tmp) = (dir.path().join("home"), dir.path().join("tmp"));
+    std::fs::create_dir_all(home.join(".cache")).unwrap();
+    std::fs::create_dir_all(&tmp).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let suite = |leaves: &str| {
+        bash_script(
+            &dir.path().join("cargo"),
+            &format!(
+                "{leaves}\necho 'test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.10s'\n"
+            ),
+        );
+        Command::new("bash")
+            .arg(scripts.join("test.sh"))
+            .env("PATH", &path)
+            .env("HOME", &home)
+            .env("TMPDIR", &tmp)
+            .output()
+            .unwrap()
+    };
+    let o = suite("true");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = suite("mkdir -p \"$HOME/.rpmdb\" \"$HOME/.cache/zig\" \"$TMPDIR/gpuhost-bin-1\"");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert_eq!(out.lines().last(), Some("3 passed, 0 failed"), "{out}");
+    for left in [".rpmdb", ".cache/zig", "tmp/gpuhost-bin-1"] {
+        assert!(err.contains(left), "{left}: {err}");
+    }
+}
+
 /// kernel-devel ships the kernel's real `scripts/sign-file` (runnable inside the root: its
 /// libcrypto comes with openssl-libs), reachable where DKMS 3.x looks on non-Debian systems
 /// (`/lib/modules/<kver>/build/scripts/sign-file`); each kernel's `.config` names the signing

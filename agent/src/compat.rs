@@ -435,11 +435,27 @@ fn read_image(spec: &str, root: &Path) -> Result<ImageConfig> {
     })?;
     if !out.success() {
         return Err(invalid!(
-            "--image {spec}: {}; pull it first (docker pull {spec}), or give a docker save tarball or an OCI layout directory",
-            cmd.failure(&out)
+            "--image {spec}: {}; {}",
+            cmd.failure(&out),
+            not_inspected_hint(spec, &out.stderr)
         ));
     }
     image::parse_docker_inspect(spec, &out.stdout).map_err(|e| invalid!("{e:#}"))
+}
+
+/// What to do when `docker image inspect` did not answer: with no Docker daemon to ask (the
+/// client says "Cannot connect to the Docker daemon", as with dockerd stopped), pulling fails
+/// the same way, so start it; an image docker does not have, pull it; either way a docker save
+/// tarball or an OCI layout directory needs no daemon.
+fn not_inspected_hint(spec: &str, stderr: &str) -> String {
+    let alternative = "or give a docker save tarball or an OCI layout directory (no daemon needed)";
+    if stderr.contains("Cannot connect to the Docker daemon")
+        || stderr.contains("Is the docker daemon running")
+    {
+        format!("no Docker daemon answers: start it (systemctl start docker) and run again, {alternative}")
+    } else {
+        format!("pull it first (docker pull {spec}), {alternative}")
+    }
 }
 
 /// The host's driver and GPUs, from the first source that answers.

@@ -42,8 +42,10 @@ Exit codes (apply, plan, resume, rollback):
   3  converged except that a reboot is required
   4  --reboot with reboot.via = slurm (or --reboot-via slurm): a reboot is required and Slurm
      was asked for it (scontrol reboot ASAP): it drains the node, waits for its jobs, reboots it
-  130, 143  stopped by SIGINT / SIGTERM at a step boundary (a running package transaction
-     is let finish; a second signal stops waiting, the transaction keeps the lock)"
+  130, 143  stopped by SIGINT / SIGTERM, sent at any moment of the run (the checks before the
+     first step included): a running package transaction is let finish and the remaining
+     steps do not run (the report says where it stopped); a second signal stops the waiting
+     (the transaction runs on and keeps the apply lock until it ends)"
     };
 }
 macro_rules! kernel_added_exit_codes {
@@ -92,7 +94,7 @@ const EXIT_CODES: &str = concat!(
 const KERNEL_ADDED_EXIT_CODES: &str =
     concat!(apply_exit_codes!(), "\n\n", kernel_added_exit_codes!());
 
-/// Turns an Oracle Linux 8/9 machine with NVIDIA GPUs into a working GPU container host.
+/// Turns an Oracle Linux 8/9/10 machine with NVIDIA GPUs into a working GPU container host.
 #[derive(Parser, Debug)]
 #[command(name = "gpuhost", version, after_help = EXIT_CODES)]
 struct Cli {
@@ -178,6 +180,9 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum ProfilesAction {
+    /// List the built-in profiles (what `gpuhost profiles` alone prints).
+    #[command(visible_alias = "ls")]
+    List,
     /// Print a profile with its `extends` chain and `--set` overrides resolved.
     Show {
         /// A built-in profile name or a path to a .toml file.
@@ -606,9 +611,21 @@ fn kernel_added_options(k: &KernelAddedArgs) -> Result<Option<ApplyOptions>> {
 fn rollback_options(r: &RollbackArgs) -> Result<ApplyOptions> {
     let host = Host::new(&r.root)?;
     let rb = gpuhost_engine::rollback::plan(&host)?;
+    // A bundle's driver: the bundle's name for the package, not a file on the node.
+    let source = match &rb.to.bundle {
+        Some(b) => format!(
+            "{} from bundle {b}",
+            rb.to
+                .local_repo_rpm
+                .rsplit('/')
+                .next()
+                .unwrap_or(&rb.to.local_repo_rpm)
+        ),
+        None => rb.to.local_repo_rpm.clone(),
+    };
     eprintln!(
-        "gpuhost rollback: driver {} → {} ({})",
-        rb.from.version, rb.to.version, rb.to.local_repo_rpm
+        "gpuhost rollback: driver {} → {} ({source})",
+        rb.from.version, rb.to.version
     );
     let mut opts = recorded_options(rb.args, r.root.clone(), false);
     opts.dry_run = r.dry_run;
@@ -688,11 +705,13 @@ fn run_apply(opts: &ApplyOptions, format: Format) -> i32 {
 fn generate(what: &Generate) -> Result<()> {
     let mut out = std::io::stdout();
     match what {
-        Generate::Man { dir: None } => clap_mangen::Man::new(Cli::command()).render(&mut out)?,
+        Generate::Man { dir: None } => clap_mangen::Man::new(Cli::command())
+            .source(man_source())
+            .render(&mut out)?,
         Generate::Man { dir: Some(dir) } => {
             std::fs::create_dir_all(dir)
                 .map_err(|e| anyhow::anyhow!("cannot make {}: {e}", dir.display()))?;
-            clap_mangen::generate_to(Cli::command(), dir).map_err(|e| {
+            man_pages(dir).map_err(|e| {
                 anyhow::anyhow!("cannot write the man pages into {}: {e}", dir.display())
             })?;
         }
@@ -706,6 +725,29 @@ fn generate(what: &Generate) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The footer of every man page: gpuhost and its version (the subcommands' pages too).
+fn man_source() -> String {
+    format!("gpuhost {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// One man page per command (`gpuhost.1`, `gpuhost-apply.1`, …; hidden commands have none), as
+/// clap_mangen's `generate_to` writes them, but each footer naming gpuhost and its version
+/// ([`man_source`]): clap_mangen's names the subcommand alone (`apply`), with no version.
+fn man_pages(dir: &std::path::Path) -> std::io::Result<()> {
+    fn each(cmd: clap::Command, dir: &std::path::Path, source: &str) -> std::io::Result<()> {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned() {
+            each(sub, dir, source)?;
+        }
+        clap_mangen::Man::new(cmd)
+            .source(source)
+            .generate_to(dir)
+            .map(drop)
+    }
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    each(cmd, dir, &man_source())
 }
 
 /// The command line as the completion scripts know it: every `--set` offers the profile keys
@@ -869,7 +911,7 @@ fn run_facts(f: &FactsArgs) -> Result<()> {
 
 fn run_profiles(action: Option<&ProfilesAction>) -> Result<()> {
     match action {
-        None => {
+        None | Some(ProfilesAction::List) => {
             for (name, desc) in gpuhost_profile::builtin_list() {
                 println!("{name:<10} {desc}");
             }
@@ -970,6 +1012,20 @@ mod tests {
             apply.contains("\\-\\-root") && apply.contains("\\-\\-profile"),
             "{apply}"
         );
+        // Every page's footer (the .TH line's source) is gpuhost's, with its version, the
+        // subcommands' too (issue 54: they named the subcommand alone).
+        let source = format!("\"gpuhost {}\"", env!("CARGO_PKG_VERSION"));
+        let mut pages = 0;
+        for e in std::fs::read_dir(dir.path())? {
+            let page = std::fs::read_to_string(e?.path())?;
+            let th = page
+                .lines()
+                .find(|l| l.starts_with(".TH "))
+                .unwrap_or_default();
+            assert!(th.contains(&source), "{th}");
+            pages += 1;
+        }
+        assert!(pages > 10, "{pages} pages");
         Ok(())
     }
 

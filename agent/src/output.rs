@@ -106,8 +106,18 @@ pub(crate) fn print_bundle(r: &BuildReport) {
             ""
         }
     );
+    // One line per change, as the apply report gives them (a long one's reason under it).
     for (step, changes) in &r.plan {
-        println!("  {step:<18}  {}", changes.join("; "));
+        for (i, change) in changes.iter().enumerate() {
+            let id = if i == 0 { step.as_str() } else { "" };
+            match split_reason(change) {
+                (work, Some(why)) if 22 + change.chars().count() > LINE => {
+                    println!("  {id:<18}  {work}");
+                    println!("  {:<18}    why: {why}", "");
+                }
+                _ => println!("  {id:<18}  {change}"),
+            }
+        }
     }
     println!(
         "{} packages, {} in {}",
@@ -120,7 +130,7 @@ pub(crate) fn print_bundle(r: &BuildReport) {
     }
     if let Some(d) = &r.driver_set {
         println!(
-            "driver set: NVIDIA {} from {}: {} packages, {} (in repo/), NVIDIA's repo metadata in {}/; the local repo package itself ({}, the CUDA toolkit's packages with it) is not carried",
+            "driver set: NVIDIA {} from {}: {} packages, {} in repo/, NVIDIA's metadata in {}/; the package itself ({}, the CUDA toolkit with it) is not carried",
             d.driver,
             d.file,
             d.packages.len(),
@@ -157,6 +167,48 @@ pub(crate) fn print_bundle(r: &BuildReport) {
     println!("made in {} ms", r.duration_ms);
 }
 
+/// The width past which a change's reason goes on a line of its own (a wide terminal's).
+const LINE: usize = 200;
+
+/// A change as a report gives it, `work (reason)`: the work and the reason (the last group in
+/// parentheses, which the work may hold groups of its own before).
+fn split_reason(change: &str) -> (&str, Option<&str>) {
+    let Some(body) = change.strip_suffix(')') else {
+        return (change, None);
+    };
+    let mut depth = 0usize;
+    for (i, c) in body.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' if depth == 0 => return (change[..i].trim_end(), Some(&body[i + 1..])),
+            '(' => depth -= 1,
+            _ => {}
+        }
+    }
+    (change, None)
+}
+
+/// `text` (words separated by `, `) in lines of at most `width` characters: the first after
+/// `first`, the others after `rest`.
+fn wrapped(text: &str, width: usize, first: &str, rest: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_inclusive(", ") {
+        if !line.is_empty() && line.chars().count() + word.chars().count() > width {
+            out.push(line.trim_end().to_string());
+            line.clear();
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        out.push(line.trim_end().to_string());
+    }
+    out.into_iter()
+        .enumerate()
+        .map(|(i, l)| format!("{}{l}", if i == 0 { first } else { rest }))
+        .collect()
+}
+
 pub(crate) fn print_report(r: &Report) {
     let what = if r.dry_run { "plan" } else { "apply" };
     println!(
@@ -179,14 +231,43 @@ pub(crate) fn print_report(r: &Report) {
         );
     }
     let width = r.steps.iter().map(|s| s.id.len()).max().unwrap_or(8);
+    let indent = format!("  {:<width$}  {:<12}  ", "", "");
     for s in &r.steps {
+        // One line per change: the first beside the step, the others under it; a change too
+        // long for one line has its reason on the next.
+        let mut lines: Vec<String> = Vec::new();
+        for l in &s.lines {
+            let whole = l.text();
+            if indent.len() + whole.chars().count() <= LINE || l.why.is_empty() {
+                lines.push(whole);
+            } else {
+                lines.push(l.short.clone());
+                lines.push(format!("  why: {}", l.why));
+            }
+            for d in &l.details {
+                lines.extend(wrapped(
+                    d,
+                    LINE.saturating_sub(indent.len() + 2),
+                    "  ",
+                    "         ",
+                ));
+            }
+        }
+        if lines.is_empty() {
+            lines.push(s.reason.clone());
+        }
+        let (first, more) = lines
+            .split_first()
+            .map_or(("", &[][..]), |(f, m)| (f.as_str(), m));
         println!(
-            "  {:<width$}  {:<12}  {}  ({} ms)",
+            "  {:<width$}  {:<12}  {first}  ({} ms)",
             s.id,
             s.outcome.to_string(),
-            s.reason,
             s.duration_ms
         );
+        for line in more {
+            println!("{indent}{line}");
+        }
         if let Some(h) = &s.hint {
             println!("  {:<width$}  {:<12}  what to do: {h}", "", "");
         }
@@ -347,5 +428,28 @@ pub(crate) fn print_host_info(h: &gpuhost_host::hostinfo::HostInfo) {
             _ => "no mounted filesystem found".into(),
         };
         println!("free space           {} ({}): {free}", p.path, p.role);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_change_splits_into_its_work_and_its_last_parenthesised_reason() {
+        assert_eq!(
+            super::split_reason(
+                "dnf module reset m, then enable s (no package changes) (why (it is))"
+            ),
+            (
+                "dnf module reset m, then enable s (no package changes)",
+                Some("why (it is)")
+            )
+        );
+        assert_eq!(super::split_reason("write /a"), ("write /a", None));
+    }
+
+    #[test]
+    fn a_list_wraps_at_its_commas() {
+        let lines = super::wrapped("comes: a-1, b-1, c-1, d-1", 12, "  ", "    ");
+        assert_eq!(lines, ["  comes: a-1,", "    b-1, c-1,", "    d-1"]);
     }
 }

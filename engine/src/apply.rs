@@ -315,12 +315,19 @@ pub fn apply(opts: &ApplyOptions) -> Result<Report> {
         &reboot_required,
     )?;
     warnings.extend(ignored_driver(profile));
+    let bundle_source = bundle.as_ref().map(|b| b.source.display().to_string());
     let mut report = Report {
         gpuhost_version: env!("CARGO_PKG_VERSION").to_string(),
         driver: crate::rollback::record(
             &opts.selection,
             driver.as_ref(),
             profile.driver.sha256.as_deref(),
+            (
+                bundle_source
+                    .as_deref()
+                    .zip(bundle.as_ref().map(|b| b.dir.as_path())),
+                opts.driver.as_ref(),
+            ),
         ),
         command: crate::report::Command::of(opts.dry_run),
         profile: profile.name.clone(),

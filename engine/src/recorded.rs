@@ -81,6 +81,10 @@ pub struct DriverRecord {
     /// `driver.sha256`, when the apply pinned it (the file was checked against it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// The bundle (`apply --bundle`, as given) whose driver set stood in for the package file:
+    /// `local_repo_rpm` is then the bundle's name for the package, not a file on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<String>,
 }
 
 impl DriverRecord {

@@ -26,18 +26,29 @@ use crate::report::{Command, RunRecord};
 
 /// The driver record of an apply with this step `selection`: none unless every step that
 /// needs the driver package was selected (a step-limited apply did not manage the driver).
+/// `bundle`: the run's bundle (as given, and the folder it was verified in) when its driver set
+/// stood in for the package; else a rollback's own record, whose bundle it keeps.
 pub(crate) fn record(
     selection: &Selection,
     plan: Option<&gpuhost_steps::run::DriverPlan>,
     sha256: Option<&str>,
+    (bundle, pinned): (Option<(&str, &std::path::Path)>, Option<&DriverRecord>),
 ) -> Option<DriverRecord> {
     let all = gpuhost_steps::steps_needing_package(&Selection::default());
     let selected = gpuhost_steps::steps_needing_package(selection);
     let plan = plan.filter(|_| selected.len() == all.len())?;
+    let local_repo_rpm = plan.path.display().to_string();
+    let bundle = match bundle {
+        Some((given, dir)) if plan.path.starts_with(dir) => Some(given.to_string()),
+        _ => pinned
+            .filter(|d| d.local_repo_rpm == local_repo_rpm)
+            .and_then(|d| d.bundle.clone()),
+    };
     Some(DriverRecord {
-        local_repo_rpm: plan.path.display().to_string(),
+        local_repo_rpm,
         version: plan.repo.driver.clone(),
         sha256: sha256.map(str::to_string),
+        bundle,
     })
 }
 
@@ -152,19 +163,40 @@ pub fn plan(host: &Host) -> Result<Rollback> {
     r.from.version = installed_driver(host)?.unwrap_or(r.from.version);
     let path = std::path::Path::new(&r.to.local_repo_rpm);
     // The package file is the build host's own (like driver.local_repo_rpm in any apply);
-    // with driver.keep_local_repo = false, gpuhost's cache keeps the set before the current
-    // one, read from that file and checked then: the file is not needed again.
+    // with driver.keep_local_repo = false (or from a bundle), gpuhost's cache keeps the set
+    // before the current one, read from that file (on the bundle's build host) and checked
+    // then: the file is not needed again. The set is the file's when it carries that driver
+    // and was read from a file of that name.
     let cached = gpuhost_steps::transaction::cache::all(host)
         .into_iter()
-        .any(|(_, c)| c.driver == r.to.version && c.source == r.to.local_repo_rpm);
+        .any(|(_, c)| c.driver == r.to.version && same_file_name(&c.source, &r.to.local_repo_rpm));
     if !path.is_file() && !cached {
-        return Err(invalid!(
-            "driver {} came from {}, which is no longer there; copy NVIDIA's local repo package back to that path and run gpuhost rollback again",
-            r.to.version,
-            r.to.local_repo_rpm
-        ));
+        return Err(match &r.to.bundle {
+            // The bundle's name for the package is no path to copy anything to.
+            Some(b) => invalid!(
+                "driver {} came from bundle {b}, and gpuhost's cache no longer keeps its driver set; nothing was changed: apply a bundle of driver {} again (gpuhost apply --bundle {b}), or apply with driver.local_repo_rpm set to NVIDIA's {} package",
+                r.to.version,
+                r.to.version,
+                file_name(&r.to.local_repo_rpm)
+            ),
+            None => invalid!(
+                "driver {} came from {}, which is no longer there; copy NVIDIA's local repo package back to that path and run gpuhost rollback again",
+                r.to.version,
+                r.to.local_repo_rpm
+            ),
+        });
     }
     Ok(r)
+}
+
+/// The file name of a path as the journal or the cache keeps it.
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Two paths name files of the same name (NVIDIA's names say the package, version and driver).
+fn same_file_name(a: &str, b: &str) -> bool {
+    file_name(a) == file_name(b)
 }
 
 /// gpuhost's state folder in the root.
@@ -235,6 +267,7 @@ mod tests {
                     local_repo_rpm: file(d),
                     version: d.to_string(),
                     sha256: None,
+                    bundle: None,
                 }),
                 ..Report::default()
             },

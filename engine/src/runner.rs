@@ -84,6 +84,11 @@ pub struct StepReport {
     pub deferred: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reboot_required: Option<String>,
+    /// The reason as people read it: one line per change (a run of changes that share a
+    /// reason on one line, its reason once), then what is deferred. Empty: the reason is one
+    /// line. The text report prints these; JSON has `changes` and `reason`.
+    #[serde(skip)]
+    pub lines: Vec<ChangeLine>,
     #[serde(default)]
     pub commands: Vec<CmdRecord>,
     #[serde(default)]
@@ -91,6 +96,48 @@ pub struct StepReport {
     /// The signal (SIGTERM, SIGINT) that kept this step from running, if one did.
     #[serde(skip)]
     pub interrupted_by: Option<i32>,
+}
+
+/// One line of a step's reason ([`StepReport::lines`]): the work of a run of changes, as the
+/// reason gives it and as the text report's line does ([`Work::summary`]), and the reason they
+/// share (empty for what is deferred).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChangeLine {
+    pub work: String,
+    pub short: String,
+    pub why: String,
+    /// What the text report lists under the line ([`Work::details`]).
+    pub details: Vec<String>,
+}
+
+impl ChangeLine {
+    /// The line as the text report prints it.
+    pub fn text(&self) -> String {
+        if self.why.is_empty() {
+            self.short.clone()
+        } else {
+            format!("{} ({})", self.short, self.why)
+        }
+    }
+}
+
+impl std::fmt::Display for ChangeLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.why.is_empty() {
+            f.write_str(&self.work)
+        } else {
+            write!(f, "{} ({})", self.work, self.why)
+        }
+    }
+}
+
+/// A step's lines as its one-line reason.
+fn joined(lines: &[ChangeLine]) -> String {
+    lines
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl StepReport {
@@ -103,6 +150,7 @@ impl StepReport {
             changes: vec![],
             deferred: vec![],
             reboot_required: None,
+            lines: vec![],
             commands: vec![],
             duration_ms: 0,
             interrupted_by: None,
@@ -495,7 +543,11 @@ fn planned(id: &str, state: &StepState) -> StepReport {
     let StepState::Checked { first, .. } = state else {
         return r;
     };
-    r.changes = first.changes.iter().map(ToString::to_string).collect();
+    // In the order apply carries them out: phase by phase (before the transactions, the
+    // transactions, after them), each phase's in the check's order.
+    let mut changes: Vec<Change> = first.changes.clone();
+    changes.sort_by_key(|c| c.work.phase());
+    r.changes = changes.iter().map(ToString::to_string).collect();
     r.deferred = first.deferred.clone();
     r.reboot_required = first.reboot.clone();
     if first.changes.is_empty() {
@@ -507,32 +559,41 @@ fn planned(id: &str, state: &StepState) -> StepReport {
         r.reason = summarize(&first.notes, &first.deferred, first.reboot.as_deref());
     } else {
         r.outcome = Outcome::WouldChange;
-        r.reason = reason_of(&first.changes);
+        r.lines = lines_of(&changes);
+        r.reason = joined(&r.lines);
     }
     r
 }
 
-/// A step's changes as one line: each change's work, and its reason once for a run of changes
-/// that share it (`write a, write b (why)`, not the same why after each).
-fn reason_of(changes: &[Change]) -> String {
-    let mut runs: Vec<(Vec<String>, &str)> = Vec::new();
+/// A step's changes, one line each: each change's work, and its reason once for a run of
+/// changes that share it (`write a, write b (why)`, not the same why after each). Joined with
+/// `; `, the step's reason.
+fn lines_of(changes: &[Change]) -> Vec<ChangeLine> {
+    let mut runs: Vec<(Vec<&Work>, &str)> = Vec::new();
     for c in changes {
         match runs.last_mut() {
-            Some((works, why)) if *why == c.reason => works.push(c.work.to_string()),
-            _ => runs.push((vec![c.work.to_string()], &c.reason)),
+            Some((works, why)) if *why == c.reason => works.push(&c.work),
+            _ => runs.push((vec![&c.work], &c.reason)),
         }
     }
+    let join = |works: &[&Work], each: fn(&Work) -> String| {
+        works.iter().map(|w| each(w)).collect::<Vec<_>>().join(", ")
+    };
     runs.iter()
-        .map(|(works, why)| format!("{} ({why})", works.join(", ")))
-        .collect::<Vec<_>>()
-        .join("; ")
+        .map(|(works, why)| ChangeLine {
+            work: join(works, |w| w.to_string()),
+            short: join(works, Work::summary),
+            why: (*why).to_string(),
+            details: works.iter().filter_map(|w| w.details()).collect(),
+        })
+        .collect()
 }
 
 /// Carry out one change of a step (not a merged transaction), recording what it owes first;
 /// `label` names it in the progress lines.
 fn carry(ctx: &mut Ctx<'_>, slot: &mut Slot<'_>, change: &Change, label: &str) -> Result<()> {
     failpoint(&format!("{}:before-change", slot.id()));
-    gpuhost_host::progress::step_changing(label, &change.work.to_string());
+    gpuhost_host::progress::step_changing(label, &change.work.summary());
     let owes = match &change.work {
         Work::Install(i) => i.owes.as_ref(),
         Work::Write { owes, .. } => owes.as_ref(),
@@ -693,7 +754,7 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, batch: Batch) {
     let mut ids: Vec<usize> = members.iter().map(|(i, _)| *i).collect();
     ids.dedup();
     let label = label_of(run, &ids);
-    let what: Vec<String> = members.iter().map(|(_, c)| c.work.to_string()).collect();
+    let what: Vec<String> = members.iter().map(|(_, c)| c.work.summary()).collect();
     gpuhost_host::progress::step_changing(&label, &what.join("; "));
     run.changed_something = true;
     // The rpm database and dnf's module state before: a failed transaction is reported as what
@@ -1015,14 +1076,20 @@ fn finish(ctx: &mut Ctx<'_>, run: &mut Run<'_>, i: usize) {
     } else {
         r.outcome = Outcome::Changed;
         r.changes = slot.done().iter().map(ToString::to_string).collect();
-        r.reason = reason_of(slot.done());
+        r.lines = lines_of(slot.done());
         if r.reboot_required.is_none() {
             r.reboot_required = slot.first().and_then(|c| c.reboot.clone());
         }
         if !last.deferred.is_empty() {
-            r.reason
-                .push_str(&format!("; deferred: {}", last.deferred.join("; ")));
+            let deferred = format!("deferred: {}", last.deferred.join("; "));
+            r.lines.push(ChangeLine {
+                short: deferred.clone(),
+                work: deferred,
+                why: String::new(),
+                details: Vec::new(),
+            });
         }
+        r.reason = joined(&r.lines);
     }
     slot.account(start);
     tracing::info!(step = step.id(), outcome = %r.outcome, "{}", r.reason);

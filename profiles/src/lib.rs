@@ -135,7 +135,7 @@ impl SecureBootSpec {
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OsSpec {
-    /// Oracle Linux major version: 8 or 9.
+    /// Oracle Linux major version: 8, 9 or 10.
     pub major: u32,
 }
 

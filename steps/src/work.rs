@@ -197,31 +197,7 @@ impl fmt::Display for Work {
             Work::Configure(w) | Work::Write { file: w, .. } => write!(f, "write {}", w.path),
             Work::Unconfigure(p) => write!(f, "remove {p}"),
             Work::Remove(p) => write!(f, "dnf remove {}", p.join(" ")),
-            Work::SwapDriver(s) => {
-                let specs: Vec<String> = s.install.iter().map(RepoPackage::spec).collect();
-                let rpm = s
-                    .repo_rpm
-                    .as_deref()
-                    .map(|r| format!("{r} "))
-                    .unwrap_or_default();
-                write!(
-                    f,
-                    "one dnf transaction: remove {}; install {rpm}{}",
-                    s.remove.join(" "),
-                    specs.join(" ")
-                )?;
-                if !s.erases.is_empty() {
-                    write!(f, "; erasing {} (driver.allow_erase)", s.erases.join(", "))?;
-                }
-                match &s.module {
-                    Some(m) if s.module_reset => write!(
-                        f,
-                        "; then dnf module reset and dnf module enable {m} (no profile marked installed)"
-                    ),
-                    Some(m) => write!(f, "; then dnf module switch-to {m}"),
-                    None => Ok(()),
-                }
-            }
+            Work::SwapDriver(s) => fmt_swap(f, s, false),
             Work::DisableModule(m) => write!(f, "dnf module disable {m}"),
             Work::ResetModule(m) => write!(f, "dnf module reset {m}"),
             Work::EnableStream { module, stream } => write!(
@@ -260,6 +236,108 @@ impl fmt::Display for Work {
     }
 }
 
+impl Work {
+    /// The work as the text report's line gives it: a driver swap by the size and version of
+    /// the set that comes (its packages one by one are in the JSON report's `changes` and
+    /// `reason`, the package file by its name); anything else as [`fmt::Display`] gives it.
+    pub fn summary(&self) -> String {
+        struct Short<'a>(&'a DriverSwap);
+        impl fmt::Display for Short<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt_swap(f, self.0, true)
+            }
+        }
+        match self {
+            Work::SwapDriver(s) => Short(s).to_string(),
+            other => other.to_string(),
+        }
+    }
+
+    /// What the text report lists under the work's line: a driver swap's packages that come,
+    /// each at its version, and the build host's kmods by file name (the summary gives only
+    /// their number).
+    pub fn details(&self) -> Option<String> {
+        let Work::SwapDriver(s) = self else {
+            return None;
+        };
+        let mut comes: Vec<String> = s
+            .install
+            .iter()
+            .map(|p| format!("{}-{}", p.name, p.version))
+            .collect();
+        comes.extend(
+            s.files
+                .iter()
+                .map(|f| f.rsplit('/').next().unwrap_or(f).to_string()),
+        );
+        (!comes.is_empty()).then(|| format!("comes: {}", comes.join(", ")))
+    }
+}
+
+/// A [`DriverSwap`]: what goes, what comes (each package at its version, the build host's
+/// kmods by file, erasures the profile allows) and dnf's module state after it; `short`: the
+/// set by its size and version, files by name.
+fn fmt_swap(f: &mut fmt::Formatter<'_>, s: &DriverSwap, short: bool) -> fmt::Result {
+    let name = |p: &str| -> String {
+        if short {
+            p.rsplit('/').next().unwrap_or(p).to_string()
+        } else {
+            p.to_string()
+        }
+    };
+    let mut versions: Vec<&str> = s.install.iter().map(|p| p.version.as_str()).collect();
+    versions.sort_unstable();
+    versions.dedup();
+    let mut specs = vec![match (short, versions.as_slice()) {
+        (true, [one]) => format!("the {} packages of driver {one}", s.install.len()),
+        _ => s
+            .install
+            .iter()
+            .map(RepoPackage::spec)
+            .collect::<Vec<_>>()
+            .join(" "),
+    }];
+    if !s.files.is_empty() {
+        let n = s.files.len();
+        specs.push(if short {
+            format!(
+                "and the build host's kmods for {n} kernel{}",
+                if n == 1 { "" } else { "s" }
+            )
+        } else {
+            format!("and the build host's kmods {}", s.files.join(" "))
+        });
+    }
+    let rpm = s
+        .repo_rpm
+        .as_deref()
+        .map(|r| format!("{} {}", name(r), if short { "and " } else { "" }))
+        .unwrap_or_default();
+    // From gpuhost's cache nothing of rpm's goes but the old set's packages, which the new
+    // set's replace.
+    let remove = if s.remove.is_empty() {
+        String::new()
+    } else {
+        format!("remove {}; ", s.remove.join(" "))
+    };
+    write!(
+        f,
+        "one dnf transaction: {remove}install {rpm}{}",
+        specs.join(" ")
+    )?;
+    if !s.erases.is_empty() {
+        write!(f, "; erasing {} (driver.allow_erase)", s.erases.join(", "))?;
+    }
+    match &s.module {
+        Some(m) if s.module_reset => write!(
+            f,
+            "; then dnf module reset and dnf module enable {m} (no profile marked installed)"
+        ),
+        Some(m) => write!(f, "; then dnf module switch-to {m}"),
+        None => Ok(()),
+    }
+}
+
 /// An [`Install`] as `plan` and the report show it.
 fn fmt_install(f: &mut fmt::Formatter<'_>, i: &Install) -> fmt::Result {
     if let Some(m) = &i.enable {
@@ -267,10 +345,19 @@ fn fmt_install(f: &mut fmt::Formatter<'_>, i: &Install) -> fmt::Result {
     }
     if let (Some(m), false) = (&i.module, i.leave_out.is_empty()) {
         let stream = m.split_once('/').map_or(m.as_str(), |(s, _)| s);
+        // The left-out packages are NVIDIA's DKMS kmods (the only ones a profile leaves out).
+        let but = if i
+            .leave_out
+            .iter()
+            .all(|p| gpuhost_nvidia::packages::dkms_kmods().any(|k| k == p))
+        {
+            "NVIDIA's DKMS kmod".to_string()
+        } else {
+            i.leave_out.join(", ")
+        };
         write!(
             f,
-            "dnf module enable {stream}, then install the packages of profile {m} but {}",
-            i.leave_out.join(", ")
+            "dnf module enable {stream}, then install the packages of profile {m} but {but}"
         )?;
         if !i.specs.is_empty() {
             write!(f, ", and {}", i.specs.join(" "))?;
@@ -280,9 +367,20 @@ fn fmt_install(f: &mut fmt::Formatter<'_>, i: &Install) -> fmt::Result {
         words.extend(i.specs.iter().cloned());
         if i.module.is_some() {
             write!(f, "dnf install {}", words.join(" "))?;
-        } else {
+        } else if !words.is_empty() {
             write!(f, "install {}", words.join(" "))?;
         }
+    }
+    // Nothing installed by name: the part removes packages, or settles gpuhost's driver cache
+    // (a bundle's driver set, installed by the driver step's packages).
+    let named = i.module.is_some() || !i.specs.is_empty();
+    if !i.remove.is_empty() {
+        let sep = if named { "; " } else { "" };
+        write!(f, "{sep}remove {}", i.remove.join(" "))?;
+    }
+    if let (Some(RepoCache::Bundle { .. }), false) = (&i.cache, named) {
+        let sep = if i.remove.is_empty() { "" } else { "; " };
+        write!(f, "{sep}keep the bundle's driver set in gpuhost's cache")?;
     }
     if i.allowerasing {
         f.write_str(" --allowerasing")?;
@@ -564,7 +662,7 @@ pub fn scratch_transaction(
 }
 
 /// A spec that names a package file by its path (`/srv/cuda-repo-….rpm`), not a package.
-pub(crate) fn is_package_file(spec: &str) -> bool {
+pub fn is_package_file(spec: &str) -> bool {
     spec.starts_with('/') && spec.ends_with(".rpm")
 }
 
@@ -756,6 +854,48 @@ fn switch_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A part that installs nothing by name says what it does instead: no `install  (` with no
+    /// package (issue 54); the packages a part removes are named.
+    #[test]
+    fn an_install_without_names_says_what_it_does() {
+        let bundle = RepoCache::Bundle {
+            meta: "/b/driver/x".into(),
+            packages: "/b/repo/Packages".into(),
+        };
+        let settles = Work::Install(Install {
+            brings_repo: true,
+            cache: Some(bundle.clone()),
+            ..Install::default()
+        });
+        assert_eq!(
+            settles.to_string(),
+            "keep the bundle's driver set in gpuhost's cache"
+        );
+        let moves = Work::Install(Install {
+            brings_repo: true,
+            cache: Some(bundle),
+            remove: vec!["cuda-repo-rhel8-12-2-local".into()],
+            ..Install::default()
+        });
+        assert_eq!(
+            moves.to_string(),
+            "remove cuda-repo-rhel8-12-2-local; keep the bundle's driver set in gpuhost's cache"
+        );
+        let both = Work::Install(Install {
+            specs: vec!["/r/kmod.rpm".into()],
+            remove: vec!["dkms".into(), "gcc".into()],
+            allowerasing: true,
+            ..Install::default()
+        });
+        assert_eq!(
+            both.to_string(),
+            "install /r/kmod.rpm; remove dkms gcc --allowerasing"
+        );
+        for w in [settles, moves, both] {
+            assert!(!w.to_string().contains("install  "), "{w}");
+        }
+    }
 
     #[test]
     fn a_dnf_problem_names_the_steps_whose_packages_it_mentions() {

@@ -35,35 +35,49 @@ pub fn gpuhost(run_dir: &Path) -> Command {
     c
 }
 
-/// The gpuhost binary as another user can run it: a copy (with the NVML probe helper it
-/// execs) in a folder every user may enter, made once per test binary. A clone under a
-/// folder of mode 700 (`/root/gpuhost`) keeps cargo's own target directory from them
-/// (issue 43: the suite passes wherever root clones it).
-pub fn gpuhost_for_others() -> &'static Path {
-    use std::os::unix::fs::PermissionsExt;
-    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        let built = Path::new(env!("CARGO_BIN_EXE_gpuhost"));
-        let dir = std::env::temp_dir().join(format!("gpuhost-bin-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a folder for the copies");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("mode 755");
-        for name in ["gpuhost", "gpuhost-nvml-probe"] {
-            let from = built.with_file_name(name);
-            if from.exists() {
-                let to = dir.join(name);
-                std::fs::copy(&from, &to).expect("copy the binary");
-                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
-                    .expect("mode 755");
-            }
-        }
-        dir.join("gpuhost")
-    })
+/// The gpuhost binary as another user can run it (with the NVML probe helper it execs), in a
+/// folder of the temp dir every user may enter: a clone under a folder of mode 700
+/// (`/root/gpuhost`) keeps cargo's own target directory from them (issue 43: the suite passes
+/// wherever root clones it). Hard links of the built binaries where the temp dir shares their
+/// filesystem (copies otherwise); the folder goes when the value is dropped (issue 54: the suite
+/// leaves nothing in /tmp).
+pub struct ForOthers {
+    dir: tempfile::TempDir,
 }
 
-/// [`gpuhost`], run from [`gpuhost_for_others`]'s copy (for a test that runs it as another
+impl ForOthers {
+    /// The gpuhost binary in it.
+    pub fn gpuhost(&self) -> PathBuf {
+        self.dir.path().join("gpuhost")
+    }
+}
+
+pub fn gpuhost_for_others() -> ForOthers {
+    use std::os::unix::fs::PermissionsExt;
+    let built = Path::new(env!("CARGO_BIN_EXE_gpuhost"));
+    let dir = tempfile::Builder::new()
+        .prefix("gpuhost-bin-")
+        .tempdir()
+        .expect("a folder for the binaries");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("mode 755");
+    for name in ["gpuhost", "gpuhost-nvml-probe"] {
+        let from = built.with_file_name(name);
+        if from.exists() {
+            let to = dir.path().join(name);
+            if std::fs::hard_link(&from, &to).is_err() {
+                std::fs::copy(&from, &to).expect("copy the binary");
+            }
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
+                .expect("mode 755");
+        }
+    }
+    ForOthers { dir }
+}
+
+/// [`gpuhost`], run from [`gpuhost_for_others`]'s binary (for a test that runs it as another
 /// user).
-pub fn gpuhost_as_other(run_dir: &Path) -> Command {
-    let mut c = Command::new(gpuhost_for_others());
+pub fn gpuhost_as_other(bin: &ForOthers, run_dir: &Path) -> Command {
+    let mut c = Command::new(bin.gpuhost());
     c.env("GPUHOST_RUN_DIR", run_dir)
         .env_remove("GPUHOST_STATUS_ROOT")
         .env_remove("GPUHOST_PROBE_DELAY_MS")

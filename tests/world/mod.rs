@@ -1,4 +1,4 @@
-//! The gpuhost test world: a synthetic Oracle Linux 8/9 package universe built with the real
+//! The gpuhost test world: a synthetic Oracle Linux 8/9/10 package universe built with the real
 //! rpmbuild/createrepo_c, and throwaway install roots made from it, for integration tests that
 //! run the real `gpuhost` binary against real rpm and dnf.
 //!
@@ -844,6 +844,23 @@ pub fn site_toml(text: &str) -> (tempfile::TempDir, String) {
     (dir, shown)
 }
 
+/// `rpm ARGS` on this machine (a query of package files, `-qp`), with a database of its own
+/// that goes with the call: Debian's rpm would otherwise make one in the caller's HOME
+/// (`~/.rpmdb`, issue 54: the suite leaves nothing in HOME).
+pub fn host_rpm<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let db = tempfile::tempdir().unwrap();
+    Command::new("rpm")
+        .arg("--dbpath")
+        .arg(db.path())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// The gpuhost binary run with `args` alone (no root, the caller's HOME).
 pub fn gpuhost(args: &[&str]) -> Output {
     run(Command::new(env!("CARGO_BIN_EXE_gpuhost")).args(args))
@@ -923,4 +940,83 @@ pub fn module_state(root: &Root, module: &str) -> (String, String, String) {
             .map_or(String::new(), |(_, v)| v.trim().to_string())
     };
     (field("stream"), field("profiles"), field("state"))
+}
+
+/// A change as a report gives it (`work (reason)`) less its reason: the last parenthesised
+/// group, which a work may hold groups of its own before.
+pub fn work_of(change: &str) -> String {
+    let mut depth = 0usize;
+    for (i, c) in change.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return change[..i].trim_end().to_string();
+                }
+            }
+            _ => {}
+        }
+    }
+    change.to_string()
+}
+
+/// Each step of a report with its outcome as `apply` reports it (`plan`'s would-change is
+/// apply's changed) and the work of each of its changes: what `plan` and `apply` of the same
+/// arguments on the same root must agree on (issue 54).
+pub fn outcomes_and_work(rep: &serde_json::Value) -> Vec<(String, String, Vec<String>)> {
+    rep["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let outcome = match s["outcome"].as_str().unwrap_or_default() {
+                "would-change" => "changed",
+                o => o,
+            };
+            let works = s["changes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(serde_json::Value::as_str)
+                .map(work_of)
+                .collect();
+            (
+                s["id"].as_str().unwrap_or_default().to_string(),
+                outcome.to_string(),
+                works,
+            )
+        })
+        .collect()
+}
+
+/// `gpuhost plan ARGS`, then `gpuhost apply ARGS` (each with `--format json`) on `root`: plan's
+/// exit code is apply's, and its steps, outcomes and the work of every change are apply's.
+/// Apply's exit code and report.
+pub fn plan_is_apply(root: &Root, args: &[&str]) -> (i32, serde_json::Value) {
+    let run = |cmd: &str| {
+        let mut a = vec![cmd, "--format", "json"];
+        a.extend_from_slice(args);
+        let o = root.gpuhost(&a);
+        (code(&o), report(&o), stderr(&o))
+    };
+    let (pc, plan, perr) = run("plan");
+    let (ac, apply, aerr) = run("apply");
+    assert_eq!(
+        pc, ac,
+        "plan exit {pc}, apply {ac}: {args:?}\n{plan:#}\n{perr}\n{apply:#}\n{aerr}"
+    );
+    let (p, a) = (outcomes_and_work(&plan), outcomes_and_work(&apply));
+    let differ: Vec<String> = p
+        .iter()
+        .zip(&a)
+        .filter(|(x, y)| x != y)
+        .map(|(x, y)| format!("plan:  {x:?}\napply: {y:?}"))
+        .collect();
+    assert!(
+        differ.is_empty() && p.len() == a.len(),
+        "plan said otherwise than apply did: {args:?}\n{}",
+        differ.join("\n")
+    );
+    (ac, apply)
 }

@@ -120,6 +120,11 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     let dirs = profile_dirs(&profile);
     link_file_urls(&scratch, &source, &dirs)?;
     let facts = target_facts(opts, &scratch, &profile, root_facts)?;
+    // The scratch root installs NVIDIA's package (without scriptlets) for the driver set to be
+    // read out of it, whatever the profile keeps on the nodes: its own value is written back
+    // into the bundle's profile below.
+    let keep_local_repo = profile.driver.keep_local_repo;
+    profile.driver.keep_local_repo = true;
     let driver = pin_driver(&mut profile, &facts)?;
     let kernels = facts.kernels_to_serve();
     let prebuilt = driver.as_ref().filter(|d| d.kmods.is_some());
@@ -140,8 +145,10 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
         &pkgdir,
     )?;
     let driver_set = carry_driver_set(&scratch, &planned.local_files, &staging, &pkgdir)?;
-    // Nodes keep the set the bundle carries in gpuhost's cache: no package to install.
-    profile.driver.keep_local_repo = false;
+    // `driver.keep_local_repo` stays the profile's: the bundle carries the set, never the
+    // package, so a node without NVIDIA's package keeps the set in gpuhost's cache, and one
+    // that holds the package keeps it or not as the profile says (`apply --bundle`).
+    profile.driver.keep_local_repo = keep_local_repo;
     let kmod_repo = prebuilt
         .map(|d| kmods::carry(d, &kernels, &staging, &mut profile))
         .transpose()?;
@@ -765,6 +772,23 @@ fn pass_work(
             }
         };
         for c in &check.changes {
+            // What the report and the manifest say of the step: the packages the bundle
+            // carries for it (a target's files, units and builds are its own to do).
+            let said = match &c.work {
+                Work::Install(i) if i.brings_repo => {
+                    let file = i
+                        .specs
+                        .iter()
+                        .find(|s| gpuhost_steps::work::is_package_file(s))
+                        .map(|s| s.rsplit('/').next().unwrap_or(s).to_string())
+                        .unwrap_or_default();
+                    Some(format!(
+                        "the driver set of {file}: its packages in repo/, NVIDIA's metadata in driver/ (the package itself is not carried)"
+                    ))
+                }
+                Work::Install(_) | Work::SwitchStream { .. } => Some(c.to_string()),
+                _ => None,
+            };
             match &c.work {
                 Work::Install(i) => work.installs.push((id, i.clone())),
                 Work::SwitchStream {
@@ -781,7 +805,7 @@ fn pass_work(
                 // Files, units, builds: the target does them itself.
                 _ => continue,
             }
-            let said = c.to_string();
+            let Some(said) = said else { continue };
             let entry = plan.entry(id.to_string()).or_default();
             if !entry.contains(&said) {
                 entry.push(said);

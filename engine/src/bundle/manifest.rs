@@ -55,7 +55,9 @@ pub struct Manifest {
     pub packages: Vec<String>,
     /// `name:stream` of the module streams the repo's metadata carries.
     pub modules: Vec<String>,
-    /// What the typed plan of a clean target said, step by step, when the bundle was made.
+    /// What the typed plan of a clean target installs, step by step, when the bundle was
+    /// made: the packages the bundle carries for each step (NVIDIA's local repo package as the
+    /// driver set read out of it).
     pub plan: BTreeMap<String, Vec<String>>,
     /// The prebuilt kmods the bundle carries (`gpuhost bundle --kmod-repo`, or the profile's
     /// `driver.kmod_repo`): nodes install them instead of building the modules with DKMS.

@@ -12,7 +12,8 @@
 //! DIR/manifest.json        what it is for, and every file's size and SHA-256
 //! DIR/profile.toml         the profile, resolved
 //! DIR/repo/                the packages, createrepo_c metadata and the module metadata
-//! DIR/driver/              NVIDIA's local repo package (installed by path, like online)
+//! DIR/driver/              the driver set's metadata as NVIDIA ships it (the set's packages
+//!                          are in repo/; the local repo package itself is not carried)
 //! DIR/keys/                the GPG keys of the repos the packages came from
 //! DIR/kmods/               with a kmod repo (`--kmod-repo`, `driver.kmod_repo`): the
 //!                          prebuilt kmods nodes install instead of DKMS (`kmods.rs`)
@@ -164,19 +165,29 @@ impl Opened {
     }
 
     /// The profile the bundle was made for, with `--set` overrides; NVIDIA's local repo package
-    /// is the bundle's copy.
+    /// is the bundle's copy, or, for a bundle that carries the driver set instead, the name of
+    /// the package that set was read from, in the bundle's driver folder (no file is there: the
+    /// driver-repo step takes the set from the bundle's repo). A `--set driver.local_repo_rpm`
+    /// names a package file on this node, taken as online (the hint when a node keeps NVIDIA's
+    /// package, `driver.keep_local_repo = true`, and the bundle cannot bring another).
+    /// `driver.keep_local_repo` is the profile's: a node that holds NVIDIA's package keeps it
+    /// or not as it says (bundles made before issue 54 pinned it to `false`).
     pub fn profile(&self, sets: &[String]) -> Result<Profile> {
         let file = self.dir.join("profile.toml");
         let mut p = Profile::resolve(&file.display().to_string(), sets)?;
         p.name = self.manifest.profile.clone();
-        if let Some(rel) = &self.manifest.driver_repo_rpm {
-            p.driver.local_repo_rpm = Some(manifest::join(&self.dir, rel));
-        }
-        // The driver set without NVIDIA's package: the package's name says which driver; the
-        // node keeps the set in gpuhost's cache.
-        if let Some(d) = &self.manifest.driver_set {
-            p.driver.local_repo_rpm = Some(manifest::join(&self.dir, &d.path).join(&d.file));
-            p.driver.keep_local_repo = false;
+        let given = sets.iter().any(|s| {
+            s.split_once('=')
+                .is_some_and(|(k, _)| k.trim() == "driver.local_repo_rpm")
+        });
+        if !given {
+            if let Some(rel) = &self.manifest.driver_repo_rpm {
+                p.driver.local_repo_rpm = Some(manifest::join(&self.dir, rel));
+            }
+            // The driver set without NVIDIA's package: the package's name says which driver.
+            if let Some(d) = &self.manifest.driver_set {
+                p.driver.local_repo_rpm = Some(manifest::join(&self.dir, &d.path).join(&d.file));
+            }
         }
         // The kmods the bundle carries: installed instead of building the modules with DKMS.
         if let Some(k) = &self.manifest.kmod_repo {

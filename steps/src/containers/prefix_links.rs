@@ -276,7 +276,23 @@ impl Step for PrefixLinks {
                 },
                 why.join("; "),
             ));
-        } else if !plan.in_the_way.is_empty() && missing.is_empty() {
+        } else if !missing.is_empty() {
+            // Once the packages are in, their files are linked: what apply then does (its
+            // check after the transaction finds the links).
+            check.changes.push(Change::new(
+                Work::Symlinks {
+                    prefixes: ctx
+                        .profile
+                        .prefix_links
+                        .iter()
+                        .map(|l| l.prefix.display().to_string())
+                        .collect(),
+                    dirs: Vec::new(),
+                    links: Vec::new(),
+                },
+                "the files of the packages above, once installed",
+            ));
+        } else if !plan.in_the_way.is_empty() {
             return Err(Self::in_the_way_error(&plan));
         }
         if check.changes.is_empty() {

@@ -52,8 +52,12 @@ fn version_of(installed: &BTreeMap<String, Vec<Installed>>, name: &str) -> Optio
         .map(|p| p.version.clone())
 }
 
-/// `nvidia-container-toolkit 1.17.8, …, libnvidia-container1 missing`.
+/// `nvidia-container-toolkit 1.17.8, …, libnvidia-container1 missing`; `none of the four` when
+/// none is installed.
 fn listed(installed: &BTreeMap<String, Vec<Installed>>) -> String {
+    if PACKAGES.iter().all(|n| version_of(installed, n).is_none()) {
+        return format!("none of the {}", PACKAGES.len());
+    }
     PACKAGES
         .iter()
         .map(|n| {

@@ -117,8 +117,8 @@ pub(crate) fn leftovers(ctx: &Ctx<'_>, replaced: &[String]) -> Result<Vec<String
 pub(crate) fn said(leftovers: &[String]) -> Option<String> {
     (!leftovers.is_empty()).then(|| {
         format!(
-            "the build packages gpuhost installed go with NVIDIA's DKMS kmod: {}",
-            leftovers.join(", ")
+            "the build packages gpuhost installed for DKMS go with it ({})",
+            leftovers.len()
         )
     })
 }

@@ -67,6 +67,36 @@ fn names_in_installed_repo(ctx: &Ctx<'_>, package: &str) -> Result<Vec<String>> 
 /// Plan the swap from the installed `others` (name, version) to `plan`'s local repo, whose
 /// file list is `new_files`. Bad input (the new repo lacks a package the set needs) is refused
 /// here, before anything changes.
+/// The build host's kmods a swap brings: the served kernels' (`served`), and the new driver's
+/// kmod of every other installed kernel that has a prebuilt kmod installed (a kernel no longer
+/// served after an update), when the repo has it: the old kmod requires the old driver's
+/// `nvidia-kmod-common`, so the swap upgrades it in place rather than erase it. The files, and
+/// the kmods' package names (NVIDIA's driver set, for what the swap may replace).
+fn kmod_files(
+    ctx: &Ctx<'_>,
+    plan: &DriverPlan,
+    served: &[crate::run::PrebuiltKmod],
+) -> Result<(Vec<String>, Vec<String>)> {
+    let mut kmods: Vec<crate::run::PrebuiltKmod> = served.to_vec();
+    if let Some(repo) = plan.kmods.as_ref() {
+        for kver in &ctx.facts.installed_kernels {
+            if served.iter().any(|k| &k.kernel == kver) {
+                continue;
+            }
+            let Some(k) = repo.find(&plan.repo.driver, plan.choice.flavour, kver) else {
+                continue;
+            };
+            if !ctx.installed_one(&k.package)?.is_empty() {
+                kmods.push(k);
+            }
+        }
+    }
+    Ok((
+        kmods.iter().map(|k| k.file.display().to_string()).collect(),
+        kmods.into_iter().map(|k| k.package).collect(),
+    ))
+}
+
 pub(crate) fn plan_swap(
     ctx: &Ctx<'_>,
     plan: &DriverPlan,
@@ -80,12 +110,9 @@ pub(crate) fn plan_swap(
     // Prebuilt kmods (`driver.kmod_repo`) come as files from the build host's repo, not from
     // NVIDIA's: the new repo need not carry them, and they upgrade the old ones in place.
     let prebuilt = super::set::prebuilt(ctx);
-    let (repo_kmods, files): (Vec<String>, Vec<String>) = match &prebuilt {
-        Some(p) => (
-            Vec::new(),
-            p.iter().map(|k| k.file.display().to_string()).collect(),
-        ),
-        None => (kmods.clone(), Vec::new()),
+    let (repo_kmods, (files, kmod_names)) = match &prebuilt {
+        Some(p) => (Vec::new(), kmod_files(ctx, plan, p)?),
+        None => (kmods.clone(), (Vec::new(), Vec::new())),
     };
     let needed = needed_packages(ctx, plan, &repo_kmods)?;
     refuse_missing(plan, &needed, &new)?;
@@ -119,7 +146,7 @@ pub(crate) fn plan_swap(
             .map(|r| r.name.clone()),
     );
     nvidia.extend(kmods.iter().cloned());
-    nvidia.extend(prebuilt.iter().flatten().map(|k| k.package.clone()));
+    nvidia.extend(kmod_names);
     nvidia.extend(remove.iter().cloned());
     let allow = &ctx.profile.driver.allow_erase;
     let erases = allowed_erasures(ctx, (&remove, &nvidia), &install, allow)?;

@@ -193,6 +193,50 @@ impl KernelModule {
         Ok(())
     }
 
+    /// Prebuilt kmods (`driver.kmod_repo`) that come in this run with the rest of the driver's
+    /// packages, not by this step: the served kernels whose kmod is not installed at the
+    /// driver's version while their module is there (a module DKMS built, which the kmod
+    /// replaces in the driver step's transaction), or while driver-repo first swaps or repairs
+    /// the driver (its one transaction brings the new kmods). Each is a note, no change: the
+    /// step is checked again once the transaction has run, and a module missing then fails.
+    fn incoming(
+        ctx: &Ctx<'_>,
+        drv: &str,
+        missing: &[String],
+        prebuilt: &[crate::run::PrebuiltKmod],
+        check: &mut Check,
+    ) -> Result<Vec<String>> {
+        let swap = super::installed::transition(ctx)?.driver_repo_first();
+        let mut out = Vec::new();
+        for k in prebuilt {
+            let installed = ctx
+                .installed_one(&k.package)?
+                .iter()
+                .any(|p| p.version == drv);
+            if installed || (missing.contains(&k.kernel) && !swap) {
+                continue;
+            }
+            check.notes.push(if swap {
+                format!(
+                    "the {} kernel {}: the build host's kmod {} comes with driver-repo's one transaction (nothing is compiled here)",
+                    role(ctx, &k.kernel),
+                    k.kernel,
+                    k.package
+                )
+            } else {
+                format!(
+                    "the {} kernel {}: the build host's kmod {} replaces the module there ({}) in the driver step's transaction (nothing is compiled here)",
+                    role(ctx, &k.kernel),
+                    k.kernel,
+                    k.package,
+                    module_state(ctx, &k.kernel).describe()
+                )
+            });
+            out.push(k.kernel.clone());
+        }
+        Ok(out)
+    }
+
     /// A DKMS stream: DKMS builds the module for the served kernels that lack it.
     fn dkms_missing(
         ctx: &Ctx<'_>,
@@ -239,6 +283,9 @@ impl KernelModule {
         signer: &Signer,
         check: &mut Check,
     ) -> Result<()> {
+        if have.is_empty() {
+            return Ok(());
+        }
         let mut unsigned = Vec::new();
         let mut why = Vec::new();
         for k in have {
@@ -246,14 +293,30 @@ impl KernelModule {
             if p.is_empty() {
                 continue;
             }
-            why.push(format!("{k}: {}", p.join(", ")));
+            why.push(format!("{k}: {}", signing::compact(&p)));
             unsigned.push((*k).clone());
         }
+        // What a wrong signature means: a refusal at load time only under Secure Boot.
+        let verdict = if signing::enabled(ctx.facts) {
+            "Secure Boot would refuse the module"
+        } else {
+            "the module is not signed as the profile says"
+        };
         match (kind.dkms_name(), unsigned.is_empty()) {
             (_, true) => check.notes.push(match signer {
                 Signer::Profile(c) => format!("modules signed by {c}"),
                 Signer::Firmware(_) => "modules signed by an enrolled key".to_string(),
             }),
+            // The build host's kmod installed, its module signed otherwise: DKMS cannot help.
+            (_, false) if super::set::prebuilt(ctx).is_some() => {
+                return Err(hinted(
+                    format!(
+                        "{verdict}: {}; the build host's kmods sign with the fleet certificate",
+                        why.join("; ")
+                    ),
+                    "reinstall the kmod from the kmod repo (dnf reinstall <its file>), or check that driver.kmod_repo is the repo whose certificate the node trusts",
+                ))
+            }
             (Some(module), false) => check.changes.push(Change::new(
                 Work::Rebuild {
                     module: module.to_string(),
@@ -261,7 +324,7 @@ impl KernelModule {
                     kernels: unsigned,
                     resign: true,
                 },
-                format!("Secure Boot would refuse the module: {}", why.join("; ")),
+                format!("{verdict}: {}", why.join("; ")),
             )),
             (None, false) => {
                 return Err(hinted(
@@ -325,8 +388,13 @@ impl Step for KernelModule {
         let drv = driver_version(ctx)?.driver;
         let kind = StreamKind::of(super::stream(ctx));
         let mut check = Check::default();
-        let missing = Self::missing(ctx, &drv);
+        let mut missing = Self::missing(ctx, &drv);
+        // Prebuilt kmods the driver's transaction brings in this run: their kernels' modules
+        // are the kmods' once it has run, whatever is there now.
+        let mut incoming = Vec::new();
         if let Some(prebuilt) = super::set::prebuilt(ctx) {
+            incoming = Self::incoming(ctx, &drv, &missing, &prebuilt, &mut check)?;
+            missing.retain(|k| !incoming.contains(k));
             Self::prebuilt_missing(ctx, &drv, &missing, &prebuilt, &mut check)?;
         } else if kind == StreamKind::Precompiled {
             Self::precompiled_missing(ctx, &drv, &missing, &mut check)?;
@@ -334,7 +402,10 @@ impl Step for KernelModule {
             Self::dkms_missing(ctx, kind, &drv, &missing, &mut check)?;
         }
         let served = ctx.facts.kernels_to_serve();
-        let have: Vec<&String> = served.iter().filter(|k| !missing.contains(k)).collect();
+        let have: Vec<&String> = served
+            .iter()
+            .filter(|k| !missing.contains(k) && !incoming.contains(k))
+            .collect();
         if let Some(signer) = expected_signer(ctx, kind)? {
             Self::signatures(ctx, kind, &drv, &have, &signer, &mut check)?;
         }

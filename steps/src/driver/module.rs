@@ -265,7 +265,7 @@ impl<'c> Found<'c> {
             )
         } else {
             format!(
-                "dnf marks profile {} of {} installed: with prebuilt kmods no profile is marked (a `dnf module switch-to` would install the next stream's profile with NVIDIA's DKMS kmod and erase the prebuilt kmods), so the module is reset and the stream enabled again, no package with it",
+                "dnf marks profile {} of {} installed: with prebuilt kmods none is, or the next stream switch would bring back NVIDIA's DKMS kmod",
                 self.state.profiles.join(", "),
                 packages::module_spec(&self.stream, None)
             )
@@ -353,6 +353,10 @@ impl Step for Driver {
     fn check(&self, ctx: &Ctx<'_>) -> Result<Check> {
         let transition = super::installed::transition(ctx)?;
         if transition.driver_repo_first() {
+            if !plan(ctx)?.modular() {
+                // Without module streams the new set's branch is held once it is in.
+                return super::plain::after_swap(ctx, plan(ctx)?, &transition);
+            }
             return Ok(Check::in_sync(transition.deferred_reason()));
         }
         if !plan(ctx)?.modular() {
@@ -390,13 +394,16 @@ impl Step for Driver {
                 f.plan.choice.explanation
             )));
         };
-        why.extend(f.absent.iter().cloned());
+        why.extend(super::set::not_installed(&f.absent));
         why.extend(f.stale.iter().cloned());
-        why.push(format!("driver {} from {}", f.drv, f.plan.repo.package));
-        why.push(f.plan.choice.explanation.clone());
-        if !f.replaced_dkms.is_empty() {
+        // Which driver and why this flavour, when the set comes in; a move to prebuilt kmods
+        // keeps both.
+        if f.replaced_dkms.is_empty() {
+            why.push(format!("driver {}", f.drv));
+            why.push(f.plan.choice.explanation.clone());
+        } else {
             why.push(format!(
-                "NVIDIA's DKMS kmod {} gives way to the build host's kmods in the same transaction",
+                "{} gives way to the build host's kmods",
                 f.replaced_dkms.join(", ")
             ));
         }

@@ -67,18 +67,24 @@ pub(crate) fn check(ctx: &Ctx<'_>, plan: &DriverPlan, transition: &Transition) -
     }
     let plugin = !ctx.installed_one(PLUGIN)?.is_empty();
     if !set.complete() || !plugin {
-        let mut why: Vec<String> = set.absent.iter().chain(&set.stale).cloned().collect();
+        let mut why: Vec<String> = super::set::not_installed(&set.absent).into_iter().collect();
+        why.extend(set.stale.iter().cloned());
         if !plugin {
             why.push(format!("{PLUGIN} not installed (it holds the branch)"));
         }
-        why.push(format!(
-            "driver {} from {}",
-            plan.repo.driver, plan.repo.package
-        ));
-        why.push(plan.choice.explanation.clone());
+        // Which driver and why this flavour, when the set comes in; a move to prebuilt kmods
+        // keeps both.
+        if set.replaced_dkms.is_empty() {
+            why.push(format!("driver {}", plan.repo.driver));
+            why.push(plan.choice.explanation.clone());
+        } else {
+            why.push(format!(
+                "{} gives way to the build host's kmods",
+                set.replaced_dkms.join(", ")
+            ));
+        }
         why.extend(super::built_by::said(&set.build_leftovers));
-        why.push(format!("then {hold}"));
-        return Ok(one(Change::new(
+        let mut check = one(Change::new(
             Work::Install(Install {
                 specs: specs(ctx, plan, &set),
                 disable_excludes: super::locks::locked(ctx)?,
@@ -87,7 +93,19 @@ pub(crate) fn check(ctx: &Ctx<'_>, plan: &DriverPlan, transition: &Transition) -
                 ..Install::default()
             }),
             why.join("; "),
-        )));
+        ));
+        // Once the set is in, its branch is held: what apply then writes (its check after
+        // the transaction reads the installed versions; the list as it is stands in here).
+        let list = lock_list(ctx)?;
+        let now = ctx.host.read_opt(&list)?.unwrap_or_default();
+        check.changes.push(Change::new(
+            Work::Write {
+                file: FileWrite::new(list, now, 0o644),
+                owes: None,
+            },
+            format!("then {hold}"),
+        ));
+        return Ok(check);
     }
     if let Some(change) = lock(ctx, plan, &set, &hold)? {
         return Ok(one(change));
@@ -99,6 +117,31 @@ pub(crate) fn check(ctx: &Ctx<'_>, plan: &DriverPlan, transition: &Transition) -
         set.names.join(", "),
         plan.choice.explanation
     )))
+}
+
+/// While driver-repo swaps the driver first: nothing of the set is this step's, but the new
+/// set's branch is held once it is in — what apply then writes (its check after the swap
+/// reads the installed versions; the list as it is stands in here).
+pub(super) fn after_swap(
+    ctx: &Ctx<'_>,
+    plan: &DriverPlan,
+    transition: &Transition,
+) -> Result<Check> {
+    let list = lock_list(ctx)?;
+    let now = ctx.host.read_opt(&list)?.unwrap_or_default();
+    let mut check = Check::default();
+    check.changes.push(Change::new(
+        Work::Write {
+            file: FileWrite::new(list, now, 0o644),
+            owes: None,
+        },
+        format!(
+            "{}; then branch {} held",
+            transition.deferred_reason(),
+            plan.repo.branch()
+        ),
+    ));
+    Ok(check)
 }
 
 /// The lock list the plugin reads (`versionlock.conf`'s `locklist`), refused before any change

@@ -310,23 +310,31 @@ impl Step for DriverRepo {
         let (path, name) = (&plan.path, &plan.repo);
         fits_host(path, name, ctx.profile.os.major, &host_arch(ctx))?;
         let transition = transition(ctx)?;
+        // `apply --bundle` with a bundle that carries the driver set: the package file is not
+        // on this node (the bundle's own name for it, or a rollback's to another bundle's
+        // driver), and the set comes from the bundle or gpuhost's cache.
+        let bundled = BundleSet::of(ctx, plan)?;
         if transition.repo_installed() {
             // Installed already: a checksum given is still the file's to match (a wrong one is
             // a mistake to report, not to pass over because nothing needs installing). A set in
             // gpuhost's cache was checked when it was cached: the file may be gone since
-            // (driver.keep_local_repo = false needs it no more), and is checked when it is there.
+            // (driver.keep_local_repo = false needs it no more), and is checked when it is there;
+            // a bundle's set was checked against the manifest the bundle was verified by.
             let cached = present_repo_dir(ctx, plan) != name.repo_dir();
-            let gone = cached && local_repo_size(path).is_none();
+            let gone = (cached || bundled.is_some()) && local_repo_size(path).is_none();
             if let (Some(want), false) = (ctx.profile.driver.sha256.as_deref(), gone) {
                 sha256_matches(path, want).map_err(as_invalid)?;
             }
-            return installed_check(ctx, plan, &transition);
+            return installed_check(ctx, plan, &transition, bundled.as_ref());
         }
-        if let Some(check) = from_bundle(ctx, plan, &transition)? {
+        if let Some(b) = bundled.as_ref().filter(|b| b.serves(plan)) {
+            return from_bundle(ctx, plan, &transition, b);
+        }
+        if let Some(check) = swap_from_cache(ctx, plan, &transition, bundled.is_some())? {
             return Ok(check);
         }
-        if let Some(check) = swap_from_cache(ctx, plan, &transition)? {
-            return Ok(check);
+        if let Some(b) = &bundled {
+            return Err(b.lacks(plan));
         }
         // The file is what the user gave: anything wrong with it is invalid input (exit 2),
         // found before any step changes anything.
@@ -369,6 +377,82 @@ impl Step for DriverRepo {
     }
 }
 
+/// The driver set a bundle carries instead of NVIDIA's package (`gpuhost bundle` since issue
+/// 42), when the run's profile names no package file on this node: the bundle's driver folder
+/// (NVIDIA's metadata and gpuhost's cache manifest, a path on this machine) and its packages
+/// in the bundle's repo.
+struct BundleSet {
+    meta: std::path::PathBuf,
+    packages: std::path::PathBuf,
+    cached: cache::Cached,
+}
+
+impl BundleSet {
+    /// The bundle's set, when the run uses a bundle that carries one and the profile's package
+    /// file is not on this node (a `--set driver.local_repo_rpm` of a file that is there is
+    /// installed as online).
+    fn of(ctx: &Ctx<'_>, plan: &crate::run::DriverPlan) -> Result<Option<BundleSet>> {
+        let Some(bundle) = ctx.host.bundle() else {
+            return Ok(None);
+        };
+        let Some(meta) = &bundle.driver_meta else {
+            return Ok(None);
+        };
+        match std::fs::metadata(&plan.path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            _ => return Ok(None),
+        }
+        Ok(Some(BundleSet {
+            cached: cache::bundle_manifest(meta)?,
+            meta: meta.clone(),
+            packages: bundle.dir.join("Packages"),
+        }))
+    }
+
+    /// The bundle's set is the profile's package's (not a rollback to another driver).
+    fn serves(&self, plan: &crate::run::DriverPlan) -> bool {
+        self.cached.package == plan.repo.package && self.cached.version == plan.cache_version()
+    }
+
+    /// How the set becomes gpuhost's cache once it is installed.
+    fn settle(&self) -> RepoCache {
+        RepoCache::Bundle {
+            meta: self.meta.display().to_string(),
+            packages: self.packages.display().to_string(),
+        }
+    }
+
+    /// The bundle cannot serve the profile's driver: its package is not on this node, the
+    /// bundle carries another driver's set and gpuhost's cache none of it (a rollback to a
+    /// driver whose cached set is gone). What is missing, and what serves it.
+    fn lacks(&self, plan: &crate::run::DriverPlan) -> anyhow::Error {
+        as_invalid(hinted(
+            format!(
+                "driver {} needs its local repo package {} or its driver set: the package is not on this node, the bundle carries driver {}'s set ({} {}), and gpuhost's cache holds none of driver {}",
+                plan.repo.driver,
+                package_file(plan),
+                self.cached.driver,
+                self.cached.package,
+                self.cached.version,
+                plan.repo.driver
+            ),
+            format!(
+                "apply a bundle of driver {} (gpuhost apply --bundle DIR|TARBALL), or give its package on this node: --set driver.local_repo_rpm=PATH/{}",
+                plan.repo.driver,
+                package_file(plan)
+            ),
+        ))
+    }
+}
+
+/// The package file's name (what NVIDIA calls it), without the folder.
+fn package_file(plan: &crate::run::DriverPlan) -> String {
+    plan.path.file_name().map_or_else(
+        || plan.path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
 /// What the check says of the package's checksum.
 fn verified_text(ctx: &Ctx<'_>) -> String {
     if ctx.profile.driver.sha256.is_some() {
@@ -381,13 +465,10 @@ fn verified_text(ctx: &Ctx<'_>) -> String {
 /// What `driver.keep_local_repo` makes of the package, for the plan.
 fn kept_text(plan: &crate::run::DriverPlan) -> String {
     if plan.keep_local_repo {
-        format!(
-            "; {} is installed with its whole repo (driver.keep_local_repo = true)",
-            plan.repo.package
-        )
+        "; installed with its whole repo (driver.keep_local_repo = true)".to_string()
     } else {
         format!(
-            "; the package is read, not installed: its driver set is kept in gpuhost's cache {}, the CUDA toolkit's packages nowhere on the node (driver.keep_local_repo = false)",
+            "; read, not installed: its driver set kept in gpuhost's cache {}, no CUDA toolkit package on the node (driver.keep_local_repo = false)",
             cache::dir_of(&plan.repo.package, &plan.cache_version())
         )
     }
@@ -406,37 +487,33 @@ fn placing(plan: &crate::run::DriverPlan) -> RepoCache {
 /// (`gpuhost bundle` since issue 42): the set is installed from the bundle's repo (a first
 /// converge, or one swap from another driver), and once it is, the bundle's driver folder and
 /// those packages become gpuhost's cache, checked against NVIDIA's metadata
-/// ([`cache::place_from_bundle`]).
+/// ([`cache::place_from_bundle`]). A node that holds another driver's local repo package while
+/// the profile keeps it (`driver.keep_local_repo = true`, a node set up online) is refused:
+/// the bundle cannot bring the new package, and the swap would leave the node none.
 fn from_bundle(
     ctx: &Ctx<'_>,
     plan: &crate::run::DriverPlan,
     transition: &Transition,
-) -> Result<Option<Check>> {
-    let Some(bundle) = ctx.host.bundle() else {
-        return Ok(None);
-    };
-    let Some(meta) = &bundle.driver_meta else {
-        return Ok(None);
-    };
-    let packages = bundle.dir.join("Packages");
-    let settle = RepoCache::Bundle {
-        meta: meta.display().to_string(),
-        packages: packages.display().to_string(),
-    };
-    let cached = cache::bundle_manifest(meta)?;
-    let dir = cache::dir_of(&cached.package, &cached.version);
+    bundle: &BundleSet,
+) -> Result<Check> {
+    let dir = cache::dir_of(&bundle.cached.package, &bundle.cached.version);
     let mut check = Check::default();
     match transition {
         Transition::Swap { from, .. } => {
-            let shown = meta.display().to_string();
-            let files: Vec<String> = cache::bundle_packages(&packages, &cached)?
+            if plan.keep_local_repo {
+                if let Some(kept) = from.iter().find(|r| r.cached.is_none()) {
+                    return Err(keeps_package(plan, kept, &dir));
+                }
+            }
+            let shown = bundle.meta.display().to_string();
+            let files: Vec<String> = cache::bundle_packages(&bundle.packages, &bundle.cached)?
                 .into_iter()
                 .map(|f| format!("{shown}/{f}"))
                 .collect();
             let mut swap = plan_swap(ctx, plan, from, (&files, &shown))?;
             swap.repo_rpm = None;
             swap.repo_id = gpuhost_host::host::BUNDLE_REPO_ID.to_string();
-            swap.cache = Some(settle);
+            swap.cache = Some(bundle.settle());
             let how = format!("from the bundle's repo, then kept in gpuhost's cache {dir}");
             check.changes.push(swap_change(plan, from, swap, &how));
         }
@@ -444,31 +521,64 @@ fn from_bundle(
         _ => check.changes.push(Change::new(
             Work::Install(Install {
                 brings_repo: true,
-                cache: Some(settle),
+                cache: Some(bundle.settle()),
                 ..Install::default()
             }),
             format!(
-                "driver {} not installed{}; its packages come from the bundle's repo (the bundle carries the driver set and NVIDIA's metadata, not the local repo package) and are then kept in gpuhost's cache {dir}",
+                "driver {} not installed{}; its packages come from the bundle's repo (the bundle carries the driver set and NVIDIA's metadata, not the local repo package) and are then kept in gpuhost's cache {dir}{}",
                 plan.repo.driver,
-                serves_text(&plan.repo.driver)
+                serves_text(&plan.repo.driver),
+                if plan.keep_local_repo {
+                    " (driver.keep_local_repo = true: no package to keep; apply online with it to install it)"
+                } else {
+                    ""
+                }
             ),
         )),
     }
-    Ok(Some(check))
+    Ok(check)
 }
 
-/// `driver.keep_local_repo = false`, a swap back to the set gpuhost's cache kept from before
-/// (a rollback): its packages come from that folder, checked against NVIDIA's metadata when it
-/// was cached; the package file is not read (it may be gone).
+/// A node that holds NVIDIA's local repo package `kept` of another driver, a profile that keeps
+/// it (`driver.keep_local_repo = true`) and a bundle that carries the new driver's set but not
+/// its package: refused before any change, naming the package the bundle lacks, and the two
+/// ways that work.
+fn keeps_package(
+    plan: &crate::run::DriverPlan,
+    kept: &InstalledRepo,
+    cache_dir: &str,
+) -> anyhow::Error {
+    as_invalid(hinted(
+        format!(
+            "this node keeps NVIDIA's local repo package {kept} (driver {}) and the profile keeps one (driver.keep_local_repo = true), but the bundle carries driver {}'s set without its package {}: the swap would leave the node no local repo package",
+            driver_of(&kept.name, &kept.version),
+            plan.repo.driver,
+            package_file(plan)
+        ),
+        format!(
+            "add --set driver.keep_local_repo=false to swap to the bundle's set, kept in gpuhost's cache {cache_dir} ({} goes, the CUDA toolkit's packages it holds with it), or give the package on this node: --set driver.local_repo_rpm=PATH/{}",
+            kept.name,
+            package_file(plan)
+        ),
+    ))
+}
+
+/// `driver.keep_local_repo = false` (or a bundle run without the package file, `no_file`), a
+/// swap back to the set gpuhost's cache kept from before (a rollback): its packages come from
+/// that folder, checked against NVIDIA's metadata when it was cached; the package file is not
+/// read (it may be gone).
 fn swap_from_cache(
     ctx: &Ctx<'_>,
     plan: &crate::run::DriverPlan,
     transition: &Transition,
+    no_file: bool,
 ) -> Result<Option<Check>> {
     let Transition::Swap { from, .. } = transition else {
         return Ok(None);
     };
-    if plan.keep_local_repo {
+    // With the package kept (`true`) the file is installed, unless it is not on this node and
+    // a bundle stands in for it: then the cached set is the only source.
+    if plan.keep_local_repo && !no_file {
         return Ok(None);
     }
     let Some((dir, cached)) = cache::find(ctx.host, &plan.repo.package, &plan.cache_version())
@@ -526,6 +636,7 @@ fn installed_check(
     ctx: &Ctx<'_>,
     plan: &crate::run::DriverPlan,
     transition: &Transition,
+    bundled: Option<&BundleSet>,
 ) -> Result<Check> {
     let (path, name) = (&plan.path, &plan.repo);
     let dir = present_repo_dir(ctx, plan);
@@ -536,7 +647,11 @@ fn installed_check(
             format!(
                 "remove {dir} and {} and run gpuhost again: the set is read from {} again",
                 cache::REPO_FILE,
-                path.display()
+                if bundled.is_some() {
+                    "the bundle".to_string()
+                } else {
+                    path.display().to_string()
+                }
             )
         } else {
             format!("reinstall it: dnf reinstall {}", path.display())
@@ -579,11 +694,23 @@ fn installed_check(
         return Ok(check);
     }
     // Cached while the profile keeps NVIDIA's package, or installed while it does not.
-    if cached == plan.keep_local_repo {
-        return moved(ctx, plan, cached);
+    let moves = cached == plan.keep_local_repo;
+    match bundled {
+        // A bundle cannot bring the package: the set stays in gpuhost's cache.
+        Some(_) if moves && cached => {
+            return Ok(Check::in_sync(format!(
+                "{} in gpuhost's cache {dir}: driver {}{}; driver.keep_local_repo = true, but the bundle carries no local repo package (apply online with it to install it)",
+                name.package,
+                name.driver,
+                serves_text(&name.driver)
+            )))
+        }
+        Some(b) if moves => return moved_from_bundle(plan, b),
+        None if moves => return moved(ctx, plan, cached),
+        _ => {}
     }
     let held = if cached {
-        format!("gpuhost's cache {dir} (driver.keep_local_repo = false)")
+        format!("in gpuhost's cache {dir} (driver.keep_local_repo = false)")
     } else {
         "installed".to_string()
     };
@@ -633,6 +760,43 @@ fn moved(ctx: &Ctx<'_>, plan: &crate::run::DriverPlan, cached: bool) -> Result<C
             ..Install::default()
         }),
         why,
+    ));
+    Ok(check)
+}
+
+/// `driver.keep_local_repo = false` on a node that holds the profile's package (set up online)
+/// and a bundle of the same driver: the bundle's set becomes gpuhost's cache and the package
+/// is removed, the toolkit's packages with it, in one transaction; the driver set stays. A
+/// rollback's bundle run to another driver whose package is installed: the bundle has no set
+/// of it to cache, so that is refused, naming what would serve.
+fn moved_from_bundle(plan: &crate::run::DriverPlan, bundle: &BundleSet) -> Result<Check> {
+    let name = &plan.repo;
+    if !bundle.serves(plan) {
+        return Err(as_invalid(hinted(
+            format!(
+                "driver.keep_local_repo = false: the driver set of {} would move into gpuhost's cache, but its package file is not on this node and the bundle carries driver {}'s set",
+                name.package, bundle.cached.driver
+            ),
+            format!(
+                "add --set driver.keep_local_repo=true to keep {} installed, or give its file: --set driver.local_repo_rpm=PATH/{}",
+                name.package,
+                package_file(plan)
+            ),
+        )));
+    }
+    let mut check = Check::default();
+    check.changes.push(Change::new(
+        Work::Install(Install {
+            brings_repo: true,
+            cache: Some(bundle.settle()),
+            remove: vec![name.package.clone()],
+            ..Install::default()
+        }),
+        format!(
+            "driver.keep_local_repo = false: the driver set of {} is kept in gpuhost's cache {} from the bundle and the package is removed, the CUDA toolkit's packages with it",
+            name.package,
+            cache::dir_of(&name.package, &plan.cache_version())
+        ),
     ));
     Ok(check)
 }

@@ -114,6 +114,15 @@ pub(crate) fn kmod_specs(ctx: &Ctx<'_>, kmods: &[String], version: Option<&str>)
         .collect()
 }
 
+/// The set's packages that are not installed (`X not installed` each), as one clause.
+pub(crate) fn not_installed(absent: &[String]) -> Option<String> {
+    let names: Vec<&str> = absent
+        .iter()
+        .map(|a| a.strip_suffix(" not installed").unwrap_or(a))
+        .collect();
+    (!names.is_empty()).then(|| format!("not installed: {}", names.join(", ")))
+}
+
 /// The packages of the plan's package set besides the kmods, that must be at the driver's
 /// version ([`gpuhost_nvidia::packages::set_packages`]).
 pub(crate) fn set_packages(plan: &DriverPlan) -> Vec<&'static str> {

@@ -255,9 +255,65 @@ pub fn problems(host: &Host, kver: &str, want: &Signer) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// [`problems`] as one readable clause: the modules that share a problem named together
+/// (`5 modules (nvidia, nvidia-uvm, …) are signed by CN=…, not CN=…`), each problem once.
+pub fn compact(problems: &[String]) -> String {
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for p in problems {
+        // `<path> is …`: the module's name and what is wrong with it.
+        let (name, what) = match p.split_once(" is ") {
+            Some((path, rest)) => (module_name(path), format!("is {rest}")),
+            None => (String::new(), p.clone()),
+        };
+        match groups.iter_mut().find(|(w, _)| *w == what) {
+            Some((_, names)) => names.push(name),
+            None => groups.push((what, vec![name])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(what, names)| match names.as_slice() {
+            [one] if one.is_empty() => what,
+            [one] => format!("{one} {what}"),
+            _ => format!(
+                "{} modules ({}) {}",
+                names.len(),
+                names.join(", "),
+                what.replacen("is ", "are ", 1)
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `extra/nvidia-uvm.ko.xz` → `nvidia-uvm`.
+fn module_name(path: &str) -> String {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    base.split(".ko").next().unwrap_or(base).to_string()
+}
+
 /// One line on the profile's certificate for a step's notes (whether the firmware has it was
 /// asked once, by [`check_secure_boot`]).
 pub fn cert_note(host: &Host, cert_path: &str) -> Result<String> {
     let c = Cert::load(host, cert_path)?;
     Ok(format!("DKMS signs with {c} ({cert_path})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modules_that_share_a_problem_are_named_together() {
+        let p: Vec<String> = ["nvidia", "nvidia-modeset", "nvidia-uvm"]
+            .iter()
+            .map(|m| format!("extra/{m}.ko.xz is signed by CN=DKMS module signing key (serial 16), not CN=fleet"))
+            .chain(["extra/nvidia-drm.ko.xz is unsigned".to_string()])
+            .collect();
+        assert_eq!(
+            compact(&p),
+            "3 modules (nvidia, nvidia-modeset, nvidia-uvm) are signed by CN=DKMS module signing key (serial 16), not CN=fleet; nvidia-drm is unsigned"
+        );
+        assert_eq!(compact(&p[3..]), "nvidia-drm is unsigned");
+    }
 }
