@@ -105,6 +105,35 @@ impl PrefixLinks {
     }
 
     /// Compare what the installed packages own with what is under the prefixes.
+    /// What the links' plan would change, in words.
+    fn why(plan: &Plan) -> Vec<String> {
+        let mut why = Vec::new();
+        if !plan.mkdirs.is_empty() {
+            why.push(format!("{} directories missing", plan.mkdirs.len()));
+        }
+        if !plan.create.is_empty() {
+            why.push(format!(
+                "{} links missing (e.g. {})",
+                plan.create.len(),
+                plan.create[0].0.display()
+            ));
+        }
+        if let Some((l, t, cur)) = plan.fix.first() {
+            why.push(format!(
+                "{} links point elsewhere (e.g. {} -> {cur}, should be {t})",
+                plan.fix.len(),
+                l.display()
+            ));
+        }
+        if !plan.in_the_way.is_empty() {
+            why.push(format!(
+                "{} real paths in the way will not be overwritten",
+                plan.in_the_way.len()
+            ));
+        }
+        why
+    }
+
     fn plan(ctx: &Ctx<'_>) -> Result<Plan> {
         let missing = Self::missing(ctx)?;
         let present: Vec<String> = Self::packages(ctx)
@@ -232,30 +261,7 @@ impl Step for PrefixLinks {
         }
         let plan = Self::plan(ctx)?;
         if plan.work() > 0 {
-            let mut why = Vec::new();
-            if !plan.mkdirs.is_empty() {
-                why.push(format!("{} directories missing", plan.mkdirs.len()));
-            }
-            if !plan.create.is_empty() {
-                why.push(format!(
-                    "{} links missing (e.g. {})",
-                    plan.create.len(),
-                    plan.create[0].0.display()
-                ));
-            }
-            if let Some((l, t, cur)) = plan.fix.first() {
-                why.push(format!(
-                    "{} links point elsewhere (e.g. {} -> {cur}, should be {t})",
-                    plan.fix.len(),
-                    l.display()
-                ));
-            }
-            if !plan.in_the_way.is_empty() {
-                why.push(format!(
-                    "{} real paths in the way will not be overwritten",
-                    plan.in_the_way.len()
-                ));
-            }
+            let why = Self::why(&plan);
             let prefixes: Vec<String> = ctx
                 .profile
                 .prefix_links

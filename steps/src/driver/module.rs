@@ -379,20 +379,7 @@ impl Step for Driver {
             if !check.changes.is_empty() {
                 return Ok(check);
             }
-            let set = match f.plan.install {
-                InstallSet::Module if f.prebuilt_profile => format!(
-                    " but NVIDIA's DKMS kmod (prebuilt kmods instead; the stream enabled, no profile marked installed: {})",
-                    kmod_note()
-                ),
-                InstallSet::Module => String::new(),
-                other => format!(" ({other})"),
-            };
-            return Ok(Check::in_sync(format!(
-                "{} installed{set}: {}; {}",
-                f.spec,
-                f.names.join(", "),
-                f.plan.choice.explanation
-            )));
+            return Ok(Check::in_sync(in_sync_text(&f)));
         };
         why.extend(super::set::not_installed(&f.absent));
         why.extend(f.stale.iter().cloned());
@@ -420,20 +407,7 @@ impl Step for Driver {
             _ => f.work(verb, super::locks::locked(ctx)?),
         };
         check.changes.push(Change::new(work, why.join("; ")));
-        // Say now, not in the middle of the transaction, when the stream does not exist.
-        if ctx
-            .host
-            .is_dir(super::installed::present_repo_dir(ctx, f.plan))
-        {
-            let mut available = available_streams(ctx)?;
-            // Absent on the cached metadata: ask again on fresh metadata before saying so.
-            if !available.contains(&f.stream) && ctx.refresh_metadata() {
-                available = available_streams(ctx)?;
-            }
-            if !available.contains(&f.stream) {
-                return Err(not_in_repo(&f.stream, &available));
-            }
-        }
+        stream_offered(ctx, &f)?;
         Ok(check)
     }
 
@@ -460,6 +434,44 @@ impl Step for Driver {
             None => failure.error(),
         }
     }
+}
+
+/// Say now, not in the middle of the transaction, when the stream does not exist in the
+/// driver's repo.
+fn stream_offered(ctx: &Ctx<'_>, f: &Found<'_>) -> Result<()> {
+    if !ctx
+        .host
+        .is_dir(super::installed::present_repo_dir(ctx, f.plan))
+    {
+        return Ok(());
+    }
+    let mut available = available_streams(ctx)?;
+    // Absent on the cached metadata: ask again on fresh metadata before saying so.
+    if !available.contains(&f.stream) && ctx.refresh_metadata() {
+        available = available_streams(ctx)?;
+    }
+    if !available.contains(&f.stream) {
+        return Err(not_in_repo(&f.stream, &available));
+    }
+    Ok(())
+}
+
+/// What a converged module install says of itself.
+fn in_sync_text(f: &Found<'_>) -> String {
+    let set = match f.plan.install {
+        InstallSet::Module if f.prebuilt_profile => format!(
+            " but NVIDIA's DKMS kmod (prebuilt kmods instead; the stream enabled, no profile marked installed: {})",
+            kmod_note()
+        ),
+        InstallSet::Module => String::new(),
+        other => format!(" ({other})"),
+    };
+    format!(
+        "{} installed{set}: {}; {}",
+        f.spec,
+        f.names.join(", "),
+        f.plan.choice.explanation
+    )
 }
 
 #[cfg(test)]

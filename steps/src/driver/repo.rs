@@ -665,33 +665,7 @@ fn installed_check(
         ));
     }
     if let Transition::Repair { duplicates, behind } = transition {
-        let mut check = Check::default();
-        if !duplicates.is_empty() {
-            check.changes.push(Change::new(
-                Work::Remove(duplicates.clone()),
-                format!(
-                    "an interrupted transaction left another version beside driver {}: {}",
-                    name.driver,
-                    duplicates.join(", ")
-                ),
-            ));
-        }
-        if !behind.is_empty() {
-            check.changes.push(Change::new(
-                Work::Install(Install {
-                    specs: behind.clone(),
-                    // gpuhost's own locks must not hide the driver's version from it.
-                    disable_excludes: super::locks::locked(ctx)?,
-                    ..Install::default()
-                }),
-                format!(
-                    "a transaction stopped part-way left these at another version than driver {}: {}",
-                    name.driver,
-                    behind.join(", ")
-                ),
-            ));
-        }
-        return Ok(check);
+        return repair(ctx, &name.driver, duplicates, behind);
     }
     // Cached while the profile keeps NVIDIA's package, or installed while it does not.
     let moves = cached == plan.keep_local_repo;
@@ -720,6 +694,38 @@ fn installed_check(
         name.driver,
         serves_text(&name.driver)
     )))
+}
+
+/// A transaction stopped part-way: the duplicates it left removed, the packages it left
+/// behind brought to the driver's version.
+fn repair(ctx: &Ctx<'_>, driver: &str, duplicates: &[String], behind: &[String]) -> Result<Check> {
+    let mut check = Check::default();
+    if !duplicates.is_empty() {
+        check.changes.push(Change::new(
+            Work::Remove(duplicates.to_vec()),
+            format!(
+                "an interrupted transaction left another version beside driver {}: {}",
+                driver,
+                duplicates.join(", ")
+            ),
+        ));
+    }
+    if !behind.is_empty() {
+        check.changes.push(Change::new(
+            Work::Install(Install {
+                specs: behind.to_vec(),
+                // gpuhost's own locks must not hide the driver's version from it.
+                disable_excludes: super::locks::locked(ctx)?,
+                ..Install::default()
+            }),
+            format!(
+                "a transaction stopped part-way left these at another version than driver {}: {}",
+                driver,
+                behind.join(", ")
+            ),
+        ));
+    }
+    Ok(check)
 }
 
 /// The profile's repo is on the node, but not as `driver.keep_local_repo` says: into gpuhost's
