@@ -897,6 +897,7 @@ mod tests {
             ("lib.rs", "std::fs::read_to_string(&path)"), // profile files (profiles/src/lib.rs)
             ("driver/repo.rs", "File::open(path)"), // the driver RPM on the build host
             ("driver/repo.rs", "f.metadata()"),
+            ("driver/repo.rs", "std::fs::metadata(&plan.path)"), // is the profile's driver RPM on the build host (a bundle serves it when not)
             // the same file, copied into the root before the transaction installs it
             ("stage.rs", "File::open(file)"),
             // whether the package and the root's package cache share a filesystem (the build
