@@ -525,8 +525,14 @@ impl Spawned {
                 Ok(None) | Err(_) => break None,
             }
         };
+        self.ended(stdout.ok(), status)
+    }
+
+    /// How the wait ended: with its answer and exit status, done (its stderr read); else
+    /// killed and left behind. Either way recorded.
+    fn ended(mut self, stdout: Option<String>, status: Option<std::process::ExitStatus>) -> Waited {
         let elapsed = self.started.elapsed();
-        let (Ok(stdout), Some(status)) = (stdout, status) else {
+        let (Some(stdout), Some(status)) = (stdout, status) else {
             let pid = self.child.id();
             let _ = self.child.kill();
             record(CmdRecord {
@@ -609,33 +615,7 @@ impl Spawned {
                 break;
             }
         }
-        let elapsed = self.started.elapsed();
-        let (Some(stdout), Some(status)) = (stdout, status) else {
-            let pid = self.child.id();
-            let _ = self.child.kill();
-            record(CmdRecord {
-                argv: self.argv,
-                exit_code: None,
-                duration_ms: millis(elapsed),
-            });
-            return Waited::Abandoned { pid, elapsed };
-        };
-        let stderr = self
-            .stderr
-            .recv_timeout(Duration::from_millis(100))
-            .unwrap_or_default();
-        record(CmdRecord {
-            argv: self.argv,
-            exit_code: status.code(),
-            duration_ms: millis(elapsed),
-        });
-        Waited::Done(CmdOutput {
-            code: status.code(),
-            stdout,
-            stdout_bytes: Vec::new(),
-            stderr,
-            duration: elapsed,
-        })
+        self.ended(stdout, status)
     }
 }
 
