@@ -2,7 +2,8 @@
 # The whole test suite: unit tests, and integration tests that run the real gpuhost binary
 # against install roots with the real rpm and dnf (tests/). Installs missing tools first.
 # The last line sums cargo's `test result:` lines over every test binary: `N passed, N failed`.
-# The suite leaves nothing outside target/ and the clone: what is new afterwards at the top of
+# The suite leaves nothing outside target/ and the clone (its /tmp is target/test-tmp, below):
+# what is new afterwards at the top of
 # $HOME (and of ~/.cache, ~/.config, ~/.local/share, ~/.cargo/bin) or of the temp dir
 # ($TMPDIR, default /tmp) is named on stderr and fails the run (exit 1 when cargo passed).
 set -euo pipefail
@@ -23,8 +24,25 @@ before=$(mktemp)
 trap 'rm -f "$log" "$before"' EXIT
 leftovers >"$before"
 status=0
+# The suite's /tmp is a folder of its own, target/test-tmp, bind-mounted over /tmp in a private
+# mount namespace (root only; the same paths, so nothing else changes): what a process the
+# tests run leaves there — dnf's scratch files when a test kills a transaction, a Python tool's
+# temp folders — stays under target/ and is removed below. The build host's /tmp and $HOME are
+# still compared before and after.
+scratch="$PWD/target/test-tmp"
+rm -rf "$scratch"
+mkdir -p "$scratch"
+chmod 1777 "$scratch"
+private=()
+if [ "$(id -u)" = 0 ] && unshare --mount --propagation private true 2>/dev/null; then
+  private=(unshare --mount --propagation private sh -c 'mount --bind "$0" /tmp && exec "$@"' "$scratch")
+fi
 # --no-fail-fast: every test binary runs even after one fails, and the total below counts them all.
-cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+"${private[@]}" cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+if [ -n "$(ls -A "$scratch")" ]; then
+  echo "test.sh: removing what the suite left in its own /tmp ($(ls -A "$scratch" | wc -l) entries, target/test-tmp)" >&2
+fi
+rm -rf "$scratch"
 left=$(leftovers | comm -13 "$before" - | grep -vxF -e "$log" -e "$before" || true)
 if [ -n "$left" ]; then
   echo "test.sh: the suite left these outside target/ and the clone:" >&2

@@ -609,11 +609,15 @@ fn ansible_test_sanity_passes_on_the_collection() {
         cache.join("get_pip_21_3_1.py"),
     )
     .unwrap();
+    // ansible-test and the venvs it makes write scratch files in $TMPDIR (ensurepip's wheels,
+    // its pip bootstrap), and not all of them are removed again: a folder of the checkout's own.
+    let tmp = scratch_tmp(&home);
     let t = Instant::now();
     let o = Command::new("ansible-test")
         .args(["sanity", "--local", "--python", "3.11", "--color", "no"])
         .current_dir(&coll)
         .env("HOME", &home)
+        .env("TMPDIR", &tmp)
         .output()
         .unwrap();
     eprintln!("ansible-test sanity: {:?}", t.elapsed());
@@ -630,6 +634,15 @@ fn ansible_test_sanity_passes_on_the_collection() {
             .unwrap();
         assert!(o.status.success(), "{}", text(&o.stderr));
     }
+}
+
+/// `home/tmp`, emptied: the `$TMPDIR` of a Python tool run by a test, inside target/ so that
+/// what the tool leaves there stays out of the build host's /tmp.
+fn scratch_tmp(home: &Path) -> PathBuf {
+    let tmp = home.join("tmp");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    tmp
 }
 
 /// The `yaml` block of docs/fleets.md whose first line is `# NAME: …`.
@@ -997,6 +1010,7 @@ fn ansible_lint_production_profile_is_clean() {
         .args(["--nocolor", "-f", "pep8"])
         .current_dir(workspace().join("ansible_collections/gpuhost/node"))
         .env("HOME", &home)
+        .env("TMPDIR", scratch_tmp(&home))
         .env("ANSIBLE_COLLECTIONS_PATH", workspace())
         .output()
         .unwrap();
