@@ -134,13 +134,14 @@ impl Craft {
         h.string(1022, 6, &["x86_64".to_string()]);
         let fs = &self.files;
         let mut dirs: Vec<String> = Vec::new();
+        let mut known = std::collections::HashMap::new();
         let mut index = Vec::new();
         let mut bases = Vec::new();
         for f in fs {
             let (d, b) = f.path.rsplit_once('/').unwrap_or(("", &f.path));
             let d = format!("{d}/");
-            let i = dirs.iter().position(|x| *x == d).unwrap_or_else(|| {
-                dirs.push(d.clone());
+            let i = *known.entry(d.clone()).or_insert_with(|| {
+                dirs.push(d);
                 dirs.len() - 1
             });
             index.push(i as u32);
