@@ -661,7 +661,16 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
     let built: Vec<&str> = recorded
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
         .collect();
+    // Each pinned to the transaction that installed it (issue 53, item 2).
+    assert!(
+        recorded.lines().filter(|l| !l.starts_with('#')).all(|l| l
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|m| m.starts_with("tid="))),
+        "{recorded}"
+    );
     assert!(
         built.contains(&"dkms") && built.contains(&"make"),
         "{recorded}"
