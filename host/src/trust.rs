@@ -36,6 +36,23 @@ pub fn untrusted(host: &Host, path: &str) -> Option<String> {
     None
 }
 
+/// Before any change (issue 53, item 5): gpuhost's state folder must lie inside the root. A
+/// `/var/lib/gpuhost` linked out of it would take gpuhost's lock, journal and records from the
+/// build host: bad input (exit 2), naming the link.
+pub fn state_dir_inside(host: &Host) -> Result<()> {
+    if host.is_live() {
+        return Ok(());
+    }
+    match host.escaping_link(STATE_DIR)? {
+        None => Ok(()),
+        Some((link, target, _)) => Err(invalid!(
+            "{} is a link to {}, outside the install root: gpuhost keeps its lock, journal and records in {STATE_DIR} of the root only; make it a folder of the root",
+            host.path(&link).display(),
+            target.display()
+        )),
+    }
+}
+
 /// [`untrusted`] for `path` and every folder from [`STATE_DIR`] down to it: the first reason,
 /// if any.
 pub fn untrusted_under_state(host: &Host, path: &str) -> Option<String> {
@@ -69,6 +86,19 @@ pub fn require(host: &Host, path: &str, what: &str) -> Result<()> {
         format!("{what}, which no other user may write; chmod go-w {path} after checking it")
     };
     Err(invalid!("{why}: {fix}"))
+}
+
+/// Warn of `msg` once per run: a record is read by several checks of one run, and one
+/// warning of it is enough.
+pub fn warn_once(msg: String) {
+    static SAID: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    if let Ok(mut said) = SAID.lock() {
+        if !said.insert(msg.clone()) {
+            return;
+        }
+    }
+    tracing::warn!("{msg}");
 }
 
 #[cfg(test)]

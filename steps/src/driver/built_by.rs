@@ -121,9 +121,9 @@ fn load(host: &Host, step: &str) -> Result<Vec<Entry>> {
             .then(|| format!("{p} is not a plain file"))
     });
     if let Some(why) = why {
-        tracing::warn!(
+        gpuhost_host::trust::warn_once(format!(
             "{why}: gpuhost ignores this record of what it installed to build (nothing it names is removed); move it aside"
-        );
+        ));
         return Ok(Vec::new());
     }
     Ok(parse(&host.read_opt(&p)?.unwrap_or_default()))

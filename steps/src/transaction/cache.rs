@@ -130,7 +130,9 @@ pub fn read(host: &Host, dir: &str) -> Option<Cached> {
     let manifest = format!("{dir}/{MANIFEST}");
     host.kind_nofollow(&manifest)?;
     let refused = |why: String| {
-        tracing::warn!("{why}: gpuhost does not take {dir} as its cached driver set");
+        gpuhost_host::trust::warn_once(format!(
+            "{why}: gpuhost does not take {dir} as its cached driver set"
+        ));
         None
     };
     if let Some(why) = gpuhost_host::trust::untrusted_under_state(host, &manifest) {
@@ -243,6 +245,27 @@ fn key_in(key: &str, dir: &str) -> bool {
                 .any(|c| c.is_empty() || c == "." || c == "..")
         });
     plain && (key.starts_with("https://") || inside)
+}
+
+/// Before any change (issue 53, item 5): gpuhost's cache folder ([`DRIVER_CACHE`]), when
+/// there, is a folder of the root. A file there, or a link out of the root, would fail only
+/// after the transaction replaced the driver, and the advised rerun the same way: bad input
+/// now (exit 2), naming it.
+pub fn check_dir(host: &Host) -> Result<()> {
+    if let Some((link, target, _)) = host.escaping_link(DRIVER_CACHE)? {
+        return Err(gpuhost_host::invalid!(
+            "{} is a link to {}, outside the root: gpuhost's driver cache must be a folder of the root; move it aside and run again",
+            host.path(&link).display(),
+            target.display()
+        ));
+    }
+    match host.kind_nofollow(DRIVER_CACHE) {
+        None | Some(gpuhost_host::rootfs::Kind::Dir) => Ok(()),
+        Some(_) => Err(gpuhost_host::invalid!(
+            "{} is not a folder: gpuhost keeps its driver cache (driver.keep_local_repo = false) there; move it aside and run again",
+            host.path(DRIVER_CACHE).display()
+        )),
+    }
 }
 
 /// The cached set dnf is given now ([`REPO_FILE`]'s folder): its folder and manifest.
@@ -662,6 +685,36 @@ mod tests {
         ] {
             assert!(moved_key(&bad, under, dir).is_err(), "{bad}");
         }
+    }
+
+    /// A manifest read back is checked as input (issue 53, item 2): a repo id with a newline
+    /// would write a `mirrorlist=` line of its own into gpuhost's repo file.
+    #[test]
+    fn a_manifest_read_back_is_checked_like_input() {
+        let dir = "/var/lib/gpuhost/driver-repo/x";
+        let good = Cached {
+            package: "cuda-repo-rhel9-13-0-local".into(),
+            version: "13.0.1_580.82.07".into(),
+            driver: "580.82.07".into(),
+            source: "/srv/cuda-repo.rpm".into(),
+            repo_id: "cuda-rhel9-13-0-local".into(),
+            gpgcheck: "1".into(),
+            keys: vec![format!("file://{dir}/K.pub"), "https://x/k.pub".into()],
+            packages: vec!["nvidia-driver".into()],
+            bytes: 1,
+        };
+        assert_eq!(good.invalid(dir), None);
+        let bad = |f: &dyn Fn(&mut Cached)| {
+            let mut c = good.clone();
+            f(&mut c);
+            c.invalid(dir)
+        };
+        assert!(bad(&|c| c.repo_id = "x\nmirrorlist=file:///etc/shadow".into()).is_some());
+        assert!(bad(&|c| c.gpgcheck = "0\ngpgkey=file:///etc".into()).is_some());
+        assert!(bad(&|c| c.packages.push("a b".into())).is_some());
+        assert!(bad(&|c| c.keys.push(format!("file://{dir}/../../k"))).is_some());
+        assert!(bad(&|c| c.keys.push("file:///etc/pki/k".into())).is_some());
+        assert!(bad(&|c| c.source = "a\nb".into()).is_some());
     }
 
     #[test]
