@@ -2025,6 +2025,18 @@ fn a_built_by_record_removes_only_what_gpuhost_installed_and_rpm_agrees() {
     for n in ["openssh-server", "site-agent", "kernel-uek", "kernel"] {
         edited.push_str(&format!("{n} tid={tid}\n{n}\n"));
     }
+    // And 300,000 names besides: no name of a record goes on a command line (E2BIG).
+    let mut long = edited.clone();
+    for i in 0..300_000 {
+        long.push_str(&format!("site-pkg-{i} tid={tid}\n"));
+    }
+    node.write(rec, &long);
+    let (removes, _) = move_plan(&node, &f.out);
+    assert!(removes.iter().any(|n| n == "dkms"), "{removes:?}");
+    assert!(
+        !removes.iter().any(|n| n.starts_with("site-")),
+        "{removes:?}"
+    );
     node.write(rec, &edited);
     let (removes, _) = move_plan(&node, &f.out);
     assert!(removes.iter().any(|n| n == "dkms"), "{removes:?}");

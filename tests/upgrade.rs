@@ -1424,14 +1424,23 @@ fn rollback_takes_a_cached_set_only_as_gpuhost_wrote_it() {
     assert!(out.contains("repo_id"), "{out}");
     node.root.write(&kept_manifest, &text);
     // A kept package that is a link out of the root, then a FIFO.
-    let pkg = std::fs::read_dir(node.root.join(&kept))
-        .unwrap_or_else(|e| panic!("{e}"))
-        .filter_map(Result::ok)
-        .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten())
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.to_string_lossy().contains("/nvidia-driver-570"))
-        .unwrap_or_else(|| panic!("no nvidia-driver package under {kept}"));
+    let mut dirs = vec![node.root.join(&kept)];
+    let mut found = None;
+    while let (Some(d), None) = (dirs.pop(), &found) {
+        for e in std::fs::read_dir(&d)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+        {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_dir() {
+                dirs.push(e.path());
+            } else if name.starts_with("nvidia-driver-570") && name.ends_with(".rpm") {
+                found = Some(e.path());
+            }
+        }
+    }
+    let pkg = found.unwrap_or_else(|| panic!("no nvidia-driver package under {kept}"));
     let aside = dir.path().join("aside.rpm");
     std::fs::rename(&pkg, &aside).unwrap_or_else(|e| panic!("{e}"));
     std::os::unix::fs::symlink(&aside, &pkg).unwrap_or_else(|e| panic!("{e}"));

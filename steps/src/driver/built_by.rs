@@ -66,6 +66,7 @@ pub(crate) fn valid_name(n: &str) -> bool {
 /// gpuhost's bare name, anything edited in) names nothing.
 fn parse(text: &str) -> Vec<Entry> {
     let mut out: Vec<Entry> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
     for line in text.lines().map(str::trim).filter(|l| !l.starts_with('#')) {
         let mut w = line.split_whitespace();
         let (Some(name), Some(mark), None) = (w.next(), w.next(), w.next()) else {
@@ -77,7 +78,7 @@ fn parse(text: &str) -> Vec<Entry> {
             _ => None,
         };
         if let (Some(mark), true) = (mark, valid_name(name)) {
-            if !out.iter().any(|e| e.name == name) {
+            if seen.insert(name) {
                 out.push(Entry {
                     name: name.to_string(),
                     mark,
