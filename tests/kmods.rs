@@ -661,7 +661,16 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
     let built: Vec<&str> = recorded
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
         .collect();
+    // Each pinned to the transaction that installed it (issue 53, item 2).
+    assert!(
+        recorded.lines().filter(|l| !l.starts_with('#')).all(|l| l
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|m| m.starts_with("tid="))),
+        "{recorded}"
+    );
     assert!(
         built.contains(&"dkms") && built.contains(&"make"),
         "{recorded}"
@@ -1925,4 +1934,191 @@ fn plan_says_what_apply_does_on_every_kmod_path() {
             "{m}"
         );
     }
+}
+
+/// A node converged on NVIDIA's DKMS kmod (no `driver.kmod_repo`) with the world's 570 driver.
+fn dkms_apply(node: &Root) -> (i32, Value) {
+    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let o = node.gpuhost(&[
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        &world::profile("ol9-uek"),
+        "--set",
+        &format!("driver.local_repo_rpm={}", rpm.display()),
+    ]);
+    (code(&o), world::report(&o))
+}
+
+/// The packages the driver step's changes remove (`…; remove a b --allowerasing`).
+fn removed_by_driver(rep: &Value) -> Vec<String> {
+    world::step(rep, "driver")["changes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter_map(|c| c.split("; remove ").nth(1))
+        .flat_map(|r| {
+            r.split(" --allowerasing")
+                .next()
+                .unwrap_or_default()
+                .split(' ')
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `plan` of the move to prebuilt kmods: what the driver step would remove, and stderr.
+fn move_plan(node: &Root, repo: &Path) -> (Vec<String>, String) {
+    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let o = node.gpuhost(&[
+        "plan",
+        "--format",
+        "json",
+        "--profile",
+        &world::profile("ol9-uek"),
+        "--set",
+        &format!("driver.local_repo_rpm={}", rpm.display()),
+        "--set",
+        &format!("driver.kmod_repo={}", repo.display()),
+    ]);
+    let rep = world::report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    (
+        removed_by_driver(&rep),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Issue 53, item 2: a built-by record decides nothing on its own. Edited to name
+/// `openssh-server`, a site agent or the kernel (with the transaction id gpuhost's own lines
+/// carry, or bare), those stay; a record writable by others, owned by another user, or a link to
+/// a site file is not used at all (nothing removed, a warning naming it).
+#[test]
+fn a_built_by_record_removes_only_what_gpuhost_installed_and_rpm_agrees() {
+    use std::os::unix::fs::PermissionsExt;
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let (rc, rep) = dkms_apply(&node);
+    assert_eq!(rc, 0, "{rep:#}");
+    let site = tempfile::tempdir().unwrap();
+    let agent = site_package(site.path(), "site-agent", "bash");
+    let o = node.rpm(&["-i", agent.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rec = "/var/lib/gpuhost/built-by/build-deps";
+    let ours = node.read(rec);
+    let sshd = node.installed("openssh-server");
+    let (removes, _) = move_plan(&node, &f.out);
+    assert!(removes.iter().any(|n| n == "dkms"), "{removes:?}");
+    // Edited: the site's packages named with gpuhost's own transaction id, and bare.
+    let tid = ours
+        .lines()
+        .find_map(|l| l.strip_prefix("dkms tid="))
+        .unwrap()
+        .to_string();
+    let mut edited = ours.clone();
+    for n in ["openssh-server", "site-agent", "kernel-uek", "kernel"] {
+        edited.push_str(&format!("{n} tid={tid}\n{n}\n"));
+    }
+    // And 300,000 names besides: no name of a record goes on a command line (E2BIG).
+    let mut long = edited.clone();
+    for i in 0..300_000 {
+        long.push_str(&format!("site-pkg-{i} tid={tid}\n"));
+    }
+    node.write(rec, &long);
+    let (removes, _) = move_plan(&node, &f.out);
+    assert!(removes.iter().any(|n| n == "dkms"), "{removes:?}");
+    assert!(
+        !removes.iter().any(|n| n.starts_with("site-")),
+        "{removes:?}"
+    );
+    node.write(rec, &edited);
+    let (removes, _) = move_plan(&node, &f.out);
+    assert!(removes.iter().any(|n| n == "dkms"), "{removes:?}");
+    for n in ["openssh-server", "site-agent", "kernel-uek", "kernel"] {
+        assert!(!removes.contains(&n.to_string()), "{n}: {removes:?}");
+    }
+    // Not root's own: writable by others, another user's, a link to a site file.
+    let path = node.join(rec);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (removes, err) = move_plan(&node, &f.out);
+    assert!(removes.is_empty(), "{removes:?}");
+    assert!(
+        err.contains("build-deps is writable by others (mode 666)"),
+        "{err}"
+    );
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::chown(&path, Some(1000), Some(1000)).unwrap();
+    let (removes, err) = move_plan(&node, &f.out);
+    assert!(removes.is_empty(), "{removes:?}");
+    assert!(err.contains("build-deps is owned by uid 1000"), "{err}");
+    std::fs::remove_file(&path).unwrap();
+    node.write("/etc/site-list", &ours);
+    std::os::unix::fs::symlink("/etc/site-list", &path).unwrap();
+    let (removes, err) = move_plan(&node, &f.out);
+    assert!(removes.is_empty(), "{removes:?}");
+    assert!(
+        err.contains("build-deps is a link (/etc/site-list)"),
+        "{err}"
+    );
+    // The edited record, root's: the move removes gpuhost's build packages, not the site's.
+    std::fs::remove_file(&path).unwrap();
+    node.write(rec, &edited);
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node.installed("dkms").is_none(), "{rep:#}");
+    for n in ["site-agent", "kernel-uek"] {
+        assert!(node.installed(n).is_some(), "{n}: {rep:#}");
+    }
+    assert_eq!(node.installed("openssh-server"), sshd, "{rep:#}");
+    assert_eq!(node.read("/etc/site-list"), ours);
+    // What the move removed is pruned from the record, and so is what it never installed.
+    let left = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        !left.lines().any(|l| l.starts_with("dkms ")
+            || l.starts_with("site-agent")
+            || l.starts_with("openssh-server")),
+        "{left}"
+    );
+}
+
+/// Issue 53, item 2: records are pruned of what gpuhost no longer installed. DKMS, then
+/// prebuilt kmods (gpuhost's gcc goes), then the site installs gcc itself and puts the node
+/// back on NVIDIA's DKMS kmod by hand (gpuhost's own way back is issue 53 item 4, not done),
+/// then prebuilt again: the site's gcc stays.
+#[test]
+fn a_package_the_site_installs_after_a_move_stays_the_sites() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let (rc, rep) = dkms_apply(&node);
+    assert_eq!(rc, 0, "{rep:#}");
+    let rec = node.read("/var/lib/gpuhost/built-by/build-deps");
+    assert!(rec.lines().any(|l| l.starts_with("gcc-c++ tid=")), "{rec}");
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node.installed("gcc-c++").is_none(), "{rep:#}");
+    // The record is pruned of what the move removed.
+    let left = std::fs::read_to_string(node.join("/var/lib/gpuhost/built-by/build-deps"))
+        .unwrap_or_default();
+    assert!(!left.contains("gcc-c++"), "{left}");
+    // The site installs gcc-c++ itself, and goes back to DKMS by hand.
+    let kmod = format!("kmod-nvidia-open-{UEK9}");
+    node.dnf_ok(&["install", "-y", "gcc-c++"]);
+    node.dnf_ok(&["swap", "-y", &kmod, "kmod-nvidia-open-dkms"]);
+    assert!(node.installed("kmod-nvidia-open-dkms").is_some());
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node.installed("kmod-nvidia-open-dkms").is_none(), "{rep:#}");
+    assert!(
+        node.installed("gcc-c++").is_some(),
+        "the site's gcc-c++ went: {rep:#}"
+    );
 }

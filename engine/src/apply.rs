@@ -89,6 +89,8 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     let mut host = Host::new(&opts.root)?;
     // rpm, dnf and systemctl follow the root's symlinks on the build host: none may lead out.
     host.check_tool_dirs()?;
+    gpuhost_host::trust::state_dir_inside(&host)?;
+    gpuhost_steps::transaction::cache::check_dir(&host)?;
     let mut facts = Facts::gather(
         &host,
         &KernelChoice {

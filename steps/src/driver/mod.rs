@@ -24,6 +24,7 @@
 
 pub(crate) mod build_deps;
 pub(crate) mod built_by;
+pub use built_by::settle as settle_built_by;
 pub(crate) mod change;
 pub(crate) mod context;
 pub(crate) mod dkms_cc;
