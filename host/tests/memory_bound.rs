@@ -4,6 +4,8 @@
 //! decompressor's 128 MiB, which liblzma and zstd enforce themselves (the unit tests hand them
 //! streams asking for 2 GiB). One test in its own binary: the allocator counts the process.
 
+#![allow(clippy::expect_used)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -879,6 +879,7 @@ fn dirs(dir: &Path) -> std::io::Result<()> {
 mod craft;
 
 #[cfg(test)]
+#[allow(clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 
