@@ -125,12 +125,7 @@ fn stream(
     let mut pkg = header::read(&mut BufReader::new(&f)).map_err(|e| bad(named, e))?;
     let shown = named.display().to_string();
     let judged = check(&pkg, want).map_err(|why| Fault::Bad(format!("{shown}: {why}")))?;
-    let plan = Plan {
-        write: (judged.iter().zip(&pkg.files))
-            .map(|(&j, f)| j && into.is_some() && only(f))
-            .collect(),
-        judged,
-    };
+    let plan = Plan::new(&pkg, judged, into.is_some(), only);
     if let Some(into) = into {
         room(&pkg, &plan.write, into)?;
     }
@@ -174,28 +169,8 @@ fn stream(
     };
     // Every file's data against its header's digest, written or not: a payload digest
     // recomputed over altered data is not the header's files.
-    let mut pass = |f: &FileInfo, size: u64, c: &mut cpio::Cpio<Box<dyn Read>>| {
-        let mut hash = (f.is_file() && size > 0).then(|| Hasher::new(f.digest.len()));
-        c.data(
-            size,
-            |b| {
-                if let Some(h) = hash.as_mut() {
-                    h.update(b);
-                }
-                Ok(())
-            },
-            &stop,
-        )?;
-        let Some(h) = hash else { return Ok(()) };
-        let name = h.name();
-        if h.hex() != f.digest {
-            anyhow::bail!(
-                "its payload's {}: {name} digest: BAD (the payload is damaged or altered)",
-                f.path
-            );
-        }
-        Ok(())
-    };
+    let mut pass =
+        |f: &FileInfo, size: u64, c: &mut cpio::Cpio<Box<dyn Read>>| hash_past(f, size, c, &stop);
     let written = match walk(&pkg, &plan, &mut cpio, into, &mut pass) {
         Ok(w) => w.written,
         Err(f) => {
@@ -595,6 +570,50 @@ fn room(pkg: &Package, plan: &[bool], into: &Path) -> Result<(), Fault> {
 struct Plan {
     judged: Vec<bool>,
     write: Vec<bool>,
+}
+
+impl Plan {
+    /// The files `judged` as selected, those of them `only` takes written (when `writing`).
+    fn new(
+        pkg: &Package,
+        judged: Vec<bool>,
+        writing: bool,
+        only: &dyn Fn(&FileInfo) -> bool,
+    ) -> Plan {
+        let write = (judged.iter().zip(&pkg.files))
+            .map(|(&j, f)| j && writing && only(f))
+            .collect();
+        Plan { judged, write }
+    }
+}
+
+/// Read `f`'s data (`size` bytes) past, a regular file's held to its header's digest.
+fn hash_past<R: Read>(
+    f: &FileInfo,
+    size: u64,
+    c: &mut cpio::Cpio<R>,
+    stop: &dyn Fn() -> Result<()>,
+) -> Result<()> {
+    let mut hash = (f.is_file() && size > 0).then(|| Hasher::new(f.digest.len()));
+    c.data(
+        size,
+        |b| {
+            if let Some(h) = hash.as_mut() {
+                h.update(b);
+            }
+            Ok(())
+        },
+        stop,
+    )?;
+    let Some(h) = hash else { return Ok(()) };
+    let name = h.name();
+    if h.hex() != f.digest {
+        anyhow::bail!(
+            "its payload's {}: {name} digest: BAD (the payload is damaged or altered)",
+            f.path
+        );
+    }
+    Ok(())
 }
 
 /// What [`walk`] does with a file's data it does not write: read it past (a stream), or skip

@@ -3,7 +3,13 @@
 //! digest a packager computes, so that what a test changes is the one thing it names — a hard
 //! link's data left out, a file's data altered under a recomputed payload digest, a link through
 //! a link, a compressor's stream — and nothing else trips the reader first.
-#![allow(dead_code, unreachable_pub, clippy::expect_used, clippy::panic, clippy::unwrap_used)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unwrap_used
+)]
 
 use std::io::Write;
 
