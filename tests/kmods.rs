@@ -14,6 +14,7 @@ mod world;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use rstest::rstest;
 use serde_json::Value;
 use world::{code, Os, Root, World, DRIVER_LOCAL_EL9_570, RHCK9, UEK9};
 
@@ -108,7 +109,11 @@ fn kmod_build(root: &Root, f: &Fleet, extra: &[&str]) -> (i32, Value, String) {
 
 /// `gpuhost kmod build` of the world's local repo package `local`.
 fn kmod_build_of(root: &Root, f: &Fleet, local: &str, extra: &[&str]) -> (i32, Value, String) {
-    let rpm = World::get().cuda_local(local);
+    kmod_build_rpm(root, f, &World::get().cuda_local(local), extra)
+}
+
+/// `gpuhost kmod build` of the local repo package file `rpm`.
+fn kmod_build_rpm(root: &Root, f: &Fleet, rpm: &Path, extra: &[&str]) -> (i32, Value, String) {
     let mut args = vec![
         "kmod".to_string(),
         "build".into(),
@@ -1746,6 +1751,59 @@ fn a_kmod_signed_by_another_key_is_refused_before_the_install() {
     );
     assert_eq!(node.rpmdb_snapshot(), before);
     assert!(node.nvidia_module_files(UEK9).is_empty());
+}
+
+/// Issue 53, item 3: `kmod build` reads the local repo package by the rules a node's `plan`
+/// and `apply` read it by (`tests/transaction.rs one_package_gets_one_answer_from_plan_and_apply`):
+/// a link of its repo that leaves the repo (before: taken, as its own folders were not the
+/// rule), one through another of its links, a package its repo metadata does not know. Exit 2
+/// naming it, before anything is compiled; nothing in `--out`.
+#[rstest]
+#[case::a_link_out_of_the_repo("plain-link", "which leaves")]
+#[case::a_link_through_a_link("link", "which leaves")]
+#[case::a_package_its_metadata_does_not_know("metadata", "does not match its repo metadata")]
+fn kmod_build_refuses_what_apply_refuses_of_a_local_repo_package(
+    #[case] defect: &str,
+    #[case] said: &str,
+) {
+    let root = build_root(&[UEK9]);
+    let f = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let rpm = world::repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| {
+        let repo = std::fs::read_dir(t.join("var"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.is_dir())
+            .unwrap();
+        let link = |to: &str, at: &str| std::os::unix::fs::symlink(to, repo.join(at)).unwrap();
+        match defect {
+            "plain-link" => link("/etc/hostname", "zz-extra"),
+            "link" => {
+                link(".", "zz-b");
+                link(
+                    &("zz-b/".repeat(8) + &"../".repeat(8) + "etc/hostname"),
+                    "zz-extra",
+                );
+            }
+            _ => {
+                let settings = std::fs::read_dir(&repo)
+                    .unwrap()
+                    .flatten()
+                    .map(|e| e.path())
+                    .find(|p| p.to_string_lossy().contains("nvidia-settings"))
+                    .unwrap();
+                let mut bytes = std::fs::read(&settings).unwrap();
+                bytes.extend(b"appended after createrepo");
+                std::fs::write(&settings, bytes).unwrap();
+            }
+        }
+    });
+    let (rc, _, out) = kmod_build_rpm(&root, &f, Path::new(&rpm), &[]);
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.contains(said), "{out}");
+    let made = std::fs::read_dir(&f.out).map_or(0, |d| d.count());
+    assert_eq!(made, 0, "kmod build wrote into --out: {out}");
 }
 
 /// A noarch site package `name` that requires `requires`, built with rpmbuild under `dir`.
