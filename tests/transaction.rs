@@ -369,6 +369,38 @@ fn a_repo_key_outside_the_package_is_bad_input_even_inside_the_transaction(#[cas
     }
 }
 
+/// Issue 53, item 3: the `.repo`'s `gpgkey` through a link of the package (`zz-b -> .`):
+/// `…/zz-b/../k.pub` reads lexically as the repo's own `k.pub`, and really as `/var/k.pub`.
+/// Refused before any change, naming the key (before: passed the check, then the transaction
+/// failed after changing the root).
+#[test]
+fn a_repo_key_through_a_link_of_the_package_is_refused_before_any_change() {
+    let root = Root::new(Os::Ol9, &[RHCK9]);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut key = String::new();
+    let rpm = world::repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| {
+        let repo = repo_folder(t);
+        std::fs::write(repo.join("k.pub"), "not a key\n").unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(".", repo.join("zz-b")).unwrap_or_else(|e| panic!("{e}"));
+        let inside = repo.strip_prefix(t).unwrap_or_else(|e| panic!("{e}"));
+        key = format!("file:///{}/zz-b/../k.pub", inside.display());
+        with_gpgkey(t, &key);
+    });
+    let before = root.rpmdb_snapshot();
+    let (rc, rep) = apply(&root, &rpm);
+    assert_eq!(rc, 2, "{rep:#}");
+    assert_eq!(
+        root.rpmdb_snapshot(),
+        before,
+        "something was installed: {rep:#}"
+    );
+    let failed = failed_steps(&rep);
+    assert!(
+        !failed.is_empty() && failed.iter().all(|f| f.contains("a link on the way")),
+        "{failed:#?}"
+    );
+}
+
 /// The local repo package's repo folder in the unpacked tree `t`.
 fn repo_folder(t: &std::path::Path) -> std::path::PathBuf {
     let var = t.join("var");
