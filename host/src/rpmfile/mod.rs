@@ -13,8 +13,17 @@
 //! - every entry is a file the header lists (not a `%ghost`), once, of the header's type and
 //!   size; every file the header lists is in the payload (payload and header agree);
 //! - every path is absolute, plain (no `.`, `..` or empty component) and inside the folders the
-//!   caller allows; a symlink's target stays inside its folder; no file lies under a symlink; a
-//!   FIFO, device or socket is refused;
+//!   caller allows; a symlink's target stays inside its folder, resolved component by
+//!   component through the package's own links as the kernel resolves it in the unpacked tree;
+//!   no file lies under a symlink; a FIFO, device or socket is refused;
+//! - every file's data, written or not, matches the header's digest (SHA-2 only), whatever the
+//!   compressor; a hard link's names without data share inode and digest with the name that
+//!   carries it; a selected file that is a hard link is refused, by a check as by an extraction
+//!   (one answer for one package, [`verify`] and [`extract`] judge the same files);
+//! - one compressed stream is read, as rpm reads one;
+//! - memory is bounded: at most 256 MiB whatever the header or the compressor asks for (the
+//!   header's bounds in [`header`], measured in `host/tests/memory_bound.rs`; the
+//!   decompressor's 128 MiB);
 //! - the folder's filesystem has room for the selected files' sizes;
 //! - each written file's SHA-256 family digest matches the header's;
 //! - the whole payload is intact: its digest (`PAYLOADDIGEST`) as `rpm -K` checks it, or, for
