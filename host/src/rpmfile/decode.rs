@@ -28,12 +28,12 @@ pub(super) fn compression(pkg: &Package, head: &[u8]) -> String {
 /// asking for more is refused as the package's fault before it is given the memory. With the
 /// header's bound ([`super::header`]) it keeps a package's reading under 256 MiB.
 pub(super) const MEMLIMIT: u64 = 128 << 20;
-/// zstd's window, as a power of two: [`MEMLIMIT`].
+/// zstd's window, as a power of two: `MEMLIMIT` (128 MiB).
 const ZSTD_WINDOW_LOG: u32 = 27;
 
 /// A decompressing reader of `raw` told by the file name's suffix (`.gz`, `.xz`, `.zst`), or
 /// `None` for a name without one: repo metadata files and a kmod's compressed modules.
-/// Concatenated streams are read as one (as dnf reads metadata); memory as [`MEMLIMIT`].
+/// Concatenated streams are read as one (as dnf reads metadata); memory as `MEMLIMIT` (128 MiB).
 pub fn by_suffix<'a>(name: &str, raw: &'a [u8]) -> Result<Option<Box<dyn Read + 'a>>> {
     Ok(if name.ends_with(".gz") {
         Some(Box::new(flate2::read::MultiGzDecoder::new(raw)))

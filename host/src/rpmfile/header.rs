@@ -16,7 +16,7 @@ const HEADER_MAGIC: [u8; 8] = [0x8e, 0xad, 0xe8, 0x01, 0, 0, 0, 0];
 /// rpm's own bound on a header's tags (`hdrchkTags`): 65,535.
 const MAX_TAGS: u32 = 0xffff;
 /// gpuhost's bound on a header's data: 32 MiB (rpm's `hdrchkData` allows 256 MiB). With the
-/// bounds below and the decompressor's ([`super::decode::MEMLIMIT`]), reading one package takes
+/// bounds below and the decompressor's (128 MiB, `decode::MEMLIMIT`), reading one package takes
 /// at most 256 MiB whatever its header asks for; a header this large lists far more files than
 /// a package gpuhost reads (NVIDIA's local repo, driver, toolkit and kmod packages) carries.
 pub const MAX_DATA: u32 = 32 << 20;

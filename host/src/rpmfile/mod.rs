@@ -1073,7 +1073,7 @@ mod tests {
     }
 
     /// A stream that asks its decompressor for 2 GiB is refused before the memory is given
-    /// ([`decode::MEMLIMIT`]).
+    /// (`decode::MEMLIMIT`, 128 MiB).
     #[rstest]
     #[case::xz("xz")]
     #[case::lzma("lzma")]
