@@ -2413,3 +2413,41 @@ fn a_fifo_or_device_as_the_kmod_manifest_is_refused_unopened() {
     }
     assert_eq!(node.rpmdb_snapshot(), before);
 }
+
+/// Issue 53, item 4: a node on prebuilt kmods goes back to DKMS (the profile without
+/// `driver.kmod_repo`) in one apply: the driver step's transaction erases the build host's kmod
+/// and installs NVIDIA's DKMS kmod, and DKMS builds the module for the kernel (before: dnf's
+/// conflict, exit 1; with the transaction alone, `dkms install` found the kernel's build left
+/// from before the move to prebuilt, "already been built", exit 1 after the change). A second
+/// apply changes nothing, and the node moves to prebuilt kmods again.
+#[test]
+fn a_node_on_prebuilt_kmods_goes_back_to_dkms_in_one_apply() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    // DKMS first, so that its state for the kernel is what the move to prebuilt left.
+    let (rc, rep) = dkms_apply(&node);
+    assert_eq!(rc, 0, "{rep:#}");
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    let kmod = format!("kmod-nvidia-open-{UEK9}");
+    assert!(node.installed(&kmod).is_some(), "{rep:#}");
+    let (rc, rep) = dkms_apply(&node);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node.installed(&kmod).is_none(), "{rep:#}");
+    assert!(node.installed("kmod-nvidia-open-dkms").is_some(), "{rep:#}");
+    assert_eq!(
+        node.nvidia_module_version(UEK9).as_deref(),
+        Some("570.124.06"),
+        "{rep:#}"
+    );
+    let (rc, rep) = dkms_apply(&node);
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node.installed(&kmod).is_some(), "{rep:#}");
+    assert!(node.installed("kmod-nvidia-open-dkms").is_none(), "{rep:#}");
+}
