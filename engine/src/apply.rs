@@ -113,7 +113,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     }
     // The driver's flavour, stream and package set: refused now when they cannot work.
     let driver_plan = gpuhost_steps::driver::resolve(&profile, &facts)?;
-    no_kmod_on_day_one(&host, driver_plan.as_ref())?;
+    prebuilt_checked(&host, driver_plan.as_ref())?;
     // After the driver's own checks (a branch that cannot drive the GPU says so first).
     grace_fits(&facts, &host.root().display().to_string())?;
     if host.is_live() && !opts.dry_run && !is_root() {
@@ -155,6 +155,18 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         warnings,
         unserved,
     })
+}
+
+/// Prebuilt kmods (`driver.kmod_repo`), before any change: a served kernel without one on a
+/// node without a module ([`no_kmod_on_day_one`]), and scriptlets in a served kernel's kmod
+/// RPM that gpuhost does not write (rpm reads them; the rest of the RPM was checked when the
+/// plan was resolved: `gpuhost_steps::run::kmod_rpm`).
+fn prebuilt_checked(host: &Host, plan: Option<&gpuhost_steps::run::DriverPlan>) -> Result<()> {
+    no_kmod_on_day_one(host, plan)?;
+    match plan.and_then(|p| p.kmods.as_ref()) {
+        Some(kmods) => kmods.scriptlets_checked(host),
+        None => Ok(()),
+    }
 }
 
 /// Prebuilt kmods (`driver.kmod_repo`) that leave a served kernel without one: refused before

@@ -72,24 +72,14 @@ pub(crate) fn check(ctx: &Ctx<'_>, plan: &DriverPlan, transition: &Transition) -
         if !plugin {
             why.push(format!("{PLUGIN} not installed (it holds the branch)"));
         }
-        // Which driver and why this flavour, when the set comes in; a move to prebuilt kmods
-        // keeps both.
-        if set.replaced_dkms.is_empty() {
-            why.push(format!("driver {}", plan.repo.driver));
-            why.push(plan.choice.explanation.clone());
-        } else {
-            why.push(format!(
-                "{} gives way to the build host's kmods",
-                set.replaced_dkms.join(", ")
-            ));
-        }
-        why.extend(super::built_by::said(&set.build_leftovers));
+        // Which driver and why this flavour, when the set comes in; or which kmods give way.
+        why.extend(set.why(plan));
         let mut check = one(Change::new(
             Work::Install(Install {
                 specs: specs(ctx, plan, &set),
                 disable_excludes: super::locks::locked(ctx)?,
-                allowerasing: !set.replaced_dkms.is_empty(),
-                remove: set.build_leftovers.clone(),
+                allowerasing: set.allowerasing(),
+                remove: set.removes(),
                 ..Install::default()
             }),
             why.join("; "),
