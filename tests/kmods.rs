@@ -2402,9 +2402,7 @@ fn a_kmod_rpm_that_is_not_what_gpuhost_builds_is_refused_before_any_change() {
     );
     // An RPM cut short, its manifest entry rewritten to match.
     let repo = repo_copy(&f.out);
-    let rpm = repo
-        .path()
-        .join(m["kmods"][0]["file"].as_str().unwrap());
+    let rpm = repo.path().join(m["kmods"][0]["file"].as_str().unwrap());
     let bytes = std::fs::read(&rpm).unwrap();
     std::fs::write(&rpm, &bytes[..bytes.len() * 2 / 3]).unwrap();
     let manifest = repo.path().join("gpuhost-kmods.json");

@@ -124,6 +124,9 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     point_dnf(&mut host, &profile, &facts);
     let driver_steps = gpuhost_steps::steps_needing_package(&opts.selection);
     gpuhost_steps::driver::require_package(&profile, &driver_steps)?;
+    if let Some(plan) = driver_plan.as_ref().filter(|_| !driver_steps.is_empty()) {
+        gpuhost_steps::driver::lock_list_ready(&host, plan)?;
+    }
     let mut warnings: Vec<String> = unserved
         .iter()
         .map(|why| format!("{why} (this run serves the kernels the bundle carries; the kernel guard keeps the default boot on one)"))

@@ -138,7 +138,14 @@ pub(super) fn after_swap(
 /// (exit 2, naming the setting or the file) when the plugin would hold nothing — turned off —
 /// or the list is no file of the root (a FIFO, a folder, a link out of the root).
 fn lock_list(ctx: &Ctx<'_>) -> Result<String> {
-    let conf = versionlock::PluginConf::parse(ctx.host.read_opt(versionlock::CONF)?.as_deref());
+    lock_list_of(ctx.host)
+}
+
+/// [`lock_list`] of `host`: what apply's preparation checks on EL10 before any change, so that
+/// a list that is a FIFO, a folder or a link out of the root is refused before the first
+/// transaction of a fresh node (the driver step's own check runs after it).
+pub(crate) fn lock_list_of(host: &gpuhost_host::host::Host) -> Result<String> {
+    let conf = versionlock::PluginConf::parse(host.read_opt(versionlock::CONF)?.as_deref());
     let conf_file = versionlock::CONF;
     if !conf.enabled {
         return Err(invalid!(
@@ -152,14 +159,14 @@ fn lock_list(ctx: &Ctx<'_>) -> Result<String> {
             versionlock::LIST
         ));
     }
-    if let Some((link, target, _)) = ctx.host.escaping_link(&list)? {
+    if let Some((link, target, _)) = host.escaping_link(&list)? {
         return Err(invalid!(
             "the versionlock list {list} lies behind {} (a link to {}), outside the root: gpuhost writes no file there",
             link.display(),
             target.display()
         ));
     }
-    match ctx.host.kind_nofollow(&list) {
+    match host.kind_nofollow(&list) {
         None | Some(gpuhost_host::rootfs::Kind::File) => Ok(list),
         Some(kind) => Err(invalid!(
             "the versionlock list {list} ({conf_file}'s locklist) is a {}, not a file: gpuhost writes the branch lock into a regular file only",
