@@ -208,6 +208,29 @@ fn foreign_package(file: &str, arch: &str) -> bool {
         .is_some_and(|f| f != arch)
 }
 
+/// With `driver.keep_local_repo = false` the driver set read out into `scratch` moves into
+/// gpuhost's cache after the transaction: a rename on one filesystem, a copy of `bytes` where
+/// the cache lies on another (a `/var/lib` mounted apart), which then needs that room before the
+/// first change (issue 53, item 5: before, a full cache filesystem failed after the driver was
+/// replaced, and the advised rerun failed the same way).
+fn cache_need(ctx: &Ctx<'_>, scratch: &str, bytes: u64) -> Option<gpuhost_host::hostinfo::Need> {
+    use gpuhost_host::hostinfo::{Mounts, Role};
+    let mounts = Mounts::read();
+    let on = |p: &str| {
+        mounts
+            .space(ctx.host, p, Role::Need(String::new()))
+            .mount_point
+    };
+    let cache = gpuhost_host::host::DRIVER_CACHE;
+    (on(cache) != on(scratch)).then(|| gpuhost_host::hostinfo::Need {
+        path: cache.into(),
+        bytes,
+        what:
+            "the driver set copied into gpuhost's cache (another filesystem than its scratch copy)"
+                .into(),
+    })
+}
+
 /// The size of the local repo package (a file on the build host, as `driver.local_repo_rpm`
 /// names it), for the space check before an install; None when it cannot be read (the step
 /// then reports why).
@@ -295,6 +318,18 @@ impl Step for DriverRepo {
                 bytes,
                 what: "the new local repo's metadata and driver packages, read out for the driver swap".into(),
             });
+        }
+        let places = check
+            .changes
+            .iter()
+            .any(|c| matches!(c.work, Work::Install(_) | Work::SwapDriver(_)));
+        if let (Some(bytes), false, true) = (repos, plan.keep_local_repo, places) {
+            let scratch = if swaps {
+                crate::transaction::swap::SCRATCH
+            } else {
+                crate::transaction::ahead::SCRATCH
+            };
+            needs.extend(cache_need(ctx, scratch, bytes));
         }
         needs
     }
