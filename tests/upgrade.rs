@@ -1472,3 +1472,48 @@ fn rollback_takes_a_cached_set_only_as_gpuhost_wrote_it() {
         .is_some_and(|v| v.starts_with("570.124.06")));
     assert!(node.root.installed(&site).is_some());
 }
+
+/// Issue 53, item 5: with `driver.keep_local_repo = false`, the current set's cache folder
+/// removed by hand (a clean-up of /var/lib). A swap to another driver is refused before any
+/// change, exit 2, with the way back (before: dnf stopped at the gone repo's metadata, exit 1,
+/// and so did every later transaction, the container steps' too); the installed driver's
+/// package puts the set back; then the swap converges, and the next apply is converged.
+#[test]
+fn a_swap_after_the_current_cache_folder_was_removed_by_hand_is_refused_then_converges() {
+    let node = Node::new(Os::Ol9, "ol9-uek", UEK9, true);
+    let off = ["--set", "driver.keep_local_repo=false"];
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &off);
+    assert_eq!(rc, 0, "{rep:#}");
+    let cached570 = "nvidia-driver-local-repo-rhel9-570.124.06-1.0";
+    assert_eq!(cache_state(&node.root).1.as_deref(), Some(cached570));
+    let folder = node
+        .root
+        .join(&format!("/var/lib/gpuhost/driver-repo/{cached570}"));
+    std::fs::remove_dir_all(folder).unwrap_or_else(|e| panic!("{e}"));
+    let before = node.root.rpmdb_snapshot();
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &off);
+    assert_eq!(rc, 2, "{rep:#}");
+    let text = rep.to_string();
+    assert!(
+        text.contains("is gone") && text.contains("puts the cached set back"),
+        "{rep:#}"
+    );
+    assert_eq!(
+        node.root.rpmdb_snapshot(),
+        before,
+        "the refused swap changed packages"
+    );
+    // The installed driver's package puts the set back; then the swap goes through.
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &off);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(cache_state(&node.root).1.as_deref(), Some(cached570));
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &off);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node
+        .root
+        .installed("nvidia-driver")
+        .is_some_and(|v| v.starts_with("580.82.07")));
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &off);
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+}

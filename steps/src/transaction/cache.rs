@@ -280,6 +280,19 @@ pub fn current(host: &Host) -> Option<(String, Cached)> {
     read(host, &dir).map(|c| (dir, c))
 }
 
+/// The folder of gpuhost's cache that [`REPO_FILE`] gives dnf, when it holds no repo any more
+/// (removed by hand).
+pub fn gone(host: &Host) -> Option<String> {
+    let text = host.read_opt(REPO_FILE).ok().flatten()?;
+    let dir = repo_entries(&text)
+        .into_iter()
+        .find(|(_, k, _)| *k == "baseurl")
+        .and_then(|(_, _, v)| v.strip_prefix("file://").map(str::to_string))?;
+    let dir = dir.trim_end_matches('/').to_string();
+    let there = host.exists(format!("{dir}/repodata/repomd.xml"));
+    (gpuhost_host::host::in_driver_cache(&dir) && !there).then_some(dir)
+}
+
 /// The cached folders there are, each with its manifest (the current and the one kept for a
 /// rollback, normally).
 pub fn all(host: &Host) -> Vec<(String, Cached)> {
