@@ -124,9 +124,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     point_dnf(&mut host, &profile, &facts);
     let driver_steps = gpuhost_steps::steps_needing_package(&opts.selection);
     gpuhost_steps::driver::require_package(&profile, &driver_steps)?;
-    if let Some(plan) = driver_plan.as_ref().filter(|_| !driver_steps.is_empty()) {
-        gpuhost_steps::driver::lock_list_ready(&host, plan)?;
-    }
+    lock_list_ready(&host, driver_plan.as_ref(), &driver_steps)?;
     let mut warnings: Vec<String> = unserved
         .iter()
         .map(|why| format!("{why} (this run serves the kernels the bundle carries; the kernel guard keeps the default boot on one)"))
@@ -158,6 +156,19 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         warnings,
         unserved,
     })
+}
+
+/// On EL10, the versionlock list the driver step writes into, when a driver step runs: checked
+/// before any change (a FIFO, a folder, a link out of the root: exit 2).
+fn lock_list_ready(
+    host: &Host,
+    plan: Option<&gpuhost_steps::run::DriverPlan>,
+    driver_steps: &[&str],
+) -> Result<()> {
+    match plan.filter(|_| !driver_steps.is_empty()) {
+        Some(plan) => gpuhost_steps::driver::lock_list_ready(host, plan),
+        None => Ok(()),
+    }
 }
 
 /// Prebuilt kmods (`driver.kmod_repo`), before any change: a served kernel without one on a
