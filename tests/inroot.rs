@@ -231,8 +231,12 @@ fn symlinked_state_and_lock_are_refused_not_followed() {
     let before = out.snapshot();
     let (c, _, err) = apply(&root, "kernel");
     assert_eq!(out.snapshot(), before, "the build host's tree changed");
-    assert_eq!(c, 1, "{err}");
-    assert!(err.contains("var/lib/gpuhost"), "{err}");
+    // Bad input found before any change (issue 53, item 5): exit 2, not 1.
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains("var/lib/gpuhost is a link") && err.contains("outside the install root"),
+        "{err}"
+    );
 
     // only the lock file linked out of the root
     let root = Root::new(Os::Ol8, &[UEK8_NEW]);
@@ -247,6 +251,29 @@ fn symlinked_state_and_lock_are_refused_not_followed() {
         err.contains("apply.lock") && err.contains("symlink"),
         "{err}"
     );
+}
+
+/// Issue 53, item 5: gpuhost's driver cache folder that is a file, or a link out of the root,
+/// is found before any change (exit 2), not after the driver was replaced.
+#[test]
+fn a_cache_folder_that_is_a_file_or_a_link_out_is_refused_before_any_change() {
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    std::fs::create_dir_all(root.join("var/lib/gpuhost")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(root.join("var/lib/gpuhost/driver-repo"), "x").unwrap_or_else(|e| panic!("{e}"));
+    let rpmdb = root.rpmdb_snapshot();
+    let (c, _, err) = apply(&root, "kernel");
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("driver-repo is not a folder"), "{err}");
+    assert_eq!(root.rpmdb_snapshot(), rpmdb);
+    std::fs::remove_file(root.join("var/lib/gpuhost/driver-repo"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = Outside::new();
+    replace_with_link(&root, "var/lib/gpuhost/driver-repo", &out.path("cache"));
+    let before = out.snapshot();
+    let (c, _, err) = apply(&root, "kernel");
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("driver-repo is a link"), "{err}");
+    assert_eq!(out.snapshot(), before);
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod world;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use rstest::rstest;
 use serde_json::Value;
 use world::{code, Os, Root, World, DRIVER_LOCAL_EL9_570, RHCK9, UEK9};
 
@@ -108,7 +109,11 @@ fn kmod_build(root: &Root, f: &Fleet, extra: &[&str]) -> (i32, Value, String) {
 
 /// `gpuhost kmod build` of the world's local repo package `local`.
 fn kmod_build_of(root: &Root, f: &Fleet, local: &str, extra: &[&str]) -> (i32, Value, String) {
-    let rpm = World::get().cuda_local(local);
+    kmod_build_rpm(root, f, &World::get().cuda_local(local), extra)
+}
+
+/// `gpuhost kmod build` of the local repo package file `rpm`.
+fn kmod_build_rpm(root: &Root, f: &Fleet, rpm: &Path, extra: &[&str]) -> (i32, Value, String) {
     let mut args = vec![
         "kmod".to_string(),
         "build".into(),
@@ -661,7 +666,16 @@ fn a_dkms_node_moves_to_the_prebuilt_kmods_in_one_transaction() {
     let built: Vec<&str> = recorded
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
         .collect();
+    // Each pinned to the transaction that installed it (issue 53, item 2).
+    assert!(
+        recorded.lines().filter(|l| !l.starts_with('#')).all(|l| l
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|m| m.starts_with("tid="))),
+        "{recorded}"
+    );
     assert!(
         built.contains(&"dkms") && built.contains(&"make"),
         "{recorded}"
@@ -1739,6 +1753,59 @@ fn a_kmod_signed_by_another_key_is_refused_before_the_install() {
     assert!(node.nvidia_module_files(UEK9).is_empty());
 }
 
+/// Issue 53, item 3: `kmod build` reads the local repo package by the rules a node's `plan`
+/// and `apply` read it by (`tests/transaction.rs one_package_gets_one_answer_from_plan_and_apply`):
+/// a link of its repo that leaves the repo (before: taken, as its own folders were not the
+/// rule), one through another of its links, a package its repo metadata does not know. Exit 2
+/// naming it, before anything is compiled; nothing in `--out`.
+#[rstest]
+#[case::a_link_out_of_the_repo("plain-link", "which leaves")]
+#[case::a_link_through_a_link("link", "which leaves")]
+#[case::a_package_its_metadata_does_not_know("metadata", "does not match its repo metadata")]
+fn kmod_build_refuses_what_apply_refuses_of_a_local_repo_package(
+    #[case] defect: &str,
+    #[case] said: &str,
+) {
+    let root = build_root(&[UEK9]);
+    let f = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let rpm = world::repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| {
+        let repo = std::fs::read_dir(t.join("var"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.is_dir())
+            .unwrap();
+        let link = |to: &str, at: &str| std::os::unix::fs::symlink(to, repo.join(at)).unwrap();
+        match defect {
+            "plain-link" => link("/etc/hostname", "zz-extra"),
+            "link" => {
+                link(".", "zz-b");
+                link(
+                    &("zz-b/".repeat(8) + &"../".repeat(8) + "etc/hostname"),
+                    "zz-extra",
+                );
+            }
+            _ => {
+                let settings = std::fs::read_dir(&repo)
+                    .unwrap()
+                    .flatten()
+                    .map(|e| e.path())
+                    .find(|p| p.to_string_lossy().contains("nvidia-settings"))
+                    .unwrap();
+                let mut bytes = std::fs::read(&settings).unwrap();
+                bytes.extend(b"appended after createrepo");
+                std::fs::write(&settings, bytes).unwrap();
+            }
+        }
+    });
+    let (rc, _, out) = kmod_build_rpm(&root, &f, Path::new(&rpm), &[]);
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.contains(said), "{out}");
+    let made = std::fs::read_dir(&f.out).map_or(0, |d| d.count());
+    assert_eq!(made, 0, "kmod build wrote into --out: {out}");
+}
+
 /// A noarch site package `name` that requires `requires`, built with rpmbuild under `dir`.
 fn site_package(dir: &Path, name: &str, requires: &str) -> PathBuf {
     let spec = dir.join(format!("{name}.spec"));
@@ -1925,4 +1992,518 @@ fn plan_says_what_apply_does_on_every_kmod_path() {
             "{m}"
         );
     }
+}
+
+/// A node converged on NVIDIA's DKMS kmod (no `driver.kmod_repo`) with the world's 570 driver.
+fn dkms_apply(node: &Root) -> (i32, Value) {
+    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let o = node.gpuhost(&[
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        &world::profile("ol9-uek"),
+        "--set",
+        &format!("driver.local_repo_rpm={}", rpm.display()),
+    ]);
+    (code(&o), world::report(&o))
+}
+
+/// The packages the driver step's changes remove (`…; remove a b --allowerasing`).
+fn removed_by_driver(rep: &Value) -> Vec<String> {
+    world::step(rep, "driver")["changes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter_map(|c| c.split("; remove ").nth(1))
+        .flat_map(|r| {
+            r.split(" --allowerasing")
+                .next()
+                .unwrap_or_default()
+                .split(' ')
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `plan` of the move to prebuilt kmods: what the driver step would remove, and stderr.
+fn move_plan(node: &Root, repo: &Path) -> (Vec<String>, String) {
+    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let o = node.gpuhost(&[
+        "plan",
+        "--format",
+        "json",
+        "--profile",
+        &world::profile("ol9-uek"),
+        "--set",
+        &format!("driver.local_repo_rpm={}", rpm.display()),
+        "--set",
+        &format!("driver.kmod_repo={}", repo.display()),
+    ]);
+    let rep = world::report(&o);
+    assert_eq!(code(&o), 0, "{rep:#}");
+    (
+        removed_by_driver(&rep),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Issue 53, item 2: a built-by record decides nothing on its own. Edited to name
+/// `openssh-server`, a site agent or the kernel (with the transaction id gpuhost's own lines
+/// carry, or bare), those stay; a record writable by others, owned by another user, or a link to
+/// a site file is not used at all (nothing removed, a warning naming it).
+#[test]
+fn a_built_by_record_removes_only_what_gpuhost_installed_and_rpm_agrees() {
+    use std::os::unix::fs::PermissionsExt;
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let (rc, rep) = dkms_apply(&node);
+    assert_eq!(rc, 0, "{rep:#}");
+    let site = tempfile::tempdir().unwrap();
+    let agent = site_package(site.path(), "site-agent", "bash");
+    let o = node.rpm(&["-i", agent.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rec = "/var/lib/gpuhost/built-by/build-deps";
+    let ours = node.read(rec);
+    let sshd = node.installed("openssh-server");
+    let (removes, _) = move_plan(&node, &f.out);
+    assert!(removes.iter().any(|n| n == "dkms"), "{removes:?}");
+    // Edited: the site's packages named with gpuhost's own transaction id, and bare.
+    let tid = ours
+        .lines()
+        .find_map(|l| l.strip_prefix("dkms tid="))
+        .unwrap()
+        .to_string();
+    let mut edited = ours.clone();
+    for n in ["openssh-server", "site-agent", "kernel-uek", "kernel"] {
+        edited.push_str(&format!("{n} tid={tid}\n{n}\n"));
+    }
+    // And 300,000 names besides: no name of a record goes on a command line (E2BIG).
+    let mut long = edited.clone();
+    for i in 0..300_000 {
+        long.push_str(&format!("site-pkg-{i} tid={tid}\n"));
+    }
+    node.write(rec, &long);
+    let (removes, _) = move_plan(&node, &f.out);
+    assert!(removes.iter().any(|n| n == "dkms"), "{removes:?}");
+    assert!(
+        !removes.iter().any(|n| n.starts_with("site-")),
+        "{removes:?}"
+    );
+    node.write(rec, &edited);
+    let (removes, _) = move_plan(&node, &f.out);
+    assert!(removes.iter().any(|n| n == "dkms"), "{removes:?}");
+    for n in ["openssh-server", "site-agent", "kernel-uek", "kernel"] {
+        assert!(!removes.contains(&n.to_string()), "{n}: {removes:?}");
+    }
+    // Not root's own: writable by others, another user's, a link to a site file.
+    let path = node.join(rec);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (removes, err) = move_plan(&node, &f.out);
+    assert!(removes.is_empty(), "{removes:?}");
+    assert!(
+        err.contains("build-deps is writable by others (mode 666)"),
+        "{err}"
+    );
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::chown(&path, Some(1000), Some(1000)).unwrap();
+    let (removes, err) = move_plan(&node, &f.out);
+    assert!(removes.is_empty(), "{removes:?}");
+    assert!(err.contains("build-deps is owned by uid 1000"), "{err}");
+    std::fs::remove_file(&path).unwrap();
+    node.write("/etc/site-list", &ours);
+    std::os::unix::fs::symlink("/etc/site-list", &path).unwrap();
+    let (removes, err) = move_plan(&node, &f.out);
+    assert!(removes.is_empty(), "{removes:?}");
+    assert!(
+        err.contains("build-deps is a link (/etc/site-list)"),
+        "{err}"
+    );
+    // The edited record, root's: the move removes gpuhost's build packages, not the site's.
+    std::fs::remove_file(&path).unwrap();
+    node.write(rec, &edited);
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node.installed("dkms").is_none(), "{rep:#}");
+    for n in ["site-agent", "kernel-uek"] {
+        assert!(node.installed(n).is_some(), "{n}: {rep:#}");
+    }
+    assert_eq!(node.installed("openssh-server"), sshd, "{rep:#}");
+    assert_eq!(node.read("/etc/site-list"), ours);
+    // What the move removed is pruned from the record, and so is what it never installed.
+    let left = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        !left.lines().any(|l| l.starts_with("dkms ")
+            || l.starts_with("site-agent")
+            || l.starts_with("openssh-server")),
+        "{left}"
+    );
+}
+
+/// Issue 53, item 2: records are pruned of what gpuhost no longer installed. DKMS, then
+/// prebuilt kmods (gpuhost's gcc goes), then the site installs gcc itself and puts the node
+/// back on NVIDIA's DKMS kmod by hand (gpuhost's own way back is issue 53 item 4, not done),
+/// then prebuilt again: the site's gcc stays.
+#[test]
+fn a_package_the_site_installs_after_a_move_stays_the_sites() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let (rc, rep) = dkms_apply(&node);
+    assert_eq!(rc, 0, "{rep:#}");
+    let rec = node.read("/var/lib/gpuhost/built-by/build-deps");
+    assert!(rec.lines().any(|l| l.starts_with("gcc-c++ tid=")), "{rec}");
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node.installed("gcc-c++").is_none(), "{rep:#}");
+    // The record is pruned of what the move removed.
+    let left = std::fs::read_to_string(node.join("/var/lib/gpuhost/built-by/build-deps"))
+        .unwrap_or_default();
+    assert!(!left.contains("gcc-c++"), "{left}");
+    // The site installs gcc-c++ itself, and goes back to DKMS by hand.
+    let kmod = format!("kmod-nvidia-open-{UEK9}");
+    node.dnf_ok(&["install", "-y", "gcc-c++"]);
+    node.dnf_ok(&["swap", "-y", &kmod, "kmod-nvidia-open-dkms"]);
+    assert!(node.installed("kmod-nvidia-open-dkms").is_some());
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node.installed("kmod-nvidia-open-dkms").is_none(), "{rep:#}");
+    assert!(
+        node.installed("gcc-c++").is_some(),
+        "the site's gcc-c++ went: {rep:#}"
+    );
+}
+
+/// How a forged kmod differs from what `gpuhost kmod build` makes ([`forge_kmod`]).
+#[derive(Default)]
+struct Forge<'a> {
+    /// More files: (path in the root, content).
+    files: &'a [(&'a str, &'a str)],
+    /// More spec sections (`%pre\n…`, `%triggerin -- bash\n…`).
+    scripts: &'a str,
+    /// The modules' signatures stripped.
+    unsigned: bool,
+}
+
+/// A module's appended signature removed (`~Module signature appended~\n` after a 12-byte
+/// `struct module_signature` whose last 4 bytes are the signature's length, big-endian).
+fn strip_signature(module: &Path) {
+    const MAGIC: &[u8] = b"~Module signature appended~\n";
+    let mut b = std::fs::read(module).unwrap();
+    assert!(b.ends_with(MAGIC), "{} is not signed", module.display());
+    let end = b.len() - MAGIC.len();
+    let sig_len = u32::from_be_bytes(b[end - 4..end].try_into().unwrap()) as usize;
+    b.truncate(end - 12 - sig_len);
+    std::fs::write(module, b).unwrap();
+}
+
+/// The repo `out`'s first kmod rebuilt with rpmbuild as `engine::kmod::package` writes it, but
+/// as `forge` says, put in its place, and its manifest entry's SHA-256 rewritten to match: an
+/// RPM whose hash matches the manifest. Returns the RPM's path.
+fn forge_kmod(out: &Path, forge: &Forge) -> PathBuf {
+    let manifest = out.join("gpuhost-kmods.json");
+    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    let e = m["kmods"][0].clone();
+    let s = |k: &str| e[k].as_str().unwrap().to_string();
+    let (kernel, rpm) = (s("kernel"), out.join(s("file")));
+    let tree = unpack(&rpm);
+    let extra = format!("lib/modules/{kernel}/extra");
+    let modules: Vec<String> = e["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    if forge.unsigned {
+        for mo in &modules {
+            strip_signature(&tree.path().join(&extra).join(mo));
+        }
+    }
+    let top = tempfile::tempdir().unwrap();
+    let mut install = format!("mkdir -p %{{buildroot}}/{extra}\n");
+    let mut files = String::new();
+    for mo in &modules {
+        install += &format!(
+            "install -m 0644 '{}' %{{buildroot}}/{extra}/\n",
+            tree.path().join(&extra).join(mo).display()
+        );
+        files += &format!("/{extra}/{mo}\n");
+    }
+    for (i, (path, content)) in forge.files.iter().enumerate() {
+        let src = top.path().join(format!("extra-{i}"));
+        std::fs::write(&src, content).unwrap();
+        let dir = Path::new(path).parent().unwrap().display().to_string();
+        install += &format!(
+            "mkdir -p %{{buildroot}}{dir}\ninstall -m 0644 '{}' %{{buildroot}}{path}\n",
+            src.display()
+        );
+        files += &format!("{path}\n");
+    }
+    let stems: Vec<&str> = modules
+        .iter()
+        .map(|m| m.strip_suffix(".ko").unwrap())
+        .collect();
+    let (driver, epoch) = (s("driver"), e["epoch"].as_u64().unwrap());
+    let spec = format!(
+        "Name: {name}\nVersion: {driver}\nRelease: 1\nEpoch: {epoch}\nSummary: forged\nLicense: MIT\nAutoReqProv: no\n\
+         Requires: kernel-uname-r = {kernel}\nRequires: nvidia-kmod-common = {epoch}:{driver}\n\
+         Requires(post): kmod\nRequires(postun): kmod\nProvides: nvidia-kmod = {epoch}:{driver}\n\
+         Conflicts: kmod-nvidia-open-dkms, kmod-nvidia-latest-dkms\n\
+         %define _build_id_links none\n%global debug_package %{{nil}}\n%global __os_install_post %{{nil}}\n\
+         %description\nforged\n%install\n{install}\
+         %post\nfor m in {stems}; do for z in xz zst gz; do rm -f /lib/modules/{kernel}/extra/$m.ko.$z; done; done\ndepmod -a {kernel} || :\n\
+         %postun\ndepmod -a {kernel} || :\n{scripts}%files\n{files}",
+        name = s("package"),
+        stems = stems.join(" "),
+        scripts = forge.scripts,
+    );
+    let spec_path = top.path().join("k.spec");
+    std::fs::write(&spec_path, spec).unwrap();
+    let o = Command::new("rpmbuild")
+        .args(["-bb", "--quiet", "--target", "x86_64", "--define"])
+        .arg(format!("_topdir {}", top.path().display()))
+        .arg(&spec_path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let built = files_under(&top.path().join("RPMS"))
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|x| x == "rpm"))
+        .unwrap();
+    std::fs::copy(&built, &rpm).unwrap();
+    set_sha256(&mut m, &rpm);
+    std::fs::write(&manifest, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    rpm
+}
+
+/// The manifest's first entry's SHA-256 set to `rpm`'s.
+fn set_sha256(m: &mut Value, rpm: &Path) {
+    let o = Command::new("sha256sum").arg(rpm).output().unwrap();
+    let sum = String::from_utf8_lossy(&o.stdout);
+    m["kmods"][0]["sha256"] = sum.split_whitespace().next().unwrap().into();
+}
+
+/// A copy of the fleet's repo `from` in a new directory.
+fn repo_copy(from: &Path) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let o = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", from.display()))
+        .arg(d.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    d
+}
+
+/// Issue 53, item 4: a kmod RPM whose SHA-256 matches its manifest entry, but that is not what
+/// `gpuhost kmod build` makes, is refused before any change (exit 2, naming the RPM): a file
+/// besides the modules (`/etc/modprobe.d/…`, `/usr/local/bin/…`, a site file under `/etc`),
+/// scriptlets of its own (`%pre`, a trigger, another `%post`), a manifest entry whose arch
+/// lies, an RPM cut short (before: rpm failed inside the transaction, exit 1), unsigned modules
+/// without Secure Boot (before: installed, then "module for kernel , and DKMS left no
+/// make.log"). The same RPM rebuilt as gpuhost builds it is taken.
+#[test]
+fn a_kmod_rpm_that_is_not_what_gpuhost_builds_is_refused_before_any_change() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let before = node.rpmdb_snapshot();
+    // The control: rebuilt as gpuhost builds it, the forged RPM passes every check.
+    let same = repo_copy(&f.out);
+    forge_kmod(same.path(), &Forge::default());
+    let (rc, rep) = node_apply(&node, same.path(), "plan");
+    assert_eq!(rc, 0, "{rep:#}");
+    let cases: Vec<(&str, Forge, &str)> = vec![
+        (
+            "modprobe.d",
+            Forge {
+                files: &[("/etc/modprobe.d/zz-site.conf", "install nvidia /bin/true\n")],
+                ..Forge::default()
+            },
+            "carries /etc/modprobe.d/zz-site.conf",
+        ),
+        (
+            "usr-local",
+            Forge {
+                files: &[("/usr/local/bin/helper", "#!/bin/sh\n")],
+                ..Forge::default()
+            },
+            "carries /usr/local/bin/helper",
+        ),
+        (
+            "site file",
+            Forge {
+                files: &[("/etc/hosts", "10.0.0.1 mirror\n")],
+                ..Forge::default()
+            },
+            "carries /etc/hosts",
+        ),
+        (
+            "pre",
+            Forge {
+                scripts: "%pre\ntouch /etc/gpuhost-world/pwned\n",
+                ..Forge::default()
+            },
+            "carries scriptlets gpuhost kmod build never writes",
+        ),
+        (
+            "trigger",
+            Forge {
+                scripts: "%triggerin -- bash\ntouch /etc/gpuhost-world/pwned\n",
+                ..Forge::default()
+            },
+            "carries scriptlets gpuhost kmod build never writes",
+        ),
+        (
+            "unsigned",
+            Forge {
+                unsigned: true,
+                ..Forge::default()
+            },
+            "carries no signature",
+        ),
+    ];
+    for (what, forge, says) in cases {
+        let repo = repo_copy(&f.out);
+        let rpm = forge_kmod(repo.path(), &forge);
+        for cmd in ["plan", "apply"] {
+            let (rc, rep) = node_apply(&node, repo.path(), cmd);
+            let text = rep.to_string();
+            assert_eq!(rc, 2, "{what} {cmd}: {rep:#}");
+            assert!(
+                text.contains(says) && text.contains(&rpm.display().to_string()),
+                "{what} {cmd}: {rep:#}"
+            );
+            assert!(!text.contains("DKMS left no make.log"), "{what}: {rep:#}");
+        }
+        assert_eq!(node.rpmdb_snapshot(), before, "{what}");
+    }
+    // A manifest entry whose arch lies (its SHA-256 still the file's).
+    let repo = repo_copy(&f.out);
+    let manifest = repo.path().join("gpuhost-kmods.json");
+    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    m["kmods"][0]["arch"] = "aarch64".into();
+    std::fs::write(&manifest, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let (rc, rep) = node_apply(&node, repo.path(), "apply");
+    assert_eq!(rc, 2, "{rep:#}");
+    assert!(
+        rep.to_string().contains("for arch \\\"aarch64\\\""),
+        "{rep:#}"
+    );
+    // An RPM cut short, its manifest entry rewritten to match.
+    let repo = repo_copy(&f.out);
+    let rpm = repo.path().join(m["kmods"][0]["file"].as_str().unwrap());
+    let bytes = std::fs::read(&rpm).unwrap();
+    std::fs::write(&rpm, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let manifest = repo.path().join("gpuhost-kmods.json");
+    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    set_sha256(&mut m, &rpm);
+    std::fs::write(&manifest, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let (rc, rep) = node_apply(&node, repo.path(), "apply");
+    assert_eq!(rc, 2, "{rep:#}");
+    assert!(
+        rep.to_string().contains(&rpm.display().to_string()),
+        "{rep:#}"
+    );
+    assert_eq!(node.rpmdb_snapshot(), before);
+    assert!(node.nvidia_module_files(UEK9).is_empty());
+}
+
+/// Issue 53, item 4: a kmod repo whose manifest is a FIFO, a link to `/dev/zero` or a device is
+/// refused before any change without being opened (exit 2, naming it), within seconds (before:
+/// the FIFO hung the run until killed; `/dev/zero` grew to 1 GiB). A watchdog opens the FIFO's
+/// other end after 60 s, so a gpuhost that waits on it ends, and the test fails instead of
+/// hanging.
+#[test]
+fn a_fifo_or_device_as_the_kmod_manifest_is_refused_unopened() {
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    let before = node.rpmdb_snapshot();
+    let repo = tempfile::tempdir().unwrap();
+    let manifest = repo.path().join("gpuhost-kmods.json");
+    let made = Command::new("mkfifo")
+        .arg(&manifest)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(made, "mkfifo");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (d, fifo) = (done.clone(), manifest.clone());
+    let watchdog = std::thread::spawn(move || {
+        for _ in 0..600 {
+            if d.load(std::sync::atomic::Ordering::SeqCst) {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+        true
+    });
+    let (rc, rep) = node_apply(&node, repo.path(), "apply");
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(!watchdog.join().unwrap(), "gpuhost waited on the FIFO");
+    assert_eq!(rc, 2, "{rep:#}");
+    assert!(
+        rep.to_string().contains("a FIFO, not a regular file"),
+        "{rep:#}"
+    );
+    for dev in ["/dev/zero", "/dev/null"] {
+        std::fs::remove_file(&manifest).unwrap();
+        std::os::unix::fs::symlink(dev, &manifest).unwrap();
+        let t = std::time::Instant::now();
+        let (rc, rep) = node_apply(&node, repo.path(), "apply");
+        assert_eq!(rc, 2, "{dev}: {rep:#}");
+        assert!(
+            rep.to_string().contains("a device, not a regular file"),
+            "{dev}: {rep:#}"
+        );
+        assert!(t.elapsed().as_secs() < 30, "{dev}: {:?}", t.elapsed());
+    }
+    assert_eq!(node.rpmdb_snapshot(), before);
+}
+
+/// Issue 53, item 4: a node on prebuilt kmods goes back to DKMS (the profile without
+/// `driver.kmod_repo`) in one apply: the driver step's transaction erases the build host's kmod
+/// and installs NVIDIA's DKMS kmod, and DKMS builds the module for the kernel (before: dnf's
+/// conflict, exit 1; with the transaction alone, `dkms install` found the kernel's build left
+/// from before the move to prebuilt, "already been built", exit 1 after the change). A second
+/// apply changes nothing, and the node moves to prebuilt kmods again.
+#[test]
+fn a_node_on_prebuilt_kmods_goes_back_to_dkms_in_one_apply() {
+    let build = build_root(&[UEK9]);
+    let f = fleet();
+    let (rc, _, text) = kmod_build(&build, &f, &[]);
+    assert_eq!(rc, 0, "{text}");
+    let node = Root::new(Os::Ol9, &[UEK9]);
+    // DKMS first, so that its state for the kernel is what the move to prebuilt left.
+    let (rc, rep) = dkms_apply(&node);
+    assert_eq!(rc, 0, "{rep:#}");
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    let kmod = format!("kmod-nvidia-open-{UEK9}");
+    assert!(node.installed(&kmod).is_some(), "{rep:#}");
+    let (rc, rep) = dkms_apply(&node);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node.installed(&kmod).is_none(), "{rep:#}");
+    assert!(node.installed("kmod-nvidia-open-dkms").is_some(), "{rep:#}");
+    assert_eq!(
+        node.nvidia_module_version(UEK9).as_deref(),
+        Some("570.124.06"),
+        "{rep:#}"
+    );
+    let (rc, rep) = dkms_apply(&node);
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+    let (rc, rep) = node_apply(&node, &f.out, "apply");
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node.installed(&kmod).is_some(), "{rep:#}");
+    assert!(node.installed("kmod-nvidia-open-dkms").is_none(), "{rep:#}");
 }

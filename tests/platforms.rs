@@ -847,3 +847,52 @@ fn ol10_locks_keep_every_site_line_and_follow_the_plugins_configuration() {
         .next()
         .is_none());
 }
+
+/// Issue 53, item 5: on a fresh OL10 node, a versionlock list that is a FIFO, a folder, or
+/// behind a link out of the root is refused before the first transaction (before: found only by
+/// the driver step's check, after the shared transaction had installed the headers, the local
+/// repo package, the build dependencies and persistenced; exit 1).
+#[test]
+fn ol10_a_lock_list_gpuhost_cannot_write_is_refused_before_the_first_transaction() {
+    let profile = world::profile("ol10-uek");
+    let set = format!("driver.local_repo_rpm={}", local(DRIVER_LOCAL_EL10_580));
+    let args = [
+        "apply",
+        "--format",
+        "json",
+        "--profile",
+        &profile,
+        "--set",
+        &set,
+    ];
+    let outside = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    for (fault, said) in [
+        ("fifo", "FIFO or device"),
+        ("folder", "folder"),
+        ("link", "outside the root"),
+    ] {
+        let root = Root::new(Os::Ol10, &[UEK10]);
+        let list = root.join(LIST);
+        std::fs::create_dir_all(list.parent().unwrap_or_else(|| panic!("{LIST}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        match fault {
+            "fifo" => assert!(Command::new("mkfifo")
+                .arg(&list)
+                .status()
+                .unwrap_or_else(|e| panic!("{e}"))
+                .success()),
+            "folder" => std::fs::create_dir(&list).unwrap_or_else(|e| panic!("{e}")),
+            _ => {
+                let plugins = list.parent().unwrap_or_else(|| panic!("{LIST}"));
+                std::fs::remove_dir(plugins).unwrap_or_else(|e| panic!("{e}"));
+                std::os::unix::fs::symlink(outside.path(), plugins)
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        refused(&root, &args, said);
+    }
+    assert!(std::fs::read_dir(outside.path())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .next()
+        .is_none());
+}

@@ -348,3 +348,43 @@ fn a_package_on_another_filesystem_is_copied_and_one_on_the_roots_is_shared() {
         let _ = std::fs::remove_dir_all(&here);
     }
 }
+
+/// Issue 53, item 5: with `driver.keep_local_repo = false` the driver set moves into gpuhost's
+/// cache after the transaction; where the cache lies on a filesystem of its own (here a 64 KiB
+/// tmpfs at the root's /var/lib/gpuhost) without room for the set, the first converge is
+/// refused before any change, with the figures (before: the driver went in, then the move
+/// failed, and the advised rerun failed the same way).
+#[test]
+fn a_cache_on_another_filesystem_without_room_is_refused_before_any_change() {
+    if !can_mount() {
+        return;
+    }
+    let root = Root::new(Os::Ol8, &[UEK8_NEW]);
+    let state = root.join("var/lib/gpuhost");
+    std::fs::create_dir_all(&state).unwrap();
+    let rpm = World::get().cuda_local(CUDA_LOCAL_EL8_12_2);
+    let set = format!("driver.local_repo_rpm={}", rpm.display());
+    let script = r#"mount -t tmpfs -o size=64k,mode=755 gpuhost-test "$0" && exec "$@""#;
+    let args = [
+        "apply",
+        "--profile",
+        "ol8-uek",
+        "--set",
+        &set,
+        "--set",
+        "driver.keep_local_repo=false",
+        "--only",
+        "kernel,kernel-headers,driver-repo,build-deps,driver",
+    ];
+    let o = unshared(&root, script, &[state.as_os_str()], &args)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(code(&o), 2, "{err}");
+    assert!(
+        err.contains("not enough free space to install: ") && err.contains("gpuhost's cache"),
+        "{err}"
+    );
+    assert_eq!(root.installed("nvidia-driver"), None);
+    assert_eq!(root.installed("kernel-uek-devel"), None);
+}

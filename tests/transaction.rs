@@ -317,72 +317,6 @@ fn a_driver_swap_loses_its_mirror(#[case] loss: Loss) {
         .is_some_and(|v| v.contains("580.82.07")));
 }
 
-/// A copy of the world's local repo package `name` whose payload `edit` changed (it gets the
-/// unpacked tree), rebuilt by rpmbuild under the same name, version, release and file name,
-/// in `dir`: a package as a site might have altered it, digests intact.
-fn repacked(name: &str, dir: &std::path::Path, edit: impl FnOnce(&std::path::Path)) -> String {
-    let src = World::get().cuda_local(name);
-    let tree = dir.join("tree");
-    std::fs::create_dir_all(&tree).unwrap_or_else(|e| panic!("{e}"));
-    let o = std::process::Command::new("sh")
-        .arg("-c")
-        .arg("rpm2cpio \"$1\" | cpio -idm --quiet")
-        .arg("sh")
-        .arg(&src)
-        .current_dir(&tree)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    edit(&tree);
-    let o = world::host_rpm([
-        std::ffi::OsStr::new("-qp"),
-        "--qf".as_ref(),
-        "%{NAME}\\n%{VERSION}\\n%{RELEASE}\\n%{ARCH}\\n".as_ref(),
-        src.as_os_str(),
-    ]);
-    let q = String::from_utf8_lossy(&o.stdout).to_string();
-    let [n, v, r, a]: [&str; 4] = q
-        .lines()
-        .collect::<Vec<_>>()
-        .try_into()
-        .unwrap_or_else(|l| panic!("rpm -qp: {l:?}"));
-    let mut files = Vec::new();
-    let mut stack = vec![tree.clone()];
-    while let Some(p) = stack.pop() {
-        let meta = std::fs::symlink_metadata(&p).unwrap_or_else(|e| panic!("{e}"));
-        if meta.is_dir() {
-            for e in std::fs::read_dir(&p)
-                .unwrap_or_else(|e| panic!("{e}"))
-                .flatten()
-            {
-                stack.push(e.path());
-            }
-        } else if let Ok(rel) = p.strip_prefix(&tree) {
-            files.push(format!("/{}", rel.display()));
-        }
-    }
-    let spec = dir.join("repacked.spec");
-    std::fs::write(
-        &spec,
-        format!(
-            "Name: {n}\nVersion: {v}\nRelease: {r}\nSummary: repacked\nLicense: MIT\nAutoReqProv: no\n%define _build_id_links none\n%global __os_install_post %{{nil}}\n%description\nrepacked\n%install\ncp -a {}/. %{{buildroot}}/\n%files\n{}\n",
-            tree.display(),
-            files.join("\n")
-        ),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let o = std::process::Command::new("rpmbuild")
-        .args(["-bb", "--target", a, "--define"])
-        .arg(format!("_topdir {}", dir.join("build").display()))
-        .arg(&spec)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let rpm = dir.join(format!("build/RPMS/{a}/{name}"));
-    assert!(rpm.exists(), "rpmbuild made no {}", rpm.display());
-    rpm.display().to_string()
-}
-
 /// The `.repo` file the package carries, its one section's `gpgkey=` set to `key`.
 fn with_gpgkey(tree: &std::path::Path, key: &str) {
     let dir = tree.join("etc/yum.repos.d");
@@ -415,7 +349,7 @@ fn with_gpgkey(tree: &std::path::Path, key: &str) {
 fn a_repo_key_outside_the_package_is_bad_input_even_inside_the_transaction(#[case] key: &str) {
     let root = Root::new(Os::Ol9, &[RHCK9]);
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let rpm = repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| with_gpgkey(t, key));
+    let rpm = world::repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| with_gpgkey(t, key));
     let before = root.rpmdb_snapshot();
     let (rc, rep) = apply(&root, &rpm);
     assert_eq!(rc, 2, "{rep:#}");
@@ -433,6 +367,38 @@ fn a_repo_key_outside_the_package_is_bad_input_even_inside_the_transaction(#[cas
     for s in rep["steps"].as_array().into_iter().flatten() {
         assert_ne!(s["outcome"], "partial", "{s:#}");
     }
+}
+
+/// Issue 53, item 3: the `.repo`'s `gpgkey` through a link of the package (`zz-b -> .`):
+/// `…/zz-b/../k.pub` reads lexically as the repo's own `k.pub`, and really as `/var/k.pub`.
+/// Refused before any change, naming the key (before: passed the check, then the transaction
+/// failed after changing the root).
+#[test]
+fn a_repo_key_through_a_link_of_the_package_is_refused_before_any_change() {
+    let root = Root::new(Os::Ol9, &[RHCK9]);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut key = String::new();
+    let rpm = world::repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| {
+        let repo = repo_folder(t);
+        std::fs::write(repo.join("k.pub"), "not a key\n").unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(".", repo.join("zz-b")).unwrap_or_else(|e| panic!("{e}"));
+        let inside = repo.strip_prefix(t).unwrap_or_else(|e| panic!("{e}"));
+        key = format!("file:///{}/zz-b/../k.pub", inside.display());
+        with_gpgkey(t, &key);
+    });
+    let before = root.rpmdb_snapshot();
+    let (rc, rep) = apply(&root, &rpm);
+    assert_eq!(rc, 2, "{rep:#}");
+    assert_eq!(
+        root.rpmdb_snapshot(),
+        before,
+        "something was installed: {rep:#}"
+    );
+    let failed = failed_steps(&rep);
+    assert!(
+        !failed.is_empty() && failed.iter().all(|f| f.contains("a link on the way")),
+        "{failed:#?}"
+    );
 }
 
 /// The local repo package's repo folder in the unpacked tree `t`.
@@ -468,7 +434,7 @@ fn a_payload_that_leaves_its_folders_is_refused_before_any_change(
     let escape = std::path::Path::new("/tmp/gpuhost-payload-escape");
     let _ = std::fs::remove_dir_all(escape);
     let metadata = said.contains("metadata");
-    let rpm = repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| {
+    let rpm = world::repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| {
         let repo = repo_folder(t);
         if !link.is_empty() {
             std::os::unix::fs::symlink(link, repo.join("escape")).unwrap_or_else(|e| panic!("{e}"));
@@ -506,6 +472,58 @@ fn a_payload_that_leaves_its_folders_is_refused_before_any_change(
     assert!(!root.join("etc/cron.d/gpuhost-payload").exists());
 }
 
+/// Issue 53, item 3: one local repo package, one answer from every command that reads it.
+/// A link in the package's repo through another of its links (`zz-b -> .`), lexically inside
+/// the repo, really climbing out of the unpacked tree onto the build host; a package its
+/// repo's metadata does not know. `plan`, `apply --dry-run` and `apply` each exit 2 naming it
+/// (before: `plan` read the first from the build host and said 0, and passed the second),
+/// nothing installed.
+#[rstest]
+#[case::a_link_through_a_link_out_of_the_tree("link", "which leaves")]
+#[case::a_package_its_metadata_does_not_know("metadata", "does not match its repo metadata")]
+fn one_package_gets_one_answer_from_plan_and_apply(#[case] defect: &str, #[case] said: &str) {
+    let root = Root::new(Os::Ol9, &[RHCK9]);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let rpm = world::repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| plant(t, defect));
+    let before = root.rpmdb_snapshot();
+    for cmd in [&["plan"][..], &["apply", "--dry-run"], &["apply"]] {
+        let profile = profile("ol9-rhck");
+        let local = format!("driver.local_repo_rpm={rpm}");
+        let mut args = cmd.to_vec();
+        args.extend(["--format", "json", "--profile", &profile, "--set", &local]);
+        args.extend(["--set", "driver.replace_local_repo=true"]);
+        let o = root.gpuhost(&args);
+        let rep = report(&o);
+        assert_eq!(code(&o), 2, "{cmd:?}: {rep:#}");
+        assert!(rep.to_string().contains(said), "{cmd:?}: {rep:#}");
+        assert_eq!(root.rpmdb_snapshot(), before, "{cmd:?} installed something");
+    }
+}
+
+/// The defect of [`one_package_gets_one_answer_from_plan_and_apply`] planted in the unpacked
+/// tree `t` of a local repo package.
+fn plant(t: &std::path::Path, defect: &str) {
+    let repo = repo_folder(t);
+    if defect == "link" {
+        let link = |to: &str, at: &str| {
+            std::os::unix::fs::symlink(to, repo.join(at)).unwrap_or_else(|e| panic!("{e}"))
+        };
+        link(".", "zz-b");
+        link(
+            &("zz-b/".repeat(8) + &"../".repeat(8) + "etc/hostname"),
+            "zz-extra",
+        );
+        return;
+    }
+    let rpm = walk_rpms(&repo)
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains("nvidia-settings"))
+        .unwrap_or_else(|| panic!("no nvidia-settings in {}", repo.display()));
+    let mut bytes = std::fs::read(&rpm).unwrap_or_else(|e| panic!("{e}"));
+    bytes.extend(b"appended after createrepo");
+    std::fs::write(&rpm, bytes).unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// The `.rpm` files under `dir`, at any depth.
 fn walk_rpms(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
@@ -535,7 +553,7 @@ fn an_aarch64_package_with_an_x86_64_repo_inside_is_refused_before_any_change() 
     }
     let root = Root::new(Os::Ol9Aarch64, &[world::UEK9_ARM]);
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let rpm = repacked(world::DRIVER_LOCAL_EL9_580_AARCH64, dir.path(), |t| {
+    let rpm = world::repacked(world::DRIVER_LOCAL_EL9_580_AARCH64, dir.path(), |t| {
         for p in walk_rpms(&repo_folder(t)) {
             let name = p.to_string_lossy().to_string();
             if let Some(stem) = name.strip_suffix(".aarch64.rpm") {
@@ -575,7 +593,7 @@ fn an_aarch64_package_with_an_x86_64_repo_inside_is_refused_before_any_change() 
 fn sigterm_while_the_package_is_read_stops_before_any_change() {
     let root = Root::new(Os::Ol9, &[RHCK9]);
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let rpm = repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| {
+    let rpm = world::repacked(DRIVER_LOCAL_EL9_570, dir.path(), |t| {
         let f = std::fs::File::create(repo_folder(t).join("filler.bin"))
             .unwrap_or_else(|e| panic!("{e}"));
         f.set_len(512 << 20).unwrap_or_else(|e| panic!("{e}"));

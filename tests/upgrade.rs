@@ -1366,3 +1366,154 @@ fn without_the_local_repo_the_node_swaps_rolls_back_and_moves_from_the_cache() {
         .is_some_and(|v| v.starts_with("570.124.06")));
     node.assert_stays(DRIVER_LOCAL_EL9_570);
 }
+
+/// Issue 53, item 2: the driver-set cache's manifest decides nothing on its own, and rollback
+/// never follows a link out of the root. On a node with the 570 set kept for a rollback and the
+/// package file gone: the current set's manifest listing a site package (named like NVIDIA's)
+/// gets it no erasure; a kept set whose manifest's `repo_id` carries a newline, whose package is
+/// a link to a file of the build host, or a FIFO, is no cache: the rollback exits 2 at once,
+/// nothing changed, no `mirrorlist=` in gpuhost's repo file, the FIFO never opened.
+#[test]
+fn rollback_takes_a_cached_set_only_as_gpuhost_wrote_it() {
+    let node = Node::new(Os::Ol9, "ol9-uek", UEK9, false);
+    let off = ["--set", "driver.keep_local_repo=false"];
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let copy = dir.path().join(DRIVER_LOCAL_EL9_570);
+    std::fs::copy(local(DRIVER_LOCAL_EL9_570), &copy).unwrap_or_else(|e| panic!("{e}"));
+    let set570 = format!("driver.local_repo_rpm={}", copy.display());
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &["--set", &set570, off[0], off[1]]);
+    assert_eq!(rc, 0, "{rep:#}");
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &off);
+    assert_eq!(rc, 0, "{rep:#}");
+    std::fs::remove_file(&copy).unwrap_or_else(|e| panic!("{e}"));
+    let cache = "/var/lib/gpuhost/driver-repo";
+    let kept = format!("{cache}/nvidia-driver-local-repo-rhel9-570.124.06-1.0");
+    let current = format!("{cache}/cuda-repo-rhel9-13-0-local-13.0.1_580.82.07");
+    let rollback = |dry: bool| {
+        let mut a = vec!["rollback", "--format", "json"];
+        if dry {
+            a.push("--dry-run");
+        }
+        let o = node.root.gpuhost(&a);
+        (code(&o), stderr(&o) + &String::from_utf8_lossy(&o.stdout))
+    };
+    // The current set's manifest lists a site package named like NVIDIA's.
+    let site = site_package(&node.root, "nvidia-site-tool", "bash");
+    let manifest = format!("{current}/gpuhost-cache.json");
+    let text = node.root.read(&manifest);
+    let mut m: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    if let Some(p) = m["packages"].as_array_mut() {
+        p.push(Value::from(site.clone()));
+    }
+    node.root.write(&manifest, &m.to_string());
+    let (rc, out) = rollback(true);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("580.82.07 → 570.124.06"), "{out}");
+    assert!(!out.contains(&site), "{out}");
+    node.root.write(&manifest, &text);
+    let rpmdb = node.root.rpmdb_snapshot();
+    let repo_file = node.root.read("/etc/yum.repos.d/gpuhost-driver-repo.repo");
+    // A kept manifest whose repo_id carries a line of its own.
+    let kept_manifest = format!("{kept}/gpuhost-cache.json");
+    let text = node.root.read(&kept_manifest);
+    let mut m: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    m["repo_id"] = Value::from("nvidia-driver-local\nmirrorlist=file:///etc/shadow");
+    node.root.write(&kept_manifest, &m.to_string());
+    let (rc, out) = rollback(false);
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.contains("repo_id"), "{out}");
+    node.root.write(&kept_manifest, &text);
+    // A kept package that is a link out of the root, then a FIFO.
+    let mut dirs = vec![node.root.join(&kept)];
+    let mut found = None;
+    while let (Some(d), None) = (dirs.pop(), &found) {
+        for e in std::fs::read_dir(&d)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+        {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_dir() {
+                dirs.push(e.path());
+            } else if name.starts_with("nvidia-driver-570") && name.ends_with(".rpm") {
+                found = Some(e.path());
+            }
+        }
+    }
+    let pkg = found.unwrap_or_else(|| panic!("no nvidia-driver package under {kept}"));
+    let aside = dir.path().join("aside.rpm");
+    std::fs::rename(&pkg, &aside).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(&aside, &pkg).unwrap_or_else(|e| panic!("{e}"));
+    let (rc, out) = rollback(false);
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.contains("is a link"), "{out}");
+    std::fs::remove_file(&pkg).unwrap_or_else(|e| panic!("{e}"));
+    let o = Command::new("mkfifo")
+        .arg(&pkg)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(o.status.success());
+    let (rc, out) = rollback(false);
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.contains("FIFO"), "{out}");
+    std::fs::remove_file(&pkg).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::rename(&aside, &pkg).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(node.root.rpmdb_snapshot(), rpmdb);
+    assert_eq!(
+        node.root.read("/etc/yum.repos.d/gpuhost-driver-repo.repo"),
+        repo_file
+    );
+    // As gpuhost wrote it, the cache is taken: the rollback converges on 570.
+    let (rc, out) = rollback(false);
+    assert_eq!(rc, 0, "{out}");
+    assert!(node
+        .root
+        .installed("nvidia-driver")
+        .is_some_and(|v| v.starts_with("570.124.06")));
+    assert!(node.root.installed(&site).is_some());
+}
+
+/// Issue 53, item 5: with `driver.keep_local_repo = false`, the current set's cache folder
+/// removed by hand (a clean-up of /var/lib). A swap to another driver is refused before any
+/// change, exit 2, with the way back (before: dnf stopped at the gone repo's metadata, exit 1,
+/// and so did every later transaction, the container steps' too); the installed driver's
+/// package puts the set back; then the swap converges, and the next apply is converged.
+#[test]
+fn a_swap_after_the_current_cache_folder_was_removed_by_hand_is_refused_then_converges() {
+    let node = Node::new(Os::Ol9, "ol9-uek", UEK9, true);
+    let off = ["--set", "driver.keep_local_repo=false"];
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &off);
+    assert_eq!(rc, 0, "{rep:#}");
+    let cached570 = "nvidia-driver-local-repo-rhel9-570.124.06-1.0";
+    assert_eq!(cache_state(&node.root).1.as_deref(), Some(cached570));
+    let folder = node
+        .root
+        .join(&format!("/var/lib/gpuhost/driver-repo/{cached570}"));
+    std::fs::remove_dir_all(folder).unwrap_or_else(|e| panic!("{e}"));
+    let before = node.root.rpmdb_snapshot();
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &off);
+    assert_eq!(rc, 2, "{rep:#}");
+    let text = rep.to_string();
+    assert!(
+        text.contains("is gone") && text.contains("puts the cached set back"),
+        "{rep:#}"
+    );
+    assert_eq!(
+        node.root.rpmdb_snapshot(),
+        before,
+        "the refused swap changed packages"
+    );
+    // The installed driver's package puts the set back; then the swap goes through.
+    let (rc, rep) = node.apply(DRIVER_LOCAL_EL9_570, &off);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert_eq!(cache_state(&node.root).1.as_deref(), Some(cached570));
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &off);
+    assert_eq!(rc, 0, "{rep:#}");
+    assert!(node
+        .root
+        .installed("nvidia-driver")
+        .is_some_and(|v| v.starts_with("580.82.07")));
+    let (rc, rep) = node.apply(CUDA_LOCAL_EL9_13_0, &off);
+    assert_eq!(rc, 0, "{rep:#}");
+    world::assert_converged(&rep);
+}

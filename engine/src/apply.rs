@@ -89,6 +89,8 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     let mut host = Host::new(&opts.root)?;
     // rpm, dnf and systemctl follow the root's symlinks on the build host: none may lead out.
     host.check_tool_dirs()?;
+    gpuhost_host::trust::state_dir_inside(&host)?;
+    gpuhost_steps::transaction::cache::check_dir(&host)?;
     let mut facts = Facts::gather(
         &host,
         &KernelChoice {
@@ -111,7 +113,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     }
     // The driver's flavour, stream and package set: refused now when they cannot work.
     let driver_plan = gpuhost_steps::driver::resolve(&profile, &facts)?;
-    no_kmod_on_day_one(&host, driver_plan.as_ref())?;
+    prebuilt_checked(&host, driver_plan.as_ref())?;
     // After the driver's own checks (a branch that cannot drive the GPU says so first).
     grace_fits(&facts, &host.root().display().to_string())?;
     if host.is_live() && !opts.dry_run && !is_root() {
@@ -122,6 +124,7 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
     point_dnf(&mut host, &profile, &facts);
     let driver_steps = gpuhost_steps::steps_needing_package(&opts.selection);
     gpuhost_steps::driver::require_package(&profile, &driver_steps)?;
+    lock_list_ready(&host, driver_plan.as_ref(), &driver_steps)?;
     let mut warnings: Vec<String> = unserved
         .iter()
         .map(|why| format!("{why} (this run serves the kernels the bundle carries; the kernel guard keeps the default boot on one)"))
@@ -153,6 +156,31 @@ pub fn prepare(opts: &ApplyOptions) -> Result<Prepared> {
         warnings,
         unserved,
     })
+}
+
+/// On EL10, the versionlock list the driver step writes into, when a driver step runs: checked
+/// before any change (a FIFO, a folder, a link out of the root: exit 2).
+fn lock_list_ready(
+    host: &Host,
+    plan: Option<&gpuhost_steps::run::DriverPlan>,
+    driver_steps: &[&str],
+) -> Result<()> {
+    match plan.filter(|_| !driver_steps.is_empty()) {
+        Some(plan) => gpuhost_steps::driver::lock_list_ready(host, plan),
+        None => Ok(()),
+    }
+}
+
+/// Prebuilt kmods (`driver.kmod_repo`), before any change: a served kernel without one on a
+/// node without a module ([`no_kmod_on_day_one`]), and scriptlets in a served kernel's kmod
+/// RPM that gpuhost does not write (rpm reads them; the rest of the RPM was checked when the
+/// plan was resolved: `gpuhost_steps::run::kmod_rpm`).
+fn prebuilt_checked(host: &Host, plan: Option<&gpuhost_steps::run::DriverPlan>) -> Result<()> {
+    no_kmod_on_day_one(host, plan)?;
+    match plan.and_then(|p| p.kmods.as_ref()) {
+        Some(kmods) => kmods.scriptlets_checked(host),
+        None => Ok(()),
+    }
 }
 
 /// Prebuilt kmods (`driver.kmod_repo`) that leave a served kernel without one: refused before

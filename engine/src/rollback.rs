@@ -199,38 +199,13 @@ fn same_file_name(a: &str, b: &str) -> bool {
     file_name(a) == file_name(b)
 }
 
-/// gpuhost's state folder in the root.
-const STATE_DIR: &str = "/var/lib/gpuhost";
+use gpuhost_host::trust::STATE_DIR;
 
-/// `path` (in the root) as rollback trusts it, sshd's StrictModes being the model: not a link
-/// (a state folder linked out of the root would read another host's journal), owned by root,
-/// and writable by no one else. Bad input otherwise (exit 2), naming the path and its owner or
-/// mode. A path that is not there is left to the reader (nothing to roll back).
+/// `path` (in the root) as rollback trusts it ([`gpuhost_host::trust`]: not a link, owned by
+/// root, writable by no one else). Bad input otherwise (exit 2), naming the path and its owner
+/// or mode. A path that is not there is left to the reader (nothing to roll back).
 fn trusted(host: &Host, path: &str) -> Result<()> {
-    match host.kind_nofollow(path) {
-        None => return Ok(()),
-        Some(gpuhost_host::rootfs::Kind::Symlink) => {
-            return Err(invalid!(
-                "{path} is a link ({}): gpuhost's state must be the root's own; move it aside and run gpuhost apply again",
-                host.read_link(path).map_or_else(|e| format!("{e:#}"), |t| t.display().to_string())
-            ))
-        }
-        Some(_) => {}
-    }
-    let Some((uid, mode)) = host.owner_mode(path) else {
-        return Ok(());
-    };
-    if uid != 0 {
-        return Err(invalid!(
-            "{path} is owned by uid {uid}, not root: rollback trusts only root's journal; chown root {path} after checking it, or move it aside"
-        ));
-    }
-    if mode & 0o022 != 0 {
-        return Err(invalid!(
-            "{path} is writable by others (mode {mode:o}): rollback trusts only a journal no other user can write; chmod go-w {path} after checking it"
-        ));
-    }
-    Ok(())
+    gpuhost_host::trust::require(host, path, "rollback trusts only root's journal")
 }
 
 /// The driver version rpm says is installed (`nvidia-kmod-common`'s, the newest), if any.

@@ -352,6 +352,7 @@ pub fn run_steps(
     sel: &Selection,
     dry_run: bool,
 ) -> Result<(Vec<StepReport>, bool)> {
+    let run_start = gpuhost_host::fsutil::unix_now();
     let n = steps.len();
     let mut run = Run {
         slots: steps
@@ -388,6 +389,7 @@ pub fn run_steps(
         prepare(ctx, &mut run);
         transactions(ctx, &mut run);
         gpuhost_steps::transaction::ready::clear(ctx.host);
+        settle_records(ctx, &run, run_start);
         if run.changed_something && !run.interrupt() {
             ctx.invalidate_rpm();
             prefetch(ctx, &run.slots, sel);
@@ -811,6 +813,21 @@ fn transact(ctx: &mut Ctx<'_>, run: &mut Run<'_>, batch: Batch) {
             }
         }
     }
+}
+
+/// Once the package transactions have run: the built-by records pinned to the transactions
+/// that installed their packages and pruned of what is gone
+/// ([`gpuhost_steps::driver::settle_built_by`]). A failure is a warning: the record then names
+/// nothing the rpm database agrees with, and nothing it names is removed.
+fn settle_records(ctx: &Ctx<'_>, run: &Run<'_>, run_start: u64) {
+    if !run.changed_something {
+        return;
+    }
+    if let Err(e) = gpuhost_steps::driver::settle_built_by(ctx.host, run_start) {
+        tracing::warn!("could not settle gpuhost's records of what it installed to build: {e:#}");
+    }
+    // Its rpm queries are the run's bookkeeping, no step's.
+    drop(cmd::take_records());
 }
 
 /// The package transactions, as [`Batch::plan`] decides them once for the run's package work:

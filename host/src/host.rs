@@ -562,7 +562,10 @@ impl Host {
             if let Some(b) = &self.bundle {
                 return Ok(cmd.args(b.dnf_options()));
             }
-            return Ok(cmd.args(self.mirror_options(&self.repo_texts()?)?));
+            let texts = self.repo_texts()?;
+            return Ok(cmd
+                .args(self.gone_cache_repos(&texts))
+                .args(self.mirror_options(&texts)?));
         }
         // dnf has no option for the rpm database; it reads rpm's macros, ~/.rpmmacros last.
         let home = self.macro_home.dir(self.rpm_dbpath()?)?;
@@ -591,6 +594,7 @@ impl Host {
         }
         let texts = self.repo_texts()?;
         let mirrored = self.mirror_options(&texts)?;
+        cmd = cmd.args(self.gone_cache_repos(&texts));
         for (id, key, url) in self.file_urls(&texts)? {
             let copied = format!("--setopt={id}.baseurl=");
             if key == "baseurl" && mirrored.contains(&copied) {
@@ -675,6 +679,32 @@ impl Host {
     }
 
     /// `file://` URLs in the root's repo files, rewritten to point inside the root.
+    /// `--disablerepo` for each repo whose `baseurl` is a folder of gpuhost's own driver cache
+    /// ([`DRIVER_CACHE`]) that holds no repo any more (removed by hand, a clean-up of
+    /// /var/lib): dnf would stop every transaction at its metadata, while it can give nothing
+    /// and the step that wrote it puts the set it needs back (issue 53, item 5).
+    fn gone_cache_repos(&self, texts: &[String]) -> Vec<String> {
+        let mut out = Vec::new();
+        for text in texts {
+            for (id, key, value) in repo_entries(text) {
+                let Some(dir) = value
+                    .strip_prefix("file://")
+                    .map(|d| d.trim_end_matches('/'))
+                else {
+                    continue;
+                };
+                if key == "baseurl"
+                    && in_driver_cache(dir)
+                    && !self.exists(format!("{dir}/repodata/repomd.xml"))
+                {
+                    tracing::warn!("{dir} (gpuhost's cached driver set, repo {id}) is gone: dnf is not given that repo; the driver step puts a set back");
+                    out.push(format!("--disablerepo={id}"));
+                }
+            }
+        }
+        out
+    }
+
     fn file_urls(&self, texts: &[String]) -> Result<Vec<(String, &'static str, String)>> {
         let mut out = Vec::new();
         for text in texts {

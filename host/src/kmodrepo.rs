@@ -65,10 +65,10 @@ impl KmodManifest {
     /// or when the manifest cannot be read.
     pub fn read_verified(dir: &Path) -> Result<KmodManifest> {
         let path = dir.join(MANIFEST);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
+        let text = read_manifest(&path).map_err(|e| {
             crate::error::as_invalid(hinted(
                 format!(
-                    "the kmod repo {} has no readable {MANIFEST} ({e})",
+                    "the kmod repo {} has no readable {MANIFEST} ({e}); nothing was changed",
                     dir.display()
                 ),
                 "give driver.kmod_repo the directory `gpuhost kmod build --out` wrote",
@@ -121,6 +121,71 @@ impl KmodManifest {
     pub fn cert_path(dir: &Path) -> PathBuf {
         dir.join(CERT)
     }
+}
+
+/// The manifest's text: a regular file (a link followed: the repo is the user's) of at most
+/// [`MAX_MANIFEST`] bytes. A FIFO or a device is refused by its type before it is opened (a
+/// FIFO never hangs the run, `/dev/zero` is never read), and read through a descriptor that
+/// does not block and is checked again.
+fn read_manifest(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let ft = std::fs::metadata(path)?.file_type();
+    if !ft.is_file() {
+        return Err(std::io::Error::other(format!(
+            "it is {}, not a regular file; it was not opened",
+            crate::fsutil::kind_of(ft)
+        )));
+    }
+    let f = crate::fsutil::open_named_file(path)?;
+    let mut bytes = Vec::new();
+    f.take(MAX_MANIFEST + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_MANIFEST {
+        return Err(std::io::Error::other(format!(
+            "it is larger than {} MiB, which no manifest gpuhost writes is",
+            MAX_MANIFEST >> 20
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| std::io::Error::other("it is not UTF-8 text"))
+}
+
+/// The largest manifest read: 16 MiB (about 40,000 kmods; one is about 400 bytes).
+const MAX_MANIFEST: u64 = 16 << 20;
+
+/// `%post` of a kmod RPM gpuhost builds for `kernel` with `modules` (file names, `nvidia.ko`):
+/// the same modules a DKMS build left compressed for the kernel (`extra/nvidia.ko.xz`, which
+/// would shadow these) removed, then `depmod`. `engine::kmod::package` writes it into the spec;
+/// a node compares the RPM's scriptlets with it ([`scripts_listing`]).
+pub fn post_script(kernel: &str, modules: &[String]) -> String {
+    let names: Vec<String> = modules
+        .iter()
+        .filter_map(|m| Path::new(m).file_stem())
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
+    let leftovers = if names.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "for m in {}; do for z in xz zst gz; do rm -f /lib/modules/{kernel}/extra/$m.ko.$z; done; done\n",
+            names.join(" ")
+        )
+    };
+    format!("{leftovers}{}", postun_script(kernel))
+}
+
+/// `%postun` of a kmod RPM gpuhost builds for `kernel`.
+pub fn postun_script(kernel: &str) -> String {
+    format!("depmod -a {kernel} || :\n")
+}
+
+/// What `rpm -qp --scripts --triggers --filetriggers` prints of a kmod RPM gpuhost builds: its
+/// `%post` and `%postun` through `/bin/sh`, and nothing else (no `%pre`, `%preun`, `%pretrans`,
+/// `%posttrans`, trigger or file trigger, no other interpreter).
+pub fn scripts_listing(kernel: &str, modules: &[String]) -> String {
+    format!(
+        "postinstall scriptlet (using /bin/sh):\n{}postuninstall scriptlet (using /bin/sh):\n{}",
+        post_script(kernel, modules),
+        postun_script(kernel)
+    )
 }
 
 /// `rel` in `dir` is a regular file (no path out of the directory) whose SHA-256 is `want`.

@@ -42,6 +42,7 @@ pub mod rpmdb;
 pub mod rpmfile;
 pub mod secureboot;
 pub mod stage;
+pub mod trust;
 pub mod units;
 
 pub use error::{Hint, Invalid};

@@ -362,6 +362,15 @@ pub fn is_kmod(name: &str) -> bool {
     name.starts_with(KMOD_PREFIX)
 }
 
+/// The name prefixes of the kmods gpuhost builds (`kmod-nvidia-open-`, followed by the kernel
+/// release: [`kmod_package`] of [`Kmod::Built`]).
+pub fn built_kmod_prefixes() -> impl Iterator<Item = &'static str> {
+    KMODS
+        .iter()
+        .filter(|r| r.kmod == Kmod::Built)
+        .map(|r| r.name)
+}
+
 /// NVIDIA's DKMS kmod packages, of both flavours.
 pub fn dkms_kmods() -> impl Iterator<Item = &'static str> {
     KMODS

@@ -17,6 +17,7 @@ use anyhow::Result;
 
 use gpuhost_host::cmd::{Cmd, CmdOutput, Display as Argv};
 use gpuhost_host::host::Host;
+use gpuhost_host::rootfs::Kind;
 
 /// A file and the exact content it must have.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -731,6 +732,39 @@ pub(crate) fn dkms_rebuild(
         .collect()
 }
 
+/// Before DKMS builds a module that modprobe does not find for `kver` (found: nothing is
+/// done): DKMS's state for that
+/// kernel (`/var/lib/dkms/M/V/K`, and its `kernel-K-<arch>` link) is stale, and removed. A node
+/// that moved to prebuilt kmods keeps it (NVIDIA's `%preun` runs `dkms remove … || :`, which
+/// finds nothing to remove once the prebuilt kmod's `%post` removed DKMS's modules); `dkms
+/// status` then says only "added", `dkms remove -k K` skips it ("not built"), and `dkms
+/// install` stops at "has already been built" (exit 3): the move back to DKMS failed after its
+/// transaction (issue 53, item 4). Links are not followed; nothing outside DKMS's tree goes.
+pub(crate) fn forget_stale_dkms_build(
+    host: &Host,
+    module: &str,
+    version: &str,
+    kver: &str,
+) -> Result<()> {
+    let found =
+        gpuhost_host::kmods::state(host, kver, "nvidia").is_ok_and(|s| s.is_version(version));
+    if found {
+        return Ok(());
+    }
+    let tree = format!("/var/lib/dkms/{module}");
+    if host.kind_nofollow(format!("{tree}/{version}/{kver}")) == Some(Kind::Dir) {
+        tracing::info!("removing DKMS's stale state {tree}/{version}/{kver} before building");
+        host.remove_tree(format!("{tree}/{version}/{kver}"))?;
+    }
+    for arch in ["x86_64", "aarch64"] {
+        let link = format!("{tree}/kernel-{kver}-{arch}");
+        if host.kind_nofollow(&link) == Some(Kind::Symlink) {
+            host.remove_file(&link)?;
+        }
+    }
+    Ok(())
+}
+
 /// Carry out one piece of work that is not a package transaction.
 pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
     match work {
@@ -786,6 +820,9 @@ pub fn carry_out(host: &Host, work: &Work) -> Result<()> {
             resign,
         } => {
             for k in kernels {
+                if !resign {
+                    forget_stale_dkms_build(host, module, version, k)?;
+                }
                 for cmd in dkms_rebuild(host, module, version, k, *resign) {
                     cmd.run()?;
                 }

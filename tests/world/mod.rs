@@ -1020,3 +1020,69 @@ pub fn plan_is_apply(root: &Root, args: &[&str]) -> (i32, serde_json::Value) {
     );
     (ac, apply)
 }
+
+/// A copy of the world's local repo package `name` whose payload `edit` changed (it gets the
+/// unpacked tree), rebuilt by rpmbuild under the same name, version, release and file name,
+/// in `dir`: a package as a site might have altered it, digests intact.
+pub fn repacked(name: &str, dir: &std::path::Path, edit: impl FnOnce(&std::path::Path)) -> String {
+    let src = World::get().cuda_local(name);
+    let tree = dir.join("tree");
+    std::fs::create_dir_all(&tree).unwrap_or_else(|e| panic!("{e}"));
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("rpm2cpio \"$1\" | cpio -idm --quiet")
+        .arg("sh")
+        .arg(&src)
+        .current_dir(&tree)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    edit(&tree);
+    let o = host_rpm([
+        std::ffi::OsStr::new("-qp"),
+        "--qf".as_ref(),
+        "%{NAME}\\n%{VERSION}\\n%{RELEASE}\\n%{ARCH}\\n".as_ref(),
+        src.as_os_str(),
+    ]);
+    let q = String::from_utf8_lossy(&o.stdout).to_string();
+    let [n, v, r, a]: [&str; 4] = q
+        .lines()
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap_or_else(|l| panic!("rpm -qp: {l:?}"));
+    let mut files = Vec::new();
+    let mut stack = vec![tree.clone()];
+    while let Some(p) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&p).unwrap_or_else(|e| panic!("{e}"));
+        if meta.is_dir() {
+            for e in std::fs::read_dir(&p)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .flatten()
+            {
+                stack.push(e.path());
+            }
+        } else if let Ok(rel) = p.strip_prefix(&tree) {
+            files.push(format!("/{}", rel.display()));
+        }
+    }
+    let spec = dir.join("repacked.spec");
+    std::fs::write(
+        &spec,
+        format!(
+            "Name: {n}\nVersion: {v}\nRelease: {r}\nSummary: repacked\nLicense: MIT\nAutoReqProv: no\n%define _build_id_links none\n%global __os_install_post %{{nil}}\n%description\nrepacked\n%install\ncp -a {}/. %{{buildroot}}/\n%files\n{}\n",
+            tree.display(),
+            files.join("\n")
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let o = std::process::Command::new("rpmbuild")
+        .args(["-bb", "--target", a, "--define"])
+        .arg(format!("_topdir {}", dir.join("build").display()))
+        .arg(&spec)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rpm = dir.join(format!("build/RPMS/{a}/{name}"));
+    assert!(rpm.exists(), "rpmbuild made no {}", rpm.display());
+    rpm.display().to_string()
+}

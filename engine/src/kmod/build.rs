@@ -322,8 +322,13 @@ fn dkms_package(
     })?;
     let rpm = local_repo_rpm.display().to_string();
     let prefix = format!("{}/{}-{}-", repo.repo_dir(), row.name, repo.driver);
-    gpuhost_steps::transaction::extract(host, &rpm, &format!("{SCRATCH}/repo"), &[prefix.as_str()])
-        .map_err(|e| as_invalid(e.context(format!("reading the repo of {rpm}"))))?;
+    gpuhost_steps::transaction::extract_from_local_repo(
+        host,
+        &rpm,
+        &format!("{SCRATCH}/repo"),
+        &[prefix.as_str()],
+    )
+    .map_err(|e| as_invalid(e.context(format!("reading the repo of {rpm}"))))?;
     Ok(DkmsPackage { row, flavour })
 }
 

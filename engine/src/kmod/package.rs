@@ -23,7 +23,7 @@ use anyhow::{Context, Result};
 
 use gpuhost_host::cmd::Cmd;
 use gpuhost_host::fsutil::{sha256_file, sha256_hex};
-use gpuhost_host::kmodrepo::{KmodEntry, KmodManifest, CERT, MANIFEST};
+use gpuhost_host::kmodrepo::{self, KmodEntry, KmodManifest, CERT, MANIFEST};
 use gpuhost_nvidia::packages::{self, Kmod, ModuleFlavour};
 
 use super::model::{Built, BuiltKmod, Info};
@@ -72,10 +72,9 @@ pub(super) fn spec(info: &Info, name: &str, modules: &[PathBuf]) -> String {
          mkdir -p %{{buildroot}}{dest}\n\
          {install}\
          %post\n\
-         {leftovers}\
-         depmod -a {kernel} || :\n\
+         {post}\
          %postun\n\
-         depmod -a {kernel} || :\n\
+         {postun}\
          %files\n\
          {files}",
         license = match flavour {
@@ -83,27 +82,18 @@ pub(super) fn spec(info: &Info, name: &str, modules: &[PathBuf]) -> String {
             ModuleFlavour::Proprietary => "NVIDIA License",
         },
         common = packages::KMOD_COMMON,
-        leftovers = leftovers(kernel, modules),
+        post = kmodrepo::post_script(kernel, &file_names(modules)),
+        postun = kmodrepo::postun_script(kernel),
         conflicts = conflicts.join(", "),
     )
 }
 
-/// `%post`'s removal of the same modules a DKMS build left for the kernel: DKMS installs them
-/// compressed (`extra/nvidia.ko.xz`) and NVIDIA's DKMS package's `%preun` may leave them (its
-/// `dkms remove … || :`), where they would shadow these (`extra/nvidia.ko`). A node moving
-/// from DKMS to prebuilt kmods does so in one transaction.
-fn leftovers(kernel: &str, modules: &[PathBuf]) -> String {
-    let names: Vec<String> = modules
+/// The modules' file names (`nvidia.ko`), as the manifest lists them.
+fn file_names(modules: &[PathBuf]) -> Vec<String> {
+    modules
         .iter()
-        .filter_map(|m| m.file_stem().map(|s| s.to_string_lossy().into_owned()))
-        .collect();
-    if names.is_empty() {
-        return String::new();
-    }
-    format!(
-        "for m in {}; do for z in xz zst gz; do rm -f /lib/modules/{kernel}/extra/$m.ko.$z; done; done\n",
-        names.join(" ")
-    )
+        .filter_map(|m| m.file_name().map(|f| f.to_string_lossy().into_owned()))
+        .collect()
 }
 
 /// Build one kernel's RPM in `built.rpm_dir`: its manifest entry (the file relative to the repo:
@@ -125,11 +115,7 @@ pub(super) fn rpm(info: &Info, built: &Built) -> Result<(KmodEntry, BuiltKmod)> 
     let file = format!("{name}-{}-1.{}.rpm", info.driver, info.arch);
     let path = top.join("RPMS").join(info.arch).join(&file);
     let sha256 = sha256_file(&path)?;
-    let modules: Vec<String> = built
-        .modules
-        .iter()
-        .filter_map(|m| m.file_name().map(|f| f.to_string_lossy().into_owned()))
-        .collect();
+    let modules = file_names(&built.modules);
     let entry = KmodEntry {
         driver: info.driver.clone(),
         epoch: info.epoch,

@@ -23,15 +23,28 @@ pub(super) fn compression(pkg: &Package, head: &[u8]) -> String {
     }
 }
 
+/// The most memory a decompressor may ask for (an xz or lzma dictionary, a zstd window):
+/// 128 MiB. `xz -9` needs 65 MiB, zstd's own default decoding limit is 2^27 bytes; a stream
+/// asking for more is refused as the package's fault before it is given the memory. With the
+/// header's bound ([`super::header`]) it keeps a package's reading under 256 MiB.
+pub(super) const MEMLIMIT: u64 = 128 << 20;
+/// zstd's window, as a power of two: `MEMLIMIT` (128 MiB).
+const ZSTD_WINDOW_LOG: u32 = 27;
+
 /// A decompressing reader of `raw` told by the file name's suffix (`.gz`, `.xz`, `.zst`), or
 /// `None` for a name without one: repo metadata files and a kmod's compressed modules.
+/// Concatenated streams are read as one (as dnf reads metadata); memory as `MEMLIMIT` (128 MiB).
 pub fn by_suffix<'a>(name: &str, raw: &'a [u8]) -> Result<Option<Box<dyn Read + 'a>>> {
     Ok(if name.ends_with(".gz") {
         Some(Box::new(flate2::read::MultiGzDecoder::new(raw)))
     } else if name.ends_with(".xz") {
-        Some(Box::new(liblzma::read::XzDecoder::new_multi_decoder(raw)))
+        let stream =
+            liblzma::stream::Stream::new_stream_decoder(MEMLIMIT, liblzma::stream::CONCATENATED)?;
+        Some(Box::new(liblzma::read::XzDecoder::new_stream(raw, stream)))
     } else if name.ends_with(".zst") {
-        Some(Box::new(zstd::stream::read::Decoder::new(raw)?))
+        let mut d = zstd::stream::read::Decoder::new(raw)?;
+        d.window_log_max(ZSTD_WINDOW_LOG)?;
+        Some(Box::new(d))
     } else {
         None
     })
@@ -48,13 +61,22 @@ pub(super) fn decompressor<R: BufRead + 'static>(pkg: &Package, mut r: R) -> Res
         .unwrap_or_default();
     let decoder: Box<dyn Read> = match compression(pkg, &head).as_str() {
         "identity" | "ufdio" => return Ok(Box::new(r)),
-        "gzip" => Box::new(flate2::bufread::MultiGzDecoder::new(r)),
-        "xz" => Box::new(liblzma::bufread::XzDecoder::new_multi_decoder(r)),
+        // One stream, as rpm's own reader (`rpmio`) takes one: what follows it is not the
+        // archive's, so an archive that runs on into a second stream is cut short here.
+        "gzip" => Box::new(flate2::bufread::GzDecoder::new(r)),
+        "xz" => Box::new(liblzma::bufread::XzDecoder::new_stream(
+            r,
+            liblzma::stream::Stream::new_stream_decoder(MEMLIMIT, 0)?,
+        )),
         "lzma" => Box::new(liblzma::bufread::XzDecoder::new_stream(
             r,
-            liblzma::stream::Stream::new_lzma_decoder(u64::MAX)?,
+            liblzma::stream::Stream::new_lzma_decoder(MEMLIMIT)?,
         )),
-        "zstd" => Box::new(zstd::stream::read::Decoder::with_buffer(r)?),
+        "zstd" => {
+            let mut d = zstd::stream::read::Decoder::with_buffer(r)?.single_frame();
+            d.window_log_max(ZSTD_WINDOW_LOG)?;
+            Box::new(d)
+        }
         other => {
             anyhow::bail!("its payload is compressed with {other}, which gpuhost does not read")
         }

@@ -13,9 +13,17 @@ use anyhow::{bail, Context, Result};
 const LEAD: usize = 96;
 const LEAD_MAGIC: [u8; 4] = [0xed, 0xab, 0xee, 0xdb];
 const HEADER_MAGIC: [u8; 8] = [0x8e, 0xad, 0xe8, 0x01, 0, 0, 0, 0];
-/// rpm's own bounds (`hdrchkTags`, `hdrchkData`): at most 65,535 tags and 256 MiB of data.
+/// rpm's own bound on a header's tags (`hdrchkTags`): 65,535.
 const MAX_TAGS: u32 = 0xffff;
-const MAX_DATA: u32 = 0x1000_0000;
+/// gpuhost's bound on a header's data: 32 MiB (rpm's `hdrchkData` allows 256 MiB). With the
+/// bounds below and the decompressor's (128 MiB, `decode::MEMLIMIT`), reading one package takes
+/// at most 256 MiB whatever its header asks for; a header this large lists far more files than
+/// a package gpuhost reads (NVIDIA's local repo, driver, toolkit and kmod packages) carries.
+pub const MAX_DATA: u32 = 32 << 20;
+/// The most values a header's array may hold (files, their directories): 131,072.
+pub const MAX_FILES: usize = 1 << 17;
+/// The most bytes the paths of a header's files may take together: 16 MiB.
+pub const MAX_PATH_BYTES: usize = 16 << 20;
 
 const NAME: u32 = 1000;
 const VERSION: u32 = 1001;
@@ -196,7 +204,8 @@ pub fn read(r: &mut impl Read) -> Result<Package> {
 /// One header: its index entries and data store.
 struct Header {
     entries: Vec<(u32, u32, usize, usize)>,
-    store: Vec<u8>,
+    /// Where the data store starts in `raw`.
+    at: usize,
     /// The header as stored (intro, index, store): what the signature's digest covers.
     raw: Vec<u8>,
 }
@@ -212,32 +221,29 @@ impl Header {
         let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
         let (n, size) = (be(&intro[8..12]), be(&intro[12..16]));
         if n > MAX_TAGS || size > MAX_DATA {
-            bail!("a header of {n} tags and {size} bytes, beyond rpm's bounds");
+            bail!(
+                "a header of {n} tags and {size} bytes, beyond gpuhost's bounds ({MAX_TAGS} tags, {} MiB)",
+                MAX_DATA >> 20
+            );
         }
-        let mut index = vec![0u8; n as usize * 16];
-        r.read_exact(&mut index)?;
-        let mut store = vec![0u8; size as usize];
-        r.read_exact(&mut store)?;
-        let entries = index
+        let at = 16 + n as usize * 16;
+        let mut raw = vec![0u8; at + size as usize];
+        raw[..16].copy_from_slice(&intro);
+        r.read_exact(&mut raw[16..])?;
+        let entries = raw[16..at]
             .chunks_exact(16)
             .map(|e| {
                 let (off, count) = (be(&e[8..12]) as usize, be(&e[12..16]) as usize);
                 (be(&e[0..4]), be(&e[4..8]), off, count)
             })
             .collect();
-        let mut raw = Vec::with_capacity(16 + index.len() + store.len());
-        raw.extend_from_slice(&intro);
-        raw.extend_from_slice(&index);
-        raw.extend_from_slice(&store);
         let len = raw.len();
-        Ok((
-            Header {
-                entries,
-                store,
-                raw,
-            },
-            len,
-        ))
+        Ok((Header { entries, at, raw }, len))
+    }
+
+    /// The data store.
+    fn store(&self) -> &[u8] {
+        &self.raw[self.at..]
     }
 
     fn entry(&self, tag: u32) -> Option<(u32, usize, usize)> {
@@ -256,10 +262,13 @@ impl Header {
             bail!("tag {tag} is of type {ty}, not a string");
         }
         let count = if ty == 6 { 1 } else { count };
-        let mut out = Vec::with_capacity(count.min(1 << 20));
+        if count > MAX_FILES {
+            bail!("tag {tag} holds {count} strings, beyond gpuhost's bound of {MAX_FILES}");
+        }
+        let mut out = Vec::with_capacity(count);
         let mut at = off;
         for _ in 0..count {
-            let rest = self.store.get(at..).context("a string past the header")?;
+            let rest = self.store().get(at..).context("a string past the header")?;
             let end = rest
                 .iter()
                 .position(|&b| b == 0)
@@ -279,6 +288,9 @@ impl Header {
         let Some((ty, off, count)) = self.entry(tag) else {
             return Ok(Vec::new());
         };
+        if count > MAX_FILES {
+            bail!("tag {tag} holds {count} numbers, beyond gpuhost's bound of {MAX_FILES}");
+        }
         let width = match ty {
             3 => 2,
             4 => 4,
@@ -287,7 +299,7 @@ impl Header {
         };
         let bytes = count
             .checked_mul(width)
-            .and_then(|len| self.store.get(off..off.checked_add(len)?))
+            .and_then(|len| self.store().get(off..off.checked_add(len)?))
             .with_context(|| format!("tag {tag} runs past the header"))?;
         Ok(bytes
             .chunks_exact(width)
@@ -339,6 +351,17 @@ impl Header {
         .any(|&l| l != n)
         {
             bail!("its header's file arrays disagree on the number of files ({n} names)");
+        }
+        let path_bytes = (0..n).try_fold(0usize, |sum, i| {
+            let dir = dirs.get(index[i] as usize).map_or(0, String::len);
+            sum.checked_add(dir + base[i].len())
+                .filter(|&s| s <= MAX_PATH_BYTES)
+        });
+        if path_bytes.is_none() {
+            bail!(
+                "its header's file paths take more than gpuhost's bound of {} MiB",
+                MAX_PATH_BYTES >> 20
+            );
         }
         (0..n)
             .map(|i| {

@@ -13,8 +13,17 @@
 //! - every entry is a file the header lists (not a `%ghost`), once, of the header's type and
 //!   size; every file the header lists is in the payload (payload and header agree);
 //! - every path is absolute, plain (no `.`, `..` or empty component) and inside the folders the
-//!   caller allows; a symlink's target stays inside its folder; no file lies under a symlink; a
-//!   FIFO, device or socket is refused;
+//!   caller allows; a symlink's target stays inside its folder, resolved component by
+//!   component through the package's own links as the kernel resolves it in the unpacked tree;
+//!   no file lies under a symlink; a FIFO, device or socket is refused;
+//! - every file's data, written or not, matches the header's digest (SHA-2 only), whatever the
+//!   compressor; a hard link's names without data share inode and digest with the name that
+//!   carries it; a selected file that is a hard link is refused, by a check as by an extraction
+//!   (one answer for one package, [`verify`] and [`extract`] judge the same files);
+//! - one compressed stream is read, as rpm reads one;
+//! - memory is bounded: at most 256 MiB whatever the header or the compressor asks for (the
+//!   header's bounds in [`header`], measured in `host/tests/memory_bound.rs`; the
+//!   decompressor's 128 MiB);
 //! - the folder's filesystem has room for the selected files' sizes;
 //! - each written file's SHA-256 family digest matches the header's;
 //! - the whole payload is intact: its digest (`PAYLOADDIGEST`) as `rpm -K` checks it, or, for
@@ -79,7 +88,7 @@ pub fn package(file: &Path) -> Result<Package, Fault> {
 /// header's `PAYLOADDIGEST` on the way (and the header's against the signature header's), as
 /// `rpm -K` checks them.
 pub fn extract(file: &Path, want: &Want, into: &Path) -> Result<(Package, Vec<Written>), Fault> {
-    stream(file, file, want, Some(into))
+    stream(file, file, want, Some(into), &|_| true)
 }
 
 /// [`extract`] of `file`, a copy of `named` (a package staged onto the root's disk): what is
@@ -90,18 +99,28 @@ pub fn extract_named(
     want: &Want,
     into: &Path,
 ) -> Result<(Package, Vec<Written>), Fault> {
-    stream(file, named, want, Some(into))
+    stream(file, named, want, Some(into), &|_| true)
 }
 
-/// The same reading as [`extract`], writing nothing: the package's digests, and its entries
-/// against its header and the folders it may hold files in. One read of the file.
-pub fn verify(file: &Path, allowed: &[String]) -> Result<Package, Fault> {
-    let none = |_: &FileInfo| false;
-    let want = Want {
-        allowed,
-        select: &none,
-    };
-    stream(file, file, &want, None).map(|(p, _)| p)
+/// The same reading as [`extract`] with the same `want`, writing nothing: the package's
+/// digests, every entry against its header and the folders it may hold files in, and the
+/// selected files as [`extract`] would judge them (so a check and the change it precedes give
+/// one answer). One read of the file.
+pub fn verify(file: &Path, want: &Want) -> Result<Package, Fault> {
+    stream(file, file, want, None, &|_| false).map(|(p, _)| p)
+}
+
+/// [`verify`], writing under `into` only those of the selected files that `only` also takes
+/// (a repo's metadata, to check its packages against): the package judged as [`extract`] with
+/// `want` judges it, a fraction of it written.
+/// `file` is a copy of `named` (see [`extract_named`]).
+pub fn verify_keeping(
+    (file, named): (&Path, &Path),
+    want: &Want,
+    into: &Path,
+    only: &dyn Fn(&FileInfo) -> bool,
+) -> Result<(Package, Vec<Written>), Fault> {
+    stream(file, named, want, Some(into), only)
 }
 
 fn stream(
@@ -109,13 +128,15 @@ fn stream(
     named: &Path,
     want: &Want,
     into: Option<&Path>,
+    only: &dyn Fn(&FileInfo) -> bool,
 ) -> Result<(Package, Vec<Written>), Fault> {
     let mut f = open(file)?;
     let mut pkg = header::read(&mut BufReader::new(&f)).map_err(|e| bad(named, e))?;
     let shown = named.display().to_string();
-    let plan = check(&pkg, want).map_err(|why| Fault::Bad(format!("{shown}: {why}")))?;
+    let judged = check(&pkg, want).map_err(|why| Fault::Bad(format!("{shown}: {why}")))?;
+    let plan = Plan::new(&pkg, judged, into.is_some(), only);
     if let Some(into) = into {
-        room(&pkg, &plan, into)?;
+        room(&pkg, &plan.write, into)?;
     }
     if plain_fits(&pkg, &f) {
         let named = |f: Fault| match f {
@@ -155,9 +176,10 @@ fn stream(
         Some(sig) => Err(anyhow!(Interrupted(sig))),
         None => Ok(()),
     };
-    let mut pass = |_: &FileInfo, size: u64, c: &mut cpio::Cpio<Box<dyn Read>>| {
-        c.data(size, |_| Ok(()), &stop)
-    };
+    // Every file's data against its header's digest, written or not: a payload digest
+    // recomputed over altered data is not the header's files.
+    let mut pass =
+        |f: &FileInfo, size: u64, c: &mut cpio::Cpio<Box<dyn Read>>| hash_past(f, size, c, &stop);
     let written = match walk(&pkg, &plan, &mut cpio, into, &mut pass) {
         Ok(w) => w.written,
         Err(f) => {
@@ -221,7 +243,7 @@ fn plain_fits(pkg: &Package, f: &File) -> bool {
 fn read_plain(
     f: &File,
     pkg: &Package,
-    plan: &[bool],
+    plan: &Plan,
     into: Option<&Path>,
     shown: &str,
 ) -> Result<(Vec<Written>, bool), Fault> {
@@ -408,8 +430,14 @@ fn check(pkg: &Package, want: &Want) -> Result<Vec<bool>, String> {
     let links: Vec<&str> = pkg
         .files
         .iter()
-        .filter(|f| f.is_link())
+        .filter(|f| f.is_link() && !f.ghost)
         .map(|f| f.path.as_str())
+        .collect();
+    let targets: HashMap<&str, &str> = pkg
+        .files
+        .iter()
+        .filter(|f| f.is_link() && !f.ghost)
+        .map(|f| (f.path.as_str(), f.link.as_str()))
         .collect();
     let mut plan = Vec::with_capacity(pkg.files.len());
     for f in &pkg.files {
@@ -436,7 +464,7 @@ fn check(pkg: &Package, want: &Want) -> Result<Vec<bool>, String> {
                 "its payload holds {p}, which is a FIFO, device or socket"
             ));
         }
-        if f.is_link() && !link_stays(p, &f.link, folder) {
+        if f.is_link() && !link_stays(p, &f.link, folder, &targets) {
             return Err(format!(
                 "its payload holds the link {p} -> {}, which leaves {folder}",
                 f.link
@@ -445,14 +473,16 @@ fn check(pkg: &Package, want: &Want) -> Result<Vec<bool>, String> {
         if let Some(l) = links.iter().find(|l| p.len() > l.len() && under(p, l)) {
             return Err(format!("its payload holds {p} under the link {l}"));
         }
-        let selected = (want.select)(f);
-        if selected && f.is_file() && !matches!(pkg.digest_algo, 8..=11) {
+        if f.is_file() && f.size > 0 && !matches!(pkg.digest_algo, 8..=11) {
             return Err(format!(
                 "its file digests use rpm's hash algorithm {}, not SHA-2",
                 pkg.digest_algo
             ));
         }
-        plan.push(selected);
+        if f.is_file() && f.size > 0 && f.digest.len() < 56 {
+            return Err(format!("its header gives {p} no SHA-2 digest"));
+        }
+        plan.push((want.select)(f));
     }
     Ok(plan)
 }
@@ -468,28 +498,54 @@ fn under(p: &str, dir: &str) -> bool {
     p == dir || p.strip_prefix(dir).is_some_and(|r| r.starts_with('/'))
 }
 
-/// A link at `link` to `target` resolves (lexically) inside `folder`.
-fn link_stays(link: &str, target: &str, folder: &str) -> bool {
-    let base = if target.starts_with('/') {
-        String::new()
-    } else {
-        link.rsplit_once('/')
-            .map(|(d, _)| d.to_string())
-            .unwrap_or_default()
-    };
-    let mut parts: Vec<&str> = base.split('/').filter(|c| !c.is_empty()).collect();
-    for c in target.split('/') {
-        match c {
+/// The most links one resolution follows (the kernel's `MAXSYMLINKS`).
+const MAX_HOPS: usize = 40;
+
+/// A link at `link` to `target` resolves inside `folder`, component by component through the
+/// package's own links (`links`: path → target) as the kernel resolves it in the unpacked tree:
+/// `a/../b` after a link `a -> x/y` is `x/b`, not `b`. Climbing above the tree's root (which,
+/// unpacked on this machine, is a folder of the build host) or a loop is not inside.
+fn link_stays(link: &str, target: &str, folder: &str, links: &HashMap<&str, &str>) -> bool {
+    resolve(link, target, links).is_some_and(|r| under(&r, folder))
+}
+
+/// Where the link at `link` to `target` leads (see [`link_stays`]); `None` above the root or
+/// after [`MAX_HOPS`] links.
+fn resolve(link: &str, target: &str, links: &HashMap<&str, &str>) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    if !target.starts_with('/') {
+        let dir = link.rsplit_once('/').map_or("", |(d, _)| d);
+        parts.extend(dir.split('/').filter(|c| !c.is_empty()).map(str::to_string));
+    }
+    let mut todo: std::collections::VecDeque<String> =
+        target.split('/').map(str::to_string).collect();
+    let mut hops = 0;
+    while let Some(c) = todo.pop_front() {
+        match c.as_str() {
             "" | "." => {}
             ".." => {
-                if parts.pop().is_none() {
-                    return false;
+                parts.pop()?;
+            }
+            name => {
+                parts.push(name.to_string());
+                let here = format!("/{}", parts.join("/"));
+                if let Some(next) = links.get(here.as_str()) {
+                    hops += 1;
+                    if hops > MAX_HOPS {
+                        return None;
+                    }
+                    parts.pop();
+                    if next.starts_with('/') {
+                        parts.clear();
+                    }
+                    for c in next.split('/').rev() {
+                        todo.push_front(c.to_string());
+                    }
                 }
             }
-            c => parts.push(c),
         }
     }
-    under(&format!("/{}", parts.join("/")), folder)
+    Some(format!("/{}", parts.join("/")))
 }
 
 /// The folder's filesystem has room for the selected files (their header sizes), before the
@@ -518,6 +574,57 @@ fn room(pkg: &Package, plan: &[bool], into: &Path) -> Result<(), Fault> {
     Ok(())
 }
 
+/// For each of a package's files: whether it is judged as a selected file (a hard link refused,
+/// as [`write_entry`] would), and whether it is written.
+struct Plan {
+    judged: Vec<bool>,
+    write: Vec<bool>,
+}
+
+impl Plan {
+    /// The files `judged` as selected, those of them `only` takes written (when `writing`).
+    fn new(
+        pkg: &Package,
+        judged: Vec<bool>,
+        writing: bool,
+        only: &dyn Fn(&FileInfo) -> bool,
+    ) -> Plan {
+        let write = (judged.iter().zip(&pkg.files))
+            .map(|(&j, f)| j && writing && only(f))
+            .collect();
+        Plan { judged, write }
+    }
+}
+
+/// Read `f`'s data (`size` bytes) past, a regular file's held to its header's digest.
+fn hash_past<R: Read>(
+    f: &FileInfo,
+    size: u64,
+    c: &mut cpio::Cpio<R>,
+    stop: &dyn Fn() -> Result<()>,
+) -> Result<()> {
+    let mut hash = (f.is_file() && size > 0).then(|| Hasher::new(f.digest.len()));
+    c.data(
+        size,
+        |b| {
+            if let Some(h) = hash.as_mut() {
+                h.update(b);
+            }
+            Ok(())
+        },
+        stop,
+    )?;
+    let Some(h) = hash else { return Ok(()) };
+    let name = h.name();
+    if h.hex() != f.digest {
+        anyhow::bail!(
+            "its payload's {}: {name} digest: BAD (the payload is damaged or altered)",
+            f.path
+        );
+    }
+    Ok(())
+}
+
 /// What [`walk`] does with a file's data it does not write: read it past (a stream), or skip
 /// it and hand it to the hashing threads (an uncompressed payload).
 type Pass<'a, R> = dyn FnMut(&FileInfo, u64, &mut cpio::Cpio<R>) -> Result<()> + 'a;
@@ -525,7 +632,7 @@ type Pass<'a, R> = dyn FnMut(&FileInfo, u64, &mut cpio::Cpio<R>) -> Result<()> +
 /// The entries in payload order, each checked against the header, the selected ones written.
 fn walk<R: Read>(
     pkg: &Package,
-    plan: &[bool],
+    plan: &Plan,
     cpio: &mut cpio::Cpio<R>,
     into: Option<&Path>,
     pass: &mut Pass<R>,
@@ -537,6 +644,7 @@ fn walk<R: Read>(
         .map(|(i, f)| (f.path.as_str(), i))
         .collect();
     let mut seen = vec![false; pkg.files.len()];
+    let mut links = HardLinks::default();
     let mut written = Vec::new();
     let mut exact = true;
     let stop = || match crate::interrupt::received() {
@@ -571,8 +679,9 @@ fn walk<R: Read>(
             return Err(Fault::Bad(format!("its payload holds {} twice", f.path)));
         }
         let size = data_size(f, &entry)?;
+        links.note(i, f, size, plan.judged[i])?;
         exact &= as_rpm_writes(f, &entry);
-        if let Some(out) = into.filter(|_| plan[i]) {
+        if let Some(out) = into.filter(|_| plan.write[i]) {
             let out = out.join(f.path.trim_start_matches('/'));
             write_entry(f, size, cpio, &out, &stop).map_err(read)?;
             written.push(Written {
@@ -589,10 +698,70 @@ fn walk<R: Read>(
             f.0.path
         )));
     }
+    links.all_carried(&pkg.files)?;
     Ok(Walked {
         written,
         exact: exact && cpio.clean,
     })
+}
+
+/// A hard link's names in the archive: every name but one comes with no data (rpm writes the
+/// data once, with the set's last name); each must share its header inode and digest with a
+/// name that carries the data, or rpm finds the archive broken inside the transaction.
+#[derive(Default)]
+struct HardLinks {
+    /// Files whose entry came without data.
+    waiting: Vec<usize>,
+    /// Header inode → the file whose entry carried the data.
+    carried: HashMap<u64, usize>,
+}
+
+impl HardLinks {
+    /// File `i`'s entry (`size` bytes of data; `selected` to be written) seen.
+    fn note(&mut self, i: usize, f: &FileInfo, size: u64, selected: bool) -> Result<(), Fault> {
+        if !f.is_file() || f.size == 0 {
+            return Ok(());
+        }
+        let inode = f.archived.map(|a| a.inode);
+        if size > 0 {
+            if let Some(n) = inode {
+                self.carried.entry(n).or_insert(i);
+            }
+            return Ok(());
+        }
+        if selected {
+            return Err(Fault::Bad(format!(
+                "its payload holds {} as a hard link, which gpuhost does not extract",
+                f.path
+            )));
+        }
+        if inode.is_none() {
+            return Err(Fault::Bad(format!(
+                "its payload holds {} as a hard link with no data, and its header gives no inode to find the data by",
+                f.path
+            )));
+        }
+        self.waiting.push(i);
+        Ok(())
+    }
+
+    /// Every name without data shares its inode, size and digest with one that had it.
+    fn all_carried(&self, files: &[FileInfo]) -> Result<(), Fault> {
+        for &i in &self.waiting {
+            let f = &files[i];
+            let with = f
+                .archived
+                .and_then(|a| self.carried.get(&a.inode))
+                .map(|&j| &files[j]);
+            if !with.is_some_and(|c| c.size == f.size && c.digest == f.digest) {
+                return Err(Fault::Bad(format!(
+                    "its payload holds {} as a hard link whose data no entry of the same file carries (payload and header disagree)",
+                    f.path
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What [`walk`] wrote, and whether every entry, padding and the trailer are exactly what rpm
@@ -734,6 +903,11 @@ fn dirs(dir: &Path) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
+#[path = "../../tests/support/craft.rs"]
+mod craft;
+
+#[cfg(test)]
+#[allow(clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 
@@ -746,10 +920,220 @@ mod tests {
         assert!(under("/var/r/x", "/var/r"));
         assert!(under("/var/r", "/var/r/"));
         assert!(!under("/var/rx", "/var/r"));
-        assert!(link_stays("/var/r/a", "b/c", "/var/r"));
-        assert!(link_stays("/var/r/d/a", "../b", "/var/r"));
-        assert!(!link_stays("/var/r/a", "../../../tmp/escape", "/var/r"));
-        assert!(!link_stays("/var/r/a", "/tmp/escape", "/var/r"));
-        assert!(!link_stays("/var/r/a", "../s", "/var/r"));
+        let none = HashMap::new();
+        assert!(link_stays("/var/r/a", "b/c", "/var/r", &none));
+        assert!(link_stays("/var/r/d/a", "../b", "/var/r", &none));
+        assert!(!link_stays(
+            "/var/r/a",
+            "../../../tmp/escape",
+            "/var/r",
+            &none
+        ));
+        assert!(!link_stays("/var/r/a", "/tmp/escape", "/var/r", &none));
+        assert!(!link_stays("/var/r/a", "../s", "/var/r", &none));
+    }
+
+    /// Issue 53: a link through a link of the package (`zz-b -> .`) is resolved as the kernel
+    /// resolves it in the unpacked tree, not lexically.
+    #[test]
+    fn links_are_resolved_through_the_packages_own_links() {
+        let links: HashMap<&str, &str> = [("/var/r/zz-b", ".")].into_iter().collect();
+        // Lexically /var/r/zz-b/x; really /var/x (zz-b is /var/r, its `..` is /var).
+        assert!(!link_stays(
+            "/var/r/repodata/repomd.xml",
+            "../zz-b/zz-b/../x",
+            "/var/r",
+            &links
+        ));
+        assert!(link_stays(
+            "/var/r/repodata/repomd.xml",
+            "../zz-b/x",
+            "/var/r",
+            &links
+        ));
+        // Climbing above the tree's root: the build host's folders.
+        let up = "../".repeat(12) + "etc/passwd";
+        assert!(!link_stays("/var/r/a", &up, "/var/r", &links));
+        // A loop.
+        let looped: HashMap<&str, &str> =
+            [("/var/r/a", "b"), ("/var/r/b", "a")].into_iter().collect();
+        assert!(!link_stays("/var/r/c", "a", "/var/r", &looped));
+        // A chain that ends outside.
+        let out: HashMap<&str, &str> = [("/var/r/b", "../../etc")].into_iter().collect();
+        assert!(!link_stays("/var/r/a", "b/passwd", "/var/r", &out));
+    }
+
+    use craft::{Craft, File};
+    use rstest::rstest;
+
+    /// A local repo's folder with two packages; `b` and `a` names of one file (a hard link).
+    fn hard_linked(carried: bool) -> Vec<File> {
+        let mut a = File::reg("/var/r/a.rpm", b"the package's bytes", 3);
+        a.nlink = 2;
+        a.carries = false;
+        let mut b = a.clone();
+        b.path = "/var/r/b.rpm".into();
+        b.carries = carried;
+        vec![
+            File::dir("/var/r", 1),
+            File::reg("/var/r/x.rpm", b"x", 2),
+            a,
+            b,
+        ]
+    }
+
+    fn judged(c: &Craft, select_all: bool) -> Result<Package, Fault> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("p.rpm");
+        std::fs::write(&file, c.build()).expect("write");
+        let allowed = ["/var/r".to_string()];
+        let all = |_: &FileInfo| true;
+        let none = |_: &FileInfo| false;
+        let want = Want {
+            allowed: &allowed,
+            select: if select_all { &all } else { &none },
+        };
+        verify(&file, &want)
+    }
+
+    fn refused(r: Result<Package, Fault>) -> String {
+        match r {
+            Err(Fault::Bad(why)) => why,
+            Err(f) => panic!("not refused as the package's fault: {f}"),
+            Ok(_) => panic!("accepted"),
+        }
+    }
+
+    /// Issue 53, item 3: a hard link's names without data are read when a name of the same
+    /// file carries it (as rpm writes them), and refused when none does — with every
+    /// compressor, whether the file is extracted or not.
+    #[rstest]
+    fn a_hard_link_without_its_data_is_refused(
+        #[values("identity", "gzip", "xz", "zstd")] how: &'static str,
+    ) {
+        let mut c = Craft::new(hard_linked(true));
+        c.compressor = how;
+        judged(&c, false).unwrap_or_else(|e| panic!("{how}: {e}"));
+        let mut c = Craft::new(hard_linked(false));
+        c.compressor = how;
+        let why = refused(judged(&c, false));
+        assert!(
+            why.contains("hard link whose data no entry"),
+            "{how}: {why}"
+        );
+    }
+
+    /// A file's data altered, the payload's digest recomputed over it: every file is held to
+    /// its header's digest, extracted or not.
+    #[rstest]
+    fn altered_data_under_a_recomputed_payload_digest_is_refused(
+        #[values("identity", "gzip", "xz", "zstd")] how: &'static str,
+    ) {
+        let mut files = hard_linked(true);
+        files[1].altered = Some(b"y".to_vec());
+        let mut c = Craft::new(files);
+        c.compressor = how;
+        let why = refused(judged(&c, false));
+        assert!(
+            why.contains("/var/r/x.rpm") && why.contains("digest: BAD"),
+            "{how}: {why}"
+        );
+    }
+
+    /// What `apply` refuses of the files it extracts, a check without writing refuses too:
+    /// a selected hard link, file digests that are not SHA-2.
+    #[test]
+    fn a_check_judges_the_selected_files_as_the_extraction_does() {
+        let c = Craft::new(hard_linked(true));
+        let why = refused(judged(&c, true));
+        assert!(why.contains("as a hard link"), "{why}");
+        let mut c = Craft::new(vec![
+            File::dir("/var/r", 1),
+            File::reg("/var/r/x.rpm", b"x", 2),
+        ]);
+        c.digest_algo = 1;
+        for all in [true, false] {
+            let why = refused(judged(&c, all));
+            assert!(why.contains("not SHA-2"), "{why}");
+        }
+    }
+
+    /// rpm reads one compressed stream: an archive that runs on into a second is cut short.
+    #[test]
+    fn an_archive_split_over_two_xz_streams_is_refused() {
+        let mut c = Craft::new(hard_linked(true));
+        c.compressor = "xz";
+        let archive = c.archive();
+        let (one, two) = archive.split_at(archive.len() / 2);
+        let mut payload = craft::compress("xz", one);
+        payload.extend(craft::compress("xz", two));
+        c.payload = Some(payload);
+        let why = refused(judged(&c, false));
+        assert!(why.contains("payload"), "{why}");
+    }
+
+    /// A stream that asks its decompressor for 2 GiB is refused before the memory is given
+    /// (`decode::MEMLIMIT`, 128 MiB).
+    #[rstest]
+    #[case::xz("xz")]
+    #[case::lzma("lzma")]
+    #[case::zstd("zstd")]
+    fn a_stream_asking_for_more_memory_than_the_bound_is_refused(#[case] how: &'static str) {
+        let mut c = Craft::new(hard_linked(true));
+        c.compressor = how;
+        let payload = match how {
+            "xz" => {
+                // xz -1's stream with its LZMA2 dictionary byte set to 2 GiB (38), the block
+                // header's CRC32 made right again.
+                let mut p = craft::compress("xz", &c.archive());
+                let size = (usize::from(p[12]) + 1) * 4;
+                p[16] = 38;
+                let mut crc = flate2::Crc::new();
+                crc.update(&p[12..12 + size - 4]);
+                p[12 + size - 4..12 + size].copy_from_slice(&crc.sum().to_le_bytes());
+                p
+            }
+            // The .lzma header: properties, a 2 GiB dictionary, size unknown.
+            "lzma" => [&[0x5d, 0, 0, 0, 0x80][..], &[0xff; 8]].concat(),
+            // A zstd frame whose window is 2^31 bytes, with one empty raw block.
+            _ => vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 21 << 3, 0x01, 0x00, 0x00],
+        };
+        c.payload = Some(payload);
+        let why = refused(judged(&c, false));
+        assert!(why.contains("cannot be decompressed"), "{how}: {why}");
+    }
+
+    /// A header that asks for more than gpuhost's bounds is refused when read, before its
+    /// strings are made: 131,073 empty directory names (each would cost a `String`), and a
+    /// header of 33 MiB (beyond the 32 MiB bound; rpm's own allows 256 MiB).
+    #[rstest]
+    #[case(header::MAX_FILES + 1, 0, "strings, beyond gpuhost's bound")]
+    #[case(0, 33 << 20, "beyond gpuhost's bounds")]
+    fn a_header_beyond_the_bounds_is_refused_when_read(
+        #[case] n: usize,
+        #[case] filler: usize,
+        #[case] said: &str,
+    ) {
+        let mut c = Craft::new(hard_linked(true));
+        c.empty_strings = n;
+        c.filler = filler;
+        let why = refused(judged(&c, false));
+        assert!(why.contains(said), "{why}");
+    }
+
+    /// A link of the payload through another (`zz-b -> .`) that lexically stays in the repo
+    /// and really leaves it: refused, as by the check with no write.
+    #[test]
+    fn a_link_through_a_link_out_of_the_folder_is_refused() {
+        let files = vec![
+            File::dir("/var/r", 1),
+            File::link("/var/r/zz-b", ".", 2),
+            File::dir("/var/r/repodata", 3),
+            File::link("/var/r/repodata/repomd.xml", "../zz-b/zz-b/../x", 4),
+        ];
+        for all in [true, false] {
+            let why = refused(judged(&Craft::new(files.clone()), all));
+            assert!(why.contains("leaves /var/r"), "{why}");
+        }
     }
 }

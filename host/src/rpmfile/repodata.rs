@@ -25,7 +25,18 @@ pub fn checksums(repo: &Path) -> Result<Checksums> {
     if !plain_relative(&href) {
         bail!("repodata/repomd.xml names the primary metadata {href:?}, outside the repo");
     }
-    let raw = std::fs::read(repo.join(&href)).with_context(|| format!("reading {href}"))?;
+    let primary = repo.join(&href);
+    let size = std::fs::metadata(&primary)
+        .with_context(|| format!("reading {href}"))?
+        .len();
+    if size > MAX_PRIMARY {
+        bail!(
+            "{href} is {} MiB, beyond gpuhost's bound of {} MiB for a repo's metadata",
+            size >> 20,
+            MAX_PRIMARY >> 20
+        );
+    }
+    let raw = std::fs::read(&primary).with_context(|| format!("reading {href}"))?;
     if let Some((ty, want)) = checksum(data) {
         if hex_digest(&ty, &raw)? != want {
             bail!("{href} does not match repodata/repomd.xml's {ty} checksum");
@@ -51,11 +62,18 @@ pub fn verify(repo: &Path, extracted: &[(String, String)], sums: &Checksums) -> 
         let Some((ty, want)) = sums.get(href) else {
             continue;
         };
-        let got = if ty == "sha256" && digest.len() == 64 {
+        // The header's digest, which the reader held the file's data to, when it is of the
+        // metadata's type (told by its length); else the file, when it was extracted.
+        let by_header = HEX_LEN
+            .iter()
+            .any(|&(t, len)| t == ty.as_str() && digest.len() == len);
+        let file = repo.join(href);
+        let got = if by_header {
             digest.clone()
+        } else if !file.exists() {
+            bail!("{href} is listed with a {ty} checksum, which its package header's digest cannot be held to (a repo gpuhost cannot check)");
         } else {
-            let bytes =
-                std::fs::read(repo.join(href)).with_context(|| format!("reading {href}"))?;
+            let bytes = std::fs::read(&file).with_context(|| format!("reading {href}"))?;
             hex_digest(ty, &bytes)?
         };
         if &got != want {
@@ -64,6 +82,19 @@ pub fn verify(repo: &Path, extracted: &[(String, String)], sums: &Checksums) -> 
     }
     Ok(())
 }
+
+/// The SHA-2 checksum types and the length of their hex digests.
+const HEX_LEN: [(&str, usize); 4] = [
+    ("sha224", 56),
+    ("sha256", 64),
+    ("sha384", 96),
+    ("sha512", 128),
+];
+
+/// The most bytes of a repo's primary metadata read, compressed (64 MiB) and not (128 MiB):
+/// a local repo's lists a few hundred packages in well under 1 MiB.
+const MAX_PRIMARY: u64 = 64 << 20;
+const MAX_PRIMARY_XML: u64 = 128 << 20;
 
 fn hex_digest(ty: &str, data: &[u8]) -> Result<String> {
     Ok(match ty {
@@ -82,9 +113,15 @@ fn decompressed(href: &str, raw: &[u8]) -> Result<String> {
         None if href.ends_with(".xml") => Box::new(raw),
         None => bail!("{href} is compressed in a way gpuhost does not read"),
     };
-    r.take(1 << 30)
+    r.take(MAX_PRIMARY_XML + 1)
         .read_to_string(&mut out)
         .with_context(|| format!("decompressing {href}"))?;
+    if out.len() as u64 > MAX_PRIMARY_XML {
+        bail!(
+            "{href} decompresses to more than gpuhost's bound of {} MiB",
+            MAX_PRIMARY_XML >> 20
+        );
+    }
     Ok(out)
 }
 

@@ -453,6 +453,9 @@ impl Step for KernelModule {
             for kver in kernels {
                 let mut said = String::new();
                 let mut setup_failed = None;
+                if !resign {
+                    crate::work::forget_stale_dkms_build(ctx.host, module, version, kver)?;
+                }
                 for cmd in crate::work::dkms_rebuild(ctx.host, module, version, kver, *resign) {
                     // Judged by the module modprobe would load, not by dkms's exit status.
                     let out = cmd.output()?;

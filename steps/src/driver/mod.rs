@@ -24,6 +24,7 @@
 
 pub(crate) mod build_deps;
 pub(crate) mod built_by;
+pub use built_by::settle as settle_built_by;
 pub(crate) mod change;
 pub(crate) mod context;
 pub(crate) mod dkms_cc;
@@ -40,6 +41,15 @@ pub(crate) mod repo;
 pub(crate) mod set;
 pub mod versionlock;
 pub use repo::local_repo_size;
+
+/// On a release whose NVIDIA packages are not modular (EL10), the versionlock list the branch
+/// lock goes into, checked before any change (exit 2 naming the file or setting).
+pub fn lock_list_ready(host: &gpuhost_host::host::Host, plan: &DriverPlan) -> anyhow::Result<()> {
+    if plan.modular() {
+        return Ok(());
+    }
+    plain::lock_list_of(host).map(drop)
+}
 pub mod signing;
 
 pub use crate::run::{require_package, resolve, DriverPlan};

@@ -102,10 +102,9 @@ struct Found<'c> {
     state: ModuleState,
     /// What dnf is given for the kmods: names, or the prebuilt RPMs' files.
     kmods: Vec<String>,
-    /// NVIDIA's DKMS kmods the prebuilt ones replace (erased by the same transaction).
-    replaced_dkms: Vec<String>,
-    /// The build packages gpuhost installed, removed in the same transaction.
-    build_leftovers: Vec<String>,
+    /// What gives way in the same transaction: NVIDIA's DKMS kmods and gpuhost's build
+    /// packages (a move to prebuilt kmods), or gpuhost's prebuilt kmods (back to DKMS).
+    set: SetStatus,
     /// A module profile with prebuilt kmods (`driver.install = "module"` and
     /// `driver.kmod_repo`): the stream enabled and the profile's packages but NVIDIA's DKMS kmod,
     /// with no profile marked installed ([`crate::transaction::profile`]).
@@ -143,13 +142,12 @@ impl<'c> Found<'c> {
             stream,
             profile,
             spec,
-            state: set.state,
+            state: set.state.clone(),
             kmods: kmod_specs(ctx, &set.kmods, None),
-            replaced_dkms: set.replaced_dkms,
-            build_leftovers: set.build_leftovers,
-            names: set.names,
-            absent: set.absent,
-            stale: set.stale,
+            names: set.names.clone(),
+            absent: set.absent.clone(),
+            stale: set.stale.clone(),
+            set,
         })
     }
 
@@ -300,16 +298,16 @@ impl<'c> Found<'c> {
                     Vec::new()
                 },
                 disable_excludes,
-                allowerasing: !self.replaced_dkms.is_empty(),
-                remove: self.build_leftovers.clone(),
+                allowerasing: self.set.allowerasing(),
+                remove: self.set.removes(),
                 ..Install::default()
             }),
             (Verb::Install, _) => Work::Install(Install {
                 specs: packages,
                 enable: Some(spec),
                 disable_excludes,
-                allowerasing: !self.replaced_dkms.is_empty(),
-                remove: self.build_leftovers.clone(),
+                allowerasing: self.set.allowerasing(),
+                remove: self.set.removes(),
                 ..Install::default()
             }),
             (Verb::Switch | Verb::Swap, _) => Work::SwitchStream {
@@ -383,18 +381,8 @@ impl Step for Driver {
         };
         why.extend(super::set::not_installed(&f.absent));
         why.extend(f.stale.iter().cloned());
-        // Which driver and why this flavour, when the set comes in; a move to prebuilt kmods
-        // keeps both.
-        if f.replaced_dkms.is_empty() {
-            why.push(format!("driver {}", f.drv));
-            why.push(f.plan.choice.explanation.clone());
-        } else {
-            why.push(format!(
-                "{} gives way to the build host's kmods",
-                f.replaced_dkms.join(", ")
-            ));
-        }
-        why.extend(super::built_by::said(&f.build_leftovers));
+        // Which driver and why this flavour, when the set comes in; or which kmods give way.
+        why.extend(f.set.why(f.plan));
         if f.state.state == "disabled" && !f.reenable() {
             check.changes.push(Change::new(
                 Work::ResetModule(packages::DRIVER.to_string()),

@@ -72,24 +72,14 @@ pub(crate) fn check(ctx: &Ctx<'_>, plan: &DriverPlan, transition: &Transition) -
         if !plugin {
             why.push(format!("{PLUGIN} not installed (it holds the branch)"));
         }
-        // Which driver and why this flavour, when the set comes in; a move to prebuilt kmods
-        // keeps both.
-        if set.replaced_dkms.is_empty() {
-            why.push(format!("driver {}", plan.repo.driver));
-            why.push(plan.choice.explanation.clone());
-        } else {
-            why.push(format!(
-                "{} gives way to the build host's kmods",
-                set.replaced_dkms.join(", ")
-            ));
-        }
-        why.extend(super::built_by::said(&set.build_leftovers));
+        // Which driver and why this flavour, when the set comes in; or which kmods give way.
+        why.extend(set.why(plan));
         let mut check = one(Change::new(
             Work::Install(Install {
                 specs: specs(ctx, plan, &set),
                 disable_excludes: super::locks::locked(ctx)?,
-                allowerasing: !set.replaced_dkms.is_empty(),
-                remove: set.build_leftovers.clone(),
+                allowerasing: set.allowerasing(),
+                remove: set.removes(),
                 ..Install::default()
             }),
             why.join("; "),
@@ -148,7 +138,14 @@ pub(super) fn after_swap(
 /// (exit 2, naming the setting or the file) when the plugin would hold nothing — turned off —
 /// or the list is no file of the root (a FIFO, a folder, a link out of the root).
 fn lock_list(ctx: &Ctx<'_>) -> Result<String> {
-    let conf = versionlock::PluginConf::parse(ctx.host.read_opt(versionlock::CONF)?.as_deref());
+    lock_list_of(ctx.host)
+}
+
+/// [`lock_list`] of `host`: what apply's preparation checks on EL10 before any change, so that
+/// a list that is a FIFO, a folder or a link out of the root is refused before the first
+/// transaction of a fresh node (the driver step's own check runs after it).
+pub(crate) fn lock_list_of(host: &gpuhost_host::host::Host) -> Result<String> {
+    let conf = versionlock::PluginConf::parse(host.read_opt(versionlock::CONF)?.as_deref());
     let conf_file = versionlock::CONF;
     if !conf.enabled {
         return Err(invalid!(
@@ -162,14 +159,14 @@ fn lock_list(ctx: &Ctx<'_>) -> Result<String> {
             versionlock::LIST
         ));
     }
-    if let Some((link, target, _)) = ctx.host.escaping_link(&list)? {
+    if let Some((link, target, _)) = host.escaping_link(&list)? {
         return Err(invalid!(
             "the versionlock list {list} lies behind {} (a link to {}), outside the root: gpuhost writes no file there",
             link.display(),
             target.display()
         ));
     }
-    match ctx.host.kind_nofollow(&list) {
+    match host.kind_nofollow(&list) {
         None | Some(gpuhost_host::rootfs::Kind::File) => Ok(list),
         Some(kind) => Err(invalid!(
             "the versionlock list {list} ({conf_file}'s locklist) is a {}, not a file: gpuhost writes the branch lock into a regular file only",

@@ -208,6 +208,47 @@ fn foreign_package(file: &str, arch: &str) -> bool {
         .is_some_and(|f| f != arch)
 }
 
+/// gpuhost's cached driver set that dnf is given ([`cache::REPO_FILE`]) removed by hand: the
+/// same driver's package puts it back (the step reads it again), but a swap to another driver
+/// needs the installed set's manifest to know what it replaces, so it is refused before any
+/// change (exit 2) with the way back (issue 53, item 5: before, every dnf run stopped at the
+/// gone repo's metadata, a swap included).
+fn cache_not_gone_under_a_swap(ctx: &Ctx<'_>, plan: &crate::run::DriverPlan) -> Result<()> {
+    let Some(gone) = cache::gone(ctx.host) else {
+        return Ok(());
+    };
+    if gone == cache::dir_of(&plan.repo.package, &plan.cache_version()) {
+        return Ok(());
+    }
+    Err(gpuhost_host::error::as_invalid(gpuhost_host::error::hinted(
+        format!("gpuhost's cached driver set {gone} (the installed driver's, named by {}) is gone: a swap to {} cannot tell what it replaces; nothing was changed", cache::REPO_FILE, plan.repo.package),
+        "apply once with driver.local_repo_rpm set to the installed driver's local repo package (it puts the cached set back), then apply the new one",
+    )))
+}
+
+/// With `driver.keep_local_repo = false` the driver set read out into `scratch` moves into
+/// gpuhost's cache after the transaction: a rename on one filesystem, a copy of `bytes` where
+/// the cache lies on another (a `/var/lib` mounted apart), which then needs that room before the
+/// first change (issue 53, item 5: before, a full cache filesystem failed after the driver was
+/// replaced, and the advised rerun failed the same way).
+fn cache_need(ctx: &Ctx<'_>, scratch: &str, bytes: u64) -> Option<gpuhost_host::hostinfo::Need> {
+    use gpuhost_host::hostinfo::{Mounts, Role};
+    let mounts = Mounts::read();
+    let on = |p: &str| {
+        mounts
+            .space(ctx.host, p, Role::Need(String::new()))
+            .mount_point
+    };
+    let cache = gpuhost_host::host::DRIVER_CACHE;
+    (on(cache) != on(scratch)).then(|| gpuhost_host::hostinfo::Need {
+        path: cache.into(),
+        bytes,
+        what:
+            "the driver set copied into gpuhost's cache (another filesystem than its scratch copy)"
+                .into(),
+    })
+}
+
 /// The size of the local repo package (a file on the build host, as `driver.local_repo_rpm`
 /// names it), for the space check before an install; None when it cannot be read (the step
 /// then reports why).
@@ -296,6 +337,18 @@ impl Step for DriverRepo {
                 what: "the new local repo's metadata and driver packages, read out for the driver swap".into(),
             });
         }
+        let places = check
+            .changes
+            .iter()
+            .any(|c| matches!(c.work, Work::Install(_) | Work::SwapDriver(_)));
+        if let (Some(bytes), false, true) = (repos, plan.keep_local_repo, places) {
+            let scratch = if swaps {
+                crate::transaction::swap::SCRATCH
+            } else {
+                crate::transaction::ahead::SCRATCH
+            };
+            needs.extend(cache_need(ctx, scratch, bytes));
+        }
         needs
     }
 
@@ -307,6 +360,7 @@ impl Step for DriverRepo {
         let Some(plan) = &ctx.driver else {
             return Ok(Check::in_sync(NO_DRIVER));
         };
+        cache_not_gone_under_a_swap(ctx, plan)?;
         let (path, name) = (&plan.path, &plan.repo);
         fits_host(path, name, ctx.profile.os.major, &host_arch(ctx))?;
         let transition = transition(ctx)?;

@@ -146,6 +146,10 @@ pub(crate) struct SetStatus {
     /// With [`SetStatus::replaced_dkms`]: the build packages gpuhost installed that go in the
     /// same transaction ([`super::built_by::leftovers`]).
     pub build_leftovers: Vec<String>,
+    /// gpuhost's prebuilt kmods installed while the run installs NVIDIA's DKMS kmod (no
+    /// `driver.kmod_repo`): they conflict with it, and give way in the same transaction
+    /// (issue 53, item 4).
+    pub replaced_prebuilt: Vec<String>,
 }
 
 impl SetStatus {
@@ -187,7 +191,12 @@ impl SetStatus {
         } else {
             super::built_by::leftovers(ctx, &replaced_dkms)?
         };
+        let replaced_prebuilt = match prebuilt(ctx) {
+            None => prebuilt_installed(ctx)?,
+            Some(_) => Vec::new(),
+        };
         Ok(SetStatus {
+            replaced_prebuilt,
             state,
             kmods,
             names,
@@ -209,4 +218,69 @@ pub(crate) fn package_names(plan: &DriverPlan, kmods: &[String]) -> Vec<String> 
     let mut names: Vec<String> = set_packages(plan).iter().map(|s| s.to_string()).collect();
     names.extend(kmods.iter().cloned());
     names
+}
+
+impl SetStatus {
+    /// The kmods of one kind give way to the other's in the run's transaction: dnf may erase
+    /// what conflicts.
+    pub(crate) fn allowerasing(&self) -> bool {
+        !self.replaced_dkms.is_empty() || !self.replaced_prebuilt.is_empty()
+    }
+
+    /// What the run's transaction removes besides what it installs: gpuhost's build packages
+    /// (a move to prebuilt kmods), or gpuhost's prebuilt kmods (a move back to DKMS).
+    pub(crate) fn removes(&self) -> Vec<String> {
+        let mut out = self.build_leftovers.clone();
+        out.extend(self.replaced_prebuilt.iter().cloned());
+        out
+    }
+
+    /// Why the set comes in: which driver and why this flavour, or which kmods give way.
+    pub(crate) fn why(&self, plan: &DriverPlan) -> Vec<String> {
+        let mut why = Vec::new();
+        if !self.replaced_prebuilt.is_empty() {
+            why.push(format!(
+                "the build host's kmods {} give way to NVIDIA's DKMS kmod (no driver.kmod_repo)",
+                self.replaced_prebuilt.join(", ")
+            ));
+        }
+        if self.replaced_dkms.is_empty() {
+            why.push(format!("driver {}", plan.repo.driver));
+            why.push(plan.choice.explanation.clone());
+        } else {
+            why.push(format!(
+                "{} gives way to the build host's kmods",
+                self.replaced_dkms.join(", ")
+            ));
+        }
+        why.extend(super::built_by::said(&self.build_leftovers));
+        why
+    }
+}
+
+/// gpuhost's prebuilt kmods installed (`kmod-nvidia-open-<uname -r>`,
+/// `kmod-nvidia-proprietary-<uname -r>`: what `gpuhost kmod build` names them), found as rpm
+/// finds what conflicts with NVIDIA's DKMS kmods (the kmods declare it). Sorted, once each.
+fn prebuilt_installed(ctx: &Ctx<'_>) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for dkms in gpuhost_nvidia::packages::dkms_kmods() {
+        let o = ctx
+            .host
+            .rpm()
+            .args(["-q", "--whatconflicts", dkms, "--qf", "%{NAME}\\n"])
+            .output()?;
+        // rpm exits 1 when nothing conflicts ("no package conflicts with …").
+        out.extend(
+            o.stdout
+                .lines()
+                .filter(|n| {
+                    gpuhost_nvidia::packages::built_kmod_prefixes().any(|p| n.starts_with(p))
+                        && !gpuhost_nvidia::packages::dkms_kmods().any(|d| d == *n)
+                })
+                .map(str::to_string),
+        );
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
 }

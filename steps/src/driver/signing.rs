@@ -58,9 +58,7 @@ pub fn check_secure_boot(
     };
     if let Some(kmods) = &plan.kmods {
         let said = prebuilt_enrolled(host, facts, kmods)?;
-        if enabled(facts) {
-            prebuilt_signed(facts, plan, kmods)?;
-        }
+        prebuilt_signed(facts, plan, kmods)?;
         return Ok(said);
     }
     if plan.kind() == StreamKind::Precompiled {
@@ -142,11 +140,13 @@ fn prebuilt_enrolled(
     }
 }
 
-/// Prebuilt kmods under Secure Boot: every module of the kmod each served kernel gets is signed
-/// by the fleet certificate, read out of its RPM (gpuhost's reader, into a private folder on
-/// this machine, removed after) before anything changes. A kmod RPM rebuilt with an unsigned
-/// module, or one signed by another key, and its manifest entry rewritten to match, is bad
-/// input (exit 2): the kernel would refuse the module after the install.
+/// Prebuilt kmods: every module of the kmod each served kernel gets is signed by the fleet
+/// certificate, read out of its RPM (gpuhost's reader, into a private folder on this machine,
+/// removed after) before anything changes. A kmod RPM rebuilt with an unsigned module, or one
+/// signed by another key, and its manifest entry rewritten to match, is bad input (exit 2),
+/// Secure Boot or not: under Secure Boot the kernel would refuse the module after the install;
+/// without, it is still not what `gpuhost kmod build` makes (it signs every module), and the
+/// kernel-module step would fail on it after the install (issue 53, item 4).
 fn prebuilt_signed(
     facts: &Facts,
     plan: &DriverPlan,
@@ -158,7 +158,7 @@ fn prebuilt_signed(
             continue;
         };
         let dir = gpuhost_host::fsutil::private_temp_dir("gpuhost-kmod-check")?;
-        let result = kmod_signed(&k.file, &dir, &cert);
+        let result = kmod_signed(&k.file, &dir, &cert, enabled(facts));
         gpuhost_host::fsutil::remove_temp_dir(&dir);
         result?;
     }
@@ -166,7 +166,7 @@ fn prebuilt_signed(
 }
 
 /// The modules of the kmod RPM `rpm`, extracted under `dir`, each signed by `cert`.
-fn kmod_signed(rpm: &std::path::Path, dir: &std::path::Path, cert: &Cert) -> Result<()> {
+fn kmod_signed(rpm: &std::path::Path, dir: &std::path::Path, cert: &Cert, on: bool) -> Result<()> {
     use gpuhost_host::rpmfile::{self, FileInfo, Want};
     let shown = rpm.display();
     let all = ["/".to_string()];
@@ -188,19 +188,29 @@ fn kmod_signed(rpm: &std::path::Path, dir: &std::path::Path, cert: &Cert) -> Res
             "the kmod {shown} carries no kernel module; nothing was installed"
         ));
     }
+    // What a wrong signature means: a refusal at load time under Secure Boot; without, a kmod
+    // that gpuhost kmod build did not make as it is.
+    let (lead, verdict) = if on {
+        ("Secure Boot is on and ", "the kernel would refuse it")
+    } else {
+        (
+            "",
+            "gpuhost kmod build signs every module with the fleet key, so this is not a kmod it built",
+        )
+    };
     for w in &written {
         let m = &w.info.path;
         match secureboot::file_signature(&w.real) {
             Ok(Some(sig)) if cert.is(&sig.signer) => {}
             Ok(Some(sig)) => {
                 return Err(invalid!(
-                    "Secure Boot is on and {m} in the kmod {shown} is signed by {}, not by the fleet certificate ({cert}): the kernel would refuse it, so nothing was installed; rebuild the kmod on the build host with the fleet key (gpuhost kmod build)",
+                    "{lead}{m} in the kmod {shown} is signed by {}, not by the fleet certificate ({cert}): {verdict}, so nothing was installed; rebuild the kmod on the build host with the fleet key (gpuhost kmod build)",
                     sig.signer
                 ))
             }
             Ok(None) => {
                 return Err(invalid!(
-                    "Secure Boot is on and {m} in the kmod {shown} carries no signature: the kernel would refuse it, so nothing was installed; rebuild the kmod on the build host with the fleet key (gpuhost kmod build)"
+                    "{lead}{m} in the kmod {shown} carries no signature: {verdict}, so nothing was installed; rebuild the kmod on the build host with the fleet key (gpuhost kmod build)"
                 ))
             }
             Err(e) => {

@@ -22,6 +22,9 @@ pub struct PrebuiltKmods {
     /// The served kernels it has no kmod for (refused before any change on a node without an
     /// NVIDIA module; on one with, the kernel guard keeps the boot on a kernel that has one).
     pub missing: Vec<String>,
+    /// The served kernels' kmods, each checked to be what gpuhost builds but its scriptlets
+    /// ([`PrebuiltKmods::scriptlets_checked`]).
+    served: Vec<PrebuiltKmod>,
     /// The build host's command that makes the missing kmods.
     build: String,
 }
@@ -32,31 +35,10 @@ pub struct PrebuiltKmod {
     pub kernel: String,
     pub package: String,
     pub file: PathBuf,
-}
-
-impl PrebuiltKmod {
-    /// The RPM's own header against the manifest's entry: the package named for the kernel, at
-    /// the driver's version, for the kernel's arch. A kmod built for another driver, kernel or
-    /// arch under an entry that says otherwise is bad input (exit 2), refused before any change
-    /// rather than by the transaction.
-    fn is_what_the_manifest_says(&self, driver: &str) -> Result<()> {
-        let pkg = gpuhost_host::rpmfile::package(&self.file)
-            .map_err(|e| as_invalid(anyhow::anyhow!("the kmod {}: {e}", self.file.display())))?;
-        let arch = gpuhost_host::arch::of_kernel(&self.kernel).unwrap_or("x86_64");
-        if pkg.name != self.package || pkg.version != driver || pkg.arch != arch {
-            return Err(as_invalid(hinted(
-                format!(
-                    "the kmod repo's {} is {}, not NVIDIA {driver}'s kmod {} for kernel {} ({arch}) as its manifest says; nothing was changed",
-                    self.file.display(),
-                    pkg.nevra(),
-                    self.package,
-                    self.kernel
-                ),
-                "rebuild the repo with gpuhost kmod build on the build host, and copy it whole",
-            )));
-        }
-        Ok(())
-    }
+    /// The arch its manifest entry gives.
+    pub arch: String,
+    /// The module files its manifest entry lists (`nvidia.ko`).
+    pub modules: Vec<String>,
 }
 
 impl PrebuiltKmods {
@@ -76,11 +58,15 @@ impl PrebuiltKmods {
             dir,
             manifest,
             missing: Vec::new(),
+            served: Vec::new(),
             build: String::new(),
         };
         for k in kernels {
             match kmods.find(driver, flavour, k) {
-                Some(kmod) => kmod.is_what_the_manifest_says(driver)?,
+                Some(kmod) => {
+                    kmod.is_what_gpuhost_builds(driver)?;
+                    kmods.served.push(kmod);
+                }
                 None => kmods.missing.push(k.clone()),
             }
         }
@@ -136,6 +122,14 @@ impl PrebuiltKmods {
         Some(if invalid { as_invalid(e) } else { e })
     }
 
+    /// The served kernels' kmod RPMs carry gpuhost's scriptlets and no others (rpm reads them:
+    /// the root's, through `host`). Bad input otherwise (exit 2), before any change.
+    pub fn scriptlets_checked(&self, host: &gpuhost_host::host::Host) -> Result<()> {
+        self.served
+            .iter()
+            .try_for_each(|k| k.scriptlets_are_gpuhosts(host))
+    }
+
     /// Why a step that compiles has nothing to do: the node installs the build host's kmods.
     pub fn nothing_built(&self) -> String {
         format!(
@@ -152,6 +146,8 @@ impl PrebuiltKmods {
             kernel: kernel.to_string(),
             package,
             file: self.dir.join(&e.file),
+            arch: e.arch.clone(),
+            modules: e.modules.clone(),
         })
     }
 }

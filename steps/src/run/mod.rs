@@ -6,6 +6,7 @@
 //!   look at the host and kept by [`crate::step::Ctx`].
 
 pub mod driver;
+pub mod kmod_rpm;
 pub mod kmods;
 pub mod transition;
 

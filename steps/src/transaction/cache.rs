@@ -119,14 +119,153 @@ pub fn dir_of(package: &str, version: &str) -> String {
     format!("{DRIVER_CACHE}/{package}-{version}")
 }
 
-/// The cached repo folder `dir`, when it is one: its manifest read and its metadata present.
+/// The cached repo folder `dir`, when it is one gpuhost may take (issue 53, item 2): its
+/// manifest read, root's, writable by no one else, no link from `/var/lib/gpuhost` down
+/// ([`gpuhost_host::trust`]); every value in it valid as input is ([`Cached::invalid`]); the
+/// folder's entries plain files and folders only (a link out of the root, a FIFO: refused
+/// unopened); its metadata present. Its `packages` are the manifest's names that the folder
+/// holds a package file of: the manifest alone names nothing a rollback erases. A folder that
+/// fails any of these is no cache, with a warning.
 pub fn read(host: &Host, dir: &str) -> Option<Cached> {
-    let cached: Cached = host
-        .read_json_opt(format!("{dir}/{MANIFEST}"), "")
-        .ok()
-        .flatten()?;
-    (host.kind(format!("{dir}/repodata/repomd.xml")) == Some(gpuhost_host::rootfs::Kind::File))
-        .then_some(cached)
+    let manifest = format!("{dir}/{MANIFEST}");
+    host.kind_nofollow(&manifest)?;
+    let refused = |why: String| {
+        gpuhost_host::trust::warn_once(format!(
+            "{why}: gpuhost does not take {dir} as its cached driver set"
+        ));
+        None
+    };
+    if let Some(why) = gpuhost_host::trust::untrusted_under_state(host, &manifest) {
+        return refused(why);
+    }
+    if let Some(why) = odd_entry(host, dir) {
+        return refused(why);
+    }
+    let mut cached: Cached = match host.read_json_opt(&manifest, "") {
+        Ok(Some(c)) => c,
+        Ok(None) => return None,
+        Err(e) => return refused(format!("{e:#}")),
+    };
+    if let Some(why) = cached.invalid(dir) {
+        return refused(format!("{manifest}: {why}"));
+    }
+    let (held, _) = contents(host, dir).ok()?;
+    cached.packages.retain(|n| held.contains(n));
+    (host.kind_nofollow(format!("{dir}/repodata/repomd.xml"))
+        == Some(gpuhost_host::rootfs::Kind::File))
+    .then_some(cached)
+}
+
+/// The first entry under `dir` (in the root) that is neither a plain file nor a folder (a
+/// link, a FIFO, a device), said with what it is; never opened.
+fn odd_entry(host: &Host, dir: &str) -> Option<String> {
+    let mut stack = vec![dir.to_string()];
+    while let Some(d) = stack.pop() {
+        for name in host.list_dir(&d).ok()? {
+            let p = format!("{d}/{name}");
+            match host.kind_nofollow(&p) {
+                Some(gpuhost_host::rootfs::Kind::Dir) => stack.push(p),
+                Some(gpuhost_host::rootfs::Kind::File) => {}
+                Some(gpuhost_host::rootfs::Kind::Symlink) => {
+                    let to = host
+                        .read_link(&p)
+                        .map_or_else(|e| format!("{e:#}"), |t| t.display().to_string());
+                    return Some(format!("{p} is a link ({to}), not a file of the cache"));
+                }
+                _ => {
+                    return Some(format!(
+                        "{p} is a FIFO, socket or device (not opened), not a file of the cache"
+                    ))
+                }
+            }
+        }
+    }
+    None
+}
+
+impl Cached {
+    /// Why a manifest read back is not one gpuhost wrote, if it is not: each value is checked
+    /// as the input it stands for (a repo id or a name with a newline would write lines of its
+    /// own into gpuhost's repo file).
+    fn invalid(&self, dir: &str) -> Option<String> {
+        let repo_id = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-._:".contains(c))
+        };
+        let word = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-._+~".contains(c))
+        };
+        if !repo_id(&self.repo_id) {
+            return Some(format!("repo_id {:?} is not a repo id", self.repo_id));
+        }
+        if !["0", "1"].contains(&self.gpgcheck.as_str()) {
+            return Some(format!("gpgcheck {:?} is neither 0 nor 1", self.gpgcheck));
+        }
+        for (what, v) in [
+            ("package", &self.package),
+            ("version", &self.version),
+            ("driver", &self.driver),
+        ] {
+            if !word(v) {
+                return Some(format!("{what} {v:?} is not a package's {what}"));
+            }
+        }
+        if let Some(n) = self.packages.iter().find(|n| !word(n)) {
+            return Some(format!("{n:?} is not a package name"));
+        }
+        if self.source.chars().any(char::is_control) {
+            return Some(format!(
+                "source {:?} holds a control character",
+                self.source
+            ));
+        }
+        self.keys
+            .iter()
+            .find(|k| !key_in(k, dir))
+            .map(|k| format!("the key {k:?} is neither in {dir} nor https://"))
+    }
+}
+
+/// A key as a cache's manifest may give it: a file of the cached folder, or `https://`.
+fn key_in(key: &str, dir: &str) -> bool {
+    let plain = !key.is_empty()
+        && !key
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace() || c == ',');
+    let inside = key
+        .strip_prefix("file://")
+        .and_then(|p| p.strip_prefix(dir))
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|rest| {
+            !rest
+                .split('/')
+                .any(|c| c.is_empty() || c == "." || c == "..")
+        });
+    plain && (key.starts_with("https://") || inside)
+}
+
+/// Before any change (issue 53, item 5): gpuhost's cache folder ([`DRIVER_CACHE`]), when
+/// there, is a folder of the root. A file there, or a link out of the root, would fail only
+/// after the transaction replaced the driver, and the advised rerun the same way: bad input
+/// now (exit 2), naming it.
+pub fn check_dir(host: &Host) -> Result<()> {
+    if let Some((link, target, _)) = host.escaping_link(DRIVER_CACHE)? {
+        return Err(gpuhost_host::invalid!(
+            "{} is a link to {}, outside the root: gpuhost's driver cache must be a folder of the root; move it aside and run again",
+            host.path(&link).display(),
+            target.display()
+        ));
+    }
+    match host.kind_nofollow(DRIVER_CACHE) {
+        None | Some(gpuhost_host::rootfs::Kind::Dir) => Ok(()),
+        Some(_) => Err(gpuhost_host::invalid!(
+            "{} is not a folder: gpuhost keeps its driver cache (driver.keep_local_repo = false) there; move it aside and run again",
+            host.path(DRIVER_CACHE).display()
+        )),
+    }
 }
 
 /// The cached set dnf is given now ([`REPO_FILE`]'s folder): its folder and manifest.
@@ -139,6 +278,19 @@ pub fn current(host: &Host) -> Option<(String, Cached)> {
     let dir = dir.trim_end_matches('/').to_string();
     gpuhost_host::host::in_driver_cache(&dir).then_some(())?;
     read(host, &dir).map(|c| (dir, c))
+}
+
+/// The folder of gpuhost's cache that [`REPO_FILE`] gives dnf, when it holds no repo any more
+/// (removed by hand).
+pub fn gone(host: &Host) -> Option<String> {
+    let text = host.read_opt(REPO_FILE).ok().flatten()?;
+    let dir = repo_entries(&text)
+        .into_iter()
+        .find(|(_, k, _)| *k == "baseurl")
+        .and_then(|(_, _, v)| v.strip_prefix("file://").map(str::to_string))?;
+    let dir = dir.trim_end_matches('/').to_string();
+    let there = host.exists(format!("{dir}/repodata/repomd.xml"));
+    (gpuhost_host::host::in_driver_cache(&dir) && !there).then_some(dir)
 }
 
 /// The cached folders there are, each with its manifest (the current and the one kept for a
@@ -546,6 +698,36 @@ mod tests {
         ] {
             assert!(moved_key(&bad, under, dir).is_err(), "{bad}");
         }
+    }
+
+    /// A manifest read back is checked as input (issue 53, item 2): a repo id with a newline
+    /// would write a `mirrorlist=` line of its own into gpuhost's repo file.
+    #[test]
+    fn a_manifest_read_back_is_checked_like_input() {
+        let dir = "/var/lib/gpuhost/driver-repo/x";
+        let good = Cached {
+            package: "cuda-repo-rhel9-13-0-local".into(),
+            version: "13.0.1_580.82.07".into(),
+            driver: "580.82.07".into(),
+            source: "/srv/cuda-repo.rpm".into(),
+            repo_id: "cuda-rhel9-13-0-local".into(),
+            gpgcheck: "1".into(),
+            keys: vec![format!("file://{dir}/K.pub"), "https://x/k.pub".into()],
+            packages: vec!["nvidia-driver".into()],
+            bytes: 1,
+        };
+        assert_eq!(good.invalid(dir), None);
+        let bad = |f: &dyn Fn(&mut Cached)| {
+            let mut c = good.clone();
+            f(&mut c);
+            c.invalid(dir)
+        };
+        assert!(bad(&|c| c.repo_id = "x\nmirrorlist=file:///etc/shadow".into()).is_some());
+        assert!(bad(&|c| c.gpgcheck = "0\ngpgkey=file:///etc".into()).is_some());
+        assert!(bad(&|c| c.packages.push("a b".into())).is_some());
+        assert!(bad(&|c| c.keys.push(format!("file://{dir}/../../k"))).is_some());
+        assert!(bad(&|c| c.keys.push("file:///etc/pki/k".into())).is_some());
+        assert!(bad(&|c| c.source = "a\nb".into()).is_some());
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub(crate) mod shell;
 pub mod swap;
 
 pub use batch::Batch;
-pub use payload::extract;
+pub use payload::{extract, extract_from_local_repo};
 
 /// Before the first change, in an `apply`: the package file `work` installs by path and
 /// brings a repo with (NVIDIA's local repo package of a first converge or of a driver swap) is

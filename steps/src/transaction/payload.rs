@@ -56,7 +56,20 @@ pub(crate) fn unpack_repos_named(
     named: &Path,
     tree: &Path,
 ) -> Result<rpmfile::Package, Unpack> {
-    let rpm = named.display().to_string();
+    read_local_repo((file, named), tree, &|_| true)
+}
+
+/// NVIDIA's local repo package `file` (a copy of `named`) judged as a node's transaction
+/// judges it — its own folders only, every entry against its header, [`selected`]'s files as
+/// files to extract, every package against its repo's metadata — with those of the selected
+/// files that `only` takes written under `tree` (the repo metadata always). Every caller
+/// (apply, plan, a swap, the cache, `kmod build`) reads a local repo package this way, so one
+/// package gets one answer.
+fn read_local_repo(
+    (file, named): (&Path, &Path),
+    tree: &Path,
+    only: &dyn Fn(&FileInfo) -> bool,
+) -> Result<rpmfile::Package, Unpack> {
     let pkg = rpmfile::package(file)?;
     let allowed = own_folders(&pkg.files);
     let select = |f: &FileInfo| selected(&f.path);
@@ -64,27 +77,43 @@ pub(crate) fn unpack_repos_named(
         allowed: &allowed,
         select: &select,
     };
-    let (pkg, written) = rpmfile::extract_named(file, named, &want, tree)?;
+    let write = |f: &FileInfo| f.path.contains("/repodata/") || only(f);
+    let (pkg, _) = rpmfile::verify_keeping((file, named), &want, tree, &write)?;
+    repos_agree(&pkg, &allowed, tree, &named.display().to_string())?;
+    Ok(pkg)
+}
+
+/// Every package file of the local repo package `pkg` (extracted or not: a toolkit's too)
+/// matches its repo's metadata (written under `tree`), by the digest its header gives it,
+/// which the reader held every file's data to. `rpm` names the package in the message.
+fn repos_agree(
+    pkg: &rpmfile::Package,
+    allowed: &[String],
+    tree: &Path,
+    rpm: &str,
+) -> Result<(), Unpack> {
     for folder in allowed.iter().filter(|a| local_repo_dir(a)) {
         let repo = tree.join(folder.trim_start_matches('/'));
         if !repo.join("repodata/repomd.xml").is_file() {
             continue;
         }
         let prefix = format!("{folder}/");
-        let rpms: Vec<(String, String)> = written
+        let rpms: Vec<(String, String)> = pkg
+            .files
             .iter()
-            .filter(|w| w.info.is_file() && w.info.path.ends_with(".rpm"))
-            .filter_map(|w| {
-                let href = w.info.path.strip_prefix(&prefix)?;
-                Some((href.to_string(), w.info.digest.clone()))
+            .filter(|f| f.is_file() && !f.ghost && f.path.ends_with(".rpm"))
+            .filter_map(|f| {
+                let href = f.path.strip_prefix(&prefix)?;
+                Some((href.to_string(), f.digest.clone()))
             })
             .collect();
-        let sums = rpmfile::repodata::checksums(&repo)
-            .map_err(|e| Unpack::Bad(as_invalid(e.context(format!("{rpm}: the repo {folder}")))))?;
-        rpmfile::repodata::verify(&repo, &rpms, &sums)
-            .map_err(|e| Unpack::Bad(as_invalid(e.context(format!("{rpm}: the repo {folder}")))))?;
+        let fault = |e: anyhow::Error| {
+            Unpack::Bad(as_invalid(e.context(format!("{rpm}: the repo {folder}"))))
+        };
+        let sums = rpmfile::repodata::checksums(&repo).map_err(fault)?;
+        rpmfile::repodata::verify(&repo, &rpms, &sums).map_err(fault)?;
     }
-    Ok(pkg)
+    Ok(())
 }
 
 /// The bytes [`unpack_repos`] writes for the package `rpm` (its header's sizes of the files it
@@ -103,10 +132,39 @@ pub(crate) fn repos_size(rpm: &Path) -> Option<u64> {
 /// NVIDIA's local repo package `rpm` read whole without writing anything: its header's and
 /// payload's digests (what `rpm -K` checks), and every entry inside the package's own folders
 /// ([`unpack_repos`]'s rules). The package, for what else its header says.
+///
+/// Judged as [`unpack_repos`] judges it, with the repo metadata alone written (into a private
+/// scratch folder of this machine, removed again) to hold every package file to: a check and
+/// the change after it give one answer.
 pub(crate) fn verify_repos(rpm: &Path) -> Result<rpmfile::Package, Unpack> {
-    let pkg = rpmfile::package(rpm)?;
-    let allowed = own_folders(&pkg.files);
-    Ok(rpmfile::verify(rpm, &allowed)?)
+    let scratch =
+        gpuhost_host::fsutil::private_temp_dir("gpuhost-verify").map_err(Unpack::Unextracted)?;
+    let read = read_local_repo((rpm, rpm), &scratch, &|_| false);
+    gpuhost_host::fsutil::remove_temp_dir(&scratch);
+    read
+}
+
+/// The files of NVIDIA's local repo package `rpm` whose paths start with one of `prefixes`,
+/// written into the root's folder `tree`, the package judged as a node's transaction judges it
+/// ([`read_local_repo`]): what the build host's `kmod build` reads the DKMS source from.
+pub fn extract_from_local_repo(
+    host: &Host,
+    rpm: &str,
+    tree: &str,
+    prefixes: &[&str],
+) -> Result<()> {
+    host.create_dir_all(tree)?;
+    let real = host.real_path(tree)?;
+    let only = |f: &FileInfo| prefixes.iter().any(|p| f.path.starts_with(p));
+    read_local_repo((Path::new(rpm), Path::new(rpm)), &real, &only)
+        .map(drop)
+        .map_err(|e| match e {
+            Unpack::Unreadable(e) => e.context(format!("{rpm} could not be read whole")),
+            Unpack::Bad(e) => e,
+            Unpack::Unextracted(e) => {
+                e.context(format!("extracting {} of {rpm}", prefixes.join(" ")))
+            }
+        })
 }
 
 /// What [`unpack_repos`] takes of a local repo package: the `.repo` files, the repo metadata,
@@ -218,10 +276,29 @@ pub(crate) fn repo_key(
             "a file outside the package's own repo directory {under}"
         )));
     }
-    // Each component from the tree down, not followed: a link of the payload may lead anywhere.
-    let mut inside = tree.1.trim_end_matches('/').to_string();
-    let parts: Vec<&str> = normal.split('/').filter(|c| !c.is_empty()).collect();
-    for (i, c) in parts.iter().enumerate() {
+    // Each component from the tree down, as written and as normalised, not followed: a link of
+    // the payload may lead anywhere, and a `..` after a link (`zz-b/..` with `zz-b -> .`) is
+    // not where it reads. With every named component a directory, `..` means what it says.
+    if !plain_components(host, tree.1, path) || !plain_components(host, tree.1, &normal) {
+        return Err(refuse(
+            "which the package does not carry as a file of its own repo (missing, or a link on the way)",
+        ));
+    }
+    Ok(format!(
+        "file://{}",
+        tree.0.join(normal.trim_start_matches('/')).display()
+    ))
+}
+
+/// Every named component of `path` (taken as written, `..` included) under the root folder
+/// `tree` is a directory, the last a regular file; none is a link.
+fn plain_components(host: &Host, tree: &str, path: &str) -> bool {
+    let mut inside = tree.trim_end_matches('/').to_string();
+    let parts: Vec<&str> = path
+        .split('/')
+        .filter(|c| !matches!(*c, "" | "."))
+        .collect();
+    parts.iter().enumerate().all(|(i, c)| {
         inside.push('/');
         inside.push_str(c);
         let want = if i + 1 == parts.len() {
@@ -229,16 +306,8 @@ pub(crate) fn repo_key(
         } else {
             Kind::Dir
         };
-        if host.kind_nofollow(&inside) != Some(want) {
-            return Err(refuse(
-                "which the package does not carry as a file of its own repo (missing, or a link)",
-            ));
-        }
-    }
-    Ok(format!(
-        "file://{}",
-        tree.0.join(normal.trim_start_matches('/')).display()
-    ))
+        *c == ".." || host.kind_nofollow(&inside) == Some(want)
+    })
 }
 
 /// `path` with `.` and `..` resolved and repeated `/` folded (`None` when `..` would climb out of
