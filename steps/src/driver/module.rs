@@ -329,10 +329,15 @@ impl Step for Driver {
     }
 
     fn rpm_names(&self, ctx: &Ctx<'_>) -> Vec<String> {
-        plan(ctx).map_or_else(
+        let mut names = plan(ctx).map_or_else(
             |_| vec![],
             |p| package_names(p, &kmod_packages(ctx, &p.repo.driver)),
-        )
+        );
+        if super::set::prebuilt(ctx).is_none() {
+            // A node going back to DKMS: which of gpuhost's prebuilt kmods give way.
+            names.extend(super::set::prebuilt_candidates(ctx));
+        }
+        names
     }
 
     fn needs_driver_package(&self) -> bool {

@@ -258,28 +258,29 @@ impl SetStatus {
     }
 }
 
-/// gpuhost's prebuilt kmods installed (`kmod-nvidia-open-<uname -r>`,
-/// `kmod-nvidia-proprietary-<uname -r>`: what `gpuhost kmod build` names them), found as rpm
-/// finds what conflicts with NVIDIA's DKMS kmods (the kmods declare it). Sorted, once each.
+/// The names gpuhost's prebuilt kmods have on this node (`kmod-nvidia-open-<uname -r>`,
+/// `kmod-nvidia-proprietary-<uname -r>`: what `gpuhost kmod build` names them), one per flavour
+/// and installed kernel: asked of rpm with the step's other names, in the run's one query.
+pub(crate) fn prebuilt_candidates(ctx: &Ctx<'_>) -> Vec<String> {
+    ctx.facts
+        .installed_kernels
+        .iter()
+        .flat_map(|k| {
+            gpuhost_nvidia::packages::built_kmod_prefixes().map(move |p| format!("{p}{k}"))
+        })
+        .collect()
+}
+
+/// gpuhost's prebuilt kmods installed ([`prebuilt_candidates`]). Sorted, once each.
 fn prebuilt_installed(ctx: &Ctx<'_>) -> anyhow::Result<Vec<String>> {
-    let mut out = Vec::new();
-    for dkms in gpuhost_nvidia::packages::dkms_kmods() {
-        let o = ctx
-            .host
-            .rpm()
-            .args(["-q", "--whatconflicts", dkms, "--qf", "%{NAME}\\n"])
-            .output()?;
-        // rpm exits 1 when nothing conflicts ("no package conflicts with …").
-        out.extend(
-            o.stdout
-                .lines()
-                .filter(|n| {
-                    gpuhost_nvidia::packages::built_kmod_prefixes().any(|p| n.starts_with(p))
-                        && !gpuhost_nvidia::packages::dkms_kmods().any(|d| d == *n)
-                })
-                .map(str::to_string),
-        );
-    }
+    let names = prebuilt_candidates(ctx);
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let have = ctx.installed(&refs)?;
+    let mut out: Vec<String> = names
+        .iter()
+        .filter(|n| have.get(n.as_str()).is_some_and(|v| !v.is_empty()))
+        .cloned()
+        .collect();
     out.sort();
     out.dedup();
     Ok(out)
