@@ -11,6 +11,7 @@ mod docs;
 #[path = "world/mod.rs"]
 mod world;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -39,6 +40,8 @@ fn build_root(kernels: &[&str]) -> Root {
 
 fn build_root_of(os: Os, kernels: &[&str]) -> Root {
     let root = Root::new(os, kernels);
+    // The build's unprivileged user reaches the build root (a build host's is `/`).
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut args = vec![
         "install".to_string(),
         "-y".to_string(),
