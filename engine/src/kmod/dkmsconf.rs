@@ -229,16 +229,29 @@ BUILT_MODULE_LOCATION[2]="kernel-open/"
     #[test]
     fn names_and_locations_that_would_leave_the_build_are_bad_input() {
         for (line, needle) in [
-            ("BUILT_MODULE_NAME[0]=\"nvidia%(touch /tmp/x)\"", "BUILT_MODULE_NAME"),
+            (
+                "BUILT_MODULE_NAME[0]=\"nvidia%(touch /tmp/x)\"",
+                "BUILT_MODULE_NAME",
+            ),
             ("BUILT_MODULE_NAME[0]=\"../nvidia\"", "BUILT_MODULE_NAME"),
             ("BUILT_MODULE_NAME[0]=\"\"", "BUILT_MODULE_NAME"),
-            ("BUILT_MODULE_LOCATION[0]=\"../../../opt/site\"", "BUILT_MODULE_LOCATION"),
-            ("BUILT_MODULE_LOCATION[0]=\"/opt/site\"", "BUILT_MODULE_LOCATION"),
-            ("BUILT_MODULE_LOCATION[0]=\"a/./b\"", "BUILT_MODULE_LOCATION"),
+            (
+                "BUILT_MODULE_LOCATION[0]=\"../../../opt/site\"",
+                "BUILT_MODULE_LOCATION",
+            ),
+            (
+                "BUILT_MODULE_LOCATION[0]=\"/opt/site\"",
+                "BUILT_MODULE_LOCATION",
+            ),
+            (
+                "BUILT_MODULE_LOCATION[0]=\"a/./b\"",
+                "BUILT_MODULE_LOCATION",
+            ),
             ("BUILT_MODULE_LOCATION[0]=\"a b\"", "BUILT_MODULE_LOCATION"),
             ("MAKE[0]=\"sh -c id\"", "MAKE[0]"),
         ] {
-            let text = format!("MAKE[0]=\"'make' module\"\nBUILT_MODULE_NAME[0]=\"nvidia\"\n{line}\n");
+            let text =
+                format!("MAKE[0]=\"'make' module\"\nBUILT_MODULE_NAME[0]=\"nvidia\"\n{line}\n");
             let e = DkmsConf::parse(&text, "dkms.conf").err();
             assert!(
                 e.as_ref().is_some_and(gpuhost_host::error::is_invalid),

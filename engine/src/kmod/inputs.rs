@@ -107,7 +107,8 @@ fn read_small(p: &Path, what: &str) -> Result<Vec<u8>> {
 /// (`secure_boot.key`): a key another user can read is no longer the fleet's secret, and the
 /// build's unprivileged user must never be able to read it.
 fn private_to_me(key: &Path) -> Result<()> {
-    let m = std::fs::metadata(key).map_err(|e| refused("signing key --key", key, &e.to_string()))?;
+    let m =
+        std::fs::metadata(key).map_err(|e| refused("signing key --key", key, &e.to_string()))?;
     let me = rustix::process::geteuid().as_raw();
     if m.uid() != me {
         return Err(invalid!(

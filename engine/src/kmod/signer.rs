@@ -116,7 +116,9 @@ pub(super) fn verified_sign_file(host: &Host, sysdir: &str, kver: &str) -> Resul
         Some((0, mode)) if mode & 0o022 == 0 => {}
         Some((uid, mode)) => {
             let m = mode & 0o7777;
-            return Err(refuse(format!("is uid {uid}'s, mode {m:o} (not root's alone)")));
+            return Err(refuse(format!(
+                "is uid {uid}'s, mode {m:o} (not root's alone)"
+            )));
         }
         None => return Err(refuse("cannot be read".into())),
     }
@@ -125,7 +127,11 @@ pub(super) fn verified_sign_file(host: &Host, sysdir: &str, kver: &str) -> Resul
     let got = match algo {
         8 => sha256_read(file, &real)?,
         10 => sha512_read(file, &real)?,
-        a => return Err(refuse(format!("has a digest of algorithm {a} in {nevra}, not SHA-256 or SHA-512"))),
+        a => {
+            return Err(refuse(format!(
+                "has a digest of algorithm {a} in {nevra}, not SHA-256 or SHA-512"
+            )))
+        }
     };
     if got != want {
         return Err(refuse(format!(
