@@ -112,7 +112,7 @@ fn private_to_me(key: &Path) -> Result<()> {
     let me = rustix::process::geteuid().as_raw();
     if m.uid() != me {
         return Err(invalid!(
-            "the fleet's signing key --key {} is owned by uid {}, not by uid {me} (root): a module signing key must be private; run `chown {me} {}; chmod 600 {}`",
+            "the fleet's signing key --key {} is owned by uid {}, not by uid {me} (root), so nothing was compiled: a module signing key must be private; run `chown {me} {}; chmod 600 {}`",
             key.display(),
             m.uid(),
             key.display(),
@@ -121,7 +121,7 @@ fn private_to_me(key: &Path) -> Result<()> {
     }
     if m.mode() & 0o077 != 0 {
         return Err(invalid!(
-            "the fleet's signing key --key {} is readable by others (mode {:o}): a module signing key must be private; run `chmod 600 {}`",
+            "the fleet's signing key --key {} is readable by others (mode {:o}), so nothing was compiled: a module signing key must be private; run `chmod 600 {}`",
             key.display(),
             m.mode() & 0o7777,
             key.display()
