@@ -992,6 +992,16 @@ mod tests {
     }
 
     #[test]
+    fn a_cleared_environment_holds_only_what_the_command_sets() -> Result<()> {
+        let out = Cmd::new("/usr/bin/env")
+            .env_clear()
+            .env("GPUHOST_ONLY", "this")
+            .run()?;
+        assert_eq!(out.stdout, "GPUHOST_ONLY=this\n");
+        Ok(())
+    }
+
+    #[test]
     fn missing_program_names_it() {
         let err = Cmd::new("gpuhost-no-such-program")
             .run()
