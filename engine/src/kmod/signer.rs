@@ -208,3 +208,47 @@ pub(super) fn sign(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// A module, or a folder on its way, that the build made a link (to a site file, to a
+    /// folder outside) is never taken: only regular files reached without a link are.
+    #[test]
+    fn modules_are_taken_only_as_regular_files_reached_without_a_link() -> Result<()> {
+        let d = tempfile::tempdir()?;
+        let (work, site, dest) = (
+            d.path().join("w"),
+            d.path().join("site"),
+            d.path().join("s"),
+        );
+        for p in [&work, &site, &dest] {
+            std::fs::create_dir_all(p)?;
+        }
+        std::fs::create_dir_all(work.join("kernel-open"))?;
+        std::fs::write(work.join("kernel-open/nvidia.ko"), b"module")?;
+        std::fs::write(site.join("nvidia-uvm.ko"), b"a site file")?;
+        symlink(site.join("nvidia-uvm.ko"), work.join("nvidia-uvm.ko"))?;
+        symlink(&site, work.join("linked"))?;
+        std::fs::write(site.join("nvidia-drm.ko"), b"a site file")?;
+        let ok = take_modules(
+            &work,
+            &[("nvidia".into(), "kernel-open".into())],
+            &dest,
+            "k",
+        )?;
+        assert_eq!(std::fs::read(&ok[0])?, b"module");
+        for (name, at) in [
+            ("nvidia-uvm", ""),
+            ("nvidia-drm", "linked"),
+            ("missing", ""),
+        ] {
+            let e = take_modules(&work, &[(name.into(), at.into())], &dest, "k").err();
+            assert!(format!("{e:?}").contains("make built no"), "{name}: {e:?}");
+        }
+        assert_eq!(std::fs::read(site.join("nvidia-uvm.ko"))?, b"a site file");
+        Ok(())
+    }
+}
