@@ -79,6 +79,8 @@ pub(crate) fn run(cmd: &KmodCommand) -> i32 {
     match cmd {
         KmodCommand::Build(a) => {
             gpuhost_host::interrupt::install();
+            // Every process of a build ends with it: a signal kills whatever command runs.
+            gpuhost_host::cmd::end_every_command_on_signal();
             let r = build(a);
             match r {
                 Ok(()) => gpuhost_engine::apply::exit::OK,

@@ -106,6 +106,18 @@ pub struct CmdRecord {
 
 static RECORDS: Mutex<Vec<CmdRecord>> = Mutex::new(Vec::new());
 
+/// Every command of this process is [`Cmd::kill_group_on_signal`]'s: set by a command whose
+/// children must all end with it (`gpuhost kmod build`), never by `apply`, whose package
+/// transactions are let finish.
+static KILL_ALL_ON_SIGNAL: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, a signal to gpuhost kills the process group of whatever command runs, at once
+/// ([`Cmd::kill_group_on_signal`] for every command).
+pub fn end_every_command_on_signal() {
+    KILL_ALL_ON_SIGNAL.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Take (and clear) the records of the commands run since the last call.
 pub fn take_records() -> Vec<CmdRecord> {
     match RECORDS.lock() {
@@ -153,6 +165,11 @@ impl Cmd {
     pub fn kill_group_on_signal(mut self) -> Self {
         self.kill_group = true;
         self
+    }
+
+    /// Whether a signal (or the timeout) kills this command's process group at once.
+    fn kills_group(&self) -> bool {
+        self.kill_group || KILL_ALL_ON_SIGNAL.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Read stdin from `path` (a payload piped through a tool: `cpio -i < archive`).
@@ -259,7 +276,7 @@ impl Cmd {
         let start = Instant::now();
         let handle = self.start(&argv)?;
         let Some(out) = self.wait(&handle, &argv, start)? else {
-            if self.kill_group {
+            if self.kills_group() {
                 kill_group(&handle);
             }
             let _ = handle.kill();
@@ -393,7 +410,7 @@ impl Cmd {
                 return Ok(w);
             }
             let signals = crate::interrupt::count();
-            if signals > told && self.kill_group {
+            if signals > told && self.kills_group() {
                 return Err(killed_on_signal(handle, argv, start));
             }
             if signals > told {

@@ -220,6 +220,9 @@ pub(super) fn publish(
             .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
         manifest.put(entry);
     }
+    // What a killed createrepo_c left (its temporary folder) would stop the next one; the
+    // repo's lock is held.
+    let _ = std::fs::remove_dir_all(out.join(".repodata"));
     Cmd::new("createrepo_c")
         .args(["--quiet", "--update"])
         .arg(&out)
