@@ -126,12 +126,16 @@ pub fn build(opts: &KmodBuildOptions) -> Result<KmodBuildReport> {
 /// An exclusive lock on `dir/name` (`dir` made if missing), held until dropped; a build that
 /// finds it held says so and waits.
 fn lock(dir: &Path, name: &str) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(name);
+    // Never through a link: a lock planted as a link would have gpuhost create its target.
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(&path)
         .with_context(|| format!("opening the lock {}", path.display()))?;
     match f.try_lock() {
