@@ -2310,6 +2310,9 @@ fn bad_keys_kernel_releases_and_outs_are_refused_before_compiling() {
     let other = fleet();
     let readable = fleet();
     std::fs::set_permissions(&readable.key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // The build's own user (65534) owning the key, mode 600: it could read it.
+    let nobodys = fleet();
+    std::os::unix::fs::chown(&nobodys.key, Some(65534), Some(65534)).unwrap();
     let with = |key: &Path, cert: &Path| Fleet {
         key: key.to_path_buf(),
         cert: cert.to_path_buf(),
@@ -2322,6 +2325,12 @@ fn bad_keys_kernel_releases_and_outs_are_refused_before_compiling() {
             with(&readable.key, &readable.cert),
             vec![],
             "readable by others (mode 644)",
+        ),
+        (
+            "a key of uid 65534",
+            with(&nobodys.key, &nobodys.cert),
+            vec![],
+            "is owned by uid 65534, not by uid 0",
         ),
         (
             "FIFO key",
