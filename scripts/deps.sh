@@ -13,7 +13,8 @@
 # among them.
 #
 # The test set (./scripts/test.sh): the demo set, and strace (tests prove that a converged apply
-# starts no dnf), cloud-init (validates generated user-data), promtool (from prometheus: checks
+# starts no dnf), bubblewrap (bwrap: `gpuhost kmod build` compiles as an unprivileged user in
+# namespaces of its own, confined to its build folder; the build host needs it), cloud-init (validates generated user-data), promtool (from prometheus: checks
 # gpuhost serve's /metrics and tests the shipped alert rules), a one-node Slurm (munged,
 # slurmctld, slurmd, scontrol: status --slurm drains and resumes a real node), umoci, skopeo and
 # docker.io (build the OCI layouts, docker save tarballs and the private dockerd that gpuhost
@@ -57,10 +58,10 @@ for arg in "$@"; do
 done
 
 demo_tools=(rpm dnf createrepo_c modifyrepo_c rpmbuild python3 systemctl dkms modinfo depmod make xz strip gcc unshare openssl cpio)
-test_tools=(git curl jq strace cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd mokutil sbverify ansible-playbook ansible-test mmdebstrap systemd-nspawn qemu-aarch64-static aarch64-linux-gnu-as)
+test_tools=(git curl jq strace bwrap cloud-init promtool munged slurmctld slurmd scontrol umoci skopeo dockerd mokutil sbverify ansible-playbook ansible-test mmdebstrap systemd-nspawn qemu-aarch64-static aarch64-linux-gnu-as)
 # Debian's packages of each set.
 demo_debs=(rpm dnf createrepo-c python3 systemd busybox-static dkms kmod make xz-utils binutils gcc libc6-dev util-linux linux-kbuild-6.1 openssl cpio)
-test_debs=(git strace cloud-init vagrant vagrant-libvirt curl jq prometheus munge slurmctld slurmd slurm-client umoci skopeo docker.io
+test_debs=(git strace bubblewrap cloud-init vagrant vagrant-libvirt curl jq prometheus munge slurmctld slurmd slurm-client umoci skopeo docker.io
   pci.ids mokutil sbsigntool ansible-core ansible python3-venv python3-pip mmdebstrap systemd-container monitoring-plugins-basic
   dnf-plugins-core qemu-user-static binutils-aarch64-linux-gnu)
 # The units of the servers those packages bring: left disabled.
@@ -216,7 +217,7 @@ elif command -v dnf >/dev/null 2>&1; then
   # Slurm and munge come from EPEL there; umoci is not packaged: the gpuhost compat image tests
   # skip without it)
   rpms=(rpm-build createrepo_c python3 systemd busybox kmod make xz binutils gcc util-linux openssl kernel-devel cpio)
-  [ "$set_name" = test ] && rpms+=(strace cloud-init skopeo hwdata mokutil ansible-core systemd-container python3-dnf-plugin-versionlock)
+  [ "$set_name" = test ] && rpms+=(strace bubblewrap cloud-init skopeo hwdata mokutil ansible-core systemd-container python3-dnf-plugin-versionlock)
   "${sudo[@]}" dnf install -y -q --setopt=install_weak_deps=False "${rpms[@]}"
   # (dkms and sbsigntools come from EPEL there; kernel-devel brings scripts/sign-file; negate
   # is EPEL's nagios-plugins-negate)

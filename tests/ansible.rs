@@ -779,6 +779,12 @@ fn the_local_recipe_converges_an_install_root_without_slurm_and_says_the_gate_is
 /// package, gcc, make) and signed with a fleet key made here. Its directory.
 fn kmod_repo(dir: &Path, kernel: &str) -> PathBuf {
     let build = Root::new(Os::Ol9, &[kernel]);
+    // kmod build's unprivileged user reaches the build root (a build host's is `/`).
+    std::fs::set_permissions(
+        build.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let base = kernel.rsplit_once('.').map_or(kernel, |(b, _)| b);
     let devel = format!("kernel-uek-devel-{base}");
     let o = build.dnf(&[

@@ -188,6 +188,12 @@ fn a_conflict_with_nvidias_profile_is_dnfs_problem_quoted_with_nothing_changed()
     assert_eq!(state(&root), before, "{rep:#}");
     // The same with prebuilt kmods: the profile's packages by name, the same conflict.
     let build = Root::new(Os::Ol9, &[UEK9]);
+    // kmod build's unprivileged user reaches the build root (a build host's is `/`).
+    std::fs::set_permissions(
+        build.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     build.dnf_ok(&[
         "install",
         "-y",

@@ -11,6 +11,7 @@ mod docs;
 #[path = "world/mod.rs"]
 mod world;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -40,6 +41,8 @@ fn build_root(kernels: &[&str]) -> Root {
 
 fn build_root_of(os: Os, kernels: &[&str]) -> Root {
     let root = Root::new(os, kernels);
+    // The build's unprivileged user reaches the build root (a build host's is `/`).
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut args = vec![
         "install".to_string(),
         "-y".to_string(),
@@ -2506,4 +2509,636 @@ fn a_node_on_prebuilt_kmods_goes_back_to_dkms_in_one_apply() {
     assert_eq!(rc, 0, "{rep:#}");
     assert!(node.installed(&kmod).is_some(), "{rep:#}");
     assert!(node.installed("kmod-nvidia-open-dkms").is_none(), "{rep:#}");
+}
+
+// -------------------------------------------------------------------------------------------
+// Issue 53, item 1: the fleet key is used only by code that nothing in the build can change.
+
+/// `rpm` unpacked into `tree` (made).
+fn unpack_into(rpm: &Path, tree: &Path) {
+    std::fs::create_dir_all(tree).unwrap();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("rpm2cpio \"$1\" | cpio -idm --quiet")
+        .arg("sh")
+        .arg(rpm)
+        .current_dir(tree)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// The package `tree` (its files, links kept) rebuilt by rpmbuild under the name, epoch,
+/// version, release and arch of `like`, in `dir`: the new RPM's path.
+fn rebuild_like(like: &Path, tree: &Path, dir: &Path) -> PathBuf {
+    let o = world::host_rpm([
+        std::ffi::OsStr::new("-qp"),
+        "--qf".as_ref(),
+        "%{NAME}\\n%{EPOCH}\\n%{VERSION}\\n%{RELEASE}\\n%{ARCH}\\n".as_ref(),
+        like.as_os_str(),
+    ]);
+    let q = String::from_utf8_lossy(&o.stdout).to_string();
+    let [n, e, v, r, a]: [&str; 5] = q.lines().collect::<Vec<_>>().try_into().unwrap();
+    let epoch = if e == "(none)" {
+        String::new()
+    } else {
+        format!("Epoch: {e}\n")
+    };
+    let files: Vec<String> = files_and_links(tree)
+        .iter()
+        .map(|p| format!("/{}", p.strip_prefix(tree).unwrap().display()))
+        .collect();
+    let spec = dir.join(format!("{n}.spec"));
+    std::fs::write(
+        &spec,
+        format!(
+            "Name: {n}\n{epoch}Version: {v}\nRelease: {r}\nSummary: rebuilt\nLicense: MIT\nAutoReqProv: no\n%define _build_id_links none\n%global __os_install_post %{{nil}}\n%global debug_package %{{nil}}\n%description\nrebuilt\n%install\ncp -a {}/. %{{buildroot}}/\n%files\n{}\n",
+            tree.display(),
+            files.join("\n")
+        ),
+    )
+    .unwrap();
+    let top = dir.join(format!("build-{n}"));
+    let o = Command::new("rpmbuild")
+        .args(["-bb", "--quiet", "--target", a, "--define"])
+        .arg(format!("_topdir {}", top.display()))
+        .arg(&spec)
+        .env("HOME", World::get().home())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rpm = top.join("RPMS").join(a).join(like.file_name().unwrap());
+    assert!(rpm.exists(), "rpmbuild made no {}", rpm.display());
+    rpm
+}
+
+/// The regular files and links under `dir`.
+fn files_and_links(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        if meta.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The world's R570 driver-only local repo package, its open DKMS source changed by `edit`
+/// (given the source folder, `usr/src/nvidia-open-570.124.06`), the inner repo's metadata
+/// made again (createrepo_c): a hostile source, packaged as NVIDIA's. Its path, in `dir`.
+fn hostile_local(dir: &Path, edit: impl FnOnce(&Path)) -> PathBuf {
+    let src = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let outer = dir.join("outer");
+    unpack_into(&src, &outer);
+    let repo = outer.join("var/nvidia-driver-local-repo-rhel9-570.124.06");
+    let dkms = repo.join("kmod-nvidia-open-dkms-570.124.06-1.el9.x86_64.rpm");
+    let tree = dir.join("dkms");
+    unpack_into(&dkms, &tree);
+    edit(&tree.join("usr/src/nvidia-open-570.124.06"));
+    let rebuilt = rebuild_like(&dkms, &tree, dir);
+    std::fs::copy(&rebuilt, &dkms).unwrap();
+    let o = Command::new("createrepo_c")
+        .args(["--quiet", "--update", "--keep-all-metadata"])
+        .arg(&repo)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    rebuild_like(&src, &outer, dir)
+}
+
+/// `gpuhost kmod build` of the local repo package at `local` (a path) into `f`.
+fn kmod_build_file(root: &Root, f: &Fleet, local: &Path, extra: &[&str]) -> (i32, String) {
+    let mut args: Vec<String> = [
+        "kmod",
+        "build",
+        "--local-repo-rpm",
+        local.to_str().unwrap(),
+        "--key",
+        f.key.to_str().unwrap(),
+        "--cert",
+        f.cert.to_str().unwrap(),
+        "--out",
+        f.out.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = root.gpuhost(&args);
+    (
+        code(&o),
+        String::from_utf8_lossy(&o.stderr).to_string() + &String::from_utf8_lossy(&o.stdout),
+    )
+}
+
+/// A line appended to the DKMS source's Makefile recipe (`module modules:`), run by make
+/// after the kernel's build of the modules.
+fn add_to_recipe(src: &Path, lines: &[&str]) {
+    let mk = src.join("Makefile");
+    let text = std::fs::read_to_string(&mk).unwrap();
+    let at = "\t$(MAKE) -C $(SYSSRC) M=$(CURDIR) modules\n";
+    assert!(text.contains(at), "{text}");
+    let extra: String = lines.iter().map(|l| format!("\t{l}\n")).collect();
+    std::fs::write(&mk, text.replace(at, &format!("{at}{extra}"))).unwrap();
+}
+
+/// Whether any file under `dir` holds the first 64 bytes of the key's body.
+fn holds_key(dir: &Path, key: &[u8]) -> Option<PathBuf> {
+    let text = String::from_utf8_lossy(key);
+    let body: String = text.lines().skip(1).take(2).collect();
+    files_under(dir).into_iter().find(|p| {
+        std::fs::read(p)
+            .map(|b| String::from_utf8_lossy(&b).contains(&body[..64]))
+            .unwrap_or(false)
+    })
+}
+
+/// The root's tree, gpuhost's own scratch parent (`/var/cache/gpuhost`: the build's lock and
+/// scratch folder) left out.
+fn tree_but_scratch(root: &Root) -> Vec<String> {
+    root.tree_snapshot()
+        .lines()
+        .filter(|l| !l.starts_with("var/cache/gpuhost"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Issue 53: a DKMS Makefile that replaces the kernel's `scripts/sign-file` with a script
+/// keeping its standard input (the fleet key, before), and writes wherever it can. The build
+/// runs as uid 65534 with the root read-only: nothing outside its build folder changes, the
+/// real `sign-file` signs, and no file anywhere holds the key. A `sign-file` replaced before
+/// the build (not the file its package installed) is refused, exit 2, and never run.
+#[test]
+fn a_dkms_makefile_cannot_replace_sign_file_or_write_outside_its_build_folder() {
+    let root = build_root(&[UEK9]);
+    let f = fleet();
+    let key = std::fs::read(&f.key).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let steal = "#!/bin/sh\ncat > /var/tmp/stolen-key\ncp /var/tmp/stolen-key /stolen-key\n";
+    let local = hostile_local(dir.path(), |src| {
+        std::fs::write(src.join("steal"), steal).unwrap();
+        std::fs::set_permissions(src.join("steal"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        add_to_recipe(
+            src,
+            &[
+                "-cp $(CURDIR)/steal $(SYSSRC)/scripts/sign-file",
+                "-touch /escaped-by-make /var/tmp/escaped-by-make /tmp/escaped-by-make",
+            ],
+        );
+    });
+    let sign_file = root.join(&format!("/usr/src/kernels/{UEK9}/scripts/sign-file"));
+    let before = tree_but_scratch(&root);
+    let (rc, text) = kmod_build_file(&root, &f, &local, &["--kernel-release", UEK9]);
+    assert_eq!(rc, 0, "{text}");
+    assert_eq!(
+        tree_but_scratch(&root),
+        before,
+        "the build changed the root"
+    );
+    for d in [root.path(), f.out.as_path()] {
+        assert_eq!(holds_key(d, &key), None, "the key leaked");
+    }
+    let rpm = files_under(&f.out)
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "rpm"))
+        .unwrap();
+    let payload = unpack(&rpm);
+    for m in files_under(payload.path()) {
+        assert!(
+            world::openssl_verifies_module(&m, &f.cert),
+            "{}",
+            m.display()
+        );
+    }
+    // The same script put in place of sign-file before the build: refused, never given the key.
+    std::fs::write(&sign_file, steal).unwrap();
+    let out2 = fleet();
+    let (rc, _, text) = kmod_build(&root, &out2, &["--kernel-release", UEK9]);
+    assert_eq!(rc, 2, "{text}");
+    assert!(
+        text.contains("scripts/sign-file") && text.contains("rpm database"),
+        "{text}"
+    );
+    assert!(!root.join("/var/tmp/stolen-key").exists());
+    assert!(!root.join("/stolen-key").exists());
+    assert!(!out2.out.exists(), "{}", out2.out.display());
+}
+
+/// A static helper the source ships, run by its Makefile: it chroots into a subfolder, climbs
+/// out with `chdir("..")` and `chroot(".")` (what takes root out of a chroot), and writes the
+/// paths it is given. Under the sandbox neither the build root nor the build host gets them.
+#[test]
+fn a_static_helper_of_the_source_cannot_escape_to_the_build_host() {
+    let root = build_root(&[UEK9]);
+    let f = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let host_mark = std::env::temp_dir().join(format!(
+        "gpuhost-kmod-escape-{}-{}",
+        std::process::id(),
+        dir.path().file_name().unwrap().to_string_lossy()
+    ));
+    let root_mark = root.path().join("escaped-by-helper");
+    let c = dir.path().join("escape.c");
+    std::fs::write(
+        &c,
+        "#define _GNU_SOURCE\n#include <fcntl.h>\n#include <sched.h>\n#include <sys/stat.h>\n#include <unistd.h>\n\
+         int main(int c, char **v) {\n  unshare(CLONE_NEWUSER);\n  mkdir(\"jail\", 0755);\n  chroot(\"jail\");\n\
+         for (int i = 0; i < 64; i++) chdir(\"..\");\n  chroot(\".\");\n\
+         for (int i = 1; i < c; i++) { int fd = open(v[i], O_WRONLY | O_CREAT, 0644); if (fd >= 0) { write(fd, \"escaped\\n\", 8); close(fd); } }\n\
+         return 0;\n}\n",
+    )
+    .unwrap();
+    let helper = dir.path().join("escape");
+    let o = Command::new("gcc")
+        .args(["-static", "-O0", "-o"])
+        .arg(&helper)
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Run it, or fail the build (the package's modes are not kept: chmod first).
+    let line = format!(
+        "chmod 755 ./escape && ./escape {} {}",
+        host_mark.display(),
+        root_mark.display()
+    );
+    let local = hostile_local(dir.path(), |src| {
+        std::fs::copy(&helper, src.join("escape")).unwrap();
+        add_to_recipe(src, &[line.as_str()]);
+    });
+    let before = tree_but_scratch(&root);
+    let (rc, text) = kmod_build_file(&root, &f, &local, &["--kernel-release", UEK9]);
+    let escaped = host_mark.exists();
+    let _ = std::fs::remove_file(&host_mark);
+    assert_eq!(rc, 0, "{text}");
+    assert!(
+        !escaped,
+        "the helper wrote {} on the build host",
+        host_mark.display()
+    );
+    assert!(
+        !root_mark.exists(),
+        "the helper wrote {}",
+        root_mark.display()
+    );
+    assert_eq!(
+        tree_but_scratch(&root),
+        before,
+        "the build changed the root"
+    );
+}
+
+/// Values of dkms.conf that would reach the spec or a path outside the build: a module name
+/// carrying an rpm macro that runs a command, a location climbing to a site file. Refused,
+/// exit 2, before anything is compiled: nothing touched, no repo written.
+#[test]
+fn dkms_conf_names_and_locations_are_checked_before_compiling() {
+    let root = build_root(&[UEK9]);
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("spec-ran");
+    std::fs::create_dir_all(root.join("/opt/site")).unwrap();
+    std::fs::write(root.join("/opt/site/nvidia.ko"), b"a site file\n").unwrap();
+    let cases = [
+        (
+            format!("BUILT_MODULE_NAME[0]=\"nvidia%(touch {})\"", mark.display()),
+            "BUILT_MODULE_NAME",
+        ),
+        (
+            "BUILT_MODULE_LOCATION[0]=\"../../../../../../opt/site\"".to_string(),
+            "BUILT_MODULE_LOCATION",
+        ),
+    ];
+    for (i, (line, named)) in cases.iter().enumerate() {
+        let f = fleet();
+        let sub = dir.path().join(i.to_string());
+        std::fs::create_dir_all(&sub).unwrap();
+        let local = hostile_local(&sub, |src| {
+            let conf = src.join("dkms.conf");
+            let text = std::fs::read_to_string(&conf).unwrap();
+            let text = if line.starts_with("BUILT_MODULE_NAME") {
+                text.replace("BUILT_MODULE_NAME[0]=\"nvidia\"", line)
+            } else {
+                format!("{text}\n{line}\n")
+            };
+            std::fs::write(&conf, text).unwrap();
+        });
+        let before = tree_but_scratch(&root);
+        let (rc, text) = kmod_build_file(&root, &f, &local, &["--kernel-release", UEK9]);
+        assert_eq!(rc, 2, "{line}: {text}");
+        assert!(
+            text.contains(named) && text.contains("nothing was compiled"),
+            "{text}"
+        );
+        assert!(!mark.exists(), "the spec ran a command");
+        assert_eq!(tree_but_scratch(&root), before, "{line}: the root changed");
+        assert!(!f.out.exists(), "{line}: {} was written", f.out.display());
+    }
+}
+
+/// `gpuhost kmod build` with `args`, killed if it has not ended in 60 s (a hang): exit code
+/// and output.
+fn kmod_build_within(root: &Root, f: &Fleet, extra: &[&str]) -> (i32, String) {
+    let rpm = World::get().cuda_local(DRIVER_LOCAL_EL9_570);
+    let mut args: Vec<String> = ["kmod", "build", "--local-repo-rpm"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(rpm.display().to_string());
+    for (k, v) in [("--key", &f.key), ("--cert", &f.cert), ("--out", &f.out)] {
+        args.push(k.into());
+        args.push(v.display().to_string());
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let inner = root.gpuhost_cmd(&args);
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-s", "KILL", "60"])
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    let o = cmd.output().unwrap();
+    (
+        code(&o),
+        String::from_utf8_lossy(&o.stderr).to_string() + &String::from_utf8_lossy(&o.stdout),
+    )
+}
+
+/// The inputs the round-5 review found taken as given, each refused before anything is
+/// compiled, exit 2, one line naming it: a key readable by others, a FIFO or `/dev/zero` as
+/// key or certificate (never opened: no hang, no memory), an empty kernel release, a
+/// certificate of another key, an `--out` that is a site's dnf repo (left as it was).
+#[test]
+fn bad_keys_kernel_releases_and_outs_are_refused_before_compiling() {
+    let root = build_root(&[UEK9]);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let zero = PathBuf::from("/dev/zero");
+    let other = fleet();
+    let readable = fleet();
+    std::fs::set_permissions(&readable.key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // The build's own user (65534) owning the key, mode 600: it could read it.
+    let nobodys = fleet();
+    std::os::unix::fs::chown(&nobodys.key, Some(65534), Some(65534)).unwrap();
+    let with = |key: &Path, cert: &Path| Fleet {
+        key: key.to_path_buf(),
+        cert: cert.to_path_buf(),
+        ..fleet()
+    };
+    let f = fleet();
+    let cases: Vec<(&str, Fleet, Vec<&str>, &str)> = vec![
+        (
+            "world-readable key",
+            with(&readable.key, &readable.cert),
+            vec![],
+            "readable by others (mode 644)",
+        ),
+        (
+            "a key of uid 65534",
+            with(&nobodys.key, &nobodys.cert),
+            vec![],
+            "is owned by uid 65534, not by uid 0",
+        ),
+        (
+            "FIFO key",
+            with(&fifo, &f.cert),
+            vec![],
+            "a FIFO, not a regular file",
+        ),
+        (
+            "FIFO cert",
+            with(&f.key, &fifo),
+            vec![],
+            "a FIFO, not a regular file",
+        ),
+        (
+            "/dev/zero key",
+            with(&zero, &f.cert),
+            vec![],
+            "a device, not a regular file",
+        ),
+        (
+            "/dev/zero cert",
+            with(&f.key, &zero),
+            vec![],
+            "a device, not a regular file",
+        ),
+        (
+            "another key's cert",
+            with(&f.key, &other.cert),
+            vec![],
+            "is not the certificate of the signing key",
+        ),
+        (
+            "empty kernel release",
+            with(&f.key, &f.cert),
+            vec!["--kernel-release", ""],
+            "kernel release '' is not",
+        ),
+    ];
+    for (what, fl, extra, needle) in &cases {
+        let (rc, text) = kmod_build_within(&root, fl, extra);
+        assert_eq!(rc, 2, "{what}: {text}");
+        assert!(
+            text.contains(needle) && text.contains("nothing was compiled"),
+            "{what}: {text}"
+        );
+        assert_eq!(
+            text.trim().lines().count(),
+            1,
+            "{what}: not one line: {text}"
+        );
+        assert!(!fl.out.exists(), "{what}: {} was written", fl.out.display());
+    }
+    // A site's dnf repo as --out: refused, left as it was.
+    let site = fleet();
+    std::fs::create_dir_all(site.out.join("Packages")).unwrap();
+    std::fs::write(
+        site.out.join("Packages/site-tool-1.0-1.x86_64.rpm"),
+        b"site",
+    )
+    .unwrap();
+    let o = Command::new("createrepo_c")
+        .arg("--quiet")
+        .arg(&site.out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let before = files_under(&site.out)
+        .into_iter()
+        .map(|p| (p.clone(), std::fs::read(&p).unwrap()))
+        .collect::<Vec<_>>();
+    let (rc, text) = kmod_build_within(&root, &site, &[]);
+    assert_eq!(rc, 2, "{text}");
+    assert!(text.contains("not a kmod repo gpuhost wrote"), "{text}");
+    let after = files_under(&site.out)
+        .into_iter()
+        .map(|p| (p.clone(), std::fs::read(&p).unwrap()))
+        .collect::<Vec<_>>();
+    assert_eq!(after, before, "the site's repo changed");
+}
+
+/// Two builds into one `--out` at the same instant (two kernels): the second waits for the
+/// first's lock; both exit 0 and the manifest lists both kernels, createrepo_c's metadata
+/// whole (before: createrepo_c collided, or both exited 0 with one kernel in the manifest).
+#[test]
+fn two_builds_into_one_out_are_serialised() {
+    let root = build_root(&[RHCK9, UEK9]);
+    let f = fleet();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| kmod_build(&root, &f, &["--kernel-release", UEK9]));
+        let b = s.spawn(|| kmod_build(&root, &f, &["--kernel-release", RHCK9]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!(a.0, 0, "{}", a.2);
+    assert_eq!(b.0, 0, "{}", b.2);
+    assert!(
+        format!("{}{}", a.2, b.2).contains("waiting for it to end"),
+        "neither build waited: {}\n{}",
+        a.2,
+        b.2
+    );
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(f.out.join("gpuhost-kmods.json")).unwrap())
+            .unwrap();
+    let mut kernels: Vec<&str> = manifest["kmods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|k| k["kernel"].as_str())
+        .collect();
+    kernels.sort_unstable();
+    let mut want = [RHCK9, UEK9];
+    want.sort_unstable();
+    assert_eq!(kernels, want, "{manifest:#}");
+    let primary = Command::new("sh")
+        .arg("-c")
+        .arg("zcat \"$1\"/repodata/*-primary.xml.gz | grep -c '<package '")
+        .arg("sh")
+        .arg(&f.out)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&primary.stdout).trim(), "2");
+}
+
+/// The pids of the processes whose command line holds `token`.
+fn processes_with(token: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(token))
+        })
+        .collect()
+}
+
+/// SIGTERM during a long make, and SIGTERM again: `kmod build` ends (143) and no process of the
+/// build is left (before: gpuhost exited on the second and left the chrooted make running as
+/// root, one for 48 minutes).
+#[test]
+fn sigterm_during_a_long_make_leaves_no_process_of_the_build() {
+    let root = build_root(&[UEK9]);
+    let f = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let token = format!(
+        "gpuhost-kmod-long-make-{}",
+        dir.path().file_name().unwrap().to_string_lossy()
+    );
+    let line = format!("sleep 300; echo {token}");
+    let local = hostile_local(dir.path(), |src| add_to_recipe(src, &[line.as_str()]));
+    let args: Vec<String> = [
+        "kmod",
+        "build",
+        "--local-repo-rpm",
+        local.to_str().unwrap(),
+        "--key",
+        f.key.to_str().unwrap(),
+        "--cert",
+        f.cert.to_str().unwrap(),
+        "--out",
+        f.out.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = root
+        .gpuhost_cmd(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while processes_with(&token).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the long make never started"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "kmod build ended early"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let pid = child.id().to_string();
+    for _ in 0..2 {
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            panic!("kmod build did not end after two SIGTERMs");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let gone = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut left = processes_with(&token);
+    while !left.is_empty() && std::time::Instant::now() < gone {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = processes_with(&token);
+    }
+    // What a failing run left is ended here by its process group (make, its shell, sleep).
+    for p in &left {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        let pgid = stat
+            .rsplit_once(") ")
+            .and_then(|(_, r)| r.split_whitespace().nth(2))
+            .unwrap_or_default()
+            .to_string();
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pgid}")])
+            .status();
+        let _ = Command::new("kill")
+            .args(["-KILL", &p.to_string()])
+            .status();
+    }
+    assert!(left.is_empty(), "left running: {left:?}; {err}");
+    assert_eq!(status.code(), Some(143), "{err}");
+    assert!(
+        !root.join("/var/cache/gpuhost/kmod-build").exists(),
+        "{err}"
+    );
 }

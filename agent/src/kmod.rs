@@ -15,9 +15,14 @@ use gpuhost_nvidia::flavour::ModuleFlavour;
 use crate::output::{self, Format};
 
 pub(crate) const EXIT_CODES: &str = "\
-Exit codes (kmod build): 0 built, 1 could not build or package it, 2 invalid input (a local repo
-  package without the DKMS source, a --kernel-release not installed in the build root with its
-  headers, a fleet key or certificate that cannot be read, a repo signed by another key)";
+Exit codes (kmod build): 0 built, 1 could not build or package it, 2 invalid input, nothing
+  compiled (a local repo package without the DKMS source or whose dkms.conf names a module or
+  location that is not a plain name inside the source, an empty or malformed --kernel-release or
+  one not installed in the build root with its headers, a fleet key that is not root's alone, a
+  key or certificate that is not a regular file (a FIFO, a device) or cannot be read, a
+  certificate of another key, an --out that is not empty nor a kmod repo gpuhost wrote, a repo
+  signed by another key, a build host that cannot confine the build: bubblewrap), 130/143
+  interrupted by SIGINT/SIGTERM (the build's processes killed)";
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum KmodCommand {
@@ -74,10 +79,21 @@ pub(crate) fn run(cmd: &KmodCommand) -> i32 {
     match cmd {
         KmodCommand::Build(a) => {
             gpuhost_host::interrupt::install();
+            // Every process of a build ends with it: a signal kills whatever command runs.
+            gpuhost_host::cmd::end_every_command_on_signal();
             let r = build(a);
             match r {
                 Ok(()) => gpuhost_engine::apply::exit::OK,
-                Err(e) => output::error(a.format == Format::Json, &e),
+                Err(e) => {
+                    let code = output::error(a.format == Format::Json, &e);
+                    // A signal ended the build (every process of it killed): 128 + its number.
+                    match gpuhost_host::interrupt::received() {
+                        Some(sig) if gpuhost_host::interrupt::is_interrupted(&e) => {
+                            gpuhost_host::interrupt::exit_code(sig)
+                        }
+                        _ => code,
+                    }
+                }
             }
         }
     }

@@ -71,6 +71,11 @@ pub struct Cmd {
     stdout_fd: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
     /// Run in this directory (else gpuhost's own).
     dir: Option<PathBuf>,
+    /// Start from an empty environment (only [`Cmd::env`]'s variables).
+    env_clear: bool,
+    /// On a signal to gpuhost, or past the timeout, kill the command's whole process group
+    /// at once instead of letting it finish ([`Cmd::kill_group_on_signal`]).
+    kill_group: bool,
 }
 
 /// What a finished command left behind.
@@ -101,6 +106,18 @@ pub struct CmdRecord {
 
 static RECORDS: Mutex<Vec<CmdRecord>> = Mutex::new(Vec::new());
 
+/// Every command of this process is [`Cmd::kill_group_on_signal`]'s: set by a command whose
+/// children must all end with it (`gpuhost kmod build`), never by `apply`, whose package
+/// transactions are let finish.
+static KILL_ALL_ON_SIGNAL: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, a signal to gpuhost kills the process group of whatever command runs, at once
+/// ([`Cmd::kill_group_on_signal`] for every command).
+pub fn end_every_command_on_signal() {
+    KILL_ALL_ON_SIGNAL.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Take (and clear) the records of the commands run since the last call.
 pub fn take_records() -> Vec<CmdRecord> {
     match RECORDS.lock() {
@@ -129,7 +146,30 @@ impl Cmd {
             stdout_fd: None,
             env_removed: Vec::new(),
             dir: None,
+            env_clear: false,
+            kill_group: false,
         }
+    }
+
+    /// Pass the command none of gpuhost's environment: only what [`Cmd::env`] sets.
+    pub fn env_clear(mut self) -> Self {
+        self.env_clear = true;
+        self
+    }
+
+    /// End the command with gpuhost: at the first SIGTERM or SIGINT gpuhost gets while it
+    /// runs (not the second, as for a package transaction, which is let finish), and past its
+    /// timeout, its whole process group is killed (SIGKILL) and reaped, then the wait stops
+    /// with [`crate::interrupt::Interrupted`]. For work that is worth nothing half done and
+    /// must not outlive gpuhost: `gpuhost kmod build`'s compile.
+    pub fn kill_group_on_signal(mut self) -> Self {
+        self.kill_group = true;
+        self
+    }
+
+    /// Whether a signal (or the timeout) kills this command's process group at once.
+    fn kills_group(&self) -> bool {
+        self.kill_group || KILL_ALL_ON_SIGNAL.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Read stdin from `path` (a payload piped through a tool: `cpio -i < archive`).
@@ -236,6 +276,9 @@ impl Cmd {
         let start = Instant::now();
         let handle = self.start(&argv)?;
         let Some(out) = self.wait(&handle, &argv, start)? else {
+            if self.kills_group() {
+                kill_group(&handle);
+            }
             let _ = handle.kill();
             record(CmdRecord {
                 argv: argv.clone(),
@@ -299,6 +342,9 @@ impl Cmd {
                 std::os::unix::process::CommandExt::process_group(c, 0);
                 Ok(())
             });
+        if self.env_clear {
+            expr = expr.full_env(self.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
         for k in &self.env_removed {
             expr = expr.env_remove(k);
         }
@@ -325,6 +371,9 @@ impl Cmd {
     fn piped(&self, argv: &[String], stdin: std::process::Stdio) -> Result<std::process::Child> {
         use std::process::{Command, Stdio};
         let mut command = Command::new(&self.program);
+        if self.env_clear {
+            command.env_clear();
+        }
         for k in &self.env_removed {
             command.env_remove(k);
         }
@@ -361,6 +410,9 @@ impl Cmd {
                 return Ok(w);
             }
             let signals = crate::interrupt::count();
+            if signals > told && self.kills_group() {
+                return Err(killed_on_signal(handle, argv, start));
+            }
             if signals > told {
                 told = signals;
                 signalled(handle, argv, start, signals)?;
@@ -827,6 +879,35 @@ fn signalled(handle: &duct::Handle, argv: &[String], start: Instant, signals: us
     ))))
 }
 
+/// SIGKILL to the command's process group (it leads one: [`Cmd::start`]), then reap it.
+fn kill_group(handle: &duct::Handle) {
+    use rustix::process::{kill_process_group, Pid, Signal};
+    for pid in handle.pids() {
+        if let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+            let _ = kill_process_group(p, Signal::KILL);
+        }
+    }
+    let _ = handle.kill();
+    let _ = handle.wait_timeout(Duration::from_secs(5));
+}
+
+/// A signal arrived while a [`Cmd::kill_group_on_signal`] command runs: its process group is
+/// killed and reaped, and the wait ends as an interruption.
+fn killed_on_signal(handle: &duct::Handle, argv: &[String], start: Instant) -> anyhow::Error {
+    let sig = crate::interrupt::received().unwrap_or(0);
+    kill_group(handle);
+    record(CmdRecord {
+        argv: argv.to_vec(),
+        exit_code: None,
+        duration_ms: millis(start.elapsed()),
+    });
+    anyhow::Error::new(crate::interrupt::Interrupted(format!(
+        "interrupted by {}: `{}` and every process it started were killed",
+        crate::interrupt::name(sig),
+        crate::progress::summarize(argv)
+    )))
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -924,6 +1005,16 @@ mod tests {
             }
             Waited::Abandoned { .. } => return Err(anyhow!("abandoned")),
         }
+        Ok(())
+    }
+
+    #[test]
+    fn a_cleared_environment_holds_only_what_the_command_sets() -> Result<()> {
+        let out = Cmd::new("/usr/bin/env")
+            .env_clear()
+            .env("GPUHOST_ONLY", "this")
+            .run()?;
+        assert_eq!(out.stdout, "GPUHOST_ONLY=this\n");
         Ok(())
     }
 

@@ -1,8 +1,14 @@
 //! The build: for each kernel, NVIDIA's modules compiled from the local repo package's own DKMS
-//! source, in the build root (`--root`, `/` on a build host), with the compiler that kernel was
-//! built with and `make -j<every CPU>`, then each `.ko` signed with the fleet's key by the
-//! kernel's own `sign-file`, which reads the key from its standard input: the key is never a
-//! file of the build root, an RPM or the repo.
+//! source, against the build root (`--root`, `/` on a build host), with the compiler that kernel
+//! was built with and `make -j<every CPU>`, as an unprivileged user confined to its build folder
+//! ([`super::sandbox`]); then, once no process of the build is left, each `.ko` taken out of the
+//! build folder and signed with the fleet's key by the kernel's own `sign-file`, checked against
+//! the rpm database first ([`super::signer`]), which reads the key from its standard input: the
+//! key is never a file of the build root, an RPM or the repo, and nothing the build ran can read
+//! or change what gets it.
+//!
+//! Everything given is checked before anything is compiled ([`super::inputs`]); builds into one
+//! `--out` (and from one build root) are serialised by locks held for the whole build.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -19,8 +25,9 @@ use gpuhost_nvidia::localrepo::LocalRepoFile;
 use gpuhost_nvidia::packages::{self, Kmod, ModuleFlavour};
 
 use super::dkmsconf::DkmsConf;
+use super::inputs::{self, FleetKey};
 use super::model::{Built, BuiltKmod, Info};
-use super::package;
+use super::{package, sandbox, signer};
 
 /// The build root's scratch folder (removed when the build ends, and at its start).
 const SCRATCH: &str = "/var/cache/gpuhost/kmod-build";
@@ -61,33 +68,45 @@ pub struct KmodBuildReport {
 pub fn build(opts: &KmodBuildOptions) -> Result<KmodBuildReport> {
     let start = Instant::now();
     let fleet = FleetKey::read(&opts.key, &opts.cert)?;
+    for k in &opts.kernels {
+        inputs::check_kernel_release(k)?;
+    }
+    inputs::check_out(&opts.out, &fleet.cert_sha256())?;
     let repo = LocalRepoFile::of_path(&opts.local_repo_rpm)?;
-    let driver = repo.driver.clone();
     if packages::kmod_row(Kmod::Built, opts.flavour, repo.branch()).is_none() {
         return Err(invalid!(
-            "driver {driver} has no {} kernel modules (NVIDIA removed the proprietary modules in R620): build --flavour open",
+            "driver {} has no {} kernel modules (NVIDIA removed the proprietary modules in R620): build --flavour open",
+            repo.driver,
             opts.flavour
         ));
     }
     let host = Host::new(&opts.root)?;
     let kernels = kernels(&host, &opts.kernels)?;
     build_root_ready(&host, &kernels)?;
+    sandbox::ready(&host)?;
+    let sign_files = kernels
+        .iter()
+        .map(|k| signer::verified_sign_file(&host, &source_dir(&host, k).unwrap_or_default(), k))
+        .collect::<Result<Vec<_>>>()?;
     let jobs = opts.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let scratch = Scratch::new(&host)?;
     let dkms = dkms_package(&host, &opts.local_repo_rpm, &repo, opts.flavour)?;
-    // The source of each arch the kernels are for, unpacked once.
     let mut sources: std::collections::BTreeMap<&str, Source> = std::collections::BTreeMap::new();
-    let mut built = Vec::new();
-    let mut manifest_entries = Vec::new();
     for kver in &kernels {
         let arch = arch_of(kver);
         if !sources.contains_key(arch) {
             sources.insert(arch, Source::unpack(&host, &repo, &dkms, arch)?);
         }
-        let source = &sources[arch];
-        let one = build_one(&host, source, kver, jobs, &fleet)?;
+    }
+    let _out_lock = lock(&opts.out, inputs::LOCK)?;
+    inputs::check_out(&opts.out, &fleet.cert_sha256())?;
+    let mut built = Vec::new();
+    let mut manifest_entries = Vec::new();
+    for (kver, sign_file) in kernels.iter().zip(&sign_files) {
+        let source = &sources[arch_of(kver)];
+        let one = build_one(&host, source, kver, jobs, &fleet, sign_file)?;
         let (entry, report) = package::rpm(&source.package_info(kver), &one)?;
         manifest_entries.push((entry, one.rpm_dir.clone()));
         built.push(report);
@@ -95,7 +114,7 @@ pub fn build(opts: &KmodBuildOptions) -> Result<KmodBuildReport> {
     let out = package::publish(&opts.out, &fleet.cert_der, manifest_entries)?;
     drop(scratch);
     Ok(KmodBuildReport {
-        driver,
+        driver: repo.driver.clone(),
         flavour: opts.flavour,
         repo: out.display().to_string(),
         jobs,
@@ -104,45 +123,34 @@ pub fn build(opts: &KmodBuildOptions) -> Result<KmodBuildReport> {
     })
 }
 
-/// The fleet's key pair on the build host: the key's path (it is read by `sign-file` only) and
-/// the certificate, as DER (what the repo carries and `mokutil` enrolls).
-pub(super) struct FleetKey {
-    key: PathBuf,
-    pub(super) cert_der: Vec<u8>,
-}
-
-impl FleetKey {
-    fn read(key: &Path, cert: &Path) -> Result<FleetKey> {
-        let unreadable = |what: &str, p: &Path, e: &dyn std::fmt::Display| {
-            as_invalid(hinted(
-                format!("the fleet's {what} {} cannot be read on this build host ({e})", p.display()),
-                "give --key the fleet's module-signing private key (PEM) and --cert its certificate (DER or PEM), readable by root",
-            ))
-        };
-        let k = std::fs::read(key).map_err(|e| unreadable("signing key", key, &e))?;
-        if !String::from_utf8_lossy(&k).contains("PRIVATE KEY-----") {
-            return Err(unreadable("signing key", key, &"not a PEM private key"));
+/// An exclusive lock on `dir/name` (`dir` made if missing), held until dropped; a build that
+/// finds it held says so and waits.
+fn lock(dir: &Path, name: &str) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(name);
+    // Never through a link: a lock planted as a link would have gpuhost create its target.
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&path)
+        .with_context(|| format!("opening the lock {}", path.display()))?;
+    match f.try_lock() {
+        Ok(()) => return Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => eprintln!(
+            "gpuhost: another gpuhost kmod build holds {}: waiting for it to end",
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", path.display()))
         }
-        let c = std::fs::read(cert).map_err(|e| unreadable("certificate", cert, &e))?;
-        let cert_der = if c.starts_with(b"-----BEGIN") {
-            Cmd::new("openssl")
-                .args(["x509", "-outform", "DER", "-in"])
-                .arg(cert)
-                .binary_stdout()
-                .run()
-                .map_err(|e| unreadable("certificate", cert, &e))?
-                .stdout_bytes
-        } else {
-            c
-        };
-        if cert_der.first() != Some(&0x30) {
-            return Err(unreadable("certificate", cert, &"not an X.509 certificate"));
-        }
-        Ok(FleetKey {
-            key: key.to_path_buf(),
-            cert_der,
-        })
     }
+    f.lock()
+        .with_context(|| format!("locking {}", path.display()))?;
+    Ok(f)
 }
 
 /// The kernels to build for: those asked, each installed in the build root with its headers;
@@ -162,11 +170,7 @@ fn kernels(host: &Host, asked: &[String]) -> Result<Vec<String>> {
     for k in &kernels {
         // `kernel-uname-r = <kver>` in the kmod's Requires: rpm takes one `-` (version-release),
         // as every Enterprise Linux kernel release has; refused before hours of building.
-        if k.matches('-').count() != 1 || k.contains(char::is_whitespace) {
-            return Err(invalid!(
-                "kernel release {k} is not an Enterprise Linux kernel release (version-release.arch, one '-', as uname -r prints on Oracle Linux): gpuhost kmod build packages kmods for Oracle Linux kernels"
-            ));
-        }
+        inputs::check_kernel_release(k)?;
         if source_dir(host, k).is_none() {
             return Err(invalid!(
                 "kernel {k} is not installed in the build root {} with its headers (no /usr/src/kernels/{k}): install {} there, or give --kernel-release of a kernel that is",
@@ -404,6 +408,7 @@ fn build_one(
     kver: &str,
     jobs: usize,
     fleet: &FleetKey,
+    sign_file: &str,
 ) -> Result<Built> {
     let work = format!("{SCRATCH}/build/{kver}");
     host.remove_tree(&work)?;
@@ -413,19 +418,14 @@ fn build_one(
         .arg(host.real_path(&source.dir)?)
         .arg(host.path(&work))
         .run()?;
+    let work_real = host.real_path(&work)?;
+    sandbox::give_to_build_user(&work_real)?;
     let sysdir = source_dir(host, kver).unwrap_or_default();
     let (cc, compiler) = compiler_of(host, kver)?;
     let argv = source.conf.make_for(kver, &sysdir, jobs, cc.as_deref());
-    let (program, args) = argv.split_first().context("an empty MAKE[0]")?;
     let cpu_before = children_cpu_seconds();
     let t = Instant::now();
-    let out = host
-        .in_root(program)
-        .arg("-C")
-        .arg(&work)
-        .args(args)
-        .timeout(BUILD_TIMEOUT)
-        .output()?;
+    let out = sandbox::confined(host, &work, &argv, BUILD_TIMEOUT)?.output()?;
     if !out.success() {
         // make reports on both streams: the last lines of each.
         let log = format!(
@@ -442,27 +442,23 @@ fn build_one(
         ));
     }
     let seconds = t.elapsed().as_secs_f64();
+    strip_debug(host, kver, &work, &source.conf.modules)?;
     let cpu_seconds = children_cpu_seconds() - cpu_before;
-    let mut modules = Vec::new();
-    for (name, at) in &source.conf.modules {
-        let rel = if at.is_empty() {
-            format!("{work}/{name}.ko")
-        } else {
-            format!("{work}/{at}/{name}.ko")
-        };
-        if host.kind(&rel) != Some(gpuhost_host::rootfs::Kind::File) {
-            return Err(anyhow::anyhow!(
-                "make built no {name}.ko for {kver} (looked for {rel} in the build root)"
-            ));
-        }
-        modules.push(rel);
-    }
-    strip_debug(host, kver, &modules)?;
-    sign(host, kver, &sysdir, &modules, fleet)?;
-    let modules = modules
+    // Every process of the build has ended (its namespace with it): the modules leave the build
+    // folder for root's, and are signed there.
+    let signed = format!("{SCRATCH}/sign/{kver}");
+    host.remove_tree(&signed)?;
+    host.create_dir_all(&signed)?;
+    let signed_real = host.real_path(&signed)?;
+    let modules = signer::take_modules(&work_real, &source.conf.modules, &signed_real, kver)?;
+    let in_root: Vec<String> = modules
         .iter()
-        .map(|m| host.real_path(m))
-        .collect::<Result<Vec<_>>>()?;
+        .filter_map(|m| m.file_name())
+        .map(|f| format!("{signed}/{}", f.to_string_lossy()))
+        .collect();
+    let cert = format!("{SCRATCH}/fleet-cert.der");
+    host.write_atomic(&cert, &fleet.cert_der, 0o644)?;
+    signer::sign(host, kver, sign_file, &cert, &in_root, fleet)?;
     Ok(Built {
         modules,
         compiler,
@@ -507,46 +503,29 @@ fn compiler_of(host: &Host, kver: &str) -> Result<(Option<String>, String)> {
 /// Strip each module's debug sections (`strip --strip-debug`, what DKMS does to what it builds,
 /// `strip -g`, unless a dkms.conf says `STRIP[i]=no`, which NVIDIA's does not): NVIDIA's open
 /// modules are 95 MB as built and 26 MB stripped, the bytes every node downloads and installs.
-/// Before signing: stripping after would cut the appended signature off.
-fn strip_debug(host: &Host, kver: &str, modules: &[String]) -> Result<()> {
-    for m in modules {
-        host.in_root("strip")
-            .args(["--strip-debug", m.as_str()])
-            .run()
-            .with_context(|| {
-                format!("stripping {m} for {kver} (strip, from binutils, in the build root)")
-            })?;
+/// Before signing: stripping after would cut the appended signature off. In the build's
+/// sandbox, as the build's user: strip reads what the build made. Each module must be a
+/// regular file of the build folder, reached without a link.
+fn strip_debug(host: &Host, kver: &str, work: &str, modules: &[(String, String)]) -> Result<()> {
+    let work_real = host.real_path(work)?;
+    let mut argv = vec!["strip".to_string(), "--strip-debug".to_string()];
+    for (name, at) in modules {
+        let rel = if at.is_empty() {
+            format!("{name}.ko")
+        } else {
+            format!("{at}/{name}.ko")
+        };
+        signer::check_inside(&work_real, &rel).map_err(|e| {
+            anyhow::anyhow!(
+                "make built no {name}.ko for {kver} (looked for {rel} in the build folder: {e})"
+            )
+        })?;
+        argv.push(rel);
     }
-    Ok(())
-}
-
-/// Sign each module with the kernel's `sign-file`, run in the build root.
-fn sign(host: &Host, kver: &str, sysdir: &str, modules: &[String], fleet: &FleetKey) -> Result<()> {
-    let sign_file = format!("{sysdir}/scripts/sign-file");
-    if !host.exists(&sign_file) {
-        return Err(invalid!(
-            "{kver}'s headers in the build root have no scripts/sign-file: install its kernel devel package whole"
-        ));
-    }
-    let config = gpuhost_host::kernel::config_of(host, kver).unwrap_or_default();
-    let hash = config
-        .lines()
-        .find_map(|l| l.strip_prefix("CONFIG_MODULE_SIG_HASH="))
-        .map(|v| v.trim().trim_matches('"').to_string())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "sha256".to_string());
-    // The certificate (public) is a file of the scratch folder; the private key never is: each
-    // sign-file reads it from its standard input (`/dev/fd/0`), opened here on the build host,
-    // so a build killed while signing leaves no key in the build root (which may be an image).
-    let cert = format!("{SCRATCH}/fleet-cert.der");
-    host.write_atomic(&cert, &fleet.cert_der, 0o644)?;
-    for m in modules {
-        host.in_root(&sign_file)
-            .args([hash.as_str(), "/dev/fd/0", cert.as_str(), m.as_str()])
-            .stdin_file(&fleet.key)
-            .run()
-            .with_context(|| format!("signing {m} for {kver}"))?;
-    }
+    let out = sandbox::confined(host, work, &argv, Duration::from_secs(600))?;
+    out.run().with_context(|| {
+        format!("stripping the modules for {kver} (strip, from binutils, in the build root)")
+    })?;
     Ok(())
 }
 
@@ -573,13 +552,28 @@ fn children_cpu_seconds() -> f64 {
 /// removed earlier, after each kernel's signing).
 struct Scratch<'h> {
     host: &'h Host,
+    /// The build root's lock: one build at a time uses its scratch folder.
+    _lock: std::fs::File,
 }
 
 impl<'h> Scratch<'h> {
     fn new(host: &'h Host) -> Result<Scratch<'h>> {
+        let parent = "/var/cache/gpuhost";
+        host.create_dir_all(parent)?;
+        let lock = lock(&host.real_path(parent)?, "kmod-build.lock")?;
         host.remove_tree(SCRATCH)?;
         host.create_dir_all(SCRATCH)?;
-        Ok(Scratch { host })
+        // The build's user reaches its build folder (`build/<kver>`, its own) through these.
+        for d in [parent, SCRATCH] {
+            let real = host.real_path(d)?;
+            let mode = host.mode(d).unwrap_or(0o700) & 0o7777;
+            std::fs::set_permissions(
+                &real,
+                std::os::unix::fs::PermissionsExt::from_mode(mode | 0o011),
+            )
+            .with_context(|| format!("making {} searchable", real.display()))?;
+        }
+        Ok(Scratch { host, _lock: lock })
     }
 }
 

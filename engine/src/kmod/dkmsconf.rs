@@ -3,6 +3,12 @@
 //! (`MAKE[0]="'make' -j2 module SYSSRC=${kernel_source_dir} …"`) and the modules it builds
 //! (`BUILT_MODULE_NAME[i]`, `BUILT_MODULE_LOCATION[i]`). The build host runs NVIDIA's own
 //! command line, with every CPU instead of NVIDIA's `-j2`.
+//!
+//! Each value is checked before it reaches a path, a make argument or the RPM's spec: the
+//! program is `make`, a module name is a name (`[A-Za-z0-9_-]`: `nvidia%(touch …)` would run a
+//! command when rpmbuild expands the spec), a location a relative path of plain names that
+//! stays inside the build folder (`../../../opt/site` would have a site file stripped and
+//! signed in place).
 
 use anyhow::Result;
 
@@ -33,14 +39,20 @@ impl DkmsConf {
                         invalid!("{path}: MAKE[0] is not a command line: {value}")
                     })?);
             } else if let Some(i) = index_of(key, "BUILT_MODULE_NAME") {
-                names.push((i, value.to_string()));
+                names.push((i, module_name(value, path)?));
             } else if let Some(i) = index_of(key, "BUILT_MODULE_LOCATION") {
-                locations.push((i, value.trim_matches('/').to_string()));
+                locations.push((i, location(value, path)?));
             }
         }
         let make = make
             .filter(|m| !m.is_empty())
             .ok_or_else(|| invalid!("{path} has no MAKE[0]: not NVIDIA's DKMS source"))?;
+        if make[0] != "make" {
+            return Err(invalid!(
+                "{path}: MAKE[0] runs {:?}, not make, so nothing was compiled: not NVIDIA's DKMS source",
+                make[0]
+            ));
+        }
         if names.is_empty() {
             return Err(invalid!(
                 "{path} names no BUILT_MODULE_NAME: not NVIDIA's DKMS source"
@@ -95,6 +107,40 @@ impl DkmsConf {
         }
         out
     }
+}
+
+/// A `BUILT_MODULE_NAME`: a module's name, nothing a path, a shell or rpm's macros read.
+fn module_name(value: &str, path: &str) -> Result<String> {
+    let ok = !value.is_empty()
+        && value.len() <= 64
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        return Ok(value.to_string());
+    }
+    Err(invalid!(
+        "{path}: BUILT_MODULE_NAME {value:?} is not a module name (letters, digits, _ and - only), so nothing was compiled: not NVIDIA's DKMS source"
+    ))
+}
+
+/// A `BUILT_MODULE_LOCATION`: a folder of the source, relative (a trailing `/` as NVIDIA's
+/// `kernel-open/`), each part a plain name (no `..`, `.` or empty part, no leading `/`).
+fn location(value: &str, path: &str) -> Result<String> {
+    let rel = value.trim_end_matches('/');
+    let part_ok = |p: &str| {
+        !p.is_empty()
+            && p != "."
+            && p != ".."
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c))
+    };
+    if rel.is_empty() || (!value.starts_with('/') && rel.split('/').all(part_ok)) {
+        return Ok(rel.to_string());
+    }
+    Err(invalid!(
+        "{path}: BUILT_MODULE_LOCATION {value:?} is not a folder inside the source (a relative path without '..'), so nothing was compiled: not NVIDIA's DKMS source"
+    ))
 }
 
 /// `i` of `NAME[i]`.
@@ -178,6 +224,52 @@ BUILT_MODULE_LOCATION[2]="kernel-open/"
             ]
         );
         Ok(())
+    }
+
+    #[test]
+    fn names_and_locations_that_would_leave_the_build_are_bad_input() {
+        for (line, needle) in [
+            (
+                "BUILT_MODULE_NAME[0]=\"nvidia%(touch /tmp/x)\"",
+                "BUILT_MODULE_NAME",
+            ),
+            ("BUILT_MODULE_NAME[0]=\"../nvidia\"", "BUILT_MODULE_NAME"),
+            ("BUILT_MODULE_NAME[0]=\"\"", "BUILT_MODULE_NAME"),
+            (
+                "BUILT_MODULE_LOCATION[0]=\"../../../opt/site\"",
+                "BUILT_MODULE_LOCATION",
+            ),
+            (
+                "BUILT_MODULE_LOCATION[0]=\"/opt/site\"",
+                "BUILT_MODULE_LOCATION",
+            ),
+            (
+                "BUILT_MODULE_LOCATION[0]=\"a/./b\"",
+                "BUILT_MODULE_LOCATION",
+            ),
+            ("BUILT_MODULE_LOCATION[0]=\"a b\"", "BUILT_MODULE_LOCATION"),
+            ("MAKE[0]=\"sh -c id\"", "MAKE[0]"),
+        ] {
+            let text =
+                format!("MAKE[0]=\"'make' module\"\nBUILT_MODULE_NAME[0]=\"nvidia\"\n{line}\n");
+            let e = DkmsConf::parse(&text, "dkms.conf").err();
+            assert!(
+                e.as_ref().is_some_and(gpuhost_host::error::is_invalid),
+                "{line}: {e:?}"
+            );
+            assert!(format!("{e:?}").contains(needle), "{line}: {e:?}");
+        }
+        let c = DkmsConf::parse(
+            "MAKE[0]=\"make\"\nBUILT_MODULE_NAME[0]=\"nvidia_drm\"\nBUILT_MODULE_LOCATION[0]=\"kernel-open/nvidia-drm/\"\n",
+            "dkms.conf",
+        );
+        assert_eq!(
+            c.ok().map(|c| c.modules),
+            Some(vec![(
+                "nvidia_drm".to_string(),
+                "kernel-open/nvidia-drm".to_string()
+            )])
+        );
     }
 
     #[test]

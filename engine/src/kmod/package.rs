@@ -102,6 +102,7 @@ pub(super) fn rpm(info: &Info, built: &Built) -> Result<(KmodEntry, BuiltKmod)> 
     let name = packages::kmod_package(Kmod::Built, info.flavour, &info.driver, &info.kernel)
         .with_context(|| format!("no {} kmod of driver {}", info.flavour, info.driver))?;
     let top = &built.rpm_dir;
+    spec_safe(info, top, &built.modules)?;
     std::fs::create_dir_all(top).with_context(|| format!("creating {}", top.display()))?;
     let spec_path = top.join(format!("{name}.spec"));
     std::fs::write(&spec_path, spec(info, &name, &built.modules))
@@ -138,6 +139,34 @@ pub(super) fn rpm(info: &Info, built: &Built) -> Result<(KmodEntry, BuiltKmod)> 
         cpu_seconds: built.cpu_seconds,
     };
     Ok((entry, report))
+}
+
+/// Every value the spec or rpmbuild's `_topdir` carries is plain: letters, digits and `._+~-`
+/// (and `/` in paths), so that no `%` macro, quote or line of the spec comes from the build.
+fn spec_safe(info: &Info, top: &Path, modules: &[PathBuf]) -> Result<()> {
+    let plain = |s: &str, slash: bool| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._+~-".contains(c) || (slash && c == '/'))
+    };
+    let mut bad: Vec<String> = [&info.driver, &info.kernel]
+        .into_iter()
+        .filter(|v| !plain(v, false))
+        .map(|v| format!("{v:?}"))
+        .collect();
+    for p in modules.iter().map(|p| p.as_path()).chain([top]) {
+        let t = p.to_string_lossy();
+        if !plain(&t, true) {
+            bad.push(format!("{t:?}"));
+        }
+    }
+    if bad.is_empty() {
+        return Ok(());
+    }
+    Err(gpuhost_host::invalid!(
+        "{} cannot go into an RPM spec (letters, digits, '._+~-' and '/' only): give --root a plain path",
+        bad.join(", ")
+    ))
 }
 
 /// Put the RPMs (each entry with the rpmbuild folder it was made in) into the repo `out`
@@ -177,6 +206,9 @@ pub(super) fn publish(
             .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
         manifest.put(entry);
     }
+    // What a killed createrepo_c left (its temporary folder) would stop the next one; the
+    // repo's lock is held.
+    let _ = std::fs::remove_dir_all(out.join(".repodata"));
     Cmd::new("createrepo_c")
         .args(["--quiet", "--update"])
         .arg(&out)
