@@ -25,7 +25,7 @@ trap 'rm -f "$log" "$before"' EXIT
 leftovers >"$before"
 status=0
 # The suite's /tmp is a folder of its own, target/test-tmp, bind-mounted over /tmp in a private
-# mount namespace (root only; the same paths, so nothing else changes): what a process the
+# mount namespace (root, a clone outside /tmp; the same paths, so nothing else changes): what a process the
 # tests run leaves there — dnf's scratch files when a test kills a transaction, a Python tool's
 # temp folders — stays under target/ and is removed below. The build host's /tmp and $HOME are
 # still compared before and after.
@@ -34,9 +34,15 @@ rm -rf "$scratch"
 mkdir -p "$scratch"
 chmod 1777 "$scratch"
 private=()
-if [ "$(id -u)" = 0 ] && unshare --mount --propagation private true 2>/dev/null; then
-  private=(unshare --mount --propagation private sh -c 'mount --bind "$0" /tmp && exec "$@"' "$scratch")
-fi
+case "$PWD/" in
+  # A clone under /tmp would be hidden by its own /tmp: there the build host's /tmp stays.
+  /tmp/*) ;;
+  *)
+    if [ "$(id -u)" = 0 ] && unshare --mount --propagation private true 2>/dev/null; then
+      private=(unshare --mount --propagation private sh -c 'mount --bind "$0" /tmp && exec "$@"' "$scratch")
+    fi
+    ;;
+esac
 # --no-fail-fast: every test binary runs even after one fails, and the total below counts them all.
 "${private[@]}" cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 if [ -n "$(ls -A "$scratch")" ]; then

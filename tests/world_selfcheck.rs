@@ -538,6 +538,59 @@ fn the_suite_fails_when_it_leaves_something_in_home_or_tmp() {
     }
 }
 
+/// The suite's own /tmp (issue 54, item 3): run as root from a clone outside /tmp, what the
+/// suite writes in /tmp (a killed dnf's scratch file, a tool's temp folder) lands in the
+/// clone's target/test-tmp, is removed after the run and said, and the build host's /tmp is as
+/// it was; the run passes.
+#[test]
+fn what_the_suite_leaves_in_tmp_stays_in_the_clones_target() {
+    if !std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+    }) {
+        eprintln!("skipped: needs root (a private mount namespace)");
+        return;
+    }
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let scripts = dir.path().join("scripts");
+    std::fs::create_dir_all(&scripts).unwrap();
+    std::fs::copy(
+        world::src_dir().join("../../scripts/test.sh"),
+        scripts.join("test.sh"),
+    )
+    .unwrap();
+    bash_script(&scripts.join("deps.sh"), "exit 0\n");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let leak = format!("gpuhost-suite-leak-{}", std::process::id());
+    bash_script(
+        &dir.path().join("cargo"),
+        &format!("touch /tmp/{leak}\necho 'test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.10s'\n"),
+    );
+    let o = Command::new("bash")
+        .arg(scripts.join("test.sh"))
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                dir.path().display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .env("HOME", &home)
+        .env_remove("TMPDIR")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!std::path::Path::new("/tmp").join(&leak).exists(), "{err}");
+    assert!(
+        err.contains("removing what the suite left in its own /tmp (1 entries"),
+        "{err}"
+    );
+    assert!(!dir.path().join("target/test-tmp").exists(), "{err}");
+}
+
 /// kernel-devel ships the kernel's real `scripts/sign-file` (runnable inside the root: its
 /// libcrypto comes with openssl-libs), reachable where DKMS 3.x looks on non-Debian systems
 /// (`/lib/modules/<kver>/build/scripts/sign-file`); each kernel's `.config` names the signing
