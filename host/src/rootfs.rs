@@ -962,6 +962,10 @@ mod tests {
             // the header's file entries' types (not a file access)
             ("transaction/payload.rs", "w.info.is_file()"),
             ("transaction/payload.rs", "f.is_file() && selected"),
+            // a package header's file entries (no file of the host)
+            ("transaction/payload.rs", "f.is_file() && !f.ghost"),
+            ("run/kmod_rpm.rs", "rpmfile::FileInfo| f.is_file()"),
+            ("run/kmod_rpm.rs", "f.ghost || !f.is_file()"),
             // gpuhost's driver cache, moved out of the scratch tree where /var/cache and
             // /var/lib are different filesystems: both paths resolved inside the root first
             // (Host::real_path), the source a regular file found by kind_nofollow

@@ -400,8 +400,11 @@ mod tests {
         );
         assert_eq!(repo_key(&host, &key, t, "/var/", "r.repo")?, want);
         assert_eq!(repo_key(&host, &key, t, repo, "r.repo")?, want);
-        // `.` and `..` inside the repo are resolved.
+        // `.` and `..` inside the repo are resolved, where each named folder is one there
+        // (issue 53: as the kernel resolves `x/..`: a folder `x` missing, or a link, is not).
         let dotted = format!("file://{repo}/./x/../D42D0685.pub");
+        assert!(repo_key(&host, &dotted, t, repo, "r.repo").is_err());
+        std::fs::create_dir(tree.join(&repo[1..]).join("x"))?;
         assert_eq!(repo_key(&host, &dotted, t, repo, "r.repo")?, want);
         let https = "https://x/key.pub";
         assert_eq!(repo_key(&host, https, t, "/var/", "r.repo")?, https);
