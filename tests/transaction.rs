@@ -475,9 +475,9 @@ fn a_payload_that_leaves_its_folders_is_refused_before_any_change(
 /// Issue 53, item 3: one local repo package, one answer from every command that reads it.
 /// A link in the package's repo through another of its links (`zz-b -> .`), lexically inside
 /// the repo, really climbing out of the unpacked tree onto the build host; a package its
-/// repo's metadata does not know. `plan`, `apply --dry-run` and `apply` each exit 2 naming it
-/// (before: `plan` read the first from the build host and said 0, and passed the second),
-/// nothing installed.
+/// repo's metadata does not know. `plan`, `apply --dry-run`, `apply` and `bundle` each exit 2
+/// naming it (before: `plan` read the first from the build host and said 0, and passed the
+/// second), nothing installed, no bundle written.
 #[rstest]
 #[case::a_link_through_a_link_out_of_the_tree("link", "which leaves")]
 #[case::a_package_its_metadata_does_not_know("metadata", "does not match its repo metadata")]
@@ -498,6 +498,23 @@ fn one_package_gets_one_answer_from_plan_and_apply(#[case] defect: &str, #[case]
         assert!(rep.to_string().contains(said), "{cmd:?}: {rep:#}");
         assert_eq!(root.rpmdb_snapshot(), before, "{cmd:?} installed something");
     }
+    // `gpuhost bundle` reads the package by the same rules: refused, no bundle written.
+    let out = dir.path().join("bundle");
+    let o = root.gpuhost(&[
+        "bundle",
+        "--profile",
+        &profile("ol9-rhck"),
+        "--set",
+        &format!("driver.local_repo_rpm={rpm}"),
+        "--out",
+        &out.display().to_string(),
+        "--format",
+        "json",
+    ]);
+    let said_all = format!("{}{}", world::stdout(&o), world::stderr(&o));
+    assert_eq!(code(&o), 2, "bundle: {said_all}");
+    assert!(said_all.contains(said), "bundle: {said_all}");
+    assert!(!out.exists(), "bundle: {} was written", out.display());
 }
 
 /// The defect of [`one_package_gets_one_answer_from_plan_and_apply`] planted in the unpacked
