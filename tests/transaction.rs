@@ -439,13 +439,7 @@ fn a_payload_that_leaves_its_folders_is_refused_before_any_change(
         if !link.is_empty() {
             std::os::unix::fs::symlink(link, repo.join("escape")).unwrap_or_else(|e| panic!("{e}"));
         } else if metadata {
-            let rpm = walk_rpms(&repo)
-                .into_iter()
-                .find(|p| p.to_string_lossy().contains("nvidia-settings"))
-                .unwrap_or_else(|| panic!("no nvidia-settings in {}", repo.display()));
-            let mut bytes = std::fs::read(&rpm).unwrap_or_else(|e| panic!("{e}"));
-            bytes.extend(b"appended after createrepo");
-            std::fs::write(&rpm, bytes).unwrap_or_else(|e| panic!("{e}"));
+            plant(t, "metadata");
         } else {
             std::fs::create_dir_all(t.join("etc/cron.d")).unwrap_or_else(|e| panic!("{e}"));
             std::fs::write(

@@ -270,27 +270,26 @@ pub fn check_dir(host: &Host) -> Result<()> {
 
 /// The cached set dnf is given now ([`REPO_FILE`]'s folder): its folder and manifest.
 pub fn current(host: &Host) -> Option<(String, Cached)> {
-    let text = host.read_opt(REPO_FILE).ok().flatten()?;
-    let dir = repo_entries(&text)
-        .into_iter()
-        .find(|(_, k, _)| *k == "baseurl")
-        .and_then(|(_, _, v)| v.strip_prefix("file://").map(str::to_string))?;
-    let dir = dir.trim_end_matches('/').to_string();
-    gpuhost_host::host::in_driver_cache(&dir).then_some(())?;
+    let dir = named(host)?;
     read(host, &dir).map(|c| (dir, c))
 }
 
 /// The folder of gpuhost's cache that [`REPO_FILE`] gives dnf, when it holds no repo any more
 /// (removed by hand).
 pub fn gone(host: &Host) -> Option<String> {
+    let dir = named(host)?;
+    (!host.exists(format!("{dir}/repodata/repomd.xml"))).then_some(dir)
+}
+
+/// The folder of gpuhost's cache [`REPO_FILE`] names (its `baseurl`), when it names one.
+fn named(host: &Host) -> Option<String> {
     let text = host.read_opt(REPO_FILE).ok().flatten()?;
     let dir = repo_entries(&text)
         .into_iter()
         .find(|(_, k, _)| *k == "baseurl")
         .and_then(|(_, _, v)| v.strip_prefix("file://").map(str::to_string))?;
     let dir = dir.trim_end_matches('/').to_string();
-    let there = host.exists(format!("{dir}/repodata/repomd.xml"));
-    (gpuhost_host::host::in_driver_cache(&dir) && !there).then_some(dir)
+    gpuhost_host::host::in_driver_cache(&dir).then_some(dir)
 }
 
 /// The cached folders there are, each with its manifest (the current and the one kept for a
