@@ -651,18 +651,8 @@ fn walk<R: Read>(
         Some(sig) => Err(anyhow!(Interrupted(sig))),
         None => Ok(()),
     };
-    let read = |e: anyhow::Error| match e.downcast_ref::<Interrupted>() {
-        Some(Interrupted(sig)) => Fault::Interrupted(*sig),
-        None if e.chain().any(|c| c.is::<WriteFailed>()) => match e.downcast::<WriteFailed>() {
-            Ok(WriteFailed(p, io)) => Fault::Write(p, io),
-            Err(e) => Fault::Source(e),
-        },
-        None => match e.chain().find_map(|c| c.downcast_ref::<std::io::Error>()) {
-            Some(io) if is_source_error(io) => Fault::Source(e),
-            _ => Fault::Bad(format!("{e:#}")),
-        },
-    };
-    while let Some(entry) = cpio.next_entry().map_err(read)? {
+    let read = fault_of;
+    while let Some(entry) = cpio.next_entry().map_err(unwalkable)? {
         stop().map_err(read)?;
         let i = match &entry.named {
             cpio::Named::Path(p) => by_path.get(p.strip_prefix('.').unwrap_or(p)).copied(),
@@ -703,6 +693,33 @@ fn walk<R: Read>(
         written,
         exact: exact && cpio.clean,
     })
+}
+
+/// What a failed step of the walk is: an interruption, a failed write, the source's read
+/// error, or the package's fault.
+fn fault_of(e: anyhow::Error) -> Fault {
+    match e.downcast_ref::<Interrupted>() {
+        Some(Interrupted(sig)) => Fault::Interrupted(*sig),
+        None if e.chain().any(|c| c.is::<WriteFailed>()) => match e.downcast::<WriteFailed>() {
+            Ok(WriteFailed(p, io)) => Fault::Write(p, io),
+            Err(e) => Fault::Source(e),
+        },
+        None => match e.chain().find_map(|c| c.downcast_ref::<std::io::Error>()) {
+            Some(io) if is_source_error(io) => Fault::Source(e),
+            _ => Fault::Bad(format!("{e:#}")),
+        },
+    }
+}
+
+/// An archive that cannot be walked (a compressed payload decodes to garbage before its
+/// decompressor's own check at the block's end) is a damaged payload, as that check says; a
+/// read of the source that failed stays the source's.
+fn unwalkable(e: anyhow::Error) -> Fault {
+    let io = e.chain().find_map(|c| c.downcast_ref::<std::io::Error>());
+    match io {
+        Some(io) if is_source_error(io) => fault_of(e),
+        _ => fault_of(e.context("the payload is damaged: its archive")),
+    }
 }
 
 /// A hard link's names in the archive: every name but one comes with no data (rpm writes the
@@ -1070,6 +1087,24 @@ mod tests {
         c.payload = Some(payload);
         let why = refused(judged(&c, false));
         assert!(why.contains("payload"), "{why}");
+    }
+
+    /// An archive that cannot be walked (here a `newc` header field that is not hex, as a
+    /// damaged xz block decodes to before its check at the block's end) is said to be damaged,
+    /// whatever byte the damage hit (found by CI: a flipped byte made "a cpio header field …
+    /// that is not hex" alone, without the word a user and the test look for).
+    #[test]
+    fn an_archive_that_cannot_be_walked_is_a_damaged_payload() {
+        let mut c = Craft::new(hard_linked(true));
+        c.compressor = "xz";
+        let mut archive = c.archive();
+        archive[6 + 8 + 3] = b'z';
+        c.payload = Some(craft::compress("xz", &archive));
+        let why = refused(judged(&c, false));
+        assert!(
+            why.contains("the payload is damaged") && why.contains("not hex"),
+            "{why}"
+        );
     }
 
     /// A stream that asks its decompressor for 2 GiB is refused before the memory is given
