@@ -350,12 +350,14 @@ fn a_hung_driver_is_critical_while_every_endpoint_keeps_answering() {
     assert_eq!(first.len(), 1);
     std::fs::write(&hang, "").unwrap();
     std::thread::sleep(Duration::from_millis(150));
-    // Deadline 0.5 s (+ 1 s the server allows a sweep before answering from the last one).
+    // Deadline 0.5 s (+ 1 s the server allows a sweep before answering from the last one): the
+    // answer comes in about 1.5 s, not after the hung sweep (an hour). Asserted with room for a
+    // loaded machine (a fresh clone's CI run measured 1.502 s); the figure is the server's.
     for path in ["/healthz", "/metrics", "/status", "/healthz"] {
         let t = Instant::now();
         let (code, body) = srv.get(path);
         assert!(
-            t.elapsed() < Duration::from_millis(1500),
+            t.elapsed() < Duration::from_secs(5),
             "{path} took {:?}",
             t.elapsed()
         );
